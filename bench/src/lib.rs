@@ -1,0 +1,1 @@
+//! oxvs benchmarks (see benches/).

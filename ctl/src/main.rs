@@ -1,0 +1,2 @@
+//! oxvsctl: the oxvs operator CLI. (Being written.)
+fn main() {}

@@ -1,0 +1,1 @@
+//! Exact-match and megaflow caches. (Being written.)

@@ -1,0 +1,1 @@
+//! The classifier: tuple-space search over one table's flows. (Being written.)

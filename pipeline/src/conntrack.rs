@@ -1,0 +1,1 @@
+//! Userspace connection tracking. (Being written.)

@@ -1,0 +1,820 @@
+//! The field registry: every field a flow can match or an action can write.
+//!
+//! A [`Field`] is one slot of the [`FlowKey`](crate::key::FlowKey): a run of
+//! bits inside one 64-bit word (or two words for the 128-bit fields). This is
+//! the only place where the key's layout is written down; everything else
+//! (extraction, matching, masks, set-field, printing) goes through
+//! [`Field::slot`].
+//!
+//! Names follow `ovs-fields(7)`. One field can have several names: the
+//! OpenFlow 1.0 style name (`dl_src`), the OXM style name (`eth_src`), the
+//! NXM name used in `move`/`load` (`NXM_OF_ETH_SRC`) and, for some, a
+//! protocol-specific alias that covers the same key bits (`tcp_dst`,
+//! `icmp_type`, `arp_spa`). Aliases that cover only *part* of a field
+//! (`dl_vlan`, `ip_dscp`) are [`FieldName`] entries with a bit offset.
+
+use std::fmt::Write as _;
+
+/// Number of 64-bit words in a [`FlowKey`](crate::key::FlowKey).
+pub const KEY_WORDS: usize = 28;
+
+/// Where a field lives in the key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Slot {
+    /// Index of the word holding the field (for 128-bit fields: the high half;
+    /// the low half is `word + 1`).
+    pub word: u8,
+    /// Bit position of the field's least significant bit inside its word.
+    pub shift: u8,
+    /// Width in bits (1..=128).
+    pub bits: u8,
+}
+
+/// How a field's value is written in flow text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ValueFormat {
+    /// Plain decimal (`in_port=1`, `tp_dst=80`, `nw_ttl=64`); masked values
+    /// are printed in hex (`tp_dst=0x1000/0xf000`).
+    Decimal,
+    /// Hexadecimal with `0x` (`reg0=0x5`, `tun_id=0x10`).
+    Hex,
+    /// Ethernet address `aa:bb:cc:dd:ee:ff`.
+    Mac,
+    /// Dotted quad, masks as CIDR prefix where contiguous.
+    Ipv4,
+    /// IPv6 text form, masks as prefix where contiguous.
+    Ipv6,
+    /// `ct_state` flags: `+trk+est-rel`.
+    CtState,
+    /// `tcp_flags` flags: `+syn-ack`.
+    TcpFlags,
+    /// `nw_frag`: `no`, `yes`, `first`, `later`, `not_later`.
+    Frag,
+}
+
+/// A field of the flow key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Field {
+    /// Ingress OpenFlow port.
+    InPort,
+    /// Recirculation id (internal: 0 for packets that come from a port).
+    RecircId,
+    /// 64-bit metadata register (`metadata`).
+    Metadata,
+    /// 32-bit registers `reg0`..`reg15`.
+    Reg(u8),
+    /// 64-bit register pairs `xreg0`..`xreg7` (`xregN` = `reg(2N)` high, `reg(2N+1)` low).
+    Xreg(u8),
+    /// Tunnel id (VXLAN VNI on the wire).
+    TunId,
+    /// Outer IPv4 source of a tunnelled packet.
+    TunSrc,
+    /// Outer IPv4 destination of a tunnelled packet.
+    TunDst,
+    /// Packet mark (`pkt_mark`).
+    PktMark,
+    /// Connection tracking mark.
+    CtMark,
+    /// Connection tracking state bits (see [`ct_state`]).
+    CtState,
+    /// Conjunction id set by a completed conjunctive match.
+    ConjId,
+    /// Connection tracking zone.
+    CtZone,
+    /// 802.1Q tag control information; bit 12 (`0x1000`) means "a tag is present".
+    VlanTci,
+    /// Ethertype (after any VLAN tag).
+    DlType,
+    /// TCP flags (12 bits).
+    TcpFlags,
+    /// Ethernet source.
+    DlSrc,
+    /// Ethernet destination.
+    DlDst,
+    /// IPv4 source, or ARP sender protocol address.
+    NwSrc,
+    /// IPv4 destination, or ARP target protocol address.
+    NwDst,
+    /// IPv6 source.
+    Ipv6Src,
+    /// IPv6 destination.
+    Ipv6Dst,
+    /// L4 source port, or ICMP type.
+    TpSrc,
+    /// L4 destination port, or ICMP code.
+    TpDst,
+    /// IP protocol, or the low 8 bits of the ARP opcode.
+    NwProto,
+    /// IPv4 TOS / IPv6 traffic class (DSCP in the upper 6 bits, ECN in the lower 2).
+    NwTos,
+    /// IPv4 TTL / IPv6 hop limit.
+    NwTtl,
+    /// Fragment bits (see [`frag`]).
+    NwFrag,
+    /// ARP sender hardware address.
+    ArpSha,
+    /// ARP target hardware address.
+    ArpTha,
+    /// Connection tracking label (128 bits).
+    CtLabel,
+    /// IPv6 flow label (20 bits).
+    Ipv6Label,
+}
+
+/// Bits of `ct_state`, as in OVS.
+pub mod ct_state {
+    /// Beginning of a new connection.
+    pub const NEW: u32 = 0x01;
+    /// Part of an established connection.
+    pub const EST: u32 = 0x02;
+    /// Related to an existing connection (e.g. an ICMP error).
+    pub const REL: u32 = 0x04;
+    /// In the reply direction.
+    pub const RPL: u32 = 0x08;
+    /// Invalid: could not be tracked or does not fit the connection state.
+    pub const INV: u32 = 0x10;
+    /// Has been through the connection tracker.
+    pub const TRK: u32 = 0x20;
+    /// Source NAT applied (never set yet: no NAT).
+    pub const SNAT: u32 = 0x40;
+    /// Destination NAT applied (never set yet: no NAT).
+    pub const DNAT: u32 = 0x80;
+    /// Flag names in OVS print order.
+    pub const NAMES: [(&str, u32); 8] = [
+        ("new", NEW),
+        ("est", EST),
+        ("rel", REL),
+        ("rpl", RPL),
+        ("inv", INV),
+        ("trk", TRK),
+        ("snat", SNAT),
+        ("dnat", DNAT),
+    ];
+}
+
+/// Bits of `nw_frag`, as in OVS.
+pub mod frag {
+    /// The packet is a fragment.
+    pub const ANY: u8 = 0x01;
+    /// The packet is a fragment with a nonzero offset.
+    pub const LATER: u8 = 0x02;
+}
+
+/// TCP flag bits and names (OVS order for `tcp_flags=+syn-ack`).
+pub mod tcp_flags {
+    pub const FIN: u16 = 0x001;
+    pub const SYN: u16 = 0x002;
+    pub const RST: u16 = 0x004;
+    pub const PSH: u16 = 0x008;
+    pub const ACK: u16 = 0x010;
+    pub const URG: u16 = 0x020;
+    pub const ECE: u16 = 0x040;
+    pub const CWR: u16 = 0x080;
+    pub const NS: u16 = 0x100;
+    /// Flag names in OVS print order.
+    pub const NAMES: [(&str, u16); 9] = [
+        ("fin", FIN),
+        ("syn", SYN),
+        ("rst", RST),
+        ("psh", PSH),
+        ("ack", ACK),
+        ("urg", URG),
+        ("ece", ECE),
+        ("cwr", CWR),
+        ("ns", NS),
+    ];
+}
+
+/// Which kind of packet a field needs before it can be matched (OVS "prerequisites").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Prereq {
+    None,
+    /// `dl_type` is IPv4 or IPv6.
+    Ip,
+    Ipv4,
+    Ipv6,
+    Arp,
+    /// `dl_type` is IPv4/IPv6 and `nw_proto` is TCP.
+    Tcp,
+    Udp,
+    Sctp,
+    /// ICMP (IPv4) or ICMPv6.
+    Icmp,
+    Icmpv6,
+    /// `dl_type` is IPv4 or IPv6 and `nw_proto` is TCP, UDP or SCTP.
+    L4Ports,
+    /// A VLAN tag is present.
+    Vlan,
+}
+
+impl Field {
+    /// All fields, in the order [`crate::print`] prints matches.
+    pub const ALL: &'static [Field] = &[
+        Field::RecircId,
+        Field::ConjId,
+        Field::PktMark,
+        Field::CtState,
+        Field::CtZone,
+        Field::CtMark,
+        Field::CtLabel,
+        Field::TunId,
+        Field::TunSrc,
+        Field::TunDst,
+        Field::Metadata,
+        Field::Reg(0),
+        Field::Reg(1),
+        Field::Reg(2),
+        Field::Reg(3),
+        Field::Reg(4),
+        Field::Reg(5),
+        Field::Reg(6),
+        Field::Reg(7),
+        Field::Reg(8),
+        Field::Reg(9),
+        Field::Reg(10),
+        Field::Reg(11),
+        Field::Reg(12),
+        Field::Reg(13),
+        Field::Reg(14),
+        Field::Reg(15),
+        Field::InPort,
+        Field::VlanTci,
+        Field::DlSrc,
+        Field::DlDst,
+        Field::DlType,
+        Field::NwSrc,
+        Field::NwDst,
+        Field::Ipv6Src,
+        Field::Ipv6Dst,
+        Field::Ipv6Label,
+        Field::NwProto,
+        Field::NwTos,
+        Field::NwTtl,
+        Field::NwFrag,
+        Field::ArpSha,
+        Field::ArpTha,
+        Field::TpSrc,
+        Field::TpDst,
+        Field::TcpFlags,
+    ];
+
+    /// Where the field lives in the key.
+    pub const fn slot(self) -> Slot {
+        const fn s(word: u8, shift: u8, bits: u8) -> Slot {
+            Slot { word, shift, bits }
+        }
+        match self {
+            Field::InPort => s(0, 32, 32),
+            Field::RecircId => s(0, 0, 32),
+            Field::Metadata => s(1, 0, 64),
+            // reg(2i) is the high half of word 2+i, reg(2i+1) the low half,
+            // so that xreg(i) is exactly word 2+i.
+            Field::Reg(n) => s(2 + n / 2, if n % 2 == 0 { 32 } else { 0 }, 32),
+            Field::Xreg(n) => s(2 + n, 0, 64),
+            Field::TunId => s(10, 0, 64),
+            Field::TunSrc => s(11, 32, 32),
+            Field::TunDst => s(11, 0, 32),
+            Field::PktMark => s(12, 32, 32),
+            Field::CtMark => s(12, 0, 32),
+            Field::CtState => s(13, 32, 32),
+            Field::ConjId => s(13, 0, 32),
+            Field::CtZone => s(14, 48, 16),
+            Field::VlanTci => s(14, 32, 16),
+            Field::DlType => s(14, 16, 16),
+            Field::TcpFlags => s(14, 0, 16),
+            Field::DlSrc => s(15, 0, 48),
+            Field::DlDst => s(16, 0, 48),
+            Field::NwSrc => s(17, 32, 32),
+            Field::NwDst => s(17, 0, 32),
+            Field::Ipv6Src => s(18, 0, 128),
+            Field::Ipv6Dst => s(20, 0, 128),
+            Field::TpSrc => s(22, 48, 16),
+            Field::TpDst => s(22, 32, 16),
+            Field::NwProto => s(22, 24, 8),
+            Field::NwTos => s(22, 16, 8),
+            Field::NwTtl => s(22, 8, 8),
+            Field::NwFrag => s(22, 0, 8),
+            Field::ArpSha => s(23, 0, 48),
+            Field::ArpTha => s(24, 0, 48),
+            Field::CtLabel => s(25, 0, 128),
+            Field::Ipv6Label => s(27, 0, 20),
+        }
+    }
+
+    /// Width of the field in bits.
+    pub const fn bits(self) -> u32 {
+        self.slot().bits as u32
+    }
+
+    /// All-ones value of the field's width.
+    pub const fn full_mask(self) -> u128 {
+        let b = self.bits();
+        if b >= 128 {
+            u128::MAX
+        } else {
+            (1u128 << b) - 1
+        }
+    }
+
+    /// The canonical (printed) name, as `ovs-ofctl dump-flows` prints it.
+    pub fn name(self) -> &'static str {
+        const REGS: [&str; 16] = [
+            "reg0", "reg1", "reg2", "reg3", "reg4", "reg5", "reg6", "reg7", "reg8", "reg9",
+            "reg10", "reg11", "reg12", "reg13", "reg14", "reg15",
+        ];
+        const XREGS: [&str; 8] = [
+            "xreg0", "xreg1", "xreg2", "xreg3", "xreg4", "xreg5", "xreg6", "xreg7",
+        ];
+        match self {
+            Field::InPort => "in_port",
+            Field::RecircId => "recirc_id",
+            Field::Metadata => "metadata",
+            Field::Reg(n) => REGS[(n as usize) & 15],
+            Field::Xreg(n) => XREGS[(n as usize) & 7],
+            Field::TunId => "tun_id",
+            Field::TunSrc => "tun_src",
+            Field::TunDst => "tun_dst",
+            Field::PktMark => "pkt_mark",
+            Field::CtMark => "ct_mark",
+            Field::CtState => "ct_state",
+            Field::ConjId => "conj_id",
+            Field::CtZone => "ct_zone",
+            Field::VlanTci => "vlan_tci",
+            Field::DlType => "dl_type",
+            Field::TcpFlags => "tcp_flags",
+            Field::DlSrc => "dl_src",
+            Field::DlDst => "dl_dst",
+            Field::NwSrc => "nw_src",
+            Field::NwDst => "nw_dst",
+            Field::Ipv6Src => "ipv6_src",
+            Field::Ipv6Dst => "ipv6_dst",
+            Field::TpSrc => "tp_src",
+            Field::TpDst => "tp_dst",
+            Field::NwProto => "nw_proto",
+            Field::NwTos => "nw_tos",
+            Field::NwTtl => "nw_ttl",
+            Field::NwFrag => "nw_frag",
+            Field::ArpSha => "arp_sha",
+            Field::ArpTha => "arp_tha",
+            Field::CtLabel => "ct_label",
+            Field::Ipv6Label => "ipv6_label",
+        }
+    }
+
+    /// The NXM/OXM name used inside `move`/`load`/`output:...[]` (`NXM_NX_REG1`).
+    pub fn nxm_name(self) -> &'static str {
+        const REGS: [&str; 16] = [
+            "NXM_NX_REG0",
+            "NXM_NX_REG1",
+            "NXM_NX_REG2",
+            "NXM_NX_REG3",
+            "NXM_NX_REG4",
+            "NXM_NX_REG5",
+            "NXM_NX_REG6",
+            "NXM_NX_REG7",
+            "NXM_NX_REG8",
+            "NXM_NX_REG9",
+            "NXM_NX_REG10",
+            "NXM_NX_REG11",
+            "NXM_NX_REG12",
+            "NXM_NX_REG13",
+            "NXM_NX_REG14",
+            "NXM_NX_REG15",
+        ];
+        const XREGS: [&str; 8] = [
+            "OXM_OF_PKT_REG0",
+            "OXM_OF_PKT_REG1",
+            "OXM_OF_PKT_REG2",
+            "OXM_OF_PKT_REG3",
+            "OXM_OF_PKT_REG4",
+            "OXM_OF_PKT_REG5",
+            "OXM_OF_PKT_REG6",
+            "OXM_OF_PKT_REG7",
+        ];
+        match self {
+            Field::InPort => "NXM_OF_IN_PORT",
+            Field::RecircId => "NXM_NX_RECIRC_ID",
+            Field::Metadata => "OXM_OF_METADATA",
+            Field::Reg(n) => REGS[(n as usize) & 15],
+            Field::Xreg(n) => XREGS[(n as usize) & 7],
+            Field::TunId => "NXM_NX_TUN_ID",
+            Field::TunSrc => "NXM_NX_TUN_IPV4_SRC",
+            Field::TunDst => "NXM_NX_TUN_IPV4_DST",
+            Field::PktMark => "NXM_NX_PKT_MARK",
+            Field::CtMark => "NXM_NX_CT_MARK",
+            Field::CtState => "NXM_NX_CT_STATE",
+            Field::ConjId => "NXM_NX_CONJ_ID",
+            Field::CtZone => "NXM_NX_CT_ZONE",
+            Field::VlanTci => "NXM_OF_VLAN_TCI",
+            Field::DlType => "NXM_OF_ETH_TYPE",
+            Field::TcpFlags => "NXM_NX_TCP_FLAGS",
+            Field::DlSrc => "NXM_OF_ETH_SRC",
+            Field::DlDst => "NXM_OF_ETH_DST",
+            Field::NwSrc => "NXM_OF_IP_SRC",
+            Field::NwDst => "NXM_OF_IP_DST",
+            Field::Ipv6Src => "NXM_NX_IPV6_SRC",
+            Field::Ipv6Dst => "NXM_NX_IPV6_DST",
+            Field::TpSrc => "NXM_OF_TCP_SRC",
+            Field::TpDst => "NXM_OF_TCP_DST",
+            Field::NwProto => "NXM_OF_IP_PROTO",
+            Field::NwTos => "NXM_OF_IP_TOS",
+            Field::NwTtl => "NXM_NX_IP_TTL",
+            Field::NwFrag => "NXM_NX_IP_FRAG",
+            Field::ArpSha => "NXM_NX_ARP_SHA",
+            Field::ArpTha => "NXM_NX_ARP_THA",
+            Field::CtLabel => "NXM_NX_CT_LABEL",
+            Field::Ipv6Label => "NXM_NX_IPV6_LABEL",
+        }
+    }
+
+    /// How values of this field are written.
+    pub fn format(self) -> ValueFormat {
+        match self {
+            Field::InPort
+            | Field::CtZone
+            | Field::ConjId
+            | Field::TpSrc
+            | Field::TpDst
+            | Field::NwProto
+            | Field::NwTos
+            | Field::NwTtl => ValueFormat::Decimal,
+            Field::DlSrc | Field::DlDst | Field::ArpSha | Field::ArpTha => ValueFormat::Mac,
+            Field::NwSrc | Field::NwDst | Field::TunSrc | Field::TunDst => ValueFormat::Ipv4,
+            Field::Ipv6Src | Field::Ipv6Dst => ValueFormat::Ipv6,
+            Field::CtState => ValueFormat::CtState,
+            Field::TcpFlags => ValueFormat::TcpFlags,
+            Field::NwFrag => ValueFormat::Frag,
+            _ => ValueFormat::Hex,
+        }
+    }
+
+    /// Whether a flow may write this field (`set_field`, `load`, `move` destination).
+    pub fn writable(self) -> bool {
+        !matches!(
+            self,
+            Field::RecircId | Field::ConjId | Field::CtState | Field::CtZone | Field::NwFrag
+        ) && !matches!(self, Field::CtMark | Field::CtLabel)
+    }
+
+    /// Whether the field is part of the packet's headers (as opposed to
+    /// metadata such as registers). Writing a header field produces a
+    /// datapath `set(...)` action; writing metadata does not.
+    pub fn is_header(self) -> bool {
+        matches!(
+            self,
+            Field::VlanTci
+                | Field::DlSrc
+                | Field::DlDst
+                | Field::NwSrc
+                | Field::NwDst
+                | Field::Ipv6Src
+                | Field::Ipv6Dst
+                | Field::Ipv6Label
+                | Field::TpSrc
+                | Field::TpDst
+                | Field::NwTos
+                | Field::NwTtl
+                | Field::ArpSha
+                | Field::ArpTha
+                | Field::NwProto
+        )
+    }
+
+    /// The packet kind this field needs before it can be matched or written.
+    /// `NwProto` covers `arp_op` too and so needs only IP-or-ARP; see [`Prereq`].
+    pub fn prereq(self) -> Prereq {
+        match self {
+            Field::Ipv6Src | Field::Ipv6Dst | Field::Ipv6Label => Prereq::Ipv6,
+            Field::ArpSha | Field::ArpTha => Prereq::Arp,
+            Field::NwTos | Field::NwTtl | Field::NwFrag => Prereq::Ip,
+            Field::TpSrc | Field::TpDst => Prereq::L4Ports,
+            Field::TcpFlags => Prereq::Tcp,
+            _ => Prereq::None,
+        }
+    }
+}
+
+/// A name that flow text may use for (part of) a field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FieldName {
+    /// The name as written.
+    pub name: &'static str,
+    /// The field it refers to.
+    pub field: Field,
+    /// Offset of the named bits inside the field (e.g. `ip_dscp` = `nw_tos` bits 2..8).
+    pub ofs: u8,
+    /// Number of named bits.
+    pub bits: u8,
+    /// Packet kind required to use this name.
+    pub prereq: Prereq,
+    /// How values written with this name are formatted (e.g. `icmp_type` is decimal).
+    pub format: ValueFormat,
+}
+
+const fn whole(name: &'static str, field: Field, prereq: Prereq, format: ValueFormat) -> FieldName {
+    FieldName {
+        name,
+        field,
+        ofs: 0,
+        bits: field.slot().bits,
+        prereq,
+        format,
+    }
+}
+
+const fn part(
+    name: &'static str,
+    field: Field,
+    ofs: u8,
+    bits: u8,
+    prereq: Prereq,
+    format: ValueFormat,
+) -> FieldName {
+    FieldName {
+        name,
+        field,
+        ofs,
+        bits,
+        prereq,
+        format,
+    }
+}
+
+use Prereq as P;
+use ValueFormat as V;
+
+/// Every name accepted in flow text (matches and `set_field`/`load`/`move`),
+/// except the registers, which [`lookup_name`] handles by pattern.
+pub const NAMES: &[FieldName] = &[
+    whole("in_port", Field::InPort, P::None, V::Decimal),
+    whole("in_port_oxm", Field::InPort, P::None, V::Decimal),
+    whole("recirc_id", Field::RecircId, P::None, V::Hex),
+    whole("metadata", Field::Metadata, P::None, V::Hex),
+    whole("tun_id", Field::TunId, P::None, V::Hex),
+    whole("tunnel_id", Field::TunId, P::None, V::Hex),
+    whole("tun_src", Field::TunSrc, P::None, V::Ipv4),
+    whole("tun_dst", Field::TunDst, P::None, V::Ipv4),
+    whole("pkt_mark", Field::PktMark, P::None, V::Hex),
+    whole("ct_mark", Field::CtMark, P::None, V::Hex),
+    whole("ct_state", Field::CtState, P::None, V::CtState),
+    whole("conj_id", Field::ConjId, P::None, V::Decimal),
+    whole("ct_zone", Field::CtZone, P::None, V::Decimal),
+    whole("ct_label", Field::CtLabel, P::None, V::Hex),
+    whole("vlan_tci", Field::VlanTci, P::None, V::Hex),
+    part("dl_vlan", Field::VlanTci, 0, 12, P::None, V::Decimal),
+    part("vlan_vid", Field::VlanTci, 0, 13, P::None, V::Decimal),
+    part("dl_vlan_pcp", Field::VlanTci, 13, 3, P::None, V::Decimal),
+    part("vlan_pcp", Field::VlanTci, 13, 3, P::None, V::Decimal),
+    whole("dl_type", Field::DlType, P::None, V::Hex),
+    whole("eth_type", Field::DlType, P::None, V::Hex),
+    whole("dl_src", Field::DlSrc, P::None, V::Mac),
+    whole("eth_src", Field::DlSrc, P::None, V::Mac),
+    whole("dl_dst", Field::DlDst, P::None, V::Mac),
+    whole("eth_dst", Field::DlDst, P::None, V::Mac),
+    whole("nw_src", Field::NwSrc, P::Ipv4, V::Ipv4),
+    whole("ip_src", Field::NwSrc, P::Ipv4, V::Ipv4),
+    whole("nw_dst", Field::NwDst, P::Ipv4, V::Ipv4),
+    whole("ip_dst", Field::NwDst, P::Ipv4, V::Ipv4),
+    whole("arp_spa", Field::NwSrc, P::Arp, V::Ipv4),
+    whole("arp_tpa", Field::NwDst, P::Arp, V::Ipv4),
+    part("arp_op", Field::NwProto, 0, 8, P::Arp, V::Decimal),
+    whole("arp_sha", Field::ArpSha, P::Arp, V::Mac),
+    whole("arp_tha", Field::ArpTha, P::Arp, V::Mac),
+    whole("ipv6_src", Field::Ipv6Src, P::Ipv6, V::Ipv6),
+    whole("ipv6_dst", Field::Ipv6Dst, P::Ipv6, V::Ipv6),
+    whole("ipv6_label", Field::Ipv6Label, P::Ipv6, V::Hex),
+    whole("nw_proto", Field::NwProto, P::Ip, V::Decimal),
+    whole("ip_proto", Field::NwProto, P::Ip, V::Decimal),
+    whole("nw_tos", Field::NwTos, P::Ip, V::Decimal),
+    part("ip_dscp", Field::NwTos, 2, 6, P::Ip, V::Decimal),
+    part("nw_ecn", Field::NwTos, 0, 2, P::Ip, V::Decimal),
+    part("ip_ecn", Field::NwTos, 0, 2, P::Ip, V::Decimal),
+    whole("nw_ttl", Field::NwTtl, P::Ip, V::Decimal),
+    whole("nw_frag", Field::NwFrag, P::Ip, V::Frag),
+    whole("ip_frag", Field::NwFrag, P::Ip, V::Frag),
+    whole("tp_src", Field::TpSrc, P::L4Ports, V::Decimal),
+    whole("tp_dst", Field::TpDst, P::L4Ports, V::Decimal),
+    whole("tcp_src", Field::TpSrc, P::Tcp, V::Decimal),
+    whole("tcp_dst", Field::TpDst, P::Tcp, V::Decimal),
+    whole("udp_src", Field::TpSrc, P::Udp, V::Decimal),
+    whole("udp_dst", Field::TpDst, P::Udp, V::Decimal),
+    whole("sctp_src", Field::TpSrc, P::Sctp, V::Decimal),
+    whole("sctp_dst", Field::TpDst, P::Sctp, V::Decimal),
+    whole("tcp_flags", Field::TcpFlags, P::Tcp, V::TcpFlags),
+    part("icmp_type", Field::TpSrc, 0, 8, P::Icmp, V::Decimal),
+    part("icmp_code", Field::TpDst, 0, 8, P::Icmp, V::Decimal),
+    part("icmpv4_type", Field::TpSrc, 0, 8, P::Icmp, V::Decimal),
+    part("icmpv4_code", Field::TpDst, 0, 8, P::Icmp, V::Decimal),
+    part("icmpv6_type", Field::TpSrc, 0, 8, P::Icmpv6, V::Decimal),
+    part("icmpv6_code", Field::TpDst, 0, 8, P::Icmpv6, V::Decimal),
+];
+
+/// Looks up a field name as written in flow text (`reg3`, `xreg1`,
+/// `eth_src`, `NXM_NX_REG1`, `NXM_OF_ETH_SRC`, ...). Case matters for the
+/// lower-case names and not for the NXM/OXM names, as in OVS.
+pub fn lookup_name(name: &str) -> Option<FieldName> {
+    if let Some(n) = name.strip_prefix("reg") {
+        return reg_index(n, 16).map(|i| whole_dyn(Field::Reg(i)));
+    }
+    if let Some(n) = name.strip_prefix("xreg") {
+        return reg_index(n, 8).map(|i| whole_dyn(Field::Xreg(i)));
+    }
+    if let Some(f) = NAMES.iter().find(|f| f.name == name) {
+        return Some(*f);
+    }
+    let upper = name.to_ascii_uppercase();
+    if let Some(n) = upper.strip_prefix("NXM_NX_REG") {
+        return reg_index(n, 16).map(|i| whole_dyn(Field::Reg(i)));
+    }
+    if let Some(n) = upper.strip_prefix("OXM_OF_PKT_REG") {
+        return reg_index(n, 8).map(|i| whole_dyn(Field::Xreg(i)));
+    }
+    let alias = match upper.as_str() {
+        "NXM_OF_IN_PORT" | "OXM_OF_IN_PORT" => Field::InPort,
+        "OXM_OF_METADATA" => Field::Metadata,
+        "NXM_NX_TUN_ID" | "OXM_OF_TUNNEL_ID" => Field::TunId,
+        "NXM_NX_TUN_IPV4_SRC" => Field::TunSrc,
+        "NXM_NX_TUN_IPV4_DST" => Field::TunDst,
+        "NXM_NX_PKT_MARK" => Field::PktMark,
+        "NXM_NX_CT_MARK" => Field::CtMark,
+        "NXM_NX_CT_STATE" => Field::CtState,
+        "NXM_NX_CT_ZONE" => Field::CtZone,
+        "NXM_NX_CT_LABEL" => Field::CtLabel,
+        "NXM_OF_VLAN_TCI" => Field::VlanTci,
+        "NXM_OF_ETH_TYPE" | "OXM_OF_ETH_TYPE" => Field::DlType,
+        "NXM_NX_TCP_FLAGS" | "OXM_OF_TCP_FLAGS" => Field::TcpFlags,
+        "NXM_OF_ETH_SRC" | "OXM_OF_ETH_SRC" => Field::DlSrc,
+        "NXM_OF_ETH_DST" | "OXM_OF_ETH_DST" => Field::DlDst,
+        "NXM_OF_IP_SRC" | "OXM_OF_IPV4_SRC" | "NXM_OF_ARP_SPA" | "OXM_OF_ARP_SPA" => Field::NwSrc,
+        "NXM_OF_IP_DST" | "OXM_OF_IPV4_DST" | "NXM_OF_ARP_TPA" | "OXM_OF_ARP_TPA" => Field::NwDst,
+        "NXM_NX_IPV6_SRC" | "OXM_OF_IPV6_SRC" => Field::Ipv6Src,
+        "NXM_NX_IPV6_DST" | "OXM_OF_IPV6_DST" => Field::Ipv6Dst,
+        "NXM_NX_IPV6_LABEL" | "OXM_OF_IPV6_FLABEL" => Field::Ipv6Label,
+        "NXM_OF_TCP_SRC" | "NXM_OF_UDP_SRC" | "OXM_OF_TCP_SRC" | "OXM_OF_UDP_SRC"
+        | "OXM_OF_SCTP_SRC" => Field::TpSrc,
+        "NXM_OF_TCP_DST" | "NXM_OF_UDP_DST" | "OXM_OF_TCP_DST" | "OXM_OF_UDP_DST"
+        | "OXM_OF_SCTP_DST" => Field::TpDst,
+        "NXM_OF_IP_PROTO" | "OXM_OF_IP_PROTO" | "NXM_OF_ARP_OP" | "OXM_OF_ARP_OP" => {
+            Field::NwProto
+        }
+        "NXM_OF_IP_TOS" => Field::NwTos,
+        "NXM_NX_IP_TTL" => Field::NwTtl,
+        "NXM_NX_IP_FRAG" => Field::NwFrag,
+        "NXM_NX_ARP_SHA" | "OXM_OF_ARP_SHA" => Field::ArpSha,
+        "NXM_NX_ARP_THA" | "OXM_OF_ARP_THA" => Field::ArpTha,
+        "NXM_NX_CONJ_ID" => Field::ConjId,
+        "NXM_NX_RECIRC_ID" => Field::RecircId,
+        _ => return None,
+    };
+    Some(whole_dyn(alias))
+}
+
+fn whole_dyn(field: Field) -> FieldName {
+    FieldName {
+        name: field.name(),
+        field,
+        ofs: 0,
+        bits: field.slot().bits,
+        prereq: field.prereq(),
+        format: field.format(),
+    }
+}
+
+fn reg_index(digits: &str, limit: u8) -> Option<u8> {
+    if digits.is_empty() || digits.len() > 2 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    if digits.len() == 2 && digits.starts_with('0') {
+        return None;
+    }
+    let n: u8 = digits.parse().ok()?;
+    (n < limit).then_some(n)
+}
+
+/// Formats a field value (no mask) the way flow text writes it.
+pub fn format_value(format: ValueFormat, value: u128) -> String {
+    let mut s = String::new();
+    write_value(&mut s, format, value);
+    s
+}
+
+/// Appends a field value (no mask) to `out` the way flow text writes it.
+pub fn write_value(out: &mut String, format: ValueFormat, value: u128) {
+    match format {
+        ValueFormat::Decimal => {
+            let _ = write!(out, "{value}");
+        }
+        ValueFormat::Hex => {
+            let _ = write!(out, "{value:#x}");
+        }
+        ValueFormat::Mac => {
+            let b = (value as u64).to_be_bytes();
+            let _ = write!(
+                out,
+                "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+                b[2], b[3], b[4], b[5], b[6], b[7]
+            );
+        }
+        ValueFormat::Ipv4 => {
+            let _ = write!(out, "{}", std::net::Ipv4Addr::from(value as u32));
+        }
+        ValueFormat::Ipv6 => {
+            let _ = write!(out, "{}", std::net::Ipv6Addr::from(value));
+        }
+        ValueFormat::CtState => write_flags(out, &ct_state::NAMES.map(|(n, b)| (n, b as u128)), value, u128::MAX),
+        ValueFormat::TcpFlags => write_flags(out, &tcp_flags::NAMES.map(|(n, b)| (n, b as u128)), value, u128::MAX),
+        ValueFormat::Frag => {
+            let _ = write!(out, "{}", frag_name(value as u8, 0xff).unwrap_or("?"));
+        }
+    }
+}
+
+/// Writes flags as `+a+b-c`: set bits with `+`, bits in `mask` that are
+/// clear with `-`. Unnamed bits are printed as a hex remainder.
+pub fn write_flags(out: &mut String, names: &[(&str, u128)], value: u128, mask: u128) {
+    let mut known = 0u128;
+    for (name, bit) in names {
+        known |= bit;
+        if mask & bit == 0 {
+            continue;
+        }
+        out.push(if value & bit != 0 { '+' } else { '-' });
+        out.push_str(name);
+    }
+    let rest = value & !known;
+    if rest != 0 {
+        let _ = write!(out, "+{rest:#x}");
+    }
+}
+
+/// The `nw_frag` keyword for a value/mask pair, if it is one OVS names.
+pub fn frag_name(value: u8, mask: u8) -> Option<&'static str> {
+    let any = frag::ANY;
+    let later = frag::LATER;
+    match (value & (any | later), mask & (any | later)) {
+        (0, m) if m == any || m == any | later => Some("no"),
+        (v, m) if v == any && m == any => Some("yes"),
+        (v, m) if v == any && m == any | later => Some("first"),
+        (v, m) if v == any | later && m == any | later => Some("later"),
+        (0, m) if m == later => Some("not_later"),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_do_not_overlap() {
+        let mut used = [0u64; KEY_WORDS + 1];
+        for f in Field::ALL {
+            let s = f.slot();
+            let mut bits = s.bits as u32;
+            let mut word = s.word as usize;
+            if bits > 64 {
+                assert_eq!(used[word], 0, "{f:?}");
+                used[word] = u64::MAX;
+                word += 1;
+                bits -= 64;
+            }
+            let m = if bits == 64 { u64::MAX } else { ((1u64 << bits) - 1) << s.shift };
+            assert!(s.shift as u32 + bits <= 64, "{f:?}");
+            assert_eq!(used[word] & m, 0, "{f:?} overlaps");
+            used[word] |= m;
+            assert!(word < KEY_WORDS);
+        }
+    }
+
+    #[test]
+    fn xreg_covers_two_regs() {
+        assert_eq!(Field::Xreg(0).slot().word, Field::Reg(0).slot().word);
+        assert_eq!(Field::Reg(0).slot().shift, 32);
+        assert_eq!(Field::Reg(1).slot().shift, 0);
+    }
+
+    #[test]
+    fn names_resolve() {
+        assert_eq!(lookup_name("reg15").unwrap().field, Field::Reg(15));
+        assert!(lookup_name("reg16").is_none());
+        assert!(lookup_name("reg01").is_none());
+        assert_eq!(lookup_name("NXM_NX_REG1").unwrap().field, Field::Reg(1));
+        assert_eq!(lookup_name("eth_src").unwrap().field, Field::DlSrc);
+        assert_eq!(lookup_name("ip_dscp").unwrap().ofs, 2);
+        assert!(lookup_name("bogus").is_none());
+    }
+
+    #[test]
+    fn value_formats() {
+        assert_eq!(format_value(ValueFormat::Mac, 0x0a0b0c0d0e0f), "0a:0b:0c:0d:0e:0f");
+        assert_eq!(format_value(ValueFormat::Ipv4, 0x0a000001), "10.0.0.1");
+        let mut s = String::new();
+        write_flags(
+            &mut s,
+            &ct_state::NAMES.map(|(n, b)| (n, b as u128)),
+            0x22,
+            0x26,
+        );
+        assert_eq!(s, "+est-rel+trk");
+    }
+}

@@ -1,0 +1,159 @@
+//! The flow key: every field of a packet and its metadata, as fixed words.
+//!
+//! A [`FlowKey`] is `KEY_WORDS` 64-bit words; [`Field::slot`] says where each
+//! field lives. The same type is used for keys, match values and masks, so a
+//! match is `(key & mask) == value` word by word, a megaflow mask is a
+//! `FlowKey`, and hashing a masked key is hashing words. Unused bits are
+//! always zero.
+
+use crate::field::{Field, KEY_WORDS};
+
+/// A packet's flow key, a match value, or a mask (see the module doc).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct FlowKey {
+    /// The raw words. Layout: [`Field::slot`].
+    pub w: [u64; KEY_WORDS],
+}
+
+impl std::fmt::Debug for FlowKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut m = f.debug_map();
+        for field in Field::ALL {
+            let v = self.get(*field);
+            if v != 0 {
+                m.entry(&field.name(), &format_args!("{v:#x}"));
+            }
+        }
+        m.finish()
+    }
+}
+
+impl FlowKey {
+    /// A key with every bit zero (also: the all-wildcard mask).
+    pub const ZERO: FlowKey = FlowKey { w: [0; KEY_WORDS] };
+
+    /// Reads a field (right-aligned).
+    #[inline]
+    pub fn get(&self, field: Field) -> u128 {
+        let s = field.slot();
+        let w = s.word as usize;
+        if s.bits > 64 {
+            ((self.w[w] as u128) << 64) | self.w[w + 1] as u128
+        } else if s.bits == 64 {
+            self.w[w] as u128
+        } else {
+            ((self.w[w] >> s.shift) & ((1u64 << s.bits) - 1)) as u128
+        }
+    }
+
+    /// Writes a field; bits of `value` beyond the field's width are ignored.
+    #[inline]
+    pub fn set(&mut self, field: Field, value: u128) {
+        let s = field.slot();
+        let w = s.word as usize;
+        if s.bits > 64 {
+            self.w[w] = (value >> 64) as u64;
+            self.w[w + 1] = value as u64;
+        } else if s.bits == 64 {
+            self.w[w] = value as u64;
+        } else {
+            let m = ((1u64 << s.bits) - 1) << s.shift;
+            self.w[w] = (self.w[w] & !m) | (((value as u64) << s.shift) & m);
+        }
+    }
+
+    /// Writes the bits of `value` selected by `mask` into a field, leaving the
+    /// other bits as they were.
+    #[inline]
+    pub fn set_masked(&mut self, field: Field, value: u128, mask: u128) {
+        let old = self.get(field);
+        self.set(field, (old & !mask) | (value & mask));
+    }
+
+    /// `self & mask`, word by word.
+    #[inline]
+    pub fn and(&self, mask: &FlowKey) -> FlowKey {
+        let mut out = FlowKey::ZERO;
+        for i in 0..KEY_WORDS {
+            out.w[i] = self.w[i] & mask.w[i];
+        }
+        out
+    }
+
+    /// `self | other`, word by word (union of masks).
+    #[inline]
+    pub fn or_assign(&mut self, other: &FlowKey) {
+        for i in 0..KEY_WORDS {
+            self.w[i] |= other.w[i];
+        }
+    }
+
+    /// Whether `(self & mask) == value`, i.e. this key matches a (value, mask) pair.
+    #[inline]
+    pub fn matches(&self, value: &FlowKey, mask: &FlowKey) -> bool {
+        let mut diff = 0u64;
+        for i in 0..KEY_WORDS {
+            diff |= (self.w[i] & mask.w[i]) ^ value.w[i];
+        }
+        diff == 0
+    }
+
+    /// Whether every bit is zero.
+    pub fn is_zero(&self) -> bool {
+        self.w.iter().all(|w| *w == 0)
+    }
+
+    /// Sets every bit of `field` (for building masks).
+    #[inline]
+    pub fn mask_field(&mut self, field: Field) {
+        self.set(field, u128::MAX);
+    }
+
+    /// A 64-bit hash of the whole key (for exact-match and megaflow tables).
+    #[inline]
+    pub fn hash64(&self) -> u64 {
+        // A simple multiply-xorshift over the words: fast, and good enough
+        // for hash tables keyed by masked keys (not a DoS-resistant hash; the
+        // caches are bounded, so a collision storm only costs slow-path time).
+        let mut h: u64 = 0x9e37_79b9_7f4a_7c15;
+        for w in self.w {
+            h = (h ^ w).wrapping_mul(0xff51_afd7_ed55_8ccd);
+            h ^= h >> 32;
+        }
+        h
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn get_set_roundtrip() {
+        let mut k = FlowKey::ZERO;
+        k.set(Field::Reg(3), 0xdead_beef);
+        k.set(Field::Ipv6Src, 0x2001_0db8_0000_0000_0000_0000_0000_0001);
+        k.set(Field::TpDst, 0x1_0050); // truncated to 16 bits
+        assert_eq!(k.get(Field::Reg(3)), 0xdead_beef);
+        assert_eq!(k.get(Field::Reg(2)), 0);
+        assert_eq!(k.get(Field::Xreg(1)), 0xdead_beef);
+        assert_eq!(k.get(Field::Ipv6Src), 0x2001_0db8_0000_0000_0000_0000_0000_0001);
+        assert_eq!(k.get(Field::TpDst), 0x50);
+        k.set_masked(Field::Reg(3), 0x1234, 0xffff);
+        assert_eq!(k.get(Field::Reg(3)), 0xdead_1234);
+    }
+
+    #[test]
+    fn masked_match() {
+        let mut k = FlowKey::ZERO;
+        k.set(Field::NwDst, 0x0a00_0105);
+        let mut mask = FlowKey::ZERO;
+        mask.set(Field::NwDst, 0xffff_ff00);
+        let value = k.and(&mask);
+        let mut other = FlowKey::ZERO;
+        other.set(Field::NwDst, 0x0a00_01ff);
+        assert!(other.matches(&value, &mask));
+        other.set(Field::NwDst, 0x0a00_0201);
+        assert!(!other.matches(&value, &mask));
+    }
+}

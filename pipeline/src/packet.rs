@@ -1,0 +1,1 @@
+//! Packet buffers with headroom, and header rewriting. (Being written.)

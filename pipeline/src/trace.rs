@@ -1,0 +1,1 @@
+//! `ofproto/trace`-style tracing. (Being written.)
