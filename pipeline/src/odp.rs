@@ -72,3 +72,12 @@ pub enum DpAction {
         cookie: u64,
     },
 }
+
+/// Formats a datapath action list the way OVS prints `Datapath actions:`
+/// (`drop` when empty). (Being written.)
+pub fn format_dp_actions(actions: &[DpAction]) -> String {
+    if actions.is_empty() {
+        return "drop".into();
+    }
+    format!("{actions:?}")
+}

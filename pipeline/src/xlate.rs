@@ -16,7 +16,14 @@ pub struct Translation {
     pub rules: Vec<Arc<Rule>>,
 }
 
+/// What translation needs to know about the switch beyond the tables.
+#[derive(Clone, Debug, Default)]
+pub struct XlateEnv {
+    /// Every port's OpenFlow number (for `output:ALL` / `FLOOD`).
+    pub ports: Vec<u32>,
+}
+
 /// Translates `key` (starting at table 0, or where its recirc_id says).
-pub fn translate(_tables: &TableSet, _key: &FlowKey) -> Translation {
+pub fn translate(_tables: &TableSet, _key: &FlowKey, _env: &XlateEnv) -> Translation {
     Translation::default()
 }
