@@ -61,14 +61,7 @@ pub struct Trace {
 
 impl Trace {
     pub fn exec(self) -> anyhow::Result<()> {
-        let src = Source::read(&self.flows)?;
-        let loaded = match flowfile::load(&src) {
-            Ok(l) => l,
-            Err(e) => {
-                eprintln!("{e}");
-                return Err(Reported.into());
-            }
-        };
+        // The packet first: it does not depend on the flows.
         let key = match (&self.spec, &self.packet, self.in_port) {
             (Some(text), _, _) => parse::parse_packet_spec(text, &flowfile::parse_context())
                 .map_err(|e| anyhow::anyhow!("bad packet spec '{text}': {e}"))?,
@@ -81,6 +74,14 @@ impl Trace {
                 return Err(
                     UsageError("give a packet spec, or --packet HEX --in-port N".into()).into(),
                 )
+            }
+        };
+        let src = Source::read(&self.flows)?;
+        let loaded = match flowfile::load(&src) {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("{e}");
+                return Err(Reported.into());
             }
         };
         let names = self.names.then(|| loaded.pipeline.names().clone());
