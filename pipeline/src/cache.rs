@@ -240,7 +240,7 @@ impl Hasher for PassHasher {
     }
     fn write(&mut self, bytes: &[u8]) {
         for b in bytes {
-            self.0 = (self.0 << 8 | self.0 >> 56) ^ *b as u64;
+            self.0 = self.0.rotate_left(8) ^ *b as u64;
         }
     }
     fn write_u64(&mut self, v: u64) {
@@ -340,7 +340,8 @@ impl MegaflowCache {
     /// ranking follows recent traffic.
     pub fn rerank(&mut self) {
         self.lookups = 0;
-        self.subtables.sort_unstable_by(|a, b| b.hits.cmp(&a.hits));
+        self.subtables
+            .sort_unstable_by_key(|s| std::cmp::Reverse(s.hits));
         for s in &mut self.subtables {
             s.hits /= 2;
         }
@@ -555,7 +556,10 @@ mod tests {
         c.revalidate(1);
         let k = key(1, 0x0a00_0001);
         assert!(c.lookup(&k).is_none());
-        let m = mask(&[(Field::InPort, u32::MAX as u128), (Field::NwDst, 0xffff_ff00)]);
+        let m = mask(&[
+            (Field::InPort, u32::MAX as u128),
+            (Field::NwDst, 0xffff_ff00),
+        ]);
         c.install(&k, m, out(2), Box::new([]));
         let (e, tier) = c.lookup(&k).unwrap();
         assert_eq!(tier, CacheTier::ExactMatch);
@@ -576,7 +580,12 @@ mod tests {
         let mut c = FlowCaches::new(64, 16);
         c.revalidate(7);
         let k = key(1, 5);
-        c.install(&k, mask(&[(Field::InPort, 0xffff_ffff)]), out(2), Box::new([]));
+        c.install(
+            &k,
+            mask(&[(Field::InPort, 0xffff_ffff)]),
+            out(2),
+            Box::new([]),
+        );
         c.revalidate(7);
         assert!(c.lookup(&k).is_some());
         c.revalidate(8);
@@ -610,7 +619,12 @@ mod tests {
     fn emc_is_two_way_and_bounded() {
         let mut emc = ExactMatchCache::new(5);
         assert_eq!(emc.capacity(), 8);
-        let e = Arc::new(MegaflowEntry::new(&FlowKey::ZERO, FlowKey::ZERO, out(1), Box::new([])));
+        let e = Arc::new(MegaflowEntry::new(
+            &FlowKey::ZERO,
+            FlowKey::ZERO,
+            out(1),
+            Box::new([]),
+        ));
         for i in 0..100 {
             let k = key(1, i);
             emc.insert(&k, k.hash64(), Arc::clone(&e));
@@ -641,7 +655,10 @@ mod tests {
         // Same value and mask replaces.
         mc.insert(MegaflowEntry::new(&key(0, 9), m2, out(3), Box::new([])));
         assert_eq!(mc.len(), 2);
-        assert_eq!(&*mc.lookup(&key(5, 9)).unwrap().actions, &[DpAction::Output(3)]);
+        assert_eq!(
+            &*mc.lookup(&key(5, 9)).unwrap().actions,
+            &[DpAction::Output(3)]
+        );
     }
 
     #[test]

@@ -52,7 +52,11 @@ use crate::key::FlowKey;
 use crate::odp::DpAction;
 use crate::packet::{Packet, PacketBuf};
 use crate::tables::{Pipeline, TableSet};
-use crate::xlate::{translate, XlateEnv};
+use crate::xlate::{translate, Translation, XlateEnv};
+
+/// The slow path's signature: [`translate`] unless a test or benchmark
+/// substitutes its own (see [`Datapath::with_slow_path`]).
+pub type SlowPathFn = fn(&TableSet, &FlowKey, &XlateEnv) -> Translation;
 
 /// Tunnel metadata of a packet: what the port layer decapsulated on
 /// ingress, or what an output to a tunnel port must encapsulate with.
@@ -243,6 +247,7 @@ pub struct Datapath {
     credits: Vec<(Arc<MegaflowEntry>, u64, u64)>,
     /// Frame copies for non-tail recirculation, one per depth.
     scratch: Vec<PacketBuf>,
+    slow_path: SlowPathFn,
 }
 
 /// Credits are flushed early when this many distinct megaflows were hit in
@@ -252,7 +257,20 @@ const MAX_PENDING_CREDITS: usize = 128;
 impl Datapath {
     /// A datapath over `pipeline`'s tables.
     pub fn new(pipeline: Arc<Pipeline>, env: XlateEnv, config: DatapathConfig) -> Datapath {
+        Datapath::with_slow_path(pipeline, env, config, translate)
+    }
+
+    /// A datapath whose slow path is `slow_path` instead of
+    /// [`translate`]: for testing or benchmarking the caches and the action
+    /// executor in isolation.
+    pub fn with_slow_path(
+        pipeline: Arc<Pipeline>,
+        env: XlateEnv,
+        config: DatapathConfig,
+        slow_path: SlowPathFn,
+    ) -> Datapath {
         Datapath {
+            slow_path,
             pipeline,
             env,
             config,
@@ -347,7 +365,7 @@ impl Datapath {
             return hit;
         }
         self.stats.upcalls += 1;
-        let t = translate(tables, key, &self.env);
+        let t = (self.slow_path)(tables, key, &self.env);
         let mut mask = t.wildcards;
         // The slow path chooses its start table by recirc_id: every
         // megaflow matches it exactly, whatever the translation reported.
@@ -362,12 +380,7 @@ impl Datapath {
     }
 
     fn credit(&mut self, e: &Arc<MegaflowEntry>, bytes: u64, now_ns: u64) {
-        if let Some(c) = self
-            .credits
-            .iter_mut()
-            .rev()
-            .find(|c| Arc::ptr_eq(&c.0, e))
-        {
+        if let Some(c) = self.credits.iter_mut().rev().find(|c| Arc::ptr_eq(&c.0, e)) {
             c.1 += 1;
             c.2 += bytes;
             return;
@@ -385,8 +398,13 @@ impl Datapath {
     }
 
     /// One pass (and its tail recirculations) of a packet.
-    fn pass<B, S>(&mut self, run: &mut Run<'_, S>, pkt: &mut Packet<B>, key: &mut FlowKey, mut depth: u8)
-    where
+    fn pass<B, S>(
+        &mut self,
+        run: &mut Run<'_, S>,
+        pkt: &mut Packet<B>,
+        key: &mut FlowKey,
+        mut depth: u8,
+    ) where
         B: AsRef<[u8]> + AsMut<[u8]>,
         S: DatapathSink + ?Sized,
     {
@@ -547,4 +565,265 @@ struct Run<'a, S: ?Sized> {
     ct: &'a mut Conntrack,
     now_ns: u64,
     sink: &'a mut S,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::field::ct_state;
+    use crate::flow::Flow;
+    use crate::packet::Layout;
+    use crate::tables::{Rule, RuleStats};
+    use std::sync::OnceLock;
+
+    fn rule() -> &'static Arc<Rule> {
+        static R: OnceLock<Arc<Rule>> = OnceLock::new();
+        R.get_or_init(|| {
+            Arc::new(Rule {
+                flow: Flow::default(),
+                created_ns: 0,
+                stats: RuleStats::default(),
+            })
+        })
+    }
+
+    /// A stand-in slow path that decides from in_port, recirc_id and
+    /// ct_state only (so it does not depend on extraction).
+    fn fake(_t: &TableSet, key: &FlowKey, _env: &XlateEnv) -> Translation {
+        let port = key.get(Field::InPort) as u32;
+        let recirc = key.get(Field::RecircId) as u32;
+        let mut wildcards = FlowKey::ZERO;
+        wildcards.mask_field(Field::InPort);
+        use DpAction as A;
+        let actions = match (port, recirc) {
+            // Plain forward with a rewrite.
+            (1, 0) => vec![
+                A::Set {
+                    field: Field::DlSrc,
+                    value: 0x0200_0000_00ee,
+                },
+                A::Output(2),
+            ],
+            // Output, recirculate a copy, output the original again.
+            (2, 0) => vec![A::Output(1), A::Recirc(5), A::Output(3)],
+            (2, 5) => vec![
+                A::Set {
+                    field: Field::DlDst,
+                    value: 0x0200_0000_00dd,
+                },
+                A::Output(4),
+            ],
+            // Conntrack then tail recirculation; the next pass sees ct_state.
+            (3, 0) => vec![
+                A::Ct {
+                    zone: 7,
+                    commit: false,
+                    force: false,
+                    mark: None,
+                    label: None,
+                },
+                A::LoadMeta {
+                    field: Field::Reg(0),
+                    value: 0x42,
+                },
+                A::Recirc(9),
+            ],
+            (3, 9) => {
+                wildcards.mask_field(Field::CtState);
+                wildcards.mask_field(Field::Reg(0));
+                let trk = key.get(Field::CtState) as u32 & ct_state::TRK != 0;
+                let reg_ok = key.get(Field::Reg(0)) == 0x42;
+                let zone_ok = key.get(Field::CtZone) == 7;
+                vec![A::Output(if trk && reg_ok && zone_ok { 10 } else { 11 })]
+            }
+            // Recirculates forever.
+            (4, _) => vec![A::Recirc(recirc + 1)],
+            // Tunnel, VLAN, packet-in.
+            (5, 0) => vec![
+                A::SetTunnel {
+                    tun_id: 0x10,
+                    src: 0,
+                    dst: 0x0a01_0101,
+                },
+                A::PushVlan {
+                    tpid: 0x8100,
+                    tci: 0x1005,
+                },
+                A::Output(6),
+                A::Userspace {
+                    reason: PacketInReason::Action,
+                    userdata: vec![1, 2],
+                    table: 7,
+                    cookie: 9,
+                },
+            ],
+            // A write that does not fit the frame.
+            (6, 0) => vec![
+                A::Set {
+                    field: Field::TpDst,
+                    value: 80,
+                },
+                A::Output(1),
+            ],
+            _ => vec![],
+        };
+        Translation {
+            actions,
+            wildcards,
+            rules: vec![Arc::clone(rule())],
+        }
+    }
+
+    fn dp(config: DatapathConfig) -> Datapath {
+        Datapath::with_slow_path(Arc::new(Pipeline::new()), XlateEnv::default(), config, fake)
+    }
+
+    fn frame(tag: u8) -> Vec<u8> {
+        let mut f = vec![0x02, 0, 0, 0, 0, 0xbb, 0x02, 0, 0, 0, 0, 0xaa, 0x08, 0x06];
+        f.extend_from_slice(&[0, 1, 8, 0, 6, 4, 0, 1]);
+        f.extend_from_slice(&[tag; 20]);
+        f
+    }
+
+    fn batch(ports: &[u32]) -> Vec<DpPacket<Vec<u8>>> {
+        ports
+            .iter()
+            .map(|&p| DpPacket::from_frame(&frame(p as u8), p))
+            .collect()
+    }
+
+    fn run(d: &mut Datapath, ports: &[u32]) -> RecordingSink {
+        let mut sink = RecordingSink::default();
+        let mut ct = Conntrack::default();
+        d.process_batch(&mut batch(ports), &mut ct, 1_000, &mut sink);
+        sink
+    }
+
+    #[test]
+    fn tiers_and_counters() {
+        let mut d = dp(DatapathConfig::default());
+        let before = rule()
+            .stats
+            .n_packets
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let sink = run(&mut d, &[1, 1, 1]);
+        assert_eq!(sink.outputs.len(), 3);
+        let s = d.stats();
+        assert_eq!(
+            (s.packets, s.upcalls, s.emc_hits, s.megaflow_hits),
+            (3, 1, 2, 0)
+        );
+        assert_eq!(s.outputs, 3);
+        let (_, o, _) = &sink.outputs[0];
+        assert_eq!(&o[6..12], &[0x02, 0, 0, 0, 0, 0xee]);
+        let after = rule()
+            .stats
+            .n_packets
+            .load(std::sync::atomic::Ordering::Relaxed);
+        assert!(after >= before + 3);
+        // The megaflow counted the batch once, with 3 packets.
+        let e = d.caches().megaflows.entries().next().unwrap();
+        assert_eq!(e.n_packets.load(std::sync::atomic::Ordering::Relaxed), 3);
+        d.flush_caches();
+        run(&mut d, &[1]);
+        assert_eq!(d.stats().upcalls, 2);
+    }
+
+    #[test]
+    fn non_tail_recirculation_works_on_a_copy() {
+        let mut d = dp(DatapathConfig::default());
+        let sink = run(&mut d, &[2]);
+        let ports: Vec<u32> = sink.outputs.iter().map(|o| o.0).collect();
+        assert_eq!(ports, [1, 4, 3]);
+        let orig = frame(2);
+        assert_eq!(sink.outputs[0].1, orig);
+        assert_eq!(&sink.outputs[1].1[0..6], &[0x02, 0, 0, 0, 0, 0xdd]);
+        assert_eq!(
+            sink.outputs[2].1, orig,
+            "the copy's rewrite leaked into the original"
+        );
+        assert_eq!(d.stats().recirculations, 1);
+    }
+
+    #[test]
+    fn ct_verdict_and_meta_reach_the_next_pass() {
+        let mut d = dp(DatapathConfig::default());
+        let sink = run(&mut d, &[3, 3]);
+        let ports: Vec<u32> = sink.outputs.iter().map(|o| o.0).collect();
+        assert_eq!(ports, [10, 10]);
+        let s = d.stats();
+        assert_eq!(s.recirculations, 2);
+        assert_eq!(s.upcalls, 2);
+        assert_eq!(s.emc_hits, 2);
+    }
+
+    #[test]
+    fn recirculation_is_bounded() {
+        let mut d = dp(DatapathConfig {
+            max_recirc_depth: 3,
+            ..DatapathConfig::default()
+        });
+        let sink = run(&mut d, &[4]);
+        assert!(sink.outputs.is_empty());
+        let s = d.stats();
+        assert_eq!((s.recirculations, s.recirc_limit_drops, s.drops), (3, 1, 1));
+    }
+
+    #[test]
+    fn tunnel_vlan_and_packet_in() {
+        let mut d = dp(DatapathConfig::default());
+        let sink = run(&mut d, &[5]);
+        let (port, out, tun) = &sink.outputs[0];
+        assert_eq!(*port, 6);
+        assert_eq!(
+            *tun,
+            Some(TunnelMeta {
+                tun_id: 0x10,
+                src: 0,
+                dst: 0x0a01_0101
+            })
+        );
+        assert_eq!(Layout::parse(out).vlan_tags, 1);
+        assert_eq!(&out[12..16], &[0x81, 0, 0, 5]);
+        let pi = &sink.packet_ins[0];
+        assert_eq!((pi.table, pi.cookie, pi.in_port), (7, 9, 5));
+        assert_eq!(pi.userdata, [1, 2]);
+        assert_eq!(pi.frame, *out);
+        assert_eq!(d.stats().packet_ins, 1);
+    }
+
+    #[test]
+    fn bad_writes_are_counted_and_drops_too() {
+        let mut d = dp(DatapathConfig::default());
+        let sink = run(&mut d, &[6, 99]);
+        assert_eq!(sink.outputs.len(), 1);
+        assert_eq!(sink.outputs[0].1, frame(6));
+        let s = d.stats();
+        assert_eq!((s.write_errors, s.drops), (1, 1));
+    }
+
+    #[test]
+    fn uncached_config_always_upcalls() {
+        let mut d = dp(DatapathConfig::uncached());
+        run(&mut d, &[1, 1, 2]);
+        let s = d.stats();
+        assert_eq!((s.upcalls, s.emc_hits, s.megaflow_hits), (4, 0, 0));
+    }
+
+    #[test]
+    fn zero_copy_packets() {
+        let mut d = dp(DatapathConfig::default());
+        let f = frame(1);
+        let mut umem = vec![0u8; 512];
+        umem[256..256 + f.len()].copy_from_slice(&f);
+        let mut pkts = [DpPacket {
+            packet: crate::packet::PacketRef::new(&mut umem, 256, f.len()).unwrap(),
+            in_port: 1,
+            tunnel: None,
+        }];
+        let mut sink = CountingSink::default();
+        d.process_batch(&mut pkts, &mut Conntrack::default(), 0, &mut sink);
+        assert_eq!(sink.outputs, 1);
+        assert_eq!(&umem[256 + 6..256 + 12], &[0x02, 0, 0, 0, 0, 0xee]);
+    }
 }

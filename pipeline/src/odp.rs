@@ -240,7 +240,10 @@ fn write_set_group(out: &mut String, h: Hdr, group: &[DpAction], key: Option<&Fl
     let (name, order): (&str, &[(Field, &str, ValueFormat)]) = match h {
         Hdr::Eth => (
             "eth",
-            &[(Field::DlSrc, "src", ValueFormat::Mac), (Field::DlDst, "dst", ValueFormat::Mac)],
+            &[
+                (Field::DlSrc, "src", ValueFormat::Mac),
+                (Field::DlDst, "dst", ValueFormat::Mac),
+            ],
         ),
         Hdr::L3 => {
             let kind = match key.map(|k| k.get(Field::DlType) as u16) {
@@ -322,7 +325,7 @@ fn write_set_group(out: &mut String, h: Hdr, group: &[DpAction], key: Option<&Fl
     let mut first = true;
     for (field, label, format) in order {
         // The last write of a field in the group wins, as in the datapath.
-        if let Some((_, v)) = fields().filter(|(f, _)| f == field).last() {
+        if let Some((_, v)) = fields().rfind(|(f, _)| f == field) {
             if !first {
                 out.push(',');
             }
@@ -414,7 +417,12 @@ impl fmt::Display for DpAction {
             }
             DpAction::CtClear => f.write_str("ct_clear"),
             DpAction::LoadMeta { field, value } => {
-                write!(f, "load({}={})", field.name(), format_value(field.format(), *value))
+                write!(
+                    f,
+                    "load({}={})",
+                    field.name(),
+                    format_value(field.format(), *value)
+                )
             }
             DpAction::Recirc(id) => write!(f, "recirc({id:#x})"),
             DpAction::Userspace {
@@ -489,7 +497,12 @@ mod tests {
              set(ipv4(dst=10.0.0.9,ttl=63)),set(tp(dst=8080)),2"
         );
         // Not consecutive: two groups.
-        let b = vec![set(Field::DlSrc, 1), DpAction::Output(1), set(Field::DlSrc, 2), DpAction::Output(1)];
+        let b = vec![
+            set(Field::DlSrc, 1),
+            DpAction::Output(1),
+            set(Field::DlSrc, 2),
+            DpAction::Output(1),
+        ];
         assert_eq!(
             format_dp_actions(&b),
             "set(eth(src=00:00:00:00:00:01)),1,set(eth(src=00:00:00:00:00:02)),1"
@@ -537,16 +550,34 @@ mod tests {
     #[test]
     fn vlan_ct_recirc_userspace() {
         let a = vec![
-            DpAction::PushVlan { tpid: 0x8100, tci: 0x1005 },
+            DpAction::PushVlan {
+                tpid: 0x8100,
+                tci: 0x1005,
+            },
             DpAction::Output(2),
             DpAction::PopVlan,
             DpAction::Output(2),
         ];
         assert_eq!(format_dp_actions(&a), "push_vlan(vid=5,pcp=0),2,pop_vlan,2");
         let ct = vec![
-            DpAction::Ct { zone: 5, commit: true, force: false, mark: Some((1, 0xffff_ffff)), label: None },
-            DpAction::LoadMeta { field: Field::Reg(0), value: 7 },
-            DpAction::Ct { zone: 5, commit: false, force: false, mark: None, label: None },
+            DpAction::Ct {
+                zone: 5,
+                commit: true,
+                force: false,
+                mark: Some((1, 0xffff_ffff)),
+                label: None,
+            },
+            DpAction::LoadMeta {
+                field: Field::Reg(0),
+                value: 7,
+            },
+            DpAction::Ct {
+                zone: 5,
+                commit: false,
+                force: false,
+                mark: None,
+                label: None,
+            },
             DpAction::Recirc(0x1f),
         ];
         assert_eq!(
@@ -554,11 +585,26 @@ mod tests {
             "ct(commit,zone=5,mark=0x1/0xffffffff),ct(zone=5),recirc(0x1f)"
         );
         let ct2 = vec![
-            DpAction::Ct { zone: 0, commit: true, force: true, mark: None, label: Some((5, 0xff)) },
-            DpAction::Ct { zone: 0, commit: false, force: false, mark: None, label: None },
+            DpAction::Ct {
+                zone: 0,
+                commit: true,
+                force: true,
+                mark: None,
+                label: Some((5, 0xff)),
+            },
+            DpAction::Ct {
+                zone: 0,
+                commit: false,
+                force: false,
+                mark: None,
+                label: None,
+            },
             DpAction::CtClear,
         ];
-        assert_eq!(format_dp_actions(&ct2), "ct(force_commit,label=0x5/0xff),ct,ct_clear");
+        assert_eq!(
+            format_dp_actions(&ct2),
+            "ct(force_commit,label=0x5/0xff),ct,ct_clear"
+        );
         let up = DpAction::Userspace {
             reason: PacketInReason::Action,
             userdata: vec![1, 2],
@@ -569,11 +615,19 @@ mod tests {
             up.to_string(),
             "userspace(pid=0,controller(reason=1,table=7,rule_cookie=0x10,userdata=01.02))"
         );
-        let tun = DpAction::SetTunnel { tun_id: 0x10, src: 0, dst: 0x0a01_0101 };
+        let tun = DpAction::SetTunnel {
+            tun_id: 0x10,
+            src: 0,
+            dst: 0x0a01_0101,
+        };
         assert_eq!(tun.to_string(), "set(tunnel(tun_id=0x10,dst=10.1.1.1))");
         assert_eq!(DpAction::Output(port::LOCAL).to_string(), "LOCAL");
         assert_eq!(
-            DpAction::LoadMeta { field: Field::Reg(1), value: 5 }.to_string(),
+            DpAction::LoadMeta {
+                field: Field::Reg(1),
+                value: 5
+            }
+            .to_string(),
             "load(reg1=0x5)"
         );
     }
@@ -582,19 +636,29 @@ mod tests {
     fn vlan_tci_set_is_pop_push() {
         let mut key = FlowKey::ZERO;
         key.set(Field::VlanTci, 0x1001);
-        let a = vec![set(Field::VlanTci, 0x1000 | 0x2009), DpAction::Output(1), set(Field::VlanTci, 0)];
+        let a = vec![
+            set(Field::VlanTci, 0x1000 | 0x2009),
+            DpAction::Output(1),
+            set(Field::VlanTci, 0),
+        ];
         assert_eq!(
             format_dp_actions_for_key(&a, &key),
             "pop_vlan,push_vlan(vid=9,pcp=1),1,pop_vlan"
         );
-        assert_eq!(format_dp_actions_for_key(&a, &FlowKey::ZERO), "push_vlan(vid=9,pcp=1),1,pop_vlan");
+        assert_eq!(
+            format_dp_actions_for_key(&a, &FlowKey::ZERO),
+            "push_vlan(vid=9,pcp=1),1,pop_vlan"
+        );
     }
 
     #[test]
     fn empty_and_meta_only_is_drop() {
         assert_eq!(format_dp_actions(&[]), "drop");
         assert_eq!(
-            format_dp_actions(&[DpAction::LoadMeta { field: Field::Reg(0), value: 1 }]),
+            format_dp_actions(&[DpAction::LoadMeta {
+                field: Field::Reg(0),
+                value: 1
+            }]),
             "drop"
         );
     }

@@ -347,10 +347,13 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Packet<B> {
     /// Sets the IPv4 TTL.
     pub fn set_ipv4_ttl(&mut self, ttl: u8) -> Result<(), WriteError> {
         let (_, off) = self.ipv4_layout()?;
-        let old = self.data().get(off + 8..off + 10).ok_or(WriteError::Truncated {
-            need: off + 10,
-            len: self.len,
-        })?;
+        let old = self
+            .data()
+            .get(off + 8..off + 10)
+            .ok_or(WriteError::Truncated {
+                need: off + 10,
+                len: self.len,
+            })?;
         let new = [ttl, old[1]];
         self.write_csum(off + 8, &new, Some(off + 10), None)
     }
@@ -597,17 +600,16 @@ impl Layout {
         l.eth_type = et;
         let l3 = off + 2;
         match et {
-            ethertype::ARP => {
-                // htype 1 (Ethernet), ptype IPv4, hlen 6, plen 4.
+            // htype 1 (Ethernet), ptype IPv4, hlen 6, plen 4.
+            ethertype::ARP
                 if d.len() >= l3 + 28
                     && be16(d, l3) == Some(1)
                     && be16(d, l3 + 2) == Some(ethertype::IPV4)
                     && d[l3 + 4] == 6
-                    && d[l3 + 5] == 4
-                {
-                    l.l3 = Some(l3);
-                    l.l3_end = l3 + 28;
-                }
+                    && d[l3 + 5] == 4 =>
+            {
+                l.l3 = Some(l3);
+                l.l3_end = l3 + 28;
             }
             ethertype::IPV4 => {
                 let Some(&vihl) = d.get(l3) else { return l };
@@ -743,7 +745,11 @@ const CRC32C_TABLE: [u32; 256] = {
         let mut c = i as u32;
         let mut k = 0;
         while k < 8 {
-            c = if c & 1 != 0 { (c >> 1) ^ 0x82f6_3b78 } else { c >> 1 };
+            c = if c & 1 != 0 {
+                (c >> 1) ^ 0x82f6_3b78
+            } else {
+                c >> 1
+            };
             k += 1;
         }
         t[i] = c;
@@ -888,13 +894,21 @@ mod tests {
             let ihl = (f[l3] & 0xf) as usize * 4;
             let mut h = f[l3..l3 + ihl].to_vec();
             h[10..12].fill(0);
-            assert_eq!(be16(f, l3 + 10).unwrap(), checksum(&h, 0), "IPv4 header checksum");
+            assert_eq!(
+                be16(f, l3 + 10).unwrap(),
+                checksum(&h, 0),
+                "IPv4 header checksum"
+            );
         }
         if l.nw_proto == ipproto::SCTP {
             let l4 = l.l4.unwrap();
             let mut s = f[l4..l.l3_end].to_vec();
             s[8..12].fill(0);
-            assert_eq!(&f[l4 + 8..l4 + 12], &crc32c(&s).to_le_bytes(), "SCTP CRC32c");
+            assert_eq!(
+                &f[l4 + 8..l4 + 12],
+                &crc32c(&s).to_le_bytes(),
+                "SCTP CRC32c"
+            );
         } else if let Some((o, c)) = l4_expected(f) {
             assert_eq!(be16(f, o).unwrap(), c, "L4 checksum");
         }
@@ -907,7 +921,8 @@ mod tests {
 
     #[test]
     fn incremental_matches_full() {
-        let mut data = *b"\x45\x00\x00\x54\x12\x34\x40\x00\x40\x06\x00\x00\x0a\x00\x00\x01\x0a\x00\x00\x02";
+        let mut data =
+            *b"\x45\x00\x00\x54\x12\x34\x40\x00\x40\x06\x00\x00\x0a\x00\x00\x01\x0a\x00\x00\x02";
         let c = checksum(&data, 0);
         data[10..12].copy_from_slice(&c.to_be_bytes());
         let new = [192, 168, 7, 9];
@@ -921,7 +936,10 @@ mod tests {
     fn layout_finds_headers() {
         let f = ipv4(ipproto::TCP, 8, &tcp());
         let l = Layout::parse(&f);
-        assert_eq!((l.eth_type, l.l3, l.l4, l.nw_proto), (0x0800, Some(14), Some(42), 6));
+        assert_eq!(
+            (l.eth_type, l.l3, l.l4, l.nw_proto),
+            (0x0800, Some(14), Some(42), 6)
+        );
         // Two VLAN tags.
         let mut q = PacketBuf::from_frame(&f);
         q.push_vlan(ethertype::VLAN, 5).unwrap();
@@ -934,7 +952,10 @@ mod tests {
         ext.extend_from_slice(&[0; 14]);
         let f6 = ipv6(ipproto::UDP, &ext, &udp());
         let l = Layout::parse(&f6);
-        assert_eq!((l.l3, l.l4, l.nw_proto), (Some(14), Some(54 + 24), ipproto::UDP));
+        assert_eq!(
+            (l.l3, l.l4, l.nw_proto),
+            (Some(14), Some(54 + 24), ipproto::UDP)
+        );
         // Truncated frames never panic and report what is there.
         for n in 0..f6.len() {
             let _ = Layout::parse(&f6[..n]);
@@ -963,15 +984,21 @@ mod tests {
         p.set_field(Field::VlanTci, 0x1003).unwrap();
         assert_eq!(p.layout().vlan_tags, 1);
         p.set_field(Field::VlanTci, 0).unwrap();
-        assert_eq!(p.data(), &{
-            let mut g = f.clone();
-            g[0..6].copy_from_slice(&MAC_A);
-            g[6..12].copy_from_slice(&MAC_B);
-            g
-        }[..]);
+        assert_eq!(
+            p.data(),
+            &{
+                let mut g = f.clone();
+                g[0..6].copy_from_slice(&MAC_A);
+                g[6..12].copy_from_slice(&MAC_B);
+                g
+            }[..]
+        );
         // No headroom: push fails and changes nothing.
         let mut tight = PacketBuf::with_headroom(&f, 2);
-        assert_eq!(tight.push_vlan(ethertype::VLAN, 1), Err(WriteError::NoRoom(4)));
+        assert_eq!(
+            tight.push_vlan(ethertype::VLAN, 1),
+            Err(WriteError::NoRoom(4))
+        );
         assert_eq!(tight.data(), &f[..]);
     }
 
@@ -1061,7 +1088,11 @@ mod tests {
     #[test]
     fn ipv6_rewrites_keep_checksums() {
         let icmp6 = vec![128, 0, 0, 0, 0, 1, 0, 1, 1, 2, 3];
-        for (proto, l4) in [(ipproto::TCP, tcp()), (ipproto::UDP, udp()), (ipproto::ICMPV6, icmp6)] {
+        for (proto, l4) in [
+            (ipproto::TCP, tcp()),
+            (ipproto::UDP, udp()),
+            (ipproto::ICMPV6, icmp6),
+        ] {
             for ext in [vec![], {
                 let mut e = vec![proto, 0];
                 e.extend_from_slice(&[0; 6]);
@@ -1136,7 +1167,11 @@ mod tests {
                 if p.set_field(field, v).is_err() {
                     errors += 1;
                     if field != Field::VlanTci {
-                        assert_eq!(p.data(), &f[..n], "{field:?} at {n}: failed write changed bytes");
+                        assert_eq!(
+                            p.data(),
+                            &f[..n],
+                            "{field:?} at {n}: failed write changed bytes"
+                        );
                     }
                 }
             }
@@ -1144,7 +1179,10 @@ mod tests {
         assert!(errors > 0);
         // tp_dst on a frame cut inside the TCP header: skipped, counted.
         let mut p = PacketBuf::from_frame(&f[..14 + 20 + 3]);
-        assert_eq!(p.set_tp_dst(1), Err(WriteError::Truncated { need: 38, len: 37 }));
+        assert_eq!(
+            p.set_tp_dst(1),
+            Err(WriteError::Truncated { need: 38, len: 37 })
+        );
         // Port written but checksum cut off: written, no panic.
         let mut p = PacketBuf::from_frame(&f[..14 + 20 + 10]);
         p.set_tp_dst(1).unwrap();
