@@ -240,10 +240,8 @@ fn random_flow(r: &mut Rng) -> Flow {
                 m.set_exact(Field::NwDst, r.pick(&IPS) as u128);
             }
         }
-        Some(0x86dd) => {
-            if r.chance(50) {
-                m.set_exact(Field::Ipv6Dst, (0xfdu128 << 120) | r.pick(&[2u128, 3]));
-            }
+        Some(0x86dd) if r.chance(50) => {
+            m.set_exact(Field::Ipv6Dst, (0xfdu128 << 120) | r.pick(&[2u128, 3]));
         }
         _ => {}
     }
