@@ -671,6 +671,7 @@ mod tests {
             actions,
             wildcards,
             rules: vec![Arc::clone(rule())],
+            ..Translation::default()
         }
     }
 
