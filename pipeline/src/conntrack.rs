@@ -319,7 +319,11 @@ impl fmt::Display for CtTuple {
         write!(f, "src={},dst={}", self.src, self.dst)?;
         match self.l4 {
             CtL4::Ports { src, dst } => write!(f, ",sport={src},dport={dst}"),
-            CtL4::Icmp { id, icmp_type, code } => write!(f, ",id={id},type={icmp_type},code={code}"),
+            CtL4::Icmp {
+                id,
+                icmp_type,
+                code,
+            } => write!(f, ",id={id},type={icmp_type},code={code}"),
         }
     }
 }
@@ -435,11 +439,22 @@ impl ConnKey {
             }
         };
         let l4 = if self.proto == IPPROTO_ICMP || self.proto == IPPROTO_ICMPV6 {
-            CtL4::Icmp { id: self.sport, icmp_type: self.stype, code: 0 }
+            CtL4::Icmp {
+                id: self.sport,
+                icmp_type: self.stype,
+                code: 0,
+            }
         } else {
-            CtL4::Ports { src: self.sport, dst: self.dport }
+            CtL4::Ports {
+                src: self.sport,
+                dst: self.dport,
+            }
         };
-        CtTuple { src: addr(self.src), dst: addr(self.dst), l4 }
+        CtTuple {
+            src: addr(self.src),
+            dst: addr(self.dst),
+            l4,
+        }
     }
 }
 
@@ -582,7 +597,9 @@ enum PktKind {
     Tcp(TcpSeg),
     /// ICMP/ICMPv6 query message (`may_start`: a request, which may create a
     /// connection).
-    IcmpQuery { may_start: bool },
+    IcmpQuery {
+        may_start: bool,
+    },
     /// ICMP error; the packet's key is the reversed embedded header.
     Related,
     /// UDP, SCTP, other protocols.
@@ -713,11 +730,13 @@ fn parse(frame: &[u8], key: &FlowKey, zone: u16) -> Result<Pkt, Untrackable> {
         off += 4;
     }
     if u128::from(ethertype) != key.get(Field::DlType) {
-        return Err(if ethertype == ETH_TYPE_IPV4 || ethertype == ETH_TYPE_IPV6 {
-            Untrackable::KeyMismatch
-        } else {
-            Untrackable::NotIp
-        });
+        return Err(
+            if ethertype == ETH_TYPE_IPV4 || ethertype == ETH_TYPE_IPV6 {
+                Untrackable::KeyMismatch
+            } else {
+                Untrackable::NotIp
+            },
+        );
     }
     if key.get(Field::NwFrag) != 0 {
         return Err(Untrackable::Fragment);
@@ -761,7 +780,17 @@ fn parse(frame: &[u8], key: &FlowKey, zone: u16) -> Result<Pkt, Untrackable> {
     if proto != key_proto {
         return Err(Untrackable::KeyMismatch);
     }
-    let mut ck = ConnKey { src, dst, sport: 0, dport: 0, zone, v6, proto, stype: 0, dtype: 0 };
+    let mut ck = ConnKey {
+        src,
+        dst,
+        sport: 0,
+        dport: 0,
+        zone,
+        v6,
+        proto,
+        stype: 0,
+        dtype: 0,
+    };
     let tp_src = key.get(Field::TpSrc) as u16;
     let tp_dst = key.get(Field::TpDst) as u16;
     let kind = match proto {
@@ -782,7 +811,11 @@ fn parse(frame: &[u8], key: &FlowKey, zone: u16) -> Result<Pkt, Untrackable> {
                 seq: be32(l4, 4).ok_or(Untrackable::Truncated)?,
                 ack: be32(l4, 8).ok_or(Untrackable::Truncated)?,
                 win: be16(l4, 14).ok_or(Untrackable::Truncated)?,
-                wscale: if flags & tf::SYN != 0 { tcp_wscale(opts) } else { 0 },
+                wscale: if flags & tf::SYN != 0 {
+                    tcp_wscale(opts)
+                } else {
+                    0
+                },
                 payload: (l4.len() - doff) as u32,
             })
         }
@@ -819,7 +852,9 @@ fn parse(frame: &[u8], key: &FlowKey, zone: u16) -> Result<Pkt, Untrackable> {
                     ck.dport = id;
                     ck.stype = t;
                     ck.dtype = icmp4_reverse_query(t).ok_or(Untrackable::UnsupportedIcmp)?;
-                    PktKind::IcmpQuery { may_start: matches!(t, 8 | 13 | 15) }
+                    PktKind::IcmpQuery {
+                        may_start: matches!(t, 8 | 13 | 15),
+                    }
                 }
                 3 | 4 | 5 | 11 | 12 => {
                     ck = inner_key(l4.get(8..).ok_or(Untrackable::Truncated)?, &ck)?;
@@ -843,7 +878,9 @@ fn parse(frame: &[u8], key: &FlowKey, zone: u16) -> Result<Pkt, Untrackable> {
                     ck.dport = id;
                     ck.stype = t;
                     ck.dtype = icmp6_reverse_query(t).ok_or(Untrackable::UnsupportedIcmp)?;
-                    PktKind::IcmpQuery { may_start: t == 128 }
+                    PktKind::IcmpQuery {
+                        may_start: t == 128,
+                    }
                 }
                 1..=4 => {
                     ck = inner_key(l4.get(8..).ok_or(Untrackable::Truncated)?, &ck)?;
@@ -877,15 +914,34 @@ fn inner_key(b: &[u8], outer: &ConnKey) -> Result<ConnKey, Untrackable> {
         if frag & 0x1fff != 0 {
             return Err(Untrackable::BadInner);
         }
-        (proto, b.get(ihl..).ok_or(Untrackable::BadInner)?, v4_mapped(src), v4_mapped(dst))
+        (
+            proto,
+            b.get(ihl..).ok_or(Untrackable::BadInner)?,
+            v4_mapped(src),
+            v4_mapped(dst),
+        )
     };
     if src != outer.dst {
         return Err(Untrackable::BadInner);
     }
-    let mut k = ConnKey { src, dst, sport: 0, dport: 0, zone: outer.zone, v6: outer.v6, proto, stype: 0, dtype: 0 };
+    let mut k = ConnKey {
+        src,
+        dst,
+        sport: 0,
+        dport: 0,
+        zone: outer.zone,
+        v6: outer.v6,
+        proto,
+        stype: 0,
+        dtype: 0,
+    };
     // The embedded L4 header: at least the 8 bytes an ICMPv4 error must
     // carry; IPv6 errors carry more, and OVS wants a whole TCP header there.
-    let min = if outer.v6 && proto == IPPROTO_TCP { 20 } else { 8 };
+    let min = if outer.v6 && proto == IPPROTO_TCP {
+        20
+    } else {
+        8
+    };
     match proto {
         IPPROTO_TCP | IPPROTO_UDP | IPPROTO_SCTP => {
             if l4.len() < min {
@@ -903,7 +959,11 @@ fn inner_key(b: &[u8], outer: &ConnKey) -> Result<ConnKey, Untrackable> {
             }
             let t = byte(l4, 0).ok_or(Untrackable::BadInner)?;
             let code = byte(l4, 1).ok_or(Untrackable::BadInner)?;
-            let rev = if outer.v6 { icmp6_reverse_query(t) } else { icmp4_reverse_query(t) };
+            let rev = if outer.v6 {
+                icmp6_reverse_query(t)
+            } else {
+                icmp4_reverse_query(t)
+            };
             let rev = rev.ok_or(Untrackable::BadInner)?;
             if code != 0 {
                 return Err(Untrackable::BadInner);
@@ -949,8 +1009,20 @@ fn tcp_flags_invalid(flags: u16) -> bool {
 }
 
 fn tcp_new(seg: &TcpSeg) -> [TcpPeer; 2] {
-    let mut src = TcpPeer { seqlo: seg.seq, seqhi: 0, max_win: 0, wscale: 0, state: TcpState::SynSent };
-    let mut dst = TcpPeer { seqlo: 0, seqhi: 1, max_win: 1, wscale: 0, state: TcpState::Closed };
+    let mut src = TcpPeer {
+        seqlo: seg.seq,
+        seqhi: 0,
+        max_win: 0,
+        wscale: 0,
+        state: TcpState::SynSent,
+    };
+    let mut dst = TcpPeer {
+        seqlo: 0,
+        seqhi: 1,
+        max_win: 1,
+        wscale: 0,
+        state: TcpState::Closed,
+    };
     src.seqhi = seg.seq.wrapping_add(seg.payload).wrapping_add(1);
     if seg.flags & tf::SYN != 0 {
         src.seqhi = src.seqhi.wrapping_add(1);
@@ -972,7 +1044,12 @@ fn tcp_new(seg: &TcpSeg) -> [TcpPeer; 2] {
 
 /// Runs a segment through the connection's TCP state; returns the result and
 /// the timeout to apply (if the expiration moves).
-fn tcp_update(peers: &mut [TcpPeer; 2], seg: &TcpSeg, reply: bool, seq_check: bool) -> (Update, Option<Tm>) {
+fn tcp_update(
+    peers: &mut [TcpPeer; 2],
+    seg: &TcpSeg,
+    reply: bool,
+    seq_check: bool,
+) -> (Update, Option<Tm>) {
     use TcpState as S;
     let flags = seg.flags;
     let has = |f: u16| flags & f != 0;
@@ -1054,7 +1131,11 @@ fn tcp_update(peers: &mut [TcpPeer; 2], seg: &TcpSeg, reply: bool, seq_check: bo
         seq = src.seqlo;
         end = seq;
     }
-    let ackskew = if check_ackskew { i64::from(seq_diff(dst.seqlo, ack)) } else { 0 };
+    let ackskew = if check_ackskew {
+        i64::from(seq_diff(dst.seqlo, ack))
+    } else {
+        0
+    };
     let rst_ok = !has(tf::RST)
         || orig_seq == src.seqlo
         || orig_seq == src.seqlo.wrapping_add(1)
@@ -1175,7 +1256,10 @@ const FULL_TABLE_SWEEP: usize = 64;
 
 impl Conntrack {
     pub fn new(config: CtConfig) -> Self {
-        Conntrack { config, ..Default::default() }
+        Conntrack {
+            config,
+            ..Default::default()
+        }
     }
 
     /// The configuration.
@@ -1189,7 +1273,12 @@ impl Conntrack {
     pub fn execute(&mut self, frame: &[u8], key: &FlowKey, p: &CtParams, now_ns: u64) -> CtVerdict {
         use ct_state::{EST, INV, NEW, REL, RPL, TRK};
         self.stats.packets_total += 1;
-        let mut verdict = CtVerdict { state: TRK, zone: p.zone, mark: 0, label: 0 };
+        let mut verdict = CtVerdict {
+            state: TRK,
+            zone: p.zone,
+            mark: 0,
+            label: 0,
+        };
         let pkt = match parse(frame, key, p.zone) {
             Ok(pkt) => pkt,
             Err(_) => {
@@ -1251,7 +1340,10 @@ impl Conntrack {
             }
         }
 
-        if let Some(conn) = conn_idx.and_then(|i| self.slots.get_mut(i as usize)).and_then(Option::as_mut) {
+        if let Some(conn) = conn_idx
+            .and_then(|i| self.slots.get_mut(i as usize))
+            .and_then(Option::as_mut)
+        {
             if commit && state & INV == 0 {
                 if let Some((v, m)) = p.mark {
                     conn.mark = (conn.mark & !m) | (v & m);
@@ -1287,9 +1379,11 @@ impl Conntrack {
         match pkt.kind {
             PktKind::Tcp(seg) => {
                 let f = seg.flags;
-                !tcp_flags_invalid(f)
-                    && !(f & tf::SYN != 0 && f & tf::ACK != 0)
-                    && (self.config.tcp_loose || f & tf::SYN != 0)
+                // Never a SYN-ACK: a connection starts at its beginning
+                // (a SYN) or, when loose, anywhere but half-way through
+                // the handshake.
+                let syn_ack = f & (tf::SYN | tf::ACK) == tf::SYN | tf::ACK;
+                !tcp_flags_invalid(f) && !syn_ack && (self.config.tcp_loose || f & tf::SYN != 0)
             }
             PktKind::IcmpQuery { may_start } => may_start,
             PktKind::Related => false,
@@ -1335,7 +1429,9 @@ impl Conntrack {
         let (l4, tm) = match pkt.kind {
             PktKind::Tcp(seg) => (L4State::Tcp(tcp_new(&seg)), Tm::TcpFirstPacket),
             PktKind::IcmpQuery { .. } => (L4State::Icmp(IcmpState::First), Tm::IcmpFirst),
-            PktKind::Other | PktKind::Related => (L4State::Other(OtherState::First), Tm::OtherFirst),
+            PktKind::Other | PktKind::Related => {
+                (L4State::Other(OtherState::First), Tm::OtherFirst)
+            }
         };
         let conn = Conn {
             orig: pkt.key,
@@ -1352,8 +1448,11 @@ impl Conntrack {
             None => {
                 if self.slots.len() == self.slots.capacity() {
                     // Grow geometrically but never past the bound.
-                    let want = (self.slots.len() * 2).clamp(16, self.config.max_entries.max(1));
-                    self.slots.reserve_exact(want.saturating_sub(self.slots.len()));
+                    let want = (self.slots.len() * 2)
+                        .max(16)
+                        .min(self.config.max_entries.max(1));
+                    self.slots
+                        .reserve_exact(want.saturating_sub(self.slots.len()));
                 }
                 self.slots.push(Some(conn));
                 (self.slots.len() - 1) as u32
@@ -1383,7 +1482,10 @@ impl Conntrack {
 
     /// Counters.
     pub fn stats(&self) -> CtStats {
-        CtStats { entries: self.map.len(), ..self.stats }
+        CtStats {
+            entries: self.map.len(),
+            ..self.stats
+        }
     }
 
     /// Removes every connection that has expired at `now_ns`; returns how many.
@@ -1492,7 +1594,14 @@ mod tests {
         };
         assert_eq!(k.canonical(), k.reverse().canonical());
         assert_eq!(k.reverse().reverse(), k);
-        let icmp = ConnKey { proto: IPPROTO_ICMP, sport: 7, dport: 7, stype: 8, dtype: 0, ..k };
+        let icmp = ConnKey {
+            proto: IPPROTO_ICMP,
+            sport: 7,
+            dport: 7,
+            stype: 8,
+            dtype: 0,
+            ..k
+        };
         assert_eq!(icmp.canonical(), icmp.reverse().canonical());
         assert_ne!(icmp.canonical(), k.canonical());
     }
