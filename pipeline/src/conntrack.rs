@@ -12,7 +12,7 @@
 //!
 //! # Connections
 //!
-//! A connection is identified by a [`ConnKey`]: zone, address family, IP
+//! A connection is identified by its key: zone, address family, IP
 //! protocol, source and destination address, and source/destination port (TCP,
 //! UDP, SCTP), or ICMP echo id plus request/reply types (ICMP and ICMPv6
 //! queries; an echo request `A->B type 8` reverses to the echo reply
@@ -1366,13 +1366,14 @@ impl Conntrack {
     /// An expired connection met here is removed.
     fn lookup(&mut self, key: &ConnKey, now_ns: u64) -> Option<(u32, bool)> {
         let idx = *self.map.get(&key.canonical())?;
-        let conn = self.slots.get(idx as usize).copied().flatten()?;
+        let conn = self.slots.get(idx as usize)?.as_ref()?;
+        let reply = conn.orig != *key;
         if now_ns >= conn.expiration_ns {
             self.remove(idx);
             self.stats.expired_total += 1;
             return None;
         }
-        Some((idx, conn.orig != *key))
+        Some((idx, reply))
     }
 
     fn valid_new(&self, pkt: &Pkt) -> bool {
@@ -1453,6 +1454,10 @@ impl Conntrack {
                         .min(self.config.max_entries.max(1));
                     self.slots
                         .reserve_exact(want.saturating_sub(self.slots.len()));
+                    // Room for every slot on the free list, so that removing
+                    // (also from the per-packet path) never allocates.
+                    let free_room = self.slots.capacity().saturating_sub(self.free.len());
+                    self.free.reserve_exact(free_room);
                 }
                 self.slots.push(Some(conn));
                 (self.slots.len() - 1) as u32
@@ -1539,7 +1544,8 @@ impl Conntrack {
         removed
     }
 
-    /// A snapshot of every stored connection, in storage order.
+    /// A snapshot of every stored connection, in storage order (expired ones
+    /// not yet removed included: compare `expiration_ns` with the time).
     pub fn entries(&self) -> Vec<CtEntry> {
         self.slots
             .iter()
