@@ -1055,3 +1055,27 @@ proptest! {
         prop_assert!(v.state & ct_state::TRK != 0);
     }
 }
+
+#[test]
+fn other_protocols_and_errors_about_pings() {
+    let mut t = T::new();
+    // GRE: a pseudo-connection on addresses only.
+    let gre = |src, dst| Pkt {
+        frame: eth(0x0800, &ipv4(src, dst, 47, &[0, 0, 0x65, 0x58, 1, 2, 3, 4])),
+        key: key4(src, dst, 47, 0, 0, 0),
+    };
+    assert_eq!(t.state(&gre(A, B), commit(0)), "+new+trk");
+    assert_eq!(t.state(&gre(B, A), commit(0)), "+est+rpl+trk");
+    assert_eq!(
+        t.dump(),
+        ["47,orig=(src=10.0.0.1,dst=10.0.0.2,sport=0,dport=0),reply=(src=10.0.0.2,dst=10.0.0.1,sport=0,dport=0)"]
+    );
+    // Host unreachable about a tracked ping.
+    let req = echo4(A, B, 8, 5);
+    assert_eq!(t.state(&req, commit(0)), "+new+trk");
+    let unreach = icmp4(R, A, 3, 1, [0; 4], &ip_of(&req));
+    assert_eq!(t.state(&unreach, track(0)), "+rel+rpl+trk");
+    // An error about an error is not tracked.
+    let nested = icmp4(B, R, 3, 1, [0; 4], &ip_of(&unreach));
+    assert_eq!(t.state(&nested, track(0)), "+inv+trk");
+}
