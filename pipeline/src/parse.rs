@@ -430,7 +430,6 @@ fn parse_flags(
     bits: u32,
     what: &str,
 ) -> PResult<(u128, u128)> {
-    let known: u128 = names.iter().fold(0, |a, (_, b)| a | b);
     if tok.starts_with('+') || tok.starts_with('-') {
         let (mut value, mut mask) = (0u128, 0u128);
         let mut rest = tok;
@@ -468,7 +467,8 @@ fn parse_flags(
                 .ok_or_else(|| src.err(name, format!("unknown {what} flag")))?;
             value |= bit;
         }
-        return Ok((value, known));
+        // `a|b` names the exact state: every other bit must be clear.
+        return Ok((value, ones(bits)));
     }
     let (v, m) = parse_value_mask(src, tok, ValueFormat::Hex, bits, what)?;
     Ok((v, m.unwrap_or(ones(bits))))
@@ -1151,7 +1151,19 @@ fn parse_set_field(src: &Src, arg: &str, ac: &ActCtx, in_ct: bool) -> PResult<Ac
         _ if f == Field::InPort => (u128::from(parse_port(src, vtok)?), ones(bits)),
         fmt => {
             let (v, m) = parse_value_mask(src, vtok, fmt, bits, name.name)?;
-            (v, m.unwrap_or(ones(bits)))
+            match (name.name, m) {
+                // `nw_tos` is the DSCP bits in place (as OVS): the ECN bits are kept.
+                ("nw_tos", None) if v & 3 != 0 => {
+                    return Err(src.err(
+                        vtok,
+                        "nw_tos must be a multiple of 4 (the ECN bits are nw_ecn)",
+                    ))
+                }
+                ("nw_tos", None) => (v, 0xfc),
+                // icmp_type/icmp_code: 8-bit views of 16-bit tp_src/tp_dst.
+                (_, None) if matches!(f, Field::TpSrc | Field::TpDst) && bits == 8 => (v, 0xffff),
+                _ => (v, m.unwrap_or(ones(bits))),
+            }
         }
     };
     Ok(Action::SetField {
@@ -1330,7 +1342,14 @@ fn parse_action(src: &Src, item: &Item, ac: &ActCtx) -> PResult<Action> {
     Ok(match key {
         "output" => {
             let v = need("port or sub-field")?;
-            if v.contains('[') || lookup_name(v).is_some() {
+            let port = if v.contains('[') {
+                None
+            } else {
+                parse_port(src, v).ok()
+            };
+            if let Some(p) = port {
+                output_port(src, v, p)?
+            } else if v.contains('[') || lookup_name(v).is_some() {
                 let (sf, _) = parse_subfield(src, v)?;
                 if sf.n_bits > 32 {
                     return Err(src.err(v, "output sub-field must be at most 32 bits wide"));
