@@ -1,0 +1,2 @@
+//! Tables tests.
+use super::*;
