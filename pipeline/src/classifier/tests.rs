@@ -361,7 +361,7 @@ fn mixed_n_is_a_different_conjunction() {
 #[test]
 fn conj_id_lookup_wildcards_exclude_conj_id_but_include_probed_bits() {
     let mut c = two_clause();
-    c.insert(rule(100, m(&[(Field::ConjId, 1234), (Field::TpDst, 80)]), out(80)));
+    c.insert(rule(101, m(&[(Field::ConjId, 1234), (Field::TpDst, 80)]), out(80)));
     let k = key(&[ip(), (Field::NwSrc, 4), (Field::NwDst, 8), (Field::TpDst, 80)]);
     let (r, wc) = lookup_wc(&c, &k);
     assert_eq!(r, Some(80));
