@@ -589,6 +589,9 @@ mod tests {
 
     /// A stand-in slow path that decides from in_port, recirc_id and
     /// ct_state only (so it does not depend on extraction).
+    // Built by assignment so it compiles whatever other fields
+    // `Translation` has (the real one has more than the contract stub).
+    #[allow(clippy::field_reassign_with_default)]
     fn fake(_t: &TableSet, key: &FlowKey, _env: &XlateEnv) -> Translation {
         let port = key.get(Field::InPort) as u32;
         let recirc = key.get(Field::RecircId) as u32;
@@ -667,12 +670,11 @@ mod tests {
             ],
             _ => vec![],
         };
-        Translation {
-            actions,
-            wildcards,
-            rules: vec![Arc::clone(rule())],
-            ..Translation::default()
-        }
+        let mut t = Translation::default();
+        t.actions = actions;
+        t.wildcards = wildcards;
+        t.rules = vec![Arc::clone(rule())];
+        t
     }
 
     fn dp(config: DatapathConfig) -> Datapath {
