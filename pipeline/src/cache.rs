@@ -105,6 +105,27 @@ impl MegaflowEntry {
         self.alive.store(false, Ordering::Relaxed);
     }
 
+    /// One line describing the megaflow, like `ofproto/trace`'s
+    /// `Megaflow:` line followed by its actions and counters:
+    /// `recirc_id=0,ip,in_port=1,nw_dst=10.0.0.0/24, packets:3, bytes:294, actions:2`.
+    pub fn format(&self) -> String {
+        let m = crate::flow::Match {
+            value: self.value,
+            mask: self.mask,
+        };
+        let mut s = crate::print::format_match(&m);
+        if s.is_empty() {
+            s.push_str("<any>");
+        }
+        s.push_str(&format!(
+            ", packets:{}, bytes:{}, actions:{}",
+            self.n_packets.load(Ordering::Relaxed),
+            self.n_bytes.load(Ordering::Relaxed),
+            crate::odp::format_dp_actions_for_key(&self.actions, &self.value)
+        ));
+        s
+    }
+
     /// Adds packets/bytes to this entry and to every rule it went through.
     pub fn credit(&self, packets: u64, bytes: u64, now_ns: u64) {
         self.n_packets.fetch_add(packets, Ordering::Relaxed);
@@ -658,6 +679,25 @@ mod tests {
         assert_eq!(
             &*mc.lookup(&key(5, 9)).unwrap().actions,
             &[DpAction::Output(3)]
+        );
+    }
+
+    #[test]
+    fn megaflow_line() {
+        let m = mask(&[
+            (Field::RecircId, 0xffff_ffff),
+            (Field::InPort, 0xffff_ffff),
+            (Field::DlType, 0xffff),
+            (Field::NwDst, 0xffff_ff00),
+        ]);
+        let e = MegaflowEntry::new(&key(1, 0x0a00_0005), m, out(2), Box::new([]));
+        e.credit(3, 294, 0);
+        let line = e.format();
+        assert!(line.contains("in_port=1"), "{line}");
+        assert!(line.contains("nw_dst=10.0.0.0/24"), "{line}");
+        assert!(
+            line.ends_with(", packets:3, bytes:294, actions:2"),
+            "{line}"
         );
     }
 
