@@ -498,10 +498,9 @@ impl<'a, L: FlowLookup + ?Sized> Xlate<'a, L> {
                     });
                 }
                 Action::GotoTable(t) => goto = Some(*t),
-                Action::Resubmit {
-                    in_port,
-                    table: rt,
-                } => self.resubmit(*in_port, rt.unwrap_or(table)),
+                Action::Resubmit { in_port, table: rt } => {
+                    self.resubmit(*in_port, rt.unwrap_or(table))
+                }
                 Action::SetField { field, value, mask } => self.write(*field, *value, *mask),
                 Action::Load { dst, value } => {
                     self.write(dst.field, *value << dst.ofs, dst.mask());

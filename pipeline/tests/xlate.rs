@@ -123,7 +123,12 @@ fn priority_and_miss_in_later_table() {
     let flows = vec![
         flow(0, 100, &[(Field::InPort, 1)], vec![Action::GotoTable(10)]),
         flow(0, 0, &[], vec![Action::Output(3)]),
-        flow(10, 10, &[(Field::NwDst, 0x0a00_0099)], vec![Action::Output(2)]),
+        flow(
+            10,
+            10,
+            &[(Field::NwDst, 0x0a00_0099)],
+            vec![Action::Output(2)],
+        ),
     ];
     // in_port=1: goto 10, which misses: drop.
     let t = run(flows.clone(), &tcp_key(1));
@@ -219,7 +224,11 @@ fn resubmit_with_in_port_override() {
     let t = run(flows, &tcp_key(1));
     assert_eq!(
         t.actions,
-        vec![DpAction::Output(2), DpAction::Output(3), DpAction::Output(2)]
+        vec![
+            DpAction::Output(2),
+            DpAction::Output(3),
+            DpAction::Output(2)
+        ]
     );
 }
 
@@ -543,7 +552,12 @@ fn pop_vlan_on_untagged_reads_only_the_tag_bit() {
 
 #[test]
 fn push_vlan_on_tagged_keeps_the_tci() {
-    let flows = vec![flow(0, 1, &[], vec![Action::PushVlan(0x88a8), Action::Output(3)])];
+    let flows = vec![flow(
+        0,
+        1,
+        &[],
+        vec![Action::PushVlan(0x88a8), Action::Output(3)],
+    )];
     let mut k = tcp_key(1);
     k.set(Field::VlanTci, 0x1000 | 7);
     let t = run(flows, &k);
@@ -608,7 +622,12 @@ fn tunnel_metadata_is_set_before_output_once_per_change() {
 
 #[test]
 fn tunnel_write_equal_to_input_emits_nothing() {
-    let flows = vec![flow(0, 1, &[], vec![Action::SetTunnel(5), Action::Output(2)])];
+    let flows = vec![flow(
+        0,
+        1,
+        &[],
+        vec![Action::SetTunnel(5), Action::Output(2)],
+    )];
     let mut k = tcp_key(1);
     k.set(Field::TunId, 5);
     let t = run(flows, &k);
@@ -693,12 +712,7 @@ fn ct_with_table_commits_loads_meta_and_recirculates() {
                 },
             ],
         ),
-        flow(
-            1,
-            10,
-            &[(Field::CtState, 0)],
-            vec![Action::Output(2)],
-        ),
+        flow(1, 10, &[(Field::CtState, 0)], vec![Action::Output(2)]),
         flow(1, 1, &[], vec![Action::Output(3)]),
     ];
     let mut k = tcp_key(1);
@@ -835,12 +849,7 @@ fn empty_actions_and_conjunction_flows_drop() {
 #[test]
 fn ct_clear_clears_state_for_later_lookups() {
     let flows = vec![
-        flow(
-            0,
-            1,
-            &[],
-            vec![Action::CtClear, Action::GotoTable(1)],
-        ),
+        flow(0, 1, &[], vec![Action::CtClear, Action::GotoTable(1)]),
         flow(
             1,
             10,

@@ -155,7 +155,10 @@ fn action() -> impl Strategy<Value = Action> {
         ]
         .prop_map(Action::Output),
         src_subfield().prop_map(Action::OutputReg),
-        (proptest::option::of(1u32..4), proptest::option::of(0..N_TABLES))
+        (
+            proptest::option::of(1u32..4),
+            proptest::option::of(0..N_TABLES)
+        )
             .prop_map(|(in_port, table)| Action::Resubmit { in_port, table }),
         set_field(),
         (dst_subfield(), 0u128..4).prop_map(|(dst, value)| Action::Load { dst, value }),
@@ -285,8 +288,8 @@ proptest! {
                 let t2 = translate_with(&tables, &k2, &env);
                 prop_assert_eq!(&t2.actions, &t.actions, "key {:?}\nkey2 {:?}", key, k2);
                 prop_assert_eq!(t2.error, t.error);
-                let r1: Vec<_> = t.rules.iter().map(|r| std::sync::Arc::as_ptr(r)).collect();
-                let r2: Vec<_> = t2.rules.iter().map(|r| std::sync::Arc::as_ptr(r)).collect();
+                let r1: Vec<_> = t.rules.iter().map(std::sync::Arc::as_ptr).collect();
+                let r2: Vec<_> = t2.rules.iter().map(std::sync::Arc::as_ptr).collect();
                 prop_assert_eq!(r1, r2);
             }
         }
