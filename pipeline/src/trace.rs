@@ -48,6 +48,7 @@ use crate::flow::{Action, Match};
 use crate::key::FlowKey;
 use crate::names::TableNames;
 use crate::odp::{format_dp_actions, DpAction};
+use crate::print::format_key;
 use crate::xlate::{translate_traced, FlowLookup, TraceEvent, XlateEnv, XlateError};
 
 /// Most recirculated passes traced after the first one.
@@ -325,85 +326,6 @@ fn format_action(a: &Action, names: Option<&TableNames>) -> String {
     crate::print::format_actions(std::slice::from_ref(a), names)
 }
 
-/// The fields a packet of this kind has (printed even when zero), after
-/// the metadata that is printed only when nonzero.
-fn flow_mask(key: &FlowKey) -> FlowKey {
-    let mut m = FlowKey::ZERO;
-    for &f in Field::ALL {
-        let always = matches!(
-            f,
-            Field::InPort | Field::VlanTci | Field::DlSrc | Field::DlDst | Field::DlType
-        );
-        let metadata = matches!(
-            f,
-            Field::RecircId
-                | Field::ConjId
-                | Field::PktMark
-                | Field::CtState
-                | Field::CtZone
-                | Field::CtMark
-                | Field::CtLabel
-                | Field::TunId
-                | Field::TunSrc
-                | Field::TunDst
-                | Field::Metadata
-                | Field::Reg(_)
-        );
-        if always || (metadata && key.get(f) != 0) {
-            m.mask_field(f);
-        }
-    }
-    let dl_type = key.get(Field::DlType);
-    let proto = key.get(Field::NwProto);
-    let l3: &[Field] = match dl_type {
-        0x0800 => &[
-            Field::NwSrc,
-            Field::NwDst,
-            Field::NwProto,
-            Field::NwTos,
-            Field::NwTtl,
-            Field::NwFrag,
-        ],
-        0x86dd => &[
-            Field::Ipv6Src,
-            Field::Ipv6Dst,
-            Field::Ipv6Label,
-            Field::NwProto,
-            Field::NwTos,
-            Field::NwTtl,
-            Field::NwFrag,
-        ],
-        0x0806 => &[
-            Field::NwSrc,
-            Field::NwDst,
-            Field::NwProto,
-            Field::ArpSha,
-            Field::ArpTha,
-        ],
-        _ => &[],
-    };
-    for &f in l3 {
-        m.mask_field(f);
-    }
-    if matches!(dl_type, 0x0800 | 0x86dd) && matches!(proto, 1 | 6 | 17 | 58 | 132) {
-        m.mask_field(Field::TpSrc);
-        m.mask_field(Field::TpDst);
-        if proto == 6 {
-            m.mask_field(Field::TcpFlags);
-        }
-    }
-    m
-}
-
-/// A key as a flow (`tcp,in_port=1,...`): every field its packet kind has.
-pub fn format_flow(key: &FlowKey) -> String {
-    let mask = flow_mask(key);
-    crate::print::format_match(&Match {
-        value: key.and(&mask),
-        mask,
-    })
-}
-
 fn write_nodes(f: &mut fmt::Formatter<'_>, nodes: &[TraceNode], level: usize) -> fmt::Result {
     for (i, n) in nodes.iter().enumerate() {
         if n.kind == NodeKind::Bridge {
@@ -444,13 +366,13 @@ fn ct_state_text(state: u32) -> String {
 
 impl fmt::Display for TracePass {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "Flow: {}", format_flow(&self.flow))?;
+        writeln!(f, "Flow: {}", format_key(&self.flow))?;
         write_nodes(f, &self.nodes, 0)?;
         writeln!(f)?;
         if self.final_flow == self.flow {
             writeln!(f, "Final flow: unchanged")?;
         } else {
-            writeln!(f, "Final flow: {}", format_flow(&self.final_flow))?;
+            writeln!(f, "Final flow: {}", format_key(&self.final_flow))?;
         }
         writeln!(
             f,

@@ -40,8 +40,9 @@
 //! - commits: deciding whether a written header field differs from the
 //!   packet compares it with the input, and a `Set` carries the whole field,
 //!   so every field written since the last commit is unwildcarded whole;
-//!   likewise the tunnel fields when written (for `SetTunnel`) and every
-//!   metadata field carried by `LoadMeta`.
+//!   likewise the tunnel fields when written (for `SetTunnel`); a `LoadMeta`
+//!   carries a whole metadata field, so its bits that were *not* written
+//!   (the input's) are unwildcarded.
 //!
 //! Bits that were *written* by an action before being read are a function
 //! of the bits already in the mask, so unwildcarding them is merely
@@ -64,7 +65,7 @@
 
 use std::sync::Arc;
 
-use crate::field::Field;
+use crate::field::{frag, Field};
 use crate::flow::{port, Action, CtAction, CtZoneSrc, PacketInReason, SubField};
 use crate::key::FlowKey;
 use crate::odp::{recirc_id_for_table, table_for_recirc_id, DpAction};
@@ -362,7 +363,8 @@ impl<'a, L: FlowLookup + ?Sized> Xlate<'a, L> {
         self.wc.mask_field(Field::InPort);
         self.wc.mask_field(Field::DlType);
         if self.is_ip() {
-            self.wc.mask_field(Field::NwFrag);
+            // Only the two defined bits (as OVS; the printer reads 0x3 as "exact").
+            or_bits(&mut self.wc, Field::NwFrag, u128::from(frag::ANY | frag::LATER));
         }
 
         let recirc_id = self.key.get(Field::RecircId) as u32;
@@ -748,8 +750,11 @@ impl<'a, L: FlowLookup + ?Sized> Xlate<'a, L> {
         if let Some(t) = ct.table {
             let id = recirc_id_for_table(t);
             for f in META_FIELDS {
-                if self.meta_written.get(f) != 0 {
-                    self.wc.mask_field(f);
+                let written = self.meta_written.get(f);
+                if written != 0 {
+                    // The written bits are a function of the path (already
+                    // in the mask); the others are the input's.
+                    or_bits(&mut self.wc, f, f.full_mask() & !written);
                     self.actions.push(DpAction::LoadMeta {
                         field: f,
                         value: self.key.get(f),

@@ -7,10 +7,13 @@
 
 use oxvs_pipeline::field::{ct_state, Field};
 use oxvs_pipeline::flow::{port, Action, CtAction, CtZoneSrc, Flow, Match, SubField};
+use oxvs_pipeline::flow::{FlowMod, FlowModCommand};
 use oxvs_pipeline::key::FlowKey;
 use oxvs_pipeline::odp::recirc_id_for_table;
-use oxvs_pipeline::xlate::{translate_with, LinearTables, XlateEnv};
+use oxvs_pipeline::tables::Pipeline;
+use oxvs_pipeline::xlate::{translate, translate_with, FlowLookup, LinearTables, XlateEnv};
 use proptest::prelude::*;
+use std::sync::Arc;
 
 /// Number of tables the generated pipelines use (0..N_TABLES).
 const N_TABLES: u8 = 5;
@@ -277,21 +280,68 @@ proptest! {
         keys in proptest::collection::vec(key(), 1..4),
         seed in any::<u64>(),
     ) {
-        let tables = LinearTables::from_flows(flows);
+        check_sound(&LinearTables::from_flows(flows), &keys, seed)?;
+    }
+}
+
+/// Checks the wildcard contract of `translate` over `tables` for `keys`.
+fn check_sound<L: FlowLookup + ?Sized>(
+    tables: &L,
+    keys: &[FlowKey],
+    seed: u64,
+) -> Result<(), TestCaseError> {
+    let env = XlateEnv {
+        ports: vec![1, 2, 3, 4],
+    };
+    let mut seed = seed;
+    for key in keys {
+        let t = translate_with(tables, key, &env);
+        for _ in 0..8 {
+            let k2 = vary(key, &t.wildcards, &mut seed);
+            prop_assert_eq!(k2.and(&t.wildcards), key.and(&t.wildcards));
+            let t2 = translate_with(tables, &k2, &env);
+            prop_assert_eq!(&t2.actions, &t.actions, "key {:?}\nkey2 {:?}", key, k2);
+            prop_assert_eq!(t2.error, t.error);
+            let r1: Vec<_> = t.rules.iter().map(Arc::as_ptr).collect();
+            let r2: Vec<_> = t2.rules.iter().map(Arc::as_ptr).collect();
+            prop_assert_eq!(r1, r2);
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    /// The same property over the real classifier (tuple-space search with
+    /// its own wildcard reporting) behind `TableSet`.
+    #[test]
+    fn megaflow_wildcards_are_sound_over_the_classifier(
+        flows in proptest::collection::vec(flow(), 0..14),
+        keys in proptest::collection::vec(key(), 1..4),
+        seed in any::<u64>(),
+    ) {
+        let mods: Vec<FlowMod> = flows
+            .into_iter()
+            .map(|flow| FlowMod {
+                command: FlowModCommand::Add,
+                flow,
+                table: None,
+                cookie_mask: 0,
+                out_port: None,
+            })
+            .collect();
+        let p = Pipeline::new();
+        prop_assume!(p.apply(&mods, 0).is_ok());
+        let snapshot = p.snapshot();
+        check_sound(&*snapshot, &keys, seed)?;
+        // And through the production entry point.
         let env = XlateEnv { ports: vec![1, 2, 3, 4] };
-        let mut seed = seed;
-        for key in keys {
-            let t = translate_with(&tables, &key, &env);
-            for _ in 0..8 {
-                let k2 = vary(&key, &t.wildcards, &mut seed);
-                prop_assert_eq!(k2.and(&t.wildcards), key.and(&t.wildcards));
-                let t2 = translate_with(&tables, &k2, &env);
-                prop_assert_eq!(&t2.actions, &t.actions, "key {:?}\nkey2 {:?}", key, k2);
-                prop_assert_eq!(t2.error, t.error);
-                let r1: Vec<_> = t.rules.iter().map(std::sync::Arc::as_ptr).collect();
-                let r2: Vec<_> = t2.rules.iter().map(std::sync::Arc::as_ptr).collect();
-                prop_assert_eq!(r1, r2);
-            }
+        for key in &keys {
+            prop_assert_eq!(
+                translate(&snapshot, key, &env).actions,
+                translate_with(&*snapshot, key, &env).actions
+            );
         }
     }
 }
