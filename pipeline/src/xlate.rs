@@ -364,7 +364,11 @@ impl<'a, L: FlowLookup + ?Sized> Xlate<'a, L> {
         self.wc.mask_field(Field::DlType);
         if self.is_ip() {
             // Only the two defined bits (as OVS; the printer reads 0x3 as "exact").
-            or_bits(&mut self.wc, Field::NwFrag, u128::from(frag::ANY | frag::LATER));
+            or_bits(
+                &mut self.wc,
+                Field::NwFrag,
+                u128::from(frag::ANY | frag::LATER),
+            );
         }
 
         let recirc_id = self.key.get(Field::RecircId) as u32;
