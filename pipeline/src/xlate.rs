@@ -438,11 +438,11 @@ impl<'a, L: FlowLookup + ?Sized> Xlate<'a, L> {
         if field.is_header() {
             or_bits(&mut self.dirty, field, mask);
         } else {
+            // An xreg write marks both of its regs: they share its word.
             or_bits(&mut self.meta_written, field, mask);
             if matches!(field, Field::TunId | Field::TunSrc | Field::TunDst) {
                 self.tun_dirty = true;
             }
-            // An xreg write marks both halves' regs: they share its word.
         }
     }
 

@@ -886,3 +886,43 @@ fn translation_is_deterministic() {
     assert_eq!(a.actions, b.actions);
     assert_eq!(a.wildcards, b.wildcards);
 }
+
+#[test]
+fn xreg_and_tunnel_writes_are_carried_per_field() {
+    let flows = vec![flow(
+        0,
+        1,
+        &[],
+        vec![
+            Action::SetField {
+                field: Field::Xreg(1),
+                value: 0x1111_2222_3333_4444,
+                mask: u64::MAX as u128,
+            },
+            Action::SetField {
+                field: Field::TunDst,
+                value: 0x0a0a_0a0a,
+                mask: 0xffff_ffff,
+            },
+            ct(false, CtZoneSrc::Imm(1), Some(2), vec![]),
+        ],
+    )];
+    let t = run(flows, &tcp_key(1));
+    let load = |field, value| DpAction::LoadMeta { field, value };
+    assert_eq!(
+        t.actions,
+        vec![
+            DpAction::Ct {
+                zone: 1,
+                commit: false,
+                force: false,
+                mark: None,
+                label: None
+            },
+            load(Field::Reg(2), 0x1111_2222),
+            load(Field::Reg(3), 0x3333_4444),
+            load(Field::TunDst, 0x0a0a_0a0a),
+            DpAction::Recirc(recirc_id_for_table(2)),
+        ]
+    );
+}
