@@ -1,7 +1,7 @@
 //! `ofproto/trace`-style explanations of what the pipeline does to a packet.
 //!
 //! A trace is not a second implementation of the pipeline: [`trace`] runs
-//! the real slow path ([`xlate::translate_traced`]) with a recorder, turns
+//! the real slow path ([`crate::xlate::translate_traced`]) with a recorder, turns
 //! the recorded [`TraceEvent`]s into a tree of [`TraceNode`]s and prints it
 //! the way `ovs-appctl ofproto/trace` does:
 //!
