@@ -160,16 +160,20 @@ impl Entry {
     fn beats(&self, other: Option<&Entry>) -> bool {
         match other {
             None => true,
-            Some(o) => self.priority > o.priority || (self.priority == o.priority && self.seq < o.seq),
+            Some(o) => {
+                self.priority > o.priority || (self.priority == o.priority && self.seq < o.seq)
+            }
         }
     }
 
     /// The `conjunction` actions as (id, clause bit, n), skipping malformed ones.
     fn conjunctions(&self) -> impl Iterator<Item = (u32, u64, u8)> + '_ {
         self.rule.flow.actions.iter().filter_map(|a| match a {
-            Action::Conjunction { id, clause, n_clauses }
-                if *clause >= 1 && clause <= n_clauses && *n_clauses <= 64 =>
-            {
+            Action::Conjunction {
+                id,
+                clause,
+                n_clauses,
+            } if *clause >= 1 && clause <= n_clauses && *n_clauses <= 64 => {
                 Some((*id, 1u64 << (clause - 1), *n_clauses))
             }
             _ => None,
@@ -296,7 +300,10 @@ impl Subtable {
                 let old = pos_of(&v).map(|i| v.remove(i));
                 let at = v
                     .iter()
-                    .position(|e| (e.priority, std::cmp::Reverse(e.seq)) < (entry.priority, std::cmp::Reverse(entry.seq)))
+                    .position(|e| {
+                        (e.priority, std::cmp::Reverse(e.seq))
+                            < (entry.priority, std::cmp::Reverse(entry.seq))
+                    })
                     .unwrap_or(v.len());
                 v.insert(at, entry.clone());
                 *bucket = if v.len() == 1 {
@@ -482,7 +489,11 @@ impl Classifier {
 
     /// Puts subtable `idx` at its place in `order` after its max priority changed.
     fn reorder(&mut self, idx: u32) {
-        let Some(maxp) = self.subtables.get(idx as usize).and_then(|s| s.max_priority()) else {
+        let Some(maxp) = self
+            .subtables
+            .get(idx as usize)
+            .and_then(|s| s.max_priority())
+        else {
             return;
         };
         if let Some(pos) = self.order.iter().position(|&(_, i)| i == idx) {
@@ -554,7 +565,8 @@ impl Classifier {
             }
         }
         let floor = hard.map_or(-1, |h| i32::from(h.priority));
-        if max_soft.map_or(true, |p| i32::from(p) <= floor) {
+        let soft_above = matches!(max_soft, Some(p) if i32::from(p) > floor);
+        if !soft_above {
             return hard;
         }
         let probed_order = self.order.get(..probed).unwrap_or(&[]);
@@ -590,7 +602,10 @@ impl Classifier {
         }
     }
 
-    fn probed<'a>(&'a self, probed_order: &'a [(u16, u32)]) -> impl Iterator<Item = &'a Subtable> + 'a {
+    fn probed<'a>(
+        &'a self,
+        probed_order: &'a [(u16, u32)],
+    ) -> impl Iterator<Item = &'a Subtable> + 'a {
         probed_order
             .iter()
             .filter_map(|&(_, i)| self.subtables.get(i as usize).map(|s| &**s))

@@ -115,9 +115,15 @@ impl Rule {
     /// (`None` = never).
     pub fn expires_at(&self) -> Option<u64> {
         const NS: u64 = 1_000_000_000;
-        let hard = (self.flow.hard_timeout > 0)
-            .then(|| self.created_ns.saturating_add(u64::from(self.flow.hard_timeout) * NS));
-        let last = self.stats.last_used_ns.load(Ordering::Relaxed).max(self.created_ns);
+        let hard = (self.flow.hard_timeout > 0).then(|| {
+            self.created_ns
+                .saturating_add(u64::from(self.flow.hard_timeout) * NS)
+        });
+        let last = self
+            .stats
+            .last_used_ns
+            .load(Ordering::Relaxed)
+            .max(self.created_ns);
         let idle = (self.flow.idle_timeout > 0)
             .then(|| last.saturating_add(u64::from(self.flow.idle_timeout) * NS));
         match (hard, idle) {
@@ -139,7 +145,11 @@ impl Default for TableSet {
     fn default() -> Self {
         TableSet {
             generation: 0,
-            tables: vec![Arc::new(Classifier::new()); N_TABLES],
+            // One shared empty classifier: cloned on first write.
+            tables: {
+                let empty = Arc::new(Classifier::new());
+                vec![empty; N_TABLES]
+            },
         }
     }
 }
@@ -178,7 +188,9 @@ impl TableSet {
 
     /// The flows of one table, by priority descending (ties: oldest first).
     pub fn flows_in(&self, table: u8) -> Vec<&Arc<Rule>> {
-        self.table(table).map(Classifier::sorted).unwrap_or_default()
+        self.table(table)
+            .map(Classifier::sorted)
+            .unwrap_or_default()
     }
 
     /// Every flow in (table, priority descending) order, for `dump-flows`.
@@ -516,7 +528,13 @@ fn target_tables(fm: &FlowMod) -> Result<std::ops::Range<usize>, FlowModError> {
 }
 
 /// The flows of `cls` that a modify/delete selects.
-fn select(cls: &Classifier, fm: &FlowMod, strict: bool, sel: &Match, use_out_port: bool) -> Vec<Arc<Rule>> {
+fn select(
+    cls: &Classifier,
+    fm: &FlowMod,
+    strict: bool,
+    sel: &Match,
+    use_out_port: bool,
+) -> Vec<Arc<Rule>> {
     let cookie_ok = |r: &Rule| (r.flow.cookie ^ fm.flow.cookie) & fm.cookie_mask == 0;
     let port_ok = |r: &Rule| match fm.out_port {
         Some(p) if use_out_port && p != port::NONE => r.outputs_to(p),
@@ -536,7 +554,12 @@ fn select(cls: &Classifier, fm: &FlowMod, strict: bool, sel: &Match, use_out_por
     }
 }
 
-fn apply_one(next: &mut TableSet, fm: &FlowMod, now_ns: u64, report: &mut ApplyReport) -> Result<(), FlowModError> {
+fn apply_one(
+    next: &mut TableSet,
+    fm: &FlowMod,
+    now_ns: u64,
+    report: &mut ApplyReport,
+) -> Result<(), FlowModError> {
     match fm.command {
         FlowModCommand::Add => {
             let table = fm.table.unwrap_or(fm.flow.table);
@@ -549,9 +572,9 @@ fn apply_one(next: &mut TableSet, fm: &FlowMod, now_ns: u64, report: &mut ApplyR
                 .get_mut(usize::from(table))
                 .ok_or(FlowModError::BadTable(table))?;
             if flow.flags.check_overlap
-                && slot
-                    .iter()
-                    .any(|r| r.flow.priority == flow.priority && overlaps(&r.flow.matches, &flow.matches))
+                && slot.iter().any(|r| {
+                    r.flow.priority == flow.priority && overlaps(&r.flow.matches, &flow.matches)
+                })
             {
                 return Err(FlowModError::Overlap {
                     table,

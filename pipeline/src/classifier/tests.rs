@@ -98,7 +98,9 @@ fn highest_priority_wins_and_replace_keeps_one_rule() {
     assert_eq!(c.len(), 4);
     assert_eq!(c.n_subtables(), 3);
     assert_eq!(hit(&c, &key(&[(Field::InPort, 1), ip()])), Some(4));
-    let removed = c.remove(&m(&[(Field::InPort, 1)]), 30).map(|r| r.flow.priority);
+    let removed = c
+        .remove(&m(&[(Field::InPort, 1)]), 30)
+        .map(|r| r.flow.priority);
     assert_eq!(removed, Some(30));
     assert_eq!(hit(&c, &key(&[(Field::InPort, 1), ip()])), Some(2));
     assert!(c.remove(&m(&[(Field::InPort, 1)]), 30).is_none());
@@ -113,8 +115,14 @@ fn masked_prefixes() {
     m16.set(Field::NwDst, 0x0a00_0000, 0xffff_0000);
     c.insert(rule(24, m24, out(24)));
     c.insert(rule(16, m16, out(16)));
-    assert_eq!(hit(&c, &key(&[ip(), (Field::NwDst, 0x0a00_0105)])), Some(24));
-    assert_eq!(hit(&c, &key(&[ip(), (Field::NwDst, 0x0a00_0205)])), Some(16));
+    assert_eq!(
+        hit(&c, &key(&[ip(), (Field::NwDst, 0x0a00_0105)])),
+        Some(24)
+    );
+    assert_eq!(
+        hit(&c, &key(&[ip(), (Field::NwDst, 0x0a00_0205)])),
+        Some(16)
+    );
     assert_eq!(hit(&c, &key(&[ip(), (Field::NwDst, 0x0b00_0105)])), None);
     assert_eq!(hit(&c, &key(&[(Field::NwDst, 0x0a00_0105)])), None);
 }
@@ -123,7 +131,11 @@ fn masked_prefixes() {
 fn subtable_pruning_and_wildcards() {
     let mut c = Classifier::new();
     // High priority: exact in_port + tp_dst (does not match the key below).
-    c.insert(rule(100, m(&[(Field::InPort, 1), (Field::TpDst, 80)]), out(1)));
+    c.insert(rule(
+        100,
+        m(&[(Field::InPort, 1), (Field::TpDst, 80)]),
+        out(1),
+    ));
     // Middle: in_port only (matches).
     c.insert(rule(50, m(&[(Field::InPort, 1)]), out(2)));
     // Low: nw_src (would match, but cannot win: never probed).
@@ -158,13 +170,17 @@ fn equal_priority_oldest_wins_and_modify_keeps_age() {
     assert_eq!(wc.get(Field::NwSrc), 0xffff_ffff);
     assert_eq!(wc.get(Field::NwDst), 0xffff_ffff);
     // Modify (replace) keeps the age.
-    assert!(c.replace(rule(10, m(&[(Field::NwSrc, 1)]), out(5))).is_some());
+    assert!(c
+        .replace(rule(10, m(&[(Field::NwSrc, 1)]), out(5)))
+        .is_some());
     assert_eq!(hit(&c, &k), Some(5));
     // Re-adding makes it the newest.
     c.insert(rule(10, m(&[(Field::NwSrc, 1)]), out(6)));
     assert_eq!(hit(&c, &k), Some(2));
     // Replace of something absent inserts nothing.
-    assert!(c.replace(rule(11, m(&[(Field::NwSrc, 1)]), out(7))).is_none());
+    assert!(c
+        .replace(rule(11, m(&[(Field::NwSrc, 1)]), out(7)))
+        .is_none());
     assert_eq!(c.len(), 2);
 }
 
@@ -191,10 +207,18 @@ fn two_clause() -> Classifier {
     let mut c = Classifier::new();
     c.insert(rule(100, m(&[(Field::ConjId, 1234)]), out(1234)));
     for src in [1, 4, 6, 7] {
-        c.insert(rule(10, m(&[ip(), (Field::NwSrc, src)]), vec![conj(1234, 1, 2)]));
+        c.insert(rule(
+            10,
+            m(&[ip(), (Field::NwSrc, src)]),
+            vec![conj(1234, 1, 2)],
+        ));
     }
     for dst in [2, 5, 7, 8] {
-        c.insert(rule(10, m(&[ip(), (Field::NwDst, dst)]), vec![conj(1234, 2, 2)]));
+        c.insert(rule(
+            10,
+            m(&[ip(), (Field::NwDst, dst)]),
+            vec![conj(1234, 2, 2)],
+        ));
     }
     c
 }
@@ -204,13 +228,26 @@ fn conjunction_two_clauses() {
     let c = two_clause();
     let (r, wc) = lookup_wc(&c, &key(&[ip(), (Field::NwSrc, 4), (Field::NwDst, 8)]));
     assert_eq!(r, Some(1234));
-    assert_eq!(wc.get(Field::ConjId), 0, "conj_id never reaches the megaflow");
+    assert_eq!(
+        wc.get(Field::ConjId),
+        0,
+        "conj_id never reaches the megaflow"
+    );
     assert_eq!(wc.get(Field::NwSrc), 0xffff_ffff);
     assert_eq!(wc.get(Field::NwDst), 0xffff_ffff);
-    assert_eq!(hit(&c, &key(&[ip(), (Field::NwSrc, 4), (Field::NwDst, 3)])), None);
-    assert_eq!(hit(&c, &key(&[ip(), (Field::NwSrc, 3), (Field::NwDst, 8)])), None);
+    assert_eq!(
+        hit(&c, &key(&[ip(), (Field::NwSrc, 4), (Field::NwDst, 3)])),
+        None
+    );
+    assert_eq!(
+        hit(&c, &key(&[ip(), (Field::NwSrc, 3), (Field::NwDst, 8)])),
+        None
+    );
     // Same address in both dimensions.
-    assert_eq!(hit(&c, &key(&[ip(), (Field::NwSrc, 7), (Field::NwDst, 7)])), Some(1234));
+    assert_eq!(
+        hit(&c, &key(&[ip(), (Field::NwSrc, 7), (Field::NwDst, 7)])),
+        Some(1234)
+    );
 }
 
 #[test]
@@ -236,10 +273,18 @@ fn several_conjunctions_and_shared_clauses() {
     c.insert(rule(50, m(&[(Field::ConjId, 1)]), out(1)));
     c.insert(rule(50, m(&[(Field::ConjId, 2)]), out(2)));
     c.insert(rule(10, m(&[(Field::NwSrc, 0xa)]), vec![conj(1, 1, 2)]));
-    c.insert(rule(10, m(&[(Field::NwSrc, 0xb)]), vec![conj(1, 1, 2), conj(2, 1, 2)]));
+    c.insert(rule(
+        10,
+        m(&[(Field::NwSrc, 0xb)]),
+        vec![conj(1, 1, 2), conj(2, 1, 2)],
+    ));
     c.insert(rule(10, m(&[(Field::NwSrc, 0xc)]), vec![conj(2, 1, 2)]));
     c.insert(rule(10, m(&[(Field::NwDst, 0xd)]), vec![conj(1, 2, 2)]));
-    c.insert(rule(10, m(&[(Field::NwDst, 0xe)]), vec![conj(1, 2, 2), Action::Note(vec![1])]));
+    c.insert(rule(
+        10,
+        m(&[(Field::NwDst, 0xe)]),
+        vec![conj(1, 2, 2), Action::Note(vec![1])],
+    ));
     c.insert(rule(10, m(&[(Field::NwDst, 0xf)]), vec![conj(2, 2, 2)]));
     let k = |s, d| key(&[(Field::NwSrc, s), (Field::NwDst, d)]);
     assert_eq!(hit(&c, &k(0xa, 0xd)), Some(1));
@@ -253,8 +298,16 @@ fn several_conjunctions_and_shared_clauses() {
 #[test]
 fn several_ids_complete_smallest_id_with_a_flow_wins() {
     let mut c = Classifier::new();
-    c.insert(rule(10, m(&[(Field::NwSrc, 1)]), vec![conj(7, 1, 2), conj(5, 1, 2)]));
-    c.insert(rule(10, m(&[(Field::NwDst, 2)]), vec![conj(7, 2, 2), conj(5, 2, 2)]));
+    c.insert(rule(
+        10,
+        m(&[(Field::NwSrc, 1)]),
+        vec![conj(7, 1, 2), conj(5, 1, 2)],
+    ));
+    c.insert(rule(
+        10,
+        m(&[(Field::NwDst, 2)]),
+        vec![conj(7, 2, 2), conj(5, 2, 2)],
+    ));
     c.insert(rule(1, m(&[(Field::ConjId, 7)]), out(7)));
     let k = key(&[(Field::NwSrc, 1), (Field::NwDst, 2)]);
     // Only id 7 has a conj_id flow: 5 is tried first and finds nothing.
@@ -268,12 +321,18 @@ fn incomplete_conjunction_falls_back_to_lower_priority() {
     let mut c = two_clause();
     c.insert(rule(5, m(&[ip()]), out(5)));
     // Only clause 1 matches: the ordinary lower-priority flow wins.
-    assert_eq!(hit(&c, &key(&[ip(), (Field::NwSrc, 1), (Field::NwDst, 3)])), Some(5));
+    assert_eq!(
+        hit(&c, &key(&[ip(), (Field::NwSrc, 1), (Field::NwDst, 3)])),
+        Some(5)
+    );
     // A lower-priority ordinary flow with the same match as a clause flow
     // (same subtable, same masked value) is found under it (OVS).
     c.insert(rule(3, m(&[ip(), (Field::NwSrc, 1)]), out(3)));
     c.insert(rule(6, m(&[ip(), (Field::NwSrc, 1)]), out(6)));
-    assert_eq!(hit(&c, &key(&[ip(), (Field::NwSrc, 1), (Field::NwDst, 3)])), Some(6));
+    assert_eq!(
+        hit(&c, &key(&[ip(), (Field::NwSrc, 1), (Field::NwDst, 3)])),
+        Some(6)
+    );
 }
 
 #[test]
@@ -322,21 +381,35 @@ fn conjunction_second_lookup_ignores_flows_hidden_under_clauses() {
     c.insert(rule(10, m(&[ip(), (Field::NwDst, 2)]), vec![conj(7, 2, 2)]));
     c.insert(rule(3, m(&[ip(), (Field::NwSrc, 1)]), out(3)));
     c.insert(rule(2, m(&[ip()]), out(2)));
-    assert_eq!(hit(&c, &key(&[ip(), (Field::NwSrc, 1), (Field::NwDst, 2)])), Some(2));
-    assert_eq!(hit(&c, &key(&[ip(), (Field::NwSrc, 1), (Field::NwDst, 3)])), Some(3));
+    assert_eq!(
+        hit(&c, &key(&[ip(), (Field::NwSrc, 1), (Field::NwDst, 2)])),
+        Some(2)
+    );
+    assert_eq!(
+        hit(&c, &key(&[ip(), (Field::NwSrc, 1), (Field::NwDst, 3)])),
+        Some(3)
+    );
 }
 
 #[test]
 fn one_flow_carrying_all_clauses_does_not_complete_alone() {
     // OVS: a conjunction needs at least n matching clause flows.
     let mut c = Classifier::new();
-    c.insert(rule(10, m(&[ip(), (Field::NwDst, 3)]), vec![conj(7, 1, 2), conj(7, 2, 2)]));
+    c.insert(rule(
+        10,
+        m(&[ip(), (Field::NwDst, 3)]),
+        vec![conj(7, 1, 2), conj(7, 2, 2)],
+    ));
     c.insert(rule(5, m(&[(Field::ConjId, 7)]), out(7)));
     c.insert(rule(1, Match::CATCHALL, out(1)));
     let k = key(&[ip(), (Field::NwDst, 3), (Field::TpDst, 80)]);
     assert_eq!(hit(&c, &k), Some(1));
     // Any second clause flow matching at that priority lifts the limit.
-    c.insert(rule(10, m(&[ip(), (Field::TpDst, 80)]), vec![conj(9, 1, 3)]));
+    c.insert(rule(
+        10,
+        m(&[ip(), (Field::TpDst, 80)]),
+        vec![conj(9, 1, 3)],
+    ));
     assert_eq!(hit(&c, &k), Some(7));
 }
 
@@ -361,8 +434,17 @@ fn mixed_n_is_a_different_conjunction() {
 #[test]
 fn conj_id_lookup_wildcards_exclude_conj_id_but_include_probed_bits() {
     let mut c = two_clause();
-    c.insert(rule(101, m(&[(Field::ConjId, 1234), (Field::TpDst, 80)]), out(80)));
-    let k = key(&[ip(), (Field::NwSrc, 4), (Field::NwDst, 8), (Field::TpDst, 80)]);
+    c.insert(rule(
+        101,
+        m(&[(Field::ConjId, 1234), (Field::TpDst, 80)]),
+        out(80),
+    ));
+    let k = key(&[
+        ip(),
+        (Field::NwSrc, 4),
+        (Field::NwDst, 8),
+        (Field::TpDst, 80),
+    ]);
     let (r, wc) = lookup_wc(&c, &k);
     assert_eq!(r, Some(80));
     assert_eq!(wc.get(Field::ConjId), 0);
@@ -386,7 +468,10 @@ fn gen_match() -> impl Strategy<Value = Match> {
     // repeat (shared subtables) and keys often match.
     (
         prop::option::of(0u128..3),
-        prop::option::of((0u128..4, prop::sample::select(vec![0xffff_ffffu128, 0xffff_fffe, 0xffff_ff00]))),
+        prop::option::of((
+            0u128..4,
+            prop::sample::select(vec![0xffff_ffffu128, 0xffff_fffe, 0xffff_ff00]),
+        )),
         prop::option::of(0u128..3),
         prop::option::of((0u128..4, 1u128..4)),
     )
@@ -410,7 +495,12 @@ fn gen_match() -> impl Strategy<Value = Match> {
 
 fn gen_key() -> impl Strategy<Value = FlowKey> {
     (0u128..3, 0u128..4, 0u128..3, 0u128..4).prop_map(|(p, n, t, r)| {
-        key(&[(Field::InPort, p), (Field::NwSrc, n), (Field::TpDst, t), (Field::Reg(0), r)])
+        key(&[
+            (Field::InPort, p),
+            (Field::NwSrc, n),
+            (Field::TpDst, t),
+            (Field::Reg(0), r),
+        ])
     })
 }
 
@@ -482,10 +572,13 @@ fn bench_100k_flows_few_masks() {
     for i in 0..n {
         // 4 masks: /32 nw_dst; nw_dst+tp_dst; in_port+dl_src; reg0.
         let mut mm = m(&[ip()]);
-        let actions = vec![Action::Load {
-            dst: crate::flow::SubField::whole(Field::Reg(1)),
-            value: u128::from(i),
-        }, Action::GotoTable(50)];
+        let actions = vec![
+            Action::Load {
+                dst: crate::flow::SubField::whole(Field::Reg(1)),
+                value: u128::from(i),
+            },
+            Action::GotoTable(50),
+        ];
         match i % 4 {
             0 => mm.set_exact(Field::NwDst, u128::from(i)),
             1 => {
@@ -505,7 +598,12 @@ fn bench_100k_flows_few_masks() {
     let keys: Vec<FlowKey> = (0..1024u32)
         .map(|i| {
             let j = i.wrapping_mul(97) % n;
-            key(&[ip(), (Field::NwDst, u128::from(j)), (Field::TpDst, 80), (Field::Reg(0), u128::from(j))])
+            key(&[
+                ip(),
+                (Field::NwDst, u128::from(j)),
+                (Field::TpDst, 80),
+                (Field::Reg(0), u128::from(j)),
+            ])
         })
         .collect();
     let iters = 2_000_000usize;

@@ -64,11 +64,20 @@ fn add_lookup_and_generation() {
     let r = p
         .apply(&[add(flow(0, 10, &[port1()], vec![Action::Output(2)]))], 5)
         .expect("add");
-    assert_eq!(r, ApplyReport { added: 1, ..Default::default() });
+    assert_eq!(
+        r,
+        ApplyReport {
+            added: 1,
+            ..Default::default()
+        }
+    );
     let ts = p.snapshot();
     assert_eq!(ts.generation(), 1);
     assert_eq!(ts.flow_count(), 1);
-    assert_eq!(actions_of(&ts, 0, &key(&[port1()])), Some(vec![Action::Output(2)]));
+    assert_eq!(
+        actions_of(&ts, 0, &key(&[port1()])),
+        Some(vec![Action::Output(2)])
+    );
     assert_eq!(actions_of(&ts, 1, &key(&[port1()])), None);
     assert_eq!(actions_of(&ts, 0, &key(&[(Field::InPort, 2)])), None);
     // FlowMod::table overrides flow.table for add.
@@ -107,17 +116,30 @@ fn add_replaces_identical_keeping_counters_unless_reset() {
     let mut f3 = f.clone();
     f3.flags.reset_counts = true;
     p.apply(&[add(f3)], 11).expect("replace");
-    assert_eq!(p.snapshot().flows_in(0)[0].stats.n_packets.load(Ordering::Relaxed), 0);
+    assert_eq!(
+        p.snapshot().flows_in(0)[0]
+            .stats
+            .n_packets
+            .load(Ordering::Relaxed),
+        0
+    );
 }
 
 #[test]
 fn check_overlap() {
     let p = Pipeline::new();
-    p.apply(&[add(flow(0, 10, &[port1()], vec![]))], 0).expect("add");
+    p.apply(&[add(flow(0, 10, &[port1()], vec![]))], 0)
+        .expect("add");
     let mut f = flow(0, 10, &[(Field::TpDst, 80)], vec![]);
     f.flags.check_overlap = true;
     let err = p.apply(&[add(f.clone())], 0).unwrap_err();
-    assert_eq!(err, FlowModError::Overlap { table: 0, priority: 10 });
+    assert_eq!(
+        err,
+        FlowModError::Overlap {
+            table: 0,
+            priority: 10
+        }
+    );
     assert!(err.to_string().contains("check_overlap"));
     // Different priority, or disjoint match: fine.
     f.priority = 11;
@@ -131,7 +153,12 @@ fn check_overlap() {
 #[test]
 fn modify_strict_and_non_strict() {
     let p = Pipeline::new();
-    let mut specific = flow(0, 20, &[port1(), (Field::TpDst, 80)], vec![Action::Output(1)]);
+    let mut specific = flow(
+        0,
+        20,
+        &[port1(), (Field::TpDst, 80)],
+        vec![Action::Output(1)],
+    );
     specific.cookie = 0x15;
     specific.idle_timeout = 60;
     p.apply(
@@ -139,7 +166,12 @@ fn modify_strict_and_non_strict() {
             add(specific.clone()),
             add(flow(0, 10, &[port1()], vec![Action::Output(1)])),
             add(flow(0, 5, &[(Field::InPort, 2)], vec![Action::Output(1)])),
-            add(flow(3, 5, &[port1(), (Field::NwSrc, 9)], vec![Action::Output(1)])),
+            add(flow(
+                3,
+                5,
+                &[port1(), (Field::NwSrc, 9)],
+                vec![Action::Output(1)],
+            )),
         ],
         0,
     )
@@ -148,7 +180,11 @@ fn modify_strict_and_non_strict() {
     // Non-strict in_port=1 in all tables: 3 flows (priority ignored).
     let r = p
         .apply(
-            &[cmd(FlowModCommand::Modify { strict: false }, None, flow(0, 0, &[port1()], vec![Action::Output(9)]))],
+            &[cmd(
+                FlowModCommand::Modify { strict: false },
+                None,
+                flow(0, 0, &[port1()], vec![Action::Output(9)]),
+            )],
             0,
         )
         .expect("modify");
@@ -158,22 +194,47 @@ fn modify_strict_and_non_strict() {
     assert_eq!(top.flow.actions, vec![Action::Output(9)]);
     assert_eq!(top.flow.cookie, 0x15, "modify keeps the cookie");
     assert_eq!(top.flow.idle_timeout, 60, "modify keeps timeouts");
-    assert_eq!(top.stats.n_packets.load(Ordering::Relaxed), 1, "counters kept");
+    assert_eq!(
+        top.stats.n_packets.load(Ordering::Relaxed),
+        1,
+        "counters kept"
+    );
     assert_eq!(ts.flows_in(0)[2].flow.actions, vec![Action::Output(1)]);
     assert_eq!(ts.flows_in(3)[0].flow.actions, vec![Action::Output(9)]);
     // Strict: needs identical match and priority.
     let strict = FlowModCommand::Modify { strict: true };
     let r = p
-        .apply(&[cmd(strict, Some(0), flow(0, 11, &[port1()], vec![Action::Output(7)]))], 0)
+        .apply(
+            &[cmd(
+                strict,
+                Some(0),
+                flow(0, 11, &[port1()], vec![Action::Output(7)]),
+            )],
+            0,
+        )
         .expect("no-op");
     assert_eq!(r.modified, 0);
     let r = p
-        .apply(&[cmd(strict, Some(0), flow(0, 10, &[port1()], vec![Action::Output(7)]))], 0)
+        .apply(
+            &[cmd(
+                strict,
+                Some(0),
+                flow(0, 10, &[port1()], vec![Action::Output(7)]),
+            )],
+            0,
+        )
         .expect("modify strict");
     assert_eq!(r.modified, 1);
-    assert_eq!(p.snapshot().flows_in(0)[1].flow.actions, vec![Action::Output(7)]);
+    assert_eq!(
+        p.snapshot().flows_in(0)[1].flow.actions,
+        vec![Action::Output(7)]
+    );
     // Cookie mask: only flows whose cookie & 0xf0 == 0x10.
-    let mut fm = cmd(FlowModCommand::Modify { strict: false }, Some(0), flow(0, 0, &[], vec![Action::Output(5)]));
+    let mut fm = cmd(
+        FlowModCommand::Modify { strict: false },
+        Some(0),
+        flow(0, 0, &[], vec![Action::Output(5)]),
+    );
     fm.flow.cookie = 0x10;
     fm.cookie_mask = 0xf0;
     fm.flow.flags.reset_counts = true;
@@ -181,12 +242,23 @@ fn modify_strict_and_non_strict() {
     assert_eq!(r.modified, 1);
     let ts = p.snapshot();
     assert_eq!(ts.flows_in(0)[0].flow.actions, vec![Action::Output(5)]);
-    assert_eq!(ts.flows_in(0)[0].stats.n_packets.load(Ordering::Relaxed), 0, "reset_counts");
+    assert_eq!(
+        ts.flows_in(0)[0].stats.n_packets.load(Ordering::Relaxed),
+        0,
+        "reset_counts"
+    );
     assert_eq!(ts.flows_in(0)[1].flow.actions, vec![Action::Output(7)]);
     // Modify of nothing is a no-op but still a successful version.
     let g = ts.generation();
     let r = p
-        .apply(&[cmd(FlowModCommand::Modify { strict: false }, None, flow(0, 0, &[(Field::InPort, 77)], vec![]))], 0)
+        .apply(
+            &[cmd(
+                FlowModCommand::Modify { strict: false },
+                None,
+                flow(0, 0, &[(Field::InPort, 77)], vec![]),
+            )],
+            0,
+        )
         .expect("nothing");
     assert_eq!(r, ApplyReport::default());
     assert_eq!(p.snapshot().generation(), g + 1);
@@ -196,7 +268,12 @@ fn modify_strict_and_non_strict() {
 fn delete_strict_non_strict_cookie_out_port() {
     let p = Pipeline::new();
     let ctrl = Action::Controller(ControllerAction::default());
-    let mut c1 = flow(0, 30, &[port1(), (Field::TpDst, 80)], vec![Action::Output(4)]);
+    let mut c1 = flow(
+        0,
+        30,
+        &[port1(), (Field::TpDst, 80)],
+        vec![Action::Output(4)],
+    );
     c1.cookie = 0xa1;
     let mut c2 = flow(0, 20, &[port1()], vec![Action::Output(5)]);
     c2.cookie = 0xb1;
@@ -212,27 +289,56 @@ fn delete_strict_non_strict_cookie_out_port() {
     )
     .expect("add");
     // out_port=4 with in_port=1 non-strict in table 0: only c1.
-    let mut fm = cmd(FlowModCommand::Delete { strict: false }, Some(0), flow(0, 0, &[port1()], vec![]));
+    let mut fm = cmd(
+        FlowModCommand::Delete { strict: false },
+        Some(0),
+        flow(0, 0, &[port1()], vec![]),
+    );
     fm.out_port = Some(4);
     assert_eq!(p.apply(&[fm], 0).expect("del").deleted, 1);
     // out_port=CONTROLLER matches the controller action.
-    let mut fm = cmd(FlowModCommand::Delete { strict: false }, None, flow(0, 0, &[], vec![]));
+    let mut fm = cmd(
+        FlowModCommand::Delete { strict: false },
+        None,
+        flow(0, 0, &[], vec![]),
+    );
     fm.out_port = Some(port::CONTROLLER);
     assert_eq!(p.apply(&[fm], 0).expect("del").deleted, 1);
     // Cookie mismatch: nothing.
-    let mut fm = cmd(FlowModCommand::Delete { strict: false }, None, flow(0, 0, &[], vec![]));
+    let mut fm = cmd(
+        FlowModCommand::Delete { strict: false },
+        None,
+        flow(0, 0, &[], vec![]),
+    );
     fm.flow.cookie = 0xc0;
     fm.cookie_mask = 0xf0;
     assert_eq!(p.apply(&[fm], 0).expect("del").deleted, 0);
     // Strict with wrong priority: nothing; right priority: c2.
     let strict = FlowModCommand::Delete { strict: true };
-    assert_eq!(p.apply(&[cmd(strict, Some(0), flow(0, 21, &[port1()], vec![]))], 0).expect("del").deleted, 0);
-    assert_eq!(p.apply(&[cmd(strict, Some(0), flow(0, 20, &[port1()], vec![]))], 0).expect("del").deleted, 1);
+    assert_eq!(
+        p.apply(&[cmd(strict, Some(0), flow(0, 21, &[port1()], vec![]))], 0)
+            .expect("del")
+            .deleted,
+        0
+    );
+    assert_eq!(
+        p.apply(&[cmd(strict, Some(0), flow(0, 20, &[port1()], vec![]))], 0)
+            .expect("del")
+            .deleted,
+        1
+    );
     // Non-strict catch-all over all tables deletes the rest.
     let ts = p.snapshot();
     assert_eq!(ts.flow_count(), 2);
     let r = p
-        .apply(&[cmd(FlowModCommand::Delete { strict: false }, None, flow(0, 0, &[], vec![]))], 0)
+        .apply(
+            &[cmd(
+                FlowModCommand::Delete { strict: false },
+                None,
+                flow(0, 0, &[], vec![]),
+            )],
+            0,
+        )
         .expect("del");
     assert_eq!(r.deleted, 2);
     assert_eq!(p.snapshot().flow_count(), 0);
@@ -243,14 +349,28 @@ fn delete_strict_non_strict_cookie_out_port() {
 #[test]
 fn bundle_is_atomic() {
     let p = Pipeline::new();
-    p.apply(&[add(flow(0, 10, &[port1()], vec![]))], 0).expect("add");
+    p.apply(&[add(flow(0, 10, &[port1()], vec![]))], 0)
+        .expect("add");
     let before = p.snapshot();
-    let bad = add(flow(0, 10, &[], vec![Action::Conjunction { id: 1, clause: 3, n_clauses: 2 }]));
+    let bad = add(flow(
+        0,
+        10,
+        &[],
+        vec![Action::Conjunction {
+            id: 1,
+            clause: 3,
+            n_clauses: 2,
+        }],
+    ));
     let err = p
         .apply(
             &[
                 add(flow(0, 20, &[(Field::InPort, 2)], vec![])),
-                cmd(FlowModCommand::Delete { strict: false }, None, flow(0, 0, &[], vec![])),
+                cmd(
+                    FlowModCommand::Delete { strict: false },
+                    None,
+                    flow(0, 0, &[], vec![]),
+                ),
                 bad,
             ],
             0,
@@ -259,7 +379,10 @@ fn bundle_is_atomic() {
     match &err {
         FlowModError::InBundle { index, error } => {
             assert_eq!(*index, 2);
-            assert!(matches!(**error, FlowModError::BadConjunction { clause: 3, .. }));
+            assert!(matches!(
+                **error,
+                FlowModError::BadConjunction { clause: 3, .. }
+            ));
         }
         e => panic!("unexpected {e:?}"),
     }
@@ -276,30 +399,81 @@ fn validation_errors() {
     let one = |f: Flow| p.apply(&[add(f)], 0).unwrap_err();
     assert_eq!(one(flow(255, 1, &[], vec![])), FlowModError::BadTable(255));
     assert!(matches!(
-        one(flow(0, 1, &[], vec![Action::Conjunction { id: 1, clause: 1, n_clauses: 1 }])),
+        one(flow(
+            0,
+            1,
+            &[],
+            vec![Action::Conjunction {
+                id: 1,
+                clause: 1,
+                n_clauses: 1
+            }]
+        )),
         FlowModError::BadConjunction { .. }
     ));
     assert!(matches!(
-        one(flow(0, 1, &[], vec![Action::Conjunction { id: 1, clause: 1, n_clauses: 65 }])),
+        one(flow(
+            0,
+            1,
+            &[],
+            vec![Action::Conjunction {
+                id: 1,
+                clause: 1,
+                n_clauses: 65
+            }]
+        )),
         FlowModError::BadConjunction { .. }
     ));
     assert!(matches!(
-        one(flow(0, 1, &[], vec![Action::Conjunction { id: 1, clause: 0, n_clauses: 2 }])),
+        one(flow(
+            0,
+            1,
+            &[],
+            vec![Action::Conjunction {
+                id: 1,
+                clause: 0,
+                n_clauses: 2
+            }]
+        )),
         FlowModError::BadConjunction { .. }
     ));
     assert!(matches!(
-        one(flow(0, 1, &[], vec![Action::Conjunction { id: 1, clause: 1, n_clauses: 2 }, Action::Output(1)])),
+        one(flow(
+            0,
+            1,
+            &[],
+            vec![
+                Action::Conjunction {
+                    id: 1,
+                    clause: 1,
+                    n_clauses: 2
+                },
+                Action::Output(1)
+            ]
+        )),
         FlowModError::ConjunctionWithOtherActions(_)
     ));
     assert_eq!(
         one(flow(5, 1, &[], vec![Action::GotoTable(5)])),
-        FlowModError::BadGotoTable { table: 5, target: 5 }
+        FlowModError::BadGotoTable {
+            table: 5,
+            target: 5
+        }
     );
     assert_eq!(
-        one(flow(5, 1, &[], vec![Action::GotoTable(6), Action::Output(1)])),
+        one(flow(
+            5,
+            1,
+            &[],
+            vec![Action::GotoTable(6), Action::Output(1)]
+        )),
         FlowModError::GotoNotLast(6)
     );
-    let mut fm = cmd(FlowModCommand::Delete { strict: false }, Some(255), flow(0, 0, &[], vec![]));
+    let mut fm = cmd(
+        FlowModCommand::Delete { strict: false },
+        Some(255),
+        flow(0, 0, &[], vec![]),
+    );
     fm.table = Some(255);
     assert_eq!(p.apply(&[fm], 0).unwrap_err(), FlowModError::BadTable(255));
     // Accepted like OVS: conj_id match with a conjunction action; note with conjunction.
@@ -308,7 +482,14 @@ fn validation_errors() {
             0,
             1,
             &[(Field::ConjId, 5)],
-            vec![Action::Conjunction { id: 7, clause: 1, n_clauses: 2 }, Action::Note(vec![0])],
+            vec![
+                Action::Conjunction {
+                    id: 7,
+                    clause: 1,
+                    n_clauses: 2,
+                },
+                Action::Note(vec![0]),
+            ],
         ))],
         0,
     )
@@ -324,7 +505,10 @@ fn non_canonical_match_is_stored_canonical() {
     f.matches.value.set(Field::NwSrc, 0x0a00_0001); // stray low bits
     p.apply(&[add(f)], 0).expect("add");
     let ts = p.snapshot();
-    assert_eq!(ts.flows_in(0)[0].flow.matches.value.get(Field::NwSrc), 0x0a00_0000);
+    assert_eq!(
+        ts.flows_in(0)[0].flow.matches.value.get(Field::NwSrc),
+        0x0a00_0000
+    );
     assert!(actions_of(&ts, 0, &key(&[(Field::NwSrc, 0x0a00_00ff)])).is_some());
 }
 
@@ -334,7 +518,8 @@ fn replace_all_diffs_and_keeps_counters() {
     let keep = flow(0, 10, &[port1()], vec![Action::Output(1)]);
     let change = flow(0, 20, &[(Field::InPort, 2)], vec![Action::Output(2)]);
     let gone = flow(1, 5, &[], vec![Action::Output(3)]);
-    p.replace_all(&[keep.clone(), change.clone(), gone.clone()], 0).expect("initial");
+    p.replace_all(&[keep.clone(), change.clone(), gone.clone()], 0)
+        .expect("initial");
     let ts = p.snapshot();
     assert_eq!(ts.flow_count(), 3);
     let kept_rule = ts.flows_in(0)[1].clone();
@@ -345,7 +530,9 @@ fn replace_all_diffs_and_keeps_counters() {
     let mut changed = change.clone();
     changed.actions = vec![Action::Output(22)];
     let new = flow(1, 6, &[port1()], vec![]);
-    let r = p.replace_all(&[keep.clone(), changed, new], 9).expect("replace");
+    let r = p
+        .replace_all(&[keep.clone(), changed, new], 9)
+        .expect("replace");
     assert_eq!(
         r,
         ApplyReport {
@@ -370,7 +557,9 @@ fn replace_all_diffs_and_keeps_counters() {
     assert_eq!(ts.table(2).map(|c| c as *const Classifier), t2);
     // Invalid input changes nothing.
     let g = ts.generation();
-    let err = p.replace_all(&[keep, flow(255, 1, &[], vec![])], 10).unwrap_err();
+    let err = p
+        .replace_all(&[keep, flow(255, 1, &[], vec![])], 10)
+        .unwrap_err();
     assert!(matches!(err, FlowModError::InBundle { index: 1, .. }));
     assert_eq!(p.snapshot().generation(), g);
     assert_eq!(p.snapshot().flow_count(), 3);
@@ -384,10 +573,18 @@ fn expiry() {
     let mut hard = flow(0, 2, &[(Field::InPort, 2)], vec![]);
     hard.hard_timeout = 20;
     let forever = flow(0, 3, &[(Field::InPort, 3)], vec![]);
-    p.apply(&[add(idle.clone()), add(hard.clone()), add(forever)], 100 * S).expect("add");
+    p.apply(
+        &[add(idle.clone()), add(hard.clone()), add(forever)],
+        100 * S,
+    )
+    .expect("add");
     let g = p.snapshot().generation();
     assert!(p.expire(105 * S).is_empty());
-    assert_eq!(p.snapshot().generation(), g, "nothing expired: no new version");
+    assert_eq!(
+        p.snapshot().generation(),
+        g,
+        "nothing expired: no new version"
+    );
     // A hit at 108 s keeps the idle flow alive until 118 s.
     p.snapshot().flows_in(0)[2].credit(1, 60, 108 * S);
     assert!(p.expire(115 * S).is_empty());
@@ -402,10 +599,19 @@ fn expiry() {
 #[test]
 fn flows_order_and_conjunction_through_tables() {
     let p = Pipeline::new();
-    let conj = |k| Action::Conjunction { id: 9, clause: k, n_clauses: 2 };
+    let conj = |k| Action::Conjunction {
+        id: 9,
+        clause: k,
+        n_clauses: 2,
+    };
     p.apply(
         &[
-            add(flow(40, 200, &[(Field::ConjId, 9)], vec![Action::GotoTable(41)])),
+            add(flow(
+                40,
+                200,
+                &[(Field::ConjId, 9)],
+                vec![Action::GotoTable(41)],
+            )),
             add(flow(40, 100, &[(Field::NwSrc, 1)], vec![conj(1)])),
             add(flow(40, 100, &[(Field::NwDst, 2)], vec![conj(2)])),
             add(flow(40, 0, &[], vec![Action::Output(0)])),
@@ -415,8 +621,14 @@ fn flows_order_and_conjunction_through_tables() {
     )
     .expect("add");
     let ts = p.snapshot();
-    let order: Vec<(u8, u16)> = ts.flows().map(|r| (r.flow.table, r.flow.priority)).collect();
-    assert_eq!(order, vec![(10, 5), (40, 200), (40, 100), (40, 100), (40, 0)]);
+    let order: Vec<(u8, u16)> = ts
+        .flows()
+        .map(|r| (r.flow.table, r.flow.priority))
+        .collect();
+    assert_eq!(
+        order,
+        vec![(10, 5), (40, 200), (40, 100), (40, 100), (40, 0)]
+    );
     let k = key(&[(Field::NwSrc, 1), (Field::NwDst, 2)]);
     assert_eq!(actions_of(&ts, 40, &k), Some(vec![Action::GotoTable(41)]));
     let k = key(&[(Field::NwSrc, 1), (Field::NwDst, 3)]);
