@@ -218,6 +218,10 @@ pub struct DatapathStats {
     pub upcalls: u64,
     /// Megaflows installed by the slow path.
     pub megaflow_inserts: u64,
+    /// Slow-path translations that failed (resubmit loops, unknown
+    /// recirculation ids): the packet is dropped, and the drop is cached
+    /// like any result (the failure depends only on the bits consulted).
+    pub xlate_errors: u64,
     /// Times the caches were emptied (table changes, explicit flushes).
     pub cache_flushes: u64,
     /// Recirculations (extra passes).
@@ -366,6 +370,9 @@ impl Datapath {
         }
         self.stats.upcalls += 1;
         let t = (self.slow_path)(tables, key, &self.env);
+        if t.error.is_some() {
+            self.stats.xlate_errors += 1;
+        }
         let mut mask = t.wildcards;
         // The slow path chooses its start table by recirc_id: every
         // megaflow matches it exactly, whatever the translation reported.
@@ -660,6 +667,13 @@ mod tests {
                     cookie: 9,
                 },
             ],
+            // The slow path fails (e.g. a resubmit loop): dropped, counted.
+            (7, 0) => {
+                let mut t = Translation::default();
+                t.wildcards = wildcards;
+                t.error = Some(crate::xlate::XlateError::TooManyResubmits(1));
+                return t;
+            }
             // A write that does not fit the frame.
             (6, 0) => vec![
                 A::Set {
@@ -803,6 +817,18 @@ mod tests {
         assert_eq!(sink.outputs[0].1, frame(6));
         let s = d.stats();
         assert_eq!((s.write_errors, s.drops), (1, 1));
+    }
+
+    #[test]
+    fn xlate_errors_drop_and_are_cached() {
+        let mut d = dp(DatapathConfig::default());
+        let sink = run(&mut d, &[7, 7]);
+        assert!(sink.outputs.is_empty());
+        let s = d.stats();
+        assert_eq!(
+            (s.xlate_errors, s.drops, s.upcalls, s.emc_hits),
+            (1, 2, 1, 1)
+        );
     }
 
     #[test]

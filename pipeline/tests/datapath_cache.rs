@@ -250,7 +250,7 @@ fn random_flow(r: &mut Rng) -> Flow {
     let ip = ip4 || dl_type == Some(0x86dd);
     let mut actions = Vec::new();
     for _ in 0..r.below(4) {
-        let a = match r.below(12) {
+        let a = match r.below(14) {
             0..=2 => Action::Output(r.pick(&PORTS)),
             3 => Action::ModDlSrc(r.pick(&MACS)),
             4 => Action::SetField {
@@ -264,7 +264,7 @@ fn random_flow(r: &mut Rng) -> Flow {
                 dst: SubField::whole(Field::Reg(0)),
                 value: r.below(3) as u128,
             },
-            8 if ip && table + 1 < N_TABLES => {
+            8 | 13 if ip && table + 1 < N_TABLES => {
                 let commit = r.chance(50);
                 let exec = if commit && r.chance(50) {
                     vec![Action::SetField {
@@ -289,6 +289,16 @@ fn random_flow(r: &mut Rng) -> Flow {
                 ..ControllerAction::default()
             }),
             11 => Action::SetTunnel(r.below(3)),
+            // Any table, backwards too: loops end in a translation error,
+            // whose drop is cached like any other result.
+            12 => Action::Resubmit {
+                in_port: if r.chance(30) {
+                    Some(r.pick(&PORTS))
+                } else {
+                    None
+                },
+                table: Some(r.below(N_TABLES as u64) as u8),
+            },
             _ => Action::Output(r.pick(&PORTS)),
         };
         actions.push(a);
@@ -335,6 +345,9 @@ struct Totals {
     nonempty_actions: u64,
     megaflow_hits: u64,
     emc_hits: u64,
+    recirculations: u64,
+    xlate_errors: u64,
+    outputs: u64,
 }
 
 fn run_case(seed: u64, totals: &mut Totals) {
@@ -368,6 +381,39 @@ fn run_case(seed: u64, totals: &mut Totals) {
     let mut flows: Vec<Flow> = Vec::new();
     let mut now = 1_000_000u64;
 
+    // Base flows (never deleted, but random flows may override them): IP
+    // goes through conntrack and recirculates; ARP is forwarded.
+    let base = [
+        Flow {
+            priority: 1,
+            matches: {
+                let mut m = Match::CATCHALL;
+                m.set_exact(Field::DlType, 0x0800);
+                m
+            },
+            actions: vec![Action::Ct(CtAction {
+                commit: false,
+                force: false,
+                zone: CtZoneSrc::Imm(5),
+                table: Some(1 + r.below(3) as u8),
+                exec: Vec::new(),
+            })],
+            ..Flow::default()
+        },
+        Flow {
+            priority: 1,
+            matches: {
+                let mut m = Match::CATCHALL;
+                m.set_exact(Field::DlType, 0x0806);
+                m
+            },
+            actions: vec![Action::Output(r.pick(&PORTS))],
+            ..Flow::default()
+        },
+    ];
+    pipeline
+        .apply(&base.map(add), now)
+        .expect("Pipeline::apply(base)");
     for _ in 0..6 {
         let f = random_flow(&mut r);
         pipeline
@@ -443,6 +489,10 @@ fn run_case(seed: u64, totals: &mut Totals) {
     }
     totals.megaflow_hits += mf_only.stats().megaflow_hits;
     totals.emc_hits += full.stats().emc_hits;
+    let s = full.stats();
+    totals.recirculations += s.recirculations;
+    totals.xlate_errors += s.xlate_errors;
+    totals.outputs += s.outputs;
     let s = reference.stats();
     assert_eq!(
         s.emc_hits + s.megaflow_hits,
@@ -469,10 +519,21 @@ fn property_exercises_both_tiers() {
     for seed in 0..16 {
         run_case(seed, &mut totals);
     }
+    eprintln!(
+        "16 cases: {} keys with actions, {} EMC hits, {} megaflow hits, {} recirculations, \
+         {} translation errors, {} outputs",
+        totals.nonempty_actions,
+        totals.emc_hits,
+        totals.megaflow_hits,
+        totals.recirculations,
+        totals.xlate_errors,
+        totals.outputs
+    );
     assert!(
         totals.nonempty_actions > 0,
         "no translation produced any action"
     );
     assert!(totals.megaflow_hits > 0, "the megaflow tier never answered");
     assert!(totals.emc_hits > 0, "the exact-match tier never answered");
+    assert!(totals.recirculations > 0, "no packet recirculated");
 }
