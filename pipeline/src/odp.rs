@@ -39,6 +39,9 @@
 //! - `LoadMeta` (metadata carried across a recirculation) is never printed
 //!   by [`format_dp_actions`]; OVS keeps that state in its recirculation
 //!   context instead. Its standalone `Display` is `load(FIELD=VALUE)`.
+//! - A `PushVlan` directly followed by a `Set` of the VLAN TCI prints as
+//!   one `push_vlan(...)` with the final TCI (OVS commits only the final
+//!   VLAN state); the datapath executes both, with the same result.
 //! - Recirculation ids are `table + 1` (see [`recirc_id_for_table`]), so
 //!   `ct(table=7)` prints `recirc(0x8)`; OVS allocates ids dynamically.
 //!
@@ -188,10 +191,22 @@ fn format_actions(actions: &[DpAction], key: Option<&FlowKey>) -> String {
                 }
                 vlan = vlan.map(|_| tci & 0x1000 != 0);
             }
-            DpAction::PushVlan { .. } => {
+            DpAction::PushVlan { tpid, tci } => {
                 vlan = vlan.map(|_| true);
                 sep(&mut out);
-                out.push_str(&a.to_string());
+                // A push directly followed by a write of the new tag's TCI
+                // (how `push_vlan,set_field:..->vlan_vid` translates) prints
+                // as one push with the final TCI, as OVS prints it.
+                match actions.get(i + 1) {
+                    Some(DpAction::Set {
+                        field: Field::VlanTci,
+                        value,
+                    }) if *value as u16 & 0x1000 != 0 => {
+                        write_push_vlan(&mut out, *tpid, *value as u16);
+                        i += 1;
+                    }
+                    _ => write_push_vlan(&mut out, *tpid, *tci),
+                }
             }
             DpAction::PopVlan => {
                 // Only one tag is modelled in the key.
@@ -559,6 +574,16 @@ mod tests {
             DpAction::Output(2),
         ];
         assert_eq!(format_dp_actions(&a), "push_vlan(vid=5,pcp=0),2,pop_vlan,2");
+        // push_vlan,set_field:0x1005->vlan_vid as xlate compiles it.
+        let b = vec![
+            DpAction::PushVlan {
+                tpid: 0x8100,
+                tci: 0,
+            },
+            set(Field::VlanTci, 0x1005),
+            DpAction::Output(1),
+        ];
+        assert_eq!(format_dp_actions(&b), "push_vlan(vid=5,pcp=0),1");
         let ct = vec![
             DpAction::Ct {
                 zone: 5,
