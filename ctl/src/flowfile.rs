@@ -7,10 +7,9 @@
 //!    fails with the line, column and token at fault.
 //! 2. **Tables**: the flows become one bundle of `add` flow mods applied to
 //!    a fresh [`Pipeline`] atomically, which catches what only the tables
-//!    can see (for example a `goto_table` to an earlier table). A bundle
-//!    error does not say which flow was at fault, so on failure the flows
-//!    are replayed one at a time into another fresh pipeline to find the
-//!    first one that fails, and that flow's line is reported.
+//!    can see (for example a `goto_table` to an earlier table, or a
+//!    conjunction whose clauses disagree). The bundle error names the
+//!    failing flow mod by its index, which maps back to a line of the file.
 //!
 //! Errors print as `FILE:LINE:COLUMN: message (token 'x')`, the format
 //! editors and CI logs link to.
@@ -74,6 +73,8 @@ pub struct Loaded {
     pub flows: Vec<Flow>,
     /// The pipeline holding them.
     pub pipeline: Pipeline,
+    /// The time the flows were added, on the pipeline's clock (ns).
+    pub loaded_at_ns: u64,
 }
 
 /// The parse context for flow files: the oxvs table names are accepted.
@@ -90,15 +91,28 @@ pub fn load(src: &Source) -> Result<Loaded, LoadError> {
     })?;
     let pipeline = Pipeline::new();
     let mods: Vec<FlowMod> = flows.iter().cloned().map(add_mod).collect();
-    if let Err(err) = pipeline.apply(&mods, 0) {
-        let line = locate_table_error(&src.text, &mods);
+    // Offline there is no clock worth reading: time starts at 0.
+    let loaded_at_ns = 0;
+    if let Err(err) = pipeline.apply(&mods, loaded_at_ns) {
+        let (index, err) = match err {
+            FlowModError::InBundle { index, error } => (Some(index), *error),
+            other => (None, other),
+        };
+        let lines = flow_lines(&src.text);
+        let line = index
+            .filter(|_| lines.len() == mods.len())
+            .and_then(|i| lines.get(i).copied());
         return Err(LoadError::Table {
             file: src.name.clone(),
             line,
             err,
         });
     }
-    Ok(Loaded { flows, pipeline })
+    Ok(Loaded {
+        flows,
+        pipeline,
+        loaded_at_ns,
+    })
 }
 
 /// An `add-flow` flow mod for `flow`.
@@ -113,30 +127,37 @@ pub fn add_mod(flow: Flow) -> FlowMod {
     }
 }
 
-/// The line of the first flow mod that a pipeline refuses when they are
-/// applied one by one, if the lines of `text` can be matched to the flows.
-fn locate_table_error(text: &str, mods: &[FlowMod]) -> Option<usize> {
-    let lines = flow_lines(text);
-    if lines.len() != mods.len() {
-        return None;
-    }
-    let pipeline = Pipeline::new();
-    mods.iter()
-        .position(|m| pipeline.apply(std::slice::from_ref(m), 0).is_err())
-        .and_then(|i| lines.get(i).copied())
-}
-
-/// The 1-based numbers of the lines of a flow file that hold a flow (not
-/// blank, not a `#` comment).
+/// The 1-based line where each flow of a flow file starts, in order: the
+/// logical lines (a trailing `\` joins a line with the next, as in
+/// [`parse::parse_flow_file`]) that are not blank and not a `#` comment.
 pub fn flow_lines(text: &str) -> Vec<usize> {
-    text.lines()
-        .enumerate()
-        .filter(|(_, l)| {
-            let t = l.trim();
-            !t.is_empty() && !t.starts_with('#')
-        })
-        .map(|(i, _)| i + 1)
-        .collect()
+    let mut out = Vec::new();
+    // (first line, logical line text so far) of the line being joined.
+    let mut current: Option<(usize, String)> = None;
+    for (idx, raw) in text.lines().enumerate() {
+        let (body, cont) = match raw.trim_end().strip_suffix('\\') {
+            Some(b) => (b, true),
+            None => (raw, false),
+        };
+        let (start, mut joined) = current.take().unwrap_or((idx + 1, String::new()));
+        joined.push_str(body);
+        joined.push(' ');
+        if cont {
+            current = Some((start, joined));
+            continue;
+        }
+        let t = joined.trim_start();
+        if !t.is_empty() && !t.starts_with('#') {
+            out.push(start);
+        }
+    }
+    if let Some((start, joined)) = current {
+        let t = joined.trim_start();
+        if !t.is_empty() && !t.starts_with('#') {
+            out.push(start);
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -150,6 +171,8 @@ mod tests {
             "# header\n\ntable=0 actions=drop\n  # indented comment\n   \ntable=1 actions=drop\n";
         assert_eq!(flow_lines(text), vec![3, 6]);
         assert!(flow_lines("").is_empty());
+        let joined = "table=0, \\\n  actions=drop\n# c \\\n still comment\ntable=1 actions=drop";
+        assert_eq!(flow_lines(joined), vec![1, 5]);
     }
 
     #[test]

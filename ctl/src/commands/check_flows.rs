@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 
 use clap::Args;
 
-use super::Reported;
+use super::{emit, Reported};
 use crate::flowfile::{self, Source};
 
 #[derive(Debug, Args)]
@@ -29,8 +29,7 @@ impl CheckFlows {
                 return Err(Reported.into());
             }
         };
-        println!("{}", summary(&loaded.flows));
-        Ok(())
+        emit(&format!("{}\n", summary(&loaded.flows)))
     }
 }
 

@@ -1,18 +1,17 @@
 //! `oxvsctl dump-flows --flows FILE`: load a flow file and print its flows
 //! the way `ovs-ofctl dump-flows` does.
 //!
-//! Offline there is no traffic, so counters and durations are zero; the
-//! point is to see the flows as the pipeline holds them, normalised (a flow
-//! printed here reads the same whichever way it was written). Order: by
-//! table, then by descending priority, then file order. A later flow with
-//! the same table, priority and match replaces an earlier one, as an
-//! `add-flow` does.
+//! The flows are read back from the pipeline's tables, not from the file:
+//! what is printed is what the pipeline holds, normalised (a flow reads the
+//! same whichever way it was written; a later flow with the same table,
+//! priority and match has replaced an earlier one, as an `add-flow` does).
+//! Order: by table, then by descending priority, then oldest first.
+//! Offline there is no traffic, so counters and durations are zero.
 
 use clap::Args;
 use oxvs_pipeline::print::{self, DumpOptions, FlowStats};
-use oxvs_pipeline::Flow;
 
-use super::{Reported, UsageError};
+use super::{emit, Reported, UsageError};
 use crate::flowfile::{self, Source};
 use crate::spec;
 
@@ -51,75 +50,28 @@ impl DumpFlows {
             stats: !self.no_stats,
             names: self.names.then(|| loaded.pipeline.names().clone()),
         };
-        let stats = FlowStats::default();
-        for flow in installed(&loaded.flows, table) {
-            println!("{}", print::format_dump_line(flow, &stats, &opts));
-        }
-        Ok(())
-    }
-}
-
-/// The flows a pipeline holds after adding `flows` in order (a flow replaces
-/// an earlier one with the same table, priority and match), in dump order,
-/// optionally only those of `table`.
-fn installed(flows: &[Flow], table: Option<u8>) -> Vec<&Flow> {
-    let mut out: Vec<&Flow> = Vec::with_capacity(flows.len());
-    for f in flows
-        .iter()
-        .filter(|f| table.map_or(true, |t| f.table == t))
-    {
-        match out
-            .iter()
-            .position(|g| g.table == f.table && g.priority == f.priority && g.matches == f.matches)
-        {
-            Some(i) => out[i] = f,
-            None => out.push(f),
-        }
-    }
-    // Stable: equal (table, priority) keep file order.
-    out.sort_by(|a, b| a.table.cmp(&b.table).then(b.priority.cmp(&a.priority)));
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use oxvs_pipeline::{Action, Field};
-
-    fn flow(table: u8, priority: u16, port: u128, out: u32) -> Flow {
-        let mut f = Flow {
-            table,
-            priority,
-            actions: vec![Action::Output(out)],
-            ..Flow::default()
+        let tables = loaded.pipeline.snapshot();
+        let rules = match table {
+            Some(t) => tables.flows_in(t),
+            None => tables.flows().collect(),
         };
-        f.matches.set_exact(Field::InPort, port);
-        f
-    }
-
-    #[test]
-    fn later_identical_flow_replaces_and_order_is_table_then_priority() {
-        let flows = [
-            flow(10, 100, 1, 1),
-            flow(0, 100, 1, 1),
-            flow(0, 200, 2, 2),
-            flow(0, 100, 1, 9), // replaces the second flow
-            flow(0, 100, 3, 3),
-        ];
-        let got: Vec<(u8, u16, u32)> = installed(&flows, None)
-            .iter()
-            .map(|f| {
-                let Some(Action::Output(p)) = f.actions.first() else {
-                    panic!("test flows output");
-                };
-                (f.table, f.priority, *p)
-            })
-            .collect();
-        assert_eq!(
-            got,
-            vec![(0, 200, 2), (0, 100, 9), (0, 100, 3), (10, 100, 1)]
-        );
-        assert_eq!(installed(&flows, Some(10)).len(), 1);
-        assert!(installed(&flows, Some(7)).is_empty());
+        let mut text = String::new();
+        for rule in rules {
+            let stats = FlowStats {
+                duration_ns: loaded.loaded_at_ns.saturating_sub(rule.created_ns),
+                n_packets: rule
+                    .stats
+                    .n_packets
+                    .load(std::sync::atomic::Ordering::Relaxed),
+                n_bytes: rule
+                    .stats
+                    .n_bytes
+                    .load(std::sync::atomic::Ordering::Relaxed),
+                idle_age_s: None,
+            };
+            text.push_str(&print::format_dump_line(&rule.flow, &stats, &opts));
+            text.push('\n');
+        }
+        emit(&text)
     }
 }

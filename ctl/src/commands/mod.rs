@@ -37,3 +37,14 @@ pub struct UsageError(pub String);
 #[derive(Debug, thiserror::Error)]
 #[error("invalid input (reported above)")]
 pub struct Reported;
+
+/// Writes a command's output to standard output. A closed pipe (`| head`)
+/// ends the output quietly instead of panicking as `println!` would.
+pub fn emit(text: &str) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => r.map_err(|e| anyhow::anyhow!("cannot write the output: {e}")),
+    }
+}
