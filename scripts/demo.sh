@@ -3,7 +3,7 @@
 # offline tools on the example pipeline examples/antrea-like.flows:
 # validating it, dumping it with table names, and tracing packets through it.
 # Idempotent. Usage (as root): scripts/demo.sh
-set -euo pipefail
+set -Eeuo pipefail
 cd "$(dirname "$0")/.."
 current="scripts/setup.sh"
 trap 'printf "\nFAILED at step: %s\n" "$current" >&2' ERR
@@ -31,7 +31,7 @@ heading "3. Trace: client-1 (port 3) -> web-1 (port 4) TCP 80, a new connection:
 trace --ct-next trk,new \
   'tcp,in_port=3,dl_src=0a:58:0a:f4:00:03,dl_dst=0a:58:0a:f4:00:04,nw_src=10.244.0.3,nw_dst=10.244.0.4,nw_ttl=64,tp_src=40000,tp_dst=80'
 
-heading "4. Trace: db-1 (port 5) -> web-1 TCP 80: dropped by the NetworkPolicy"
+heading "4. Trace: db-1 (port 5) -> web-1 TCP 80: dropped by NetworkPolicy (db-1 may only send DNS)"
 trace --ct-next trk,new \
   'tcp,in_port=5,dl_src=0a:58:0a:f4:00:05,dl_dst=0a:58:0a:f4:00:04,nw_src=10.244.0.5,nw_dst=10.244.0.4,nw_ttl=64,tp_src=40000,tp_dst=80'
 

@@ -9,7 +9,7 @@
 #   curl, ca-certificates  only if Rust is missing: to fetch rustup
 # Rust: the stable toolchain via rustup with rustfmt and clippy, if cargo is
 # missing (Debian 12's own cargo is too old for this workspace).
-set -euo pipefail
+set -Eeuo pipefail
 cd "$(dirname "$0")/.."
 current=""
 step() { current="$*"; printf '\n==> %s\n' "$*"; }

@@ -4,7 +4,7 @@
 #
 # The differential tests (ctl/tests/ovs_diff.rs) start Open vSwitch
 # themselves when it is installed but not running.
-set -euo pipefail
+set -Eeuo pipefail
 cd "$(dirname "$0")/.."
 current="scripts/setup.sh"
 trap 'printf "\nFAILED at step: %s\n" "$current" >&2' ERR
