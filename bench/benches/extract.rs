@@ -98,7 +98,10 @@ fn extract_etherparse(frame: &[u8], in_port: u32) -> FlowKey {
             key.set(Field::NwSrc, u32::from_be_bytes(h.source()) as u128);
             key.set(Field::NwDst, u32::from_be_bytes(h.destination()) as u128);
             key.set(Field::NwProto, h.protocol().0 as u128);
-            key.set(Field::NwTos, ((h.dcp().value() << 2) | h.ecn().value()) as u128);
+            key.set(
+                Field::NwTos,
+                ((h.dcp().value() << 2) | h.ecn().value()) as u128,
+            );
             key.set(Field::NwTtl, h.ttl() as u128);
             let offset = h.fragments_offset().value();
             let mut f = 0;
@@ -124,33 +127,42 @@ fn extract_etherparse(frame: &[u8], in_port: u32) -> FlowKey {
                 key.set(Field::NwFrag, frag::ANY as u128);
             }
         }
-        Some(LaxNetSlice::Arp(arp)) => {
+        Some(LaxNetSlice::Arp(arp))
             if arp.hw_addr_type().0 == 1
                 && arp.proto_addr_type().0 == 0x0800
                 && arp.hw_addr_size() == 6
-                && arp.proto_addr_size() == 4
-            {
-                key.set(Field::NwSrc, be_slice(arp.sender_protocol_addr()));
-                key.set(Field::NwDst, be_slice(arp.target_protocol_addr()));
-                let op = arp.operation().0;
-                if op <= 0xff {
-                    key.set(Field::NwProto, op as u128);
-                }
-                key.set(Field::ArpSha, be_slice(arp.sender_hw_addr()));
-                key.set(Field::ArpTha, be_slice(arp.target_hw_addr()));
+                && arp.proto_addr_size() == 4 =>
+        {
+            key.set(Field::NwSrc, be_slice(arp.sender_protocol_addr()));
+            key.set(Field::NwDst, be_slice(arp.target_protocol_addr()));
+            let op = arp.operation().0;
+            if op <= 0xff {
+                key.set(Field::NwProto, op as u128);
             }
+            key.set(Field::ArpSha, be_slice(arp.sender_hw_addr()));
+            key.set(Field::ArpTha, be_slice(arp.target_hw_addr()));
         }
-        None => {}
+        Some(LaxNetSlice::Arp(_)) | None => {}
     }
     if !later {
         match &p.transport {
             Some(TransportSlice::Tcp(t)) => {
                 key.set(Field::TpSrc, t.source_port() as u128);
                 key.set(Field::TpDst, t.destination_port() as u128);
-                let flags = [t.fin(), t.syn(), t.rst(), t.psh(), t.ack(), t.urg(), t.ece(), t.cwr(), t.ns()]
-                    .iter()
-                    .enumerate()
-                    .fold(0u16, |acc, (i, b)| acc | ((*b as u16) << i));
+                let flags = [
+                    t.fin(),
+                    t.syn(),
+                    t.rst(),
+                    t.psh(),
+                    t.ack(),
+                    t.urg(),
+                    t.ece(),
+                    t.cwr(),
+                    t.ns(),
+                ]
+                .iter()
+                .enumerate()
+                .fold(0u16, |acc, (i, b)| acc | ((*b as u16) << i));
                 key.set(Field::TcpFlags, flags as u128);
             }
             Some(TransportSlice::Udp(u)) => {
@@ -179,7 +191,10 @@ fn bench_extract(c: &mut Criterion) {
             extract_etherparse(frame, 1),
             "{name}: the two extractors disagree, the comparison would be unfair"
         );
-        assert_ne!(extract(frame, 1).get(Field::NwSrc) | extract(frame, 1).get(Field::Ipv6Src), 0);
+        assert_ne!(
+            extract(frame, 1).get(Field::NwSrc) | extract(frame, 1).get(Field::Ipv6Src),
+            0
+        );
     }
 
     let mut g = c.benchmark_group("extract");

@@ -14,7 +14,9 @@ fuzz_target!(|frame: &[u8]| {
     assert_eq!(fresh.get(Field::InPort), 7);
 
     // A key full of metadata and stale packet fields.
-    let mut key = FlowKey { w: [0xa5a5_a5a5_a5a5_a5a5; oxvs_pipeline::field::KEY_WORDS] };
+    let mut key = FlowKey {
+        w: [0xa5a5_a5a5_a5a5_a5a5; oxvs_pipeline::field::KEY_WORDS],
+    };
     let before = key;
     extract_packet(frame, &mut key);
     let mut packet_mask = FlowKey::ZERO;
@@ -24,6 +26,10 @@ fuzz_target!(|frame: &[u8]| {
     for i in 0..key.w.len() {
         let m = packet_mask.w[i];
         assert_eq!(key.w[i] & !m, before.w[i] & !m, "metadata word {i} changed");
-        assert_eq!(key.w[i] & m, fresh.w[i] & m, "packet word {i} differs from extract()");
+        assert_eq!(
+            key.w[i] & m,
+            fresh.w[i] & m,
+            "packet word {i} differs from extract()"
+        );
     }
 });
