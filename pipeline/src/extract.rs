@@ -274,7 +274,10 @@ const PACKET_MASK: [u64; KEY_WORDS] = {
 pub fn extract(frame: &[u8], in_port: u32) -> FlowKey {
     let mut key = FlowKey::ZERO;
     key.set(Field::InPort, in_port as u128);
-    extract_packet(frame, &mut key);
+    // The packet fields are already zero: no clearing pass. Parsing inline
+    // (rather than calling `extract_packet`) lets the key be built in place
+    // in the caller's return slot instead of on the stack and then copied.
+    parse_ethernet(frame, &mut key);
     key
 }
 
