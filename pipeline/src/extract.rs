@@ -271,6 +271,7 @@ const PACKET_MASK: [u64; KEY_WORDS] = {
 
 /// Extracts the key of a frame that arrived on `in_port` (every other
 /// metadata field zero).
+#[inline]
 pub fn extract(frame: &[u8], in_port: u32) -> FlowKey {
     let mut key = FlowKey::ZERO;
     key.set(Field::InPort, in_port as u128);
