@@ -1025,6 +1025,17 @@ mod tests {
     }
 
     #[test]
+    fn igmp_type_and_code_like_ovs() {
+        // IGMPv2 membership query, max response time 10 s (code 100).
+        let frame = hex(&format!(
+            "{ETH} 0800 4500 001c 0000 0000 0102 0000 0a000001 e0000001 1164 ee9b 00000000"
+        ));
+        let k = extract(&frame, 1);
+        assert_eq!(k.get(Field::NwProto), 2);
+        assert_eq!((k.get(Field::TpSrc), k.get(Field::TpDst)), (0x11, 100));
+    }
+
+    #[test]
     fn arp_opcode_above_255_and_non_ethernet_arp() {
         let big_op = hex(&format!(
             "{ETH} 0806 0001 0800 06 04 0101 020000000001 0a000001 000000000000 0a000002"
