@@ -387,3 +387,24 @@ fn datapath_pipeline_reaches_every_action() {
     assert!(s.recirculations > 3, "{s:?}");
     assert!(s.packet_ins > 0, "{s:?}");
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
+
+    /// The tracker reads both the key and the frame; after a header write
+    /// that did not fit, they can disagree. Any pair must be safe.
+    #[test]
+    fn conntrack_never_panics_on_key_frame_mismatch(
+        steps in prop::collection::vec((frame(), frame(), any::<bool>(), any::<bool>(), 0u16..3), 1..10),
+    ) {
+        use oxvs_pipeline::conntrack::CtParams;
+        use oxvs_pipeline::extract::extract;
+        let mut ct = Conntrack::default();
+        for (i, (f, other, commit, force, zone)) in steps.iter().enumerate() {
+            let p = CtParams { zone: *zone, commit: *commit, force: *force, mark: Some((1, 1)), label: Some((1, 1)) };
+            // The key of `other` over the bytes of `f`, then the honest pair.
+            let _ = ct.execute(f, &extract(other, 1), &p, i as u64 * 1_000);
+            let _ = ct.execute(f, &extract(f, 1), &p, i as u64 * 1_000 + 1);
+        }
+    }
+}
