@@ -1167,6 +1167,10 @@ fn parse_set_field(src: &Src, arg: &str, ac: &ActCtx, in_ct: bool) -> PResult<Ac
                     ))
                 }
                 ("nw_tos", None) => (v, 0xfc),
+                // `vlan_vid` is OXM's VID with "tag present" (0x1000): setting
+                // it rewrites the VID of the existing tag and keeps the tag
+                // (OVS prints it as `mod_vlan_vid`); it never strips it.
+                ("vlan_vid", None) => (v | VLAN_CFI, ones(bits)),
                 // icmp_type/icmp_code: 8-bit views of 16-bit tp_src/tp_dst.
                 (_, None) if matches!(f, Field::TpSrc | Field::TpDst) && bits == 8 => (v, 0xffff),
                 _ => (v, m.unwrap_or(ones(bits))),
