@@ -31,9 +31,10 @@ fn env() -> XlateEnv {
     }
 }
 
-/// OVS: `set_field:7->vlan_vid` is `mod_vlan_vid:7`; the tag stays
-/// (`Datapath actions: pop_vlan,push_vlan(vid=7,pcp=0),2`). It used to
-/// clear the tag-present bit, and the datapath then popped the tag.
+/// OVS: `set_field:7->vlan_vid` is `mod_vlan_vid:7` (OpenFlow 1.0/NXM; with
+/// OpenFlow 1.3 the value must carry OFPVID_PRESENT, 4103); either way the
+/// tag stays (`Datapath actions: pop_vlan,push_vlan(vid=7,pcp=0),2`). It
+/// used to clear the tag-present bit, and the datapath then popped the tag.
 #[test]
 fn set_field_vlan_vid_keeps_the_tag() {
     let p = pipeline(&["in_port=1,dl_vlan=5,actions=set_field:7->vlan_vid,output:2"]);
