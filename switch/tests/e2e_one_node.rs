@@ -25,12 +25,16 @@ fn e2e_one_node() {
     let pod2 = Netns::new("pod2");
     let sw = Switchd::start(&node);
 
-    add_pod(&sw, &node, &pod1, "p1", 1, "10.10.0.1/24", MAC1);
-    add_pod(&sw, &node, &pod2, "p2", 2, "10.10.0.2/24", MAC2);
+    add_pod(&sw, &node, &pod1, "p1", 1, "10.10.0.1/24", MAC1, 1500);
+    add_pod(&sw, &node, &pod2, "p2", 2, "10.10.0.2/24", MAC2, 1500);
 
     // An empty pipeline forwards nothing.
     let p = ping(&pod1, IP2, 2, "0.2", &[]);
-    assert_eq!(p.received, 0, "forwarded with no flows loaded:\n{}", p.output);
+    assert_eq!(
+        p.received, 0,
+        "forwarded with no flows loaded:\n{}",
+        p.output
+    );
 
     sw.add_flows(&example("switch-two-pods.flows"));
     let flows_before = sw.ctl_ok(&["dump-flows"]);
@@ -80,14 +84,19 @@ fn e2e_one_node() {
     sw.ctl_ok(&["add-flow", drop]);
     let p = ping(&pod1, IP2, 3, "0.2", &[]);
     assert_eq!(
-        p.received, 0,
+        p.received,
+        0,
         "ping pod1 -> pod2 still answered after the drop flow:\n{}\n{}",
         p.output,
         sw.ctl_ok(&["dump-flows"])
     );
     // The other direction's requests pass, but their replies (pod1 -> pod2) are dropped.
     let p = ping(&pod2, IP1, 2, "0.2", &[]);
-    assert_eq!(p.received, 0, "pod2 -> pod1 replies not dropped:\n{}", p.output);
+    assert_eq!(
+        p.received, 0,
+        "pod2 -> pod1 replies not dropped:\n{}",
+        p.output
+    );
     let dump = sw.ctl_ok(&["dump-flows"]);
     let dropped = flow_packets(&dump, "priority=200")
         .unwrap_or_else(|| panic!("the drop flow is not in dump-flows:\n{dump}"));
@@ -104,5 +113,9 @@ fn e2e_one_node() {
         "del-flows removed more than the drop flow:\n{dump}"
     );
     let p = ping(&pod1, IP2, 3, "0.2", &[]);
-    assert_eq!(p.received, 3, "traffic not restored after del-flows:\n{}", p.output);
+    assert_eq!(
+        p.received, 3,
+        "traffic not restored after del-flows:\n{}",
+        p.output
+    );
 }

@@ -547,7 +547,8 @@ impl Drop for Switchd {
 
 /// A pod: namespace `pod` gets `eth0` (IP `cidr`, MAC `mac`, MTU `mtu`, a
 /// default route through eth0, TX checksum offload off), its peer `host_if`
-/// is up in namespace `node`. Not attached to anything.
+/// is up in namespace `node` with MTU max(`mtu`, 1500) (so the pod's MTU
+/// alone decides what it sends). Not attached to anything.
 pub fn make_pod(node: &Netns, pod: &Netns, host_if: &str, cidr: &str, mac: &str, mtu: u32) {
     veth(node, host_if, pod, "eth0");
     let mtu = mtu.to_string();
@@ -558,10 +559,12 @@ pub fn make_pod(node: &Netns, pod: &Netns, host_if: &str, cidr: &str, mac: &str,
     pod.must(&["ip", "route", "add", "default", "dev", "eth0"]);
     // Partial checksums would leave the pod uncomputed through AF_XDP.
     pod.must(&["ethtool", "-K", "eth0", "tx", "off"]);
-    node.must(&["ip", "link", "set", host_if, "mtu", &mtu]);
+    let host_mtu = mtu.parse::<u32>().unwrap_or(1500).max(1500).to_string();
+    node.must(&["ip", "link", "set", host_if, "mtu", &host_mtu]);
 }
 
-/// [`make_pod`] (MTU 1500), then attaches `host_if` to `sw` as `ofport`.
+/// [`make_pod`], then attaches `host_if` to `sw` as `ofport`.
+#[allow(clippy::too_many_arguments)]
 pub fn add_pod(
     sw: &Switchd,
     node: &Netns,
@@ -570,8 +573,9 @@ pub fn add_pod(
     ofport: u32,
     cidr: &str,
     mac: &str,
+    mtu: u32,
 ) {
-    make_pod(node, pod, host_if, cidr, mac, 1500);
+    make_pod(node, pod, host_if, cidr, mac, mtu);
     sw.add_port(host_if, ofport);
 }
 
@@ -616,8 +620,8 @@ pub fn ping(ns: &Netns, dst: &str, count: u32, interval: &str, extra: &[&str]) -
     cmd.extend_from_slice(extra);
     cmd.push(dst);
     let out = ns.exec(&cmd);
-    let text = String::from_utf8_lossy(&out.stdout).into_owned()
-        + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     parse_ping(out.status.success(), text)
 }
 
@@ -625,8 +629,8 @@ pub fn ping(ns: &Netns, dst: &str, count: u32, interval: &str, extra: &[&str]) -
 pub fn ping_until_up(ns: &Netns, dst: &str, secs: u32) -> Ping {
     let w = secs.to_string();
     let out = ns.exec(&["ping", "-n", "-c", "1", "-w", &w, "-i", "0.2", dst]);
-    let text = String::from_utf8_lossy(&out.stdout).into_owned()
-        + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     parse_ping(out.status.success(), text)
 }
 
@@ -694,8 +698,7 @@ pub fn tcp_transfer(client: &Netns, server: &Netns, server_ip: &str, port: u16, 
     assert!(ok, "TCP sink in {} failed: {got}{err}", server.name);
     let got = got.lines().last().unwrap_or_default().trim().to_owned();
     assert_eq!(
-        got,
-        sent,
+        got, sent,
         "TCP data {} -> {server_ip}:{port} arrived different (len sha256)",
         client.name
     );
@@ -753,7 +756,8 @@ pub fn udp_exchange(client: &Netns, server: &Netns, server_ip: &str, port: u16) 
         client.name
     );
     assert!(
-        out.status.success() && String::from_utf8_lossy(&out.stdout).contains(&format!("echo:{msg}")),
+        out.status.success()
+            && String::from_utf8_lossy(&out.stdout).contains(&format!("echo:{msg}")),
         "UDP answer {server_ip}:{port} -> {} did not arrive: {}{}",
         client.name,
         String::from_utf8_lossy(&out.stdout),
@@ -804,4 +808,33 @@ pub fn port_packet_totals(sw: &Switchd) -> (u64, u64) {
     let v: serde_json::Value = serde_json::from_str(&text)
         .unwrap_or_else(|e| panic!("dump-ports --json is not JSON ({e}): {text}"));
     (json_sum(&v, "rx_packets"), json_sum(&v, "tx_packets"))
+}
+
+/// Two node namespaces joined by an underlay veth `ul0` (192.0.2.1/24 in
+/// `a`, 192.0.2.2/24 in `b`, MTU `mtu`), TX checksum offload off on both
+/// ends (a wire computes checksums; a veth would pass partial ones on).
+pub fn underlay(a: &Netns, b: &Netns, mtu: u32) {
+    veth(a, "ul0", b, "ul0");
+    let mtu = mtu.to_string();
+    for (ns, ip) in [(a, "192.0.2.1/24"), (b, "192.0.2.2/24")] {
+        ns.must(&["ip", "link", "set", "ul0", "mtu", &mtu]);
+        ns.must(&["ip", "addr", "add", ip, "dev", "ul0"]);
+        ns.must(&["ethtool", "-K", "ul0", "tx", "off"]);
+    }
+}
+
+/// Plain-Linux VXLAN node: in `node`, a kernel `vxlan` device `vx0`
+/// (VNI `vni`, UDP 4789, local `local`, remote `remote`, over `ul0`)
+/// and the pod's host end `host_if` enslaved to bridge `br0`.
+pub fn kernel_vxlan_node(node: &Netns, host_if: &str, vni: u32, local: &str, remote: &str) {
+    let vni = vni.to_string();
+    node.must(&[
+        "ip", "link", "add", "vx0", "type", "vxlan", "id", &vni, "local", local, "remote", remote,
+        "dstport", "4789", "dev", "ul0",
+    ]);
+    node.must(&["ip", "link", "add", "br0", "type", "bridge"]);
+    node.must(&["ip", "link", "set", "vx0", "master", "br0"]);
+    node.must(&["ip", "link", "set", host_if, "master", "br0"]);
+    node.must(&["ip", "link", "set", "vx0", "up"]);
+    node.must(&["ip", "link", "set", "br0", "up"]);
 }
