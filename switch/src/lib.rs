@@ -8,3 +8,4 @@
 //! bytes. (Being written.)
 
 pub mod engine;
+pub mod vxlan;
