@@ -316,20 +316,16 @@ impl VxlanPort {
         let mut n = 0;
         for msg in results {
             let src = msg.address.map(|a| a.ip()).unwrap_or(Ipv4Addr::UNSPECIFIED);
+            // A truncated datagram is recorded as empty: parsing rejects it.
             let truncated = msg.flags.contains(MsgFlags::MSG_TRUNC);
             self.rx_desc[n] = RxDesc {
-                len: 0,
+                len: if truncated { 0 } else { msg.bytes },
                 meta: TunnelMeta {
                     tun_id: 0,
                     src: u32::from(src),
                     dst: u32::from(self.local_ip),
                 },
             };
-            if truncated {
-                self.rx_desc[n].len = usize::MAX; // parsed below as malformed
-            } else {
-                self.rx_desc[n].len = msg.bytes;
-            }
             n += 1;
         }
         let mut valid = 0;
@@ -338,12 +334,7 @@ impl VxlanPort {
             .chunks_exact(RX_SLOT)
             .zip(self.rx_desc[..n].iter_mut())
         {
-            let parsed = if d.len == usize::MAX {
-                None
-            } else {
-                slot.get(..d.len).and_then(parse_vxlan)
-            };
-            match parsed {
+            match slot.get(..d.len).and_then(parse_vxlan) {
                 Some((vni, inner_len)) => {
                     d.meta.tun_id = u64::from(vni);
                     d.len = inner_len;
