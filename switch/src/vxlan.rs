@@ -228,6 +228,9 @@ impl VxlanPort {
         )
         .map_err(|e| VxlanError::RawSocket(e.into()))?;
         let _ = rustix::net::sockopt::set_socket_send_buffer_size(&tx_sock, 4 << 20);
+        // Report the kernel's drops on this socket (full receive buffer).
+        nix::sys::socket::setsockopt(&rx_sock, nix::sys::socket::sockopt::RxqOvfl, &1)
+            .map_err(|e| VxlanError::Socket(e.into()))?;
         tracing::info!(%local_ip, dst_port, mtu, "vxlan port open (udp-socket)");
         Ok(VxlanPort {
             local_ip,
@@ -276,7 +279,9 @@ impl VxlanPort {
     }
 
     /// Counters: packets and bytes are inner frames; `rx_errors` counts
-    /// malformed datagrams and receive errors; `tx_dropped` frames refused by
+    /// malformed datagrams and receive errors; `rx_dropped` datagrams the
+    /// kernel dropped because the socket's receive buffer was full (as of
+    /// the last datagram received); `tx_dropped` frames refused by
     /// [`send`](Self::send) or not sent for lack of socket buffer;
     /// `tx_errors` datagrams the kernel refused.
     pub fn stats(&self) -> PortStats {
@@ -294,7 +299,8 @@ impl VxlanPort {
             return 0;
         }
         let fd = self.rx_sock.as_raw_fd();
-        let mut headers = MultiHeaders::<SockaddrIn>::preallocate(want, None);
+        let cmsg = nix::cmsg_space!(u32);
+        let mut headers = MultiHeaders::<SockaddrIn>::preallocate(want, Some(cmsg));
         let mut chunks = self.rx_buf.chunks_exact_mut(RX_SLOT);
         let mut iovs: [[IoSliceMut<'_>; 1]; MAX_BATCH] =
             std::array::from_fn(|_| [IoSliceMut::new(chunks.next().unwrap_or_default())]);
@@ -316,6 +322,14 @@ impl VxlanPort {
         let mut n = 0;
         for msg in results {
             let src = msg.address.map(|a| a.ip()).unwrap_or(Ipv4Addr::UNSPECIFIED);
+            // SO_RXQ_OVFL: the socket's drop count so far (buffer overflow).
+            if let Ok(cmsgs) = msg.cmsgs() {
+                for c in cmsgs {
+                    if let nix::sys::socket::ControlMessageOwned::RxqOvfl(dropped) = c {
+                        self.stats.rx_dropped = u64::from(dropped);
+                    }
+                }
+            }
             // A truncated datagram is recorded as empty: parsing rejects it.
             let truncated = msg.flags.contains(MsgFlags::MSG_TRUNC);
             self.rx_desc[n] = RxDesc {

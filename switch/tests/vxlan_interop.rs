@@ -364,6 +364,21 @@ fn other_underlay_traffic_stays_with_the_kernel() {
     std::thread::sleep(Duration::from_millis(50));
     assert_eq!(port.recv_batch(64), 0);
 
+    // Overflowing the socket's receive buffer shows up in rx_dropped (the
+    // kernel reports its drop count on the datagrams queued after them).
+    let mut bulk = valid.clone();
+    bulk.resize(1400, 0);
+    for _ in 0..20000 {
+        let _ = sender.send_to(&bulk, SocketAddrV4::new(A_IP, 4789));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    while port.recv_batch(64) > 0 {}
+    sender
+        .send_to(&valid, SocketAddrV4::new(A_IP, 4789))
+        .unwrap();
+    receive_until(&mut port, Duration::from_secs(3), |s| !s.is_empty());
+    assert!(port.stats().rx_dropped > 0, "{:?}", port.stats());
+
     // The underlay itself still works for the kernel (ICMP between A and B).
     let ping = Command::new("ip")
         .args([
