@@ -7,4 +7,5 @@
 //! what happens to a packet lives in `oxvs-pipeline`; this crate moves
 //! bytes. (Being written.)
 
+pub mod control;
 pub mod engine;
