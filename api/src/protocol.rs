@@ -488,7 +488,7 @@ pub fn from_hex(text: &str) -> Result<Vec<u8>, String> {
     if digits.is_empty() {
         return Err("empty hex string".into());
     }
-    if digits.len() % 2 != 0 {
+    if digits.len() & 1 == 1 {
         return Err(format!("odd number of hex digits ({})", digits.len()));
     }
     let nib = |b: u8| match b {

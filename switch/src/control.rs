@@ -752,7 +752,7 @@ fn dump_conntrack(switch: &Switch, zone: Option<u16>) -> DumpConntrackResult {
     DumpConntrackResult {
         entries: entries
             .into_iter()
-            .filter(|e| zone.map_or(true, |z| z == e.zone))
+            .filter(|e| zone.is_none() || zone == Some(e.zone))
             .map(|e| ConntrackEntry {
                 line: e.to_string(),
                 proto: e.proto,
