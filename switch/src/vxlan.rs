@@ -23,11 +23,17 @@
 //!   we write the outer IPv4 + UDP + VXLAN headers ourselves so that we choose
 //!   the UDP source port from a hash of the inner flow (ECMP in the underlay
 //!   spreads flows, keeps each flow on one path; range 49152-65535 as RFC
-//!   7348 recommends), set DF and TTL 64, and send a whole batch with one
+//!   7348 recommends), set TTL 64 and DF, and send a whole batch with one
 //!   `sendmmsg`. The kernel still routes the packet and resolves the next
 //!   hop's MAC. The outer UDP checksum is 0, as RFC 7348 recommends for IPv4
-//!   (Linux accepts it on receive; a kernel `vxlan` device can also send
-//!   zero checksums with `noudpcsum`).
+//!   (Linux accepts it on receive; a kernel `vxlan` device sends zero
+//!   checksums with `noudpcsum`; the Linux 6.x default is `udpcsum`).
+//! - **DF** is copied from the inner packet, like Linux `vxlan ... df
+//!   inherit`: set when the inner packet must not be fragmented (IPv4 with
+//!   DF, IPv6), clear otherwise (IPv4 without DF, ARP, other ethertypes), so
+//!   a smaller MTU further along the underlay fragments what the sender
+//!   allowed to be fragmented instead of silently dropping it. The IPv4
+//!   identification comes from a per-port counter.
 //!
 //! The price: one kernel crossing per batch each way and a copy into the
 //! port's buffers; the benefit: no underlay traffic can be stolen or broken.
@@ -58,10 +64,17 @@
 //!
 //! RX and TX each own [`MAX_BATCH`] preallocated slots; frames are copied
 //! into them, never allocated per packet. `recvmmsg` goes through `nix`,
-//! `sendmmsg` through `rustix` (so this module needs no `unsafe`); the small
-//! `mmsghdr` arrays these build are made per batch — one small allocation
-//! per `recv_batch` call (nix's `MultiHeaders` holds raw pointers, so keeping
-//! one would make the port `!Send`), none per packet, none on TX.
+//! `sendmmsg` through `rustix` (so this module needs no `unsafe`). TX builds
+//! its `mmsghdr` array on the stack; RX has nix build its `mmsghdr` and
+//! control-message arrays per `recv_batch` call (a few small allocations per
+//! batch, none per packet): nix's `MultiHeaders` holds raw pointers, so
+//! keeping one would make the port `!Send`. nix's `sendmmsg` is not used
+//! because reading its results touches uninitialised address slots.
+//!
+//! `rx_dropped` is the socket's own drop count (`SO_RXQ_OVFL`): datagrams
+//! the kernel discarded because the receive buffer (4 MiB asked, capped by
+//! `net.core.rmem_max`) was full — the symptom of a datapath thread that
+//! does not keep up.
 //!
 //! ## Concurrency
 //!
@@ -379,6 +392,11 @@ impl VxlanPort {
     /// Queues `inner` for `meta.dst` with VNI `meta.tun_id` (low 24 bits),
     /// copying it behind freshly written outer headers; flushes first when
     /// the TX slots are full. See the module doc for the MTU rules.
+    ///
+    /// `meta.src` is not used: the outer source is always the port's
+    /// `local_ip` (a packet that came in through a tunnel keeps its
+    /// `tun_src` in the key, and re-sending with it would spoof that peer).
+    /// Nothing is sent until [`flush`](Self::flush).
     pub fn send(&mut self, inner: &[u8], meta: TunnelMeta) -> Result<(), TxError> {
         if meta.dst == 0 {
             self.stats.tx_dropped += 1;
@@ -435,7 +453,7 @@ impl VxlanPort {
 
     /// Sends everything queued with one `sendmmsg` (more only if the kernel
     /// refuses a datagram midway: that one is counted in `tx_errors` and
-    /// skipped). Returns how many inner frames left.
+    /// skipped). Returns how many inner frames were handed to the kernel.
     pub fn flush(&mut self) -> usize {
         let n = self.tx_n;
         if n == 0 {
