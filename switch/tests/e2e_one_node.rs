@@ -74,6 +74,7 @@ fn e2e_one_node() {
         "dump-flows n_packets did not grow:\nbefore:\n{flows_before}\nafter:\n{flows_after}"
     );
     let (rx1, tx1) = port_packet_totals(&sw);
+    eprintln!("counters: flow to pod2 n_packets={to2}; ports rx {rx0} -> {rx1}, tx {tx0} -> {tx1}");
     assert!(
         rx1 > rx0 + 10 && tx1 > tx0 + 10,
         "dump-ports totals barely moved: rx {rx0} -> {rx1}, tx {tx0} -> {tx1}"

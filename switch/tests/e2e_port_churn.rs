@@ -100,6 +100,10 @@ fn e2e_port_churn() {
     let (_, out, err) = bg.wait(Duration::from_secs(20));
     let p = parse_ping(true, out + &err);
     assert_eq!(p.transmitted, 300, "background ping:\n{}", p.output);
+    eprintln!(
+        "churn: pod1 -> pod2 {} of {} pings answered",
+        p.received, p.transmitted
+    );
     assert!(
         p.received >= 297,
         "pod1 -> pod2 lost {} of 300 pings while pod3's port came and went",

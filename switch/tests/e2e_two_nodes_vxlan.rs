@@ -117,6 +117,11 @@ fn e2e_two_nodes_vxlan() {
         "inner MTU reported {mtu}, expected 1450 (underlay 1500 - 50)\nping:\n{}\nroute: {route}",
         big.output
     );
+    eprintln!(
+        "MTU: pod A told inner MTU {mtu}; ping said: {:?}; route: {}",
+        big.output.lines().find(|l| l.contains("mtu")),
+        route.trim()
+    );
     let ok = ping(&pa, IPB, 3, "0.2", &["-M", "do", "-s", "1400"]);
     assert_eq!(
         ok.received, 3,
