@@ -1,1 +1,669 @@
-//! The classifier: tuple-space search over one table's flows. (Being written.)
+//! The classifier: tuple-space search over one table's flows.
+//!
+//! ## What it is
+//!
+//! A [`Classifier`] holds the rules ([`Rule`]) of one OpenFlow table and
+//! answers "which is the highest-priority rule matching this key, and which
+//! key bits did you look at to decide?". Rules are grouped by mask into
+//! *subtables* (one per distinct mask: the "tuples" of tuple-space search).
+//! Within a subtable every rule has the same mask, so a key can match at
+//! most one *masked value*; the subtable is a hash table from the 64-bit hash
+//! of the masked value to a bucket of entries (all rules with that hash,
+//! sorted by priority descending, then by age). Only the hash is stored as a
+//! key, never the 224-byte masked value: candidates are verified against the
+//! rule's own [`Match`](crate::flow::Match), which also takes care of hash
+//! collisions. A lookup therefore costs one hash and one short bucket scan
+//! per *distinct mask*, independent of the number of rules.
+//!
+//! Subtables are kept sorted by the highest priority they contain. A lookup
+//! probes them in that order and stops as soon as the next subtable's max
+//! priority is below the best ordinary match found so far: nothing in it
+//! could win. Every subtable probed ORs its mask into the caller's wildcard
+//! mask `wc` (except `conj_id` bits, which are internal to the lookup): the
+//! result depends on exactly those bits, which is what makes megaflows
+//! correct, including the bits of higher-priority subtables that did *not*
+//! match (a packet differing in those bits could have hit them).
+//!
+//! ## Ties
+//!
+//! Two rules with the same priority can match one key only if their masks
+//! differ (identical match and priority is one rule: adding it again
+//! replaces it). OpenFlow leaves the winner undefined; here the rule that
+//! was *added earliest* to the table wins (modifying a rule's actions keeps
+//! its age; an add that replaces a rule makes it new). To make that hold,
+//! subtables whose max priority *equals* the best match are still probed.
+//!
+//! ## Conjunctive match (OVS semantics)
+//!
+//! A rule whose actions are only `conjunction(id,k/n)` (plus `note`s) is a
+//! *clause* rule ("soft" below); every other rule is "hard". The lookup
+//! follows Open vSwitch's `classifier_lookup` (checked against OVS 3.1
+//! `ofproto/trace`):
+//!
+//! 1. Probe subtables as above. For each subtable, the matching entries form
+//!    a list by priority. A hard top entry is a candidate answer. A soft top
+//!    entry is remembered as a conjunctive candidate, and the first hard
+//!    entry below it in the same list is also a candidate (OVS reaches it by
+//!    "falling back" after the soft entries fail). The best hard candidate
+//!    is `hard`. Hard wins ties against soft at equal priority.
+//! 2. If no soft entry is above `hard`, return `hard`. Otherwise, for each
+//!    distinct soft priority `p > hard.priority`, from the highest: the soft
+//!    entries at exactly `p` (at most one per probed subtable) are counted
+//!    (`count`); conjunction `id` *completes* if for some `n <= count` every
+//!    clause `1..=n` is covered by a matching clause rule at `p` carrying
+//!    `conjunction(id,k/n)`. (So one rule carrying several clauses of the
+//!    same conjunction does not complete it alone: OVS requires at least `n`
+//!    clause rules to match at that priority.) Completed ids are tried in
+//!    ascending order: the key is copied with `conj_id=id` and looked up
+//!    again, *ignoring clause rules* (and, as in OVS, a soft top entry hides
+//!    the hard entries below it in that second lookup). The first
+//!    second-lookup that finds any rule returns that rule. Note that the
+//!    second lookup can return an ordinary rule that does not match on
+//!    `conj_id` at all (e.g. a priority-0 catch-all), exactly as OVS does.
+//! 3. If no completed conjunction yields a rule, `hard` is the answer.
+//!
+//! Documented consequences:
+//! - clause rules of one conjunction must share a priority: clauses at
+//!   different priorities never complete together (OVS treats each
+//!   (id, priority) as its own conjunction);
+//! - clause rules with the same id and priority but different `n` are
+//!   treated as different conjunctions `(id, n)` (OVS lets whichever it sees
+//!   first decide `n`; overlapping conjunctions are "unpredictable" in OVS);
+//! - when several conjunctions complete at the same priority, the smallest
+//!   id whose `conj_id=id` lookup finds a rule wins (OVS: the first to
+//!   complete in probe order; its manual calls this unpredictable).
+//!
+//! ## Invariants
+//!
+//! - Every stored match is canonical (`value & mask == value`); callers
+//!   ([`crate::tables`]) guarantee it.
+//! - One rule per (match, priority).
+//! - `order` lists every subtable exactly once, sorted by max priority
+//!   descending; no subtable is empty.
+//! - Lookup never allocates and never locks; it borrows from `&self`.
+//!
+//! ## Versions
+//!
+//! A `Classifier` is a value: [`crate::tables`] clones it to build the next
+//! table version. Subtables are behind `Arc` and copied on write
+//! (`Arc::make_mut`), so a change copies only the subtables it touches;
+//! rules are `Arc<Rule>` and are never copied.
+
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Arc;
+
+use crate::field::{Field, KEY_WORDS};
+use crate::flow::{Action, Flow, Match};
+use crate::key::FlowKey;
+use crate::tables::Rule;
+
+/// Whether `flow` is a conjunctive clause flow: its actions are only
+/// `conjunction` (at least one) and `note`.
+pub fn is_clause_flow(flow: &Flow) -> bool {
+    flow.actions
+        .iter()
+        .any(|a| matches!(a, Action::Conjunction { .. }))
+        && flow
+            .actions
+            .iter()
+            .all(|a| matches!(a, Action::Conjunction { .. } | Action::Note(_)))
+}
+
+/// Per-word filter applied to masks before they are OR-ed into a caller's
+/// wildcards: clears `conj_id`, which never reaches the datapath.
+const fn wc_filter() -> [u64; KEY_WORDS] {
+    let mut f = [u64::MAX; KEY_WORDS];
+    let s = Field::ConjId.slot();
+    // conj_id is 32 bits inside one word (see field.rs).
+    let m = ((1u64 << s.bits) - 1) << s.shift;
+    f[s.word as usize] &= !m;
+    f
+}
+const WC_FILTER: [u64; KEY_WORDS] = wc_filter();
+
+/// Hasher for keys that already are 64-bit hashes.
+#[derive(Default, Clone, Copy)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        // Only u64 keys are used; fold anything else in anyway.
+        for b in bytes {
+            self.0 = (self.0 << 8) ^ u64::from(*b) ^ (self.0 >> 56);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+type HashIndex = HashMap<u64, Bucket, BuildHasherDefault<IdHasher>>;
+
+/// One installed rule plus what the lookup needs without chasing the `Arc`.
+#[derive(Clone, Debug)]
+struct Entry {
+    rule: Arc<Rule>,
+    /// Insertion order within the table (smaller = older = wins ties).
+    seq: u64,
+    priority: u16,
+    /// A conjunctive clause rule (see the module doc).
+    soft: bool,
+}
+
+impl Entry {
+    /// Whether `self` beats `other` among hard matches.
+    #[inline]
+    fn beats(&self, other: Option<&Entry>) -> bool {
+        match other {
+            None => true,
+            Some(o) => {
+                self.priority > o.priority || (self.priority == o.priority && self.seq < o.seq)
+            }
+        }
+    }
+
+    /// The `conjunction` actions as (id, clause bit, n), skipping malformed ones.
+    fn conjunctions(&self) -> impl Iterator<Item = (u32, u64, u8)> + '_ {
+        self.rule.flow.actions.iter().filter_map(|a| match a {
+            Action::Conjunction {
+                id,
+                clause,
+                n_clauses,
+            } if *clause >= 1 && clause <= n_clauses && *n_clauses <= 64 => {
+                Some((*id, 1u64 << (clause - 1), *n_clauses))
+            }
+            _ => None,
+        })
+    }
+}
+
+/// All entries whose masked value hashes alike, by priority desc then seq asc.
+#[derive(Clone, Debug)]
+enum Bucket {
+    One(Entry),
+    Many(Vec<Entry>),
+}
+
+impl Bucket {
+    fn entries(&self) -> &[Entry] {
+        match self {
+            Bucket::One(e) => std::slice::from_ref(e),
+            Bucket::Many(v) => v,
+        }
+    }
+}
+
+/// All rules with one mask.
+#[derive(Clone, Debug)]
+struct Subtable {
+    mask: FlowKey,
+    /// Indices of the nonzero words of `mask` (only those are hashed/compared).
+    words: [u8; KEY_WORDS],
+    n_words: u8,
+    index: HashIndex,
+    /// Number of rules per priority (gives the max priority after deletions).
+    prios: BTreeMap<u16, u32>,
+    n_rules: usize,
+}
+
+impl Subtable {
+    fn new(mask: FlowKey) -> Subtable {
+        let mut words = [0u8; KEY_WORDS];
+        let mut n = 0usize;
+        for (i, w) in mask.w.iter().enumerate() {
+            if *w != 0 {
+                words[n] = i as u8;
+                n += 1;
+            }
+        }
+        Subtable {
+            mask,
+            words,
+            n_words: n as u8,
+            index: HashIndex::default(),
+            prios: BTreeMap::new(),
+            n_rules: 0,
+        }
+    }
+
+    #[inline]
+    fn words(&self) -> &[u8] {
+        &self.words[..self.n_words as usize]
+    }
+
+    /// Hash of `key & mask` over the mask's words.
+    #[inline]
+    fn hash(&self, key: &FlowKey) -> u64 {
+        let mut h: u64 = 0x243f_6a88_85a3_08d3;
+        for &i in self.words() {
+            let i = i as usize;
+            h = (h ^ (key.w[i] & self.mask.w[i])).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            h ^= h >> 29;
+        }
+        h ^ (h >> 32)
+    }
+
+    /// Whether `key & mask == value` (the value of a rule of this subtable).
+    #[inline]
+    fn key_matches(&self, key: &FlowKey, value: &FlowKey) -> bool {
+        self.words().iter().all(|&i| {
+            let i = i as usize;
+            key.w[i] & self.mask.w[i] == value.w[i]
+        })
+    }
+
+    #[inline]
+    fn or_wc(&self, wc: &mut FlowKey) {
+        for &i in self.words() {
+            let i = i as usize;
+            wc.w[i] |= self.mask.w[i] & WC_FILTER[i];
+        }
+    }
+
+    /// The entries matching `key`, best first.
+    #[inline]
+    fn matching<'s: 'k, 'k>(&'s self, key: &'k FlowKey) -> impl Iterator<Item = &'s Entry> + 'k {
+        let bucket = self.index.get(&self.hash(key));
+        bucket
+            .map(Bucket::entries)
+            .unwrap_or(&[])
+            .iter()
+            .filter(move |e| self.key_matches(key, &e.rule.flow.matches.value))
+    }
+
+    fn max_priority(&self) -> Option<u16> {
+        self.prios.last_key_value().map(|(p, _)| *p)
+    }
+
+    /// Inserts, replacing the entry with the identical match and priority.
+    fn insert(&mut self, entry: Entry) -> Option<Entry> {
+        let h = self.hash(&entry.rule.flow.matches.value);
+        let value = entry.rule.flow.matches.value;
+        let pos_of = |v: &[Entry]| {
+            v.iter()
+                .position(|e| e.priority == entry.priority && e.rule.flow.matches.value == value)
+        };
+        let old = match self.index.get_mut(&h) {
+            None => {
+                self.index.insert(h, Bucket::One(entry.clone()));
+                None
+            }
+            Some(bucket) => {
+                let mut v = match std::mem::replace(bucket, Bucket::Many(Vec::new())) {
+                    Bucket::One(e) => vec![e],
+                    Bucket::Many(v) => v,
+                };
+                let old = pos_of(&v).map(|i| v.remove(i));
+                let at = v
+                    .iter()
+                    .position(|e| {
+                        (e.priority, std::cmp::Reverse(e.seq))
+                            < (entry.priority, std::cmp::Reverse(entry.seq))
+                    })
+                    .unwrap_or(v.len());
+                v.insert(at, entry.clone());
+                *bucket = if v.len() == 1 {
+                    Bucket::One(v.pop().expect("len 1"))
+                } else {
+                    Bucket::Many(v)
+                };
+                old
+            }
+        };
+        if old.is_none() {
+            self.n_rules += 1;
+            *self.prios.entry(entry.priority).or_insert(0) += 1;
+        }
+        old
+    }
+
+    fn find(&self, m: &Match, priority: u16) -> Option<&Entry> {
+        self.index
+            .get(&self.hash(&m.value))?
+            .entries()
+            .iter()
+            .find(|e| e.priority == priority && e.rule.flow.matches.value == m.value)
+    }
+
+    fn remove(&mut self, m: &Match, priority: u16) -> Option<Entry> {
+        let h = self.hash(&m.value);
+        let bucket = self.index.get_mut(&h)?;
+        let removed = match bucket {
+            Bucket::One(e) => {
+                if e.priority == priority && e.rule.flow.matches.value == m.value {
+                    self.index.remove(&h).map(|b| match b {
+                        Bucket::One(e) => e,
+                        Bucket::Many(mut v) => v.remove(0),
+                    })
+                } else {
+                    None
+                }
+            }
+            Bucket::Many(v) => {
+                let i = v
+                    .iter()
+                    .position(|e| e.priority == priority && e.rule.flow.matches.value == m.value)?;
+                let e = v.remove(i);
+                if v.len() == 1 {
+                    let last = v.pop().expect("len 1");
+                    *bucket = Bucket::One(last);
+                }
+                Some(e)
+            }
+        }?;
+        self.n_rules -= 1;
+        if let Some(c) = self.prios.get_mut(&priority) {
+            *c -= 1;
+            if *c == 0 {
+                self.prios.remove(&priority);
+            }
+        }
+        Some(removed)
+    }
+}
+
+/// The rules of one table, organised for tuple-space search (module doc).
+#[derive(Clone, Debug, Default)]
+pub struct Classifier {
+    /// Subtables, in no particular order (indices are stable until a
+    /// subtable is removed).
+    subtables: Vec<Arc<Subtable>>,
+    /// Subtable index by mask.
+    by_mask: HashMap<FlowKey, u32>,
+    /// (max priority, subtable index), max priority descending.
+    order: Vec<(u16, u32)>,
+    n_rules: usize,
+    next_seq: u64,
+}
+
+impl Classifier {
+    /// An empty classifier.
+    pub fn new() -> Self {
+        Classifier::default()
+    }
+
+    /// Number of rules.
+    pub fn len(&self) -> usize {
+        self.n_rules
+    }
+
+    /// Whether there are no rules.
+    pub fn is_empty(&self) -> bool {
+        self.n_rules == 0
+    }
+
+    /// Number of subtables (distinct masks).
+    pub fn n_subtables(&self) -> usize {
+        self.subtables.len()
+    }
+
+    /// Inserts `rule` as a new rule (newest for tie-breaking). A rule with the
+    /// identical match and priority is replaced and returned. The rule's
+    /// match must be canonical (`value & mask == value`).
+    pub fn insert(&mut self, rule: Arc<Rule>) -> Option<Arc<Rule>> {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.insert_entry(rule, seq)
+    }
+
+    /// Replaces the rule with the same match and priority as `rule`, keeping
+    /// its age (for modify: tie-breaking does not change). Returns the old
+    /// rule, or `None` (and inserts nothing) if there was none.
+    pub fn replace(&mut self, rule: Arc<Rule>) -> Option<Arc<Rule>> {
+        let f = &rule.flow;
+        let seq = self.find_entry(&f.matches, f.priority)?.seq;
+        self.insert_entry(rule, seq)
+    }
+
+    fn insert_entry(&mut self, rule: Arc<Rule>, seq: u64) -> Option<Arc<Rule>> {
+        let mask = rule.flow.matches.mask;
+        let entry = Entry {
+            seq,
+            priority: rule.flow.priority,
+            soft: is_clause_flow(&rule.flow),
+            rule,
+        };
+        let idx = match self.by_mask.get(&mask) {
+            Some(&i) => i,
+            None => {
+                let i = self.subtables.len() as u32;
+                self.subtables.push(Arc::new(Subtable::new(mask)));
+                self.by_mask.insert(mask, i);
+                i
+            }
+        };
+        let st = Arc::make_mut(&mut self.subtables[idx as usize]);
+        let old = st.insert(entry);
+        if old.is_none() {
+            self.n_rules += 1;
+        }
+        self.reorder(idx);
+        old.map(|e| e.rule)
+    }
+
+    /// The rule with exactly this match and priority.
+    pub fn find_exact(&self, m: &Match, priority: u16) -> Option<&Arc<Rule>> {
+        self.find_entry(m, priority).map(|e| &e.rule)
+    }
+
+    fn find_entry(&self, m: &Match, priority: u16) -> Option<&Entry> {
+        let &i = self.by_mask.get(&m.mask)?;
+        self.subtables.get(i as usize)?.find(m, priority)
+    }
+
+    /// Removes the rule with exactly this match and priority.
+    pub fn remove(&mut self, m: &Match, priority: u16) -> Option<Arc<Rule>> {
+        let &idx = self.by_mask.get(&m.mask)?;
+        let st = Arc::make_mut(self.subtables.get_mut(idx as usize)?);
+        let e = st.remove(m, priority)?;
+        self.n_rules -= 1;
+        if st.n_rules == 0 {
+            self.remove_subtable(idx);
+        } else {
+            self.reorder(idx);
+        }
+        Some(e.rule)
+    }
+
+    fn remove_subtable(&mut self, idx: u32) {
+        let st = self.subtables.swap_remove(idx as usize);
+        self.by_mask.remove(&st.mask);
+        self.order.retain(|&(_, i)| i != idx);
+        let moved = self.subtables.len() as u32;
+        if idx != moved {
+            // The last subtable now lives at `idx`.
+            if let Some(st) = self.subtables.get(idx as usize) {
+                self.by_mask.insert(st.mask, idx);
+            }
+            for o in &mut self.order {
+                if o.1 == moved {
+                    o.1 = idx;
+                }
+            }
+        }
+    }
+
+    /// Puts subtable `idx` at its place in `order` after its max priority changed.
+    fn reorder(&mut self, idx: u32) {
+        let Some(maxp) = self
+            .subtables
+            .get(idx as usize)
+            .and_then(|s| s.max_priority())
+        else {
+            return;
+        };
+        if let Some(pos) = self.order.iter().position(|&(_, i)| i == idx) {
+            if self.order[pos].0 == maxp {
+                return;
+            }
+            self.order.remove(pos);
+        }
+        let at = self.order.partition_point(|&(p, _)| p >= maxp);
+        self.order.insert(at, (maxp, idx));
+    }
+
+    /// Every rule, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<Rule>> + '_ {
+        self.entries().map(|e| &e.rule)
+    }
+
+    fn entries(&self) -> impl Iterator<Item = &Entry> + '_ {
+        self.subtables
+            .iter()
+            .flat_map(|st| st.index.values().flat_map(|b| b.entries().iter()))
+    }
+
+    /// Every rule by priority descending, then age (oldest first): the order
+    /// in which they win ties, and the `dump-flows` order.
+    pub fn sorted(&self) -> Vec<&Arc<Rule>> {
+        let mut v: Vec<&Entry> = self.entries().collect();
+        v.sort_by_key(|e| (std::cmp::Reverse(e.priority), e.seq));
+        v.into_iter().map(|e| &e.rule).collect()
+    }
+
+    /// The highest-priority rule matching `key` (conjunctions resolved; see
+    /// the module doc), OR-ing the mask of every subtable probed into `wc`
+    /// (`conj_id` excluded). Never allocates.
+    pub fn lookup(&self, key: &FlowKey, wc: &mut FlowKey) -> Option<&Arc<Rule>> {
+        self.lookup_entry(key, wc, true).map(|e| &e.rule)
+    }
+
+    fn lookup_entry(&self, key: &FlowKey, wc: &mut FlowKey, allow_conj: bool) -> Option<&Entry> {
+        let mut hard: Option<&Entry> = None;
+        let mut max_soft: Option<u16> = None;
+        let mut probed = 0usize;
+        for &(maxp, idx) in &self.order {
+            if hard.is_some_and(|h| maxp < h.priority) {
+                break;
+            }
+            probed += 1;
+            let Some(st) = self.subtables.get(idx as usize) else {
+                continue;
+            };
+            st.or_wc(wc);
+            let mut it = st.matching(key);
+            let Some(top) = it.next() else {
+                continue;
+            };
+            if !top.soft {
+                if top.beats(hard) {
+                    hard = Some(top);
+                }
+            } else if allow_conj {
+                max_soft = max_soft.max(Some(top.priority));
+                // The first hard entry under the clause entries is reached by
+                // OVS's fall-back when they fail; it is a candidate too.
+                if let Some(h) = it.find(|e| !e.soft) {
+                    if h.beats(hard) {
+                        hard = Some(h);
+                    }
+                }
+            }
+        }
+        let floor = hard.map_or(-1, |h| i32::from(h.priority));
+        let soft_above = matches!(max_soft, Some(p) if i32::from(p) > floor);
+        if !soft_above {
+            return hard;
+        }
+        let probed_order = self.order.get(..probed).unwrap_or(&[]);
+        let mut ceiling = i32::MAX;
+        loop {
+            // Next soft level: the highest clause priority in (floor, ceiling).
+            let mut level: Option<u16> = None;
+            for st in self.probed(probed_order) {
+                for e in st.matching(key) {
+                    if !e.soft || i32::from(e.priority) <= floor {
+                        break;
+                    }
+                    if i32::from(e.priority) < ceiling {
+                        level = level.max(Some(e.priority));
+                        break;
+                    }
+                }
+            }
+            let Some(p) = level else {
+                return hard;
+            };
+            let count = self.soft_at(probed_order, key, p).count();
+            let mut last_id: Option<u32> = None;
+            while let Some(id) = self.next_completed(probed_order, key, p, count, last_id) {
+                last_id = Some(id);
+                let mut k2 = *key;
+                k2.set(Field::ConjId, u128::from(id));
+                if let Some(r) = self.lookup_entry(&k2, wc, false) {
+                    return Some(r);
+                }
+            }
+            ceiling = i32::from(p);
+        }
+    }
+
+    fn probed<'a>(
+        &'a self,
+        probed_order: &'a [(u16, u32)],
+    ) -> impl Iterator<Item = &'a Subtable> + 'a {
+        probed_order
+            .iter()
+            .filter_map(|&(_, i)| self.subtables.get(i as usize).map(|s| &**s))
+    }
+
+    /// The clause entries at exactly priority `p` that are visible (no hard
+    /// entry above them in their subtable's matching list): at most one per
+    /// probed subtable.
+    fn soft_at<'a>(
+        &'a self,
+        probed_order: &'a [(u16, u32)],
+        key: &'a FlowKey,
+        p: u16,
+    ) -> impl Iterator<Item = &'a Entry> + 'a {
+        self.probed(probed_order).filter_map(move |st| {
+            st.matching(key)
+                .take_while(|e| e.soft && e.priority >= p)
+                .find(|e| e.priority == p)
+        })
+    }
+
+    /// The smallest conjunction id greater than `after` that completes at
+    /// priority `p` (module doc), if any. Quadratic in the number of clause
+    /// entries at `p`, which is small; allocation-free.
+    fn next_completed(
+        &self,
+        probed_order: &[(u16, u32)],
+        key: &FlowKey,
+        p: u16,
+        count: usize,
+        after: Option<u32>,
+    ) -> Option<u32> {
+        let mut best: Option<u32> = None;
+        for e in self.soft_at(probed_order, key, p) {
+            for (id, _, n) in e.conjunctions() {
+                if usize::from(n) > count
+                    || after.is_some_and(|a| id <= a)
+                    || best.is_some_and(|b| id >= b)
+                {
+                    continue;
+                }
+                let mut bits = 0u64;
+                for e2 in self.soft_at(probed_order, key, p) {
+                    for (id2, bit, n2) in e2.conjunctions() {
+                        if id2 == id && n2 == n {
+                            bits |= bit;
+                        }
+                    }
+                }
+                let full = if n >= 64 { u64::MAX } else { (1u64 << n) - 1 };
+                if bits == full {
+                    best = Some(id);
+                }
+            }
+        }
+        best
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,8 +1,67 @@
-//! Flow tables, versions and flow mods. (Being written.)
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+//! Flow tables, versions and flow mods.
+//!
+//! ## Versions
+//!
+//! A [`TableSet`] is one immutable version of all 255 OpenFlow tables, each
+//! a [`Classifier`]. [`Pipeline`] publishes the current version through an
+//! [`arc_swap::ArcSwap`]: readers ([`Pipeline::snapshot`]) never lock and
+//! keep the version they loaded for as long as they like (typically one
+//! packet batch). Writers ([`Pipeline::apply`], [`Pipeline::replace_all`],
+//! [`Pipeline::expire`]) serialise on a writer-only `Mutex`, build the next
+//! version from the current one and publish it with one pointer swap, so a
+//! bundle of flow mods is atomic: readers see all of it or none of it, and a
+//! bundle with one invalid mod publishes nothing (and leaves the generation
+//! unchanged).
+//!
+//! Unchanged tables are shared between versions (`Arc<Classifier>`); inside
+//! a changed table only the touched subtables are copied (see
+//! [`crate::classifier`]). Rules are `Arc<Rule>`: a rule that survives a
+//! change is the same object in both versions, so packets counted against
+//! the old version show up in the new one. When a rule's actions change
+//! (modify, or an add that replaces an identical flow) a new `Rule` is made
+//! and the counters are copied into it unless `reset_counts` is set, as in
+//! OVS (a packet credited to the old object during the swap can be lost).
+//!
+//! Every successful `apply`/`replace_all` (and every `expire` that removes
+//! something) increments [`TableSet::generation`]; caches compare it.
+//!
+//! ## Flow mod semantics (OpenFlow 1.3 as Open vSwitch implements it)
+//!
+//! - **Add** goes to `FlowMod::table` if given, else `flow.table`. It
+//!   replaces the flow with the identical match and priority: the new flow
+//!   takes the new cookie, timeouts and flags and a new creation time, but
+//!   keeps the old packet/byte counters unless `reset_counts` is set (OVS
+//!   `modify_keep_counts`). With `check_overlap`, the add fails if a flow of
+//!   the same priority that could match a common packet exists (an identical
+//!   flow counts).
+//! - **Modify** (non-strict) changes the actions of every flow in the
+//!   table(s) whose match is at least as specific as the given one (every
+//!   bit of the given mask is in the flow's mask, and the values agree on
+//!   them), whatever its priority; **strict** requires the identical match
+//!   and priority. Both filter on `cookie & cookie_mask`. Cookie, timeouts,
+//!   flags, creation time and tie-breaking age are kept; counters too unless
+//!   the mod has `reset_counts`. Modifying nothing is a no-op (OpenFlow
+//!   1.2+; OpenFlow 1.1 added the flow instead).
+//! - **Delete** selects like modify, plus `out_port`: only flows with an
+//!   `output` to that port (`controller` counts as output to
+//!   [`port::CONTROLLER`]). `table: None` means every table for modify and
+//!   delete.
+//!
+//! Validation (each refused with a [`FlowModError`]): table 255 (it means
+//! "all tables" in OpenFlow), `conjunction` with `n` outside `2..=64` or
+//! `k` outside `1..=n`, `conjunction` mixed with anything but `note`,
+//! `goto_table` not last or not to a later table. Like OVS, a flow that
+//! matches `conj_id` may itself carry `conjunction` actions, and clause
+//! flows of one id with different `n` are accepted (see
+//! [`crate::classifier`] for how they behave). Matches are stored canonical
+//! (value bits outside the mask are cleared).
 
-use crate::flow::{Flow, FlowMod};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::classifier::Classifier;
+use crate::flow::{port, Action, Flow, FlowMod, FlowModCommand, Match, N_TABLES};
 use crate::key::FlowKey;
 use crate::names::TableNames;
 
@@ -13,6 +72,17 @@ pub struct RuleStats {
     pub n_bytes: AtomicU64,
     /// Time of the last hit (ns, the caller's clock); 0 = never.
     pub last_used_ns: AtomicU64,
+}
+
+impl RuleStats {
+    /// A copy of the current values (for carrying counters to a new rule).
+    fn snapshot(&self) -> RuleStats {
+        RuleStats {
+            n_packets: AtomicU64::new(self.n_packets.load(Ordering::Relaxed)),
+            n_bytes: AtomicU64::new(self.n_bytes.load(Ordering::Relaxed)),
+            last_used_ns: AtomicU64::new(self.last_used_ns.load(Ordering::Relaxed)),
+        }
+    }
 }
 
 /// A flow installed in a table.
@@ -31,12 +101,66 @@ impl Rule {
         self.stats.n_bytes.fetch_add(bytes, Ordering::Relaxed);
         self.stats.last_used_ns.fetch_max(now_ns, Ordering::Relaxed);
     }
+
+    /// Whether the flow has an output action to `port` (the `out_port` filter).
+    pub fn outputs_to(&self, out_port: u32) -> bool {
+        self.flow.actions.iter().any(|a| match a {
+            Action::Output(p) => *p == out_port,
+            Action::Controller(_) => out_port == port::CONTROLLER,
+            _ => false,
+        })
+    }
+
+    /// When the flow expires at the latest given its timeouts and last use
+    /// (`None` = never).
+    pub fn expires_at(&self) -> Option<u64> {
+        const NS: u64 = 1_000_000_000;
+        let hard = (self.flow.hard_timeout > 0).then(|| {
+            self.created_ns
+                .saturating_add(u64::from(self.flow.hard_timeout) * NS)
+        });
+        let last = self
+            .stats
+            .last_used_ns
+            .load(Ordering::Relaxed)
+            .max(self.created_ns);
+        let idle = (self.flow.idle_timeout > 0)
+            .then(|| last.saturating_add(u64::from(self.flow.idle_timeout) * NS));
+        match (hard, idle) {
+            (Some(h), Some(i)) => Some(h.min(i)),
+            (h, i) => h.or(i),
+        }
+    }
 }
 
 /// One immutable version of all tables.
-#[derive(Debug, Default)]
+#[derive(Clone)]
 pub struct TableSet {
     generation: u64,
+    /// `N_TABLES` classifiers (empty tables share one empty classifier).
+    tables: Vec<Arc<Classifier>>,
+}
+
+impl Default for TableSet {
+    fn default() -> Self {
+        TableSet {
+            generation: 0,
+            // One shared empty classifier: cloned on first write.
+            tables: {
+                let empty = Arc::new(Classifier::new());
+                vec![empty; N_TABLES]
+            },
+        }
+    }
+}
+
+impl std::fmt::Debug for TableSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TableSet")
+            .field("generation", &self.generation)
+            .field("flows", &self.flow_count())
+            .finish()
+    }
 }
 
 impl TableSet {
@@ -47,16 +171,81 @@ impl TableSet {
 
     /// The highest-priority flow of `table` matching `key` (conjunctions
     /// resolved), OR-ing every key bit it consulted into `wc`.
-    pub fn lookup(&self, _table: u8, _key: &FlowKey, _wc: &mut FlowKey) -> Option<&Arc<Rule>> {
-        None
+    #[inline]
+    pub fn lookup(&self, table: u8, key: &FlowKey, wc: &mut FlowKey) -> Option<&Arc<Rule>> {
+        self.tables.get(usize::from(table))?.lookup(key, wc)
+    }
+
+    /// The classifier of one table (`None` for 255).
+    pub fn table(&self, table: u8) -> Option<&Classifier> {
+        self.tables.get(usize::from(table)).map(|c| &**c)
+    }
+
+    /// The flow of `table` with exactly this match and priority.
+    pub fn find_strict(&self, table: u8, m: &Match, priority: u16) -> Option<&Arc<Rule>> {
+        self.table(table)?.find_exact(&canonical(m), priority)
+    }
+
+    /// The flows of one table, by priority descending (ties: oldest first).
+    pub fn flows_in(&self, table: u8) -> Vec<&Arc<Rule>> {
+        self.table(table)
+            .map(Classifier::sorted)
+            .unwrap_or_default()
+    }
+
+    /// Every flow in (table, priority descending) order, for `dump-flows`.
+    pub fn flows(&self) -> impl Iterator<Item = &Arc<Rule>> + '_ {
+        self.tables
+            .iter()
+            .filter(|c| !c.is_empty())
+            .flat_map(|c| c.sorted())
+    }
+
+    /// Number of flows in all tables.
+    pub fn flow_count(&self) -> usize {
+        self.tables.iter().map(|c| c.len()).sum()
     }
 }
 
 /// Why a flow mod (or a bundle) was refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum FlowModError {
-    #[error("not written yet")]
-    Todo,
+    #[error("table {0} is out of range (tables are 0..=254)")]
+    BadTable(u8),
+    #[error("table {table}: a flow with priority {priority} overlapping this match already exists (check_overlap)")]
+    Overlap { table: u8, priority: u16 },
+    #[error("conjunction({id},{clause}/{n_clauses}): {reason}")]
+    BadConjunction {
+        id: u32,
+        clause: u8,
+        n_clauses: u8,
+        reason: &'static str,
+    },
+    #[error("\"conjunction\" actions may be used along with \"note\" but not with any other action (found {0})")]
+    ConjunctionWithOtherActions(String),
+    #[error("goto_table:{target} in table {table}: goto_table must go to a later table")]
+    BadGotoTable { table: u8, target: u8 },
+    #[error("goto_table:{0} must be the last action")]
+    GotoNotLast(u8),
+    #[error("flow mod #{index} of the bundle: {error}")]
+    InBundle {
+        /// 0-based position of the failing mod in the bundle.
+        index: usize,
+        error: Box<FlowModError>,
+    },
+}
+
+/// What a successful bundle did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ApplyReport {
+    /// New flows (nothing with the same match and priority existed).
+    pub added: usize,
+    /// Adds that replaced a flow with the identical match and priority
+    /// (for `replace_all`: flows whose actions, cookie or timeouts changed).
+    pub replaced: usize,
+    /// Flows whose actions were changed by modify.
+    pub modified: usize,
+    pub deleted: usize,
 }
 
 /// The flow tables of one switch: the current version plus the writer side.
@@ -64,6 +253,8 @@ pub enum FlowModError {
 pub struct Pipeline {
     current: arc_swap::ArcSwap<TableSet>,
     names: TableNames,
+    /// Serialises writers (readers never take it).
+    writer: Mutex<()>,
 }
 
 impl Pipeline {
@@ -82,8 +273,373 @@ impl Pipeline {
         &self.names
     }
 
-    /// Applies a bundle of flow mods atomically: all or none, one new version.
-    pub fn apply(&self, _mods: &[FlowMod], _now_ns: u64) -> Result<(), FlowModError> {
-        Err(FlowModError::Todo)
+    fn lock(&self) -> std::sync::MutexGuard<'_, ()> {
+        // A panic in another writer cannot leave a half-built version
+        // published, so a poisoned lock is safe to take over.
+        self.writer.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Applies a bundle of flow mods atomically: all or none, one new
+    /// version. With several mods, an error is wrapped in
+    /// [`FlowModError::InBundle`] naming the failing mod.
+    pub fn apply(&self, mods: &[FlowMod], now_ns: u64) -> Result<ApplyReport, FlowModError> {
+        let _w = self.lock();
+        let cur = self.current.load_full();
+        let mut next = TableSet::clone(&cur);
+        let mut report = ApplyReport::default();
+        for (index, fm) in mods.iter().enumerate() {
+            apply_one(&mut next, fm, now_ns, &mut report).map_err(|error| {
+                if mods.len() > 1 {
+                    FlowModError::InBundle {
+                        index,
+                        error: Box::new(error),
+                    }
+                } else {
+                    error
+                }
+            })?;
+        }
+        next.generation = cur.generation + 1;
+        self.current.store(Arc::new(next));
+        Ok(report)
+    }
+
+    /// `ovs-ofctl replace-flows`: makes the tables hold exactly `flows` (each
+    /// in `flow.table`), as one atomic version. Flows not in `flows` are
+    /// deleted; new ones added; a flow whose match and priority exist but
+    /// whose actions, cookie, timeouts or importance differ is replaced
+    /// (counters kept unless `reset_counts`, new creation time, as the add
+    /// ovs-ofctl sends); identical flows are left alone (same `Rule`,
+    /// counters and age). If `flows` lists the same match and priority twice
+    /// in a table, the last one wins.
+    pub fn replace_all(&self, flows: &[Flow], now_ns: u64) -> Result<ApplyReport, FlowModError> {
+        let mut per_table: Vec<Vec<Flow>> = vec![Vec::new(); N_TABLES];
+        for (index, f) in flows.iter().enumerate() {
+            let wrap = |error| FlowModError::InBundle {
+                index,
+                error: Box::new(error),
+            };
+            let slot = per_table
+                .get_mut(usize::from(f.table))
+                .ok_or(FlowModError::BadTable(f.table))
+                .map_err(wrap)?;
+            let mut f = f.clone();
+            f.matches = canonical(&f.matches);
+            validate_actions(f.table, &f.actions).map_err(wrap)?;
+            slot.push(f);
+        }
+        let _w = self.lock();
+        let cur = self.current.load_full();
+        let mut next = TableSet::clone(&cur);
+        let mut report = ApplyReport::default();
+        for (t, wanted) in per_table.into_iter().enumerate() {
+            let Some(slot) = next.tables.get_mut(t) else {
+                continue;
+            };
+            if wanted.is_empty() && slot.is_empty() {
+                continue;
+            }
+            // Last occurrence of each (match, priority) wins.
+            let mut want: HashMap<(Match, u16), usize> = HashMap::with_capacity(wanted.len());
+            for (i, f) in wanted.iter().enumerate() {
+                want.insert((f.matches, f.priority), i);
+            }
+            let stale: Vec<(Match, u16)> = slot
+                .iter()
+                .map(|r| (r.flow.matches, r.flow.priority))
+                .filter(|k| !want.contains_key(k))
+                .collect();
+            let mut changes: Vec<&Flow> = Vec::new();
+            for (i, f) in wanted.iter().enumerate() {
+                if want.get(&(f.matches, f.priority)) != Some(&i) {
+                    continue;
+                }
+                match slot.find_exact(&f.matches, f.priority) {
+                    Some(r) if same_version(&r.flow, f) => {}
+                    _ => changes.push(f),
+                }
+            }
+            if stale.is_empty() && changes.is_empty() {
+                continue;
+            }
+            let cls = Arc::make_mut(slot);
+            for (m, p) in &stale {
+                if cls.remove(m, *p).is_some() {
+                    report.deleted += 1;
+                }
+            }
+            for f in changes {
+                add_rule(cls, f.clone(), now_ns, &mut report);
+            }
+        }
+        next.generation = cur.generation + 1;
+        self.current.store(Arc::new(next));
+        Ok(report)
+    }
+
+    /// Removes every flow whose idle timeout (since its last hit, or its
+    /// creation if never hit) or hard timeout (since its creation) has
+    /// passed at `now_ns`, and returns them. Publishes a new version only if
+    /// something expired.
+    pub fn expire(&self, now_ns: u64) -> Vec<Flow> {
+        let _w = self.lock();
+        let cur = self.current.load_full();
+        let mut next = TableSet::clone(&cur);
+        let mut gone = Vec::new();
+        for slot in next.tables.iter_mut() {
+            let dead: Vec<(Match, u16)> = slot
+                .iter()
+                .filter(|r| r.expires_at().is_some_and(|t| now_ns >= t))
+                .map(|r| (r.flow.matches, r.flow.priority))
+                .collect();
+            if dead.is_empty() {
+                continue;
+            }
+            let cls = Arc::make_mut(slot);
+            for (m, p) in dead {
+                if let Some(r) = cls.remove(&m, p) {
+                    gone.push(r.flow.clone());
+                }
+            }
+        }
+        if !gone.is_empty() {
+            next.generation = cur.generation + 1;
+            self.current.store(Arc::new(next));
+        }
+        gone
     }
 }
+
+/// `m` with value bits outside the mask cleared.
+fn canonical(m: &Match) -> Match {
+    Match {
+        value: m.value.and(&m.mask),
+        mask: m.mask,
+    }
+}
+
+/// Whether two matches can match a common packet.
+fn overlaps(a: &Match, b: &Match) -> bool {
+    a.value
+        .w
+        .iter()
+        .zip(&b.value.w)
+        .zip(a.mask.w.iter().zip(&b.mask.w))
+        .all(|((va, vb), (ma, mb))| (va ^ vb) & ma & mb == 0)
+}
+
+/// Whether `flow` is at least as specific as `sel` (non-strict selection).
+fn covers(sel: &Match, flow: &Match) -> bool {
+    sel.mask
+        .w
+        .iter()
+        .zip(&flow.mask.w)
+        .zip(sel.value.w.iter().zip(&flow.value.w))
+        .all(|((sm, fm), (sv, fv))| sm & !fm == 0 && fv & sm == *sv)
+}
+
+/// The fields `ovs-ofctl replace-flows` compares (`fte_version_equals`).
+fn same_version(a: &Flow, b: &Flow) -> bool {
+    a.cookie == b.cookie
+        && a.idle_timeout == b.idle_timeout
+        && a.hard_timeout == b.hard_timeout
+        && a.importance == b.importance
+        && a.actions == b.actions
+}
+
+/// Checks an action list for a flow of `table`.
+fn validate_actions(table: u8, actions: &[Action]) -> Result<(), FlowModError> {
+    if usize::from(table) >= N_TABLES {
+        return Err(FlowModError::BadTable(table));
+    }
+    let mut has_conj = false;
+    let mut other: Option<&Action> = None;
+    for (i, a) in actions.iter().enumerate() {
+        match a {
+            Action::Conjunction {
+                id,
+                clause,
+                n_clauses,
+            } => {
+                has_conj = true;
+                let reason = if *n_clauses < 2 {
+                    Some("a conjunction must have at least 2 clauses")
+                } else if *n_clauses > 64 {
+                    Some("a conjunction must have at most 64 clauses")
+                } else if *clause == 0 || clause > n_clauses {
+                    Some("the clause number must be between 1 and the number of clauses")
+                } else {
+                    None
+                };
+                if let Some(reason) = reason {
+                    return Err(FlowModError::BadConjunction {
+                        id: *id,
+                        clause: *clause,
+                        n_clauses: *n_clauses,
+                        reason,
+                    });
+                }
+            }
+            Action::Note(_) => {}
+            Action::GotoTable(t) => {
+                if i + 1 != actions.len() {
+                    return Err(FlowModError::GotoNotLast(*t));
+                }
+                if *t <= table || usize::from(*t) >= N_TABLES {
+                    return Err(FlowModError::BadGotoTable { table, target: *t });
+                }
+                other = other.or(Some(a));
+            }
+            _ => other = other.or(Some(a)),
+        }
+    }
+    if let (true, Some(a)) = (has_conj, other) {
+        return Err(FlowModError::ConjunctionWithOtherActions(format!("{a:?}")));
+    }
+    Ok(())
+}
+
+/// Inserts `flow` (already validated, canonical, `flow.table` set) with add
+/// semantics.
+fn add_rule(cls: &mut Classifier, flow: Flow, now_ns: u64, report: &mut ApplyReport) {
+    let stats = match cls.find_exact(&flow.matches, flow.priority) {
+        Some(old) if !flow.flags.reset_counts => old.stats.snapshot(),
+        _ => RuleStats::default(),
+    };
+    let rule = Rule {
+        flow,
+        created_ns: now_ns,
+        stats,
+    };
+    if cls.insert(Arc::new(rule)).is_some() {
+        report.replaced += 1;
+    } else {
+        report.added += 1;
+    }
+}
+
+/// The tables a modify/delete addresses.
+fn target_tables(fm: &FlowMod) -> Result<std::ops::Range<usize>, FlowModError> {
+    match fm.table {
+        Some(t) if usize::from(t) >= N_TABLES => Err(FlowModError::BadTable(t)),
+        Some(t) => Ok(usize::from(t)..usize::from(t) + 1),
+        None => Ok(0..N_TABLES),
+    }
+}
+
+/// The flows of `cls` that a modify/delete selects.
+fn select(
+    cls: &Classifier,
+    fm: &FlowMod,
+    strict: bool,
+    sel: &Match,
+    use_out_port: bool,
+) -> Vec<Arc<Rule>> {
+    let cookie_ok = |r: &Rule| (r.flow.cookie ^ fm.flow.cookie) & fm.cookie_mask == 0;
+    let port_ok = |r: &Rule| match fm.out_port {
+        Some(p) if use_out_port && p != port::NONE => r.outputs_to(p),
+        _ => true,
+    };
+    if strict {
+        cls.find_exact(sel, fm.flow.priority)
+            .filter(|r| cookie_ok(r) && port_ok(r))
+            .into_iter()
+            .cloned()
+            .collect()
+    } else {
+        cls.iter()
+            .filter(|r| covers(sel, &r.flow.matches) && cookie_ok(r) && port_ok(r))
+            .cloned()
+            .collect()
+    }
+}
+
+fn apply_one(
+    next: &mut TableSet,
+    fm: &FlowMod,
+    now_ns: u64,
+    report: &mut ApplyReport,
+) -> Result<(), FlowModError> {
+    match fm.command {
+        FlowModCommand::Add => {
+            let table = fm.table.unwrap_or(fm.flow.table);
+            validate_actions(table, &fm.flow.actions)?;
+            let mut flow = fm.flow.clone();
+            flow.table = table;
+            flow.matches = canonical(&flow.matches);
+            let slot = next
+                .tables
+                .get_mut(usize::from(table))
+                .ok_or(FlowModError::BadTable(table))?;
+            if flow.flags.check_overlap
+                && slot.iter().any(|r| {
+                    r.flow.priority == flow.priority && overlaps(&r.flow.matches, &flow.matches)
+                })
+            {
+                return Err(FlowModError::Overlap {
+                    table,
+                    priority: flow.priority,
+                });
+            }
+            add_rule(Arc::make_mut(slot), flow, now_ns, report);
+        }
+        FlowModCommand::Modify { strict } => {
+            let sel = canonical(&fm.flow.matches);
+            let tables = target_tables(fm)?;
+            if let Some(t) = fm.table {
+                validate_actions(t, &fm.flow.actions)?;
+            }
+            for t in tables {
+                let Some(slot) = next.tables.get_mut(t) else {
+                    continue;
+                };
+                let targets = select(slot, fm, strict, &sel, false);
+                if targets.is_empty() {
+                    continue;
+                }
+                // goto_table validity depends on the table of each target.
+                validate_actions(t as u8, &fm.flow.actions)?;
+                let cls = Arc::make_mut(slot);
+                for old in targets {
+                    let mut flow = old.flow.clone();
+                    flow.actions = fm.flow.actions.clone();
+                    let stats = if fm.flow.flags.reset_counts {
+                        RuleStats::default()
+                    } else {
+                        old.stats.snapshot()
+                    };
+                    let rule = Rule {
+                        flow,
+                        created_ns: old.created_ns,
+                        stats,
+                    };
+                    if cls.replace(Arc::new(rule)).is_some() {
+                        report.modified += 1;
+                    }
+                }
+            }
+        }
+        FlowModCommand::Delete { strict } => {
+            let sel = canonical(&fm.flow.matches);
+            for t in target_tables(fm)? {
+                let Some(slot) = next.tables.get_mut(t) else {
+                    continue;
+                };
+                let targets = select(slot, fm, strict, &sel, true);
+                if targets.is_empty() {
+                    continue;
+                }
+                let cls = Arc::make_mut(slot);
+                for old in targets {
+                    if cls.remove(&old.flow.matches, old.flow.priority).is_some() {
+                        report.deleted += 1;
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

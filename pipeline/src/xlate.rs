@@ -1,9 +1,183 @@
-//! The slow path: translating a key through the tables. (Being written.)
+//! The slow path: translating a flow key through the OpenFlow tables into
+//! datapath actions plus a megaflow mask.
+//!
+//! ## What a translation is
+//!
+//! [`translate`] runs one packet's key through the tables the way an
+//! OpenFlow switch would (OVS semantics, see `ovs-actions(7)`), executing the
+//! matched flows' actions on a *working copy* of the key, and compiles the
+//! externally visible effects into a short list of [`DpAction`]s:
+//!
+//! - the pipeline starts in table 0, or for a recirculated packet
+//!   (`recirc_id != 0`) in [`table_for_recirc_id`]; an unknown id drops;
+//! - each table is one [`FlowLookup::lookup`]; a miss ends that branch of the
+//!   pipeline (OpenFlow 1.3 table-miss: drop), a hit executes the rule's
+//!   actions in order; `goto_table` continues in the next table after the
+//!   rule's other actions, `resubmit` does a nested lookup and comes back;
+//! - header writes (`set_field`, `mod_dl_src`, `dec_ttl`, ...) change only
+//!   the working key; they are *committed* as `Set` actions (one per changed
+//!   field, in [`Field::ALL`] order) right before an action that lets the
+//!   packet be seen (output, ct, recirculation, userspace, vlan push/pop);
+//! - `ct(table=T)` forks: the packet goes to conntrack and is recirculated
+//!   (`Ct`, `LoadMeta`s for the metadata this pass wrote, `Recirc`), while
+//!   the original continues after the `ct` as untracked (ct fields cleared).
+//!
+//! ## The wildcard invariant
+//!
+//! The result carries `wildcards`, every key bit whose value could have
+//! changed the produced actions. The contract, checked by a property test:
+//! for any `key2` with `key2 & wildcards == key & wildcards`,
+//! `translate(key2).actions == translate(key).actions`. It holds because
+//! every place that *reads* the working key ORs the bits it read into the
+//! mask before using them:
+//!
+//! - lookups: the classifier reports the bits it consulted (including those
+//!   of higher-priority flows that did not match);
+//! - always: `recirc_id`, `in_port`, `dl_type` (and `nw_frag` for IP), which
+//!   steer everything else;
+//! - `move` (source bits), `output:SRC[]` and `ct(zone=SRC[])` (the
+//!   sub-field), `dec_ttl` (the TTL), `push_vlan`/`pop_vlan` (the TCI);
+//! - commits: deciding whether a written header field differs from the
+//!   packet compares it with the input, and a `Set` carries the whole field,
+//!   so every field written since the last commit is unwildcarded whole;
+//!   likewise the tunnel fields when written (for `SetTunnel`); a `LoadMeta`
+//!   carries a whole metadata field, so its bits that were *not* written
+//!   (the input's) are unwildcarded.
+//!
+//! Bits that were *written* by an action before being read are a function
+//! of the bits already in the mask, so unwildcarding them is merely
+//! conservative. Translation is a pure function of (tables, key, env).
+//!
+//! ## Limits and errors
+//!
+//! Resubmits nest at most [`MAX_DEPTH`] deep and a translation does at most
+//! [`MAX_LOOKUPS`] lookups (resubmits and `goto_table`s together); beyond
+//! either, the translation fails: all actions are dropped and
+//! [`Translation::error`] says why (the mask still covers the bits that led
+//! there, so the drop megaflow is as sound as any other).
+//!
+//! ## Tracing
+//!
+//! [`translate_traced`] runs the very same code with a recorder that
+//! appends [`TraceEvent`]s (tables, actions, details, warnings,
+//! recirculations), from which [`crate::trace`] builds `ofproto/trace`
+//! output. With no recorder the only cost is a branch on `None`.
+
 use std::sync::Arc;
 
+use crate::field::{frag, Field};
+use crate::flow::{port, Action, CtAction, CtZoneSrc, PacketInReason, SubField};
 use crate::key::FlowKey;
-use crate::odp::DpAction;
+use crate::odp::{recirc_id_for_table, table_for_recirc_id, DpAction};
 use crate::tables::{Rule, TableSet};
+
+/// Deepest resubmit nesting (OVS: 64).
+pub const MAX_DEPTH: u32 = 64;
+/// Most table lookups in one translation (OVS: 4096 resubmits).
+pub const MAX_LOOKUPS: u32 = 4096;
+
+const ETH_TYPE_IPV4: u128 = 0x0800;
+const ETH_TYPE_IPV6: u128 = 0x86dd;
+/// The "a tag is present" bit of `vlan_tci`.
+const VLAN_CFI: u128 = 0x1000;
+
+/// A classifier as translation sees it: the highest-priority flow of a
+/// table that matches a key, OR-ing every key bit it consulted into `wc`.
+///
+/// [`TableSet`] is the production implementation; [`LinearTables`] is a
+/// naive reference implementation for tests.
+pub trait FlowLookup {
+    /// The highest-priority flow of `table` matching `key` (conjunctions
+    /// resolved), OR-ing every key bit it consulted into `wc`.
+    fn lookup(&self, table: u8, key: &FlowKey, wc: &mut FlowKey) -> Option<&Arc<Rule>>;
+}
+
+impl FlowLookup for TableSet {
+    fn lookup(&self, table: u8, key: &FlowKey, wc: &mut FlowKey) -> Option<&Arc<Rule>> {
+        TableSet::lookup(self, table, key, wc)
+    }
+}
+
+impl<T: FlowLookup + ?Sized> FlowLookup for &T {
+    fn lookup(&self, table: u8, key: &FlowKey, wc: &mut FlowKey) -> Option<&Arc<Rule>> {
+        (**self).lookup(table, key, wc)
+    }
+}
+
+/// A naive classifier: per table, a list of rules scanned in priority order
+/// (highest first, then insertion order). Every rule it examines ORs its
+/// whole mask into the wildcards, which is what makes its reports sound.
+/// Meant for tests and as the reference the real classifier is compared to;
+/// conjunctions are not resolved (a flow with `conjunction` actions is
+/// returned like any other).
+#[derive(Debug, Default, Clone)]
+pub struct LinearTables {
+    tables: Vec<Vec<Arc<Rule>>>,
+}
+
+impl LinearTables {
+    /// No flows at all.
+    pub fn new() -> Self {
+        LinearTables::default()
+    }
+
+    /// Builds tables from flows (each goes to `flow.table`).
+    pub fn from_flows(flows: impl IntoIterator<Item = crate::flow::Flow>) -> Self {
+        let mut t = LinearTables::new();
+        for f in flows {
+            t.add(f);
+        }
+        t
+    }
+
+    /// Adds a flow to `flow.table` and returns its rule.
+    pub fn add(&mut self, flow: crate::flow::Flow) -> Arc<Rule> {
+        let table = flow.table as usize;
+        if self.tables.len() <= table {
+            self.tables.resize_with(table + 1, Vec::new);
+        }
+        let rule = Arc::new(Rule {
+            flow,
+            created_ns: 0,
+            stats: Default::default(),
+        });
+        let list = &mut self.tables[table];
+        // Stable: after every rule of higher or equal priority.
+        let at = list
+            .iter()
+            .position(|r| r.flow.priority < rule.flow.priority)
+            .unwrap_or(list.len());
+        list.insert(at, Arc::clone(&rule));
+        rule
+    }
+}
+
+impl FlowLookup for LinearTables {
+    fn lookup(&self, table: u8, key: &FlowKey, wc: &mut FlowKey) -> Option<&Arc<Rule>> {
+        let list = self.tables.get(table as usize)?;
+        for rule in list {
+            wc.or_assign(&rule.flow.matches.mask);
+            if rule.flow.matches.matches(key) {
+                return Some(rule);
+            }
+        }
+        None
+    }
+}
+
+/// Why a translation failed (its actions are then dropped).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum XlateError {
+    /// Resubmits nested deeper than [`MAX_DEPTH`].
+    #[error("Recursion too deep: resubmit nesting over {0} levels")]
+    RecursionTooDeep(u32),
+    /// More than [`MAX_LOOKUPS`] table lookups.
+    #[error("Too many resubmits: over {0} table lookups")]
+    TooManyResubmits(u32),
+    /// The key's `recirc_id` names no table.
+    #[error("Unknown recirculation id {0:#x}")]
+    UnknownRecircId(u32),
+}
 
 /// The result of translating one key.
 #[derive(Debug, Default)]
@@ -14,16 +188,612 @@ pub struct Translation {
     pub wildcards: FlowKey,
     /// Flows that matched, in order (their counters are credited per packet).
     pub rules: Vec<Arc<Rule>>,
+    /// Set when translation failed; `actions` is then empty.
+    pub error: Option<XlateError>,
 }
 
 /// What translation needs to know about the switch beyond the tables.
 #[derive(Clone, Debug, Default)]
 pub struct XlateEnv {
-    /// Every port's OpenFlow number (for `output:ALL` / `FLOOD`).
+    /// Every port's OpenFlow number (for `output:ALL` / `FLOOD`), in the
+    /// order copies are sent.
     pub ports: Vec<u32>,
 }
 
+/// One step of a translation, as recorded for [`crate::trace`].
+///
+/// Events form a tree: [`TraceEvent::Table`] opens a node (the events that
+/// follow are its children) and [`TraceEvent::Close`] closes the most
+/// recently opened one. A `goto_table` opens the next table inside the
+/// current one (OVS prints it that way too); a resubmit's table is closed
+/// when the resubmit returns.
+#[derive(Clone, Debug)]
+pub enum TraceEvent {
+    /// A recirculated packet resumes in `table`.
+    Thaw { table: u8 },
+    /// A lookup in `table`: the rule that matched, or `None` (table miss).
+    Table { table: u8, rule: Option<Arc<Rule>> },
+    /// Closes the most recent open [`TraceEvent::Table`].
+    Close,
+    /// An action of the current rule is executed (also the `exec` actions
+    /// of a `ct`, after the `ct`).
+    Action(Action),
+    /// A note on the action just executed (`NXM_NX_REG1[] is now 0x5`).
+    Detail(String),
+    /// The action just executed had no effect, and why.
+    Warn(String),
+    /// Translation failed here.
+    Error(String),
+    /// `ct(table=..)` sent a copy to conntrack, to come back with `id`;
+    /// `key` is the working key at that moment (ct fields not yet cleared).
+    Recirc { id: u32, zone: u16, key: FlowKey },
+}
+
 /// Translates `key` (starting at table 0, or where its recirc_id says).
-pub fn translate(_tables: &TableSet, _key: &FlowKey, _env: &XlateEnv) -> Translation {
-    Translation::default()
+pub fn translate(tables: &TableSet, key: &FlowKey, env: &XlateEnv) -> Translation {
+    translate_with(tables, key, env)
+}
+
+/// [`translate`] over any [`FlowLookup`].
+pub fn translate_with<L: FlowLookup + ?Sized>(
+    tables: &L,
+    key: &FlowKey,
+    env: &XlateEnv,
+) -> Translation {
+    Xlate::new(tables, key, env, None).run()
+}
+
+/// [`translate_with`], recording every step into `events`.
+pub fn translate_traced<L: FlowLookup + ?Sized>(
+    tables: &L,
+    key: &FlowKey,
+    env: &XlateEnv,
+    events: &mut Vec<TraceEvent>,
+) -> (Translation, FlowKey) {
+    let mut x = Xlate::new(tables, key, env, Some(events));
+    let t = x.run_inner();
+    (t, x.key)
+}
+
+/// How executing an action list ended.
+enum Flow {
+    /// Every action ran; continue in this table (`goto_table`), or not.
+    Done(Option<u8>),
+    /// The list stopped early (`dec_ttl` exception, conjunction flow, error).
+    Stopped,
+}
+
+/// The state of one translation.
+struct Xlate<'a, L: ?Sized> {
+    tables: &'a L,
+    env: &'a XlateEnv,
+    /// The working key: every action applied.
+    key: FlowKey,
+    /// Header fields as the packet has them (last committed).
+    base: FlowKey,
+    /// Header bits written since the last commit.
+    dirty: FlowKey,
+    /// Metadata bits written by this translation (carried by `LoadMeta`).
+    meta_written: FlowKey,
+    /// Tunnel metadata as last given to the datapath (`SetTunnel`).
+    tun_sent: (u64, u32, u32),
+    /// Whether a tunnel field was written since the last `SetTunnel` check.
+    tun_dirty: bool,
+    wc: FlowKey,
+    actions: Vec<DpAction>,
+    rules: Vec<Arc<Rule>>,
+    depth: u32,
+    lookups: u32,
+    error: Option<XlateError>,
+    trace: Option<&'a mut Vec<TraceEvent>>,
+}
+
+/// Metadata fields carried across a recirculation by `LoadMeta`, in order.
+const META_FIELDS: [Field; 21] = [
+    Field::Metadata,
+    Field::Reg(0),
+    Field::Reg(1),
+    Field::Reg(2),
+    Field::Reg(3),
+    Field::Reg(4),
+    Field::Reg(5),
+    Field::Reg(6),
+    Field::Reg(7),
+    Field::Reg(8),
+    Field::Reg(9),
+    Field::Reg(10),
+    Field::Reg(11),
+    Field::Reg(12),
+    Field::Reg(13),
+    Field::Reg(14),
+    Field::Reg(15),
+    Field::PktMark,
+    Field::TunId,
+    Field::TunSrc,
+    Field::TunDst,
+];
+
+fn tunnel_of(key: &FlowKey) -> (u64, u32, u32) {
+    (
+        key.get(Field::TunId) as u64,
+        key.get(Field::TunSrc) as u32,
+        key.get(Field::TunDst) as u32,
+    )
+}
+
+/// Sets `mask` bits of `field` in a mask key (OR).
+fn or_bits(mask_key: &mut FlowKey, field: Field, mask: u128) {
+    let old = mask_key.get(field);
+    mask_key.set(field, old | mask);
+}
+
+impl<'a, L: FlowLookup + ?Sized> Xlate<'a, L> {
+    fn new(
+        tables: &'a L,
+        key: &FlowKey,
+        env: &'a XlateEnv,
+        trace: Option<&'a mut Vec<TraceEvent>>,
+    ) -> Self {
+        Xlate {
+            tables,
+            env,
+            key: *key,
+            base: *key,
+            dirty: FlowKey::ZERO,
+            meta_written: FlowKey::ZERO,
+            tun_sent: tunnel_of(key),
+            tun_dirty: false,
+            wc: FlowKey::ZERO,
+            actions: Vec::new(),
+            rules: Vec::new(),
+            depth: 0,
+            lookups: 0,
+            error: None,
+            trace,
+        }
+    }
+
+    fn run(mut self) -> Translation {
+        self.run_inner()
+    }
+
+    fn run_inner(&mut self) -> Translation {
+        // Fields that steer everything else are always exact.
+        self.wc.mask_field(Field::RecircId);
+        self.wc.mask_field(Field::InPort);
+        self.wc.mask_field(Field::DlType);
+        if self.is_ip() {
+            // Only the two defined bits (as OVS; the printer reads 0x3 as "exact").
+            or_bits(
+                &mut self.wc,
+                Field::NwFrag,
+                u128::from(frag::ANY | frag::LATER),
+            );
+        }
+
+        let recirc_id = self.key.get(Field::RecircId) as u32;
+        let start = if recirc_id == 0 {
+            Some(0)
+        } else {
+            table_for_recirc_id(recirc_id)
+        };
+        match start {
+            Some(table) => {
+                if recirc_id != 0 {
+                    self.record(|| TraceEvent::Thaw { table });
+                }
+                self.run_tables(table);
+            }
+            None => self.fail(XlateError::UnknownRecircId(recirc_id)),
+        }
+
+        let mut actions = std::mem::take(&mut self.actions);
+        if self.error.is_some() {
+            actions.clear();
+        }
+        Translation {
+            actions,
+            wildcards: self.wc,
+            rules: std::mem::take(&mut self.rules),
+            error: self.error,
+        }
+    }
+
+    #[inline]
+    fn record(&mut self, event: impl FnOnce() -> TraceEvent) {
+        if let Some(t) = self.trace.as_deref_mut() {
+            t.push(event());
+        }
+    }
+
+    fn fail(&mut self, e: XlateError) {
+        if self.error.is_none() {
+            self.error = Some(e);
+            self.record(|| TraceEvent::Error(e.to_string()));
+        }
+    }
+
+    fn dl_type(&self) -> u128 {
+        // Always in the mask (see run_inner).
+        self.key.get(Field::DlType)
+    }
+
+    fn is_ip(&self) -> bool {
+        matches!(self.dl_type(), ETH_TYPE_IPV4 | ETH_TYPE_IPV6)
+    }
+
+    /// Reads bits `mask` of `field` from the working key, unwildcarding them.
+    fn read(&mut self, field: Field, mask: u128) -> u128 {
+        or_bits(&mut self.wc, field, mask);
+        self.key.get(field) & mask
+    }
+
+    fn read_sub(&mut self, sf: &SubField) -> u128 {
+        self.read(sf.field, sf.mask()) >> sf.ofs
+    }
+
+    /// Writes bits `mask` of `field` in the working key, noting what changed.
+    fn write(&mut self, field: Field, value: u128, mask: u128) {
+        self.key.set_masked(field, value, mask);
+        if field.is_header() {
+            or_bits(&mut self.dirty, field, mask);
+        } else {
+            // An xreg write marks both of its regs: they share its word.
+            or_bits(&mut self.meta_written, field, mask);
+            if matches!(field, Field::TunId | Field::TunSrc | Field::TunDst) {
+                self.tun_dirty = true;
+            }
+        }
+    }
+
+    /// Runs a table and the `goto_table` chain that follows from it.
+    fn run_tables(&mut self, first: u8) {
+        let mut table = first;
+        let mut opened = 0u32;
+        loop {
+            if self.error.is_some() {
+                break;
+            }
+            self.lookups += 1;
+            if self.lookups > MAX_LOOKUPS {
+                self.fail(XlateError::TooManyResubmits(MAX_LOOKUPS));
+                break;
+            }
+            let rule = self.tables.lookup(table, &self.key, &mut self.wc).cloned();
+            self.record(|| TraceEvent::Table {
+                table,
+                rule: rule.clone(),
+            });
+            opened += 1;
+            let Some(rule) = rule else {
+                break;
+            };
+            self.rules.push(Arc::clone(&rule));
+            match self.execute(&rule.flow.actions, table, rule.flow.cookie) {
+                Flow::Done(Some(next)) => table = next,
+                Flow::Done(None) | Flow::Stopped => break,
+            }
+        }
+        for _ in 0..opened {
+            self.record(|| TraceEvent::Close);
+        }
+    }
+
+    /// Executes one rule's actions (in `table`, rule cookie `cookie`).
+    fn execute(&mut self, actions: &[Action], table: u8, cookie: u64) -> Flow {
+        let mut goto = None;
+        for a in actions {
+            if self.error.is_some() {
+                return Flow::Stopped;
+            }
+            self.record(|| TraceEvent::Action(a.clone()));
+            match a {
+                Action::Output(p) => self.output(*p, table, cookie),
+                Action::OutputReg(sf) => {
+                    let p = self.read_sub(sf) as u32;
+                    self.record(|| TraceEvent::Detail(format!("output port is {p}")));
+                    self.output(p, table, cookie);
+                }
+                Action::Controller(c) => {
+                    self.commit();
+                    self.actions.push(DpAction::Userspace {
+                        reason: c.reason,
+                        userdata: c.userdata.clone(),
+                        table,
+                        cookie,
+                    });
+                }
+                Action::GotoTable(t) => goto = Some(*t),
+                Action::Resubmit { in_port, table: rt } => {
+                    self.resubmit(*in_port, rt.unwrap_or(table))
+                }
+                Action::SetField { field, value, mask } => self.write(*field, *value, *mask),
+                Action::Load { dst, value } => {
+                    self.write(dst.field, *value << dst.ofs, dst.mask());
+                }
+                Action::Move { src, dst } => {
+                    let v = self.read_sub(src);
+                    self.write(dst.field, v << dst.ofs, dst.mask());
+                    let now = dst.get(&self.key);
+                    self.record(|| {
+                        TraceEvent::Detail(format!("{} is now {now:#x}", format_subfield(dst)))
+                    });
+                }
+                Action::ModDlSrc(mac) => {
+                    self.write(Field::DlSrc, *mac as u128, Field::DlSrc.full_mask())
+                }
+                Action::ModDlDst(mac) => {
+                    self.write(Field::DlDst, *mac as u128, Field::DlDst.full_mask())
+                }
+                Action::ModNwSrc(ip) | Action::ModNwDst(ip) => {
+                    let field = if matches!(a, Action::ModNwSrc(_)) {
+                        Field::NwSrc
+                    } else {
+                        Field::NwDst
+                    };
+                    if self.dl_type() == ETH_TYPE_IPV4 {
+                        self.write(field, *ip as u128, field.full_mask());
+                    } else {
+                        self.record(|| TraceEvent::Warn("not an IPv4 packet: skipped".into()));
+                    }
+                }
+                Action::DecTtl => {
+                    if !self.dec_ttl() {
+                        return Flow::Stopped;
+                    }
+                }
+                Action::PushVlan(tpid) => {
+                    self.commit();
+                    let tci = self.read(Field::VlanTci, Field::VlanTci.full_mask());
+                    // One tag slot: pushing onto a tagged packet keeps its
+                    // VID and PCP in the new outer tag (OpenFlow 1.1+);
+                    // onto an untagged one, VID 0 and PCP 0.
+                    let tci = if tci & VLAN_CFI != 0 { tci } else { VLAN_CFI };
+                    self.key.set(Field::VlanTci, tci);
+                    self.base.set(Field::VlanTci, tci);
+                    self.actions.push(DpAction::PushVlan {
+                        tpid: *tpid,
+                        tci: tci as u16,
+                    });
+                }
+                Action::PopVlan => {
+                    if self.read(Field::VlanTci, VLAN_CFI) != 0 {
+                        self.key.set(Field::VlanTci, 0);
+                        self.dirty.set(Field::VlanTci, 0);
+                        self.commit();
+                        self.actions.push(DpAction::PopVlan);
+                        self.base.set(Field::VlanTci, 0);
+                    } else {
+                        self.record(|| TraceEvent::Warn("packet has no VLAN tag".into()));
+                    }
+                }
+                Action::SetTunnel(id) => {
+                    self.write(Field::TunId, *id as u128, Field::TunId.full_mask())
+                }
+                Action::Ct(ct) => self.ct(ct),
+                Action::CtClear => {
+                    self.clear_ct_fields();
+                    self.actions.push(DpAction::CtClear);
+                }
+                Action::Conjunction { .. } => {
+                    // Conjunctive flows are never the result of a lookup
+                    // with conjunctions resolved; if one is, it drops.
+                    self.record(|| TraceEvent::Warn("conjunctive flow: dropping".into()));
+                    return Flow::Stopped;
+                }
+                Action::Note(_) => {}
+            }
+        }
+        if self.error.is_some() {
+            return Flow::Stopped;
+        }
+        Flow::Done(goto)
+    }
+
+    fn resubmit(&mut self, in_port: Option<u32>, table: u8) {
+        if self.depth >= MAX_DEPTH {
+            self.fail(XlateError::RecursionTooDeep(MAX_DEPTH));
+            return;
+        }
+        self.depth += 1;
+        let saved = self.key.get(Field::InPort);
+        if let Some(p) = in_port {
+            self.key.set(Field::InPort, p as u128);
+        }
+        self.run_tables(table);
+        if in_port.is_some() {
+            self.key.set(Field::InPort, saved);
+        }
+        self.depth -= 1;
+    }
+
+    /// `dec_ttl`; false = TTL exception (stop this action list).
+    fn dec_ttl(&mut self) -> bool {
+        let family = match self.dl_type() {
+            ETH_TYPE_IPV4 => "IPv4",
+            ETH_TYPE_IPV6 => "IPv6",
+            _ => {
+                self.record(|| TraceEvent::Warn("not an IP packet: skipped".into()));
+                return true;
+            }
+        };
+        let ttl = self.read(Field::NwTtl, Field::NwTtl.full_mask());
+        if ttl <= 1 {
+            self.record(|| TraceEvent::Warn(format!("{family} decrement TTL exception")));
+            return false;
+        }
+        self.write(Field::NwTtl, ttl - 1, Field::NwTtl.full_mask());
+        true
+    }
+
+    fn output(&mut self, p: u32, table: u8, cookie: u64) {
+        let in_port = self.key.get(Field::InPort) as u32;
+        match p {
+            port::IN_PORT => self.emit_output(in_port),
+            port::ALL | port::FLOOD => {
+                let env = self.env;
+                for &q in &env.ports {
+                    if q != in_port {
+                        self.emit_output(q);
+                    }
+                }
+            }
+            port::CONTROLLER => {
+                self.commit();
+                self.actions.push(DpAction::Userspace {
+                    reason: PacketInReason::Action,
+                    userdata: Vec::new(),
+                    table,
+                    cookie,
+                });
+            }
+            port::NORMAL | port::TABLE => {
+                self.record(|| TraceEvent::Warn("unsupported output port: skipped".into()));
+            }
+            port::NONE => {}
+            _ if p == in_port => {
+                self.record(|| TraceEvent::Warn("skipping output to input port".into()));
+            }
+            _ if p > port::MAX && p != port::LOCAL => {
+                self.record(|| TraceEvent::Warn("nonexistent output port".into()));
+            }
+            _ => self.emit_output(p),
+        }
+    }
+
+    fn emit_output(&mut self, p: u32) {
+        self.commit();
+        if self.tun_dirty {
+            self.tun_dirty = false;
+            for f in [Field::TunId, Field::TunSrc, Field::TunDst] {
+                self.wc.mask_field(f);
+            }
+            let now = tunnel_of(&self.key);
+            if now != self.tun_sent {
+                self.tun_sent = now;
+                self.actions.push(DpAction::SetTunnel {
+                    tun_id: now.0,
+                    src: now.1,
+                    dst: now.2,
+                });
+            }
+        }
+        self.actions.push(DpAction::Output(p));
+    }
+
+    /// Emits `Set` for every header field written since the last commit
+    /// whose value differs from the packet's.
+    fn commit(&mut self) {
+        if self.dirty.is_zero() {
+            return;
+        }
+        for &f in Field::ALL {
+            if !f.is_header() || self.dirty.get(f) == 0 {
+                continue;
+            }
+            // The comparison reads the field's input value, and Set carries
+            // the whole field: both depend on every bit of it.
+            self.wc.mask_field(f);
+            let v = self.key.get(f);
+            if v != self.base.get(f) {
+                self.actions.push(DpAction::Set { field: f, value: v });
+                self.base.set(f, v);
+            }
+        }
+        self.dirty = FlowKey::ZERO;
+    }
+
+    fn clear_ct_fields(&mut self) {
+        for f in [Field::CtState, Field::CtZone, Field::CtMark, Field::CtLabel] {
+            self.key.set(f, 0);
+        }
+    }
+
+    fn ct(&mut self, ct: &CtAction) {
+        let zone = match ct.zone {
+            CtZoneSrc::Imm(z) => z,
+            CtZoneSrc::Field(sf) => self.read_sub(&sf) as u16,
+        };
+        let mut mark: Option<(u32, u32)> = None;
+        let mut label: Option<(u128, u128)> = None;
+        for a in &ct.exec {
+            self.record(|| TraceEvent::Action(a.clone()));
+            let (field, value, mask) = match a {
+                Action::SetField { field, value, mask } => (*field, *value, *mask),
+                Action::Load { dst, value } => (dst.field, *value << dst.ofs, dst.mask()),
+                _ => {
+                    self.record(|| TraceEvent::Warn("not allowed inside ct exec: skipped".into()));
+                    continue;
+                }
+            };
+            match field {
+                Field::CtMark => {
+                    let (v, m) = mark.unwrap_or((0, 0));
+                    let (value, mask) = (value as u32, mask as u32);
+                    mark = Some(((v & !mask) | (value & mask), m | mask));
+                }
+                Field::CtLabel => {
+                    let (v, m) = label.unwrap_or((0, 0));
+                    label = Some(((v & !mask) | (value & mask), m | mask));
+                }
+                _ => {
+                    self.record(|| TraceEvent::Warn("not allowed inside ct exec: skipped".into()));
+                    continue;
+                }
+            }
+            self.key.set_masked(field, value, mask);
+        }
+        self.commit();
+        self.actions.push(DpAction::Ct {
+            zone,
+            commit: ct.commit,
+            force: ct.force,
+            mark,
+            label,
+        });
+        if let Some(t) = ct.table {
+            let id = recirc_id_for_table(t);
+            for f in META_FIELDS {
+                let written = self.meta_written.get(f);
+                if written != 0 {
+                    // The written bits are a function of the path (already
+                    // in the mask); the others are the input's.
+                    or_bits(&mut self.wc, f, f.full_mask() & !written);
+                    self.actions.push(DpAction::LoadMeta {
+                        field: f,
+                        value: self.key.get(f),
+                    });
+                }
+            }
+            self.actions.push(DpAction::Recirc(id));
+            let key = self.key;
+            self.record(|| {
+                TraceEvent::Detail(format!(
+                    "A clone of the packet is forked to recirculate. \
+                     The forked pipeline will be resumed at table {t}."
+                ))
+            });
+            self.record(|| TraceEvent::Recirc { id, zone, key });
+        }
+        self.record(|| {
+            TraceEvent::Detail(
+                "Sets the packet to an untracked state, and clears all the conntrack fields."
+                    .into(),
+            )
+        });
+        self.clear_ct_fields();
+    }
+}
+
+/// A sub-field as `NXM_NX_REG1[]`, `NXM_NX_REG1[3]` or `NXM_NX_REG1[0..15]`.
+pub fn format_subfield(sf: &SubField) -> String {
+    let name = sf.field.nxm_name();
+    if sf.ofs == 0 && u32::from(sf.n_bits) == sf.field.bits() {
+        format!("{name}[]")
+    } else if sf.n_bits == 1 {
+        format!("{name}[{}]", sf.ofs)
+    } else {
+        let end = u32::from(sf.ofs) + u32::from(sf.n_bits) - 1;
+        format!("{name}[{}..{end}]", sf.ofs)
+    }
 }
