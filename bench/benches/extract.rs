@@ -98,7 +98,10 @@ fn extract_etherparse(frame: &[u8], in_port: u32) -> FlowKey {
             key.set(Field::NwSrc, u32::from_be_bytes(h.source()) as u128);
             key.set(Field::NwDst, u32::from_be_bytes(h.destination()) as u128);
             key.set(Field::NwProto, h.protocol().0 as u128);
-            key.set(Field::NwTos, ((h.dcp().value() << 2) | h.ecn().value()) as u128);
+            key.set(
+                Field::NwTos,
+                ((h.dcp().value() << 2) | h.ecn().value()) as u128,
+            );
             key.set(Field::NwTtl, h.ttl() as u128);
             let offset = h.fragments_offset().value();
             let mut f = 0;
@@ -147,10 +150,20 @@ fn extract_etherparse(frame: &[u8], in_port: u32) -> FlowKey {
             Some(TransportSlice::Tcp(t)) => {
                 key.set(Field::TpSrc, t.source_port() as u128);
                 key.set(Field::TpDst, t.destination_port() as u128);
-                let flags = [t.fin(), t.syn(), t.rst(), t.psh(), t.ack(), t.urg(), t.ece(), t.cwr(), t.ns()]
-                    .iter()
-                    .enumerate()
-                    .fold(0u16, |acc, (i, b)| acc | ((*b as u16) << i));
+                let flags = [
+                    t.fin(),
+                    t.syn(),
+                    t.rst(),
+                    t.psh(),
+                    t.ack(),
+                    t.urg(),
+                    t.ece(),
+                    t.cwr(),
+                    t.ns(),
+                ]
+                .iter()
+                .enumerate()
+                .fold(0u16, |acc, (i, b)| acc | ((*b as u16) << i));
                 key.set(Field::TcpFlags, flags as u128);
             }
             Some(TransportSlice::Udp(u)) => {
@@ -179,7 +192,10 @@ fn bench_extract(c: &mut Criterion) {
             extract_etherparse(frame, 1),
             "{name}: the two extractors disagree, the comparison would be unfair"
         );
-        assert_ne!(extract(frame, 1).get(Field::NwSrc) | extract(frame, 1).get(Field::Ipv6Src), 0);
+        assert_ne!(
+            extract(frame, 1).get(Field::NwSrc) | extract(frame, 1).get(Field::Ipv6Src),
+            0
+        );
     }
 
     let mut g = c.benchmark_group("extract");

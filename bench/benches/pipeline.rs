@@ -22,7 +22,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use oxvs_bench::{count_flows, Cluster, ClusterSpec, Packet, CT_ZONE};
+use oxvs_bench::{count_flows, recirculated_key, Cluster, ClusterSpec, Packet};
 use oxvs_pipeline::extract::extract;
 use oxvs_pipeline::field::{ct_state, Field};
 use oxvs_pipeline::flow::{Flow, FlowMod, FlowModCommand};
@@ -34,7 +34,22 @@ use oxvs_pipeline::tables::Pipeline;
 use oxvs_pipeline::xlate::{translate, Translation, XlateEnv};
 
 /// Flow-table sizes (targets; the generated tables are within a few %).
-const SIZES: [usize; 3] = [1_000, 10_000, 100_000];
+/// `OXVS_BENCH_SIZES=1000,10000` runs only those (criterion's name filter
+/// would still build every workload).
+fn sizes() -> Vec<usize> {
+    let all = vec![1_000, 10_000, 100_000];
+    match std::env::var("OXVS_BENCH_SIZES") {
+        Ok(v) => {
+            let s: Vec<usize> = v.split(',').filter_map(|x| x.trim().parse().ok()).collect();
+            if s.is_empty() {
+                all
+            } else {
+                s
+            }
+        }
+        Err(_) => all,
+    }
+}
 /// Packets (distinct 5-tuples) cycled through by the per-packet benches.
 const N_PACKETS: usize = 4096;
 
@@ -103,26 +118,8 @@ fn keys(packets: &[Packet]) -> Vec<FlowKey> {
         .collect()
 }
 
-/// The key of the recirculated pass: pass 1's metadata writes (`LoadMeta`)
-/// and header writes applied, the tracker's verdict `+trk+new` in zone
-/// `CT_ZONE`, and the recirculation id of the `Recirc` action.
 fn second_pass_key(key: &FlowKey, pass1: &Translation) -> Option<FlowKey> {
-    let mut k = *key;
-    let mut recirc = None;
-    for a in &pass1.actions {
-        match a {
-            DpAction::LoadMeta { field, value } | DpAction::Set { field, value } => {
-                k.set(*field, *value)
-            }
-            DpAction::Recirc(id) => recirc = Some(*id),
-            _ => {}
-        }
-    }
-    let id = recirc?;
-    k.set(Field::RecircId, u128::from(id));
-    k.set(Field::CtState, u128::from(ct_state::TRK | ct_state::NEW));
-    k.set(Field::CtZone, u128::from(CT_ZONE));
-    Some(k)
+    recirculated_key(key, pass1, ct_state::TRK | ct_state::NEW)
 }
 
 /// Prints, once per size, what the packets do in the slow path, so that the
@@ -156,7 +153,7 @@ fn bench_install(c: &mut Criterion) {
     let mut g = c.benchmark_group("install");
     g.sample_size(10);
     let ctx = ParseContext::default();
-    for target in SIZES {
+    for target in sizes() {
         let text = Cluster::new(ClusterSpec::for_flow_count(target)).flows();
         let n = count_flows(&text);
         g.throughput(Throughput::Elements(n as u64));
@@ -170,7 +167,7 @@ fn bench_install(c: &mut Criterion) {
     g.finish();
 
     let mut g = c.benchmark_group("install");
-    for target in SIZES {
+    for target in sizes() {
         let w = workload(target);
         // A flow that is not in the table: a policy peer outside the cluster.
         let flow = parse_flow(
@@ -215,7 +212,7 @@ fn bench_install(c: &mut Criterion) {
 fn bench_slow_path(c: &mut Criterion) {
     let mut g = c.benchmark_group("slow_path");
     g.throughput(Throughput::Elements(1));
-    for target in SIZES {
+    for target in sizes() {
         let w = workload(target);
         let env = xlate_env(&w.cluster);
         let packets = w.cluster.packets(N_PACKETS, 42);

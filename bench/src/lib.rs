@@ -894,28 +894,65 @@ impl Cluster {
                     (b, a, l4)
                 }
             };
-            let (s, d) = (&self.pods[src], &self.pods[dst]);
-            let (in_port, dl_dst) = if s.node == 0 {
-                (s.ofport, GATEWAY_MAC)
-            } else {
-                (TUNNEL_PORT, VIRTUAL_MAC)
-            };
-            let dl_src = if s.node == 0 { s.mac } else { GATEWAY_MAC };
-            let frame = build_frame(&FrameSpec {
-                dl_src,
-                dl_dst,
-                nw_src: s.ip,
-                nw_dst: d.ip,
-                proto: l4.proto,
-                tp_src: sport,
-                tp_dst: l4.port,
-                ttl: 64,
-                payload_len: 18,
-            });
-            out.push(Packet { in_port, frame });
+            out.push(self.packet(src, dst, l4, sport));
         }
         out
     }
+
+    /// A packet from pod `src` to pod `dst` (indices into [`Cluster::pods`]):
+    /// a local sender sends on its own port to the gateway MAC (routed); a
+    /// remote sender's packet arrives decapsulated on the tunnel port,
+    /// addressed to [`VIRTUAL_MAC`]. TCP packets are SYNs.
+    pub fn packet(&self, src: usize, dst: usize, l4: L4Port, sport: u16) -> Packet {
+        let (s, d) = (&self.pods[src], &self.pods[dst]);
+        let (in_port, dl_src, dl_dst) = if s.node == 0 {
+            (s.ofport, s.mac, GATEWAY_MAC)
+        } else {
+            (TUNNEL_PORT, GATEWAY_MAC, VIRTUAL_MAC)
+        };
+        let frame = build_frame(&FrameSpec {
+            dl_src,
+            dl_dst,
+            nw_src: s.ip,
+            nw_dst: d.ip,
+            proto: l4.proto,
+            tp_src: sport,
+            tp_dst: l4.port,
+            ttl: 64,
+            payload_len: 18,
+        });
+        Packet { in_port, frame }
+    }
+}
+
+/// The key of the second pass of a packet whose first translation ended in
+/// `ct(...)` + `Recirc(id)`: the first pass's metadata and header writes
+/// (`LoadMeta`, `Set`) applied to `key`, `recirc_id = id`, and the
+/// tracker's verdict `ct_state` in zone [`CT_ZONE`] (what the datapath does
+/// after the connection tracker ran). `None` if `pass1` does not recirculate.
+pub fn recirculated_key(
+    key: &oxvs_pipeline::FlowKey,
+    pass1: &oxvs_pipeline::xlate::Translation,
+    ct_state: u32,
+) -> Option<oxvs_pipeline::FlowKey> {
+    use oxvs_pipeline::odp::DpAction;
+    use oxvs_pipeline::Field;
+    let mut k = *key;
+    let mut recirc = None;
+    for a in &pass1.actions {
+        match a {
+            DpAction::LoadMeta { field, value } | DpAction::Set { field, value } => {
+                k.set(*field, *value)
+            }
+            DpAction::Recirc(id) => recirc = Some(*id),
+            _ => {}
+        }
+    }
+    let id = recirc?;
+    k.set(Field::RecircId, u128::from(id));
+    k.set(Field::CtState, u128::from(ct_state));
+    k.set(Field::CtZone, u128::from(CT_ZONE));
+    Some(k)
 }
 
 /// What [`build_frame`] puts in a frame.
