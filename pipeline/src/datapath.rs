@@ -1,1 +1,858 @@
-//! The per-thread datapath: batches through caches, slow path and actions. (Being written.)
+//! The per-thread datapath: batches of packets through the exact-match
+//! cache, the megaflow cache and the slow path, then their actions.
+//!
+//! One [`Datapath`] belongs to one datapath (poll) thread. For each batch it
+//! loads the current table version once ([`Pipeline::snapshot`]), empties its
+//! caches if the version's generation changed, and for every packet:
+//!
+//! 1. extracts the flow key from the frame, the ingress port and the tunnel
+//!    metadata the port layer decapsulated ([`crate::extract::extract`]);
+//! 2. looks the key up: **exact-match cache** -> **megaflow cache** -> on a
+//!    miss the **slow path** ([`crate::xlate::translate`]), whose result is
+//!    installed as a megaflow (value = key & wildcards, plus `recirc_id`,
+//!    which every megaflow matches exactly);
+//! 3. executes the datapath actions on the frame, keeping the key in step:
+//!    `Set` writes the header ([`crate::packet`]) and the key; `PushVlan` /
+//!    `PopVlan`; `SetTunnel` and `LoadMeta` write only the key; `Ct` runs the
+//!    connection tracker on the frame as it is now and writes the verdict
+//!    into `ct_state`/`ct_zone`/`ct_mark`/`ct_label`; `CtClear` zeroes them;
+//!    `Output` hands the bytes to the [`DatapathSink`] (with [`TunnelMeta`]
+//!    if the key has a tunnel destination); `Userspace` is a packet-in;
+//!    `Recirc(id)` sets `recirc_id = id` and goes back to step 2 with the
+//!    updated key: in place if it is the last action, else on a copy of the
+//!    frame (the original continues with the actions after it).
+//!
+//! ## Invariants
+//!
+//! - The actions executed for a key are always the actions the slow path
+//!   would compute for it under the batch's table version (see
+//!   [`crate::cache`]); `pipeline/tests/datapath_cache.rs` checks it.
+//! - Recirculation is bounded: a packet may go round at most
+//!   [`DatapathConfig::max_recirc_depth`] times; deeper, it is dropped and
+//!   counted.
+//! - Bad packets never panic: a header write that does not fit the frame is
+//!   skipped and counted in [`DatapathStats::write_errors`]; the key is
+//!   still updated, so later lookups see what the slow path saw.
+//!
+//! ## Cost
+//!
+//! On the cached path, nothing allocates and nothing locks: the lookup
+//! clones one `Arc` per pass (an uncontended atomic), outputs are slices of
+//! the frame, recirculation copies reuse per-depth scratch buffers, and rule
+//! counters are credited once per megaflow per batch, not per packet.
+
+use std::sync::Arc;
+
+use crate::cache::{CacheTier, FlowCaches, MegaflowEntry};
+use crate::conntrack::{Conntrack, CtParams};
+use crate::extract::extract;
+use crate::field::Field;
+use crate::flow::{port, PacketInReason};
+use crate::key::FlowKey;
+use crate::odp::DpAction;
+use crate::packet::{Packet, PacketBuf};
+use crate::tables::{Pipeline, TableSet};
+use crate::xlate::{translate, Translation, XlateEnv};
+
+/// The slow path's signature: [`translate`] unless a test or benchmark
+/// substitutes its own (see [`Datapath::with_slow_path`]).
+pub type SlowPathFn = fn(&TableSet, &FlowKey, &XlateEnv) -> Translation;
+
+/// Tunnel metadata of a packet: what the port layer decapsulated on
+/// ingress, or what an output to a tunnel port must encapsulate with.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct TunnelMeta {
+    /// Tunnel id (VXLAN VNI).
+    pub tun_id: u64,
+    /// Outer IPv4 source.
+    pub src: u32,
+    /// Outer IPv4 destination.
+    pub dst: u32,
+}
+
+/// A packet handed to [`Datapath::process_batch`].
+#[derive(Clone, Debug)]
+pub struct DpPacket<B> {
+    /// The frame (header writes and VLAN pushes happen in place).
+    pub packet: Packet<B>,
+    /// OpenFlow port it arrived on.
+    pub in_port: u32,
+    /// Tunnel metadata if it arrived through a tunnel.
+    pub tunnel: Option<TunnelMeta>,
+}
+
+impl DpPacket<Vec<u8>> {
+    /// An owned copy of `frame` that arrived on `in_port`.
+    pub fn from_frame(frame: &[u8], in_port: u32) -> DpPacket<Vec<u8>> {
+        DpPacket {
+            packet: PacketBuf::from_frame(frame),
+            in_port,
+            tunnel: None,
+        }
+    }
+}
+
+/// A packet sent to the controller.
+#[derive(Clone, Copy, Debug)]
+pub struct PacketIn<'a> {
+    pub reason: PacketInReason,
+    /// Table of the flow that sent it.
+    pub table: u8,
+    /// Cookie of the flow that sent it.
+    pub cookie: u64,
+    pub userdata: &'a [u8],
+    /// The frame as it is at this point of the actions.
+    pub frame: &'a [u8],
+    /// The packet's key at this point (in_port, registers, ct state...).
+    pub key: &'a FlowKey,
+}
+
+/// Where the datapath's results go: the port layer (or a test).
+pub trait DatapathSink {
+    /// Transmit `frame` on OpenFlow port `port`. `tunnel` is set when the
+    /// packet's key has a tunnel destination (for tunnel ports).
+    fn output(&mut self, port: u32, frame: &[u8], tunnel: Option<TunnelMeta>);
+    /// Queue a packet-in for the controller.
+    fn packet_in(&mut self, pkt: PacketIn<'_>);
+}
+
+/// A packet-in as recorded by [`RecordingSink`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OwnedPacketIn {
+    pub reason: PacketInReason,
+    pub table: u8,
+    pub cookie: u64,
+    pub userdata: Vec<u8>,
+    pub frame: Vec<u8>,
+    pub in_port: u32,
+}
+
+/// A sink that copies everything it gets (tests and slow paths).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecordingSink {
+    /// `(port, frame, tunnel)` in output order.
+    pub outputs: Vec<(u32, Vec<u8>, Option<TunnelMeta>)>,
+    pub packet_ins: Vec<OwnedPacketIn>,
+}
+
+impl DatapathSink for RecordingSink {
+    fn output(&mut self, port: u32, frame: &[u8], tunnel: Option<TunnelMeta>) {
+        self.outputs.push((port, frame.to_vec(), tunnel));
+    }
+    fn packet_in(&mut self, p: PacketIn<'_>) {
+        self.packet_ins.push(OwnedPacketIn {
+            reason: p.reason,
+            table: p.table,
+            cookie: p.cookie,
+            userdata: p.userdata.to_vec(),
+            frame: p.frame.to_vec(),
+            in_port: p.key.get(Field::InPort) as u32,
+        });
+    }
+}
+
+/// A sink that only counts (benchmarks).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CountingSink {
+    pub outputs: u64,
+    pub output_bytes: u64,
+    pub packet_ins: u64,
+}
+
+impl DatapathSink for CountingSink {
+    fn output(&mut self, _port: u32, frame: &[u8], _tunnel: Option<TunnelMeta>) {
+        self.outputs += 1;
+        self.output_bytes += frame.len() as u64;
+    }
+    fn packet_in(&mut self, _p: PacketIn<'_>) {
+        self.packet_ins += 1;
+    }
+}
+
+/// Sizes and limits of a [`Datapath`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DatapathConfig {
+    /// Exact-match cache slots (power of two; 0 disables the tier).
+    pub emc_entries: usize,
+    /// Most megaflows kept (0 disables the tier: every packet takes the slow path).
+    pub megaflow_max: usize,
+    /// Most recirculations of one packet.
+    pub max_recirc_depth: u8,
+}
+
+impl Default for DatapathConfig {
+    fn default() -> Self {
+        DatapathConfig {
+            emc_entries: crate::cache::ExactMatchCache::DEFAULT_ENTRIES,
+            megaflow_max: crate::cache::MegaflowCache::DEFAULT_MAX_ENTRIES,
+            max_recirc_depth: 8,
+        }
+    }
+}
+
+impl DatapathConfig {
+    /// No caches at all: every lookup is a slow-path translation (the
+    /// reference behaviour the caches must reproduce).
+    pub fn uncached() -> Self {
+        DatapathConfig {
+            emc_entries: 0,
+            megaflow_max: 0,
+            ..DatapathConfig::default()
+        }
+    }
+}
+
+/// Counters of one datapath thread. Lookup counters count *passes*: a
+/// packet that recirculates is looked up once per pass.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DatapathStats {
+    /// Packets received by [`Datapath::process_batch`].
+    pub packets: u64,
+    /// Their bytes (as received).
+    pub bytes: u64,
+    /// Passes answered by the exact-match cache.
+    pub emc_hits: u64,
+    /// Passes answered by the megaflow cache.
+    pub megaflow_hits: u64,
+    /// Passes that went to the slow path (upcalls).
+    pub upcalls: u64,
+    /// Megaflows installed by the slow path.
+    pub megaflow_inserts: u64,
+    /// Slow-path translations that failed (resubmit loops, unknown
+    /// recirculation ids): the packet is dropped, and the drop is cached
+    /// like any result (the failure depends only on the bits consulted).
+    pub xlate_errors: u64,
+    /// Times the caches were emptied (table changes, explicit flushes).
+    pub cache_flushes: u64,
+    /// Recirculations (extra passes).
+    pub recirculations: u64,
+    /// Passes whose action list was empty (explicit drop / no flow), plus
+    /// packets dropped for recirculating too deep.
+    pub drops: u64,
+    /// Packets dropped because they recirculated more than the limit.
+    pub recirc_limit_drops: u64,
+    /// Header writes skipped because the frame did not fit them (per write).
+    pub write_errors: u64,
+    /// Frames handed to [`DatapathSink::output`].
+    pub outputs: u64,
+    /// Packet-ins handed to [`DatapathSink::packet_in`].
+    pub packet_ins: u64,
+}
+
+/// One datapath thread's state: caches, counters and scratch space.
+#[derive(Debug)]
+pub struct Datapath {
+    pipeline: Arc<Pipeline>,
+    env: XlateEnv,
+    config: DatapathConfig,
+    caches: FlowCaches,
+    stats: DatapathStats,
+    /// Per-batch rule credits: (megaflow, packets, bytes).
+    credits: Vec<(Arc<MegaflowEntry>, u64, u64)>,
+    /// Frame copies for non-tail recirculation, one per depth.
+    scratch: Vec<PacketBuf>,
+    slow_path: SlowPathFn,
+}
+
+/// Credits are flushed early when this many distinct megaflows were hit in
+/// one batch (keeps the per-packet search short for huge batches).
+const MAX_PENDING_CREDITS: usize = 128;
+
+impl Datapath {
+    /// A datapath over `pipeline`'s tables.
+    pub fn new(pipeline: Arc<Pipeline>, env: XlateEnv, config: DatapathConfig) -> Datapath {
+        Datapath::with_slow_path(pipeline, env, config, translate)
+    }
+
+    /// A datapath whose slow path is `slow_path` instead of
+    /// [`translate`]: for testing or benchmarking the caches and the action
+    /// executor in isolation.
+    pub fn with_slow_path(
+        pipeline: Arc<Pipeline>,
+        env: XlateEnv,
+        config: DatapathConfig,
+        slow_path: SlowPathFn,
+    ) -> Datapath {
+        Datapath {
+            slow_path,
+            pipeline,
+            env,
+            config,
+            caches: FlowCaches::new(config.emc_entries, config.megaflow_max),
+            stats: DatapathStats::default(),
+            credits: Vec::with_capacity(MAX_PENDING_CREDITS),
+            scratch: (0..=config.max_recirc_depth)
+                .map(|_| PacketBuf::default())
+                .collect(),
+        }
+    }
+
+    /// The counters (cache-tier counters included).
+    pub fn stats(&self) -> DatapathStats {
+        let c = self.caches.stats();
+        DatapathStats {
+            emc_hits: c.emc_hits,
+            megaflow_hits: c.megaflow_hits,
+            megaflow_inserts: c.megaflow_inserts,
+            cache_flushes: c.flushes,
+            ..self.stats
+        }
+    }
+
+    /// Empties both cache tiers.
+    pub fn flush_caches(&mut self) {
+        self.caches.flush();
+    }
+
+    /// The caches (for dumps and tests).
+    pub fn caches(&self) -> &FlowCaches {
+        &self.caches
+    }
+
+    /// The translation environment (ports).
+    pub fn env(&self) -> &XlateEnv {
+        &self.env
+    }
+
+    /// Replaces the translation environment (ports added/removed) and
+    /// flushes the caches, whose entries may depend on it.
+    pub fn set_env(&mut self, env: XlateEnv) {
+        self.env = env;
+        self.caches.flush();
+    }
+
+    /// The actions for `key` under the current table version, through the
+    /// caches like a packet's lookup (installing a megaflow on a miss), and
+    /// which tier answered. Executes nothing and credits no counters.
+    pub fn classify(&mut self, key: &FlowKey) -> (Arc<MegaflowEntry>, CacheTier) {
+        let tables = self.pipeline.snapshot();
+        self.caches.revalidate(tables.generation());
+        self.lookup(&tables, key)
+    }
+
+    /// Processes a batch of packets: lookups, actions, outputs to `sink`.
+    /// Header writes modify the packets in place.
+    pub fn process_batch<B, S>(
+        &mut self,
+        pkts: &mut [DpPacket<B>],
+        ct: &mut Conntrack,
+        now_ns: u64,
+        sink: &mut S,
+    ) where
+        B: AsRef<[u8]> + AsMut<[u8]>,
+        S: DatapathSink + ?Sized,
+    {
+        let tables = self.pipeline.snapshot();
+        self.caches.revalidate(tables.generation());
+        let mut run = Run {
+            tables: &tables,
+            ct,
+            now_ns,
+            sink,
+        };
+        for p in pkts.iter_mut() {
+            let mut key = extract(p.packet.data(), p.in_port);
+            if let Some(t) = p.tunnel {
+                key.set(Field::TunId, t.tun_id as u128);
+                key.set(Field::TunSrc, t.src as u128);
+                key.set(Field::TunDst, t.dst as u128);
+            }
+            self.stats.packets += 1;
+            self.stats.bytes += p.packet.len() as u64;
+            self.pass(&mut run, &mut p.packet, &mut key, 0);
+        }
+        self.flush_credits(now_ns);
+    }
+
+    fn lookup(&mut self, tables: &TableSet, key: &FlowKey) -> (Arc<MegaflowEntry>, CacheTier) {
+        if let Some(hit) = self.caches.lookup(key) {
+            return hit;
+        }
+        self.stats.upcalls += 1;
+        let t = (self.slow_path)(tables, key, &self.env);
+        if t.error.is_some() {
+            self.stats.xlate_errors += 1;
+        }
+        let mut mask = t.wildcards;
+        // The slow path chooses its start table by recirc_id: every
+        // megaflow matches it exactly, whatever the translation reported.
+        mask.mask_field(Field::RecircId);
+        let e = self.caches.install(
+            key,
+            mask,
+            t.actions.into_boxed_slice(),
+            t.rules.into_boxed_slice(),
+        );
+        (e, CacheTier::SlowPath)
+    }
+
+    fn credit(&mut self, e: &Arc<MegaflowEntry>, bytes: u64, now_ns: u64) {
+        if let Some(c) = self.credits.iter_mut().rev().find(|c| Arc::ptr_eq(&c.0, e)) {
+            c.1 += 1;
+            c.2 += bytes;
+            return;
+        }
+        if self.credits.len() >= MAX_PENDING_CREDITS {
+            self.flush_credits(now_ns);
+        }
+        self.credits.push((Arc::clone(e), 1, bytes));
+    }
+
+    fn flush_credits(&mut self, now_ns: u64) {
+        for (e, packets, bytes) in self.credits.drain(..) {
+            e.credit(packets, bytes, now_ns);
+        }
+    }
+
+    /// One pass (and its tail recirculations) of a packet.
+    fn pass<B, S>(
+        &mut self,
+        run: &mut Run<'_, S>,
+        pkt: &mut Packet<B>,
+        key: &mut FlowKey,
+        mut depth: u8,
+    ) where
+        B: AsRef<[u8]> + AsMut<[u8]>,
+        S: DatapathSink + ?Sized,
+    {
+        loop {
+            let (entry, _tier) = self.lookup(run.tables, key);
+            self.credit(&entry, pkt.len() as u64, run.now_ns);
+            if entry.actions.is_empty() {
+                self.stats.drops += 1;
+                return;
+            }
+            match self.execute(run, &entry.actions, pkt, key, depth) {
+                Some(id) => {
+                    if !self.may_recirculate(depth) {
+                        return;
+                    }
+                    key.set(Field::RecircId, id as u128);
+                    depth += 1;
+                }
+                None => return,
+            }
+        }
+    }
+
+    fn may_recirculate(&mut self, depth: u8) -> bool {
+        if depth >= self.config.max_recirc_depth {
+            self.stats.recirc_limit_drops += 1;
+            self.stats.drops += 1;
+            false
+        } else {
+            self.stats.recirculations += 1;
+            true
+        }
+    }
+
+    /// Executes `actions`; returns `Some(id)` if the last action is
+    /// `Recirc(id)` (the caller continues in place).
+    fn execute<B, S>(
+        &mut self,
+        run: &mut Run<'_, S>,
+        actions: &[DpAction],
+        pkt: &mut Packet<B>,
+        key: &mut FlowKey,
+        depth: u8,
+    ) -> Option<u32>
+    where
+        B: AsRef<[u8]> + AsMut<[u8]>,
+        S: DatapathSink + ?Sized,
+    {
+        let n = actions.len();
+        for (i, a) in actions.iter().enumerate() {
+            match a {
+                DpAction::Output(p) => {
+                    let p = if *p == port::IN_PORT {
+                        key.get(Field::InPort) as u32
+                    } else {
+                        *p
+                    };
+                    let tun_dst = key.get(Field::TunDst) as u32;
+                    let tunnel = (tun_dst != 0).then(|| TunnelMeta {
+                        tun_id: key.get(Field::TunId) as u64,
+                        src: key.get(Field::TunSrc) as u32,
+                        dst: tun_dst,
+                    });
+                    self.stats.outputs += 1;
+                    run.sink.output(p, pkt.data(), tunnel);
+                }
+                DpAction::Set { field, value } => {
+                    if pkt.set_field(*field, *value).is_err() {
+                        self.stats.write_errors += 1;
+                    }
+                    key.set(*field, *value);
+                }
+                DpAction::PushVlan { tpid, tci } => {
+                    if pkt.push_vlan(*tpid, *tci).is_err() {
+                        self.stats.write_errors += 1;
+                    }
+                    key.set(Field::VlanTci, (*tci | 0x1000) as u128);
+                }
+                DpAction::PopVlan => {
+                    if pkt.pop_vlan().is_err() {
+                        self.stats.write_errors += 1;
+                    }
+                    key.set(Field::VlanTci, 0);
+                }
+                DpAction::SetTunnel { tun_id, src, dst } => {
+                    key.set(Field::TunId, *tun_id as u128);
+                    key.set(Field::TunSrc, *src as u128);
+                    key.set(Field::TunDst, *dst as u128);
+                }
+                DpAction::Ct {
+                    zone,
+                    commit,
+                    force,
+                    mark,
+                    label,
+                } => {
+                    let params = CtParams {
+                        zone: *zone,
+                        commit: *commit,
+                        force: *force,
+                        mark: *mark,
+                        label: *label,
+                    };
+                    let v = run.ct.execute(pkt.data(), key, &params, run.now_ns);
+                    key.set(Field::CtState, v.state as u128);
+                    key.set(Field::CtZone, v.zone as u128);
+                    key.set(Field::CtMark, v.mark as u128);
+                    key.set(Field::CtLabel, v.label);
+                }
+                DpAction::CtClear => {
+                    key.set(Field::CtState, 0);
+                    key.set(Field::CtZone, 0);
+                    key.set(Field::CtMark, 0);
+                    key.set(Field::CtLabel, 0);
+                }
+                DpAction::LoadMeta { field, value } => key.set(*field, *value),
+                DpAction::Recirc(id) => {
+                    if i + 1 == n {
+                        return Some(*id);
+                    }
+                    if !self.may_recirculate(depth) {
+                        continue;
+                    }
+                    // More actions follow: the recirculated packet is a copy.
+                    let slot = (depth as usize).min(self.scratch.len().saturating_sub(1));
+                    let mut copy = std::mem::take(&mut self.scratch[slot]);
+                    copy.set_frame(pkt.data());
+                    let mut k = *key;
+                    k.set(Field::RecircId, *id as u128);
+                    self.pass(run, &mut copy, &mut k, depth + 1);
+                    self.scratch[slot] = copy;
+                }
+                DpAction::Userspace {
+                    reason,
+                    userdata,
+                    table,
+                    cookie,
+                } => {
+                    self.stats.packet_ins += 1;
+                    run.sink.packet_in(PacketIn {
+                        reason: *reason,
+                        table: *table,
+                        cookie: *cookie,
+                        userdata,
+                        frame: pkt.data(),
+                        key,
+                    });
+                }
+            }
+        }
+        None
+    }
+}
+
+/// What stays the same for a whole batch.
+struct Run<'a, S: ?Sized> {
+    tables: &'a TableSet,
+    ct: &'a mut Conntrack,
+    now_ns: u64,
+    sink: &'a mut S,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::field::ct_state;
+    use crate::flow::Flow;
+    use crate::packet::Layout;
+    use crate::tables::{Rule, RuleStats};
+    use std::sync::OnceLock;
+
+    fn rule() -> &'static Arc<Rule> {
+        static R: OnceLock<Arc<Rule>> = OnceLock::new();
+        R.get_or_init(|| {
+            Arc::new(Rule {
+                flow: Flow::default(),
+                created_ns: 0,
+                stats: RuleStats::default(),
+            })
+        })
+    }
+
+    /// A stand-in slow path that decides from in_port, recirc_id and
+    /// ct_state only (so it does not depend on extraction).
+    // Built by assignment so it compiles whatever other fields
+    // `Translation` has (the real one has more than the contract stub).
+    #[allow(clippy::field_reassign_with_default)]
+    fn fake(_t: &TableSet, key: &FlowKey, _env: &XlateEnv) -> Translation {
+        let port = key.get(Field::InPort) as u32;
+        let recirc = key.get(Field::RecircId) as u32;
+        let mut wildcards = FlowKey::ZERO;
+        wildcards.mask_field(Field::InPort);
+        use DpAction as A;
+        let actions = match (port, recirc) {
+            // Plain forward with a rewrite.
+            (1, 0) => vec![
+                A::Set {
+                    field: Field::DlSrc,
+                    value: 0x0200_0000_00ee,
+                },
+                A::Output(2),
+            ],
+            // Output, recirculate a copy, output the original again.
+            (2, 0) => vec![A::Output(1), A::Recirc(5), A::Output(3)],
+            (2, 5) => vec![
+                A::Set {
+                    field: Field::DlDst,
+                    value: 0x0200_0000_00dd,
+                },
+                A::Output(4),
+            ],
+            // Conntrack then tail recirculation; the next pass sees ct_state.
+            (3, 0) => vec![
+                A::Ct {
+                    zone: 7,
+                    commit: false,
+                    force: false,
+                    mark: None,
+                    label: None,
+                },
+                A::LoadMeta {
+                    field: Field::Reg(0),
+                    value: 0x42,
+                },
+                A::Recirc(9),
+            ],
+            (3, 9) => {
+                wildcards.mask_field(Field::CtState);
+                wildcards.mask_field(Field::Reg(0));
+                let trk = key.get(Field::CtState) as u32 & ct_state::TRK != 0;
+                let reg_ok = key.get(Field::Reg(0)) == 0x42;
+                let zone_ok = key.get(Field::CtZone) == 7;
+                vec![A::Output(if trk && reg_ok && zone_ok { 10 } else { 11 })]
+            }
+            // Recirculates forever.
+            (4, _) => vec![A::Recirc(recirc + 1)],
+            // Tunnel, VLAN, packet-in.
+            (5, 0) => vec![
+                A::SetTunnel {
+                    tun_id: 0x10,
+                    src: 0,
+                    dst: 0x0a01_0101,
+                },
+                A::PushVlan {
+                    tpid: 0x8100,
+                    tci: 0x1005,
+                },
+                A::Output(6),
+                A::Userspace {
+                    reason: PacketInReason::Action,
+                    userdata: vec![1, 2],
+                    table: 7,
+                    cookie: 9,
+                },
+            ],
+            // The slow path fails (e.g. a resubmit loop): dropped, counted.
+            (7, 0) => {
+                let mut t = Translation::default();
+                t.wildcards = wildcards;
+                t.error = Some(crate::xlate::XlateError::TooManyResubmits(1));
+                return t;
+            }
+            // A write that does not fit the frame.
+            (6, 0) => vec![
+                A::Set {
+                    field: Field::TpDst,
+                    value: 80,
+                },
+                A::Output(1),
+            ],
+            _ => vec![],
+        };
+        let mut t = Translation::default();
+        t.actions = actions;
+        t.wildcards = wildcards;
+        t.rules = vec![Arc::clone(rule())];
+        t
+    }
+
+    fn dp(config: DatapathConfig) -> Datapath {
+        Datapath::with_slow_path(Arc::new(Pipeline::new()), XlateEnv::default(), config, fake)
+    }
+
+    fn frame(tag: u8) -> Vec<u8> {
+        let mut f = vec![0x02, 0, 0, 0, 0, 0xbb, 0x02, 0, 0, 0, 0, 0xaa, 0x08, 0x06];
+        f.extend_from_slice(&[0, 1, 8, 0, 6, 4, 0, 1]);
+        f.extend_from_slice(&[tag; 20]);
+        f
+    }
+
+    fn batch(ports: &[u32]) -> Vec<DpPacket<Vec<u8>>> {
+        ports
+            .iter()
+            .map(|&p| DpPacket::from_frame(&frame(p as u8), p))
+            .collect()
+    }
+
+    fn run(d: &mut Datapath, ports: &[u32]) -> RecordingSink {
+        let mut sink = RecordingSink::default();
+        let mut ct = Conntrack::default();
+        d.process_batch(&mut batch(ports), &mut ct, 1_000, &mut sink);
+        sink
+    }
+
+    #[test]
+    fn tiers_and_counters() {
+        let mut d = dp(DatapathConfig::default());
+        let before = rule()
+            .stats
+            .n_packets
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let sink = run(&mut d, &[1, 1, 1]);
+        assert_eq!(sink.outputs.len(), 3);
+        let s = d.stats();
+        assert_eq!(
+            (s.packets, s.upcalls, s.emc_hits, s.megaflow_hits),
+            (3, 1, 2, 0)
+        );
+        assert_eq!(s.outputs, 3);
+        let (_, o, _) = &sink.outputs[0];
+        assert_eq!(&o[6..12], &[0x02, 0, 0, 0, 0, 0xee]);
+        let after = rule()
+            .stats
+            .n_packets
+            .load(std::sync::atomic::Ordering::Relaxed);
+        assert!(after >= before + 3);
+        // The megaflow counted the batch once, with 3 packets.
+        let e = d.caches().megaflows.entries().next().unwrap();
+        assert_eq!(e.n_packets.load(std::sync::atomic::Ordering::Relaxed), 3);
+        d.flush_caches();
+        run(&mut d, &[1]);
+        assert_eq!(d.stats().upcalls, 2);
+    }
+
+    #[test]
+    fn non_tail_recirculation_works_on_a_copy() {
+        let mut d = dp(DatapathConfig::default());
+        let sink = run(&mut d, &[2]);
+        let ports: Vec<u32> = sink.outputs.iter().map(|o| o.0).collect();
+        assert_eq!(ports, [1, 4, 3]);
+        let orig = frame(2);
+        assert_eq!(sink.outputs[0].1, orig);
+        assert_eq!(&sink.outputs[1].1[0..6], &[0x02, 0, 0, 0, 0, 0xdd]);
+        assert_eq!(
+            sink.outputs[2].1, orig,
+            "the copy's rewrite leaked into the original"
+        );
+        assert_eq!(d.stats().recirculations, 1);
+    }
+
+    #[test]
+    fn ct_verdict_and_meta_reach_the_next_pass() {
+        let mut d = dp(DatapathConfig::default());
+        let sink = run(&mut d, &[3, 3]);
+        let ports: Vec<u32> = sink.outputs.iter().map(|o| o.0).collect();
+        assert_eq!(ports, [10, 10]);
+        let s = d.stats();
+        assert_eq!(s.recirculations, 2);
+        assert_eq!(s.upcalls, 2);
+        assert_eq!(s.emc_hits, 2);
+    }
+
+    #[test]
+    fn recirculation_is_bounded() {
+        let mut d = dp(DatapathConfig {
+            max_recirc_depth: 3,
+            ..DatapathConfig::default()
+        });
+        let sink = run(&mut d, &[4]);
+        assert!(sink.outputs.is_empty());
+        let s = d.stats();
+        assert_eq!((s.recirculations, s.recirc_limit_drops, s.drops), (3, 1, 1));
+    }
+
+    #[test]
+    fn tunnel_vlan_and_packet_in() {
+        let mut d = dp(DatapathConfig::default());
+        let sink = run(&mut d, &[5]);
+        let (port, out, tun) = &sink.outputs[0];
+        assert_eq!(*port, 6);
+        assert_eq!(
+            *tun,
+            Some(TunnelMeta {
+                tun_id: 0x10,
+                src: 0,
+                dst: 0x0a01_0101
+            })
+        );
+        assert_eq!(Layout::parse(out).vlan_tags, 1);
+        assert_eq!(&out[12..16], &[0x81, 0, 0, 5]);
+        let pi = &sink.packet_ins[0];
+        assert_eq!((pi.table, pi.cookie, pi.in_port), (7, 9, 5));
+        assert_eq!(pi.userdata, [1, 2]);
+        assert_eq!(pi.frame, *out);
+        assert_eq!(d.stats().packet_ins, 1);
+    }
+
+    #[test]
+    fn bad_writes_are_counted_and_drops_too() {
+        let mut d = dp(DatapathConfig::default());
+        let sink = run(&mut d, &[6, 99]);
+        assert_eq!(sink.outputs.len(), 1);
+        assert_eq!(sink.outputs[0].1, frame(6));
+        let s = d.stats();
+        assert_eq!((s.write_errors, s.drops), (1, 1));
+    }
+
+    #[test]
+    fn xlate_errors_drop_and_are_cached() {
+        let mut d = dp(DatapathConfig::default());
+        let sink = run(&mut d, &[7, 7]);
+        assert!(sink.outputs.is_empty());
+        let s = d.stats();
+        assert_eq!(
+            (s.xlate_errors, s.drops, s.upcalls, s.emc_hits),
+            (1, 2, 1, 1)
+        );
+    }
+
+    #[test]
+    fn uncached_config_always_upcalls() {
+        let mut d = dp(DatapathConfig::uncached());
+        run(&mut d, &[1, 1, 2]);
+        let s = d.stats();
+        assert_eq!((s.upcalls, s.emc_hits, s.megaflow_hits), (4, 0, 0));
+    }
+
+    #[test]
+    fn zero_copy_packets() {
+        let mut d = dp(DatapathConfig::default());
+        let f = frame(1);
+        let mut umem = vec![0u8; 512];
+        umem[256..256 + f.len()].copy_from_slice(&f);
+        let mut pkts = [DpPacket {
+            packet: crate::packet::PacketRef::new(&mut umem, 256, f.len()).unwrap(),
+            in_port: 1,
+            tunnel: None,
+        }];
+        let mut sink = CountingSink::default();
+        d.process_batch(&mut pkts, &mut Conntrack::default(), 0, &mut sink);
+        assert_eq!(sink.outputs, 1);
+        assert_eq!(&umem[256 + 6..256 + 12], &[0x02, 0, 0, 0, 0, 0xee]);
+    }
+}

@@ -1,1 +1,1204 @@
-//! Packet buffers with headroom, and header rewriting. (Being written.)
+//! Packet buffers with headroom, and header rewriting.
+//!
+//! A [`Packet<B>`] is a window `buf[head..head + len]` over some storage `B`:
+//! an owned `Vec<u8>` ([`PacketBuf`], for tests and the slow path) or a
+//! borrowed `&mut [u8]` ([`PacketRef`], e.g. an AF_XDP UMEM frame). Bytes in
+//! front of the window are *headroom*: pushing a header (an 802.1Q tag, later
+//! VXLAN encapsulation) moves `head` back instead of copying the payload, and
+//! pulling one moves it forward. The window never leaves the buffer.
+//!
+//! ## Header rewrites
+//!
+//! The datapath's `set(...)` actions land here. [`Layout::parse`] finds the
+//! L2/L3/L4 offsets of the current bytes (Ethernet, up to two VLAN tags,
+//! IPv4 with options, IPv6 with extension headers, ARP, TCP/UDP/SCTP/ICMP),
+//! and each `set_*` method writes one field and fixes every checksum that
+//! covers it:
+//!
+//! - IPv4 header checksum: incremental update (RFC 1624, eqn. 3).
+//! - TCP/UDP (and ICMPv6) checksums over the IPv4/IPv6 pseudo-header when an
+//!   address changes, and over the port words when a port changes. A UDP
+//!   checksum of 0 means "none" and stays 0; a computed 0 becomes 0xffff.
+//! - SCTP's CRC32c is recomputed over the whole SCTP packet (it is not
+//!   incremental).
+//!
+//! ## No-panic contract
+//!
+//! Frames are untrusted. Every access is bounds-checked; a write whose bytes
+//! are not all inside the frame (a truncated frame, or a frame of a
+//! different protocol) changes nothing and returns a [`WriteError`], which
+//! the datapath counts. L4 headers of non-first fragments are never touched.
+//! If a header is present but its checksum field is cut off, the field is
+//! written and the unreachable checksum is left alone.
+
+use crate::field::Field;
+
+/// Headroom [`PacketBuf::from_frame`] reserves: room for VXLAN-over-IPv4
+/// encapsulation (50 bytes) plus two VLAN tags, rounded up.
+pub const DEFAULT_HEADROOM: usize = 128;
+
+/// Ethertypes this module understands.
+pub mod ethertype {
+    pub const IPV4: u16 = 0x0800;
+    pub const ARP: u16 = 0x0806;
+    pub const IPV6: u16 = 0x86dd;
+    /// 802.1Q customer tag.
+    pub const VLAN: u16 = 0x8100;
+    /// 802.1ad service tag.
+    pub const QINQ: u16 = 0x88a8;
+}
+
+/// IP protocol numbers this module understands.
+pub mod ipproto {
+    pub const ICMP: u8 = 1;
+    pub const TCP: u8 = 6;
+    pub const UDP: u8 = 17;
+    pub const ICMPV6: u8 = 58;
+    pub const SCTP: u8 = 132;
+}
+
+/// Why a header write (or push/pull) was skipped. Small and `Copy`: the
+/// datapath counts these, it never allocates for them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum WriteError {
+    /// The bytes to write lie (partly) beyond the end of the frame.
+    #[error("frame of {len} bytes too short: write needs bytes up to {need}")]
+    Truncated { need: usize, len: usize },
+    /// The frame does not carry the header the write is for (e.g. setting
+    /// `tp_dst` on an ARP frame, or an L4 port of a non-first fragment).
+    #[error("frame has no {0} header to write")]
+    NoHeader(&'static str),
+    /// Not enough headroom (push) or bytes (pull) to move the front by this much.
+    #[error("cannot move the frame start by {0} bytes")]
+    NoRoom(usize),
+    /// The field is not a packet header this module can write.
+    #[error("field {0:?} cannot be written into a packet")]
+    Unsupported(Field),
+}
+
+/// A packet: the window `buf[head..head + len]` over storage `B`.
+/// Invariant: `head + len <= buf.len()`.
+#[derive(Clone, Debug)]
+pub struct Packet<B> {
+    buf: B,
+    head: usize,
+    len: usize,
+}
+
+/// An owned packet (tests, slow paths, recirculation copies).
+pub type PacketBuf = Packet<Vec<u8>>;
+
+/// A packet over borrowed memory (zero-copy over a ring frame).
+pub type PacketRef<'a> = Packet<&'a mut [u8]>;
+
+impl PacketBuf {
+    /// Copies `frame` into a new buffer with [`DEFAULT_HEADROOM`] in front.
+    pub fn from_frame(frame: &[u8]) -> PacketBuf {
+        PacketBuf::with_headroom(frame, DEFAULT_HEADROOM)
+    }
+
+    /// Copies `frame` into a new buffer with `headroom` bytes in front.
+    pub fn with_headroom(frame: &[u8], headroom: usize) -> PacketBuf {
+        let mut buf = Vec::with_capacity(headroom + frame.len());
+        buf.resize(headroom, 0);
+        buf.extend_from_slice(frame);
+        Packet {
+            buf,
+            head: headroom,
+            len: frame.len(),
+        }
+    }
+
+    /// Replaces the contents with `frame` (with [`DEFAULT_HEADROOM`]),
+    /// reusing the allocation when it is big enough.
+    pub fn set_frame(&mut self, frame: &[u8]) {
+        self.buf.clear();
+        self.buf.resize(DEFAULT_HEADROOM, 0);
+        self.buf.extend_from_slice(frame);
+        self.head = DEFAULT_HEADROOM;
+        self.len = frame.len();
+    }
+}
+
+impl Default for PacketBuf {
+    fn default() -> Self {
+        PacketBuf::from_frame(&[])
+    }
+}
+
+impl<'a> PacketRef<'a> {
+    /// A packet over `buf[head..head + len]`; `None` if that is outside `buf`.
+    pub fn new(buf: &'a mut [u8], head: usize, len: usize) -> Option<PacketRef<'a>> {
+        (head.checked_add(len)? <= buf.len()).then_some(Packet { buf, head, len })
+    }
+}
+
+impl<B: AsRef<[u8]> + AsMut<[u8]>> Packet<B> {
+    /// A packet over `buf[head..head + len]`; `None` if that is outside `buf`.
+    pub fn from_parts(buf: B, head: usize, len: usize) -> Option<Packet<B>> {
+        (head.checked_add(len)? <= buf.as_ref().len()).then_some(Packet { buf, head, len })
+    }
+
+    /// The frame bytes.
+    #[inline]
+    pub fn data(&self) -> &[u8] {
+        self.buf
+            .as_ref()
+            .get(self.head..self.head + self.len)
+            .unwrap_or(&[])
+    }
+
+    /// The frame bytes, writable.
+    #[inline]
+    pub fn data_mut(&mut self) -> &mut [u8] {
+        let (h, l) = (self.head, self.len);
+        self.buf.as_mut().get_mut(h..h + l).unwrap_or(&mut [])
+    }
+
+    /// Frame length in bytes.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the frame has no bytes.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Bytes available in front of the frame.
+    #[inline]
+    pub fn headroom(&self) -> usize {
+        self.head
+    }
+
+    /// Offset of the frame in the underlying buffer.
+    #[inline]
+    pub fn head(&self) -> usize {
+        self.head
+    }
+
+    /// Gives back the storage.
+    pub fn into_inner(self) -> B {
+        self.buf
+    }
+
+    /// Grows the frame by `n` bytes at the front (into the headroom) and
+    /// returns the new front bytes (their content is whatever was there).
+    pub fn push_front(&mut self, n: usize) -> Result<&mut [u8], WriteError> {
+        if n > self.head {
+            return Err(WriteError::NoRoom(n));
+        }
+        self.head -= n;
+        self.len += n;
+        let h = self.head;
+        Ok(self.buf.as_mut().get_mut(h..h + n).unwrap_or(&mut []))
+    }
+
+    /// Removes `n` bytes from the front of the frame.
+    pub fn pull_front(&mut self, n: usize) -> Result<(), WriteError> {
+        if n > self.len {
+            return Err(WriteError::NoRoom(n));
+        }
+        self.head += n;
+        self.len -= n;
+        Ok(())
+    }
+
+    /// Shortens the frame to `len` bytes (no effect if it is shorter).
+    pub fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+
+    /// Where the headers of the current bytes are.
+    pub fn layout(&self) -> Layout {
+        Layout::parse(self.data())
+    }
+
+    // ---- Ethernet and VLAN -------------------------------------------------
+
+    /// Sets the Ethernet source address.
+    pub fn set_eth_src(&mut self, mac: [u8; 6]) -> Result<(), WriteError> {
+        self.write_at(6, &mac)
+    }
+
+    /// Sets the Ethernet destination address.
+    pub fn set_eth_dst(&mut self, mac: [u8; 6]) -> Result<(), WriteError> {
+        self.write_at(0, &mac)
+    }
+
+    /// Pushes an outermost VLAN tag (`tpid` is 0x8100 or 0x88a8) using 4
+    /// bytes of headroom. `tci` is written as given (without the key's
+    /// "tag present" bit 0x1000, which is not a wire bit).
+    pub fn push_vlan(&mut self, tpid: u16, tci: u16) -> Result<(), WriteError> {
+        if self.len < 12 {
+            return Err(WriteError::Truncated {
+                need: 12,
+                len: self.len,
+            });
+        }
+        self.push_front(4)?;
+        let d = self.data_mut();
+        d.copy_within(4..16, 0);
+        d[12..14].copy_from_slice(&tpid.to_be_bytes());
+        d[14..16].copy_from_slice(&(tci & !0x1000).to_be_bytes());
+        Ok(())
+    }
+
+    /// Removes the outermost VLAN tag.
+    pub fn pop_vlan(&mut self) -> Result<(), WriteError> {
+        let d = self.data();
+        if d.len() < 18 {
+            return Err(WriteError::Truncated {
+                need: 18,
+                len: d.len(),
+            });
+        }
+        let tpid = be16(d, 12).unwrap_or(0);
+        if tpid != ethertype::VLAN && tpid != ethertype::QINQ {
+            return Err(WriteError::NoHeader("802.1Q"));
+        }
+        self.data_mut().copy_within(0..12, 4);
+        self.pull_front(4)
+    }
+
+    /// Rewrites the TCI of the outermost VLAN tag in place (bit 0x1000 ignored).
+    pub fn set_vlan_tci(&mut self, tci: u16) -> Result<(), WriteError> {
+        if self.layout().vlan_tags == 0 {
+            return Err(WriteError::NoHeader("802.1Q"));
+        }
+        self.write_at(14, &(tci & !0x1000).to_be_bytes())
+    }
+
+    // ---- ARP ---------------------------------------------------------------
+
+    fn arp_offset(&self) -> Result<usize, WriteError> {
+        let l = self.layout();
+        match l.l3 {
+            Some(off) if l.eth_type == ethertype::ARP => Ok(off),
+            _ => Err(WriteError::NoHeader("ARP")),
+        }
+    }
+
+    /// Sets the ARP opcode.
+    pub fn set_arp_op(&mut self, op: u16) -> Result<(), WriteError> {
+        let off = self.arp_offset()?;
+        self.write_at(off + 6, &op.to_be_bytes())
+    }
+
+    /// Sets the ARP sender hardware address.
+    pub fn set_arp_sha(&mut self, mac: [u8; 6]) -> Result<(), WriteError> {
+        let off = self.arp_offset()?;
+        self.write_at(off + 8, &mac)
+    }
+
+    /// Sets the ARP sender protocol address.
+    pub fn set_arp_spa(&mut self, ip: u32) -> Result<(), WriteError> {
+        let off = self.arp_offset()?;
+        self.write_at(off + 14, &ip.to_be_bytes())
+    }
+
+    /// Sets the ARP target hardware address.
+    pub fn set_arp_tha(&mut self, mac: [u8; 6]) -> Result<(), WriteError> {
+        let off = self.arp_offset()?;
+        self.write_at(off + 18, &mac)
+    }
+
+    /// Sets the ARP target protocol address.
+    pub fn set_arp_tpa(&mut self, ip: u32) -> Result<(), WriteError> {
+        let off = self.arp_offset()?;
+        self.write_at(off + 24, &ip.to_be_bytes())
+    }
+
+    // ---- IPv4 --------------------------------------------------------------
+
+    fn ipv4_layout(&self) -> Result<(Layout, usize), WriteError> {
+        let l = self.layout();
+        match l.l3 {
+            Some(off) if l.eth_type == ethertype::IPV4 => Ok((l, off)),
+            _ => Err(WriteError::NoHeader("IPv4")),
+        }
+    }
+
+    /// Sets the IPv4 source address (header and L4 pseudo-header checksums).
+    pub fn set_ipv4_src(&mut self, ip: u32) -> Result<(), WriteError> {
+        let (l, off) = self.ipv4_layout()?;
+        self.write_csum(off + 12, &ip.to_be_bytes(), Some(off + 10), l.pseudo_csum())
+    }
+
+    /// Sets the IPv4 destination address (header and L4 pseudo-header checksums).
+    pub fn set_ipv4_dst(&mut self, ip: u32) -> Result<(), WriteError> {
+        let (l, off) = self.ipv4_layout()?;
+        self.write_csum(off + 16, &ip.to_be_bytes(), Some(off + 10), l.pseudo_csum())
+    }
+
+    /// Sets the IPv4 TOS byte (DSCP and ECN).
+    pub fn set_ipv4_tos(&mut self, tos: u8) -> Result<(), WriteError> {
+        let (_, off) = self.ipv4_layout()?;
+        let old = self.data().get(off..off + 2).ok_or(WriteError::Truncated {
+            need: off + 2,
+            len: self.len,
+        })?;
+        let new = [old[0], tos];
+        self.write_csum(off, &new, Some(off + 10), None)
+    }
+
+    /// Sets the IPv4 TTL.
+    pub fn set_ipv4_ttl(&mut self, ttl: u8) -> Result<(), WriteError> {
+        let (_, off) = self.ipv4_layout()?;
+        let old = self
+            .data()
+            .get(off + 8..off + 10)
+            .ok_or(WriteError::Truncated {
+                need: off + 10,
+                len: self.len,
+            })?;
+        let new = [ttl, old[1]];
+        self.write_csum(off + 8, &new, Some(off + 10), None)
+    }
+
+    // ---- IPv6 --------------------------------------------------------------
+
+    fn ipv6_layout(&self) -> Result<(Layout, usize), WriteError> {
+        let l = self.layout();
+        match l.l3 {
+            Some(off) if l.eth_type == ethertype::IPV6 => Ok((l, off)),
+            _ => Err(WriteError::NoHeader("IPv6")),
+        }
+    }
+
+    /// Sets the IPv6 source address (L4 pseudo-header checksum).
+    pub fn set_ipv6_src(&mut self, ip: u128) -> Result<(), WriteError> {
+        let (l, off) = self.ipv6_layout()?;
+        self.write_csum(off + 8, &ip.to_be_bytes(), None, l.pseudo_csum())
+    }
+
+    /// Sets the IPv6 destination address (L4 pseudo-header checksum).
+    pub fn set_ipv6_dst(&mut self, ip: u128) -> Result<(), WriteError> {
+        let (l, off) = self.ipv6_layout()?;
+        self.write_csum(off + 24, &ip.to_be_bytes(), None, l.pseudo_csum())
+    }
+
+    /// Sets the IPv6 traffic class.
+    pub fn set_ipv6_tclass(&mut self, tclass: u8) -> Result<(), WriteError> {
+        let (_, off) = self.ipv6_layout()?;
+        let w = be32(self.data(), off).ok_or(WriteError::Truncated {
+            need: off + 4,
+            len: self.len,
+        })?;
+        let w = (w & !0x0ff0_0000) | ((tclass as u32) << 20);
+        self.write_at(off, &w.to_be_bytes())
+    }
+
+    /// Sets the IPv6 flow label (low 20 bits of `label`).
+    pub fn set_ipv6_label(&mut self, label: u32) -> Result<(), WriteError> {
+        let (_, off) = self.ipv6_layout()?;
+        let w = be32(self.data(), off).ok_or(WriteError::Truncated {
+            need: off + 4,
+            len: self.len,
+        })?;
+        let w = (w & !0x000f_ffff) | (label & 0x000f_ffff);
+        self.write_at(off, &w.to_be_bytes())
+    }
+
+    /// Sets the IPv6 hop limit.
+    pub fn set_ipv6_hlimit(&mut self, hlimit: u8) -> Result<(), WriteError> {
+        let (_, off) = self.ipv6_layout()?;
+        self.write_at(off + 7, &[hlimit])
+    }
+
+    // ---- L4 ----------------------------------------------------------------
+
+    /// Sets the TCP/UDP/SCTP source port, or the ICMP/ICMPv6 type (low 8 bits).
+    pub fn set_tp_src(&mut self, v: u16) -> Result<(), WriteError> {
+        self.set_tp(0, v)
+    }
+
+    /// Sets the TCP/UDP/SCTP destination port, or the ICMP/ICMPv6 code (low 8 bits).
+    pub fn set_tp_dst(&mut self, v: u16) -> Result<(), WriteError> {
+        self.set_tp(1, v)
+    }
+
+    fn set_tp(&mut self, which: usize, v: u16) -> Result<(), WriteError> {
+        let l = self.layout();
+        let Some(l4) = l.l4 else {
+            return Err(WriteError::NoHeader("L4"));
+        };
+        match l.nw_proto {
+            ipproto::TCP | ipproto::UDP => {
+                let csum = l.l4_csum();
+                self.write_csum(l4 + 2 * which, &v.to_be_bytes(), None, csum)
+            }
+            ipproto::SCTP => {
+                self.write_at(l4 + 2 * which, &v.to_be_bytes())?;
+                let end = l.l3_end.min(self.len);
+                let d = self.data_mut();
+                if end >= l4 + 12 {
+                    d[l4 + 8..l4 + 12].fill(0);
+                    let crc = crc32c(&d[l4..end]);
+                    d[l4 + 8..l4 + 12].copy_from_slice(&crc.to_le_bytes());
+                }
+                Ok(())
+            }
+            ipproto::ICMP | ipproto::ICMPV6 => {
+                self.write_csum(l4 + which, &[v as u8], None, Some((l4 + 2, false)))
+            }
+            _ => Err(WriteError::NoHeader("TCP/UDP/SCTP/ICMP")),
+        }
+    }
+
+    // ---- by field ----------------------------------------------------------
+
+    /// Writes a header field of the flow key into the packet: the executor of
+    /// datapath `set(...)` actions. `NwSrc`/`NwDst`/`NwProto` mean the ARP
+    /// SPA/TPA/opcode on ARP frames. `VlanTci` with the 0x1000 "present" bit
+    /// rewrites the outer tag or pushes one; without it, pops the outer tag.
+    pub fn set_field(&mut self, field: Field, value: u128) -> Result<(), WriteError> {
+        let mac = |v: u128| {
+            let b = (v as u64).to_be_bytes();
+            [b[2], b[3], b[4], b[5], b[6], b[7]]
+        };
+        let l = self.layout();
+        let arp = l.eth_type == ethertype::ARP;
+        let v6 = l.eth_type == ethertype::IPV6;
+        match field {
+            Field::DlSrc => self.set_eth_src(mac(value)),
+            Field::DlDst => self.set_eth_dst(mac(value)),
+            Field::VlanTci => {
+                let tci = value as u16;
+                match (tci & 0x1000 != 0, l.vlan_tags > 0) {
+                    (true, true) => self.set_vlan_tci(tci),
+                    (true, false) => self.push_vlan(ethertype::VLAN, tci),
+                    (false, true) => self.pop_vlan(),
+                    (false, false) => Ok(()),
+                }
+            }
+            Field::NwSrc if arp => self.set_arp_spa(value as u32),
+            Field::NwDst if arp => self.set_arp_tpa(value as u32),
+            Field::NwProto if arp => self.set_arp_op(value as u16 & 0xff),
+            Field::NwSrc => self.set_ipv4_src(value as u32),
+            Field::NwDst => self.set_ipv4_dst(value as u32),
+            Field::NwTos if v6 => self.set_ipv6_tclass(value as u8),
+            Field::NwTos => self.set_ipv4_tos(value as u8),
+            Field::NwTtl if v6 => self.set_ipv6_hlimit(value as u8),
+            Field::NwTtl => self.set_ipv4_ttl(value as u8),
+            Field::Ipv6Src => self.set_ipv6_src(value),
+            Field::Ipv6Dst => self.set_ipv6_dst(value),
+            Field::Ipv6Label => self.set_ipv6_label(value as u32),
+            Field::TpSrc => self.set_tp_src(value as u16),
+            Field::TpDst => self.set_tp_dst(value as u16),
+            Field::ArpSha => self.set_arp_sha(mac(value)),
+            Field::ArpTha => self.set_arp_tha(mac(value)),
+            other => Err(WriteError::Unsupported(other)),
+        }
+    }
+
+    // ---- helpers -----------------------------------------------------------
+
+    fn write_at(&mut self, off: usize, bytes: &[u8]) -> Result<(), WriteError> {
+        let len = self.len;
+        let need = off + bytes.len();
+        match self.data_mut().get_mut(off..need) {
+            Some(dst) => {
+                dst.copy_from_slice(bytes);
+                Ok(())
+            }
+            None => Err(WriteError::Truncated { need, len }),
+        }
+    }
+
+    /// Writes `new` (at most 16 bytes, even length unless `off` is used for a
+    /// single ICMP byte, see below) at `off`, then updates the 16-bit
+    /// checksums at `csum1` (plain) and `csum2` (`(offset, is_udp)`) for the
+    /// change. A one-byte write is widened to its aligned 16-bit word, which
+    /// requires `off` to have the same parity relative to the checksummed
+    /// area as in the header definitions used here.
+    fn write_csum(
+        &mut self,
+        off: usize,
+        new: &[u8],
+        csum1: Option<usize>,
+        csum2: Option<(usize, bool)>,
+    ) -> Result<(), WriteError> {
+        let len = self.len;
+        let n = new.len();
+        // Widen to a word-aligned (relative to the header start) span.
+        let (start, end) = if n % 2 == 1 {
+            let s = off & !1;
+            (s, s + 2)
+        } else {
+            (off, off + n)
+        };
+        let Some(old_span) = self.data().get(start..end) else {
+            return Err(WriteError::Truncated { need: end, len });
+        };
+        let mut old = [0u8; 16];
+        let w = end - start;
+        if w > old.len() {
+            return Err(WriteError::Truncated { need: end, len });
+        }
+        old[..w].copy_from_slice(old_span);
+        self.write_at(off, new)?;
+        let mut newb = [0u8; 16];
+        newb[..w].copy_from_slice(self.data().get(start..end).unwrap_or(&old[..w]));
+        for (c, udp) in [csum1.map(|c| (c, false)), csum2].into_iter().flatten() {
+            let d = self.data_mut();
+            let Some(cur) = be16(d, c) else { continue };
+            if udp && cur == 0 {
+                continue;
+            }
+            let mut nc = checksum_update(cur, &old[..w], &newb[..w]);
+            if udp && nc == 0 {
+                nc = 0xffff;
+            }
+            d[c..c + 2].copy_from_slice(&nc.to_be_bytes());
+        }
+        Ok(())
+    }
+}
+
+/// Where the headers of a frame are. Offsets are from the frame start; an
+/// offset is `Some` only if the fixed part of that header is inside the frame.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Layout {
+    /// Number of VLAN tags (0..=2; a third tag is treated as the ethertype).
+    pub vlan_tags: u8,
+    /// The ethertype after the VLAN tags (0 if the frame is shorter than 14 bytes).
+    pub eth_type: u16,
+    /// Offset of the L3 header (IPv4 with all options, IPv6 fixed header,
+    /// or a 28-byte Ethernet/IPv4 ARP body).
+    pub l3: Option<usize>,
+    /// End of the L3 datagram: the IP total length, clipped to the frame
+    /// (excludes Ethernet padding).
+    pub l3_end: usize,
+    /// IP protocol of the L4 header (after IPv6 extension headers).
+    pub nw_proto: u8,
+    /// Offset of the L4 header; `None` for later fragments and non-IP.
+    pub l4: Option<usize>,
+}
+
+impl Layout {
+    /// Parses the header offsets of `d`. Never panics.
+    pub fn parse(d: &[u8]) -> Layout {
+        let mut l = Layout::default();
+        let mut off = 12;
+        let Some(mut et) = be16(d, off) else {
+            return l;
+        };
+        while (et == ethertype::VLAN || et == ethertype::QINQ) && l.vlan_tags < 2 {
+            off += 4;
+            l.vlan_tags += 1;
+            match be16(d, off) {
+                Some(e) => et = e,
+                None => {
+                    l.eth_type = 0;
+                    return l;
+                }
+            }
+        }
+        l.eth_type = et;
+        let l3 = off + 2;
+        match et {
+            // htype 1 (Ethernet), ptype IPv4, hlen 6, plen 4.
+            ethertype::ARP
+                if d.len() >= l3 + 28
+                    && be16(d, l3) == Some(1)
+                    && be16(d, l3 + 2) == Some(ethertype::IPV4)
+                    && d[l3 + 4] == 6
+                    && d[l3 + 5] == 4 =>
+            {
+                l.l3 = Some(l3);
+                l.l3_end = l3 + 28;
+            }
+            ethertype::IPV4 => {
+                let Some(&vihl) = d.get(l3) else { return l };
+                let ihl = (vihl & 0x0f) as usize * 4;
+                if vihl >> 4 != 4 || ihl < 20 || d.len() < l3 + ihl {
+                    return l;
+                }
+                l.l3 = Some(l3);
+                let total = be16(d, l3 + 2).unwrap_or(0) as usize;
+                l.l3_end = (l3 + total.max(ihl)).min(d.len());
+                l.nw_proto = d[l3 + 9];
+                let frag_off = be16(d, l3 + 6).unwrap_or(0) & 0x1fff;
+                if frag_off == 0 {
+                    l.l4 = Some(l3 + ihl);
+                }
+            }
+            ethertype::IPV6 => {
+                if d.len() < l3 + 40 || d[l3] >> 4 != 6 {
+                    return l;
+                }
+                l.l3 = Some(l3);
+                let plen = be16(d, l3 + 4).unwrap_or(0) as usize;
+                l.l3_end = (l3 + 40 + plen).min(d.len());
+                let mut nh = d[l3 + 6];
+                let mut p = l3 + 40;
+                for _ in 0..8 {
+                    let hlen = match nh {
+                        0 | 43 | 60 => match d.get(p + 1) {
+                            Some(&n) => (n as usize + 1) * 8,
+                            None => return l,
+                        },
+                        44 => {
+                            let Some(fo) = be16(d, p + 2) else { return l };
+                            if fo >> 3 != 0 {
+                                l.nw_proto = d[p];
+                                return l;
+                            }
+                            8
+                        }
+                        51 => match d.get(p + 1) {
+                            Some(&n) => (n as usize + 2) * 4,
+                            None => return l,
+                        },
+                        _ => break,
+                    };
+                    let Some(&next) = d.get(p) else { return l };
+                    nh = next;
+                    p += hlen;
+                }
+                l.nw_proto = nh;
+                if p <= d.len() && !matches!(nh, 0 | 43 | 44 | 51 | 60) {
+                    l.l4 = Some(p);
+                }
+            }
+            _ => {}
+        }
+        l
+    }
+
+    /// The L4 checksum that covers the IP pseudo-header: `(offset, is_udp)`.
+    fn pseudo_csum(&self) -> Option<(usize, bool)> {
+        match self.nw_proto {
+            ipproto::ICMPV6 => self.l4.map(|o| (o + 2, false)),
+            ipproto::ICMP => None,
+            _ => self.l4_csum(),
+        }
+    }
+
+    /// The TCP/UDP checksum location: `(offset, is_udp)`.
+    fn l4_csum(&self) -> Option<(usize, bool)> {
+        let l4 = self.l4?;
+        match self.nw_proto {
+            ipproto::TCP => Some((l4 + 16, false)),
+            ipproto::UDP => Some((l4 + 6, true)),
+            _ => None,
+        }
+    }
+}
+
+fn be16(d: &[u8], off: usize) -> Option<u16> {
+    let b = d.get(off..off.checked_add(2)?)?;
+    Some(u16::from_be_bytes([b[0], b[1]]))
+}
+
+fn be32(d: &[u8], off: usize) -> Option<u32> {
+    let b = d.get(off..off.checked_add(4)?)?;
+    Some(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+fn fold(mut sum: u64) -> u16 {
+    while sum >> 16 != 0 {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    sum as u16
+}
+
+/// One's complement sum of `data` as big-endian 16-bit words (odd length
+/// padded with a zero byte), added to `initial`, not inverted.
+pub fn ones_sum(data: &[u8], initial: u64) -> u64 {
+    let mut sum = initial;
+    let mut chunks = data.chunks_exact(2);
+    for c in &mut chunks {
+        sum += u16::from_be_bytes([c[0], c[1]]) as u64;
+    }
+    if let [b] = chunks.remainder() {
+        sum += (*b as u64) << 8;
+    }
+    sum
+}
+
+/// The Internet checksum (RFC 1071) of `data` plus `initial` (a partial
+/// one's complement sum, e.g. of a pseudo-header).
+pub fn checksum(data: &[u8], initial: u64) -> u16 {
+    !fold(ones_sum(data, initial))
+}
+
+/// Incremental checksum update (RFC 1624 eqn. 3: `HC' = ~(~HC + ~m + m')`)
+/// for replacing the bytes `old` by `new` (same even length, at an even
+/// offset of the checksummed area).
+pub fn checksum_update(csum: u16, old: &[u8], new: &[u8]) -> u16 {
+    let mut sum = (!csum) as u64;
+    for c in old.chunks_exact(2) {
+        sum += (!u16::from_be_bytes([c[0], c[1]])) as u64;
+    }
+    sum = ones_sum(new, sum);
+    !fold(sum)
+}
+
+const CRC32C_TABLE: [u32; 256] = {
+    let mut t = [0u32; 256];
+    let mut i = 0;
+    while i < 256 {
+        let mut c = i as u32;
+        let mut k = 0;
+        while k < 8 {
+            c = if c & 1 != 0 {
+                (c >> 1) ^ 0x82f6_3b78
+            } else {
+                c >> 1
+            };
+            k += 1;
+        }
+        t[i] = c;
+        i += 1;
+    }
+    t
+};
+
+/// CRC32c (Castagnoli), as used by SCTP (stored little-endian on the wire).
+pub fn crc32c(data: &[u8]) -> u32 {
+    let mut c = !0u32;
+    for &b in data {
+        c = CRC32C_TABLE[((c ^ b as u32) & 0xff) as usize] ^ (c >> 8);
+    }
+    !c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
+    const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];
+
+    fn eth(ethertype: u16) -> Vec<u8> {
+        let mut f = Vec::new();
+        f.extend_from_slice(&MAC_B);
+        f.extend_from_slice(&MAC_A);
+        f.extend_from_slice(&ethertype.to_be_bytes());
+        f
+    }
+
+    /// An IPv4 frame with `options` bytes of IP options and a valid header
+    /// checksum; `l4` is appended as payload and its checksum computed.
+    fn ipv4(proto: u8, options: usize, l4: &[u8]) -> Vec<u8> {
+        let mut f = eth(ethertype::IPV4);
+        let ihl = 20 + options;
+        let total = (ihl + l4.len()) as u16;
+        let mut ip = vec![0x40 | (ihl / 4) as u8, 0x10];
+        ip.extend_from_slice(&total.to_be_bytes());
+        ip.extend_from_slice(&[0x12, 0x34, 0x40, 0x00, 64, proto, 0, 0]);
+        ip.extend_from_slice(&[10, 0, 0, 1, 10, 0, 0, 2]);
+        ip.extend(std::iter::repeat_n(1u8, options)); // NOP options
+        let c = checksum(&ip, 0);
+        ip[10..12].copy_from_slice(&c.to_be_bytes());
+        f.extend_from_slice(&ip);
+        f.extend_from_slice(l4);
+        fix_l4(&mut f);
+        f
+    }
+
+    fn ipv6(proto: u8, ext: &[u8], l4: &[u8]) -> Vec<u8> {
+        let mut f = eth(ethertype::IPV6);
+        let plen = (ext.len() + l4.len()) as u16;
+        f.extend_from_slice(&[0x60, 0x00, 0x00, 0x00]);
+        f.extend_from_slice(&plen.to_be_bytes());
+        f.push(if ext.is_empty() { proto } else { 0 });
+        f.push(64);
+        f.extend_from_slice(&0x2001_0db8_0000_0000_0000_0000_0000_0001u128.to_be_bytes());
+        f.extend_from_slice(&0x2001_0db8_0000_0000_0000_0000_0000_0002u128.to_be_bytes());
+        f.extend_from_slice(ext);
+        f.extend_from_slice(l4);
+        fix_l4(&mut f);
+        f
+    }
+
+    fn tcp() -> Vec<u8> {
+        let mut t = vec![0u8; 20];
+        t[0..2].copy_from_slice(&1234u16.to_be_bytes());
+        t[2..4].copy_from_slice(&80u16.to_be_bytes());
+        t[12] = 0x50;
+        t.extend_from_slice(b"hello, world");
+        t
+    }
+
+    fn udp() -> Vec<u8> {
+        let mut u = vec![0u8; 8];
+        u[0..2].copy_from_slice(&5353u16.to_be_bytes());
+        u[2..4].copy_from_slice(&53u16.to_be_bytes());
+        u.extend_from_slice(b"query!x"); // odd length
+        let n = u.len() as u16;
+        u[4..6].copy_from_slice(&n.to_be_bytes());
+        u
+    }
+
+    /// The checksum a correct L4 header must carry, computed from scratch
+    /// (checksum field taken as zero). `None` when the frame has no checksum
+    /// to check.
+    fn l4_expected(f: &[u8]) -> Option<(usize, u16)> {
+        let l = Layout::parse(f);
+        let l3 = l.l3?;
+        let l4 = l.l4?;
+        let seg = &f[l4..l.l3_end];
+        let (coff, pseudo) = match l.nw_proto {
+            ipproto::TCP => (16, true),
+            ipproto::UDP => (6, true),
+            ipproto::ICMPV6 => (2, true),
+            ipproto::ICMP => (2, false),
+            ipproto::SCTP => {
+                let mut s = seg.to_vec();
+                s[8..12].fill(0);
+                return Some((l4 + 8, 0)).map(|(o, _)| (o, crc32c(&s) as u16));
+            }
+            _ => return None,
+        };
+        let mut s = seg.to_vec();
+        s[coff..coff + 2].fill(0);
+        let mut init = 0;
+        if pseudo {
+            if l.eth_type == ethertype::IPV4 {
+                init = ones_sum(&f[l3 + 12..l3 + 20], 0);
+            } else {
+                init = ones_sum(&f[l3 + 8..l3 + 40], 0);
+            }
+            init += l.nw_proto as u64 + seg.len() as u64;
+        }
+        let mut c = checksum(&s, init);
+        if l.nw_proto == ipproto::UDP && c == 0 {
+            c = 0xffff;
+        }
+        Some((l4 + coff, c))
+    }
+
+    fn fix_l4(f: &mut [u8]) {
+        let l = Layout::parse(f);
+        if l.nw_proto == ipproto::SCTP {
+            let l4 = l.l4.unwrap();
+            let mut s = f[l4..l.l3_end].to_vec();
+            s[8..12].fill(0);
+            let c = crc32c(&s);
+            f[l4 + 8..l4 + 12].copy_from_slice(&c.to_le_bytes());
+        } else if let Some((o, c)) = l4_expected(f) {
+            f[o..o + 2].copy_from_slice(&c.to_be_bytes());
+        }
+    }
+
+    /// Asserts every checksum in `f` equals a from-scratch recomputation.
+    fn assert_checksums(f: &[u8]) {
+        let l = Layout::parse(f);
+        if l.eth_type == ethertype::IPV4 {
+            let l3 = l.l3.unwrap();
+            let ihl = (f[l3] & 0xf) as usize * 4;
+            let mut h = f[l3..l3 + ihl].to_vec();
+            h[10..12].fill(0);
+            assert_eq!(
+                be16(f, l3 + 10).unwrap(),
+                checksum(&h, 0),
+                "IPv4 header checksum"
+            );
+        }
+        if l.nw_proto == ipproto::SCTP {
+            let l4 = l.l4.unwrap();
+            let mut s = f[l4..l.l3_end].to_vec();
+            s[8..12].fill(0);
+            assert_eq!(
+                &f[l4 + 8..l4 + 12],
+                &crc32c(&s).to_le_bytes(),
+                "SCTP CRC32c"
+            );
+        } else if let Some((o, c)) = l4_expected(f) {
+            assert_eq!(be16(f, o).unwrap(), c, "L4 checksum");
+        }
+    }
+
+    #[test]
+    fn crc32c_check_value() {
+        assert_eq!(crc32c(b"123456789"), 0xe306_9283);
+    }
+
+    #[test]
+    fn incremental_matches_full() {
+        let mut data =
+            *b"\x45\x00\x00\x54\x12\x34\x40\x00\x40\x06\x00\x00\x0a\x00\x00\x01\x0a\x00\x00\x02";
+        let c = checksum(&data, 0);
+        data[10..12].copy_from_slice(&c.to_be_bytes());
+        let new = [192, 168, 7, 9];
+        let nc = checksum_update(c, &data[16..20], &new);
+        data[16..20].copy_from_slice(&new);
+        data[10..12].fill(0);
+        assert_eq!(nc, checksum(&data, 0));
+    }
+
+    #[test]
+    fn layout_finds_headers() {
+        let f = ipv4(ipproto::TCP, 8, &tcp());
+        let l = Layout::parse(&f);
+        assert_eq!(
+            (l.eth_type, l.l3, l.l4, l.nw_proto),
+            (0x0800, Some(14), Some(42), 6)
+        );
+        // Two VLAN tags.
+        let mut q = PacketBuf::from_frame(&f);
+        q.push_vlan(ethertype::VLAN, 5).unwrap();
+        q.push_vlan(ethertype::QINQ, 7).unwrap();
+        let l = q.layout();
+        assert_eq!((l.vlan_tags, l.l3, l.l4), (2, Some(22), Some(50)));
+        // IPv6 with a hop-by-hop header then a destination-options header.
+        let mut ext = vec![60, 0, 0, 0, 0, 0, 0, 0];
+        ext.extend_from_slice(&[ipproto::UDP, 1]);
+        ext.extend_from_slice(&[0; 14]);
+        let f6 = ipv6(ipproto::UDP, &ext, &udp());
+        let l = Layout::parse(&f6);
+        assert_eq!(
+            (l.l3, l.l4, l.nw_proto),
+            (Some(14), Some(54 + 24), ipproto::UDP)
+        );
+        // Truncated frames never panic and report what is there.
+        for n in 0..f6.len() {
+            let _ = Layout::parse(&f6[..n]);
+        }
+    }
+
+    #[test]
+    fn eth_and_vlan() {
+        let f = ipv4(ipproto::TCP, 0, &tcp());
+        let mut p = PacketBuf::from_frame(&f);
+        p.set_eth_src(MAC_B).unwrap();
+        p.set_eth_dst(MAC_A).unwrap();
+        assert_eq!(&p.data()[0..6], &MAC_A);
+        assert_eq!(&p.data()[6..12], &MAC_B);
+        let before = p.headroom();
+        p.push_vlan(ethertype::VLAN, 0x1000 | 0x2005).unwrap();
+        assert_eq!(p.headroom(), before - 4);
+        assert_eq!(&p.data()[12..16], &[0x81, 0x00, 0x20, 0x05]);
+        assert_eq!(&p.data()[16..], &f[12..]);
+        p.set_vlan_tci(0x1007).unwrap();
+        assert_eq!(&p.data()[14..16], &[0x00, 0x07]);
+        p.pop_vlan().unwrap();
+        assert_eq!(&p.data()[12..], &f[12..]);
+        assert_eq!(p.pop_vlan(), Err(WriteError::NoHeader("802.1Q")));
+        // set_field(VlanTci) pushes, rewrites and pops.
+        p.set_field(Field::VlanTci, 0x1003).unwrap();
+        assert_eq!(p.layout().vlan_tags, 1);
+        p.set_field(Field::VlanTci, 0).unwrap();
+        assert_eq!(
+            p.data(),
+            &{
+                let mut g = f.clone();
+                g[0..6].copy_from_slice(&MAC_A);
+                g[6..12].copy_from_slice(&MAC_B);
+                g
+            }[..]
+        );
+        // No headroom: push fails and changes nothing.
+        let mut tight = PacketBuf::with_headroom(&f, 2);
+        assert_eq!(
+            tight.push_vlan(ethertype::VLAN, 1),
+            Err(WriteError::NoRoom(4))
+        );
+        assert_eq!(tight.data(), &f[..]);
+    }
+
+    #[test]
+    fn arp_fields() {
+        let mut f = eth(ethertype::ARP);
+        f.extend_from_slice(&[0, 1, 8, 0, 6, 4, 0, 1]);
+        f.extend_from_slice(&MAC_A);
+        f.extend_from_slice(&[10, 0, 0, 1]);
+        f.extend_from_slice(&[0; 6]);
+        f.extend_from_slice(&[10, 0, 0, 2]);
+        let mut p = PacketBuf::from_frame(&f);
+        p.set_field(Field::NwProto, 2).unwrap();
+        p.set_field(Field::NwSrc, 0x0a00_0002).unwrap();
+        p.set_field(Field::NwDst, 0x0a00_0001).unwrap();
+        p.set_field(Field::ArpSha, 0x0200_0000_000b).unwrap();
+        p.set_field(Field::ArpTha, 0x0200_0000_000a).unwrap();
+        let d = p.data();
+        assert_eq!(&d[20..22], &[0, 2]);
+        assert_eq!(&d[22..28], &MAC_B);
+        assert_eq!(&d[28..32], &[10, 0, 0, 2]);
+        assert_eq!(&d[32..38], &MAC_A);
+        assert_eq!(&d[38..42], &[10, 0, 0, 1]);
+        // ARP fields on an IPv4 frame: refused.
+        let mut q = PacketBuf::from_frame(&ipv4(ipproto::UDP, 0, &udp()));
+        assert_eq!(q.set_arp_op(2), Err(WriteError::NoHeader("ARP")));
+    }
+
+    #[test]
+    fn ipv4_rewrites_keep_checksums() {
+        for (proto, l4) in [
+            (ipproto::TCP, tcp()),
+            (ipproto::UDP, udp()),
+            (ipproto::ICMP, vec![8, 0, 0, 0, 0, 1, 0, 1, 0xde, 0xad]),
+            (ipproto::SCTP, {
+                let mut s = vec![0u8; 12];
+                s[0..2].copy_from_slice(&7u16.to_be_bytes());
+                s[2..4].copy_from_slice(&9u16.to_be_bytes());
+                s.extend_from_slice(&[0, 0, 0, 16, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
+                s
+            }),
+        ] {
+            for options in [0, 4, 12] {
+                let f = ipv4(proto, options, &l4);
+                assert_checksums(&f);
+                let mut p = PacketBuf::from_frame(&f);
+                let writes: [(Field, u128); 6] = [
+                    (Field::NwSrc, 0xc0a8_0101),
+                    (Field::NwDst, 0xac10_fe01),
+                    (Field::NwTos, 0xb8),
+                    (Field::NwTtl, 63),
+                    (Field::TpSrc, 40000),
+                    (Field::TpDst, 8080),
+                ];
+                for (field, v) in writes {
+                    p.set_field(field, v).unwrap();
+                    assert_checksums(p.data());
+                }
+                let l = p.layout();
+                let (l3, l4o) = (l.l3.unwrap(), l.l4.unwrap());
+                let d = p.data();
+                assert_eq!(&d[l3 + 12..l3 + 20], &[192, 168, 1, 1, 172, 16, 254, 1]);
+                assert_eq!((d[l3 + 1], d[l3 + 8]), (0xb8, 63));
+                if proto == ipproto::ICMP {
+                    assert_eq!((d[l4o], d[l4o + 1]), (0x40, 0x90));
+                } else {
+                    assert_eq!(be16(d, l4o), Some(40000));
+                    assert_eq!(be16(d, l4o + 2), Some(8080));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn udp_zero_checksum_stays_zero() {
+        let mut f = ipv4(ipproto::UDP, 0, &udp());
+        f[14 + 20 + 6..14 + 20 + 8].fill(0);
+        let mut p = PacketBuf::from_frame(&f);
+        p.set_ipv4_dst(0x0102_0304).unwrap();
+        p.set_tp_dst(99).unwrap();
+        assert_eq!(be16(p.data(), 40), Some(0));
+        let mut h = p.data()[14..34].to_vec();
+        h[10..12].fill(0);
+        assert_eq!(be16(p.data(), 24), Some(checksum(&h, 0)));
+    }
+
+    #[test]
+    fn ipv6_rewrites_keep_checksums() {
+        let icmp6 = vec![128, 0, 0, 0, 0, 1, 0, 1, 1, 2, 3];
+        for (proto, l4) in [
+            (ipproto::TCP, tcp()),
+            (ipproto::UDP, udp()),
+            (ipproto::ICMPV6, icmp6),
+        ] {
+            for ext in [vec![], {
+                let mut e = vec![proto, 0];
+                e.extend_from_slice(&[0; 6]);
+                e
+            }] {
+                let f = ipv6(proto, &ext, &l4);
+                assert_checksums(&f);
+                let mut p = PacketBuf::from_frame(&f);
+                let writes: [(Field, u128); 7] = [
+                    (Field::Ipv6Src, 0xfd00_0000_0000_0000_0000_0000_0000_00aa),
+                    (Field::Ipv6Dst, 0xfd00_0000_0000_0000_0000_0000_0000_00bb),
+                    (Field::NwTos, 0x28),
+                    (Field::NwTtl, 7),
+                    (Field::Ipv6Label, 0xabcde),
+                    (Field::TpSrc, 1),
+                    (Field::TpDst, 2),
+                ];
+                for (field, v) in writes {
+                    p.set_field(field, v).unwrap();
+                    assert_checksums(p.data());
+                }
+                let d = p.data();
+                assert_eq!(be32(d, 14), Some(0x6280_0000 | 0xabcde));
+                assert_eq!(d[21], 7);
+                assert_eq!(d[22 + 15], 0xaa);
+                assert_eq!(d[38 + 15], 0xbb);
+            }
+        }
+    }
+
+    #[test]
+    fn later_fragment_has_no_l4() {
+        let mut f = ipv4(ipproto::UDP, 0, &udp());
+        f[20..22].copy_from_slice(&0x0010u16.to_be_bytes()); // offset 128 bytes
+        let c = {
+            let mut h = f[14..34].to_vec();
+            h[10..12].fill(0);
+            checksum(&h, 0)
+        };
+        f[24..26].copy_from_slice(&c.to_be_bytes());
+        let mut p = PacketBuf::from_frame(&f);
+        assert_eq!(p.set_tp_dst(1), Err(WriteError::NoHeader("L4")));
+        assert_eq!(p.data(), &f[..]);
+        p.set_ipv4_src(1).unwrap();
+        assert_checksums(p.data());
+    }
+
+    #[test]
+    fn truncated_writes_are_skipped_not_panics() {
+        let f = ipv4(ipproto::TCP, 0, &tcp());
+        let fields: [(Field, u128); 15] = [
+            (Field::DlSrc, 1),
+            (Field::DlDst, 1),
+            (Field::VlanTci, 0x1001),
+            (Field::NwSrc, 1),
+            (Field::NwDst, 1),
+            (Field::NwTos, 1),
+            (Field::NwTtl, 1),
+            (Field::TpSrc, 1),
+            (Field::TpDst, 1),
+            (Field::Ipv6Src, 1),
+            (Field::Ipv6Label, 1),
+            (Field::ArpSha, 1),
+            (Field::NwProto, 1),
+            (Field::InPort, 1),
+            (Field::Ipv6Dst, 1),
+        ];
+        let mut errors = 0;
+        for n in 0..f.len() {
+            for (field, v) in fields {
+                let mut p = PacketBuf::from_frame(&f[..n]);
+                if p.set_field(field, v).is_err() {
+                    errors += 1;
+                    if field != Field::VlanTci {
+                        assert_eq!(
+                            p.data(),
+                            &f[..n],
+                            "{field:?} at {n}: failed write changed bytes"
+                        );
+                    }
+                }
+            }
+        }
+        assert!(errors > 0);
+        // tp_dst on a frame cut inside the TCP header: skipped, counted.
+        let mut p = PacketBuf::from_frame(&f[..14 + 20 + 3]);
+        assert_eq!(
+            p.set_tp_dst(1),
+            Err(WriteError::Truncated { need: 38, len: 37 })
+        );
+        // Port written but checksum cut off: written, no panic.
+        let mut p = PacketBuf::from_frame(&f[..14 + 20 + 10]);
+        p.set_tp_dst(1).unwrap();
+    }
+
+    #[test]
+    fn packet_ref_over_borrowed_memory() {
+        let f = ipv4(ipproto::UDP, 0, &udp());
+        let mut umem = vec![0u8; 256];
+        umem[64..64 + f.len()].copy_from_slice(&f);
+        assert!(PacketRef::new(&mut umem, 250, 10).is_none());
+        let mut p = PacketRef::new(&mut umem, 64, f.len()).unwrap();
+        p.push_vlan(ethertype::VLAN, 9).unwrap();
+        assert_eq!(p.head(), 60);
+        p.set_field(Field::NwTtl, 1).unwrap();
+        assert_checksums(p.data());
+        assert_eq!(p.pull_front(1000), Err(WriteError::NoRoom(1000)));
+    }
+}

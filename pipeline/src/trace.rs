@@ -47,7 +47,7 @@ use crate::field::{ct_state, Field};
 use crate::flow::{Action, Match};
 use crate::key::FlowKey;
 use crate::names::TableNames;
-use crate::odp::{format_dp_actions, DpAction};
+use crate::odp::{format_dp_actions_for_key, DpAction};
 use crate::print::format_key;
 use crate::xlate::{translate_traced, FlowLookup, TraceEvent, XlateEnv, XlateError};
 
@@ -379,7 +379,11 @@ impl fmt::Display for TracePass {
             "Megaflow: {}",
             crate::print::format_match(&self.megaflow)
         )?;
-        write!(f, "Datapath actions: {}", format_dp_actions(&self.actions))?;
+        write!(
+            f,
+            "Datapath actions: {}",
+            format_dp_actions_for_key(&self.actions, &self.flow)
+        )?;
         if let Some(e) = self.error {
             write!(f, "\nTranslation failed ({e}), packet is dropped.\n")?;
         }
