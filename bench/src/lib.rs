@@ -845,6 +845,13 @@ impl Cluster {
 
     /// `n` packets with distinct 5-tuples (see the module doc), deterministic in `seed`.
     pub fn packets(&self, n: usize, seed: u64) -> Vec<Packet> {
+        self.packets_from(n, seed, 0)
+    }
+
+    /// [`Cluster::packets`] with every source port moved by `sport_shift`:
+    /// the same pod pairs and destination ports (so the same megaflows)
+    /// with different 5-tuples (so different exact-match keys).
+    pub fn packets_from(&self, n: usize, seed: u64, sport_shift: u16) -> Vec<Packet> {
         let mut rng = Rng::new(seed);
         let n_local = self.local_pods().len();
         let mut out = Vec::with_capacity(n);
@@ -853,7 +860,7 @@ impl Cluster {
         }
         for i in 0..n {
             // Distinct source ports make distinct 5-tuples (i < 2^16 * pairs).
-            let sport = 1024 + ((i as u64 * 7919) % 64_000) as u16;
+            let sport = 1024 + ((i as u64 * 7919 + u64::from(sport_shift)) % 64_000) as u16;
             let (src, dst, l4) = if !self.policies.is_empty() && rng.chance(50) {
                 // Allowed by an ingress or egress rule of some policy.
                 let pol = &self.policies[rng.below(self.policies.len())];
