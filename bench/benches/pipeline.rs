@@ -21,7 +21,9 @@
 //!   the first pass (from a port); `megaflow_hit_recirc` = lookup alone of
 //!   the recirculated (post-conntrack) keys, whose megaflows cover policy
 //!   and forwarding and so have many more masks. Breakdown: `extract_only`
-//!   (frame -> key) and `emc_lookup_only` (precomputed key -> EMC hit).
+//!   (frame -> key), `hash64_only` (`FlowKey::hash64`, which every EMC and
+//!   megaflow probe computes) and `emc_lookup_only` (precomputed key -> EMC
+//!   hit).
 //! - `datapath`: `Datapath::process_batch` on batches of 32 packets in
 //!   steady state (connections tracked, megaflows installed): extraction,
 //!   both cached passes, conntrack, header rewrites, output to a counting
@@ -317,6 +319,14 @@ fn bench_cached(c: &mut Criterion) {
                     i = (i + 1) % pkts_a.len();
                     let p = &pkts_a[i];
                     extract(black_box(&p.frame), p.in_port)
+                })
+            });
+            // ... and hashing a whole key, which every cache probe does.
+            g.bench_function("hash64_only", |b| {
+                let mut i = 0usize;
+                b.iter(|| {
+                    i = (i + 1) % keys_a.len();
+                    black_box(&keys_a[i]).hash64()
                 })
             });
         }
