@@ -654,9 +654,7 @@ pub fn lookup_name(name: &str) -> Option<FieldName> {
         | "OXM_OF_SCTP_SRC" => Field::TpSrc,
         "NXM_OF_TCP_DST" | "NXM_OF_UDP_DST" | "OXM_OF_TCP_DST" | "OXM_OF_UDP_DST"
         | "OXM_OF_SCTP_DST" => Field::TpDst,
-        "NXM_OF_IP_PROTO" | "OXM_OF_IP_PROTO" | "NXM_OF_ARP_OP" | "OXM_OF_ARP_OP" => {
-            Field::NwProto
-        }
+        "NXM_OF_IP_PROTO" | "OXM_OF_IP_PROTO" | "NXM_OF_ARP_OP" | "OXM_OF_ARP_OP" => Field::NwProto,
         "NXM_OF_IP_TOS" => Field::NwTos,
         "NXM_NX_IP_TTL" => Field::NwTtl,
         "NXM_NX_IP_FRAG" => Field::NwFrag,
@@ -721,8 +719,18 @@ pub fn write_value(out: &mut String, format: ValueFormat, value: u128) {
         ValueFormat::Ipv6 => {
             let _ = write!(out, "{}", std::net::Ipv6Addr::from(value));
         }
-        ValueFormat::CtState => write_flags(out, &ct_state::NAMES.map(|(n, b)| (n, b as u128)), value, u128::MAX),
-        ValueFormat::TcpFlags => write_flags(out, &tcp_flags::NAMES.map(|(n, b)| (n, b as u128)), value, u128::MAX),
+        ValueFormat::CtState => write_flags(
+            out,
+            &ct_state::NAMES.map(|(n, b)| (n, b as u128)),
+            value,
+            u128::MAX,
+        ),
+        ValueFormat::TcpFlags => write_flags(
+            out,
+            &tcp_flags::NAMES.map(|(n, b)| (n, b as u128)),
+            value,
+            u128::MAX,
+        ),
         ValueFormat::Frag => {
             let _ = write!(out, "{}", frag_name(value as u8, 0xff).unwrap_or("?"));
         }
@@ -778,7 +786,11 @@ mod tests {
                 word += 1;
                 bits -= 64;
             }
-            let m = if bits == 64 { u64::MAX } else { ((1u64 << bits) - 1) << s.shift };
+            let m = if bits == 64 {
+                u64::MAX
+            } else {
+                ((1u64 << bits) - 1) << s.shift
+            };
             assert!(s.shift as u32 + bits <= 64, "{f:?}");
             assert_eq!(used[word] & m, 0, "{f:?} overlaps");
             used[word] |= m;
@@ -806,7 +818,10 @@ mod tests {
 
     #[test]
     fn value_formats() {
-        assert_eq!(format_value(ValueFormat::Mac, 0x0a0b0c0d0e0f), "0a:0b:0c:0d:0e:0f");
+        assert_eq!(
+            format_value(ValueFormat::Mac, 0x0a0b0c0d0e0f),
+            "0a:0b:0c:0d:0e:0f"
+        );
         assert_eq!(format_value(ValueFormat::Ipv4, 0x0a000001), "10.0.0.1");
         let mut s = String::new();
         write_flags(

@@ -181,9 +181,16 @@ pub enum Action {
     /// `goto_table:T` (must be last).
     GotoTable(u8),
     /// `resubmit(PORT,TABLE)`; `None` = the current in_port / table.
-    Resubmit { in_port: Option<u32>, table: Option<u8> },
+    Resubmit {
+        in_port: Option<u32>,
+        table: Option<u8>,
+    },
     /// `set_field:VALUE[/MASK]->FIELD` (value and mask in field units).
-    SetField { field: Field, value: u128, mask: u128 },
+    SetField {
+        field: Field,
+        value: u128,
+        mask: u128,
+    },
     /// `load:VALUE->DST[a..b]`.
     Load { dst: SubField, value: u128 },
     /// `move:SRC[a..b]->DST[c..d]`.

@@ -137,7 +137,10 @@ mod tests {
         assert_eq!(k.get(Field::Reg(3)), 0xdead_beef);
         assert_eq!(k.get(Field::Reg(2)), 0);
         assert_eq!(k.get(Field::Xreg(1)), 0xdead_beef);
-        assert_eq!(k.get(Field::Ipv6Src), 0x2001_0db8_0000_0000_0000_0000_0000_0001);
+        assert_eq!(
+            k.get(Field::Ipv6Src),
+            0x2001_0db8_0000_0000_0000_0000_0000_0001
+        );
         assert_eq!(k.get(Field::TpDst), 0x50);
         k.set_masked(Field::Reg(3), 0x1234, 0xffff);
         assert_eq!(k.get(Field::Reg(3)), 0xdead_1234);
