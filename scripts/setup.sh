@@ -1,34 +1,49 @@
 #!/usr/bin/env bash
-# Installs the system packages oxvs needs to build and test, and builds it.
-# Idempotent. Usage: scripts/setup.sh
-set -euo pipefail
+# Installs what oxvs needs to build and test, and builds it (release).
+# Idempotent: installs only what is missing. Usage (as root): scripts/setup.sh
+#
+# Debian packages, each for one reason:
+#   gcc, libc6-dev      the linker rustc calls (no crate here compiles C)
+#   openvswitch-switch  the reference switch for the differential tests
+#                       (a yardstick, never a runtime dependency)
+#   curl, ca-certificates  only if Rust is missing: to fetch rustup
+# Rust: the stable toolchain via rustup with rustfmt and clippy, if cargo is
+# missing (Debian 12's own cargo is too old for this workspace).
+set -Eeuo pipefail
 cd "$(dirname "$0")/.."
-step() { printf '\n==> %s\n' "$*"; }
-fail() { printf '\nFAILED at step: %s\n' "$current" >&2; }
-trap fail ERR
+current=""
+step() { current="$*"; printf '\n==> %s\n' "$*"; }
+trap 'printf "\nFAILED at step: %s\n" "$current" >&2' ERR
 
-# Debian packages: openvswitch-switch is the reference switch for the
-# differential tests (a yardstick, never a runtime dependency).
-PKGS=(openvswitch-switch)
+[ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
+
+PKGS=(gcc libc6-dev openvswitch-switch)
+command -v cargo >/dev/null 2>&1 || PKGS+=(curl ca-certificates)
 missing=()
-for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
-current="install system packages (${PKGS[*]})"
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
 if [ ${#missing[@]} -gt 0 ]; then
-  step "$current"
+  step "install Debian packages: ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update
   apt-get install -y --no-install-recommends "${missing[@]}"
 else
-  step "system packages already installed"
+  step "Debian packages already installed (${PKGS[*]})"
 fi
 
-current="check the Rust toolchain"
-step "$current"
 if ! command -v cargo >/dev/null 2>&1; then
-  [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
+  step "install the Rust toolchain (rustup, stable, with rustfmt and clippy)"
+  curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs |
+    sh -s -- -y --profile minimal --default-toolchain stable -c rustfmt -c clippy
+  export PATH="$HOME/.cargo/bin:$PATH"
 fi
+step "check the Rust toolchain"
 cargo --version
+if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
+  step "add rustfmt and clippy"
+  rustup component add rustfmt clippy
+fi
 
-current="build (release)"
-step "$current"
+step "build (cargo build --release --workspace)"
 cargo build --release --workspace

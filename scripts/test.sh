@@ -1,13 +1,22 @@
 #!/usr/bin/env bash
-# Sets up everything and runs every test (what CI runs). Usage: scripts/test.sh
-set -euo pipefail
+# Sets up everything and runs every test: what CI runs (.ci/run).
+# Usage (as root, for the Open vSwitch differential tests): scripts/test.sh
+#
+# The differential tests (ctl/tests/ovs_diff.rs) start Open vSwitch
+# themselves when it is installed but not running.
+set -Eeuo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
-current=""
+current="scripts/setup.sh"
 trap 'printf "\nFAILED at step: %s\n" "$current" >&2' ERR
-current="cargo fmt --check"; printf '\n==> %s\n' "$current"
+scripts/setup.sh
+[ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
+step() { current="$*"; printf '\n==> %s\n' "$*"; }
+
+step "cargo fmt --all -- --check"
 cargo fmt --all -- --check
-current="cargo clippy"; printf '\n==> %s\n' "$current"
+step "cargo clippy --workspace --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
-current="cargo test"; printf '\n==> %s\n' "$current"
+# --release reuses what setup.sh built.
+step "cargo test --workspace --release"
 cargo test --workspace --release
+printf '\nAll tests passed.\n'

@@ -24,6 +24,22 @@
 //! correct, including the bits of higher-priority subtables that did *not*
 //! match (a packet differing in those bits could have hit them).
 //!
+//! ## Staged lookup (keeping megaflows general)
+//!
+//! Probing a subtable with its whole mask would unwildcard every field the
+//! subtable matches on, even when the packet is ruled out by its first
+//! fields: an IPv4 packet probing an ARP subtable (`arp,arp_sha=...`) would
+//! pull `arp_sha` into the megaflow, and a packet from the wrong pod probing
+//! a policy subtable (`in_port=3,ip,nw_src=...,tp_dst=80`) would pull
+//! `nw_src` and `tp_dst` in. As OVS does, each subtable also indexes its
+//! rules by *stage*: metadata (in_port, registers, conntrack, tunnel), then
+//! metadata + L2, then + L3. A probe checks the stages in that order, and if
+//! no rule of the subtable agrees with the key on a stage's bits, it stops
+//! there and unwildcards only those bits: every key agreeing on them misses
+//! the subtable too, so the megaflow stays correct and gets wider. (A hash
+//! collision in a stage index only means probing on: less general, never
+//! wrong.)
+//!
 //! ## Ties
 //!
 //! Two rules with the same priority can match one key only if their masks
@@ -122,6 +138,103 @@ const fn wc_filter() -> [u64; KEY_WORDS] {
 }
 const WC_FILTER: [u64; KEY_WORDS] = wc_filter();
 
+/// Number of lookup stages before the full mask (see "Staged lookup").
+const N_STAGES: usize = 3;
+
+/// Fields of each stage; a stage's mask is the union of its fields and all
+/// earlier stages' fields.
+const STAGE_FIELDS: [&[Field]; N_STAGES] = [
+    &[
+        Field::InPort,
+        Field::RecircId,
+        Field::Metadata,
+        Field::Xreg(0),
+        Field::Xreg(1),
+        Field::Xreg(2),
+        Field::Xreg(3),
+        Field::Xreg(4),
+        Field::Xreg(5),
+        Field::Xreg(6),
+        Field::Xreg(7),
+        Field::TunId,
+        Field::TunSrc,
+        Field::TunDst,
+        Field::PktMark,
+        Field::CtMark,
+        Field::CtState,
+        Field::ConjId,
+        Field::CtZone,
+        Field::CtLabel,
+    ],
+    &[Field::VlanTci, Field::DlType, Field::DlSrc, Field::DlDst],
+    &[
+        Field::NwSrc,
+        Field::NwDst,
+        Field::Ipv6Src,
+        Field::Ipv6Dst,
+        Field::Ipv6Label,
+        Field::NwProto,
+        Field::NwTos,
+        Field::NwTtl,
+        Field::NwFrag,
+    ],
+];
+
+/// The cumulative stage masks (all-ones over each stage's fields).
+fn stage_masks() -> [FlowKey; N_STAGES] {
+    let mut out = [FlowKey::ZERO; N_STAGES];
+    let mut acc = FlowKey::ZERO;
+    for (i, fields) in STAGE_FIELDS.iter().enumerate() {
+        for f in *fields {
+            acc.mask_field(*f);
+        }
+        out[i] = acc;
+    }
+    out
+}
+
+/// Hash of `key & mask` over `words` (the nonzero words of `mask`).
+#[inline]
+fn hash_masked(key: &FlowKey, mask: &FlowKey, words: &[u8]) -> u64 {
+    let mut h: u64 = 0x243f_6a88_85a3_08d3;
+    for &i in words {
+        let i = i as usize;
+        h = (h ^ (key.w[i] & mask.w[i])).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        h ^= h >> 29;
+    }
+    h ^ (h >> 32)
+}
+
+/// The indices of the nonzero words of `mask`.
+fn nonzero_words(mask: &FlowKey) -> ([u8; KEY_WORDS], u8) {
+    let mut words = [0u8; KEY_WORDS];
+    let mut n = 0usize;
+    for (i, w) in mask.w.iter().enumerate() {
+        if *w != 0 {
+            words[n] = i as u8;
+            n += 1;
+        }
+    }
+    (words, n as u8)
+}
+
+/// One stage of a subtable: the subtable's mask cut to the stage, and how
+/// many rules have each hash of their value under it.
+#[derive(Clone, Debug)]
+struct Stage {
+    mask: FlowKey,
+    words: [u8; KEY_WORDS],
+    n_words: u8,
+    counts: HashMap<u64, u32, BuildHasherDefault<IdHasher>>,
+}
+
+impl Stage {
+    #[inline]
+    fn hash(&self, key: &FlowKey) -> u64 {
+        hash_masked(key, &self.mask, &self.words[..self.n_words as usize])
+    }
+}
+
 /// Hasher for keys that already are 64-bit hashes.
 #[derive(Default, Clone, Copy)]
 struct IdHasher(u64);
@@ -208,25 +321,74 @@ struct Subtable {
     /// Number of rules per priority (gives the max priority after deletions).
     prios: BTreeMap<u16, u32>,
     n_rules: usize,
+    /// Stage indices, first stage first; stages that would not narrow the
+    /// probe (empty, or equal to the previous stage or the full mask) are left out.
+    stages: Vec<Stage>,
 }
 
 impl Subtable {
     fn new(mask: FlowKey) -> Subtable {
-        let mut words = [0u8; KEY_WORDS];
-        let mut n = 0usize;
-        for (i, w) in mask.w.iter().enumerate() {
-            if *w != 0 {
-                words[n] = i as u8;
-                n += 1;
+        let (words, n_words) = nonzero_words(&mask);
+        let mut stages: Vec<Stage> = Vec::new();
+        for stage_mask in stage_masks() {
+            let m = mask.and(&stage_mask);
+            let prev = stages.last().map_or(FlowKey::ZERO, |s| s.mask);
+            if m.is_zero() || m == prev || m == mask {
+                continue;
             }
+            let (words, n_words) = nonzero_words(&m);
+            stages.push(Stage {
+                mask: m,
+                words,
+                n_words,
+                counts: HashMap::default(),
+            });
         }
         Subtable {
             mask,
             words,
-            n_words: n as u8,
+            n_words,
             index: HashIndex::default(),
             prios: BTreeMap::new(),
             n_rules: 0,
+            stages,
+        }
+    }
+
+    /// Checks the stages (module doc, "Staged lookup"). If one rules the
+    /// key out, ORs that stage's bits into `wc` and returns false; otherwise
+    /// ORs the whole mask into `wc` and returns true (probe the index).
+    #[inline]
+    fn probe_stages(&self, key: &FlowKey, wc: &mut FlowKey) -> bool {
+        for st in &self.stages {
+            if !st.counts.contains_key(&st.hash(key)) {
+                for &i in &st.words[..st.n_words as usize] {
+                    let i = i as usize;
+                    wc.w[i] |= st.mask.w[i] & WC_FILTER[i];
+                }
+                return false;
+            }
+        }
+        self.or_wc(wc);
+        true
+    }
+
+    fn stages_add(&mut self, value: &FlowKey) {
+        for st in &mut self.stages {
+            let h = st.hash(value);
+            *st.counts.entry(h).or_insert(0) += 1;
+        }
+    }
+
+    fn stages_remove(&mut self, value: &FlowKey) {
+        for st in &mut self.stages {
+            let h = st.hash(value);
+            if let Some(c) = st.counts.get_mut(&h) {
+                *c -= 1;
+                if *c == 0 {
+                    st.counts.remove(&h);
+                }
+            }
         }
     }
 
@@ -238,13 +400,7 @@ impl Subtable {
     /// Hash of `key & mask` over the mask's words.
     #[inline]
     fn hash(&self, key: &FlowKey) -> u64 {
-        let mut h: u64 = 0x243f_6a88_85a3_08d3;
-        for &i in self.words() {
-            let i = i as usize;
-            h = (h ^ (key.w[i] & self.mask.w[i])).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-            h ^= h >> 29;
-        }
-        h ^ (h >> 32)
+        hash_masked(key, &self.mask, self.words())
     }
 
     /// Whether `key & mask == value` (the value of a rule of this subtable).
@@ -317,6 +473,7 @@ impl Subtable {
         if old.is_none() {
             self.n_rules += 1;
             *self.prios.entry(entry.priority).or_insert(0) += 1;
+            self.stages_add(&value);
         }
         old
     }
@@ -355,6 +512,7 @@ impl Subtable {
                 Some(e)
             }
         }?;
+        self.stages_remove(&m.value);
         self.n_rules -= 1;
         if let Some(c) = self.prios.get_mut(&priority) {
             *c -= 1;
@@ -544,7 +702,9 @@ impl Classifier {
             let Some(st) = self.subtables.get(idx as usize) else {
                 continue;
             };
-            st.or_wc(wc);
+            if !st.probe_stages(key, wc) {
+                continue;
+            }
             let mut it = st.matching(key);
             let Some(top) = it.next() else {
                 continue;

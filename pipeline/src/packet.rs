@@ -120,9 +120,16 @@ impl PacketBuf {
     }
 }
 
+/// An empty packet with no storage: allocates nothing (so `mem::take` of a
+/// scratch buffer on the per-packet path is free). [`PacketBuf::set_frame`]
+/// gives it headroom.
 impl Default for PacketBuf {
     fn default() -> Self {
-        PacketBuf::from_frame(&[])
+        Packet {
+            buf: Vec::new(),
+            head: 0,
+            len: 0,
+        }
     }
 }
 
@@ -773,6 +780,18 @@ mod tests {
 
     const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
     const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];
+
+    #[test]
+    fn default_allocates_nothing_and_set_frame_restores_headroom() {
+        // The datapath `mem::take`s scratch buffers per recirculated copy.
+        let mut p = PacketBuf::default();
+        assert!(p.is_empty());
+        assert_eq!(p.headroom(), 0);
+        p.set_frame(&[1, 2, 3]);
+        assert_eq!(p.data(), &[1, 2, 3]);
+        assert_eq!(p.headroom(), DEFAULT_HEADROOM);
+        assert_eq!(PacketBuf::default().into_inner().capacity(), 0);
+    }
 
     fn eth(ethertype: u16) -> Vec<u8> {
         let mut f = Vec::new();

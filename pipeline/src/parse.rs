@@ -1167,6 +1167,10 @@ fn parse_set_field(src: &Src, arg: &str, ac: &ActCtx, in_ct: bool) -> PResult<Ac
                     ))
                 }
                 ("nw_tos", None) => (v, 0xfc),
+                // `vlan_vid` is OXM's VID with "tag present" (0x1000): setting
+                // it rewrites the VID of the existing tag and keeps the tag
+                // (OVS prints it as `mod_vlan_vid`); it never strips it.
+                ("vlan_vid", None) => (v | VLAN_CFI, ones(bits)),
                 // icmp_type/icmp_code: 8-bit views of 16-bit tp_src/tp_dst.
                 (_, None) if matches!(f, Field::TpSrc | Field::TpDst) && bits == 8 => (v, 0xffff),
                 _ => (v, m.unwrap_or(ones(bits))),
@@ -1328,7 +1332,7 @@ fn parse_hex_bytes(src: &Src, tok: &str) -> PResult<Vec<u8>> {
 }
 
 fn output_port(src: &Src, tok: &str, p: u32) -> PResult<Action> {
-    if p == port::NONE || p == port::TABLE {
+    if p == port::NONE || p == port::TABLE || p == port::MAX {
         return Err(src.err(tok, "output to unsupported port"));
     }
     Ok(Action::Output(p))
@@ -1825,7 +1829,7 @@ mod tests {
     fn actions_output() {
         use Action::*;
         assert_eq!(
-            acts("actions=output:2,3,in_port,output:in_port,LOCAL,ALL,FLOOD,NORMAL,output:0xffffff00"),
+            acts("actions=output:2,3,in_port,output:in_port,LOCAL,ALL,FLOOD,NORMAL,output:0xfffffeff"),
             vec![
                 Output(2),
                 Output(3),
@@ -1835,7 +1839,7 @@ mod tests {
                 Output(port::ALL),
                 Output(port::FLOOD),
                 Output(port::NORMAL),
-                Output(port::MAX)
+                Output(port::MAX - 1)
             ]
         );
         assert_eq!(
@@ -2046,6 +2050,23 @@ mod tests {
     #[test]
     fn match_errors() {
         err_at("table=255,actions=drop", "255", "table number out of range");
+        err_at("table=256,actions=drop", "256", "table number out of range");
+        err_at("table=-1,actions=drop", "-1", "unknown table");
+        err_at(
+            "in_port=0xffffffff/0xff,actions=drop",
+            "0xffffffff/0xff",
+            "cannot be masked",
+        );
+        err_at(
+            "reg0=1/0x100000000,actions=drop",
+            "0x100000000",
+            "mask too large",
+        );
+        err_at(
+            "ip,nw_src=1.2.3.4/1.2.3.4.5,actions=drop",
+            "1.2.3.4.5",
+            "IPv4",
+        );
         err_at("table=Nope,actions=drop", "Nope", "unknown table");
         err_at("ip,reg16=1,actions=drop", "reg16", "unknown keyword");
         err_at("bogus=1,actions=drop", "bogus", "unknown keyword");
@@ -2126,6 +2147,28 @@ mod tests {
         err_at("actions=bogus:1", "bogus", "unknown action");
         err_at("actions=output:0xffffff01", "0xffffff01", "out of range");
         err_at("actions=output:4294967296", "4294967296", "out of range");
+        // 0xffffff00 is OFPP_MAX: a valid in_port value, never an output (as OVS).
+        err_at(
+            "actions=output:0xffffff00",
+            "0xffffff00",
+            "unsupported port",
+        );
+        err_at(
+            "actions=output:4294967040",
+            "4294967040",
+            "unsupported port",
+        );
+        err_at("actions=output:ANY", "ANY", "unsupported port");
+        err_at("actions=load:1->reg16", "reg16", "unknown field");
+        err_at("actions=set_field:1->reg16", "reg16", "unknown field");
+        err_at("actions=move:reg16[]->reg0[]", "reg16", "unknown field");
+        err_at("actions=goto_table:256", "256", "table number out of range");
+        err_at("actions=resubmit(,256)", "256", "table number out of range");
+        err_at(
+            "ip,actions=ct(table=256)",
+            "256",
+            "table number out of range",
+        );
         err_at("actions=conjunction(1,1/1)", "1", "at least 2");
         err_at("actions=conjunction(1,2/65)", "65", "at most 64");
         err_at("actions=conjunction(1,0/2)", "0", "positive");

@@ -61,7 +61,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::classifier::Classifier;
-use crate::flow::{port, Action, Flow, FlowMod, FlowModCommand, Match, N_TABLES};
+use crate::flow::{
+    port, Action, CtAction, CtZoneSrc, Flow, FlowMod, FlowModCommand, Match, SubField, N_TABLES,
+};
 use crate::key::FlowKey;
 use crate::names::TableNames;
 
@@ -227,6 +229,14 @@ pub enum FlowModError {
     BadGotoTable { table: u8, target: u8 },
     #[error("goto_table:{0} must be the last action")]
     GotoNotLast(u8),
+    /// A sub-field outside its field, a `move` between different widths, or
+    /// a `load` value wider than its destination.
+    #[error("{action}: {reason}")]
+    BadSubField {
+        /// The offending action (`Debug` form).
+        action: String,
+        reason: &'static str,
+    },
     #[error("flow mod #{index} of the bundle: {error}")]
     InBundle {
         /// 0-based position of the failing mod in the bundle.
@@ -481,6 +491,10 @@ fn validate_actions(table: u8, actions: &[Action]) -> Result<(), FlowModError> {
                 }
             }
             Action::Note(_) => {}
+            Action::OutputReg(_) | Action::Load { .. } | Action::Move { .. } | Action::Ct(_) => {
+                check_sub_fields(a)?;
+                other = other.or(Some(a));
+            }
             Action::GotoTable(t) => {
                 if i + 1 != actions.len() {
                     return Err(FlowModError::GotoNotLast(*t));
@@ -497,6 +511,49 @@ fn validate_actions(table: u8, actions: &[Action]) -> Result<(), FlowModError> {
         return Err(FlowModError::ConjunctionWithOtherActions(format!("{a:?}")));
     }
     Ok(())
+}
+
+/// Checks the sub-fields of `a` (and of the actions nested in `ct`): every
+/// one within its field, `move` between equal widths, `load` values that fit.
+/// The translator shifts by these offsets, so this is what keeps it from
+/// overflowing on a flow built in code rather than parsed.
+fn check_sub_fields(a: &Action) -> Result<(), FlowModError> {
+    let bad = |reason| {
+        Err(FlowModError::BadSubField {
+            action: format!("{a:?}"),
+            reason,
+        })
+    };
+    let within = |sf: &SubField| {
+        sf.n_bits >= 1 && u32::from(sf.ofs) + u32::from(sf.n_bits) <= sf.field.bits()
+    };
+    match a {
+        Action::OutputReg(sf)
+        | Action::Ct(CtAction {
+            zone: CtZoneSrc::Field(sf),
+            ..
+        }) if !within(sf) => bad("sub-field outside its field"),
+        Action::Load { dst, value } => {
+            if !within(dst) {
+                bad("sub-field outside its field")
+            } else if dst.n_bits < 128 && *value >> dst.n_bits != 0 {
+                bad("value does not fit the destination")
+            } else {
+                Ok(())
+            }
+        }
+        Action::Move { src, dst } => {
+            if !within(src) || !within(dst) {
+                bad("sub-field outside its field")
+            } else if src.n_bits != dst.n_bits {
+                bad("source and destination widths differ")
+            } else {
+                Ok(())
+            }
+        }
+        Action::Ct(ct) => ct.exec.iter().try_for_each(check_sub_fields),
+        _ => Ok(()),
+    }
 }
 
 /// Inserts `flow` (already validated, canonical, `flow.table` set) with add

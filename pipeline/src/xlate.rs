@@ -36,7 +36,7 @@
 //! - always: `recirc_id`, `in_port`, `dl_type` (and `nw_frag` for IP), which
 //!   steer everything else;
 //! - `move` (source bits), `output:SRC[]` and `ct(zone=SRC[])` (the
-//!   sub-field), `dec_ttl` (the TTL), `push_vlan`/`pop_vlan` (the TCI);
+//!   sub-field), `dec_ttl` (the TTL), `pop_vlan` (the tag-present bit);
 //! - commits: deciding whether a written header field differs from the
 //!   packet compares it with the input, and a `Set` carries the whole field,
 //!   so every field written since the last commit is unwildcarded whole;
@@ -544,11 +544,11 @@ impl<'a, L: FlowLookup + ?Sized> Xlate<'a, L> {
                 }
                 Action::PushVlan(tpid) => {
                     self.commit();
-                    let tci = self.read(Field::VlanTci, Field::VlanTci.full_mask());
-                    // One tag slot: pushing onto a tagged packet keeps its
-                    // VID and PCP in the new outer tag (OpenFlow 1.1+);
-                    // onto an untagged one, VID 0 and PCP 0.
-                    let tci = if tci & VLAN_CFI != 0 { tci } else { VLAN_CFI };
+                    // The new outer tag has VID 0 and PCP 0, tagged packet
+                    // or not, as OVS (`push_vlan(tpid=0x88a8,vid=0,pcp=0)`
+                    // onto a dl_vlan=5 packet); it does not depend on the
+                    // old TCI, so nothing is read.
+                    let tci = VLAN_CFI;
                     self.key.set(Field::VlanTci, tci);
                     self.base.set(Field::VlanTci, tci);
                     self.actions.push(DpAction::PushVlan {

@@ -155,7 +155,7 @@ fn random_port(r: &mut Rng) -> u32 {
     if r.chance(20) {
         RESERVED[r.below(6) as usize]
     } else {
-        (r.u64() % (u64::from(port::MAX) + 1)) as u32
+        (r.u64() % u64::from(port::MAX)) as u32
     }
 }
 

@@ -627,3 +627,90 @@ fn bench_100k_flows_few_masks() {
     );
     assert!(found > 0);
 }
+
+/// Staged lookup: a subtable ruled out by its earlier stages unwildcards
+/// only those stages' bits, so megaflows stay general.
+#[test]
+fn staged_lookup_keeps_later_fields_wildcarded() {
+    let mut c = Classifier::new();
+    // ARP spoof guard: in_port + arp + arp_sha.
+    c.insert(rule(
+        200,
+        m(&[
+            (Field::InPort, 3),
+            (Field::DlType, 0x0806),
+            (Field::ArpSha, 0xaa),
+        ]),
+        out(1),
+    ));
+    // Policy: in_port + ip + nw_src + tp_dst.
+    c.insert(rule(
+        150,
+        m(&[
+            (Field::InPort, 4),
+            ip(),
+            (Field::NwProto, 6),
+            (Field::NwSrc, 0x0a00_0001),
+            (Field::TpDst, 80),
+        ]),
+        out(2),
+    ));
+    c.insert(rule(0, Match::CATCHALL, out(9)));
+
+    // An IPv4 packet from port 3: the ARP subtable fails at L2 (dl_type),
+    // the policy subtable at the metadata stage (in_port).
+    let k = key(&[
+        (Field::InPort, 3),
+        ip(),
+        (Field::NwProto, 6),
+        (Field::NwSrc, 0x0a00_0009),
+        (Field::TpDst, 80),
+    ]);
+    let mut wc = FlowKey::ZERO;
+    let r = c.lookup(&k, &mut wc).expect("catch-all");
+    assert_eq!(r.flow.priority, 0);
+    assert_eq!(wc.get(Field::InPort), 0xffff_ffff);
+    assert_eq!(wc.get(Field::DlType), 0xffff);
+    assert_eq!(wc.get(Field::ArpSha), 0, "arp_sha must stay wildcarded");
+    assert_eq!(wc.get(Field::NwSrc), 0, "nw_src must stay wildcarded");
+    assert_eq!(wc.get(Field::TpDst), 0, "tp_dst must stay wildcarded");
+
+    // From port 4 with the wrong source: fails at L3, so tp_dst stays out.
+    let k = key(&[
+        (Field::InPort, 4),
+        ip(),
+        (Field::NwProto, 6),
+        (Field::NwSrc, 0x0a00_0009),
+        (Field::TpDst, 80),
+    ]);
+    let mut wc = FlowKey::ZERO;
+    c.lookup(&k, &mut wc);
+    assert_eq!(wc.get(Field::NwSrc), 0xffff_ffff);
+    assert_eq!(wc.get(Field::TpDst), 0, "tp_dst must stay wildcarded");
+
+    // The right source: the whole mask is consulted and the policy matches.
+    let k = key(&[
+        (Field::InPort, 4),
+        ip(),
+        (Field::NwProto, 6),
+        (Field::NwSrc, 0x0a00_0001),
+        (Field::TpDst, 80),
+    ]);
+    let mut wc = FlowKey::ZERO;
+    assert_eq!(c.lookup(&k, &mut wc).map(|r| r.flow.priority), Some(150));
+    assert_eq!(wc.get(Field::TpDst), 0xffff);
+
+    // Removing the policy rule empties its stage indices: lookups still work.
+    let mut pm = m(&[
+        (Field::InPort, 4),
+        ip(),
+        (Field::NwProto, 6),
+        (Field::NwSrc, 0x0a00_0001),
+        (Field::TpDst, 80),
+    ]);
+    pm.value = pm.value.and(&pm.mask);
+    assert!(c.remove(&pm, 150).is_some());
+    let mut wc = FlowKey::ZERO;
+    assert_eq!(c.lookup(&k, &mut wc).map(|r| r.flow.priority), Some(0));
+    assert_eq!(wc.get(Field::NwSrc), 0);
+}

@@ -637,3 +637,137 @@ fn flows_order_and_conjunction_through_tables() {
     assert_eq!(actions_of(&ts, 255, &k), None);
     let _ = FlowFlags::default();
 }
+
+#[test]
+fn bad_sub_fields_are_refused_not_panicked_on() {
+    use crate::flow::{CtAction, CtZoneSrc, SubField};
+    let p = Pipeline::new();
+    let sf = |field, ofs, n_bits| SubField { field, ofs, n_bits };
+    let bad: Vec<Action> = vec![
+        Action::Load {
+            dst: sf(Field::Reg(0), 200, 8),
+            value: 1,
+        },
+        Action::Load {
+            dst: sf(Field::Reg(0), 30, 8),
+            value: 1,
+        },
+        Action::Load {
+            dst: sf(Field::Reg(0), 0, 0),
+            value: 0,
+        },
+        Action::Load {
+            dst: sf(Field::Reg(0), 0, 8),
+            value: 0x100,
+        },
+        Action::Move {
+            src: sf(Field::Reg(0), 0, 16),
+            dst: sf(Field::Reg(1), 0, 8),
+        },
+        Action::Move {
+            src: sf(Field::Reg(0), 130, 8),
+            dst: sf(Field::Reg(1), 0, 8),
+        },
+        Action::OutputReg(sf(Field::Reg(0), 250, 8)),
+        Action::Ct(CtAction {
+            commit: true,
+            force: false,
+            zone: CtZoneSrc::Field(sf(Field::Reg(0), 0, 33)),
+            table: None,
+            exec: vec![],
+        }),
+        Action::Ct(CtAction {
+            commit: true,
+            force: false,
+            zone: CtZoneSrc::Imm(0),
+            table: None,
+            exec: vec![Action::Load {
+                dst: sf(Field::CtMark, 129, 1),
+                value: 1,
+            }],
+        }),
+    ];
+    for a in bad {
+        let f = flow(0, 1, &[(Field::DlType, 0x0800)], vec![a.clone()]);
+        match p.apply(&[add(f)], 0) {
+            Err(FlowModError::BadSubField { .. }) => {}
+            other => panic!("{a:?}: {other:?}"),
+        }
+    }
+    assert_eq!(p.snapshot().flow_count(), 0);
+    // In range: accepted.
+    let ok = flow(
+        0,
+        1,
+        &[],
+        vec![
+            Action::Load {
+                dst: sf(Field::Reg(0), 24, 8),
+                value: 0xff,
+            },
+            Action::Move {
+                src: sf(Field::Reg(0), 0, 16),
+                dst: sf(Field::Reg(1), 16, 16),
+            },
+        ],
+    );
+    p.apply(&[add(ok)], 0).expect("valid sub-fields");
+}
+
+#[test]
+fn conjunction_misuse_through_parsed_flows() {
+    use crate::parse::{parse_flow_mod, ParseContext};
+    let ctx = ParseContext::default();
+    let p = Pipeline::new();
+    let fm = |t: &str| parse_flow_mod(t, FlowModCommand::Add, &ctx).expect(t);
+    // Clauses at different priorities never complete (documented, as OVS):
+    // the packet falls through to the next flow that matches on its own.
+    p.apply(
+        &[
+            fm("table=3,priority=10,ip,nw_src=10.0.0.1,actions=conjunction(7,1/2)"),
+            fm("table=3,priority=9,ip,nw_dst=10.0.0.2,actions=conjunction(7,2/2)"),
+            fm("table=3,priority=5,conj_id=7,actions=output:7"),
+            fm("table=3,priority=1,actions=output:1"),
+        ],
+        0,
+    )
+    .expect("mixed priorities are accepted");
+    let k = key(&[
+        (Field::DlType, 0x0800),
+        (Field::NwSrc, 0x0a00_0001),
+        (Field::NwDst, 0x0a00_0002),
+    ]);
+    let ts = p.snapshot();
+    assert_eq!(actions_of(&ts, 3, &k), Some(vec![Action::Output(1)]));
+    // Same priority: it completes.
+    p.apply(
+        &[fm(
+            "table=3,priority=10,ip,nw_dst=10.0.0.2,actions=conjunction(7,2/2)",
+        )],
+        0,
+    )
+    .expect("add");
+    assert_eq!(
+        actions_of(&p.snapshot(), 3, &k),
+        Some(vec![Action::Output(7)])
+    );
+    // k > n, k = 0 and n < 2 built in code are refused by the tables too.
+    for (clause, n_clauses) in [(3, 2), (0, 2), (1, 1), (0, 0), (2, 255)] {
+        let f = flow(
+            0,
+            1,
+            &[],
+            vec![Action::Conjunction {
+                id: 1,
+                clause,
+                n_clauses,
+            }],
+        );
+        let err = p.apply(&[add(f)], 0).unwrap_err();
+        assert!(
+            matches!(err, FlowModError::BadConjunction { .. }),
+            "{clause}/{n_clauses}: {err}"
+        );
+        assert!(err.to_string().contains(&format!("{clause}/{n_clauses}")));
+    }
+}

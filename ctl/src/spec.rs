@@ -1,0 +1,126 @@
+//! Small command-line value parsers: conntrack states, hex packets, table
+//! selectors. Each returns an error naming the bad value; none panics.
+
+use oxvs_pipeline::field::ct_state;
+use oxvs_pipeline::names::TableNames;
+
+/// Parses a `--ct-next` conntrack state as `ofproto/trace` accepts it:
+/// flag names separated by `,` or `|`, each optionally prefixed by `+`
+/// (`trk,new`, `new|trk`, `+trk+est`). `trk` is implied, as in OVS.
+pub fn parse_ct_state(text: &str) -> Result<u32, String> {
+    let mut state = ct_state::TRK;
+    let mut any = false;
+    for word in text.split([',', '|', '+']).filter(|w| !w.is_empty()) {
+        let bit = ct_state::NAMES
+            .iter()
+            .find(|(name, _)| *name == word)
+            .map(|(_, bit)| *bit)
+            .ok_or_else(|| {
+                format!(
+                    "unknown conntrack state flag '{word}' in '{text}' (expected: new, est, rel, rpl, inv, trk, snat, dnat)"
+                )
+            })?;
+        state |= bit;
+        any = true;
+    }
+    if !any {
+        return Err(format!("empty conntrack state '{text}'"));
+    }
+    Ok(state)
+}
+
+/// Parses a packet given in hex (`0a580af40004...`); whitespace, `:` and a
+/// leading `0x` are allowed.
+pub fn parse_hex_packet(text: &str) -> Result<Vec<u8>, String> {
+    let t = text.trim();
+    let t = t
+        .strip_prefix("0x")
+        .or_else(|| t.strip_prefix("0X"))
+        .unwrap_or(t);
+    let digits: Vec<u8> = t
+        .bytes()
+        .filter(|b| !b.is_ascii_whitespace() && *b != b':')
+        .collect();
+    if digits.is_empty() {
+        return Err("empty packet".into());
+    }
+    if digits.len() % 2 != 0 {
+        return Err(format!(
+            "packet hex has an odd number of digits ({})",
+            digits.len()
+        ));
+    }
+    digits
+        .chunks(2)
+        .enumerate()
+        .map(|(i, pair)| match (hex_digit(pair[0]), hex_digit(pair[1])) {
+            (Some(h), Some(l)) => Ok((h << 4) | l),
+            _ => Err(format!(
+                "bad hex byte '{}' at byte {i} of the packet",
+                String::from_utf8_lossy(pair)
+            )),
+        })
+        .collect()
+}
+
+fn hex_digit(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// Parses a table given by number (`50`) or name (`L3Forwarding`).
+pub fn parse_table(text: &str, names: &TableNames) -> Result<u8, String> {
+    if let Ok(n) = text.parse::<u8>() {
+        if n < 255 {
+            return Ok(n);
+        }
+        return Err(format!("table number {n} out of range (0..=254)"));
+    }
+    names
+        .id(text)
+        .ok_or_else(|| format!("unknown table '{text}' (give a number 0..=254 or a table name)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ct_state_forms() {
+        let tn = ct_state::TRK | ct_state::NEW;
+        assert_eq!(parse_ct_state("trk,new"), Ok(tn));
+        assert_eq!(parse_ct_state("new|trk"), Ok(tn));
+        assert_eq!(parse_ct_state("+trk+new"), Ok(tn));
+        assert_eq!(parse_ct_state("new"), Ok(tn));
+        assert_eq!(
+            parse_ct_state("est,rpl"),
+            Ok(ct_state::TRK | ct_state::EST | ct_state::RPL)
+        );
+        assert!(parse_ct_state("trk,bogus").unwrap_err().contains("bogus"));
+        assert!(parse_ct_state(",").is_err());
+    }
+
+    #[test]
+    fn hex_packets() {
+        assert_eq!(parse_hex_packet("0x0aFF"), Ok(vec![0x0a, 0xff]));
+        assert_eq!(parse_hex_packet("0a ff\n01:02"), Ok(vec![0x0a, 0xff, 1, 2]));
+        assert!(parse_hex_packet("abc").unwrap_err().contains("odd"));
+        assert!(parse_hex_packet("zz").unwrap_err().contains("'zz'"));
+        assert!(parse_hex_packet("  ").is_err());
+        // Multi-byte UTF-8 never panics.
+        assert!(parse_hex_packet("é1").is_err());
+    }
+
+    #[test]
+    fn tables_by_number_or_name() {
+        let names = TableNames::default();
+        assert_eq!(parse_table("50", &names), Ok(50));
+        assert_eq!(parse_table("SpoofGuard", &names), Ok(10));
+        assert!(parse_table("255", &names).is_err());
+        assert!(parse_table("Nope", &names).unwrap_err().contains("Nope"));
+    }
+}
