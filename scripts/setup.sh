@@ -6,6 +6,9 @@
 #   gcc, libc6-dev      the linker rustc calls (no crate here compiles C)
 #   openvswitch-switch  the reference switch for the differential tests
 #                       (a yardstick, never a runtime dependency)
+#   clang llvm libelf-dev zlib1g-dev pkg-config m4 libpcap-dev
+#                       to build xsk-rs (its libxdp/libbpf and XDP programs)
+#   iproute2 ethtool    network namespaces, veth, VXLAN for the end-to-end tests
 #   curl, ca-certificates  only if Rust is missing: to fetch rustup
 # Rust: the stable toolchain via rustup with rustfmt and clippy, if cargo is
 # missing (Debian 12's own cargo is too old for this workspace).
@@ -17,7 +20,7 @@ trap 'printf "\nFAILED at step: %s\n" "$current" >&2' ERR
 
 [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
 
-PKGS=(gcc libc6-dev openvswitch-switch)
+PKGS=(gcc libc6-dev openvswitch-switch clang llvm libelf-dev zlib1g-dev pkg-config m4 libpcap-dev iproute2 ethtool)
 command -v cargo >/dev/null 2>&1 || PKGS+=(curl ca-certificates)
 missing=()
 for p in "${PKGS[@]}"; do

@@ -114,6 +114,11 @@ pub trait DatapathSink {
     fn output(&mut self, port: u32, frame: &[u8], tunnel: Option<TunnelMeta>);
     /// Queue a packet-in for the controller.
     fn packet_in(&mut self, pkt: PacketIn<'_>);
+    /// Called before each packet of a batch is processed, with its ingress
+    /// port and frame as received, so a sink can answer the sender itself
+    /// (e.g. an ICMP "fragmentation needed" when an output does not fit a
+    /// tunnel). The default does nothing.
+    fn begin_packet(&mut self, _in_port: u32, _frame: &[u8]) {}
 }
 
 /// A packet-in as recorded by [`RecordingSink`].
@@ -359,6 +364,7 @@ impl Datapath {
             }
             self.stats.packets += 1;
             self.stats.bytes += p.packet.len() as u64;
+            run.sink.begin_packet(p.in_port, p.packet.data());
             self.pass(&mut run, &mut p.packet, &mut key, 0);
         }
         self.flush_credits(now_ns);

@@ -1,0 +1,88 @@
+//! # oxvs-api: what travels on oxvs-switchd's control socket
+//!
+//! Newline-delimited JSON over a Unix socket (default
+//! [`DEFAULT_SWITCHD_SOCKET`], mode 0600). Every request carries `"v": 1`;
+//! flows travel as text in the `ovs-ofctl` syntax. (The request/response
+//! envelope and the client are being written; these are the shared data
+//! types.)
+
+use serde::{Deserialize, Serialize};
+
+/// Protocol version spoken by this build.
+pub const VERSION: u32 = 1;
+
+/// Default path of oxvs-switchd's control socket.
+pub const DEFAULT_SWITCHD_SOCKET: &str = "/run/oxvs/switchd.sock";
+
+/// Per-port counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortStats {
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
+    pub rx_dropped: u64,
+    pub rx_errors: u64,
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+    pub tx_dropped: u64,
+    pub tx_errors: u64,
+}
+
+/// What kind of port to add.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "kebab-case")]
+pub enum PortKind {
+    /// An AF_XDP socket on an existing interface (`ifname` defaults to the port name).
+    Afxdp {
+        #[serde(default)]
+        ifname: Option<String>,
+        /// `auto` (native, falling back to generic), `native` or `generic`.
+        #[serde(default)]
+        xdp_mode: XdpModeRequest,
+    },
+    /// A VXLAN tunnel port (RFC 7348) over the node's underlay.
+    Vxlan {
+        /// Local underlay IPv4 address (outer source).
+        local_ip: std::net::Ipv4Addr,
+        /// UDP destination port (default 4789).
+        #[serde(default)]
+        dst_port: Option<u16>,
+        /// Underlay MTU (default: read from the interface holding `local_ip`, else 1500).
+        #[serde(default)]
+        underlay_mtu: Option<u32>,
+    },
+}
+
+/// The XDP attach mode asked for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum XdpModeRequest {
+    #[default]
+    Auto,
+    Native,
+    Generic,
+}
+
+/// A port to add.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortSpec {
+    pub name: String,
+    /// Requested OpenFlow port number (`None`: the lowest free one >= 1).
+    #[serde(default)]
+    pub ofport: Option<u32>,
+    pub kind: PortKind,
+}
+
+/// A port as `show` reports it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortInfo {
+    pub name: String,
+    pub ofport: u32,
+    /// `afxdp` or `vxlan`.
+    pub kind: String,
+    /// How the port moves packets, e.g. `native/copy`, `generic/copy`,
+    /// `native/zerocopy`, or `udp-socket` for VXLAN.
+    pub mode: String,
+    /// `up`, or what is wrong.
+    pub state: String,
+    pub stats: PortStats,
+}

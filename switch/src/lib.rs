@@ -1,0 +1,10 @@
+//! # oxvs-switch: the datapath daemon's library
+//!
+//! `oxvs-switchd` moves real packets: it owns the ports (AF_XDP sockets on
+//! veth/NIC interfaces, a VXLAN tunnel port), runs datapath threads that
+//! feed batches through [`oxvs_pipeline::datapath::Datapath`] and transmit
+//! what it decides, and serves the control socket. Everything that decides
+//! what happens to a packet lives in `oxvs-pipeline`; this crate moves
+//! bytes. (Being written.)
+
+pub mod engine;

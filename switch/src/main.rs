@@ -1,0 +1,2 @@
+//! oxvs-switchd. (Being written.)
+fn main() {}
