@@ -7,4 +7,6 @@
 //! what happens to a packet lives in `oxvs-pipeline`; this crate moves
 //! bytes. (Being written.)
 
+pub mod control;
 pub mod engine;
+pub mod vxlan;

@@ -1,0 +1,1410 @@
+//! # The VXLAN tunnel port (RFC 7348), in userspace
+//!
+//! A [`VxlanPort`] encapsulates inner Ethernet frames in outer IPv4 + UDP +
+//! VXLAN headers and decapsulates what arrives, byte-compatible with the
+//! Linux kernel's `vxlan` device (`switch/tests/vxlan_interop.rs` runs it
+//! against one).
+//!
+//! ## Design: the underlay is reached through kernel sockets, not AF_XDP
+//!
+//! The underlay interface is the node's main NIC: it carries SSH, the
+//! kubelet, DNS and everything else besides our tunnel. Taking it over with
+//! AF_XDP would mean re-implementing, for the outer packets, what the kernel
+//! already does well — routing, ARP/neighbour resolution, underlay MACs,
+//! bonding/VLAN underlays, reassembly — and an XDP program that must pass
+//! every packet that is not ours. So:
+//!
+//! - **RX** is an ordinary UDP socket bound to `(local_ip, dst_port)`, read
+//!   with one `recvmmsg` per batch. The kernel hands us only datagrams for
+//!   that port (already reassembled and checksum-checked); every other packet
+//!   on the underlay stays with the kernel. `tun_src` is the datagram's
+//!   source address, `tun_dst` is `local_ip`, `tun_id` is the VNI.
+//! - **TX** is a raw IPv4 socket (`IPPROTO_RAW`, which implies `IP_HDRINCL`):
+//!   we write the outer IPv4 + UDP + VXLAN headers ourselves so that we choose
+//!   the UDP source port from a hash of the inner flow (ECMP in the underlay
+//!   spreads flows, keeps each flow on one path; range 49152-65535 as RFC
+//!   7348 recommends), set TTL 64 and DF, and send a whole batch with one
+//!   `sendmmsg`. The kernel still routes the packet and resolves the next
+//!   hop's MAC. The outer UDP checksum is 0, as RFC 7348 recommends for IPv4
+//!   (Linux accepts it on receive; a kernel `vxlan` device sends zero
+//!   checksums with `noudpcsum`; the Linux 6.x default is `udpcsum`).
+//! - **DF** is copied from the inner packet, like Linux `vxlan ... df
+//!   inherit`: set when the inner packet must not be fragmented (IPv4 with
+//!   DF, IPv6), clear otherwise (IPv4 without DF, ARP, other ethertypes), so
+//!   a smaller MTU further along the underlay fragments what the sender
+//!   allowed to be fragmented instead of silently dropping it. The IPv4
+//!   identification comes from a per-port counter.
+//!
+//! The price: one kernel crossing per batch each way and a copy into the
+//! port's buffers; the benefit: no underlay traffic can be stolen or broken.
+//!
+//! ## MTU and fragmentation
+//!
+//! Encapsulation adds 50 bytes on the underlay wire (outer Ethernet 14 +
+//! IPv4 20 + UDP 8 + VXLAN 8), i.e. the outer IP packet is the inner frame
+//! plus 36. When it does not fit the underlay MTU:
+//!
+//! - inner IPv4 with DF set, or inner IPv6: [`VxlanPort::send`] refuses with
+//!   [`TxError::TooBig`]`{ mtu }` where `mtu` is the inner MTU (underlay −
+//!   50); the caller answers the sender with [`icmp_too_big_reply`] so path
+//!   MTU discovery works through the tunnel;
+//! - anything else (inner IPv4 without DF, ARP, ...): the outer packet is
+//!   sent with DF clear, fragmented by us (a `IP_HDRINCL` socket never
+//!   fragments), as the Linux `vxlan` device lets its outer packets be
+//!   fragmented.
+//!
+//! ## Receive validation
+//!
+//! A datagram is skipped and counted in `rx_errors` when it is shorter than
+//! the VXLAN header plus an Ethernet header, was truncated, lacks the I flag,
+//! or has any reserved bit set (as Linux's `vxlan` does when no extension is
+//! configured: a GBP or GPE packet is not ours to misread).
+//!
+//! ## Buffers and cost
+//!
+//! RX and TX each own [`MAX_BATCH`] preallocated slots; frames are copied
+//! into them, never allocated per packet. `recvmmsg` goes through `nix`,
+//! `sendmmsg` through `rustix` (so this module needs no `unsafe`). TX builds
+//! its `mmsghdr` array on the stack; RX has nix build its `mmsghdr` and
+//! control-message arrays per `recv_batch` call (a few small allocations per
+//! batch, none per packet): nix's `MultiHeaders` holds raw pointers, so
+//! keeping one would make the port `!Send`. nix's `sendmmsg` is not used
+//! because reading its results touches uninitialised address slots.
+//!
+//! `rx_dropped` is the socket's own drop count (`SO_RXQ_OVFL`): datagrams
+//! the kernel discarded because the receive buffer (4 MiB asked, capped by
+//! `net.core.rmem_max`) was full — the symptom of a datapath thread that
+//! does not keep up.
+//!
+//! ## Concurrency
+//!
+//! A `VxlanPort` is `Send` and owned by one datapath thread; all methods take
+//! `&mut self`. [`VxlanPort::fd`] is for that thread's `poll`.
+//!
+//! ## Namespaces
+//!
+//! Sockets belong to the network namespace of the thread that opened them.
+//! The default underlay MTU is read from `/sys/class/net/<if>/mtu`, which
+//! shows the namespace `/sys` was mounted in: a caller that opens the port on
+//! a thread inside another namespace should pass the MTU explicitly.
+
+use std::io::{IoSlice, IoSliceMut};
+use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+
+use nix::sys::socket::{MsgFlags, MultiHeaders, SockaddrIn};
+use oxvs_api::PortStats;
+use oxvs_pipeline::datapath::TunnelMeta;
+use rustix::net::addr::SocketAddrArg;
+use rustix::net::{SendAncillaryBuffer, SendFlags};
+use smoltcp::phy::ChecksumCapabilities;
+use smoltcp::wire::{
+    Icmpv4Message, Icmpv4Packet, Icmpv6Message, Icmpv6Packet, IpProtocol, Ipv4Packet, Ipv4Repr,
+    Ipv6Packet, Ipv6Repr,
+};
+
+/// The IANA VXLAN port.
+pub const DEFAULT_DST_PORT: u16 = 4789;
+/// Bytes encapsulation adds on the underlay wire (outer Ethernet, IPv4, UDP, VXLAN).
+pub const VXLAN_OVERHEAD: u32 = 50;
+/// Most datagrams one `recv_batch` or `flush` moves.
+pub const MAX_BATCH: usize = 64;
+/// Largest inner frame received (jumbo 9000 + Ethernet + two VLAN tags, rounded).
+pub const MAX_INNER_RX: usize = 9200;
+
+const ETH_HLEN: usize = 14;
+const IPV4_HLEN: usize = 20;
+const UDP_HLEN: usize = 8;
+const VXLAN_HLEN: usize = 8;
+/// Outer IPv4 + UDP + VXLAN: what we write in front of an inner frame.
+const OUTER_LEN: usize = IPV4_HLEN + UDP_HLEN + VXLAN_HLEN;
+const RX_SLOT: usize = VXLAN_HLEN + MAX_INNER_RX;
+/// A TX slot holds one outer IP packet (or fragment) up to this size; the
+/// effective underlay MTU is capped by it.
+const TX_SLOT: usize = OUTER_LEN + MAX_INNER_RX;
+/// The I flag: the VNI is valid.
+const VXLAN_FLAG_I: u8 = 0x08;
+/// UDP source port range (RFC 7348 section 5: dynamic/private ports).
+const SRC_PORT_MIN: u16 = 49152;
+const OUTER_TTL: u8 = 64;
+const ETHERTYPE_IPV4: u16 = 0x0800;
+const ETHERTYPE_IPV6: u16 = 0x86dd;
+const ETHERTYPE_VLAN: u16 = 0x8100;
+const ETHERTYPE_QINQ: u16 = 0x88a8;
+/// An ICMPv6 error must not make the packet exceed the IPv6 minimum MTU.
+const IPV6_MIN_MTU: usize = 1280;
+
+/// Why a VXLAN port could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum VxlanError {
+    #[error("cannot bind the VXLAN UDP socket to {addr}: {source}")]
+    Bind {
+        addr: SocketAddrV4,
+        source: std::io::Error,
+    },
+    #[error("cannot open the raw IPv4 TX socket (needs CAP_NET_RAW): {0}")]
+    RawSocket(std::io::Error),
+    #[error("cannot configure the VXLAN socket: {0}")]
+    Socket(std::io::Error),
+    #[error("underlay MTU {0} out of range (576..=65535)")]
+    BadMtu(u32),
+}
+
+/// Why a frame was not queued by [`VxlanPort::send`] (counted in `tx_dropped`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TxError {
+    /// The encapsulated packet would exceed the underlay MTU and the inner
+    /// packet must not be fragmented (IPv4 with DF, or IPv6). `mtu` is the
+    /// inner MTU (underlay − 50) to put in the ICMP answer.
+    #[error("inner packet too big for the tunnel (inner MTU {mtu})")]
+    TooBig { mtu: u32 },
+    /// `meta.dst` is 0: the flow did not set `tun_dst`.
+    #[error("no tunnel destination (tun_dst is 0)")]
+    NoDestination,
+}
+
+/// Receive-side bookkeeping of one RX slot.
+#[derive(Clone, Copy, Debug, Default)]
+struct RxDesc {
+    /// Length of the inner frame (after the VXLAN header); 0 = skip.
+    len: usize,
+    meta: TunnelMeta,
+}
+
+/// Transmit-side bookkeeping of one TX slot.
+#[derive(Clone, Copy, Debug)]
+struct TxDesc {
+    /// Bytes of the outer IP packet in the slot.
+    len: usize,
+    dst: Ipv4Addr,
+    /// Inner frame length if this slot starts an inner packet, else 0
+    /// (later fragments), for the packet/byte counters.
+    inner_len: usize,
+}
+
+/// A VXLAN tunnel port: see the module doc.
+pub struct VxlanPort {
+    local_ip: Ipv4Addr,
+    dst_port: u16,
+    underlay_mtu: u32,
+    rx_sock: UdpSocket,
+    tx_sock: OwnedFd,
+    rx_buf: Box<[u8]>,
+    rx_desc: [RxDesc; MAX_BATCH],
+    rx_n: usize,
+    tx_buf: Box<[u8]>,
+    tx_desc: [TxDesc; MAX_BATCH],
+    tx_n: usize,
+    /// IPv4 identification for outer packets.
+    ident: u16,
+    stats: PortStats,
+}
+
+impl std::fmt::Debug for VxlanPort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VxlanPort")
+            .field("local_ip", &self.local_ip)
+            .field("dst_port", &self.dst_port)
+            .field("underlay_mtu", &self.underlay_mtu)
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl VxlanPort {
+    /// Opens the RX UDP socket on `(local_ip, dst_port)` and the raw TX
+    /// socket. `underlay_mtu` defaults to the MTU of the interface holding
+    /// `local_ip` (see the module doc about namespaces), else 1500.
+    pub fn open(
+        local_ip: Ipv4Addr,
+        dst_port: u16,
+        underlay_mtu: Option<u32>,
+    ) -> Result<VxlanPort, VxlanError> {
+        let mtu = match underlay_mtu {
+            Some(m) => m,
+            None => interface_mtu_of(local_ip).unwrap_or(1500),
+        };
+        if !(576..=65535).contains(&mtu) {
+            return Err(VxlanError::BadMtu(mtu));
+        }
+        let addr = SocketAddrV4::new(local_ip, dst_port);
+        let rx_sock = UdpSocket::bind(addr).map_err(|source| VxlanError::Bind { addr, source })?;
+        rx_sock.set_nonblocking(true).map_err(VxlanError::Socket)?;
+        // Room for a few batches of bursts; the kernel caps it at rmem_max.
+        let _ =
+            nix::sys::socket::setsockopt(&rx_sock, nix::sys::socket::sockopt::RcvBuf, &(4 << 20));
+        let tx_sock = rustix::net::socket_with(
+            rustix::net::AddressFamily::INET,
+            rustix::net::SocketType::RAW,
+            rustix::net::SocketFlags::CLOEXEC | rustix::net::SocketFlags::NONBLOCK,
+            Some(rustix::net::ipproto::RAW),
+        )
+        .map_err(|e| VxlanError::RawSocket(e.into()))?;
+        let _ = rustix::net::sockopt::set_socket_send_buffer_size(&tx_sock, 4 << 20);
+        // Report the kernel's drops on this socket (full receive buffer).
+        nix::sys::socket::setsockopt(&rx_sock, nix::sys::socket::sockopt::RxqOvfl, &1)
+            .map_err(|e| VxlanError::Socket(e.into()))?;
+        tracing::info!(%local_ip, dst_port, mtu, "vxlan port open (udp-socket)");
+        Ok(VxlanPort {
+            local_ip,
+            dst_port,
+            underlay_mtu: mtu,
+            rx_sock,
+            tx_sock,
+            rx_buf: vec![0u8; RX_SLOT * MAX_BATCH].into_boxed_slice(),
+            rx_desc: [RxDesc::default(); MAX_BATCH],
+            rx_n: 0,
+            tx_buf: vec![0u8; TX_SLOT * MAX_BATCH].into_boxed_slice(),
+            tx_desc: [TxDesc {
+                len: 0,
+                dst: Ipv4Addr::UNSPECIFIED,
+                inner_len: 0,
+            }; MAX_BATCH],
+            tx_n: 0,
+            ident: 1,
+            stats: PortStats::default(),
+        })
+    }
+
+    /// The RX socket, for `poll`.
+    pub fn fd(&self) -> RawFd {
+        self.rx_sock.as_raw_fd()
+    }
+
+    /// How this port moves packets.
+    pub fn mode(&self) -> &'static str {
+        "udp-socket"
+    }
+
+    /// The underlay MTU in use (the outer IP packet limit).
+    pub fn underlay_mtu(&self) -> u32 {
+        self.underlay_mtu
+    }
+
+    /// The inner MTU (underlay − 50): the largest inner L3 packet sent whole.
+    pub fn inner_mtu(&self) -> u32 {
+        self.underlay_mtu - VXLAN_OVERHEAD
+    }
+
+    /// The local underlay address (outer source, `tun_dst` of what arrives).
+    pub fn local_ip(&self) -> Ipv4Addr {
+        self.local_ip
+    }
+
+    /// Counters: packets and bytes are inner frames; `rx_errors` counts
+    /// malformed datagrams and receive errors; `rx_dropped` datagrams the
+    /// kernel dropped because the socket's receive buffer was full (as of
+    /// the last datagram received); `tx_dropped` frames refused by
+    /// [`send`](Self::send) or not sent for lack of socket buffer;
+    /// `tx_errors` datagrams the kernel refused.
+    pub fn stats(&self) -> PortStats {
+        self.stats
+    }
+
+    /// Receives up to `max` (at most [`MAX_BATCH`]) datagrams with one
+    /// non-blocking `recvmmsg`; returns how many valid inner frames
+    /// [`rx_packets`](Self::rx_packets) now yields. Malformed datagrams are
+    /// counted in `rx_errors` and skipped.
+    pub fn recv_batch(&mut self, max: usize) -> usize {
+        self.rx_n = 0;
+        let want = max.min(MAX_BATCH);
+        if want == 0 {
+            return 0;
+        }
+        let fd = self.rx_sock.as_raw_fd();
+        let cmsg = nix::cmsg_space!(u32);
+        let mut headers = MultiHeaders::<SockaddrIn>::preallocate(want, Some(cmsg));
+        let mut chunks = self.rx_buf.chunks_exact_mut(RX_SLOT);
+        let mut iovs: [[IoSliceMut<'_>; 1]; MAX_BATCH] =
+            std::array::from_fn(|_| [IoSliceMut::new(chunks.next().unwrap_or_default())]);
+        let results = match nix::sys::socket::recvmmsg(
+            fd,
+            &mut headers,
+            iovs.iter_mut().take(want),
+            MsgFlags::MSG_DONTWAIT,
+            None,
+        ) {
+            Ok(r) => r,
+            Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EINTR) => return 0,
+            Err(e) => {
+                self.stats.rx_errors += 1;
+                tracing::debug!(error = %e, "vxlan recvmmsg failed");
+                return 0;
+            }
+        };
+        let mut n = 0;
+        for msg in results {
+            let src = msg.address.map(|a| a.ip()).unwrap_or(Ipv4Addr::UNSPECIFIED);
+            // SO_RXQ_OVFL: the socket's drop count so far (buffer overflow).
+            if let Ok(cmsgs) = msg.cmsgs() {
+                for c in cmsgs {
+                    if let nix::sys::socket::ControlMessageOwned::RxqOvfl(dropped) = c {
+                        self.stats.rx_dropped = u64::from(dropped);
+                    }
+                }
+            }
+            // A truncated datagram is recorded as empty: parsing rejects it.
+            let truncated = msg.flags.contains(MsgFlags::MSG_TRUNC);
+            self.rx_desc[n] = RxDesc {
+                len: if truncated { 0 } else { msg.bytes },
+                meta: TunnelMeta {
+                    tun_id: 0,
+                    src: u32::from(src),
+                    dst: u32::from(self.local_ip),
+                },
+            };
+            n += 1;
+        }
+        let mut valid = 0;
+        for (slot, d) in self
+            .rx_buf
+            .chunks_exact(RX_SLOT)
+            .zip(self.rx_desc[..n].iter_mut())
+        {
+            match slot.get(..d.len).and_then(parse_vxlan) {
+                Some((vni, inner_len)) => {
+                    d.meta.tun_id = u64::from(vni);
+                    d.len = inner_len;
+                    self.stats.rx_packets += 1;
+                    self.stats.rx_bytes += inner_len as u64;
+                    valid += 1;
+                }
+                None => {
+                    d.len = 0;
+                    self.stats.rx_errors += 1;
+                }
+            }
+        }
+        self.rx_n = n;
+        valid
+    }
+
+    /// The inner Ethernet frames of the last [`recv_batch`](Self::recv_batch),
+    /// in the port's own buffers, with their tunnel metadata.
+    pub fn rx_packets(&mut self) -> impl Iterator<Item = (&mut [u8], TunnelMeta)> + '_ {
+        self.rx_buf
+            .chunks_exact_mut(RX_SLOT)
+            .zip(self.rx_desc[..self.rx_n].iter())
+            .filter(|(_, d)| d.len > 0)
+            .map(|(slot, d)| (&mut slot[VXLAN_HLEN..VXLAN_HLEN + d.len], d.meta))
+    }
+
+    /// Queues `inner` for `meta.dst` with VNI `meta.tun_id` (low 24 bits),
+    /// copying it behind freshly written outer headers; flushes first when
+    /// the TX slots are full. See the module doc for the MTU rules.
+    ///
+    /// `meta.src` is not used: the outer source is always the port's
+    /// `local_ip` (a packet that came in through a tunnel keeps its
+    /// `tun_src` in the key, and re-sending with it would spoof that peer).
+    /// Nothing is sent until [`flush`](Self::flush).
+    pub fn send(&mut self, inner: &[u8], meta: TunnelMeta) -> Result<(), TxError> {
+        if meta.dst == 0 {
+            self.stats.tx_dropped += 1;
+            return Err(TxError::NoDestination);
+        }
+        let mtu = (self.underlay_mtu as usize).min(TX_SLOT);
+        let inner_mtu = (mtu - VXLAN_OVERHEAD as usize) as u32;
+        let outer_len = OUTER_LEN + inner.len();
+        let fragment = outer_len > mtu;
+        if outer_len > usize::from(u16::MAX) || (fragment && !may_fragment(inner)) {
+            self.stats.tx_dropped += 1;
+            return Err(TxError::TooBig { mtu: inner_mtu });
+        }
+        let hdr = OuterHeader {
+            src: self.local_ip,
+            dst: Ipv4Addr::from(meta.dst),
+            src_port: source_port(inner),
+            dst_port: self.dst_port,
+            vni: (meta.tun_id & 0x00ff_ffff) as u32,
+            ident: self.ident,
+            df: !may_fragment(inner),
+        };
+        let slots_needed = if fragment {
+            fragment_count(outer_len - IPV4_HLEN, mtu)
+        } else {
+            1
+        };
+        if slots_needed > MAX_BATCH {
+            self.stats.tx_dropped += 1;
+            return Err(TxError::TooBig { mtu: inner_mtu });
+        }
+        self.ident = self.ident.wrapping_add(1).max(1);
+        if self.tx_n + slots_needed > MAX_BATCH {
+            self.flush();
+        }
+        let area = &mut self.tx_buf[self.tx_n * TX_SLOT..(self.tx_n + slots_needed) * TX_SLOT];
+        let mut lens = [0usize; MAX_BATCH];
+        let count = if fragment {
+            encapsulate_fragments(&hdr, inner, mtu, area, &mut lens)
+        } else {
+            lens[0] = hdr.encapsulate(inner, area);
+            1
+        };
+        for (k, len) in lens[..count].iter().enumerate() {
+            self.tx_desc[self.tx_n + k] = TxDesc {
+                len: *len,
+                dst: hdr.dst,
+                inner_len: if k == 0 { inner.len() } else { 0 },
+            };
+        }
+        self.tx_n += count;
+        Ok(())
+    }
+
+    /// Sends everything queued with one `sendmmsg` (more only if the kernel
+    /// refuses a datagram midway: that one is counted in `tx_errors` and
+    /// skipped). Returns how many inner frames were handed to the kernel.
+    pub fn flush(&mut self) -> usize {
+        let n = self.tx_n;
+        if n == 0 {
+            return 0;
+        }
+        self.tx_n = 0;
+        let addrs: [rustix::net::SocketAddrAny; MAX_BATCH] = std::array::from_fn(|i| {
+            let dst = self.tx_desc[i.min(n - 1)].dst;
+            SocketAddrV4::new(dst, 0).as_any()
+        });
+        let mut chunks = self.tx_buf.chunks_exact(TX_SLOT);
+        let iovs: [[IoSlice<'_>; 1]; MAX_BATCH] = std::array::from_fn(|i| {
+            let slot = chunks.next().unwrap_or_default();
+            let len = if i < n { self.tx_desc[i].len } else { 0 };
+            [IoSlice::new(slot.get(..len).unwrap_or_default())]
+        });
+        let mut controls: [SendAncillaryBuffer<'_, '_, '_>; MAX_BATCH] =
+            std::array::from_fn(|_| SendAncillaryBuffer::default());
+        let mut i = 0;
+        let mut msgs = controls.each_mut().map(|control| {
+            let m = rustix::net::MMsgHdr::new_with_addr(&addrs[i], &iovs[i], control);
+            i += 1;
+            m
+        });
+        let mut sent_inner = 0;
+        let mut at = 0;
+        while at < n {
+            match rustix::net::sendmmsg(&self.tx_sock, &mut msgs[at..n], SendFlags::DONTWAIT) {
+                Ok(0) => {
+                    self.count_tx_dropped(at, n);
+                    break;
+                }
+                Ok(k) => {
+                    for d in &self.tx_desc[at..at + k] {
+                        if d.inner_len > 0 {
+                            self.stats.tx_packets += 1;
+                            self.stats.tx_bytes += d.inner_len as u64;
+                            sent_inner += 1;
+                        }
+                    }
+                    at += k;
+                }
+                Err(rustix::io::Errno::AGAIN | rustix::io::Errno::NOBUFS) => {
+                    self.count_tx_dropped(at, n);
+                    break;
+                }
+                Err(rustix::io::Errno::INTR) => {}
+                Err(e) => {
+                    tracing::debug!(error = %e, dst = %self.tx_desc[at].dst, "vxlan sendmmsg refused a datagram");
+                    if self.tx_desc[at].inner_len > 0 {
+                        self.stats.tx_errors += 1;
+                    }
+                    at += 1;
+                }
+            }
+        }
+        sent_inner
+    }
+
+    fn count_tx_dropped(&mut self, from: usize, to: usize) {
+        let dropped = self.tx_desc[from..to]
+            .iter()
+            .filter(|d| d.inner_len > 0)
+            .count();
+        self.stats.tx_dropped += dropped as u64;
+    }
+}
+
+/// The outer headers of one encapsulated packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct OuterHeader {
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    src_port: u16,
+    dst_port: u16,
+    /// 24 bits.
+    vni: u32,
+    ident: u16,
+    df: bool,
+}
+
+impl OuterHeader {
+    /// Writes outer IPv4 + UDP + VXLAN and `inner` into `slot`; returns the
+    /// outer packet's length. The caller checked that it fits `slot` and
+    /// 65535 bytes.
+    fn encapsulate(&self, inner: &[u8], slot: &mut [u8]) -> usize {
+        let total = OUTER_LEN + inner.len();
+        let Some(out) = slot.get_mut(..total) else {
+            return 0;
+        };
+        self.write_ipv4(out, total, false, 0, self.df);
+        write_udp_vxlan(
+            &mut out[IPV4_HLEN..OUTER_LEN],
+            self.src_port,
+            self.dst_port,
+            UDP_HLEN + VXLAN_HLEN + inner.len(),
+            self.vni,
+        );
+        out[OUTER_LEN..].copy_from_slice(inner);
+        total
+    }
+
+    /// Writes a 20-byte IPv4 header (no options, TTL 64, checksum filled)
+    /// at the start of `out`, which is at least 20 bytes long.
+    fn write_ipv4(&self, out: &mut [u8], total: usize, more: bool, offset: usize, df: bool) {
+        let mut p = Ipv4Packet::new_unchecked(&mut out[..IPV4_HLEN]);
+        p.set_version(4);
+        p.set_header_len(IPV4_HLEN as u8);
+        p.set_dscp(0);
+        p.set_ecn(0);
+        p.set_total_len(total as u16);
+        p.set_ident(self.ident);
+        p.clear_flags();
+        p.set_dont_frag(df);
+        p.set_more_frags(more);
+        p.set_frag_offset(offset as u16);
+        p.set_hop_limit(OUTER_TTL);
+        p.set_next_header(IpProtocol::Udp);
+        p.set_src_addr(self.src);
+        p.set_dst_addr(self.dst);
+        p.fill_checksum();
+    }
+}
+
+/// UDP header (checksum 0) + VXLAN header (I flag, `vni`) into 16 bytes.
+fn write_udp_vxlan(out: &mut [u8], src_port: u16, dst_port: u16, udp_len: usize, vni: u32) {
+    if out.len() < UDP_HLEN + VXLAN_HLEN {
+        return;
+    }
+    out[0..2].copy_from_slice(&src_port.to_be_bytes());
+    out[2..4].copy_from_slice(&dst_port.to_be_bytes());
+    out[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
+    out[6..8].copy_from_slice(&[0, 0]);
+    out[8..16].copy_from_slice(&vxlan_header(vni));
+}
+
+/// The 8-byte VXLAN header: I flag, VNI, everything else zero.
+fn vxlan_header(vni: u32) -> [u8; VXLAN_HLEN] {
+    let v = (vni & 0x00ff_ffff).to_be_bytes();
+    [VXLAN_FLAG_I, 0, 0, 0, v[1], v[2], v[3], 0]
+}
+
+/// Validates a VXLAN UDP payload; returns the VNI and the inner frame's
+/// length (the frame starts at byte 8). `None` when it is too short for the
+/// header and an Ethernet header, lacks the I flag, or has a reserved bit set.
+fn parse_vxlan(datagram: &[u8]) -> Option<(u32, usize)> {
+    if datagram.len() < VXLAN_HLEN + ETH_HLEN {
+        return None;
+    }
+    let h = &datagram[..VXLAN_HLEN];
+    if h[0] != VXLAN_FLAG_I || h[1] != 0 || h[2] != 0 || h[3] != 0 || h[7] != 0 {
+        return None;
+    }
+    let vni = u32::from_be_bytes([0, h[4], h[5], h[6]]);
+    Some((vni, datagram.len() - VXLAN_HLEN))
+}
+
+/// How many IPv4 fragments carry `payload` bytes of IP payload under `mtu`.
+fn fragment_count(payload: usize, mtu: usize) -> usize {
+    let per = fragment_payload(mtu);
+    payload.div_ceil(per)
+}
+
+/// IP payload bytes per fragment: a multiple of 8 (mtu is at least 576).
+fn fragment_payload(mtu: usize) -> usize {
+    ((mtu - IPV4_HLEN) / 8 * 8).max(8)
+}
+
+/// Writes the outer packet for `inner` as IPv4 fragments of at most `mtu`
+/// bytes, one per `TX_SLOT` of `area` (DF clear, shared identification);
+/// their lengths go to `lens`. Returns the number of fragments.
+fn encapsulate_fragments(
+    hdr: &OuterHeader,
+    inner: &[u8],
+    mtu: usize,
+    area: &mut [u8],
+    lens: &mut [usize],
+) -> usize {
+    let mut head = [0u8; UDP_HLEN + VXLAN_HLEN];
+    let total = head.len() + inner.len();
+    write_udp_vxlan(&mut head, hdr.src_port, hdr.dst_port, total, hdr.vni);
+    let per = fragment_payload(mtu);
+    let mut count = 0;
+    for ((k, slot), len_out) in area
+        .chunks_exact_mut(TX_SLOT)
+        .enumerate()
+        .zip(lens.iter_mut())
+    {
+        let off = k * per;
+        if off >= total {
+            break;
+        }
+        let len = per.min(total - off);
+        hdr.write_ipv4(slot, IPV4_HLEN + len, off + len < total, off, false);
+        copy_concat(&mut slot[IPV4_HLEN..IPV4_HLEN + len], &head, inner, off);
+        *len_out = IPV4_HLEN + len;
+        count += 1;
+    }
+    count
+}
+
+/// Fills `dst` with bytes `off..off + dst.len()` of `head ++ tail`.
+fn copy_concat(dst: &mut [u8], head: &[u8], tail: &[u8], off: usize) {
+    let mut written = 0;
+    if off < head.len() {
+        let n = (head.len() - off).min(dst.len());
+        dst[..n].copy_from_slice(&head[off..off + n]);
+        written = n;
+    }
+    let tail_off = (off + written).saturating_sub(head.len());
+    let rest = dst.len() - written;
+    if let Some(src) = tail.get(tail_off..tail_off + rest) {
+        dst[written..].copy_from_slice(src);
+    }
+}
+
+/// The L3 offset and ethertype of an Ethernet frame, through up to two
+/// VLAN tags.
+fn l3_of(frame: &[u8]) -> Option<(usize, u16)> {
+    let mut off = 12;
+    for _ in 0..3 {
+        let et = u16::from_be_bytes([*frame.get(off)?, *frame.get(off + 1)?]);
+        if et != ETHERTYPE_VLAN && et != ETHERTYPE_QINQ {
+            return Some((off + 2, et));
+        }
+        off += 4;
+    }
+    None
+}
+
+/// Whether the inner frame may be carried in fragments: not for IPv4 with
+/// DF, nor IPv6 (whose senders do their own path MTU discovery); yes for
+/// IPv4 without DF and non-IP frames. Also decides the outer DF bit
+/// (copied from the inner packet, like Linux `vxlan ... df inherit`).
+fn may_fragment(frame: &[u8]) -> bool {
+    match l3_of(frame) {
+        Some((off, ETHERTYPE_IPV4)) => !matches!(frame.get(off + 6), Some(f) if f & 0x40 != 0),
+        Some((_, ETHERTYPE_IPV6)) => false,
+        _ => true,
+    }
+}
+
+/// The outer UDP source port for an inner frame: a hash of its flow (IP
+/// addresses, protocol, L4 ports; MACs and ethertype for non-IP) scaled
+/// into 49152..=65535. All fragments of an inner flow get the same port.
+pub(crate) fn source_port(frame: &[u8]) -> u16 {
+    let h = u64::from(flow_hash(frame));
+    SRC_PORT_MIN + ((h * u64::from(u16::MAX - SRC_PORT_MIN + 1)) >> 32) as u16
+}
+
+fn has_ports(proto: u8) -> bool {
+    matches!(proto, 6 | 17 | 132 | 136)
+}
+
+fn flow_hash(frame: &[u8]) -> u32 {
+    let mut h = FlowHasher(0x9e37_79b9);
+    match l3_of(frame) {
+        Some((off, ETHERTYPE_IPV4)) => {
+            let ip = frame.get(off..).unwrap_or_default();
+            if let (Some(addrs), Some(&vihl), Some(&proto)) =
+                (ip.get(12..20), ip.first(), ip.get(9))
+            {
+                h.bytes(addrs);
+                h.word(u32::from(proto));
+                let frag = ip
+                    .get(6..8)
+                    .map_or(0, |f| u16::from_be_bytes([f[0], f[1]]) & 0x3fff);
+                let ihl = usize::from(vihl & 0x0f) * 4;
+                if frag == 0 && has_ports(proto) {
+                    if let Some(ports) = ip.get(ihl..ihl + 4) {
+                        h.bytes(ports);
+                    }
+                }
+                return h.finish();
+            }
+        }
+        Some((off, ETHERTYPE_IPV6)) => {
+            let ip = frame.get(off..).unwrap_or_default();
+            if let (Some(addrs), Some(&nh)) = (ip.get(8..40), ip.get(6)) {
+                h.bytes(addrs);
+                h.word(u32::from(nh));
+                if has_ports(nh) {
+                    if let Some(ports) = ip.get(40..44) {
+                        h.bytes(ports);
+                    }
+                }
+                return h.finish();
+            }
+        }
+        _ => {}
+    }
+    h.bytes(frame.get(..ETH_HLEN).unwrap_or(frame));
+    h.finish()
+}
+
+/// A small multiplicative hash (not cryptographic: the source port only
+/// spreads flows over ECMP paths).
+struct FlowHasher(u32);
+
+impl FlowHasher {
+    fn word(&mut self, w: u32) {
+        self.0 = (self.0 ^ w).wrapping_mul(0x85eb_ca6b).rotate_left(13);
+    }
+    fn bytes(&mut self, b: &[u8]) {
+        let mut chunks = b.chunks_exact(4);
+        for c in &mut chunks {
+            self.word(u32::from_be_bytes([c[0], c[1], c[2], c[3]]));
+        }
+        let mut last = [0u8; 4];
+        let rem = chunks.remainder();
+        last[..rem.len()].copy_from_slice(rem);
+        self.word(u32::from_be_bytes(last) ^ ((rem.len() as u32) << 24));
+    }
+    /// murmur3's finalizer: every input bit affects every output bit.
+    fn finish(&self) -> u32 {
+        let mut x = self.0;
+        x ^= x >> 16;
+        x = x.wrapping_mul(0x85eb_ca6b);
+        x ^= x >> 13;
+        x = x.wrapping_mul(0xc2b2_ae35);
+        x ^ (x >> 16)
+    }
+}
+
+/// The MTU of the interface holding `ip`, from `/sys/class/net/<if>/mtu`.
+pub(crate) fn interface_mtu_of(ip: Ipv4Addr) -> Option<u32> {
+    let addrs = nix::ifaddrs::getifaddrs().ok()?;
+    for ifa in addrs {
+        let Some(sin) = ifa.address.as_ref().and_then(|a| a.as_sockaddr_in()) else {
+            continue;
+        };
+        if sin.ip() == ip {
+            let path = format!("/sys/class/net/{}/mtu", ifa.interface_name);
+            return std::fs::read_to_string(path).ok()?.trim().parse().ok();
+        }
+    }
+    None
+}
+
+/// Builds the answer to a sender whose packet did not fit the tunnel: a
+/// complete Ethernet frame back to it (Ethernet source/destination = the
+/// original's destination/source, VLAN tags kept).
+///
+/// - IPv4: ICMP type 3 code 4 "fragmentation needed", next-hop MTU = `mtu`
+///   (the inner MTU, underlay − 50, as [`TxError::TooBig`] reports it),
+///   quoting the original IP header + 8 bytes, from `src_ip` (the gateway's
+///   address), TTL 64.
+/// - IPv6: ICMPv6 Packet Too Big with MTU = `mtu`, quoting as much of the
+///   original as keeps the reply within 1280 bytes. The source is the
+///   EUI-64 link-local address of the MAC the sender addressed (the
+///   original Ethernet destination: the router it believes it talks to),
+///   since `src_ip` is IPv4; hosts accept a Packet Too Big from any source
+///   as long as the quote matches their packet.
+///
+/// `None` for what must not be answered: non-IP frames, truncated headers,
+/// ICMP/ICMPv6 error messages, IPv4 without DF or non-first fragments, and
+/// sources or destinations that are not unicast (RFC 1122 3.2.2, RFC 4443
+/// 2.4; a Packet Too Big may answer a multicast destination).
+pub fn icmp_too_big_reply(original_frame: &[u8], mtu: u32, src_ip: Ipv4Addr) -> Option<Vec<u8>> {
+    let (l3, ethertype) = l3_of(original_frame)?;
+    let eth_src = original_frame.get(6..12)?;
+    if eth_src[0] & 1 != 0 {
+        return None;
+    }
+    let ip = original_frame.get(l3..)?;
+    let mut reply = match ethertype {
+        ETHERTYPE_IPV4 => too_big_v4(l3, ip, mtu, src_ip)?,
+        ETHERTYPE_IPV6 => {
+            let mac = original_frame.get(0..6)?;
+            too_big_v6(l3, ip, mtu, link_local_of(mac))?
+        }
+        _ => return None,
+    };
+    // Ethernet header: the original's, with the addresses swapped.
+    reply[..l3].copy_from_slice(&original_frame[..l3]);
+    reply[0..6].copy_from_slice(&original_frame[6..12]);
+    reply[6..12].copy_from_slice(&original_frame[0..6]);
+    Some(reply)
+}
+
+/// The ICMPv4 part of [`icmp_too_big_reply`]: a frame with `l2` bytes left
+/// for the Ethernet header.
+fn too_big_v4(l2: usize, ip: &[u8], mtu: u32, src_ip: Ipv4Addr) -> Option<Vec<u8>> {
+    let orig = Ipv4Packet::new_checked(ip).ok()?;
+    if orig.version() != 4 || !orig.dont_frag() || orig.frag_offset() != 0 {
+        return None;
+    }
+    let (src, dst) = (orig.src_addr(), orig.dst_addr());
+    if src.is_unspecified() || src.is_multicast() || src.is_broadcast() || src.is_loopback() {
+        return None;
+    }
+    if dst.is_multicast() || dst.is_broadcast() {
+        return None;
+    }
+    if orig.next_header() == IpProtocol::Icmp {
+        let t = *orig.payload().first()?;
+        if matches!(t, 3 | 4 | 5 | 11 | 12) {
+            return None;
+        }
+    }
+    let quote_len = (usize::from(orig.header_len()) + 8).min(usize::from(orig.total_len()));
+    let quote = &ip[..quote_len];
+    let icmp_len = 8 + quote_len;
+    let ip_repr = Ipv4Repr {
+        src_addr: src_ip,
+        dst_addr: src,
+        next_header: IpProtocol::Icmp,
+        payload_len: icmp_len,
+        hop_limit: 64,
+    };
+    let mut frame = vec![0u8; l2 + ip_repr.buffer_len() + icmp_len];
+    let (_, l3) = frame.split_at_mut(l2);
+    ip_repr.emit(
+        &mut Ipv4Packet::new_unchecked(&mut *l3),
+        &ChecksumCapabilities::default(),
+    );
+    let icmp = &mut l3[IPV4_HLEN..];
+    icmp[6..8].copy_from_slice(&(mtu.min(u32::from(u16::MAX)) as u16).to_be_bytes());
+    icmp[8..].copy_from_slice(quote);
+    let mut p = Icmpv4Packet::new_unchecked(icmp);
+    p.set_msg_type(Icmpv4Message::DstUnreachable);
+    p.set_msg_code(4); // fragmentation needed and DF set
+    p.fill_checksum();
+    Some(frame)
+}
+
+/// The ICMPv6 part of [`icmp_too_big_reply`].
+fn too_big_v6(l2: usize, ip: &[u8], mtu: u32, src_addr: std::net::Ipv6Addr) -> Option<Vec<u8>> {
+    let orig = Ipv6Packet::new_checked(ip).ok()?;
+    if orig.version() != 6 {
+        return None;
+    }
+    let src = orig.src_addr();
+    if src.is_unspecified() || src.is_multicast() || src.is_loopback() {
+        return None;
+    }
+    if is_icmpv6_error(ip) {
+        return None;
+    }
+    const ICMP_HLEN: usize = 8;
+    let quote_len = (orig.total_len()).min(IPV6_MIN_MTU - 40 - ICMP_HLEN);
+    let quote = &ip[..quote_len];
+    let icmp_len = ICMP_HLEN + quote_len;
+    let ip_repr = Ipv6Repr {
+        src_addr,
+        dst_addr: src,
+        next_header: IpProtocol::Icmpv6,
+        payload_len: icmp_len,
+        hop_limit: 64,
+    };
+    let mut frame = vec![0u8; l2 + ip_repr.buffer_len() + icmp_len];
+    let (_, l3) = frame.split_at_mut(l2);
+    ip_repr.emit(&mut Ipv6Packet::new_unchecked(&mut *l3));
+    let icmp = &mut l3[40..];
+    icmp[ICMP_HLEN..].copy_from_slice(quote);
+    let mut p = Icmpv6Packet::new_unchecked(icmp);
+    p.set_msg_type(Icmpv6Message::PktTooBig);
+    p.set_msg_code(0);
+    p.set_pkt_too_big_mtu(mtu);
+    p.fill_checksum(&src_addr, &src);
+    Some(frame)
+}
+
+/// Whether an IPv6 packet (validated header) carries an ICMPv6 error
+/// message, looking through up to four hop-by-hop/routing/destination
+/// options/fragment headers.
+fn is_icmpv6_error(ip: &[u8]) -> bool {
+    let mut nh = ip[6];
+    let mut off = 40;
+    for _ in 0..4 {
+        match nh {
+            58 => return ip.get(off).is_some_and(|t| *t < 128),
+            0 | 43 | 60 => {
+                let (Some(&next), Some(&len)) = (ip.get(off), ip.get(off + 1)) else {
+                    return false;
+                };
+                nh = next;
+                off += (usize::from(len) + 1) * 8;
+            }
+            44 => {
+                let Some(&next) = ip.get(off) else {
+                    return false;
+                };
+                // A non-first fragment has no ICMPv6 header to look at.
+                let frag = ip
+                    .get(off + 2..off + 4)
+                    .map_or(0, |f| u16::from_be_bytes([f[0], f[1]]));
+                if frag & 0xfff8 != 0 {
+                    return false;
+                }
+                nh = next;
+                off += 8;
+            }
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// The EUI-64 link-local address (fe80::/64) of a MAC address.
+fn link_local_of(mac: &[u8]) -> std::net::Ipv6Addr {
+    let m: [u8; 6] = mac.try_into().unwrap_or_default();
+    std::net::Ipv6Addr::from([
+        0xfe,
+        0x80,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        m[0] ^ 0x02,
+        m[1],
+        m[2],
+        0xff,
+        0xfe,
+        m[3],
+        m[4],
+        m[5],
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A VXLAN packet as the Linux kernel's `vxlan` device sent it (captured
+    /// with tcpdump on the underlay veth: `vxlan id 42 ... dstport 4789`,
+    /// inner IPv6 neighbour solicitation). The UDP checksum 0x847b is the
+    /// partial (pseudo-header) sum of a veth TX offload.
+    const LINUX_VXLAN: [u8; 136] = [
+        0x0a, 0x0b, 0x26, 0xd0, 0xd1, 0xbd, 0xaa, 0x86, 0x9c, 0x50, 0x6a, 0xec, 0x08, 0x00, 0x45,
+        0x00, 0x00, 0x7a, 0xf6, 0xdf, 0x00, 0x00, 0x40, 0x11, 0xff, 0x8f, 0xc0, 0x00, 0x02, 0x02,
+        0xc0, 0x00, 0x02, 0x01, 0xb6, 0x2a, 0x12, 0xb5, 0x00, 0x66, 0x84, 0x7b, 0x08, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x2a, 0x00, 0x33, 0x33, 0xff, 0x00, 0x00, 0x02, 0x02, 0x00, 0x00, 0x00,
+        0x00, 0x02, 0x86, 0xdd, 0x60, 0x00, 0x00, 0x00, 0x00, 0x20, 0x3a, 0xff, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xff, 0x02,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0xff, 0x00, 0x00, 0x02, 0x87,
+        0x00, 0x0a, 0x24, 0x00, 0x00, 0x00, 0x00, 0xfe, 0x80, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0xff, 0xfe, 0x00, 0x00, 0x02, 0x0e, 0x01, 0x2a, 0x6b, 0x68, 0x5b, 0xd2,
+        0x2f,
+    ];
+    const HOST_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x05];
+    const GW_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
+
+    /// Independent RFC 1071 checksum (sum of 16-bit words, folded).
+    fn ones_sum(data: &[u8]) -> u32 {
+        let mut s: u32 = 0;
+        for c in data.chunks(2) {
+            let w = if c.len() == 2 {
+                u16::from_be_bytes([c[0], c[1]])
+            } else {
+                u16::from_be_bytes([c[0], 0])
+            };
+            s += u32::from(w);
+        }
+        s
+    }
+    fn fold(mut s: u32) -> u16 {
+        while s > 0xffff {
+            s = (s & 0xffff) + (s >> 16);
+        }
+        s as u16
+    }
+
+    /// Ethernet + IPv4 (+ 8 bytes of L4 header with ports) + payload.
+    fn ipv4_frame(
+        src: [u8; 4],
+        dst: [u8; 4],
+        proto: u8,
+        ports: (u16, u16),
+        df: bool,
+        len: usize,
+    ) -> Vec<u8> {
+        let mut f = vec![0u8; len.max(14 + 28)];
+        f[0..6].copy_from_slice(&GW_MAC);
+        f[6..12].copy_from_slice(&HOST_MAC);
+        f[12..14].copy_from_slice(&ETHERTYPE_IPV4.to_be_bytes());
+        let ip_len = f.len() - 14;
+        let repr = Ipv4Repr {
+            src_addr: Ipv4Addr::from(src),
+            dst_addr: Ipv4Addr::from(dst),
+            next_header: IpProtocol::from(proto),
+            payload_len: ip_len - 20,
+            hop_limit: 64,
+        };
+        let mut p = Ipv4Packet::new_unchecked(&mut f[14..]);
+        repr.emit(&mut p, &ChecksumCapabilities::default());
+        p.set_dont_frag(df);
+        p.fill_checksum();
+        f[34..36].copy_from_slice(&ports.0.to_be_bytes());
+        f[36..38].copy_from_slice(&ports.1.to_be_bytes());
+        for (i, b) in f[42..].iter_mut().enumerate() {
+            *b = i as u8;
+        }
+        f
+    }
+
+    fn ipv6_frame(src: std::net::Ipv6Addr, proto: u8, len: usize) -> Vec<u8> {
+        let mut f = vec![0u8; len];
+        f[0..6].copy_from_slice(&GW_MAC);
+        f[6..12].copy_from_slice(&HOST_MAC);
+        f[12..14].copy_from_slice(&ETHERTYPE_IPV6.to_be_bytes());
+        let repr = Ipv6Repr {
+            src_addr: src,
+            dst_addr: "2001:db8:2::9".parse().unwrap(),
+            next_header: IpProtocol::from(proto),
+            payload_len: len - 14 - 40,
+            hop_limit: 64,
+        };
+        repr.emit(&mut Ipv6Packet::new_unchecked(&mut f[14..]));
+        for (i, b) in f[54..].iter_mut().enumerate() {
+            *b = (i * 7) as u8;
+        }
+        f
+    }
+
+    #[test]
+    fn port_is_send() {
+        fn assert_send<T: Send>() {}
+        assert_send::<VxlanPort>();
+    }
+
+    #[test]
+    fn parses_what_linux_sends() {
+        let udp_payload = &LINUX_VXLAN[42..];
+        let (vni, inner_len) = parse_vxlan(udp_payload).expect("valid VXLAN");
+        assert_eq!(vni, 42);
+        assert_eq!(inner_len, LINUX_VXLAN.len() - 50);
+        let inner = &udp_payload[8..];
+        assert_eq!(&inner[0..6], &[0x33, 0x33, 0xff, 0, 0, 2]);
+        assert_eq!(&inner[12..14], &[0x86, 0xdd]);
+    }
+
+    #[test]
+    fn builds_headers_as_linux_does() {
+        let hdr = OuterHeader {
+            src: Ipv4Addr::new(192, 0, 2, 2),
+            dst: Ipv4Addr::new(192, 0, 2, 1),
+            src_port: 0xb62a,
+            dst_port: 4789,
+            vni: 42,
+            ident: 0xf6df,
+            df: false,
+        };
+        let inner = &LINUX_VXLAN[50..];
+        let mut slot = vec![0u8; TX_SLOT];
+        let n = hdr.encapsulate(inner, &mut slot);
+        let linux = &LINUX_VXLAN[14..];
+        assert_eq!(n, linux.len());
+        // IPv4 header identical, checksum included.
+        assert_eq!(&slot[..20], &linux[..20]);
+        // UDP ports and length identical; our checksum is 0 (RFC 7348).
+        assert_eq!(&slot[20..26], &linux[20..26]);
+        assert_eq!(&slot[26..28], &[0, 0]);
+        // VXLAN header and inner frame identical.
+        assert_eq!(&slot[28..n], &linux[28..]);
+        // With DF: only the flags and the checksum change.
+        let n = OuterHeader { df: true, ..hdr }.encapsulate(inner, &mut slot);
+        assert_eq!(slot[6], 0x40);
+        assert!(Ipv4Packet::new_checked(&slot[..n])
+            .unwrap()
+            .verify_checksum());
+        assert_eq!(slot[8], OUTER_TTL);
+    }
+
+    #[test]
+    fn rejects_malformed_datagrams() {
+        let good = &LINUX_VXLAN[42..];
+        assert!(parse_vxlan(good).is_some());
+        assert!(
+            parse_vxlan(&good[..8 + 13]).is_none(),
+            "shorter than an Ethernet header"
+        );
+        assert!(
+            parse_vxlan(&good[..4]).is_none(),
+            "shorter than the VXLAN header"
+        );
+        for (byte, value) in [
+            (0, 0x00),
+            (0, 0x0c),
+            (0, 0x88),
+            (1, 1),
+            (2, 0x80),
+            (3, 1),
+            (7, 1),
+        ] {
+            let mut d = good.to_vec();
+            d[byte] = value;
+            assert!(
+                parse_vxlan(&d).is_none(),
+                "byte {byte} = {value:#x} accepted"
+            );
+        }
+        let mut d = good.to_vec();
+        d[4..7].copy_from_slice(&[0xff, 0xff, 0xff]);
+        assert_eq!(parse_vxlan(&d), Some((0xff_ffff, d.len() - 8)));
+        assert_eq!(
+            vxlan_header(0x1ab_cdef),
+            [0x08, 0, 0, 0, 0xab, 0xcd, 0xef, 0]
+        );
+    }
+
+    #[test]
+    fn source_port_follows_the_flow() {
+        let a = ipv4_frame([10, 0, 0, 5], [10, 1, 0, 9], 6, (40000, 80), true, 100);
+        let mut a2 = ipv4_frame([10, 0, 0, 5], [10, 1, 0, 9], 6, (40000, 80), true, 600);
+        a2[14 + 8] = 3; // other TTL, other length and payload: same flow
+        assert_eq!(source_port(&a), source_port(&a2));
+        let b = ipv4_frame([10, 0, 0, 5], [10, 1, 0, 9], 6, (40001, 80), true, 100);
+        assert_ne!(source_port(&a), source_port(&b));
+        let mut seen = std::collections::HashSet::new();
+        for sport in 0..1000u16 {
+            let f = ipv4_frame(
+                [10, 0, 0, 5],
+                [10, 1, 0, 9],
+                17,
+                (30000 + sport, 53),
+                false,
+                80,
+            );
+            let p = source_port(&f);
+            assert!(p >= SRC_PORT_MIN, "{p} below the RFC 7348 range");
+            seen.insert(p);
+        }
+        // 1000 flows in 16384 ports: a few birthday collisions at most.
+        assert!(seen.len() > 950, "only {} distinct ports", seen.len());
+        // The fragments of one packet share a port (ports are not hashed).
+        let mut first = ipv4_frame([10, 0, 0, 5], [10, 1, 0, 9], 17, (1, 2), false, 100);
+        first[14 + 6] = 0x20; // MF
+        let mut later = ipv4_frame([10, 0, 0, 5], [10, 1, 0, 9], 17, (7, 8), false, 100);
+        later[14 + 7] = 185; // offset 1480
+        assert_eq!(source_port(&first), source_port(&later));
+        // IPv6 and non-IP frames hash too, without panicking on runts.
+        let v6a = ipv6_frame("2001:db8:1::5".parse().unwrap(), 6, 100);
+        let v6b = ipv6_frame("2001:db8:1::6".parse().unwrap(), 6, 100);
+        assert_ne!(source_port(&v6a), source_port(&v6b));
+        for len in 0..60 {
+            assert!(source_port(&a[..len.min(a.len())]) >= SRC_PORT_MIN);
+        }
+    }
+
+    #[test]
+    fn decides_what_may_be_fragmented() {
+        assert!(!may_fragment(&ipv4_frame(
+            [10, 0, 0, 5],
+            [10, 1, 0, 9],
+            6,
+            (1, 2),
+            true,
+            100
+        )));
+        assert!(may_fragment(&ipv4_frame(
+            [10, 0, 0, 5],
+            [10, 1, 0, 9],
+            6,
+            (1, 2),
+            false,
+            100
+        )));
+        assert!(!may_fragment(&ipv6_frame(
+            "2001:db8:1::5".parse().unwrap(),
+            6,
+            100
+        )));
+        let mut arp = vec![0u8; 42];
+        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        assert!(may_fragment(&arp));
+        // Through a VLAN tag.
+        let plain = ipv4_frame([10, 0, 0, 5], [10, 1, 0, 9], 6, (1, 2), true, 100);
+        let mut tagged = plain[..12].to_vec();
+        tagged.extend_from_slice(&[0x81, 0x00, 0x00, 0x64]);
+        tagged.extend_from_slice(&plain[12..]);
+        assert!(!may_fragment(&tagged));
+        assert_eq!(l3_of(&tagged), Some((18, ETHERTYPE_IPV4)));
+    }
+
+    #[test]
+    fn fragments_reassemble_to_the_datagram() {
+        let inner = ipv4_frame([10, 0, 0, 5], [10, 1, 0, 9], 17, (5, 6), false, 1514);
+        let hdr = OuterHeader {
+            src: Ipv4Addr::new(192, 0, 2, 1),
+            dst: Ipv4Addr::new(192, 0, 2, 2),
+            src_port: 50000,
+            dst_port: 4789,
+            vni: 7,
+            ident: 0x1234,
+            df: false,
+        };
+        let mtu = 576;
+        let n_expected = fragment_count(OUTER_LEN - IPV4_HLEN + inner.len(), mtu);
+        let mut area = vec![0u8; TX_SLOT * n_expected];
+        let mut lens = [0usize; MAX_BATCH];
+        let n = encapsulate_fragments(&hdr, &inner, mtu, &mut area, &mut lens);
+        assert_eq!(n, n_expected);
+        assert_eq!(n, 3);
+        let mut datagram = Vec::new();
+        for (k, slot) in area.chunks_exact(TX_SLOT).take(n).enumerate() {
+            let pkt = &slot[..lens[k]];
+            assert!(pkt.len() <= mtu);
+            let ip = Ipv4Packet::new_checked(pkt).unwrap();
+            assert!(ip.verify_checksum());
+            assert_eq!(ip.ident(), 0x1234);
+            assert!(!ip.dont_frag());
+            assert_eq!(ip.more_frags(), k + 1 < n);
+            assert_eq!(usize::from(ip.frag_offset()), datagram.len());
+            assert_eq!(ip.frag_offset() % 8, 0);
+            assert_eq!(usize::from(ip.total_len()), pkt.len());
+            datagram.extend_from_slice(ip.payload());
+        }
+        assert_eq!(datagram.len(), 16 + inner.len());
+        assert_eq!(
+            u16::from_be_bytes([datagram[4], datagram[5]]) as usize,
+            datagram.len()
+        );
+        assert_eq!(&datagram[0..4], &[0xc3, 0x50, 0x12, 0xb5]);
+        assert_eq!(parse_vxlan(&datagram[8..]), Some((7, inner.len())));
+        assert_eq!(&datagram[16..], &inner[..]);
+    }
+
+    #[test]
+    fn icmpv4_frag_needed_reply() {
+        let orig = ipv4_frame([10, 0, 0, 5], [10, 1, 0, 9], 6, (40000, 443), true, 1514);
+        let reply = icmp_too_big_reply(&orig, 1450, Ipv4Addr::new(10, 0, 0, 1)).expect("a reply");
+        assert_eq!(&reply[0..6], &HOST_MAC);
+        assert_eq!(&reply[6..12], &GW_MAC);
+        assert_eq!(&reply[12..14], &[0x08, 0x00]);
+        let ip = Ipv4Packet::new_checked(&reply[14..]).unwrap();
+        assert_eq!(
+            fold(ones_sum(&reply[14..34])),
+            0xffff,
+            "IPv4 header checksum"
+        );
+        assert_eq!(ip.src_addr(), Ipv4Addr::new(10, 0, 0, 1));
+        assert_eq!(ip.dst_addr(), Ipv4Addr::new(10, 0, 0, 5));
+        assert_eq!(ip.next_header(), IpProtocol::Icmp);
+        assert_eq!(usize::from(ip.total_len()), reply.len() - 14);
+        let icmp = &reply[34..];
+        assert_eq!(fold(ones_sum(icmp)), 0xffff, "ICMP checksum");
+        assert_eq!((icmp[0], icmp[1]), (3, 4));
+        assert_eq!(&icmp[4..6], &[0, 0]);
+        assert_eq!(u16::from_be_bytes([icmp[6], icmp[7]]), 1450);
+        assert_eq!(&icmp[8..], &orig[14..14 + 28], "quote: IP header + 8 bytes");
+
+        // A VLAN-tagged original gets a tagged answer.
+        let mut tagged = orig[..12].to_vec();
+        tagged.extend_from_slice(&[0x81, 0x00, 0x20, 0x0a]);
+        tagged.extend_from_slice(&orig[12..]);
+        let r = icmp_too_big_reply(&tagged, 1450, Ipv4Addr::new(10, 0, 0, 1)).unwrap();
+        assert_eq!(&r[12..18], &[0x81, 0x00, 0x20, 0x0a, 0x08, 0x00]);
+        assert_eq!(&r[18..], &reply[14..]);
+    }
+
+    #[test]
+    fn icmpv6_packet_too_big_reply() {
+        let src: std::net::Ipv6Addr = "2001:db8:1::5".parse().unwrap();
+        let orig = ipv6_frame(src, 6, 1514);
+        let reply = icmp_too_big_reply(&orig, 1450, Ipv4Addr::new(10, 0, 0, 1)).expect("a reply");
+        assert_eq!(
+            reply.len(),
+            14 + IPV6_MIN_MTU,
+            "as much quoted as fits 1280"
+        );
+        assert_eq!(&reply[0..6], &HOST_MAC);
+        assert_eq!(&reply[6..12], &GW_MAC);
+        assert_eq!(&reply[12..14], &[0x86, 0xdd]);
+        let ip = Ipv6Packet::new_checked(&reply[14..]).unwrap();
+        let ll: std::net::Ipv6Addr = "fe80::ff:fe00:1".parse().unwrap();
+        assert_eq!(ip.src_addr(), ll, "EUI-64 link-local of the gateway MAC");
+        assert_eq!(ip.dst_addr(), src);
+        assert_eq!(ip.next_header(), IpProtocol::Icmpv6);
+        let icmp = &reply[54..];
+        assert_eq!(usize::from(ip.payload_len()), icmp.len());
+        // Pseudo-header: src, dst, upper-layer length, next header 58.
+        let mut sum = ones_sum(&ll.octets()) + ones_sum(&src.octets());
+        sum += (icmp.len() as u32 >> 16) + (icmp.len() as u32 & 0xffff) + 58;
+        sum += ones_sum(icmp);
+        assert_eq!(fold(sum), 0xffff, "ICMPv6 checksum");
+        assert_eq!((icmp[0], icmp[1]), (2, 0));
+        assert_eq!(
+            u32::from_be_bytes([icmp[4], icmp[5], icmp[6], icmp[7]]),
+            1450
+        );
+        assert_eq!(&icmp[8..], &orig[14..14 + 1280 - 48]);
+        // A small original is quoted whole.
+        let small = ipv6_frame(src, 17, 200);
+        let r = icmp_too_big_reply(&small, 1450, Ipv4Addr::UNSPECIFIED).unwrap();
+        assert_eq!(&r[14 + 48..], &small[14..]);
+    }
+
+    #[test]
+    fn no_reply_where_none_is_due() {
+        let gw = Ipv4Addr::new(10, 0, 0, 1);
+        // An ICMP error (destination unreachable) is never answered.
+        let mut err = ipv4_frame([10, 0, 0, 5], [10, 1, 0, 9], 1, (0, 0), true, 600);
+        err[34] = 3;
+        assert!(icmp_too_big_reply(&err, 1450, gw).is_none());
+        // An echo request is.
+        let mut echo = err.clone();
+        echo[34] = 8;
+        assert!(icmp_too_big_reply(&echo, 1450, gw).is_some());
+        // Non-IP.
+        let mut arp = vec![0u8; 60];
+        arp[6..12].copy_from_slice(&HOST_MAC);
+        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        assert!(icmp_too_big_reply(&arp, 1450, gw).is_none());
+        // IPv4 without DF, non-first fragment, multicast destination, bad source.
+        let nodf = ipv4_frame([10, 0, 0, 5], [10, 1, 0, 9], 6, (1, 2), false, 600);
+        assert!(icmp_too_big_reply(&nodf, 1450, gw).is_none());
+        let mut frag = ipv4_frame([10, 0, 0, 5], [10, 1, 0, 9], 6, (1, 2), true, 600);
+        frag[14 + 7] = 1;
+        assert!(icmp_too_big_reply(&frag, 1450, gw).is_none());
+        let mcast = ipv4_frame([10, 0, 0, 5], [224, 0, 0, 9], 17, (1, 2), true, 600);
+        assert!(icmp_too_big_reply(&mcast, 1450, gw).is_none());
+        let zero = ipv4_frame([0, 0, 0, 0], [10, 1, 0, 9], 17, (1, 2), true, 600);
+        assert!(icmp_too_big_reply(&zero, 1450, gw).is_none());
+        // Multicast Ethernet source.
+        let mut bad_mac = ipv4_frame([10, 0, 0, 5], [10, 1, 0, 9], 6, (1, 2), true, 600);
+        bad_mac[6] = 0x01;
+        assert!(icmp_too_big_reply(&bad_mac, 1450, gw).is_none());
+        // ICMPv6 errors, also behind a hop-by-hop header; multicast sources.
+        let src: std::net::Ipv6Addr = "2001:db8:1::5".parse().unwrap();
+        let mut e6 = ipv6_frame(src, 58, 300);
+        e6[54] = 1;
+        assert!(icmp_too_big_reply(&e6, 1450, gw).is_none());
+        e6[54] = 128;
+        assert!(icmp_too_big_reply(&e6, 1450, gw).is_some());
+        let mut hbh = ipv6_frame(src, 0, 300);
+        hbh[54] = 58; // next header after hop-by-hop
+        hbh[55] = 0; // 8 bytes
+        hbh[62] = 3; // time exceeded
+        assert!(icmp_too_big_reply(&hbh, 1450, gw).is_none());
+        let m6 = ipv6_frame("ff02::1".parse().unwrap(), 17, 300);
+        assert!(icmp_too_big_reply(&m6, 1450, gw).is_none());
+        // Truncated frames of every length never panic.
+        let full = ipv4_frame([10, 0, 0, 5], [10, 1, 0, 9], 6, (1, 2), true, 100);
+        let full6 = ipv6_frame(src, 6, 100);
+        for len in 0..100 {
+            assert!(icmp_too_big_reply(&full[..len], 1450, gw).is_none());
+            assert!(icmp_too_big_reply(&full6[..len], 1450, gw).is_none());
+        }
+    }
+
+    #[test]
+    fn mtu_of_the_loopback_interface() {
+        let sysfs: u32 = std::fs::read_to_string("/sys/class/net/lo/mtu")
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert_eq!(interface_mtu_of(Ipv4Addr::LOCALHOST), Some(sysfs));
+        assert_eq!(interface_mtu_of(Ipv4Addr::new(198, 51, 100, 254)), None);
+    }
+}
