@@ -1,5 +1,4 @@
-//! AF_XDP ports: one UMEM per datapath thread, its frame pool, and the
-//! sockets (one per port) that share it.
+//! AF_XDP ports: one socket and one UMEM (with its frame pool) per port.
 //!
 //! This is the only module of the workspace allowed `unsafe`: it talks to
 //! the AF_XDP rings and the UMEM through `xsk-rs`, whose ring and frame
@@ -8,44 +7,55 @@
 //!
 //! ## Frame ownership (the invariant every `SAFETY:` comment relies on)
 //!
-//! Every UMEM frame (chunk) is, at any time, in exactly one of these states,
-//! recorded in [`Umem::owner`]:
+//! Every UMEM frame (chunk) is, at any time, in exactly one of these states:
 //!
-//! - **free**: its descriptor is in the pool's free list ([`Umem::free`]);
+//! - **free**: its descriptor is in the port's free list ([`FramePool`]);
 //! - **user**: its descriptor is held by the datapath thread (an RX batch
 //!   being processed, a frame being written for TX);
-//! - **kernel (port k)**: it was produced on port `k`'s fill ring or TX ring
-//!   and has not come back through that port's RX or completion ring.
+//! - **kernel**: it was produced on the fill ring or the TX ring and has not
+//!   come back through the RX or completion ring.
 //!
 //! Only frames in the *user* state are read or written, and only through an
 //! exclusive borrow of their descriptor, so no two slices of one frame exist
-//! and the kernel never writes a frame we read. When a port is deleted
-//! ([`Umem::reclaim`]), its socket (and so its rings) is gone, so every frame
-//! still marked *kernel (port k)* is returned to the pool.
+//! and the kernel never writes a frame we read.
 //!
-//! A frame's memory is the whole chunk (`frame_size` bytes, a power of two):
-//! packet data starts `XDP_PACKET_HEADROOM` (256) bytes in, so the datapath
-//! can push headers (VLAN tags) in place in front of a received packet.
+//! A frame's memory is the whole chunk (`FRAME_SIZE` bytes): packet data
+//! starts `XDP_PACKET_HEADROOM` (256) bytes in, so the datapath can push
+//! headers (VLAN tags) in place in front of a received packet.
+//!
+//! ## Why a UMEM per port, not one per thread
+//!
+//! Forwarding copies each packet once (from the RX frame, processed in
+//! place, into a free TX frame of the output port), so a shared UMEM would
+//! save no copy, only memory. And it cannot be torn down port by port:
+//! libxdp makes a UMEM's *first* socket the UMEM's own fd and does not close
+//! it when that socket is deleted, so the kernel socket stays bound to its
+//! interface until the whole UMEM goes -- deleting the first port would
+//! leave its queue taken (re-adding it fails with EINVAL). Parking that
+//! first socket on `lo` works once per network namespace only (a queue
+//! takes one UMEM: EBUSY for the next thread or switch). A UMEM per port is
+//! released exactly with its port, and each port gets zero-copy when its
+//! driver has it (sockets sharing a UMEM inherit the first one's mode).
 //!
 //! ## Modes
 //!
 //! [`XskPort::open`] attaches the XDP program in native (driver) mode first
 //! and falls back to generic (skb) mode with a warning, unless a mode is
-//! forced; for each it tries zero-copy and then copy. `XDP_USE_NEED_WAKEUP`
-//! is always set: TX is kicked with one `sendto` per port per batch, only
-//! when the ring says so.
+//! forced; for each it tries zero-copy, then copy. `XDP_USE_NEED_WAKEUP` is
+//! set: TX is kicked with one `sendto` per port per batch, only when the
+//! ring says so.
 //!
 //! ## Concurrency
 //!
-//! A [`Umem`] and its ports belong to one datapath thread (they are created
-//! and dropped there). Nothing here locks; xsk-rs serialises socket
-//! creation/deletion on the UMEM internally.
+//! A port and its UMEM belong to one datapath thread (created, used and
+//! dropped there). Nothing here locks.
 
 #![allow(unsafe_code)]
 
 use std::io::Write;
 use std::num::NonZeroU32;
 use std::os::fd::{AsRawFd, RawFd};
+use std::rc::Rc;
 
 use oxvs_api::XdpModeRequest;
 use oxvs_pipeline::packet::PacketRef;
@@ -76,22 +86,50 @@ pub enum AfxdpError {
     },
 }
 
-/// Frame state in [`Umem::owner`]: free or held by the thread.
-const OWNER_USER: u32 = 0;
-
-/// One thread's UMEM: the mapped frames ([`UmemMem`], read through shared
-/// borrows while a batch is processed) and the pool of free ones
-/// ([`FramePool`], mutated by RX/TX bookkeeping). Two parts so a batch's
-/// packets can borrow the memory while the sink takes frames from the pool.
-#[derive(Debug)]
-pub struct Umem {
-    pub mem: UmemMem,
-    pub pool: FramePool,
+/// Maps a UMEM: the frames ([`UmemMem`], shared by a batch's packets
+/// through an `Rc`) and their free list ([`FramePool`]).
+fn map_umem(frames: u32) -> Result<(xsk_rs::Umem, UmemMem, FramePool), AfxdpError> {
+    let err = |reason: String| AfxdpError::Umem { frames, reason };
+    let count = NonZeroU32::new(frames).ok_or_else(|| err("zero frames".into()))?;
+    let config = UmemConfig::builder()
+        .frame_size(FrameSize::new(FRAME_SIZE).map_err(|e| err(e.to_string()))?)
+        .fill_queue_size(QueueSize::new(RING_SIZE).map_err(|e| err(e.to_string()))?)
+        .comp_queue_size(QueueSize::new(RING_SIZE).map_err(|e| err(e.to_string()))?)
+        .build()
+        .map_err(|e| err(e.to_string()))?;
+    let (umem, mut all) = xsk_rs::Umem::new(config, count, false).map_err(|e| err(chain(&e)))?;
+    let first = all
+        .first_mut()
+        .ok_or_else(|| err("no frames returned".into()))?;
+    // SAFETY: `first` is a descriptor of this UMEM that nobody else holds
+    // (the UMEM was just created; no socket uses it). We only take the
+    // address of its chunk start, which is the mapping's start.
+    let base = unsafe {
+        let (mut headroom, _) = umem.frame_mut(first);
+        headroom.contents_mut().as_mut_ptr()
+    };
+    let frame_size = FRAME_SIZE as usize;
+    let mem = UmemMem {
+        _umem: umem.clone(),
+        base,
+        len: all.len() * frame_size,
+        frame_size,
+    };
+    all.reverse();
+    Ok((umem, mem, FramePool { free: all }))
 }
 
-/// The mapped frames of a [`Umem`].
+fn chain(e: &dyn std::error::Error) -> String {
+    match e.source() {
+        Some(s) => format!("{e}: {s}"),
+        None => e.to_string(),
+    }
+}
+
+/// The mapped frames of a port's UMEM.
 pub struct UmemMem {
-    mem: xsk_rs::Umem,
+    /// Keeps the mapping alive.
+    _umem: xsk_rs::Umem,
     /// Start of the mapping (frame 0's chunk).
     base: *mut u8,
     /// Length of the mapping.
@@ -105,124 +143,8 @@ impl std::fmt::Debug for UmemMem {
     }
 }
 
-/// The frame pool of a [`Umem`] and who owns each frame.
-#[derive(Debug)]
-pub struct FramePool {
-    frame_size: usize,
-    /// The descriptor of every frame as created, by frame index.
-    all: Vec<FrameDesc>,
-    /// Free frames.
-    free: Vec<FrameDesc>,
-    /// Per frame index: [`OWNER_USER`] or the key of the port whose rings hold it.
-    owner: Vec<u32>,
-}
-
-impl Umem {
-    /// Maps `frames` frames of [`FRAME_SIZE`] bytes.
-    pub fn new(frames: u32) -> Result<Umem, AfxdpError> {
-        let err = |reason: String| AfxdpError::Umem { frames, reason };
-        let count = NonZeroU32::new(frames).ok_or_else(|| err("zero frames".into()))?;
-        let config = UmemConfig::builder()
-            .frame_size(FrameSize::new(FRAME_SIZE).map_err(|e| err(e.to_string()))?)
-            .fill_queue_size(QueueSize::new(RING_SIZE).map_err(|e| err(e.to_string()))?)
-            .comp_queue_size(QueueSize::new(RING_SIZE).map_err(|e| err(e.to_string()))?)
-            .build()
-            .map_err(|e| err(e.to_string()))?;
-        let (mem, mut all) = xsk_rs::Umem::new(config, count, false).map_err(|e| {
-            err(format!(
-                "{e}{}",
-                std::error::Error::source(&e)
-                    .map(|s| format!(": {s}"))
-                    .unwrap_or_default()
-            ))
-        })?;
-        let first = all
-            .first_mut()
-            .ok_or_else(|| err("no frames returned".into()))?;
-        // SAFETY: `first` is a descriptor of this UMEM that nobody else
-        // holds (the UMEM was just created; no socket uses it). We only take
-        // the address of its chunk start, which is the mapping's start.
-        let base = unsafe {
-            let (mut headroom, _) = mem.frame_mut(first);
-            headroom.contents_mut().as_mut_ptr()
-        };
-        let frame_size = FRAME_SIZE as usize;
-        let n = all.len();
-        let free = all.iter().rev().copied().collect();
-        Ok(Umem {
-            mem: UmemMem {
-                mem,
-                base,
-                len: n * frame_size,
-                frame_size,
-            },
-            pool: FramePool {
-                frame_size,
-                all,
-                free,
-                owner: vec![OWNER_USER; n],
-            },
-        })
-    }
-}
-
-impl FramePool {
-
-    /// Frames in the free pool.
-    pub fn free_frames(&self) -> usize {
-        self.free.len()
-    }
-
-    /// Total frames.
-    pub fn frames(&self) -> usize {
-        self.all.len()
-    }
-
-    /// Takes a free frame (it is then in the *user* state).
-    #[inline]
-    pub fn alloc(&mut self) -> Option<FrameDesc> {
-        self.free.pop()
-    }
-
-    /// Returns a *user* frame to the pool.
-    #[inline]
-    pub fn release(&mut self, d: FrameDesc) {
-        self.free.push(d);
-    }
-
-    #[inline]
-    fn index(&self, addr: usize) -> usize {
-        addr / self.frame_size
-    }
-
-    #[inline]
-    fn mark(&mut self, addr: usize, owner: u32) {
-        let i = self.index(addr);
-        if let Some(o) = self.owner.get_mut(i) {
-            *o = owner;
-        }
-    }
-
-    /// Returns to the pool every frame held by the rings of port `key`
-    /// (called once its socket has been deleted). Returns how many.
-    pub fn reclaim(&mut self, key: u32) -> usize {
-        let mut n = 0;
-        for (i, o) in self.owner.iter_mut().enumerate() {
-            if *o == key {
-                *o = OWNER_USER;
-                if let Some(d) = self.all.get(i) {
-                    self.free.push(*d);
-                    n += 1;
-                }
-            }
-        }
-        n
-    }
-
-}
-
 impl UmemMem {
-    /// The packet in frame `desc` (a *user* frame received on an RX ring),
+    /// The packet in frame `desc` (a *user* frame received on the RX ring),
     /// as a window over the whole chunk so headers can be pushed in front.
     /// `None` if the descriptor does not describe a packet inside this UMEM.
     #[inline]
@@ -234,19 +156,20 @@ impl UmemMem {
             return None;
         }
         // SAFETY: `start..start + frame_size` lies inside the mapping (checked
-        // above), which lives as long as `self.mem`, borrowed for 'a. The
-        // frame is in the *user* state (module invariant) and `desc` is
-        // borrowed exclusively for 'a, so no other slice of this chunk exists
-        // and the kernel does not access it until the descriptor is produced
-        // on a ring again, which needs that borrow to have ended.
-        let chunk = unsafe { std::slice::from_raw_parts_mut(self.base.add(start), self.frame_size) };
+        // above), which lives as long as `self`, borrowed for 'a. The frame is
+        // in the *user* state (module invariant) and `desc` is borrowed
+        // exclusively for 'a, so no other slice of this chunk exists and the
+        // kernel does not access it until the descriptor is produced on a
+        // ring again, which needs that borrow to have ended.
+        let chunk =
+            unsafe { std::slice::from_raw_parts_mut(self.base.add(start), self.frame_size) };
         PacketRef::new(chunk, addr - start, len)
     }
 
-    /// Copies `bytes` into the *user* frame `desc` (as its packet data).
-    /// False if it does not fit.
+    /// Copies `bytes` into the *user* frame `desc` as its packet data (at
+    /// the frame's data offset). False if it does not fit.
     #[inline]
-    pub fn write(&self, desc: &mut FrameDesc, bytes: &[u8]) -> bool {
+    fn write(&self, desc: &mut FrameDesc, bytes: &[u8]) -> bool {
         let start = desc.addr() & !(self.frame_size - 1);
         if start + self.frame_size > self.len {
             return false;
@@ -254,7 +177,7 @@ impl UmemMem {
         // SAFETY: `desc` is a frame of this UMEM (bounds checked above) in
         // the *user* state, borrowed exclusively: nothing else reads or
         // writes its chunk while the returned `DataMut` lives.
-        let mut data = unsafe { self.mem.data_mut(desc) };
+        let mut data = unsafe { self._umem.data_mut(desc) };
         let mut cursor = data.cursor();
         if cursor.buf_len() < bytes.len() {
             return false;
@@ -262,6 +185,12 @@ impl UmemMem {
         cursor.set_pos(0);
         cursor.write_all(bytes).is_ok()
     }
+}
+
+/// The free frames of a port's UMEM.
+#[derive(Debug)]
+pub struct FramePool {
+    free: Vec<FrameDesc>,
 }
 
 /// XDP attach mode and copy mode a socket ended up with.
@@ -295,17 +224,18 @@ pub struct PortCounters {
     pub tx_errors: u64,
 }
 
-/// One AF_XDP socket bound to queue 0 of an interface, sharing its
-/// thread's [`Umem`].
+/// One AF_XDP socket bound to queue 0 of an interface, with its own UMEM.
 pub struct XskPort {
-    /// Owner key of this port's frames in the UMEM (unique per thread, != 0).
-    key: u32,
     ifname: String,
     mode: SocketMode,
+    // Field order is drop order: the rings (each holding the socket) go
+    // before the UMEM handles.
     tx: TxQueue,
     rx: RxQueue,
     fq: FillQueue,
     cq: CompQueue,
+    mem: Rc<UmemMem>,
+    pool: FramePool,
     /// Frames currently on the fill ring.
     filled: usize,
     /// Frames queued for TX, not yet submitted.
@@ -314,6 +244,8 @@ pub struct XskPort {
     in_flight: usize,
     /// Scratch for ring transfers.
     scratch: Vec<FrameDesc>,
+    /// Frames kept in the pool for TX when filling the fill ring.
+    reserve: usize,
     counters: PortCounters,
     /// Kernel drop counters already reported.
     kernel_drops_seen: u64,
@@ -329,13 +261,12 @@ impl std::fmt::Debug for XskPort {
 }
 
 impl XskPort {
-    /// Opens an AF_XDP socket on `ifname` queue 0 sharing `umem`, and fills
-    /// its fill ring. `key` (non-zero, unique in this UMEM) tags its frames.
+    /// Opens an AF_XDP socket on `ifname` queue 0 with a UMEM of `frames`
+    /// frames, and fills its fill ring.
     pub fn open(
-        umem: &mut Umem,
-        key: u32,
         ifname: &str,
         request: XdpModeRequest,
+        frames: u32,
         batch: usize,
     ) -> Result<XskPort, AfxdpError> {
         let iface: Interface = ifname
@@ -375,11 +306,12 @@ impl XskPort {
                     .xdp_flags(xdp)
                     .bind_flags(bind)
                     .build();
-                // SAFETY: the UMEM is not yet bound to (ifname, queue 0) by
-                // another of our sockets (port names and interfaces are
-                // unique per switch), so libxdp loads its program here and
-                // the INHIBIT_PROG_LOAD requirement does not apply.
-                let r = unsafe { Socket::new(config, &umem.mem.mem, &iface, 0) };
+                // A fresh UMEM per attempt: a failed bind may leave libxdp
+                // state on the old one.
+                let (umem, mem, pool) = map_umem(frames)?;
+                // SAFETY: the UMEM is fresh, so (ifname, 0) is not bound to
+                // it and the INHIBIT_PROG_LOAD requirement does not apply.
+                let r = unsafe { Socket::new(config, &umem, &iface, 0) };
                 match r {
                     Ok((tx, rx, Some((fq, cq)))) => {
                         if !native && request == XdpModeRequest::Auto {
@@ -389,33 +321,30 @@ impl XskPort {
                             );
                         }
                         let mut port = XskPort {
-                            key,
                             ifname: ifname.to_string(),
                             mode,
                             tx,
                             rx,
                             fq,
                             cq,
+                            mem: Rc::new(mem),
+                            pool,
                             filled: 0,
                             pending_tx: Vec::with_capacity(batch.max(1) * 4),
                             in_flight: 0,
                             scratch: Vec::with_capacity(RING_SIZE as usize),
+                            reserve: (frames as usize / 4).max(batch * 2),
                             counters: PortCounters::default(),
                             kernel_drops_seen: 0,
                         };
-                        port.refill(&mut umem.pool, batch * 4);
+                        port.refill();
                         return Ok(port);
                     }
                     Ok((_, _, None)) => {
-                        last_err = "the interface queue is already bound to this UMEM".into();
+                        last_err = "libxdp returned no fill/completion rings".into();
                     }
                     Err(e) => {
-                        last_err = format!(
-                            "{e}{}",
-                            std::error::Error::source(&e)
-                                .map(|s| format!(": {s}"))
-                                .unwrap_or_default()
-                        );
+                        last_err = chain(&e);
                         tracing::debug!(ifname, mode = mode.name(), error = %last_err, "AF_XDP bind attempt failed");
                     }
                 }
@@ -443,51 +372,40 @@ impl XskPort {
         &self.ifname
     }
 
-    /// The owner key of this port's frames.
-    pub fn key(&self) -> u32 {
-        self.key
+    /// The port's frames (received packets are read through this).
+    pub fn mem(&self) -> Rc<UmemMem> {
+        Rc::clone(&self.mem)
     }
 
-    /// Tops the fill ring up to [`FILL_TARGET`] from the pool, keeping
-    /// `reserve` frames in the pool for TX.
-    pub fn refill(&mut self, pool: &mut FramePool, reserve: usize) {
+    /// Tops the fill ring up to [`FILL_TARGET`] from the pool, keeping a
+    /// reserve in the pool for TX.
+    pub fn refill(&mut self) {
         let want = FILL_TARGET.saturating_sub(self.filled);
-        let avail = pool.free.len().saturating_sub(reserve);
+        let avail = self.pool.free.len().saturating_sub(self.reserve);
         let n = want.min(avail);
         if n == 0 {
             return;
         }
+        let at = self.pool.free.len() - n;
         self.scratch.clear();
-        for _ in 0..n {
-            if let Some(d) = pool.free.pop() {
-                self.scratch.push(d);
-            }
-        }
+        self.scratch.extend(self.pool.free.drain(at..));
         // SAFETY: the frames come from the free pool (*user* state, no
-        // slice of them exists) and belong to the UMEM this fill ring is on.
+        // slice of them exists) and belong to this fill ring's UMEM.
         let done = unsafe { self.fq.produce(&self.scratch) };
-        for i in 0..self.scratch.len() {
-            let d = self.scratch[i];
-            if i < done {
-                pool.mark(d.addr(), self.key);
-            } else {
-                pool.free.push(d);
-            }
-        }
+        self.pool.free.extend_from_slice(&self.scratch[done..]);
         self.scratch.clear();
         self.filled += done;
     }
 
-    /// Receives up to `out.len()` frames; they become *user* frames.
-    /// Returns how many.
+    /// Receives up to `out.len()` frames; they become *user* frames, to be
+    /// handed back with [`XskPort::recycle`]. Returns how many.
     #[inline]
-    pub fn recv(&mut self, pool: &mut FramePool, out: &mut [FrameDesc]) -> usize {
+    pub fn recv(&mut self, out: &mut [FrameDesc]) -> usize {
         // SAFETY: the descriptors in `out` are overwritten with frames the
-        // kernel hands back on this socket's RX ring; this ring belongs to
-        // `umem`.
+        // kernel hands back on this socket's RX ring (this port's UMEM);
+        // they become *user* frames.
         let n = unsafe { self.rx.consume(out) };
         for d in out.iter().take(n) {
-            pool.mark(d.addr(), OWNER_USER);
             self.counters.rx_packets += 1;
             self.counters.rx_bytes += d.lengths().data() as u64;
         }
@@ -495,62 +413,55 @@ impl XskPort {
         n
     }
 
-    /// Gives received frames back to this port's fill ring (frames the fill
-    /// ring cannot take go to the pool).
+    /// Gives received frames back to the fill ring (what it cannot take
+    /// goes to the pool).
     #[inline]
-    pub fn recycle(&mut self, pool: &mut FramePool, frames: &[FrameDesc]) {
-        // SAFETY: `frames` are *user* frames of this UMEM whose packet
-        // slices have all been dropped (the batch is done).
+    pub fn recycle(&mut self, frames: &[FrameDesc]) {
+        // SAFETY: `frames` are *user* frames of this UMEM (from `recv`)
+        // whose packet slices have all been dropped (the batch is done).
         let done = unsafe { self.fq.produce(frames) };
-        for d in &frames[..done] {
-            pool.mark(d.addr(), self.key);
-        }
-        for d in &frames[done..] {
-            pool.free.push(*d);
-        }
+        self.pool.free.extend_from_slice(&frames[done..]);
         self.filled += done;
     }
 
     /// Queues `bytes` for transmission (copied into a free frame). Drops
     /// and counts when no frame is free or the packet does not fit.
     #[inline]
-    pub fn send(&mut self, mem: &UmemMem, pool: &mut FramePool, bytes: &[u8]) {
+    pub fn send(&mut self, bytes: &[u8]) {
         if self.pending_tx.len() >= RING_SIZE as usize {
             self.counters.tx_dropped += 1;
             return;
         }
-        let Some(mut d) = pool.alloc() else {
+        let Some(mut d) = self.pool.free.pop() else {
             self.counters.tx_dropped += 1;
             return;
         };
-        if !mem.write(&mut d, bytes) {
-            pool.release(d);
+        if !self.mem.write(&mut d, bytes) {
+            self.pool.free.push(d);
             self.counters.tx_errors += 1;
             return;
         }
         self.pending_tx.push(d);
     }
 
-    /// Submits queued frames to the TX ring and kicks the kernel once if it
-    /// asks for it; then drains the completion ring back to the pool.
-    pub fn flush(&mut self, pool: &mut FramePool) {
+    /// Submits queued frames to the TX ring and kicks the kernel if it asks
+    /// for it; drains the completion ring back to the pool; tops up the
+    /// fill ring.
+    pub fn flush(&mut self) {
         if !self.pending_tx.is_empty() {
             // SAFETY: `pending_tx` holds *user* frames of this UMEM, written
             // and no longer borrowed.
             let done = unsafe { self.tx.produce(&self.pending_tx) };
             for d in &self.pending_tx[..done] {
-                pool.mark(d.addr(), self.key);
                 self.counters.tx_packets += 1;
                 self.counters.tx_bytes += d.lengths().data() as u64;
             }
-            for d in &self.pending_tx[done..] {
-                pool.free.push(*d);
-                self.counters.tx_dropped += 1;
-            }
+            self.counters.tx_dropped += (self.pending_tx.len() - done) as u64;
+            self.pool.free.extend_from_slice(&self.pending_tx[done..]);
             self.pending_tx.clear();
             self.in_flight += done;
         }
-        self.complete(pool);
+        self.complete();
         // In copy mode the kernel transmits at most 32 frames per kick
         // (and completes them at once): kick until the ring is drained or
         // it stops asking, bounded.
@@ -562,15 +473,16 @@ impl XskPort {
             }
             kicks += 1;
             let before = self.in_flight;
-            self.complete(pool);
+            self.complete();
             if self.in_flight == before {
                 break;
             }
         }
+        self.refill();
     }
 
     /// Drains the completion ring back to the pool.
-    pub fn complete(&mut self, pool: &mut FramePool) {
+    fn complete(&mut self) {
         if self.in_flight == 0 {
             return;
         }
@@ -578,12 +490,10 @@ impl XskPort {
         self.scratch
             .resize(self.in_flight.min(RING_SIZE as usize), FrameDesc::default());
         // SAFETY: the completion ring hands back frames this socket
-        // transmitted from `umem`; they become *user* frames.
+        // transmitted from its UMEM; they become *user* (then free) frames.
         let n = unsafe { self.cq.consume(&mut self.scratch) };
-        for d in &self.scratch[..n] {
-            pool.mark(d.addr(), OWNER_USER);
-            pool.free.push(*d);
-        }
+        self.pool.free.extend_from_slice(&self.scratch[..n]);
+        self.scratch.clear();
         self.in_flight -= n.min(self.in_flight);
     }
 
@@ -607,11 +517,6 @@ impl XskPort {
             self.kernel_drops_seen = drops;
         }
         std::mem::take(&mut self.counters)
-    }
-
-    /// Frames this port's rings may hold (for accounting in tests).
-    pub fn outstanding(&self) -> usize {
-        self.filled + self.in_flight
     }
 }
 

@@ -3,15 +3,16 @@
 //! ## Threads and ownership
 //!
 //! [`Switch::start`] spawns `threads` datapath threads. Each owns, and alone
-//! touches: one UMEM with its frame pool ([`crate::afxdp::Umem`]), the
-//! sockets of its ports (AF_XDP, VXLAN), and an
+//! touches: its ports (an AF_XDP socket with its own UMEM and frame pool --
+//! see [`crate::afxdp`] for why not one UMEM per thread -- or a VXLAN
+//! socket), and an
 //! [`oxvs_pipeline::datapath::Datapath`] (exact-match and megaflow caches are
 //! per thread). Ports are assigned to the thread with the fewest ports
 //! (round-robin as long as none is removed). The control side (the
 //! [`Switch`] methods, all `&self`) talks to a thread through its command
 //! channel plus a wakeup socket the thread polls, and waits for the reply;
-//! sockets are created and deleted on the owning thread (xsk-rs ties a
-//! socket's rings to the UMEM, which never leaves its thread).
+//! sockets are created and deleted on the owning thread (a few ms during
+//! which that thread's other ports wait; other threads are not affected).
 //!
 //! ## The loop (per thread)
 //!
@@ -67,7 +68,7 @@ use oxvs_pipeline::packet::PacketRef;
 use oxvs_pipeline::tables::Pipeline;
 use oxvs_pipeline::xlate::XlateEnv;
 
-use crate::afxdp::{self, FramePool, Umem, UmemMem, XskPort};
+use crate::afxdp::{self, XskPort};
 use crate::vxlan::{self, TxError, VxlanPort};
 
 /// How datapath threads wait for packets.
@@ -86,7 +87,7 @@ pub struct SwitchConfig {
     /// Number of datapath threads (ports are spread across them).
     pub threads: usize,
     pub poll_mode: PollMode,
-    /// UMEM frames per datapath thread.
+    /// UMEM frames (4 KiB each) per AF_XDP port.
     pub umem_frames: u32,
     /// Frames per RX/TX batch (32-64).
     pub batch: usize,
@@ -103,7 +104,7 @@ impl Default for SwitchConfig {
         SwitchConfig {
             threads: 1,
             poll_mode: PollMode::Interrupt,
-            umem_frames: 4096,
+            umem_frames: 2048,
             batch: 32,
             conntrack: CtConfig::default(),
             icmp_src_ip: None,
@@ -692,14 +693,12 @@ struct Worker {
     wake: UnixDatagram,
     config: SwitchConfig,
     batch: usize,
-    umem: Umem,
     ports: Vec<LocalPort>,
     routes: HashMap<u32, Route>,
     dp: Datapath,
     rx_descs: Vec<xsk_rs::FrameDesc>,
     pollfds: Vec<libc::pollfd>,
     pollfds_dirty: bool,
-    next_key: u32,
     scratch: SinkScratch,
     has_tunnels: bool,
     bad_frames: u64,
@@ -708,13 +707,6 @@ struct Worker {
 
 impl WorkerInit {
     fn run(self, ready: Sender<Result<(), SwitchError>>) {
-        let umem = match Umem::new(self.config.umem_frames) {
-            Ok(u) => u,
-            Err(e) => {
-                let _ = ready.send(Err(SwitchError::Other(e.to_string())));
-                return;
-            }
-        };
         let nthreads = self.peers.len();
         let me = Arc::clone(&self.peers[self.idx]);
         let dp = Datapath::new(
@@ -731,14 +723,12 @@ impl WorkerInit {
             wake: self.wake,
             batch: self.batch,
             config: self.config,
-            umem,
             ports: Vec::new(),
             routes: HashMap::new(),
             dp,
             rx_descs: vec![xsk_rs::FrameDesc::default(); self.batch],
             pollfds: Vec::new(),
             pollfds_dirty: true,
-            next_key: 1,
             scratch: SinkScratch {
                 remote: (0..nthreads).map(|_| Vec::new()).collect(),
                 ..SinkScratch::default()
@@ -857,9 +847,7 @@ impl Worker {
         let io = match &spec.kind {
             PortKind::Afxdp { ifname, xdp_mode } => {
                 let ifname = ifname.as_deref().unwrap_or(&spec.name);
-                let key = self.next_key;
-                self.next_key = self.next_key.wrapping_add(1).max(1);
-                let x = XskPort::open(&mut self.umem, key, ifname, *xdp_mode, self.batch)
+                let x = XskPort::open(ifname, *xdp_mode, self.config.umem_frames, self.batch)
                     .map_err(|e| err(e.to_string()))?;
                 PortIo::Xsk(x)
             }
@@ -897,13 +885,10 @@ impl Worker {
         };
         let mut p = self.ports.remove(i);
         self.publish_port(&mut p);
-        if let PortIo::Xsk(x) = p.io {
-            let key = x.key();
-            let name = p.name;
-            drop(x); // deletes the socket; libxdp detaches the XDP program
-            let n = self.umem.pool.reclaim(key);
-            tracing::debug!(port = %name, frames = n, "AF_XDP socket closed, frames reclaimed");
-        }
+        // Dropping the port deletes its socket (libxdp detaches the XDP
+        // program) and unmaps its UMEM.
+        tracing::debug!(port = %p.name, ofport, "port closed");
+        drop(p);
         self.routes.remove(&ofport);
         self.ports_changed();
     }
@@ -957,7 +942,6 @@ impl Worker {
         _skip: Option<usize>,
     ) {
         let Worker {
-            umem,
             ports,
             routes,
             dp,
@@ -968,8 +952,6 @@ impl Worker {
             ..
         } = self;
         let mut sink = Sink {
-            mem: &umem.mem,
-            pool: &mut umem.pool,
             ports,
             routes,
             scratch,
@@ -987,13 +969,13 @@ impl Worker {
         let in_port = self.ports[i].ofport;
         match &mut self.ports[i].io {
             PortIo::Xsk(x) => {
-                let n = x.recv(&mut self.umem.pool, &mut self.rx_descs[..batch]);
+                let n = x.recv(&mut self.rx_descs[..batch]);
                 if n == 0 {
                     return 0;
                 }
+                let mem = x.mem();
                 {
                     let Worker {
-                        umem,
                         ports,
                         routes,
                         dp,
@@ -1005,7 +987,6 @@ impl Worker {
                         bad_frames,
                         ..
                     } = self;
-                    let mem: &UmemMem = &umem.mem;
                     // One allocation per batch (the packets borrow the frames).
                     let mut pkts: Vec<DpPacket<&mut [u8]>> = Vec::with_capacity(n);
                     for d in rx_descs[..n].iter_mut() {
@@ -1019,8 +1000,6 @@ impl Worker {
                         }
                     }
                     let mut sink = Sink {
-                        mem,
-                        pool: &mut umem.pool,
                         ports,
                         routes,
                         scratch,
@@ -1032,7 +1011,7 @@ impl Worker {
                     dp.process_batch(&mut pkts, &mut ct, now_ns, &mut sink);
                 }
                 if let PortIo::Xsk(x) = &mut self.ports[i].io {
-                    x.recycle(&mut self.umem.pool, &self.rx_descs[..n]);
+                    x.recycle(&self.rx_descs[..n]);
                 }
                 n
             }
@@ -1076,7 +1055,7 @@ impl Worker {
                 Some(Route::Local(j)) => {
                     if let Some(p) = self.ports.get_mut(*j) {
                         match &mut p.io {
-                            PortIo::Xsk(x) => x.send(&self.umem.mem, &mut self.umem.pool, &h.buf),
+                            PortIo::Xsk(x) => x.send(&h.buf),
                             PortIo::Vxlan(v, _) => {
                                 let _ = v.send(&h.buf, h.tunnel.unwrap_or_default());
                             }
@@ -1099,13 +1078,9 @@ impl Worker {
     }
 
     fn flush_all(&mut self) {
-        let reserve = self.batch * 4;
         for p in &mut self.ports {
             match &mut p.io {
-                PortIo::Xsk(x) => {
-                    x.flush(&mut self.umem.pool);
-                    x.refill(&mut self.umem.pool, reserve);
-                }
+                PortIo::Xsk(x) => x.flush(),
                 PortIo::Vxlan(v, _) => {
                     v.flush();
                 }
@@ -1175,8 +1150,6 @@ impl Worker {
 
 /// Where a batch's outputs go: copied once into the output port's TX frames.
 struct Sink<'a> {
-    mem: &'a UmemMem,
-    pool: &'a mut FramePool,
     ports: &'a mut [LocalPort],
     routes: &'a HashMap<u32, Route>,
     scratch: &'a mut SinkScratch,
@@ -1196,7 +1169,7 @@ impl Sink<'_> {
                     return;
                 };
                 match &mut p.io {
-                    PortIo::Xsk(x) => x.send(self.mem, self.pool, frame),
+                    PortIo::Xsk(x) => x.send(frame),
                     PortIo::Vxlan(v, local_ip) => {
                         let local_ip = *local_ip;
                         match v.send(frame, tunnel.unwrap_or_default()) {
