@@ -455,7 +455,10 @@ impl Switch {
         };
         if let PortKind::Afxdp { ifname, .. } = &spec.kind {
             let ifname = ifname.as_deref().unwrap_or(&spec.name);
-            if ports.values().any(|p| p.mode != "udp-socket" && p.name == ifname) {
+            if ports
+                .values()
+                .any(|p| p.mode != "udp-socket" && p.name == ifname)
+            {
                 return Err(SwitchError::PortOpen {
                     name: spec.name.clone(),
                     reason: format!("interface '{ifname}' is already a port"),
@@ -486,9 +489,9 @@ impl Switch {
                 reply: reply_tx,
             },
         )?;
-        let mode = reply_rx
-            .recv_timeout(REPLY_TIMEOUT)
-            .map_err(|_| SwitchError::Other(format!("datapath thread {thread} did not answer")))??;
+        let mode = reply_rx.recv_timeout(REPLY_TIMEOUT).map_err(|_| {
+            SwitchError::Other(format!("datapath thread {thread} did not answer"))
+        })??;
         ports.insert(
             ofport,
             PortEntry {
@@ -650,6 +653,7 @@ struct WorkerInit {
     batch: usize,
 }
 
+#[allow(clippy::large_enum_variant)] // few ports; the AF_XDP one is the hot variant
 enum PortIo {
     Xsk(XskPort),
     Vxlan(Box<VxlanPort>, Ipv4Addr),
@@ -895,10 +899,7 @@ impl Worker {
 
     fn ports_changed(&mut self) {
         self.pollfds_dirty = true;
-        self.has_tunnels = self
-            .ports
-            .iter()
-            .any(|p| matches!(p.io, PortIo::Vxlan(..)));
+        self.has_tunnels = self.ports.iter().any(|p| matches!(p.io, PortIo::Vxlan(..)));
         // Local indexes moved: rebuild local routes.
         let local: Vec<(u32, usize)> = self
             .ports
@@ -1016,7 +1017,8 @@ impl Worker {
                 n
             }
             PortIo::Vxlan(..) => {
-                let PortIo::Vxlan(mut v, ip) = std::mem::replace(&mut self.ports[i].io, PortIo::Busy)
+                let PortIo::Vxlan(mut v, ip) =
+                    std::mem::replace(&mut self.ports[i].io, PortIo::Busy)
                 else {
                     return 0;
                 };
@@ -1140,11 +1142,14 @@ impl Worker {
         let c = &self.shared.counters;
         let r = Ordering::Relaxed;
         let s = &mut self.scratch;
-        c.icmp_too_big.fetch_add(std::mem::take(&mut s.icmp_too_big), r);
+        c.icmp_too_big
+            .fetch_add(std::mem::take(&mut s.icmp_too_big), r);
         c.output_no_port
             .fetch_add(std::mem::take(&mut s.output_no_port), r);
-        c.cross_thread.fetch_add(std::mem::take(&mut s.cross_thread), r);
-        c.bad_frames.fetch_add(std::mem::take(&mut self.bad_frames), r);
+        c.cross_thread
+            .fetch_add(std::mem::take(&mut s.cross_thread), r);
+        c.bad_frames
+            .fetch_add(std::mem::take(&mut self.bad_frames), r);
     }
 }
 

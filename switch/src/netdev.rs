@@ -17,10 +17,7 @@ pub enum NetdevError {
     #[error("'{0}' is not a valid interface name (1-15 bytes, no '/', whitespace or NUL)")]
     BadName(String),
     #[error("cannot run `{cmd}`: {source}")]
-    Spawn {
-        cmd: String,
-        source: std::io::Error,
-    },
+    Spawn { cmd: String, source: std::io::Error },
     #[error("`{cmd}` failed: {stderr}")]
     Failed { cmd: String, stderr: String },
     #[error("cannot read the MTU of '{name}': {reason}")]
@@ -103,7 +100,9 @@ pub fn get_mtu(name: &str) -> Result<u32, NetdevError> {
     };
     let s = std::fs::read_to_string(Path::new("/sys/class/net").join(name).join("mtu"))
         .map_err(|e| err(e.to_string()))?;
-    s.trim().parse().map_err(|e| err(format!("'{}': {e}", s.trim())))
+    s.trim()
+        .parse()
+        .map_err(|e| err(format!("'{}': {e}", s.trim())))
 }
 
 /// Whether an XDP program is attached to `name` (`ip link show` says `xdp`).

@@ -73,10 +73,21 @@ impl Lab {
         self.links.push(host.clone());
         must(&["ip", "link", "set", &peer, "netns", &ns]);
         must(&["ip", "-n", &ns, "link", "set", &peer, "name", "eth0"]);
-        must(&["ip", "-n", &ns, "addr", "add", &format!("{ip}/24"), "dev", "eth0"]);
+        must(&[
+            "ip",
+            "-n",
+            &ns,
+            "addr",
+            "add",
+            &format!("{ip}/24"),
+            "dev",
+            "eth0",
+        ]);
         must(&["ip", "-n", &ns, "link", "set", "eth0", "up"]);
         must(&["ip", "-n", &ns, "link", "set", "lo", "up"]);
-        must(&["ip", "netns", "exec", &ns, "ethtool", "-K", "eth0", "tx", "off"]);
+        must(&[
+            "ip", "netns", "exec", &ns, "ethtool", "-K", "eth0", "tx", "off",
+        ]);
         // No IPv6 chatter from the host end.
         let _ = run(&[
             "sysctl",
@@ -146,8 +157,20 @@ fn flow_mod(p: &Pipeline, text: &str, cmd: FlowModCommand) {
 /// Pings `dst` from `ns`; returns (received, average rtt ms).
 fn ping(ns: &str, dst: &str, count: u32) -> (u32, f64) {
     let out = run(&[
-        "ip", "netns", "exec", ns, "ping", "-n", "-q", "-c", &count.to_string(), "-i", "0.2",
-        "-W", "1", dst,
+        "ip",
+        "netns",
+        "exec",
+        ns,
+        "ping",
+        "-n",
+        "-q",
+        "-c",
+        &count.to_string(),
+        "-i",
+        "0.2",
+        "-W",
+        "1",
+        dst,
     ]);
     let text = String::from_utf8_lossy(&out.stdout);
     let received = text
@@ -249,8 +272,15 @@ fn engine_two_pods_ping_udp_tcp_flow_changes_port_churn() {
     let pb = sw.add_port(afxdp(&h_b, 2)).expect("add port b");
     eprintln!("ports: {} {} / {} {}", pa.name, pa.mode, pb.name, pb.mode);
     assert_eq!(pa.kind, "afxdp");
-    assert!(pa.mode.starts_with("native/"), "veth supports native XDP: {}", pa.mode);
-    assert!(netdev::has_xdp(&h_a).unwrap(), "XDP program attached to {h_a}");
+    assert!(
+        pa.mode.starts_with("native/"),
+        "veth supports native XDP: {}",
+        pa.mode
+    );
+    assert!(
+        netdev::has_xdp(&h_a).unwrap(),
+        "XDP program attached to {h_a}"
+    );
 
     // Bad requests are refused with a clear error.
     assert!(matches!(
@@ -322,7 +352,18 @@ fn engine_two_pods_ping_udp_tcp_flow_changes_port_churn() {
     // Port add/remove while a <-> b traffic flows.
     let pinger = Command::new("ip")
         .args([
-            "netns", "exec", &ns_a, "ping", "-n", "-q", "-c", "40", "-i", "0.05", "-W", "1",
+            "netns",
+            "exec",
+            &ns_a,
+            "ping",
+            "-n",
+            "-q",
+            "-c",
+            "40",
+            "-i",
+            "0.05",
+            "-W",
+            "1",
             "10.77.0.2",
         ])
         .stdout(Stdio::piped())
@@ -375,7 +416,10 @@ fn engine_two_pods_ping_udp_tcp_flow_changes_port_churn() {
     assert!(a.rx_packets >= 3 && a.tx_packets >= 3, "port a: {a:?}");
     let b = &ports[1].stats;
     assert!(b.rx_packets > 100 && b.tx_packets > 100, "port b: {b:?}");
-    assert!(b.rx_bytes > 1_000_000 && b.tx_bytes > 1_000_000, "port b: {b:?}");
+    assert!(
+        b.rx_bytes > 1_000_000 && b.tx_bytes > 1_000_000,
+        "port b: {b:?}"
+    );
     let st = sw.stats();
     assert!(st.datapath.packets > 200, "{st:?}");
     assert!(st.datapath.upcalls > 0 && st.datapath.emc_hits + st.datapath.megaflow_hits > 0);
@@ -421,8 +465,16 @@ fn engine_packet_in_and_inject() {
     ]);
     // (ARP for 10.77.0.9 goes unanswered: use a static neighbour instead.)
     must(&[
-        "ip", "-n", &ns_a, "neigh", "replace", "10.77.0.9", "lladdr", "02:00:00:00:00:09",
-        "dev", "eth0",
+        "ip",
+        "-n",
+        &ns_a,
+        "neigh",
+        "replace",
+        "10.77.0.9",
+        "lladdr",
+        "02:00:00:00:00:09",
+        "dev",
+        "eth0",
     ]);
     let _ = run(&[
         "ip", "netns", "exec", &ns_a, "python3", "-c",
@@ -465,7 +517,10 @@ d = s.recv(2000); print(d[14:].decode())
         &[],
     );
     std::thread::sleep(Duration::from_millis(300));
-    load_flows(&pipeline, "priority=30,in_port=1,dl_type=0x88b5 actions=output:2\n");
+    load_flows(
+        &pipeline,
+        "priority=30,in_port=1,dl_type=0x88b5 actions=output:2\n",
+    );
     let mut f = vec![0xffu8; 6];
     f.extend_from_slice(&[0x02, 0, 0, 0, 0, 1, 0x88, 0xb5]);
     f.extend_from_slice(b"injected");
@@ -502,4 +557,39 @@ fn engine_starts_and_stops_without_ports() {
         sw.add_port(afxdp("x", 1)),
         Err(SwitchError::ShutDown)
     ));
+}
+
+#[test]
+fn engine_two_threads_forward_across_threads() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let mut lab = Lab::new("t");
+    let (ns_a, h_a) = lab.pod("a", "10.77.0.1");
+    let (_ns_b, h_b) = lab.pod("b", "10.77.0.2");
+    let pipeline = Arc::new(Pipeline::new());
+    load_flows(&pipeline, FLOWS);
+    let sw = Switch::start(
+        SwitchConfig {
+            threads: 2,
+            ..SwitchConfig::default()
+        },
+        Arc::clone(&pipeline),
+    )
+    .expect("start");
+    sw.add_port(afxdp(&h_a, 1)).expect("a");
+    sw.add_port(afxdp(&h_b, 2)).expect("b");
+    let (got, rtt) = ping(&ns_a, "10.77.0.2", 5);
+    assert_eq!(got, 5, "a -> b across threads");
+    eprintln!("two threads: ping rtt {rtt:.3} ms");
+    std::thread::sleep(Duration::from_millis(100));
+    let st = sw.stats();
+    assert_eq!(st.threads, 2);
+    assert!(
+        st.cross_thread >= 10,
+        "outputs went through the inbox: {st:?}"
+    );
+    sw.shutdown();
+    assert!(!netdev::has_xdp(&h_a).unwrap() && !netdev::has_xdp(&h_b).unwrap());
 }
