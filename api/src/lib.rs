@@ -2,9 +2,25 @@
 //!
 //! Newline-delimited JSON over a Unix socket (default
 //! [`DEFAULT_SWITCHD_SOCKET`], mode 0600). Every request carries `"v": 1`;
-//! flows travel as text in the `ovs-ofctl` syntax. (The request/response
-//! envelope and the client are being written; these are the shared data
-//! types.)
+//! flows travel as text in the `ovs-ofctl` syntax.
+//!
+//! - This file: the shared data types (ports and their counters).
+//! - [`protocol`]: the request/response envelope ([`Request`], [`Response`]),
+//!   one typed result per operation, and the strict request parser the
+//!   server uses ([`parse_request`]): bad JSON, a wrong version or an
+//!   unknown operation become a [`ProtocolError`] that the server answers
+//!   with, never a dropped connection.
+//! - [`client`]: a blocking [`Client`] with a deadline per call, used by
+//!   `oxvsctl` and the tests.
+//!
+//! A session on the socket is any number of request lines, each answered by
+//! exactly one response line, in order.
+
+pub mod client;
+pub mod protocol;
+
+pub use client::{Client, ClientError};
+pub use protocol::*;
 
 use serde::{Deserialize, Serialize};
 

@@ -9,12 +9,14 @@
 //!
 //! | module | what |
 //! |---|---|
+//! | [`control`] | the control socket server |
 //! | [`engine`] | the switch: datapath threads, port add/remove, packet-ins, inject, stats |
-//! | [`afxdp`] | AF_XDP sockets, the per-thread UMEM and its frame pool (the only `unsafe`) |
+//! | [`afxdp`] | AF_XDP sockets, each with its UMEM and frame pool (the only `unsafe`) |
 //! | [`netdev`] | interface helpers (veth pairs, up, MTU, delete) |
 //! | [`vxlan`] | the VXLAN tunnel port |
 
 pub mod afxdp;
+pub mod control;
 pub mod engine;
 pub mod netdev;
 // Stand-in until the VXLAN port lands (then: `pub mod vxlan;`).

@@ -1,2 +1,306 @@
-//! oxvs-switchd. (Being written.)
-fn main() {}
+//! `oxvs-switchd`: the datapath daemon.
+//!
+//! Thin by design: parse the flags, set up logging, start the engine
+//! ([`oxvs_switch::engine::Switch`]) with an empty pipeline (nothing is
+//! forwarded until flows are loaded), serve the control socket
+//! ([`oxvs_switch::control`]), optionally create the gateway interface, then
+//! wait for SIGTERM/SIGINT and tear everything down: control socket removed,
+//! engine stopped (XDP programs detached), the gateway veth it created
+//! deleted. Teardown runs every step and reports every failure.
+//!
+//! Signals: SIGTERM and SIGINT are blocked in every thread (the mask is set
+//! before any thread starts and inherited) and taken synchronously by the
+//! main thread with `sigwait`, so no handler runs in a random thread.
+//!
+//! Exit codes: 0 after a clean shutdown, 1 when startup or teardown failed,
+//! 2 for bad flags.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use clap::{Parser, ValueEnum};
+use nix::sys::signal::{SigSet, Signal};
+use oxvs_api::{PortKind, PortSpec, XdpModeRequest, DEFAULT_SWITCHD_SOCKET};
+use oxvs_pipeline::conntrack::CtConfig;
+use oxvs_pipeline::tables::Pipeline;
+use oxvs_switch::control::ControlServer;
+use oxvs_switch::engine::{PollMode, Switch, SwitchConfig};
+
+/// The oxvs AF_XDP datapath daemon.
+#[derive(Debug, Parser)]
+#[command(name = "oxvs-switchd", version, about)]
+struct Args {
+    /// Control socket path.
+    #[arg(long, value_name = "PATH", default_value = DEFAULT_SWITCHD_SOCKET)]
+    socket: PathBuf,
+    /// How datapath threads wait for packets.
+    #[arg(long, value_enum, default_value_t = Mode::Interrupt)]
+    mode: Mode,
+    /// Datapath threads.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u16).range(1..=256))]
+    threads: u16,
+    /// UMEM frames per datapath thread.
+    #[arg(long, value_name = "N", default_value_t = 4096,
+          value_parser = clap::value_parser!(u32).range(64..=1 << 20))]
+    umem_frames: u32,
+    /// Frames per RX/TX batch.
+    #[arg(long, value_name = "N", default_value_t = 32,
+          value_parser = clap::value_parser!(u16).range(1..=256))]
+    batch: u16,
+    /// Most connections tracked.
+    #[arg(long, value_name = "N")]
+    ct_max: Option<usize>,
+    /// Create a gateway interface NAME (a veth pair NAME <-> NAME-p, the
+    /// `-p` end a switch port) for the host stack; at most 13 characters.
+    #[arg(long, value_name = "NAME", value_parser = parse_gateway_name)]
+    gateway: Option<String>,
+    /// OpenFlow port number of the gateway port.
+    #[arg(long, value_name = "N", default_value_t = 2, requires = "gateway")]
+    gateway_ofport: u32,
+    /// Address (CIDR) to put on the gateway interface, e.g. 10.244.0.1/24.
+    #[arg(long, value_name = "CIDR", requires = "gateway", value_parser = parse_cidr)]
+    gateway_ip: Option<String>,
+    /// Log filter (`info`, `debug`, `oxvs_switch=debug,warn`...).
+    #[arg(long, value_name = "FILTER", default_value = "info")]
+    log_level: String,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Mode {
+    /// `poll(2)` on the sockets (sleeps when idle).
+    Interrupt,
+    /// Spin on the rings (dedicated cores).
+    Busy,
+}
+
+fn parse_gateway_name(s: &str) -> Result<String, String> {
+    let ok_chars = s
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
+    if s.is_empty() || s.len() > 13 || !ok_chars {
+        return Err(format!(
+            "'{s}' is not a usable gateway name (1-13 characters of [A-Za-z0-9._-], so that '{s}-p' fits the 15-character interface name limit)"
+        ));
+    }
+    Ok(s.to_owned())
+}
+
+fn parse_cidr(s: &str) -> Result<String, String> {
+    let (addr, len) = s
+        .split_once('/')
+        .ok_or_else(|| format!("'{s}' is not ADDRESS/PREFIX"))?;
+    let max = match addr.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(_)) => 32,
+        Ok(std::net::IpAddr::V6(_)) => 128,
+        Err(_) => return Err(format!("'{addr}' is not an IP address")),
+    };
+    match len.parse::<u8>() {
+        Ok(l) if l <= max => Ok(s.to_owned()),
+        _ => Err(format!("'{len}' is not a prefix length (0..={max})")),
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let filter = match tracing_subscriber::EnvFilter::try_new(&args.log_level) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("oxvs-switchd: bad --log-level '{}': {e}", args.log_level);
+            return ExitCode::from(2);
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    match run(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run(args: Args) -> anyhow::Result<()> {
+    // Before any thread exists, so every thread inherits the mask.
+    let mut signals = SigSet::empty();
+    signals.add(Signal::SIGTERM);
+    signals.add(Signal::SIGINT);
+    signals
+        .thread_block()
+        .context("cannot block SIGTERM/SIGINT")?;
+
+    let mut conntrack = CtConfig::default();
+    if let Some(n) = args.ct_max {
+        conntrack.max_entries = n;
+    }
+    let config = SwitchConfig {
+        threads: usize::from(args.threads),
+        poll_mode: match args.mode {
+            Mode::Interrupt => PollMode::Interrupt,
+            Mode::Busy => PollMode::Busy,
+        },
+        umem_frames: args.umem_frames,
+        batch: usize::from(args.batch),
+        conntrack,
+        ..SwitchConfig::default()
+    };
+    tracing::info!(?config, socket = %args.socket.display(), "starting oxvs-switchd");
+    let switch = Arc::new(
+        Switch::start(config, Arc::new(Pipeline::new())).context("cannot start the datapath")?,
+    );
+    let mut server = match ControlServer::start(args.socket.clone(), switch.clone()) {
+        Ok(s) => s,
+        Err(e) => {
+            switch.shutdown();
+            return Err(e.into());
+        }
+    };
+    let gateway = match &args.gateway {
+        None => None,
+        Some(name) => match Gateway::create(
+            &switch,
+            name,
+            args.gateway_ofport,
+            args.gateway_ip.as_deref(),
+        ) {
+            Ok(g) => Some(g),
+            Err(e) => {
+                server.stop();
+                switch.shutdown();
+                return Err(e);
+            }
+        },
+    };
+    tracing::info!("ready: empty pipeline, nothing is forwarded until flows are loaded");
+
+    let sig = signals.wait().context("waiting for a signal failed")?;
+    tracing::info!(signal = %sig, "shutting down");
+
+    let mut failures = Vec::new();
+    server.stop();
+    switch.shutdown();
+    if let Some(g) = gateway {
+        if let Err(e) = g.delete() {
+            failures.push(format!("{e:#}"));
+        }
+    }
+    if failures.is_empty() {
+        tracing::info!("stopped");
+        Ok(())
+    } else {
+        anyhow::bail!("shutdown incomplete: {}", failures.join("; "))
+    }
+}
+
+/// The gateway veth pair this process created.
+struct Gateway {
+    name: String,
+}
+
+impl Gateway {
+    /// Creates `name` <-> `name-p`, brings both up, puts `ip` on `name`, and
+    /// adds `name-p` as switch port `ofport` (named `name`). Undoes what it
+    /// did on failure. Refuses an interface that already exists: the
+    /// daemon leaves interfaces it did not create alone.
+    fn create(
+        switch: &Switch,
+        name: &str,
+        ofport: u32,
+        ip: Option<&str>,
+    ) -> anyhow::Result<Gateway> {
+        let peer = format!("{name}-p");
+        for n in [name, peer.as_str()] {
+            if ipcmd::link_exists(n) {
+                anyhow::bail!(
+                    "cannot create the gateway: interface '{n}' already exists (left untouched)"
+                );
+            }
+        }
+        ipcmd::create_veth_pair(name, &peer)
+            .with_context(|| format!("cannot create the gateway veth pair {name} <-> {peer}"))?;
+        let gw = Gateway { name: name.into() };
+        let setup = || -> anyhow::Result<()> {
+            if let Some(ip) = ip {
+                ipcmd::run(&["addr", "add", ip, "dev", name])
+                    .with_context(|| format!("cannot add {ip} to {name}"))?;
+            }
+            ipcmd::set_up(name)?;
+            ipcmd::set_up(&peer)?;
+            let info = switch
+                .add_port(PortSpec {
+                    name: name.into(),
+                    ofport: Some(ofport),
+                    kind: PortKind::Afxdp {
+                        ifname: Some(peer.clone()),
+                        xdp_mode: XdpModeRequest::Auto,
+                    },
+                })
+                .with_context(|| {
+                    format!("cannot add the gateway port {name} ({peer}) as ofport {ofport}")
+                })?;
+            tracing::info!(gateway = %name, port = %peer, ofport = info.ofport, mode = %info.mode, "gateway ready");
+            Ok(())
+        };
+        match setup() {
+            Ok(()) => Ok(gw),
+            Err(e) => {
+                if let Err(e2) = gw.delete() {
+                    tracing::warn!("{e2:#}");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Deletes the pair (deleting one end deletes both).
+    fn delete(self) -> anyhow::Result<()> {
+        ipcmd::delete_link(&self.name)
+            .with_context(|| format!("cannot delete the gateway interface {}", self.name))?;
+        tracing::info!(gateway = %self.name, "gateway deleted");
+        Ok(())
+    }
+}
+
+/// Link changes through `ip(8)`, until the engine's netlink helpers
+/// (`netdev.rs`) are available here.
+mod ipcmd {
+    use std::process::Command;
+
+    pub fn run(args: &[&str]) -> anyhow::Result<()> {
+        let out = Command::new("ip")
+            .args(args)
+            .output()
+            .map_err(|e| anyhow::anyhow!("cannot run ip: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            anyhow::bail!(
+                "ip {} failed: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            )
+        }
+    }
+
+    pub fn link_exists(name: &str) -> bool {
+        std::path::Path::new("/sys/class/net").join(name).exists()
+    }
+
+    pub fn create_veth_pair(a: &str, b: &str) -> anyhow::Result<()> {
+        run(&["link", "add", a, "type", "veth", "peer", "name", b])
+    }
+
+    pub fn set_up(name: &str) -> anyhow::Result<()> {
+        run(&["link", "set", "dev", name, "up"])
+    }
+
+    pub fn delete_link(name: &str) -> anyhow::Result<()> {
+        run(&["link", "del", "dev", name])
+    }
+}

@@ -1,5 +1,7 @@
-//! `oxvsctl dump-flows --flows FILE`: load a flow file and print its flows
-//! the way `ovs-ofctl dump-flows` does.
+//! `oxvsctl dump-flows [--flows FILE]`: print flows the way
+//! `ovs-ofctl dump-flows` does: the switch's (online, without `--flows`;
+//! `--json` prints the result with structured entries), or those of a flow
+//! file loaded in-process (offline, with `--flows`).
 //!
 //! The flows are read back from the pipeline's tables, not from the file:
 //! what is printed is what the pipeline holds, normalised (a flow reads the
@@ -11,15 +13,17 @@
 use clap::Args;
 use oxvs_pipeline::print::{self, DumpOptions, FlowStats};
 
+use super::online::Ctx;
 use super::{emit, Reported, UsageError};
 use crate::flowfile::{self, Source};
 use crate::spec;
 
 #[derive(Debug, Args)]
 pub struct DumpFlows {
-    /// The flow file; `-` reads standard input.
+    /// Offline: the flow file (`-` reads standard input). Without it the
+    /// switch is asked.
     #[arg(long, value_name = "FILE")]
-    flows: String,
+    flows: Option<String>,
     /// Print table names (`table=SpoofGuard`) instead of numbers.
     #[arg(long)]
     names: bool,
@@ -32,13 +36,16 @@ pub struct DumpFlows {
 }
 
 impl DumpFlows {
-    pub fn exec(self) -> anyhow::Result<()> {
+    pub fn exec(self, online: &Ctx) -> anyhow::Result<()> {
         let ctx = flowfile::parse_context();
         let table = match &self.table {
             Some(t) => Some(spec::parse_table(t, &ctx.tables).map_err(UsageError)?),
             None => None,
         };
-        let src = Source::read(&self.flows)?;
+        let Some(flows) = &self.flows else {
+            return self.exec_online(online, table);
+        };
+        let src = Source::read(flows)?;
         let loaded = match flowfile::load(&src) {
             Ok(l) => l,
             Err(e) => {
@@ -72,6 +79,21 @@ impl DumpFlows {
             text.push_str(&print::format_dump_line(&rule.flow, &stats, &opts));
             text.push('\n');
         }
+        emit(&text)
+    }
+
+    /// Asks the switch.
+    fn exec_online(&self, ctx: &Ctx, table: Option<u8>) -> anyhow::Result<()> {
+        let v = ctx.call(&oxvs_api::Request::DumpFlows {
+            table: table.map(|t| t.to_string()),
+            names: self.names,
+            stats: !self.no_stats,
+        })?;
+        if ctx.print_json(&v)? {
+            return Ok(());
+        }
+        let r: oxvs_api::DumpFlowsResult = serde_json::from_value(v)?;
+        let text: String = r.lines.iter().map(|l| format!("{l}\n")).collect();
         emit(&text)
     }
 }

@@ -1,7 +1,23 @@
 //! One file per command, each a clap `Args` struct with an `exec` method.
+//! Online commands talk to oxvs-switchd ([`online::Ctx`]); `dump-flows` and
+//! `trace` are offline with `--flows FILE`, online without.
 
+mod add_flow;
+mod add_flows;
+mod add_port;
 mod check_flows;
+mod del_flows;
+mod del_port;
+mod dump_conntrack;
 mod dump_flows;
+mod dump_ports;
+mod flush_conntrack;
+mod mod_flows;
+pub mod online;
+mod packet_in;
+mod replace_flows;
+mod show;
+mod stats;
 mod trace;
 
 use clap::Subcommand;
@@ -11,18 +27,57 @@ use clap::Subcommand;
 pub enum Command {
     /// Parse and validate a flow file (as one atomic bundle).
     CheckFlows(check_flows::CheckFlows),
-    /// Load a flow file and print its flows in `ovs-ofctl dump-flows` format.
+    /// Print flows in `ovs-ofctl dump-flows` format: the switch's, or a flow file's (--flows).
     DumpFlows(dump_flows::DumpFlows),
-    /// Trace a packet through the flows of a flow file, like `ovs-appctl ofproto/trace`.
+    /// Trace a packet like `ovs-appctl ofproto/trace`: through the switch, or a flow file (--flows).
     Trace(trace::Trace),
+    /// Show the switch and its ports.
+    Show(show::Show),
+    /// Add a port.
+    AddPort(add_port::AddPort),
+    /// Remove a port.
+    DelPort(del_port::DelPort),
+    /// Add one flow.
+    AddFlow(add_flow::AddFlow),
+    /// Add the flows of a file (`-`: stdin) as one atomic bundle.
+    AddFlows(add_flows::AddFlows),
+    /// Delete flows (all, or those SPEC selects).
+    DelFlows(del_flows::DelFlows),
+    /// Change the actions of the flows a match selects.
+    ModFlows(mod_flows::ModFlows),
+    /// Make the switch hold exactly the flows of a file (atomic).
+    ReplaceFlows(replace_flows::ReplaceFlows),
+    /// Port counters, like `ovs-ofctl dump-ports`.
+    DumpPorts(dump_ports::DumpPorts),
+    /// Tracked connections, like `ovs-appctl dpctl/dump-conntrack`.
+    DumpConntrack(dump_conntrack::DumpConntrack),
+    /// Remove tracked connections.
+    FlushConntrack(flush_conntrack::FlushConntrack),
+    /// Datapath counters (cache hits, upcalls, ns per packet).
+    Stats(stats::Stats),
+    /// Take queued packet-ins (flows' `controller` actions).
+    PacketIn(packet_in::PacketIn),
 }
 
 impl Command {
-    pub fn exec(self) -> anyhow::Result<()> {
+    pub fn exec(self, ctx: &online::Ctx) -> anyhow::Result<()> {
         match self {
             Command::CheckFlows(c) => c.exec(),
-            Command::DumpFlows(c) => c.exec(),
-            Command::Trace(c) => c.exec(),
+            Command::DumpFlows(c) => c.exec(ctx),
+            Command::Trace(c) => c.exec(ctx),
+            Command::Show(c) => c.exec(ctx),
+            Command::AddPort(c) => c.exec(ctx),
+            Command::DelPort(c) => c.exec(ctx),
+            Command::AddFlow(c) => c.exec(ctx),
+            Command::AddFlows(c) => c.exec(ctx),
+            Command::DelFlows(c) => c.exec(ctx),
+            Command::ModFlows(c) => c.exec(ctx),
+            Command::ReplaceFlows(c) => c.exec(ctx),
+            Command::DumpPorts(c) => c.exec(ctx),
+            Command::DumpConntrack(c) => c.exec(ctx),
+            Command::FlushConntrack(c) => c.exec(ctx),
+            Command::Stats(c) => c.exec(ctx),
+            Command::PacketIn(c) => c.exec(ctx),
         }
     }
 }

@@ -1,5 +1,7 @@
-//! `oxvsctl trace --flows FILE 'SPEC'`: trace a packet through a flow file,
-//! the way `ovs-appctl ofproto/trace` does.
+//! `oxvsctl trace [--flows FILE] 'SPEC'`: trace a packet the way
+//! `ovs-appctl ofproto/trace` does: through the switch's flows (online,
+//! without `--flows`; `--inject` also sends the packet through the real
+//! datapath) or through a flow file loaded in-process (offline).
 //!
 //! The packet is given as a packet spec (`in_port=3,tcp,nw_dst=10.244.0.4,
 //! tp_dst=80`: named fields get the values, every other field is zero) or
@@ -18,15 +20,20 @@ use oxvs_pipeline::trace::{self as ptrace, TraceOptions};
 use oxvs_pipeline::xlate::XlateEnv;
 use oxvs_pipeline::{extract, parse};
 
+use super::online::Ctx;
 use super::{emit, Reported, UsageError};
 use crate::flowfile::{self, Source};
 use crate::spec;
 
 #[derive(Debug, Args)]
 pub struct Trace {
-    /// The flow file; `-` reads standard input.
+    /// Offline: the flow file (`-` reads standard input). Without it the
+    /// switch traces through its own flows.
     #[arg(long, value_name = "FILE")]
-    flows: String,
+    flows: Option<String>,
+    /// Online: also send the packet through the switch's datapath.
+    #[arg(long, conflicts_with = "flows")]
+    inject: bool,
     /// Conntrack state for the next recirculation after `ct` (repeatable,
     /// one per `ct`, in order): `trk,new`, `trk,est`, `est|rpl|trk`...
     #[arg(long = "ct-next", value_name = "STATE", value_parser = spec::parse_ct_state)]
@@ -54,7 +61,10 @@ pub struct Trace {
 }
 
 impl Trace {
-    pub fn exec(self) -> anyhow::Result<()> {
+    pub fn exec(self, online: &Ctx) -> anyhow::Result<()> {
+        if self.flows.is_none() {
+            return self.exec_online(online);
+        }
         // The packet first: it does not depend on the flows.
         let key = match (&self.spec, &self.packet, self.in_port) {
             (Some(text), _, _) => parse::parse_packet_spec(text, &flowfile::parse_context())
@@ -70,7 +80,7 @@ impl Trace {
                 )
             }
         };
-        let src = Source::read(&self.flows)?;
+        let src = Source::read(self.flows.as_deref().unwrap_or("-"))?;
         let loaded = match flowfile::load(&src) {
             Ok(l) => l,
             Err(e) => {
@@ -88,4 +98,45 @@ impl Trace {
         let report = ptrace::trace(&*tables, &key, &env, &opts);
         emit(&format!("{report}\n"))
     }
+
+    /// Asks the switch (its ports are known there: `--ports` is offline only).
+    fn exec_online(self, ctx: &Ctx) -> anyhow::Result<()> {
+        if !self.ports.is_empty() {
+            return Err(UsageError(
+                "--ports is for offline traces (--flows); the switch knows its ports".into(),
+            )
+            .into());
+        }
+        if let Some(hex) = &self.packet {
+            spec::parse_hex_packet(hex).map_err(|e| anyhow::anyhow!("bad --packet: {e}"))?;
+        }
+        let ct_next = self.ct_next.iter().map(|s| ct_state_text(*s)).collect();
+        let v = ctx.call(&oxvs_api::Request::Trace(oxvs_api::TraceRequest {
+            spec: self.spec,
+            packet_hex: self.packet,
+            in_port: self.in_port,
+            ct_next,
+            names: self.names,
+            inject: self.inject,
+        }))?;
+        if ctx.print_json(&v)? {
+            return Ok(());
+        }
+        let r: oxvs_api::TraceResult = serde_json::from_value(v)?;
+        let mut text = format!("{}\n", r.text);
+        if r.injected {
+            text.push_str("\nInjected: the packet was sent through the datapath.\n");
+        }
+        emit(&text)
+    }
+}
+
+/// `trk,new`-style text of conntrack state bits.
+fn ct_state_text(state: u32) -> String {
+    oxvs_pipeline::field::ct_state::NAMES
+        .iter()
+        .filter(|(_, bit)| state & bit != 0)
+        .map(|(name, _)| *name)
+        .collect::<Vec<_>>()
+        .join(",")
 }

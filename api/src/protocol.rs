@@ -1,0 +1,718 @@
+//! The control protocol: requests, responses and their results.
+//!
+//! ## Wire format
+//!
+//! One JSON object per line, both ways. A request is
+//! `{"v":1,"op":"<op>", ...args}`; its response is
+//! `{"v":1,"ok":true,"result":...}` or `{"v":1,"ok":false,"error":"..."}`.
+//! Arguments are the fields of the [`Request`] variant, in `snake_case`
+//! (`"packet_hex"`, `"wait_ms"`); operation names are `kebab-case`
+//! (`"add-flows"`). Flows travel as text in the `ovs-ofctl` syntax.
+//!
+//! ## Strictness
+//!
+//! [`parse_request`] refuses, with an error naming what was wrong, a line that
+//! is not JSON, not an object, has no or another `v`, no `op`, an unknown
+//! `op`, or arguments of the wrong type or unknown to the operation. A
+//! misspelt argument is an error, never silently ignored.
+//!
+//! ## Results
+//!
+//! Each operation has one result type ([`ShowResult`], [`DumpFlowsResult`],
+//! ...), serialised as the `result` value. Read results carry both what a
+//! human reads (the `ovs-ofctl`-formatted lines) and structured entries
+//! for scripts.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::{PortInfo, PortSpec, VERSION};
+
+/// Longest request or response line accepted (bytes, newline excluded).
+/// Large enough for a flow file of a few hundred thousand flows.
+pub const MAX_LINE: usize = 256 << 20;
+
+/// A control request (the `op` and its arguments; `v` is added on the wire).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum Request {
+    /// The switch and its ports (`ovs-ofctl show`).
+    Show,
+    /// Adds a port; answers the [`PortInfo`].
+    AddPort(PortSpec),
+    /// Removes a port.
+    DelPort { name: String },
+    /// Adds flows (flow-file text: one per line, `#` comments) as one
+    /// atomic bundle; answers a [`FlowModResult`].
+    AddFlows { flows: String },
+    /// Deletes the flows `spec` selects (`None`: every flow).
+    DelFlows {
+        #[serde(default)]
+        spec: Option<String>,
+        #[serde(default)]
+        strict: bool,
+    },
+    /// Modifies the actions of the flows each line selects (one bundle).
+    ModFlows {
+        flows: String,
+        #[serde(default)]
+        strict: bool,
+    },
+    /// Makes the tables hold exactly these flows (one atomic version).
+    ReplaceFlows { flows: String },
+    /// Dumps flows; `table` is a number or a table name.
+    DumpFlows {
+        #[serde(default)]
+        table: Option<String>,
+        /// Table names instead of numbers in the lines.
+        #[serde(default)]
+        names: bool,
+        /// Cookie, duration and counters in the lines (default true).
+        #[serde(default = "yes")]
+        stats: bool,
+    },
+    /// Ports with their counters.
+    DumpPorts,
+    /// Traces a packet through the flows (`ofproto/trace`).
+    Trace(TraceRequest),
+    /// Connections, all or of one zone.
+    DumpConntrack {
+        #[serde(default)]
+        zone: Option<u16>,
+    },
+    /// Removes connections, all or of one zone.
+    FlushConntrack {
+        #[serde(default)]
+        zone: Option<u16>,
+    },
+    /// Datapath counters summed over threads.
+    Stats,
+    /// Takes up to `max` queued packet-ins, waiting up to `wait_ms` for one.
+    PacketIn {
+        #[serde(default = "default_packet_in_max")]
+        max: usize,
+        #[serde(default)]
+        wait_ms: u64,
+    },
+    /// The switch's build and protocol version.
+    Version,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn default_packet_in_max() -> usize {
+    100
+}
+
+/// Most a `packet-in` request may wait (ms); longer waits are cut to this.
+pub const MAX_PACKET_IN_WAIT_MS: u64 = 60_000;
+
+/// Every operation name, in the order of [`Request`].
+pub const OPS: &[&str] = &[
+    "show",
+    "add-port",
+    "del-port",
+    "add-flows",
+    "del-flows",
+    "mod-flows",
+    "replace-flows",
+    "dump-flows",
+    "dump-ports",
+    "trace",
+    "dump-conntrack",
+    "flush-conntrack",
+    "stats",
+    "packet-in",
+    "version",
+];
+
+/// What to trace: a packet spec, or raw bytes plus the port they came in on.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TraceRequest {
+    /// `in_port=1,tcp,nw_dst=10.0.0.2,tp_dst=80` (unnamed fields are zero).
+    #[serde(default)]
+    pub spec: Option<String>,
+    /// An Ethernet frame in hex (instead of `spec`).
+    #[serde(default)]
+    pub packet_hex: Option<String>,
+    /// The port `packet_hex` arrived on.
+    #[serde(default)]
+    pub in_port: Option<u32>,
+    /// Conntrack state for each recirculation after `ct(table=..)`, in
+    /// order (`trk,new`, `est|rpl`); then `trk,new`.
+    #[serde(default)]
+    pub ct_next: Vec<String>,
+    /// Table names in the trace.
+    #[serde(default)]
+    pub names: bool,
+    /// Also send the packet through the real datapath.
+    #[serde(default)]
+    pub inject: bool,
+}
+
+impl Request {
+    /// The operation name as on the wire.
+    pub fn op(&self) -> &'static str {
+        match self {
+            Request::Show => "show",
+            Request::AddPort(_) => "add-port",
+            Request::DelPort { .. } => "del-port",
+            Request::AddFlows { .. } => "add-flows",
+            Request::DelFlows { .. } => "del-flows",
+            Request::ModFlows { .. } => "mod-flows",
+            Request::ReplaceFlows { .. } => "replace-flows",
+            Request::DumpFlows { .. } => "dump-flows",
+            Request::DumpPorts => "dump-ports",
+            Request::Trace(_) => "trace",
+            Request::DumpConntrack { .. } => "dump-conntrack",
+            Request::FlushConntrack { .. } => "flush-conntrack",
+            Request::Stats => "stats",
+            Request::PacketIn { .. } => "packet-in",
+            Request::Version => "version",
+        }
+    }
+
+    /// The request as one wire line (with `"v"`, without the newline).
+    pub fn to_line(&self) -> String {
+        let mut v = serde_json::to_value(self).unwrap_or(Value::Null);
+        if let Value::Object(m) = &mut v {
+            m.insert("v".into(), Value::from(VERSION));
+        }
+        v.to_string()
+    }
+}
+
+/// Why a request line was refused before it reached the switch.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ProtocolError {
+    #[error("request is not valid JSON: {0}")]
+    BadJson(String),
+    #[error("request must be a JSON object, got {0}")]
+    NotAnObject(&'static str),
+    #[error("request has no \"v\" (protocol version; this switch speaks {VERSION})")]
+    MissingVersion,
+    #[error("unsupported protocol version {0} (this switch speaks {VERSION})")]
+    BadVersion(String),
+    #[error("request has no \"op\" (one of: {})", OPS.join(", "))]
+    MissingOp,
+    #[error("unknown op '{0}' (one of: {ops})", ops = OPS.join(", "))]
+    UnknownOp(String),
+    #[error("bad arguments for '{op}': {msg}")]
+    BadArgs { op: String, msg: String },
+    #[error("request line longer than {0} bytes")]
+    TooLong(usize),
+}
+
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Parses one request line (see the module doc for what is refused).
+pub fn parse_request(line: &str) -> Result<Request, ProtocolError> {
+    if line.len() > MAX_LINE {
+        return Err(ProtocolError::TooLong(MAX_LINE));
+    }
+    let value: Value =
+        serde_json::from_str(line).map_err(|e| ProtocolError::BadJson(e.to_string()))?;
+    let Value::Object(mut obj) = value else {
+        return Err(ProtocolError::NotAnObject(json_kind(&value)));
+    };
+    match obj.remove("v") {
+        None => return Err(ProtocolError::MissingVersion),
+        Some(v) if v.as_u64() == Some(u64::from(VERSION)) => {}
+        Some(v) => return Err(ProtocolError::BadVersion(v.to_string())),
+    }
+    let op = match obj.get("op") {
+        None => return Err(ProtocolError::MissingOp),
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => return Err(ProtocolError::UnknownOp(other.to_string())),
+    };
+    if !OPS.contains(&op.as_str()) {
+        return Err(ProtocolError::UnknownOp(op));
+    }
+    serde_json::from_value(Value::Object(obj)).map_err(|e| ProtocolError::BadArgs {
+        op,
+        msg: e.to_string(),
+    })
+}
+
+/// A response line.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Response {
+    pub v: u32,
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl Response {
+    /// A success carrying `result` (serialised; a result that cannot be is an error response).
+    pub fn ok<T: Serialize>(result: &T) -> Response {
+        match serde_json::to_value(result) {
+            Ok(v) => Response {
+                v: VERSION,
+                ok: true,
+                result: Some(v),
+                error: None,
+            },
+            Err(e) => Response::error(format!("cannot encode the result: {e}")),
+        }
+    }
+
+    /// A refusal naming what was wrong.
+    pub fn error(msg: impl Into<String>) -> Response {
+        Response {
+            v: VERSION,
+            ok: false,
+            result: None,
+            error: Some(msg.into()),
+        }
+    }
+
+    /// The response as one wire line (without the newline).
+    pub fn to_line(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|e| {
+            format!(r#"{{"v":{VERSION},"ok":false,"error":"cannot encode the response: {e}"}}"#)
+        })
+    }
+
+    /// The result on success, the error message otherwise.
+    pub fn into_result(self) -> Result<Value, String> {
+        if self.ok {
+            Ok(self.result.unwrap_or(Value::Null))
+        } else {
+            Err(self
+                .error
+                .unwrap_or_else(|| "refused without a message".into()))
+        }
+    }
+}
+
+/// `show`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShowResult {
+    /// The switch's build version.
+    pub version: String,
+    pub n_tables: u32,
+    pub n_flows: usize,
+    /// By ofport.
+    pub ports: Vec<PortInfo>,
+}
+
+/// `add-flows`, `del-flows`, `mod-flows`, `replace-flows`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlowModResult {
+    pub added: usize,
+    /// Adds that replaced an identical match and priority.
+    pub replaced: usize,
+    pub modified: usize,
+    pub deleted: usize,
+    /// Flows in all tables afterwards.
+    pub n_flows: usize,
+}
+
+/// One flow of a dump.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlowEntry {
+    pub table: u8,
+    /// The table's name in the oxvs plan, if it has one.
+    #[serde(default)]
+    pub table_name: Option<String>,
+    pub priority: u16,
+    pub cookie: u64,
+    pub duration_ns: u64,
+    pub n_packets: u64,
+    pub n_bytes: u64,
+    /// Seconds since the last hit (`None`: never hit).
+    #[serde(default)]
+    pub idle_age_s: Option<u64>,
+    /// The match in `ovs-ofctl` syntax (without priority).
+    #[serde(rename = "match")]
+    pub matches: String,
+    /// The actions in `ovs-ofctl` syntax.
+    pub actions: String,
+}
+
+/// `dump-flows`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DumpFlowsResult {
+    /// `ovs-ofctl dump-flows` lines, in order: by table, descending priority.
+    pub lines: Vec<String>,
+    /// The same flows, structured.
+    pub flows: Vec<FlowEntry>,
+}
+
+/// `dump-ports`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DumpPortsResult {
+    pub ports: Vec<PortInfo>,
+}
+
+/// `trace`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TraceResult {
+    /// The `ofproto/trace`-style explanation.
+    pub text: String,
+    /// Whether the packet was also sent through the datapath.
+    pub injected: bool,
+}
+
+/// One connection of `dump-conntrack`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConntrackEntry {
+    /// `ovs-appctl dpctl/dump-conntrack` line.
+    pub line: String,
+    /// IP protocol number.
+    pub proto: u8,
+    pub zone: u16,
+    pub mark: u32,
+    /// Label as hex (`0x..`).
+    pub labels: String,
+    /// `src=..,dst=..,sport=..,dport=..`.
+    pub orig: String,
+    pub reply: String,
+    /// TCP state as OVS prints it.
+    #[serde(default)]
+    pub tcp_state: Option<String>,
+    /// Milliseconds until it expires (0: expired, not yet removed).
+    pub expires_in_ms: u64,
+}
+
+/// `dump-conntrack`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DumpConntrackResult {
+    pub entries: Vec<ConntrackEntry>,
+}
+
+/// `flush-conntrack`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlushConntrackResult {
+    pub flushed: usize,
+}
+
+/// `stats`: datapath counters summed over threads. Lookup counters count
+/// passes (a recirculated packet is looked up once per pass).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StatsResult {
+    pub threads: usize,
+    pub packets: u64,
+    pub bytes: u64,
+    /// Passes answered by the exact-match cache.
+    pub emc_hits: u64,
+    /// Passes answered by the megaflow cache.
+    pub megaflow_hits: u64,
+    /// Passes that went to the slow path.
+    pub upcalls: u64,
+    pub megaflow_inserts: u64,
+    /// Slow-path translations that failed.
+    pub xlate_errors: u64,
+    pub cache_flushes: u64,
+    pub recirculations: u64,
+    pub drops: u64,
+    pub recirc_limit_drops: u64,
+    pub write_errors: u64,
+    pub outputs: u64,
+    pub packet_ins: u64,
+    /// Time the datapath threads spent processing packets.
+    pub busy_ns: u64,
+    /// `busy_ns / packets` (`None` before the first packet).
+    #[serde(default)]
+    pub ns_per_packet: Option<f64>,
+    pub n_flows: usize,
+    pub conntrack_entries: usize,
+}
+
+/// One packet sent to the controller.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PacketInEntry {
+    pub in_port: u32,
+    pub table: u8,
+    pub cookie: u64,
+    /// `no_match`, `action` or `invalid_ttl`.
+    pub reason: String,
+    /// Hex.
+    pub userdata: String,
+    /// The Ethernet frame, hex.
+    pub frame: String,
+}
+
+/// `packet-in`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PacketInResult {
+    pub packets: Vec<PacketInEntry>,
+}
+
+/// `version`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VersionResult {
+    /// The switch's build version.
+    pub version: String,
+    /// The protocol version it speaks.
+    pub protocol: u32,
+}
+
+/// Lower-case hex of `bytes`.
+pub fn to_hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(char::from(DIGITS[usize::from(b >> 4)]));
+        s.push(char::from(DIGITS[usize::from(b & 0xf)]));
+    }
+    s
+}
+
+/// Parses hex bytes; whitespace, `:` and a leading `0x` are allowed.
+pub fn from_hex(text: &str) -> Result<Vec<u8>, String> {
+    let t = text.trim();
+    let t = t
+        .strip_prefix("0x")
+        .or_else(|| t.strip_prefix("0X"))
+        .unwrap_or(t);
+    let digits: Vec<u8> = t
+        .bytes()
+        .filter(|b| !b.is_ascii_whitespace() && *b != b':')
+        .collect();
+    if digits.is_empty() {
+        return Err("empty hex string".into());
+    }
+    if digits.len() & 1 == 1 {
+        return Err(format!("odd number of hex digits ({})", digits.len()));
+    }
+    let nib = |b: u8| match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    };
+    digits
+        .chunks(2)
+        .enumerate()
+        .map(|(i, pair)| match pair {
+            [h, l] => match (nib(*h), nib(*l)) {
+                (Some(h), Some(l)) => Ok((h << 4) | l),
+                _ => Err(format!(
+                    "bad hex byte '{}' at byte {i}",
+                    String::from_utf8_lossy(pair)
+                )),
+            },
+            _ => Err("odd number of hex digits".into()),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{PortKind, XdpModeRequest};
+
+    fn all_requests() -> Vec<Request> {
+        vec![
+            Request::Show,
+            Request::AddPort(PortSpec {
+                name: "p1".into(),
+                ofport: Some(3),
+                kind: PortKind::Afxdp {
+                    ifname: Some("veth1".into()),
+                    xdp_mode: XdpModeRequest::Native,
+                },
+            }),
+            Request::AddPort(PortSpec {
+                name: "tun0".into(),
+                ofport: None,
+                kind: PortKind::Vxlan {
+                    local_ip: "192.168.1.1".parse().unwrap(),
+                    dst_port: Some(4789),
+                    underlay_mtu: None,
+                },
+            }),
+            Request::DelPort { name: "p1".into() },
+            Request::AddFlows {
+                flows: "table=0 actions=drop\n".into(),
+            },
+            Request::DelFlows {
+                spec: Some("table=0,ip".into()),
+                strict: true,
+            },
+            Request::DelFlows {
+                spec: None,
+                strict: false,
+            },
+            Request::ModFlows {
+                flows: "actions=drop".into(),
+                strict: false,
+            },
+            Request::ReplaceFlows { flows: "".into() },
+            Request::DumpFlows {
+                table: Some("SpoofGuard".into()),
+                names: true,
+                stats: false,
+            },
+            Request::DumpPorts,
+            Request::Trace(TraceRequest {
+                spec: Some("in_port=1,ip".into()),
+                ct_next: vec!["trk,est".into()],
+                inject: true,
+                ..TraceRequest::default()
+            }),
+            Request::Trace(TraceRequest {
+                packet_hex: Some("00ff".into()),
+                in_port: Some(2),
+                ..TraceRequest::default()
+            }),
+            Request::DumpConntrack { zone: Some(5) },
+            Request::FlushConntrack { zone: None },
+            Request::Stats,
+            Request::PacketIn {
+                max: 3,
+                wait_ms: 100,
+            },
+            Request::Version,
+        ]
+    }
+
+    #[test]
+    fn every_request_round_trips_through_a_line() {
+        let mut seen = std::collections::BTreeSet::new();
+        for r in all_requests() {
+            let line = r.to_line();
+            assert!(!line.contains('\n'), "{line}");
+            assert!(line.contains(r#""v":1"#), "{line}");
+            assert!(line.contains(&format!(r#""op":"{}""#, r.op())), "{line}");
+            assert_eq!(parse_request(&line), Ok(r.clone()), "{line}");
+            seen.insert(r.op());
+        }
+        // Every op is covered, and OPS lists exactly them.
+        assert_eq!(seen.len(), OPS.len());
+        assert!(OPS.iter().all(|o| seen.contains(o)));
+    }
+
+    #[test]
+    fn wire_form_is_as_documented() {
+        let r = parse_request(r#"{"v":1,"op":"dump-flows","table":"10"}"#).unwrap();
+        assert_eq!(
+            r,
+            Request::DumpFlows {
+                table: Some("10".into()),
+                names: false,
+                stats: true
+            }
+        );
+        let r = parse_request(r#"{"op":"packet-in","v":1}"#).unwrap();
+        assert_eq!(
+            r,
+            Request::PacketIn {
+                max: 100,
+                wait_ms: 0
+            }
+        );
+        let r =
+            parse_request(r#"{"v":1,"op":"add-port","name":"p","kind":{"type":"afxdp"}}"#).unwrap();
+        assert_eq!(
+            r,
+            Request::AddPort(PortSpec {
+                name: "p".into(),
+                ofport: None,
+                kind: PortKind::Afxdp {
+                    ifname: None,
+                    xdp_mode: XdpModeRequest::Auto
+                }
+            })
+        );
+    }
+
+    #[test]
+    fn bad_requests_name_what_was_wrong() {
+        let cases: &[(&str, &str)] = &[
+            ("not json", "not valid JSON"),
+            ("", "not valid JSON"),
+            ("[1,2]", "JSON object, got an array"),
+            (r#"{"op":"show"}"#, "no \"v\""),
+            (r#"{"v":2,"op":"show"}"#, "unsupported protocol version 2"),
+            (
+                r#"{"v":"1","op":"show"}"#,
+                "unsupported protocol version \"1\"",
+            ),
+            (r#"{"v":1}"#, "no \"op\""),
+            (r#"{"v":1,"op":"frobnicate"}"#, "unknown op 'frobnicate'"),
+            (r#"{"v":1,"op":7}"#, "unknown op '7'"),
+            (r#"{"v":1,"op":"del-port"}"#, "bad arguments for 'del-port'"),
+            (
+                r#"{"v":1,"op":"dump-flows","tabel":"1"}"#,
+                "unknown field `tabel`",
+            ),
+            (
+                r#"{"v":1,"op":"dump-conntrack","zone":70000}"#,
+                "bad arguments for 'dump-conntrack'",
+            ),
+            (
+                r#"{"v":1,"op":"trace","spec":"x","bogus":1}"#,
+                "unknown field `bogus`",
+            ),
+        ];
+        for (line, want) in cases {
+            let e = parse_request(line).unwrap_err().to_string();
+            assert!(e.contains(want), "{line}: {e}");
+        }
+    }
+
+    #[test]
+    fn responses_round_trip() {
+        let ok = Response::ok(&FlushConntrackResult { flushed: 3 });
+        let line = ok.to_line();
+        assert_eq!(line, r#"{"v":1,"ok":true,"result":{"flushed":3}}"#);
+        let back: Response = serde_json::from_str(&line).unwrap();
+        assert_eq!(back, ok);
+        let v = back.into_result().unwrap();
+        let r: FlushConntrackResult = serde_json::from_value(v).unwrap();
+        assert_eq!(r.flushed, 3);
+
+        let err = Response::error("no port named 'x'");
+        let line = err.to_line();
+        assert_eq!(line, r#"{"v":1,"ok":false,"error":"no port named 'x'"}"#);
+        let back: Response = serde_json::from_str(&line).unwrap();
+        assert_eq!(back.into_result().unwrap_err(), "no port named 'x'");
+    }
+
+    #[test]
+    fn flow_entry_uses_match_key() {
+        let e = FlowEntry {
+            table: 0,
+            table_name: Some("Classifier".into()),
+            priority: 1,
+            cookie: 0,
+            duration_ns: 0,
+            n_packets: 0,
+            n_bytes: 0,
+            idle_age_s: None,
+            matches: "ip".into(),
+            actions: "drop".into(),
+        };
+        let v = serde_json::to_value(&e).unwrap();
+        assert_eq!(v["match"], "ip");
+        assert_eq!(serde_json::from_value::<FlowEntry>(v).unwrap(), e);
+    }
+
+    #[test]
+    fn hex_both_ways() {
+        assert_eq!(to_hex(&[0, 0xab, 0x10]), "00ab10");
+        assert_eq!(from_hex("0x00AB10"), Ok(vec![0, 0xab, 0x10]));
+        assert_eq!(from_hex("00 ab:10"), Ok(vec![0, 0xab, 0x10]));
+        assert!(from_hex("abc").unwrap_err().contains("odd"));
+        assert!(from_hex("zz").unwrap_err().contains("'zz'"));
+        assert!(from_hex("").is_err());
+        assert!(from_hex("é1").is_err());
+    }
+}

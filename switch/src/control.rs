@@ -1,0 +1,856 @@
+//! The control server: oxvs-switchd's Unix socket.
+//!
+//! ## What it does
+//!
+//! [`ControlServer::start`] listens on a Unix socket (mode 0600, parent
+//! directory created) and answers the newline-delimited JSON protocol of
+//! [`oxvs_api::protocol`] against one [`Switch`]. Flow operations go straight
+//! to the switch's [`Pipeline`](oxvs_pipeline::tables::Pipeline): text is
+//! parsed with [`oxvs_pipeline::parse`] and applied as one atomic bundle
+//! (`apply` / `replace_all`), so a file with one bad flow changes nothing and
+//! the error names its line (and column and token, for syntax errors).
+//! Dumps and traces read the current table version without locking.
+//!
+//! ## Invariants
+//!
+//! - Every request line gets exactly one response line, in order. A line
+//!   that is not JSON, has the wrong version or an unknown op is answered
+//!   with an error; the connection stays usable. Only a line longer than
+//!   [`MAX_LINE`] ends the connection (after an error response), since the
+//!   stream cannot be resynchronised.
+//! - A panic while handling a request (a bug) is caught and answered as an
+//!   internal error; the daemon keeps serving.
+//! - Startup refuses a socket held by a live switchd (one that accepts a
+//!   connection) and replaces a stale one (connection refused). A path that
+//!   exists but is not a socket is never removed.
+//! - On [`ControlServer::stop`] (or drop) the socket file is removed, but
+//!   only if it is still the one this server bound (same inode).
+//!
+//! ## Time
+//!
+//! Flow creation times and ages are on [`monotonic_ns`] (`CLOCK_MONOTONIC`),
+//! which must be the clock the datapath passes to `process_batch`, so that
+//! `duration` and `idle_age` in dumps agree with the counters.
+//!
+//! ## Concurrency
+//!
+//! One accept thread; one thread per connection (at most
+//! [`MAX_CONNECTIONS`]; beyond that a connection gets an error response and
+//! is closed). Handlers only take `&Switch`; flow writers are serialised
+//! inside the pipeline. `stop` sets a flag, wakes the accept thread by
+//! connecting to the socket, shuts down every open connection and joins the
+//! accept thread. Lock order: the connection registry lock is never held
+//! while calling into the switch.
+
+mod compose;
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use oxvs_api::protocol::{
+    self, ConntrackEntry, DumpConntrackResult, DumpFlowsResult, DumpPortsResult, FlowEntry,
+    FlowModResult, FlushConntrackResult, PacketInEntry, PacketInResult, Request, Response,
+    ShowResult, StatsResult, TraceRequest, TraceResult, VersionResult, MAX_LINE,
+    MAX_PACKET_IN_WAIT_MS,
+};
+use oxvs_pipeline::field::ct_state;
+use oxvs_pipeline::flow::{Flow, FlowMod, FlowModCommand, N_TABLES};
+use oxvs_pipeline::parse::{self, ParseContext, ParseError};
+use oxvs_pipeline::print::{self, DumpOptions, FlowStats};
+use oxvs_pipeline::tables::{ApplyReport, FlowModError};
+use oxvs_pipeline::trace::{self as ptrace, TraceOptions};
+use oxvs_pipeline::xlate::XlateEnv;
+use oxvs_pipeline::Field;
+
+use crate::engine::Switch;
+
+/// Most connections served at once.
+pub const MAX_CONNECTIONS: usize = 64;
+
+/// Most packet-ins one `packet-in` request takes.
+const MAX_PACKET_INS: usize = 10_000;
+
+/// Nanoseconds on `CLOCK_MONOTONIC` (the pipeline's clock; see the module doc).
+pub fn monotonic_ns() -> u64 {
+    match nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC) {
+        Ok(ts) => (ts.tv_sec() as u64)
+            .saturating_mul(1_000_000_000)
+            .saturating_add(ts.tv_nsec() as u64),
+        Err(_) => 0,
+    }
+}
+
+/// Why the control server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    #[error("another oxvs-switchd is serving {}", .0.display())]
+    AlreadyServing(PathBuf),
+    #[error("{} exists and is not a socket; refusing to replace it", .0.display())]
+    NotASocket(PathBuf),
+    #[error("cannot create the socket directory {}: {source}", .dir.display())]
+    CreateDir {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot remove the stale socket {}: {source}", .path.display())]
+    RemoveStale {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot listen on {}: {source}", .path.display())]
+    Bind {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot make {} mode 0600: {source}", .path.display())]
+    Chmod {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// Open connections, so `stop` can close them.
+type Registry = Arc<Mutex<HashMap<u64, UnixStream>>>;
+
+/// A running control server (see the module doc).
+#[derive(Debug)]
+pub struct ControlServer {
+    path: PathBuf,
+    /// (device, inode) of the socket file this server bound.
+    ident: (u64, u64),
+    stop: Arc<AtomicBool>,
+    conns: Registry,
+    accept: Option<JoinHandle<()>>,
+}
+
+impl ControlServer {
+    /// Binds `path` and serves `switch` on it from background threads.
+    pub fn start(
+        path: impl Into<PathBuf>,
+        switch: Arc<Switch>,
+    ) -> Result<ControlServer, ControlError> {
+        let path = path.into();
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|source| ControlError::CreateDir {
+                dir: dir.to_path_buf(),
+                source,
+            })?;
+        }
+        claim(&path)?;
+        let listener = UnixListener::bind(&path).map_err(|source| ControlError::Bind {
+            path: path.clone(),
+            source,
+        })?;
+        let meta = std::fs::metadata(&path).map_err(|source| ControlError::Bind {
+            path: path.clone(),
+            source,
+        })?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).map_err(
+            |source| ControlError::Chmod {
+                path: path.clone(),
+                source,
+            },
+        )?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let conns: Registry = Arc::default();
+        let accept = {
+            let stop = stop.clone();
+            let conns = conns.clone();
+            let sock = path.clone();
+            std::thread::Builder::new()
+                .name("oxvs-control".into())
+                .spawn(move || accept_loop(listener, switch, stop, conns, &sock))
+                .map_err(|source| ControlError::Bind {
+                    path: path.clone(),
+                    source,
+                })?
+        };
+        tracing::info!(socket = %path.display(), "control socket listening");
+        Ok(ControlServer {
+            path,
+            ident: (meta.dev(), meta.ino()),
+            stop,
+            conns,
+            accept: Some(accept),
+        })
+    }
+
+    /// The socket path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Stops accepting, closes open connections and removes the socket file
+    /// (if it is still ours). Idempotent.
+    pub fn stop(&mut self) {
+        let Some(accept) = self.accept.take() else {
+            return;
+        };
+        self.stop.store(true, Ordering::SeqCst);
+        // Wake the accept thread; it sees the flag and returns.
+        let _ = UnixStream::connect(&self.path);
+        let _ = accept.join();
+        let open: Vec<UnixStream> = {
+            let mut map = self.conns.lock().unwrap_or_else(|e| e.into_inner());
+            map.drain().map(|(_, s)| s).collect()
+        };
+        for s in open {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+        match std::fs::symlink_metadata(&self.path) {
+            Ok(m) if (m.dev(), m.ino()) == self.ident => {
+                if let Err(e) = std::fs::remove_file(&self.path) {
+                    tracing::warn!(socket = %self.path.display(), error = %e, "cannot remove the control socket");
+                }
+            }
+            _ => {}
+        }
+        tracing::info!(socket = %self.path.display(), "control socket closed");
+    }
+}
+
+impl Drop for ControlServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Makes `path` free to bind: refuses a live switchd or a non-socket,
+/// removes a stale socket.
+fn claim(path: &Path) -> Result<(), ControlError> {
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
+        Err(source) => {
+            return Err(ControlError::Bind {
+                path: path.into(),
+                source,
+            })
+        }
+    };
+    if !meta.file_type().is_socket() {
+        return Err(ControlError::NotASocket(path.into()));
+    }
+    match UnixStream::connect(path) {
+        Ok(_) => Err(ControlError::AlreadyServing(path.into())),
+        Err(e) => {
+            tracing::info!(socket = %path.display(), error = %e, "removing a stale control socket");
+            std::fs::remove_file(path).map_err(|source| ControlError::RemoveStale {
+                path: path.into(),
+                source,
+            })
+        }
+    }
+}
+
+fn accept_loop(
+    listener: UnixListener,
+    switch: Arc<Switch>,
+    stop: Arc<AtomicBool>,
+    conns: Registry,
+    path: &Path,
+) {
+    let next_id = AtomicU64::new(0);
+    for conn in listener.incoming() {
+        if stop.load(Ordering::SeqCst) {
+            return;
+        }
+        let mut stream = match conn {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(socket = %path.display(), error = %e, "accept failed");
+                // EMFILE and friends: do not spin.
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+        };
+        let id = next_id.fetch_add(1, Ordering::Relaxed);
+        let registered = {
+            let mut map = conns.lock().unwrap_or_else(|e| e.into_inner());
+            if map.len() >= MAX_CONNECTIONS {
+                false
+            } else {
+                match stream.try_clone() {
+                    Ok(clone) => {
+                        map.insert(id, clone);
+                        true
+                    }
+                    Err(_) => false,
+                }
+            }
+        };
+        if !registered {
+            let msg = format!("too many control connections (at most {MAX_CONNECTIONS})");
+            let _ = writeln!(stream, "{}", Response::error(msg).to_line());
+            continue;
+        }
+        let switch = switch.clone();
+        let conns2 = conns.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("oxvs-control-{id}"))
+            .spawn(move || {
+                serve_connection(stream, &switch);
+                conns2.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "cannot start a connection thread");
+            conns.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+        }
+    }
+}
+
+/// Answers request lines until the peer closes (or sends an oversized line).
+fn serve_connection(stream: UnixStream, switch: &Switch) {
+    let Ok(mut writer) = stream.try_clone() else {
+        return;
+    };
+    let mut reader = BufReader::new(stream);
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        let limit = MAX_LINE as u64 + 1;
+        match reader.by_ref().take(limit).read_until(b'\n', &mut buf) {
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(e) => {
+                tracing::debug!(error = %e, "control connection read failed");
+                return;
+            }
+        }
+        let complete = buf.last() == Some(&b'\n');
+        if !complete && buf.len() > MAX_LINE {
+            let r = Response::error(protocol::ProtocolError::TooLong(MAX_LINE).to_string());
+            let _ = writeln!(writer, "{}", r.to_line());
+            return;
+        }
+        if complete {
+            buf.pop();
+        }
+        let response = match std::str::from_utf8(&buf) {
+            Ok(line) => handle_line(switch, line.trim_end_matches('\r')),
+            Err(e) => Response::error(format!("request is not valid UTF-8: {e}")),
+        };
+        let mut out = response.to_line();
+        out.push('\n');
+        if writer.write_all(out.as_bytes()).is_err() {
+            return;
+        }
+        if !complete {
+            // The peer closed without a final newline: that was the last line.
+            return;
+        }
+    }
+}
+
+/// Parses and answers one request line (never panics).
+pub fn handle_line(switch: &Switch, line: &str) -> Response {
+    match protocol::parse_request(line) {
+        Ok(req) => handle(switch, req),
+        Err(e) => {
+            tracing::debug!(error = %e, "bad control request");
+            Response::error(e.to_string())
+        }
+    }
+}
+
+/// Answers one request (never panics: a bug becomes an error response).
+pub fn handle(switch: &Switch, req: Request) -> Response {
+    let op = req.op();
+    let started = Instant::now();
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| dispatch(switch, req)));
+    let response = match outcome {
+        Ok(Ok(r)) => r,
+        Ok(Err(msg)) => {
+            tracing::info!(op, error = %msg, "control request refused");
+            Response::error(msg)
+        }
+        Err(_) => {
+            tracing::error!(op, "control request handler panicked");
+            Response::error(format!(
+                "internal error while handling '{op}' (a bug; see the switchd log)"
+            ))
+        }
+    };
+    tracing::debug!(
+        op,
+        ok = response.ok,
+        elapsed_us = started.elapsed().as_micros() as u64,
+        "control request"
+    );
+    response
+}
+
+fn dispatch(switch: &Switch, req: Request) -> Result<Response, String> {
+    Ok(match req {
+        Request::Show => Response::ok(&show(switch)),
+        Request::AddPort(spec) => {
+            let name = spec.name.clone();
+            let info = switch
+                .add_port(spec)
+                .map_err(|e| format!("cannot add port '{name}': {e}"))?;
+            tracing::info!(port = %info.name, ofport = info.ofport, "port added");
+            Response::ok(&info)
+        }
+        Request::DelPort { name } => {
+            switch
+                .del_port(&name)
+                .map_err(|e| format!("cannot delete port '{name}': {e}"))?;
+            tracing::info!(port = %name, "port deleted");
+            Response::ok(&serde_json::json!({}))
+        }
+        Request::AddFlows { flows } => Response::ok(&add_flows(switch, &flows)?),
+        Request::DelFlows { spec, strict } => {
+            Response::ok(&del_flows(switch, spec.as_deref(), strict)?)
+        }
+        Request::ModFlows { flows, strict } => Response::ok(&mod_flows(switch, &flows, strict)?),
+        Request::ReplaceFlows { flows } => Response::ok(&replace_flows(switch, &flows)?),
+        Request::DumpFlows {
+            table,
+            names,
+            stats,
+        } => Response::ok(&dump_flows(switch, table.as_deref(), names, stats)?),
+        Request::DumpPorts => Response::ok(&DumpPortsResult {
+            ports: switch.ports(),
+        }),
+        Request::Trace(t) => Response::ok(&trace(switch, &t)?),
+        Request::DumpConntrack { zone } => Response::ok(&dump_conntrack(switch, zone)),
+        Request::FlushConntrack { zone } => {
+            let flushed = switch.with_conntrack(|ct| ct.flush(zone));
+            tracing::info!(?zone, flushed, "conntrack flushed");
+            Response::ok(&FlushConntrackResult { flushed })
+        }
+        Request::Stats => Response::ok(&stats(switch)),
+        Request::PacketIn { max, wait_ms } => Response::ok(&packet_in(switch, max, wait_ms)),
+        Request::Version => Response::ok(&VersionResult {
+            version: env!("CARGO_PKG_VERSION").into(),
+            protocol: oxvs_api::VERSION,
+        }),
+    })
+}
+
+fn show(switch: &Switch) -> ShowResult {
+    ShowResult {
+        version: env!("CARGO_PKG_VERSION").into(),
+        n_tables: N_TABLES as u32,
+        n_flows: switch.pipeline().snapshot().flow_count(),
+        ports: switch.ports(),
+    }
+}
+
+fn parse_context(switch: &Switch) -> ParseContext {
+    ParseContext {
+        tables: switch.pipeline().names().clone(),
+    }
+}
+
+/// `msg (token 'x')`, the way flow files report errors.
+fn parse_msg(e: &ParseError) -> String {
+    format!("{} (token '{}')", e.msg, e.token)
+}
+
+/// The flow lines of a flow file: (1-based first line, logical text) of
+/// each line that is not blank or a `#` comment; a trailing `\` joins a
+/// line with the next, as in [`parse::parse_flow_file`].
+fn logical_lines(text: &str) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    let mut current: Option<(usize, String)> = None;
+    for (idx, raw) in text.lines().enumerate() {
+        let (body, cont) = match raw.trim_end().strip_suffix('\\') {
+            Some(b) => (b, true),
+            None => (raw, false),
+        };
+        let (start, mut joined) = current.take().unwrap_or((idx + 1, String::new()));
+        joined.push_str(body);
+        if cont {
+            joined.push(' ');
+            current = Some((start, joined));
+            continue;
+        }
+        let t = joined.trim();
+        if !t.is_empty() && !t.starts_with('#') {
+            out.push((start, joined));
+        }
+    }
+    if let Some((start, joined)) = current {
+        let t = joined.trim();
+        if !t.is_empty() && !t.starts_with('#') {
+            out.push((start, joined));
+        }
+    }
+    out
+}
+
+/// Parses flow-file text, errors as `line L, column C: msg (token 'x')`.
+fn parse_flows(switch: &Switch, text: &str) -> Result<Vec<Flow>, String> {
+    parse::parse_flow_file(text, &parse_context(switch)).map_err(|e| {
+        format!(
+            "line {}, column {}: {}",
+            e.line,
+            e.column,
+            parse_msg(&e.error)
+        )
+    })
+}
+
+/// A table error, located at the line of the bundle's failing flow.
+fn table_error(text: &str, err: FlowModError) -> String {
+    match err {
+        FlowModError::InBundle { index, error } => match logical_lines(text).get(index) {
+            Some((line, _)) => format!("line {line}: {error}"),
+            None => format!("flow #{} of the bundle: {error}", index + 1),
+        },
+        // A bundle of one: the only flow line.
+        other => match logical_lines(text).first() {
+            Some((line, _)) => format!("line {line}: {other}"),
+            None => other.to_string(),
+        },
+    }
+}
+
+fn mod_result(switch: &Switch, r: ApplyReport) -> FlowModResult {
+    FlowModResult {
+        added: r.added,
+        replaced: r.replaced,
+        modified: r.modified,
+        deleted: r.deleted,
+        n_flows: switch.pipeline().snapshot().flow_count(),
+    }
+}
+
+fn add_flows(switch: &Switch, text: &str) -> Result<FlowModResult, String> {
+    let flows = parse_flows(switch, text)?;
+    let mods: Vec<FlowMod> = flows
+        .into_iter()
+        .map(|flow| FlowMod {
+            command: FlowModCommand::Add,
+            table: Some(flow.table),
+            flow,
+            cookie_mask: 0,
+            out_port: None,
+        })
+        .collect();
+    if mods.is_empty() {
+        return Ok(mod_result(switch, ApplyReport::default()));
+    }
+    let r = switch
+        .pipeline()
+        .apply(&mods, monotonic_ns())
+        .map_err(|e| table_error(text, e))?;
+    tracing::info!(added = r.added, replaced = r.replaced, "flows added");
+    Ok(mod_result(switch, r))
+}
+
+fn del_flows(switch: &Switch, spec: Option<&str>, strict: bool) -> Result<FlowModResult, String> {
+    let command = FlowModCommand::Delete { strict };
+    let fm = match spec.map(str::trim).filter(|s| !s.is_empty()) {
+        None => FlowMod {
+            command,
+            flow: Flow::default(),
+            table: None,
+            cookie_mask: 0,
+            out_port: None,
+        },
+        Some(s) => parse::parse_flow_mod(s, command, &parse_context(switch))
+            .map_err(|e| format!("bad flow spec '{s}': {}", parse_msg(&e)))?,
+    };
+    let r = switch
+        .pipeline()
+        .apply(std::slice::from_ref(&fm), monotonic_ns())
+        .map_err(|e| e.to_string())?;
+    tracing::info!(deleted = r.deleted, "flows deleted");
+    Ok(mod_result(switch, r))
+}
+
+fn mod_flows(switch: &Switch, text: &str, strict: bool) -> Result<FlowModResult, String> {
+    let ctx = parse_context(switch);
+    let mut mods = Vec::new();
+    for (line, flow) in logical_lines(text) {
+        let fm = parse::parse_flow_mod(&flow, FlowModCommand::Modify { strict }, &ctx)
+            .map_err(|e| format!("line {line}, column {}: {}", e.pos + 1, parse_msg(&e)))?;
+        mods.push(fm);
+    }
+    if mods.is_empty() {
+        return Err("no flow to modify".into());
+    }
+    let r = switch
+        .pipeline()
+        .apply(&mods, monotonic_ns())
+        .map_err(|e| table_error(text, e))?;
+    tracing::info!(modified = r.modified, "flows modified");
+    Ok(mod_result(switch, r))
+}
+
+fn replace_flows(switch: &Switch, text: &str) -> Result<FlowModResult, String> {
+    let flows = parse_flows(switch, text)?;
+    let r = switch
+        .pipeline()
+        .replace_all(&flows, monotonic_ns())
+        .map_err(|e| table_error(text, e))?;
+    tracing::info!(
+        added = r.added,
+        replaced = r.replaced,
+        deleted = r.deleted,
+        "flows replaced"
+    );
+    Ok(mod_result(switch, r))
+}
+
+fn parse_table(switch: &Switch, text: &str) -> Result<u8, String> {
+    let t = text.trim();
+    if let Ok(n) = t.parse::<u32>() {
+        return u8::try_from(n)
+            .ok()
+            .filter(|n| usize::from(*n) < N_TABLES)
+            .ok_or_else(|| format!("table number {n} out of range (0..={})", N_TABLES - 1));
+    }
+    switch
+        .pipeline()
+        .names()
+        .id(t)
+        .ok_or_else(|| format!("unknown table '{t}' (give a number or a table name)"))
+}
+
+fn dump_flows(
+    switch: &Switch,
+    table: Option<&str>,
+    names: bool,
+    stats: bool,
+) -> Result<DumpFlowsResult, String> {
+    let table = table.map(|t| parse_table(switch, t)).transpose()?;
+    let pipeline = switch.pipeline();
+    let all_names = pipeline.names();
+    let opts = DumpOptions {
+        stats,
+        names: names.then(|| all_names.clone()),
+    };
+    let tables = pipeline.snapshot();
+    let rules = match table {
+        Some(t) => tables.flows_in(t),
+        None => tables.flows().collect(),
+    };
+    let now = monotonic_ns();
+    let mut out = DumpFlowsResult::default();
+    for rule in rules {
+        let last = rule.stats.last_used_ns.load(Ordering::Relaxed);
+        let fs = FlowStats {
+            duration_ns: now.saturating_sub(rule.created_ns),
+            n_packets: rule.stats.n_packets.load(Ordering::Relaxed),
+            n_bytes: rule.stats.n_bytes.load(Ordering::Relaxed),
+            idle_age_s: (last != 0).then(|| now.saturating_sub(last) / 1_000_000_000),
+        };
+        let f = &rule.flow;
+        out.lines.push(print::format_dump_line(f, &fs, &opts));
+        out.flows.push(FlowEntry {
+            table: f.table,
+            table_name: all_names.name(f.table).map(str::to_owned),
+            priority: f.priority,
+            cookie: f.cookie,
+            duration_ns: fs.duration_ns,
+            n_packets: fs.n_packets,
+            n_bytes: fs.n_bytes,
+            idle_age_s: fs.idle_age_s,
+            matches: print::format_match(&f.matches),
+            actions: print::format_actions_for(&f.actions, &f.matches, opts.names.as_ref()),
+        });
+    }
+    Ok(out)
+}
+
+/// A `--ct-next` state: flag names separated by `,`, `|` or `+`; `trk` implied.
+fn parse_ct_state(text: &str) -> Result<u32, String> {
+    let mut state = ct_state::TRK;
+    let mut any = false;
+    for word in text
+        .split([',', '|', '+'])
+        .map(str::trim)
+        .filter(|w| !w.is_empty())
+    {
+        let bit = ct_state::NAMES
+            .iter()
+            .find(|(name, _)| *name == word)
+            .map(|(_, bit)| *bit)
+            .ok_or_else(|| {
+                format!("unknown conntrack state flag '{word}' in ct_next '{text}' (expected: new, est, rel, rpl, inv, trk, snat, dnat)")
+            })?;
+        state |= bit;
+        any = true;
+    }
+    if !any {
+        return Err(format!("empty conntrack state '{text}' in ct_next"));
+    }
+    Ok(state)
+}
+
+fn trace(switch: &Switch, t: &TraceRequest) -> Result<TraceResult, String> {
+    let ctx = parse_context(switch);
+    let (key, frame) = match (&t.spec, &t.packet_hex) {
+        (Some(spec), None) => {
+            let key = parse::parse_packet_spec(spec, &ctx)
+                .map_err(|e| format!("bad packet spec '{spec}': {}", parse_msg(&e)))?;
+            (key, None)
+        }
+        (None, Some(hex)) => {
+            let in_port = t
+                .in_port
+                .ok_or("packet_hex needs in_port (the port the packet arrived on)")?;
+            let frame = oxvs_api::from_hex(hex).map_err(|e| format!("bad packet_hex: {e}"))?;
+            (
+                oxvs_pipeline::extract::extract(&frame, in_port),
+                Some(frame),
+            )
+        }
+        (Some(_), Some(_)) => return Err("give either spec or packet_hex, not both".into()),
+        (None, None) => return Err("give a packet: spec, or packet_hex with in_port".into()),
+    };
+    let ct_next = t
+        .ct_next
+        .iter()
+        .map(|s| parse_ct_state(s))
+        .collect::<Result<Vec<_>, _>>()?;
+    let opts = TraceOptions {
+        ct_next,
+        names: t.names.then(|| switch.pipeline().names().clone()),
+        ..TraceOptions::default()
+    };
+    let env = XlateEnv {
+        ports: switch.ports().iter().map(|p| p.ofport).collect(),
+    };
+    let tables = switch.pipeline().snapshot();
+    let report = ptrace::trace(&*tables, &key, &env, &opts);
+    let text = report.to_string();
+    if !t.inject {
+        return Ok(TraceResult {
+            text,
+            injected: false,
+        });
+    }
+    let frame = match frame {
+        Some(f) => f,
+        None => compose::frame_from_key(&key).map_err(|e| format!("cannot inject: {e}"))?,
+    };
+    let in_port = key.get(Field::InPort) as u32;
+    switch
+        .inject(in_port, frame)
+        .map_err(|e| format!("traced, but injecting the packet on port {in_port} failed: {e}"))?;
+    tracing::info!(in_port, "packet injected");
+    Ok(TraceResult {
+        text,
+        injected: true,
+    })
+}
+
+fn dump_conntrack(switch: &Switch, zone: Option<u16>) -> DumpConntrackResult {
+    let entries = switch.with_conntrack(|ct| ct.entries());
+    let now = monotonic_ns();
+    DumpConntrackResult {
+        entries: entries
+            .into_iter()
+            .filter(|e| zone.is_none() || zone == Some(e.zone))
+            .map(|e| ConntrackEntry {
+                line: e.to_string(),
+                proto: e.proto,
+                zone: e.zone,
+                mark: e.mark,
+                labels: format!("{:#x}", e.label),
+                orig: e.orig.to_string(),
+                reply: e.reply.to_string(),
+                tcp_state: e.tcp_state.map(|s| s.name().to_owned()),
+                expires_in_ms: e.expiration_ns.saturating_sub(now) / 1_000_000,
+            })
+            .collect(),
+    }
+}
+
+fn stats(switch: &Switch) -> StatsResult {
+    let s = switch.stats();
+    let d = s.datapath;
+    StatsResult {
+        threads: s.threads,
+        packets: d.packets,
+        bytes: d.bytes,
+        emc_hits: d.emc_hits,
+        megaflow_hits: d.megaflow_hits,
+        upcalls: d.upcalls,
+        megaflow_inserts: d.megaflow_inserts,
+        xlate_errors: d.xlate_errors,
+        cache_flushes: d.cache_flushes,
+        recirculations: d.recirculations,
+        drops: d.drops,
+        recirc_limit_drops: d.recirc_limit_drops,
+        write_errors: d.write_errors,
+        outputs: d.outputs,
+        packet_ins: d.packet_ins,
+        busy_ns: s.busy_ns,
+        ns_per_packet: (d.packets > 0).then(|| s.busy_ns as f64 / d.packets as f64),
+        n_flows: switch.pipeline().snapshot().flow_count(),
+        conntrack_entries: switch.with_conntrack(|ct| ct.len()),
+    }
+}
+
+fn packet_in(switch: &Switch, max: usize, wait_ms: u64) -> PacketInResult {
+    let max = max.clamp(1, MAX_PACKET_INS);
+    let deadline = Instant::now() + Duration::from_millis(wait_ms.min(MAX_PACKET_IN_WAIT_MS));
+    let taken = loop {
+        let got = switch.take_packet_ins(max);
+        if !got.is_empty() || Instant::now() >= deadline {
+            break got;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    PacketInResult {
+        packets: taken
+            .into_iter()
+            .map(|p| PacketInEntry {
+                in_port: p.in_port,
+                table: p.table,
+                cookie: p.cookie,
+                reason: p.reason,
+                userdata: oxvs_api::to_hex(&p.userdata),
+                frame: oxvs_api::to_hex(&p.frame),
+            })
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn logical_lines_join_and_skip() {
+        let text = "# c\n\ntable=0 actions=drop\ntable=1, \\\n actions=drop\n  # x\n";
+        let l = logical_lines(text);
+        assert_eq!(l.len(), 2);
+        assert_eq!(l[0].0, 3);
+        assert_eq!(l[1].0, 4);
+        assert!(l[1].1.contains("actions=drop"));
+    }
+
+    #[test]
+    fn ct_states() {
+        assert_eq!(
+            parse_ct_state("est|rpl"),
+            Ok(ct_state::TRK | ct_state::EST | ct_state::RPL)
+        );
+        assert_eq!(
+            parse_ct_state("+trk+new"),
+            Ok(ct_state::TRK | ct_state::NEW)
+        );
+        assert!(parse_ct_state("bogus").unwrap_err().contains("'bogus'"));
+        assert!(parse_ct_state("").is_err());
+    }
+
+    #[test]
+    fn clock_moves_forward() {
+        let a = monotonic_ns();
+        let b = monotonic_ns();
+        assert!(a > 0 && b >= a);
+    }
+}

@@ -1,0 +1,414 @@
+//! The control server in-process: a `Switch` (no ports needed) served on a
+//! temporary socket, driven with `oxvs_api::Client`.
+
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use oxvs_api::{
+    Client, ClientError, DumpConntrackResult, DumpFlowsResult, FlowModResult, PacketInResult,
+    Request, ShowResult, StatsResult, TraceRequest, TraceResult, VersionResult,
+};
+use oxvs_pipeline::tables::Pipeline;
+use oxvs_switch::control::{ControlError, ControlServer};
+use oxvs_switch::engine::{Switch, SwitchConfig};
+
+/// A unique directory per test (removed on drop), holding the socket.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "oxvs-ctl-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&p);
+        TempDir(p)
+    }
+    fn sock(&self) -> PathBuf {
+        self.0.join("sub/switchd.sock")
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn switch() -> Arc<Switch> {
+    Arc::new(Switch::start(SwitchConfig::default(), Arc::new(Pipeline::new())).unwrap())
+}
+
+fn serve(tag: &str) -> (TempDir, ControlServer, Client) {
+    let dir = TempDir::new(tag);
+    let server = ControlServer::start(dir.sock(), switch()).unwrap();
+    let client = Client::connect(dir.sock()).unwrap();
+    (dir, server, client)
+}
+
+const FLOWS: &str = "\
+# the example
+table=0, priority=10, ip actions=drop
+table=0 actions=goto_table:10
+table=10, priority=5, tcp, tp_dst=80 actions=output:1
+";
+
+fn dump(c: &mut Client) -> Vec<String> {
+    let r: DumpFlowsResult = c
+        .call_as(&Request::DumpFlows {
+            table: None,
+            names: false,
+            stats: false,
+        })
+        .unwrap();
+    r.lines
+}
+
+#[test]
+fn socket_is_0600_in_a_created_directory_and_removed_on_stop() {
+    let dir = TempDir::new("mode");
+    let mut server = ControlServer::start(dir.sock(), switch()).unwrap();
+    let meta = std::fs::metadata(dir.sock()).unwrap();
+    assert!(meta.file_type().is_socket());
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    server.stop();
+    assert!(!dir.sock().exists());
+    let e = Client::connect(dir.sock()).unwrap_err();
+    assert!(e.is_unreachable());
+}
+
+#[test]
+fn flows_add_dump_delete_replace() {
+    let (_d, _s, mut c) = serve("flows");
+    let r: FlowModResult = c
+        .call_as(&Request::AddFlows {
+            flows: FLOWS.into(),
+        })
+        .unwrap();
+    assert_eq!((r.added, r.n_flows), (3, 3));
+    assert_eq!(
+        dump(&mut c),
+        vec![
+            " actions=goto_table:10",
+            " priority=10,ip actions=drop",
+            " table=10, priority=5,tcp,tp_dst=80 actions=output:1",
+        ]
+    );
+    // Structured entries and table names; table filter by name.
+    let r: DumpFlowsResult = c
+        .call_as(&Request::DumpFlows {
+            table: Some("SpoofGuard".into()),
+            names: true,
+            stats: true,
+        })
+        .unwrap();
+    assert_eq!(r.flows.len(), 1);
+    let f = &r.flows[0];
+    assert_eq!((f.table, f.priority), (10, 5));
+    assert_eq!(f.table_name.as_deref(), Some("SpoofGuard"));
+    assert_eq!(f.matches, "tcp,tp_dst=80");
+    assert_eq!(f.actions, "output:1");
+    assert!(
+        r.lines[0].contains("table=SpoofGuard, n_packets=0"),
+        "{}",
+        r.lines[0]
+    );
+
+    // mod-flows changes actions only.
+    let r: FlowModResult = c
+        .call_as(&Request::ModFlows {
+            flows: "table=10,tcp actions=output:2".into(),
+            strict: false,
+        })
+        .unwrap();
+    assert_eq!(r.modified, 1);
+    assert!(dump(&mut c)[2].ends_with("actions=output:2"));
+
+    // del-flows strict needs the exact match and priority.
+    let r: FlowModResult = c
+        .call_as(&Request::DelFlows {
+            spec: Some("table=0,ip".into()),
+            strict: true,
+        })
+        .unwrap();
+    assert_eq!(r.deleted, 0);
+    let r: FlowModResult = c
+        .call_as(&Request::DelFlows {
+            spec: Some("table=0,ip,priority=10".into()),
+            strict: true,
+        })
+        .unwrap();
+    assert_eq!((r.deleted, r.n_flows), (1, 2));
+
+    // replace-flows: exactly the file.
+    let r: FlowModResult = c
+        .call_as(&Request::ReplaceFlows {
+            flows: "table=0 actions=goto_table:10\ntable=20 actions=drop\n".into(),
+        })
+        .unwrap();
+    assert_eq!((r.added, r.deleted, r.n_flows), (1, 1, 2));
+    assert_eq!(
+        dump(&mut c),
+        vec![" actions=goto_table:10", " table=20, actions=drop"]
+    );
+
+    // del-flows without a spec: everything.
+    let r: FlowModResult = c
+        .call_as(&Request::DelFlows {
+            spec: None,
+            strict: false,
+        })
+        .unwrap();
+    assert_eq!(r.n_flows, 0);
+    assert!(dump(&mut c).is_empty());
+}
+
+#[test]
+fn a_bundle_with_one_bad_flow_changes_nothing() {
+    let (_d, _s, mut c) = serve("atomic");
+    c.call(&Request::AddFlows {
+        flows: FLOWS.into(),
+    })
+    .unwrap();
+    let before = dump(&mut c);
+    // Syntax error on line 3: line, column and token.
+    let e = c
+        .call(&Request::AddFlows {
+            flows: "table=1 actions=drop\n\ntable=2,nw_dts=1 actions=drop\n".into(),
+        })
+        .unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, ClientError::Refused(_)));
+    assert!(msg.starts_with("line 3, column 9:"), "{msg}");
+    assert!(msg.contains("'nw_dts'"), "{msg}");
+    // Table error on line 2 (a goto backwards).
+    let e = c
+        .call(&Request::ReplaceFlows {
+            flows: "table=1 actions=drop\ntable=5 actions=goto_table:1\n".into(),
+        })
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("line 2"), "{e}");
+    assert!(e.contains("goto_table"), "{e}");
+    let e = c
+        .call(&Request::AddFlows {
+            flows: "table=1 actions=drop\ntable=1, priority=1, actions=drop\ntable=6 actions=conjunction(1,3/2)\n"
+                .into(),
+        })
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("line 3"), "{e}");
+    assert_eq!(dump(&mut c), before);
+    // Bad specs and tables.
+    for req in [
+        Request::DelFlows {
+            spec: Some("nw_dts=1".into()),
+            strict: false,
+        },
+        Request::ModFlows {
+            flows: "\n\nbogus actions=drop".into(),
+            strict: false,
+        },
+        Request::DumpFlows {
+            table: Some("Nope".into()),
+            names: false,
+            stats: true,
+        },
+        Request::DumpFlows {
+            table: Some("255".into()),
+            names: false,
+            stats: true,
+        },
+    ] {
+        let e = c.call(&req).unwrap_err().to_string();
+        assert!(
+            e.contains("nw_dts")
+                || e.contains("line 3")
+                || e.contains("'Nope'")
+                || e.contains("255"),
+            "{e}"
+        );
+    }
+    assert_eq!(dump(&mut c), before);
+}
+
+#[test]
+fn trace_by_spec_and_by_packet() {
+    let (_d, _s, mut c) = serve("trace");
+    c.call(&Request::AddFlows {
+        flows: FLOWS.into(),
+    })
+    .unwrap();
+    let r: TraceResult = c
+        .call_as(&Request::Trace(TraceRequest {
+            spec: Some("in_port=1,tcp,tp_dst=80".into()),
+            names: true,
+            ..TraceRequest::default()
+        }))
+        .unwrap();
+    assert!(!r.injected);
+    assert!(r.text.contains("SpoofGuard"), "{}", r.text);
+    assert!(r.text.contains("Datapath actions:"), "{}", r.text);
+    // A raw frame: Ethernet + IPv4 + UDP.
+    let frame =
+        "0a00000000020a0000000001080045000020000000004011000a0a0000010a0000020035003500080000";
+    let r: TraceResult = c
+        .call_as(&Request::Trace(TraceRequest {
+            packet_hex: Some(frame.into()),
+            in_port: Some(3),
+            ..TraceRequest::default()
+        }))
+        .unwrap();
+    assert!(r.text.contains("in_port=3"), "{}", r.text);
+    assert!(r.text.contains("Datapath actions: drop"), "{}", r.text);
+    // ct_next is parsed; errors name the bad value.
+    let bad = [
+        TraceRequest {
+            spec: Some("in_port=1,tcp".into()),
+            ct_next: vec!["bogus".into()],
+            ..TraceRequest::default()
+        },
+        TraceRequest {
+            spec: Some("in_port=1,tpc".into()),
+            ..TraceRequest::default()
+        },
+        TraceRequest {
+            packet_hex: Some("zz".into()),
+            in_port: Some(1),
+            ..TraceRequest::default()
+        },
+        TraceRequest {
+            packet_hex: Some("00".into()),
+            ..TraceRequest::default()
+        },
+        TraceRequest::default(),
+    ];
+    let wants = ["'bogus'", "tpc", "'zz'", "in_port", "give a packet"];
+    for (t, want) in bad.into_iter().zip(wants) {
+        let e = c.call(&Request::Trace(t)).unwrap_err().to_string();
+        assert!(e.contains(want), "{e}");
+    }
+}
+
+#[test]
+fn bad_lines_get_an_answer_and_the_connection_lives_on() {
+    let (_d, _s, mut c) = serve("bad");
+    let cases = [
+        ("this is not json", "not valid JSON"),
+        ("{\"v\":1,\"op\":\"frobnicate\"}", "unknown op 'frobnicate'"),
+        (
+            "{\"v\":9,\"op\":\"show\"}",
+            "unsupported protocol version 9",
+        ),
+        ("{\"op\":\"show\"}", "no \"v\""),
+        ("[]", "JSON object"),
+        ("", "not valid JSON"),
+        ("{\"v\":1,\"op\":\"del-port\",\"nme\":\"x\"}", "del-port"),
+    ];
+    for (line, want) in cases {
+        let r = c.call_raw(line).unwrap();
+        assert!(!r.ok, "{line}");
+        let e = r.error.unwrap();
+        assert!(e.contains(want), "{line}: {e}");
+    }
+    let v: VersionResult = c.call_as(&Request::Version).unwrap();
+    assert_eq!(v.protocol, 1);
+    // Port operations reach the engine and its error comes back.
+    let e = c
+        .call(&Request::DelPort {
+            name: "nope".into(),
+        })
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("'nope'"), "{e}");
+}
+
+#[test]
+fn show_stats_conntrack_packet_in() {
+    let (_d, _s, mut c) = serve("misc");
+    let s: ShowResult = c.call_as(&Request::Show).unwrap();
+    assert_eq!(s.n_flows, 0);
+    let st: StatsResult = c.call_as(&Request::Stats).unwrap();
+    assert_eq!(st.packets, 0);
+    assert_eq!(st.ns_per_packet, None);
+    let ct: DumpConntrackResult = c
+        .call_as(&Request::DumpConntrack { zone: Some(1) })
+        .unwrap();
+    assert!(ct.entries.is_empty());
+    c.call(&Request::FlushConntrack { zone: None }).unwrap();
+    let t0 = Instant::now();
+    let p: PacketInResult = c
+        .call_as(&Request::PacketIn {
+            max: 10,
+            wait_ms: 150,
+        })
+        .unwrap();
+    assert!(p.packets.is_empty());
+    assert!(t0.elapsed() >= Duration::from_millis(150));
+}
+
+#[test]
+fn a_live_socket_is_refused_a_stale_one_replaced_a_file_kept() {
+    let dir = TempDir::new("claim");
+    let mut first = ControlServer::start(dir.sock(), switch()).unwrap();
+    let e = ControlServer::start(dir.sock(), switch()).unwrap_err();
+    assert!(matches!(e, ControlError::AlreadyServing(_)), "{e}");
+    assert_eq!(
+        e.to_string(),
+        format!("another oxvs-switchd is serving {}", dir.sock().display())
+    );
+    // The first keeps serving.
+    Client::connect(dir.sock())
+        .unwrap()
+        .call(&Request::Version)
+        .unwrap();
+    first.stop();
+
+    // A stale socket (bound, nobody listening) is replaced.
+    drop(std::os::unix::net::UnixListener::bind(dir.sock()).unwrap());
+    assert!(dir.sock().exists());
+    let mut second = ControlServer::start(dir.sock(), switch()).unwrap();
+    Client::connect(dir.sock())
+        .unwrap()
+        .call(&Request::Version)
+        .unwrap();
+    second.stop();
+
+    // A regular file is never removed.
+    std::fs::write(dir.sock(), "keep me").unwrap();
+    let e = ControlServer::start(dir.sock(), switch()).unwrap_err();
+    assert!(matches!(e, ControlError::NotASocket(_)), "{e}");
+    assert_eq!(std::fs::read_to_string(dir.sock()).unwrap(), "keep me");
+}
+
+#[test]
+fn concurrent_clients_and_stop_with_open_connections() {
+    let (dir, mut server, _idle) = serve("conc");
+    let path = dir.sock();
+    let threads: Vec<_> = (0..8)
+        .map(|i| {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                let mut c = Client::connect(&path).unwrap();
+                for j in 0..20 {
+                    let flows = format!("table={i}, priority={j}, ip actions=drop");
+                    c.call(&Request::AddFlows { flows }).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let mut c = Client::connect(&path).unwrap();
+    assert_eq!(dump(&mut c).len(), 160);
+    // Stop returns although `_idle` and `c` are still connected.
+    server.stop();
+    assert!(!path.exists());
+    assert!(c.call(&Request::Version).is_err());
+}
