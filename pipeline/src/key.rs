@@ -9,7 +9,7 @@
 use crate::field::{Field, KEY_WORDS};
 
 // `hash64` hashes the words in lanes of four.
-const _: () = assert!(KEY_WORDS % 4 == 0);
+const _: () = assert!(KEY_WORDS.is_multiple_of(4));
 
 /// A packet's flow key, a match value, or a mask (see the module doc).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
