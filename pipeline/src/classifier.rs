@@ -265,6 +265,10 @@ struct Entry {
     priority: u16,
     /// A conjunctive clause rule (see the module doc).
     soft: bool,
+    /// The rule's well-formed `conjunction` actions as (id, n, clause bit),
+    /// sorted: completion is a merge of these sorted lists (linear in their
+    /// total length, however many conjunctions a clause flow carries).
+    conj: Arc<[(u32, u8, u64)]>,
 }
 
 impl Entry {
@@ -277,20 +281,6 @@ impl Entry {
                 self.priority > o.priority || (self.priority == o.priority && self.seq < o.seq)
             }
         }
-    }
-
-    /// The `conjunction` actions as (id, clause bit, n), skipping malformed ones.
-    fn conjunctions(&self) -> impl Iterator<Item = (u32, u64, u8)> + '_ {
-        self.rule.flow.actions.iter().filter_map(|a| match a {
-            Action::Conjunction {
-                id,
-                clause,
-                n_clauses,
-            } if *clause >= 1 && clause <= n_clauses && *n_clauses <= 64 => {
-                Some((*id, 1u64 << (clause - 1), *n_clauses))
-            }
-            _ => None,
-        })
     }
 }
 
@@ -579,10 +569,31 @@ impl Classifier {
 
     fn insert_entry(&mut self, rule: Arc<Rule>, seq: u64) -> Option<Arc<Rule>> {
         let mask = rule.flow.matches.mask;
+        let soft = is_clause_flow(&rule.flow);
+        let mut conj: Vec<(u32, u8, u64)> = Vec::new();
+        if soft {
+            conj = rule
+                .flow
+                .actions
+                .iter()
+                .filter_map(|a| match a {
+                    Action::Conjunction {
+                        id,
+                        clause,
+                        n_clauses,
+                    } if *clause >= 1 && clause <= n_clauses && *n_clauses <= 64 => {
+                        Some((*id, *n_clauses, 1u64 << (clause - 1)))
+                    }
+                    _ => None,
+                })
+                .collect();
+            conj.sort_unstable();
+        }
         let entry = Entry {
             seq,
             priority: rule.flow.priority,
-            soft: is_clause_flow(&rule.flow),
+            soft,
+            conj: conj.into(),
             rule,
         };
         let idx = match self.by_mask.get(&mask) {
@@ -788,9 +799,57 @@ impl Classifier {
     }
 
     /// The smallest conjunction id greater than `after` that completes at
-    /// priority `p` (module doc), if any. Quadratic in the number of clause
-    /// entries at `p`, which is small; allocation-free.
+    /// priority `p` (module doc), if any. A k-way merge of the clause
+    /// entries' sorted conjunction lists: linear in their total length
+    /// (times the number of clause entries, which is at most one per probed
+    /// subtable). Allocation-free for up to [`MERGE_WAYS`] clause entries;
+    /// beyond that (absurd tables) it falls back to a quadratic scan.
     fn next_completed(
+        &self,
+        probed_order: &[(u16, u32)],
+        key: &FlowKey,
+        p: u16,
+        count: usize,
+        after: Option<u32>,
+    ) -> Option<u32> {
+        let mut lists: [&[(u32, u8, u64)]; MERGE_WAYS] = [&[]; MERGE_WAYS];
+        let mut k = 0usize;
+        for e in self.soft_at(probed_order, key, p) {
+            if k == MERGE_WAYS {
+                return self.next_completed_slow(probed_order, key, p, count, after);
+            }
+            // Skip ids <= after.
+            let from = after.map_or(0, |a| e.conj.partition_point(|c| c.0 <= a));
+            lists[k] = e.conj.get(from..).unwrap_or(&[]);
+            k += 1;
+        }
+        let lists = &mut lists[..k];
+        loop {
+            // The smallest (id, n) at the head of any list.
+            let head = lists
+                .iter()
+                .filter_map(|l| l.first().map(|c| (c.0, c.1)))
+                .min()?;
+            let mut bits = 0u64;
+            for l in lists.iter_mut() {
+                while let Some(&(id, n, bit)) = l.first() {
+                    if (id, n) != head {
+                        break;
+                    }
+                    bits |= bit;
+                    *l = l.get(1..).unwrap_or(&[]);
+                }
+            }
+            let (id, n) = head;
+            let full = if n >= 64 { u64::MAX } else { (1u64 << n) - 1 };
+            if usize::from(n) <= count && bits == full {
+                return Some(id);
+            }
+        }
+    }
+
+    /// [`Self::next_completed`] for more than [`MERGE_WAYS`] clause entries.
+    fn next_completed_slow(
         &self,
         probed_order: &[(u16, u32)],
         key: &FlowKey,
@@ -800,7 +859,7 @@ impl Classifier {
     ) -> Option<u32> {
         let mut best: Option<u32> = None;
         for e in self.soft_at(probed_order, key, p) {
-            for (id, _, n) in e.conjunctions() {
+            for &(id, n, _) in e.conj.iter() {
                 if usize::from(n) > count
                     || after.is_some_and(|a| id <= a)
                     || best.is_some_and(|b| id >= b)
@@ -809,7 +868,7 @@ impl Classifier {
                 }
                 let mut bits = 0u64;
                 for e2 in self.soft_at(probed_order, key, p) {
-                    for (id2, bit, n2) in e2.conjunctions() {
+                    for &(id2, n2, bit) in e2.conj.iter() {
                         if id2 == id && n2 == n {
                             bits |= bit;
                         }
@@ -824,6 +883,9 @@ impl Classifier {
         best
     }
 }
+
+/// Clause entries merged without allocating in [`Classifier::next_completed`].
+const MERGE_WAYS: usize = 32;
 
 #[cfg(test)]
 mod tests;

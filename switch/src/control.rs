@@ -77,14 +77,10 @@ pub const MAX_CONNECTIONS: usize = 64;
 /// Most packet-ins one `packet-in` request takes.
 const MAX_PACKET_INS: usize = 10_000;
 
-/// Nanoseconds on `CLOCK_MONOTONIC` (the pipeline's clock; see the module doc).
+/// Nanoseconds on the datapath's monotonic clock ([`crate::engine::monotonic_ns`]).
 pub fn monotonic_ns() -> u64 {
-    match nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC) {
-        Ok(ts) => (ts.tv_sec() as u64)
-            .saturating_mul(1_000_000_000)
-            .saturating_add(ts.tv_nsec() as u64),
-        Err(_) => 0,
-    }
+    // The datapath's clock: flow ages and rule last-used times must compare.
+    crate::engine::monotonic_ns()
 }
 
 /// Why the control server could not start.

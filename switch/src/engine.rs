@@ -1,11 +1,75 @@
-//! The switch engine: ports, datapath threads, shared state. (API contract; being written.)
+//! The switch engine: ports, datapath threads, shared state.
+//!
+//! ## Threads and ownership
+//!
+//! [`Switch::start`] spawns `threads` datapath threads. Each owns, and alone
+//! touches: its ports (an AF_XDP socket with its own UMEM and frame pool --
+//! see [`crate::afxdp`] for why not one UMEM per thread -- or a VXLAN
+//! socket), and an
+//! [`oxvs_pipeline::datapath::Datapath`] (exact-match and megaflow caches are
+//! per thread). Ports are assigned to the thread with the fewest ports
+//! (round-robin as long as none is removed). The control side (the
+//! [`Switch`] methods, all `&self`) talks to a thread through its command
+//! channel plus a wakeup socket the thread polls, and waits for the reply;
+//! sockets are created and deleted on the owning thread (a few ms during
+//! which that thread's other ports wait; other threads are not affected).
+//!
+//! ## The loop (per thread)
+//!
+//! 1. commands (port add/del, port table, inject) and the cross-thread inbox;
+//! 2. for each port: receive a batch (`SwitchConfig::batch` frames); AF_XDP
+//!    frames are processed **in place** in the UMEM ([`PacketRef`] over the
+//!    frame, with 256 bytes of headroom), VXLAN packets in the port's own
+//!    buffers; `process_batch` runs with the conntrack lock taken once and
+//!    `now_ns` read once; every output is copied once into a free frame of
+//!    the output port's TX ring (or the tunnel's send queue); the RX frames
+//!    go straight back to that port's fill ring;
+//! 3. flush every port (one `sendto` per port when the ring asks for a
+//!    wakeup), drain completions, top fill rings up, publish counters;
+//! 4. if nothing happened: `poll(2)` on all sockets + the wakeup socket
+//!    (100 ms) in [`PollMode::Interrupt`]; spin in [`PollMode::Busy`].
+//!
+//! An output to a port owned by another thread is copied into a buffer and
+//! handed over through that thread's inbox (one lock per batch); that path
+//! costs a second copy, which is why one thread (the default) is best on a
+//! small machine.
+//!
+//! ## Shared state and locks
+//!
+//! - flow tables: `Arc<Pipeline>`, a lock-free snapshot per batch;
+//! - conntrack: one `Mutex<Conntrack>`, taken once per batch;
+//! - packet-ins: a bounded `Mutex<VecDeque>`, one lock per batch that has any;
+//! - per-thread stats: a `Mutex` updated once per loop; port counters are
+//!   atomics added once per loop;
+//! - the port registry (`Mutex<BTreeMap>`), only on the control side.
+//!
+//! Lock order: registry -> (thread reply wait); a datapath thread never takes
+//! the registry, and holds at most one of conntrack / packet-in / inbox /
+//! stats at a time.
 
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::net::Ipv4Addr;
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::net::UnixDatagram;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
-use oxvs_api::{PortInfo, PortSpec};
+use oxvs_api::{PortInfo, PortKind, PortSpec, PortStats};
 use oxvs_pipeline::conntrack::{Conntrack, CtConfig};
-use oxvs_pipeline::datapath::DatapathStats;
+use oxvs_pipeline::datapath::{
+    Datapath, DatapathConfig, DatapathSink, DatapathStats, DpPacket, PacketIn as DpPacketIn,
+    TunnelMeta,
+};
+use oxvs_pipeline::flow::PacketInReason;
+use oxvs_pipeline::packet::PacketRef;
 use oxvs_pipeline::tables::Pipeline;
+use oxvs_pipeline::xlate::XlateEnv;
+
+use crate::afxdp::{self, XskPort};
+use crate::vxlan::{self, TxError, VxlanPort};
 
 /// How datapath threads wait for packets.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -23,11 +87,16 @@ pub struct SwitchConfig {
     /// Number of datapath threads (ports are spread across them).
     pub threads: usize,
     pub poll_mode: PollMode,
-    /// UMEM frames per datapath thread.
+    /// UMEM frames (4 KiB each) per AF_XDP port.
     pub umem_frames: u32,
     /// Frames per RX/TX batch (32-64).
     pub batch: usize,
     pub conntrack: CtConfig,
+    /// Source address of ICMP "too big" replies to packets that do not fit
+    /// a tunnel (the gateway IP); default: the tunnel's local IP.
+    pub icmp_src_ip: Option<Ipv4Addr>,
+    /// Most packet-ins queued for the controller (more are dropped and counted).
+    pub packet_in_queue: usize,
 }
 
 impl Default for SwitchConfig {
@@ -35,9 +104,11 @@ impl Default for SwitchConfig {
         SwitchConfig {
             threads: 1,
             poll_mode: PollMode::Interrupt,
-            umem_frames: 4096,
+            umem_frames: 2048,
             batch: 32,
             conntrack: CtConfig::default(),
+            icmp_src_ip: None,
+            packet_in_queue: 1024,
         }
     }
 }
@@ -47,6 +118,18 @@ impl Default for SwitchConfig {
 pub enum SwitchError {
     #[error("no port named '{0}'")]
     NoSuchPort(String),
+    #[error("no port with ofport {0}")]
+    NoSuchOfport(u32),
+    #[error("a port named '{0}' already exists")]
+    NameInUse(String),
+    #[error("ofport {ofport} is already used by port '{name}'")]
+    OfportInUse { ofport: u32, name: String },
+    #[error("ofport {0} is not a valid port number (1..=65279)")]
+    BadOfport(u32),
+    #[error("cannot open port '{name}': {reason}")]
+    PortOpen { name: String, reason: String },
+    #[error("the switch is shut down")]
+    ShutDown,
     #[error("{0}")]
     Other(String),
 }
@@ -69,50 +152,1106 @@ pub struct SwitchStats {
     pub threads: usize,
     /// Time spent processing packets (ns), for ns-per-packet.
     pub busy_ns: u64,
+    /// Packet-ins dropped because the queue was full.
+    pub packet_in_dropped: u64,
+    /// ICMP "fragmentation needed" / "packet too big" replies sent for
+    /// packets that did not fit a tunnel.
+    pub icmp_too_big: u64,
+    /// Outputs to a port number no port has (dropped).
+    pub output_no_port: u64,
+    /// Outputs handed to another datapath thread.
+    pub cross_thread: u64,
+    /// Received frames whose descriptor was unusable (dropped).
+    pub bad_frames: u64,
+}
+
+/// Nanoseconds on the engine's monotonic clock (the clock the datapath
+/// hands the pipeline as `now_ns`; use it for flow mods too).
+pub fn monotonic_ns() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
+/// Highest port number a port may have (OFPP_MAX).
+const OFPP_MAX: u32 = 0xff00;
+/// How long the control side waits for a datapath thread's answer.
+const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Idle `poll(2)` timeout in interrupt mode.
+const POLL_TIMEOUT_MS: i32 = 100;
+/// Most recycled cross-thread buffers kept.
+const MAX_SPARES: usize = 4096;
+
+/// Live counters of one port (updated by its thread once per loop).
+#[derive(Debug, Default)]
+struct AtomicPortStats {
+    rx_packets: AtomicU64,
+    rx_bytes: AtomicU64,
+    rx_dropped: AtomicU64,
+    rx_errors: AtomicU64,
+    tx_packets: AtomicU64,
+    tx_bytes: AtomicU64,
+    tx_dropped: AtomicU64,
+    tx_errors: AtomicU64,
+}
+
+impl AtomicPortStats {
+    fn add(&self, c: &afxdp::PortCounters) {
+        let r = Ordering::Relaxed;
+        self.rx_packets.fetch_add(c.rx_packets, r);
+        self.rx_bytes.fetch_add(c.rx_bytes, r);
+        self.rx_dropped.fetch_add(c.rx_dropped, r);
+        self.tx_packets.fetch_add(c.tx_packets, r);
+        self.tx_bytes.fetch_add(c.tx_bytes, r);
+        self.tx_dropped.fetch_add(c.tx_dropped, r);
+        self.tx_errors.fetch_add(c.tx_errors, r);
+    }
+    fn store(&self, s: &PortStats) {
+        let r = Ordering::Relaxed;
+        self.rx_packets.store(s.rx_packets, r);
+        self.rx_bytes.store(s.rx_bytes, r);
+        self.rx_dropped.store(s.rx_dropped, r);
+        self.rx_errors.store(s.rx_errors, r);
+        self.tx_packets.store(s.tx_packets, r);
+        self.tx_bytes.store(s.tx_bytes, r);
+        self.tx_dropped.store(s.tx_dropped, r);
+        self.tx_errors.store(s.tx_errors, r);
+    }
+    fn get(&self) -> PortStats {
+        let r = Ordering::Relaxed;
+        PortStats {
+            rx_packets: self.rx_packets.load(r),
+            rx_bytes: self.rx_bytes.load(r),
+            rx_dropped: self.rx_dropped.load(r),
+            rx_errors: self.rx_errors.load(r),
+            tx_packets: self.tx_packets.load(r),
+            tx_bytes: self.tx_bytes.load(r),
+            tx_dropped: self.tx_dropped.load(r),
+            tx_errors: self.tx_errors.load(r),
+        }
+    }
+}
+
+/// A frame handed to another thread for output.
+#[derive(Debug)]
+struct Handoff {
+    ofport: u32,
+    tunnel: Option<TunnelMeta>,
+    buf: Vec<u8>,
+}
+
+/// What the control side asks a datapath thread.
+enum Cmd {
+    AddPort {
+        spec: PortSpec,
+        ofport: u32,
+        stats: Arc<AtomicPortStats>,
+        reply: Sender<Result<String, SwitchError>>,
+    },
+    DelPort {
+        ofport: u32,
+        reply: Sender<()>,
+    },
+    /// Every port number and the thread that owns it.
+    Topology(Vec<(u32, usize)>),
+    Inject {
+        in_port: u32,
+        frame: Vec<u8>,
+    },
+}
+
+/// Engine-wide counters.
+#[derive(Debug, Default)]
+struct Counters {
+    packet_in_dropped: AtomicU64,
+    icmp_too_big: AtomicU64,
+    output_no_port: AtomicU64,
+    cross_thread: AtomicU64,
+    bad_frames: AtomicU64,
+}
+
+/// What every thread and the control side share.
+struct Shared {
+    conntrack: Mutex<Conntrack>,
+    stop: AtomicBool,
+    packet_ins: Mutex<VecDeque<PacketIn>>,
+    packet_in_max: usize,
+    spares: Mutex<Vec<Vec<u8>>>,
+    counters: Counters,
+}
+
+/// The part of a datapath thread others can reach.
+struct ThreadShared {
+    /// Written to wake the thread.
+    waker: UnixDatagram,
+    inbox: Mutex<Vec<Handoff>>,
+    stats: Mutex<DatapathStats>,
+    busy_ns: AtomicU64,
+}
+
+impl ThreadShared {
+    fn wake(&self) {
+        // A full buffer means a wakeup is already pending.
+        let _ = self.waker.send(&[1]);
+    }
+}
+
+/// A registered port (control side).
+#[derive(Debug)]
+struct PortEntry {
+    name: String,
+    thread: usize,
+    kind: &'static str,
+    mode: String,
+    stats: Arc<AtomicPortStats>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The running switch (shared by the control server; all methods take `&self`).
 pub struct Switch {
     pipeline: Arc<Pipeline>,
+    shared: Arc<Shared>,
+    threads: Vec<Arc<ThreadShared>>,
+    cmds: Vec<Mutex<Sender<Cmd>>>,
+    joins: Mutex<Vec<JoinHandle<()>>>,
+    ports: Mutex<BTreeMap<u32, PortEntry>>,
+}
+
+impl std::fmt::Debug for Switch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Switch")
+            .field("threads", &self.threads.len())
+            .finish()
+    }
 }
 
 impl Switch {
     /// Starts the datapath threads with no ports.
-    pub fn start(_config: SwitchConfig, pipeline: Arc<Pipeline>) -> Result<Switch, SwitchError> {
-        Ok(Switch { pipeline })
+    pub fn start(config: SwitchConfig, pipeline: Arc<Pipeline>) -> Result<Switch, SwitchError> {
+        let nthreads = config.threads.max(1);
+        let batch = config.batch.clamp(1, 256);
+        let shared = Arc::new(Shared {
+            conntrack: Mutex::new(Conntrack::new(config.conntrack.clone())),
+            stop: AtomicBool::new(false),
+            packet_ins: Mutex::new(VecDeque::new()),
+            packet_in_max: config.packet_in_queue,
+            spares: Mutex::new(Vec::new()),
+            counters: Counters::default(),
+        });
+        let mut threads = Vec::new();
+        let mut wake_rx = Vec::new();
+        for i in 0..nthreads {
+            let (a, b) = UnixDatagram::pair()
+                .map_err(|e| SwitchError::Other(format!("wakeup socket for thread {i}: {e}")))?;
+            for s in [&a, &b] {
+                s.set_nonblocking(true)
+                    .map_err(|e| SwitchError::Other(format!("wakeup socket: {e}")))?;
+            }
+            threads.push(Arc::new(ThreadShared {
+                waker: a,
+                inbox: Mutex::new(Vec::new()),
+                stats: Mutex::new(DatapathStats::default()),
+                busy_ns: AtomicU64::new(0),
+            }));
+            wake_rx.push(b);
+        }
+        let sw = Switch {
+            pipeline: Arc::clone(&pipeline),
+            shared: Arc::clone(&shared),
+            threads: threads.clone(),
+            cmds: Vec::new(),
+            joins: Mutex::new(Vec::new()),
+            ports: Mutex::new(BTreeMap::new()),
+        };
+        let mut sw = sw;
+        for (idx, wake) in wake_rx.into_iter().enumerate() {
+            let (tx, rx) = mpsc::channel();
+            let (ready_tx, ready_rx) = mpsc::channel();
+            let w = WorkerInit {
+                idx,
+                shared: Arc::clone(&shared),
+                peers: threads.clone(),
+                cmds: rx,
+                wake,
+                pipeline: Arc::clone(&pipeline),
+                config: config.clone(),
+                batch,
+            };
+            let h = std::thread::Builder::new()
+                .name(format!("oxvs-dp{idx}"))
+                .spawn(move || w.run(ready_tx))
+                .map_err(|e| SwitchError::Other(format!("cannot spawn datapath thread: {e}")))?;
+            lock(&sw.joins).push(h);
+            sw.cmds.push(Mutex::new(tx));
+            match ready_rx.recv_timeout(REPLY_TIMEOUT) {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    sw.shutdown();
+                    return Err(e);
+                }
+                Err(_) => {
+                    sw.shutdown();
+                    return Err(SwitchError::Other(format!(
+                        "datapath thread {idx} did not start"
+                    )));
+                }
+            }
+        }
+        tracing::info!(threads = nthreads, mode = ?config.poll_mode, batch, "switch started");
+        Ok(sw)
     }
+
     pub fn pipeline(&self) -> &Arc<Pipeline> {
         &self.pipeline
     }
-    /// Adds a port at run time without disturbing the others.
-    pub fn add_port(&self, _spec: PortSpec) -> Result<PortInfo, SwitchError> {
-        Err(SwitchError::Other("not written yet".into()))
+
+    fn send(&self, thread: usize, cmd: Cmd) -> Result<(), SwitchError> {
+        if self.shared.stop.load(Ordering::Acquire) {
+            return Err(SwitchError::ShutDown);
+        }
+        let tx = self.cmds.get(thread).ok_or(SwitchError::ShutDown)?;
+        lock(tx).send(cmd).map_err(|_| SwitchError::ShutDown)?;
+        if let Some(t) = self.threads.get(thread) {
+            t.wake();
+        }
+        Ok(())
     }
+
+    fn broadcast_topology(&self, ports: &BTreeMap<u32, PortEntry>) {
+        let topo: Vec<(u32, usize)> = ports.iter().map(|(o, e)| (*o, e.thread)).collect();
+        for t in 0..self.cmds.len() {
+            let _ = self.send(t, Cmd::Topology(topo.clone()));
+        }
+    }
+
+    /// Adds a port at run time without disturbing the others.
+    pub fn add_port(&self, spec: PortSpec) -> Result<PortInfo, SwitchError> {
+        let mut ports = lock(&self.ports);
+        if spec.name.is_empty() {
+            return Err(SwitchError::PortOpen {
+                name: spec.name,
+                reason: "empty name".into(),
+            });
+        }
+        if ports.values().any(|p| p.name == spec.name) {
+            return Err(SwitchError::NameInUse(spec.name));
+        }
+        let ofport = match spec.ofport {
+            Some(o) if o == 0 || o > OFPP_MAX => return Err(SwitchError::BadOfport(o)),
+            Some(o) => {
+                if let Some(e) = ports.get(&o) {
+                    return Err(SwitchError::OfportInUse {
+                        ofport: o,
+                        name: e.name.clone(),
+                    });
+                }
+                o
+            }
+            None => (1..=OFPP_MAX)
+                .find(|o| !ports.contains_key(o))
+                .ok_or_else(|| SwitchError::Other("no free port number".into()))?,
+        };
+        if let PortKind::Afxdp { ifname, .. } = &spec.kind {
+            let ifname = ifname.as_deref().unwrap_or(&spec.name);
+            if ports
+                .values()
+                .any(|p| p.mode != "udp-socket" && p.name == ifname)
+            {
+                return Err(SwitchError::PortOpen {
+                    name: spec.name.clone(),
+                    reason: format!("interface '{ifname}' is already a port"),
+                });
+            }
+        }
+        // The thread with the fewest ports.
+        let mut load = vec![0usize; self.threads.len()];
+        for e in ports.values() {
+            if let Some(l) = load.get_mut(e.thread) {
+                *l += 1;
+            }
+        }
+        let thread = (0..load.len()).min_by_key(|&i| (load[i], i)).unwrap_or(0);
+        let stats = Arc::new(AtomicPortStats::default());
+        let (reply_tx, reply_rx) = mpsc::channel();
+        let name = spec.name.clone();
+        let kind = match spec.kind {
+            PortKind::Afxdp { .. } => "afxdp",
+            PortKind::Vxlan { .. } => "vxlan",
+        };
+        self.send(
+            thread,
+            Cmd::AddPort {
+                spec,
+                ofport,
+                stats: Arc::clone(&stats),
+                reply: reply_tx,
+            },
+        )?;
+        let mode = reply_rx.recv_timeout(REPLY_TIMEOUT).map_err(|_| {
+            SwitchError::Other(format!("datapath thread {thread} did not answer"))
+        })??;
+        ports.insert(
+            ofport,
+            PortEntry {
+                name: name.clone(),
+                thread,
+                kind,
+                mode: mode.clone(),
+                stats: Arc::clone(&stats),
+            },
+        );
+        self.broadcast_topology(&ports);
+        tracing::info!(port = %name, ofport, kind, mode = %mode, thread, "port added");
+        Ok(PortInfo {
+            name,
+            ofport,
+            kind: kind.into(),
+            mode,
+            state: "up".into(),
+            stats: stats.get(),
+        })
+    }
+
     /// Removes a port (its XDP program is detached).
     pub fn del_port(&self, name: &str) -> Result<(), SwitchError> {
-        Err(SwitchError::NoSuchPort(name.into()))
+        let mut ports = lock(&self.ports);
+        let (&ofport, entry) = ports
+            .iter()
+            .find(|(_, e)| e.name == name)
+            .ok_or_else(|| SwitchError::NoSuchPort(name.into()))?;
+        let thread = entry.thread;
+        let (reply_tx, reply_rx) = mpsc::channel();
+        let sent = self.send(
+            thread,
+            Cmd::DelPort {
+                ofport,
+                reply: reply_tx,
+            },
+        );
+        ports.remove(&ofport);
+        self.broadcast_topology(&ports);
+        sent?;
+        reply_rx
+            .recv_timeout(REPLY_TIMEOUT)
+            .map_err(|_| SwitchError::Other(format!("datapath thread {thread} did not answer")))?;
+        tracing::info!(port = %name, ofport, "port removed");
+        Ok(())
     }
+
     /// Every port with its counters, by ofport.
     pub fn ports(&self) -> Vec<PortInfo> {
-        Vec::new()
+        lock(&self.ports)
+            .iter()
+            .map(|(&ofport, e)| PortInfo {
+                name: e.name.clone(),
+                ofport,
+                kind: e.kind.into(),
+                mode: e.mode.clone(),
+                state: "up".into(),
+                stats: e.stats.get(),
+            })
+            .collect()
     }
+
     /// Runs `f` with the connection tracker locked (dump, flush).
     pub fn with_conntrack<R>(&self, f: impl FnOnce(&mut Conntrack) -> R) -> R {
-        let mut ct = Conntrack::new(CtConfig::default());
-        f(&mut ct)
+        f(&mut lock(&self.shared.conntrack))
     }
+
     pub fn stats(&self) -> SwitchStats {
-        SwitchStats::default()
+        let mut s = SwitchStats {
+            threads: self.threads.len(),
+            ..SwitchStats::default()
+        };
+        for t in &self.threads {
+            add_stats(&mut s.datapath, &lock(&t.stats));
+            s.busy_ns += t.busy_ns.load(Ordering::Relaxed);
+        }
+        let c = &self.shared.counters;
+        let r = Ordering::Relaxed;
+        s.packet_in_dropped = c.packet_in_dropped.load(r);
+        s.icmp_too_big = c.icmp_too_big.load(r);
+        s.output_no_port = c.output_no_port.load(r);
+        s.cross_thread = c.cross_thread.load(r);
+        s.bad_frames = c.bad_frames.load(r);
+        s
     }
+
     /// Takes up to `max` queued packet-ins.
-    pub fn take_packet_ins(&self, _max: usize) -> Vec<PacketIn> {
-        Vec::new()
+    pub fn take_packet_ins(&self, max: usize) -> Vec<PacketIn> {
+        let mut q = lock(&self.shared.packet_ins);
+        let n = max.min(q.len());
+        q.drain(..n).collect()
     }
+
     /// Injects a frame as if it arrived on `in_port`: it goes through the
     /// pipeline and out for real.
-    pub fn inject(&self, _in_port: u32, _frame: Vec<u8>) -> Result<(), SwitchError> {
-        Err(SwitchError::Other("not written yet".into()))
+    pub fn inject(&self, in_port: u32, frame: Vec<u8>) -> Result<(), SwitchError> {
+        let thread = lock(&self.ports)
+            .get(&in_port)
+            .map(|e| e.thread)
+            .ok_or(SwitchError::NoSuchOfport(in_port))?;
+        self.send(thread, Cmd::Inject { in_port, frame })
     }
+
     /// Stops the threads, detaches XDP programs, removes ports.
-    pub fn shutdown(&self) {}
+    pub fn shutdown(&self) {
+        self.shared.stop.store(true, Ordering::Release);
+        for t in &self.threads {
+            t.wake();
+        }
+        let joins: Vec<_> = lock(&self.joins).drain(..).collect();
+        for j in joins {
+            if j.join().is_err() {
+                tracing::error!("a datapath thread panicked");
+            }
+        }
+        let mut ports = lock(&self.ports);
+        if !ports.is_empty() {
+            tracing::info!(ports = ports.len(), "switch stopped; ports removed");
+        }
+        ports.clear();
+    }
+}
+
+impl Drop for Switch {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn add_stats(a: &mut DatapathStats, b: &DatapathStats) {
+    a.packets += b.packets;
+    a.bytes += b.bytes;
+    a.emc_hits += b.emc_hits;
+    a.megaflow_hits += b.megaflow_hits;
+    a.upcalls += b.upcalls;
+    a.megaflow_inserts += b.megaflow_inserts;
+    a.xlate_errors += b.xlate_errors;
+    a.cache_flushes += b.cache_flushes;
+    a.recirculations += b.recirculations;
+    a.drops += b.drops;
+    a.recirc_limit_drops += b.recirc_limit_drops;
+    a.write_errors += b.write_errors;
+    a.outputs += b.outputs;
+    a.packet_ins += b.packet_ins;
+}
+
+// ---------------------------------------------------------------------------
+// The datapath thread.
+
+struct WorkerInit {
+    idx: usize,
+    shared: Arc<Shared>,
+    peers: Vec<Arc<ThreadShared>>,
+    cmds: Receiver<Cmd>,
+    wake: UnixDatagram,
+    pipeline: Arc<Pipeline>,
+    config: SwitchConfig,
+    batch: usize,
+}
+
+#[allow(clippy::large_enum_variant)] // few ports; the AF_XDP one is the hot variant
+enum PortIo {
+    Xsk(XskPort),
+    Vxlan(Box<VxlanPort>, Ipv4Addr),
+    /// Taken out for the duration of its own batch (VXLAN).
+    Busy,
+}
+
+struct LocalPort {
+    ofport: u32,
+    name: String,
+    io: PortIo,
+    stats: Arc<AtomicPortStats>,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Route {
+    Local(usize),
+    Remote(usize),
+}
+
+/// Per-loop scratch of the sink, kept across batches (no allocation per packet).
+#[derive(Default)]
+struct SinkScratch {
+    /// Cross-thread outputs, per destination thread.
+    remote: Vec<Vec<Handoff>>,
+    spares: Vec<Vec<u8>>,
+    packet_ins: Vec<PacketIn>,
+    /// Copy of the current packet as received (only with tunnel ports).
+    cur_frame: Vec<u8>,
+    icmp_too_big: u64,
+    output_no_port: u64,
+    cross_thread: u64,
+}
+
+struct Worker {
+    idx: usize,
+    shared: Arc<Shared>,
+    me: Arc<ThreadShared>,
+    peers: Vec<Arc<ThreadShared>>,
+    cmds: Receiver<Cmd>,
+    wake: UnixDatagram,
+    config: SwitchConfig,
+    batch: usize,
+    ports: Vec<LocalPort>,
+    routes: HashMap<u32, Route>,
+    dp: Datapath,
+    rx_descs: Vec<xsk_rs::FrameDesc>,
+    pollfds: Vec<libc::pollfd>,
+    pollfds_dirty: bool,
+    scratch: SinkScratch,
+    has_tunnels: bool,
+    bad_frames: u64,
+    busy_ns: u64,
+}
+
+impl WorkerInit {
+    fn run(self, ready: Sender<Result<(), SwitchError>>) {
+        let nthreads = self.peers.len();
+        let me = Arc::clone(&self.peers[self.idx]);
+        let dp = Datapath::new(
+            self.pipeline,
+            XlateEnv { ports: Vec::new() },
+            DatapathConfig::default(),
+        );
+        let mut w = Worker {
+            idx: self.idx,
+            shared: self.shared,
+            me,
+            peers: self.peers,
+            cmds: self.cmds,
+            wake: self.wake,
+            batch: self.batch,
+            config: self.config,
+            ports: Vec::new(),
+            routes: HashMap::new(),
+            dp,
+            rx_descs: vec![xsk_rs::FrameDesc::default(); self.batch],
+            pollfds: Vec::new(),
+            pollfds_dirty: true,
+            scratch: SinkScratch {
+                remote: (0..nthreads).map(|_| Vec::new()).collect(),
+                ..SinkScratch::default()
+            },
+            has_tunnels: false,
+            bad_frames: 0,
+            busy_ns: 0,
+        };
+        let _ = ready.send(Ok(()));
+        w.run();
+        // Drop order: sockets (XDP programs detached), then the UMEM.
+        let n = w.ports.len();
+        w.ports.clear();
+        tracing::debug!(thread = w.idx, ports = n, "datapath thread stopped");
+    }
+}
+
+impl Worker {
+    fn run(&mut self) {
+        let mut last_publish = Instant::now();
+        while !self.shared.stop.load(Ordering::Acquire) {
+            self.commands();
+            let t0 = Instant::now();
+            let mut work = self.drain_inbox();
+            let now_ns = monotonic_ns();
+            for i in 0..self.ports.len() {
+                work += self.rx_port(i, now_ns);
+            }
+            self.flush_all();
+            if work > 0 {
+                self.busy_ns += t0.elapsed().as_nanos() as u64;
+            }
+            if work > 0 || last_publish.elapsed() > Duration::from_millis(50) {
+                self.publish();
+                last_publish = Instant::now();
+            }
+            if work == 0 {
+                self.idle();
+            }
+        }
+        self.publish();
+    }
+
+    fn idle(&mut self) {
+        match self.config.poll_mode {
+            PollMode::Busy => {
+                for p in &mut self.ports {
+                    if let PortIo::Xsk(x) = &mut p.io {
+                        if x.fill_needs_wakeup() {
+                            x.wake_fill();
+                        }
+                    }
+                }
+                std::hint::spin_loop();
+            }
+            PollMode::Interrupt => {
+                if self.pollfds_dirty {
+                    self.pollfds.clear();
+                    let mut fds: Vec<RawFd> = vec![self.wake.as_raw_fd()];
+                    for p in &self.ports {
+                        match &p.io {
+                            PortIo::Xsk(x) => fds.push(x.fd()),
+                            PortIo::Vxlan(v, _) => fds.push(v.fd()),
+                            PortIo::Busy => {}
+                        }
+                    }
+                    self.pollfds.extend(fds.into_iter().map(|fd| libc::pollfd {
+                        fd,
+                        events: libc::POLLIN,
+                        revents: 0,
+                    }));
+                    self.pollfds_dirty = false;
+                }
+                if let Err(e) = afxdp::poll_readable(&mut self.pollfds, POLL_TIMEOUT_MS) {
+                    tracing::warn!(thread = self.idx, error = %e, "poll failed");
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                let mut b = [0u8; 64];
+                while self.wake.recv(&mut b).is_ok() {}
+            }
+        }
+    }
+
+    fn commands(&mut self) {
+        while let Ok(cmd) = self.cmds.try_recv() {
+            match cmd {
+                Cmd::AddPort {
+                    spec,
+                    ofport,
+                    stats,
+                    reply,
+                } => {
+                    let r = self.open_port(spec, ofport, stats);
+                    let _ = reply.send(r);
+                }
+                Cmd::DelPort { ofport, reply } => {
+                    self.close_port(ofport);
+                    let _ = reply.send(());
+                }
+                Cmd::Topology(t) => self.set_topology(&t),
+                Cmd::Inject { in_port, frame } => self.inject(in_port, &frame),
+            }
+        }
+    }
+
+    fn open_port(
+        &mut self,
+        spec: PortSpec,
+        ofport: u32,
+        stats: Arc<AtomicPortStats>,
+    ) -> Result<String, SwitchError> {
+        let err = |reason: String| SwitchError::PortOpen {
+            name: spec.name.clone(),
+            reason,
+        };
+        let io = match &spec.kind {
+            PortKind::Afxdp { ifname, xdp_mode } => {
+                let ifname = ifname.as_deref().unwrap_or(&spec.name);
+                let x = XskPort::open(ifname, *xdp_mode, self.config.umem_frames, self.batch)
+                    .map_err(|e| err(e.to_string()))?;
+                PortIo::Xsk(x)
+            }
+            PortKind::Vxlan {
+                local_ip,
+                dst_port,
+                underlay_mtu,
+            } => {
+                let v = VxlanPort::open(*local_ip, dst_port.unwrap_or(4789), *underlay_mtu)
+                    .map_err(|e| err(e.to_string()))?;
+                PortIo::Vxlan(Box::new(v), *local_ip)
+            }
+        };
+        let mode = match &io {
+            PortIo::Xsk(x) => x.mode().name().to_string(),
+            PortIo::Vxlan(v, _) => v.mode().to_string(),
+            PortIo::Busy => String::new(),
+        };
+        self.ports.push(LocalPort {
+            ofport,
+            name: spec.name,
+            io,
+            stats,
+        });
+        self.ports_changed();
+        // Until the topology broadcast arrives, route to it locally.
+        self.routes
+            .insert(ofport, Route::Local(self.ports.len() - 1));
+        Ok(mode)
+    }
+
+    fn close_port(&mut self, ofport: u32) {
+        let Some(i) = self.ports.iter().position(|p| p.ofport == ofport) else {
+            return;
+        };
+        let mut p = self.ports.remove(i);
+        self.publish_port(&mut p);
+        // Dropping the port deletes its socket (libxdp detaches the XDP
+        // program) and unmaps its UMEM.
+        tracing::debug!(port = %p.name, ofport, "port closed");
+        drop(p);
+        self.routes.remove(&ofport);
+        self.ports_changed();
+    }
+
+    fn ports_changed(&mut self) {
+        self.pollfds_dirty = true;
+        self.has_tunnels = self.ports.iter().any(|p| matches!(p.io, PortIo::Vxlan(..)));
+        // Local indexes moved: rebuild local routes.
+        let local: Vec<(u32, usize)> = self
+            .ports
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.ofport, i))
+            .collect();
+        self.routes.retain(|_, r| matches!(r, Route::Remote(_)));
+        for (o, i) in local {
+            self.routes.insert(o, Route::Local(i));
+        }
+    }
+
+    fn set_topology(&mut self, topo: &[(u32, usize)]) {
+        self.routes.clear();
+        for &(ofport, thread) in topo {
+            if thread != self.idx {
+                self.routes.insert(ofport, Route::Remote(thread));
+            }
+        }
+        self.ports_changed();
+        let mut all: Vec<u32> = topo.iter().map(|(o, _)| *o).collect();
+        all.sort_unstable();
+        if self.dp.env().ports != all {
+            self.dp.set_env(XlateEnv { ports: all });
+        }
+    }
+
+    fn inject(&mut self, in_port: u32, frame: &[u8]) {
+        let mut pkts = [DpPacket::from_frame(frame, in_port)];
+        let now_ns = monotonic_ns();
+        self.process(&mut pkts, now_ns, None);
+    }
+
+    /// Runs `pkts` through the datapath with this thread's sink.
+    /// `skip` is a port taken out of the table for its own batch.
+    fn process<B: AsRef<[u8]> + AsMut<[u8]>>(
+        &mut self,
+        pkts: &mut [DpPacket<B>],
+        now_ns: u64,
+        _skip: Option<usize>,
+    ) {
+        let Worker {
+            ports,
+            routes,
+            dp,
+            scratch,
+            shared,
+            config,
+            has_tunnels,
+            ..
+        } = self;
+        let mut sink = Sink {
+            ports,
+            routes,
+            scratch,
+            keep_frame: *has_tunnels,
+            cur_in_port: 0,
+            icmp_src: config.icmp_src_ip,
+        };
+        let mut ct = lock(&shared.conntrack);
+        dp.process_batch(pkts, &mut ct, now_ns, &mut sink);
+    }
+
+    /// Receives and processes one batch from port `i`; returns its size.
+    fn rx_port(&mut self, i: usize, now_ns: u64) -> usize {
+        let batch = self.batch;
+        let in_port = self.ports[i].ofport;
+        match &mut self.ports[i].io {
+            PortIo::Xsk(x) => {
+                let n = x.recv(&mut self.rx_descs[..batch]);
+                if n == 0 {
+                    return 0;
+                }
+                let mem = x.mem();
+                {
+                    let Worker {
+                        ports,
+                        routes,
+                        dp,
+                        scratch,
+                        shared,
+                        config,
+                        has_tunnels,
+                        rx_descs,
+                        bad_frames,
+                        ..
+                    } = self;
+                    // One allocation per batch (the packets borrow the frames).
+                    let mut pkts: Vec<DpPacket<&mut [u8]>> = Vec::with_capacity(n);
+                    for d in rx_descs[..n].iter_mut() {
+                        match mem.packet(d) {
+                            Some(p) => pkts.push(DpPacket {
+                                packet: p,
+                                in_port,
+                                tunnel: None,
+                            }),
+                            None => *bad_frames += 1,
+                        }
+                    }
+                    let mut sink = Sink {
+                        ports,
+                        routes,
+                        scratch,
+                        keep_frame: *has_tunnels,
+                        cur_in_port: 0,
+                        icmp_src: config.icmp_src_ip,
+                    };
+                    let mut ct = lock(&shared.conntrack);
+                    dp.process_batch(&mut pkts, &mut ct, now_ns, &mut sink);
+                }
+                if let PortIo::Xsk(x) = &mut self.ports[i].io {
+                    x.recycle(&self.rx_descs[..n]);
+                }
+                n
+            }
+            PortIo::Vxlan(..) => {
+                let PortIo::Vxlan(mut v, ip) =
+                    std::mem::replace(&mut self.ports[i].io, PortIo::Busy)
+                else {
+                    return 0;
+                };
+                let n = v.recv_batch(batch);
+                if n > 0 {
+                    let mut pkts: Vec<DpPacket<&mut [u8]>> = Vec::with_capacity(n);
+                    for (buf, meta) in v.rx_packets() {
+                        let len = buf.len();
+                        if let Some(p) = PacketRef::new(buf, 0, len) {
+                            pkts.push(DpPacket {
+                                packet: p,
+                                in_port,
+                                tunnel: Some(meta),
+                            });
+                        }
+                    }
+                    self.process(&mut pkts, now_ns, Some(i));
+                }
+                self.ports[i].io = PortIo::Vxlan(v, ip);
+                n
+            }
+            PortIo::Busy => 0,
+        }
+    }
+
+    /// Cross-thread outputs addressed to this thread.
+    fn drain_inbox(&mut self) -> usize {
+        let items: Vec<Handoff> = std::mem::take(&mut *lock(&self.me.inbox));
+        if items.is_empty() {
+            return 0;
+        }
+        let n = items.len();
+        let mut bufs = Vec::with_capacity(n);
+        for h in items {
+            match self.routes.get(&h.ofport) {
+                Some(Route::Local(j)) => {
+                    if let Some(p) = self.ports.get_mut(*j) {
+                        match &mut p.io {
+                            PortIo::Xsk(x) => x.send(&h.buf),
+                            PortIo::Vxlan(v, _) => {
+                                let _ = v.send(&h.buf, h.tunnel.unwrap_or_default());
+                            }
+                            PortIo::Busy => {}
+                        }
+                    }
+                }
+                _ => self.scratch.output_no_port += 1,
+            }
+            bufs.push(h.buf);
+        }
+        let mut spares = lock(&self.shared.spares);
+        for mut b in bufs {
+            if spares.len() < MAX_SPARES {
+                b.clear();
+                spares.push(b);
+            }
+        }
+        n
+    }
+
+    fn flush_all(&mut self) {
+        for p in &mut self.ports {
+            match &mut p.io {
+                PortIo::Xsk(x) => x.flush(),
+                PortIo::Vxlan(v, _) => {
+                    v.flush();
+                }
+                PortIo::Busy => {}
+            }
+        }
+        // Cross-thread handoffs: one lock and one wakeup per destination.
+        for (t, out) in self.scratch.remote.iter_mut().enumerate() {
+            if out.is_empty() {
+                continue;
+            }
+            if let Some(peer) = self.peers.get(t) {
+                lock(&peer.inbox).append(out);
+                peer.wake();
+            }
+            out.clear();
+        }
+        // Recycled cross-thread buffers: one lock per refill, not per packet.
+        if self.peers.len() > 1 && self.scratch.spares.len() < 64 {
+            let mut spares = lock(&self.shared.spares);
+            let take = spares.len().min(256);
+            let at = spares.len() - take;
+            self.scratch.spares.extend(spares.drain(at..));
+        }
+        if !self.scratch.packet_ins.is_empty() {
+            let mut q = lock(&self.shared.packet_ins);
+            for p in self.scratch.packet_ins.drain(..) {
+                if q.len() >= self.shared.packet_in_max {
+                    self.shared
+                        .counters
+                        .packet_in_dropped
+                        .fetch_add(1, Ordering::Relaxed);
+                } else {
+                    q.push_back(p);
+                }
+            }
+        }
+    }
+
+    fn publish_port(&mut self, p: &mut LocalPort) {
+        match &mut p.io {
+            PortIo::Xsk(x) => p.stats.add(&x.take_counters()),
+            PortIo::Vxlan(v, _) => p.stats.store(&v.stats()),
+            PortIo::Busy => {}
+        }
+    }
+
+    /// Publishes counters (once per loop with work, else every 50 ms).
+    fn publish(&mut self) {
+        let mut ports = std::mem::take(&mut self.ports);
+        for p in &mut ports {
+            self.publish_port(p);
+        }
+        self.ports = ports;
+        *lock(&self.me.stats) = self.dp.stats();
+        self.me.busy_ns.store(self.busy_ns, Ordering::Relaxed);
+        let c = &self.shared.counters;
+        let r = Ordering::Relaxed;
+        let s = &mut self.scratch;
+        c.icmp_too_big
+            .fetch_add(std::mem::take(&mut s.icmp_too_big), r);
+        c.output_no_port
+            .fetch_add(std::mem::take(&mut s.output_no_port), r);
+        c.cross_thread
+            .fetch_add(std::mem::take(&mut s.cross_thread), r);
+        c.bad_frames
+            .fetch_add(std::mem::take(&mut self.bad_frames), r);
+    }
+}
+
+/// Where a batch's outputs go: copied once into the output port's TX frames.
+struct Sink<'a> {
+    ports: &'a mut [LocalPort],
+    routes: &'a HashMap<u32, Route>,
+    scratch: &'a mut SinkScratch,
+    /// Whether to remember the current packet (for ICMP too-big replies).
+    keep_frame: bool,
+    cur_in_port: u32,
+    icmp_src: Option<Ipv4Addr>,
+}
+
+impl Sink<'_> {
+    /// Transmits `frame` on local or remote port `port`.
+    fn transmit(&mut self, port: u32, frame: &[u8], tunnel: Option<TunnelMeta>) {
+        match self.routes.get(&port) {
+            Some(Route::Local(j)) => {
+                let Some(p) = self.ports.get_mut(*j) else {
+                    self.scratch.output_no_port += 1;
+                    return;
+                };
+                match &mut p.io {
+                    PortIo::Xsk(x) => x.send(frame),
+                    PortIo::Vxlan(v, local_ip) => {
+                        let local_ip = *local_ip;
+                        match v.send(frame, tunnel.unwrap_or_default()) {
+                            Ok(()) => {}
+                            Err(TxError::TooBig { mtu }) => self.too_big(mtu, local_ip),
+                            Err(_) => {}
+                        }
+                    }
+                    PortIo::Busy => self.scratch.output_no_port += 1,
+                }
+            }
+            Some(Route::Remote(t)) => {
+                let t = *t;
+                let mut buf = self.scratch.spares.pop().unwrap_or_default();
+                buf.clear();
+                buf.extend_from_slice(frame);
+                if let Some(out) = self.scratch.remote.get_mut(t) {
+                    out.push(Handoff {
+                        ofport: port,
+                        tunnel,
+                        buf,
+                    });
+                    self.scratch.cross_thread += 1;
+                }
+            }
+            None => self.scratch.output_no_port += 1,
+        }
+    }
+
+    /// The current packet does not fit a tunnel: answer its sender.
+    fn too_big(&mut self, mtu: u32, local_ip: Ipv4Addr) {
+        if !self.keep_frame {
+            return;
+        }
+        let src = self.icmp_src.unwrap_or(local_ip);
+        let frame = std::mem::take(&mut self.scratch.cur_frame);
+        if let Some(reply) = vxlan::icmp_too_big_reply(&frame, mtu, src) {
+            let in_port = self.cur_in_port;
+            self.transmit(in_port, &reply, None);
+            self.scratch.icmp_too_big += 1;
+        }
+        self.scratch.cur_frame = frame;
+    }
+}
+
+impl DatapathSink for Sink<'_> {
+    fn output(&mut self, port: u32, frame: &[u8], tunnel: Option<TunnelMeta>) {
+        self.transmit(port, frame, tunnel);
+    }
+
+    fn packet_in(&mut self, p: DpPacketIn<'_>) {
+        self.scratch.packet_ins.push(PacketIn {
+            in_port: self.cur_in_port,
+            table: p.table,
+            cookie: p.cookie,
+            reason: match p.reason {
+                PacketInReason::NoMatch => "no_match",
+                PacketInReason::Action => "action",
+                PacketInReason::InvalidTtl => "invalid_ttl",
+            }
+            .to_string(),
+            userdata: p.userdata.to_vec(),
+            frame: p.frame.to_vec(),
+        });
+    }
+
+    fn begin_packet(&mut self, in_port: u32, frame: &[u8]) {
+        self.cur_in_port = in_port;
+        if self.keep_frame {
+            self.scratch.cur_frame.clear();
+            self.scratch.cur_frame.extend_from_slice(frame);
+        }
+    }
+}
+
+#[allow(dead_code)]
+fn _assert_send_sync() {
+    fn is<T: Send + Sync>() {}
+    is::<Switch>();
 }

@@ -5,8 +5,18 @@
 //! feed batches through [`oxvs_pipeline::datapath::Datapath`] and transmit
 //! what it decides, and serves the control socket. Everything that decides
 //! what happens to a packet lives in `oxvs-pipeline`; this crate moves
-//! bytes. (Being written.)
+//! bytes.
+//!
+//! | module | what |
+//! |---|---|
+//! | [`control`] | the control socket server |
+//! | [`engine`] | the switch: datapath threads, port add/remove, packet-ins, inject, stats |
+//! | [`afxdp`] | AF_XDP sockets, each with its UMEM and frame pool (the only `unsafe`) |
+//! | [`netdev`] | interface helpers (veth pairs, up, MTU, delete) |
+//! | [`vxlan`] | the VXLAN tunnel port |
 
+pub mod afxdp;
 pub mod control;
 pub mod engine;
+pub mod netdev;
 pub mod vxlan;

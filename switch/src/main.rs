@@ -42,7 +42,7 @@ struct Args {
     #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u16).range(1..=256))]
     threads: u16,
-    /// UMEM frames per datapath thread.
+    /// UMEM frames (4 KiB each) per AF_XDP port.
     #[arg(long, value_name = "N", default_value_t = 4096,
           value_parser = clap::value_parser!(u32).range(64..=1 << 20))]
     umem_frames: u32,
@@ -148,6 +148,7 @@ fn run(args: Args) -> anyhow::Result<()> {
         umem_frames: args.umem_frames,
         batch: usize::from(args.batch),
         conntrack,
+        ..SwitchConfig::default()
     };
     tracing::info!(?config, socket = %args.socket.display(), "starting oxvs-switchd");
     let switch = Arc::new(
