@@ -406,14 +406,18 @@ impl Switchd {
     /// Starts switchd in `ns` and waits (up to 10 s) until its control
     /// socket answers `show`.
     pub fn start(ns: &Netns) -> Switchd {
+        Switchd::start_with(ns, &[])
+    }
+
+    /// [`Switchd::start`] with extra command-line arguments.
+    pub fn start_with(ns: &Netns, extra: &[&str]) -> Switchd {
         let sock = PathBuf::from(format!("/tmp/{}.sock", unique("sw")));
         let bin = switchd_bin();
         let bin = bin.to_string_lossy();
         let sock_s = sock.to_string_lossy().into_owned();
-        let proc = Bg::spawn(
-            Some(&ns.name),
-            &["env", "RUST_LOG=info", &bin, "--socket", &sock_s],
-        );
+        let mut cmd = vec!["env", "RUST_LOG=info", &bin, "--socket", &sock_s];
+        cmd.extend_from_slice(extra);
+        let proc = Bg::spawn(Some(&ns.name), &cmd);
         let mut sw = Switchd {
             proc: Some(proc),
             sock,
