@@ -35,15 +35,6 @@ pub fn parse_hex_packet(text: &str) -> Result<Vec<u8>, String> {
     oxvs_api::from_hex(text)
 }
 
-fn hex_digit(b: u8) -> Option<u8> {
-    match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'a'..=b'f' => Some(b - b'a' + 10),
-        b'A'..=b'F' => Some(b - b'A' + 10),
-        _ => None,
-    }
-}
-
 /// Parses a table given by number (`50`) or name (`L3Forwarding`).
 pub fn parse_table(text: &str, names: &TableNames) -> Result<u8, String> {
     if let Ok(n) = text.parse::<u8>() {
