@@ -14,7 +14,7 @@ use oxvs_pipeline::datapath::{CountingSink, Datapath, DatapathConfig, DpPacket};
 use oxvs_pipeline::parse::{parse_flow_file, ParseContext};
 use oxvs_pipeline::tables::Pipeline;
 use oxvs_pipeline::xlate::XlateEnv;
-use oxvs_pipeline::{FlowMod, FlowModCommand};
+use oxvs_pipeline::FlowMod;
 
 const EXTRA: &str = "
 table=0,priority=1000,in_port=6 actions=goto_table:100
@@ -36,13 +36,7 @@ fn pipeline() -> &'static Arc<Pipeline> {
         let flows = parse_flow_file(&text, &ParseContext::default()).expect("flows parse");
         let mods: Vec<FlowMod> = flows
             .into_iter()
-            .map(|flow| FlowMod {
-                command: FlowModCommand::Add,
-                table: Some(flow.table),
-                flow,
-                cookie_mask: 0,
-                out_port: None,
-            })
+            .map(|flow| FlowMod::add(flow))
             .collect();
         let p = Arc::new(Pipeline::new());
         p.apply(&mods, 0).expect("flows install");
