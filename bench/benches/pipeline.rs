@@ -80,7 +80,7 @@ struct Workload {
 }
 
 fn add_mods(flows: Vec<Flow>) -> Vec<FlowMod> {
-    flows.into_iter().map(|flow| FlowMod::add(flow)).collect()
+    flows.into_iter().map(FlowMod::add).collect()
 }
 
 /// Parses `text` and installs it as one bundle into a fresh pipeline.

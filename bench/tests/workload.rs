@@ -17,7 +17,7 @@ fn install(c: &Cluster) -> Pipeline {
     let text = c.flows();
     let flows = parse_flow_file(&text, &ParseContext::default()).expect("flows parse");
     assert_eq!(flows.len(), count_flows(&text));
-    let mods: Vec<FlowMod> = flows.into_iter().map(|flow| FlowMod::add(flow)).collect();
+    let mods: Vec<FlowMod> = flows.into_iter().map(FlowMod::add).collect();
     let p = Pipeline::new();
     p.apply(&mods, 0).expect("flows install");
     assert_eq!(p.snapshot().flow_count(), count_flows(&text));

@@ -323,7 +323,7 @@ proptest! {
     ) {
         let mods: Vec<FlowMod> = flows
             .into_iter()
-            .map(|flow| FlowMod::add(flow))
+            .map(FlowMod::add)
             .collect();
         let p = Pipeline::new();
         prop_assume!(p.apply(&mods, 0).is_ok());

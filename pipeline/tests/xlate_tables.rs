@@ -15,7 +15,7 @@ use std::sync::Arc;
 fn tables(text: &str) -> Arc<TableSet> {
     let ctx = ParseContext::default();
     let flows = parse_flow_file(text, &ctx).expect("flows parse");
-    let mods: Vec<FlowMod> = flows.into_iter().map(|flow| FlowMod::add(flow)).collect();
+    let mods: Vec<FlowMod> = flows.into_iter().map(FlowMod::add).collect();
     let p = Pipeline::new();
     p.apply(&mods, 0).expect("flows apply");
     p.snapshot()

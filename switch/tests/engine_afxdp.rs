@@ -136,7 +136,7 @@ priority=20,ip,nw_dst=10.77.0.3 actions=output:3
 fn load_flows(p: &Pipeline, text: &str) {
     let ctx = ParseContext::default();
     let flows = parse_flow_file(text, &ctx).expect("flows parse");
-    let mods: Vec<FlowMod> = flows.into_iter().map(|flow| FlowMod::add(flow)).collect();
+    let mods: Vec<FlowMod> = flows.into_iter().map(FlowMod::add).collect();
     p.apply(&mods, monotonic_ns()).expect("flows apply");
 }
 

@@ -64,7 +64,7 @@ fn main() {
             std::process::exit(1);
         }
         let parsed = live(&region);
-        let mods: Vec<FlowMod> = flows.into_iter().map(|flow| FlowMod::add(flow)).collect();
+        let mods: Vec<FlowMod> = flows.into_iter().map(FlowMod::add).collect();
         let pipeline = Pipeline::new();
         if let Err(e) = pipeline.apply(&mods, 0) {
             eprintln!("memflow: installing {n} flows failed: {e}");
