@@ -509,8 +509,13 @@ impl XskPort {
         let _ = self.fq.wakeup(fd, 0);
     }
 
-    /// Counters since the last call (kernel-side RX drops included).
-    pub fn take_counters(&mut self) -> PortCounters {
+    /// Counters since the last call. With `kernel`, the kernel-side RX
+    /// drops are read too (a `getsockopt`: callers do it only every few
+    /// tens of milliseconds, never per batch).
+    pub fn take_counters(&mut self, kernel: bool) -> PortCounters {
+        if !kernel {
+            return std::mem::take(&mut self.counters);
+        }
         if let Ok(s) = self.rx.fd().xdp_statistics() {
             let drops = s.rx_dropped() + s.rx_ring_full() + s.rx_fill_ring_empty_descs();
             self.counters.rx_dropped += drops.saturating_sub(self.kernel_drops_seen);

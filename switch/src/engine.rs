@@ -765,15 +765,18 @@ impl Worker {
             if work > 0 {
                 self.busy_ns += t0.elapsed().as_nanos() as u64;
             }
-            if work > 0 || last_publish.elapsed() > Duration::from_millis(50) {
-                self.publish();
-                last_publish = Instant::now();
+            let due = last_publish.elapsed() > Duration::from_millis(50);
+            if work > 0 || due {
+                self.publish(due);
+                if due {
+                    last_publish = Instant::now();
+                }
             }
             if work == 0 {
                 self.idle();
             }
         }
-        self.publish();
+        self.publish(true);
     }
 
     fn idle(&mut self) {
@@ -888,7 +891,7 @@ impl Worker {
             return;
         };
         let mut p = self.ports.remove(i);
-        self.publish_port(&mut p);
+        self.publish_port(&mut p, true);
         // Dropping the port deletes its socket (libxdp detaches the XDP
         // program) and unmaps its UMEM.
         tracing::debug!(port = %p.name, ofport, "port closed");
@@ -1122,19 +1125,21 @@ impl Worker {
         }
     }
 
-    fn publish_port(&mut self, p: &mut LocalPort) {
+    fn publish_port(&mut self, p: &mut LocalPort, kernel: bool) {
         match &mut p.io {
-            PortIo::Xsk(x) => p.stats.add(&x.take_counters()),
+            PortIo::Xsk(x) => p.stats.add(&x.take_counters(kernel)),
             PortIo::Vxlan(v, _) => p.stats.store(&v.stats()),
             PortIo::Busy => {}
         }
     }
 
-    /// Publishes counters (once per loop with work, else every 50 ms).
-    fn publish(&mut self) {
+    /// Publishes counters (once per loop with work, else every 50 ms);
+    /// `kernel`: also read the kernel's per-socket drop counters (a
+    /// syscall per port, so at most every 50 ms).
+    fn publish(&mut self, kernel: bool) {
         let mut ports = std::mem::take(&mut self.ports);
         for p in &mut ports {
-            self.publish_port(p);
+            self.publish_port(p, kernel);
         }
         self.ports = ports;
         *lock(&self.me.stats) = self.dp.stats();
