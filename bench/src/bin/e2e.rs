@@ -484,13 +484,16 @@ fn load_trial(
     let conf = conf.to_string_lossy().into_owned();
     // Bound: more than one CPU can send in `secs`.
     let count = (secs * 20_000_000).to_string();
-    let rate_arg = rate.map(|r| format!("{r}pps"));
+    // A gap, not `--rate`: trafgen's `--rate` sends in bursts (thousands
+    // of frames back to back, then a pause), which measures ring depth,
+    // not per-packet cost; `--gap` spaces the frames out.
+    let gap_arg = rate.map(|r| format!("{}ns", 1_000_000_000 / r.max(1)));
     let mut args = vec![
         "ip", "netns", "exec", &p.gen, "trafgen", "--dev", "eth0", "--conf", &conf, "--cpus",
         "1", "-n", &count,
     ];
-    if let Some(r) = &rate_arg {
-        args.extend_from_slice(&["--rate", r]);
+    if let Some(g) = &gap_arg {
+        args.extend_from_slice(&["--gap", g]);
     }
     let g0 = link_stats(&p.gen, "eth0")?;
     let s0 = link_stats(&p.sink, "eth0")?;
@@ -730,13 +733,18 @@ fn start_ovs(p: &mut Pair, port_type: &str) -> Result<Running> {
             let err = must(&["ovs-vsctl", "get", "interface", &host, "error"])?;
             let ofp = must(&["ovs-vsctl", "get", "interface", &host, "ofport"])?;
             if err.trim() == "[]" && ofp.trim() == ofport {
-                let status = must(&["ovs-vsctl", "get", "interface", &host, "status"])?;
-                let xdp = status
-                    .split(['{', '}', ','])
-                    .map(str::trim)
-                    .find_map(|kv| kv.strip_prefix("xdp-mode="))
-                    .map(|m| m.trim_matches('"').to_owned())
-                    .unwrap_or_else(|| format!("requested {mode}"));
+                // OVS logs the mode it got ("<port>: native XDP mode will
+                // be in use."); the database does not show it.
+                let log = std::fs::read_to_string("/var/log/openvswitch/ovs-vswitchd.log")
+                    .unwrap_or_default();
+                let prefix = format!("{host}: ");
+                let xdp = log
+                    .lines()
+                    .rev()
+                    .filter_map(|l| l.split_once(&prefix).map(|(_, rest)| rest))
+                    .find_map(|rest| rest.strip_suffix(" mode will be in use."))
+                    .unwrap_or("unknown")
+                    .to_owned();
                 got = Some(format!("{xdp} (requested {mode})"));
                 break;
             }
@@ -1096,7 +1104,7 @@ fn main() -> Result<()> {
         o.duration, o.trials
     );
     println!(
-        "{:<22} {:>26} {:>26} {:>14} {:>22} {:>22} {:>22}",
+        "{:<32} {:>22} {:>22} {:>18} {:>24} {:>22} {:>20}",
         "switch",
         "max: offered kpps",
         "max: delivered kpps",
@@ -1107,14 +1115,14 @@ fn main() -> Result<()> {
     );
     for r in &results {
         if let Some(why) = &r.skipped {
-            println!("{:<22} skipped: {why}", r.name);
+            println!("{:<32} skipped: {why}", r.name);
             continue;
         }
         let f = |v: &[LoadTrial], g: fn(&LoadTrial) -> f64| v.iter().map(g).collect::<Vec<_>>();
         let cpu: Vec<f64> = r.fixed.iter().filter_map(LoadTrial::cpu_per_pkt).collect();
         let loss: Vec<f64> = r.max.iter().map(|t| t.loss() * 100.0).collect();
         println!(
-            "{:<22} {:>26} {:>26} {:>14} {:>22} {:>22} {:>22}",
+            "{:<32} {:>22} {:>22} {:>18} {:>24} {:>22} {:>20}",
             r.name,
             fmt3(&f(&r.max, LoadTrial::offered_pps), 1e3, 0),
             fmt3(&f(&r.max, LoadTrial::delivered_pps), 1e3, 0),
@@ -1131,7 +1139,7 @@ fn main() -> Result<()> {
     println!();
     for r in &results {
         for (port, mode) in &r.port_modes {
-            println!("{:<22} port {port}: {mode}", r.name);
+            println!("{:<32} port {port}: {mode}", r.name);
         }
     }
     if let Some(path) = &o.json {
