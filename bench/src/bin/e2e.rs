@@ -90,7 +90,10 @@ fn parse_opts() -> Result<Opts> {
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
-        let mut val = || args.next().ok_or_else(|| anyhow!("{a} needs a value\n{USAGE}"));
+        let mut val = || {
+            args.next()
+                .ok_or_else(|| anyhow!("{a} needs a value\n{USAGE}"))
+        };
         match a.as_str() {
             "--duration" => o.duration = val()?.parse().context("--duration")?,
             "--trials" => o.trials = val()?.parse().context("--trials")?,
@@ -283,7 +286,10 @@ impl Lab {
         self.netns.push(ns.clone());
         must(&["ip", "-n", &ns, "link", "set", "lo", "up"])?;
         must_in(&ns, &["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"])?;
-        must_in(&ns, &["sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1"])?;
+        must_in(
+            &ns,
+            &["sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1"],
+        )?;
         Ok(ns)
     }
 
@@ -307,7 +313,16 @@ impl Lab {
             self.links.push(host.to_owned());
         }
         must(&["ip", "-n", ns, "link", "set", &peer, "name", "eth0"])?;
-        must(&["ip", "-n", ns, "link", "set", "eth0", "mtu", &mtu.to_string()])?;
+        must(&[
+            "ip",
+            "-n",
+            ns,
+            "link",
+            "set",
+            "eth0",
+            "mtu",
+            &mtu.to_string(),
+        ])?;
         must(&["ip", "-n", ns, "addr", "add", addr, "dev", "eth0"])?;
         must(&["ip", "-n", ns, "link", "set", "eth0", "up"])?;
         must_in(ns, &["ethtool", "-K", "eth0", "tx", "off"])?;
@@ -465,8 +480,7 @@ impl LoadTrial {
         }
     }
     fn cpu_per_pkt(&self) -> Option<f64> {
-        self.cpu_ns
-            .map(|c| c as f64 / self.delivered.max(1) as f64)
+        self.cpu_ns.map(|c| c as f64 / self.delivered.max(1) as f64)
     }
     fn softirq_per_pkt(&self) -> f64 {
         self.softirq_ns as f64 / self.delivered.max(1) as f64
@@ -474,7 +488,34 @@ impl LoadTrial {
 }
 
 /// One trafgen run of `secs` seconds; `rate` None = as fast as it goes.
+///
+/// trafgen gives up ("Flushing TX_RING failed: Resource temporarily
+/// unavailable") when the veth pushes back (its peer's XDP ring is full)
+/// at the wrong moment; such a run is retried, up to three times.
 fn load_trial(
+    p: &Pair,
+    conf: &Path,
+    secs: u64,
+    rate: Option<u64>,
+    switch_pid: Option<u32>,
+) -> Result<LoadTrial> {
+    let mut attempt = 1;
+    loop {
+        match load_trial_once(p, conf, secs, rate, switch_pid) {
+            Err(e)
+                if attempt < 3
+                    && !stopped()
+                    && format!("{e:#}").contains("trafgen exited early") =>
+            {
+                eprintln!("e2e: retrying: {e:#}");
+                attempt += 1;
+            }
+            r => return r,
+        }
+    }
+}
+
+fn load_trial_once(
     p: &Pair,
     conf: &Path,
     secs: u64,
@@ -489,8 +530,20 @@ fn load_trial(
     // not per-packet cost; `--gap` spaces the frames out.
     let gap_arg = rate.map(|r| format!("{}ns", 1_000_000_000 / r.max(1)));
     let mut args = vec![
-        "ip", "netns", "exec", &p.gen, "trafgen", "--dev", "eth0", "--conf", &conf, "--cpus",
-        "1", "-n", &count,
+        "ip",
+        "netns",
+        "exec",
+        &p.gen,
+        "trafgen",
+        "--dev",
+        "eth0",
+        "--conf",
+        &conf,
+        "--cpus",
+        "1",
+        "--no-sock-mem",
+        "-n",
+        &count,
     ];
     if let Some(g) = &gap_arg {
         args.extend_from_slice(&["--gap", g]);
@@ -503,7 +556,15 @@ fn load_trial(
     let mut tg = Proc::spawn(&args, "trafgen", false)?;
     if tg.wait_exit(Duration::from_secs(secs))? {
         let (out, err) = tg.finish();
-        bail!("trafgen exited early: {}{}", out.trim(), err.trim());
+        let last = |t: &str| {
+            t.lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("")
+                .trim()
+                .to_owned()
+        };
+        bail!("trafgen exited early: {} {}", last(&out), last(&err));
     }
     tg.finish();
     let secs = t0.elapsed().as_secs_f64();
@@ -526,7 +587,9 @@ fn load_trial(
 /// returns received Gbit/s.
 fn tcp_trial(client_ns: &str, server_ns: &str, server_ip: &str, secs: u64) -> Result<f64> {
     let mut server = Proc::spawn(
-        &["ip", "netns", "exec", server_ns, "iperf3", "-s", "-1", "-p", "5201"],
+        &[
+            "ip", "netns", "exec", server_ns, "iperf3", "-s", "-1", "-p", "5201",
+        ],
         "iperf3 server",
         false,
     )?;
@@ -534,8 +597,20 @@ fn tcp_trial(client_ns: &str, server_ns: &str, server_ip: &str, secs: u64) -> Re
     let t = secs.to_string();
     let mut client = Proc::spawn(
         &[
-            "ip", "netns", "exec", client_ns, "iperf3", "-c", server_ip, "-p", "5201", "-t", &t,
-            "-J", "--connect-timeout", "3000",
+            "ip",
+            "netns",
+            "exec",
+            client_ns,
+            "iperf3",
+            "-c",
+            server_ip,
+            "-p",
+            "5201",
+            "-t",
+            &t,
+            "-J",
+            "--connect-timeout",
+            "3000",
         ],
         "iperf3 client",
         false,
@@ -584,7 +659,9 @@ struct Bins {
 /// Finds (building if needed) the release `oxvs-switchd` and `oxvsctl`.
 fn oxvs_bins() -> Result<Bins> {
     let exe = std::env::current_exe().context("current_exe")?;
-    let dir = exe.parent().ok_or_else(|| anyhow!("exe has no directory"))?;
+    let dir = exe
+        .parent()
+        .ok_or_else(|| anyhow!("exe has no directory"))?;
     let bins = Bins {
         switchd: dir.join("oxvs-switchd"),
         ctl: dir.join("oxvsctl"),
@@ -627,7 +704,15 @@ fn start_switchd(bins: &Bins, lab: &mut Lab, ns: Option<&str>, sock: &str) -> Re
     if let Some(ns) = ns {
         v.extend_from_slice(&["ip", "netns", "exec", ns]);
     }
-    v.extend_from_slice(&[&d, "--socket", sock, "--mode", "interrupt", "--log-level", "warn"]);
+    v.extend_from_slice(&[
+        &d,
+        "--socket",
+        sock,
+        "--mode",
+        "interrupt",
+        "--log-level",
+        "warn",
+    ]);
     let mut p = Proc::spawn(&v, "oxvs-switchd", true)?;
     let end = Instant::now() + Duration::from_secs(10);
     loop {
@@ -654,7 +739,12 @@ fn oxvs_port_modes(bins: &Bins, sock: &str, ns: Option<&str>) -> Result<BTreeMap
         .unwrap_or_default();
     Ok(list
         .iter()
-        .filter_map(|p| Some((p["name"].as_str()?.to_owned(), p["mode"].as_str()?.to_owned())))
+        .filter_map(|p| {
+            Some((
+                p["name"].as_str()?.to_owned(),
+                p["mode"].as_str()?.to_owned(),
+            ))
+        })
         .collect())
 }
 
@@ -668,8 +758,18 @@ fn write_flows(lab: &mut Lab, name: &str, text: &str) -> Result<String> {
 fn start_oxvs(bins: &Bins, p: &mut Pair) -> Result<Running> {
     let sock = format!("/tmp/oxe2e-{}.sock", pid());
     let proc_ = start_switchd(bins, &mut p.lab, None, &sock)?;
-    ctl(bins, &sock, None, &["add-port", &p.host_gen, "--ofport", "1"])?;
-    ctl(bins, &sock, None, &["add-port", &p.host_sink, "--ofport", "2"])?;
+    ctl(
+        bins,
+        &sock,
+        None,
+        &["add-port", &p.host_gen, "--ofport", "1"],
+    )?;
+    ctl(
+        bins,
+        &sock,
+        None,
+        &["add-port", &p.host_sink, "--ofport", "2"],
+    )?;
     let flows = write_flows(
         &mut p.lab,
         "oxvs",
@@ -692,8 +792,7 @@ fn ovs_ready() -> Result<u32> {
         .map(|o| !o.status.success())
         .unwrap_or(true)
     {
-        must(&["/usr/share/openvswitch/scripts/ovs-ctl", "start"])
-            .context("ovs-ctl start")?;
+        must(&["/usr/share/openvswitch/scripts/ovs-ctl", "start"]).context("ovs-ctl start")?;
     }
     let pid = std::fs::read_to_string("/var/run/openvswitch/ovs-vswitchd.pid")
         .context("ovs-vswitchd pid file")?;
@@ -705,8 +804,16 @@ fn start_ovs(p: &mut Pair, port_type: &str) -> Result<Running> {
     let br = format!("oxe2e{}", pid());
     p.lab.ovs_bridges.push(br.clone());
     must(&[
-        "ovs-vsctl", "--timeout=10", "add-br", &br, "--", "set", "bridge", &br,
-        "datapath_type=netdev", "fail_mode=secure",
+        "ovs-vsctl",
+        "--timeout=10",
+        "add-br",
+        &br,
+        "--",
+        "set",
+        "bridge",
+        &br,
+        "datapath_type=netdev",
+        "fail_mode=secure",
     ])?;
     let mut modes = BTreeMap::new();
     for (host, ofport) in [(p.host_gen.clone(), "1"), (p.host_sink.clone(), "2")] {
@@ -714,7 +821,14 @@ fn start_ovs(p: &mut Pair, port_type: &str) -> Result<Running> {
         // driver offers.
         let mut got = None;
         for mode in ["native-with-zerocopy", "best-effort"] {
-            let _ = run(&["ovs-vsctl", "--timeout=10", "--if-exists", "del-port", &br, &host]);
+            let _ = run(&[
+                "ovs-vsctl",
+                "--timeout=10",
+                "--if-exists",
+                "del-port",
+                &br,
+                &host,
+            ]);
             must(&[
                 "ovs-vsctl",
                 "--timeout=10",
@@ -766,7 +880,11 @@ fn start_bridge(p: &mut Pair) -> Result<Running> {
     let br = format!("xe{}br", pid());
     must(&["ip", "link", "add", &br, "type", "bridge"])?;
     p.lab.links.push(br.clone());
-    let _ = run(&["sysctl", "-qw", &format!("net.ipv6.conf.{br}.disable_ipv6=1")]);
+    let _ = run(&[
+        "sysctl",
+        "-qw",
+        &format!("net.ipv6.conf.{br}.disable_ipv6=1"),
+    ]);
     for h in [&p.host_gen, &p.host_sink] {
         must(&["ip", "link", "set", h, "master", &br])?;
     }
@@ -926,8 +1044,8 @@ fn vxlan(o: &Opts, bins: Option<&Bins>) -> Result<SwitchResult> {
     let pa = lab.netns(&format!("{tag}-poda"))?;
     let pb = lab.netns(&format!("{tag}-podb"))?;
     must(&[
-        "ip", "-n", &na, "link", "add", "under", "type", "veth", "peer", "name", "under",
-        "netns", &nb,
+        "ip", "-n", &na, "link", "add", "under", "type", "veth", "peer", "name", "under", "netns",
+        &nb,
     ])?;
     for (ns, ip) in [(&na, "192.0.2.1/24"), (&nb, "192.0.2.2/24")] {
         must(&["ip", "-n", ns, "addr", "add", ip, "dev", "under"])?;
@@ -939,7 +1057,10 @@ fn vxlan(o: &Opts, bins: Option<&Bins>) -> Result<SwitchResult> {
     lab.pod(&pb, "10.201.0.2/24", 1450, &hb, Some(&nb))?;
     let mut modes = BTreeMap::new();
     let mut procs = Vec::new();
-    let nodes = [(&na, &ha, "192.0.2.1", "192.0.2.2"), (&nb, &hb, "192.0.2.2", "192.0.2.1")];
+    let nodes = [
+        (&na, &ha, "192.0.2.1", "192.0.2.2"),
+        (&nb, &hb, "192.0.2.2", "192.0.2.1"),
+    ];
     for (i, (ns, host, local, remote)) in nodes.into_iter().enumerate() {
         if let Some(bins) = bins {
             let sock = format!("/tmp/oxe2e-{}-node{i}.sock", pid());
@@ -949,7 +1070,16 @@ fn vxlan(o: &Opts, bins: Option<&Bins>) -> Result<SwitchResult> {
                 bins,
                 &sock,
                 Some(ns),
-                &["add-port", "vx", "--ofport", "2", "--type", "vxlan", "--local-ip", local],
+                &[
+                    "add-port",
+                    "vx",
+                    "--ofport",
+                    "2",
+                    "--type",
+                    "vxlan",
+                    "--local-ip",
+                    local,
+                ],
             )?;
             let flows = write_flows(
                 &mut lab,
@@ -1008,9 +1138,13 @@ fn machine() -> Value {
         .map(|s| s.trim().to_owned())
         .ok();
     let ver = |args: &[&str]| {
-        run(args)
-            .ok()
-            .map(|o| String::from_utf8_lossy(&o.stdout).lines().next().unwrap_or("").to_owned())
+        run(args).ok().map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .next()
+                .unwrap_or("")
+                .to_owned()
+        })
     };
     json!({
         "cpu_model": model,
@@ -1077,7 +1211,9 @@ fn main() -> Result<()> {
         record("oxvs-switchd", r)?;
     }
     if want(&o, "ovs-nonpmd") {
-        let r = single_node(&o, "OVS afxdp-nonpmd", "on", |p| start_ovs(p, "afxdp-nonpmd"));
+        let r = single_node(&o, "OVS afxdp-nonpmd", "on", |p| {
+            start_ovs(p, "afxdp-nonpmd")
+        });
         record("OVS afxdp-nonpmd", r)?;
     }
     if want(&o, "ovs-pmd") {
@@ -1127,7 +1263,11 @@ fn main() -> Result<()> {
             fmt3(&f(&r.max, LoadTrial::offered_pps), 1e3, 0),
             fmt3(&f(&r.max, LoadTrial::delivered_pps), 1e3, 0),
             fmt3(&loss, 1.0, 1),
-            if r.fixed.is_empty() { "-".into() } else { fmt3(&cpu, 1.0, 0) },
+            if r.fixed.is_empty() {
+                "-".into()
+            } else {
+                fmt3(&cpu, 1.0, 0)
+            },
             if r.fixed.is_empty() {
                 "-".into()
             } else {
