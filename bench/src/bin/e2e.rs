@@ -955,6 +955,15 @@ struct SwitchResult {
     max: Vec<LoadTrial>,
     fixed: Vec<LoadTrial>,
     tcp_gbps: Vec<f64>,
+    /// `/proc/loadavg` (1, 5, 15 min) before and after the scenario: other
+    /// work on the machine skews everything here.
+    loadavg: (String, String),
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
 }
 
 impl SwitchResult {
@@ -979,6 +988,8 @@ impl SwitchResult {
                 "raw": self.fixed.iter().map(|t| json!({"secs": t.secs, "offered": t.offered, "delivered": t.delivered, "switch_cpu_ns": t.cpu_ns, "softirq_ns": t.softirq_ns})).collect::<Vec<_>>(),
             },
             "tcp_gbps": summary(self.tcp_gbps.clone()),
+            "loadavg_before": self.loadavg.0,
+            "loadavg_after": self.loadavg.1,
         })
     }
 }
@@ -989,7 +1000,8 @@ fn single_node(
     tag: &str,
     start: impl FnOnce(&mut Pair) -> Result<Running>,
 ) -> Result<SwitchResult> {
-    eprintln!("e2e: == {name} ==");
+    eprintln!("e2e: == {name} == (load average {})", loadavg());
+    let load0 = loadavg();
     let mut p = Pair::new(tag)?;
     let sw = start(&mut p)?;
     let mut r = SwitchResult {
@@ -1029,6 +1041,7 @@ fn single_node(
     }
     drop(sw);
     drop(p);
+    r.loadavg = (load0, loadavg());
     Ok(r)
 }
 
@@ -1041,7 +1054,8 @@ fn vxlan(o: &Opts, bins: Option<&Bins>) -> Result<SwitchResult> {
     } else {
         "kernel VXLAN + bridge (2 nodes)"
     };
-    eprintln!("e2e: == {name} ==");
+    eprintln!("e2e: == {name} == (load average {})", loadavg());
+    let load0 = loadavg();
     let tag = if bins.is_some() { "vo" } else { "vk" };
     let mut lab = Lab::default();
     let na = lab.netns(&format!("{tag}-nodea"))?;
@@ -1126,6 +1140,7 @@ fn vxlan(o: &Opts, bins: Option<&Bins>) -> Result<SwitchResult> {
     }
     drop(procs);
     drop(lab);
+    r.loadavg = (load0, loadavg());
     Ok(r)
 }
 
@@ -1283,6 +1298,12 @@ fn main() -> Result<()> {
     }
     println!();
     for r in &results {
+        if r.skipped.is_none() {
+            println!(
+                "{:<32} load average before {} / after {}",
+                r.name, r.loadavg.0, r.loadavg.1
+            );
+        }
         for (port, mode) in &r.port_modes {
             println!("{:<32} port {port}: {mode}", r.name);
         }
