@@ -80,16 +80,7 @@ struct Workload {
 }
 
 fn add_mods(flows: Vec<Flow>) -> Vec<FlowMod> {
-    flows
-        .into_iter()
-        .map(|flow| FlowMod {
-            command: FlowModCommand::Add,
-            flow,
-            table: None,
-            cookie_mask: 0,
-            out_port: None,
-        })
-        .collect()
+    flows.into_iter().map(FlowMod::add).collect()
 }
 
 /// Parses `text` and installs it as one bundle into a fresh pipeline.
@@ -199,13 +190,7 @@ fn bench_install(c: &mut Criterion) {
             eprintln!("install/incremental: parser not ready, skipped");
             continue;
         };
-        let add = FlowMod {
-            command: FlowModCommand::Add,
-            flow: flow.clone(),
-            table: None,
-            cookie_mask: 0,
-            out_port: None,
-        };
+        let add = FlowMod::add(flow.clone());
         let del = FlowMod {
             command: FlowModCommand::Delete { strict: true },
             flow,

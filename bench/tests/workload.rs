@@ -7,7 +7,7 @@ use oxvs_bench::{
 };
 use oxvs_pipeline::extract::extract;
 use oxvs_pipeline::field::{ct_state, Field};
-use oxvs_pipeline::flow::{FlowMod, FlowModCommand};
+use oxvs_pipeline::flow::FlowMod;
 use oxvs_pipeline::odp::DpAction;
 use oxvs_pipeline::parse::{parse_flow_file, ParseContext};
 use oxvs_pipeline::tables::{Pipeline, TableSet};
@@ -17,16 +17,7 @@ fn install(c: &Cluster) -> Pipeline {
     let text = c.flows();
     let flows = parse_flow_file(&text, &ParseContext::default()).expect("flows parse");
     assert_eq!(flows.len(), count_flows(&text));
-    let mods: Vec<FlowMod> = flows
-        .into_iter()
-        .map(|flow| FlowMod {
-            command: FlowModCommand::Add,
-            flow,
-            table: None,
-            cookie_mask: 0,
-            out_port: None,
-        })
-        .collect();
+    let mods: Vec<FlowMod> = flows.into_iter().map(FlowMod::add).collect();
     let p = Pipeline::new();
     p.apply(&mods, 0).expect("flows install");
     assert_eq!(p.snapshot().flow_count(), count_flows(&text));

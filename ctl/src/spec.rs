@@ -30,46 +30,9 @@ pub fn parse_ct_state(text: &str) -> Result<u32, String> {
 }
 
 /// Parses a packet given in hex (`0a580af40004...`); whitespace, `:` and a
-/// leading `0x` are allowed.
+/// leading `0x` are allowed (the control protocol's own hex reader).
 pub fn parse_hex_packet(text: &str) -> Result<Vec<u8>, String> {
-    let t = text.trim();
-    let t = t
-        .strip_prefix("0x")
-        .or_else(|| t.strip_prefix("0X"))
-        .unwrap_or(t);
-    let digits: Vec<u8> = t
-        .bytes()
-        .filter(|b| !b.is_ascii_whitespace() && *b != b':')
-        .collect();
-    if digits.is_empty() {
-        return Err("empty packet".into());
-    }
-    if digits.len() % 2 != 0 {
-        return Err(format!(
-            "packet hex has an odd number of digits ({})",
-            digits.len()
-        ));
-    }
-    digits
-        .chunks(2)
-        .enumerate()
-        .map(|(i, pair)| match (hex_digit(pair[0]), hex_digit(pair[1])) {
-            (Some(h), Some(l)) => Ok((h << 4) | l),
-            _ => Err(format!(
-                "bad hex byte '{}' at byte {i} of the packet",
-                String::from_utf8_lossy(pair)
-            )),
-        })
-        .collect()
-}
-
-fn hex_digit(b: u8) -> Option<u8> {
-    match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'a'..=b'f' => Some(b - b'a' + 10),
-        b'A'..=b'F' => Some(b - b'A' + 10),
-        _ => None,
-    }
+    oxvs_api::from_hex(text)
 }
 
 /// Parses a table given by number (`50`) or name (`L3Forwarding`).

@@ -40,7 +40,9 @@
 //! uncontended atomic increment) to keep the actions while it executes them.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hash, Hasher};
+use std::hash::{BuildHasherDefault, Hasher};
+
+use crate::field::KEY_WORDS;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -241,16 +243,6 @@ impl ExactMatchCache {
 
 // ---- megaflow cache ------------------------------------------------------
 
-/// A masked key as a hash-map key, hashed once with [`FlowKey::hash64`].
-#[derive(Clone, Copy, PartialEq, Eq)]
-struct Masked(FlowKey);
-
-impl Hash for Masked {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        state.write_u64(self.0.hash64());
-    }
-}
-
 /// Passes a precomputed 64-bit hash through.
 #[derive(Default)]
 struct PassHasher(u64);
@@ -269,18 +261,81 @@ impl Hasher for PassHasher {
     }
 }
 
-type MaskedMap = HashMap<Masked, Arc<MegaflowEntry>, BuildHasherDefault<PassHasher>>;
+/// One subtable's megaflows by the hash of their masked value. Two values
+/// with the same hash cannot both be cached (the newer one replaces the
+/// older): a lookup always verifies the value, so a collision costs a
+/// slow-path trip, never a wrong answer.
+type HashedMap = HashMap<u64, Arc<MegaflowEntry>, BuildHasherDefault<PassHasher>>;
 
+/// All megaflows with one mask. Only the mask's nonzero words are hashed
+/// and compared (megaflow masks are sparse: typically a third of the key).
 #[derive(Debug)]
 struct Subtable {
     mask: FlowKey,
-    entries: MaskedMap,
+    words: [u8; KEY_WORDS],
+    n_words: u8,
+    entries: HashedMap,
     hits: u64,
 }
 
-impl std::fmt::Debug for Masked {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
+impl Subtable {
+    fn new(mask: FlowKey) -> Subtable {
+        let mut words = [0u8; KEY_WORDS];
+        let mut n = 0usize;
+        for (i, w) in mask.w.iter().enumerate() {
+            if *w != 0 {
+                words[n] = i as u8;
+                n += 1;
+            }
+        }
+        Subtable {
+            mask,
+            words,
+            n_words: n as u8,
+            entries: HashedMap::default(),
+            hits: 0,
+        }
+    }
+
+    #[inline]
+    fn words(&self) -> &[u8] {
+        &self.words[..self.n_words as usize]
+    }
+
+    /// Hash of `key & mask` over the mask's nonzero words, in two
+    /// independent lanes (so the multiplications overlap), then mixed.
+    #[inline]
+    fn hash(&self, key: &FlowKey) -> u64 {
+        const K: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut a: u64 = 0x243f_6a88_85a3_08d3;
+        let mut b: u64 = 0x1319_8a2e_0370_7344;
+        for pair in self.words().chunks(2) {
+            if let Some(&i) = pair.first() {
+                let i = i as usize;
+                a = (a ^ (key.w[i] & self.mask.w[i]))
+                    .wrapping_mul(K)
+                    .rotate_left(29);
+            }
+            if let Some(&i) = pair.get(1) {
+                let i = i as usize;
+                b = (b ^ (key.w[i] & self.mask.w[i]))
+                    .wrapping_mul(K)
+                    .rotate_left(29);
+            }
+        }
+        let mut h = a ^ b.rotate_left(32);
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^ (h >> 33)
+    }
+
+    /// Whether `key & mask == value` (a masked value of this subtable).
+    #[inline]
+    fn matches(&self, key: &FlowKey, value: &FlowKey) -> bool {
+        self.words().iter().all(|&i| {
+            let i = i as usize;
+            key.w[i] & self.mask.w[i] == value.w[i]
+        })
     }
 }
 
@@ -349,9 +404,12 @@ impl MegaflowCache {
             self.rerank();
         }
         for s in self.subtables.iter_mut() {
-            if let Some(e) = s.entries.get(&Masked(key.and(&s.mask))) {
-                s.hits += 1;
-                return Some(e);
+            let h = s.hash(key);
+            if let Some(e) = s.entries.get(&h) {
+                if s.matches(key, &e.value) {
+                    s.hits += 1;
+                    return Some(e);
+                }
             }
         }
         None
@@ -382,17 +440,13 @@ impl MegaflowCache {
         let i = match self.subtables.iter().position(|s| s.mask == entry.mask) {
             Some(i) => i,
             None => {
-                self.subtables.push(Subtable {
-                    mask: entry.mask,
-                    entries: MaskedMap::default(),
-                    hits: 0,
-                });
+                self.subtables.push(Subtable::new(entry.mask));
                 self.subtables.len() - 1
             }
         };
-        let old = self.subtables[i]
-            .entries
-            .insert(Masked(entry.value), Arc::clone(&entry));
+        let st = &mut self.subtables[i];
+        let h = st.hash(&entry.value);
+        let old = st.entries.insert(h, Arc::clone(&entry));
         match old {
             Some(old) => old.kill(),
             None => self.len += 1,

@@ -290,3 +290,16 @@ pub struct FlowMod {
     /// For delete: only flows that output to this port (`out_port=`).
     pub out_port: Option<u32>,
 }
+
+impl FlowMod {
+    /// `add-flow` of `flow` into its own table.
+    pub fn add(flow: Flow) -> FlowMod {
+        FlowMod {
+            command: FlowModCommand::Add,
+            table: None,
+            flow,
+            cookie_mask: 0,
+            out_port: None,
+        }
+    }
+}

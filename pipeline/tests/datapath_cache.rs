@@ -318,13 +318,7 @@ fn random_flow(r: &mut Rng) -> Flow {
 }
 
 fn add(flow: Flow) -> FlowMod {
-    FlowMod {
-        command: FlowModCommand::Add,
-        table: Some(flow.table),
-        flow,
-        cookie_mask: 0,
-        out_port: None,
-    }
+    FlowMod::add(flow)
 }
 
 fn delete_strict(flow: &Flow) -> FlowMod {

@@ -90,13 +90,7 @@ fn flow(table: u8, priority: u16, m: &[(Field, u128)], actions: Vec<Action>) -> 
 }
 
 fn add(flow: Flow) -> FlowMod {
-    FlowMod {
-        command: FlowModCommand::Add,
-        table: Some(flow.table),
-        flow,
-        cookie_mask: 0,
-        out_port: None,
-    }
+    FlowMod::add(flow)
 }
 
 fn routed_flow() -> Flow {

@@ -6,8 +6,8 @@
 //! megaflow built from a translation safe to install.
 
 use oxvs_pipeline::field::{ct_state, Field};
+use oxvs_pipeline::flow::FlowMod;
 use oxvs_pipeline::flow::{port, Action, CtAction, CtZoneSrc, Flow, Match, SubField};
-use oxvs_pipeline::flow::{FlowMod, FlowModCommand};
 use oxvs_pipeline::key::FlowKey;
 use oxvs_pipeline::odp::recirc_id_for_table;
 use oxvs_pipeline::tables::Pipeline;
@@ -323,13 +323,7 @@ proptest! {
     ) {
         let mods: Vec<FlowMod> = flows
             .into_iter()
-            .map(|flow| FlowMod {
-                command: FlowModCommand::Add,
-                flow,
-                table: None,
-                cookie_mask: 0,
-                out_port: None,
-            })
+            .map(FlowMod::add)
             .collect();
         let p = Pipeline::new();
         prop_assume!(p.apply(&mods, 0).is_ok());

@@ -4,7 +4,7 @@
 //! OpenFlow ports).
 
 use oxvs_pipeline::field::Field;
-use oxvs_pipeline::flow::{FlowMod, FlowModCommand};
+use oxvs_pipeline::flow::FlowMod;
 use oxvs_pipeline::odp::{recirc_id_for_table, DpAction};
 use oxvs_pipeline::parse::{parse_flow_file, parse_packet_spec, ParseContext};
 use oxvs_pipeline::tables::{Pipeline, TableSet};
@@ -15,16 +15,7 @@ use std::sync::Arc;
 fn tables(text: &str) -> Arc<TableSet> {
     let ctx = ParseContext::default();
     let flows = parse_flow_file(text, &ctx).expect("flows parse");
-    let mods: Vec<FlowMod> = flows
-        .into_iter()
-        .map(|flow| FlowMod {
-            command: FlowModCommand::Add,
-            flow,
-            table: None,
-            cookie_mask: 0,
-            out_port: None,
-        })
-        .collect();
+    let mods: Vec<FlowMod> = flows.into_iter().map(FlowMod::add).collect();
     let p = Pipeline::new();
     p.apply(&mods, 0).expect("flows apply");
     p.snapshot()

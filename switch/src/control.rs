@@ -522,16 +522,7 @@ fn mod_result(switch: &Switch, r: ApplyReport) -> FlowModResult {
 
 fn add_flows(switch: &Switch, text: &str) -> Result<FlowModResult, String> {
     let flows = parse_flows(switch, text)?;
-    let mods: Vec<FlowMod> = flows
-        .into_iter()
-        .map(|flow| FlowMod {
-            command: FlowModCommand::Add,
-            table: Some(flow.table),
-            flow,
-            cookie_mask: 0,
-            out_port: None,
-        })
-        .collect();
+    let mods: Vec<FlowMod> = flows.into_iter().map(FlowMod::add).collect();
     if mods.is_empty() {
         return Ok(mod_result(switch, ApplyReport::default()));
     }

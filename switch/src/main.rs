@@ -232,6 +232,12 @@ impl Gateway {
             }
             ipcmd::set_up(name)?;
             ipcmd::set_up(&peer)?;
+            // The host stack would hand the switch TCP/UDP packets with
+            // partial checksums (TX offload); AF_XDP sees the raw frame, so
+            // the checksums must be complete when they leave the host.
+            if let Err(e) = ipcmd::tx_checksum_off(name) {
+                tracing::warn!(gateway = %name, "{e:#}; host TCP/UDP to pods may carry bad checksums");
+            }
             let info = switch
                 .add_port(PortSpec {
                     name: name.into(),
@@ -283,6 +289,21 @@ mod ipcmd {
             anyhow::bail!(
                 "ip {} failed: {}",
                 args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            )
+        }
+    }
+
+    pub fn tx_checksum_off(name: &str) -> anyhow::Result<()> {
+        let out = Command::new("ethtool")
+            .args(["-K", name, "tx", "off"])
+            .output()
+            .map_err(|e| anyhow::anyhow!("cannot run ethtool: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            anyhow::bail!(
+                "ethtool -K {name} tx off failed: {}",
                 String::from_utf8_lossy(&out.stderr).trim()
             )
         }

@@ -136,16 +136,7 @@ priority=20,ip,nw_dst=10.77.0.3 actions=output:3
 fn load_flows(p: &Pipeline, text: &str) {
     let ctx = ParseContext::default();
     let flows = parse_flow_file(text, &ctx).expect("flows parse");
-    let mods: Vec<FlowMod> = flows
-        .into_iter()
-        .map(|flow| FlowMod {
-            command: FlowModCommand::Add,
-            table: Some(flow.table),
-            flow,
-            cookie_mask: 0,
-            out_port: None,
-        })
-        .collect();
+    let mods: Vec<FlowMod> = flows.into_iter().map(FlowMod::add).collect();
     p.apply(&mods, monotonic_ns()).expect("flows apply");
 }
 
@@ -516,7 +507,6 @@ d = s.recv(2000); print(d[14:].decode())
 "#,
         &[],
     );
-    std::thread::sleep(Duration::from_millis(300));
     load_flows(
         &pipeline,
         "priority=30,in_port=1,dl_type=0x88b5 actions=output:2\n",
@@ -524,7 +514,17 @@ d = s.recv(2000); print(d[14:].decode())
     let mut f = vec![0xffu8; 6];
     f.extend_from_slice(&[0x02, 0, 0, 0, 0, 1, 0x88, 0xb5]);
     f.extend_from_slice(b"injected");
-    sw.inject(1, f).expect("inject");
+    // The catcher's socket may not be open yet (python start-up on a busy
+    // machine): inject again every 100 ms until it has caught one.
+    let mut catcher = catcher;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        sw.inject(1, f.clone()).expect("inject");
+        std::thread::sleep(Duration::from_millis(100));
+        if catcher.try_wait().expect("try_wait").is_some() || Instant::now() > deadline {
+            break;
+        }
+    }
     let got = wait_output(catcher, "catcher");
     assert_eq!(got, "injected");
     sw.shutdown();

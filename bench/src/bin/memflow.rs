@@ -14,7 +14,7 @@
 use std::alloc::System;
 
 use oxvs_bench::{count_flows, Cluster, ClusterSpec};
-use oxvs_pipeline::flow::{FlowMod, FlowModCommand};
+use oxvs_pipeline::flow::FlowMod;
 use oxvs_pipeline::parse::{parse_flow_file, ParseContext};
 use oxvs_pipeline::tables::Pipeline;
 use stats_alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
@@ -64,16 +64,7 @@ fn main() {
             std::process::exit(1);
         }
         let parsed = live(&region);
-        let mods: Vec<FlowMod> = flows
-            .into_iter()
-            .map(|flow| FlowMod {
-                command: FlowModCommand::Add,
-                flow,
-                table: None,
-                cookie_mask: 0,
-                out_port: None,
-            })
-            .collect();
+        let mods: Vec<FlowMod> = flows.into_iter().map(FlowMod::add).collect();
         let pipeline = Pipeline::new();
         if let Err(e) = pipeline.apply(&mods, 0) {
             eprintln!("memflow: installing {n} flows failed: {e}");

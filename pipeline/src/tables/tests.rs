@@ -21,13 +21,7 @@ fn flow(table: u8, priority: u16, fields: &[(Field, u128)], actions: Vec<Action>
 }
 
 fn add(f: Flow) -> FlowMod {
-    FlowMod {
-        command: FlowModCommand::Add,
-        table: None,
-        flow: f,
-        cookie_mask: 0,
-        out_port: None,
-    }
+    FlowMod::add(f)
 }
 
 fn cmd(command: FlowModCommand, table: Option<u8>, f: Flow) -> FlowMod {

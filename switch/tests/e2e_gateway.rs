@@ -1,0 +1,62 @@
+//! End to end, the gateway port: `oxvs-switchd --gateway NAME` creates a
+//! host interface wired into the switch, so the node's own stack reaches
+//! pods (node -> pod and pod -> node, ping and TCP with data checked) with
+//! no NAT; SIGTERM removes the interface again.
+//! Runs as root only (skips otherwise); everything lives in fresh
+//! namespaces removed on drop.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const POD_MAC: &str = "02:00:0a:14:00:05";
+const POD_IP: &str = "10.20.0.5";
+const GW_IP: &str = "10.20.0.1";
+
+#[test]
+fn e2e_gateway() {
+    skip_unless_capable!();
+    let node = Netns::new("gwnode");
+    let pod = Netns::new("gwpod");
+    let mut sw = Switchd::start_with(
+        &node,
+        &[
+            "--gateway",
+            "oxgw0",
+            "--gateway-ofport",
+            "2",
+            "--gateway-ip",
+            "10.20.0.1/24",
+        ],
+    );
+    let show = sw.ctl_ok(&["show"]);
+    assert!(show.contains("oxgw0"), "gateway port not shown:\n{show}");
+    add_pod(&sw, &node, &pod, "gp1", 1, "10.20.0.5/24", POD_MAC, 1500);
+    sw.add_flows(&example("switch-gateway.flows"));
+
+    // pod -> node (the gateway IP lives in the node's stack), node -> pod.
+    let p = ping_until_up(&pod, GW_IP, 5);
+    assert!(p.ok, "pod -> gateway ping never answered:\n{}", p.output);
+    let p = ping(&node, POD_IP, 5, "0.1", &[]);
+    assert_eq!(p.received, 5, "node -> pod:\n{}", p.output);
+    // The address the pod sees for the node is the node's: no NAT.
+    tcp_transfer(&node, &pod, POD_IP, 5101, 1 << 20);
+    tcp_transfer(&pod, &node, GW_IP, 5102, 1 << 20);
+
+    // Clean shutdown removes the gateway interface it created.
+    assert!(
+        sw.stop(),
+        "switchd did not exit on SIGTERM:\n{}",
+        sw.log_tail(30)
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while node.exec(&["ip", "link", "show", "oxgw0"]).status.success() {
+        assert!(
+            Instant::now() < deadline,
+            "oxgw0 still exists after switchd exited"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

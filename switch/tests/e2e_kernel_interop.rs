@@ -1,0 +1,64 @@
+//! End to end, wire interoperability: node A runs oxvs-switchd with a VXLAN
+//! port (VNI 100, `examples/switch-node-a.flows`); node B is plain Linux: a
+//! kernel `vxlan` device (VNI 100, UDP 4789) and the pod's veth in a bridge.
+//! Ping, TCP (1 MB, SHA-256 checked) and UDP in both directions.
+//! Pod MTUs are 1450 (underlay 1500 - 50), as the kernel vxlan device has.
+
+mod common;
+
+use common::*;
+
+const IPA: &str = "10.20.0.1";
+const IPB: &str = "10.20.0.2";
+
+#[test]
+fn e2e_kernel_interop() {
+    skip_unless_capable!();
+    let na = Netns::new("na");
+    let nb = Netns::new("nb");
+    let pa = Netns::new("pa");
+    let pb = Netns::new("pb");
+    underlay(&na, &nb, 1500);
+
+    // Node B: kernel only.
+    make_pod(&nb, &pb, "pb", "10.20.0.2/24", "02:00:0a:14:00:02", 1450);
+    kernel_vxlan_node(&nb, "pb", 100, "192.0.2.2", "192.0.2.1");
+
+    // Node A: oxvs.
+    let swa = Switchd::start(&na);
+    swa.add_vxlan_port("tun0", 10, "192.0.2.1");
+    make_pod(&na, &pa, "pa", "10.20.0.1/24", "02:00:0a:14:00:01", 1450);
+    swa.add_port("pa", 1);
+    swa.add_flows(&example("switch-node-a.flows"));
+
+    let p = ping_until_up(&pa, IPB, 6);
+    assert!(p.ok, "oxvs pod -> kernel pod never answered:\n{}", p.output);
+    let p = ping(&pa, IPB, 5, "0.1", &[]);
+    assert_eq!(p.received, 5, "oxvs pod -> kernel pod:\n{}", p.output);
+    // Flush B's neighbour so that B starts with an ARP through its vxlan.
+    nb.exec(&["ip", "neigh", "flush", "dev", "vx0"]);
+    pb.exec(&["ip", "neigh", "flush", "dev", "eth0"]);
+    let p = ping_until_up(&pb, IPA, 6);
+    assert!(p.ok, "kernel pod -> oxvs pod never answered:\n{}", p.output);
+    let p = ping(&pb, IPA, 5, "0.1", &[]);
+    assert_eq!(p.received, 5, "kernel pod -> oxvs pod:\n{}", p.output);
+
+    tcp_transfer(&pa, &pb, IPB, 5001, 1 << 20);
+    tcp_transfer(&pb, &pa, IPA, 5002, 1 << 20);
+    udp_exchange(&pa, &pb, IPB, 6001);
+    udp_exchange(&pb, &pa, IPA, 6002);
+
+    // Full-size inner packets (1450) cross both ways.
+    let p = ping(&pa, IPB, 2, "0.2", &["-M", "do", "-s", "1422"]);
+    assert_eq!(
+        p.received, 2,
+        "1450-byte inner packets oxvs <-> kernel:\n{}",
+        p.output
+    );
+    let p = ping(&pb, IPA, 2, "0.2", &["-M", "do", "-s", "1422"]);
+    assert_eq!(
+        p.received, 2,
+        "1450-byte inner packets kernel <-> oxvs:\n{}",
+        p.output
+    );
+}
