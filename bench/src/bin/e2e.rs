@@ -281,7 +281,7 @@ fn pid() -> u32 {
 
 impl Lab {
     fn netns(&mut self, name: &str) -> Result<String> {
-        let ns = format!("oxe2e-{}-{name}", pid());
+        let ns = format!("oxbench-{}-{name}", pid());
         must(&["ip", "netns", "add", &ns])?;
         self.netns.push(ns.clone());
         must(&["ip", "-n", &ns, "link", "set", "lo", "up"])?;
@@ -373,8 +373,8 @@ impl Pair {
         let mut lab = Lab::default();
         let gen = lab.netns(&format!("{tag}-gen"))?;
         let sink = lab.netns(&format!("{tag}-sink"))?;
-        let host_gen = format!("xe{}{tag}g", pid());
-        let host_sink = format!("xe{}{tag}s", pid());
+        let host_gen = format!("xb{}{tag}g", pid());
+        let host_sink = format!("xb{}{tag}s", pid());
         if host_gen.len() > 15 {
             bail!("interface name {host_gen} too long");
         }
@@ -455,7 +455,7 @@ fn softirq_ns() -> u64 {
 /// Writes the trafgen configuration: one 60-byte UDP frame (64 with FCS).
 fn trafgen_conf(lab: &mut Lab, src_mac: &str) -> Result<PathBuf> {
     let dst_mac = FLOOD_DST_MAC;
-    let path = PathBuf::from(format!("/tmp/oxe2e-{}.trafgen", pid()));
+    let path = PathBuf::from(format!("/tmp/oxbench-{}.trafgen", pid()));
     let text = format!(
         "{{\n  eth(da={dst_mac}, sa={src_mac}),\n  ipv4(saddr={GEN_IP}, daddr={FLOOD_DST}, ttl=64),\n  udp(sport=9, dport=9),\n  fill(0x00, 18)\n}}\n"
     );
@@ -758,14 +758,14 @@ fn oxvs_port_modes(bins: &Bins, sock: &str, ns: Option<&str>) -> Result<BTreeMap
 }
 
 fn write_flows(lab: &mut Lab, name: &str, text: &str) -> Result<String> {
-    let path = PathBuf::from(format!("/tmp/oxe2e-{}-{name}.flows", pid()));
+    let path = PathBuf::from(format!("/tmp/oxbench-{}-{name}.flows", pid()));
     std::fs::write(&path, text)?;
     lab.files.push(path.clone());
     Ok(path.to_string_lossy().into_owned())
 }
 
 fn start_oxvs(bins: &Bins, p: &mut Pair) -> Result<Running> {
-    let sock = format!("/tmp/oxe2e-{}.sock", pid());
+    let sock = format!("/tmp/oxbench-{}.sock", pid());
     let proc_ = start_switchd(bins, &mut p.lab, None, &sock)?;
     ctl(
         bins,
@@ -810,7 +810,7 @@ fn ovs_ready() -> Result<u32> {
 
 fn start_ovs(p: &mut Pair, port_type: &str) -> Result<Running> {
     let pid_ = ovs_ready()?;
-    let br = format!("oxe2e{}", pid());
+    let br = format!("oxbench{}", pid());
     p.lab.ovs_bridges.push(br.clone());
     must(&[
         "ovs-vsctl",
@@ -886,7 +886,7 @@ fn start_ovs(p: &mut Pair, port_type: &str) -> Result<Running> {
 }
 
 fn start_bridge(p: &mut Pair) -> Result<Running> {
-    let br = format!("xe{}br", pid());
+    let br = format!("xb{}br", pid());
     must(&["ip", "link", "add", &br, "type", "bridge"])?;
     p.lab.links.push(br.clone());
     let _ = run(&[
@@ -1070,8 +1070,8 @@ fn vxlan(o: &Opts, bins: Option<&Bins>) -> Result<SwitchResult> {
         must(&["ip", "-n", ns, "addr", "add", ip, "dev", "under"])?;
         must(&["ip", "-n", ns, "link", "set", "under", "up"])?;
     }
-    let ha = format!("xe{}{tag}a", pid());
-    let hb = format!("xe{}{tag}b", pid());
+    let ha = format!("xb{}{tag}a", pid());
+    let hb = format!("xb{}{tag}b", pid());
     lab.pod(&pa, "10.201.0.1/24", 1450, &ha, Some(&na))?;
     lab.pod(&pb, "10.201.0.2/24", 1450, &hb, Some(&nb))?;
     let mut modes = BTreeMap::new();
@@ -1082,7 +1082,7 @@ fn vxlan(o: &Opts, bins: Option<&Bins>) -> Result<SwitchResult> {
     ];
     for (i, (ns, host, local, remote)) in nodes.into_iter().enumerate() {
         if let Some(bins) = bins {
-            let sock = format!("/tmp/oxe2e-{}-node{i}.sock", pid());
+            let sock = format!("/tmp/oxbench-{}-node{i}.sock", pid());
             procs.push(start_switchd(bins, &mut lab, Some(ns), &sock)?);
             ctl(bins, &sock, Some(ns), &["add-port", host, "--ofport", "1"])?;
             ctl(
