@@ -1,0 +1,1332 @@
+//! # `e2e`: the end-to-end datapath harness
+//!
+//! Forwards real packets between network namespaces through each switch
+//! under test, side by side in one run, on the same topology:
+//!
+//! ```text
+//!   netns gen (eth0 10.200.0.1) --veth-- [switch] --veth-- netns sink (eth0 10.200.0.2)
+//! ```
+//!
+//! Switches: `oxvs-switchd` (release build, interrupt mode, flows
+//! `in_port=1 actions=output:2` and back), Open vSwitch userspace
+//! (`datapath_type=netdev`) with `afxdp` ports (PMD threads) and with
+//! `afxdp-nonpmd` ports (polled by the main thread), and a Linux bridge.
+//! Each gets a fresh topology (its own namespaces and veth pairs).
+//!
+//! Measurements, each repeated `--trials` times (median and min-max):
+//! - **max load**: 64-byte UDP frames (60 bytes + FCS) from `trafgen` on one
+//!   CPU for `--duration` seconds; offered = the generator veth's
+//!   `tx_packets + tx_dropped`, delivered = the sink veth's `rx_packets`,
+//!   loss = offered - delivered;
+//! - **fixed load** (`--rate` pps, below saturation): the switch process's
+//!   CPU time (sum of its threads' `/proc/PID/task/*/schedstat` run time)
+//!   per delivered packet, and the whole machine's softirq time per packet
+//!   (`/proc/stat`; includes the generator's and the sink's kernel work; the
+//!   only CPU figure a Linux bridge has);
+//! - **TCP**: `iperf3` from gen to sink through each switch, and across two
+//!   "nodes" (namespaces joined by an underlay veth) over VXLAN: two
+//!   `oxvs-switchd`s with VXLAN ports, and kernel `vxlan` devices in Linux
+//!   bridges as the reference.
+//!
+//! Cleanup: every namespace, link, OVS bridge, socket and child process is
+//! owned by a guard whose `Drop` removes it; errors and panics unwind
+//! through them. SIGINT/SIGTERM set a flag that every wait checks, so
+//! Ctrl-C turns into an error that unwinds the same way. Names carry the
+//! pid, so concurrent runs and leftovers of other programs do not collide.
+//!
+//! Single-threaded apart from child processes; needs root.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde_json::{json, Value};
+
+/// Set by SIGINT/SIGTERM.
+static STOP: std::sync::OnceLock<Arc<AtomicBool>> = std::sync::OnceLock::new();
+
+fn stopped() -> bool {
+    STOP.get().is_some_and(|s| s.load(Ordering::Relaxed))
+}
+
+/// Sleeps `d`, failing early when interrupted.
+fn sleep(d: Duration) -> Result<()> {
+    let end = Instant::now() + d;
+    while Instant::now() < end {
+        if stopped() {
+            bail!("interrupted");
+        }
+        std::thread::sleep((end - Instant::now()).min(Duration::from_millis(50)));
+    }
+    if stopped() {
+        bail!("interrupted");
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------- options
+
+struct Opts {
+    duration: u64,
+    trials: usize,
+    rate: u64,
+    json: Option<PathBuf>,
+    only: Option<Vec<String>>,
+}
+
+const USAGE: &str = "usage: e2e [--duration S] [--trials N] [--rate PPS] [--json FILE] [--only oxvs,ovs-pmd,ovs-nonpmd,bridge,vxlan-oxvs,vxlan-kernel]";
+
+fn parse_opts() -> Result<Opts> {
+    let mut o = Opts {
+        duration: 5,
+        trials: 3,
+        rate: 50_000,
+        json: None,
+        only: None,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut val = || {
+            args.next()
+                .ok_or_else(|| anyhow!("{a} needs a value\n{USAGE}"))
+        };
+        match a.as_str() {
+            "--duration" => o.duration = val()?.parse().context("--duration")?,
+            "--trials" => o.trials = val()?.parse().context("--trials")?,
+            "--rate" => o.rate = val()?.parse().context("--rate")?,
+            "--json" => o.json = Some(val()?.into()),
+            "--only" => o.only = Some(val()?.split(',').map(str::to_owned).collect()),
+            "-h" | "--help" => {
+                eprintln!("{USAGE}");
+                std::process::exit(0);
+            }
+            _ => bail!("unknown argument {a}\n{USAGE}"),
+        }
+    }
+    if o.duration == 0 || o.trials == 0 || o.rate == 0 {
+        bail!("--duration, --trials and --rate must be positive");
+    }
+    Ok(o)
+}
+
+// ---------------------------------------------------------------- commands
+
+fn run(args: &[&str]) -> Result<Output> {
+    Command::new(args[0])
+        .args(&args[1..])
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("cannot run {}", args[0]))
+}
+
+/// Runs a command that must succeed; returns its stdout.
+fn must(args: &[&str]) -> Result<String> {
+    let out = run(args)?;
+    if !out.status.success() {
+        bail!(
+            "`{}` failed: {}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout).trim(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Runs a command in namespace `ns`.
+fn must_in(ns: &str, args: &[&str]) -> Result<String> {
+    let mut v = vec!["ip", "netns", "exec", ns];
+    v.extend_from_slice(args);
+    must(&v)
+}
+
+/// A child process, leader of its own process group, whose group is
+/// killed (SIGKILL, or SIGTERM first when `gentle`) and reaped on drop.
+struct Proc {
+    child: Child,
+    what: String,
+    gentle: bool,
+}
+
+impl Proc {
+    fn spawn(args: &[&str], what: &str, gentle: bool) -> Result<Proc> {
+        use std::os::unix::process::CommandExt;
+        // Own process group: Ctrl-C reaches only us (we clean up), and
+        // signals go to the child's whole group (trafgen forks workers and
+        // signals its group when it ends).
+        let child = Command::new(args[0])
+            .args(&args[1..])
+            .process_group(0)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("cannot start {what}"))?;
+        Ok(Proc {
+            child,
+            what: what.to_owned(),
+            gentle,
+        })
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn signal(&self, sig: nix::sys::signal::Signal) {
+        let Ok(pid) = i32::try_from(self.child.id()) else {
+            return;
+        };
+        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), sig);
+    }
+
+    /// Kills and reaps; returns (stdout, stderr).
+    fn finish(mut self) -> (String, String) {
+        self.stop();
+        let mut out = String::new();
+        let mut err = String::new();
+        use std::io::Read;
+        if let Some(mut s) = self.child.stdout.take() {
+            let _ = s.read_to_string(&mut out);
+        }
+        if let Some(mut s) = self.child.stderr.take() {
+            let _ = s.read_to_string(&mut err);
+        }
+        (out, err)
+    }
+
+    /// Waits (interruptibly) up to `limit` for the process to exit by itself.
+    fn wait_exit(&mut self, limit: Duration) -> Result<bool> {
+        let end = Instant::now() + limit;
+        loop {
+            if self.child.try_wait()?.is_some() {
+                return Ok(true);
+            }
+            if Instant::now() >= end {
+                return Ok(false);
+            }
+            sleep(Duration::from_millis(20))?;
+        }
+    }
+
+    fn stop(&mut self) {
+        if let Ok(Some(_)) = self.child.try_wait() {
+            return;
+        }
+        if self.gentle {
+            self.signal(nix::sys::signal::Signal::SIGTERM);
+            let end = Instant::now() + Duration::from_secs(3);
+            while Instant::now() < end {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            eprintln!("e2e: {} did not stop on SIGTERM; killing it", self.what);
+        }
+        self.signal(nix::sys::signal::Signal::SIGKILL);
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+// ---------------------------------------------------------------- topology
+
+/// Everything one scenario created, removed on drop (in reverse order).
+#[derive(Default)]
+struct Lab {
+    netns: Vec<String>,
+    links: Vec<String>,
+    ovs_bridges: Vec<String>,
+    files: Vec<PathBuf>,
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for br in self.ovs_bridges.iter().rev() {
+            if let Err(e) = must(&["ovs-vsctl", "--timeout=10", "--if-exists", "del-br", br]) {
+                eprintln!("e2e cleanup: {e}");
+            }
+        }
+        for l in self.links.iter().rev() {
+            if Path::new(&format!("/sys/class/net/{l}")).exists() {
+                if let Err(e) = must(&["ip", "link", "del", l]) {
+                    eprintln!("e2e cleanup: {e}");
+                }
+            }
+        }
+        for ns in self.netns.iter().rev() {
+            if let Err(e) = must(&["ip", "netns", "del", ns]) {
+                eprintln!("e2e cleanup: {e}");
+            }
+        }
+        for f in &self.files {
+            let _ = std::fs::remove_file(f);
+        }
+    }
+}
+
+fn pid() -> u32 {
+    std::process::id()
+}
+
+impl Lab {
+    fn netns(&mut self, name: &str) -> Result<String> {
+        let ns = format!("oxbench-{}-{name}", pid());
+        must(&["ip", "netns", "add", &ns])?;
+        self.netns.push(ns.clone());
+        must(&["ip", "-n", &ns, "link", "set", "lo", "up"])?;
+        must_in(&ns, &["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"])?;
+        must_in(
+            &ns,
+            &["sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1"],
+        )?;
+        Ok(ns)
+    }
+
+    /// A pod: `eth0` in `ns` with `addr` (CIDR) and `mtu`, transmit
+    /// checksum offload off (see the module doc of the engine tests); the
+    /// host end `host` stays in `host_ns` (None: the root namespace), up,
+    /// without addresses.
+    fn pod(
+        &mut self,
+        ns: &str,
+        addr: &str,
+        mtu: u32,
+        host: &str,
+        host_ns: Option<&str>,
+    ) -> Result<()> {
+        let peer = format!("{host}p");
+        must(&[
+            "ip", "link", "add", host, "type", "veth", "peer", "name", &peer, "netns", ns,
+        ])?;
+        if host_ns.is_none() {
+            self.links.push(host.to_owned());
+        }
+        must(&["ip", "-n", ns, "link", "set", &peer, "name", "eth0"])?;
+        must(&[
+            "ip",
+            "-n",
+            ns,
+            "link",
+            "set",
+            "eth0",
+            "mtu",
+            &mtu.to_string(),
+        ])?;
+        must(&["ip", "-n", ns, "addr", "add", addr, "dev", "eth0"])?;
+        must(&["ip", "-n", ns, "link", "set", "eth0", "up"])?;
+        must_in(ns, &["ethtool", "-K", "eth0", "tx", "off"])?;
+        match host_ns {
+            None => {
+                let _ = run(&[
+                    "sysctl",
+                    "-qw",
+                    &format!("net.ipv6.conf.{host}.disable_ipv6=1"),
+                ]);
+                must(&["ip", "link", "set", host, "up"])?;
+            }
+            Some(hns) => {
+                must(&["ip", "link", "set", host, "netns", hns])?;
+                must(&["ip", "-n", hns, "link", "set", host, "up"])?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The single-node topology: gen and sink pods, host ends in the root
+/// namespace.
+struct Pair {
+    lab: Lab,
+    gen: String,
+    sink: String,
+    host_gen: String,
+    host_sink: String,
+}
+
+const GEN_IP: &str = "10.200.0.1";
+const SINK_IP: &str = "10.200.0.2";
+/// The UDP flood's destination: on the sink's subnet but nobody's address.
+const FLOOD_DST: &str = "10.200.0.3";
+/// The flood's destination MAC: nobody's either, so the sink's veth counts
+/// each frame (`rx_packets`) and its IP layer drops it at once as
+/// `PACKET_OTHERHOST`. With the sink's own MAC, the sink would route the
+/// frame, fail, and run `ip_error` for each one, and that work is charged
+/// to whoever transmits into the sink veth (the switch process, for the
+/// AF_XDP switches): the CPU figure would measure the sink. The switches
+/// forward by in_port (oxvs, OVS) or flood the unknown unicast to the one
+/// other port (bridge), so every switch does the same forwarding work.
+const FLOOD_DST_MAC: &str = "02:e2:e0:00:00:03";
+
+impl Pair {
+    fn new(tag: &str) -> Result<Pair> {
+        let mut lab = Lab::default();
+        let gen = lab.netns(&format!("{tag}-gen"))?;
+        let sink = lab.netns(&format!("{tag}-sink"))?;
+        let host_gen = format!("xb{}{tag}g", pid());
+        let host_sink = format!("xb{}{tag}s", pid());
+        if host_gen.len() > 15 {
+            bail!("interface name {host_gen} too long");
+        }
+        lab.pod(&gen, &format!("{GEN_IP}/24"), 1500, &host_gen, None)?;
+        lab.pod(&sink, &format!("{SINK_IP}/24"), 1500, &host_sink, None)?;
+        Ok(Pair {
+            lab,
+            gen,
+            sink,
+            host_gen,
+            host_sink,
+        })
+    }
+}
+
+// ---------------------------------------------------------------- counters
+
+#[derive(Clone, Copy, Default)]
+struct LinkStats {
+    rx_packets: u64,
+    tx_packets: u64,
+    tx_dropped: u64,
+}
+
+fn link_stats(ns: &str, dev: &str) -> Result<LinkStats> {
+    let out = must(&["ip", "-n", ns, "-j", "-s", "link", "show", "dev", dev])?;
+    let v: Value = serde_json::from_str(&out).context("ip -j -s link output")?;
+    let s = &v[0]["stats64"];
+    let get = |dir: &str, f: &str| s[dir][f].as_u64().unwrap_or(0);
+    Ok(LinkStats {
+        rx_packets: get("rx", "packets"),
+        tx_packets: get("tx", "packets"),
+        tx_dropped: get("tx", "dropped"),
+    })
+}
+
+fn mac_of(ns: &str, dev: &str) -> Result<String> {
+    let out = must(&["ip", "-n", ns, "-j", "link", "show", "dev", dev])?;
+    let v: Value = serde_json::from_str(&out).context("ip -j link output")?;
+    v[0]["address"]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| anyhow!("no MAC address for {dev} in {ns}"))
+}
+
+/// Run time of all threads of `pid`, in ns (`/proc/PID/task/*/schedstat`).
+fn proc_cpu_ns(pid: u32) -> Result<u64> {
+    let mut total = 0u64;
+    let dir = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .with_context(|| format!("process {pid} is gone"))?;
+    for t in dir.flatten() {
+        if let Ok(s) = std::fs::read_to_string(t.path().join("schedstat")) {
+            total += s
+                .split_whitespace()
+                .next()
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    Ok(total)
+}
+
+/// Machine-wide softirq time in ns (`/proc/stat`, USER_HZ = 100).
+fn softirq_ns() -> u64 {
+    std::fs::read_to_string("/proc/stat")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("cpu "))
+                .and_then(|l| l.split_whitespace().nth(7))
+                .and_then(|v| v.parse::<u64>().ok())
+        })
+        .map_or(0, |ticks| ticks * 10_000_000)
+}
+
+// ---------------------------------------------------------------- load
+
+/// Writes the trafgen configuration: one 60-byte UDP frame (64 with FCS).
+fn trafgen_conf(lab: &mut Lab, src_mac: &str) -> Result<PathBuf> {
+    let dst_mac = FLOOD_DST_MAC;
+    let path = PathBuf::from(format!("/tmp/oxbench-{}.trafgen", pid()));
+    let text = format!(
+        "{{\n  eth(da={dst_mac}, sa={src_mac}),\n  ipv4(saddr={GEN_IP}, daddr={FLOOD_DST}, ttl=64),\n  udp(sport=9, dport=9),\n  fill(0x00, 18)\n}}\n"
+    );
+    std::fs::write(&path, text).with_context(|| format!("write {}", path.display()))?;
+    lab.files.push(path.clone());
+    Ok(path)
+}
+
+#[derive(Clone, Copy, Default)]
+struct LoadTrial {
+    secs: f64,
+    offered: u64,
+    delivered: u64,
+    /// Switch process CPU (ns); None for the Linux bridge.
+    cpu_ns: Option<u64>,
+    softirq_ns: u64,
+}
+
+impl LoadTrial {
+    fn offered_pps(&self) -> f64 {
+        self.offered as f64 / self.secs
+    }
+    fn delivered_pps(&self) -> f64 {
+        self.delivered as f64 / self.secs
+    }
+    fn loss(&self) -> f64 {
+        if self.offered == 0 {
+            0.0
+        } else {
+            self.offered.saturating_sub(self.delivered) as f64 / self.offered as f64
+        }
+    }
+    fn cpu_per_pkt(&self) -> Option<f64> {
+        self.cpu_ns.map(|c| c as f64 / self.delivered.max(1) as f64)
+    }
+    fn softirq_per_pkt(&self) -> f64 {
+        self.softirq_ns as f64 / self.delivered.max(1) as f64
+    }
+}
+
+/// One trafgen run of `secs` seconds; `rate` None = as fast as it goes.
+///
+/// trafgen gives up ("Flushing TX_RING failed: Resource temporarily
+/// unavailable") when the veth pushes back (its peer's XDP ring is full)
+/// at the wrong moment; such a run is retried, up to three times.
+fn load_trial(
+    p: &Pair,
+    conf: &Path,
+    secs: u64,
+    rate: Option<u64>,
+    switch_pid: Option<u32>,
+) -> Result<LoadTrial> {
+    let mut attempt = 1;
+    loop {
+        match load_trial_once(p, conf, secs, rate, switch_pid) {
+            Err(e)
+                if attempt < 3
+                    && !stopped()
+                    && format!("{e:#}").contains("trafgen exited early") =>
+            {
+                eprintln!("e2e: retrying: {e:#}");
+                attempt += 1;
+            }
+            r => return r,
+        }
+    }
+}
+
+fn load_trial_once(
+    p: &Pair,
+    conf: &Path,
+    secs: u64,
+    rate: Option<u64>,
+    switch_pid: Option<u32>,
+) -> Result<LoadTrial> {
+    let conf = conf.to_string_lossy().into_owned();
+    // Bound: more than one CPU can send in `secs`.
+    let count = (secs * 20_000_000).to_string();
+    // A gap, not `--rate`: trafgen's `--rate` sends in bursts (thousands
+    // of frames back to back, then a pause), which measures ring depth,
+    // not per-packet cost; `--gap` spaces the frames out.
+    let gap_arg = rate.map(|r| format!("{}ns", 1_000_000_000 / r.max(1)));
+    let mut args = vec![
+        "ip",
+        "netns",
+        "exec",
+        &p.gen,
+        "trafgen",
+        "--dev",
+        "eth0",
+        "--conf",
+        &conf,
+        "--cpus",
+        "1",
+        "--no-sock-mem",
+        "-n",
+        &count,
+    ];
+    if let Some(g) = &gap_arg {
+        args.extend_from_slice(&["--gap", g]);
+    }
+    let g0 = link_stats(&p.gen, "eth0")?;
+    let s0 = link_stats(&p.sink, "eth0")?;
+    let c0 = switch_pid.map(proc_cpu_ns).transpose()?;
+    let q0 = softirq_ns();
+    let t0 = Instant::now();
+    let mut tg = Proc::spawn(&args, "trafgen", false)?;
+    if tg.wait_exit(Duration::from_secs(secs))? {
+        let (out, err) = tg.finish();
+        let last = |t: &str| {
+            t.lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("")
+                .trim()
+                .to_owned()
+        };
+        bail!("trafgen exited early: {} {}", last(&out), last(&err));
+    }
+    tg.finish();
+    let secs = t0.elapsed().as_secs_f64();
+    // Let what is in flight arrive.
+    sleep(Duration::from_millis(300))?;
+    let g1 = link_stats(&p.gen, "eth0")?;
+    let s1 = link_stats(&p.sink, "eth0")?;
+    let c1 = switch_pid.map(proc_cpu_ns).transpose()?;
+    let q1 = softirq_ns();
+    Ok(LoadTrial {
+        secs,
+        offered: (g1.tx_packets + g1.tx_dropped).saturating_sub(g0.tx_packets + g0.tx_dropped),
+        delivered: s1.rx_packets.saturating_sub(s0.rx_packets),
+        cpu_ns: c0.zip(c1).map(|(a, b)| b.saturating_sub(a)),
+        softirq_ns: q1.saturating_sub(q0),
+    })
+}
+
+/// One iperf3 TCP run from `client_ns` to `server_ip` in `server_ns`;
+/// returns received Gbit/s.
+fn tcp_trial(client_ns: &str, server_ns: &str, server_ip: &str, secs: u64) -> Result<f64> {
+    let mut server = Proc::spawn(
+        &[
+            "ip", "netns", "exec", server_ns, "iperf3", "-s", "-1", "-p", "5201",
+        ],
+        "iperf3 server",
+        false,
+    )?;
+    sleep(Duration::from_millis(500))?;
+    let t = secs.to_string();
+    let mut client = Proc::spawn(
+        &[
+            "ip",
+            "netns",
+            "exec",
+            client_ns,
+            "iperf3",
+            "-c",
+            server_ip,
+            "-p",
+            "5201",
+            "-t",
+            &t,
+            "-J",
+            "--connect-timeout",
+            "3000",
+        ],
+        "iperf3 client",
+        false,
+    )?;
+    let done = client.wait_exit(Duration::from_secs(secs + 15))?;
+    let (out, err) = client.finish();
+    let _ = server.wait_exit(Duration::from_secs(2));
+    if !done {
+        bail!("iperf3 client did not finish");
+    }
+    let v: Value = serde_json::from_str(&out)
+        .with_context(|| format!("iperf3 output not JSON: {}", err.trim()))?;
+    if let Some(e) = v["error"].as_str() {
+        bail!("iperf3: {e}");
+    }
+    v["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .map(|b| b / 1e9)
+        .ok_or_else(|| anyhow!("iperf3 JSON without end.sum_received"))
+}
+
+fn ping_ok(ns: &str, dst: &str) -> bool {
+    run(&[
+        "ip", "netns", "exec", ns, "ping", "-n", "-q", "-c", "3", "-i", "0.2", "-W", "1", dst,
+    ])
+    .map(|o| o.status.success())
+    .unwrap_or(false)
+}
+
+// ---------------------------------------------------------------- switches
+
+/// A running switch under test; dropping it stops it.
+struct Running {
+    /// Process whose CPU time is the switch's (None: kernel bridge).
+    pid: Option<u32>,
+    /// How each port moves packets (XDP mode etc.).
+    port_modes: BTreeMap<String, String>,
+    _proc: Option<Proc>,
+}
+
+struct Bins {
+    switchd: PathBuf,
+    ctl: PathBuf,
+}
+
+/// Finds (building if needed) the release `oxvs-switchd` and `oxvsctl`.
+fn oxvs_bins() -> Result<Bins> {
+    let exe = std::env::current_exe().context("current_exe")?;
+    let dir = exe
+        .parent()
+        .ok_or_else(|| anyhow!("exe has no directory"))?;
+    let bins = Bins {
+        switchd: dir.join("oxvs-switchd"),
+        ctl: dir.join("oxvsctl"),
+    };
+    if !bins.switchd.exists() || !bins.ctl.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        eprintln!("e2e: building oxvs-switchd and oxvsctl (release)");
+        let st = Command::new(cargo)
+            .args(["build", "--release", "-p", "oxvs-switch", "-p", "oxvsctl"])
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+            .status()
+            .context("cargo build")?;
+        if !st.success() || !bins.switchd.exists() {
+            bail!(
+                "could not build {}; run `cargo build --release -p oxvs-switch -p oxvsctl`",
+                bins.switchd.display()
+            );
+        }
+    }
+    Ok(bins)
+}
+
+fn ctl(bins: &Bins, sock: &str, ns: Option<&str>, args: &[&str]) -> Result<String> {
+    let c = bins.ctl.to_string_lossy().into_owned();
+    let mut v: Vec<&str> = Vec::new();
+    if let Some(ns) = ns {
+        v.extend_from_slice(&["ip", "netns", "exec", ns]);
+    }
+    v.extend_from_slice(&[&c, "--socket", sock]);
+    v.extend_from_slice(args);
+    must(&v)
+}
+
+/// Starts `oxvs-switchd` (in `ns`, or the root namespace) with a control
+/// socket at `sock`, waiting until it answers.
+fn start_switchd(bins: &Bins, lab: &mut Lab, ns: Option<&str>, sock: &str) -> Result<Proc> {
+    lab.files.push(PathBuf::from(sock));
+    let d = bins.switchd.to_string_lossy().into_owned();
+    let mut v: Vec<&str> = Vec::new();
+    if let Some(ns) = ns {
+        v.extend_from_slice(&["ip", "netns", "exec", ns]);
+    }
+    v.extend_from_slice(&[
+        &d,
+        "--socket",
+        sock,
+        "--mode",
+        "interrupt",
+        "--log-level",
+        "warn",
+    ]);
+    let mut p = Proc::spawn(&v, "oxvs-switchd", true)?;
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        if ctl(bins, sock, ns, &["dump-ports"]).is_ok() {
+            return Ok(p);
+        }
+        if p.wait_exit(Duration::from_millis(100))? {
+            let (_, err) = p.finish();
+            bail!("oxvs-switchd exited: {}", err.trim());
+        }
+        if Instant::now() > end {
+            bail!("oxvs-switchd did not answer on {sock}");
+        }
+    }
+}
+
+fn oxvs_port_modes(bins: &Bins, sock: &str, ns: Option<&str>) -> Result<BTreeMap<String, String>> {
+    let out = ctl(bins, sock, ns, &["--json", "dump-ports"])?;
+    let v: Value = serde_json::from_str(&out).context("dump-ports --json")?;
+    let list = v
+        .as_array()
+        .or_else(|| v["ports"].as_array())
+        .cloned()
+        .unwrap_or_default();
+    Ok(list
+        .iter()
+        .filter_map(|p| {
+            Some((
+                p["name"].as_str()?.to_owned(),
+                p["mode"].as_str()?.to_owned(),
+            ))
+        })
+        .collect())
+}
+
+fn write_flows(lab: &mut Lab, name: &str, text: &str) -> Result<String> {
+    let path = PathBuf::from(format!("/tmp/oxbench-{}-{name}.flows", pid()));
+    std::fs::write(&path, text)?;
+    lab.files.push(path.clone());
+    Ok(path.to_string_lossy().into_owned())
+}
+
+fn start_oxvs(bins: &Bins, p: &mut Pair) -> Result<Running> {
+    let sock = format!("/tmp/oxbench-{}.sock", pid());
+    let proc_ = start_switchd(bins, &mut p.lab, None, &sock)?;
+    ctl(
+        bins,
+        &sock,
+        None,
+        &["add-port", &p.host_gen, "--ofport", "1"],
+    )?;
+    ctl(
+        bins,
+        &sock,
+        None,
+        &["add-port", &p.host_sink, "--ofport", "2"],
+    )?;
+    let flows = write_flows(
+        &mut p.lab,
+        "oxvs",
+        "in_port=1 actions=output:2\nin_port=2 actions=output:1\n",
+    )?;
+    ctl(bins, &sock, None, &["add-flows", &flows])?;
+    Ok(Running {
+        pid: Some(proc_.pid()),
+        port_modes: oxvs_port_modes(bins, &sock, None)?,
+        _proc: Some(proc_),
+    })
+}
+
+/// Makes sure ovs-vswitchd runs; returns its pid, or why OVS is unusable.
+fn ovs_ready() -> Result<u32> {
+    if run(&["ovs-vsctl", "--version"]).is_err() {
+        bail!("Open vSwitch is not installed (no ovs-vsctl)");
+    }
+    if run(&["ovs-vsctl", "--timeout=3", "show"])
+        .map(|o| !o.status.success())
+        .unwrap_or(true)
+    {
+        must(&["/usr/share/openvswitch/scripts/ovs-ctl", "start"]).context("ovs-ctl start")?;
+    }
+    let pid = std::fs::read_to_string("/var/run/openvswitch/ovs-vswitchd.pid")
+        .context("ovs-vswitchd pid file")?;
+    pid.trim().parse().context("ovs-vswitchd pid")
+}
+
+fn start_ovs(p: &mut Pair, port_type: &str) -> Result<Running> {
+    let pid_ = ovs_ready()?;
+    let br = format!("oxbench{}", pid());
+    p.lab.ovs_bridges.push(br.clone());
+    must(&[
+        "ovs-vsctl",
+        "--timeout=10",
+        "add-br",
+        &br,
+        "--",
+        "set",
+        "bridge",
+        &br,
+        "datapath_type=netdev",
+        "fail_mode=secure",
+    ])?;
+    let mut modes = BTreeMap::new();
+    for (host, ofport) in [(p.host_gen.clone(), "1"), (p.host_sink.clone(), "2")] {
+        // Zero-copy first; veth has none, so fall back to the best the
+        // driver offers.
+        let mut got = None;
+        for mode in ["native-with-zerocopy", "best-effort"] {
+            let _ = run(&[
+                "ovs-vsctl",
+                "--timeout=10",
+                "--if-exists",
+                "del-port",
+                &br,
+                &host,
+            ]);
+            must(&[
+                "ovs-vsctl",
+                "--timeout=10",
+                "add-port",
+                &br,
+                &host,
+                "--",
+                "set",
+                "interface",
+                &host,
+                &format!("type={port_type}"),
+                &format!("options:xdp-mode={mode}"),
+                &format!("ofport_request={ofport}"),
+            ])?;
+            sleep(Duration::from_millis(500))?;
+            let err = must(&["ovs-vsctl", "get", "interface", &host, "error"])?;
+            let ofp = must(&["ovs-vsctl", "get", "interface", &host, "ofport"])?;
+            if err.trim() == "[]" && ofp.trim() == ofport {
+                // OVS logs the mode it got ("<port>: native XDP mode will
+                // be in use."); the database does not show it.
+                let log = std::fs::read_to_string("/var/log/openvswitch/ovs-vswitchd.log")
+                    .unwrap_or_default();
+                let prefix = format!("{host}: ");
+                let xdp = log
+                    .lines()
+                    .rev()
+                    .filter_map(|l| l.split_once(&prefix).map(|(_, rest)| rest))
+                    .find_map(|rest| rest.strip_suffix(" mode will be in use."))
+                    .unwrap_or("unknown")
+                    .to_owned();
+                got = Some(format!("{xdp} (requested {mode})"));
+                break;
+            }
+        }
+        let got = got.ok_or_else(|| anyhow!("OVS could not open {host} as {port_type}"))?;
+        modes.insert(host, got);
+    }
+    must(&["ovs-ofctl", "del-flows", &br])?;
+    must(&["ovs-ofctl", "add-flow", &br, "in_port=1,actions=output:2"])?;
+    must(&["ovs-ofctl", "add-flow", &br, "in_port=2,actions=output:1"])?;
+    Ok(Running {
+        pid: Some(pid_),
+        port_modes: modes,
+        _proc: None,
+    })
+}
+
+fn start_bridge(p: &mut Pair) -> Result<Running> {
+    let br = format!("xb{}br", pid());
+    must(&["ip", "link", "add", &br, "type", "bridge"])?;
+    p.lab.links.push(br.clone());
+    let _ = run(&[
+        "sysctl",
+        "-qw",
+        &format!("net.ipv6.conf.{br}.disable_ipv6=1"),
+    ]);
+    for h in [&p.host_gen, &p.host_sink] {
+        must(&["ip", "link", "set", h, "master", &br])?;
+    }
+    must(&["ip", "link", "set", &br, "up"])?;
+    Ok(Running {
+        pid: None,
+        port_modes: [
+            (p.host_gen.clone(), "kernel bridge".to_owned()),
+            (p.host_sink.clone(), "kernel bridge".to_owned()),
+        ]
+        .into(),
+        _proc: None,
+    })
+}
+
+// ---------------------------------------------------------------- stats
+
+fn median_min_max(mut v: Vec<f64>) -> Option<(f64, f64, f64)> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    let med = if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    };
+    Some((med, v[0], v[n - 1]))
+}
+
+fn summary(v: Vec<f64>) -> Value {
+    match median_min_max(v.clone()) {
+        Some((m, lo, hi)) => json!({"median": m, "min": lo, "max": hi, "trials": v}),
+        None => Value::Null,
+    }
+}
+
+fn fmt3(v: &[f64], scale: f64, prec: usize) -> String {
+    match median_min_max(v.to_vec()) {
+        Some((m, lo, hi)) => format!(
+            "{:.p$} [{:.p$}-{:.p$}]",
+            m / scale,
+            lo / scale,
+            hi / scale,
+            p = prec
+        ),
+        None => "n/a".into(),
+    }
+}
+
+// ---------------------------------------------------------------- scenarios
+
+#[derive(Default)]
+struct SwitchResult {
+    name: String,
+    skipped: Option<String>,
+    port_modes: BTreeMap<String, String>,
+    max: Vec<LoadTrial>,
+    fixed: Vec<LoadTrial>,
+    tcp_gbps: Vec<f64>,
+    /// `/proc/loadavg` (1, 5, 15 min) before and after the scenario: other
+    /// work on the machine skews everything here.
+    loadavg: (String, String),
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+impl SwitchResult {
+    fn to_json(&self) -> Value {
+        let max = |f: fn(&LoadTrial) -> f64| summary(self.max.iter().map(f).collect());
+        let fixed = |f: fn(&LoadTrial) -> f64| summary(self.fixed.iter().map(f).collect());
+        json!({
+            "switch": self.name,
+            "skipped": self.skipped,
+            "port_modes": self.port_modes,
+            "max_load": {
+                "offered_pps": max(LoadTrial::offered_pps),
+                "delivered_pps": max(LoadTrial::delivered_pps),
+                "loss_fraction": max(LoadTrial::loss),
+                "raw": self.max.iter().map(|t| json!({"secs": t.secs, "offered": t.offered, "delivered": t.delivered})).collect::<Vec<_>>(),
+            },
+            "fixed_load": {
+                "offered_pps": fixed(LoadTrial::offered_pps),
+                "delivered_pps": fixed(LoadTrial::delivered_pps),
+                "switch_cpu_ns_per_pkt": summary(self.fixed.iter().filter_map(LoadTrial::cpu_per_pkt).collect()),
+                "softirq_ns_per_pkt_machine": fixed(LoadTrial::softirq_per_pkt),
+                "raw": self.fixed.iter().map(|t| json!({"secs": t.secs, "offered": t.offered, "delivered": t.delivered, "switch_cpu_ns": t.cpu_ns, "softirq_ns": t.softirq_ns})).collect::<Vec<_>>(),
+            },
+            "tcp_gbps": summary(self.tcp_gbps.clone()),
+            "loadavg_before": self.loadavg.0,
+            "loadavg_after": self.loadavg.1,
+        })
+    }
+}
+
+fn single_node(
+    o: &Opts,
+    name: &str,
+    tag: &str,
+    start: impl FnOnce(&mut Pair) -> Result<Running>,
+) -> Result<SwitchResult> {
+    eprintln!("e2e: == {name} == (load average {})", loadavg());
+    let load0 = loadavg();
+    let mut p = Pair::new(tag)?;
+    let sw = start(&mut p)?;
+    let mut r = SwitchResult {
+        name: name.into(),
+        port_modes: sw.port_modes.clone(),
+        ..Default::default()
+    };
+    // Connectivity (also teaches a learning bridge where the sink is).
+    let _ = ping_ok(&p.sink, GEN_IP);
+    if !ping_ok(&p.gen, SINK_IP) {
+        bail!("{name}: gen cannot ping sink through the switch");
+    }
+    let conf = trafgen_conf(&mut p.lab, &mac_of(&p.gen, "eth0")?)?;
+    for i in 0..o.trials {
+        let t = load_trial(&p, &conf, o.duration, None, sw.pid)?;
+        eprintln!(
+            "e2e: {name} max load #{i}: offered {:.0} pps, delivered {:.0} pps",
+            t.offered_pps(),
+            t.delivered_pps()
+        );
+        r.max.push(t);
+    }
+    for i in 0..o.trials {
+        let t = load_trial(&p, &conf, o.duration, Some(o.rate), sw.pid)?;
+        eprintln!(
+            "e2e: {name} fixed load #{i}: delivered {:.0} pps, switch cpu {} ns/pkt, softirq {:.0} ns/pkt",
+            t.delivered_pps(),
+            t.cpu_per_pkt().map_or("n/a".into(), |c| format!("{c:.0}")),
+            t.softirq_per_pkt()
+        );
+        r.fixed.push(t);
+    }
+    for i in 0..o.trials {
+        let g = tcp_trial(&p.gen, &p.sink, SINK_IP, o.duration)?;
+        eprintln!("e2e: {name} tcp #{i}: {g:.2} Gbit/s");
+        r.tcp_gbps.push(g);
+    }
+    drop(sw);
+    drop(p);
+    r.loadavg = (load0, loadavg());
+    Ok(r)
+}
+
+/// Two nodes (namespaces) joined by an underlay veth (192.0.2.1/2), one
+/// pod each (10.201.0.1/2, MTU 1450) on a veth whose host end is in the
+/// node; `oxvs` = switchds with VXLAN ports, else kernel vxlan + bridge.
+fn vxlan(o: &Opts, bins: Option<&Bins>) -> Result<SwitchResult> {
+    let name = if bins.is_some() {
+        "oxvs VXLAN (2 nodes)"
+    } else {
+        "kernel VXLAN + bridge (2 nodes)"
+    };
+    eprintln!("e2e: == {name} == (load average {})", loadavg());
+    let load0 = loadavg();
+    let tag = if bins.is_some() { "vo" } else { "vk" };
+    let mut lab = Lab::default();
+    let na = lab.netns(&format!("{tag}-nodea"))?;
+    let nb = lab.netns(&format!("{tag}-nodeb"))?;
+    let pa = lab.netns(&format!("{tag}-poda"))?;
+    let pb = lab.netns(&format!("{tag}-podb"))?;
+    must(&[
+        "ip", "-n", &na, "link", "add", "under", "type", "veth", "peer", "name", "under", "netns",
+        &nb,
+    ])?;
+    for (ns, ip) in [(&na, "192.0.2.1/24"), (&nb, "192.0.2.2/24")] {
+        must(&["ip", "-n", ns, "addr", "add", ip, "dev", "under"])?;
+        must(&["ip", "-n", ns, "link", "set", "under", "up"])?;
+    }
+    let ha = format!("xb{}{tag}a", pid());
+    let hb = format!("xb{}{tag}b", pid());
+    lab.pod(&pa, "10.201.0.1/24", 1450, &ha, Some(&na))?;
+    lab.pod(&pb, "10.201.0.2/24", 1450, &hb, Some(&nb))?;
+    let mut modes = BTreeMap::new();
+    let mut procs = Vec::new();
+    let nodes = [
+        (&na, &ha, "192.0.2.1", "192.0.2.2"),
+        (&nb, &hb, "192.0.2.2", "192.0.2.1"),
+    ];
+    for (i, (ns, host, local, remote)) in nodes.into_iter().enumerate() {
+        if let Some(bins) = bins {
+            let sock = format!("/tmp/oxbench-{}-node{i}.sock", pid());
+            procs.push(start_switchd(bins, &mut lab, Some(ns), &sock)?);
+            ctl(bins, &sock, Some(ns), &["add-port", host, "--ofport", "1"])?;
+            ctl(
+                bins,
+                &sock,
+                Some(ns),
+                &[
+                    "add-port",
+                    "vx",
+                    "--ofport",
+                    "2",
+                    "--type",
+                    "vxlan",
+                    "--local-ip",
+                    local,
+                ],
+            )?;
+            let flows = write_flows(
+                &mut lab,
+                &format!("node{i}"),
+                &format!(
+                    "in_port=1 actions=set_field:{remote}->tun_dst,output:2\nin_port=2 actions=output:1\n"
+                ),
+            )?;
+            ctl(bins, &sock, Some(ns), &["add-flows", &flows])?;
+            for (k, v) in oxvs_port_modes(bins, &sock, Some(ns))? {
+                modes.insert(format!("node{i}/{k}"), v);
+            }
+        } else {
+            must(&[
+                "ip", "-n", ns, "link", "add", "vx0", "type", "vxlan", "id", "42", "local", local,
+                "remote", remote, "dstport", "4789", "dev", "under",
+            ])?;
+            must(&["ip", "-n", ns, "link", "add", "br0", "type", "bridge"])?;
+            for dev in ["vx0", host.as_str()] {
+                must(&["ip", "-n", ns, "link", "set", dev, "master", "br0"])?;
+            }
+            must(&["ip", "-n", ns, "link", "set", "vx0", "up"])?;
+            must(&["ip", "-n", ns, "link", "set", "br0", "up"])?;
+            modes.insert(format!("node{i}/vx0"), "kernel vxlan".into());
+        }
+    }
+    let mut r = SwitchResult {
+        name: name.into(),
+        port_modes: modes,
+        ..Default::default()
+    };
+    if !ping_ok(&pa, "10.201.0.2") {
+        bail!("{name}: pod A cannot ping pod B");
+    }
+    for i in 0..o.trials {
+        let g = tcp_trial(&pa, &pb, "10.201.0.2", o.duration)?;
+        eprintln!("e2e: {name} tcp #{i}: {g:.2} Gbit/s");
+        r.tcp_gbps.push(g);
+    }
+    drop(procs);
+    drop(lab);
+    r.loadavg = (load0, loadavg());
+    Ok(r)
+}
+
+// ---------------------------------------------------------------- main
+
+fn machine() -> Value {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split(':').nth(1))
+        .map(|s| s.trim().to_owned());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_owned())
+        .ok();
+    let ver = |args: &[&str]| {
+        run(args).ok().map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .next()
+                .unwrap_or("")
+                .to_owned()
+        })
+    };
+    json!({
+        "cpu_model": model,
+        "cores": cores,
+        "kernel": kernel,
+        "ovs": ver(&["ovs-vswitchd", "--version"]),
+        "trafgen": ver(&["trafgen", "--version"]),
+        "iperf3": ver(&["iperf3", "--version"]),
+    })
+}
+
+fn want(o: &Opts, key: &str) -> bool {
+    o.only.as_ref().is_none_or(|l| l.iter().any(|k| k == key))
+}
+
+fn main() -> Result<()> {
+    let o = parse_opts()?;
+    let flag = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&flag)).context("signal handler")?;
+    }
+    let _ = STOP.set(flag);
+    let uid = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(1).map(str::to_owned))
+        });
+    if uid.as_deref() != Some("0") {
+        bail!("e2e needs root (network namespaces, XDP)");
+    }
+    for tool in ["ip", "trafgen", "iperf3", "ethtool", "ping"] {
+        if run(&["sh", "-c", &format!("command -v {tool}")])
+            .map(|o| !o.status.success())
+            .unwrap_or(true)
+        {
+            bail!("{tool} not found (scripts/bench-e2e.sh installs netsniff-ng and iperf3)");
+        }
+    }
+    let bins = oxvs_bins()?;
+    let mach = machine();
+    eprintln!("e2e: machine {mach}");
+    let started = Instant::now();
+
+    let mut results: Vec<SwitchResult> = Vec::new();
+    let mut record = |name: &str, r: Result<SwitchResult>| -> Result<()> {
+        match r {
+            Ok(r) => results.push(r),
+            Err(e) if stopped() => return Err(e),
+            Err(e) => {
+                eprintln!("e2e: {name}: SKIPPED: {e:#}");
+                results.push(SwitchResult {
+                    name: name.into(),
+                    skipped: Some(format!("{e:#}")),
+                    ..Default::default()
+                });
+            }
+        }
+        Ok(())
+    };
+    if want(&o, "oxvs") {
+        let r = single_node(&o, "oxvs-switchd", "ox", |p| start_oxvs(&bins, p));
+        record("oxvs-switchd", r)?;
+    }
+    if want(&o, "ovs-nonpmd") {
+        let r = single_node(&o, "OVS afxdp-nonpmd", "on", |p| {
+            start_ovs(p, "afxdp-nonpmd")
+        });
+        record("OVS afxdp-nonpmd", r)?;
+    }
+    if want(&o, "ovs-pmd") {
+        let r = single_node(&o, "OVS afxdp (PMD)", "op", |p| start_ovs(p, "afxdp"));
+        record("OVS afxdp (PMD)", r)?;
+    }
+    if want(&o, "bridge") {
+        let r = single_node(&o, "Linux bridge", "lb", start_bridge);
+        record("Linux bridge", r)?;
+    }
+    if want(&o, "vxlan-oxvs") {
+        let r = vxlan(&o, Some(&bins));
+        record("oxvs VXLAN (2 nodes)", r)?;
+    }
+    if want(&o, "vxlan-kernel") {
+        let r = vxlan(&o, None);
+        record("kernel VXLAN + bridge (2 nodes)", r)?;
+    }
+
+    // Human table.
+    println!();
+    println!(
+        "64-byte UDP, trafgen on 1 CPU, {} s per trial, {} trials: median [min-max]; \
+         fixed load: trafgen --gap for {} pps (achieves less)",
+        o.duration, o.trials, o.rate
+    );
+    println!(
+        "{:<32} {:>22} {:>22} {:>18} {:>30} {:>22} {:>20}",
+        "switch",
+        "max: offered kpps",
+        "max: delivered kpps",
+        "max: loss %",
+        "fixed: kpps / switch ns/pkt",
+        "softirq ns/pkt (all)",
+        "TCP Gbit/s"
+    );
+    for r in &results {
+        if let Some(why) = &r.skipped {
+            println!("{:<32} skipped: {why}", r.name);
+            continue;
+        }
+        let f = |v: &[LoadTrial], g: fn(&LoadTrial) -> f64| v.iter().map(g).collect::<Vec<_>>();
+        let cpu: Vec<f64> = r.fixed.iter().filter_map(LoadTrial::cpu_per_pkt).collect();
+        let loss: Vec<f64> = r.max.iter().map(|t| t.loss() * 100.0).collect();
+        println!(
+            "{:<32} {:>22} {:>22} {:>18} {:>30} {:>22} {:>20}",
+            r.name,
+            fmt3(&f(&r.max, LoadTrial::offered_pps), 1e3, 0),
+            fmt3(&f(&r.max, LoadTrial::delivered_pps), 1e3, 0),
+            fmt3(&loss, 1.0, 1),
+            if r.fixed.is_empty() {
+                "-".into()
+            } else {
+                let kpps = median_min_max(f(&r.fixed, LoadTrial::delivered_pps));
+                format!(
+                    "{:.0} / {}",
+                    kpps.map_or(0.0, |m| m.0 / 1e3),
+                    fmt3(&cpu, 1.0, 0)
+                )
+            },
+            if r.fixed.is_empty() {
+                "-".into()
+            } else {
+                fmt3(&f(&r.fixed, LoadTrial::softirq_per_pkt), 1.0, 0)
+            },
+            fmt3(&r.tcp_gbps, 1.0, 2),
+        );
+    }
+    println!();
+    for r in &results {
+        if r.skipped.is_none() {
+            println!(
+                "{:<32} load average before {} / after {}",
+                r.name, r.loadavg.0, r.loadavg.1
+            );
+        }
+        for (port, mode) in &r.port_modes {
+            println!("{:<32} port {port}: {mode}", r.name);
+        }
+    }
+    if let Some(path) = &o.json {
+        let doc = json!({
+            "command": std::env::args().collect::<Vec<_>>().join(" "),
+            "machine": mach,
+            "duration_s": o.duration,
+            "trials": o.trials,
+            "fixed_rate_pps": o.rate,
+            "elapsed_s": started.elapsed().as_secs_f64(),
+            "results": results.iter().map(SwitchResult::to_json).collect::<Vec<_>>(),
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&doc)? + "\n")
+            .with_context(|| format!("write {}", path.display()))?;
+        eprintln!("e2e: wrote {}", path.display());
+    }
+    Ok(())
+}
