@@ -98,7 +98,7 @@ pub fn load(src: &Source) -> Result<Loaded, LoadError> {
             FlowModError::InBundle { index, error } => (Some(index), *error),
             other => (None, other),
         };
-        let lines = flow_lines(&src.text);
+        let lines = parse::flow_lines(&src.text);
         let line = index
             .filter(|_| lines.len() == mods.len())
             .and_then(|i| lines.get(i).copied());
@@ -127,53 +127,10 @@ pub fn add_mod(flow: Flow) -> FlowMod {
     }
 }
 
-/// The 1-based line where each flow of a flow file starts, in order: the
-/// logical lines (a trailing `\` joins a line with the next, as in
-/// [`parse::parse_flow_file`]) that are not blank and not a `#` comment.
-pub fn flow_lines(text: &str) -> Vec<usize> {
-    let mut out = Vec::new();
-    // (first line, logical line text so far) of the line being joined.
-    let mut current: Option<(usize, String)> = None;
-    for (idx, raw) in text.lines().enumerate() {
-        let (body, cont) = match raw.trim_end().strip_suffix('\\') {
-            Some(b) => (b, true),
-            None => (raw, false),
-        };
-        let (start, mut joined) = current.take().unwrap_or((idx + 1, String::new()));
-        joined.push_str(body);
-        joined.push(' ');
-        if cont {
-            current = Some((start, joined));
-            continue;
-        }
-        let t = joined.trim_start();
-        if !t.is_empty() && !t.starts_with('#') {
-            out.push(start);
-        }
-    }
-    if let Some((start, joined)) = current {
-        let t = joined.trim_start();
-        if !t.is_empty() && !t.starts_with('#') {
-            out.push(start);
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use oxvs_pipeline::parse::ParseError;
-
-    #[test]
-    fn flow_lines_skip_comments_and_blanks() {
-        let text =
-            "# header\n\ntable=0 actions=drop\n  # indented comment\n   \ntable=1 actions=drop\n";
-        assert_eq!(flow_lines(text), vec![3, 6]);
-        assert!(flow_lines("").is_empty());
-        let joined = "table=0, \\\n  actions=drop\n# c \\\n still comment\ntable=1 actions=drop";
-        assert_eq!(flow_lines(joined), vec![1, 5]);
-    }
 
     #[test]
     fn parse_error_prints_file_line_column_token() {

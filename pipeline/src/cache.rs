@@ -40,9 +40,10 @@
 //! uncontended atomic increment) to keep the actions while it executes them.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 
 use crate::field::KEY_WORDS;
+use crate::key::PrehashedU64;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -243,29 +244,11 @@ impl ExactMatchCache {
 
 // ---- megaflow cache ------------------------------------------------------
 
-/// Passes a precomputed 64-bit hash through.
-#[derive(Default)]
-struct PassHasher(u64);
-
-impl Hasher for PassHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = self.0.rotate_left(8) ^ *b as u64;
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = v;
-    }
-}
-
 /// One subtable's megaflows by the hash of their masked value. Two values
 /// with the same hash cannot both be cached (the newer one replaces the
 /// older): a lookup always verifies the value, so a collision costs a
 /// slow-path trip, never a wrong answer.
-type HashedMap = HashMap<u64, Arc<MegaflowEntry>, BuildHasherDefault<PassHasher>>;
+type HashedMap = HashMap<u64, Arc<MegaflowEntry>, BuildHasherDefault<PrehashedU64>>;
 
 /// All megaflows with one mask. Only the mask's nonzero words are hashed
 /// and compared (megaflow masks are sparse: typically a third of the key).

@@ -106,12 +106,12 @@
 //! rules are `Arc<Rule>` and are never copied.
 
 use std::collections::{BTreeMap, HashMap};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 use std::sync::Arc;
 
 use crate::field::{Field, KEY_WORDS};
 use crate::flow::{Action, Flow, Match};
-use crate::key::FlowKey;
+use crate::key::{FlowKey, PrehashedU64};
 use crate::tables::Rule;
 
 /// Whether `flow` is a conjunctive clause flow: its actions are only
@@ -225,7 +225,7 @@ struct Stage {
     mask: FlowKey,
     words: [u8; KEY_WORDS],
     n_words: u8,
-    counts: HashMap<u64, u32, BuildHasherDefault<IdHasher>>,
+    counts: HashMap<u64, u32, BuildHasherDefault<PrehashedU64>>,
 }
 
 impl Stage {
@@ -235,26 +235,7 @@ impl Stage {
     }
 }
 
-/// Hasher for keys that already are 64-bit hashes.
-#[derive(Default, Clone, Copy)]
-struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        // Only u64 keys are used; fold anything else in anyway.
-        for b in bytes {
-            self.0 = (self.0 << 8) ^ u64::from(*b) ^ (self.0 >> 56);
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
-    }
-}
-
-type HashIndex = HashMap<u64, Bucket, BuildHasherDefault<IdHasher>>;
+type HashIndex = HashMap<u64, Bucket, BuildHasherDefault<PrehashedU64>>;
 
 /// One installed rule plus what the lookup needs without chasing the `Arc`.
 #[derive(Clone, Debug)]

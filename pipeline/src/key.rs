@@ -145,6 +145,26 @@ impl FlowKey {
     }
 }
 
+/// A `Hasher` for hash maps whose keys already are 64-bit hashes (of a
+/// masked [`FlowKey`]): `write_u64` passes the value through.
+#[derive(Default, Clone, Copy)]
+pub struct PrehashedU64(u64);
+
+impl std::hash::Hasher for PrehashedU64 {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        // Only u64 keys are used; fold anything else in anyway.
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -932,6 +932,45 @@ pub fn parse_flow_mod(
     Ok(fm)
 }
 
+/// The logical lines of a flow file, as [`parse_flow_file`] reads them: a
+/// trailing `\` joins a line with the next; blank lines and `#` comments are
+/// skipped. Each is (1-based line where it starts, its text).
+pub fn logical_lines(text: &str) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    let mut current: Option<(usize, String)> = None;
+    for (idx, raw) in text.lines().enumerate() {
+        let (body, cont) = match raw.trim_end().strip_suffix('\\') {
+            Some(b) => (b, true),
+            None => (raw, false),
+        };
+        let (start, mut joined) = current.take().unwrap_or((idx + 1, String::new()));
+        joined.push_str(body);
+        if cont {
+            joined.push(' ');
+            current = Some((start, joined));
+            continue;
+        }
+        let t = joined.trim();
+        if !t.is_empty() && !t.starts_with('#') {
+            out.push((start, joined));
+        }
+    }
+    if let Some((start, joined)) = current {
+        let t = joined.trim();
+        if !t.is_empty() && !t.starts_with('#') {
+            out.push((start, joined));
+        }
+    }
+    out
+}
+
+/// The 1-based line where each flow of a flow file starts, in order (see
+/// [`logical_lines`]): flow `i` of a bundle built from the file is on line
+/// `flow_lines(text)[i]`.
+pub fn flow_lines(text: &str) -> Vec<usize> {
+    logical_lines(text).into_iter().map(|(l, _)| l).collect()
+}
+
 /// Parses a flow file: one flow per line, `#` comments and blank lines
 /// ignored, a trailing `\` joins a line with the next.
 pub fn parse_flow_file(text: &str, ctx: &ParseContext) -> Result<Vec<Flow>, FileError> {
@@ -1624,6 +1663,16 @@ pub fn parse_actions(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn flow_lines_skip_comments_and_blanks() {
+        let text =
+            "# header\n\ntable=0 actions=drop\n  # indented comment\n   \ntable=1 actions=drop\n";
+        assert_eq!(flow_lines(text), vec![3, 6]);
+        assert!(flow_lines("").is_empty());
+        let joined = "table=0, \\\n  actions=drop\n# c \\\n still comment\ntable=1 actions=drop";
+        assert_eq!(flow_lines(joined), vec![1, 5]);
+    }
 
     fn ctx() -> ParseContext {
         ParseContext::default()

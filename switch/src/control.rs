@@ -451,38 +451,6 @@ fn parse_msg(e: &ParseError) -> String {
     format!("{} (token '{}')", e.msg, e.token)
 }
 
-/// The flow lines of a flow file: (1-based first line, logical text) of
-/// each line that is not blank or a `#` comment; a trailing `\` joins a
-/// line with the next, as in [`parse::parse_flow_file`].
-fn logical_lines(text: &str) -> Vec<(usize, String)> {
-    let mut out = Vec::new();
-    let mut current: Option<(usize, String)> = None;
-    for (idx, raw) in text.lines().enumerate() {
-        let (body, cont) = match raw.trim_end().strip_suffix('\\') {
-            Some(b) => (b, true),
-            None => (raw, false),
-        };
-        let (start, mut joined) = current.take().unwrap_or((idx + 1, String::new()));
-        joined.push_str(body);
-        if cont {
-            joined.push(' ');
-            current = Some((start, joined));
-            continue;
-        }
-        let t = joined.trim();
-        if !t.is_empty() && !t.starts_with('#') {
-            out.push((start, joined));
-        }
-    }
-    if let Some((start, joined)) = current {
-        let t = joined.trim();
-        if !t.is_empty() && !t.starts_with('#') {
-            out.push((start, joined));
-        }
-    }
-    out
-}
-
 /// Parses flow-file text, errors as `line L, column C: msg (token 'x')`.
 fn parse_flows(switch: &Switch, text: &str) -> Result<Vec<Flow>, String> {
     parse::parse_flow_file(text, &parse_context(switch)).map_err(|e| {
@@ -498,12 +466,12 @@ fn parse_flows(switch: &Switch, text: &str) -> Result<Vec<Flow>, String> {
 /// A table error, located at the line of the bundle's failing flow.
 fn table_error(text: &str, err: FlowModError) -> String {
     match err {
-        FlowModError::InBundle { index, error } => match logical_lines(text).get(index) {
+        FlowModError::InBundle { index, error } => match parse::logical_lines(text).get(index) {
             Some((line, _)) => format!("line {line}: {error}"),
             None => format!("flow #{} of the bundle: {error}", index + 1),
         },
         // A bundle of one: the only flow line.
-        other => match logical_lines(text).first() {
+        other => match parse::logical_lines(text).first() {
             Some((line, _)) => format!("line {line}: {other}"),
             None => other.to_string(),
         },
@@ -558,7 +526,7 @@ fn del_flows(switch: &Switch, spec: Option<&str>, strict: bool) -> Result<FlowMo
 fn mod_flows(switch: &Switch, text: &str, strict: bool) -> Result<FlowModResult, String> {
     let ctx = parse_context(switch);
     let mut mods = Vec::new();
-    for (line, flow) in logical_lines(text) {
+    for (line, flow) in parse::logical_lines(text) {
         let fm = parse::parse_flow_mod(&flow, FlowModCommand::Modify { strict }, &ctx)
             .map_err(|e| format!("line {line}, column {}: {}", e.pos + 1, parse_msg(&e)))?;
         mods.push(fm);
@@ -813,7 +781,7 @@ mod tests {
     #[test]
     fn logical_lines_join_and_skip() {
         let text = "# c\n\ntable=0 actions=drop\ntable=1, \\\n actions=drop\n  # x\n";
-        let l = logical_lines(text);
+        let l = parse::logical_lines(text);
         assert_eq!(l.len(), 2);
         assert_eq!(l[0].0, 3);
         assert_eq!(l[1].0, 4);
