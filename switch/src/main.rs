@@ -27,6 +27,7 @@ use oxvs_pipeline::conntrack::CtConfig;
 use oxvs_pipeline::tables::Pipeline;
 use oxvs_switch::control::ControlServer;
 use oxvs_switch::engine::{PollMode, Switch, SwitchConfig};
+use oxvs_switch::netdev;
 
 /// The oxvs AF_XDP datapath daemon.
 #[derive(Debug, Parser)]
@@ -216,26 +217,26 @@ impl Gateway {
     ) -> anyhow::Result<Gateway> {
         let peer = format!("{name}-p");
         for n in [name, peer.as_str()] {
-            if ipcmd::link_exists(n) {
+            if netdev::link_exists(n) {
                 anyhow::bail!(
                     "cannot create the gateway: interface '{n}' already exists (left untouched)"
                 );
             }
         }
-        ipcmd::create_veth_pair(name, &peer)
+        netdev::create_veth_pair(name, &peer, None)
             .with_context(|| format!("cannot create the gateway veth pair {name} <-> {peer}"))?;
         let gw = Gateway { name: name.into() };
         let setup = || -> anyhow::Result<()> {
             if let Some(ip) = ip {
-                ipcmd::run(&["addr", "add", ip, "dev", name])
+                netdev::add_address(name, ip)
                     .with_context(|| format!("cannot add {ip} to {name}"))?;
             }
-            ipcmd::set_up(name)?;
-            ipcmd::set_up(&peer)?;
+            netdev::set_up(name)?;
+            netdev::set_up(&peer)?;
             // The host stack would hand the switch TCP/UDP packets with
             // partial checksums (TX offload); AF_XDP sees the raw frame, so
             // the checksums must be complete when they leave the host.
-            if let Err(e) = ipcmd::tx_checksum_off(name) {
+            if let Err(e) = netdev::tx_checksum_off(name) {
                 tracing::warn!(gateway = %name, "{e:#}; host TCP/UDP to pods may carry bad checksums");
             }
             let info = switch
@@ -266,62 +267,9 @@ impl Gateway {
 
     /// Deletes the pair (deleting one end deletes both).
     fn delete(self) -> anyhow::Result<()> {
-        ipcmd::delete_link(&self.name)
+        netdev::delete_link(&self.name)
             .with_context(|| format!("cannot delete the gateway interface {}", self.name))?;
         tracing::info!(gateway = %self.name, "gateway deleted");
         Ok(())
-    }
-}
-
-/// Link changes through `ip(8)`, until the engine's netlink helpers
-/// (`netdev.rs`) are available here.
-mod ipcmd {
-    use std::process::Command;
-
-    pub fn run(args: &[&str]) -> anyhow::Result<()> {
-        let out = Command::new("ip")
-            .args(args)
-            .output()
-            .map_err(|e| anyhow::anyhow!("cannot run ip: {e}"))?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            anyhow::bail!(
-                "ip {} failed: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&out.stderr).trim()
-            )
-        }
-    }
-
-    pub fn tx_checksum_off(name: &str) -> anyhow::Result<()> {
-        let out = Command::new("ethtool")
-            .args(["-K", name, "tx", "off"])
-            .output()
-            .map_err(|e| anyhow::anyhow!("cannot run ethtool: {e}"))?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            anyhow::bail!(
-                "ethtool -K {name} tx off failed: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            )
-        }
-    }
-
-    pub fn link_exists(name: &str) -> bool {
-        std::path::Path::new("/sys/class/net").join(name).exists()
-    }
-
-    pub fn create_veth_pair(a: &str, b: &str) -> anyhow::Result<()> {
-        run(&["link", "add", a, "type", "veth", "peer", "name", b])
-    }
-
-    pub fn set_up(name: &str) -> anyhow::Result<()> {
-        run(&["link", "set", "dev", name, "up"])
-    }
-
-    pub fn delete_link(name: &str) -> anyhow::Result<()> {
-        run(&["link", "del", "dev", name])
     }
 }

@@ -40,8 +40,12 @@ fn check_name(name: &str) -> Result<(), NetdevError> {
 }
 
 fn ip(args: &[&str]) -> Result<(), NetdevError> {
-    let cmd = format!("ip {}", args.join(" "));
-    let out = Command::new("ip")
+    run("ip", args)
+}
+
+fn run(prog: &str, args: &[&str]) -> Result<(), NetdevError> {
+    let cmd = format!("{prog} {}", args.join(" "));
+    let out = Command::new(prog)
         .args(args)
         .output()
         .map_err(|source| NetdevError::Spawn {
@@ -56,6 +60,20 @@ fn ip(args: &[&str]) -> Result<(), NetdevError> {
             stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
         })
     }
+}
+
+/// Adds the address `cidr` (e.g. `10.244.0.1/24`) to `name`.
+pub fn add_address(name: &str, cidr: &str) -> Result<(), NetdevError> {
+    check_name(name)?;
+    ip(&["addr", "add", cidr, "dev", name])
+}
+
+/// Turns TX checksum offload off on `name` (`ethtool -K NAME tx off`): a
+/// frame the host stack sends through it then carries complete checksums,
+/// which AF_XDP (seeing raw frames) needs.
+pub fn tx_checksum_off(name: &str) -> Result<(), NetdevError> {
+    check_name(name)?;
+    run("ethtool", &["-K", name, "tx", "off"])
 }
 
 /// Creates the veth pair `a` <-> `b` (both down), with `mtu` if given.
