@@ -934,17 +934,11 @@ impl Worker {
     fn inject(&mut self, in_port: u32, frame: &[u8]) {
         let mut pkts = [DpPacket::from_frame(frame, in_port)];
         let now_ns = monotonic_ns();
-        self.process(&mut pkts, now_ns, None);
+        self.process(&mut pkts, now_ns);
     }
 
     /// Runs `pkts` through the datapath with this thread's sink.
-    /// `skip` is a port taken out of the table for its own batch.
-    fn process<B: AsRef<[u8]> + AsMut<[u8]>>(
-        &mut self,
-        pkts: &mut [DpPacket<B>],
-        now_ns: u64,
-        _skip: Option<usize>,
-    ) {
+    fn process<B: AsRef<[u8]> + AsMut<[u8]>>(&mut self, pkts: &mut [DpPacket<B>], now_ns: u64) {
         let Worker {
             ports,
             routes,
@@ -955,16 +949,8 @@ impl Worker {
             has_tunnels,
             ..
         } = self;
-        let mut sink = Sink {
-            ports,
-            routes,
-            scratch,
-            keep_frame: *has_tunnels,
-            cur_in_port: 0,
-            icmp_src: config.icmp_src_ip,
-        };
-        let mut ct = lock(&shared.conntrack);
-        dp.process_batch(pkts, &mut ct, now_ns, &mut sink);
+        let mut sink = Sink::new(ports, routes, scratch, *has_tunnels, config);
+        run_batch(dp, shared, pkts, now_ns, &mut sink);
     }
 
     /// Receives and processes one batch from port `i`; returns its size.
@@ -1003,16 +989,8 @@ impl Worker {
                             None => *bad_frames += 1,
                         }
                     }
-                    let mut sink = Sink {
-                        ports,
-                        routes,
-                        scratch,
-                        keep_frame: *has_tunnels,
-                        cur_in_port: 0,
-                        icmp_src: config.icmp_src_ip,
-                    };
-                    let mut ct = lock(&shared.conntrack);
-                    dp.process_batch(&mut pkts, &mut ct, now_ns, &mut sink);
+                    let mut sink = Sink::new(ports, routes, scratch, *has_tunnels, config);
+                    run_batch(dp, shared, &mut pkts, now_ns, &mut sink);
                 }
                 if let PortIo::Xsk(x) = &mut self.ports[i].io {
                     x.recycle(&self.rx_descs[..n]);
@@ -1038,7 +1016,7 @@ impl Worker {
                             });
                         }
                     }
-                    self.process(&mut pkts, now_ns, Some(i));
+                    self.process(&mut pkts, now_ns);
                 }
                 self.ports[i].io = PortIo::Vxlan(v, ip);
                 n
@@ -1167,6 +1145,37 @@ struct Sink<'a> {
     keep_frame: bool,
     cur_in_port: u32,
     icmp_src: Option<Ipv4Addr>,
+}
+
+impl<'a> Sink<'a> {
+    fn new(
+        ports: &'a mut [LocalPort],
+        routes: &'a HashMap<u32, Route>,
+        scratch: &'a mut SinkScratch,
+        keep_frame: bool,
+        config: &SwitchConfig,
+    ) -> Sink<'a> {
+        Sink {
+            ports,
+            routes,
+            scratch,
+            keep_frame,
+            cur_in_port: 0,
+            icmp_src: config.icmp_src_ip,
+        }
+    }
+}
+
+/// One batch through the datapath, the conntrack lock held for the batch.
+fn run_batch<B: AsRef<[u8]> + AsMut<[u8]>>(
+    dp: &mut Datapath,
+    shared: &Shared,
+    pkts: &mut [DpPacket<B>],
+    now_ns: u64,
+    sink: &mut Sink<'_>,
+) {
+    let mut ct = lock(&shared.conntrack);
+    dp.process_batch(pkts, &mut ct, now_ns, sink);
 }
 
 impl Sink<'_> {
