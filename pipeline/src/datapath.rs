@@ -492,7 +492,11 @@ impl Datapath {
                 }
                 DpAction::PushVlan { tpid, tci } => {
                     if pkt.push_vlan(*tpid, *tci).is_err() {
+                        // No headroom for the tag: sending the frame on
+                        // untagged would put it in the wrong VLAN. Drop it.
                         self.stats.write_errors += 1;
+                        self.stats.drops += 1;
+                        return None;
                     }
                     key.set(Field::VlanTci, (*tci | 0x1000) as u128);
                 }

@@ -261,3 +261,58 @@ fn forwards_between_two_ports() {
     );
     assert_eq!(dp.stats().cache_flushes, 1);
 }
+
+/// A `push_vlan` that does not fit (no headroom in front of the frame) must
+/// not send the frame on untagged (it would land in the native VLAN): the
+/// packet is dropped and counted.
+#[test]
+fn push_vlan_without_headroom_drops_the_packet() {
+    use oxvs_pipeline::packet::PacketRef;
+    use oxvs_pipeline::parse::{parse_flow_file, ParseContext};
+
+    let flows = parse_flow_file(
+        "in_port=1,arp actions=push_vlan:0x8100,set_field:5->vlan_vid,output:2\n",
+        &ParseContext::default(),
+    )
+    .expect("flows");
+    let pipeline = Arc::new(Pipeline::new());
+    let mods: Vec<FlowMod> = flows.into_iter().map(FlowMod::add).collect();
+    pipeline.apply(&mods, 0).expect("install");
+    let mut dp = Datapath::new(
+        Arc::clone(&pipeline),
+        XlateEnv { ports: vec![1, 2] },
+        DatapathConfig::default(),
+    );
+    let mut ct = Conntrack::default();
+
+    // With headroom: tagged and sent.
+    let frame = arp(1, MAC_A, IP_A, [0; 6], IP_B);
+    let mut sink = RecordingSink::default();
+    dp.process_batch(
+        &mut [DpPacket::from_frame(&frame, 1)],
+        &mut ct,
+        1,
+        &mut sink,
+    );
+    assert_eq!(sink.outputs.len(), 1);
+    assert_eq!(&sink.outputs[0].1[12..16], &[0x81, 0x00, 0x00, 0x05]);
+
+    // Without headroom: dropped, not sent untagged.
+    let mut buf = frame.clone();
+    let len = buf.len();
+    let pkt = PacketRef::new(&mut buf, 0, len).expect("fits");
+    let mut sink = RecordingSink::default();
+    let drops = dp.stats().drops;
+    dp.process_batch(
+        &mut [DpPacket {
+            packet: pkt,
+            in_port: 1,
+            tunnel: None,
+        }],
+        &mut ct,
+        2,
+        &mut sink,
+    );
+    assert!(sink.outputs.is_empty(), "sent untagged: {:?}", sink.outputs);
+    assert_eq!(dp.stats().drops, drops + 1);
+}

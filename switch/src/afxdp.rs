@@ -333,7 +333,12 @@ impl XskPort {
                             pending_tx: Vec::with_capacity(batch.max(1) * 4),
                             in_flight: 0,
                             scratch: Vec::with_capacity(RING_SIZE as usize),
-                            reserve: (frames as usize / 4).max(batch * 2),
+                            // Frames kept back for TX; at most half the UMEM, so the
+                            // fill ring always gets frames (a small UMEM with a
+                            // large batch would otherwise never receive).
+                            reserve: (frames as usize / 4)
+                                .max(batch * 2)
+                                .min(frames as usize / 2),
                             counters: PortCounters::default(),
                             kernel_drops_seen: 0,
                         };

@@ -829,7 +829,12 @@ impl Worker {
                     reply,
                 } => {
                     let r = self.open_port(spec, ofport, stats);
-                    let _ = reply.send(r);
+                    let opened = r.is_ok();
+                    if reply.send(r).is_err() && opened {
+                        // The control side gave up waiting (it reported a
+                        // failure): do not keep a port nobody registered.
+                        self.close_port(ofport);
+                    }
                 }
                 Cmd::DelPort { ofport, reply } => {
                     self.close_port(ofport);
@@ -856,6 +861,15 @@ impl Worker {
                 let ifname = ifname.as_deref().unwrap_or(&spec.name);
                 let x = XskPort::open(ifname, *xdp_mode, self.config.umem_frames, self.batch)
                     .map_err(|e| err(e.to_string()))?;
+                if let Some(n) = crate::netdev::rx_queue_count(ifname).filter(|n| *n > 1) {
+                    tracing::warn!(
+                        port = %spec.name,
+                        ifname,
+                        rx_queues = n,
+                        "only RX queue 0 is attached: traffic the NIC steers to other queues \
+                         bypasses the switch (set `ethtool -L {ifname} combined 1`)"
+                    );
+                }
                 PortIo::Xsk(x)
             }
             PortKind::Vxlan {
@@ -961,6 +975,12 @@ impl Worker {
             PortIo::Xsk(x) => {
                 let n = x.recv(&mut self.rx_descs[..batch]);
                 if n == 0 {
+                    // A zero-copy driver that found the fill ring empty waits
+                    // for a kick; `idle()` kicks only when the whole thread
+                    // is idle, so kick here (a syscall only when asked for).
+                    if x.mode().zero_copy && x.fill_needs_wakeup() {
+                        x.wake_fill();
+                    }
                     return 0;
                 }
                 let mem = x.mem();

@@ -62,6 +62,17 @@ fn run(prog: &str, args: &[&str]) -> Result<(), NetdevError> {
     }
 }
 
+/// The number of RX queues of `name` (from sysfs), if it can be read.
+pub fn rx_queue_count(name: &str) -> Option<usize> {
+    check_name(name).ok()?;
+    let dir = std::fs::read_dir(Path::new("/sys/class/net").join(name).join("queues")).ok()?;
+    Some(
+        dir.filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().starts_with("rx-"))
+            .count(),
+    )
+}
+
 /// Adds the address `cidr` (e.g. `10.244.0.1/24`) to `name`.
 pub fn add_address(name: &str, cidr: &str) -> Result<(), NetdevError> {
     check_name(name)?;
