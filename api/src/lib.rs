@@ -17,6 +17,7 @@
 //! exactly one response line, in order.
 
 pub mod client;
+pub mod cni;
 pub mod protocol;
 
 pub use client::{Client, ClientError};

@@ -1,0 +1,10 @@
+//! # oxvs-agent: the node agent
+//!
+//! - [`ipam`]: addresses from the node's pod CIDR, persisted on disk.
+//! - [`podnet`]: pod interfaces over netlink (veth, netns, address, routes).
+//! - [`flows`]: the node's and each pod's flows (pure).
+//! - [`server`]: the CNI server on `/run/oxvs/cni.sock` (ADD, DEL, CHECK,
+//!   GC, STATUS) and the state it keeps.
+
+pub mod ipam;
+pub mod podnet;

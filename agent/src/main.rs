@@ -1,0 +1,2 @@
+//! `oxvs-agent`: the node agent (pending).
+fn main() {}

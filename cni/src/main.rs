@@ -1,0 +1,2 @@
+//! `oxvs-cni`: the CNI plugin (pending).
+fn main() {}
