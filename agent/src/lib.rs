@@ -6,5 +6,8 @@
 //! - [`server`]: the CNI server on `/run/oxvs/cni.sock` (ADD, DEL, CHECK,
 //!   GC, STATUS) and the state it keeps.
 
+pub mod flows;
 pub mod ipam;
 pub mod podnet;
+pub mod server;
+pub mod state;

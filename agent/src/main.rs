@@ -1,2 +1,197 @@
-//! `oxvs-agent`: the node agent (pending).
-fn main() {}
+//! `oxvs-agent`: the node agent.
+//!
+//! Serves `oxvs-cni` on the CNI socket, allocates pod addresses from the
+//! node's pod CIDR, attaches pods to oxvs-switchd and keeps the switch's
+//! flows equal to what its records say. Start order does not matter: the
+//! agent serves the socket at once (ADD answers "try again later" until the
+//! switch and its gateway are found), retries the switch until it appears,
+//! and reconverges whenever the switch's view drifts (e.g. switchd
+//! restarted). Stopping the agent (SIGTERM/SIGINT) never touches pods: the
+//! switch keeps forwarding, and the next agent picks up from the records.
+//!
+//! Exit codes: 0 after SIGTERM/SIGINT, 1 when startup failed, 2 for bad flags.
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Parser;
+use ipnet::Ipv4Net;
+use oxvs_agent::podnet;
+use oxvs_agent::server::{self, Agent, AgentConfig};
+use oxvs_api::cni::DEFAULT_CNI_SOCKET;
+use oxvs_api::DEFAULT_SWITCHD_SOCKET;
+
+/// The oxvs node agent.
+#[derive(Debug, Parser)]
+#[command(name = "oxvs-agent", version, about)]
+struct Args {
+    /// The node's pod CIDR (IPv4), e.g. 10.244.0.0/24; the gateway gets its first address.
+    #[arg(long, value_name = "CIDR")]
+    pod_cidr: Ipv4Net,
+    /// The CNI socket to serve.
+    #[arg(long, value_name = "PATH", default_value = DEFAULT_CNI_SOCKET)]
+    cni_socket: PathBuf,
+    /// oxvs-switchd's control socket.
+    #[arg(long, value_name = "PATH", default_value = DEFAULT_SWITCHD_SOCKET)]
+    switchd_socket: PathBuf,
+    /// Directory for attachment records and IPAM state.
+    #[arg(long, value_name = "DIR", default_value = "/var/lib/oxvs")]
+    state_dir: PathBuf,
+    /// The gateway interface oxvs-switchd made (`--gateway NAME`).
+    #[arg(long, value_name = "NAME", default_value = "oxvs-gw0")]
+    gateway: String,
+    /// MTU of pod interfaces (default: the default-route interface's MTU minus 50 for VXLAN).
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(576..=65000))]
+    mtu: Option<u32>,
+    /// Leave TX checksum offload on in pods (only if the datapath completes checksums).
+    #[arg(long)]
+    pod_tx_checksum_on: bool,
+    /// Deadline of one call to the switch, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 10_000)]
+    switch_timeout_ms: u64,
+    /// Seconds between checks that the switch still holds what the records say.
+    #[arg(long, value_name = "S", default_value_t = 5)]
+    resync_interval: u64,
+    /// Log filter (`info`, `debug`, `oxvs_agent=debug,warn`...).
+    #[arg(long, value_name = "FILTER", default_value = "info")]
+    log_level: String,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let filter = tracing_subscriber::EnvFilter::try_new(&args.log_level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!("cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match rt.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn pod_mtu(args: &Args) -> u32 {
+    if let Some(m) = args.mtu {
+        return m;
+    }
+    let underlay = podnet::default_route_interface()
+        .ok()
+        .flatten()
+        .and_then(|i| podnet::link_mtu(&i).ok())
+        .unwrap_or(1500);
+    underlay.saturating_sub(50).max(576)
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    if args.pod_cidr.prefix_len() > 30 {
+        anyhow::bail!("--pod-cidr {} is too small (at most /30)", args.pod_cidr);
+    }
+    let cfg = AgentConfig {
+        cni_socket: args.cni_socket.clone(),
+        switchd_socket: args.switchd_socket.clone(),
+        state_dir: args.state_dir.clone(),
+        pod_cidr: args.pod_cidr.trunc(),
+        gateway: args.gateway.clone(),
+        pod_mtu: pod_mtu(&args),
+        pod_tx_checksum_off: !args.pod_tx_checksum_on,
+        switch_timeout: Duration::from_millis(args.switch_timeout_ms),
+    };
+    tracing::info!(pod_cidr = %cfg.pod_cidr, mtu = cfg.pod_mtu, state = %cfg.state_dir.display(), "starting");
+    let agent = Arc::new(Agent::open(cfg)?);
+
+    let sock = &args.cni_socket;
+    if let Some(dir) = sock.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    if sock.exists() {
+        if std::os::unix::net::UnixStream::connect(sock).is_ok() {
+            anyhow::bail!("another agent is serving {}", sock.display());
+        }
+        std::fs::remove_file(sock).with_context(|| format!("cannot remove the stale socket {}", sock.display()))?;
+    }
+    let listener = tokio::net::UnixListener::bind(sock)
+        .with_context(|| format!("cannot listen on {}", sock.display()))?;
+    std::fs::set_permissions(sock, std::fs::Permissions::from_mode(0o600))
+        .with_context(|| format!("cannot chmod {}", sock.display()))?;
+    tracing::info!(socket = %sock.display(), "serving CNI");
+    let server = tokio::spawn(server::serve(agent.clone(), listener));
+    let keeper = tokio::spawn(keep_converged(agent.clone(), Duration::from_secs(args.resync_interval.max(1))));
+
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    tracing::info!("stopping (pods keep forwarding)");
+    server.abort();
+    keeper.abort();
+    let _ = std::fs::remove_file(sock);
+    Ok(())
+}
+
+/// Converges with the switch on start, then whenever it drifts.
+async fn keep_converged(agent: Arc<Agent>, every: Duration) {
+    let mut converged = false;
+    let mut failures = 0u64;
+    loop {
+        let drifted = if converged {
+            match agent.drifted().await {
+                Ok(d) => d,
+                Err(e) => {
+                    tracing::warn!("cannot check the switch: {e:#}");
+                    true
+                }
+            }
+        } else {
+            true
+        };
+        if drifted {
+            match agent.reconcile().await {
+                Ok(r) => {
+                    if !converged || r.rolled_back + r.gone + r.ports_readded > 0 {
+                        tracing::info!(
+                            pods = r.pods,
+                            rolled_back = r.rolled_back,
+                            gone = r.gone,
+                            ports_readded = r.ports_readded,
+                            addresses_released = r.addresses_released,
+                            flows_added = r.flow_changes.added,
+                            flows_deleted = r.flow_changes.deleted,
+                            "converged with the switch"
+                        );
+                    }
+                    converged = true;
+                    failures = 0;
+                }
+                Err(e) => {
+                    if failures % 30 == 0 {
+                        tracing::warn!("cannot converge with the switch yet (retrying): {e:#}");
+                    }
+                    failures += 1;
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+            }
+        }
+        tokio::time::sleep(every).await;
+    }
+}

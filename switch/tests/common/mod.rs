@@ -309,9 +309,33 @@ pub fn veth(ns_a: &Netns, a: &str, ns_b: &Netns, b: &str) {
     ns_b.must(&["ip", "link", "set", b, "up"]);
 }
 
-/// Path of the `oxvs-switchd` binary under test.
+/// Path of the `oxvs-switchd` binary under test (this harness is also
+/// included by other packages' tests, which find it with [`workspace_bin`]).
 pub fn switchd_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_oxvs-switchd"))
+    match option_env!("CARGO_BIN_EXE_oxvs-switchd") {
+        Some(p) => PathBuf::from(p),
+        None => workspace_bin("oxvs-switchd"),
+    }
+}
+
+/// A binary of another workspace package, from the target directory this
+/// test runs from (`target/<profile>/NAME`): a workspace `cargo test` (as
+/// CI runs it) builds every binary first; for one package, build them
+/// first (`cargo build -p oxvs-switch -p oxvs-cni -p oxvs-agent -p oxvsctl`).
+pub fn workspace_bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's own path");
+    // target/<profile>/deps/<test binary>
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("test binary lives in target/<profile>/deps");
+    let p = dir.join(name);
+    assert!(
+        p.exists(),
+        "{} is not built: run `cargo build` for the workspace (same profile) first",
+        p.display()
+    );
+    p
 }
 
 fn newest_source_mtime(dirs: &[PathBuf]) -> SystemTime {

@@ -1,0 +1,371 @@
+//! The node's flows, computed from what the agent knows (pure).
+//!
+//! The agent never edits flows by hand: it computes the flows a node should
+//! have from its state (the node's network, the pods attached to it) and
+//! sends the switch the difference. Everything here is a pure function of
+//! its arguments, so it is tested without a switch, and a restarted agent
+//! computes exactly the flows its predecessor installed (which is what lets
+//! `replace-flows` reconcile without touching a live pod's flows).
+//!
+//! ## Tables (the Antrea-style plan of `oxvs_pipeline::names`)
+//!
+//! | table | this module installs |
+//! |---|---|
+//! | 0 Classifier | gateway port -> source 2; each pod port -> source 3; else drop |
+//! | 10 SpoofGuard | a pod's IP traffic only with its MAC and IP, its ARP only with its MAC and IP; gateway trusted |
+//! | 20 ARPResponder | answers "who has GATEWAY_IP" in place; ARP for a local pod's IP goes to its port, for the gateway IP to the gateway; a pod's gratuitous ARP goes to the gateway |
+//! | 30 ConntrackZone | every IP packet through conntrack, zone 65520 |
+//! | 31 ConntrackState | +inv drop; +est / +rel skip egress policy |
+//! | 40, 41, 45 | egress policy (defaults only until NetworkPolicy) |
+//! | 50 L3Forwarding | IP to the gateway MAC for a local pod: MACs rewritten (routed) |
+//! | 55 L3DecTTL | routed packets lose one TTL, except those the host already routed |
+//! | 60 L2ForwardingCalc | destination MAC -> output port in reg1, reg0[16] = 1 |
+//! | 70, 71, 75 | ingress policy (defaults only until NetworkPolicy) |
+//! | 80 ConntrackCommit | commit new connections |
+//! | 90 Output | output to reg1 if known, else drop |
+//!
+//! ## Registers
+//!
+//! - `reg0[0..3]`: where the packet came from: 1 tunnel, 2 gateway, 3 local pod.
+//! - `reg0[16]`: the output port is known (in `reg1`).
+//! - `reg1`: the output port.
+//!
+//! ## Cookies
+//!
+//! The high 16 bits name the feature, the low 48 bits the object
+//! ([`cookie`]): `0x0001` pipeline defaults, `0x0002` a pod (low bits: its
+//! OpenFlow port), `0x0003` the gateway (1) or tunnel (2), `0x0004` a
+//! NetworkPolicy rule. `oxvsctl dump-flows` shows them, so every flow names
+//! the object it exists for, and a pod's flows are removed with one
+//! `del-flows cookie=0x2000000000005/-1`.
+//!
+//! ## MAC addresses
+//!
+//! A pod's MAC is `0a:58:` followed by its IPv4 address ([`pod_mac`]), like
+//! other Kubernetes networks do: stable across restarts and re-attachments,
+//! and readable in dumps.
+
+use std::fmt::Write as _;
+use std::net::Ipv4Addr;
+
+use ipnet::Ipv4Net;
+use oxvs_pipeline::names;
+
+/// The conntrack zone pod traffic is tracked in.
+pub const CT_ZONE: u16 = 65520;
+
+/// Cookies: feature in the high 16 bits, object in the low 48.
+pub mod cookie {
+    /// Pipeline defaults.
+    pub const DEFAULTS: u64 = 0x0001 << 48;
+    /// Feature value of pod flows.
+    pub const POD_FEATURE: u64 = 0x0002;
+    /// Feature value of gateway and tunnel flows.
+    pub const NODE_FEATURE: u64 = 0x0003;
+    /// The gateway's flows.
+    pub const GATEWAY: u64 = (NODE_FEATURE << 48) | 1;
+    /// Mask selecting the feature bits.
+    pub const FEATURE_MASK: u64 = 0xffff << 48;
+
+    /// The cookie of the flows of the pod on `ofport`.
+    pub fn pod(ofport: u32) -> u64 {
+        (POD_FEATURE << 48) | u64::from(ofport)
+    }
+
+    /// The pod port a cookie names, if it is a pod cookie.
+    pub fn pod_port(cookie: u64) -> Option<u32> {
+        if cookie >> 48 == POD_FEATURE {
+            u32::try_from(cookie & 0xffff_ffff_ffff).ok()
+        } else {
+            None
+        }
+    }
+}
+
+/// Packet source values in `reg0[0..3]`.
+pub mod source {
+    pub const TUNNEL: u32 = 1;
+    pub const GATEWAY: u32 = 2;
+    pub const POD: u32 = 3;
+}
+
+/// The node-level facts the flows depend on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeNet {
+    pub pod_cidr: Ipv4Net,
+    pub gateway_ip: Ipv4Addr,
+    pub gateway_mac: [u8; 6],
+    pub gateway_ofport: u32,
+}
+
+/// A pod attached to this node's switch.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PodPort {
+    pub ofport: u32,
+    pub ip: Ipv4Addr,
+    pub mac: [u8; 6],
+}
+
+/// The MAC address oxvs gives the pod holding `ip`: `0a:58:` + the address.
+pub fn pod_mac(ip: Ipv4Addr) -> [u8; 6] {
+    let o = ip.octets();
+    [0x0a, 0x58, o[0], o[1], o[2], o[3]]
+}
+
+/// `aa:bb:cc:dd:ee:ff` text of a MAC address.
+pub fn mac_str(mac: &[u8; 6]) -> String {
+    format!(
+        "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+        mac[0], mac[1], mac[2], mac[3], mac[4], mac[5]
+    )
+}
+
+/// Parses `aa:bb:cc:dd:ee:ff`.
+pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let mut out = [0u8; 6];
+    let mut parts = s.split(':');
+    for b in &mut out {
+        let p = parts.next()?;
+        if p.len() != 2 {
+            return None;
+        }
+        *b = u8::from_str_radix(p, 16).ok()?;
+    }
+    parts.next().is_none().then_some(out)
+}
+
+fn line(out: &mut Vec<String>, table: names::TableDef, priority: u16, cookie: u64, body: &str) {
+    let mut s = String::with_capacity(96 + body.len());
+    let _ = write!(s, "table={}, priority={priority}, cookie={cookie:#x}, {body}", table.name);
+    out.push(s);
+}
+
+/// The flows every node has: pipeline defaults and the gateway's flows.
+pub fn node_flows(node: &NodeNet) -> Vec<String> {
+    use names::*;
+    let d = cookie::DEFAULTS;
+    let g = cookie::GATEWAY;
+    let gw = node.gateway_ofport;
+    let gw_mac = mac_str(&node.gateway_mac);
+    let gw_ip = node.gateway_ip;
+    let mut v = Vec::with_capacity(40);
+
+    // Classifier.
+    line(&mut v, CLASSIFIER, 200, g, &format!("in_port={gw}, actions=load:{}->NXM_NX_REG0[0..3],goto_table:{}", source::GATEWAY, SPOOF_GUARD.id));
+    line(&mut v, CLASSIFIER, 0, d, "actions=drop");
+    // SpoofGuard: the gateway is the host stack, trusted.
+    line(&mut v, SPOOF_GUARD, 200, g, &format!("ip, in_port={gw}, actions=goto_table:{}", CONNTRACK_ZONE.id));
+    line(&mut v, SPOOF_GUARD, 200, g, &format!("arp, in_port={gw}, actions=goto_table:{}", ARP_RESPONDER.id));
+    line(&mut v, SPOOF_GUARD, 0, d, "actions=drop");
+    // ARPResponder: answer for the gateway in place (the pod learns the
+    // gateway's real MAC); replies and requests addressed to the gateway go to it.
+    line(
+        &mut v,
+        ARP_RESPONDER,
+        200,
+        g,
+        &format!(
+            "arp, arp_op=1, arp_tpa={gw_ip}, actions=move:NXM_OF_ETH_SRC[]->NXM_OF_ETH_DST[],set_field:{gw_mac}->eth_src,load:0x2->NXM_OF_ARP_OP[],move:NXM_NX_ARP_SHA[]->NXM_NX_ARP_THA[],set_field:{gw_mac}->arp_sha,move:NXM_OF_ARP_SPA[]->NXM_OF_ARP_TPA[],set_field:{gw_ip}->arp_spa,output:IN_PORT"
+        ),
+    );
+    line(&mut v, ARP_RESPONDER, 100, g, &format!("arp, arp_tpa={gw_ip}, actions=output:{gw}"));
+    line(&mut v, ARP_RESPONDER, 0, d, &format!("actions=goto_table:{}", L2_FORWARDING_CALC.id));
+    // Conntrack.
+    line(&mut v, CONNTRACK_ZONE, 200, d, &format!("ip, actions=ct(table={},zone={CT_ZONE})", CONNTRACK_STATE.id));
+    line(&mut v, CONNTRACK_ZONE, 0, d, "actions=drop");
+    line(&mut v, CONNTRACK_STATE, 210, d, "ct_state=+inv+trk, ip, actions=drop");
+    line(&mut v, CONNTRACK_STATE, 200, d, &format!("ct_state=+est+trk, ip, actions=goto_table:{}", L3_FORWARDING.id));
+    line(&mut v, CONNTRACK_STATE, 200, d, &format!("ct_state=+rel+trk, ip, actions=goto_table:{}", L3_FORWARDING.id));
+    line(&mut v, CONNTRACK_STATE, 0, d, &format!("actions=goto_table:{}", EGRESS_RULE.id));
+    // Egress policy defaults.
+    line(&mut v, EGRESS_RULE, 0, d, &format!("actions=goto_table:{}", EGRESS_DEFAULT_RULE.id));
+    line(&mut v, EGRESS_DEFAULT_RULE, 0, d, &format!("actions=goto_table:{}", EGRESS_METRIC.id));
+    line(&mut v, EGRESS_METRIC, 0, d, &format!("actions=goto_table:{}", L3_FORWARDING.id));
+    // L3: everything not routed to a local pod is switched by MAC.
+    line(&mut v, L3_FORWARDING, 0, d, &format!("actions=goto_table:{}", L2_FORWARDING_CALC.id));
+    line(
+        &mut v,
+        L3_DEC_TTL,
+        210,
+        d,
+        &format!("ip, reg0={:#x}/0xf, actions=goto_table:{}", source::GATEWAY, L2_FORWARDING_CALC.id),
+    );
+    line(&mut v, L3_DEC_TTL, 200, d, &format!("ip, actions=dec_ttl,goto_table:{}", L2_FORWARDING_CALC.id));
+    line(&mut v, L3_DEC_TTL, 0, d, &format!("actions=goto_table:{}", L2_FORWARDING_CALC.id));
+    // L2: the gateway's MAC.
+    line(
+        &mut v,
+        L2_FORWARDING_CALC,
+        200,
+        g,
+        &format!("dl_dst={gw_mac}, actions=load:{gw:#x}->NXM_NX_REG1[],load:0x1->NXM_NX_REG0[16],goto_table:{}", INGRESS_RULE.id),
+    );
+    line(&mut v, L2_FORWARDING_CALC, 0, d, &format!("actions=goto_table:{}", INGRESS_RULE.id));
+    // Ingress policy defaults: established and related skip the rules.
+    line(&mut v, INGRESS_RULE, 210, d, &format!("ct_state=+est+trk, ip, actions=goto_table:{}", CONNTRACK_COMMIT.id));
+    line(&mut v, INGRESS_RULE, 210, d, &format!("ct_state=+rel+trk, ip, actions=goto_table:{}", CONNTRACK_COMMIT.id));
+    line(&mut v, INGRESS_RULE, 0, d, &format!("actions=goto_table:{}", INGRESS_DEFAULT_RULE.id));
+    line(&mut v, INGRESS_DEFAULT_RULE, 0, d, &format!("actions=goto_table:{}", INGRESS_METRIC.id));
+    line(&mut v, INGRESS_METRIC, 0, d, &format!("actions=goto_table:{}", CONNTRACK_COMMIT.id));
+    line(
+        &mut v,
+        CONNTRACK_COMMIT,
+        200,
+        d,
+        &format!("ct_state=+new+trk, ip, actions=ct(commit,zone={CT_ZONE}),goto_table:{}", OUTPUT.id),
+    );
+    line(&mut v, CONNTRACK_COMMIT, 0, d, &format!("actions=goto_table:{}", OUTPUT.id));
+    line(&mut v, OUTPUT, 200, d, "reg0=0x10000/0x10000, actions=output:NXM_NX_REG1[]");
+    line(&mut v, OUTPUT, 0, d, "actions=drop");
+    v
+}
+
+/// The flows of one pod (all with cookie [`cookie::pod`] of its port).
+pub fn pod_flows(node: &NodeNet, pod: &PodPort) -> Vec<String> {
+    use names::*;
+    let c = cookie::pod(pod.ofport);
+    let p = pod.ofport;
+    let mac = mac_str(&pod.mac);
+    let ip = pod.ip;
+    let gw = node.gateway_ofport;
+    let gw_mac = mac_str(&node.gateway_mac);
+    let mut v = Vec::with_capacity(8);
+    line(&mut v, CLASSIFIER, 190, c, &format!("in_port={p}, actions=load:{}->NXM_NX_REG0[0..3],goto_table:{}", source::POD, SPOOF_GUARD.id));
+    line(&mut v, SPOOF_GUARD, 200, c, &format!("ip, in_port={p}, dl_src={mac}, nw_src={ip}, actions=goto_table:{}", CONNTRACK_ZONE.id));
+    line(
+        &mut v,
+        SPOOF_GUARD,
+        200,
+        c,
+        &format!("arp, in_port={p}, dl_src={mac}, arp_spa={ip}, arp_sha={mac}, actions=goto_table:{}", ARP_RESPONDER.id),
+    );
+    // A pod's own gratuitous ARP (target = its own address) goes to the host.
+    line(&mut v, ARP_RESPONDER, 110, c, &format!("arp, in_port={p}, arp_tpa={ip}, actions=output:{gw}"));
+    line(&mut v, ARP_RESPONDER, 100, c, &format!("arp, arp_tpa={ip}, actions=output:{p}"));
+    line(
+        &mut v,
+        L3_FORWARDING,
+        200,
+        c,
+        &format!("ip, dl_dst={gw_mac}, nw_dst={ip}, actions=set_field:{gw_mac}->eth_src,set_field:{mac}->eth_dst,goto_table:{}", L3_DEC_TTL.id),
+    );
+    line(
+        &mut v,
+        L2_FORWARDING_CALC,
+        200,
+        c,
+        &format!("dl_dst={mac}, actions=load:{p:#x}->NXM_NX_REG1[],load:0x1->NXM_NX_REG0[16],goto_table:{}", INGRESS_RULE.id),
+    );
+    v
+}
+
+/// Every flow of the node: [`node_flows`] then each pod's [`pod_flows`], as
+/// flow-file text.
+pub fn desired_flows(node: &NodeNet, pods: &[PodPort]) -> String {
+    let mut out = String::new();
+    for l in node_flows(node) {
+        out.push_str(&l);
+        out.push('\n');
+    }
+    for pod in pods {
+        for l in pod_flows(node, pod) {
+            out.push_str(&l);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// A gratuitous ARP request from `mac`/`ip` (padded to 60 bytes), as the
+/// pod would send it after its address was configured.
+pub fn gratuitous_arp(mac: [u8; 6], ip: Ipv4Addr) -> Vec<u8> {
+    let mut f = Vec::with_capacity(60);
+    f.extend_from_slice(&[0xff; 6]);
+    f.extend_from_slice(&mac);
+    f.extend_from_slice(&[0x08, 0x06, 0x00, 0x01, 0x08, 0x00, 6, 4, 0x00, 0x01]);
+    f.extend_from_slice(&mac);
+    f.extend_from_slice(&ip.octets());
+    f.extend_from_slice(&[0; 6]);
+    f.extend_from_slice(&ip.octets());
+    f.resize(60, 0);
+    f
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oxvs_pipeline::names::TableNames;
+    use oxvs_pipeline::parse::{parse_flow_file, parse_packet_spec, ParseContext};
+    use oxvs_pipeline::tables::Pipeline;
+    use oxvs_pipeline::trace::{trace, TraceOptions};
+    use oxvs_pipeline::xlate::XlateEnv;
+
+    fn node() -> NodeNet {
+        NodeNet {
+            pod_cidr: "10.244.0.0/24".parse().unwrap(),
+            gateway_ip: "10.244.0.1".parse().unwrap(),
+            gateway_mac: [0x0a, 0x58, 10, 244, 0, 1],
+            gateway_ofport: 2,
+        }
+    }
+
+    fn pod(ofport: u32, last: u8) -> PodPort {
+        let ip = Ipv4Addr::new(10, 244, 0, last);
+        PodPort { ofport, ip, mac: pod_mac(ip) }
+    }
+
+    #[test]
+    fn every_flow_parses_and_names_its_object() {
+        let text = desired_flows(&node(), &[pod(3, 3), pod(4, 4)]);
+        let flows = parse_flow_file(&text, &ParseContext::default()).unwrap();
+        assert_eq!(flows.len(), node_flows(&node()).len() + 2 * pod_flows(&node(), &pod(3, 3)).len());
+        for f in &flows {
+            assert!(f.cookie >> 48 != 0, "flow without a feature cookie: {f:?}");
+        }
+        assert_eq!(flows.iter().filter(|f| cookie::pod_port(f.cookie) == Some(4)).count(), 7);
+    }
+
+    #[test]
+    fn mac_helpers() {
+        assert_eq!(mac_str(&pod_mac("10.244.0.5".parse().unwrap())), "0a:58:0a:f4:00:05");
+        assert_eq!(parse_mac("0a:58:0a:f4:00:05"), Some([0x0a, 0x58, 10, 244, 0, 5]));
+        assert_eq!(parse_mac("0a:58:0a:f4:00"), None);
+        assert_eq!(parse_mac("0a:58:0a:f4:00:05:01"), None);
+        assert_eq!(parse_mac("0a:58:0a:f4:00:zz"), None);
+        assert_eq!(cookie::pod_port(cookie::pod(7)), Some(7));
+        assert_eq!(cookie::pod_port(cookie::GATEWAY), None);
+        let g = gratuitous_arp([2, 0, 0, 0, 0, 1], "10.0.0.1".parse().unwrap());
+        assert_eq!(g.len(), 60);
+        assert_eq!(&g[12..14], &[0x08, 0x06]);
+    }
+
+    fn trace_text(spec: &str) -> String {
+        let text = desired_flows(&node(), &[pod(3, 3), pod(4, 4)]);
+        let flows = parse_flow_file(&text, &ParseContext::default()).unwrap();
+        let p = Pipeline::new();
+        p.replace_all(&flows, 0).unwrap();
+        let key = parse_packet_spec(spec, &ParseContext::default()).unwrap();
+        let opts = TraceOptions { names: Some(TableNames::default()), ..TraceOptions::default() };
+        let report = trace(&*p.snapshot(), &key, &XlateEnv::default(), &opts);
+        format!("{report}")
+    }
+
+    #[test]
+    fn traces_pod_to_pod_host_to_pod_and_spoofing() {
+        // Pod 3 -> pod 4, same subnet: switched by MAC to port 4.
+        let t = trace_text("in_port=3,icmp,dl_src=0a:58:0a:f4:00:03,dl_dst=0a:58:0a:f4:00:04,nw_src=10.244.0.3,nw_dst=10.244.0.4,nw_ttl=64");
+        assert_eq!(t.lines().last(), Some("Datapath actions: ct(commit,zone=65520),4"), "{t}");
+        // Spoofed source: dropped.
+        let t = trace_text("in_port=3,icmp,dl_src=0a:58:0a:f4:00:03,dl_dst=0a:58:0a:f4:00:04,nw_src=10.244.0.9,nw_dst=10.244.0.4");
+        assert!(t.trim_end().ends_with("Datapath actions: drop"), "{t}");
+        // Host -> pod 4.
+        let t = trace_text("in_port=2,tcp,dl_src=0a:58:0a:f4:00:01,dl_dst=0a:58:0a:f4:00:04,nw_src=10.244.0.1,nw_dst=10.244.0.4,tp_dst=80");
+        assert_eq!(t.lines().last(), Some("Datapath actions: ct(commit,zone=65520),4"), "{t}");
+        // Pod ARP for the gateway: answered in place.
+        let t = trace_text("in_port=3,arp,arp_op=1,dl_src=0a:58:0a:f4:00:03,dl_dst=ff:ff:ff:ff:ff:ff,arp_spa=10.244.0.3,arp_sha=0a:58:0a:f4:00:03,arp_tpa=10.244.0.1");
+        assert!(t.lines().last().unwrap().ends_with("op=2,sha=0a:58:0a:f4:00:01,tha=0a:58:0a:f4:00:03)),3"), "{t}");
+        // Unknown port: dropped.
+        let t = trace_text("in_port=9,icmp,nw_src=10.244.0.9,nw_dst=10.244.0.4");
+        assert!(t.trim_end().ends_with("Datapath actions: drop"), "{t}");
+    }
+}

@@ -1,0 +1,230 @@
+//! The agent's record of attached pods, persisted on disk.
+//!
+//! One JSON file per attachment, `<state_dir>/pods/<container id>@<ifname>.json`,
+//! written atomically (temporary file, fsync, rename, fsync of the
+//! directory). A record is written *before* anything is created for the
+//! pod, in state [`AttachState::Pending`], and turned `Ready` once the pod
+//! is fully attached; so after a crash at any point the agent finds a
+//! record for everything it may have made, and rolls pending ones back.
+//!
+//! The container id is `[A-Za-z0-9_.-]` (the CNI spec) and the interface
+//! name has no `/` or NUL (checked before a record is made), so the file
+//! name is a valid, unambiguous path component. Not thread-safe by itself
+//! beyond what the file system gives: the agent writes a given record under
+//! that (container, ifname)'s lock.
+
+use std::fs;
+use std::io::Write as _;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Where an attachment is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AttachState {
+    /// ADD in progress (or interrupted): roll back on start.
+    Pending,
+    /// Attached: interface, switch port and flows exist.
+    Ready,
+}
+
+/// One pod interface attached to the switch.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attachment {
+    pub container_id: String,
+    pub ifname: String,
+    /// `CNI_NETNS` at ADD.
+    pub netns: String,
+    /// The host end of the veth pair, also the switch port's name.
+    pub host_ifname: String,
+    #[serde(default)]
+    pub pod_namespace: String,
+    #[serde(default)]
+    pub pod_name: String,
+    pub ip: Ipv4Addr,
+    pub prefix_len: u8,
+    pub gateway: Ipv4Addr,
+    /// `aa:bb:cc:dd:ee:ff`.
+    pub mac: String,
+    pub mtu: u32,
+    /// The switch port number, once the port exists.
+    #[serde(default)]
+    pub ofport: Option<u32>,
+    pub state: AttachState,
+}
+
+impl Attachment {
+    /// The (container id, ifname) key.
+    pub fn key(&self) -> (String, String) {
+        (self.container_id.clone(), self.ifname.clone())
+    }
+
+    /// `namespace/name` of the pod, or the container id if unknown.
+    pub fn pod_ref(&self) -> String {
+        if self.pod_name.is_empty() {
+            format!("container {}", self.container_id)
+        } else {
+            format!("{}/{}", self.pod_namespace, self.pod_name)
+        }
+    }
+}
+
+/// Why the store failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("state store {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("state store {path}: corrupt record: {reason}")]
+    Corrupt { path: PathBuf, reason: String },
+}
+
+/// The on-disk attachment records (a handle: cheap to clone).
+#[derive(Clone, Debug)]
+pub struct Store {
+    dir: PathBuf,
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
+    move |source| StoreError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Writes `data` to `path` atomically: a temporary file in the same
+/// directory, fsync, rename over `path`, fsync of the directory.
+pub fn write_atomic(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.tmp{}", std::process::id()));
+    let result = (|| {
+        let mut f = fs::File::create(&tmp)?;
+        f.write_all(data)?;
+        f.sync_all()?;
+        fs::rename(&tmp, path)?;
+        fs::File::open(dir)?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+impl Store {
+    /// Opens (creating) `<state_dir>/pods` and reads every record. A corrupt
+    /// record is an error (the agent must not forget a pod it attached);
+    /// leftover temporary files are removed.
+    pub fn open(state_dir: &Path) -> Result<(Store, Vec<Attachment>), StoreError> {
+        let dir = state_dir.join("pods");
+        fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+        let mut records = Vec::new();
+        for entry in fs::read_dir(&dir).map_err(io_err(&dir))? {
+            let entry = entry.map_err(io_err(&dir))?;
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') && name.contains(".tmp") {
+                let _ = fs::remove_file(&path);
+                continue;
+            }
+            if !name.ends_with(".json") {
+                continue;
+            }
+            let text = fs::read(&path).map_err(io_err(&path))?;
+            let rec: Attachment =
+                serde_json::from_slice(&text).map_err(|e| StoreError::Corrupt {
+                    path: path.clone(),
+                    reason: e.to_string(),
+                })?;
+            records.push(rec);
+        }
+        records.sort_by(|a, b| a.key().cmp(&b.key()));
+        Ok((Store { dir }, records))
+    }
+
+    fn path(&self, container_id: &str, ifname: &str) -> PathBuf {
+        self.dir.join(format!("{container_id}@{ifname}.json"))
+    }
+
+    /// Writes (replaces) the record of `a`.
+    pub fn save(&self, a: &Attachment) -> Result<(), StoreError> {
+        let path = self.path(&a.container_id, &a.ifname);
+        let data = serde_json::to_vec_pretty(a).map_err(|e| StoreError::Corrupt {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?;
+        write_atomic(&path, &data).map_err(io_err(&path))
+    }
+
+    /// Removes the record of (container_id, ifname), if any.
+    pub fn remove(&self, container_id: &str, ifname: &str) -> Result<(), StoreError> {
+        let path = self.path(container_id, ifname);
+        match fs::remove_file(&path) {
+            Ok(()) => fs::File::open(&self.dir)
+                .and_then(|d| d.sync_all())
+                .map_err(io_err(&self.dir)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io_err(&path)(e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(cid: &str) -> Attachment {
+        Attachment {
+            container_id: cid.into(),
+            ifname: "eth0".into(),
+            netns: "/proc/1/ns/net".into(),
+            host_ifname: "pod-1234567".into(),
+            pod_namespace: "x".into(),
+            pod_name: "a".into(),
+            ip: "10.244.0.5".parse().unwrap(),
+            prefix_len: 24,
+            gateway: "10.244.0.1".parse().unwrap(),
+            mac: "0a:58:0a:f4:00:05".into(),
+            mtu: 1450,
+            ofport: None,
+            state: AttachState::Pending,
+        }
+    }
+
+    #[test]
+    fn save_reopen_remove() {
+        let dir = tempfile::tempdir().unwrap();
+        let (s, recs) = Store::open(dir.path()).unwrap();
+        assert!(recs.is_empty());
+        let mut a = rec("c1");
+        s.save(&a).unwrap();
+        a.state = AttachState::Ready;
+        a.ofport = Some(3);
+        s.save(&a).unwrap();
+        s.save(&rec("c2")).unwrap();
+        std::fs::write(dir.path().join("pods/.c9@eth0.json.tmp77"), b"{").unwrap();
+        let (s, recs) = Store::open(dir.path()).unwrap();
+        assert_eq!(recs, vec![a.clone(), rec("c2")]);
+        s.remove("c1", "eth0").unwrap();
+        s.remove("c1", "eth0").unwrap();
+        let (_, recs) = Store::open(dir.path()).unwrap();
+        assert_eq!(recs, vec![rec("c2")]);
+        assert!(!dir.path().join("pods/.c9@eth0.json.tmp77").exists());
+    }
+
+    #[test]
+    fn corrupt_record_is_an_error_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("pods")).unwrap();
+        std::fs::write(dir.path().join("pods/c1@eth0.json"), b"{\"container_id\":").unwrap();
+        let e = Store::open(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("c1@eth0.json") && e.contains("corrupt"), "{e}");
+    }
+}

@@ -1,0 +1,271 @@
+//! End-to-end: pods made by the real `oxvs-cni` -> `oxvs-agent` ->
+//! `oxvs-switchd`, with real traffic between real namespaces.
+//!
+//! Each test runs a node (a namespace with switchd + agent, see
+//! `node/mod.rs`) on its own pod CIDR, so tests can run in parallel.
+
+#[path = "../../switch/tests/common/mod.rs"]
+mod common;
+mod node;
+
+use std::time::{Duration, Instant};
+
+use common::{ping, ping_until_up, tcp_transfer, udp_exchange};
+use node::{Node, GW};
+use serde_json::json;
+
+fn base_links() -> Vec<String> {
+    let mut v = vec!["lo".to_string(), GW.to_string(), format!("{GW}-p")];
+    v.sort();
+    v
+}
+
+fn sorted(mut v: Vec<String>) -> Vec<String> {
+    v.sort();
+    v
+}
+
+#[test]
+fn pods_reach_each_other_and_the_node_and_del_leaves_nothing() {
+    skip_unless_capable!();
+    let node = Node::start("n1", "10.231.1.0/24");
+    let base_flows = node.n_flows();
+    let a = node.add_pod("a");
+    let b = node.add_pod("b");
+    assert_ne!(a.ip, b.ip);
+    for ip in [&a.ip, &b.ip] {
+        assert!(ip.starts_with("10.231.1.") && ip != "10.231.1.1", "{ip}");
+    }
+    // Result shape (1.0.0): interface 0 is eth0 in the sandbox, with the IP on it.
+    assert_eq!(a.result["cniVersion"], "1.0.0");
+    assert_eq!(a.result["interfaces"][0]["name"], "eth0");
+    assert_eq!(a.result["interfaces"][0]["sandbox"], a.netns_path());
+    assert_eq!(a.result["ips"][0]["interface"], 0);
+    assert_eq!(a.result["ips"][0]["gateway"], "10.231.1.1");
+    // The pod sees the address others see, with MTU 1450 and TX csum off.
+    let addr = a.ns.must(&["ip", "-4", "-o", "addr", "show", "eth0"]);
+    assert!(addr.contains(&format!("{}/24", a.ip)), "{addr}");
+    let link = a.ns.must(&["ip", "link", "show", "eth0"]);
+    assert!(link.contains("mtu 1450"), "{link}");
+    let k = a.ns.must(&["ethtool", "-k", "eth0"]);
+    assert!(k.contains("tx-checksumming: off"), "{k}");
+
+    // Pod <-> pod, pod -> node (gateway), node -> pod.
+    assert!(ping_until_up(&a.ns, &b.ip, 5).ok(), "a -> b");
+    assert_eq!(ping(&a.ns, &b.ip, 3, "0.2", &[]).received, 3);
+    assert_eq!(ping(&b.ns, &a.ip, 3, "0.2", &[]).received, 3);
+    assert_eq!(ping(&a.ns, "10.231.1.1", 3, "0.2", &[]).received, 3);
+    assert_eq!(ping(&node.ns, &b.ip, 3, "0.2", &[]).received, 3);
+    tcp_transfer(&a.ns, &b.ns, &b.ip, 5001, 2_000_000);
+    tcp_transfer(&node.ns, &a.ns, &a.ip, 5002, 1_000_000);
+    tcp_transfer(&a.ns, &node.ns, "10.231.1.1", 5003, 1_000_000);
+    udp_exchange(&b.ns, &a.ns, &a.ip, 5004);
+
+    // CHECK with the ADD result as prevResult.
+    let mut cfg = node.config("1.0.0");
+    cfg["prevResult"] = a.result.clone();
+    let c = node.cni("CHECK", &a.cid, &a.netns_path(), "eth0", "", &cfg);
+    assert!(c.ok, "CHECK: {c:?}");
+
+    // DEL, twice, and once more with an empty netns (as containerd does).
+    for netns in [a.netns_path(), a.netns_path(), String::new()] {
+        let d = node.cni("DEL", &a.cid, &netns, "eth0", "", &node.config("1.0.0"));
+        assert!(d.ok, "DEL: {d:?}");
+    }
+    let d = node.del_pod(&b);
+    assert!(d.ok, "DEL b: {d:?}");
+    assert_eq!(sorted(node.links()), base_links());
+    assert_eq!(node.ports(), vec![format!("{GW}-p")]);
+    assert_eq!(node.n_flows(), base_flows);
+    assert!(node.ipam_records().is_empty(), "{:?}", node.ipam_records());
+    // The pod's interface went with the host end.
+    assert!(a.ns.exec(&["ip", "link", "show", "eth0"]).status.code() != Some(0));
+    // DEL of a container the agent never saw succeeds.
+    let d = node.cni("DEL", "never-seen", "", "eth0", "", &node.config("1.0.0"));
+    assert!(d.ok, "{d:?}");
+}
+
+#[test]
+fn fifty_concurrent_adds_then_dels_leave_no_leak_and_no_duplicate() {
+    skip_unless_capable!();
+    let node = Node::start("n50", "10.231.2.0/24");
+    let base_flows = node.n_flows();
+    let nss: Vec<common::Netns> = (0..50).map(|i| common::Netns::new(&format!("p{i}"))).collect();
+    let started = Instant::now();
+    let results: Vec<node::CniOut> = std::thread::scope(|s| {
+        let handles: Vec<_> = nss
+            .iter()
+            .enumerate()
+            .map(|(i, ns)| {
+                let node = &node;
+                s.spawn(move || {
+                    node.cni(
+                        "ADD",
+                        &format!("c{i}"),
+                        &format!("/var/run/netns/{}", ns.name),
+                        "eth0",
+                        &format!("K8S_POD_NAMESPACE=t;K8S_POD_NAME=p{i}"),
+                        &node.config("1.1.0"),
+                    )
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("ADD thread")).collect()
+    });
+    eprintln!("50 concurrent ADDs took {:?}", started.elapsed());
+    let mut ips = Vec::new();
+    for (i, r) in results.iter().enumerate() {
+        assert!(r.ok, "ADD c{i}: {r:?}\n{}", node.agent_log());
+        ips.push(r.json["ips"][0]["address"].as_str().unwrap_or("").to_string());
+    }
+    let mut uniq = ips.clone();
+    uniq.sort();
+    uniq.dedup();
+    assert_eq!(uniq.len(), 50, "duplicate addresses: {ips:?}");
+    assert_eq!(node.ports().len(), 51);
+    assert_eq!(node.ipam_records().len(), 50);
+    // A sample of pods really forward.
+    let ip7 = ips[7].split('/').next().unwrap_or_default().to_string();
+    assert!(ping_until_up(&nss[3], &ip7, 5).ok());
+
+    std::thread::scope(|s| {
+        for (i, ns) in nss.iter().enumerate() {
+            let node = &node;
+            s.spawn(move || {
+                // Two DELs close together, as kubelet sends them.
+                for _ in 0..2 {
+                    let d = node.cni(
+                        "DEL",
+                        &format!("c{i}"),
+                        &format!("/var/run/netns/{}", ns.name),
+                        "eth0",
+                        "",
+                        &node.config("1.1.0"),
+                    );
+                    assert!(d.ok, "DEL c{i}: {d:?}");
+                }
+            });
+        }
+    });
+    assert_eq!(sorted(node.links()), base_links());
+    assert_eq!(node.ports(), vec![format!("{GW}-p")]);
+    assert_eq!(node.n_flows(), base_flows);
+    assert!(node.ipam_records().is_empty());
+}
+
+#[test]
+fn agent_restart_keeps_pods_forwarding_and_converges() {
+    skip_unless_capable!();
+    let mut node = Node::start("nr", "10.231.3.0/24");
+    let a = node.add_pod("a");
+    let b = node.add_pod("b");
+    assert!(ping_until_up(&a.ns, &b.ip, 5).ok());
+    let flows_before = node.n_flows();
+    // 60 pings over ~6 s while the agent stops and comes back.
+    let mut pinger = a.ns.spawn(&["ping", "-n", "-c", "60", "-i", "0.1", "-W", "1", &b.ip]);
+    std::thread::sleep(Duration::from_millis(1000));
+    assert!(node.stop_agent(), "agent did not stop cleanly on SIGTERM");
+    std::thread::sleep(Duration::from_millis(1500));
+    node.start_agent();
+    let (_, out, _) = pinger.wait(Duration::from_secs(20));
+    let received: u32 = out
+        .lines()
+        .find(|l| l.contains("received"))
+        .and_then(|l| l.split(", ").nth(1))
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(received >= 57, "lost more than 3 of 60 pings across the restart:\n{out}");
+    assert_eq!(node.n_flows(), flows_before, "restart changed the flows");
+    // New ADDs work, and the old pods are still known (CHECK, DEL).
+    let c = node.add_pod("c");
+    assert_eq!(ping(&c.ns, &a.ip, 2, "0.2", &[]).received, 2);
+    let mut cfg = node.config("1.0.0");
+    cfg["prevResult"] = b.result.clone();
+    let chk = node.cni("CHECK", &b.cid, &b.netns_path(), "eth0", "", &cfg);
+    assert!(chk.ok, "{chk:?}");
+    for p in [&a, &b, &c] {
+        assert!(node.del_pod(p).ok);
+    }
+    assert_eq!(sorted(node.links()), base_links());
+}
+
+#[test]
+fn pods_gone_while_the_agent_was_down_are_released_on_start() {
+    skip_unless_capable!();
+    let mut node = Node::start("ng", "10.231.4.0/24");
+    let a = node.add_pod("a");
+    let b = node.add_pod("b");
+    node.stop_agent();
+    let a_ip = a.ip.clone();
+    drop(a); // the sandbox goes: its veth pair with it
+    node.start_agent();
+    // The agent forgot a (port and address released), kept b.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while node.ports().len() != 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(node.ports().len(), 2, "{:?}", node.ports());
+    assert_eq!(node.ipam_records(), vec![b.ip.clone()], "{a_ip} should be released");
+    assert!(node.del_pod(&b).ok);
+}
+
+#[test]
+fn switch_drift_is_repaired_and_check_reports_it() {
+    skip_unless_capable!();
+    let node = Node::start("nd", "10.231.5.0/24");
+    let a = node.add_pod("a");
+    let b = node.add_pod("b");
+    let want = node.n_flows();
+    // Someone deletes a pod's flows: the agent puts them back.
+    node.sw.ctl_ok(&["del-flows", "table=SpoofGuard"]);
+    let deadline = Instant::now() + Duration::from_secs(6);
+    while node.n_flows() != want && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(node.n_flows(), want, "agent did not restore the flows");
+    assert!(ping_until_up(&a.ns, &b.ip, 5).ok());
+    // CHECK against a wrong prevResult fails, naming the difference.
+    let mut cfg = node.config("1.0.0");
+    let mut prev = a.result.clone();
+    prev["ips"][0]["address"] = json!("10.231.5.200/24");
+    cfg["prevResult"] = prev;
+    let c = node.cni("CHECK", &a.cid, &a.netns_path(), "eth0", "", &cfg);
+    assert!(!c.ok);
+    assert!(c.msg().contains(&a.ip), "{c:?}");
+    // GC keeping only a: b goes.
+    let mut gc = node.config("1.1.0");
+    gc["cni.dev/valid-attachments"] = json!([{"containerID": a.cid, "ifname": "eth0"}]);
+    let g = node.cni("GC", "", "", "", "", &gc);
+    assert!(g.ok, "{g:?}");
+    assert_eq!(node.ports().len(), 2);
+    assert_eq!(node.ipam_records(), vec![a.ip.clone()]);
+    assert!(b.ns.exec(&["ip", "link", "show", "eth0"]).status.code() != Some(0));
+    assert!(node.del_pod(&a).ok);
+}
+
+#[test]
+fn bad_calls_get_clear_errors_and_leak_nothing() {
+    skip_unless_capable!();
+    let node = Node::start("nb", "10.231.6.0/24");
+    let a = node.add_pod("a");
+    // ADD again for the same (container, ifname).
+    let again = node.cni("ADD", &a.cid, &a.netns_path(), "eth0", "", &node.config("1.0.0"));
+    assert!(!again.ok);
+    assert_eq!(again.code(), 100, "{again:?}");
+    assert!(again.msg().contains("already attached"), "{again:?}");
+    // A netns that does not exist.
+    let gone = node.cni("ADD", "c-x", "/var/run/netns/oxvs-no-such-ns", "eth0", "", &node.config("1.0.0"));
+    assert!(!gone.ok);
+    assert!(gone.msg().contains("oxvs-no-such-ns"), "{gone:?}");
+    // An interface name that is too long.
+    let long = node.cni("ADD", "c-y", &a.netns_path(), "0123456789abcdef", "", &node.config("1.0.0"));
+    assert!(!long.ok);
+    assert_eq!(long.code(), 4, "{long:?}");
+    // Nothing leaked: still one pod.
+    assert_eq!(node.ports().len(), 2);
+    assert_eq!(node.ipam_records(), vec![a.ip.clone()]);
+    // The pod still works after all that.
+    let b = node.add_pod("b");
+    assert!(ping_until_up(&a.ns, &b.ip, 5).ok());
+}
