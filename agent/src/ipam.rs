@@ -554,3 +554,429 @@ fn io_err(path: &Path, source: io::Error) -> IpamError {
         source,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::HashSet;
+
+    fn net(s: &str) -> Ipv4Net {
+        s.parse().expect("test CIDR")
+    }
+
+    fn ip(s: &str) -> Ipv4Addr {
+        s.parse().expect("test address")
+    }
+
+    fn open(dir: &Path, cidr: &str) -> Ipam {
+        Ipam::open(dir, net(cidr)).expect("open")
+    }
+
+    #[test]
+    fn allocation_order_and_round_robin_after_release() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut ipam = open(tmp.path(), "10.244.0.0/24");
+        assert_eq!(ipam.gateway(), ip("10.244.0.1"));
+        assert_eq!(ipam.allocate("a", "eth0").unwrap(), ip("10.244.0.2"));
+        assert_eq!(ipam.allocate("b", "eth0").unwrap(), ip("10.244.0.3"));
+        assert_eq!(ipam.allocate("c", "eth0").unwrap(), ip("10.244.0.4"));
+        assert_eq!(ipam.release("b", "eth0").unwrap(), Some(ip("10.244.0.3")));
+        // Not reused at once: the next address after the last handed out.
+        assert_eq!(ipam.allocate("d", "eth0").unwrap(), ip("10.244.0.5"));
+        assert_eq!(ipam.get("b", "eth0"), None);
+        assert_eq!(ipam.get("d", "eth0"), Some(ip("10.244.0.5")));
+    }
+
+    #[test]
+    fn round_robin_wraps_around_to_released_addresses() {
+        let tmp = tempfile::tempdir().unwrap();
+        // Pod range .2 ..= .6.
+        let mut ipam = open(tmp.path(), "10.0.0.0/29");
+        for (i, want) in (2..=6).enumerate() {
+            let got = ipam.allocate(&format!("c{i}"), "eth0").unwrap();
+            assert_eq!(got, Ipv4Addr::new(10, 0, 0, want));
+        }
+        ipam.release("c3", "eth0").unwrap(); // .5
+        ipam.release("c1", "eth0").unwrap(); // .3
+        // The cursor is at .6: wrap to the lowest free one, then the next.
+        assert_eq!(ipam.allocate("x", "eth0").unwrap(), ip("10.0.0.3"));
+        assert_eq!(ipam.allocate("y", "eth0").unwrap(), ip("10.0.0.5"));
+        assert!(matches!(
+            ipam.allocate("z", "eth0"),
+            Err(IpamError::Exhausted { .. })
+        ));
+    }
+
+    #[test]
+    fn slash_24_boundaries_gateway_and_exhaustion() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut ipam = open(tmp.path(), "10.244.0.0/24");
+        assert_eq!(ipam.free_count(), 253);
+        let mut seen = HashSet::new();
+        for i in 0..253 {
+            let got = ipam.allocate(&format!("c{i}"), "eth0").unwrap();
+            assert!(seen.insert(got), "{got} handed out twice");
+        }
+        assert_eq!(ipam.free_count(), 0);
+        for never in ["10.244.0.0", "10.244.0.1", "10.244.0.255"] {
+            assert!(!seen.contains(&ip(never)), "{never} was allocated");
+        }
+        assert!(seen.contains(&ip("10.244.0.2")) && seen.contains(&ip("10.244.0.254")));
+        let err = ipam.allocate("one-more", "eth0").unwrap_err();
+        assert!(matches!(err, IpamError::Exhausted { allocated: 253, .. }));
+        assert_eq!(
+            err.to_string(),
+            "pod CIDR 10.244.0.0/24 has no free address (253 allocated)"
+        );
+        // A key that holds an address still gets it when the range is full.
+        assert_eq!(ipam.allocate("c0", "eth0").unwrap(), ip("10.244.0.2"));
+    }
+
+    #[test]
+    fn slash_30_has_one_pod_address_and_31_32_are_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut ipam = open(tmp.path(), "192.168.5.4/30");
+        assert_eq!(ipam.gateway(), ip("192.168.5.5"));
+        assert_eq!(ipam.free_count(), 1);
+        assert_eq!(ipam.allocate("a", "eth0").unwrap(), ip("192.168.5.6"));
+        let err = ipam.allocate("b", "eth0").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "pod CIDR 192.168.5.4/30 has no free address (1 allocated)"
+        );
+        for small in ["192.168.5.4/31", "192.168.5.4/32"] {
+            let err = Ipam::open(tmp.path(), net(small)).unwrap_err();
+            assert!(matches!(err, IpamError::CidrTooSmall(c) if c == net(small)));
+            assert!(err.to_string().contains(small), "{err}");
+        }
+    }
+
+    #[test]
+    fn cidr_is_normalised_and_stored_per_cidr() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut a = open(tmp.path(), "10.244.1.77/24");
+        assert_eq!(a.cidr(), net("10.244.1.0/24"));
+        assert_eq!(a.gateway(), ip("10.244.1.1"));
+        assert_eq!(a.store_dir(), tmp.path().join("10.244.1.0-24"));
+        a.allocate("a", "eth0").unwrap();
+        // Another CIDR under the same dir is a separate store.
+        let b = open(tmp.path(), "10.244.2.0/24");
+        assert!(b.allocations().is_empty());
+    }
+
+    #[test]
+    fn allocate_and_release_are_idempotent() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut ipam = open(tmp.path(), "10.0.0.0/24");
+        let a = ipam.allocate("a", "eth0").unwrap();
+        assert_eq!(ipam.allocate("a", "eth0").unwrap(), a);
+        // Same container, another interface: another key.
+        let a1 = ipam.allocate("a", "eth1").unwrap();
+        assert_ne!(a1, a);
+        assert_eq!(ipam.allocations().len(), 2);
+        assert_eq!(ipam.release("a", "eth0").unwrap(), Some(a));
+        assert_eq!(ipam.release("a", "eth0").unwrap(), None);
+        assert_eq!(ipam.release("never", "eth0").unwrap(), None);
+        assert_eq!(ipam.get("a", "eth1"), Some(a1));
+        assert_eq!(ipam.release_ip(a1).unwrap().map(|x| x.container_id), Some("a".into()));
+        assert_eq!(ipam.release_ip(a1).unwrap(), None);
+        assert!(ipam.allocations().is_empty());
+        assert_eq!(ipam.free_count(), 253);
+    }
+
+    #[test]
+    fn record_format_is_one_json_line() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut ipam = open(tmp.path(), "10.0.0.0/24");
+        let odd = "id with \"quotes\"\nand a newline";
+        let got = ipam.allocate(odd, "eth0").unwrap();
+        let store = ipam.store_dir().to_path_buf();
+        let text = fs::read_to_string(store.join(got.to_string())).unwrap();
+        assert_eq!(
+            text,
+            "{\"container_id\":\"id with \\\"quotes\\\"\\nand a newline\",\"ifname\":\"eth0\"}\n"
+        );
+        assert_eq!(
+            fs::read_to_string(store.join(LAST_RESERVED)).unwrap(),
+            "10.0.0.2\n"
+        );
+        drop(ipam);
+        let ipam = open(tmp.path(), "10.0.0.0/24");
+        assert_eq!(ipam.get(odd, "eth0"), Some(got));
+    }
+
+    #[test]
+    fn persistence_across_reopen() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut ipam = open(tmp.path(), "10.0.0.0/24");
+        for c in ["a", "b", "c", "d"] {
+            ipam.allocate(c, "eth0").unwrap(); // .2 .. .5
+        }
+        ipam.release("b", "eth0").unwrap(); // .3 free
+        let before = ipam.allocations();
+        drop(ipam);
+
+        let mut ipam = open(tmp.path(), "10.0.0.0/24");
+        assert_eq!(ipam.allocations(), before);
+        assert_eq!(ipam.get("a", "eth0"), Some(ip("10.0.0.2")));
+        assert_eq!(ipam.free_count(), 250);
+        // Continues after the last reserved (.5), not at the released .3.
+        assert_eq!(ipam.allocate("e", "eth0").unwrap(), ip("10.0.0.6"));
+        assert_eq!(ipam.allocate("a", "eth0").unwrap(), ip("10.0.0.2"));
+    }
+
+    #[test]
+    fn store_is_locked_while_open() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ipam = open(tmp.path(), "10.0.0.0/24");
+        let err = Ipam::open(tmp.path(), net("10.0.0.0/24")).unwrap_err();
+        assert!(matches!(err, IpamError::Io { .. }));
+        assert!(err.to_string().contains("locked"), "{err}");
+        drop(ipam);
+        open(tmp.path(), "10.0.0.0/24");
+    }
+
+    #[test]
+    fn retain_removes_and_returns_the_rejected() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut ipam = open(tmp.path(), "10.0.0.0/24");
+        for c in ["a", "b", "c"] {
+            ipam.allocate(c, "eth0").unwrap();
+        }
+        let removed = ipam.retain(|a| a.container_id == "b").unwrap();
+        let removed: Vec<_> = removed.iter().map(|a| a.container_id.as_str()).collect();
+        assert_eq!(removed, ["a", "c"]);
+        assert_eq!(ipam.allocations().len(), 1);
+        assert!(ipam.retain(|_| true).unwrap().is_empty());
+        drop(ipam);
+        let ipam = open(tmp.path(), "10.0.0.0/24");
+        let left = ipam.allocations();
+        assert_eq!(left.len(), 1);
+        assert_eq!(left[0].container_id, "b");
+        assert_eq!(left[0].ip, ip("10.0.0.3"));
+    }
+
+    #[test]
+    fn corrupt_and_stray_files() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = {
+            let mut ipam = open(tmp.path(), "10.0.0.0/24");
+            ipam.allocate("good", "eth0").unwrap(); // .2
+            ipam.store_dir().to_path_buf()
+        };
+        fs::write(store.join("10.0.0.3"), "garbage").unwrap();
+        fs::write(store.join("10.0.0.4"), "").unwrap();
+        fs::write(store.join("10.0.0.5"), "{\"container_id\":\"x\"}").unwrap();
+        fs::write(store.join(".10.0.0.6.tmp"), "{\"container_id\":\"half").unwrap();
+        fs::write(store.join("junk"), "x").unwrap();
+        fs::write(store.join("10.0.0.1"), "{\"container_id\":\"gw\",\"ifname\":\"eth0\"}").unwrap();
+        fs::write(store.join("10.0.1.9"), "{\"container_id\":\"out\",\"ifname\":\"eth0\"}").unwrap();
+        fs::write(store.join(LAST_RESERVED), "not an address").unwrap();
+
+        let mut ipam = open(tmp.path(), "10.0.0.0/24");
+        let unreadable: Vec<_> = ipam.unreadable().into_iter().map(|(ip, _)| ip).collect();
+        assert_eq!(unreadable, [ip("10.0.0.3"), ip("10.0.0.4"), ip("10.0.0.5")]);
+        let allocs = ipam.allocations();
+        assert_eq!(allocs.len(), 1);
+        assert_eq!(allocs[0].container_id, "good");
+        assert!(!store.join(".10.0.0.6.tmp").exists(), "stray temp file kept");
+        assert_eq!(ipam.free_count(), 253 - 4);
+        // The cursor was invalid: restart from the first address, skipping
+        // every taken one, the unreadable ones included.
+        assert_eq!(ipam.allocate("new", "eth0").unwrap(), ip("10.0.0.6"));
+        // GC never frees unreadable records.
+        assert!(ipam.retain(|a| a.container_id == "new").unwrap().len() == 1);
+        assert_eq!(ipam.unreadable().len(), 3);
+        // release_ip does.
+        assert_eq!(ipam.release_ip(ip("10.0.0.3")).unwrap(), None);
+        assert!(!store.join("10.0.0.3").exists());
+        assert_eq!(ipam.unreadable().len(), 2);
+        assert!(store.join("junk").exists(), "unknown files are left alone");
+    }
+
+    #[test]
+    fn failed_writes_leave_memory_unchanged() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut ipam = open(tmp.path(), "10.0.0.0/24");
+        let store = ipam.store_dir().to_path_buf();
+        // A directory where the temporary file must go makes the write fail
+        // (permissions would not stop root).
+        fs::create_dir(store.join(".10.0.0.2.tmp")).unwrap();
+        let err = ipam.allocate("a", "eth0").unwrap_err();
+        assert!(matches!(err, IpamError::Io { .. }), "{err}");
+        assert_eq!(ipam.get("a", "eth0"), None);
+        assert_eq!(ipam.free_count(), 253);
+        assert!(!store.join("10.0.0.2").exists());
+        fs::remove_dir(store.join(".10.0.0.2.tmp")).unwrap();
+        let a = ipam.allocate("a", "eth0").unwrap();
+        assert_eq!(a, ip("10.0.0.2"));
+
+        // A record that cannot be unlinked (a non-empty directory) makes the
+        // release fail: the allocation stays, in memory as on disk.
+        let b = ipam.allocate("b", "eth0").unwrap();
+        fs::remove_file(store.join(b.to_string())).unwrap();
+        fs::create_dir_all(store.join(b.to_string()).join("x")).unwrap();
+        assert!(ipam.release("b", "eth0").is_err());
+        assert_eq!(ipam.get("b", "eth0"), Some(b));
+        // retain tries every removal and reports the failure.
+        assert!(ipam.retain(|_| false).is_err());
+        assert_eq!(ipam.get("a", "eth0"), None, "the removable one is gone");
+        assert_eq!(ipam.get("b", "eth0"), Some(b));
+        fs::remove_dir_all(store.join(b.to_string())).unwrap();
+        assert_eq!(ipam.release("b", "eth0").unwrap(), Some(b));
+        assert!(ipam.allocations().is_empty());
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Allocate(u8, u8),
+        Release(u8, u8),
+        ReleaseIp(u8),
+        Retain(u16),
+        Reopen,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (0u8..8, 0u8..2).prop_map(|(c, i)| Op::Allocate(c, i)),
+            2 => (0u8..8, 0u8..2).prop_map(|(c, i)| Op::Release(c, i)),
+            1 => (0u8..8).prop_map(Op::ReleaseIp),
+            1 => any::<u16>().prop_map(Op::Retain),
+            1 => Just(Op::Reopen),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Random allocate/release/retain/reopen sequences on a /29 (five
+        /// pod addresses, so exhaustion happens) against a model that also
+        /// predicts the round-robin choice.
+        #[test]
+        fn matches_model(ops in proptest::collection::vec(op(), 1..60)) {
+            let tmp = tempfile::tempdir().unwrap();
+            let cidr = net("10.1.2.8/29");
+            let pods: Vec<Ipv4Addr> = (10..=14).map(|o| Ipv4Addr::new(10, 1, 2, o)).collect();
+            let gateway = ip("10.1.2.9");
+            let mut ipam = Ipam::open(tmp.path(), cidr).unwrap();
+            let mut model: BTreeMap<(String, String), Ipv4Addr> = BTreeMap::new();
+            let mut cursor: Option<usize> = None;
+            let key = |c: u8, i: u8| (format!("c{c}"), format!("eth{i}"));
+            for op in ops {
+                match op {
+                    Op::Allocate(c, i) => {
+                        let (cid, ifn) = key(c, i);
+                        let got = ipam.allocate(&cid, &ifn);
+                        if let Some(held) = model.get(&(cid.clone(), ifn.clone())) {
+                            prop_assert_eq!(got.unwrap(), *held);
+                        } else {
+                            let taken: HashSet<_> = model.values().copied().collect();
+                            let start = cursor.map_or(0, |c| (c + 1) % pods.len());
+                            let want = (0..pods.len())
+                                .map(|k| (start + k) % pods.len())
+                                .find(|&k| !taken.contains(&pods[k]));
+                            match want {
+                                None => {
+                                    let exhausted =
+                                        matches!(got, Err(IpamError::Exhausted { allocated: 5, .. }));
+                                    prop_assert!(exhausted, "want Exhausted, got {:?}", got);
+                                }
+                                Some(k) => {
+                                    let got = got.unwrap();
+                                    prop_assert_eq!(got, pods[k]);
+                                    cursor = Some(k);
+                                    model.insert((cid, ifn), got);
+                                }
+                            }
+                        }
+                    }
+                    Op::Release(c, i) => {
+                        let (cid, ifn) = key(c, i);
+                        let want = model.remove(&(cid.clone(), ifn.clone()));
+                        prop_assert_eq!(ipam.release(&cid, &ifn).unwrap(), want);
+                    }
+                    Op::ReleaseIp(k) => {
+                        let target = Ipv4Addr::new(10, 1, 2, 8 + k);
+                        let holder = model.iter().find(|(_, v)| **v == target).map(|(k, _)| k.clone());
+                        let got = ipam.release_ip(target).unwrap();
+                        match holder {
+                            Some(h) => {
+                                model.remove(&h);
+                                let got = got.unwrap();
+                                prop_assert_eq!((got.container_id, got.ifname), h);
+                            }
+                            None => prop_assert!(got.is_none()),
+                        }
+                    }
+                    Op::Retain(mask) => {
+                        let keep = |cid: &str| {
+                            let n: u32 = cid[1..].parse().unwrap();
+                            mask & (1 << n) != 0
+                        };
+                        let removed = ipam.retain(|a| keep(&a.container_id)).unwrap();
+                        let want: Vec<_> = model.keys().filter(|k| !keep(&k.0)).cloned().collect();
+                        prop_assert_eq!(removed.len(), want.len());
+                        model.retain(|k, _| keep(&k.0));
+                    }
+                    Op::Reopen => {
+                        drop(ipam);
+                        ipam = Ipam::open(tmp.path(), cidr).unwrap();
+                    }
+                }
+                // The invariants, and memory equals the model.
+                let allocs = ipam.allocations();
+                let mut ips = HashSet::new();
+                for a in &allocs {
+                    prop_assert!(ips.insert(a.ip), "{} held twice", a.ip);
+                    prop_assert!(cidr.contains(&a.ip) && a.ip != gateway);
+                    prop_assert!(pods.contains(&a.ip));
+                    prop_assert_eq!(
+                        model.get(&(a.container_id.clone(), a.ifname.clone())),
+                        Some(&a.ip)
+                    );
+                }
+                prop_assert_eq!(allocs.len(), model.len());
+                prop_assert_eq!(ipam.free_count(), pods.len() - model.len());
+            }
+        }
+    }
+
+    /// Rough cost of one allocation with its fsyncs, and of a scan across a
+    /// nearly full /16 (in-memory only). Run with
+    /// `cargo test -p oxvs-agent ipam::tests::timing -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "timing report, not a check"]
+    fn timing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut ipam = open(tmp.path(), "10.0.0.0/16");
+        let n = 200;
+        let t = std::time::Instant::now();
+        for i in 0..n {
+            ipam.allocate(&format!("c{i}"), "eth0").unwrap();
+        }
+        println!("allocate with fsync: {:?} each", t.elapsed() / n);
+        let t = std::time::Instant::now();
+        for i in 0..n {
+            ipam.release(&format!("c{i}"), "eth0").unwrap();
+        }
+        println!("release with fsync: {:?} each", t.elapsed() / n);
+
+        // Worst-case scan: every address taken except the one just before
+        // the cursor (filled in memory only; the scan does not touch disk).
+        for k in ipam.first..=ipam.last {
+            let key = Key { container_id: format!("m{k}"), ifname: "eth0".into() };
+            ipam.records.insert(Ipv4Addr::from(k), Record::Held(key));
+        }
+        let hole = Ipv4Addr::from(ipam.first + 5);
+        ipam.records.remove(&hole);
+        ipam.last_reserved = Some(Ipv4Addr::from(ipam.first + 6));
+        let t = std::time::Instant::now();
+        assert_eq!(ipam.next_free(), Some(hole));
+        println!("worst-case scan of a /16: {:?}", t.elapsed());
+        let t = std::time::Instant::now();
+        let files = ipam.records.len();
+        drop(ipam);
+        println!("(drop of {files} records: {:?})", t.elapsed());
+    }
+}
