@@ -51,7 +51,7 @@ fn pods_reach_each_other_and_the_node_and_del_leaves_nothing() {
     assert!(k.contains("tx-checksumming: off"), "{k}");
 
     // Pod <-> pod, pod -> node (gateway), node -> pod.
-    assert!(ping_until_up(&a.ns, &b.ip, 5).ok(), "a -> b");
+    assert!(ping_until_up(&a.ns, &b.ip, 5).ok, "a -> b");
     assert_eq!(ping(&a.ns, &b.ip, 3, "0.2", &[]).received, 3);
     assert_eq!(ping(&b.ns, &a.ip, 3, "0.2", &[]).received, 3);
     assert_eq!(ping(&a.ns, "10.231.1.1", 3, "0.2", &[]).received, 3);
@@ -126,7 +126,7 @@ fn fifty_concurrent_adds_then_dels_leave_no_leak_and_no_duplicate() {
     assert_eq!(node.ipam_records().len(), 50);
     // A sample of pods really forward.
     let ip7 = ips[7].split('/').next().unwrap_or_default().to_string();
-    assert!(ping_until_up(&nss[3], &ip7, 5).ok());
+    assert!(ping_until_up(&nss[3], &ip7, 5).ok);
 
     std::thread::scope(|s| {
         for (i, ns) in nss.iter().enumerate() {
@@ -159,7 +159,7 @@ fn agent_restart_keeps_pods_forwarding_and_converges() {
     let mut node = Node::start("nr", "10.231.3.0/24");
     let a = node.add_pod("a");
     let b = node.add_pod("b");
-    assert!(ping_until_up(&a.ns, &b.ip, 5).ok());
+    assert!(ping_until_up(&a.ns, &b.ip, 5).ok);
     let flows_before = node.n_flows();
     // 60 pings over ~6 s while the agent stops and comes back.
     let mut pinger = a.ns.spawn(&["ping", "-n", "-c", "60", "-i", "0.1", "-W", "1", &b.ip]);
@@ -224,7 +224,7 @@ fn switch_drift_is_repaired_and_check_reports_it() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert_eq!(node.n_flows(), want, "agent did not restore the flows");
-    assert!(ping_until_up(&a.ns, &b.ip, 5).ok());
+    assert!(ping_until_up(&a.ns, &b.ip, 5).ok);
     // CHECK against a wrong prevResult fails, naming the difference.
     let mut cfg = node.config("1.0.0");
     let mut prev = a.result.clone();
@@ -267,5 +267,5 @@ fn bad_calls_get_clear_errors_and_leak_nothing() {
     assert_eq!(node.ipam_records(), vec![a.ip.clone()]);
     // The pod still works after all that.
     let b = node.add_pod("b");
-    assert!(ping_until_up(&a.ns, &b.ip, 5).ok());
+    assert!(ping_until_up(&a.ns, &b.ip, 5).ok);
 }
