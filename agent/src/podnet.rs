@@ -14,14 +14,16 @@
 //! 1. One `RTM_NEWLINK` in the host namespace creates the veth pair: the
 //!    host end (`host_ifname`, MTU, up) and, in the same message, the peer
 //!    *directly in the pod namespace* (`IFLA_NET_NS_FD`) already carrying
-//!    its final name, MAC, MTU and the up flag. There is no temporary name,
+//!    its final name, MAC and MTU (not the up flag: the kernel opens the peer
+//!    before pairing it, and `veth_open` fails with `ENOTCONN` then). There is no temporary name,
 //!    no move and no rename: one message instead of three, no window in
 //!    which a half-named interface is visible, and a name clash in the pod
 //!    namespace fails this very message (`EEXIST`). A `RTM_GETLINK` for the
 //!    host end is pipelined behind it on the same socket (the kernel handles
 //!    a socket's requests in order) to learn its index and MAC.
 //! 2. A thread enters the pod namespace and, if asked, clears TX checksum
-//!    offload (`SIOCETHTOOL`), then pipelines `lo` up, the address and the
+//!    offload (`SIOCETHTOOL`), then pipelines `lo` up, the pod end up, the
+//!    address and the
 //!    default route via the gateway (`onlink` when the gateway is outside the
 //!    pod's subnet) and waits for the three acks.
 //!
@@ -276,7 +278,6 @@ fn create_veth(spec: &PodIfaceSpec, ns: &File) -> Result<PodIface, PodnetError> 
         .address(spec.mac.to_vec())
         .mtu(spec.mtu)
         .setns_by_fd(ns.as_raw_fd())
-        .up()
         .build();
     let msg = LinkMessageBuilder::<LinkVeth>::new_with_info_kind(InfoKind::Veth)
         .name(spec.host_ifname.clone())
@@ -354,13 +355,18 @@ fn configure_pod_end(spec: &PodIfaceSpec, ns: &File) -> Result<(), PodnetError> 
                 .link()
                 .set(LinkUnspec::new_with_index(LOOPBACK_IFINDEX).up().build())
                 .execute();
+            let up = h
+                .link()
+                .set(LinkUnspec::new_with_index(index).up().build())
+                .execute();
             let addr = h
                 .address()
                 .add(index, IpAddr::V4(spec.ip), spec.prefix_len)
                 .execute();
             let rt = h.route().add(route).execute();
-            let (lo, addr, rt) = futures::join!(lo, addr, rt);
+            let (lo, up, addr, rt) = futures::join!(lo, up, addr, rt);
             lo.map_err(|e| nl::nl_err(format!("bring 'lo' up in {in_ns}"), &e))?;
+            up.map_err(|e| nl::nl_err(format!("bring '{}' up in {in_ns}", spec.ifname), &e))?;
             addr.map_err(|e| {
                 nl::nl_err(
                     format!("add {}/{} to '{}' in {in_ns}", spec.ip, spec.prefix_len, spec.ifname),
