@@ -27,6 +27,11 @@
 //!    default route via the gateway (`onlink` when the gateway is outside the
 //!    pod's subnet) and waits for the three acks.
 //!
+//! Measured (debug build, 2 shared cores, kernel 6.18, 50 iterations in
+//! fresh namespaces, `bench_setup_and_delete` in `tests/podnet.rs`): setup
+//! p50 1.7 ms, p90 2.5 ms; delete p50 15 ms, p90 26 ms (the kernel's veth
+//! unregistration waits for RCU grace periods; `ip link del` costs the same).
+//!
 //! All or nothing: any failure after step 1 deletes the host end, which
 //! deletes its peer too, and the error names the step that failed.
 //!
@@ -259,7 +264,9 @@ pub fn setup_pod_interface(spec: &PodIfaceSpec) -> Result<PodIface, PodnetError>
                     .del(host.host_ifindex)
                     .execute()
                     .await
-                    .map_err(|e| nl::nl_err("", &e))
+                    .map_err(|e| {
+                        nl::nl_err(format!("delete host link index {}", host.host_ifindex), &e)
+                    })
             });
             Err(match cleanup {
                 Ok(()) => e,
@@ -301,17 +308,25 @@ fn create_veth(spec: &PodIfaceSpec, ns: &File) -> Result<PodIface, PodnetError> 
         let (added, got) = futures::join!(add, get);
         if let Err(e) = added {
             if nl::errno(&e) == Some(Errno::EEXIST) {
-                return Err(if nl::link_by_name(&h, &spec.host_ifname).await?.is_some() {
-                    PodnetError::Exists(spec.host_ifname.clone(), "the host network namespace".into())
-                } else {
-                    PodnetError::Exists(spec.ifname.clone(), spec.netns.display().to_string())
-                });
+                return Err(
+                    if nl::link_by_name(&h, &spec.host_ifname).await?.is_some() {
+                        PodnetError::Exists(
+                            spec.host_ifname.clone(),
+                            "the host network namespace".into(),
+                        )
+                    } else {
+                        PodnetError::Exists(spec.ifname.clone(), spec.netns.display().to_string())
+                    },
+                );
             }
             return Err(nl::nl_err(step(), &e));
         }
         let link = got?.ok_or_else(|| PodnetError::Netlink {
             step: step(),
-            reason: format!("host link '{}' vanished right after creation", spec.host_ifname),
+            reason: format!(
+                "host link '{}' vanished right after creation",
+                spec.host_ifname
+            ),
         })?;
         let host_mac = nl::link_mac(&link).ok_or_else(|| PodnetError::Netlink {
             step: step(),
@@ -331,7 +346,10 @@ fn configure_pod_end(spec: &PodIfaceSpec, ns: &File) -> Result<(), PodnetError> 
     nl::in_netns(ns.as_fd(), &spec.netns, || {
         if spec.tx_checksum_off {
             ethtool::set_tx_checksum(&spec.ifname, false).map_err(|e| PodnetError::Netlink {
-                step: format!("turn TX checksum offload off on '{}' in {in_ns}", spec.ifname),
+                step: format!(
+                    "turn TX checksum offload off on '{}' in {in_ns}",
+                    spec.ifname
+                ),
                 reason: e.to_string(),
             })?;
         }
@@ -369,13 +387,19 @@ fn configure_pod_end(spec: &PodIfaceSpec, ns: &File) -> Result<(), PodnetError> 
             up.map_err(|e| nl::nl_err(format!("bring '{}' up in {in_ns}", spec.ifname), &e))?;
             addr.map_err(|e| {
                 nl::nl_err(
-                    format!("add {}/{} to '{}' in {in_ns}", spec.ip, spec.prefix_len, spec.ifname),
+                    format!(
+                        "add {}/{} to '{}' in {in_ns}",
+                        spec.ip, spec.prefix_len, spec.ifname
+                    ),
                     &e,
                 )
             })?;
             rt.map_err(|e| {
                 nl::nl_err(
-                    format!("add default route via {} dev '{}' in {in_ns}", spec.gateway, spec.ifname),
+                    format!(
+                        "add default route via {} dev '{}' in {in_ns}",
+                        spec.gateway, spec.ifname
+                    ),
                     &e,
                 )
             })?;
@@ -404,11 +428,11 @@ pub fn check_pod_interface(spec: &PodIfaceSpec) -> Result<(), PodnetError> {
     validate_ifname("pod", &spec.ifname)?;
     let ns = open_netns(&spec.netns)?;
     let diffs = nl::in_netns(ns.as_fd(), &spec.netns, || {
-        let mut diffs = nl::with_handle(|h| async move {
+        let (mut diffs, exists) = nl::with_handle(|h| async move {
             let mut diffs = Vec::new();
             let Some(link) = nl::link_by_name(&h, &spec.ifname).await? else {
                 diffs.push("the interface does not exist".to_string());
-                return Ok(diffs);
+                return Ok((diffs, false));
             };
             let index = link.header.index;
             match nl::link_mac(&link) {
@@ -456,9 +480,9 @@ pub fn check_pod_interface(spec: &PodIfaceSpec) -> Result<(), PodnetError> {
                     have.join(", ")
                 ));
             }
-            Ok(diffs)
+            Ok((diffs, true))
         })?;
-        if spec.tx_checksum_off && !diffs.iter().any(|d| d.contains("does not exist")) {
+        if spec.tx_checksum_off && exists {
             match ethtool::tx_checksum(&spec.ifname) {
                 Ok(false) => {}
                 Ok(true) => diffs.push("TX checksum offload is on, want off".to_string()),
@@ -481,7 +505,7 @@ pub fn check_pod_interface(spec: &PodIfaceSpec) -> Result<(), PodnetError> {
 
 /// Whether `name` exists in the caller's namespace.
 pub fn link_exists(name: &str) -> Result<bool, PodnetError> {
-    validate_ifname("", name)?;
+    validate_ifname("link", name)?;
     nl::with_handle(|h| async move { Ok(nl::link_by_name(&h, name).await?.is_some()) })
 }
 
@@ -504,25 +528,27 @@ fn existing_link(
 
 /// The MAC address of `name` in the caller's namespace.
 pub fn link_mac(name: &str) -> Result<[u8; 6], PodnetError> {
-    validate_ifname("", name)?;
+    validate_ifname("link", name)?;
     nl::with_handle(|h| async move {
         let link = existing_link(&h, name).await?;
-        nl::link_mac(&link).ok_or_else(|| PodnetError::Other(format!("link '{name}' has no Ethernet address")))
+        nl::link_mac(&link)
+            .ok_or_else(|| PodnetError::Other(format!("link '{name}' has no Ethernet address")))
     })
 }
 
 /// The MTU of `name` in the caller's namespace.
 pub fn link_mtu(name: &str) -> Result<u32, PodnetError> {
-    validate_ifname("", name)?;
+    validate_ifname("link", name)?;
     nl::with_handle(|h| async move {
         let link = existing_link(&h, name).await?;
-        nl::link_mtu(&link).ok_or_else(|| PodnetError::Other(format!("link '{name}' reports no MTU")))
+        nl::link_mtu(&link)
+            .ok_or_else(|| PodnetError::Other(format!("link '{name}' reports no MTU")))
     })
 }
 
 /// Makes sure `name` holds `ip/prefix_len` (adds it if missing) and is up.
 pub fn ensure_address(name: &str, ip: Ipv4Addr, prefix_len: u8) -> Result<(), PodnetError> {
-    validate_ifname("", name)?;
+    validate_ifname("link", name)?;
     if prefix_len > 32 {
         return Err(PodnetError::Other(format!(
             "invalid prefix length /{prefix_len} for {ip} on '{name}': at most 32"
@@ -531,8 +557,16 @@ pub fn ensure_address(name: &str, ip: Ipv4Addr, prefix_len: u8) -> Result<(), Po
     nl::with_handle(|h| async move {
         let link = existing_link(&h, name).await?;
         let index = link.header.index;
-        if !nl::ipv4_addresses(&h, index).await?.contains(&(ip, prefix_len)) {
-            match h.address().add(index, IpAddr::V4(ip), prefix_len).execute().await {
+        if !nl::ipv4_addresses(&h, index)
+            .await?
+            .contains(&(ip, prefix_len))
+        {
+            match h
+                .address()
+                .add(index, IpAddr::V4(ip), prefix_len)
+                .execute()
+                .await
+            {
                 Ok(()) => {}
                 // Lost a race with another writer: the address is there.
                 Err(e) if nl::errno(&e) == Some(Errno::EEXIST) => {}
@@ -568,6 +602,9 @@ pub fn default_route_interface() -> Result<Option<String>, PodnetError> {
 }
 
 /// Whether `path` names a network namespace (a nsfs file).
+///
+/// Any namespace file is on nsfs, so a mount namespace passes too; `setns`
+/// then refuses it (`EINVAL`), reported as a failed step.
 pub fn netns_exists(path: &Path) -> bool {
     matches!(
         nix::sys::statfs::statfs(path),
@@ -582,7 +619,8 @@ mod tests {
     fn valid_name(n: &str) -> bool {
         !n.is_empty()
             && n.len() <= MAX_IFNAME_LEN
-            && n.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && n.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
     }
 
     #[test]
@@ -600,7 +638,10 @@ mod tests {
         // Pinned values: links made by an older agent are found by name, so
         // these must never change.
         // (Computed with an independent FNV-1a implementation.)
-        assert_eq!(host_ifname("default", "web", "c0ffee", "eth0"), "web-9457479");
+        assert_eq!(
+            host_ifname("default", "web", "c0ffee", "eth0"),
+            "web-9457479"
+        );
         assert_eq!(
             host_ifname(
                 "kube-system",
@@ -661,7 +702,16 @@ mod tests {
         for ok in ["eth0", "a", "abcdefghijklmno", "veth-1.2_x"] {
             assert!(validate_ifname("t", ok).is_ok(), "{ok}");
         }
-        for bad in ["", ".", "..", "abcdefghijklmnop", "a/b", "a:b", "a b", "a\0b"] {
+        for bad in [
+            "",
+            ".",
+            "..",
+            "abcdefghijklmnop",
+            "a/b",
+            "a:b",
+            "a b",
+            "a\0b",
+        ] {
             assert!(validate_ifname("t", bad).is_err(), "{bad:?}");
         }
     }

@@ -113,7 +113,9 @@ fn setup_check_ping_and_delete() {
     let host_if = podnet::host_ifname("default", "web-0", "cid-1", "eth0");
     let s = spec(&pod, 1, &host_if);
 
-    let made = host.run_in(|| podnet::setup_pod_interface(&s)).expect("setup");
+    let made = host
+        .run_in(|| podnet::setup_pod_interface(&s))
+        .expect("setup");
     assert_eq!(made.host_ifname, host_if);
 
     // Host end: index, MAC, MTU, up, as reported.
@@ -127,9 +129,17 @@ fn setup_check_ping_and_delete() {
         .join(":");
     assert!(hl.contains(&format!("link/ether {mac}")), "{hl}");
     assert!(hl.contains("mtu 1450") && hl.contains(",UP"), "{hl}");
-    assert_eq!(host.run_in(|| podnet::link_mac(&host_if)).expect("mac"), made.host_mac);
-    assert_eq!(host.run_in(|| podnet::link_mtu(&host_if)).expect("mtu"), 1450);
-    assert!(host.run_in(|| podnet::link_exists(&host_if)).expect("exists"));
+    assert_eq!(
+        host.run_in(|| podnet::link_mac(&host_if)).expect("mac"),
+        made.host_mac
+    );
+    assert_eq!(
+        host.run_in(|| podnet::link_mtu(&host_if)).expect("mtu"),
+        1450
+    );
+    assert!(host
+        .run_in(|| podnet::link_exists(&host_if))
+        .expect("exists"));
 
     // Pod end, seen with iproute2 and ethtool from inside.
     let pl = pod.ip(&["-o", "link", "show", "dev", "eth0"]);
@@ -153,7 +163,8 @@ fn setup_check_ping_and_delete() {
     assert!(ok, "pod -> host: {out}");
 
     // Check passes, then lists every difference.
-    host.run_in(|| podnet::check_pod_interface(&s)).expect("check");
+    host.run_in(|| podnet::check_pod_interface(&s))
+        .expect("check");
     pod.ip(&["link", "set", "dev", "eth0", "mtu", "1400"]);
     pod.ip(&["addr", "del", "10.250.1.2/24", "dev", "eth0"]);
     let err = host
@@ -167,11 +178,17 @@ fn setup_check_ping_and_delete() {
     assert!(!msg.contains("MAC"), "{msg}");
 
     // Delete removes both ends; a second delete reports absence.
-    assert!(host.run_in(|| podnet::delete_host_link(&host_if)).expect("delete"));
+    assert!(host
+        .run_in(|| podnet::delete_host_link(&host_if))
+        .expect("delete"));
     assert!(!host.has_link(&host_if));
     assert!(!pod.has_link("eth0"));
-    assert!(!host.run_in(|| podnet::delete_host_link(&host_if)).expect("delete again"));
-    assert!(!host.run_in(|| podnet::link_exists(&host_if)).expect("exists"));
+    assert!(!host
+        .run_in(|| podnet::delete_host_link(&host_if))
+        .expect("delete again"));
+    assert!(!host
+        .run_in(|| podnet::link_exists(&host_if))
+        .expect("exists"));
     let err = host
         .run_in(|| podnet::check_pod_interface(&s))
         .expect_err("check after delete");
@@ -184,14 +201,21 @@ fn tx_checksum_left_on_when_not_asked() {
     let pod = Netns::new("p");
     let mut s = spec(&pod, 2, "csum-on");
     s.tx_checksum_off = false;
-    host.run_in(|| podnet::setup_pod_interface(&s)).expect("setup");
+    host.run_in(|| podnet::setup_pod_interface(&s))
+        .expect("setup");
     let (_, k) = pod.exec(&["ethtool", "-k", "eth0"]);
     assert!(k.contains("tx-checksum-ip-generic: on"), "{k}");
-    host.run_in(|| podnet::check_pod_interface(&s)).expect("check");
+    host.run_in(|| podnet::check_pod_interface(&s))
+        .expect("check");
     // Asked for off on a pod end that has it on: check reports it.
     s.tx_checksum_off = true;
-    let err = host.run_in(|| podnet::check_pod_interface(&s)).expect_err("check");
-    assert!(err.to_string().contains("TX checksum offload is on"), "{err}");
+    let err = host
+        .run_in(|| podnet::check_pod_interface(&s))
+        .expect_err("check");
+    assert!(
+        err.to_string().contains("TX checksum offload is on"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -199,13 +223,20 @@ fn missing_netns_is_no_netns_and_leaves_nothing() {
     let host = Netns::new("h");
     let mut s = spec(&host, 3, "nonetns0");
     s.netns = PathBuf::from(format!("/run/netns/oxvs-pn{}-absent", std::process::id()));
-    let err = host.run_in(|| podnet::setup_pod_interface(&s)).expect_err("setup");
-    assert!(matches!(err, PodnetError::NoNetns(ref p) if *p == s.netns), "{err:?}");
+    let err = host
+        .run_in(|| podnet::setup_pod_interface(&s))
+        .expect_err("setup");
+    assert!(
+        matches!(err, PodnetError::NoNetns(ref p) if *p == s.netns),
+        "{err:?}"
+    );
     assert!(!host.has_link("nonetns0"));
     // A file that is not a namespace is refused the same way.
     let f = tempfile::NamedTempFile::new().expect("tempfile");
     s.netns = f.path().to_path_buf();
-    let err = host.run_in(|| podnet::setup_pod_interface(&s)).expect_err("setup");
+    let err = host
+        .run_in(|| podnet::setup_pod_interface(&s))
+        .expect_err("setup");
     assert!(matches!(err, PodnetError::NoNetns(_)), "{err:?}");
     assert!(!host.has_link("nonetns0"));
     assert!(!podnet::netns_exists(f.path()));
@@ -217,9 +248,13 @@ fn existing_pod_ifname_is_exists_and_leaves_nothing() {
     let host = Netns::new("h");
     let pod = Netns::new("p");
     // (The test kernel may lack the dummy driver: a veth pair will do.)
-    pod.ip(&["link", "add", "eth0", "type", "veth", "peer", "name", "other0"]);
+    pod.ip(&[
+        "link", "add", "eth0", "type", "veth", "peer", "name", "other0",
+    ]);
     let s = spec(&pod, 4, "exists-pod");
-    let err = host.run_in(|| podnet::setup_pod_interface(&s)).expect_err("setup");
+    let err = host
+        .run_in(|| podnet::setup_pod_interface(&s))
+        .expect_err("setup");
     match &err {
         PodnetError::Exists(name, ns) => {
             assert_eq!(name, "eth0");
@@ -229,16 +264,30 @@ fn existing_pod_ifname_is_exists_and_leaves_nothing() {
     }
     assert!(!host.has_link("exists-pod"));
     let l = pod.ip(&["-o", "link", "show", "dev", "eth0"]);
-    assert!(l.contains("eth0@other0"), "the pod's own eth0 must be untouched: {l}");
+    assert!(
+        l.contains("eth0@other0"),
+        "the pod's own eth0 must be untouched: {l}"
+    );
 }
 
 #[test]
 fn existing_host_ifname_is_exists_and_leaves_nothing() {
     let host = Netns::new("h");
     let pod = Netns::new("p");
-    host.ip(&["link", "add", "exists-host", "type", "veth", "peer", "name", "other0"]);
+    host.ip(&[
+        "link",
+        "add",
+        "exists-host",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "other0",
+    ]);
     let s = spec(&pod, 5, "exists-host");
-    let err = host.run_in(|| podnet::setup_pod_interface(&s)).expect_err("setup");
+    let err = host
+        .run_in(|| podnet::setup_pod_interface(&s))
+        .expect_err("setup");
     assert!(
         matches!(err, PodnetError::Exists(ref n, _) if n == "exists-host"),
         "{err:?}"
@@ -256,7 +305,9 @@ fn failure_after_creation_removes_both_ends() {
     // The broadcast address is no valid gateway: the route step fails after
     // the veth pair and the address were made.
     s.gateway = Ipv4Addr::BROADCAST;
-    let err = host.run_in(|| podnet::setup_pod_interface(&s)).expect_err("setup");
+    let err = host
+        .run_in(|| podnet::setup_pod_interface(&s))
+        .expect_err("setup");
     let msg = err.to_string();
     assert!(msg.contains("default route via 255.255.255.255"), "{msg}");
     assert!(!host.has_link("midfail0"));
@@ -268,11 +319,15 @@ fn invalid_spec_is_refused_before_anything() {
     let host = Netns::new("h");
     let pod = Netns::new("p");
     let mut s = spec(&pod, 7, "this-name-is-too-long");
-    let err = host.run_in(|| podnet::setup_pod_interface(&s)).expect_err("long");
+    let err = host
+        .run_in(|| podnet::setup_pod_interface(&s))
+        .expect_err("long");
     assert!(err.to_string().contains("this-name-is-too-long"), "{err}");
     s.host_ifname = "badmac0".into();
     s.mac = [0x01, 0, 0x5e, 0, 0, 1];
-    let err = host.run_in(|| podnet::setup_pod_interface(&s)).expect_err("mac");
+    let err = host
+        .run_in(|| podnet::setup_pod_interface(&s))
+        .expect_err("mac");
     assert!(err.to_string().contains("01:00:5e:00:00:01"), "{err}");
     assert!(!host.has_link("badmac0"));
     assert!(!pod.has_link("eth0"));
@@ -303,13 +358,17 @@ fn concurrent_setups_in_many_namespaces() {
     });
     let mut indexes = std::collections::HashSet::new();
     for (r, sp) in results.iter().zip(&specs) {
-        let made = r.as_ref().unwrap_or_else(|e| panic!("{}: {e}", sp.host_ifname));
+        let made = r
+            .as_ref()
+            .unwrap_or_else(|e| panic!("{}: {e}", sp.host_ifname));
         assert!(indexes.insert(made.host_ifindex));
         host.run_in(|| podnet::check_pod_interface(sp))
             .unwrap_or_else(|e| panic!("{}: {e}", sp.host_ifname));
     }
     for sp in &specs {
-        assert!(host.run_in(|| podnet::delete_host_link(&sp.host_ifname)).expect("delete"));
+        assert!(host
+            .run_in(|| podnet::delete_host_link(&sp.host_ifname))
+            .expect("delete"));
     }
     for p in &pods {
         assert!(!p.has_link("eth0"));
@@ -319,16 +378,31 @@ fn concurrent_setups_in_many_namespaces() {
 #[test]
 fn ensure_address_and_default_route_interface() {
     let host = Netns::new("h");
-    host.ip(&["link", "add", "uplink0", "type", "veth", "peer", "name", "uplink1"]);
-    assert_eq!(host.run_in(podnet::default_route_interface).expect("none"), None);
+    host.ip(&[
+        "link", "add", "uplink0", "type", "veth", "peer", "name", "uplink1",
+    ]);
+    assert_eq!(
+        host.run_in(podnet::default_route_interface).expect("none"),
+        None
+    );
     let ip = Ipv4Addr::new(10, 251, 0, 1);
-    host.run_in(|| podnet::ensure_address("uplink0", ip, 24)).expect("ensure");
-    host.run_in(|| podnet::ensure_address("uplink0", ip, 24)).expect("ensure again");
+    host.run_in(|| podnet::ensure_address("uplink0", ip, 24))
+        .expect("ensure");
+    host.run_in(|| podnet::ensure_address("uplink0", ip, 24))
+        .expect("ensure again");
     let a = host.ip(&["-o", "-4", "addr", "show", "dev", "uplink0"]);
     assert_eq!(a.matches("inet 10.251.0.1/24").count(), 1, "{a}");
     let l = host.ip(&["-o", "link", "show", "dev", "uplink0"]);
     assert!(l.contains(",UP"), "{l}");
-    host.ip(&["route", "add", "default", "via", "10.251.0.254", "dev", "uplink0"]);
+    host.ip(&[
+        "route",
+        "add",
+        "default",
+        "via",
+        "10.251.0.254",
+        "dev",
+        "uplink0",
+    ]);
     assert_eq!(
         host.run_in(podnet::default_route_interface).expect("some"),
         Some("uplink0".to_string())
@@ -359,7 +433,10 @@ fn bench_setup_and_delete() {
             delete.push(t.elapsed());
         }
     });
-    for (what, v) in [("setup_pod_interface", &mut setup), ("delete_host_link", &mut delete)] {
+    for (what, v) in [
+        ("setup_pod_interface", &mut setup),
+        ("delete_host_link", &mut delete),
+    ] {
         v.sort();
         println!(
             "{what}: p50 {:?} p90 {:?} max {:?} over {ITERS}",

@@ -100,7 +100,10 @@ pub(super) fn nl_err(step: impl Into<String>, e: &rtnetlink::Error) -> PodnetErr
 }
 
 /// The link named `name`, `None` when there is none (ENODEV).
-pub(super) async fn link_by_name(h: &Handle, name: &str) -> Result<Option<LinkMessage>, PodnetError> {
+pub(super) async fn link_by_name(
+    h: &Handle,
+    name: &str,
+) -> Result<Option<LinkMessage>, PodnetError> {
     let res = h.link().get().match_name(name).execute().try_next().await;
     match res {
         Ok(m) => Ok(m),
@@ -110,7 +113,10 @@ pub(super) async fn link_by_name(h: &Handle, name: &str) -> Result<Option<LinkMe
 }
 
 /// The name of the link with index `index`, if any.
-pub(super) async fn link_name_by_index(h: &Handle, index: u32) -> Result<Option<String>, PodnetError> {
+pub(super) async fn link_name_by_index(
+    h: &Handle,
+    index: u32,
+) -> Result<Option<String>, PodnetError> {
     let res = h.link().get().match_index(index).execute().try_next().await;
     match res {
         Ok(m) => Ok(m.as_ref().and_then(link_name)),
@@ -145,7 +151,10 @@ pub(super) fn link_is_up(m: &LinkMessage) -> bool {
 }
 
 /// The IPv4 addresses (with prefix length) on link `index`.
-pub(super) async fn ipv4_addresses(h: &Handle, index: u32) -> Result<Vec<(Ipv4Addr, u8)>, PodnetError> {
+pub(super) async fn ipv4_addresses(
+    h: &Handle,
+    index: u32,
+) -> Result<Vec<(Ipv4Addr, u8)>, PodnetError> {
     let mut req = h.address().get().set_link_index_filter(index);
     req.message_mut().header.family = AddressFamily::Inet;
     let msgs: Vec<AddressMessage> = req
