@@ -1,13 +1,63 @@
 //! Pod interfaces over netlink: the veth pair, its pod end configured inside
 //! the pod's network namespace.
 //!
-//! CONTRACT (implementation pending). All functions are blocking (the agent
-//! calls them from `spawn_blocking`); each opens its own netlink socket(s)
-//! (rtnetlink); work inside a pod namespace runs on a short-lived thread
-//! that `setns`es into it, so the caller's thread never changes namespace.
+//! All functions are blocking (the agent calls them from `spawn_blocking`;
+//! calling them from inside an async task panics, as they run their own
+//! current-thread tokio runtime). Each opens its own rtnetlink socket(s);
+//! work inside a pod namespace runs on a short-lived OS thread that
+//! `setns`es into it, opens its netlink socket there and exits, so the
+//! caller's thread never changes namespace and no thread is reused after a
+//! `setns`. Concurrent calls for different pods are independent.
+//!
+//! # How a pod interface is made ([`setup_pod_interface`])
+//!
+//! 1. One `RTM_NEWLINK` in the host namespace creates the veth pair: the
+//!    host end (`host_ifname`, MTU, up) and, in the same message, the peer
+//!    *directly in the pod namespace* (`IFLA_NET_NS_FD`) already carrying
+//!    its final name, MAC and MTU (not the up flag: the kernel opens the peer
+//!    before pairing it, and `veth_open` fails with `ENOTCONN` then). There is no temporary name,
+//!    no move and no rename: one message instead of three, no window in
+//!    which a half-named interface is visible, and a name clash in the pod
+//!    namespace fails this very message (`EEXIST`). A `RTM_GETLINK` for the
+//!    host end is pipelined behind it on the same socket (the kernel handles
+//!    a socket's requests in order) to learn its index and MAC.
+//! 2. A thread enters the pod namespace and, if asked, clears TX checksum
+//!    offload (`SIOCETHTOOL`), then pipelines `lo` up, the pod end up, the
+//!    address and the
+//!    default route via the gateway (`onlink` when the gateway is outside the
+//!    pod's subnet) and waits for the three acks.
+//!
+//! Measured (debug build, 2 shared cores, kernel 6.18, 50 iterations in
+//! fresh namespaces, `bench_setup_and_delete` in `tests/podnet.rs`): setup
+//! p50 1.7 ms, p90 2.5 ms; delete p50 15 ms, p90 26 ms (the kernel's veth
+//! unregistration waits for RCU grace periods; `ip link del` costs the same).
+//!
+//! All or nothing: any failure after step 1 deletes the host end, which
+//! deletes its peer too, and the error names the step that failed.
+//!
+//! `EEXIST` from step 1 is ambiguous (host name or pod name); only then is
+//! the host namespace asked which, so the fast path has no extra lookup.
 
-use std::net::Ipv4Addr;
+use std::fs::File;
+use std::net::{IpAddr, Ipv4Addr};
+use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use rtnetlink::packet_route::link::{InfoData, InfoKind, InfoVeth};
+use rtnetlink::{LinkMessageBuilder, LinkUnspec, LinkVeth, RouteMessageBuilder};
+
+mod ethtool;
+mod nl;
+
+/// Index of the loopback device, the same in every network namespace.
+const LOOPBACK_IFINDEX: u32 = 1;
+/// Longest interface name the kernel accepts (IFNAMSIZ - 1).
+const MAX_IFNAME_LEN: usize = 15;
+/// The host name prefix when the pod name yields none.
+const FALLBACK_PREFIX: &str = "oxvs";
+/// How many hex digits of the hash end a host interface name.
+const HASH_HEX_DIGITS: usize = 7;
 
 /// What the pod's interface must look like.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,68 +102,634 @@ pub enum PodnetError {
 
 /// The host end's name: derived from the pod and a hash of the container
 /// id, at most 15 bytes, unique per (container id, ifname).
+///
+/// Format: `<prefix>-<hash>`, where
+/// - `<prefix>` is the pod name lowercased with every byte other than
+///   `[a-z0-9-]` dropped, truncated to 7 bytes and stripped of leading and
+///   trailing `-`; `oxvs` when that leaves nothing;
+/// - `<hash>` is 7 lowercase hex digits: the 64-bit FNV-1a hash (offset
+///   basis `0xcbf29ce484222325`, prime `0x100000001b3`) of the bytes of
+///   `container_id`, a `0x00` byte, then the bytes of `ifname`, folded to 32
+///   bits (`h ^ (h >> 32)`) and masked to its low 28 bits.
+///
+/// This function is part of the node's persistent state (links made by an
+/// older agent are found by name): the format and the hash must never
+/// change. The pod namespace is not an input (the container id is unique on
+/// the node); it is a parameter so the signature can stay if that changes.
+/// The result uses only `[a-z0-9-]`, so it is always a valid interface name.
 pub fn host_ifname(
     pod_namespace: &str,
     pod_name: &str,
     container_id: &str,
     ifname: &str,
 ) -> String {
-    let _ = (pod_namespace, pod_name, container_id, ifname);
-    todo!("podnet")
+    let _ = pod_namespace;
+    let max_prefix = MAX_IFNAME_LEN - 1 - HASH_HEX_DIGITS;
+    let sanitized: String = pod_name
+        .chars()
+        .map(|c| c.to_ascii_lowercase())
+        .filter(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-')
+        .take(max_prefix)
+        .collect();
+    let prefix = sanitized.trim_matches('-');
+    let prefix = if prefix.is_empty() {
+        FALLBACK_PREFIX
+    } else {
+        prefix
+    };
+    let mut h = Fnv1a64::new();
+    h.write(container_id.as_bytes());
+    h.write(&[0]);
+    h.write(ifname.as_bytes());
+    let folded = (h.0 ^ (h.0 >> 32)) & 0x0fff_ffff;
+    format!("{prefix}-{folded:07x}")
+}
+
+/// 64-bit FNV-1a (<http://www.isthe.com/chongo/tech/comp/fnv/>), kept here
+/// so that the host interface names never depend on a dependency's hash.
+struct Fnv1a64(u64);
+
+impl Fnv1a64 {
+    const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+
+    fn new() -> Self {
+        Self(Self::OFFSET_BASIS)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 ^= u64::from(*b);
+            self.0 = self.0.wrapping_mul(Self::PRIME);
+        }
+    }
+}
+
+/// Checks that `name` is a name the kernel accepts for an interface
+/// (`dev_valid_name`): 1..=15 bytes, not `.`/`..`, no `/`, `:`, NUL or
+/// whitespace.
+fn validate_ifname(what: &str, name: &str) -> Result<(), PodnetError> {
+    let bad = name.is_empty()
+        || name.len() > MAX_IFNAME_LEN
+        || name == "."
+        || name == ".."
+        || name
+            .bytes()
+            .any(|b| b == b'/' || b == b':' || b == 0 || b.is_ascii_whitespace());
+    if bad {
+        return Err(PodnetError::Other(format!(
+            "invalid {what} interface name '{}': 1 to 15 bytes, none of '/', ':', NUL or whitespace",
+            name.escape_debug()
+        )));
+    }
+    Ok(())
+}
+
+fn validate_spec(spec: &PodIfaceSpec) -> Result<(), PodnetError> {
+    validate_ifname("pod", &spec.ifname)?;
+    validate_ifname("host", &spec.host_ifname)?;
+    if spec.prefix_len > 32 {
+        return Err(PodnetError::Other(format!(
+            "invalid prefix length /{} for {}: at most 32",
+            spec.prefix_len, spec.ip
+        )));
+    }
+    if !(68..=65535).contains(&spec.mtu) {
+        return Err(PodnetError::Other(format!(
+            "invalid MTU {} for {}: 68 to 65535",
+            spec.mtu, spec.ifname
+        )));
+    }
+    if spec.mac == [0; 6] || spec.mac[0] & 1 != 0 {
+        return Err(PodnetError::Other(format!(
+            "invalid MAC {} for {}: must be unicast and not zero",
+            fmt_mac(&spec.mac),
+            spec.ifname
+        )));
+    }
+    Ok(())
+}
+
+fn fmt_mac(mac: &[u8; 6]) -> String {
+    let [a, b, c, d, e, f] = *mac;
+    format!("{a:02x}:{b:02x}:{c:02x}:{d:02x}:{e:02x}:{f:02x}")
+}
+
+/// Opens the namespace file and checks it is on nsfs (a network namespace
+/// or at least a namespace; `setns` with `CLONE_NEWNET` rejects the others).
+fn open_netns(path: &Path) -> Result<File, PodnetError> {
+    let f = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(PodnetError::NoNetns(path.to_path_buf()))
+        }
+        Err(e) => {
+            return Err(PodnetError::Other(format!(
+                "cannot open network namespace {}: {e}",
+                path.display()
+            )))
+        }
+    };
+    match nix::sys::statfs::fstatfs(&f) {
+        Ok(s) if s.filesystem_type() == nix::sys::statfs::NSFS_MAGIC => Ok(f),
+        _ => Err(PodnetError::NoNetns(path.to_path_buf())),
+    }
+}
+
+/// Whether the subnet `ip/prefix_len` holds `other`.
+fn in_subnet(ip: Ipv4Addr, prefix_len: u8, other: Ipv4Addr) -> bool {
+    let mask = u32::MAX
+        .checked_shl(32 - u32::from(prefix_len.min(32)))
+        .unwrap_or(0);
+    u32::from(ip) & mask == u32::from(other) & mask
 }
 
 /// Creates the veth pair and configures the pod end (name, MAC, address,
 /// MTU, TX checksum offload, up, default route via the gateway) and brings
 /// the host end up. All or nothing: on any failure what was made is deleted.
+///
+/// Errors: [`PodnetError::NoNetns`] when `spec.netns` is not a namespace,
+/// [`PodnetError::Exists`] when the host name exists in the host namespace
+/// or `spec.ifname` exists in the pod namespace (nothing is changed then),
+/// [`PodnetError::Netlink`] naming the failed step otherwise.
 pub fn setup_pod_interface(spec: &PodIfaceSpec) -> Result<PodIface, PodnetError> {
-    let _ = spec;
-    todo!("podnet")
+    validate_spec(spec)?;
+    let ns = open_netns(&spec.netns)?;
+    let host = create_veth(spec, &ns)?;
+    match configure_pod_end(spec, &ns) {
+        Ok(()) => Ok(host),
+        Err(e) => {
+            let cleanup = nl::with_handle(|h| async move {
+                h.link()
+                    .del(host.host_ifindex)
+                    .execute()
+                    .await
+                    .map_err(|e| {
+                        nl::nl_err(format!("delete host link index {}", host.host_ifindex), &e)
+                    })
+            });
+            Err(match cleanup {
+                Ok(()) => e,
+                Err(c) => PodnetError::Other(format!(
+                    "{e}; and deleting host link '{}' afterwards failed: {c}",
+                    spec.host_ifname
+                )),
+            })
+        }
+    }
+}
+
+/// Step 1: the veth pair, the peer made directly in the pod namespace.
+fn create_veth(spec: &PodIfaceSpec, ns: &File) -> Result<PodIface, PodnetError> {
+    let peer = LinkUnspec::new_with_name(&spec.ifname)
+        .address(spec.mac.to_vec())
+        .mtu(spec.mtu)
+        .setns_by_fd(ns.as_raw_fd())
+        .build();
+    let msg = LinkMessageBuilder::<LinkVeth>::new_with_info_kind(InfoKind::Veth)
+        .name(spec.host_ifname.clone())
+        .mtu(spec.mtu)
+        .up()
+        .set_info_data(InfoData::Veth(InfoVeth::Peer(peer)))
+        .build();
+    let step = || {
+        format!(
+            "create veth '{}' with peer '{}' in {}",
+            spec.host_ifname,
+            spec.ifname,
+            spec.netns.display()
+        )
+    };
+    nl::with_handle(|h| async move {
+        // Both requests are sent before either answer is read; `join!`
+        // polls (and so sends) them in this order.
+        let add = h.link().add(msg).execute();
+        let get = nl::link_by_name(&h, &spec.host_ifname);
+        let (added, got) = futures::join!(add, get);
+        if let Err(e) = added {
+            if nl::errno(&e) == Some(Errno::EEXIST) {
+                return Err(
+                    if nl::link_by_name(&h, &spec.host_ifname).await?.is_some() {
+                        PodnetError::Exists(
+                            spec.host_ifname.clone(),
+                            "the host network namespace".into(),
+                        )
+                    } else {
+                        PodnetError::Exists(spec.ifname.clone(), spec.netns.display().to_string())
+                    },
+                );
+            }
+            return Err(nl::nl_err(step(), &e));
+        }
+        let link = got?.ok_or_else(|| PodnetError::Netlink {
+            step: step(),
+            reason: format!(
+                "host link '{}' vanished right after creation",
+                spec.host_ifname
+            ),
+        })?;
+        let host_mac = nl::link_mac(&link).ok_or_else(|| PodnetError::Netlink {
+            step: step(),
+            reason: format!("host link '{}' has no Ethernet address", spec.host_ifname),
+        })?;
+        Ok(PodIface {
+            host_ifname: spec.host_ifname.clone(),
+            host_ifindex: link.header.index,
+            host_mac,
+        })
+    })
+}
+
+/// Step 2: inside the pod namespace, TX checksum, `lo` up, address, route.
+fn configure_pod_end(spec: &PodIfaceSpec, ns: &File) -> Result<(), PodnetError> {
+    let in_ns = spec.netns.display().to_string();
+    nl::in_netns(ns.as_fd(), &spec.netns, || {
+        if spec.tx_checksum_off {
+            ethtool::set_tx_checksum(&spec.ifname, false).map_err(|e| PodnetError::Netlink {
+                step: format!(
+                    "turn TX checksum offload off on '{}' in {in_ns}",
+                    spec.ifname
+                ),
+                reason: e.to_string(),
+            })?;
+        }
+        let index = nix::net::if_::if_nametoindex(spec.ifname.as_str()).map_err(|e| {
+            PodnetError::Netlink {
+                step: format!("find '{}' in {in_ns}", spec.ifname),
+                reason: e.desc().to_string(),
+            }
+        })?;
+        let mut route = RouteMessageBuilder::<Ipv4Addr>::new()
+            .gateway(spec.gateway)
+            .output_interface(index);
+        if !in_subnet(spec.ip, spec.prefix_len, spec.gateway) {
+            route = route.onlink();
+        }
+        let route = route.build();
+        nl::with_handle(|h| async move {
+            // Sent in this order, answered in this order: the address (and
+            // its connected route) exists when the default route is added.
+            let lo = h
+                .link()
+                .set(LinkUnspec::new_with_index(LOOPBACK_IFINDEX).up().build())
+                .execute();
+            let up = h
+                .link()
+                .set(LinkUnspec::new_with_index(index).up().build())
+                .execute();
+            let addr = h
+                .address()
+                .add(index, IpAddr::V4(spec.ip), spec.prefix_len)
+                .execute();
+            let rt = h.route().add(route).execute();
+            let (lo, up, addr, rt) = futures::join!(lo, up, addr, rt);
+            lo.map_err(|e| nl::nl_err(format!("bring 'lo' up in {in_ns}"), &e))?;
+            up.map_err(|e| nl::nl_err(format!("bring '{}' up in {in_ns}", spec.ifname), &e))?;
+            addr.map_err(|e| {
+                nl::nl_err(
+                    format!(
+                        "add {}/{} to '{}' in {in_ns}",
+                        spec.ip, spec.prefix_len, spec.ifname
+                    ),
+                    &e,
+                )
+            })?;
+            rt.map_err(|e| {
+                nl::nl_err(
+                    format!(
+                        "add default route via {} dev '{}' in {in_ns}",
+                        spec.gateway, spec.ifname
+                    ),
+                    &e,
+                )
+            })?;
+            Ok(())
+        })
+    })
 }
 
 /// Deletes the host end (and so its peer). `Ok(false)` if it did not exist.
 pub fn delete_host_link(host_ifname: &str) -> Result<bool, PodnetError> {
-    let _ = host_ifname;
-    todo!("podnet")
+    validate_ifname("host", host_ifname)?;
+    nl::with_handle(|h| async move {
+        let msg = LinkUnspec::new_with_name(host_ifname).build();
+        match h.link().del_with_message(msg).execute().await {
+            Ok(()) => Ok(true),
+            Err(e) if nl::errno(&e) == Some(Errno::ENODEV) => Ok(false),
+            Err(e) => Err(nl::nl_err(format!("delete link '{host_ifname}'"), &e)),
+        }
+    })
 }
 
 /// Checks the pod end against `spec` (exists, MAC, address, MTU, up, default
-/// route); the error lists every difference.
+/// route, and TX checksum offload off when `tx_checksum_off`); the error
+/// lists every difference.
 pub fn check_pod_interface(spec: &PodIfaceSpec) -> Result<(), PodnetError> {
-    let _ = spec;
-    todo!("podnet")
+    validate_ifname("pod", &spec.ifname)?;
+    let ns = open_netns(&spec.netns)?;
+    let diffs = nl::in_netns(ns.as_fd(), &spec.netns, || {
+        let (mut diffs, exists) = nl::with_handle(|h| async move {
+            let mut diffs = Vec::new();
+            let Some(link) = nl::link_by_name(&h, &spec.ifname).await? else {
+                diffs.push("the interface does not exist".to_string());
+                return Ok((diffs, false));
+            };
+            let index = link.header.index;
+            match nl::link_mac(&link) {
+                Some(mac) if mac == spec.mac => {}
+                Some(mac) => diffs.push(format!(
+                    "MAC is {}, want {}",
+                    fmt_mac(&mac),
+                    fmt_mac(&spec.mac)
+                )),
+                None => diffs.push(format!("has no MAC, want {}", fmt_mac(&spec.mac))),
+            }
+            match nl::link_mtu(&link) {
+                Some(mtu) if mtu == spec.mtu => {}
+                Some(mtu) => diffs.push(format!("MTU is {mtu}, want {}", spec.mtu)),
+                None => diffs.push(format!("has no MTU, want {}", spec.mtu)),
+            }
+            if !nl::link_is_up(&link) {
+                diffs.push("is down, want up".to_string());
+            }
+            let addrs = nl::ipv4_addresses(&h, index).await?;
+            if !addrs.contains(&(spec.ip, spec.prefix_len)) {
+                let have: Vec<String> = addrs.iter().map(|(ip, p)| format!("{ip}/{p}")).collect();
+                diffs.push(format!(
+                    "lacks address {}/{} (has [{}])",
+                    spec.ip,
+                    spec.prefix_len,
+                    have.join(", ")
+                ));
+            }
+            let routes = nl::ipv4_default_routes(&h).await?;
+            let want = routes
+                .iter()
+                .any(|r| r.gateway == Some(spec.gateway) && r.oif == Some(index));
+            if !want {
+                let have: Vec<String> = routes
+                    .iter()
+                    .map(|r| match r.gateway {
+                        Some(gw) => format!("via {gw} oif {:?}", r.oif),
+                        None => format!("oif {:?}", r.oif),
+                    })
+                    .collect();
+                diffs.push(format!(
+                    "lacks default route via {} on it (has [{}])",
+                    spec.gateway,
+                    have.join(", ")
+                ));
+            }
+            Ok((diffs, true))
+        })?;
+        if spec.tx_checksum_off && exists {
+            match ethtool::tx_checksum(&spec.ifname) {
+                Ok(false) => {}
+                Ok(true) => diffs.push("TX checksum offload is on, want off".to_string()),
+                Err(e) => diffs.push(format!("cannot read TX checksum offload: {e}")),
+            }
+        }
+        Ok(diffs)
+    })?;
+    if diffs.is_empty() {
+        Ok(())
+    } else {
+        Err(PodnetError::Other(format!(
+            "interface '{}' in {} differs from its spec: {}",
+            spec.ifname,
+            spec.netns.display(),
+            diffs.join("; ")
+        )))
+    }
 }
 
 /// Whether `name` exists in the caller's namespace.
 pub fn link_exists(name: &str) -> Result<bool, PodnetError> {
-    let _ = name;
-    todo!("podnet")
+    validate_ifname("link", name)?;
+    nl::with_handle(|h| async move { Ok(nl::link_by_name(&h, name).await?.is_some()) })
+}
+
+fn existing_link(
+    h: &rtnetlink::Handle,
+    name: &str,
+) -> impl std::future::Future<Output = Result<rtnetlink::packet_route::link::LinkMessage, PodnetError>>
+{
+    let h = h.clone();
+    let name = name.to_string();
+    async move {
+        nl::link_by_name(&h, &name)
+            .await?
+            .ok_or_else(|| PodnetError::Netlink {
+                step: format!("get link '{name}'"),
+                reason: "ENODEV: no such interface".into(),
+            })
+    }
 }
 
 /// The MAC address of `name` in the caller's namespace.
 pub fn link_mac(name: &str) -> Result<[u8; 6], PodnetError> {
-    let _ = name;
-    todo!("podnet")
+    validate_ifname("link", name)?;
+    nl::with_handle(|h| async move {
+        let link = existing_link(&h, name).await?;
+        nl::link_mac(&link)
+            .ok_or_else(|| PodnetError::Other(format!("link '{name}' has no Ethernet address")))
+    })
 }
 
 /// The MTU of `name` in the caller's namespace.
 pub fn link_mtu(name: &str) -> Result<u32, PodnetError> {
-    let _ = name;
-    todo!("podnet")
+    validate_ifname("link", name)?;
+    nl::with_handle(|h| async move {
+        let link = existing_link(&h, name).await?;
+        nl::link_mtu(&link)
+            .ok_or_else(|| PodnetError::Other(format!("link '{name}' reports no MTU")))
+    })
 }
 
 /// Makes sure `name` holds `ip/prefix_len` (adds it if missing) and is up.
 pub fn ensure_address(name: &str, ip: Ipv4Addr, prefix_len: u8) -> Result<(), PodnetError> {
-    let _ = (name, ip, prefix_len);
-    todo!("podnet")
+    validate_ifname("link", name)?;
+    if prefix_len > 32 {
+        return Err(PodnetError::Other(format!(
+            "invalid prefix length /{prefix_len} for {ip} on '{name}': at most 32"
+        )));
+    }
+    nl::with_handle(|h| async move {
+        let link = existing_link(&h, name).await?;
+        let index = link.header.index;
+        if !nl::ipv4_addresses(&h, index)
+            .await?
+            .contains(&(ip, prefix_len))
+        {
+            match h
+                .address()
+                .add(index, IpAddr::V4(ip), prefix_len)
+                .execute()
+                .await
+            {
+                Ok(()) => {}
+                // Lost a race with another writer: the address is there.
+                Err(e) if nl::errno(&e) == Some(Errno::EEXIST) => {}
+                Err(e) => return Err(nl::nl_err(format!("add {ip}/{prefix_len} to '{name}'"), &e)),
+            }
+        }
+        if !nl::link_is_up(&link) {
+            h.link()
+                .set(LinkUnspec::new_with_index(index).up().build())
+                .execute()
+                .await
+                .map_err(|e| nl::nl_err(format!("bring '{name}' up"), &e))?;
+        }
+        Ok(())
+    })
 }
 
-/// The name of the interface holding the IPv4 default route, if any.
+/// The name of the interface holding the IPv4 default route, if any (the
+/// one with the lowest metric when there are several).
 pub fn default_route_interface() -> Result<Option<String>, PodnetError> {
-    todo!("podnet")
+    nl::with_handle(|h| async move {
+        let mut routes = nl::ipv4_default_routes(&h).await?;
+        routes.sort_by_key(|r| r.metric);
+        for r in routes {
+            if let Some(oif) = r.oif {
+                if let Some(name) = nl::link_name_by_index(&h, oif).await? {
+                    return Ok(Some(name));
+                }
+            }
+        }
+        Ok(None)
+    })
 }
 
 /// Whether `path` names a network namespace (a nsfs file).
+///
+/// Any namespace file is on nsfs, so a mount namespace passes too; `setns`
+/// then refuses it (`EINVAL`), reported as a failed step.
 pub fn netns_exists(path: &Path) -> bool {
-    let _ = path;
-    todo!("podnet")
+    matches!(
+        nix::sys::statfs::statfs(path),
+        Ok(s) if s.filesystem_type() == nix::sys::statfs::NSFS_MAGIC
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn valid_name(n: &str) -> bool {
+        !n.is_empty()
+            && n.len() <= MAX_IFNAME_LEN
+            && n.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    }
+
+    #[test]
+    fn host_ifname_shape() {
+        let n = host_ifname("default", "nginx-deployment-7d9f8c", "abc123", "eth0");
+        assert!(valid_name(&n), "{n}");
+        assert_eq!(n.len(), 15, "{n}");
+        assert!(n.starts_with("nginx-d-"), "{n}");
+        let short = host_ifname("default", "db", "abc123", "eth0");
+        assert!(short.starts_with("db-") && short.len() == 10, "{short}");
+    }
+
+    #[test]
+    fn host_ifname_is_stable() {
+        // Pinned values: links made by an older agent are found by name, so
+        // these must never change.
+        // (Computed with an independent FNV-1a implementation.)
+        assert_eq!(
+            host_ifname("default", "web", "c0ffee", "eth0"),
+            "web-9457479"
+        );
+        assert_eq!(
+            host_ifname(
+                "kube-system",
+                "coredns-5d78c9869d-abcde",
+                "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+                "eth0"
+            ),
+            "coredns-917d5f7"
+        );
+    }
+
+    #[test]
+    fn host_ifname_sanitises_and_falls_back() {
+        for pod in ["", "---", "..//::", "ÄÖÜ", " \t"] {
+            let n = host_ifname("ns", pod, "id", "eth0");
+            assert!(n.starts_with("oxvs-"), "{pod:?} -> {n}");
+            assert!(valid_name(&n), "{pod:?} -> {n}");
+        }
+        let n = host_ifname("ns", "My.Pod_Name:1", "id", "eth0");
+        assert!(valid_name(&n), "{n}");
+        assert!(n.starts_with("mypodna-"), "{n}");
+        let n = host_ifname("ns", "a-------b", "id", "eth0");
+        assert!(n.starts_with("a-"), "{n}");
+        assert!(!n.contains("--"), "{n}");
+    }
+
+    #[test]
+    fn host_ifname_distinct() {
+        let a = host_ifname("ns", "pod", "container-a", "eth0");
+        let b = host_ifname("ns", "pod", "container-b", "eth0");
+        let c = host_ifname("ns", "pod", "container-a", "eth1");
+        assert_ne!(a, b);
+        assert_ne!(a, c);
+        // The separator keeps ("ab","c") and ("a","bc") apart.
+        assert_ne!(
+            host_ifname("ns", "pod", "ab", "c"),
+            host_ifname("ns", "pod", "a", "bc")
+        );
+        let names: std::collections::HashSet<String> = (0..2000)
+            .map(|i| host_ifname("ns", "pod", &format!("{i:064x}"), "eth0"))
+            .collect();
+        assert_eq!(names.len(), 2000);
+    }
+
+    #[test]
+    fn fnv1a64_known_vectors() {
+        let mut h = Fnv1a64::new();
+        assert_eq!(h.0, 0xcbf29ce484222325);
+        h.write(b"a");
+        assert_eq!(h.0, 0xaf63dc4c8601ec8c);
+        let mut h = Fnv1a64::new();
+        h.write(b"foobar");
+        assert_eq!(h.0, 0x85944171f73967e8);
+    }
+
+    #[test]
+    fn ifname_validation() {
+        for ok in ["eth0", "a", "abcdefghijklmno", "veth-1.2_x"] {
+            assert!(validate_ifname("t", ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            ".",
+            "..",
+            "abcdefghijklmnop",
+            "a/b",
+            "a:b",
+            "a b",
+            "a\0b",
+        ] {
+            assert!(validate_ifname("t", bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn subnet_membership() {
+        let ip = Ipv4Addr::new(10, 1, 2, 5);
+        assert!(in_subnet(ip, 24, Ipv4Addr::new(10, 1, 2, 1)));
+        assert!(!in_subnet(ip, 24, Ipv4Addr::new(10, 1, 3, 1)));
+        assert!(in_subnet(ip, 0, Ipv4Addr::new(192, 0, 2, 1)));
+        assert!(!in_subnet(ip, 32, Ipv4Addr::new(10, 1, 2, 1)));
+        assert!(in_subnet(ip, 32, ip));
+    }
+
+    #[test]
+    fn netns_exists_distinguishes() {
+        assert!(netns_exists(Path::new("/proc/self/ns/net")));
+        assert!(!netns_exists(Path::new("/proc/self/status")));
+        assert!(!netns_exists(Path::new("/nonexistent/oxvs/netns")));
+    }
 }
