@@ -69,6 +69,8 @@ fn main() -> ExitCode {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
+    // Before the runtime: podnet's blocking calls run their own.
+    let mtu = pod_mtu(&args);
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -80,7 +82,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match rt.block_on(run(args)) {
+    match rt.block_on(run(args, mtu)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");
@@ -101,7 +103,7 @@ fn pod_mtu(args: &Args) -> u32 {
     underlay.saturating_sub(50).max(576)
 }
 
-async fn run(args: Args) -> anyhow::Result<()> {
+async fn run(args: Args, pod_mtu: u32) -> anyhow::Result<()> {
     if args.pod_cidr.prefix_len() > 30 {
         anyhow::bail!("--pod-cidr {} is too small (at most /30)", args.pod_cidr);
     }
@@ -111,7 +113,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         state_dir: args.state_dir.clone(),
         pod_cidr: args.pod_cidr.trunc(),
         gateway: args.gateway.clone(),
-        pod_mtu: pod_mtu(&args),
+        pod_mtu,
         pod_tx_checksum_off: !args.pod_tx_checksum_on,
         switch_timeout: Duration::from_millis(args.switch_timeout_ms),
     };
