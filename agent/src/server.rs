@@ -75,7 +75,7 @@ pub struct AgentConfig {
     /// The node's pod CIDR.
     pub pod_cidr: Ipv4Net,
     /// The host's gateway interface (switchd `--gateway NAME`); its switch
-    /// port is `NAME-p`.
+    /// port has the same name (on the `NAME-p` end of the pair).
     pub gateway: String,
     /// MTU of pod interfaces.
     pub pod_mtu: u32,
@@ -156,8 +156,10 @@ impl Agent {
             .unwrap_or_default()
     }
 
+    /// The gateway's switch port: switchd names it after the gateway
+    /// (its interface is the `NAME-p` end of the pair).
     fn gateway_port(&self) -> String {
-        format!("{}-p", self.cfg.gateway)
+        self.cfg.gateway.clone()
     }
 
     // ---- The switch --------------------------------------------------------
@@ -681,8 +683,13 @@ impl Agent {
             .config
             .get("cni.dev/valid-attachments")
             .or_else(|| req.config.get("cni.dev/attachments"));
-        let Some(Value::Array(list)) = list else {
-            return Err(err(code::INVALID_CONFIG, "GC needs cni.dev/valid-attachments (a list)"));
+        let list = match list {
+            Some(Value::Array(list)) => list,
+            // No list: the runtime does not know what is valid; keep everything.
+            None | Some(Value::Null) => return Ok(()),
+            Some(_) => {
+                return Err(err(code::INVALID_CONFIG, "cni.dev/valid-attachments must be a list"))
+            }
         };
         let mut valid = BTreeSet::new();
         for (i, item) in list.iter().enumerate() {
@@ -910,6 +917,10 @@ async fn serve_one(agent: &Agent, stream: UnixStream) -> std::io::Result<()> {
                     Ok(result) => {
                         tracing::debug!(verb, container = %cid, ms, "CNI request served");
                         CniResponse::success(result)
+                    }
+                    Err(e) if verb == "STATUS" => {
+                        tracing::debug!(code = e.code, error = %e.msg, "STATUS: not ready");
+                        CniResponse::failure(e)
                     }
                     Err(e) => {
                         tracing::info!(verb, container = %cid, ms, code = e.code, error = %e.msg, "CNI request failed");

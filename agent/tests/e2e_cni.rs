@@ -75,7 +75,7 @@ fn pods_reach_each_other_and_the_node_and_del_leaves_nothing() {
     let d = node.del_pod(&b);
     assert!(d.ok, "DEL b: {d:?}");
     assert_eq!(sorted(node.links()), base_links());
-    assert_eq!(node.ports(), vec![format!("{GW}-p")]);
+    assert_eq!(node.ports(), vec![GW.to_string()]);
     assert_eq!(node.n_flows(), base_flows);
     assert!(node.ipam_records().is_empty(), "{:?}", node.ipam_records());
     // The pod's interface went with the host end.
@@ -148,7 +148,7 @@ fn fifty_concurrent_adds_then_dels_leave_no_leak_and_no_duplicate() {
         }
     });
     assert_eq!(sorted(node.links()), base_links());
-    assert_eq!(node.ports(), vec![format!("{GW}-p")]);
+    assert_eq!(node.ports(), vec![GW.to_string()]);
     assert_eq!(node.n_flows(), base_flows);
     assert!(node.ipam_records().is_empty());
 }
