@@ -136,7 +136,11 @@ pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
 
 fn line(out: &mut Vec<String>, table: names::TableDef, priority: u16, cookie: u64, body: &str) {
     let mut s = String::with_capacity(96 + body.len());
-    let _ = write!(s, "table={}, priority={priority}, cookie={cookie:#x}, {body}", table.name);
+    let _ = write!(
+        s,
+        "table={}, priority={priority}, cookie={cookie:#x}, {body}",
+        table.name
+    );
     out.push(s);
 }
 
@@ -151,11 +155,33 @@ pub fn node_flows(node: &NodeNet) -> Vec<String> {
     let mut v = Vec::with_capacity(40);
 
     // Classifier.
-    line(&mut v, CLASSIFIER, 200, g, &format!("in_port={gw}, actions=load:{}->NXM_NX_REG0[0..3],goto_table:{}", source::GATEWAY, SPOOF_GUARD.id));
+    line(
+        &mut v,
+        CLASSIFIER,
+        200,
+        g,
+        &format!(
+            "in_port={gw}, actions=load:{}->NXM_NX_REG0[0..3],goto_table:{}",
+            source::GATEWAY,
+            SPOOF_GUARD.id
+        ),
+    );
     line(&mut v, CLASSIFIER, 0, d, "actions=drop");
     // SpoofGuard: the gateway is the host stack, trusted.
-    line(&mut v, SPOOF_GUARD, 200, g, &format!("ip, in_port={gw}, actions=goto_table:{}", CONNTRACK_ZONE.id));
-    line(&mut v, SPOOF_GUARD, 200, g, &format!("arp, in_port={gw}, actions=goto_table:{}", ARP_RESPONDER.id));
+    line(
+        &mut v,
+        SPOOF_GUARD,
+        200,
+        g,
+        &format!("ip, in_port={gw}, actions=goto_table:{}", CONNTRACK_ZONE.id),
+    );
+    line(
+        &mut v,
+        SPOOF_GUARD,
+        200,
+        g,
+        &format!("arp, in_port={gw}, actions=goto_table:{}", ARP_RESPONDER.id),
+    );
     line(&mut v, SPOOF_GUARD, 0, d, "actions=drop");
     // ARPResponder: answer for the gateway in place (the pod learns the
     // gateway's real MAC); replies and requests addressed to the gateway go to it.
@@ -168,30 +194,121 @@ pub fn node_flows(node: &NodeNet) -> Vec<String> {
             "arp, arp_op=1, arp_tpa={gw_ip}, actions=move:NXM_OF_ETH_SRC[]->NXM_OF_ETH_DST[],set_field:{gw_mac}->eth_src,load:0x2->NXM_OF_ARP_OP[],move:NXM_NX_ARP_SHA[]->NXM_NX_ARP_THA[],set_field:{gw_mac}->arp_sha,move:NXM_OF_ARP_SPA[]->NXM_OF_ARP_TPA[],set_field:{gw_ip}->arp_spa,output:IN_PORT"
         ),
     );
-    line(&mut v, ARP_RESPONDER, 100, g, &format!("arp, arp_tpa={gw_ip}, actions=output:{gw}"));
-    line(&mut v, ARP_RESPONDER, 0, d, &format!("actions=goto_table:{}", L2_FORWARDING_CALC.id));
+    line(
+        &mut v,
+        ARP_RESPONDER,
+        100,
+        g,
+        &format!("arp, arp_tpa={gw_ip}, actions=output:{gw}"),
+    );
+    line(
+        &mut v,
+        ARP_RESPONDER,
+        0,
+        d,
+        &format!("actions=goto_table:{}", L2_FORWARDING_CALC.id),
+    );
     // Conntrack.
-    line(&mut v, CONNTRACK_ZONE, 200, d, &format!("ip, actions=ct(table={},zone={CT_ZONE})", CONNTRACK_STATE.id));
+    line(
+        &mut v,
+        CONNTRACK_ZONE,
+        200,
+        d,
+        &format!(
+            "ip, actions=ct(table={},zone={CT_ZONE})",
+            CONNTRACK_STATE.id
+        ),
+    );
     line(&mut v, CONNTRACK_ZONE, 0, d, "actions=drop");
-    line(&mut v, CONNTRACK_STATE, 210, d, "ct_state=+inv+trk, ip, actions=drop");
-    line(&mut v, CONNTRACK_STATE, 200, d, &format!("ct_state=+est+trk, ip, actions=goto_table:{}", L3_FORWARDING.id));
-    line(&mut v, CONNTRACK_STATE, 200, d, &format!("ct_state=+rel+trk, ip, actions=goto_table:{}", L3_FORWARDING.id));
-    line(&mut v, CONNTRACK_STATE, 0, d, &format!("actions=goto_table:{}", EGRESS_RULE.id));
+    line(
+        &mut v,
+        CONNTRACK_STATE,
+        210,
+        d,
+        "ct_state=+inv+trk, ip, actions=drop",
+    );
+    line(
+        &mut v,
+        CONNTRACK_STATE,
+        200,
+        d,
+        &format!(
+            "ct_state=+est+trk, ip, actions=goto_table:{}",
+            L3_FORWARDING.id
+        ),
+    );
+    line(
+        &mut v,
+        CONNTRACK_STATE,
+        200,
+        d,
+        &format!(
+            "ct_state=+rel+trk, ip, actions=goto_table:{}",
+            L3_FORWARDING.id
+        ),
+    );
+    line(
+        &mut v,
+        CONNTRACK_STATE,
+        0,
+        d,
+        &format!("actions=goto_table:{}", EGRESS_RULE.id),
+    );
     // Egress policy defaults.
-    line(&mut v, EGRESS_RULE, 0, d, &format!("actions=goto_table:{}", EGRESS_DEFAULT_RULE.id));
-    line(&mut v, EGRESS_DEFAULT_RULE, 0, d, &format!("actions=goto_table:{}", EGRESS_METRIC.id));
-    line(&mut v, EGRESS_METRIC, 0, d, &format!("actions=goto_table:{}", L3_FORWARDING.id));
+    line(
+        &mut v,
+        EGRESS_RULE,
+        0,
+        d,
+        &format!("actions=goto_table:{}", EGRESS_DEFAULT_RULE.id),
+    );
+    line(
+        &mut v,
+        EGRESS_DEFAULT_RULE,
+        0,
+        d,
+        &format!("actions=goto_table:{}", EGRESS_METRIC.id),
+    );
+    line(
+        &mut v,
+        EGRESS_METRIC,
+        0,
+        d,
+        &format!("actions=goto_table:{}", L3_FORWARDING.id),
+    );
     // L3: everything not routed to a local pod is switched by MAC.
-    line(&mut v, L3_FORWARDING, 0, d, &format!("actions=goto_table:{}", L2_FORWARDING_CALC.id));
+    line(
+        &mut v,
+        L3_FORWARDING,
+        0,
+        d,
+        &format!("actions=goto_table:{}", L2_FORWARDING_CALC.id),
+    );
     line(
         &mut v,
         L3_DEC_TTL,
         210,
         d,
-        &format!("ip, reg0={:#x}/0xf, actions=goto_table:{}", source::GATEWAY, L2_FORWARDING_CALC.id),
+        &format!(
+            "ip, reg0={:#x}/0xf, actions=goto_table:{}",
+            source::GATEWAY,
+            L2_FORWARDING_CALC.id
+        ),
     );
-    line(&mut v, L3_DEC_TTL, 200, d, &format!("ip, actions=dec_ttl,goto_table:{}", L2_FORWARDING_CALC.id));
-    line(&mut v, L3_DEC_TTL, 0, d, &format!("actions=goto_table:{}", L2_FORWARDING_CALC.id));
+    line(
+        &mut v,
+        L3_DEC_TTL,
+        200,
+        d,
+        &format!("ip, actions=dec_ttl,goto_table:{}", L2_FORWARDING_CALC.id),
+    );
+    line(
+        &mut v,
+        L3_DEC_TTL,
+        0,
+        d,
+        &format!("actions=goto_table:{}", L2_FORWARDING_CALC.id),
+    );
     // L2: the gateway's MAC.
     line(
         &mut v,
@@ -200,22 +317,79 @@ pub fn node_flows(node: &NodeNet) -> Vec<String> {
         g,
         &format!("dl_dst={gw_mac}, actions=load:{gw:#x}->NXM_NX_REG1[],load:0x1->NXM_NX_REG0[16],goto_table:{}", INGRESS_RULE.id),
     );
-    line(&mut v, L2_FORWARDING_CALC, 0, d, &format!("actions=goto_table:{}", INGRESS_RULE.id));
+    line(
+        &mut v,
+        L2_FORWARDING_CALC,
+        0,
+        d,
+        &format!("actions=goto_table:{}", INGRESS_RULE.id),
+    );
     // Ingress policy defaults: established and related skip the rules.
-    line(&mut v, INGRESS_RULE, 210, d, &format!("ct_state=+est+trk, ip, actions=goto_table:{}", CONNTRACK_COMMIT.id));
-    line(&mut v, INGRESS_RULE, 210, d, &format!("ct_state=+rel+trk, ip, actions=goto_table:{}", CONNTRACK_COMMIT.id));
-    line(&mut v, INGRESS_RULE, 0, d, &format!("actions=goto_table:{}", INGRESS_DEFAULT_RULE.id));
-    line(&mut v, INGRESS_DEFAULT_RULE, 0, d, &format!("actions=goto_table:{}", INGRESS_METRIC.id));
-    line(&mut v, INGRESS_METRIC, 0, d, &format!("actions=goto_table:{}", CONNTRACK_COMMIT.id));
+    line(
+        &mut v,
+        INGRESS_RULE,
+        210,
+        d,
+        &format!(
+            "ct_state=+est+trk, ip, actions=goto_table:{}",
+            CONNTRACK_COMMIT.id
+        ),
+    );
+    line(
+        &mut v,
+        INGRESS_RULE,
+        210,
+        d,
+        &format!(
+            "ct_state=+rel+trk, ip, actions=goto_table:{}",
+            CONNTRACK_COMMIT.id
+        ),
+    );
+    line(
+        &mut v,
+        INGRESS_RULE,
+        0,
+        d,
+        &format!("actions=goto_table:{}", INGRESS_DEFAULT_RULE.id),
+    );
+    line(
+        &mut v,
+        INGRESS_DEFAULT_RULE,
+        0,
+        d,
+        &format!("actions=goto_table:{}", INGRESS_METRIC.id),
+    );
+    line(
+        &mut v,
+        INGRESS_METRIC,
+        0,
+        d,
+        &format!("actions=goto_table:{}", CONNTRACK_COMMIT.id),
+    );
     line(
         &mut v,
         CONNTRACK_COMMIT,
         200,
         d,
-        &format!("ct_state=+new+trk, ip, actions=ct(commit,zone={CT_ZONE}),goto_table:{}", OUTPUT.id),
+        &format!(
+            "ct_state=+new+trk, ip, actions=ct(commit,zone={CT_ZONE}),goto_table:{}",
+            OUTPUT.id
+        ),
     );
-    line(&mut v, CONNTRACK_COMMIT, 0, d, &format!("actions=goto_table:{}", OUTPUT.id));
-    line(&mut v, OUTPUT, 200, d, "reg0=0x10000/0x10000, actions=output:NXM_NX_REG1[]");
+    line(
+        &mut v,
+        CONNTRACK_COMMIT,
+        0,
+        d,
+        &format!("actions=goto_table:{}", OUTPUT.id),
+    );
+    line(
+        &mut v,
+        OUTPUT,
+        200,
+        d,
+        "reg0=0x10000/0x10000, actions=output:NXM_NX_REG1[]",
+    );
     line(&mut v, OUTPUT, 0, d, "actions=drop");
     v
 }
@@ -230,18 +404,52 @@ pub fn pod_flows(node: &NodeNet, pod: &PodPort) -> Vec<String> {
     let gw = node.gateway_ofport;
     let gw_mac = mac_str(&node.gateway_mac);
     let mut v = Vec::with_capacity(8);
-    line(&mut v, CLASSIFIER, 190, c, &format!("in_port={p}, actions=load:{}->NXM_NX_REG0[0..3],goto_table:{}", source::POD, SPOOF_GUARD.id));
-    line(&mut v, SPOOF_GUARD, 200, c, &format!("ip, in_port={p}, dl_src={mac}, nw_src={ip}, actions=goto_table:{}", CONNTRACK_ZONE.id));
+    line(
+        &mut v,
+        CLASSIFIER,
+        190,
+        c,
+        &format!(
+            "in_port={p}, actions=load:{}->NXM_NX_REG0[0..3],goto_table:{}",
+            source::POD,
+            SPOOF_GUARD.id
+        ),
+    );
     line(
         &mut v,
         SPOOF_GUARD,
         200,
         c,
-        &format!("arp, in_port={p}, dl_src={mac}, arp_spa={ip}, arp_sha={mac}, actions=goto_table:{}", ARP_RESPONDER.id),
+        &format!(
+            "ip, in_port={p}, dl_src={mac}, nw_src={ip}, actions=goto_table:{}",
+            CONNTRACK_ZONE.id
+        ),
+    );
+    line(
+        &mut v,
+        SPOOF_GUARD,
+        200,
+        c,
+        &format!(
+            "arp, in_port={p}, dl_src={mac}, arp_spa={ip}, arp_sha={mac}, actions=goto_table:{}",
+            ARP_RESPONDER.id
+        ),
     );
     // A pod's own gratuitous ARP (target = its own address) goes to the host.
-    line(&mut v, ARP_RESPONDER, 110, c, &format!("arp, in_port={p}, arp_tpa={ip}, actions=output:{gw}"));
-    line(&mut v, ARP_RESPONDER, 100, c, &format!("arp, arp_tpa={ip}, actions=output:{p}"));
+    line(
+        &mut v,
+        ARP_RESPONDER,
+        110,
+        c,
+        &format!("arp, in_port={p}, arp_tpa={ip}, actions=output:{gw}"),
+    );
+    line(
+        &mut v,
+        ARP_RESPONDER,
+        100,
+        c,
+        &format!("arp, arp_tpa={ip}, actions=output:{p}"),
+    );
     line(
         &mut v,
         L3_FORWARDING,
@@ -311,24 +519,43 @@ mod tests {
 
     fn pod(ofport: u32, last: u8) -> PodPort {
         let ip = Ipv4Addr::new(10, 244, 0, last);
-        PodPort { ofport, ip, mac: pod_mac(ip) }
+        PodPort {
+            ofport,
+            ip,
+            mac: pod_mac(ip),
+        }
     }
 
     #[test]
     fn every_flow_parses_and_names_its_object() {
         let text = desired_flows(&node(), &[pod(3, 3), pod(4, 4)]);
         let flows = parse_flow_file(&text, &ParseContext::default()).unwrap();
-        assert_eq!(flows.len(), node_flows(&node()).len() + 2 * pod_flows(&node(), &pod(3, 3)).len());
+        assert_eq!(
+            flows.len(),
+            node_flows(&node()).len() + 2 * pod_flows(&node(), &pod(3, 3)).len()
+        );
         for f in &flows {
             assert!(f.cookie >> 48 != 0, "flow without a feature cookie: {f:?}");
         }
-        assert_eq!(flows.iter().filter(|f| cookie::pod_port(f.cookie) == Some(4)).count(), 7);
+        assert_eq!(
+            flows
+                .iter()
+                .filter(|f| cookie::pod_port(f.cookie) == Some(4))
+                .count(),
+            7
+        );
     }
 
     #[test]
     fn mac_helpers() {
-        assert_eq!(mac_str(&pod_mac("10.244.0.5".parse().unwrap())), "0a:58:0a:f4:00:05");
-        assert_eq!(parse_mac("0a:58:0a:f4:00:05"), Some([0x0a, 0x58, 10, 244, 0, 5]));
+        assert_eq!(
+            mac_str(&pod_mac("10.244.0.5".parse().unwrap())),
+            "0a:58:0a:f4:00:05"
+        );
+        assert_eq!(
+            parse_mac("0a:58:0a:f4:00:05"),
+            Some([0x0a, 0x58, 10, 244, 0, 5])
+        );
         assert_eq!(parse_mac("0a:58:0a:f4:00"), None);
         assert_eq!(parse_mac("0a:58:0a:f4:00:05:01"), None);
         assert_eq!(parse_mac("0a:58:0a:f4:00:zz"), None);
@@ -345,7 +572,10 @@ mod tests {
         let p = Pipeline::new();
         p.replace_all(&flows, 0).unwrap();
         let key = parse_packet_spec(spec, &ParseContext::default()).unwrap();
-        let opts = TraceOptions { names: Some(TableNames::default()), ..TraceOptions::default() };
+        let opts = TraceOptions {
+            names: Some(TableNames::default()),
+            ..TraceOptions::default()
+        };
         let report = trace(&*p.snapshot(), &key, &XlateEnv::default(), &opts);
         format!("{report}")
     }
@@ -354,16 +584,30 @@ mod tests {
     fn traces_pod_to_pod_host_to_pod_and_spoofing() {
         // Pod 3 -> pod 4, same subnet: switched by MAC to port 4.
         let t = trace_text("in_port=3,icmp,dl_src=0a:58:0a:f4:00:03,dl_dst=0a:58:0a:f4:00:04,nw_src=10.244.0.3,nw_dst=10.244.0.4,nw_ttl=64");
-        assert_eq!(t.lines().last(), Some("Datapath actions: ct(commit,zone=65520),4"), "{t}");
+        assert_eq!(
+            t.lines().last(),
+            Some("Datapath actions: ct(commit,zone=65520),4"),
+            "{t}"
+        );
         // Spoofed source: dropped.
         let t = trace_text("in_port=3,icmp,dl_src=0a:58:0a:f4:00:03,dl_dst=0a:58:0a:f4:00:04,nw_src=10.244.0.9,nw_dst=10.244.0.4");
         assert!(t.trim_end().ends_with("Datapath actions: drop"), "{t}");
         // Host -> pod 4.
         let t = trace_text("in_port=2,tcp,dl_src=0a:58:0a:f4:00:01,dl_dst=0a:58:0a:f4:00:04,nw_src=10.244.0.1,nw_dst=10.244.0.4,tp_dst=80");
-        assert_eq!(t.lines().last(), Some("Datapath actions: ct(commit,zone=65520),4"), "{t}");
+        assert_eq!(
+            t.lines().last(),
+            Some("Datapath actions: ct(commit,zone=65520),4"),
+            "{t}"
+        );
         // Pod ARP for the gateway: answered in place.
         let t = trace_text("in_port=3,arp,arp_op=1,dl_src=0a:58:0a:f4:00:03,dl_dst=ff:ff:ff:ff:ff:ff,arp_spa=10.244.0.3,arp_sha=0a:58:0a:f4:00:03,arp_tpa=10.244.0.1");
-        assert!(t.lines().last().unwrap().ends_with("op=2,sha=0a:58:0a:f4:00:01,tha=0a:58:0a:f4:00:03)),3"), "{t}");
+        assert!(
+            t.lines()
+                .last()
+                .unwrap()
+                .ends_with("op=2,sha=0a:58:0a:f4:00:01,tha=0a:58:0a:f4:00:03)),3"),
+            "{t}"
+        );
         // Unknown port: dropped.
         let t = trace_text("in_port=9,icmp,nw_src=10.244.0.9,nw_dst=10.244.0.4");
         assert!(t.trim_end().ends_with("Datapath actions: drop"), "{t}");

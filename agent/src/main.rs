@@ -128,7 +128,8 @@ async fn run(args: Args, pod_mtu: u32) -> anyhow::Result<()> {
         if std::os::unix::net::UnixStream::connect(sock).is_ok() {
             anyhow::bail!("another agent is serving {}", sock.display());
         }
-        std::fs::remove_file(sock).with_context(|| format!("cannot remove the stale socket {}", sock.display()))?;
+        std::fs::remove_file(sock)
+            .with_context(|| format!("cannot remove the stale socket {}", sock.display()))?;
     }
     let listener = tokio::net::UnixListener::bind(sock)
         .with_context(|| format!("cannot listen on {}", sock.display()))?;
@@ -136,7 +137,10 @@ async fn run(args: Args, pod_mtu: u32) -> anyhow::Result<()> {
         .with_context(|| format!("cannot chmod {}", sock.display()))?;
     tracing::info!(socket = %sock.display(), "serving CNI");
     let server = tokio::spawn(server::serve(agent.clone(), listener));
-    let keeper = tokio::spawn(keep_converged(agent.clone(), Duration::from_secs(args.resync_interval.max(1))));
+    let keeper = tokio::spawn(keep_converged(
+        agent.clone(),
+        Duration::from_secs(args.resync_interval.max(1)),
+    ));
 
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {

@@ -114,13 +114,16 @@ fn valid_ifname(s: &str) -> bool {
         && s.len() <= 15
         && s != "."
         && s != ".."
-        && !s.bytes().any(|b| b == b'/' || b == b':' || b.is_ascii_whitespace() || b == 0)
+        && !s
+            .bytes()
+            .any(|b| b == b'/' || b == b':' || b.is_ascii_whitespace() || b == 0)
 }
 
 fn valid_container_id(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 256
-        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.' || b == b'-')
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.' || b == b'-')
         && !s.starts_with('.')
 }
 
@@ -175,15 +178,16 @@ impl Agent {
         .await
         {
             Ok(r) => r,
-            Err(e) => Err(oxvs_api::ClientError::Refused(format!("internal task failed: {e}"))),
+            Err(e) => Err(oxvs_api::ClientError::Refused(format!(
+                "internal task failed: {e}"
+            ))),
         }
     }
 
     async fn switch_ports(&self) -> Result<Vec<oxvs_api::PortInfo>, oxvs_api::ClientError> {
         let v = self.switch(Request::DumpPorts).await?;
-        let r: DumpPortsResult = serde_json::from_value(v).map_err(|e| {
-            oxvs_api::ClientError::Refused(format!("bad dump-ports answer: {e}"))
-        })?;
+        let r: DumpPortsResult = serde_json::from_value(v)
+            .map_err(|e| oxvs_api::ClientError::Refused(format!("bad dump-ports answer: {e}")))?;
         Ok(r.ports)
     }
 
@@ -191,7 +195,10 @@ impl Agent {
         if e.is_unreachable() {
             err(code::TRY_AGAIN_LATER, format!("{what}: {e}"))
         } else {
-            err(code::SWITCH_FAILURE, format!("{what}: the switch refused: {e}"))
+            err(
+                code::SWITCH_FAILURE,
+                format!("{what}: the switch refused: {e}"),
+            )
         }
     }
 
@@ -259,11 +266,14 @@ impl Agent {
         let node = self.discover_node().await?;
         let mut report = ReconcileReport::default();
         let ports = self.switch_ports().await?;
-        let by_name: HashMap<String, u32> = ports.iter().map(|p| (p.name.clone(), p.ofport)).collect();
+        let by_name: HashMap<String, u32> =
+            ports.iter().map(|p| (p.name.clone(), p.ofport)).collect();
         for a in self.attachments() {
             if a.state == AttachState::Pending {
                 tracing::info!(pod = %a.pod_ref(), "rolling back an interrupted ADD");
-                self.teardown(&a).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+                self.teardown(&a)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
                 report.rolled_back += 1;
                 continue;
             }
@@ -271,7 +281,9 @@ impl Agent {
             let exists = tokio::task::spawn_blocking(move || podnet::link_exists(&host)).await??;
             if !exists {
                 tracing::info!(pod = %a.pod_ref(), ip = %a.ip, "pod interface is gone: releasing its port and address");
-                self.teardown(&a).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+                self.teardown(&a)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
                 report.gone += 1;
                 continue;
             }
@@ -280,7 +292,9 @@ impl Agent {
                 Some(&ofport) => {
                     let mut b = a.clone();
                     b.ofport = Some(ofport);
-                    self.save_record(b).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+                    self.save_record(b)
+                        .await
+                        .map_err(|e| anyhow::anyhow!("{e}"))?;
                     report.ports_renumbered += 1;
                 }
                 None => {
@@ -291,7 +305,9 @@ impl Agent {
                         .map_err(|e| anyhow::anyhow!("{e}"))?;
                     let mut b = a.clone();
                     b.ofport = Some(ofport);
-                    self.save_record(b).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+                    self.save_record(b)
+                        .await
+                        .map_err(|e| anyhow::anyhow!("{e}"))?;
                     report.ports_readded += 1;
                 }
             }
@@ -299,8 +315,12 @@ impl Agent {
         // Addresses no record holds.
         let held: BTreeSet<(String, String)> = self.attachments().iter().map(|a| a.key()).collect();
         {
-            let mut ipam = self.ipam.lock().map_err(|_| anyhow::anyhow!("IPAM lock poisoned"))?;
-            let removed = ipam.retain(|al| held.contains(&(al.container_id.clone(), al.ifname.clone())))?;
+            let mut ipam = self
+                .ipam
+                .lock()
+                .map_err(|_| anyhow::anyhow!("IPAM lock poisoned"))?;
+            let removed =
+                ipam.retain(|al| held.contains(&(al.container_id.clone(), al.ifname.clone())))?;
             for al in &removed {
                 tracing::info!(ip = %al.ip, container = %al.container_id, "released an address no pod holds");
             }
@@ -323,18 +343,27 @@ impl Agent {
         let _gate = self.gate.write().await;
         let v = self.switch(Request::Show).await?;
         let show: oxvs_api::ShowResult = serde_json::from_value(v)?;
-        let ports: HashMap<&str, u32> = show.ports.iter().map(|p| (p.name.as_str(), p.ofport)).collect();
+        let ports: HashMap<&str, u32> = show
+            .ports
+            .iter()
+            .map(|p| (p.name.as_str(), p.ofport))
+            .collect();
         if ports.get(self.gateway_port().as_str()) != Some(&node.gateway_ofport) {
             return Ok(true);
         }
         let pods = self.pod_ports();
         for a in self.attachments() {
-            if a.state != AttachState::Ready || ports.get(a.host_ifname.as_str()).copied() != a.ofport {
+            if a.state != AttachState::Ready
+                || ports.get(a.host_ifname.as_str()).copied() != a.ofport
+            {
                 return Ok(true);
             }
         }
         let want = flows::node_flows(&node).len()
-            + pods.iter().map(|p| flows::pod_flows(&node, p).len()).sum::<usize>();
+            + pods
+                .iter()
+                .map(|p| flows::pod_flows(&node, p).len())
+                .sum::<usize>();
         Ok(show.n_flows != want)
     }
 
@@ -342,8 +371,8 @@ impl Agent {
         let store_rec = a.clone();
         let store = self.store.clone();
         blocking(move || store.save(&store_rec))
-        .await?
-        .map_err(|e| err(code::IO_FAILURE, e.to_string()))?;
+            .await?
+            .map_err(|e| err(code::IO_FAILURE, e.to_string()))?;
         if let Ok(mut r) = self.records.lock() {
             r.insert(a.key(), a);
         }
@@ -363,10 +392,18 @@ impl Agent {
             Ok(v) => v,
             // The wanted number may be taken: take any.
             Err(oxvs_api::ClientError::Refused(_)) if ofport.is_some() => self
-                .switch(Request::AddPort(PortSpec { ofport: None, ..spec }))
+                .switch(Request::AddPort(PortSpec {
+                    ofport: None,
+                    ..spec
+                }))
                 .await
                 .map_err(|e| Self::switch_err(&format!("cannot attach {name} to the switch"), e))?,
-            Err(e) => return Err(Self::switch_err(&format!("cannot attach {name} to the switch"), e)),
+            Err(e) => {
+                return Err(Self::switch_err(
+                    &format!("cannot attach {name} to the switch"),
+                    e,
+                ))
+            }
         };
         let info: oxvs_api::PortInfo = serde_json::from_value(v)
             .map_err(|e| err(code::SWITCH_FAILURE, format!("bad add-port answer: {e}")))?;
@@ -374,7 +411,12 @@ impl Agent {
     }
 
     async fn del_port(&self, name: &str) -> Result<(), CniError> {
-        match self.switch(Request::DelPort { name: name.to_string() }).await {
+        match self
+            .switch(Request::DelPort {
+                name: name.to_string(),
+            })
+            .await
+        {
             Ok(_) => Ok(()),
             Err(e @ oxvs_api::ClientError::Refused(_)) => {
                 let ports = self
@@ -396,15 +438,25 @@ impl Agent {
     async fn teardown(&self, a: &Attachment) -> Result<(), CniError> {
         if let Some(ofport) = a.ofport {
             let spec = format!("cookie={:#x}/-1", flows::cookie::pod(ofport));
-            self.switch(Request::DelFlows { spec: Some(spec), strict: false })
-                .await
-                .map_err(|e| Self::switch_err(&format!("cannot remove the flows of {}", a.pod_ref()), e))?;
+            self.switch(Request::DelFlows {
+                spec: Some(spec),
+                strict: false,
+            })
+            .await
+            .map_err(|e| {
+                Self::switch_err(&format!("cannot remove the flows of {}", a.pod_ref()), e)
+            })?;
         }
         self.del_port(&a.host_ifname).await?;
         let host = a.host_ifname.clone();
         blocking(move || podnet::delete_host_link(&host))
             .await?
-            .map_err(|e| err(code::INTERFACE_FAILURE, format!("cannot delete {}: {e}", a.host_ifname)))?;
+            .map_err(|e| {
+                err(
+                    code::INTERFACE_FAILURE,
+                    format!("cannot delete {}: {e}", a.host_ifname),
+                )
+            })?;
         let (cid, ifn) = a.key();
         {
             let mut ipam = self
@@ -460,7 +512,10 @@ impl Agent {
                     ));
                 }
                 if !valid_ifname(&req.ifname) {
-                    return Err(err(code::INVALID_ENV, format!("invalid CNI_IFNAME '{}'", req.ifname)));
+                    return Err(err(
+                        code::INVALID_ENV,
+                        format!("invalid CNI_IFNAME '{}'", req.ifname),
+                    ));
                 }
                 let key = (req.container_id.clone(), req.ifname.clone());
                 let lock = self.key_lock(&key);
@@ -483,7 +538,10 @@ impl Agent {
 
     async fn add(&self, req: &CniRequest) -> Result<Value, CniError> {
         let Some(node) = self.node() else {
-            return Err(err(code::TRY_AGAIN_LATER, "the agent is not ready yet (oxvs-switchd or its gateway not found)"));
+            return Err(err(
+                code::TRY_AGAIN_LATER,
+                "the agent is not ready yet (oxvs-switchd or its gateway not found)",
+            ));
         };
         let key = (req.container_id.clone(), req.ifname.clone());
         if let Some(a) = self.record(&key) {
@@ -499,16 +557,25 @@ impl Agent {
             return Err(err(code::INVALID_ENV, "CNI_NETNS is empty"));
         }
         if !podnet::netns_exists(Path::new(&req.netns)) {
-            return Err(err(code::INVALID_ENV, format!("CNI_NETNS {} is not a network namespace", req.netns)));
+            return Err(err(
+                code::INVALID_ENV,
+                format!("CNI_NETNS {} is not a network namespace", req.netns),
+            ));
         }
         let (pod_ns, pod_name) = req.pod().unwrap_or(("", ""));
         let host_ifname = podnet::host_ifname(pod_ns, pod_name, &req.container_id, &req.ifname);
         let ip = {
-            let mut ipam = self.ipam.lock().map_err(|_| err(code::IO_FAILURE, "IPAM lock poisoned"))?;
-            ipam.allocate(&req.container_id, &req.ifname).map_err(|e| match e {
-                crate::ipam::IpamError::Exhausted { .. } => err(code::IP_EXHAUSTED, e.to_string()),
-                _ => err(code::IO_FAILURE, e.to_string()),
-            })?
+            let mut ipam = self
+                .ipam
+                .lock()
+                .map_err(|_| err(code::IO_FAILURE, "IPAM lock poisoned"))?;
+            ipam.allocate(&req.container_id, &req.ifname)
+                .map_err(|e| match e {
+                    crate::ipam::IpamError::Exhausted { .. } => {
+                        err(code::IP_EXHAUSTED, e.to_string())
+                    }
+                    _ => err(code::IO_FAILURE, e.to_string()),
+                })?
         };
         let mac = flows::pod_mac(ip);
         let mut a = Attachment {
@@ -559,8 +626,14 @@ impl Agent {
         blocking(move || podnet::setup_pod_interface(&spec))
             .await?
             .map_err(|e| match e {
-                podnet::PodnetError::NoNetns(p) => err(code::INVALID_ENV, format!("CNI_NETNS {} does not exist", p.display())),
-                e => err(code::INTERFACE_FAILURE, format!("cannot set up the pod interface: {e}")),
+                podnet::PodnetError::NoNetns(p) => err(
+                    code::INVALID_ENV,
+                    format!("CNI_NETNS {} does not exist", p.display()),
+                ),
+                e => err(
+                    code::INTERFACE_FAILURE,
+                    format!("cannot set up the pod interface: {e}"),
+                ),
             })?;
         let ofport = self.add_port(&a.host_ifname, None).await?;
         a.ofport = Some(ofport);
@@ -573,7 +646,9 @@ impl Agent {
         let text = flows::pod_flows(node, &pod).join("\n");
         self.switch(Request::AddFlows { flows: text })
             .await
-            .map_err(|e| Self::switch_err(&format!("cannot install the flows of {}", a.pod_ref()), e))?;
+            .map_err(|e| {
+                Self::switch_err(&format!("cannot install the flows of {}", a.pod_ref()), e)
+            })?;
         let garp = flows::gratuitous_arp(pod.mac, pod.ip);
         let hex: String = garp.iter().map(|b| format!("{b:02x}")).collect();
         if let Err(e) = self
@@ -606,14 +681,25 @@ impl Agent {
                 let (pod_ns, pod_name) = req.pod().unwrap_or(("", ""));
                 let host = podnet::host_ifname(pod_ns, pod_name, &req.container_id, &req.ifname);
                 let h = host.clone();
-                if blocking(move || podnet::link_exists(&h)).await?.unwrap_or(false) {
+                if blocking(move || podnet::link_exists(&h))
+                    .await?
+                    .unwrap_or(false)
+                {
                     self.del_port(&host).await?;
                     let h = host.clone();
                     blocking(move || podnet::delete_host_link(&h))
                         .await?
-                        .map_err(|e| err(code::INTERFACE_FAILURE, format!("cannot delete {host}: {e}")))?;
+                        .map_err(|e| {
+                            err(
+                                code::INTERFACE_FAILURE,
+                                format!("cannot delete {host}: {e}"),
+                            )
+                        })?;
                 }
-                let mut ipam = self.ipam.lock().map_err(|_| err(code::IO_FAILURE, "IPAM lock poisoned"))?;
+                let mut ipam = self
+                    .ipam
+                    .lock()
+                    .map_err(|_| err(code::IO_FAILURE, "IPAM lock poisoned"))?;
                 ipam.release(&req.container_id, &req.ifname)
                     .map_err(|e| err(code::IO_FAILURE, e.to_string()))?;
             }
@@ -626,11 +712,17 @@ impl Agent {
         let Some(a) = self.record(&key) else {
             return Err(err(
                 code::UNKNOWN_CONTAINER,
-                format!("container {} interface {} is not attached", req.container_id, req.ifname),
+                format!(
+                    "container {} interface {} is not attached",
+                    req.container_id, req.ifname
+                ),
             ));
         };
         if a.state != AttachState::Ready {
-            return Err(err(code::TRY_AGAIN_LATER, format!("{} is still being attached", a.pod_ref())));
+            return Err(err(
+                code::TRY_AGAIN_LATER,
+                format!("{} is still being attached", a.pod_ref()),
+            ));
         }
         let mut problems = Vec::new();
         // prevResult must show our interface and address.
@@ -652,7 +744,10 @@ impl Agent {
         if let Err(e) = blocking(move || podnet::check_pod_interface(&spec)).await? {
             problems.push(e.to_string());
         }
-        let ports = self.switch_ports().await.map_err(|e| Self::switch_err("cannot list the switch's ports", e))?;
+        let ports = self
+            .switch_ports()
+            .await
+            .map_err(|e| Self::switch_err("cannot list the switch's ports", e))?;
         match ports.iter().find(|p| p.name == a.host_ifname) {
             None => problems.push(format!("the switch has no port {}", a.host_ifname)),
             Some(p) if Some(p.ofport) != a.ofport => problems.push(format!(
@@ -663,18 +758,36 @@ impl Agent {
         }
         if let (Some(node), Some(ofport)) = (self.node(), a.ofport) {
             let v = self
-                .switch(Request::DumpFlows { table: None, names: false, stats: false })
+                .switch(Request::DumpFlows {
+                    table: None,
+                    names: false,
+                    stats: false,
+                })
                 .await
                 .map_err(|e| Self::switch_err("cannot dump the switch's flows", e))?;
             let dump: DumpFlowsResult = serde_json::from_value(v)
                 .map_err(|e| err(code::SWITCH_FAILURE, format!("bad dump-flows answer: {e}")))?;
-            let want = flows::pod_flows(&node, &PodPort { ofport, ip: a.ip, mac: flows::pod_mac(a.ip) });
+            let want = flows::pod_flows(
+                &node,
+                &PodPort {
+                    ofport,
+                    ip: a.ip,
+                    mac: flows::pod_mac(a.ip),
+                },
+            );
             problems.extend(compare_flows(&want, &dump, flows::cookie::pod(ofport)));
         }
         if problems.is_empty() {
             Ok(())
         } else {
-            Err(err(code::CHECK_FAILED, format!("{} is not as attached: {}", a.pod_ref(), problems.join("; "))))
+            Err(err(
+                code::CHECK_FAILED,
+                format!(
+                    "{} is not as attached: {}",
+                    a.pod_ref(),
+                    problems.join("; ")
+                ),
+            ))
         }
     }
 
@@ -688,7 +801,10 @@ impl Agent {
             // No list: the runtime does not know what is valid; keep everything.
             None | Some(Value::Null) => return Ok(()),
             Some(_) => {
-                return Err(err(code::INVALID_CONFIG, "cni.dev/valid-attachments must be a list"))
+                return Err(err(
+                    code::INVALID_CONFIG,
+                    "cni.dev/valid-attachments must be a list",
+                ))
             }
         };
         let mut valid = BTreeSet::new();
@@ -702,7 +818,9 @@ impl Agent {
                 _ => {
                     return Err(err(
                         code::INVALID_CONFIG,
-                        format!("cni.dev/valid-attachments[{i}] needs string containerID and ifname"),
+                        format!(
+                            "cni.dev/valid-attachments[{i}] needs string containerID and ifname"
+                        ),
                     ))
                 }
             }
@@ -724,13 +842,18 @@ impl Agent {
             };
             self.drop_key_lock(&key, lock);
             match r {
-                Ok(()) => tracing::info!(pod = %a.pod_ref(), ip = %a.ip, "GC: released a stale attachment"),
+                Ok(()) => {
+                    tracing::info!(pod = %a.pod_ref(), ip = %a.ip, "GC: released a stale attachment")
+                }
                 Err(e) => failures.push(format!("{}: {e}", a.pod_ref())),
             }
         }
         let held: BTreeSet<(String, String)> = self.attachments().iter().map(|a| a.key()).collect();
         {
-            let mut ipam = self.ipam.lock().map_err(|_| err(code::IO_FAILURE, "IPAM lock poisoned"))?;
+            let mut ipam = self
+                .ipam
+                .lock()
+                .map_err(|_| err(code::IO_FAILURE, "IPAM lock poisoned"))?;
             ipam.retain(|al| {
                 let k = (al.container_id.clone(), al.ifname.clone());
                 valid.contains(&k) || held.contains(&k)
@@ -740,24 +863,36 @@ impl Agent {
         if failures.is_empty() {
             Ok(())
         } else {
-            Err(err(code::TRY_AGAIN_LATER, format!("GC could not release everything: {}", failures.join("; "))))
+            Err(err(
+                code::TRY_AGAIN_LATER,
+                format!("GC could not release everything: {}", failures.join("; ")),
+            ))
         }
     }
 
     async fn status(&self) -> Result<(), CniError> {
         if self.node().is_none() {
-            return Err(err(code::NOT_AVAILABLE, "the agent has not found oxvs-switchd and its gateway yet"));
+            return Err(err(
+                code::NOT_AVAILABLE,
+                "the agent has not found oxvs-switchd and its gateway yet",
+            ));
         }
         match self.switch(Request::Show).await {
             Ok(_) => {}
             Err(e) if e.is_unreachable() => {
-                return Err(err(code::LIMITED_CONNECTIVITY, format!("oxvs-switchd is not reachable: {e}")))
+                return Err(err(
+                    code::LIMITED_CONNECTIVITY,
+                    format!("oxvs-switchd is not reachable: {e}"),
+                ))
             }
             Err(_) => {}
         }
         let free = self.ipam.lock().map(|i| i.free_count()).unwrap_or(0);
         if free == 0 {
-            return Err(err(code::NOT_AVAILABLE, format!("pod CIDR {} has no free address", self.cfg.pod_cidr)));
+            return Err(err(
+                code::NOT_AVAILABLE,
+                format!("pod CIDR {} has no free address", self.cfg.pod_cidr),
+            ));
         }
         Ok(())
     }
@@ -805,13 +940,22 @@ pub fn cni_result(a: &Attachment) -> CniResult {
 /// Differences between `prev` (a prevResult of any version) and `a`.
 fn check_prev_result(prev: &Value, a: &Attachment) -> Vec<String> {
     let mut problems = Vec::new();
-    let ifaces = prev.get("interfaces").and_then(Value::as_array).cloned().unwrap_or_default();
+    let ifaces = prev
+        .get("interfaces")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
     let idx = ifaces.iter().position(|i| {
         i.get("name").and_then(Value::as_str) == Some(a.ifname.as_str())
-            && i.get("sandbox").and_then(Value::as_str).is_some_and(|s| !s.is_empty())
+            && i.get("sandbox")
+                .and_then(Value::as_str)
+                .is_some_and(|s| !s.is_empty())
     });
     let Some(idx) = idx else {
-        problems.push(format!("prevResult has no interface {} in a sandbox", a.ifname));
+        problems.push(format!(
+            "prevResult has no interface {} in a sandbox",
+            a.ifname
+        ));
         return problems;
     };
     if let Some(mac) = ifaces[idx].get("mac").and_then(Value::as_str) {
@@ -820,7 +964,11 @@ fn check_prev_result(prev: &Value, a: &Attachment) -> Vec<String> {
         }
     }
     let want = format!("{}/{}", a.ip, a.prefix_len);
-    let ips = prev.get("ips").and_then(Value::as_array).cloned().unwrap_or_default();
+    let ips = prev
+        .get("ips")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
     let found = ips.iter().any(|ip| {
         ip.get("address").and_then(Value::as_str) == Some(want.as_str())
             && ip
@@ -838,7 +986,9 @@ fn check_prev_result(prev: &Value, a: &Attachment) -> Vec<String> {
 fn compare_flows(want: &[String], dump: &DumpFlowsResult, cookie: u64) -> Vec<String> {
     use oxvs_pipeline::parse::{parse_flow, ParseContext};
     let ctx = ParseContext::default();
-    let norm = |f: &oxvs_pipeline::flow::Flow| (f.table, f.priority, f.matches, format!("{:?}", f.actions));
+    let norm = |f: &oxvs_pipeline::flow::Flow| {
+        (f.table, f.priority, f.matches, format!("{:?}", f.actions))
+    };
     let want: HashSet<_> = want
         .iter()
         .filter_map(|l| parse_flow(l, &ctx).ok())
@@ -865,10 +1015,14 @@ fn compare_flows(want: &[String], dump: &DumpFlowsResult, cookie: u64) -> Vec<St
     let extra = have.difference(&want).count();
     let mut v = Vec::new();
     if missing > 0 {
-        v.push(format!("{missing} of its flows are missing from the switch"));
+        v.push(format!(
+            "{missing} of its flows are missing from the switch"
+        ));
     }
     if extra > 0 {
-        v.push(format!("the switch has {extra} unexpected flows with its cookie"));
+        v.push(format!(
+            "the switch has {extra} unexpected flows with its cookie"
+        ));
     }
     v
 }
@@ -902,10 +1056,17 @@ async fn serve_one(agent: &Agent, stream: UnixStream) -> std::io::Result<()> {
         CniResponse::failure(err(code::DECODE_FAILURE, "request too long"))
     } else {
         match serde_json::from_slice::<CniRequest>(&line) {
-            Err(e) => CniResponse::failure(err(code::DECODE_FAILURE, format!("bad request from the plugin: {e}"))),
+            Err(e) => CniResponse::failure(err(
+                code::DECODE_FAILURE,
+                format!("bad request from the plugin: {e}"),
+            )),
             Ok(req) if req.v != oxvs_api::cni::CNI_PROTOCOL_VERSION => CniResponse::failure(err(
                 code::INCOMPATIBLE_VERSION,
-                format!("plugin speaks protocol {}, agent {}", req.v, oxvs_api::cni::CNI_PROTOCOL_VERSION),
+                format!(
+                    "plugin speaks protocol {}, agent {}",
+                    req.v,
+                    oxvs_api::cni::CNI_PROTOCOL_VERSION
+                ),
             )),
             Ok(req) => {
                 let started = std::time::Instant::now();
@@ -983,7 +1144,10 @@ mod tests {
         assert!(valid_ifname("eth0"));
         assert!(!valid_ifname("0123456789abcdef"));
         assert!(!valid_ifname("a/b"));
-        assert_eq!(gateway_of("10.244.3.0/24".parse().unwrap()), Ipv4Addr::new(10, 244, 3, 1));
+        assert_eq!(
+            gateway_of("10.244.3.0/24".parse().unwrap()),
+            Ipv4Addr::new(10, 244, 3, 1)
+        );
     }
 
     #[test]
@@ -994,7 +1158,11 @@ mod tests {
             gateway_mac: [2, 0, 0, 0, 0, 1],
             gateway_ofport: 2,
         };
-        let pod = PodPort { ofport: 3, ip: "10.244.0.5".parse().unwrap(), mac: flows::pod_mac("10.244.0.5".parse().unwrap()) };
+        let pod = PodPort {
+            ofport: 3,
+            ip: "10.244.0.5".parse().unwrap(),
+            mac: flows::pod_mac("10.244.0.5".parse().unwrap()),
+        };
         let want = flows::pod_flows(&node, &pod);
         // Build a dump from the wanted flows through the pipeline's printer.
         let ctx = oxvs_pipeline::parse::ParseContext::default();
@@ -1016,10 +1184,16 @@ mod tests {
                 }
             })
             .collect();
-        let mut dump = DumpFlowsResult { lines: vec![], flows: entries };
+        let mut dump = DumpFlowsResult {
+            lines: vec![],
+            flows: entries,
+        };
         assert!(compare_flows(&want, &dump, flows::cookie::pod(3)).is_empty());
         dump.flows.pop();
         let p = compare_flows(&want, &dump, flows::cookie::pod(3));
-        assert_eq!(p, vec!["1 of its flows are missing from the switch".to_string()]);
+        assert_eq!(
+            p,
+            vec!["1 of its flows are missing from the switch".to_string()]
+        );
     }
 }

@@ -90,7 +90,9 @@ fn fifty_concurrent_adds_then_dels_leave_no_leak_and_no_duplicate() {
     skip_unless_capable!();
     let node = Node::start("n50", "10.231.2.0/24");
     let base_flows = node.n_flows();
-    let nss: Vec<common::Netns> = (0..50).map(|i| common::Netns::new(&format!("p{i}"))).collect();
+    let nss: Vec<common::Netns> = (0..50)
+        .map(|i| common::Netns::new(&format!("p{i}")))
+        .collect();
     let started = Instant::now();
     let results: Vec<node::CniOut> = std::thread::scope(|s| {
         let handles: Vec<_> = nss
@@ -110,13 +112,21 @@ fn fifty_concurrent_adds_then_dels_leave_no_leak_and_no_duplicate() {
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().expect("ADD thread")).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("ADD thread"))
+            .collect()
     });
     eprintln!("50 concurrent ADDs took {:?}", started.elapsed());
     let mut ips = Vec::new();
     for (i, r) in results.iter().enumerate() {
         assert!(r.ok, "ADD c{i}: {r:?}\n{}", node.agent_log());
-        ips.push(r.json["ips"][0]["address"].as_str().unwrap_or("").to_string());
+        ips.push(
+            r.json["ips"][0]["address"]
+                .as_str()
+                .unwrap_or("")
+                .to_string(),
+        );
     }
     let mut uniq = ips.clone();
     uniq.sort();
@@ -162,7 +172,8 @@ fn agent_restart_keeps_pods_forwarding_and_converges() {
     assert!(ping_until_up(&a.ns, &b.ip, 5).ok);
     let flows_before = node.n_flows();
     // 60 pings over ~6 s while the agent stops and comes back.
-    let mut pinger = a.ns.spawn(&["ping", "-n", "-c", "60", "-i", "0.1", "-W", "1", &b.ip]);
+    let mut pinger =
+        a.ns.spawn(&["ping", "-n", "-c", "60", "-i", "0.1", "-W", "1", &b.ip]);
     std::thread::sleep(Duration::from_millis(1000));
     assert!(node.stop_agent(), "agent did not stop cleanly on SIGTERM");
     std::thread::sleep(Duration::from_millis(1500));
@@ -175,7 +186,10 @@ fn agent_restart_keeps_pods_forwarding_and_converges() {
         .and_then(|s| s.split_whitespace().next())
         .and_then(|n| n.parse().ok())
         .unwrap_or(0);
-    assert!(received >= 57, "lost more than 3 of 60 pings across the restart:\n{out}");
+    assert!(
+        received >= 57,
+        "lost more than 3 of 60 pings across the restart:\n{out}"
+    );
     assert_eq!(node.n_flows(), flows_before, "restart changed the flows");
     // New ADDs work, and the old pods are still known (CHECK, DEL).
     let c = node.add_pod("c");
@@ -206,7 +220,11 @@ fn pods_gone_while_the_agent_was_down_are_released_on_start() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert_eq!(node.ports().len(), 2, "{:?}", node.ports());
-    assert_eq!(node.ipam_records(), vec![b.ip.clone()], "{a_ip} should be released");
+    assert_eq!(
+        node.ipam_records(),
+        vec![b.ip.clone()],
+        "{a_ip} should be released"
+    );
     assert!(node.del_pod(&b).ok);
 }
 
@@ -250,16 +268,37 @@ fn bad_calls_get_clear_errors_and_leak_nothing() {
     let node = Node::start("nb", "10.231.6.0/24");
     let a = node.add_pod("a");
     // ADD again for the same (container, ifname).
-    let again = node.cni("ADD", &a.cid, &a.netns_path(), "eth0", "", &node.config("1.0.0"));
+    let again = node.cni(
+        "ADD",
+        &a.cid,
+        &a.netns_path(),
+        "eth0",
+        "",
+        &node.config("1.0.0"),
+    );
     assert!(!again.ok);
     assert_eq!(again.code(), 100, "{again:?}");
     assert!(again.msg().contains("already attached"), "{again:?}");
     // A netns that does not exist.
-    let gone = node.cni("ADD", "c-x", "/var/run/netns/oxvs-no-such-ns", "eth0", "", &node.config("1.0.0"));
+    let gone = node.cni(
+        "ADD",
+        "c-x",
+        "/var/run/netns/oxvs-no-such-ns",
+        "eth0",
+        "",
+        &node.config("1.0.0"),
+    );
     assert!(!gone.ok);
     assert!(gone.msg().contains("oxvs-no-such-ns"), "{gone:?}");
     // An interface name that is too long.
-    let long = node.cni("ADD", "c-y", &a.netns_path(), "0123456789abcdef", "", &node.config("1.0.0"));
+    let long = node.cni(
+        "ADD",
+        "c-y",
+        &a.netns_path(),
+        "0123456789abcdef",
+        "",
+        &node.config("1.0.0"),
+    );
     assert!(!long.ok);
     assert_eq!(long.code(), 4, "{long:?}");
     // Nothing leaked: still one pod.

@@ -38,7 +38,9 @@ struct Host {
 
 impl Drop for Host {
     fn drop(&mut self) {
-        let _ = Command::new(self.tools.join("ctr-cni.sh")).arg("stop").output();
+        let _ = Command::new(self.tools.join("ctr-cni.sh"))
+            .arg("stop")
+            .output();
         if let Some(mut a) = self.agent.take() {
             if std::thread::panicking() {
                 eprintln!("--- agent ---\n{}", a.stderr_text());
@@ -105,7 +107,9 @@ fn containerd_runs_two_containers_that_reach_each_other_and_cleans_up() {
             &gw,
         ],
     ));
-    wait_for("switchd", 10, || oxvsctl(&sw_sock, &["show"]).status.success());
+    wait_for("switchd", 10, || {
+        oxvsctl(&sw_sock, &["show"]).status.success()
+    });
     host.agent = Some(Bg::spawn(
         None,
         &[
@@ -164,7 +168,11 @@ fn containerd_runs_two_containers_that_reach_each_other_and_cleans_up() {
     // The first run may build the busybox image: allow time.
     let ip_file = shared.join("a.ip");
     let deadline = Instant::now() + Duration::from_secs(600);
-    while !ip_file.exists() || std::fs::read_to_string(&ip_file).unwrap_or_default().is_empty() {
+    while !ip_file.exists()
+        || std::fs::read_to_string(&ip_file)
+            .unwrap_or_default()
+            .is_empty()
+    {
         if let Ok(Some(st)) = a.try_wait() {
             let mut err = String::new();
             if let Some(mut e) = a.stderr.take() {
@@ -184,17 +192,28 @@ fn containerd_runs_two_containers_that_reach_each_other_and_cleans_up() {
         .and_then(|c| c.split('/').next())
         .unwrap_or_default()
         .to_string();
-    assert!(a_ip.starts_with("10.231.250."), "container a's address: {line}");
+    assert!(
+        a_ip.starts_with("10.231.250."),
+        "container a's address: {line}"
+    );
     let b = ctr_run(
         &tools,
         &env,
         &b_name,
-        &["sh", "-c", &format!("ip -4 -o addr show eth0; ping -c 3 -W 2 {a_ip}")],
+        &[
+            "sh",
+            "-c",
+            &format!("ip -4 -o addr show eth0; ping -c 3 -W 2 {a_ip}"),
+        ],
     )
     .output()
     .expect("ctr-cni.sh run b");
-    let b_out = String::from_utf8_lossy(&b.stdout).into_owned() + &String::from_utf8_lossy(&b.stderr);
-    assert!(b.status.success(), "container b could not ping a ({a_ip}):\n{b_out}");
+    let b_out =
+        String::from_utf8_lossy(&b.stdout).into_owned() + &String::from_utf8_lossy(&b.stderr);
+    assert!(
+        b.status.success(),
+        "container b could not ping a ({a_ip}):\n{b_out}"
+    );
     assert!(b_out.contains("3 packets received"), "{b_out}");
     let _ = a.wait();
     // ctr DELs (with an empty netns) after each task exits: all gone.

@@ -60,6 +60,10 @@ pub enum Request {
     },
     /// Makes the tables hold exactly these flows (one atomic version).
     ReplaceFlows { flows: String },
+    /// Applies flow mods as one atomic bundle, in the `ovs-ofctl bundle`
+    /// file format: one per line, `add|modify|modify_strict|delete|delete_strict FLOW`
+    /// (a line without a command is an add). All or nothing.
+    Bundle { mods: String },
     /// Dumps flows; `table` is a number or a table name.
     DumpFlows {
         #[serde(default)]
@@ -118,6 +122,7 @@ pub const OPS: &[&str] = &[
     "del-flows",
     "mod-flows",
     "replace-flows",
+    "bundle",
     "dump-flows",
     "dump-ports",
     "trace",
@@ -164,6 +169,7 @@ impl Request {
             Request::DelFlows { .. } => "del-flows",
             Request::ModFlows { .. } => "mod-flows",
             Request::ReplaceFlows { .. } => "replace-flows",
+            Request::Bundle { .. } => "bundle",
             Request::DumpFlows { .. } => "dump-flows",
             Request::DumpPorts => "dump-ports",
             Request::Trace(_) => "trace",

@@ -406,6 +406,7 @@ fn dispatch(switch: &Switch, req: Request) -> Result<Response, String> {
             Response::ok(&del_flows(switch, spec.as_deref(), strict)?)
         }
         Request::ModFlows { flows, strict } => Response::ok(&mod_flows(switch, &flows, strict)?),
+        Request::Bundle { mods } => Response::ok(&bundle(switch, &mods)?),
         Request::ReplaceFlows { flows } => Response::ok(&replace_flows(switch, &flows)?),
         Request::DumpFlows {
             table,
@@ -539,6 +540,47 @@ fn mod_flows(switch: &Switch, text: &str, strict: bool) -> Result<FlowModResult,
         .apply(&mods, monotonic_ns())
         .map_err(|e| table_error(text, e))?;
     tracing::info!(modified = r.modified, "flows modified");
+    Ok(mod_result(switch, r))
+}
+
+/// `bundle`: flow mods in the `ovs-ofctl bundle` file format, one atomic
+/// version.
+fn bundle(switch: &Switch, text: &str) -> Result<FlowModResult, String> {
+    let ctx = parse_context(switch);
+    let mut mods = Vec::new();
+    for (line, text) in parse::logical_lines(text) {
+        let t = text.trim_start();
+        let (command, rest) = match t.split_once(|c: char| c.is_ascii_whitespace()) {
+            Some(("add", r)) => (FlowModCommand::Add, r),
+            Some(("modify", r)) => (FlowModCommand::Modify { strict: false }, r),
+            Some(("modify_strict", r)) => (FlowModCommand::Modify { strict: true }, r),
+            Some(("delete", r)) => (FlowModCommand::Delete { strict: false }, r),
+            Some(("delete_strict", r)) => (FlowModCommand::Delete { strict: true }, r),
+            _ => (FlowModCommand::Add, t),
+        };
+        let skipped = text.len() - rest.len();
+        let fm = parse::parse_flow_mod(rest, command, &ctx).map_err(|e| {
+            format!(
+                "line {line}, column {}: {}",
+                e.pos + skipped + 1,
+                parse_msg(&e)
+            )
+        })?;
+        mods.push(fm);
+    }
+    if mods.is_empty() {
+        return Ok(mod_result(switch, ApplyReport::default()));
+    }
+    let r = switch
+        .pipeline()
+        .apply(&mods, monotonic_ns())
+        .map_err(|e| table_error(text, e))?;
+    tracing::debug!(
+        added = r.added,
+        modified = r.modified,
+        deleted = r.deleted,
+        "bundle applied"
+    );
     Ok(mod_result(switch, r))
 }
 

@@ -96,9 +96,23 @@ impl Node {
         let p = Bg::spawn(
             Some(&self.ns.name),
             &[
-                &bin, "--pod-cidr", &self.cidr, "--cni-socket", &sock, "--switchd-socket", &sw,
-                "--state-dir", &state, "--gateway", GW, "--mtu", "1450", "--resync-interval", "1",
-                "--log-level", "oxvs_agent=debug,info",
+                &bin,
+                "--pod-cidr",
+                &self.cidr,
+                "--cni-socket",
+                &sock,
+                "--switchd-socket",
+                &sw,
+                "--state-dir",
+                &state,
+                "--gateway",
+                GW,
+                "--mtu",
+                "1450",
+                "--resync-interval",
+                "1",
+                "--log-level",
+                "oxvs_agent=debug,info",
             ],
         );
         self.agent = Some(p);
@@ -109,7 +123,11 @@ impl Node {
                 return;
             }
             let a = self.agent.as_mut().expect("just started");
-            assert!(a.running(), "oxvs-agent exited at start-up:\n{}", a.stderr_text());
+            assert!(
+                a.running(),
+                "oxvs-agent exited at start-up:\n{}",
+                a.stderr_text()
+            );
             assert!(
                 Instant::now() < deadline,
                 "agent not ready within 20 s: {st:?}\n{}",
@@ -177,7 +195,11 @@ impl Node {
             &format!("K8S_POD_NAMESPACE=test;K8S_POD_NAME={name}"),
             &self.config("1.0.0"),
         );
-        assert!(out.ok, "ADD {name} failed: {out:?}\n--- agent ---\n{}", self.agent_log());
+        assert!(
+            out.ok,
+            "ADD {name} failed: {out:?}\n--- agent ---\n{}",
+            self.agent_log()
+        );
         let ip = out.json["ips"][0]["address"]
             .as_str()
             .and_then(|a| a.split('/').next())
