@@ -8,6 +8,9 @@
 
 pub mod flows;
 pub mod ipam;
+pub mod model;
 pub mod podnet;
+pub mod policy;
 pub mod server;
+pub mod source;
 pub mod state;
