@@ -355,17 +355,44 @@ impl Service {
 /// A policy's selected local pods: (flow address, Pod object).
 type Selected<'a> = Vec<(Ipv4Addr, &'a Pod)>;
 
-/// Every pod a pod peer of `rule` matches (any node), in key order.
+/// Every pod a pod peer of `rule` matches (any node), in key order:
+/// first the namespaces each peer selects, then their pods. (Written apart
+/// from [`eval`], which is the oracle of the tests.)
 fn peer_pods<'a>(state: &'a ClusterState, policy: &NetworkPolicy, rule: &Rule) -> Vec<&'a Pod> {
-    state
-        .pods
-        .values()
-        .filter(|pod| {
-            rule.peers
+    let all_ns: BTreeSet<&str> = state
+        .namespaces
+        .keys()
+        .map(String::as_str)
+        .chain(state.pods.values().map(|p| p.namespace.as_str()))
+        .collect();
+    let mut keys: BTreeSet<&ObjKey> = BTreeSet::new();
+    for peer in &rule.peers {
+        let Peer::Pods {
+            namespace_selector,
+            pod_selector,
+        } = peer
+        else {
+            continue;
+        };
+        let namespaces: BTreeSet<&str> = match namespace_selector {
+            None => BTreeSet::from([policy.namespace.as_str()]),
+            Some(sel) => all_ns
                 .iter()
-                .any(|peer| eval::peer_selects_pod(state, policy, peer, pod))
-        })
-        .collect()
+                .copied()
+                .filter(|n| sel.matches(&state.namespace_labels(n)))
+                .collect(),
+        };
+        for (key, pod) in &state.pods {
+            if namespaces.contains(key.0.as_str())
+                && pod.ip.is_some()
+                && !pod.host_network
+                && pod_selector.as_ref().is_none_or(|s| s.matches(&pod.labels))
+            {
+                keys.insert(key);
+            }
+        }
+    }
+    keys.into_iter().filter_map(|k| state.pods.get(k)).collect()
 }
 
 /// The peer dimension: `None` = every address.
@@ -557,7 +584,10 @@ pub fn policy_flows(state: &ClusterState, local: &[LocalPod]) -> PolicyFlows {
             .iter()
             .filter_map(|lp| {
                 let pod = state.pods.get(&(lp.namespace.clone(), lp.name.clone()))?;
-                eval::selects(policy, pod).then_some((lp.ip, pod, lp.ofport))
+                let selected = pod.namespace == policy.namespace
+                    && !pod.host_network
+                    && policy.pod_selector.matches(&pod.labels);
+                selected.then_some((lp.ip, pod, lp.ofport))
             })
             .collect();
         if selected.is_empty() {

@@ -286,6 +286,17 @@ fn named_ports_resolve_per_destination_pod() {
             peers: vec![pods_peer(Some(LabelSelector::default()), None)],
             ports: vec![named("http", Protocol::Tcp), named("dns", Protocol::Udp)],
         },
+        // Named port with pods and an ipBlock: only the pods resolve it.
+        Rule {
+            peers: vec![
+                pods_peer(Some(LabelSelector::default()), Some(sel(&[("app", "api")]))),
+                Peer::IpBlock {
+                    cidr: "8.8.4.0/24".parse().unwrap(),
+                    except: vec![],
+                },
+            ],
+            ports: vec![named("http", Protocol::Tcp)],
+        },
         // Named port to an ipBlock: nothing.
         Rule {
             peers: vec![Peer::IpBlock {
@@ -311,6 +322,7 @@ fn named_ports_resolve_per_destination_pod() {
     check(&n, &ep("a", "client"), &ep("a", "web2"), t(8080), false);
     check(&n, &ep("a", "client"), &ext("8.8.8.8"), t(443), false);
     check(&n, &ep("a", "client"), &ext("8.8.8.8"), t(8080), false);
+    check(&n, &ep("a", "client"), &ext("8.8.4.4"), t(7070), false);
 }
 
 #[test]

@@ -111,7 +111,7 @@ fn port_s() -> impl Strategy<Value = PolicyPort> {
             port: Some(PortRef::Number(p)),
             end_port: Some(p.saturating_add(w)),
         }),
-        (proto_s(), prop::sample::select(&["http", "dns", "sig", "none"][..])).prop_map(|(protocol, n)| {
+        (proto_s(), prop::sample::select(&["http", "http", "dns", "sig", "none"][..])).prop_map(|(protocol, n)| {
             PolicyPort {
                 protocol,
                 port: Some(PortRef::Name(n.into())),
