@@ -269,7 +269,9 @@ enum Act {
 impl Act {
     fn cookie(&self) -> u64 {
         match self {
-            Act::Conj(c) => c.first().map_or(cookie::rule(0), |&(id, _, _)| cookie::rule(id)),
+            Act::Conj(c) => c
+                .first()
+                .map_or(cookie::rule(0), |&(id, _, _)| cookie::rule(id)),
             Act::Allow { id, .. } | Act::Count { id, .. } => cookie::rule(*id),
             Act::Drop { ofport } => cookie::isolation(*ofport),
         }
@@ -400,7 +402,11 @@ fn peer_prefixes(rule: &Rule, pods: &[&Pod]) -> Option<BTreeSet<Ipv4Net>> {
     if rule.peers.is_empty() {
         return None;
     }
-    let mut set: BTreeSet<Ipv4Net> = pods.iter().filter_map(|p| p.ip).map(Ipv4Net::from).collect();
+    let mut set: BTreeSet<Ipv4Net> = pods
+        .iter()
+        .filter_map(|p| p.ip)
+        .map(Ipv4Net::from)
+        .collect();
     for peer in &rule.peers {
         if let Peer::IpBlock { cidr, except } = peer {
             set.extend(prefix::ipblock_prefixes(*cidr, except));
@@ -438,8 +444,10 @@ fn services(rule: &Rule, targets: &[(Ipv4Addr, &Pod)], exact: bool) -> Option<BT
                 }
             }
             Some(PortRef::Name(name)) => {
-                let resolved: Vec<(Ipv4Addr, Option<u16>)> =
-                    targets.iter().map(|(ip, pod)| (*ip, pod.named_port(name, proto))).collect();
+                let resolved: Vec<(Ipv4Addr, Option<u16>)> = targets
+                    .iter()
+                    .map(|(ip, pod)| (*ip, pod.named_port(name, proto)))
+                    .collect();
                 let first = resolved.first().and_then(|r| r.1);
                 if exact && first.is_some() && resolved.iter().all(|r| r.1 == first) {
                     set.insert(Service {
@@ -489,10 +497,12 @@ fn rule_flows(
                     .filter_map(|p| p.ip.map(|ip| (ip, p)))
                     .collect()
             } else {
-                pods.iter().filter_map(|p| p.ip.map(|ip| (ip, *p))).collect()
+                pods.iter()
+                    .filter_map(|p| p.ip.map(|ip| (ip, *p)))
+                    .collect()
             };
-            let exact = !rule.peers.is_empty()
-                && rule.peers.iter().all(|p| matches!(p, Peer::Pods { .. }));
+            let exact =
+                !rule.peers.is_empty() && rule.peers.iter().all(|p| matches!(p, Peer::Pods { .. }));
             services(rule, &targets, exact)
         }
     };
@@ -547,7 +557,12 @@ fn rule_flows(
     } else {
         for (k, dim) in (1u8..).zip(dims) {
             for m in dim {
-                out.add(st.rule, PRIORITY_CONJ, m, Act::Conj(BTreeSet::from([(id, k, n)])));
+                out.add(
+                    st.rule,
+                    PRIORITY_CONJ,
+                    m,
+                    Act::Conj(BTreeSet::from([(id, k, n)])),
+                );
             }
         }
         let m = FlowMatch {
@@ -595,7 +610,11 @@ pub fn policy_flows(state: &ClusterState, local: &[LocalPod]) -> PolicyFlows {
         }
         let sel: Selected<'_> = selected.iter().map(|(ip, pod, _)| (*ip, *pod)).collect();
         for (dir, isolates, rules) in [
-            (Direction::Ingress, policy.ingress_isolation, &policy.ingress),
+            (
+                Direction::Ingress,
+                policy.ingress_isolation,
+                &policy.ingress,
+            ),
             (Direction::Egress, policy.egress_isolation, &policy.egress),
         ] {
             if !isolates {

@@ -68,10 +68,42 @@ fn base() -> ClusterState {
         &[("app", "web")],
         &[("http", 8080, Protocol::Tcp)],
     );
-    pod(&mut s, "a", "client", "n1", "10.244.0.11", &[("app", "client")], &[]);
-    pod(&mut s, "b", "client", "n1", "10.244.0.12", &[("app", "client")], &[]);
-    pod(&mut s, "b", "other", "n1", "10.244.0.13", &[("app", "other")], &[]);
-    pod(&mut s, "a", "remote", "n2", "10.244.1.5", &[("app", "client")], &[]);
+    pod(
+        &mut s,
+        "a",
+        "client",
+        "n1",
+        "10.244.0.11",
+        &[("app", "client")],
+        &[],
+    );
+    pod(
+        &mut s,
+        "b",
+        "client",
+        "n1",
+        "10.244.0.12",
+        &[("app", "client")],
+        &[],
+    );
+    pod(
+        &mut s,
+        "b",
+        "other",
+        "n1",
+        "10.244.0.13",
+        &[("app", "other")],
+        &[],
+    );
+    pod(
+        &mut s,
+        "a",
+        "remote",
+        "n2",
+        "10.244.1.5",
+        &[("app", "client")],
+        &[],
+    );
     s
 }
 
@@ -88,7 +120,13 @@ fn no_policy_everything_open() {
     assert!(n.pf.flows.is_empty());
     check(&n, &ep("b", "other"), &ep("a", "web"), t(1), true);
     check(&n, &ext("8.8.8.8"), &ep("a", "web"), L4::Other, true);
-    check(&n, &ep("a", "web"), &ext("8.8.8.8"), L4::Port(Protocol::Udp, 53), true);
+    check(
+        &n,
+        &ep("a", "web"),
+        &ext("8.8.8.8"),
+        L4::Port(Protocol::Udp, 53),
+        true,
+    );
 }
 
 #[test]
@@ -108,7 +146,13 @@ fn pod_selector_peer_defaults_to_own_namespace() {
     let n = NodePipe::new(s);
     check(&n, &ep("a", "client"), &ep("a", "web"), t(80), true);
     check(&n, &ep("a", "client"), &ep("a", "web"), t(81), false);
-    check(&n, &ep("a", "client"), &ep("a", "web"), L4::Port(Protocol::Udp, 80), false);
+    check(
+        &n,
+        &ep("a", "client"),
+        &ep("a", "web"),
+        L4::Port(Protocol::Udp, 80),
+        false,
+    );
     check(&n, &ep("a", "client"), &ep("a", "web"), L4::Other, false);
     check(&n, &ep("b", "client"), &ep("a", "web"), t(80), false);
     check(&n, &ep("a", "remote"), &ep("a", "web"), t(80), true);
@@ -237,7 +281,11 @@ fn ipblock_with_except() {
         check(&n, &ext(ip), &ep("a", "web"), t(80), ok);
     }
     // The peer dimension is disjoint prefixes.
-    let srcs: Vec<&String> = n.pf.flows.iter().filter(|l| l.contains("nw_src=")).collect();
+    let srcs: Vec<&String> =
+        n.pf.flows
+            .iter()
+            .filter(|l| l.contains("nw_src="))
+            .collect();
     // 192.168.0.0/16 minus 1.0/24 and 2.128/25: 128/17 64/18 32/19 16/20
     // 8/21 4/22 3.0/24 0.0/24 2.0/25.
     assert_eq!(srcs.len(), 9, "{srcs:#?}");
@@ -255,7 +303,15 @@ fn named_ports_resolve_per_destination_pod() {
         &[("app", "web")],
         &[("http", 9090, Protocol::Tcp)],
     );
-    pod(&mut s, "a", "web3", "n1", "10.244.0.21", &[("app", "web")], &[]);
+    pod(
+        &mut s,
+        "a",
+        "web3",
+        "n1",
+        "10.244.0.21",
+        &[("app", "web")],
+        &[],
+    );
     pod(
         &mut s,
         "b",
@@ -316,7 +372,13 @@ fn named_ports_resolve_per_destination_pod() {
     check(&n, &ext("8.8.8.8"), &ep("a", "web2"), t(8080), false);
     check(&n, &ext("8.8.8.8"), &ep("a", "web3"), t(8080), false);
     check(&n, &ep("a", "client"), &ep("b", "api"), t(7070), true);
-    check(&n, &ep("a", "client"), &ep("b", "api"), L4::Port(Protocol::Udp, 5353), true);
+    check(
+        &n,
+        &ep("a", "client"),
+        &ep("b", "api"),
+        L4::Port(Protocol::Udp, 5353),
+        true,
+    );
     check(&n, &ep("a", "client"), &ep("b", "api"), t(5353), false);
     check(&n, &ep("a", "client"), &ep("a", "web"), t(8080), true);
     check(&n, &ep("a", "client"), &ep("a", "web2"), t(8080), false);
@@ -344,10 +406,24 @@ fn end_port_ranges_are_masks() {
         ),
     );
     let n = NodePipe::new(s);
-    let masks: Vec<&String> = n.pf.flows.iter().filter(|l| l.contains("tp_dst=")).collect();
-    assert!(masks.iter().any(|l| l.contains("tp_dst=0x1f40/0xffc0")), "{masks:#?}");
+    let masks: Vec<&String> =
+        n.pf.flows
+            .iter()
+            .filter(|l| l.contains("tp_dst="))
+            .collect();
+    assert!(
+        masks.iter().any(|l| l.contains("tp_dst=0x1f40/0xffc0")),
+        "{masks:#?}"
+    );
     assert_eq!(masks.len(), policy::prefix::port_masks(8000, 8100).len());
-    for (port, ok) in [(7999, false), (8000, true), (8063, true), (8064, true), (8100, true), (8101, false)] {
+    for (port, ok) in [
+        (7999, false),
+        (8000, true),
+        (8063, true),
+        (8064, true),
+        (8100, true),
+        (8101, false),
+    ] {
         check(&n, &ext("8.8.8.8"), &ep("a", "web"), t(port), ok);
     }
 }
@@ -379,11 +455,35 @@ fn sctp_and_protocol_only_ports() {
     );
     let n = NodePipe::new(s);
     assert!(n.pf.flows.iter().any(|l| l.contains("sctp, tp_dst=3868")));
-    check(&n, &ext("8.8.8.8"), &ep("a", "web"), L4::Port(Protocol::Sctp, 3868), true);
-    check(&n, &ext("8.8.8.8"), &ep("a", "web"), L4::Port(Protocol::Sctp, 3869), false);
+    check(
+        &n,
+        &ext("8.8.8.8"),
+        &ep("a", "web"),
+        L4::Port(Protocol::Sctp, 3868),
+        true,
+    );
+    check(
+        &n,
+        &ext("8.8.8.8"),
+        &ep("a", "web"),
+        L4::Port(Protocol::Sctp, 3869),
+        false,
+    );
     check(&n, &ext("8.8.8.8"), &ep("a", "web"), t(3868), false);
-    check(&n, &ext("8.8.8.8"), &ep("a", "web"), L4::Port(Protocol::Udp, 1), true);
-    check(&n, &ext("8.8.8.8"), &ep("a", "web"), L4::Port(Protocol::Udp, 65535), true);
+    check(
+        &n,
+        &ext("8.8.8.8"),
+        &ep("a", "web"),
+        L4::Port(Protocol::Udp, 1),
+        true,
+    );
+    check(
+        &n,
+        &ext("8.8.8.8"),
+        &ep("a", "web"),
+        L4::Port(Protocol::Udp, 65535),
+        true,
+    );
 }
 
 #[test]
@@ -429,15 +529,29 @@ fn policies_union_and_isolation_per_direction() {
     check(&n, &ep("a", "remote"), &ep("a", "web"), t(443), false);
     check(&n, &ep("b", "other"), &ep("a", "web"), t(443), true);
     check(&n, &ep("b", "other"), &ep("a", "web"), t(80), false);
-    check(&n, &ep("a", "client"), &ext("8.8.8.8"), L4::Port(Protocol::Udp, 53), true);
+    check(
+        &n,
+        &ep("a", "client"),
+        &ext("8.8.8.8"),
+        L4::Port(Protocol::Udp, 53),
+        true,
+    );
     check(&n, &ep("a", "client"), &ext("8.8.8.8"), L4::Other, false);
     // Web is isolated for ingress only: egress open; client for egress only.
     check(&n, &ep("a", "web"), &ep("b", "other"), t(1), true);
     check(&n, &ep("b", "other"), &ep("a", "client"), t(1), true);
-    let drops: Vec<&String> = n.pf.flows.iter().filter(|l| l.ends_with("actions=drop")).collect();
+    let drops: Vec<&String> =
+        n.pf.flows
+            .iter()
+            .filter(|l| l.ends_with("actions=drop"))
+            .collect();
     assert_eq!(drops.len(), 2, "{drops:#?}");
-    assert!(drops.iter().any(|l| l.starts_with("table=IngressDefaultRule") && l.contains("nw_dst=10.244.0.10")));
-    assert!(drops.iter().any(|l| l.starts_with("table=EgressDefaultRule") && l.contains("nw_src=10.244.0.11")));
+    assert!(drops
+        .iter()
+        .any(|l| l.starts_with("table=IngressDefaultRule") && l.contains("nw_dst=10.244.0.10")));
+    assert!(drops
+        .iter()
+        .any(|l| l.starts_with("table=EgressDefaultRule") && l.contains("nw_src=10.244.0.11")));
 }
 
 #[test]
@@ -454,7 +568,11 @@ fn local_pod_without_pod_object_is_not_selected() {
         ofport: 99,
     });
     let pf = policy_flows(&s, &local);
-    assert!(pf.flows.iter().all(|l| !l.contains("10.244.0.99")), "{:#?}", pf.flows);
+    assert!(
+        pf.flows.iter().all(|l| !l.contains("10.244.0.99")),
+        "{:#?}",
+        pf.flows
+    );
     assert!(pf.flows.iter().any(|l| l.contains("10.244.0.10")));
 }
 
@@ -500,11 +618,17 @@ fn output_is_deterministic_and_ids_are_stable() {
     }
     // Adding an unrelated policy elsewhere changes no id.
     let mut s2 = s.clone();
-    add_policy(&mut s2, ingress_policy("zzz", &[("app", "nothing")], vec![Rule::default()]));
+    add_policy(
+        &mut s2,
+        ingress_policy("zzz", &[("app", "nothing")], vec![Rule::default()]),
+    );
     let c = policy_flows(&s2, &local);
     assert_eq!(a, c);
     // The rules name what they stand for.
-    assert!(a.rules.iter().all(|r| r.direction == Direction::Ingress && r.policy.0 == "a"));
+    assert!(a
+        .rules
+        .iter()
+        .all(|r| r.direction == Direction::Ingress && r.policy.0 == "a"));
 }
 
 #[test]
@@ -542,20 +666,18 @@ fn shared_clauses_are_one_flow_with_several_conjunctions() {
         );
     }
     let n = NodePipe::new(s);
-    let to_web: Vec<&String> = n
-        .pf
-        .flows
-        .iter()
-        .filter(|l| l.contains("nw_dst=10.244.0.10") && l.contains("conjunction"))
-        .collect();
+    let to_web: Vec<&String> =
+        n.pf.flows
+            .iter()
+            .filter(|l| l.contains("nw_dst=10.244.0.10") && l.contains("conjunction"))
+            .collect();
     assert_eq!(to_web.len(), 1, "{to_web:#?}");
     assert_eq!(to_web[0].matches("conjunction(").count(), 2);
-    let from_client: Vec<&String> = n
-        .pf
-        .flows
-        .iter()
-        .filter(|l| l.contains("nw_src=10.244.0.11"))
-        .collect();
+    let from_client: Vec<&String> =
+        n.pf.flows
+            .iter()
+            .filter(|l| l.contains("nw_src=10.244.0.11"))
+            .collect();
     assert_eq!(from_client.len(), 1, "{from_client:#?}");
     // No two flows share table, priority and match.
     let flows = parse_flow_file(&n.pf.flows.join("\n"), &ParseContext::default()).unwrap();
@@ -574,8 +696,24 @@ fn flow_count_is_a_sum_not_a_product() {
     let mut s = ClusterState::default();
     ns(&mut s, "a", &[]);
     for i in 0..10u8 {
-        pod(&mut s, "a", &format!("web{i}"), "n1", &format!("10.244.0.{}", 10 + i), &[("app", "web")], &[]);
-        pod(&mut s, "a", &format!("cl{i}"), "n2", &format!("10.244.1.{}", 10 + i), &[("app", "client")], &[]);
+        pod(
+            &mut s,
+            "a",
+            &format!("web{i}"),
+            "n1",
+            &format!("10.244.0.{}", 10 + i),
+            &[("app", "web")],
+            &[],
+        );
+        pod(
+            &mut s,
+            "a",
+            &format!("cl{i}"),
+            "n2",
+            &format!("10.244.1.{}", 10 + i),
+            &[("app", "client")],
+            &[],
+        );
     }
     add_policy(
         &mut s,
@@ -590,7 +728,12 @@ fn flow_count_is_a_sum_not_a_product() {
     );
     let n = NodePipe::new(s);
     // 10 sources + 10 destinations + 5 services + conj_id + metric; 10 drops.
-    assert_eq!(n.pf.flows.len(), 10 + 10 + 5 + 1 + 1 + 10, "{:#?}", n.pf.flows);
+    assert_eq!(
+        n.pf.flows.len(),
+        10 + 10 + 5 + 1 + 1 + 10,
+        "{:#?}",
+        n.pf.flows
+    );
     check(&n, &ep("a", "cl3"), &ep("a", "web7"), t(84), true);
     check(&n, &ep("a", "cl3"), &ep("a", "web7"), t(85), false);
 }
@@ -620,7 +763,10 @@ fn cookies_name_rules_and_pods() {
             None => assert_eq!(cookie::isolation_port(f.cookie), Some(web_port), "{f:?}"),
         }
     }
-    let metric = format!("table=IngressMetric, priority=200, cookie={:#x}, ip, reg3={id:#x}, actions=goto_table:80", cookie::rule(id));
+    let metric = format!(
+        "table=IngressMetric, priority=200, cookie={:#x}, ip, reg3={id:#x}, actions=goto_table:80",
+        cookie::rule(id)
+    );
     assert!(n.pf.flows.contains(&metric), "{:#?}", n.pf.flows);
 }
 
@@ -630,7 +776,25 @@ fn interpreter_basics() {
     let mut e = policy("b", "deny-egress", LabelSelector::default());
     e.egress_isolation = true;
     add_policy(&mut s, e);
-    assert!(!allowed(&s, ep("b", "other"), ep("a", "web"), Protocol::Tcp, 80));
-    assert!(allowed(&s, ep("a", "client"), ep("b", "other"), Protocol::Tcp, 80));
-    assert!(!allowed(&s, ep("a", "nope"), ep("b", "other"), Protocol::Tcp, 80));
+    assert!(!allowed(
+        &s,
+        ep("b", "other"),
+        ep("a", "web"),
+        Protocol::Tcp,
+        80
+    ));
+    assert!(allowed(
+        &s,
+        ep("a", "client"),
+        ep("b", "other"),
+        Protocol::Tcp,
+        80
+    ));
+    assert!(!allowed(
+        &s,
+        ep("a", "nope"),
+        ep("b", "other"),
+        Protocol::Tcp,
+        80
+    ));
 }

@@ -21,7 +21,13 @@ const NAMED: &[(&str, u16, Protocol)] = &[
     ("http", 53, Protocol::Udp),
 ];
 const PORTS: &[u16] = &[1, 53, 80, 81, 85, 3868, 8080, 8050];
-const EXTERNAL: &[&str] = &["8.8.8.8", "192.168.1.7", "192.168.200.1", "10.244.1.200", "10.244.0.200"];
+const EXTERNAL: &[&str] = &[
+    "8.8.8.8",
+    "192.168.1.7",
+    "192.168.200.1",
+    "10.244.1.200",
+    "10.244.0.200",
+];
 const CIDRS: &[&str] = &[
     "0.0.0.0/0",
     "10.244.0.0/16",
@@ -41,14 +47,31 @@ const EXCEPTS: &[&str] = &[
 ];
 
 fn labels_s(keys: &'static [&'static str]) -> impl Strategy<Value = Labels> {
-    prop::collection::vec((prop::sample::select(keys), prop::sample::select(&["x", "y"][..])), 0..3)
-        .prop_map(|kv| kv.into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
+    prop::collection::vec(
+        (
+            prop::sample::select(keys),
+            prop::sample::select(&["x", "y"][..]),
+        ),
+        0..3,
+    )
+    .prop_map(|kv| {
+        kv.into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    })
 }
 
 fn selector_s(keys: &'static [&'static str]) -> impl Strategy<Value = LabelSelector> {
     let req = (
         prop::sample::select(keys),
-        prop::sample::select(&[SelectorOp::In, SelectorOp::NotIn, SelectorOp::Exists, SelectorOp::DoesNotExist][..]),
+        prop::sample::select(
+            &[
+                SelectorOp::In,
+                SelectorOp::NotIn,
+                SelectorOp::Exists,
+                SelectorOp::DoesNotExist,
+            ][..],
+        ),
         prop::collection::vec(prop::sample::select(&["x", "y"][..]), 1..3),
     )
         .prop_map(|(k, op, vals)| Requirement {
@@ -59,16 +82,16 @@ fn selector_s(keys: &'static [&'static str]) -> impl Strategy<Value = LabelSelec
                 _ => vec![],
             },
         });
-    (labels_s(keys), prop::collection::vec(req, 0..2)).prop_map(|(match_labels, match_expressions)| {
-        LabelSelector {
+    (labels_s(keys), prop::collection::vec(req, 0..2)).prop_map(
+        |(match_labels, match_expressions)| LabelSelector {
             match_labels: if match_labels.len() > 1 {
                 match_labels.into_iter().take(1).collect()
             } else {
                 match_labels
             },
             match_expressions,
-        }
-    })
+        },
+    )
 }
 
 fn peer_s() -> impl Strategy<Value = Peer> {
@@ -111,13 +134,17 @@ fn port_s() -> impl Strategy<Value = PolicyPort> {
             port: Some(PortRef::Number(p)),
             end_port: Some(p.saturating_add(w)),
         }),
-        (proto_s(), prop::sample::select(&["http", "http", "dns", "sig", "none"][..])).prop_map(|(protocol, n)| {
-            PolicyPort {
-                protocol,
-                port: Some(PortRef::Name(n.into())),
-                end_port: None,
-            }
-        }),
+        (
+            proto_s(),
+            prop::sample::select(&["http", "http", "dns", "sig", "none"][..])
+        )
+            .prop_map(|(protocol, n)| {
+                PolicyPort {
+                    protocol,
+                    port: Some(PortRef::Name(n.into())),
+                    end_port: None,
+                }
+            }),
     ]
 }
 
@@ -177,7 +204,8 @@ fn cluster_s() -> impl Strategy<Value = ClusterState> {
             let mut s = ClusterState::default();
             for (i, l) in ns_labels.into_iter().take(n_ns).enumerate() {
                 let name = format!("ns{i}");
-                s.namespaces.insert(name.clone(), Namespace { name, labels: l });
+                s.namespaces
+                    .insert(name.clone(), Namespace { name, labels: l });
             }
             for (i, p) in pods.into_iter().enumerate() {
                 let ns = format!("ns{}", p.ns % n_ns);
@@ -190,7 +218,10 @@ fn cluster_s() -> impl Strategy<Value = ClusterState> {
                 for k in p.named {
                     let (n, port, protocol) = NAMED[k];
                     // A pod names a port once per protocol.
-                    if ports.iter().all(|c| !(c.name.as_deref() == Some(n) && c.protocol == protocol)) {
+                    if ports
+                        .iter()
+                        .all(|c| !(c.name.as_deref() == Some(n) && c.protocol == protocol))
+                    {
                         ports.push(ContainerPort {
                             name: Some(n.into()),
                             port,
@@ -231,26 +262,30 @@ fn endpoints(state: &ClusterState) -> Vec<Endpoint> {
         .filter(|p| p.ip.is_some())
         .map(|p| Endpoint::Pod(p.key()))
         .collect();
-    v.extend(EXTERNAL.iter().map(|e| Endpoint::External(e.parse().unwrap())));
+    v.extend(
+        EXTERNAL
+            .iter()
+            .map(|e| Endpoint::External(e.parse().unwrap())),
+    );
     v
 }
 
 fn l4_of(proto: usize, port: u16) -> L4 {
     match proto {
-        0 => L4::Port(Protocol::Tcp, port),
-        1 => L4::Port(Protocol::Udp, port),
-        2 => L4::Port(Protocol::Sctp, port),
+        0 | 1 => L4::Port(Protocol::Tcp, port),
+        2 => L4::Port(Protocol::Udp, port),
+        3 => L4::Port(Protocol::Sctp, port),
         _ => L4::Other,
     }
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
 
     #[test]
     fn pipeline_agrees_with_the_interpreter(
         state in cluster_s(),
-        packets in prop::collection::vec((any::<prop::sample::Index>(), any::<prop::sample::Index>(), 0usize..5, prop::sample::select(PORTS)), 48),
+        packets in prop::collection::vec((any::<prop::sample::Index>(), any::<prop::sample::Index>(), 0usize..5, prop::sample::select(PORTS)), 96),
     ) {
         let n = NodePipe::new(state);
         let eps = endpoints(&n.state);

@@ -27,7 +27,9 @@
 
 use std::net::Ipv4Addr;
 
-use crate::model::{ClusterState, NetworkPolicy, ObjKey, Peer, Pod, PolicyPort, PortRef, Protocol, Rule};
+use crate::model::{
+    ClusterState, NetworkPolicy, ObjKey, Peer, Pod, PolicyPort, PortRef, Protocol, Rule,
+};
 
 use super::prefix::ipblock_contains;
 use super::Direction;
@@ -53,7 +55,13 @@ pub enum L4 {
 /// Whether a new connection from `src` to `dst` with `proto` to `port` is
 /// allowed by the NetworkPolicies of `state`. A pod endpoint that is not in
 /// `state`, has no IP or is hostNetwork cannot be addressed: `false`.
-pub fn allowed(state: &ClusterState, src: Endpoint, dst: Endpoint, proto: Protocol, port: u16) -> bool {
+pub fn allowed(
+    state: &ClusterState,
+    src: Endpoint,
+    dst: Endpoint,
+    proto: Protocol,
+    port: u16,
+) -> bool {
     allowed_l4(state, &src, &dst, L4::Port(proto, port))
 }
 
@@ -85,18 +93,32 @@ fn resolve<'a>(state: &'a ClusterState, e: &Endpoint) -> Option<(Ipv4Addr, Optio
 
 /// Whether `policy` selects `pod` (its namespace, its pod selector).
 pub fn selects(policy: &NetworkPolicy, pod: &Pod) -> bool {
-    !pod.host_network && pod.namespace == policy.namespace && policy.pod_selector.matches(&pod.labels)
+    !pod.host_network
+        && pod.namespace == policy.namespace
+        && policy.pod_selector.matches(&pod.labels)
 }
 
 /// Whether pod `src` may open a connection to `dst_ip` (the pod `dst_pod`,
 /// if it is one) by its egress policies alone.
-pub fn egress_allowed(state: &ClusterState, src: &Pod, dst_ip: Ipv4Addr, dst_pod: Option<&Pod>, l4: L4) -> bool {
+pub fn egress_allowed(
+    state: &ClusterState,
+    src: &Pod,
+    dst_ip: Ipv4Addr,
+    dst_pod: Option<&Pod>,
+    l4: L4,
+) -> bool {
     direction_allowed(state, src, Direction::Egress, dst_ip, dst_pod, l4)
 }
 
 /// Whether pod `dst` accepts a connection from `src_ip` (the pod `src_pod`,
 /// if it is one) by its ingress policies alone.
-pub fn ingress_allowed(state: &ClusterState, dst: &Pod, src_ip: Ipv4Addr, src_pod: Option<&Pod>, l4: L4) -> bool {
+pub fn ingress_allowed(
+    state: &ClusterState,
+    dst: &Pod,
+    src_ip: Ipv4Addr,
+    src_pod: Option<&Pod>,
+    l4: L4,
+) -> bool {
     direction_allowed(state, dst, Direction::Ingress, src_ip, src_pod, l4)
 }
 
@@ -118,7 +140,10 @@ fn direction_allowed(
             continue;
         }
         isolated = true;
-        if rules.iter().any(|r| rule_allows(state, p, r, dir, pod, peer_ip, peer_pod, l4)) {
+        if rules
+            .iter()
+            .any(|r| rule_allows(state, p, r, dir, pod, peer_ip, peer_pod, l4))
+        {
             return true;
         }
     }
@@ -126,7 +151,12 @@ fn direction_allowed(
 }
 
 /// Whether the pod peer `peer` of a rule of `policy` matches `pod`.
-pub fn peer_selects_pod(state: &ClusterState, policy: &NetworkPolicy, peer: &Peer, pod: &Pod) -> bool {
+pub fn peer_selects_pod(
+    state: &ClusterState,
+    policy: &NetworkPolicy,
+    peer: &Peer,
+    pod: &Pod,
+) -> bool {
     let Peer::Pods {
         namespace_selector,
         pod_selector,
@@ -155,7 +185,8 @@ fn rule_allows(
     peer_pod: Option<&Pod>,
     l4: L4,
 ) -> bool {
-    let peer_by_pod = |peer: &Peer| peer_pod.is_some_and(|pp| peer_selects_pod(state, policy, peer, pp));
+    let peer_by_pod =
+        |peer: &Peer| peer_pod.is_some_and(|pp| peer_selects_pod(state, policy, peer, pp));
     let peer_ok = rule.peers.is_empty()
         || rule.peers.iter().any(|peer| match peer {
             Peer::Pods { .. } => peer_by_pod(peer),
@@ -172,7 +203,10 @@ fn rule_allows(
         Direction::Ingress => Some(selected),
         Direction::Egress => peer_pod.filter(|pp| {
             (rule.peers.is_empty() && !pp.host_network && pp.ip.is_some())
-                || rule.peers.iter().any(|peer| peer_selects_pod(state, policy, peer, pp))
+                || rule
+                    .peers
+                    .iter()
+                    .any(|peer| peer_selects_pod(state, policy, peer, pp))
         }),
     };
     rule.ports.iter().any(|pp| port_matches(pp, named_on, l4))
@@ -191,6 +225,8 @@ fn port_matches(pp: &PolicyPort, named_on: Option<&Pod>, l4: L4) -> bool {
             None => port == *p,
             Some(end) => (*p..=end).contains(&port),
         },
-        Some(PortRef::Name(name)) => named_on.and_then(|pod| pod.named_port(name, proto)) == Some(port),
+        Some(PortRef::Name(name)) => {
+            named_on.and_then(|pod| pod.named_port(name, proto)) == Some(port)
+        }
     }
 }

@@ -55,7 +55,11 @@ pub fn port_masks(lo: u16, hi: u16) -> Vec<(u16, u16)> {
     let (mut lo, hi) = (u32::from(lo), u32::from(hi));
     while lo <= hi {
         // The largest aligned block starting at `lo` that ends within `hi`.
-        let mut size: u32 = if lo == 0 { 1 << 16 } else { 1 << lo.trailing_zeros() };
+        let mut size: u32 = if lo == 0 {
+            1 << 16
+        } else {
+            1 << lo.trailing_zeros()
+        };
         while lo + size - 1 > hi {
             size >>= 1;
         }
@@ -132,7 +136,11 @@ mod tests {
             let m = port_masks(lo, hi);
             for p in 0..=65535u16 {
                 let hits = m.iter().filter(|(v, k)| p & k == *v).count();
-                assert_eq!(hits, usize::from(p >= lo && p <= hi), "{lo}..={hi} port {p}");
+                assert_eq!(
+                    hits,
+                    usize::from(p >= lo && p <= hi),
+                    "{lo}..={hi} port {p}"
+                );
             }
             assert!(m.len() <= 30, "{lo}..={hi}: {} pairs", m.len());
         }

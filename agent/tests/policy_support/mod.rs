@@ -28,7 +28,9 @@ pub fn node() -> NodeNet {
 }
 
 pub fn labels(kv: &[(&str, &str)]) -> Labels {
-    kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    kv.iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 pub fn sel(kv: &[(&str, &str)]) -> LabelSelector {
@@ -213,14 +215,18 @@ impl NodePipe {
         let out = report
             .passes
             .iter()
-            .any(|p| p.actions.iter().any(|a| *a == DpAction::Output(out_port)));
+            .any(|p| p.actions.contains(&DpAction::Output(out_port)));
         (out, format!("{report}"))
     }
 
     /// New connection: delivered?
     pub fn new_conn(&self, src: &Endpoint, dst: &Endpoint, l4: L4) -> (bool, String) {
         let (s, d) = (self.ip_of(src), self.ip_of(dst));
-        self.delivered(&self.spec(s, d, l4, 40000), d, ct_state::TRK | ct_state::NEW)
+        self.delivered(
+            &self.spec(s, d, l4, 40000),
+            d,
+            ct_state::TRK | ct_state::NEW,
+        )
     }
 
     /// A reply of a connection from `src` to `dst`: delivered?
@@ -246,7 +252,10 @@ impl NodePipe {
     /// Whether `e` is a pod attached to this node.
     pub fn is_local(&self, e: &Endpoint) -> bool {
         match e {
-            Endpoint::Pod(k) => self.local.iter().any(|l| l.namespace == k.0 && l.name == k.1),
+            Endpoint::Pod(k) => self
+                .local
+                .iter()
+                .any(|l| l.namespace == k.0 && l.name == k.1),
             Endpoint::External(_) => false,
         }
     }
@@ -262,9 +271,13 @@ impl NodePipe {
         let (s_ip, d_ip) = (self.ip_of(src), self.ip_of(dst));
         let (s_pod, d_pod) = (pod(src), pod(dst));
         let egress = !self.is_local(src)
-            || s_pod.is_some_and(|s| oxvs_agent::policy::eval::egress_allowed(&self.state, s, d_ip, d_pod, l4));
+            || s_pod.is_some_and(|s| {
+                oxvs_agent::policy::eval::egress_allowed(&self.state, s, d_ip, d_pod, l4)
+            });
         let ingress = !self.is_local(dst)
-            || d_pod.is_some_and(|d| oxvs_agent::policy::eval::ingress_allowed(&self.state, d, s_ip, s_pod, l4));
+            || d_pod.is_some_and(|d| {
+                oxvs_agent::policy::eval::ingress_allowed(&self.state, d, s_ip, s_pod, l4)
+            });
         egress && ingress
     }
 }
