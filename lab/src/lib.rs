@@ -50,6 +50,25 @@
 //! - [`serve`]: the per-pod TCP/UDP/SCTP server.
 //! - [`commands`]: one module per CLI command.
 
+/// `println!` that ignores a closed stdout (`oxvs-lab probe | head`): a
+/// command must finish what it changes even when nobody reads its output.
+#[macro_export]
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
+/// `print!` that ignores a closed stdout.
+#[macro_export]
+macro_rules! say_raw {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 pub mod cni;
 pub mod commands;
 pub mod manifest;

@@ -14,15 +14,17 @@
 use std::fs::File;
 use std::os::unix::process::CommandExt as _;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-/// Starts `argv` in namespace `ns`, output appended to `log`; its pid.
-pub fn spawn_in(ns: &str, argv: &[&str], log: &Path) -> anyhow::Result<u32> {
+/// Starts `argv` in namespace `ns`, output appended to `log`. The
+/// [`Child`] is for start-up checks only (`try_wait`); dropping it leaves
+/// the process running.
+pub fn spawn_in(ns: &str, argv: &[&str], log: &Path) -> anyhow::Result<Child> {
     let f = File::options()
         .create(true)
         .append(true)
@@ -31,7 +33,7 @@ pub fn spawn_in(ns: &str, argv: &[&str], log: &Path) -> anyhow::Result<u32> {
     let f2 = f
         .try_clone()
         .with_context(|| format!("cannot dup log {}", log.display()))?;
-    let child = Command::new("ip")
+    Command::new("ip")
         .args(["netns", "exec", ns])
         .args(argv)
         .stdin(Stdio::null())
@@ -39,8 +41,12 @@ pub fn spawn_in(ns: &str, argv: &[&str], log: &Path) -> anyhow::Result<u32> {
         .stderr(f2)
         .process_group(0)
         .spawn()
-        .with_context(|| format!("cannot start `{}` in {ns}", argv.join(" ")))?;
-    Ok(child.id())
+        .with_context(|| format!("cannot start `{}` in {ns}", argv.join(" ")))
+}
+
+/// Whether a process this invocation started is still running.
+pub fn child_running(child: &mut Child) -> bool {
+    matches!(child.try_wait(), Ok(None))
 }
 
 /// Whether `pid` is a live (not zombie) process whose command line

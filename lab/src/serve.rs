@@ -86,7 +86,7 @@ pub fn serve(cfg: &ServeConfig) -> anyhow::Result<()> {
     if wanted > 0 && threads.is_empty() {
         anyhow::bail!("no port could be served");
     }
-    println!("ready ({} of {wanted} ports serving)", threads.len());
+    crate::say!("ready ({} of {wanted} ports serving)", threads.len());
     let _ = std::io::stdout().flush();
     for t in threads {
         let _ = t.join();

@@ -94,7 +94,7 @@ pub fn run_apply(global: &Global, args: &ApplyArgs) -> anyhow::Result<u8> {
                         .unwrap_or_default(),
                     _ => String::new(),
                 };
-                println!("{} {what}{extra}", obj.display_name());
+                crate::say!("{} {what}{extra}", obj.display_name());
             }
             Err(e) => {
                 failed += 1;

@@ -66,7 +66,7 @@ pub fn run_delete(global: &Global, args: &DeleteArgs) -> anyhow::Result<u8> {
                     .collect();
                 for (ns, name) in pods {
                     errs.extend(destroy_pod(&ctx, &bins, &mut st, &ns, &name));
-                    println!("Pod {ns}/{name} deleted (with its namespace)");
+                    crate::say!("Pod {ns}/{name} deleted (with its namespace)");
                 }
                 let prefix = format!("networkpolicy_{}_", obj.name);
                 if let Ok(rd) = std::fs::read_dir(&dir) {
@@ -94,7 +94,7 @@ pub fn run_delete(global: &Global, args: &DeleteArgs) -> anyhow::Result<u8> {
             failed += 1;
             eprintln!("error: {} not found", obj.display_name());
         } else if errs.is_empty() {
-            println!("{} deleted", obj.display_name());
+            crate::say!("{} deleted", obj.display_name());
         } else {
             failed += 1;
             eprintln!("error: {} deleted with errors:", obj.display_name());

@@ -46,7 +46,7 @@ pub fn run_down(global: &Global, args: &DownArgs) -> anyhow::Result<u8> {
     let ctx = Ctx::new(global, None)?;
     let named = by_name(ctx.name());
     if !ctx.paths.root.exists() && named.is_empty() {
-        println!("lab {} does not exist: nothing to do", ctx.name());
+        crate::say!("lab {} does not exist: nothing to do", ctx.name());
         return Ok(0);
     }
     let _lock = ctx.paths.lock(true)?;
@@ -124,7 +124,7 @@ pub fn run_down(global: &Global, args: &DownArgs) -> anyhow::Result<u8> {
             errs.push(format!("cannot remove {}: {e}", ctx.paths.root.display()));
         }
     }
-    println!(
+    crate::say!(
         "lab {}: {} pods, {} nodes, {removed} namespaces removed",
         ctx.name(),
         st.pods.len(),

@@ -107,9 +107,9 @@ pub fn run_probe(global: &Global, args: &ProbeArgs) -> anyhow::Result<u8> {
                 })
             })
             .collect();
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        crate::say!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        println!(
+        crate::say!(
             "{}/{}: {} pods, {} reachable, {} blocked, {} unknown ({:.1} s)",
             args.protocol.api_name(),
             args.port,
@@ -121,15 +121,15 @@ pub fn run_probe(global: &Global, args: &ProbeArgs) -> anyhow::Result<u8> {
         );
         if args.protocol == Protocol::Sctp {
             if let Err(why) = sctp_supported() {
-                println!("SCTP unsupported: {why} (cells marked ?)");
+                crate::say!("SCTP unsupported: {why} (cells marked ?)");
             }
         }
         for (j, o) in jobs.iter().zip(&outcomes) {
             if let Outcome::Error(e) = o {
-                println!("probe {} -> {} failed: {e}", j.from, j.to);
+                crate::say!("probe {} -> {} failed: {e}", j.from, j.to);
             }
         }
-        print!("{}", table.render());
+        crate::say_raw!("{}", table.render());
     }
     if let Some(want) = expected {
         let diff = table.diff(&want);

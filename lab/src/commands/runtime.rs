@@ -108,14 +108,15 @@ pub fn start_server(ctx: &Ctx, bins: &Bins, pod: &PodState) -> anyhow::Result<Op
     let _ = std::fs::remove_file(&log);
     let argv = server_argv(bins, pod);
     let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
-    let pid = procs::spawn_in(&pod.netns, &argv, &log)?;
+    let mut child = procs::spawn_in(&pod.netns, &argv, &log)?;
+    let pid = child.id();
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let text = std::fs::read_to_string(&log).unwrap_or_default();
         if text.lines().any(|l| l.starts_with("ready")) {
             return Ok(Some(pid));
         }
-        if !procs::alive(pid, SERVER_NEEDLE) {
+        if !procs::child_running(&mut child) {
             anyhow::bail!(
                 "the server of pod {} exited at start:\n{}",
                 pod.key(),
@@ -338,14 +339,14 @@ pub fn destroy_pod(
     errs
 }
 
-/// Waits until `path` exists or `pid` dies.
-pub fn wait_for_socket(path: &Path, pid: u32, needle: &str, timeout: Duration) -> bool {
+/// Waits until `path` exists or `child` exits.
+pub fn wait_for_socket(path: &Path, child: &mut std::process::Child, timeout: Duration) -> bool {
     let deadline = Instant::now() + timeout;
     while Instant::now() < deadline {
         if path.exists() {
             return true;
         }
-        if !procs::alive(pid, needle) {
+        if !procs::child_running(child) {
             return false;
         }
         std::thread::sleep(Duration::from_millis(50));

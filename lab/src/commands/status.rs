@@ -7,7 +7,7 @@ use super::runtime::SERVER_NEEDLE;
 use super::{Ctx, Global};
 use crate::netns;
 use crate::procs;
-use crate::state::{AgentMode, LabState};
+use crate::state::{AgentMode, LabState, PortState};
 
 #[derive(Debug, clap::Args)]
 pub struct StatusArgs {
@@ -35,6 +35,22 @@ pub fn dead_daemons(st: &LabState) -> Vec<String> {
         v.push("no nodes".to_string());
     }
     v
+}
+
+/// `TCP:80,81 UDP:80` (protocols in TCP, UDP, SCTP order).
+pub fn ports_summary(ports: &[PortState]) -> String {
+    let mut parts = Vec::new();
+    for proto in ["TCP", "UDP", "SCTP"] {
+        let nums: Vec<String> = ports
+            .iter()
+            .filter(|p| p.protocol == proto)
+            .map(|p| p.port.to_string())
+            .collect();
+        if !nums.is_empty() {
+            parts.push(format!("{proto}:{}", nums.join(",")));
+        }
+    }
+    parts.join(" ")
 }
 
 fn word(ok: bool) -> &'static str {
@@ -86,20 +102,20 @@ pub fn run_status(global: &Global, args: &StatusArgs) -> anyhow::Result<u8> {
             "nodes": nodes,
             "pods": pods,
         });
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        crate::say!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(if healthy { 0 } else { 1 });
     }
-    println!(
+    crate::say!(
         "lab {} ({}), state in {}",
         st.name,
         if healthy { "healthy" } else { "NOT healthy" },
         ctx.paths.root.display()
     );
-    println!(
+    crate::say!(
         "NODE       NETNS                      IP               POD CIDR         SWITCHD  AGENT"
     );
     for n in &st.nodes {
-        println!(
+        crate::say!(
             "{:<10} {:<26} {:<16} {:<16} {:<8} {}",
             n.name,
             n.netns,
@@ -110,10 +126,10 @@ pub fn run_status(global: &Global, args: &StatusArgs) -> anyhow::Result<u8> {
         );
     }
     if st.pods.is_empty() {
-        println!("no pods");
+        crate::say!("no pods");
     } else {
-        println!(
-            "POD                  NODE       IP               PORTS                      SERVER"
+        crate::say!(
+            "POD                  NODE       IP               SERVER   PORTS"
         );
         for p in &st.pods {
             let ports: Vec<String> = p
@@ -126,13 +142,13 @@ pub fn run_status(global: &Global, args: &StatusArgs) -> anyhow::Result<u8> {
             } else {
                 word(alive(p.server_pid, SERVER_NEEDLE))
             };
-            println!(
-                "{:<20} {:<10} {:<16} {:<26} {}",
+            crate::say!(
+                "{:<20} {:<10} {:<16} {:<8} {}",
                 p.key(),
                 p.node,
                 p.ip.as_deref().unwrap_or("<none>"),
-                ports.join(","),
-                server
+                server,
+                ports
             );
         }
     }

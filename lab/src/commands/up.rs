@@ -76,7 +76,7 @@ pub fn run_up(global: &Global, args: &UpArgs) -> anyhow::Result<u8> {
         let st = ctx.paths.load()?;
         let dead = super::status::dead_daemons(&st);
         if dead.is_empty() {
-            println!(
+            crate::say!(
                 "lab {} is already up ({} nodes, {} pods)",
                 ctx.name(),
                 st.nodes.len(),
@@ -118,7 +118,7 @@ pub fn run_up(global: &Global, args: &UpArgs) -> anyhow::Result<u8> {
             ctx.name()
         );
     }
-    println!(
+    crate::say!(
         "lab {} is up: {} nodes ({} agent), manifests in {}",
         ctx.name(),
         st.nodes.len(),
@@ -129,7 +129,7 @@ pub fn run_up(global: &Global, args: &UpArgs) -> anyhow::Result<u8> {
         ctx.paths.manifests().display()
     );
     for n in &st.nodes {
-        println!(
+        crate::say!(
             "  {}  netns {}  ip {}  podCIDR {}",
             n.name, n.netns, n.ip, n.pod_cidr
         );
@@ -268,12 +268,13 @@ fn build(
 
     // switchd everywhere first, then the agents.
     let sw_bin = bins.switchd.display().to_string();
+    let mut switches = Vec::new();
     for k in 0..st.nodes.len() {
         let node = st.nodes[k].clone();
         let dir = ctx.paths.node_dir(node.index);
         let sock = dir.join("switchd.sock");
         let _ = std::fs::remove_file(&sock);
-        let pid = procs::spawn_in(
+        let child = procs::spawn_in(
             &node.netns,
             &[
                 &sw_bin,
@@ -286,14 +287,14 @@ fn build(
             ],
             &dir.join("switchd.log"),
         )?;
-        st.nodes[k].switchd_pid = Some(pid);
+        st.nodes[k].switchd_pid = Some(child.id());
+        switches.push(child);
         ctx.paths.save(st)?;
     }
-    for node in st.nodes.clone() {
+    for (node, child) in st.nodes.clone().iter().zip(switches.iter_mut()) {
         let dir = ctx.paths.node_dir(node.index);
         let sock = dir.join("switchd.sock");
-        let pid = node.switchd_pid.unwrap_or(0);
-        if !wait_for_socket(&sock, pid, "oxvs-switchd", Duration::from_secs(10)) {
+        if !wait_for_socket(&sock, child, Duration::from_secs(10)) {
             anyhow::bail!(
                 "oxvs-switchd on {} did not come up (no {}):\n{}",
                 node.name,
@@ -303,6 +304,7 @@ fn build(
         }
     }
     let agent_bin = bins.agent.display().to_string();
+    let mut agents = Vec::new();
     for k in 0..st.nodes.len() {
         let node = st.nodes[k].clone();
         let argv = agent_argv(
@@ -315,21 +317,20 @@ fn build(
         );
         let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
         let dir = ctx.paths.node_dir(node.index);
-        let pid = procs::spawn_in(&node.netns, &argv, &dir.join("agent.log"))?;
-        st.nodes[k].agent_pid = Some(pid);
+        let child = procs::spawn_in(&node.netns, &argv, &dir.join("agent.log"))?;
+        st.nodes[k].agent_pid = Some(child.id());
+        agents.push(child);
         ctx.paths.save(st)?;
     }
     let deadline = Instant::now() + Duration::from_secs(args.timeout.max(1));
-    for node in st.nodes.clone() {
+    for (node, child) in st.nodes.clone().iter().zip(agents.iter_mut()) {
         let dir = ctx.paths.node_dir(node.index);
         loop {
-            let status = cni_status(ctx, bins, &node)?;
+            let status = cni_status(ctx, bins, node)?;
             if status.ok {
                 break;
             }
-            let agent_alive = node
-                .agent_pid
-                .is_some_and(|p| procs::alive(p, "oxvs-agent"));
+            let agent_alive = procs::child_running(child);
             if !agent_alive || Instant::now() > deadline {
                 anyhow::bail!(
                     "oxvs-agent on {} {} (last STATUS: {})\n--- agent.log (tail) ---\n{}\n--- switchd.log (tail) ---\n{}",
