@@ -132,11 +132,7 @@ pub fn run_status(global: &Global, args: &StatusArgs) -> anyhow::Result<u8> {
             "POD                  NODE       IP               SERVER   PORTS"
         );
         for p in &st.pods {
-            let ports: Vec<String> = p
-                .ports
-                .iter()
-                .map(|x| format!("{}/{}", x.port, x.protocol))
-                .collect();
+            let ports = ports_summary(&p.ports);
             let server = if p.ports.is_empty() {
                 "-"
             } else {
