@@ -106,6 +106,19 @@ pub struct PodPort {
     pub mac: [u8; 6],
 }
 
+/// Another node: its pod CIDR is reached through the tunnel to `ip`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RemoteNode {
+    pub name: String,
+    pub pod_cidr: Ipv4Net,
+    pub ip: Ipv4Addr,
+}
+
+/// The MAC that routed packets towards a remote node carry as destination
+/// (and that the switch answers ARP for remote gateways with): it maps to
+/// the tunnel port in L2ForwardingCalc.
+pub const VIRTUAL_MAC: [u8; 6] = [0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff];
+
 /// The MAC address oxvs gives the pod holding `ip`: `0a:58:` + the address.
 pub fn pod_mac(ip: Ipv4Addr) -> [u8; 6] {
     let o = ip.octets();
@@ -464,6 +477,76 @@ pub fn pod_flows(node: &NodeNet, pod: &PodPort) -> Vec<String> {
         c,
         &format!("dl_dst={mac}, actions=load:{p:#x}->NXM_NX_REG1[],load:0x1->NXM_NX_REG0[16],goto_table:{}", INGRESS_RULE.id),
     );
+    v
+}
+
+/// The cookie of a remote node's flows: feature `0x0006`, the low 32 bits
+/// of its underlay address.
+pub fn remote_node_cookie(ip: Ipv4Addr) -> u64 {
+    (0x0006 << 48) | u64::from(u32::from(ip))
+}
+
+/// The tunnel's flows: packets from the tunnel are classified (and look
+/// routed: destination = the gateway MAC, so L3Forwarding delivers them
+/// to local pods), packets to a remote pod CIDR get that node as `tun_dst`
+/// and the virtual MAC, which L2ForwardingCalc maps to the tunnel port; the
+/// switch answers ARP for each remote gateway (the host routes remote pod
+/// CIDRs onlink via them) with the virtual MAC.
+pub fn tunnel_flows(node: &NodeNet, tunnel_ofport: u32, remotes: &[RemoteNode]) -> Vec<String> {
+    use names::*;
+    let t = (cookie::NODE_FEATURE << 48) | 2;
+    let gw_mac = mac_str(&node.gateway_mac);
+    let vmac = mac_str(&VIRTUAL_MAC);
+    let mut v = Vec::with_capacity(2 + 2 * remotes.len());
+    line(
+        &mut v,
+        CLASSIFIER,
+        200,
+        t,
+        &format!(
+            "in_port={tunnel_ofport}, actions=load:{}->NXM_NX_REG0[0..3],set_field:{gw_mac}->eth_dst,goto_table:{}",
+            source::TUNNEL,
+            CONNTRACK_ZONE.id
+        ),
+    );
+    line(
+        &mut v,
+        L2_FORWARDING_CALC,
+        200,
+        t,
+        &format!(
+            "dl_dst={vmac}, actions=load:{tunnel_ofport:#x}->NXM_NX_REG1[],load:0x1->NXM_NX_REG0[16],goto_table:{}",
+            INGRESS_RULE.id
+        ),
+    );
+    for r in remotes {
+        if r.pod_cidr == node.pod_cidr {
+            continue;
+        }
+        let c = remote_node_cookie(r.ip);
+        let rgw = Ipv4Addr::from(u32::from(r.pod_cidr.network()).wrapping_add(1));
+        line(
+            &mut v,
+            ARP_RESPONDER,
+            200,
+            c,
+            &format!(
+                "arp, arp_op=1, arp_tpa={rgw}, actions=move:NXM_OF_ETH_SRC[]->NXM_OF_ETH_DST[],set_field:{vmac}->eth_src,load:0x2->NXM_OF_ARP_OP[],move:NXM_NX_ARP_SHA[]->NXM_NX_ARP_THA[],set_field:{vmac}->arp_sha,move:NXM_OF_ARP_SPA[]->NXM_OF_ARP_TPA[],set_field:{rgw}->arp_spa,output:IN_PORT"
+            ),
+        );
+        line(
+            &mut v,
+            L3_FORWARDING,
+            200,
+            c,
+            &format!(
+                "ip, nw_dst={}, actions=set_field:{gw_mac}->eth_src,set_field:{vmac}->eth_dst,set_field:{}->tun_dst,goto_table:{}",
+                r.pod_cidr,
+                r.ip,
+                L3_DEC_TTL.id
+            ),
+        );
+    }
     v
 }
 
