@@ -663,6 +663,60 @@ mod tests {
         format!("{report}")
     }
 
+    fn trace_with_tunnel(spec: &str) -> String {
+        let remotes = [RemoteNode {
+            name: "n2".into(),
+            pod_cidr: "10.244.1.0/24".parse().unwrap(),
+            ip: "192.168.77.12".parse().unwrap(),
+        }];
+        let mut text = desired_flows(&node(), &[pod(3, 3)]);
+        for l in tunnel_flows(&node(), 9, &remotes) {
+            text.push_str(&l);
+            text.push('\n');
+        }
+        let flows = parse_flow_file(&text, &ParseContext::default()).unwrap();
+        let p = Pipeline::new();
+        p.replace_all(&flows, 0).unwrap();
+        let key = parse_packet_spec(spec, &ParseContext::default()).unwrap();
+        let opts = TraceOptions {
+            names: Some(TableNames::default()),
+            ..TraceOptions::default()
+        };
+        format!(
+            "{}",
+            trace(&*p.snapshot(), &key, &XlateEnv::default(), &opts)
+        )
+    }
+
+    #[test]
+    fn traces_across_the_tunnel() {
+        // Local pod -> remote pod: routed via the gateway MAC, out the tunnel to node 2.
+        let t = trace_with_tunnel("in_port=3,icmp,dl_src=0a:58:0a:f4:00:03,dl_dst=0a:58:0a:f4:00:01,nw_src=10.244.0.3,nw_dst=10.244.1.7,nw_ttl=64");
+        let last = t.lines().last().unwrap();
+        assert!(
+            last.contains("tun_dst=192.168.77.12") || last.contains("192.168.77.12"),
+            "{t}"
+        );
+        assert!(
+            last.contains("dst=aa:bb:cc:dd:ee:ff") && last.ends_with(",9"),
+            "{t}"
+        );
+        assert!(last.contains("ttl=63"), "routed: TTL decremented\n{t}");
+        // Remote pod -> local pod, from the tunnel: delivered with the pod's MAC.
+        let t = trace_with_tunnel("in_port=9,icmp,dl_src=0a:58:0a:f4:01:01,dl_dst=aa:bb:cc:dd:ee:ff,nw_src=10.244.1.7,nw_dst=10.244.0.3,nw_ttl=63");
+        let last = t.lines().last().unwrap();
+        assert!(
+            last.contains("dst=0a:58:0a:f4:00:03") && last.ends_with(",3"),
+            "{t}"
+        );
+        // The host ARPs for the remote gateway: answered with the virtual MAC.
+        let t = trace_with_tunnel("in_port=2,arp,arp_op=1,dl_src=0a:58:0a:f4:00:01,dl_dst=ff:ff:ff:ff:ff:ff,arp_spa=10.244.0.1,arp_sha=0a:58:0a:f4:00:01,arp_tpa=10.244.1.1");
+        assert!(
+            t.lines().last().unwrap().contains("sha=aa:bb:cc:dd:ee:ff"),
+            "{t}"
+        );
+    }
+
     #[test]
     fn traces_pod_to_pod_host_to_pod_and_spoofing() {
         // Pod 3 -> pod 4, same subnet: switched by MAC to port 4.

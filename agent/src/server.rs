@@ -397,6 +397,21 @@ impl Agent {
         self.node.lock().ok().and_then(|n| n.clone())
     }
 
+    /// The node's network facts, once discovered.
+    pub fn node_net(&self) -> Option<NodeNet> {
+        self.node()
+    }
+
+    /// The tunnel port's number, once added.
+    pub fn tunnel_ofport(&self) -> Option<u32> {
+        self.tunnel_ofport.lock().ok().and_then(|t| *t)
+    }
+
+    /// The remote nodes reachable through the tunnel (from the cluster).
+    pub fn remotes(&self) -> Vec<RemoteNode> {
+        self.remote_nodes(&self.cluster())
+    }
+
     fn pod_ports(&self) -> Vec<PodPort> {
         let mut v: Vec<PodPort> = self
             .attachments()
