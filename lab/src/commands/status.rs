@@ -128,9 +128,7 @@ pub fn run_status(global: &Global, args: &StatusArgs) -> anyhow::Result<u8> {
     if st.pods.is_empty() {
         crate::say!("no pods");
     } else {
-        crate::say!(
-            "POD                  NODE       IP               SERVER   PORTS"
-        );
+        crate::say!("POD                  NODE       IP               SERVER   PORTS");
         for p in &st.pods {
             let ports = ports_summary(&p.ports);
             let server = if p.ports.is_empty() {

@@ -131,7 +131,10 @@ pub fn run_up(global: &Global, args: &UpArgs) -> anyhow::Result<u8> {
     for n in &st.nodes {
         crate::say!(
             "  {}  netns {}  ip {}  podCIDR {}",
-            n.name, n.netns, n.ip, n.pod_cidr
+            n.name,
+            n.netns,
+            n.ip,
+            n.pod_cidr
         );
     }
     Ok(0)
@@ -382,6 +385,11 @@ fn agent_argv(
     push("--state-dir", p("agent"));
     push("--gateway", GATEWAY.to_string());
     if mode == AgentMode::Manifests {
+        // Redundant with the Node object, but lets an agent whose manifest
+        // source is not ready yet still serve pods on its own node.
+        if help.contains("--pod-cidr") {
+            push("--pod-cidr", node.pod_cidr.clone());
+        }
         if help.contains("--node-ip") {
             push("--node-ip", node.ip.clone());
         }
