@@ -6,7 +6,7 @@
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
-use oxvs_agent::flows::{self, NodeNet, PodPort};
+use oxvs_agent::flows::{self, NodeNet, PodPort, RemoteNode};
 use oxvs_agent::model::*;
 use oxvs_agent::policy::{policy_flows, Endpoint, LocalPod, PolicyFlows, L4};
 use oxvs_pipeline::field::ct_state;
@@ -17,6 +17,16 @@ use oxvs_pipeline::trace::{trace, TraceOptions};
 use oxvs_pipeline::xlate::XlateEnv;
 
 pub const GW_PORT: u32 = 2;
+pub const TUNNEL_PORT: u32 = 1;
+
+/// The other node: pods of "n2" are in its pod CIDR, behind the tunnel.
+pub fn remote_node() -> RemoteNode {
+    RemoteNode {
+        name: "n2".into(),
+        pod_cidr: "10.244.1.0/24".parse().unwrap(),
+        ip: "192.168.77.12".parse().unwrap(),
+    }
+}
 
 pub fn node() -> NodeNet {
     NodeNet {
@@ -138,6 +148,10 @@ pub fn node_text(local: &[LocalPod], pf: &PolicyFlows) -> String {
         })
         .collect();
     let mut text = flows::desired_flows(&node(), &pods);
+    for l in flows::tunnel_flows(&node(), TUNNEL_PORT, &[remote_node()]) {
+        text.push_str(&l);
+        text.push('\n');
+    }
     for l in &pf.flows {
         text.push_str(l);
         text.push('\n');
@@ -182,11 +196,14 @@ impl NodePipe {
         }
     }
 
-    /// The packet spec of a first packet from `src` to `dst`.
+    /// The packet spec of a first packet from `src` to `dst`: from a local
+    /// pod's port, from the tunnel (the other node's pod CIDR) or from the
+    /// gateway (anything else).
     pub fn spec(&self, src: Ipv4Addr, dst: Ipv4Addr, l4: L4, sport: u16) -> String {
         let gw_mac = flows::mac_str(&node().gateway_mac);
         let (in_port, dl_src) = match self.local_of(src) {
             Some(l) => (l.ofport, flows::mac_str(&flows::pod_mac(l.ip))),
+            None if remote_node().pod_cidr.contains(&src) => (TUNNEL_PORT, "02:00:00:00:00:01".into()),
             None => (GW_PORT, gw_mac.clone()),
         };
         let dl_dst = match self.local_of(dst) {
@@ -200,10 +217,14 @@ impl NodePipe {
         format!("in_port={in_port},{l4},dl_src={dl_src},dl_dst={dl_dst},nw_src={src},nw_dst={dst},nw_ttl=64")
     }
 
-    /// Whether the packet `spec` reaches the port of `dst` (the gateway for
-    /// a non-local address), with conntrack answering `ct` after `ct()`.
+    /// Whether the packet `spec` reaches the port of `dst` (the tunnel for
+    /// the other node's pod CIDR, else the gateway for a non-local address), with conntrack answering `ct` after `ct()`.
     pub fn delivered(&self, spec: &str, dst: Ipv4Addr, ct: u32) -> (bool, String) {
-        let out_port = self.local_of(dst).map_or(GW_PORT, |l| l.ofport);
+        let out_port = match self.local_of(dst) {
+            Some(l) => l.ofport,
+            None if remote_node().pod_cidr.contains(&dst) => TUNNEL_PORT,
+            None => GW_PORT,
+        };
         let key = parse_packet_spec(spec, &ParseContext::default())
             .unwrap_or_else(|e| panic!("bad spec {spec}: {e}"));
         let opts = TraceOptions {
