@@ -21,6 +21,13 @@
 //! | IngressRule 70 | 201/200 | as EgressRule, with `NXM_NX_REG3` | goto IngressMetric | rule |
 //! | IngressDefaultRule 71 | 200 | `ip, nw_dst=POD` (isolated for ingress) | drop | isolation |
 //! | IngressMetric 75 | 200 | `ip, reg3=ID` | goto ConntrackCommit | rule |
+//! | IngressRule 70 | 205 | `ip, nw_src=NODE` | goto IngressMetric | node exemption |
+//! | EgressRule 40 | 205 | `ip, nw_dst=NODE` | goto EgressMetric | node exemption |
+//!
+//! Traffic between a pod and its own node is always allowed (the API says
+//! so; kubelet probes depend on it): when some local pod is isolated in a
+//! direction, the node's addresses ([`eval::node_addresses`]: the gateway
+//! and the InternalIP) skip that direction's rules and isolation drops.
 //!
 //! A rule is a conjunction of up to three dimensions, each a set of clause
 //! flows (one per value): ingress `1` = source prefixes (`nw_src`), `2` =
@@ -139,6 +146,9 @@ pub mod cookie {
         (ISOLATION_FEATURE << 48) | u64::from(ofport)
     }
 
+    /// The cookie of the node exemptions (port 0 is no pod).
+    pub const NODE_EXEMPTION: u64 = ISOLATION_FEATURE << 48;
+
     /// The rule id a cookie names, if it is a rule cookie.
     pub fn rule_id(cookie: u64) -> Option<u32> {
         (cookie >> 48 == RULE_FEATURE)
@@ -176,6 +186,8 @@ pub const EGRESS_RULE_REG: RuleReg = RuleReg {
 pub const PRIORITY_CONJ: u16 = 200;
 /// Priority of the flows of a rule with a single dimension.
 pub const PRIORITY_PLAIN: u16 = 201;
+/// Priority of the node exemptions.
+pub const PRIORITY_NODE: u16 = 205;
 /// Priority of isolation drops and metric flows.
 pub const PRIORITY_DEFAULT: u16 = 200;
 
@@ -264,6 +276,8 @@ enum Act {
     Count { id: u32, next: u8 },
     /// Isolation drop of the pod on `ofport`.
     Drop { ofport: u32 },
+    /// Traffic with the node: skip the rules and drops.
+    Exempt { metric: u8 },
 }
 
 impl Act {
@@ -274,6 +288,7 @@ impl Act {
                 .map_or(cookie::rule(0), |&(id, _, _)| cookie::rule(id)),
             Act::Allow { id, .. } | Act::Count { id, .. } => cookie::rule(*id),
             Act::Drop { ofport } => cookie::isolation(*ofport),
+            Act::Exempt { .. } => cookie::NODE_EXEMPTION,
         }
     }
 
@@ -287,7 +302,7 @@ impl Act {
             Act::Allow { id, reg, metric } => {
                 format!("load:{id:#x}->{}[],goto_table:{metric}", reg.nxm)
             }
-            Act::Count { next, .. } => format!("goto_table:{next}"),
+            Act::Count { next, .. } | Act::Exempt { metric: next } => format!("goto_table:{next}"),
             Act::Drop { .. } => "drop".into(),
         }
     }
@@ -588,7 +603,29 @@ fn rule_flows(
 }
 
 /// The flows that enforce every NetworkPolicy of `state` on the `local` pods.
+/// The node's own addresses (exempt from policy) are those of the node the
+/// local pods' Pod objects name ([`eval::node_addresses`]).
 pub fn policy_flows(state: &ClusterState, local: &[LocalPod]) -> PolicyFlows {
+    let mut node_addrs: Vec<Ipv4Addr> = local
+        .iter()
+        .filter_map(|lp| state.pods.get(&(lp.namespace.clone(), lp.name.clone())))
+        .map(|p| p.node_name.as_str())
+        .collect::<BTreeSet<&str>>()
+        .into_iter()
+        .flat_map(|n| eval::node_addresses(state, n))
+        .collect();
+    node_addrs.sort();
+    node_addrs.dedup();
+    policy_flows_on_node(state, local, &node_addrs)
+}
+
+/// [`policy_flows`] with the node's own addresses given: traffic between
+/// them and the local pods is never subject to policy.
+pub fn policy_flows_on_node(
+    state: &ClusterState,
+    local: &[LocalPod],
+    node_addrs: &[Ipv4Addr],
+) -> PolicyFlows {
     let ids = ids::assign(state);
     let mut out = FlowSet::default();
     let mut used: BTreeMap<u32, RuleRef> = BTreeMap::new();
@@ -634,6 +671,31 @@ pub fn policy_flows(state: &ClusterState, local: &[LocalPod]) -> PolicyFlows {
                     used.insert(r.id, r.clone());
                 }
             }
+        }
+    }
+    let directions: BTreeSet<Direction> = isolated.keys().map(|(d, _)| *d).collect();
+    for dir in directions {
+        let st = stage(dir);
+        for addr in node_addrs {
+            let net = Some(Ipv4Net::from(*addr));
+            let m = match dir {
+                Direction::Ingress => FlowMatch {
+                    nw_src: net,
+                    ..FlowMatch::default()
+                },
+                Direction::Egress => FlowMatch {
+                    nw_dst: net,
+                    ..FlowMatch::default()
+                },
+            };
+            out.add(
+                st.rule,
+                PRIORITY_NODE,
+                m,
+                Act::Exempt {
+                    metric: st.metric.id,
+                },
+            );
         }
     }
     for ((dir, ip), ofport) in isolated {

@@ -57,6 +57,7 @@ fn t(port: u16) -> L4 {
 /// a/remote on another node (app=client).
 fn base() -> ClusterState {
     let mut s = ClusterState::default();
+    add_nodes(&mut s);
     ns(&mut s, "a", &[("team", "a")]);
     ns(&mut s, "b", &[("team", "b")]);
     pod(
@@ -284,7 +285,7 @@ fn ipblock_with_except() {
     let srcs: Vec<&String> =
         n.pf.flows
             .iter()
-            .filter(|l| l.contains("nw_src="))
+            .filter(|l| l.contains("nw_src=") && l.contains("conjunction"))
             .collect();
     // 192.168.0.0/16 minus 1.0/24 and 2.128/25: 128/17 64/18 32/19 16/20
     // 8/21 4/22 3.0/24 0.0/24 2.0/25.
@@ -760,6 +761,7 @@ fn cookies_name_rules_and_pods() {
     for f in &flows {
         match cookie::rule_id(f.cookie) {
             Some(x) => assert_eq!(x, id),
+            None if f.cookie == cookie::NODE_EXEMPTION => {}
             None => assert_eq!(cookie::isolation_port(f.cookie), Some(web_port), "{f:?}"),
         }
     }
@@ -768,6 +770,31 @@ fn cookies_name_rules_and_pods() {
         cookie::rule(id)
     );
     assert!(n.pf.flows.contains(&metric), "{:#?}", n.pf.flows);
+}
+
+#[test]
+fn traffic_with_the_own_node_is_always_allowed() {
+    let mut s = base();
+    let mut p = policy("a", "deny-all", LabelSelector::default());
+    p.ingress_isolation = true;
+    p.egress_isolation = true;
+    add_policy(&mut s, p);
+    let n = NodePipe::new(s);
+    for node_ip in ["10.244.0.1", "192.168.77.11"] {
+        check(&n, &ext(node_ip), &ep("a", "web"), t(8080), true);
+        check(&n, &ep("a", "web"), &ext(node_ip), t(10250), true);
+    }
+    // Not the other node, nor the pods of this node's other namespaces.
+    check(&n, &ext("192.168.77.12"), &ep("a", "web"), t(8080), false);
+    check(&n, &ext("10.244.1.1"), &ep("a", "web"), t(8080), false);
+    check(&n, &ep("b", "other"), &ep("a", "web"), t(8080), false);
+    check(&n, &ep("a", "web"), &ep("b", "other"), t(8080), false);
+    let ex: Vec<&String> =
+        n.pf.flows
+            .iter()
+            .filter(|l| l.contains(&format!("cookie={:#x},", cookie::NODE_EXEMPTION)))
+            .collect();
+    assert_eq!(ex.len(), 4, "{ex:#?}");
 }
 
 #[test]

@@ -202,6 +202,7 @@ fn cluster_s() -> impl Strategy<Value = ClusterState> {
     )
         .prop_map(|(n_ns, ns_labels, pods, policies)| {
             let mut s = ClusterState::default();
+            add_nodes(&mut s);
             for (i, l) in ns_labels.into_iter().take(n_ns).enumerate() {
                 let name = format!("ns{i}");
                 s.namespaces

@@ -20,6 +20,9 @@
 //!   selected pod, for egress the destination if it is a pod matched by a
 //!   pod peer of the rule (or any pod, for a rule without peers); a
 //!   destination reached only through an `ipBlock` matches no named port;
+//! - traffic between a pod and its own node (the node's gateway address,
+//!   the first host address of its pod CIDR, and its InternalIP;
+//!   [`node_addresses`]) is always allowed;
 //! - a connection passes if the source's egress allows it (when the source
 //!   is a pod) AND the destination's ingress allows it (when it is a pod).
 //!
@@ -122,6 +125,24 @@ pub fn ingress_allowed(
     direction_allowed(state, dst, Direction::Ingress, src_ip, src_pod, l4)
 }
 
+/// The addresses node `name` talks to its pods from and is reached at: the
+/// gateway (the first host address of its pod CIDR) and its InternalIP.
+/// Empty if the node is unknown. Sorted, without duplicates.
+pub fn node_addresses(state: &ClusterState, name: &str) -> Vec<Ipv4Addr> {
+    let Some(node) = state.nodes.get(name) else {
+        return Vec::new();
+    };
+    let mut v: Vec<Ipv4Addr> = node
+        .pod_cidr
+        .map(|c| Ipv4Addr::from(u32::from(c.network()).wrapping_add(1)))
+        .into_iter()
+        .chain(node.internal_ip)
+        .collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
 fn direction_allowed(
     state: &ClusterState,
     pod: &Pod,
@@ -130,6 +151,9 @@ fn direction_allowed(
     peer_pod: Option<&Pod>,
     l4: L4,
 ) -> bool {
+    if node_addresses(state, &pod.node_name).contains(&peer_ip) {
+        return true;
+    }
     let mut isolated = false;
     for p in state.policies.values() {
         let (isolates, rules) = match dir {

@@ -37,6 +37,24 @@ pub fn node() -> NodeNet {
     }
 }
 
+/// Nodes "n1" (this one: gateway 10.244.0.1, InternalIP 192.168.77.11)
+/// and "n2" (the remote one).
+pub fn add_nodes(state: &mut ClusterState) {
+    for (name, cidr, ip) in [
+        ("n1", "10.244.0.0/24", "192.168.77.11"),
+        ("n2", "10.244.1.0/24", "192.168.77.12"),
+    ] {
+        state.nodes.insert(
+            name.into(),
+            Node {
+                name: name.into(),
+                pod_cidr: Some(cidr.parse().unwrap()),
+                internal_ip: Some(ip.parse().unwrap()),
+            },
+        );
+    }
+}
+
 pub fn labels(kv: &[(&str, &str)]) -> Labels {
     kv.iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -203,7 +221,9 @@ impl NodePipe {
         let gw_mac = flows::mac_str(&node().gateway_mac);
         let (in_port, dl_src) = match self.local_of(src) {
             Some(l) => (l.ofport, flows::mac_str(&flows::pod_mac(l.ip))),
-            None if remote_node().pod_cidr.contains(&src) => (TUNNEL_PORT, "02:00:00:00:00:01".into()),
+            None if remote_node().pod_cidr.contains(&src) => {
+                (TUNNEL_PORT, "02:00:00:00:00:01".into())
+            }
             None => (GW_PORT, gw_mac.clone()),
         };
         let dl_dst = match self.local_of(dst) {
