@@ -269,7 +269,7 @@ async fn keep_converged(agent: Arc<Agent>, every: Duration) {
                     failures = 0;
                 }
                 Err(e) => {
-                    if failures % 30 == 0 {
+                    if failures.is_multiple_of(30) {
                         tracing::warn!("cannot converge with the switch yet (retrying): {e:#}");
                     }
                     failures += 1;

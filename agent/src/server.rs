@@ -97,6 +97,9 @@ pub struct AgentConfig {
     pub masquerade: bool,
 }
 
+/// Serialises the operations on one (container id, ifname).
+type KeyLock = Arc<tokio::sync::Mutex<()>>;
+
 /// The flows the switch holds, as the agent last set them.
 #[derive(Default)]
 struct Applied {
@@ -111,7 +114,7 @@ pub struct Agent {
     ipam: Mutex<Option<Ipam>>,
     store: Store,
     records: Mutex<BTreeMap<(String, String), Attachment>>,
-    locks: Mutex<HashMap<(String, String), Arc<tokio::sync::Mutex<()>>>>,
+    locks: Mutex<HashMap<(String, String), KeyLock>>,
     gate: tokio::sync::RwLock<()>,
     node: Mutex<Option<NodeNet>>,
     tunnel_ofport: Mutex<Option<u32>>,
