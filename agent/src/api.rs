@@ -1066,6 +1066,9 @@ mod tests {
         assert!(h.steps.iter().all(|s| s.matched && !s.annotation.is_empty()));
         assert!(h.steps.iter().any(|s| s.annotation == "pod x/b (port 4)"), "{:#?}", h.steps);
         assert!(h.allowed_by.is_empty());
+        if std::env::var_os("SHOW_TRACE").is_some() {
+            eprintln!("{}\n{:#?}", h.text, h.steps);
+        }
     }
 
     #[test]
