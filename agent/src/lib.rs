@@ -8,6 +8,7 @@
 
 pub mod api;
 pub mod flows;
+pub mod hostnet;
 pub mod ipam;
 pub mod model;
 pub mod podnet;
