@@ -288,7 +288,8 @@ pub fn build_packet(view: &NodeView, req: &TraceflowRequest) -> Result<String, A
             "its gateway is not discovered yet",
         ));
     };
-    let (sns, sname) = split_pod_ref(&req.src).ok_or_else(|| ApiError::BadPodRef(req.src.clone()))?;
+    let (sns, sname) =
+        split_pod_ref(&req.src).ok_or_else(|| ApiError::BadPodRef(req.src.clone()))?;
     let Some(src) = view.attachment_of(sns, sname) else {
         return Err(
             match view.cluster.pods.get(&(sns.to_string(), sname.to_string())) {
@@ -411,7 +412,11 @@ pub fn parse_trace(text: &str) -> ParsedTrace {
             continue;
         }
         if let Some(e) = line.strip_prefix("Translation failed (") {
-            out.errors.push(e.trim_end_matches(", packet is dropped.").trim_end_matches(')').to_string());
+            out.errors.push(
+                e.trim_end_matches(", packet is dropped.")
+                    .trim_end_matches(')')
+                    .to_string(),
+            );
             continue;
         }
         let Some(p) = pass else { continue };
@@ -539,7 +544,9 @@ pub fn annotate(view: &NodeView, step: &TraceStep) -> (Option<FlowOwner>, String
         feature::ISOLATION => {
             let ofport = u32::try_from(obj).unwrap_or(u32::MAX);
             let dir = direction_of_table(step.table);
-            let att = view.attachment_on(ofport).filter(|a| !a.pod_name.is_empty());
+            let att = view
+                .attachment_on(ofport)
+                .filter(|a| !a.pod_name.is_empty());
             let policies = match (att, dir) {
                 (Some(a), Some(d)) => {
                     isolating_policies(&view.cluster, &a.pod_namespace, &a.pod_name, d)
@@ -607,8 +614,11 @@ fn split_top(actions: &str) -> Vec<&str> {
 
 /// `key=value` of a printed flow key.
 fn key_field<'a>(flow: &'a str, key: &str) -> Option<&'a str> {
-    flow.split(',')
-        .find_map(|kv| kv.split_once('=').filter(|(k, _)| *k == key).map(|(_, v)| v))
+    flow.split(',').find_map(|kv| {
+        kv.split_once('=')
+            .filter(|(k, _)| *k == key)
+            .map(|(_, v)| v)
+    })
 }
 
 /// Parses the switch's trace of `packet` into a hop (steps annotated,
@@ -623,7 +633,9 @@ pub fn hop(view: &NodeView, packet: &str, text: &str, injected: bool) -> Tracefl
     }
     let mut allowed_by: Vec<String> = Vec::new();
     for s in &steps {
-        if matches!(s.owner, Some(FlowOwner::PolicyRule { .. })) && !allowed_by.contains(&s.annotation) {
+        if matches!(s.owner, Some(FlowOwner::PolicyRule { .. }))
+            && !allowed_by.contains(&s.annotation)
+        {
             allowed_by.push(s.annotation.clone());
         }
     }
@@ -641,7 +653,11 @@ pub fn hop(view: &NodeView, packet: &str, text: &str, injected: bool) -> Tracefl
     let mut next = None;
     let verdict = match output {
         Some((pass, port)) if Some(port) == view.tunnel_ofport => {
-            let fin = parsed.final_flows.get(pass).map(String::as_str).unwrap_or("");
+            let fin = parsed
+                .final_flows
+                .get(pass)
+                .map(String::as_str)
+                .unwrap_or("");
             let tun_dst = key_field(fin, "tun_dst").and_then(|v| v.parse::<Ipv4Addr>().ok());
             let node = tun_dst.and_then(|ip| view.node_named_by_ip(ip));
             let src_ip = key_field(fin, "nw_src").and_then(|v| v.parse().ok());
@@ -842,7 +858,9 @@ mod tests {
     }
 
     fn labels(kv: &[(&str, &str)]) -> Labels {
-        kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        kv.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     fn policy(name: &str, selector: Labels, ingress: bool, egress: bool) -> NetworkPolicy {
@@ -958,7 +976,9 @@ mod tests {
         let key = parse_packet_spec(spec, &ParseContext::default()).unwrap();
         let opts = TraceOptions {
             names: Some(TableNames::default()),
-            ct_next: vec![oxvs_pipeline::field::ct_state::TRK | oxvs_pipeline::field::ct_state::NEW],
+            ct_next: vec![
+                oxvs_pipeline::field::ct_state::TRK | oxvs_pipeline::field::ct_state::NEW,
+            ],
             ..TraceOptions::default()
         };
         let env = XlateEnv {
@@ -997,7 +1017,10 @@ mod tests {
         assert_eq!(s.table_name.as_deref(), Some("SpoofGuard"));
         assert_eq!(s.priority, Some(200));
         assert_eq!(s.cookie, 0x2000000000003);
-        assert_eq!(s.matches, "ip,in_port=3,dl_src=0a:58:0a:f4:00:03,nw_src=10.244.0.3");
+        assert_eq!(
+            s.matches,
+            "ip,in_port=3,dl_src=0a:58:0a:f4:00:03,nw_src=10.244.0.3"
+        );
         assert_eq!(s.pass, 1);
         assert!(s.matched);
         let s = parse_step_line(" 0. Classifier: priority 0, cookie 0x1000000000000", 0).unwrap();
@@ -1019,16 +1042,34 @@ mod tests {
         assert_eq!(p, "in_port=3,tcp,dl_src=0a:58:0a:f4:00:03,dl_dst=0a:58:0a:f4:00:04,nw_src=10.244.0.3,nw_dst=10.244.0.4,nw_ttl=64,tp_src=49152,tp_dst=80,tcp_flags=0x2");
         // Remote pod (by name, from the cluster) and an outside IP: via the gateway MAC.
         let p = build_packet(&v, &req("x/a", "x/r", Proto::Udp, Some(53))).unwrap();
-        assert!(p.contains("dl_dst=0a:58:0a:f4:00:01,nw_src=10.244.0.3,nw_dst=10.244.1.7"), "{p}");
+        assert!(
+            p.contains("dl_dst=0a:58:0a:f4:00:01,nw_src=10.244.0.3,nw_dst=10.244.1.7"),
+            "{p}"
+        );
         let p = build_packet(&v, &req("x/a", "8.8.8.8", Proto::Icmp, None)).unwrap();
-        assert!(p.ends_with("nw_dst=8.8.8.8,nw_ttl=64,icmp_type=8,icmp_code=0"), "{p}");
+        assert!(
+            p.ends_with("nw_dst=8.8.8.8,nw_ttl=64,icmp_type=8,icmp_code=0"),
+            "{p}"
+        );
         for (r, want) in [
-            (req("x/r", "x/a", Proto::Tcp, Some(80)), "not attached to node n1 (it runs on node n2)"),
-            (req("x/zz", "x/a", Proto::Tcp, Some(80)), "not known to node n1"),
+            (
+                req("x/r", "x/a", Proto::Tcp, Some(80)),
+                "not attached to node n1 (it runs on node n2)",
+            ),
+            (
+                req("x/zz", "x/a", Proto::Tcp, Some(80)),
+                "not known to node n1",
+            ),
             (req("a", "x/a", Proto::Tcp, Some(80)), "not a pod reference"),
             (req("x/a", "nowhere", Proto::Tcp, Some(80)), "neither a pod"),
-            (req("x/a", "x/zz", Proto::Tcp, Some(80)), "x/zz is not known"),
-            (req("x/a", "x/b", Proto::Sctp, None), "sctp needs a destination port"),
+            (
+                req("x/a", "x/zz", Proto::Tcp, Some(80)),
+                "x/zz is not known",
+            ),
+            (
+                req("x/a", "x/b", Proto::Sctp, None),
+                "sctp needs a destination port",
+            ),
             (req("x/a", "x/b", Proto::Icmp, Some(1)), "icmp has no ports"),
         ] {
             let e = build_packet(&v, &r).unwrap_err().to_string();
@@ -1057,14 +1098,24 @@ mod tests {
         let first = &h.steps[0];
         assert_eq!((first.pass, first.table), (0, 0));
         assert_eq!(first.annotation, "pod x/a (port 3)");
-        assert!(first.actions.iter().any(|a| a.starts_with("goto_table")), "{first:?}");
+        assert!(
+            first.actions.iter().any(|a| a.starts_with("goto_table")),
+            "{first:?}"
+        );
         // Pass 1 resumes after conntrack, ends in Output.
         assert!(h.steps.iter().any(|s| s.pass == 1 && s.table == 31));
         let last = h.steps.last().unwrap();
         assert_eq!(last.table_name.as_deref(), Some("Output"));
         assert_eq!(last.annotation, "pipeline default");
-        assert!(h.steps.iter().all(|s| s.matched && !s.annotation.is_empty()));
-        assert!(h.steps.iter().any(|s| s.annotation == "pod x/b (port 4)"), "{:#?}", h.steps);
+        assert!(h
+            .steps
+            .iter()
+            .all(|s| s.matched && !s.annotation.is_empty()));
+        assert!(
+            h.steps.iter().any(|s| s.annotation == "pod x/b (port 4)"),
+            "{:#?}",
+            h.steps
+        );
         assert!(h.allowed_by.is_empty());
         if std::env::var_os("SHOW_TRACE").is_some() {
             eprintln!("{}\n{:#?}", h.text, h.steps);
@@ -1074,8 +1125,15 @@ mod tests {
     #[test]
     fn policy_steps_name_the_policy() {
         let h = traceflow_hop(&req("x/a", "x/b", Proto::Tcp, Some(80)), true);
-        assert!(matches!(h.verdict, Verdict::Delivered { ofport: 4, .. }), "{}", h.text);
-        assert_eq!(h.allowed_by, vec!["NetworkPolicy x/allow-a ingress[0]".to_string()]);
+        assert!(
+            matches!(h.verdict, Verdict::Delivered { ofport: 4, .. }),
+            "{}",
+            h.text
+        );
+        assert_eq!(
+            h.allowed_by,
+            vec!["NetworkPolicy x/allow-a ingress[0]".to_string()]
+        );
         let rule = h.steps.iter().find(|s| s.cookie >> 48 == 4).unwrap();
         assert_eq!(
             rule.owner,
@@ -1091,7 +1149,10 @@ mod tests {
         let Verdict::Dropped { by, table, .. } = &h.verdict else {
             panic!("not dropped: {:?}\n{}", h.verdict, h.text);
         };
-        assert_eq!(by, "NetworkPolicies x/allow-a, x/deny-all ingress (isolation)");
+        assert_eq!(
+            by,
+            "NetworkPolicies x/allow-a, x/deny-all ingress (isolation)"
+        );
         assert_eq!(*table, Some(names::INGRESS_DEFAULT_RULE.id));
         assert_eq!(
             h.verdict.describe(),
@@ -1113,17 +1174,26 @@ mod tests {
             owner: None,
             annotation: String::new(),
         };
-        assert_eq!(annotate(&v, &step).1, "NetworkPolicy x/deny-all ingress (isolation)");
+        assert_eq!(
+            annotate(&v, &step).1,
+            "NetworkPolicy x/deny-all ingress (isolation)"
+        );
         let egress = TraceStep {
             table: names::EGRESS_DEFAULT_RULE.id,
             ..step.clone()
         };
-        assert_eq!(annotate(&v, &egress).1, "NetworkPolicy x/egress-only egress (isolation)");
+        assert_eq!(
+            annotate(&v, &egress).1,
+            "NetworkPolicy x/egress-only egress (isolation)"
+        );
         let gone = TraceStep {
             cookie: 0x5000000000063,
             ..step
         };
-        assert_eq!(annotate(&v, &gone).1, "NetworkPolicy isolation of the pod on port 99");
+        assert_eq!(
+            annotate(&v, &gone).1,
+            "NetworkPolicy isolation of the pod on port 99"
+        );
     }
 
     #[test]
@@ -1143,9 +1213,20 @@ mod tests {
             h.text
         );
         // A spoofed source: SpoofGuard's default drop.
-        let spec = "in_port=3,tcp,dl_src=0a:58:0a:f4:00:03,nw_src=10.244.0.9,nw_dst=10.244.0.4,tp_dst=80";
+        let spec =
+            "in_port=3,tcp,dl_src=0a:58:0a:f4:00:03,nw_src=10.244.0.9,nw_dst=10.244.0.4,tp_dst=80";
         let h = hop(&v, spec, &run_trace(spec, false), false);
-        assert!(matches!(&h.verdict, Verdict::Dropped { table: Some(10), .. }), "{:?}", h.verdict);
+        assert!(
+            matches!(
+                &h.verdict,
+                Verdict::Dropped {
+                    table: Some(10),
+                    ..
+                }
+            ),
+            "{:?}",
+            h.verdict
+        );
     }
 
     #[test]
@@ -1161,7 +1242,10 @@ mod tests {
             "{}",
             h.text
         );
-        assert!(h.steps.iter().any(|s| s.annotation == "remote node n2 (192.168.77.12)"));
+        assert!(h
+            .steps
+            .iter()
+            .any(|s| s.annotation == "remote node n2 (192.168.77.12)"));
         let next = h.next.clone().expect("next hop");
         assert_eq!(next.ttl, 63);
         assert_eq!(next.src_mac, "0a:58:0a:f4:00:01");
@@ -1183,14 +1267,28 @@ mod tests {
             ttl: 63,
         });
         let spec = build_packet(&v, &r).unwrap();
-        assert!(spec.starts_with("in_port=9,tcp,tun_src=192.168.77.12,tun_dst=192.168.77.11,"), "{spec}");
+        assert!(
+            spec.starts_with("in_port=9,tcp,tun_src=192.168.77.12,tun_dst=192.168.77.11,"),
+            "{spec}"
+        );
         let h = hop(&v, &spec, &run_trace(&spec, false), false);
-        assert_eq!(h.verdict, Verdict::Delivered { ofport: 4, to: "pod x/b".into() }, "{}", h.text);
+        assert_eq!(
+            h.verdict,
+            Verdict::Delivered {
+                ofport: 4,
+                to: "pod x/b".into()
+            },
+            "{}",
+            h.text
+        );
         assert_eq!(h.steps[0].annotation, "tunnel");
         if let Some(t) = r.from_tunnel.as_mut() {
             t.src_mac = "nope".into();
         }
-        assert!(build_packet(&v, &r).unwrap_err().to_string().contains("bad MAC"));
+        assert!(build_packet(&v, &r)
+            .unwrap_err()
+            .to_string()
+            .contains("bad MAC"));
     }
 
     #[test]
@@ -1214,10 +1312,17 @@ mod tests {
     fn datapath_action_splitting_and_key_fields() {
         assert_eq!(
             split_top("set(tunnel(tun_id=0x0,dst=1.2.3.4)),set(eth(src=a,dst=b)),9"),
-            vec!["set(tunnel(tun_id=0x0,dst=1.2.3.4))", "set(eth(src=a,dst=b))", "9"]
+            vec![
+                "set(tunnel(tun_id=0x0,dst=1.2.3.4))",
+                "set(eth(src=a,dst=b))",
+                "9"
+            ]
         );
         assert_eq!(split_top("drop"), vec!["drop"]);
-        assert_eq!(key_field("recirc_id=0x1,tun_dst=1.2.3.4,ip", "tun_dst"), Some("1.2.3.4"));
+        assert_eq!(
+            key_field("recirc_id=0x1,tun_dst=1.2.3.4,ip", "tun_dst"),
+            Some("1.2.3.4")
+        );
         assert_eq!(key_field("ip", "tun_dst"), None);
         // Garbage never panics.
         let p = parse_trace("Flow: x\n 12. \n99999. a\nDatapath actions: \n");

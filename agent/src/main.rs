@@ -219,7 +219,8 @@ async fn run(args: Args, pod_mtu: u32) -> anyhow::Result<()> {
 fn serve_api(agent: &Arc<Agent>, sock: &std::path::Path) -> Option<tokio::task::JoinHandle<()>> {
     let bind = || -> anyhow::Result<tokio::net::UnixListener> {
         if let Some(dir) = sock.parent() {
-            std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
         }
         if sock.exists() {
             if std::os::unix::net::UnixStream::connect(sock).is_ok() {

@@ -565,7 +565,10 @@ mod tests {
             (r#"{"v":2,"op":"info"}"#, "version 2"),
             (r#"{"v":1}"#, "no \"op\""),
             (r#"{"v":1,"op":"dump"}"#, "unknown op 'dump'"),
-            (r#"{"v":1,"op":"pod","namespace":"x"}"#, "bad arguments for 'pod'"),
+            (
+                r#"{"v":1,"op":"pod","namespace":"x"}"#,
+                "bad arguments for 'pod'",
+            ),
             (
                 r#"{"v":1,"op":"traceflow","src":"x/a","dst":"x/b","proto":"icmpv6"}"#,
                 "bad arguments for 'traceflow'",

@@ -11,8 +11,8 @@ use std::process::{Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 
 use oxvs_api::agent::{
-    parse_agent_request, AgentRequest, FlowOwner, PodInfo, TraceStep, TraceflowHop,
-    TunnelArrival, Verdict,
+    parse_agent_request, AgentRequest, FlowOwner, PodInfo, TraceStep, TraceflowHop, TunnelArrival,
+    Verdict,
 };
 use oxvs_api::Response;
 use serde_json::Value;
@@ -103,7 +103,14 @@ fn hop(node: &str, verdict: Verdict, next: Option<TunnelArrival>) -> TraceflowHo
                 },
                 "pod x/a (port 3)",
             ),
-            step(1, 90, "Output", 0x1000000000000, FlowOwner::Pipeline, "pipeline default"),
+            step(
+                1,
+                90,
+                "Output",
+                0x1000000000000,
+                FlowOwner::Pipeline,
+                "pipeline default",
+            ),
         ],
         datapath_actions: vec!["4".into()],
         verdict,
@@ -174,7 +181,15 @@ fn one_node_delivered_exits_0_and_prints_steps() {
     );
     let sock = a.path.to_string_lossy().into_owned();
     let o = oxvsctl(&[
-        "traceflow", "--src", "x/a", "--dst", "x/b", "--dport", "80", "--agent-socket", &sock,
+        "traceflow",
+        "--src",
+        "x/a",
+        "--dst",
+        "x/b",
+        "--dport",
+        "80",
+        "--agent-socket",
+        &sock,
     ]);
     let t = text(&o);
     assert_eq!(o.status.code(), Some(0), "{t}");
@@ -184,7 +199,10 @@ fn one_node_delivered_exits_0_and_prints_steps() {
     assert!(t.contains("pod x/a (port 3)"), "{t}");
     assert!(t.contains("-- after conntrack (pass 1"), "{t}");
     assert!(t.contains("=> delivered to pod x/b (port 4)"), "{t}");
-    assert!(t.contains("Result: delivered to pod x/b (port 4) on node n1"), "{t}");
+    assert!(
+        t.contains("Result: delivered to pod x/b (port 4) on node n1"),
+        "{t}"
+    );
     // One request only: a single agent is asked directly.
     assert_eq!(a.seen.lock().unwrap().len(), 1);
 }
@@ -231,14 +249,29 @@ fn two_nodes_follow_the_tunnel_with_the_arrival() {
     let s2 = format!("n2={}", n2.path.display());
     // n2 first: it says the pod runs on n1, so n1 is asked.
     let args = [
-        "traceflow", "--src", "x/a", "--dst", "x/r", "--proto", "tcp", "--dport", "80",
-        "--inject", "--agent-socket", &s2, "--agent-socket", &s1,
+        "traceflow",
+        "--src",
+        "x/a",
+        "--dst",
+        "x/r",
+        "--proto",
+        "tcp",
+        "--dport",
+        "80",
+        "--inject",
+        "--agent-socket",
+        &s2,
+        "--agent-socket",
+        &s1,
     ];
     let o = oxvsctl(&args);
     let t = text(&o);
     assert_eq!(o.status.code(), Some(4), "dropped: {t}");
     assert!(t.contains("Node n1") && t.contains("Node n2"), "{t}");
-    assert!(t.contains("sent through the tunnel (port 9) to node n2 (192.168.9.2)"), "{t}");
+    assert!(
+        t.contains("sent through the tunnel (port 9) to node n2 (192.168.9.2)"),
+        "{t}"
+    );
     assert!(
         t.contains("Result: dropped on node n2 by NetworkPolicy x/deny-all ingress (isolation)"),
         "{t}"
@@ -258,7 +291,10 @@ fn two_nodes_follow_the_tunnel_with_the_arrival() {
     assert_eq!(v["outcome"], "dropped");
     assert_eq!(v["hops"].as_array().map(Vec::len), Some(2));
     assert_eq!(v["hops"][0]["verdict"]["kind"], "tunnel");
-    assert_eq!(v["hops"][1]["verdict"]["by"], "NetworkPolicy x/deny-all ingress (isolation)");
+    assert_eq!(
+        v["hops"][1]["verdict"]["by"],
+        "NetworkPolicy x/deny-all ingress (isolation)"
+    );
     assert_eq!(v["hops"][0]["steps"][0]["owner"]["pod"], "x/a");
 }
 
@@ -282,7 +318,15 @@ fn a_node_without_a_socket_makes_the_trace_incomplete() {
     );
     let s1 = format!("n1={}", n1.path.display());
     let o = oxvsctl(&[
-        "traceflow", "--src", "x/a", "--dst", "x/r", "--dport", "80", "--agent-socket", &s1,
+        "traceflow",
+        "--src",
+        "x/a",
+        "--dst",
+        "x/r",
+        "--dport",
+        "80",
+        "--agent-socket",
+        &s1,
     ]);
     let t = text(&o);
     assert_eq!(o.status.code(), Some(5), "{t}");
@@ -297,25 +341,73 @@ fn refusals_unreachable_agents_and_usage() {
     );
     let sock = a.path.to_string_lossy().into_owned();
     let o = oxvsctl(&[
-        "traceflow", "--src", "x/zz", "--dst", "x/b", "--dport", "80", "--agent-socket", &sock,
+        "traceflow",
+        "--src",
+        "x/zz",
+        "--dst",
+        "x/b",
+        "--dport",
+        "80",
+        "--agent-socket",
+        &sock,
     ]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(text(&o).contains("pod x/zz is not known to node n1"));
 
     let o = oxvsctl(&[
-        "traceflow", "--src", "x/a", "--dst", "x/b", "--dport", "80", "--agent-socket",
+        "traceflow",
+        "--src",
+        "x/a",
+        "--dst",
+        "x/b",
+        "--dport",
+        "80",
+        "--agent-socket",
         "/nonexistent/oxvs-agent.sock",
     ]);
     assert_eq!(o.status.code(), Some(3), "{}", text(&o));
-    assert!(text(&o).contains("/nonexistent/oxvs-agent.sock"), "{}", text(&o));
+    assert!(
+        text(&o).contains("/nonexistent/oxvs-agent.sock"),
+        "{}",
+        text(&o)
+    );
 
     for bad in [
         vec!["traceflow", "--src", "x/a", "--dst", "x/b"],
-        vec!["traceflow", "--src", "x/a", "--dst", "x/b", "--proto", "icmp", "--dport", "1"],
-        vec!["traceflow", "--src", "x/a", "--dst", "x/b", "--proto", "gre", "--dport", "1"],
         vec![
-            "traceflow", "--src", "x/a", "--dst", "x/b", "--dport", "1", "--agent-socket",
-            "n1=/a", "--agent-socket", "/b",
+            "traceflow",
+            "--src",
+            "x/a",
+            "--dst",
+            "x/b",
+            "--proto",
+            "icmp",
+            "--dport",
+            "1",
+        ],
+        vec![
+            "traceflow",
+            "--src",
+            "x/a",
+            "--dst",
+            "x/b",
+            "--proto",
+            "gre",
+            "--dport",
+            "1",
+        ],
+        vec![
+            "traceflow",
+            "--src",
+            "x/a",
+            "--dst",
+            "x/b",
+            "--dport",
+            "1",
+            "--agent-socket",
+            "n1=/a",
+            "--agent-socket",
+            "/b",
         ],
     ] {
         let o = oxvsctl(&bad);

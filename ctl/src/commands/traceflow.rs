@@ -183,7 +183,9 @@ impl Traceflow {
     pub fn exec(self, ctx: &Ctx) -> anyhow::Result<()> {
         let agents = parse_agents(&self.agent_sockets)?;
         if self.proto.has_ports() && self.dport.is_none() {
-            return Err(UsageError(format!("--proto {} needs --dport", self.proto.keyword())).into());
+            return Err(
+                UsageError(format!("--proto {} needs --dport", self.proto.keyword())).into(),
+            );
         }
         if !self.proto.has_ports() && (self.dport.is_some() || self.sport.is_some()) {
             return Err(UsageError("--proto icmp takes no --dport/--sport".into()).into());
@@ -202,16 +204,22 @@ impl Traceflow {
             src: self.src.clone(),
             dst: self.dst.clone(),
             proto: self.proto,
-            sport: self.proto.has_ports().then_some(self.sport.unwrap_or(DEFAULT_SPORT)),
+            sport: self
+                .proto
+                .has_ports()
+                .then_some(self.sport.unwrap_or(DEFAULT_SPORT)),
             dport: self.dport,
             hops: Vec::new(),
             outcome: "incomplete".into(),
             incomplete: None,
         };
         loop {
-            let hop: TraceflowHop =
-                call_agent(&socket, &AgentRequest::Traceflow(req.clone()), AGENT_TIMEOUT)
-                    .map_err(agent_err)?;
+            let hop: TraceflowHop = call_agent(
+                &socket,
+                &AgentRequest::Traceflow(req.clone()),
+                AGENT_TIMEOUT,
+            )
+            .map_err(agent_err)?;
             let verdict = hop.verdict.clone();
             let next = hop.next.clone();
             report.hops.push(hop);
@@ -240,8 +248,9 @@ impl Traceflow {
                         break;
                     };
                     if report.hops.len() >= MAX_HOPS {
-                        report.incomplete =
-                            Some(format!("the path is longer than {MAX_HOPS} nodes (a loop?)"));
+                        report.incomplete = Some(format!(
+                            "the path is longer than {MAX_HOPS} nodes (a loop?)"
+                        ));
                         break;
                     }
                     let Some(s) = agents.socket_of(&node) else {
@@ -304,7 +313,11 @@ pub fn render(r: &TraceflowReport, show_trace: bool) -> String {
                 let _ = write!(f, "priority {}", st.priority.unwrap_or(0));
                 f
             };
-            let _ = writeln!(s, "  {:>3}. {name:<19} {:<44} {flow}", st.table, st.annotation);
+            let _ = writeln!(
+                s,
+                "  {:>3}. {name:<19} {:<44} {flow}",
+                st.table, st.annotation
+            );
             if !st.actions.is_empty() {
                 let _ = writeln!(s, "       {:<19} actions: {}", "", st.actions.join(", "));
             }
