@@ -6,7 +6,8 @@
 //! agent serves the socket at once (ADD answers "try again later" until the
 //! switch and its gateway are found), retries the switch until it appears,
 //! and reconverges whenever the switch's view drifts (e.g. switchd
-//! restarted). Stopping the agent (SIGTERM/SIGINT) never touches pods: the
+//! restarted). The API socket (`--api-socket`, [`oxvs_agent::api`]) serves
+//! `oxvsctl traceflow`. Stopping the agent (SIGTERM/SIGINT) never touches pods: the
 //! switch keeps forwarding, and the next agent picks up from the records.
 //!
 //! Exit codes: 0 after SIGTERM/SIGINT, 1 when startup failed, 2 for bad flags.

@@ -102,8 +102,6 @@ impl ApiNode {
     }
 
     fn traceflow_json(&self, args: &[&str]) -> (Option<i32>, Value) {
-        let mut full = vec!["--json"];
-        full.extend_from_slice(args);
         let api = self.api.to_string_lossy().into_owned();
         let mut all = vec!["--json", "traceflow", "--agent-socket", &api];
         all.extend_from_slice(args);
@@ -204,6 +202,39 @@ fn traceflow_between_two_pods_of_one_node() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+
+    // `info` and `pod` on the API socket.
+    let info: oxvs_api::agent::InfoResult = oxvs_api::agent::call_agent(
+        &n.api,
+        &oxvs_api::agent::AgentRequest::Info,
+        Duration::from_secs(10),
+    )
+    .expect("info");
+    assert_eq!(info.node, "n1");
+    assert_eq!(info.pod_cidr.as_deref(), Some("10.236.1.0/24"));
+    assert_eq!(info.gateway.as_ref().map(|g| g.name.as_str()), Some(GW));
+    let mut names: Vec<String> = info
+        .pods
+        .iter()
+        .map(|p| format!("{}/{}", p.namespace, p.name))
+        .collect();
+    names.sort();
+    assert_eq!(names, ["test/a", "test/b"]);
+    let p: oxvs_api::agent::PodInfo = oxvs_api::agent::call_agent(
+        &n.api,
+        &oxvs_api::agent::AgentRequest::Pod {
+            namespace: "test".into(),
+            name: "b".into(),
+        },
+        Duration::from_secs(10),
+    )
+    .expect("pod");
+    assert!(
+        p.local
+            && p.ofport == Some(b_port as u32)
+            && p.ip.map(|i| i.to_string()) == Some(b.ip.clone()),
+        "{p:?}"
+    );
 
     // A pod nobody knows: the agent refuses, naming it (exit 1).
     let (code, out, err) = n.traceflow(&["--src", "test/zz", "--dst", "test/b", "--dport", "80"]);
