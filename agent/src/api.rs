@@ -541,6 +541,10 @@ pub fn annotate(view: &NodeView, step: &TraceStep) -> (Option<FlowOwner>, String
                 ),
             }
         }
+        feature::ISOLATION if obj == 0 => (
+            Some(FlowOwner::NodeExemption),
+            "pod <-> its own node: always allowed (no policy applies)".into(),
+        ),
         feature::ISOLATION => {
             let ofport = u32::try_from(obj).unwrap_or(u32::MAX);
             let dir = direction_of_table(step.table);
@@ -909,12 +913,15 @@ mod tests {
         ] {
             c.policies.insert(p.key(), p);
         }
-        for (n, ip) in [("n1", "192.168.77.11"), ("n2", "192.168.77.12")] {
+        for (n, ip, cidr) in [
+            ("n1", "192.168.77.11", "10.244.0.0/24"),
+            ("n2", "192.168.77.12", "10.244.1.0/24"),
+        ] {
             c.nodes.insert(
                 n.into(),
                 Node {
                     name: n.into(),
-                    pod_cidr: None,
+                    pod_cidr: Some(cidr.parse().unwrap()),
                     internal_ip: Some(ip.parse().unwrap()),
                 },
             );
@@ -1193,6 +1200,131 @@ mod tests {
         assert_eq!(
             annotate(&v, &gone).1,
             "NetworkPolicy isolation of the pod on port 99"
+        );
+    }
+
+    /// The real translator's flows ([`crate::policy::policy_flows`]): the
+    /// annotations name its rules and isolation drops.
+    #[test]
+    fn the_translators_flows_are_named() {
+        use crate::model::{Peer, PolicyPort, Protocol, Rule};
+        use crate::policy::{policy_flows, LocalPod};
+        let mut v = view();
+        let mut c = (*v.cluster).clone();
+        c.policies.clear();
+        c.policies.insert(
+            ("x".into(), "deny-all".into()),
+            policy("deny-all", Labels::new(), true, false),
+        );
+        let mut allow = policy("allow-a", labels(&[("app", "b")]), true, false);
+        allow.ingress = vec![Rule {
+            peers: vec![Peer::Pods {
+                namespace_selector: None,
+                pod_selector: Some(LabelSelector {
+                    match_labels: labels(&[("app", "a")]),
+                    match_expressions: vec![],
+                }),
+            }],
+            ports: vec![PolicyPort {
+                protocol: Protocol::Tcp,
+                port: Some(crate::model::PortRef::Number(80)),
+                end_port: None,
+            }],
+        }];
+        c.policies.insert(allow.key(), allow);
+        let local: Vec<LocalPod> = v
+            .attachments
+            .iter()
+            .map(|a| LocalPod {
+                namespace: a.pod_namespace.clone(),
+                name: a.pod_name.clone(),
+                ip: a.ip,
+                ofport: a.ofport.unwrap(),
+            })
+            .collect();
+        let pf = policy_flows(&c, &local);
+        assert!(!pf.flows.is_empty());
+        v.cluster = Arc::new(c);
+        v.rules = pf.rules.clone();
+        let mut text = flows_text(false);
+        for l in &pf.flows {
+            text.push_str(l);
+            text.push('\n');
+        }
+        let flows = parse_flow_file(&text, &ParseContext::default()).unwrap();
+        let p = Pipeline::new();
+        p.replace_all(&flows, 0).unwrap();
+        let run = |r: &TraceflowRequest| {
+            let spec = build_packet(&v, r).unwrap();
+            let key = parse_packet_spec(&spec, &ParseContext::default()).unwrap();
+            let opts = TraceOptions {
+                names: Some(TableNames::default()),
+                ..TraceOptions::default()
+            };
+            let env = XlateEnv {
+                ports: vec![2, 3, 4, TUN],
+            };
+            let text = trace(&*p.snapshot(), &key, &env, &opts).to_string();
+            hop(&v, &spec, &text, false)
+        };
+        let h = run(&req("x/a", "x/b", Proto::Tcp, Some(80)));
+        assert!(
+            matches!(h.verdict, Verdict::Delivered { ofport: 4, .. }),
+            "{}",
+            h.text
+        );
+        assert_eq!(
+            h.allowed_by,
+            vec!["NetworkPolicy x/allow-a ingress[0]".to_string()],
+            "{}",
+            h.text
+        );
+        let h = run(&req("x/a", "x/b", Proto::Tcp, Some(81)));
+        assert_eq!(
+            h.verdict,
+            Verdict::Dropped {
+                by: "NetworkPolicies x/allow-a, x/deny-all ingress (isolation)".into(),
+                table: Some(names::INGRESS_DEFAULT_RULE.id),
+                table_name: Some("IngressDefaultRule".into()),
+            },
+            "{}",
+            h.text
+        );
+        let h = run(&req("x/b", "x/a", Proto::Udp, Some(53)));
+        let Verdict::Dropped { by, .. } = &h.verdict else {
+            panic!("{}", h.text);
+        };
+        assert_eq!(by, "NetworkPolicy x/deny-all ingress (isolation)");
+        // The node is exempt: b -> gateway passes, and says why.
+        let h = run(&req("x/b", "10.244.0.1", Proto::Icmp, None));
+        assert!(
+            matches!(h.verdict, Verdict::Delivered { ofport: 2, .. }),
+            "{}",
+            h.text
+        );
+        // The node -> isolated b: exempt, and the step says why.
+        let spec = "in_port=2,tcp,dl_src=0a:58:0a:f4:00:01,dl_dst=0a:58:0a:f4:00:04,nw_src=10.244.0.1,nw_dst=10.244.0.4,nw_ttl=64,tp_src=5000,tp_dst=81";
+        let key = parse_packet_spec(spec, &ParseContext::default()).unwrap();
+        let opts = TraceOptions {
+            names: Some(TableNames::default()),
+            ..TraceOptions::default()
+        };
+        let env = XlateEnv {
+            ports: vec![2, 3, 4, TUN],
+        };
+        let text = trace(&*p.snapshot(), &key, &env, &opts).to_string();
+        let h = hop(&v, spec, &text, false);
+        assert!(
+            matches!(h.verdict, Verdict::Delivered { ofport: 4, .. }),
+            "{}",
+            h.text
+        );
+        assert!(
+            h.steps
+                .iter()
+                .any(|s| s.owner == Some(FlowOwner::NodeExemption)),
+            "{}",
+            h.text
         );
     }
 

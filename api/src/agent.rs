@@ -304,6 +304,9 @@ pub enum FlowOwner {
         /// The policies (`namespace/name`) that select the pod in that direction.
         policies: Vec<String>,
     },
+    /// Feature 0x0005, object 0: traffic between a pod and its own node
+    /// skips the policies (always allowed).
+    NodeExemption,
     /// Feature 0x0006: flows towards a remote node.
     RemoteNode {
         ip: Ipv4Addr,
