@@ -6,7 +6,8 @@
 //! agent serves the socket at once (ADD answers "try again later" until the
 //! switch and its gateway are found), retries the switch until it appears,
 //! and reconverges whenever the switch's view drifts (e.g. switchd
-//! restarted). Stopping the agent (SIGTERM/SIGINT) never touches pods: the
+//! restarted). The API socket (`--api-socket`, [`oxvs_agent::api`]) serves
+//! `oxvsctl traceflow`. Stopping the agent (SIGTERM/SIGINT) never touches pods: the
 //! switch keeps forwarding, and the next agent picks up from the records.
 //!
 //! Exit codes: 0 after SIGTERM/SIGINT, 1 when startup failed, 2 for bad flags.
@@ -53,6 +54,9 @@ struct Args {
     /// oxvs-switchd's control socket.
     #[arg(long, value_name = "PATH", default_value = DEFAULT_SWITCHD_SOCKET)]
     switchd_socket: PathBuf,
+    /// The API socket (`oxvsctl traceflow`); not served if another agent serves it.
+    #[arg(long, value_name = "PATH", default_value = oxvs_api::agent::DEFAULT_AGENT_SOCKET)]
+    api_socket: PathBuf,
     /// Directory for attachment records and IPAM state.
     #[arg(long, value_name = "DIR", default_value = "/var/lib/oxvs")]
     state_dir: PathBuf,
@@ -167,6 +171,7 @@ async fn run(args: Args, pod_mtu: u32) -> anyhow::Result<()> {
         .with_context(|| format!("cannot chmod {}", sock.display()))?;
     tracing::info!(socket = %sock.display(), "serving CNI");
     let server = tokio::spawn(server::serve(agent.clone(), listener));
+    let api = serve_api(&agent, &args.api_socket);
     // The cluster source, and the controller that follows it.
     let (tx, rx) = tokio::sync::watch::channel(Arc::new(ClusterState::default()));
     let source_task = match &args.manifests {
@@ -196,6 +201,10 @@ async fn run(args: Args, pod_mtu: u32) -> anyhow::Result<()> {
     }
     tracing::info!("stopping (pods keep forwarding)");
     server.abort();
+    if let Some(api) = api {
+        api.abort();
+        let _ = std::fs::remove_file(&args.api_socket);
+    }
     keeper.abort();
     controller.abort();
     if let Some(s) = source_task {
@@ -203,6 +212,40 @@ async fn run(args: Args, pod_mtu: u32) -> anyhow::Result<()> {
     }
     let _ = std::fs::remove_file(sock);
     Ok(())
+}
+
+/// Serves the API socket (mode 0600; a stale socket is replaced). The API
+/// is auxiliary: when the socket cannot be served (e.g. another agent
+/// serves it) the agent logs why and runs without it.
+fn serve_api(agent: &Arc<Agent>, sock: &std::path::Path) -> Option<tokio::task::JoinHandle<()>> {
+    let bind = || -> anyhow::Result<tokio::net::UnixListener> {
+        if let Some(dir) = sock.parent() {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
+        }
+        if sock.exists() {
+            if std::os::unix::net::UnixStream::connect(sock).is_ok() {
+                anyhow::bail!("another agent is serving {}", sock.display());
+            }
+            std::fs::remove_file(sock)
+                .with_context(|| format!("cannot remove the stale socket {}", sock.display()))?;
+        }
+        let l = tokio::net::UnixListener::bind(sock)
+            .with_context(|| format!("cannot listen on {}", sock.display()))?;
+        std::fs::set_permissions(sock, std::fs::Permissions::from_mode(0o600))
+            .with_context(|| format!("cannot chmod {}", sock.display()))?;
+        Ok(l)
+    };
+    match bind() {
+        Ok(l) => {
+            tracing::info!(socket = %sock.display(), "serving the API");
+            Some(tokio::spawn(oxvs_agent::api::serve(agent.clone(), l)))
+        }
+        Err(e) => {
+            tracing::error!("no API socket: {e:#}");
+            None
+        }
+    }
 }
 
 /// Applies every new cluster snapshot: the node's flows follow the objects.
