@@ -233,7 +233,10 @@ mod tests {
     fn nearest_rank_percentiles() {
         let v: Vec<f64> = (1..=100).map(f64::from).collect();
         let s = Summary::of_ms(&v);
-        assert_eq!((s.n, s.p50, s.p90, s.p99, s.max), (100, 50.0, 90.0, 99.0, 100.0));
+        assert_eq!(
+            (s.n, s.p50, s.p90, s.p99, s.max),
+            (100, 50.0, 90.0, 99.0, 100.0)
+        );
         assert_eq!(s.min, 1.0);
         let s = Summary::of_ms(&[3.0, 1.0, 2.0]);
         assert_eq!((s.p50, s.p90, s.p99), (2.0, 3.0, 3.0));
@@ -252,14 +255,20 @@ mod tests {
         assert_eq!(v[0].verb, "ADD");
         assert_eq!(v[0].container, "cnib-1-oxvs-seq-0");
         assert_eq!(v[0].ms, 12.5);
-        assert_eq!((v[1].verb.as_str(), v[1].container.as_str(), v[1].ms), ("DEL", "c2", 3.25));
+        assert_eq!(
+            (v[1].verb.as_str(), v[1].container.as_str(), v[1].ms),
+            ("DEL", "c2", 3.25)
+        );
     }
 
     #[test]
     fn table_aligns() {
         let t = table(
             &["plugin", "p50"],
-            &[vec!["oxvs".into(), "1.00".into()], vec!["bridge".into(), "12.50".into()]],
+            &[
+                vec!["oxvs".into(), "1.00".into()],
+                vec!["bridge".into(), "12.50".into()],
+            ],
             1,
         );
         let lines: Vec<&str> = t.lines().collect();

@@ -127,7 +127,10 @@ fn parse_opts() -> Result<Opts> {
         bail!("--n and --concurrency must be positive");
     }
     if o.n > 10_000 {
-        bail!("--n {} is more pods than the bench's naming allows (10000)", o.n);
+        bail!(
+            "--n {} is more pods than the bench's naming allows (10000)",
+            o.n
+        );
     }
     o.probe_n = o.probe_n.min(o.n);
     Ok(o)
@@ -212,7 +215,10 @@ impl Daemon {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        eprintln!("cni-bench: {} did not stop on SIGTERM; killing it", self.what);
+        eprintln!(
+            "cni-bench: {} did not stop on SIGTERM; killing it",
+            self.what
+        );
         self.signal(nix::sys::signal::Signal::SIGKILL);
         let _ = self.child.wait();
     }
@@ -290,6 +296,9 @@ struct Plugin {
     bin: PathBuf,
     cni_path: String,
     config: Vec<u8>,
+    /// The same configuration as `cniVersion` 1.1.0, for STATUS (which
+    /// older versions do not have).
+    config_v11: Vec<u8>,
 }
 
 /// One plugin call.
@@ -332,7 +341,12 @@ impl Plugin {
             .with_context(|| format!("cannot run {}", self.bin.display()))?;
         if let Some(mut stdin) = child.stdin.take() {
             // A plugin that exits without reading its config closes the pipe.
-            let _ = stdin.write_all(&self.config);
+            let config = if verb == "STATUS" {
+                &self.config_v11
+            } else {
+                &self.config
+            };
+            let _ = stdin.write_all(config);
         }
         let out = child
             .wait_with_output()
@@ -421,7 +435,12 @@ fn batch(p: &Plugin, verb: &str, pods: &[String], mode: &Mode) -> Result<Vec<f64
         ms.push(c.took.as_secs_f64() * 1e3);
     }
     if ms.len() != pods.len() {
-        bail!("{} {verb}: {} of {} calls ran", p.name, ms.len(), pods.len());
+        bail!(
+            "{} {verb}: {} of {} calls ran",
+            p.name,
+            ms.len(),
+            pods.len()
+        );
     }
     Ok(ms)
 }
@@ -465,7 +484,11 @@ struct Probe {
 
 impl Probe {
     fn push(&mut self, verb: &'static str, step: &'static str, d: Duration) {
-        match self.steps.iter_mut().find(|(v, s, _)| *v == verb && *s == step) {
+        match self
+            .steps
+            .iter_mut()
+            .find(|(v, s, _)| *v == verb && *s == step)
+        {
             Some((_, _, v)) => v.push(d),
             None => self.steps.push((verb, step, vec![d])),
         }
@@ -489,7 +512,8 @@ fn switch_call(sock: &Path, req: &oxvs_api::Request) -> Result<Value> {
     let mut c = oxvs_api::Client::connect(sock)
         .with_context(|| format!("cannot connect to switchd at {}", sock.display()))?;
     c.set_timeout(Duration::from_secs(10));
-    c.call(req).map_err(|e| anyhow!("switchd refused {req:?}: {e}"))
+    c.call(req)
+        .map_err(|e| anyhow!("switchd refused {req:?}: {e}"))
 }
 
 fn run_probe(dir: &Path, switch_sock: &Path, pods: &[String]) -> Result<Probe> {
@@ -554,23 +578,31 @@ fn run_probe(dir: &Path, switch_sock: &Path, pods: &[String]) -> Result<Probe> {
             mtu: 1450,
             tx_checksum_off: true,
         };
-        timed(&mut probe, "ADD", "netlink: veth, move, addr, route, ethtool", || {
-            podnet::setup_pod_interface(&spec).map_err(|e| anyhow!("probe pod interface: {e}"))
-        })?;
-        let info: oxvs_api::PortInfo = timed(&mut probe, "ADD", "switch add-port (XDP attach, UMEM)", || {
-            let v = switch_call(
-                switch_sock,
-                &Request::AddPort(PortSpec {
-                    name: host.clone(),
-                    ofport: None,
-                    kind: PortKind::Afxdp {
-                        ifname: None,
-                        xdp_mode: XdpModeRequest::Auto,
-                    },
-                }),
-            )?;
-            serde_json::from_value(v).context("add-port answer")
-        })?;
+        timed(
+            &mut probe,
+            "ADD",
+            "netlink: veth, move, addr, route, ethtool",
+            || podnet::setup_pod_interface(&spec).map_err(|e| anyhow!("probe pod interface: {e}")),
+        )?;
+        let info: oxvs_api::PortInfo = timed(
+            &mut probe,
+            "ADD",
+            "switch add-port (XDP attach, UMEM)",
+            || {
+                let v = switch_call(
+                    switch_sock,
+                    &Request::AddPort(PortSpec {
+                        name: host.clone(),
+                        ofport: None,
+                        kind: PortKind::Afxdp {
+                            ifname: None,
+                            xdp_mode: XdpModeRequest::Auto,
+                        },
+                    }),
+                )?;
+                serde_json::from_value(v).context("add-port answer")
+            },
+        )?;
         rec.ofport = Some(info.ofport);
         let t = Instant::now();
         store.save(&rec).context("probe save")?;
@@ -588,17 +620,22 @@ fn run_probe(dir: &Path, switch_sock: &Path, pods: &[String]) -> Result<Probe> {
             .iter()
             .map(|b| format!("{b:02x}"))
             .collect();
-        timed(&mut probe, "ADD", "switch trace-inject (gratuitous ARP)", || {
-            switch_call(
-                switch_sock,
-                &Request::Trace(TraceRequest {
-                    packet_hex: Some(garp),
-                    in_port: Some(info.ofport),
-                    inject: true,
-                    ..TraceRequest::default()
-                }),
-            )
-        })?;
+        timed(
+            &mut probe,
+            "ADD",
+            "switch trace-inject (gratuitous ARP)",
+            || {
+                switch_call(
+                    switch_sock,
+                    &Request::Trace(TraceRequest {
+                        packet_hex: Some(garp),
+                        in_port: Some(info.ofport),
+                        inject: true,
+                        ..TraceRequest::default()
+                    }),
+                )
+            },
+        )?;
         rec.state = state::AttachState::Ready;
         let t = Instant::now();
         store.save(&rec).context("probe save")?;
@@ -689,13 +726,27 @@ fn real_main() -> Result<()> {
     enter_netns(&node)?;
     let dir = lab.dir.clone();
     let s = |p: &str| dir.join(p).to_string_lossy().into_owned();
-    let (sw_sock, cni_sock, state_dir, ref_data) = (s("switchd.sock"), s("cni.sock"), s("state"), s("host-local"));
+    let (sw_sock, cni_sock, state_dir, ref_data) = (
+        s("switchd.sock"),
+        s("cni.sock"),
+        s("state"),
+        s("host-local"),
+    );
 
     let sw_bin = switchd_bin.to_string_lossy().into_owned();
     let mut switchd = Daemon::spawn(
         &[
-            "ip", "netns", "exec", &node, "env", "RUST_LOG=info", &sw_bin, "--socket", &sw_sock,
-            "--gateway", GATEWAY,
+            "ip",
+            "netns",
+            "exec",
+            &node,
+            "env",
+            "RUST_LOG=info",
+            &sw_bin,
+            "--socket",
+            &sw_sock,
+            "--gateway",
+            GATEWAY,
         ],
         "oxvs-switchd",
         &dir.join("switchd.log"),
@@ -711,7 +762,10 @@ fn real_main() -> Result<()> {
             bail!("oxvs-switchd exited at start-up:\n{}", switchd.log_tail(30));
         }
         if Instant::now() > deadline || stopped() {
-            bail!("oxvs-switchd not answering within 20 s:\n{}", switchd.log_tail(30));
+            bail!(
+                "oxvs-switchd not answering within 20 s:\n{}",
+                switchd.log_tail(30)
+            );
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -720,30 +774,54 @@ fn real_main() -> Result<()> {
     let agent_log = dir.join("agent.log");
     let mut agent = Daemon::spawn(
         &[
-            "ip", "netns", "exec", &node, &ag_bin, "--pod-cidr", OXVS_CIDR, "--cni-socket",
-            &cni_sock, "--switchd-socket", &sw_sock, "--state-dir", &state_dir, "--gateway",
-            GATEWAY, "--mtu", "1450", "--log-level", "oxvs_agent=debug,info",
+            "ip",
+            "netns",
+            "exec",
+            &node,
+            &ag_bin,
+            "--pod-cidr",
+            OXVS_CIDR,
+            "--cni-socket",
+            &cni_sock,
+            "--switchd-socket",
+            &sw_sock,
+            "--state-dir",
+            &state_dir,
+            "--gateway",
+            GATEWAY,
+            "--mtu",
+            "1450",
+            "--log-level",
+            "oxvs_agent=debug,info",
         ],
         "oxvs-agent",
         &agent_log,
     )?;
+    let oxvs_conf = |v: &str| {
+        serde_json::to_vec(&json!({
+            "cniVersion": v, "name": "oxvs-bench", "type": "oxvs", "agentSocket": cni_sock
+        }))
+    };
     let oxvs = Plugin {
         name: "oxvs",
         bin: cni_bin,
         cni_path: o.cni_path.to_string_lossy().into_owned(),
-        config: serde_json::to_vec(&json!({
-            "cniVersion": "1.0.0", "name": "oxvs-bench", "type": "oxvs", "agentSocket": cni_sock
-        }))?,
+        config: oxvs_conf("1.0.0")?,
+        config_v11: oxvs_conf("1.1.0")?,
+    };
+    let ref_conf = |v: &str| {
+        serde_json::to_vec(&json!({
+            "cniVersion": v, "name": "ref-bench", "type": "bridge", "bridge": "refbr0",
+            "isGateway": true,
+            "ipam": {"type": "host-local", "subnet": REF_CIDR, "dataDir": ref_data}
+        }))
     };
     let reference = Plugin {
         name: "bridge",
         bin: bridge_bin,
         cni_path: o.cni_path.to_string_lossy().into_owned(),
-        config: serde_json::to_vec(&json!({
-            "cniVersion": "1.0.0", "name": "ref-bench", "type": "bridge", "bridge": "refbr0",
-            "isGateway": true,
-            "ipam": {"type": "host-local", "subnet": REF_CIDR, "dataDir": ref_data}
-        }))?,
+        config: ref_conf("1.0.0")?,
+        config_v11: ref_conf("1.1.0")?,
     };
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -774,7 +852,11 @@ fn real_main() -> Result<()> {
         pods.push(lab.netns(&format!("p{i}"))?);
     }
     let warm = lab.netns("warm")?;
-    println!("{} pod namespaces in {:.1} s", o.n, t.elapsed().as_secs_f64());
+    println!(
+        "{} pod namespaces in {:.1} s",
+        o.n,
+        t.elapsed().as_secs_f64()
+    );
 
     // Warm-up: one untimed ADD + DEL each.
     let warm_mode = Mode {
@@ -824,8 +906,14 @@ fn real_main() -> Result<()> {
     // Plugin process costs.
     let k = o.n.min(100);
     let baselines = vec![
-        ("oxvs-cni VERSION (exec only)", Summary::of_ms(&repeat(&oxvs, "VERSION", k)?)),
-        ("bridge VERSION (exec only)", Summary::of_ms(&repeat(&reference, "VERSION", k)?)),
+        (
+            "oxvs-cni VERSION (exec only)",
+            Summary::of_ms(&repeat(&oxvs, "VERSION", k)?),
+        ),
+        (
+            "bridge VERSION (exec only)",
+            Summary::of_ms(&repeat(&reference, "VERSION", k)?),
+        ),
         (
             "oxvs-cni STATUS (exec + agent socket + switchd show)",
             Summary::of_ms(&repeat(&oxvs, "STATUS", k)?),
@@ -851,7 +939,10 @@ fn real_main() -> Result<()> {
 
     let probe = run_probe(&dir, Path::new(&sw_sock), &pods[..o.probe_n])?;
     if !switchd.running() {
-        bail!("oxvs-switchd died during the run:\n{}", switchd.log_tail(30));
+        bail!(
+            "oxvs-switchd died during the run:\n{}",
+            switchd.log_tail(30)
+        );
     }
 
     // ---- Report.
@@ -896,13 +987,17 @@ fn real_main() -> Result<()> {
         "Where oxvs's time goes (ms):\n{}",
         table(&["what", "n", "p50", "p90", "p99", "max"], &rows, 1)
     );
-    println!("load average: {} at start, {load_end} at end", machine.loadavg);
+    println!(
+        "load average: {} at start, {load_end} at end",
+        machine.loadavg
+    );
 
     if let Some(path) = &o.json {
         let mut m = machine.json();
         m["loadavg_at_end"] = json!(load_end);
         let doc = json!({
             "bench": "cni-latency",
+            "bench_pid": std::process::id(),
             "pods": o.n,
             "concurrency": o.concurrency,
             "machine": m,
