@@ -20,8 +20,9 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Parser;
 use ipnet::Ipv4Net;
-use oxvs_agent::podnet;
+use oxvs_agent::model::ClusterState;
 use oxvs_agent::server::{self, Agent, AgentConfig};
+use oxvs_agent::{podnet, source};
 use oxvs_api::cni::DEFAULT_CNI_SOCKET;
 use oxvs_api::DEFAULT_SWITCHD_SOCKET;
 
@@ -29,9 +30,23 @@ use oxvs_api::DEFAULT_SWITCHD_SOCKET;
 #[derive(Debug, Parser)]
 #[command(name = "oxvs-agent", version, about)]
 struct Args {
-    /// The node's pod CIDR (IPv4), e.g. 10.244.0.0/24; the gateway gets its first address.
+    /// This node's name (its Node object; pods' spec.nodeName). Default: the host name.
+    #[arg(long, value_name = "NAME")]
+    node_name: Option<String>,
+    /// The node's pod CIDR (IPv4), e.g. 10.244.0.0/24; the gateway gets its
+    /// first address. Default: the Node object's spec.podCIDR.
     #[arg(long, value_name = "CIDR")]
-    pod_cidr: Ipv4Net,
+    pod_cidr: Option<Ipv4Net>,
+    /// The node's underlay address for VXLAN. Default: the Node object's InternalIP.
+    #[arg(long, value_name = "IP")]
+    node_ip: Option<std::net::Ipv4Addr>,
+    /// Take the cluster (Namespaces, Pods, Nodes, NetworkPolicies) from the
+    /// YAML/JSON manifests in this directory, watched for changes.
+    #[arg(long, value_name = "DIR")]
+    manifests: Option<PathBuf>,
+    /// The switch's VXLAN port the agent adds for traffic to other nodes.
+    #[arg(long, value_name = "NAME", default_value = "oxvs-tun0")]
+    tunnel: String,
     /// The CNI socket to serve.
     #[arg(long, value_name = "PATH", default_value = DEFAULT_CNI_SOCKET)]
     cni_socket: PathBuf,
@@ -104,20 +119,31 @@ fn pod_mtu(args: &Args) -> u32 {
 }
 
 async fn run(args: Args, pod_mtu: u32) -> anyhow::Result<()> {
-    if args.pod_cidr.prefix_len() > 30 {
-        anyhow::bail!("--pod-cidr {} is too small (at most /30)", args.pod_cidr);
+    if let Some(c) = args.pod_cidr {
+        if c.prefix_len() > 30 {
+            anyhow::bail!("--pod-cidr {c} is too small (at most /30)");
+        }
     }
+    let node_name = match &args.node_name {
+        Some(n) => n.clone(),
+        None => nix::unistd::gethostname()
+            .map(|h| h.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| "localhost".into()),
+    };
     let cfg = AgentConfig {
+        node_name,
+        node_ip: args.node_ip,
+        tunnel: args.tunnel.clone(),
         cni_socket: args.cni_socket.clone(),
         switchd_socket: args.switchd_socket.clone(),
         state_dir: args.state_dir.clone(),
-        pod_cidr: args.pod_cidr.trunc(),
+        pod_cidr: args.pod_cidr.map(|c| c.trunc()),
         gateway: args.gateway.clone(),
         pod_mtu,
         pod_tx_checksum_off: !args.pod_tx_checksum_on,
         switch_timeout: Duration::from_millis(args.switch_timeout_ms),
     };
-    tracing::info!(pod_cidr = %cfg.pod_cidr, mtu = cfg.pod_mtu, state = %cfg.state_dir.display(), "starting");
+    tracing::info!(node = %cfg.node_name, pod_cidr = ?cfg.pod_cidr, mtu = cfg.pod_mtu, state = %cfg.state_dir.display(), "starting");
     let agent = Arc::new(Agent::open(cfg)?);
 
     let sock = &args.cni_socket;
@@ -137,6 +163,23 @@ async fn run(args: Args, pod_mtu: u32) -> anyhow::Result<()> {
         .with_context(|| format!("cannot chmod {}", sock.display()))?;
     tracing::info!(socket = %sock.display(), "serving CNI");
     let server = tokio::spawn(server::serve(agent.clone(), listener));
+    // The cluster source, and the controller that follows it.
+    let (tx, rx) = tokio::sync::watch::channel(Arc::new(ClusterState::default()));
+    let source_task = match &args.manifests {
+        Some(dir) => {
+            let dir = dir.clone();
+            Some(tokio::spawn(async move {
+                if let Err(e) = source::watch_manifest_dir(dir.clone(), tx).await {
+                    tracing::error!("manifest source {} stopped: {e:#}", dir.display());
+                }
+            }))
+        }
+        None => {
+            drop(tx);
+            None
+        }
+    };
+    let controller = tokio::spawn(follow_cluster(agent.clone(), rx));
     let keeper = tokio::spawn(keep_converged(
         agent.clone(),
         Duration::from_secs(args.resync_interval.max(1)),
@@ -150,8 +193,41 @@ async fn run(args: Args, pod_mtu: u32) -> anyhow::Result<()> {
     tracing::info!("stopping (pods keep forwarding)");
     server.abort();
     keeper.abort();
+    controller.abort();
+    if let Some(s) = source_task {
+        s.abort();
+    }
     let _ = std::fs::remove_file(sock);
     Ok(())
+}
+
+/// Applies every new cluster snapshot: the node's flows follow the objects.
+async fn follow_cluster(
+    agent: Arc<Agent>,
+    mut rx: tokio::sync::watch::Receiver<Arc<ClusterState>>,
+) {
+    loop {
+        if rx.changed().await.is_err() {
+            return; // no source: CNI-only mode
+        }
+        // Coalesce a burst of changes.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let state = rx.borrow_and_update().clone();
+        let started = std::time::Instant::now();
+        agent.set_cluster(state.clone());
+        match agent.sync().await {
+            Ok(()) => tracing::debug!(
+                pods = state.pods.len(),
+                policies = state.policies.len(),
+                nodes = state.nodes.len(),
+                ms = started.elapsed().as_secs_f64() * 1e3,
+                "cluster change applied"
+            ),
+            // Not ready yet (the keeper converges once it is), or the
+            // switch is away (the keeper notices the drift).
+            Err(e) => tracing::debug!("cluster change not applied yet: {}", e.msg),
+        }
+    }
 }
 
 /// Converges with the switch on start, then whenever it drifts.
