@@ -225,6 +225,35 @@ pub fn parse_agent_log(log: &str) -> Vec<Served> {
         .collect()
 }
 
+/// One "AF_XDP socket attempt" line of switchd's debug log
+/// (`oxvs_switch::afxdp=debug`): the UMEM mapping and the socket creation
+/// (XDP program load + attach, rings) of one port.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SocketAttempt {
+    pub ifname: String,
+    pub mode: String,
+    pub umem_ms: f64,
+    pub socket_ms: f64,
+    pub ok: bool,
+}
+
+/// Every AF_XDP socket attempt switchd logged, in log order.
+pub fn parse_switch_log(log: &str) -> Vec<SocketAttempt> {
+    log.lines()
+        .map(strip_ansi)
+        .filter(|l| l.contains("AF_XDP socket attempt"))
+        .filter_map(|l| {
+            Some(SocketAttempt {
+                ifname: field(&l, "ifname")?.to_string(),
+                mode: field(&l, "mode")?.to_string(),
+                umem_ms: field(&l, "umem_ms")?.parse().ok()?,
+                socket_ms: field(&l, "socket_ms")?.parse().ok()?,
+                ok: field(&l, "ok")? == "true",
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -259,6 +288,26 @@ mod tests {
             (v[1].verb.as_str(), v[1].container.as_str(), v[1].ms),
             ("DEL", "c2", 3.25)
         );
+    }
+
+    #[test]
+    fn parses_switch_socket_attempts() {
+        let log = "2026-11-29T14:27:05Z DEBUG oxvs_switch::afxdp: AF_XDP socket attempt ifname=\"a-1234\" mode=\"native/copy\" umem_ms=0.25 socket_ms=9.5 ok=true\n\
+                   2026-11-29T14:27:05Z  INFO oxvs_switch: port added\n\
+                   DEBUG oxvs_switch::afxdp: AF_XDP socket attempt ifname=b mode=generic/copy umem_ms=1 socket_ms=2 ok=false\n";
+        let v = parse_switch_log(log);
+        assert_eq!(v.len(), 2, "{v:?}");
+        assert_eq!(
+            v[0],
+            SocketAttempt {
+                ifname: "a-1234".into(),
+                mode: "native/copy".into(),
+                umem_ms: 0.25,
+                socket_ms: 9.5,
+                ok: true
+            }
+        );
+        assert!(!v[1].ok);
     }
 
     #[test]

@@ -61,7 +61,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
-use oxvs_bench::cni_bench::{loadavg, parse_agent_log, summary_cells, table, Machine, Summary};
+use oxvs_bench::cni_bench::{
+    loadavg, parse_agent_log, parse_switch_log, summary_cells, table, Machine, Summary,
+};
 use serde_json::{json, Value};
 
 /// Set by SIGINT/SIGTERM.
@@ -740,13 +742,13 @@ fn real_main() -> Result<()> {
             "netns",
             "exec",
             &node,
-            "env",
-            "RUST_LOG=info",
             &sw_bin,
             "--socket",
             &sw_sock,
             "--gateway",
             GATEWAY,
+            "--log-level",
+            "info,oxvs_switch::afxdp=debug",
         ],
         "oxvs-switchd",
         &dir.join("switchd.log"),
@@ -937,6 +939,38 @@ fn real_main() -> Result<()> {
         }
     }
 
+    // switchd's own time per port: UMEM mapping and AF_XDP socket (XDP
+    // program load + attach, rings), for the timed pods' ports.
+    let sw_log = std::fs::read_to_string(dir.join("switchd.log")).unwrap_or_default();
+    let attempts = parse_switch_log(&sw_log);
+    let mut switch_side = Vec::new();
+    for mode in &modes {
+        let names: std::collections::HashSet<String> = (0..o.n)
+            .map(|i| {
+                oxvs_agent::podnet::host_ifname(
+                    "bench",
+                    &format!("pod-{}-{i}", mode.name),
+                    &container_id(&oxvs, mode, i),
+                    "eth0",
+                )
+            })
+            .collect();
+        let mine: Vec<_> = attempts
+            .iter()
+            .filter(|a| names.contains(&a.ifname))
+            .collect();
+        let ok: Vec<_> = mine.iter().filter(|a| a.ok).collect();
+        let modes_used: std::collections::BTreeSet<&str> =
+            ok.iter().map(|a| a.mode.as_str()).collect();
+        switch_side.push((
+            *mode,
+            mine.len(),
+            modes_used.into_iter().collect::<Vec<_>>().join(","),
+            Summary::of_ms(&ok.iter().map(|a| a.umem_ms).collect::<Vec<_>>()),
+            Summary::of_ms(&ok.iter().map(|a| a.socket_ms).collect::<Vec<_>>()),
+        ));
+    }
+
     let probe = run_probe(&dir, Path::new(&sw_sock), &pods[..o.probe_n])?;
     if !switchd.running() {
         bail!(
@@ -971,6 +1005,22 @@ fn real_main() -> Result<()> {
         let mut r = vec![format!("agent {verb} {}", mode.name), s.n.to_string()];
         r.extend(summary_cells(s));
         rows.push(r);
+    }
+    for (mode, n_attempts, xdp_modes, umem, sock) in &switch_side {
+        for (what, s) in [
+            ("UMEM map", umem),
+            ("XDP socket: prog load, attach, rings", sock),
+        ] {
+            let mut r = vec![
+                format!(
+                    "switchd {what} ({}; {xdp_modes}; {n_attempts} attempts)",
+                    mode.name
+                ),
+                s.n.to_string(),
+            ];
+            r.extend(summary_cells(s));
+            rows.push(r);
+        }
     }
     for (what, s) in &baselines {
         let mut r = vec![what.to_string(), s.n.to_string()];
@@ -1016,6 +1066,13 @@ fn real_main() -> Result<()> {
                 v["mode"] = json!(mode.name);
                 v
             }).collect::<Vec<_>>(),
+            "switch_side": switch_side.iter().map(|(mode, n_attempts, xdp_modes, umem, sock)| json!({
+                "mode": mode.name,
+                "socket_attempts": n_attempts,
+                "xdp_modes": xdp_modes,
+                "umem_map": umem.json(),
+                "xdp_socket": sock.json(),
+            })).collect::<Vec<_>>(),
             "baselines": baselines.iter().map(|(what, s)| {
                 let mut v = s.json();
                 v["what"] = json!(what);
