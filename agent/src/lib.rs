@@ -7,6 +7,7 @@
 //!   GC, STATUS) and the state it keeps.
 
 pub mod flows;
+pub mod hostnet;
 pub mod ipam;
 pub mod model;
 pub mod podnet;

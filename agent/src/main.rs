@@ -68,6 +68,9 @@ struct Args {
     /// Deadline of one call to the switch, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 10_000)]
     switch_timeout_ms: u64,
+    /// Do not masquerade pod traffic to outside the cluster (nor turn on forwarding).
+    #[arg(long)]
+    no_masquerade: bool,
     /// Seconds between checks that the switch still holds what the records say.
     #[arg(long, value_name = "S", default_value_t = 5)]
     resync_interval: u64,
@@ -142,6 +145,7 @@ async fn run(args: Args, pod_mtu: u32) -> anyhow::Result<()> {
         pod_mtu,
         pod_tx_checksum_off: !args.pod_tx_checksum_on,
         switch_timeout: Duration::from_millis(args.switch_timeout_ms),
+        masquerade: !args.no_masquerade,
     };
     tracing::info!(node = %cfg.node_name, pod_cidr = ?cfg.pod_cidr, mtu = cfg.pod_mtu, state = %cfg.state_dir.display(), "starting");
     let agent = Arc::new(Agent::open(cfg)?);

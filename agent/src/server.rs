@@ -92,6 +92,9 @@ pub struct AgentConfig {
     pub pod_tx_checksum_off: bool,
     /// Deadline of one switch call.
     pub switch_timeout: Duration,
+    /// Enable forwarding and masquerade pod traffic leaving the node other
+    /// than through the gateway (pod egress to outside the cluster).
+    pub masquerade: bool,
 }
 
 /// The flows the switch holds, as the agent last set them.
@@ -360,6 +363,21 @@ impl Agent {
         };
         if let Ok(mut n) = self.node.lock() {
             *n = Some(node.clone());
+        }
+        if self.cfg.masquerade {
+            let gw = self.cfg.gateway.clone();
+            let r = tokio::task::spawn_blocking(move || {
+                crate::hostnet::enable_forwarding()?;
+                crate::hostnet::ensure_masquerade(cidr, &gw)
+            })
+            .await;
+            match r {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!("pod egress to outside the cluster will not work: {e}")
+                }
+                Err(e) => tracing::warn!("masquerade task failed: {e}"),
+            }
         }
         // The tunnel port.
         match (

@@ -409,3 +409,70 @@ fn chained_with_portmap_a_host_port_reaches_the_pod() {
     assert!(d1.ok, "oxvs DEL: {d1:?}");
     assert!(node.ipam_records().is_empty());
 }
+
+#[test]
+fn pods_reach_outside_the_cluster_through_the_gateway_with_masquerade() {
+    skip_unless_capable!();
+    let node = Node::start("nout", "10.231.8.0/24");
+    // "Outside": a host on the node's uplink that knows no pod route.
+    let outside = common::Netns::new("out");
+    common::veth(&node.ns, "up0", &outside, "eth0");
+    node.ns
+        .must(&["ip", "addr", "add", "192.168.232.1/24", "dev", "up0"]);
+    outside.must(&["ip", "addr", "add", "192.168.232.2/24", "dev", "eth0"]);
+    let a = node.add_pod("a");
+    // The outside has no route to the pod CIDR: replies only come back
+    // because the node masqueraded the pod's traffic.
+    let p = ping_until_up(&a.ns, "192.168.232.2", 5);
+    assert!(p.ok, "pod -> outside: {}", p.output);
+    let mut sink = outside.spawn(&["python3", "-c", common::TCP_SINK, "0.0.0.0", "7001", "10"]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !sink.stdout_text().contains("listening") {
+        assert!(Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let src = a.ns.exec(&[
+        "python3",
+        "-c",
+        common::TCP_SOURCE,
+        "192.168.232.2",
+        "7001",
+        "1000",
+        "5",
+    ]);
+    assert!(
+        src.status.success(),
+        "{}",
+        String::from_utf8_lossy(&src.stderr)
+    );
+    let _ = sink.wait(Duration::from_secs(5));
+    let rules = node
+        .ns
+        .must(&["iptables", "-t", "nat", "-S", "POSTROUTING"]);
+    assert!(
+        rules.contains("10.231.8.0/24") && rules.contains("MASQUERADE"),
+        "{rules}"
+    );
+    // Pod to pod stays un-NATed: the peer sees the pod's own address.
+    let b = node.add_pod("b");
+    let mut peer = b.ns.spawn(&["python3", "-c", "import socket\ns=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('0.0.0.0', 7002)); s.listen(1)\nprint('listening', flush=True)\nc, addr = s.accept(); print(addr[0], flush=True)"]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !peer.stdout_text().contains("listening") {
+        assert!(Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = a.ns.exec(&[
+        "python3",
+        "-c",
+        &format!(
+            "import socket; socket.create_connection(('{}', 7002), timeout=5).close()",
+            b.ip
+        ),
+    ]);
+    let (_, out, _) = peer.wait(Duration::from_secs(5));
+    assert!(
+        out.lines().last() == Some(a.ip.as_str()),
+        "b saw {out:?}, a is {}",
+        a.ip
+    );
+}
