@@ -225,6 +225,38 @@ pub fn parse_agent_log(log: &str) -> Vec<Served> {
         .collect()
 }
 
+/// One "pod attached" line of the agent's log: the ADD's steps.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Attached {
+    /// The host end of the pod's veth (the switch port's name).
+    pub port: String,
+    /// Pod interface over netlink (veth, move, addresses, routes).
+    pub netlink_ms: f64,
+    /// Switch add-port (AF_XDP socket, XDP attach, UMEM).
+    pub port_ms: f64,
+    /// Record save and the flow sync (desired state -> bundle).
+    pub flows_ms: f64,
+    /// From the netlink step to the end of the attach (gratuitous ARP included).
+    pub total_ms: f64,
+}
+
+/// Every "pod attached" line with step timings, in log order.
+pub fn parse_attached(log: &str) -> Vec<Attached> {
+    log.lines()
+        .map(strip_ansi)
+        .filter(|l| l.contains("pod attached"))
+        .filter_map(|l| {
+            Some(Attached {
+                port: field(&l, "port")?.to_string(),
+                netlink_ms: field(&l, "netlink_ms")?.parse().ok()?,
+                port_ms: field(&l, "port_ms")?.parse().ok()?,
+                flows_ms: field(&l, "flows_ms")?.parse().ok()?,
+                total_ms: field(&l, "total_ms")?.parse().ok()?,
+            })
+        })
+        .collect()
+}
+
 /// One "AF_XDP socket attempt" line of switchd's debug log
 /// (`oxvs_switch::afxdp=debug`): the UMEM mapping and the socket creation
 /// (XDP program load + attach, rings) of one port.
@@ -287,6 +319,19 @@ mod tests {
         assert_eq!(
             (v[1].verb.as_str(), v[1].container.as_str(), v[1].ms),
             ("DEL", "c2", 3.25)
+        );
+    }
+
+    #[test]
+    fn parses_attached_steps() {
+        let log = "2026-11-29T15:00:00Z  INFO oxvs_agent::server: pod attached pod=bench/pod-1 ip=10.240.0.5 port=b-0123456789 ofport=3 netlink_ms=4.5 port_ms=10.25 flows_ms=3 total_ms=18.5\n\
+                   INFO oxvs_agent::server: pod attached pod=x ip=1.2.3.4 port=y\n";
+        let v = parse_attached(log);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!(v[0].port, "b-0123456789");
+        assert_eq!(
+            (v[0].netlink_ms, v[0].port_ms, v[0].flows_ms, v[0].total_ms),
+            (4.5, 10.25, 3.0, 18.5)
         );
     }
 

@@ -62,7 +62,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use oxvs_bench::cni_bench::{
-    loadavg, parse_agent_log, parse_switch_log, summary_cells, table, Machine, Summary,
+    loadavg, parse_agent_log, parse_attached, parse_switch_log, summary_cells, table, Machine,
+    Summary,
 };
 use serde_json::{json, Value};
 
@@ -386,6 +387,20 @@ fn cni_args(mode: &Mode, i: usize) -> String {
     )
 }
 
+/// The host-end names the agent gives the pods of `mode` (its switch ports).
+fn host_ifnames(p: &Plugin, mode: &Mode, n: usize) -> std::collections::HashSet<String> {
+    (0..n)
+        .map(|i| {
+            oxvs_agent::podnet::host_ifname(
+                "bench",
+                &format!("pod-{}-{i}", mode.name),
+                &container_id(p, mode, i),
+                "eth0",
+            )
+        })
+        .collect()
+}
+
 /// Runs `verb` for every pod with `mode.concurrency` workers; the latencies
 /// in ms. Fails (after the batch) if any call failed or an ADD gave no address.
 fn batch(p: &Plugin, verb: &str, pods: &[String], mode: &Mode) -> Result<Vec<f64>> {
@@ -566,7 +581,7 @@ fn run_probe(dir: &Path, switch_sock: &Path, pods: &[String]) -> Result<Probe> {
             ofport: None,
             state: state::AttachState::Pending,
         };
-        timed(&mut probe, "ADD", "record save x3 (fsync)", || {
+        timed(&mut probe, "ADD", "record save x2 (fsync)", || {
             store.save(&rec).context("probe save")
         })?;
         let spec = podnet::PodIfaceSpec {
@@ -606,6 +621,7 @@ fn run_probe(dir: &Path, switch_sock: &Path, pods: &[String]) -> Result<Probe> {
             },
         )?;
         rec.ofport = Some(info.ofport);
+        rec.state = state::AttachState::Ready;
         let t = Instant::now();
         store.save(&rec).context("probe save")?;
         let save2 = t.elapsed();
@@ -638,17 +654,15 @@ fn run_probe(dir: &Path, switch_sock: &Path, pods: &[String]) -> Result<Probe> {
                 )
             },
         )?;
-        rec.state = state::AttachState::Ready;
-        let t = Instant::now();
-        store.save(&rec).context("probe save")?;
-        // The three saves as one step (the first one was timed above).
+        // The agent saves the record twice (pending, then ready with the
+        // port); both saves count as one step.
         if let Some((_, _, v)) = probe
             .steps
             .iter_mut()
             .find(|(v, s, _)| *v == "ADD" && s.starts_with("record save"))
         {
             if let Some(last) = v.last_mut() {
-                *last += save2 + t.elapsed();
+                *last += save2;
             }
         }
 
@@ -939,22 +953,39 @@ fn real_main() -> Result<()> {
         }
     }
 
+    // The agent's ADD steps ("pod attached" netlink_ms, port_ms, flows_ms).
+    let attached = parse_attached(&log);
+    let mut agent_steps = Vec::new();
+    for mode in &modes {
+        let names = host_ifnames(&oxvs, mode, o.n);
+        let mine: Vec<_> = attached
+            .iter()
+            .filter(|a| names.contains(&a.port))
+            .collect();
+        let col = |f: fn(&oxvs_bench::cni_bench::Attached) -> f64| {
+            Summary::of_ms(&mine.iter().map(|a| f(a)).collect::<Vec<_>>())
+        };
+        agent_steps.push((
+            *mode,
+            "netlink (veth, addresses, routes)",
+            col(|a| a.netlink_ms),
+        ));
+        agent_steps.push((*mode, "switch add-port", col(|a| a.port_ms)));
+        agent_steps.push((*mode, "record save + flow sync", col(|a| a.flows_ms)));
+        agent_steps.push((
+            *mode,
+            "attach total (incl. gratuitous ARP)",
+            col(|a| a.total_ms),
+        ));
+    }
+
     // switchd's own time per port: UMEM mapping and AF_XDP socket (XDP
     // program load + attach, rings), for the timed pods' ports.
     let sw_log = std::fs::read_to_string(dir.join("switchd.log")).unwrap_or_default();
     let attempts = parse_switch_log(&sw_log);
     let mut switch_side = Vec::new();
     for mode in &modes {
-        let names: std::collections::HashSet<String> = (0..o.n)
-            .map(|i| {
-                oxvs_agent::podnet::host_ifname(
-                    "bench",
-                    &format!("pod-{}-{i}", mode.name),
-                    &container_id(&oxvs, mode, i),
-                    "eth0",
-                )
-            })
-            .collect();
+        let names = host_ifnames(&oxvs, mode, o.n);
         let mine: Vec<_> = attempts
             .iter()
             .filter(|a| names.contains(&a.ifname))
@@ -1003,6 +1034,11 @@ fn real_main() -> Result<()> {
     let mut rows = Vec::new();
     for (verb, mode, s) in &agent_side {
         let mut r = vec![format!("agent {verb} {}", mode.name), s.n.to_string()];
+        r.extend(summary_cells(s));
+        rows.push(r);
+    }
+    for (mode, step, s) in &agent_steps {
+        let mut r = vec![format!("agent ADD {}: {step}", mode.name), s.n.to_string()];
         r.extend(summary_cells(s));
         rows.push(r);
     }
@@ -1064,6 +1100,12 @@ fn real_main() -> Result<()> {
                 let mut v = s.json();
                 v["verb"] = json!(verb);
                 v["mode"] = json!(mode.name);
+                v
+            }).collect::<Vec<_>>(),
+            "agent_add_steps": agent_steps.iter().map(|(mode, step, s)| {
+                let mut v = s.json();
+                v["mode"] = json!(mode.name);
+                v["step"] = json!(step);
                 v
             }).collect::<Vec<_>>(),
             "switch_side": switch_side.iter().map(|(mode, n_attempts, xdp_modes, umem, sock)| json!({
