@@ -1,21 +1,23 @@
-//! Where the cluster state comes from: the Kubernetes API or a manifest
-//! directory. CONTRACT, implementation pending.
+//! Where the cluster state comes from: the Kubernetes API ([`watch_kube`])
+//! or a manifest directory ([`watch_manifest_dir`], [`load_manifest_dir`]).
 //!
-//! Both publish full [`ClusterState`] snapshots on a `watch` channel.
+//! Both publish full [`ClusterState`] snapshots (`Arc`, immutable) on a
+//! `tokio::sync::watch` channel, and only when the snapshot differs from the
+//! one published before. Both convert API objects with [`convert`], which
+//! applies the API server's defaulting and validation: an invalid object is
+//! logged (`tracing::warn`, naming the object and the field) and left out of
+//! the snapshot, never half-applied.
+//!
+//! Concurrency: each source is one async task owning its state; the only
+//! shared values are the published `Arc<ClusterState>` snapshots.
 
-use std::path::PathBuf;
-use std::sync::Arc;
+pub mod convert;
+mod k8s;
+mod manifest;
 
-use tokio::sync::watch;
+pub use convert::{ConvertError, FieldError};
+pub use k8s::{kube_client, watch_kube, COALESCE};
+pub use manifest::{load_manifest_dir, parse_manifest, watch_manifest_dir, Object, POLL_INTERVAL};
 
+#[allow(unused_imports)]
 use crate::model::ClusterState;
-
-/// Watches `dir` (multi-document YAML/JSON files) and publishes a snapshot
-/// whenever what it holds changes. Runs until the receiver is dropped.
-pub async fn watch_manifest_dir(
-    dir: PathBuf,
-    tx: watch::Sender<Arc<ClusterState>>,
-) -> anyhow::Result<()> {
-    let _ = (dir, tx);
-    anyhow::bail!("manifest source not implemented yet")
-}
