@@ -66,25 +66,82 @@ impl Object {
 /// carries the valid objects and a warning for each document or object
 /// that was rejected.
 pub fn parse_manifest(text: &str, json: bool) -> Result<(Vec<Object>, Vec<String>), String> {
-    let docs: Vec<Value> = if json {
+    // Each document with, for YAML, its text (for typed deserialization).
+    let docs: Vec<(Value, Option<String>)> = if json {
         serde_json::Deserializer::from_str(text)
             .into_iter::<Value>()
+            .map(|r| r.map(|v| (v, None)))
             .collect::<Result<_, _>>()
             .map_err(|e| e.to_string())?
     } else {
-        serde_saphyr::from_multiple::<Value>(text).map_err(|e| e.to_string())?
+        let mut docs = Vec::new();
+        for (i, piece) in split_yaml(text).into_iter().enumerate() {
+            // Untyped, only YAML 1.2 booleans: `name: n` stays a string.
+            let mut opts = serde_saphyr::Options::default();
+            opts.strict_booleans = true;
+            let mut parsed = serde_saphyr::from_multiple_with_options::<Value>(&piece, opts)
+                .map_err(|e| format!("document {}: {e}", i + 1))?;
+            match parsed.len() {
+                // An empty (or comment-only) document still counts.
+                0 => docs.push((Value::Null, None)),
+                1 => docs.push((parsed.remove(0), Some(piece))),
+                _ => docs.extend(parsed.into_iter().map(|v| (v, None))),
+            }
+        }
+        docs
     };
     let mut objects = Vec::new();
     let mut warnings = Vec::new();
-    for (i, doc) in docs.into_iter().enumerate() {
-        add_doc(doc, &format!("document {}", i + 1), 0, &mut objects, &mut warnings);
+    for (i, (doc, raw)) in docs.into_iter().enumerate() {
+        let place = format!("document {}", i + 1);
+        add_doc(doc, raw.as_deref(), &place, None, 0, &mut objects, &mut warnings);
     }
     Ok((objects, warnings))
 }
 
+/// Splits a YAML stream at its `---` document markers (a line starting
+/// with `---` followed by nothing or whitespace; what follows the marker
+/// on its line belongs to the new document), keeping line numbers out of
+/// the way: each piece is parsed on its own so documents are counted even
+/// when empty.
+fn split_yaml(text: &str) -> Vec<String> {
+    let mut docs = vec![String::new()];
+    let mut seen_content = false;
+    for line in text.split_inclusive('\n') {
+        let is_marker = line
+            .strip_prefix("---")
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with(char::is_whitespace));
+        if is_marker {
+            // A marker before any content opens the first document.
+            if seen_content {
+                docs.push(String::new());
+            }
+            seen_content = true;
+            if let Some(last) = docs.last_mut() {
+                last.push_str(&line[3..]);
+            }
+            continue;
+        }
+        let t = line.trim();
+        if !t.is_empty() && !t.starts_with('#') {
+            seen_content = true;
+        }
+        if let Some(last) = docs.last_mut() {
+            last.push_str(line);
+        }
+    }
+    docs
+}
+
+/// Adds the object(s) of one document. `raw`: the document's YAML text,
+/// deserialized straight into the API type so that string fields take
+/// scalars as written (`name: 123`, `value: yes`), as kubectl does.
+#[allow(clippy::too_many_arguments)]
 fn add_doc(
     doc: Value,
+    raw: Option<&str>,
     place: &str,
+    item_kind: Option<&str>,
     depth: usize,
     objects: &mut Vec<Object>,
     warnings: &mut Vec<String>,
@@ -96,8 +153,17 @@ fn add_doc(
         warnings.push(format!("{place}: not an object"));
         return;
     };
-    let kind = map.get("kind").and_then(Value::as_str).unwrap_or_default();
-    let api_version = map.get("apiVersion").and_then(Value::as_str);
+    let kind = map
+        .get("kind")
+        .and_then(Value::as_str)
+        .or(item_kind)
+        .unwrap_or_default()
+        .to_string();
+    let kind = kind.as_str();
+    let api_version = map
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .map(str::to_string);
     if kind == "List" || (kind.ends_with("List") && map.contains_key("items")) {
         if depth >= MAX_LIST_DEPTH {
             warnings.push(format!("{place}: Lists nested too deep"));
@@ -111,8 +177,18 @@ fn add_doc(
                 return;
             }
         };
+        // Items of a typed list (`PodList`) may omit their kind.
+        let item_kind = kind.strip_suffix("List").filter(|k| !k.is_empty());
         for (j, item) in items.into_iter().enumerate() {
-            add_doc(item, &format!("{place} item {}", j + 1), depth + 1, objects, warnings);
+            add_doc(
+                item,
+                None,
+                &format!("{place} item {}", j + 1),
+                item_kind,
+                depth + 1,
+                objects,
+                warnings,
+            );
         }
         return;
     }
@@ -129,7 +205,7 @@ fn add_doc(
         }
     };
     if let Some(v) = api_version {
-        if v != want_api {
+        if v.as_str() != want_api {
             warnings.push(format!(
                 "{place}: {kind} with apiVersion {v:?} is not supported (want {want_api:?})"
             ));
@@ -137,16 +213,16 @@ fn add_doc(
         }
     }
     let result = match kind {
-        "Namespace" => typed::<core::Namespace>(doc, kind, false)
+        "Namespace" => typed::<core::Namespace>(doc, raw, kind, false)
             .and_then(|o| convert::namespace(&o).map_err(|e| e.to_string()))
             .map(Object::Namespace),
-        "Pod" => typed::<core::Pod>(doc, kind, true)
+        "Pod" => typed::<core::Pod>(doc, raw, kind, true)
             .and_then(|o| convert::pod(&o).map_err(|e| e.to_string()))
             .map(Object::Pod),
-        "Node" => typed::<core::Node>(doc, kind, false)
+        "Node" => typed::<core::Node>(doc, raw, kind, false)
             .and_then(|o| convert::node(&o).map_err(|e| e.to_string()))
             .map(Object::Node),
-        _ => typed::<net::NetworkPolicy>(doc, kind, true)
+        _ => typed::<net::NetworkPolicy>(doc, raw, kind, true)
             .and_then(|o| convert::network_policy(&o).map_err(|e| e.to_string()))
             .map(Object::NetworkPolicy),
     };
@@ -157,7 +233,7 @@ fn add_doc(
 }
 
 /// Deserializes a document into its API type; the error names the object.
-fn typed<T>(doc: Value, kind: &str, namespaced: bool) -> Result<T, String>
+fn typed<T>(doc: Value, raw: Option<&str>, kind: &str, namespaced: bool) -> Result<T, String>
 where
     T: serde::de::DeserializeOwned,
 {
@@ -167,7 +243,13 @@ where
         .and_then(|m| serde_json::from_value(m).ok())
         .unwrap_or_default();
     let name = convert::object_name(&meta, namespaced);
-    serde_json::from_value(doc).map_err(|e| format!("{kind} {name}: {e}"))
+    match raw {
+        Some(raw) => serde_saphyr::from_str(raw).map_err(|e| {
+            let e = e.to_string();
+            format!("{kind} {name}: {}", e.lines().next().unwrap_or_default())
+        }),
+        None => serde_json::from_value(doc).map_err(|e| format!("{kind} {name}: {e}")),
+    }
 }
 
 /// Where an object came from: `file, document`.
@@ -482,7 +564,7 @@ metadata: {name: old}
         let (objects, warnings) =
             parse_manifest("kind: Pod\nmetadata: {name: p}\nspec: {hostNetwork: [1]}\n---\nkind: Namespace\nmetadata: {name: n}\n", false)
                 .expect("parses");
-        assert_eq!(objects.len(), 1);
+        assert_eq!(objects.len(), 1, "{objects:?} {warnings:?}");
         assert!(warnings[0].starts_with("document 1: Pod default/p: "), "{warnings:?}");
         let (_, warnings) = parse_manifest("- 1\n---\nmetadata: {name: x}\n", false).expect("parses");
         assert_eq!(warnings, ["document 1: not an object", "document 2: no kind"]);
