@@ -54,7 +54,9 @@ fn on_path(bin: &str) -> bool {
 
 /// Why the test cannot run here, if it cannot.
 fn prerequisites() -> Result<PathBuf, String> {
-    let uid = std::fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(u32::MAX);
+    let uid = std::fs::metadata("/proc/self")
+        .map(|m| m.uid())
+        .unwrap_or(u32::MAX);
     if uid != 0 {
         return Err("not root".into());
     }
@@ -139,14 +141,19 @@ impl Cluster {
         let mut it = rec.split_whitespace();
         let pid: i32 = it.next().and_then(|p| p.parse().ok()).expect("pid");
         let start = it.next().expect("start time").to_string();
-        assert_eq!(starttime(pid).as_deref(), Some(start.as_str()), "recorded apiserver not running");
+        assert_eq!(
+            starttime(pid).as_deref(),
+            Some(start.as_str()),
+            "recorded apiserver not running"
+        );
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).expect("cmdline");
         let argv: Vec<String> = cmdline
             .split(|b| *b == 0)
             .filter(|a| !a.is_empty())
             .map(|a| String::from_utf8_lossy(a).into_owned())
             .collect();
-        assert!(sigterm(pid as u32), "stop apiserver {pid}");
+        // Abruptly (a graceful 1.20 shutdown waits on open watches).
+        assert!(signal(pid as u32, "KILL"), "kill apiserver {pid}");
         let deadline = Instant::now() + Duration::from_secs(30);
         while starttime(pid).as_deref() == Some(start.as_str()) {
             assert!(Instant::now() < deadline, "apiserver did not stop");
@@ -179,8 +186,8 @@ impl Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         if let Some(mut c) = self.restarted.take() {
-            sigterm(c.id());
-            let deadline = Instant::now() + Duration::from_secs(20);
+            signal(c.id(), "TERM");
+            let deadline = Instant::now() + Duration::from_secs(5);
             while Instant::now() < deadline && matches!(c.try_wait(), Ok(None)) {
                 std::thread::sleep(Duration::from_millis(100));
             }
@@ -198,16 +205,19 @@ impl Drop for Cluster {
         }
         match self.script(&["down", "--purge"]).output() {
             Ok(o) if o.status.success() => {}
-            Ok(o) => eprintln!("k8s-local.sh down failed: {}", String::from_utf8_lossy(&o.stderr)),
+            Ok(o) => eprintln!(
+                "k8s-local.sh down failed: {}",
+                String::from_utf8_lossy(&o.stderr)
+            ),
             Err(e) => eprintln!("k8s-local.sh down: {e}"),
         }
     }
 }
 
-/// Sends SIGTERM to `pid` (a process this test started or recorded).
-fn sigterm(pid: u32) -> bool {
+/// Sends signal `sig` to `pid` (a process this test started or recorded).
+fn signal(pid: u32, sig: &str) -> bool {
     Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
+        .args([format!("-{sig}"), pid.to_string()])
         .status()
         .is_ok_and(|s| s.success())
 }
@@ -239,7 +249,10 @@ async fn wait_for(
     .await;
     match r {
         Ok(st) => st,
-        Err(_) => panic!("timed out waiting for {what}; last snapshot: {:#?}", rx.borrow()),
+        Err(_) => panic!(
+            "timed out waiting for {what}; last snapshot: {:#?}",
+            rx.borrow()
+        ),
     }
 }
 
@@ -256,6 +269,12 @@ fn kube_source_follows_the_api_server() {
             return;
         }
     };
+    let _ = tracing_subscriber::fmt()
+        .with_test_writer()
+        .with_env_filter(
+            std::env::var("RUST_LOG").unwrap_or_else(|_| "oxvs_agent=debug".to_string()),
+        )
+        .try_init();
     let mut cluster = Cluster::up(tools);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -286,6 +305,11 @@ fn kube_source_follows_the_api_server() {
         }))
         .expect("ns");
         nss.create(&pp, &ns).await.expect("create namespace");
+        // No controller-manager: the ServiceAccount admission needs this.
+        let sas: Api<core::ServiceAccount> = Api::namespaced(client.clone(), &ns_name);
+        let sa: core::ServiceAccount =
+            serde_json::from_value(json!({"metadata": {"name": "default"}})).expect("sa");
+        sas.create(&pp, &sa).await.expect("create service account");
         let node: core::Node = serde_json::from_value(json!({
             "metadata": {"name": node_name},
             "spec": {"podCIDR": "10.244.7.0/24"}

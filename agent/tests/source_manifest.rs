@@ -76,18 +76,33 @@ fn load_multi_doc_list_json() {
     write(dir.path(), "20-policies.yml", POLICY_LIST);
     write(dir.path(), "30-nodes.json", NODES_JSON);
     write(dir.path(), "README.md", "kind: Pod\n");
-    write(dir.path(), ".hidden.yaml", "kind: Namespace\nmetadata: {name: hidden}\n");
+    write(
+        dir.path(),
+        ".hidden.yaml",
+        "kind: Namespace\nmetadata: {name: hidden}\n",
+    );
     let (st, warnings) = load_manifest_dir(dir.path()).expect("load");
 
     assert_eq!(st.namespaces.keys().collect::<Vec<_>>(), ["shop"]);
-    assert_eq!(st.namespace_labels("shop").get("team").map(String::as_str), Some("a"));
+    assert_eq!(
+        st.namespace_labels("shop").get("team").map(String::as_str),
+        Some("a")
+    );
     let web = &st.pods[&("shop".to_string(), "web".to_string())];
     assert_eq!(web.ip, Some("10.10.1.5".parse().expect("ip")));
     assert_eq!(web.named_port("http", Protocol::Tcp), Some(8080));
-    assert!(st.pods.contains_key(&("default".to_string(), "lonely".to_string())));
+    assert!(st
+        .pods
+        .contains_key(&("default".to_string(), "lonely".to_string())));
     assert_eq!(st.nodes.len(), 2);
-    assert_eq!(st.nodes["n1"].internal_ip, Some("192.168.56.11".parse().expect("ip")));
-    assert_eq!(st.nodes["n2"].pod_cidr, Some("10.10.2.0/24".parse().expect("cidr")));
+    assert_eq!(
+        st.nodes["n1"].internal_ip,
+        Some("192.168.56.11".parse().expect("ip"))
+    );
+    assert_eq!(
+        st.nodes["n2"].pod_cidr,
+        Some("10.10.2.0/24".parse().expect("cidr"))
+    );
 
     // The valid policy is in, with defaults; the invalid one is out and named.
     assert_eq!(st.policies.len(), 1, "{:?}", st.policies.keys());
@@ -105,16 +120,36 @@ fn load_multi_doc_list_json() {
 #[test]
 fn load_duplicates_last_file_wins_and_broken_files_warn() {
     let dir = tempfile::tempdir().expect("tempdir");
-    write(dir.path(), "a.yaml", "kind: Namespace\nmetadata: {name: x, labels: {v: a}}\n");
-    write(dir.path(), "b.yaml", "kind: Namespace\nmetadata: {name: x, labels: {v: b}}\n");
-    write(dir.path(), "c.yaml", "kind: Namespace\nmetadata: {name: y\n");
+    write(
+        dir.path(),
+        "a.yaml",
+        "kind: Namespace\nmetadata: {name: x, labels: {v: a}}\n",
+    );
+    write(
+        dir.path(),
+        "b.yaml",
+        "kind: Namespace\nmetadata: {name: x, labels: {v: b}}\n",
+    );
+    write(
+        dir.path(),
+        "c.yaml",
+        "kind: Namespace\nmetadata: {name: y\n",
+    );
     let (st, warnings) = load_manifest_dir(dir.path()).expect("load");
-    assert_eq!(st.namespace_labels("x").get("v").map(String::as_str), Some("b"));
+    assert_eq!(
+        st.namespace_labels("x").get("v").map(String::as_str),
+        Some("b")
+    );
     assert!(!st.namespaces.contains_key("y"));
     assert_eq!(warnings.len(), 2, "{warnings:?}");
-    assert!(warnings.iter().any(|w| w.starts_with("c.yaml: ")), "{warnings:?}");
     assert!(
-        warnings.iter().any(|w| w == "Namespace x is defined in a.yaml and in b.yaml: b.yaml wins"),
+        warnings.iter().any(|w| w.starts_with("c.yaml: ")),
+        "{warnings:?}"
+    );
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w == "Namespace x is defined in a.yaml and in b.yaml: b.yaml wins"),
         "{warnings:?}"
     );
     assert!(load_manifest_dir(&dir.path().join("missing")).is_err());
@@ -138,7 +173,10 @@ async fn wait_for(
     .await;
     match r {
         Ok(st) => st,
-        Err(_) => panic!("timed out waiting for {what}; last snapshot: {:?}", rx.borrow()),
+        Err(_) => panic!(
+            "timed out waiting for {what}; last snapshot: {:?}",
+            rx.borrow()
+        ),
     }
 }
 
@@ -155,9 +193,17 @@ async fn watch_changes_half_written_and_delete() {
     assert_eq!(st.policies.len(), 1);
 
     // Relabel a pod: the change is picked up.
-    write(dir.path(), "10-pods.yaml", &NS_AND_PODS.replace("app: web", "app: db"));
+    write(
+        dir.path(),
+        "10-pods.yaml",
+        &NS_AND_PODS.replace("app: web", "app: db"),
+    );
     wait_for(&mut rx, "relabel", |s| {
-        s.pods[&("shop".to_string(), "web".to_string())].labels.get("app").map(String::as_str) == Some("db")
+        s.pods[&("shop".to_string(), "web".to_string())]
+            .labels
+            .get("app")
+            .map(String::as_str)
+            == Some("db")
     })
     .await;
 
@@ -170,19 +216,36 @@ async fn watch_changes_half_written_and_delete() {
     let half = format!("{half}    - from: [{{namespaceSelector: {{matchLabels: {{team: a");
     write(dir.path(), "20-policies.yaml", &half);
     tokio::time::sleep(Duration::from_millis(600)).await;
-    assert_eq!(rx.borrow().policies.len(), 1, "half-written file dropped its objects");
+    assert_eq!(
+        rx.borrow().policies.len(),
+        1,
+        "half-written file dropped its objects"
+    );
     // A new file that never parsed contributes nothing, and breaks nothing.
-    write(dir.path(), "40-broken.yaml", "kind: Pod\nmetadata: {name: [\n");
+    write(
+        dir.path(),
+        "40-broken.yaml",
+        "kind: Pod\nmetadata: {name: [\n",
+    );
     tokio::time::sleep(Duration::from_millis(500)).await;
     {
         let st = rx.borrow();
-        assert_eq!((st.pods.len(), st.policies.len(), st.nodes.len()), (2, 1, 2));
+        assert_eq!(
+            (st.pods.len(), st.policies.len(), st.nodes.len()),
+            (2, 1, 2)
+        );
     }
 
     // The file is completed with a change: the new version is used.
-    write(dir.path(), "20-policies.yaml", &POLICY_LIST.replace("allow-web", "allow-web2"));
+    write(
+        dir.path(),
+        "20-policies.yaml",
+        &POLICY_LIST.replace("allow-web", "allow-web2"),
+    );
     wait_for(&mut rx, "completed file", |s| {
-        s.policies.contains_key(&("shop".to_string(), "allow-web2".to_string())) && s.policies.len() == 1
+        s.policies
+            .contains_key(&("shop".to_string(), "allow-web2".to_string()))
+            && s.policies.len() == 1
     })
     .await;
 
@@ -197,7 +260,10 @@ async fn watch_changes_half_written_and_delete() {
     let before = rx.borrow_and_update().clone();
     write(dir.path(), "30-nodes.json", NODES_JSON);
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(!rx.has_changed().expect("running"), "unchanged content republished");
+    assert!(
+        !rx.has_changed().expect("running"),
+        "unchanged content republished"
+    );
     assert_eq!(*rx.borrow(), before);
 
     // Dropping the receiver ends the source.
@@ -213,5 +279,7 @@ async fn watch_changes_half_written_and_delete() {
 async fn watch_missing_dir_is_an_error() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (tx, _rx) = watch::channel(Arc::new(ClusterState::default()));
-    assert!(watch_manifest_dir(dir.path().join("nope"), tx).await.is_err());
+    assert!(watch_manifest_dir(dir.path().join("nope"), tx)
+        .await
+        .is_err());
 }

@@ -29,7 +29,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::model::{
-    ContainerPort, LabelSelector, Labels, Namespace, NetworkPolicy, Node, Peer, PolicyPort, Pod,
+    ContainerPort, LabelSelector, Labels, Namespace, NetworkPolicy, Node, Peer, Pod, PolicyPort,
     PortRef, Protocol, Requirement, Rule, SelectorOp,
 };
 
@@ -262,7 +262,12 @@ pub fn pod(pod: &core::Pod) -> Result<Pod, ConvertError> {
     let mut errs = Errs::default();
     let spec = pod.spec.as_ref();
     let mut ports = Vec::new();
-    for (ci, c) in spec.map(|s| s.containers.as_slice()).unwrap_or_default().iter().enumerate() {
+    for (ci, c) in spec
+        .map(|s| s.containers.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+    {
         for (pi, p) in c.ports.iter().flatten().enumerate() {
             let f = format!("spec.containers[{ci}].ports[{pi}]");
             let protocol = protocol(format!("{f}.protocol"), p.protocol.as_deref(), &mut errs);
@@ -347,8 +352,7 @@ fn is_label_name_part(s: &str) -> bool {
         && b.len() <= 63
         && b[0].is_ascii_alphanumeric()
         && b[b.len() - 1].is_ascii_alphanumeric()
-        && b
-            .iter()
+        && b.iter()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
 }
 
@@ -454,11 +458,10 @@ fn selector(sel: &meta::LabelSelector, field: &str, errs: &mut Errs) -> LabelSel
                 format!("{f}.values"),
                 format!("must be non-empty with operator {}", r.operator),
             ),
-            Some(SelectorOp::Exists | SelectorOp::DoesNotExist) if !values.is_empty() => errs
-                .push(
-                    format!("{f}.values"),
-                    format!("must be empty with operator {}", r.operator),
-                ),
+            Some(SelectorOp::Exists | SelectorOp::DoesNotExist) if !values.is_empty() => errs.push(
+                format!("{f}.values"),
+                format!("must be empty with operator {}", r.operator),
+            ),
             _ => {}
         }
         for (j, v) in values.iter().enumerate() {
@@ -670,7 +673,10 @@ pub fn network_policy(np: &net::NetworkPolicy) -> Result<NetworkPolicy, ConvertE
         None | Some([]) => (true, spec.egress.as_ref().is_some_and(|e| !e.is_empty())),
         Some(types) => {
             if types.len() > 2 {
-                errs.push("spec.policyTypes", "may not specify more than two policyTypes");
+                errs.push(
+                    "spec.policyTypes",
+                    "may not specify more than two policyTypes",
+                );
             }
             let (mut i, mut e) = (false, false);
             for (n, t) in types.iter().enumerate() {

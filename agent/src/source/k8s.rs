@@ -29,7 +29,7 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::networking::v1 as net;
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::runtime::watcher::{self, Event};
+use kube::runtime::watcher::{self, watcher, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, Config};
 use tokio::sync::watch;
@@ -72,7 +72,10 @@ trait Kind: Clone + Debug + Send + 'static {
 }
 
 fn ns_key(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<ObjKey> {
-    let ns = m.namespace.clone().unwrap_or_else(|| DEFAULT_NAMESPACE.into());
+    let ns = m
+        .namespace
+        .clone()
+        .unwrap_or_else(|| DEFAULT_NAMESPACE.into());
     m.name.clone().map(|n| (ns, n))
 }
 
@@ -196,6 +199,9 @@ impl<K: Kind> Store<K> {
     }
 }
 
+// Moved once per event, straight into its store: boxing would only add
+// an allocation.
+#[allow(clippy::large_enum_variant)]
 enum Ev {
     Namespace(Event<core::Namespace>),
     Pod(Event<core::Pod>),
@@ -238,9 +244,10 @@ impl State {
 fn stream<K>(
     client: &Client,
     wrap: fn(Event<K>) -> Ev,
-) -> futures::stream::BoxStream<'static, Result<Ev, watcher::Error>>
+) -> futures::stream::BoxStream<'static, Result<Ev, (&'static str, watcher::Error)>>
 where
-    K: kube::Resource<DynamicType = ()>
+    K: Kind
+        + kube::Resource<DynamicType = ()>
         + Clone
         + Debug
         + serde::de::DeserializeOwned
@@ -250,15 +257,17 @@ where
     watcher(Api::<K>::all(client.clone()), watcher::Config::default())
         .default_backoff()
         .map_ok(wrap)
+        .map_err(|e| (K::KIND, e))
         .boxed()
 }
-
-use kube::runtime::watcher::watcher;
 
 /// Watches the cluster through `client` and publishes snapshots on `tx`
 /// (see the module doc). Runs until every receiver is dropped (then `Ok`);
 /// API errors are retried forever.
-pub async fn watch_kube(client: Client, tx: watch::Sender<Arc<ClusterState>>) -> anyhow::Result<()> {
+pub async fn watch_kube(
+    client: Client,
+    tx: watch::Sender<Arc<ClusterState>>,
+) -> anyhow::Result<()> {
     let mut events = futures::stream::select_all([
         stream::<core::Namespace>(&client, Ev::Namespace),
         stream::<core::Pod>(&client, Ev::Pod),
@@ -273,7 +282,7 @@ pub async fn watch_kube(client: Client, tx: watch::Sender<Arc<ClusterState>>) ->
             _ = tx.closed() => return Ok(()),
             ev = events.next() => match ev {
                 None => anyhow::bail!("Kubernetes watch streams ended"),
-                Some(Err(e)) => warn!("Kubernetes watch: {e}; retrying"),
+                Some(Err((kind, e))) => warn!("Kubernetes watch of {kind}s: {e}; retrying with backoff"),
                 Some(Ok(ev)) => {
                     if state.apply(ev) && deadline.is_none() {
                         deadline = Some(Instant::now() + COALESCE);

@@ -94,7 +94,15 @@ pub fn parse_manifest(text: &str, json: bool) -> Result<(Vec<Object>, Vec<String
     let mut warnings = Vec::new();
     for (i, (doc, raw)) in docs.into_iter().enumerate() {
         let place = format!("document {}", i + 1);
-        add_doc(doc, raw.as_deref(), &place, None, 0, &mut objects, &mut warnings);
+        add_doc(
+            doc,
+            raw.as_deref(),
+            &place,
+            None,
+            0,
+            &mut objects,
+            &mut warnings,
+        );
     }
     Ok((objects, warnings))
 }
@@ -266,7 +274,9 @@ fn merge<'a>(
         for o in objects {
             let what = o.describe();
             if let Some(prev) = origin.insert(what.clone(), file.to_string()) {
-                warnings.push(format!("{what} is defined in {prev} and in {file}: {file} wins"));
+                warnings.push(format!(
+                    "{what} is defined in {prev} and in {file}: {file} wins"
+                ));
             }
             match o.clone() {
                 Object::Namespace(n) => {
@@ -337,7 +347,10 @@ fn load_file(name: &str, path: &Path) -> Result<(Vec<Object>, Vec<String>), Stri
     let text = std::fs::read_to_string(path).map_err(|e| format!("{name}: {e}"))?;
     let (objects, warnings) = parse_manifest(&text, name.ends_with(".json"))
         .map_err(|e| format!("{name}: {}", e.lines().next().unwrap_or_default()))?;
-    let warnings = warnings.into_iter().map(|w| format!("{name}: {w}")).collect();
+    let warnings = warnings
+        .into_iter()
+        .map(|w| format!("{name}: {w}"))
+        .collect();
     Ok((objects, warnings))
 }
 
@@ -397,7 +410,10 @@ impl DirWatch {
             if self.files.get(&name).is_some_and(|e| e.stamp == stamp) {
                 continue;
             }
-            let entry = self.files.entry(name.clone()).or_insert(FileEntry { stamp, good: None });
+            let entry = self
+                .files
+                .entry(name.clone())
+                .or_insert(FileEntry { stamp, good: None });
             entry.stamp = stamp;
             match load_file(&name, &path) {
                 Ok((objects, warnings)) => {
@@ -481,7 +497,10 @@ pub async fn watch_manifest_dir(
         match r {
             Err(e) => {
                 if !dir_error {
-                    warn!("manifest directory {}: {e}; keeping the last state", dir.display());
+                    warn!(
+                        "manifest directory {}: {e}; keeping the last state",
+                        dir.display()
+                    );
                 }
                 dir_error = true;
             }
@@ -537,7 +556,9 @@ metadata: {name: old}
         let (objects, warnings) = parse_manifest(text, false).expect("parses");
         assert_eq!(objects.len(), 2, "{objects:?}");
         assert_eq!(objects[0].describe(), "Namespace shop");
-        let Object::Pod(p) = &objects[1] else { panic!("not a pod: {:?}", objects[1]) };
+        let Object::Pod(p) = &objects[1] else {
+            panic!("not a pod: {:?}", objects[1])
+        };
         assert_eq!(p.namespace, "default");
         assert_eq!(p.named_port("http", crate::model::Protocol::Tcp), Some(80));
         assert_eq!(warnings.len(), 2, "{warnings:?}");
@@ -545,7 +566,10 @@ metadata: {name: old}
             warnings[0],
             r#"document 3 item 3: NetworkPolicy shop/bad: spec.ingress[0].from[0].ipBlock.cidr: invalid CIDR "10.0.0/8""#
         );
-        assert!(warnings[1].contains("apiVersion \"extensions/v1beta1\""), "{warnings:?}");
+        assert!(
+            warnings[1].contains("apiVersion \"extensions/v1beta1\""),
+            "{warnings:?}"
+        );
     }
 
     #[test]
@@ -565,14 +589,66 @@ metadata: {name: old}
             parse_manifest("kind: Pod\nmetadata: {name: p}\nspec: {hostNetwork: [1]}\n---\nkind: Namespace\nmetadata: {name: n}\n", false)
                 .expect("parses");
         assert_eq!(objects.len(), 1, "{objects:?} {warnings:?}");
-        assert!(warnings[0].starts_with("document 1: Pod default/p: "), "{warnings:?}");
-        let (_, warnings) = parse_manifest("- 1\n---\nmetadata: {name: x}\n", false).expect("parses");
-        assert_eq!(warnings, ["document 1: not an object", "document 2: no kind"]);
+        assert!(
+            warnings[0].starts_with("document 1: Pod default/p: "),
+            "{warnings:?}"
+        );
+        let (_, warnings) =
+            parse_manifest("- 1\n---\nmetadata: {name: x}\n", false).expect("parses");
+        assert_eq!(
+            warnings,
+            ["document 1: not an object", "document 2: no kind"]
+        );
+    }
+
+    #[test]
+    fn yaml_scalars_as_kubectl_reads_them() {
+        // Typed fields take scalars as written (YAML 1.1 `n`, `yes`).
+        let (objects, warnings) = parse_manifest(
+            "kind: Namespace\nmetadata: {name: n, labels: {enabled: yes, no: off}}\n",
+            false,
+        )
+        .expect("parses");
+        assert!(warnings.is_empty(), "{warnings:?}");
+        let Object::Namespace(ns) = &objects[0] else {
+            panic!("{objects:?}")
+        };
+        assert_eq!(ns.name, "n");
+        assert_eq!(ns.labels.get("enabled").map(String::as_str), Some("yes"));
+        assert_eq!(ns.labels.get("no").map(String::as_str), Some("off"));
+        // In a List (untyped first): only YAML 1.2 booleans are booleans.
+        let (objects, warnings) = parse_manifest(
+            "kind: List\nitems:\n- kind: Namespace\n  metadata: {name: y}\n",
+            false,
+        )
+        .expect("parses");
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(objects[0].describe(), "Namespace y");
+    }
+
+    #[test]
+    fn document_splitting() {
+        assert_eq!(split_yaml("a: 1\n---\nb: 2\n"), ["a: 1\n", "\nb: 2\n"]);
+        assert_eq!(
+            split_yaml("# c\n---\na: 1\n--- \n---\n"),
+            ["# c\n\na: 1\n", " \n", "\n"]
+        );
+        assert_eq!(
+            split_yaml("a: '---'\nb: |\n  ---x\n"),
+            ["a: '---'\nb: |\n  ---x\n"]
+        );
+        assert_eq!(split_yaml("----\n"), ["----\n"]);
     }
 
     #[test]
     fn names() {
-        assert!(is_manifest_name("a.yaml") && is_manifest_name("b.yml") && is_manifest_name("c.json"));
-        assert!(!is_manifest_name(".yaml") && !is_manifest_name("a.yaml~") && !is_manifest_name("a.txt"));
+        assert!(
+            is_manifest_name("a.yaml") && is_manifest_name("b.yml") && is_manifest_name("c.json")
+        );
+        assert!(
+            !is_manifest_name(".yaml")
+                && !is_manifest_name("a.yaml~")
+                && !is_manifest_name("a.txt")
+        );
     }
 }
