@@ -10,6 +10,9 @@
 #                       to build xsk-rs (its libxdp/libbpf and XDP programs)
 #   iproute2 ethtool    network namespaces, veth, VXLAN for the end-to-end tests
 #   iputils-ping python3  traffic in the end-to-end tests (ping; TCP/UDP peers)
+#   containernetworking-plugins iptables
+#                       the reference CNI plugins (portmap chained after oxvs,
+#                       bridge + host-local as the CNI benchmark's yardstick)
 #   curl, ca-certificates  only if Rust is missing: to fetch rustup
 # Rust: the stable toolchain via rustup with rustfmt and clippy, if cargo is
 # missing (Debian 12's own cargo is too old for this workspace).
@@ -21,7 +24,7 @@ trap 'printf "\nFAILED at step: %s\n" "$current" >&2' ERR
 
 [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
 
-PKGS=(gcc libc6-dev openvswitch-switch clang llvm libelf-dev zlib1g-dev pkg-config m4 libpcap-dev iproute2 ethtool iputils-ping python3)
+PKGS=(gcc libc6-dev openvswitch-switch clang llvm libelf-dev zlib1g-dev pkg-config m4 libpcap-dev iproute2 ethtool iputils-ping python3 containernetworking-plugins iptables)
 command -v cargo >/dev/null 2>&1 || PKGS+=(curl ca-certificates)
 missing=()
 for p in "${PKGS[@]}"; do

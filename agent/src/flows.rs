@@ -106,6 +106,19 @@ pub struct PodPort {
     pub mac: [u8; 6],
 }
 
+/// Another node: its pod CIDR is reached through the tunnel to `ip`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RemoteNode {
+    pub name: String,
+    pub pod_cidr: Ipv4Net,
+    pub ip: Ipv4Addr,
+}
+
+/// The MAC that routed packets towards a remote node carry as destination
+/// (and that the switch answers ARP for remote gateways with): it maps to
+/// the tunnel port in L2ForwardingCalc.
+pub const VIRTUAL_MAC: [u8; 6] = [0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff];
+
 /// The MAC address oxvs gives the pod holding `ip`: `0a:58:` + the address.
 pub fn pod_mac(ip: Ipv4Addr) -> [u8; 6] {
     let o = ip.octets();
@@ -467,6 +480,76 @@ pub fn pod_flows(node: &NodeNet, pod: &PodPort) -> Vec<String> {
     v
 }
 
+/// The cookie of a remote node's flows: feature `0x0006`, the low 32 bits
+/// of its underlay address.
+pub fn remote_node_cookie(ip: Ipv4Addr) -> u64 {
+    (0x0006 << 48) | u64::from(u32::from(ip))
+}
+
+/// The tunnel's flows: packets from the tunnel are classified (and look
+/// routed: destination = the gateway MAC, so L3Forwarding delivers them
+/// to local pods), packets to a remote pod CIDR get that node as `tun_dst`
+/// and the virtual MAC, which L2ForwardingCalc maps to the tunnel port; the
+/// switch answers ARP for each remote gateway (the host routes remote pod
+/// CIDRs onlink via them) with the virtual MAC.
+pub fn tunnel_flows(node: &NodeNet, tunnel_ofport: u32, remotes: &[RemoteNode]) -> Vec<String> {
+    use names::*;
+    let t = (cookie::NODE_FEATURE << 48) | 2;
+    let gw_mac = mac_str(&node.gateway_mac);
+    let vmac = mac_str(&VIRTUAL_MAC);
+    let mut v = Vec::with_capacity(2 + 2 * remotes.len());
+    line(
+        &mut v,
+        CLASSIFIER,
+        200,
+        t,
+        &format!(
+            "in_port={tunnel_ofport}, actions=load:{}->NXM_NX_REG0[0..3],set_field:{gw_mac}->eth_dst,goto_table:{}",
+            source::TUNNEL,
+            CONNTRACK_ZONE.id
+        ),
+    );
+    line(
+        &mut v,
+        L2_FORWARDING_CALC,
+        200,
+        t,
+        &format!(
+            "dl_dst={vmac}, actions=load:{tunnel_ofport:#x}->NXM_NX_REG1[],load:0x1->NXM_NX_REG0[16],goto_table:{}",
+            INGRESS_RULE.id
+        ),
+    );
+    for r in remotes {
+        if r.pod_cidr == node.pod_cidr {
+            continue;
+        }
+        let c = remote_node_cookie(r.ip);
+        let rgw = Ipv4Addr::from(u32::from(r.pod_cidr.network()).wrapping_add(1));
+        line(
+            &mut v,
+            ARP_RESPONDER,
+            200,
+            c,
+            &format!(
+                "arp, arp_op=1, arp_tpa={rgw}, actions=move:NXM_OF_ETH_SRC[]->NXM_OF_ETH_DST[],set_field:{vmac}->eth_src,load:0x2->NXM_OF_ARP_OP[],move:NXM_NX_ARP_SHA[]->NXM_NX_ARP_THA[],set_field:{vmac}->arp_sha,move:NXM_OF_ARP_SPA[]->NXM_OF_ARP_TPA[],set_field:{rgw}->arp_spa,output:IN_PORT"
+            ),
+        );
+        line(
+            &mut v,
+            L3_FORWARDING,
+            200,
+            c,
+            &format!(
+                "ip, nw_dst={}, actions=set_field:{gw_mac}->eth_src,set_field:{vmac}->eth_dst,set_field:{}->tun_dst,goto_table:{}",
+                r.pod_cidr,
+                r.ip,
+                L3_DEC_TTL.id
+            ),
+        );
+    }
+    v
+}
+
 /// Every flow of the node: [`node_flows`] then each pod's [`pod_flows`], as
 /// flow-file text.
 pub fn desired_flows(node: &NodeNet, pods: &[PodPort]) -> String {
@@ -578,6 +661,60 @@ mod tests {
         };
         let report = trace(&*p.snapshot(), &key, &XlateEnv::default(), &opts);
         format!("{report}")
+    }
+
+    fn trace_with_tunnel(spec: &str) -> String {
+        let remotes = [RemoteNode {
+            name: "n2".into(),
+            pod_cidr: "10.244.1.0/24".parse().unwrap(),
+            ip: "192.168.77.12".parse().unwrap(),
+        }];
+        let mut text = desired_flows(&node(), &[pod(3, 3)]);
+        for l in tunnel_flows(&node(), 9, &remotes) {
+            text.push_str(&l);
+            text.push('\n');
+        }
+        let flows = parse_flow_file(&text, &ParseContext::default()).unwrap();
+        let p = Pipeline::new();
+        p.replace_all(&flows, 0).unwrap();
+        let key = parse_packet_spec(spec, &ParseContext::default()).unwrap();
+        let opts = TraceOptions {
+            names: Some(TableNames::default()),
+            ..TraceOptions::default()
+        };
+        format!(
+            "{}",
+            trace(&*p.snapshot(), &key, &XlateEnv::default(), &opts)
+        )
+    }
+
+    #[test]
+    fn traces_across_the_tunnel() {
+        // Local pod -> remote pod: routed via the gateway MAC, out the tunnel to node 2.
+        let t = trace_with_tunnel("in_port=3,icmp,dl_src=0a:58:0a:f4:00:03,dl_dst=0a:58:0a:f4:00:01,nw_src=10.244.0.3,nw_dst=10.244.1.7,nw_ttl=64");
+        let last = t.lines().last().unwrap();
+        assert!(
+            last.contains("tun_dst=192.168.77.12") || last.contains("192.168.77.12"),
+            "{t}"
+        );
+        assert!(
+            last.contains("dst=aa:bb:cc:dd:ee:ff") && last.ends_with(",9"),
+            "{t}"
+        );
+        assert!(last.contains("ttl=63"), "routed: TTL decremented\n{t}");
+        // Remote pod -> local pod, from the tunnel: delivered with the pod's MAC.
+        let t = trace_with_tunnel("in_port=9,icmp,dl_src=0a:58:0a:f4:01:01,dl_dst=aa:bb:cc:dd:ee:ff,nw_src=10.244.1.7,nw_dst=10.244.0.3,nw_ttl=63");
+        let last = t.lines().last().unwrap();
+        assert!(
+            last.contains("dst=0a:58:0a:f4:00:03") && last.ends_with(",3"),
+            "{t}"
+        );
+        // The host ARPs for the remote gateway: answered with the virtual MAC.
+        let t = trace_with_tunnel("in_port=2,arp,arp_op=1,dl_src=0a:58:0a:f4:00:01,dl_dst=ff:ff:ff:ff:ff:ff,arp_spa=10.244.0.1,arp_sha=0a:58:0a:f4:00:01,arp_tpa=10.244.1.1");
+        assert!(
+            t.lines().last().unwrap().contains("sha=aa:bb:cc:dd:ee:ff"),
+            "{t}"
+        );
     }
 
     #[test]

@@ -6,7 +6,9 @@
 //! - [`server`]: the CNI server on `/run/oxvs/cni.sock` (ADD, DEL, CHECK,
 //!   GC, STATUS) and the state it keeps.
 
+pub mod api;
 pub mod flows;
+pub mod hostnet;
 pub mod ipam;
 pub mod model;
 pub mod podnet;

@@ -6,7 +6,8 @@
 //! agent serves the socket at once (ADD answers "try again later" until the
 //! switch and its gateway are found), retries the switch until it appears,
 //! and reconverges whenever the switch's view drifts (e.g. switchd
-//! restarted). Stopping the agent (SIGTERM/SIGINT) never touches pods: the
+//! restarted). The API socket (`--api-socket`, [`oxvs_agent::api`]) serves
+//! `oxvsctl traceflow`. Stopping the agent (SIGTERM/SIGINT) never touches pods: the
 //! switch keeps forwarding, and the next agent picks up from the records.
 //!
 //! Exit codes: 0 after SIGTERM/SIGINT, 1 when startup failed, 2 for bad flags.
@@ -20,8 +21,9 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Parser;
 use ipnet::Ipv4Net;
-use oxvs_agent::podnet;
+use oxvs_agent::model::ClusterState;
 use oxvs_agent::server::{self, Agent, AgentConfig};
+use oxvs_agent::{podnet, source};
 use oxvs_api::cni::DEFAULT_CNI_SOCKET;
 use oxvs_api::DEFAULT_SWITCHD_SOCKET;
 
@@ -29,15 +31,32 @@ use oxvs_api::DEFAULT_SWITCHD_SOCKET;
 #[derive(Debug, Parser)]
 #[command(name = "oxvs-agent", version, about)]
 struct Args {
-    /// The node's pod CIDR (IPv4), e.g. 10.244.0.0/24; the gateway gets its first address.
+    /// This node's name (its Node object; pods' spec.nodeName). Default: the host name.
+    #[arg(long, value_name = "NAME")]
+    node_name: Option<String>,
+    /// The node's pod CIDR (IPv4), e.g. 10.244.0.0/24; the gateway gets its
+    /// first address. Default: the Node object's spec.podCIDR.
     #[arg(long, value_name = "CIDR")]
-    pod_cidr: Ipv4Net,
+    pod_cidr: Option<Ipv4Net>,
+    /// The node's underlay address for VXLAN. Default: the Node object's InternalIP.
+    #[arg(long, value_name = "IP")]
+    node_ip: Option<std::net::Ipv4Addr>,
+    /// Take the cluster (Namespaces, Pods, Nodes, NetworkPolicies) from the
+    /// YAML/JSON manifests in this directory, watched for changes.
+    #[arg(long, value_name = "DIR")]
+    manifests: Option<PathBuf>,
+    /// The switch's VXLAN port the agent adds for traffic to other nodes.
+    #[arg(long, value_name = "NAME", default_value = "oxvs-tun0")]
+    tunnel: String,
     /// The CNI socket to serve.
     #[arg(long, value_name = "PATH", default_value = DEFAULT_CNI_SOCKET)]
     cni_socket: PathBuf,
     /// oxvs-switchd's control socket.
     #[arg(long, value_name = "PATH", default_value = DEFAULT_SWITCHD_SOCKET)]
     switchd_socket: PathBuf,
+    /// The API socket (`oxvsctl traceflow`); not served if another agent serves it.
+    #[arg(long, value_name = "PATH", default_value = oxvs_api::agent::DEFAULT_AGENT_SOCKET)]
+    api_socket: PathBuf,
     /// Directory for attachment records and IPAM state.
     #[arg(long, value_name = "DIR", default_value = "/var/lib/oxvs")]
     state_dir: PathBuf,
@@ -53,6 +72,9 @@ struct Args {
     /// Deadline of one call to the switch, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 10_000)]
     switch_timeout_ms: u64,
+    /// Do not masquerade pod traffic to outside the cluster (nor turn on forwarding).
+    #[arg(long)]
+    no_masquerade: bool,
     /// Seconds between checks that the switch still holds what the records say.
     #[arg(long, value_name = "S", default_value_t = 5)]
     resync_interval: u64,
@@ -104,20 +126,32 @@ fn pod_mtu(args: &Args) -> u32 {
 }
 
 async fn run(args: Args, pod_mtu: u32) -> anyhow::Result<()> {
-    if args.pod_cidr.prefix_len() > 30 {
-        anyhow::bail!("--pod-cidr {} is too small (at most /30)", args.pod_cidr);
+    if let Some(c) = args.pod_cidr {
+        if c.prefix_len() > 30 {
+            anyhow::bail!("--pod-cidr {c} is too small (at most /30)");
+        }
     }
+    let node_name = match &args.node_name {
+        Some(n) => n.clone(),
+        None => nix::unistd::gethostname()
+            .map(|h| h.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| "localhost".into()),
+    };
     let cfg = AgentConfig {
+        node_name,
+        node_ip: args.node_ip,
+        tunnel: args.tunnel.clone(),
         cni_socket: args.cni_socket.clone(),
         switchd_socket: args.switchd_socket.clone(),
         state_dir: args.state_dir.clone(),
-        pod_cidr: args.pod_cidr.trunc(),
+        pod_cidr: args.pod_cidr.map(|c| c.trunc()),
         gateway: args.gateway.clone(),
         pod_mtu,
         pod_tx_checksum_off: !args.pod_tx_checksum_on,
         switch_timeout: Duration::from_millis(args.switch_timeout_ms),
+        masquerade: !args.no_masquerade,
     };
-    tracing::info!(pod_cidr = %cfg.pod_cidr, mtu = cfg.pod_mtu, state = %cfg.state_dir.display(), "starting");
+    tracing::info!(node = %cfg.node_name, pod_cidr = ?cfg.pod_cidr, mtu = cfg.pod_mtu, state = %cfg.state_dir.display(), "starting");
     let agent = Arc::new(Agent::open(cfg)?);
 
     let sock = &args.cni_socket;
@@ -137,6 +171,24 @@ async fn run(args: Args, pod_mtu: u32) -> anyhow::Result<()> {
         .with_context(|| format!("cannot chmod {}", sock.display()))?;
     tracing::info!(socket = %sock.display(), "serving CNI");
     let server = tokio::spawn(server::serve(agent.clone(), listener));
+    let api = serve_api(&agent, &args.api_socket);
+    // The cluster source, and the controller that follows it.
+    let (tx, rx) = tokio::sync::watch::channel(Arc::new(ClusterState::default()));
+    let source_task = match &args.manifests {
+        Some(dir) => {
+            let dir = dir.clone();
+            Some(tokio::spawn(async move {
+                if let Err(e) = source::watch_manifest_dir(dir.clone(), tx).await {
+                    tracing::error!("manifest source {} stopped: {e:#}", dir.display());
+                }
+            }))
+        }
+        None => {
+            drop(tx);
+            None
+        }
+    };
+    let controller = tokio::spawn(follow_cluster(agent.clone(), rx));
     let keeper = tokio::spawn(keep_converged(
         agent.clone(),
         Duration::from_secs(args.resync_interval.max(1)),
@@ -149,9 +201,80 @@ async fn run(args: Args, pod_mtu: u32) -> anyhow::Result<()> {
     }
     tracing::info!("stopping (pods keep forwarding)");
     server.abort();
+    if let Some(api) = api {
+        api.abort();
+        let _ = std::fs::remove_file(&args.api_socket);
+    }
     keeper.abort();
+    controller.abort();
+    if let Some(s) = source_task {
+        s.abort();
+    }
     let _ = std::fs::remove_file(sock);
     Ok(())
+}
+
+/// Serves the API socket (mode 0600; a stale socket is replaced). The API
+/// is auxiliary: when the socket cannot be served (e.g. another agent
+/// serves it) the agent logs why and runs without it.
+fn serve_api(agent: &Arc<Agent>, sock: &std::path::Path) -> Option<tokio::task::JoinHandle<()>> {
+    let bind = || -> anyhow::Result<tokio::net::UnixListener> {
+        if let Some(dir) = sock.parent() {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
+        }
+        if sock.exists() {
+            if std::os::unix::net::UnixStream::connect(sock).is_ok() {
+                anyhow::bail!("another agent is serving {}", sock.display());
+            }
+            std::fs::remove_file(sock)
+                .with_context(|| format!("cannot remove the stale socket {}", sock.display()))?;
+        }
+        let l = tokio::net::UnixListener::bind(sock)
+            .with_context(|| format!("cannot listen on {}", sock.display()))?;
+        std::fs::set_permissions(sock, std::fs::Permissions::from_mode(0o600))
+            .with_context(|| format!("cannot chmod {}", sock.display()))?;
+        Ok(l)
+    };
+    match bind() {
+        Ok(l) => {
+            tracing::info!(socket = %sock.display(), "serving the API");
+            Some(tokio::spawn(oxvs_agent::api::serve(agent.clone(), l)))
+        }
+        Err(e) => {
+            tracing::error!("no API socket: {e:#}");
+            None
+        }
+    }
+}
+
+/// Applies every new cluster snapshot: the node's flows follow the objects.
+async fn follow_cluster(
+    agent: Arc<Agent>,
+    mut rx: tokio::sync::watch::Receiver<Arc<ClusterState>>,
+) {
+    loop {
+        if rx.changed().await.is_err() {
+            return; // no source: CNI-only mode
+        }
+        // Coalesce a burst of changes.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let state = rx.borrow_and_update().clone();
+        let started = std::time::Instant::now();
+        agent.set_cluster(state.clone());
+        match agent.sync().await {
+            Ok(()) => tracing::debug!(
+                pods = state.pods.len(),
+                policies = state.policies.len(),
+                nodes = state.nodes.len(),
+                ms = started.elapsed().as_secs_f64() * 1e3,
+                "cluster change applied"
+            ),
+            // Not ready yet (the keeper converges once it is), or the
+            // switch is away (the keeper notices the drift).
+            Err(e) => tracing::debug!("cluster change not applied yet: {}", e.msg),
+        }
+    }
 }
 
 /// Converges with the switch on start, then whenever it drifts.
@@ -189,7 +312,7 @@ async fn keep_converged(agent: Arc<Agent>, every: Duration) {
                     failures = 0;
                 }
                 Err(e) => {
-                    if failures % 30 == 0 {
+                    if failures.is_multiple_of(30) {
                         tracing::warn!("cannot converge with the switch yet (retrying): {e:#}");
                     }
                     failures += 1;

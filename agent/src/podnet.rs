@@ -612,6 +612,72 @@ pub fn netns_exists(path: &Path) -> bool {
     )
 }
 
+/// Makes the caller's namespace route `dst` via `via` on interface `dev`
+/// (`onlink`: the next hop need not be in a connected subnet). Replaces an
+/// existing route to `dst`. Idempotent.
+pub fn ensure_route(dst: ipnet::Ipv4Net, via: Ipv4Addr, dev: &str) -> Result<(), PodnetError> {
+    validate_ifname("link", dev)?;
+    nl::with_handle(|h| async move {
+        let link = existing_link(&h, dev).await?;
+        let route = RouteMessageBuilder::<Ipv4Addr>::new()
+            .destination_prefix(dst.network(), dst.prefix_len())
+            .gateway(via)
+            .output_interface(link.header.index)
+            .onlink()
+            .build();
+        h.route()
+            .add(route)
+            .replace()
+            .execute()
+            .await
+            .map_err(|e| nl::nl_err(format!("route {dst} via {via} dev {dev} onlink"), &e))
+    })
+}
+
+/// Removes the caller's namespace route to `dst` (if any) that goes out of `dev`.
+pub fn remove_route(dst: ipnet::Ipv4Net, dev: &str) -> Result<bool, PodnetError> {
+    validate_ifname("link", dev)?;
+    nl::with_handle(|h| async move {
+        let Ok(link) = existing_link(&h, dev).await else {
+            return Ok(false);
+        };
+        let route = RouteMessageBuilder::<Ipv4Addr>::new()
+            .destination_prefix(dst.network(), dst.prefix_len())
+            .output_interface(link.header.index)
+            .build();
+        match h.route().del(route).execute().await {
+            Ok(()) => Ok(true),
+            Err(e) if matches!(nl::errno(&e), Some(Errno::ESRCH) | Some(Errno::ENOENT)) => {
+                Ok(false)
+            }
+            Err(e) => Err(nl::nl_err(
+                format!("remove the route to {dst} on {dev}"),
+                &e,
+            )),
+        }
+    })
+}
+
+/// Sets the MTU of `name` in the caller's namespace (if it differs).
+pub fn set_mtu(name: &str, mtu: u32) -> Result<(), PodnetError> {
+    validate_ifname("link", name)?;
+    nl::with_handle(|h| async move {
+        let link = existing_link(&h, name).await?;
+        if nl::link_mtu(&link) == Some(mtu) {
+            return Ok(());
+        }
+        h.link()
+            .set(
+                LinkUnspec::new_with_index(link.header.index)
+                    .mtu(mtu)
+                    .build(),
+            )
+            .execute()
+            .await
+            .map_err(|e| nl::nl_err(format!("set the MTU of '{name}' to {mtu}"), &e))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,10 +1,96 @@
-//! NetworkPolicy -> flows (pure). CONTRACT, implementation pending.
+//! NetworkPolicy (networking.k8s.io/v1) -> flows (pure).
 //!
-//! See `policy_flows`. Tables, registers and cookies follow `crate::flows`.
+//! [`policy_flows`] turns every NetworkPolicy of a [`ClusterState`] into the
+//! flows that enforce it on the pods attached to this node; [`allowed`] is
+//! the reference interpreter of the same semantics (see [`eval`] for the
+//! exact rules), written independently of the translation and used as the
+//! tests' oracle.
+//!
+//! ## Flow layout
+//!
+//! Tables follow [`crate::flows`] (which owns their priority-0 defaults and
+//! the `+est`/`+rel` bypasses at priority 210); this module adds only:
+//!
+//! | table | priority | match | actions | cookie |
+//! |---|---|---|---|---|
+//! | EgressRule 40 | 201 | a one-dimension rule's clause | `load:ID->NXM_NX_REG5[]`, goto EgressMetric | rule |
+//! | EgressRule 40 | 200 | clause of rule(s) | `conjunction(ID,k/n)`... | rule (smallest id) |
+//! | EgressRule 40 | 200 | `conj_id=ID, ip` | `load:ID->NXM_NX_REG5[]`, goto EgressMetric | rule |
+//! | EgressDefaultRule 41 | 200 | `ip, nw_src=POD` (isolated for egress) | drop | isolation |
+//! | EgressMetric 45 | 200 | `ip, reg5=ID` | goto L3Forwarding | rule |
+//! | IngressRule 70 | 201/200 | as EgressRule, with `NXM_NX_REG3` | goto IngressMetric | rule |
+//! | IngressDefaultRule 71 | 200 | `ip, nw_dst=POD` (isolated for ingress) | drop | isolation |
+//! | IngressMetric 75 | 200 | `ip, reg3=ID` | goto ConntrackCommit | rule |
+//! | IngressRule 70 | 205 | `ip, nw_src=NODE` | goto IngressMetric | node exemption |
+//! | EgressRule 40 | 205 | `ip, nw_dst=NODE` | goto EgressMetric | node exemption |
+//!
+//! Traffic between a pod and its own node is always allowed (the API says
+//! so; kubelet probes depend on it): when some local pod is isolated in a
+//! direction, the node's addresses ([`eval::node_addresses`]: the gateway
+//! and the InternalIP) skip that direction's rules and isolation drops.
+//!
+//! A rule is a conjunction of up to three dimensions, each a set of clause
+//! flows (one per value): ingress `1` = source prefixes (`nw_src`), `2` =
+//! the selected local pods (`nw_dst`), `3` = services (`tcp, tp_dst=...`);
+//! egress `1` = the selected local pods (`nw_src`), `2` = destination
+//! prefixes (`nw_dst`), `3` = services. A dimension that is "everything"
+//! (no peers, no ports) is left out and the rest renumbered; a rule left
+//! with one dimension is plain flows at priority 201 (a conjunction needs
+//! two). So a rule costs (peers + pods + services) flows, not their product.
+//! A rule with an empty dimension (no selected local pod, peers that resolve
+//! to nothing, named ports no destination defines) has no flows.
+//!
+//! Peers resolve to prefixes: pod peers to the `/32` of every matching pod
+//! with an IP and without hostNetwork, on every node; an `ipBlock` to
+//! disjoint prefixes covering `cidr` minus its `except`s
+//! ([`prefix::ipblock_prefixes`]). Services: a protocol alone (`tcp`), a
+//! port (`tcp, tp_dst=80`), a range as value/mask pairs
+//! ([`prefix::port_masks`]), or a named port: resolved on each destination
+//! pod (ingress: the selected pod; egress: the pods of the rule's pod peers,
+//! or every pod for a rule without peers) and matched together with that
+//! pod's address (`tcp, nw_dst=POD, tp_dst=8080`), or without the address
+//! when every destination of the rule resolves it to the same number.
+//!
+//! Several rules may need the same (table, priority, match): it is one flow,
+//! carrying every rule's `conjunction` action (cookie: the smallest id). Two
+//! one-dimension rules with the same clause share one flow that loads the
+//! smaller id (the metric then counts those packets for that rule).
+//!
+//! ## Registers
+//!
+//! `reg3`: the ingress rule that allowed the packet; `reg5`: the egress rule
+//! ([`INGRESS_RULE_REG`], [`EGRESS_RULE_REG`]). 0: none.
+//!
+//! ## Cookies
+//!
+//! [`cookie::rule`]: `0x0004 << 48 | id`; [`cookie::isolation`]: `0x0005 <<
+//! 48 | ofport` (the isolation drop of the pod on that port).
+//!
+//! ## Rule ids
+//!
+//! See [`ids`]: a hash of (policy uid, direction, rule index), never 0,
+//! collisions resolved in sorted order; the same on every node and across
+//! restarts. [`PolicyFlows::rules`] names the policy of every id used.
+//!
+//! ## Determinism
+//!
+//! Flows are produced from ordered maps and sets: equal input gives equal
+//! lines in equal order (the agent diffs line sets).
 
+pub mod eval;
+pub mod ids;
+pub mod prefix;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
 use std::net::Ipv4Addr;
 
-use crate::model::{ClusterState, ObjKey};
+use ipnet::Ipv4Net;
+use oxvs_pipeline::names::{self, TableDef};
+
+use crate::model::{ClusterState, NetworkPolicy, ObjKey, Peer, Pod, PortRef, Protocol, Rule};
+
+pub use eval::{allowed, allowed_l4, Endpoint, L4};
 
 /// A pod attached to this node (the policies' "applied-to" candidates).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,8 +128,593 @@ pub struct PolicyFlows {
     pub rules: Vec<RuleRef>,
 }
 
+/// Cookies of policy flows: feature in the high 16 bits (as
+/// [`crate::flows::cookie`]).
+pub mod cookie {
+    /// Feature value of NetworkPolicy rule flows (low bits: the rule id).
+    pub const RULE_FEATURE: u64 = 0x0004;
+    /// Feature value of isolation drops (low bits: the pod's OpenFlow port).
+    pub const ISOLATION_FEATURE: u64 = 0x0005;
+
+    /// The cookie of the flows of rule `id`.
+    pub fn rule(id: u32) -> u64 {
+        (RULE_FEATURE << 48) | u64::from(id)
+    }
+
+    /// The cookie of the isolation drops of the pod on `ofport`.
+    pub fn isolation(ofport: u32) -> u64 {
+        (ISOLATION_FEATURE << 48) | u64::from(ofport)
+    }
+
+    /// The cookie of the node exemptions (port 0 is no pod).
+    pub const NODE_EXEMPTION: u64 = ISOLATION_FEATURE << 48;
+
+    /// The rule id a cookie names, if it is a rule cookie.
+    pub fn rule_id(cookie: u64) -> Option<u32> {
+        (cookie >> 48 == RULE_FEATURE)
+            .then(|| u32::try_from(cookie & 0xffff_ffff_ffff).ok())
+            .flatten()
+    }
+
+    /// The pod port an isolation cookie names.
+    pub fn isolation_port(cookie: u64) -> Option<u32> {
+        (cookie >> 48 == ISOLATION_FEATURE)
+            .then(|| u32::try_from(cookie & 0xffff_ffff_ffff).ok())
+            .flatten()
+    }
+}
+
+/// A register that holds a rule id: its match name and its NXM name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct RuleReg {
+    pub match_name: &'static str,
+    pub nxm: &'static str,
+}
+
+/// `reg3`: the ingress rule that allowed the packet.
+pub const INGRESS_RULE_REG: RuleReg = RuleReg {
+    match_name: "reg3",
+    nxm: "NXM_NX_REG3",
+};
+/// `reg5`: the egress rule that allowed the packet.
+pub const EGRESS_RULE_REG: RuleReg = RuleReg {
+    match_name: "reg5",
+    nxm: "NXM_NX_REG5",
+};
+
+/// Priority of conjunction clauses and `conj_id` flows.
+pub const PRIORITY_CONJ: u16 = 200;
+/// Priority of the flows of a rule with a single dimension.
+pub const PRIORITY_PLAIN: u16 = 201;
+/// Priority of the node exemptions.
+pub const PRIORITY_NODE: u16 = 205;
+/// Priority of isolation drops and metric flows.
+pub const PRIORITY_DEFAULT: u16 = 200;
+
+/// The tables and register of one direction.
+struct Stage {
+    rule: TableDef,
+    default: TableDef,
+    metric: TableDef,
+    /// Where the metric table continues.
+    next: TableDef,
+    reg: RuleReg,
+}
+
+fn stage(dir: Direction) -> Stage {
+    match dir {
+        Direction::Ingress => Stage {
+            rule: names::INGRESS_RULE,
+            default: names::INGRESS_DEFAULT_RULE,
+            metric: names::INGRESS_METRIC,
+            next: names::CONNTRACK_COMMIT,
+            reg: INGRESS_RULE_REG,
+        },
+        Direction::Egress => Stage {
+            rule: names::EGRESS_RULE,
+            default: names::EGRESS_DEFAULT_RULE,
+            metric: names::EGRESS_METRIC,
+            next: names::L3_FORWARDING,
+            reg: EGRESS_RULE_REG,
+        },
+    }
+}
+
+/// A flow's match, structured so that equal matches compare equal.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+struct FlowMatch {
+    conj_id: Option<u32>,
+    /// `None`: `ip`.
+    proto: Option<Protocol>,
+    reg: Option<(RuleReg, u32)>,
+    nw_src: Option<Ipv4Net>,
+    nw_dst: Option<Ipv4Net>,
+    /// `(value, mask)`; mask `0xffff` is an exact port.
+    tp_dst: Option<(u16, u16)>,
+}
+
+fn fmt_net(f: &mut fmt::Formatter<'_>, field: &str, n: &Ipv4Net) -> fmt::Result {
+    if n.prefix_len() == 32 {
+        write!(f, ", {field}={}", n.addr())
+    } else {
+        write!(f, ", {field}={n}")
+    }
+}
+
+impl fmt::Display for FlowMatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(id) = self.conj_id {
+            write!(f, "conj_id={id}, ")?;
+        }
+        f.write_str(self.proto.map_or("ip", Protocol::keyword))?;
+        if let Some((reg, v)) = self.reg {
+            write!(f, ", {}={v:#x}", reg.match_name)?;
+        }
+        if let Some(n) = &self.nw_src {
+            fmt_net(f, "nw_src", n)?;
+        }
+        if let Some(n) = &self.nw_dst {
+            fmt_net(f, "nw_dst", n)?;
+        }
+        match self.tp_dst {
+            Some((v, 0xffff)) => write!(f, ", tp_dst={v}")?,
+            Some((v, m)) => write!(f, ", tp_dst={v:#x}/{m:#x}")?,
+            None => {}
+        }
+        Ok(())
+    }
+}
+
+/// What a flow does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Act {
+    /// A clause of one or more conjunctions: (id, k, n).
+    Conj(BTreeSet<(u32, u8, u8)>),
+    /// Rule `id` allowed the packet: load it, go to the metric table.
+    Allow { id: u32, reg: RuleReg, metric: u8 },
+    /// Metric flow of rule `id`.
+    Count { id: u32, next: u8 },
+    /// Isolation drop of the pod on `ofport`.
+    Drop { ofport: u32 },
+    /// Traffic with the node: skip the rules and drops.
+    Exempt { metric: u8 },
+}
+
+impl Act {
+    fn cookie(&self) -> u64 {
+        match self {
+            Act::Conj(c) => c
+                .first()
+                .map_or(cookie::rule(0), |&(id, _, _)| cookie::rule(id)),
+            Act::Allow { id, .. } | Act::Count { id, .. } => cookie::rule(*id),
+            Act::Drop { ofport } => cookie::isolation(*ofport),
+            Act::Exempt { .. } => cookie::NODE_EXEMPTION,
+        }
+    }
+
+    fn text(&self) -> String {
+        match self {
+            Act::Conj(c) => c
+                .iter()
+                .map(|(id, k, n)| format!("conjunction({id},{k}/{n})"))
+                .collect::<Vec<_>>()
+                .join(","),
+            Act::Allow { id, reg, metric } => {
+                format!("load:{id:#x}->{}[],goto_table:{metric}", reg.nxm)
+            }
+            Act::Count { next, .. } | Act::Exempt { metric: next } => format!("goto_table:{next}"),
+            Act::Drop { .. } => "drop".into(),
+        }
+    }
+
+    /// Combines two flows that share (table, priority, match).
+    fn merge(&mut self, other: Act) {
+        match (self, other) {
+            (Act::Conj(a), Act::Conj(b)) => a.extend(b),
+            (Act::Allow { id, .. }, Act::Allow { id: id2, .. }) => *id = (*id).min(id2),
+            (Act::Drop { ofport }, Act::Drop { ofport: p2 }) => *ofport = (*ofport).min(p2),
+            // Count flows are unique per id; kinds never share a priority
+            // and match (by construction of the priorities and matches).
+            _ => {}
+        }
+    }
+}
+
+/// The flows being built: (table, priority, match) -> (table name, actions).
+#[derive(Default)]
+struct FlowSet {
+    flows: BTreeMap<(u8, u16, FlowMatch), (&'static str, Act)>,
+}
+
+impl FlowSet {
+    fn add(&mut self, table: TableDef, priority: u16, m: FlowMatch, act: Act) {
+        match self.flows.entry((table.id, priority, m)) {
+            std::collections::btree_map::Entry::Occupied(mut e) => e.get_mut().1.merge(act),
+            std::collections::btree_map::Entry::Vacant(e) => {
+                e.insert((table.name, act));
+            }
+        }
+    }
+
+    fn lines(self) -> Vec<String> {
+        self.flows
+            .into_iter()
+            .map(|((_, priority, m), (name, act))| {
+                format!(
+                    "table={name}, priority={priority}, cookie={:#x}, {m}, actions={}",
+                    act.cookie(),
+                    act.text()
+                )
+            })
+            .collect()
+    }
+}
+
+/// A service (proto, ports, and for named ports the destination).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Service {
+    proto: Protocol,
+    tp_dst: Option<(u16, u16)>,
+    dst: Option<Ipv4Addr>,
+}
+
+impl Service {
+    fn to_match(&self) -> FlowMatch {
+        FlowMatch {
+            proto: Some(self.proto),
+            nw_dst: self.dst.map(Ipv4Net::from),
+            tp_dst: self.tp_dst,
+            ..FlowMatch::default()
+        }
+    }
+}
+
+/// A policy's selected local pods: (flow address, Pod object).
+type Selected<'a> = Vec<(Ipv4Addr, &'a Pod)>;
+
+/// Every pod a pod peer of `rule` matches (any node), in key order:
+/// first the namespaces each peer selects, then their pods. (Written apart
+/// from [`eval`], which is the oracle of the tests.)
+fn peer_pods<'a>(state: &'a ClusterState, policy: &NetworkPolicy, rule: &Rule) -> Vec<&'a Pod> {
+    let all_ns: BTreeSet<&str> = state
+        .namespaces
+        .keys()
+        .map(String::as_str)
+        .chain(state.pods.values().map(|p| p.namespace.as_str()))
+        .collect();
+    let mut keys: BTreeSet<&ObjKey> = BTreeSet::new();
+    for peer in &rule.peers {
+        let Peer::Pods {
+            namespace_selector,
+            pod_selector,
+        } = peer
+        else {
+            continue;
+        };
+        let namespaces: BTreeSet<&str> = match namespace_selector {
+            None => BTreeSet::from([policy.namespace.as_str()]),
+            Some(sel) => all_ns
+                .iter()
+                .copied()
+                .filter(|n| sel.matches(&state.namespace_labels(n)))
+                .collect(),
+        };
+        for (key, pod) in &state.pods {
+            if namespaces.contains(key.0.as_str())
+                && pod.ip.is_some()
+                && !pod.host_network
+                && pod_selector.as_ref().is_none_or(|s| s.matches(&pod.labels))
+            {
+                keys.insert(key);
+            }
+        }
+    }
+    keys.into_iter().filter_map(|k| state.pods.get(k)).collect()
+}
+
+/// The peer dimension: `None` = every address.
+fn peer_prefixes(rule: &Rule, pods: &[&Pod]) -> Option<BTreeSet<Ipv4Net>> {
+    if rule.peers.is_empty() {
+        return None;
+    }
+    let mut set: BTreeSet<Ipv4Net> = pods
+        .iter()
+        .filter_map(|p| p.ip)
+        .map(Ipv4Net::from)
+        .collect();
+    for peer in &rule.peers {
+        if let Peer::IpBlock { cidr, except } = peer {
+            set.extend(prefix::ipblock_prefixes(*cidr, except));
+        }
+    }
+    Some(set)
+}
+
+/// The service dimension: `None` = every packet. `targets` are the
+/// destinations named ports are resolved on (address, pod); `exact` says
+/// the rule's destination dimension is exactly `targets`, so a named port
+/// every target resolves alike needs no address.
+fn services(rule: &Rule, targets: &[(Ipv4Addr, &Pod)], exact: bool) -> Option<BTreeSet<Service>> {
+    if rule.ports.is_empty() {
+        return None;
+    }
+    let mut set = BTreeSet::new();
+    for pp in &rule.ports {
+        let proto = pp.protocol;
+        match &pp.port {
+            None => {
+                set.insert(Service {
+                    proto,
+                    tp_dst: None,
+                    dst: None,
+                });
+            }
+            Some(PortRef::Number(p)) => {
+                for (v, m) in prefix::port_masks(*p, pp.end_port.unwrap_or(*p)) {
+                    set.insert(Service {
+                        proto,
+                        tp_dst: (m != 0).then_some((v, m)),
+                        dst: None,
+                    });
+                }
+            }
+            Some(PortRef::Name(name)) => {
+                let resolved: Vec<(Ipv4Addr, Option<u16>)> = targets
+                    .iter()
+                    .map(|(ip, pod)| (*ip, pod.named_port(name, proto)))
+                    .collect();
+                let first = resolved.first().and_then(|r| r.1);
+                if exact && first.is_some() && resolved.iter().all(|r| r.1 == first) {
+                    set.insert(Service {
+                        proto,
+                        tp_dst: first.map(|n| (n, 0xffff)),
+                        dst: None,
+                    });
+                } else {
+                    for (ip, n) in resolved {
+                        if let Some(n) = n {
+                            set.insert(Service {
+                                proto,
+                                tp_dst: Some((n, 0xffff)),
+                                dst: Some(ip),
+                            });
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Some(set)
+}
+
+/// Adds the flows of one rule; returns whether it has any.
+fn rule_flows(
+    out: &mut FlowSet,
+    state: &ClusterState,
+    policy: &NetworkPolicy,
+    rule: &Rule,
+    dir: Direction,
+    id: u32,
+    selected: &Selected<'_>,
+) -> bool {
+    let st = stage(dir);
+    let pods = peer_pods(state, policy, rule);
+    let peers = peer_prefixes(rule, &pods);
+    let applied: BTreeSet<Ipv4Net> = selected.iter().map(|(ip, _)| Ipv4Net::from(*ip)).collect();
+    let svc = match dir {
+        Direction::Ingress => services(rule, selected, true),
+        Direction::Egress => {
+            let targets: Vec<(Ipv4Addr, &Pod)> = if rule.peers.is_empty() {
+                state
+                    .pods
+                    .values()
+                    .filter(|p| !p.host_network)
+                    .filter_map(|p| p.ip.map(|ip| (ip, p)))
+                    .collect()
+            } else {
+                pods.iter()
+                    .filter_map(|p| p.ip.map(|ip| (ip, *p)))
+                    .collect()
+            };
+            let exact =
+                !rule.peers.is_empty() && rule.peers.iter().all(|p| matches!(p, Peer::Pods { .. }));
+            services(rule, &targets, exact)
+        }
+    };
+    if applied.is_empty()
+        || peers.as_ref().is_some_and(BTreeSet::is_empty)
+        || svc.as_ref().is_some_and(BTreeSet::is_empty)
+    {
+        return false;
+    }
+    let src = |n: &Ipv4Net| FlowMatch {
+        nw_src: (n.prefix_len() > 0).then_some(*n),
+        ..FlowMatch::default()
+    };
+    let dst = |n: &Ipv4Net| FlowMatch {
+        nw_dst: (n.prefix_len() > 0).then_some(*n),
+        ..FlowMatch::default()
+    };
+    let peer_clauses = peers.map(|set| {
+        set.iter()
+            .map(|n| match dir {
+                Direction::Ingress => src(n),
+                Direction::Egress => dst(n),
+            })
+            .collect::<Vec<_>>()
+    });
+    let applied_clauses: Vec<FlowMatch> = applied
+        .iter()
+        .map(|n| match dir {
+            Direction::Ingress => dst(n),
+            Direction::Egress => src(n),
+        })
+        .collect();
+    let svc_clauses = svc.map(|s| s.iter().map(Service::to_match).collect::<Vec<_>>());
+    let dims: Vec<Vec<FlowMatch>> = match dir {
+        Direction::Ingress => [peer_clauses, Some(applied_clauses), svc_clauses],
+        Direction::Egress => [Some(applied_clauses), peer_clauses, svc_clauses],
+    }
+    .into_iter()
+    .flatten()
+    .collect();
+    let allow = Act::Allow {
+        id,
+        reg: st.reg,
+        metric: st.metric.id,
+    };
+    // At most three dimensions.
+    let n = dims.len() as u8;
+    if n == 1 {
+        for m in dims.into_iter().flatten() {
+            out.add(st.rule, PRIORITY_PLAIN, m, allow.clone());
+        }
+    } else {
+        for (k, dim) in (1u8..).zip(dims) {
+            for m in dim {
+                out.add(
+                    st.rule,
+                    PRIORITY_CONJ,
+                    m,
+                    Act::Conj(BTreeSet::from([(id, k, n)])),
+                );
+            }
+        }
+        let m = FlowMatch {
+            conj_id: Some(id),
+            ..FlowMatch::default()
+        };
+        out.add(st.rule, PRIORITY_CONJ, m, allow);
+    }
+    let m = FlowMatch {
+        reg: Some((st.reg, id)),
+        ..FlowMatch::default()
+    };
+    out.add(
+        st.metric,
+        PRIORITY_DEFAULT,
+        m,
+        Act::Count {
+            id,
+            next: st.next.id,
+        },
+    );
+    true
+}
+
 /// The flows that enforce every NetworkPolicy of `state` on the `local` pods.
+/// The node's own addresses (exempt from policy) are those of the node the
+/// local pods' Pod objects name ([`eval::node_addresses`]).
 pub fn policy_flows(state: &ClusterState, local: &[LocalPod]) -> PolicyFlows {
-    let _ = (state, local);
-    PolicyFlows::default()
+    let mut node_addrs: Vec<Ipv4Addr> = local
+        .iter()
+        .filter_map(|lp| state.pods.get(&(lp.namespace.clone(), lp.name.clone())))
+        .map(|p| p.node_name.as_str())
+        .collect::<BTreeSet<&str>>()
+        .into_iter()
+        .flat_map(|n| eval::node_addresses(state, n))
+        .collect();
+    node_addrs.sort();
+    node_addrs.dedup();
+    policy_flows_on_node(state, local, &node_addrs)
+}
+
+/// [`policy_flows`] with the node's own addresses given: traffic between
+/// them and the local pods is never subject to policy.
+pub fn policy_flows_on_node(
+    state: &ClusterState,
+    local: &[LocalPod],
+    node_addrs: &[Ipv4Addr],
+) -> PolicyFlows {
+    let ids = ids::assign(state);
+    let mut out = FlowSet::default();
+    let mut used: BTreeMap<u32, RuleRef> = BTreeMap::new();
+    // Isolated local pods per direction: ip -> ofport.
+    let mut isolated: BTreeMap<(Direction, Ipv4Addr), u32> = BTreeMap::new();
+    for (key, policy) in &state.policies {
+        let selected: Vec<(Ipv4Addr, &Pod, u32)> = local
+            .iter()
+            .filter_map(|lp| {
+                let pod = state.pods.get(&(lp.namespace.clone(), lp.name.clone()))?;
+                let selected = pod.namespace == policy.namespace
+                    && !pod.host_network
+                    && policy.pod_selector.matches(&pod.labels);
+                selected.then_some((lp.ip, pod, lp.ofport))
+            })
+            .collect();
+        if selected.is_empty() {
+            continue;
+        }
+        let sel: Selected<'_> = selected.iter().map(|(ip, pod, _)| (*ip, *pod)).collect();
+        for (dir, isolates, rules) in [
+            (
+                Direction::Ingress,
+                policy.ingress_isolation,
+                &policy.ingress,
+            ),
+            (Direction::Egress, policy.egress_isolation, &policy.egress),
+        ] {
+            if !isolates {
+                // Rules of a direction the policy does not isolate have no
+                // effect (the API ignores them).
+                continue;
+            }
+            for (ip, _, ofport) in &selected {
+                let e = isolated.entry((dir, *ip)).or_insert(*ofport);
+                *e = (*e).min(*ofport);
+            }
+            for (index, rule) in rules.iter().enumerate() {
+                let Some(r) = ids.get(&(key.clone(), dir, index)) else {
+                    continue;
+                };
+                if rule_flows(&mut out, state, policy, rule, dir, r.id, &sel) {
+                    used.insert(r.id, r.clone());
+                }
+            }
+        }
+    }
+    let directions: BTreeSet<Direction> = isolated.keys().map(|(d, _)| *d).collect();
+    for dir in directions {
+        let st = stage(dir);
+        for addr in node_addrs {
+            let net = Some(Ipv4Net::from(*addr));
+            let m = match dir {
+                Direction::Ingress => FlowMatch {
+                    nw_src: net,
+                    ..FlowMatch::default()
+                },
+                Direction::Egress => FlowMatch {
+                    nw_dst: net,
+                    ..FlowMatch::default()
+                },
+            };
+            out.add(
+                st.rule,
+                PRIORITY_NODE,
+                m,
+                Act::Exempt {
+                    metric: st.metric.id,
+                },
+            );
+        }
+    }
+    for ((dir, ip), ofport) in isolated {
+        let st = stage(dir);
+        let net = Some(Ipv4Net::from(ip));
+        let m = match dir {
+            Direction::Ingress => FlowMatch {
+                nw_dst: net,
+                ..FlowMatch::default()
+            },
+            Direction::Egress => FlowMatch {
+                nw_src: net,
+                ..FlowMatch::default()
+            },
+        };
+        out.add(st.default, PRIORITY_DEFAULT, m, Act::Drop { ofport });
+    }
+    PolicyFlows {
+        flows: out.lines(),
+        rules: used.into_values().collect(),
+    }
 }

@@ -55,9 +55,11 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 
-use crate::flows::{self, NodeNet, PodPort};
+use crate::flows::{self, NodeNet, PodPort, RemoteNode};
 use crate::ipam::Ipam;
+use crate::model::ClusterState;
 use crate::podnet::{self, PodIfaceSpec};
+use crate::policy::{self, LocalPod, RuleRef};
 use crate::state::{AttachState, Attachment, Store};
 
 /// Longest request line accepted from the plugin.
@@ -66,17 +68,23 @@ const MAX_REQUEST: usize = 4 << 20;
 /// How the agent is set up.
 #[derive(Clone, Debug)]
 pub struct AgentConfig {
+    /// This node's name (its Node object, and pods' `spec.nodeName`).
+    pub node_name: String,
     /// The CNI socket to serve.
     pub cni_socket: PathBuf,
     /// oxvs-switchd's control socket.
     pub switchd_socket: PathBuf,
     /// Where records and IPAM state live (`/var/lib/oxvs`).
     pub state_dir: PathBuf,
-    /// The node's pod CIDR.
-    pub pod_cidr: Ipv4Net,
+    /// The node's pod CIDR; `None`: from the Node object's `spec.podCIDR`.
+    pub pod_cidr: Option<Ipv4Net>,
+    /// The node's underlay address; `None`: from the Node object's InternalIP.
+    pub node_ip: Option<Ipv4Addr>,
     /// The host's gateway interface (switchd `--gateway NAME`); its switch
     /// port has the same name (on the `NAME-p` end of the pair).
     pub gateway: String,
+    /// The VXLAN tunnel port the agent adds to the switch.
+    pub tunnel: String,
     /// MTU of pod interfaces.
     pub pod_mtu: u32,
     /// Turn TX checksum offload off in pods (the switch does not complete
@@ -84,17 +92,36 @@ pub struct AgentConfig {
     pub pod_tx_checksum_off: bool,
     /// Deadline of one switch call.
     pub switch_timeout: Duration,
+    /// Enable forwarding and masquerade pod traffic leaving the node other
+    /// than through the gateway (pod egress to outside the cluster).
+    pub masquerade: bool,
+}
+
+/// Serialises the operations on one (container id, ifname).
+type KeyLock = Arc<tokio::sync::Mutex<()>>;
+
+/// The flows the switch holds, as the agent last set them.
+#[derive(Default)]
+struct Applied {
+    /// False until a full `replace-flows` made the switch equal to `lines`.
+    valid: bool,
+    lines: HashSet<String>,
 }
 
 /// The agent: its state and the operations the CNI server runs.
 pub struct Agent {
     cfg: AgentConfig,
-    ipam: Mutex<Ipam>,
+    ipam: Mutex<Option<Ipam>>,
     store: Store,
     records: Mutex<BTreeMap<(String, String), Attachment>>,
-    locks: Mutex<HashMap<(String, String), Arc<tokio::sync::Mutex<()>>>>,
+    locks: Mutex<HashMap<(String, String), KeyLock>>,
     gate: tokio::sync::RwLock<()>,
     node: Mutex<Option<NodeNet>>,
+    tunnel_ofport: Mutex<Option<u32>>,
+    cluster: Mutex<Arc<ClusterState>>,
+    applied: tokio::sync::Mutex<Applied>,
+    rules: Mutex<Vec<RuleRef>>,
+    routes: Mutex<BTreeMap<Ipv4Net, Ipv4Addr>>,
 }
 
 fn err(code: u32, msg: impl Into<String>) -> CniError {
@@ -127,22 +154,76 @@ fn valid_container_id(s: &str) -> bool {
         && !s.starts_with('.')
 }
 
+/// The `table=T,priority=P,MATCH` text that selects exactly `line`'s flow
+/// (for `delete_strict`).
+fn strict_selector(line: &str) -> Option<String> {
+    use oxvs_pipeline::parse::{parse_flow, ParseContext};
+    let f = parse_flow(line, &ParseContext::default()).ok()?;
+    let m = oxvs_pipeline::print::format_match_priority(&f.matches, f.priority);
+    Some(format!("table={},{m}", f.table))
+}
+
 impl Agent {
-    /// Opens the agent's on-disk state (records and IPAM).
+    /// Opens the agent's on-disk state (records; IPAM once the pod CIDR is known).
     pub fn open(cfg: AgentConfig) -> anyhow::Result<Agent> {
-        use anyhow::Context as _;
-        let ipam = Ipam::open(&cfg.state_dir.join("ipam"), cfg.pod_cidr)
-            .with_context(|| format!("cannot open the IPAM store for {}", cfg.pod_cidr))?;
         let (store, recs) = Store::open(&cfg.state_dir)?;
         let records = recs.into_iter().map(|r| (r.key(), r)).collect();
-        Ok(Agent {
+        let agent = Agent {
             cfg,
-            ipam: Mutex::new(ipam),
+            ipam: Mutex::new(None),
             store,
             records: Mutex::new(records),
             locks: Mutex::new(HashMap::new()),
             gate: tokio::sync::RwLock::new(()),
             node: Mutex::new(None),
+            tunnel_ofport: Mutex::new(None),
+            cluster: Mutex::new(Arc::new(ClusterState::default())),
+            applied: tokio::sync::Mutex::new(Applied::default()),
+            rules: Mutex::new(Vec::new()),
+            routes: Mutex::new(BTreeMap::new()),
+        };
+        if let Some(cidr) = agent.cfg.pod_cidr {
+            agent.open_ipam(cidr)?;
+        }
+        Ok(agent)
+    }
+
+    fn open_ipam(&self, cidr: Ipv4Net) -> anyhow::Result<()> {
+        use anyhow::Context as _;
+        let mut slot = self
+            .ipam
+            .lock()
+            .map_err(|_| anyhow::anyhow!("IPAM lock poisoned"))?;
+        match slot.as_ref() {
+            Some(i) if i.cidr() == cidr => return Ok(()),
+            Some(i) => {
+                tracing::warn!(old = %i.cidr(), new = %cidr, "the node's pod CIDR changed: new pods get addresses from the new one");
+            }
+            None => {}
+        }
+        let ipam = Ipam::open(&self.cfg.state_dir.join("ipam"), cidr)
+            .with_context(|| format!("cannot open the IPAM store for {cidr}"))?;
+        *slot = Some(ipam);
+        Ok(())
+    }
+
+    fn with_ipam<T>(
+        &self,
+        f: impl FnOnce(&mut Ipam) -> Result<T, crate::ipam::IpamError>,
+    ) -> Result<T, CniError> {
+        let mut slot = self
+            .ipam
+            .lock()
+            .map_err(|_| err(code::IO_FAILURE, "IPAM lock poisoned"))?;
+        let Some(ipam) = slot.as_mut() else {
+            return Err(err(
+                code::TRY_AGAIN_LATER,
+                "the node's pod CIDR is not known yet (no --pod-cidr, and the Node object has no spec.podCIDR)",
+            ));
+        };
+        f(ipam).map_err(|e| match e {
+            crate::ipam::IpamError::Exhausted { .. } => err(code::IP_EXHAUSTED, e.to_string()),
+            _ => err(code::IO_FAILURE, e.to_string()),
         })
     }
 
@@ -151,7 +232,7 @@ impl Agent {
         &self.cfg
     }
 
-    /// The ready attachments.
+    /// The attachments (ready and pending).
     pub fn attachments(&self) -> Vec<Attachment> {
         self.records
             .lock()
@@ -159,8 +240,52 @@ impl Agent {
             .unwrap_or_default()
     }
 
-    /// The gateway's switch port: switchd names it after the gateway
-    /// (its interface is the `NAME-p` end of the pair).
+    /// The cluster state last given to [`Agent::set_cluster`].
+    pub fn cluster(&self) -> Arc<ClusterState> {
+        self.cluster.lock().map(|c| c.clone()).unwrap_or_default()
+    }
+
+    /// Takes a new cluster snapshot (call [`Agent::sync`] afterwards).
+    pub fn set_cluster(&self, state: Arc<ClusterState>) {
+        if let Some(cidr) = self.pod_cidr_in(&state) {
+            if let Err(e) = self.open_ipam(cidr) {
+                tracing::error!("{e:#}");
+            }
+        }
+        if let Ok(mut c) = self.cluster.lock() {
+            *c = state;
+        }
+    }
+
+    /// What each NetworkPolicy rule id stands for (as last installed).
+    pub fn rules(&self) -> Vec<RuleRef> {
+        self.rules.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+
+    fn pod_cidr_in(&self, state: &ClusterState) -> Option<Ipv4Net> {
+        let from_node = state
+            .nodes
+            .get(&self.cfg.node_name)
+            .and_then(|n| n.pod_cidr);
+        match (self.cfg.pod_cidr, from_node) {
+            (Some(c), Some(n)) if c != n => {
+                tracing::warn!(flag = %c, node = %n, "--pod-cidr differs from the Node's spec.podCIDR; using --pod-cidr");
+                Some(c)
+            }
+            (Some(c), _) => Some(c),
+            (None, n) => n,
+        }
+    }
+
+    fn node_ip(&self) -> Option<Ipv4Addr> {
+        self.cfg.node_ip.or_else(|| {
+            self.cluster()
+                .nodes
+                .get(&self.cfg.node_name)
+                .and_then(|n| n.internal_ip)
+        })
+    }
+
     fn gateway_port(&self) -> String {
         self.cfg.gateway.clone()
     }
@@ -203,9 +328,18 @@ impl Agent {
     }
 
     /// Learns the node's network from the switch and the host (gateway port
-    /// number and MAC) and puts the gateway address on the gateway
-    /// interface. Fails while the switch or its gateway is not there.
+    /// number and MAC), puts the gateway address on the gateway interface
+    /// with the pod MTU, and adds the tunnel port once the node's underlay
+    /// address is known. Fails while the switch, its gateway or the pod
+    /// CIDR is not there.
     pub async fn discover_node(&self) -> anyhow::Result<NodeNet> {
+        let Some(cidr) = self.pod_cidr_in(&self.cluster()) else {
+            anyhow::bail!(
+                "the node's pod CIDR is not known (no --pod-cidr, and Node '{}' has no spec.podCIDR yet)",
+                self.cfg.node_name
+            );
+        };
+        self.open_ipam(cidr)?;
         let gw_port = self.gateway_port();
         let ports = self.switch_ports().await?;
         let Some(p) = ports.iter().find(|p| p.name == gw_port) else {
@@ -216,10 +350,11 @@ impl Agent {
         };
         let gateway_ofport = p.ofport;
         let gw = self.cfg.gateway.clone();
-        let cidr = self.cfg.pod_cidr;
         let gateway_ip = gateway_of(cidr);
+        let mtu = self.cfg.pod_mtu;
         let gateway_mac = tokio::task::spawn_blocking(move || {
             podnet::ensure_address(&gw, gateway_ip, cidr.prefix_len())?;
+            podnet::set_mtu(&gw, mtu)?;
             podnet::link_mac(&gw)
         })
         .await??;
@@ -232,11 +367,70 @@ impl Agent {
         if let Ok(mut n) = self.node.lock() {
             *n = Some(node.clone());
         }
+        if self.cfg.masquerade {
+            let gw = self.cfg.gateway.clone();
+            let r = tokio::task::spawn_blocking(move || {
+                crate::hostnet::enable_forwarding()?;
+                crate::hostnet::ensure_masquerade(cidr, &gw)
+            })
+            .await;
+            match r {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!("pod egress to outside the cluster will not work: {e}")
+                }
+                Err(e) => tracing::warn!("masquerade task failed: {e}"),
+            }
+        }
+        // The tunnel port.
+        match (
+            ports.iter().find(|p| p.name == self.cfg.tunnel),
+            self.node_ip(),
+        ) {
+            (Some(t), _) => {
+                if let Ok(mut o) = self.tunnel_ofport.lock() {
+                    *o = Some(t.ofport);
+                }
+            }
+            (None, Some(ip)) => {
+                let spec = PortSpec {
+                    name: self.cfg.tunnel.clone(),
+                    ofport: None,
+                    kind: PortKind::Vxlan {
+                        local_ip: ip,
+                        dst_port: None,
+                        underlay_mtu: None,
+                    },
+                };
+                let v = self.switch(Request::AddPort(spec)).await?;
+                let info: oxvs_api::PortInfo = serde_json::from_value(v)?;
+                tracing::info!(port = %self.cfg.tunnel, ofport = info.ofport, local_ip = %ip, "tunnel port added");
+                if let Ok(mut o) = self.tunnel_ofport.lock() {
+                    *o = Some(info.ofport);
+                }
+            }
+            (None, None) => {}
+        }
         Ok(node)
     }
 
     fn node(&self) -> Option<NodeNet> {
         self.node.lock().ok().and_then(|n| n.clone())
+    }
+
+    /// The node's network facts, once discovered.
+    pub fn node_net(&self) -> Option<NodeNet> {
+        self.node()
+    }
+
+    /// The tunnel port's number, once added.
+    pub fn tunnel_ofport(&self) -> Option<u32> {
+        self.tunnel_ofport.lock().ok().and_then(|t| *t)
+    }
+
+    /// The remote nodes reachable through the tunnel (from the cluster).
+    pub fn remotes(&self) -> Vec<RemoteNode> {
+        self.remote_nodes(&self.cluster())
     }
 
     fn pod_ports(&self) -> Vec<PodPort> {
@@ -256,6 +450,158 @@ impl Agent {
         v
     }
 
+    /// The remote nodes with a pod CIDR and an underlay address.
+    fn remote_nodes(&self, state: &ClusterState) -> Vec<RemoteNode> {
+        let mut v: Vec<RemoteNode> = state
+            .nodes
+            .values()
+            .filter(|n| n.name != self.cfg.node_name)
+            .filter_map(|n| {
+                Some(RemoteNode {
+                    name: n.name.clone(),
+                    pod_cidr: n.pod_cidr?,
+                    ip: n.internal_ip?,
+                })
+            })
+            .collect();
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+        v
+    }
+
+    /// Every flow the node should have, from the records and the cluster.
+    fn desired(&self, node: &NodeNet) -> (Vec<String>, Vec<RuleRef>) {
+        let state = self.cluster();
+        let mut lines = flows::node_flows(node);
+        for p in self.pod_ports() {
+            lines.extend(flows::pod_flows(node, &p));
+        }
+        let tunnel = self.tunnel_ofport.lock().ok().and_then(|t| *t);
+        if let Some(tun) = tunnel {
+            lines.extend(flows::tunnel_flows(node, tun, &self.remote_nodes(&state)));
+        }
+        // Local pods for policy: the IP the pod has here is authoritative.
+        let mut state2 = (*state).clone();
+        let mut local = Vec::new();
+        for a in self.attachments() {
+            let (Some(ofport), AttachState::Ready) = (a.ofport, a.state) else {
+                continue;
+            };
+            if a.pod_name.is_empty() {
+                continue;
+            }
+            if let Some(p) = state2
+                .pods
+                .get_mut(&(a.pod_namespace.clone(), a.pod_name.clone()))
+            {
+                p.ip = Some(a.ip);
+            }
+            local.push(LocalPod {
+                namespace: a.pod_namespace.clone(),
+                name: a.pod_name.clone(),
+                ip: a.ip,
+                ofport,
+            });
+        }
+        let pf = policy::policy_flows(&state2, &local);
+        lines.extend(pf.flows);
+        (lines, pf.rules)
+    }
+
+    /// Makes the switch's flows the desired ones: the first time (and after
+    /// drift) with one `replace-flows`, then by sending only the difference
+    /// as one atomic bundle. Also keeps the host routes to remote pod CIDRs.
+    pub async fn sync(&self) -> Result<(), CniError> {
+        let Some(node) = self.node() else {
+            return Err(err(code::TRY_AGAIN_LATER, "the agent is not ready yet"));
+        };
+        let mut applied = self.applied.lock().await;
+        let (lines, rules) = self.desired(&node);
+        let want: HashSet<String> = lines.iter().cloned().collect();
+        if !applied.valid {
+            let text = lines.join("\n");
+            let r = self
+                .switch(Request::ReplaceFlows { flows: text })
+                .await
+                .map_err(|e| Self::switch_err("cannot set the node's flows", e))?;
+            let r: oxvs_api::FlowModResult = serde_json::from_value(r).unwrap_or_default();
+            tracing::debug!(
+                added = r.added,
+                deleted = r.deleted,
+                n_flows = r.n_flows,
+                "flows replaced"
+            );
+            applied.lines = want;
+            applied.valid = true;
+        } else {
+            let mut mods = String::new();
+            for old in applied.lines.difference(&want) {
+                match strict_selector(old) {
+                    Some(sel) => {
+                        mods.push_str("delete_strict ");
+                        mods.push_str(&sel);
+                        mods.push('\n');
+                    }
+                    None => tracing::error!(flow = %old, "cannot parse a flow the agent made"),
+                }
+            }
+            for new in want.difference(&applied.lines) {
+                mods.push_str("add ");
+                mods.push_str(new);
+                mods.push('\n');
+            }
+            if !mods.is_empty() {
+                if let Err(e) = self.switch(Request::Bundle { mods }).await {
+                    // Next time, start over with a full replace.
+                    applied.valid = false;
+                    return Err(Self::switch_err("cannot update the node's flows", e));
+                }
+                applied.lines = want;
+            }
+        }
+        if let Ok(mut r) = self.rules.lock() {
+            *r = rules;
+        }
+        drop(applied);
+        self.sync_routes(&node).await;
+        Ok(())
+    }
+
+    /// Host routes: each remote pod CIDR via that node's gateway address,
+    /// onlink on the gateway interface (the switch answers ARP for it).
+    async fn sync_routes(&self, node: &NodeNet) {
+        let want: BTreeMap<Ipv4Net, Ipv4Addr> = self
+            .remote_nodes(&self.cluster())
+            .iter()
+            .filter(|r| r.pod_cidr != node.pod_cidr)
+            .map(|r| (r.pod_cidr, gateway_of(r.pod_cidr)))
+            .collect();
+        let have = self.routes.lock().map(|r| r.clone()).unwrap_or_default();
+        if want == have {
+            return;
+        }
+        let gw = self.cfg.gateway.clone();
+        let (w, h) = (want.clone(), have);
+        let r = tokio::task::spawn_blocking(move || -> Result<(), podnet::PodnetError> {
+            for (dst, _) in h.iter().filter(|(d, _)| !w.contains_key(*d)) {
+                podnet::remove_route(*dst, &gw)?;
+            }
+            for (dst, via) in &w {
+                podnet::ensure_route(*dst, *via, &gw)?;
+            }
+            Ok(())
+        })
+        .await;
+        match r {
+            Ok(Ok(())) => {
+                if let Ok(mut r) = self.routes.lock() {
+                    *r = want;
+                }
+            }
+            Ok(Err(e)) => tracing::warn!("cannot set the routes to remote pod CIDRs: {e}"),
+            Err(e) => tracing::warn!("route task failed: {e}"),
+        }
+    }
+
     /// Brings the switch and the host in line with the records: rolls back
     /// pending attachments, forgets pods whose interface is gone (the
     /// sandbox was destroyed while the agent was away), re-adds ports the
@@ -263,7 +609,7 @@ impl Agent {
     /// switch's flows exactly the desired ones (`replace-flows`, a diff).
     pub async fn reconcile(&self) -> anyhow::Result<ReconcileReport> {
         let _gate = self.gate.write().await;
-        let node = self.discover_node().await?;
+        self.discover_node().await?;
         let mut report = ReconcileReport::default();
         let ports = self.switch_ports().await?;
         let by_name: HashMap<String, u32> =
@@ -314,33 +660,41 @@ impl Agent {
         }
         // Addresses no record holds.
         let held: BTreeSet<(String, String)> = self.attachments().iter().map(|a| a.key()).collect();
-        {
-            let mut ipam = self
-                .ipam
-                .lock()
-                .map_err(|_| anyhow::anyhow!("IPAM lock poisoned"))?;
-            let removed =
-                ipam.retain(|al| held.contains(&(al.container_id.clone(), al.ifname.clone())))?;
-            for al in &removed {
-                tracing::info!(ip = %al.ip, container = %al.container_id, "released an address no pod holds");
-            }
-            report.addresses_released = removed.len();
+        let removed = self
+            .with_ipam(|ipam| {
+                ipam.retain(|al| held.contains(&(al.container_id.clone(), al.ifname.clone())))
+            })
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        for al in &removed {
+            tracing::info!(ip = %al.ip, container = %al.container_id, "released an address no pod holds");
         }
-        let text = flows::desired_flows(&node, &self.pod_ports());
-        let v = self.switch(Request::ReplaceFlows { flows: text }).await?;
-        report.flow_changes = serde_json::from_value(v).unwrap_or_default();
+        report.addresses_released = removed.len();
+        self.applied.lock().await.valid = false;
+        self.sync().await.map_err(|e| anyhow::anyhow!("{e}"))?;
         report.pods = self.pod_ports().len();
         Ok(report)
     }
 
-    /// Whether the switch no longer holds what the records say (a port
+    /// Whether the switch no longer holds what the agent set (a port
     /// missing or renumbered, or a different number of flows: e.g.
-    /// oxvs-switchd restarted, or someone edited its flows).
+    /// oxvs-switchd restarted, or someone edited its flows), or the
+    /// node's facts changed.
     pub async fn drifted(&self) -> anyhow::Result<bool> {
         let Some(node) = self.node() else {
             return Ok(true);
         };
+        if self.pod_cidr_in(&self.cluster()) != Some(node.pod_cidr) {
+            return Ok(true);
+        }
+        let tunnel = self.tunnel_ofport.lock().ok().and_then(|t| *t);
+        if tunnel.is_none() && self.node_ip().is_some() {
+            return Ok(true);
+        }
         let _gate = self.gate.write().await;
+        let applied = self.applied.lock().await;
+        if !applied.valid {
+            return Ok(true);
+        }
         let v = self.switch(Request::Show).await?;
         let show: oxvs_api::ShowResult = serde_json::from_value(v)?;
         let ports: HashMap<&str, u32> = show
@@ -351,7 +705,9 @@ impl Agent {
         if ports.get(self.gateway_port().as_str()) != Some(&node.gateway_ofport) {
             return Ok(true);
         }
-        let pods = self.pod_ports();
+        if tunnel.is_some() && ports.get(self.cfg.tunnel.as_str()).copied() != tunnel {
+            return Ok(true);
+        }
         for a in self.attachments() {
             if a.state != AttachState::Ready
                 || ports.get(a.host_ifname.as_str()).copied() != a.ofport
@@ -359,12 +715,7 @@ impl Agent {
                 return Ok(true);
             }
         }
-        let want = flows::node_flows(&node).len()
-            + pods
-                .iter()
-                .map(|p| flows::pod_flows(&node, p).len())
-                .sum::<usize>();
-        Ok(show.n_flows != want)
+        Ok(show.n_flows != applied.lines.len())
     }
 
     async fn save_record(&self, a: Attachment) -> Result<(), CniError> {
@@ -433,19 +784,26 @@ impl Agent {
         }
     }
 
-    /// Removes everything of `a` that exists (flows, port, veth, address,
-    /// record). Idempotent.
+    /// Removes everything of `a` that exists, in order: its flows (the
+    /// pod is dropped from the desired state and the switch converged),
+    /// its port, its veth, its address, its record. Idempotent; on failure
+    /// the record stays, so a retry (or the next start) finishes the job.
     async fn teardown(&self, a: &Attachment) -> Result<(), CniError> {
-        if let Some(ofport) = a.ofport {
-            let spec = format!("cookie={:#x}/-1", flows::cookie::pod(ofport));
-            self.switch(Request::DelFlows {
-                spec: Some(spec),
-                strict: false,
-            })
-            .await
-            .map_err(|e| {
-                Self::switch_err(&format!("cannot remove the flows of {}", a.pod_ref()), e)
-            })?;
+        if let Ok(mut r) = self.records.lock() {
+            r.remove(&a.key());
+        }
+        let r = self.teardown_steps(a).await;
+        if r.is_err() {
+            if let Ok(mut recs) = self.records.lock() {
+                recs.insert(a.key(), a.clone());
+            }
+        }
+        r
+    }
+
+    async fn teardown_steps(&self, a: &Attachment) -> Result<(), CniError> {
+        if a.ofport.is_some() && self.node().is_some() {
+            self.sync().await?;
         }
         self.del_port(&a.host_ifname).await?;
         let host = a.host_ifname.clone();
@@ -458,22 +816,16 @@ impl Agent {
                 )
             })?;
         let (cid, ifn) = a.key();
-        {
-            let mut ipam = self
-                .ipam
-                .lock()
-                .map_err(|_| err(code::IO_FAILURE, "IPAM lock poisoned"))?;
-            ipam.release(&cid, &ifn)
-                .map_err(|e| err(code::IO_FAILURE, e.to_string()))?;
+        match self.with_ipam(|ipam| ipam.release(&cid, &ifn)) {
+            Ok(_) => {}
+            // No IPAM yet: nothing can have been allocated.
+            Err(e) if e.code == code::TRY_AGAIN_LATER => {}
+            Err(e) => return Err(e),
         }
         let store = self.store.clone();
         blocking(move || store.remove(&cid, &ifn))
             .await?
-            .map_err(|e| err(code::IO_FAILURE, e.to_string()))?;
-        if let Ok(mut r) = self.records.lock() {
-            r.remove(&a.key());
-        }
-        Ok(())
+            .map_err(|e| err(code::IO_FAILURE, e.to_string()))
     }
 
     fn key_lock(&self, key: &(String, String)) -> Arc<tokio::sync::Mutex<()>> {
@@ -564,19 +916,7 @@ impl Agent {
         }
         let (pod_ns, pod_name) = req.pod().unwrap_or(("", ""));
         let host_ifname = podnet::host_ifname(pod_ns, pod_name, &req.container_id, &req.ifname);
-        let ip = {
-            let mut ipam = self
-                .ipam
-                .lock()
-                .map_err(|_| err(code::IO_FAILURE, "IPAM lock poisoned"))?;
-            ipam.allocate(&req.container_id, &req.ifname)
-                .map_err(|e| match e {
-                    crate::ipam::IpamError::Exhausted { .. } => {
-                        err(code::IP_EXHAUSTED, e.to_string())
-                    }
-                    _ => err(code::IO_FAILURE, e.to_string()),
-                })?
-        };
+        let ip = self.with_ipam(|ipam| ipam.allocate(&req.container_id, &req.ifname))?;
         let mac = flows::pod_mac(ip);
         let mut a = Attachment {
             container_id: req.container_id.clone(),
@@ -594,9 +934,7 @@ impl Agent {
             state: AttachState::Pending,
         };
         if let Err(e) = self.save_record(a.clone()).await {
-            if let Ok(mut ipam) = self.ipam.lock() {
-                let _ = ipam.release(&req.container_id, &req.ifname);
-            }
+            let _ = self.with_ipam(|ipam| ipam.release(&req.container_id, &req.ifname));
             return Err(e);
         }
         match self.attach(&node, &mut a).await {
@@ -623,6 +961,7 @@ impl Agent {
             mtu: a.mtu,
             tx_checksum_off: self.cfg.pod_tx_checksum_off,
         };
+        let t0 = std::time::Instant::now();
         blocking(move || podnet::setup_pod_interface(&spec))
             .await?
             .map_err(|e| match e {
@@ -635,21 +974,18 @@ impl Agent {
                     format!("cannot set up the pod interface: {e}"),
                 ),
             })?;
+        let t_netlink = t0.elapsed();
         let ofport = self.add_port(&a.host_ifname, None).await?;
+        let t_port = t0.elapsed();
         a.ofport = Some(ofport);
+        a.state = AttachState::Ready;
         self.save_record(a.clone()).await?;
-        let pod = PodPort {
-            ofport,
-            ip: a.ip,
-            mac: flows::pod_mac(a.ip),
-        };
-        let text = flows::pod_flows(node, &pod).join("\n");
-        self.switch(Request::AddFlows { flows: text })
-            .await
-            .map_err(|e| {
-                Self::switch_err(&format!("cannot install the flows of {}", a.pod_ref()), e)
-            })?;
-        let garp = flows::gratuitous_arp(pod.mac, pod.ip);
+        // The pod's flows and every policy flow that concerns it, before
+        // the pod can send anything: the desired state now includes it.
+        self.sync().await?;
+        let t_flows = t0.elapsed();
+        let mac = flows::pod_mac(a.ip);
+        let garp = flows::gratuitous_arp(mac, a.ip);
         let hex: String = garp.iter().map(|b| format!("{b:02x}")).collect();
         if let Err(e) = self
             .switch(Request::Trace(TraceRequest {
@@ -662,9 +998,18 @@ impl Agent {
         {
             tracing::debug!(pod = %a.pod_ref(), error = %e, "gratuitous ARP not sent");
         }
-        a.state = AttachState::Ready;
-        self.save_record(a.clone()).await?;
-        tracing::info!(pod = %a.pod_ref(), ip = %a.ip, port = %a.host_ifname, ofport, "pod attached");
+        let _ = node;
+        tracing::info!(
+            pod = %a.pod_ref(),
+            ip = %a.ip,
+            port = %a.host_ifname,
+            ofport,
+            netlink_ms = t_netlink.as_secs_f64() * 1e3,
+            port_ms = (t_port - t_netlink).as_secs_f64() * 1e3,
+            flows_ms = (t_flows - t_port).as_secs_f64() * 1e3,
+            total_ms = t0.elapsed().as_secs_f64() * 1e3,
+            "pod attached"
+        );
         Ok(())
     }
 
@@ -696,12 +1041,11 @@ impl Agent {
                             )
                         })?;
                 }
-                let mut ipam = self
-                    .ipam
-                    .lock()
-                    .map_err(|_| err(code::IO_FAILURE, "IPAM lock poisoned"))?;
-                ipam.release(&req.container_id, &req.ifname)
-                    .map_err(|e| err(code::IO_FAILURE, e.to_string()))?;
+                match self.with_ipam(|ipam| ipam.release(&req.container_id, &req.ifname)) {
+                    Ok(_) => {}
+                    Err(e) if e.code == code::TRY_AGAIN_LATER => {}
+                    Err(e) => return Err(e),
+                }
             }
         }
         Ok(())
@@ -849,16 +1193,15 @@ impl Agent {
             }
         }
         let held: BTreeSet<(String, String)> = self.attachments().iter().map(|a| a.key()).collect();
-        {
-            let mut ipam = self
-                .ipam
-                .lock()
-                .map_err(|_| err(code::IO_FAILURE, "IPAM lock poisoned"))?;
+        match self.with_ipam(|ipam| {
             ipam.retain(|al| {
                 let k = (al.container_id.clone(), al.ifname.clone());
                 valid.contains(&k) || held.contains(&k)
             })
-            .map_err(|e| err(code::IO_FAILURE, e.to_string()))?;
+        }) {
+            Ok(_) => {}
+            Err(e) if e.code == code::TRY_AGAIN_LATER => {}
+            Err(e) => return Err(e),
         }
         if failures.is_empty() {
             Ok(())
@@ -887,11 +1230,11 @@ impl Agent {
             }
             Err(_) => {}
         }
-        let free = self.ipam.lock().map(|i| i.free_count()).unwrap_or(0);
+        let (free, cidr) = self.with_ipam(|i| Ok((i.free_count(), i.cidr())))?;
         if free == 0 {
             return Err(err(
                 code::NOT_AVAILABLE,
-                format!("pod CIDR {} has no free address", self.cfg.pod_cidr),
+                format!("pod CIDR {cidr} has no free address"),
             ));
         }
         Ok(())

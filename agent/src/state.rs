@@ -145,7 +145,7 @@ impl Store {
                 })?;
             records.push(rec);
         }
-        records.sort_by(|a, b| a.key().cmp(&b.key()));
+        records.sort_by_key(|a| a.key());
         Ok((Store { dir }, records))
     }
 

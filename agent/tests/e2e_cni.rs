@@ -308,3 +308,171 @@ fn bad_calls_get_clear_errors_and_leak_nothing() {
     let b = node.add_pod("b");
     assert!(ping_until_up(&a.ns, &b.ip, 5).ok);
 }
+
+#[test]
+fn chained_with_portmap_a_host_port_reaches_the_pod() {
+    skip_unless_capable!();
+    if !std::path::Path::new("/usr/lib/cni/portmap").exists() {
+        eprintln!("SKIPPED: /usr/lib/cni/portmap missing (Debian containernetworking-plugins)");
+        return;
+    }
+    let node = Node::start("npm", "10.231.7.0/24");
+    // A client outside the node, on an underlay link.
+    let client = common::Netns::new("cl");
+    common::veth(&node.ns, "ul0", &client, "eth0");
+    node.ns
+        .must(&["ip", "addr", "add", "192.168.231.1/24", "dev", "ul0"]);
+    client.must(&["ip", "addr", "add", "192.168.231.2/24", "dev", "eth0"]);
+    node.ns.must(&["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
+
+    // The chain as libcni runs it: oxvs ADD, then portmap ADD with prevResult.
+    let pod = common::Netns::new("pm");
+    let netns = format!("/var/run/netns/{}", pod.name);
+    let cid = format!("{}-c0", pod.name);
+    let conf = |plugin: serde_json::Value, prev: Option<&serde_json::Value>| {
+        let mut c = json!({"cniVersion": "1.0.0", "name": "oxvs-chain"});
+        for (k, v) in plugin.as_object().unwrap() {
+            c[k] = v.clone();
+        }
+        if let Some(p) = prev {
+            c["prevResult"] = p.clone();
+        }
+        c
+    };
+    let oxvs = json!({"type": "oxvs", "agentSocket": node.cni_socket()});
+    let portmap = json!({
+        "type": "portmap",
+        "capabilities": {"portMappings": true},
+        "runtimeConfig": {"portMappings": [{"hostPort": 18080, "containerPort": 8080, "protocol": "tcp"}]}
+    });
+    let run = |verb: &str, plugin: &serde_json::Value, prev: Option<&serde_json::Value>| {
+        let bin = match plugin["type"].as_str() {
+            Some("oxvs") => common::workspace_bin("oxvs-cni")
+                .to_string_lossy()
+                .into_owned(),
+            _ => "/usr/lib/cni/portmap".to_string(),
+        };
+        node::run_plugin(
+            &node.ns.name,
+            &bin,
+            &[
+                ("CNI_COMMAND", verb),
+                ("CNI_CONTAINERID", cid.as_str()),
+                ("CNI_NETNS", netns.as_str()),
+                ("CNI_IFNAME", "eth0"),
+                ("CNI_PATH", "/usr/lib/cni"),
+            ],
+            &conf(plugin.clone(), prev),
+        )
+    };
+    let r1 = run("ADD", &oxvs, None);
+    assert!(r1.ok, "oxvs ADD: {r1:?}");
+    let r2 = run("ADD", &portmap, Some(&r1.json));
+    assert!(r2.ok, "portmap ADD: {r2:?}");
+    // portmap passes the result through unchanged.
+    assert_eq!(r2.json["ips"], r1.json["ips"], "{r2:?}");
+    let pod_ip = r1.json["ips"][0]["address"]
+        .as_str()
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+
+    let mut sink = pod.spawn(&["python3", "-c", common::TCP_SINK, "0.0.0.0", "8080", "15"]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !sink.stdout_text().contains("listening") {
+        assert!(Instant::now() < deadline, "sink did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let src = client.exec(&[
+        "python3",
+        "-c",
+        common::TCP_SOURCE,
+        "192.168.231.1",
+        "18080",
+        "100000",
+        "10",
+    ]);
+    let sent = String::from_utf8_lossy(&src.stdout).trim().to_string();
+    let (_, got, _) = sink.wait(Duration::from_secs(15));
+    assert!(
+        !sent.is_empty() && got.lines().last() == Some(sent.as_str()),
+        "host port 18080 -> {pod_ip}:8080: sent {sent:?}, pod got {got:?}\n{}",
+        String::from_utf8_lossy(&src.stderr)
+    );
+
+    // DEL in reverse order, with the final result as prevResult.
+    let d2 = run("DEL", &portmap, Some(&r2.json));
+    assert!(d2.ok, "portmap DEL: {d2:?}");
+    let d1 = run("DEL", &oxvs, Some(&r2.json));
+    assert!(d1.ok, "oxvs DEL: {d1:?}");
+    assert!(node.ipam_records().is_empty());
+}
+
+#[test]
+fn pods_reach_outside_the_cluster_through_the_gateway_with_masquerade() {
+    skip_unless_capable!();
+    let node = Node::start("nout", "10.231.8.0/24");
+    // "Outside": a host on the node's uplink that knows no pod route.
+    let outside = common::Netns::new("out");
+    common::veth(&node.ns, "up0", &outside, "eth0");
+    node.ns
+        .must(&["ip", "addr", "add", "192.168.232.1/24", "dev", "up0"]);
+    outside.must(&["ip", "addr", "add", "192.168.232.2/24", "dev", "eth0"]);
+    let a = node.add_pod("a");
+    // The outside has no route to the pod CIDR: replies only come back
+    // because the node masqueraded the pod's traffic.
+    let p = ping_until_up(&a.ns, "192.168.232.2", 5);
+    assert!(p.ok, "pod -> outside: {}", p.output);
+    let mut sink = outside.spawn(&["python3", "-c", common::TCP_SINK, "0.0.0.0", "7001", "10"]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !sink.stdout_text().contains("listening") {
+        assert!(Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let src = a.ns.exec(&[
+        "python3",
+        "-c",
+        common::TCP_SOURCE,
+        "192.168.232.2",
+        "7001",
+        "1000",
+        "5",
+    ]);
+    assert!(
+        src.status.success(),
+        "{}",
+        String::from_utf8_lossy(&src.stderr)
+    );
+    let _ = sink.wait(Duration::from_secs(5));
+    let rules = node
+        .ns
+        .must(&["iptables", "-t", "nat", "-S", "POSTROUTING"]);
+    assert!(
+        rules.contains("10.231.8.0/24") && rules.contains("MASQUERADE"),
+        "{rules}"
+    );
+    // Pod to pod stays un-NATed: the peer sees the pod's own address.
+    let b = node.add_pod("b");
+    let mut peer = b.ns.spawn(&["python3", "-c", "import socket\ns=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('0.0.0.0', 7002)); s.listen(1)\nprint('listening', flush=True)\nc, addr = s.accept(); print(addr[0], flush=True)"]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !peer.stdout_text().contains("listening") {
+        assert!(Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = a.ns.exec(&[
+        "python3",
+        "-c",
+        &format!(
+            "import socket; socket.create_connection(('{}', 7002), timeout=5).close()",
+            b.ip
+        ),
+    ]);
+    let (_, out, _) = peer.wait(Duration::from_secs(5));
+    assert!(
+        out.lines().last() == Some(a.ip.as_str()),
+        "b saw {out:?}, a is {}",
+        a.ip
+    );
+}

@@ -16,6 +16,7 @@
 //! A session on the socket is any number of request lines, each answered by
 //! exactly one response line, in order.
 
+pub mod agent;
 pub mod client;
 pub mod cni;
 pub mod protocol;

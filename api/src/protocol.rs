@@ -561,6 +561,9 @@ mod tests {
                 strict: false,
             },
             Request::ReplaceFlows { flows: "".into() },
+            Request::Bundle {
+                mods: "delete_strict table=0,priority=5\nadd actions=drop".into(),
+            },
             Request::DumpFlows {
                 table: Some("SpoofGuard".into()),
                 names: true,

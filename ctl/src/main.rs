@@ -11,7 +11,8 @@
 //! Exit codes: 0 success, 1 invalid input or the switch refused (a flow
 //! file or packet that does not parse or load, an unreadable file, a
 //! refused request), 2 usage (bad options), 3 the switch cannot be reached
-//! (the message names the socket and why).
+//! (the message names the socket and why); `traceflow` also exits 4
+//! (dropped) and 5 (incomplete).
 
 mod commands;
 mod flowfile;
@@ -61,6 +62,9 @@ fn main() -> ExitCode {
     match cli.command.exec(&ctx) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
+            if let Some(f) = e.downcast_ref::<commands::traceflow::Finished>() {
+                return ExitCode::from(f.0);
+            }
             if let Some(usage) = e.downcast_ref::<commands::UsageError>() {
                 eprintln!("oxvsctl: {usage}");
                 return ExitCode::from(EXIT_USAGE);

@@ -279,8 +279,15 @@ impl XskPort {
         };
         let mut tried = Vec::new();
         let mut last_err = String::new();
+        // Virtual devices (veth, ...) have no `device` in sysfs and never do
+        // zero-copy: trying costs an XDP program load and a UMEM for nothing.
+        let physical = std::path::Path::new("/sys/class/net")
+            .join(ifname)
+            .join("device")
+            .exists();
+        let copy_modes: &[bool] = if physical { &[true, false] } else { &[false] };
         for &native in natives {
-            for zero_copy in [true, false] {
+            for &zero_copy in copy_modes {
                 let mode = SocketMode { native, zero_copy };
                 tried.push(mode.name());
                 let bind = BindFlags::XDP_USE_NEED_WAKEUP
@@ -308,10 +315,20 @@ impl XskPort {
                     .build();
                 // A fresh UMEM per attempt: a failed bind may leave libxdp
                 // state on the old one.
+                let t0 = std::time::Instant::now();
                 let (umem, mem, pool) = map_umem(frames)?;
+                let t_umem = t0.elapsed();
                 // SAFETY: the UMEM is fresh, so (ifname, 0) is not bound to
                 // it and the INHIBIT_PROG_LOAD requirement does not apply.
                 let r = unsafe { Socket::new(config, &umem, &iface, 0) };
+                tracing::debug!(
+                    ifname,
+                    mode = mode.name(),
+                    umem_ms = t_umem.as_secs_f64() * 1e3,
+                    socket_ms = (t0.elapsed() - t_umem).as_secs_f64() * 1e3,
+                    ok = r.is_ok(),
+                    "AF_XDP socket attempt"
+                );
                 match r {
                     Ok((tx, rx, Some((fq, cq)))) => {
                         if !native && request == XdpModeRequest::Auto {

@@ -412,3 +412,35 @@ fn concurrent_clients_and_stop_with_open_connections() {
     assert!(!path.exists());
     assert!(c.call(&Request::Version).is_err());
 }
+
+#[test]
+fn bundle_deletes_and_adds_in_one_version() {
+    let (_d, _s, mut c) = serve("bundle");
+    c.call(&Request::AddFlows {
+        flows: FLOWS.into(),
+    })
+    .unwrap();
+    let r: FlowModResult = c
+        .call_as(&Request::Bundle {
+            mods: "delete_strict table=10, priority=5, tcp, tp_dst=80\n\
+                   add table=10, priority=5, tcp, tp_dst=81 actions=output:2\n\
+                   table=10, priority=6, udp actions=drop\n"
+                .into(),
+        })
+        .unwrap();
+    assert_eq!((r.deleted, r.added), (1, 2), "{r:?}");
+    let lines = dump(&mut c).join("\n");
+    assert!(!lines.contains("tp_dst=80"), "{lines}");
+    assert!(lines.contains("tp_dst=81 actions=output:2"), "{lines}");
+    // A bad line anywhere: nothing changes, and the error names the line
+    // and column (past the command word).
+    let before = dump(&mut c);
+    let e = c
+        .call(&Request::Bundle {
+            mods: "delete table=10\nadd table=10, nw_dts=1 actions=drop\n".into(),
+        })
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("line 2, column 15:"), "{e}");
+    assert_eq!(dump(&mut c), before);
+}

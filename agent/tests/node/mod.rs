@@ -277,7 +277,7 @@ impl Node {
 
 impl Drop for Node {
     fn drop(&mut self) {
-        if std::thread::panicking() {
+        if std::thread::panicking() || std::env::var_os("OXVS_TEST_LOGS").is_some() {
             eprintln!("--- oxvs-agent log ---\n{}", self.agent_log());
             eprintln!("--- oxvs-switchd log (tail) ---\n{}", self.sw.log_tail(40));
         }

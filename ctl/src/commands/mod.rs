@@ -19,6 +19,7 @@ mod replace_flows;
 mod show;
 mod stats;
 mod trace;
+pub mod traceflow;
 
 use clap::Subcommand;
 
@@ -57,6 +58,8 @@ pub enum Command {
     Stats(stats::Stats),
     /// Take queued packet-ins (flows' `controller` actions).
     PacketIn(packet_in::PacketIn),
+    /// Where a pod's packet goes, node by node, and which Kubernetes object decided (asks the agents).
+    Traceflow(traceflow::Traceflow),
 }
 
 impl Command {
@@ -78,6 +81,7 @@ impl Command {
             Command::FlushConntrack(c) => c.exec(ctx),
             Command::Stats(c) => c.exec(ctx),
             Command::PacketIn(c) => c.exec(ctx),
+            Command::Traceflow(c) => c.exec(ctx),
         }
     }
 }

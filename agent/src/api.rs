@@ -1,0 +1,1463 @@
+//! The agent's API socket (`/run/oxvs/agent.sock`): `info`, `pod` and
+//! `traceflow` (wire types in [`oxvs_api::agent`]).
+//!
+//! ## Traceflow
+//!
+//! The agent of the source pod's node builds the first packet of the
+//! connection (the pod's MAC and IP; destination MAC = the destination
+//! pod's when it is attached here and in this node's pod CIDR, else the
+//! gateway's, as the pod's routing table would make it; TTL 64; a SYN for
+//! TCP, an echo request for ICMP) and asks the switch to `trace` it through
+//! the live flows, assuming a new connection at each `ct`. No traffic is
+//! sent unless `inject` is set. A trace that leaves through the tunnel is
+//! continued by the next node's agent with `from_tunnel`: the packet as the
+//! final flow of this node left it (MACs, TTL), arriving on that node's
+//! tunnel port with the VXLAN metadata (`tun_src`, `tun_dst`).
+//!
+//! The trace text is parsed back into steps ([`parse_trace`]): every line
+//! `NN. TableName: MATCH, priority P, cookie 0xC` is a step, the action
+//! lines below it are its executed actions. Each step is annotated from its
+//! flow's cookie ([`annotate`], layout in [`crate::flows::cookie`]): the
+//! feature in the high 16 bits, the object in the low 48. The verdict comes
+//! from the `Datapath actions:` lines: an output to a local port
+//! (delivered), to the tunnel (sent to the node with that InternalIP), or
+//! none (dropped, by the object of the last step).
+//!
+//! Everything but the socket and the switch call is a pure function of a
+//! [`NodeView`] snapshot, tested with traces of real pipelines.
+//!
+//! ## Concurrency
+//!
+//! One task per connection; each request takes a fresh [`NodeView`] (short
+//! locks inside [`Agent`]'s getters) and makes one blocking switch call on
+//! the blocking pool. Requests never change the agent's state.
+
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use oxvs_api::agent::{
+    parse_agent_request, AgentRequest, FlowOwner, GatewayInfo, InfoResult, PodInfo, Proto,
+    RemoteNodeInfo, TraceStep, TraceflowHop, TraceflowRequest, TunnelArrival, Verdict,
+    DEFAULT_SPORT, MAX_AGENT_LINE,
+};
+use oxvs_api::{Client, Request, Response, TraceRequest, TraceResult};
+use oxvs_pipeline::names;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+
+use crate::flows::{self, NodeNet, RemoteNode, VIRTUAL_MAC};
+use crate::model::{ClusterState, Labels};
+use crate::policy::{Direction, RuleRef};
+use crate::server::Agent;
+use crate::state::{AttachState, Attachment};
+
+/// Cookie features (high 16 bits), as laid out in [`crate::flows::cookie`].
+pub mod feature {
+    pub const PIPELINE: u64 = 0x0001;
+    pub const POD: u64 = 0x0002;
+    pub const NODE: u64 = 0x0003;
+    pub const POLICY_RULE: u64 = 0x0004;
+    pub const ISOLATION: u64 = 0x0005;
+    pub const REMOTE_NODE: u64 = 0x0006;
+}
+
+/// Why a request could not be answered.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("'{0}' is not a pod reference (NAMESPACE/NAME)")]
+    BadPodRef(String),
+    #[error("'{0}' is neither a pod (NAMESPACE/NAME) nor an IPv4 address")]
+    BadDestination(String),
+    #[error("pod {0} is not known to node {1} (neither attached here nor in the cluster state)")]
+    UnknownPod(String, String),
+    #[error("pod {pod} is not attached to node {here}{}: ask the agent of its node", .node.as_ref().map(|n| format!(" (it runs on node {n})")).unwrap_or_default())]
+    NotLocal {
+        pod: String,
+        here: String,
+        node: Option<String>,
+    },
+    #[error("pod {0} has no IP address yet")]
+    NoAddress(String),
+    #[error("{0} needs a destination port (dport)")]
+    NeedsPort(&'static str),
+    #[error("icmp has no ports (got sport/dport)")]
+    IcmpPorts,
+    #[error("node {0} is not ready: {1}")]
+    NotReady(String, &'static str),
+    #[error("bad MAC address '{0}' in from_tunnel")]
+    BadMac(String),
+    #[error("the switch: {0}")]
+    Switch(String),
+}
+
+/// What the API needs to know about the node, taken at once.
+#[derive(Clone, Debug, Default)]
+pub struct NodeView {
+    pub node_name: String,
+    /// The node's underlay address (for `tun_src` of outgoing hops).
+    pub node_ip: Option<Ipv4Addr>,
+    pub gateway_name: String,
+    pub node: Option<NodeNet>,
+    pub tunnel_ofport: Option<u32>,
+    pub switchd_socket: PathBuf,
+    /// Ready attachments with a port.
+    pub attachments: Vec<Attachment>,
+    pub cluster: Arc<ClusterState>,
+    pub rules: Vec<RuleRef>,
+    pub remotes: Vec<RemoteNode>,
+}
+
+impl NodeView {
+    /// A snapshot of `agent`.
+    pub fn of(agent: &Agent) -> NodeView {
+        let cfg = agent.config();
+        let cluster = agent.cluster();
+        let node_ip = cfg.node_ip.or_else(|| {
+            cluster
+                .nodes
+                .get(&cfg.node_name)
+                .and_then(|n| n.internal_ip)
+        });
+        NodeView {
+            node_name: cfg.node_name.clone(),
+            node_ip,
+            gateway_name: cfg.gateway.clone(),
+            node: agent.node_net(),
+            tunnel_ofport: agent.tunnel_ofport(),
+            switchd_socket: cfg.switchd_socket.clone(),
+            attachments: agent
+                .attachments()
+                .into_iter()
+                .filter(|a| a.state == AttachState::Ready && a.ofport.is_some())
+                .collect(),
+            cluster,
+            rules: agent.rules(),
+            remotes: agent.remotes(),
+        }
+    }
+
+    fn attachment_of(&self, ns: &str, name: &str) -> Option<&Attachment> {
+        self.attachments
+            .iter()
+            .find(|a| a.pod_namespace == ns && a.pod_name == name)
+    }
+
+    fn attachment_on(&self, ofport: u32) -> Option<&Attachment> {
+        self.attachments.iter().find(|a| a.ofport == Some(ofport))
+    }
+
+    fn attachment_with_ip(&self, ip: Ipv4Addr) -> Option<&Attachment> {
+        self.attachments.iter().find(|a| a.ip == ip)
+    }
+
+    fn node_named_by_ip(&self, ip: Ipv4Addr) -> Option<String> {
+        self.remotes
+            .iter()
+            .find(|r| r.ip == ip)
+            .map(|r| r.name.clone())
+            .or_else(|| {
+                self.cluster
+                    .nodes
+                    .values()
+                    .find(|n| n.internal_ip == Some(ip))
+                    .map(|n| n.name.clone())
+            })
+    }
+}
+
+fn split_pod_ref(s: &str) -> Option<(&str, &str)> {
+    let (ns, name) = s.split_once('/')?;
+    (!ns.is_empty() && !name.is_empty() && !name.contains('/')).then_some((ns, name))
+}
+
+fn pod_info_of(a: &Attachment, node: &str) -> PodInfo {
+    PodInfo {
+        namespace: a.pod_namespace.clone(),
+        name: a.pod_name.clone(),
+        node: node.to_string(),
+        ip: Some(a.ip),
+        local: true,
+        mac: Some(a.mac.clone()),
+        ofport: a.ofport,
+    }
+}
+
+/// `info`.
+pub fn info(view: &NodeView) -> InfoResult {
+    InfoResult {
+        node: view.node_name.clone(),
+        pod_cidr: view.node.as_ref().map(|n| n.pod_cidr.to_string()),
+        gateway: view.node.as_ref().map(|n| GatewayInfo {
+            name: view.gateway_name.clone(),
+            ip: n.gateway_ip,
+            mac: flows::mac_str(&n.gateway_mac),
+            ofport: n.gateway_ofport,
+        }),
+        tunnel_ofport: view.tunnel_ofport,
+        switchd_socket: view.switchd_socket.display().to_string(),
+        remotes: view
+            .remotes
+            .iter()
+            .map(|r| RemoteNodeInfo {
+                name: r.name.clone(),
+                pod_cidr: r.pod_cidr.to_string(),
+                ip: r.ip,
+            })
+            .collect(),
+        pods: view
+            .attachments
+            .iter()
+            .filter(|a| !a.pod_name.is_empty())
+            .map(|a| pod_info_of(a, &view.node_name))
+            .collect(),
+    }
+}
+
+/// `pod`: a local attachment first, else the cluster state.
+pub fn pod_info(view: &NodeView, namespace: &str, name: &str) -> Result<PodInfo, ApiError> {
+    if let Some(a) = view.attachment_of(namespace, name) {
+        return Ok(pod_info_of(a, &view.node_name));
+    }
+    match view
+        .cluster
+        .pods
+        .get(&(namespace.to_string(), name.to_string()))
+    {
+        Some(p) => Ok(PodInfo {
+            namespace: p.namespace.clone(),
+            name: p.name.clone(),
+            node: p.node_name.clone(),
+            ip: p.ip,
+            local: false,
+            mac: None,
+            ofport: None,
+        }),
+        None => Err(ApiError::UnknownPod(
+            format!("{namespace}/{name}"),
+            view.node_name.clone(),
+        )),
+    }
+}
+
+fn l4_fields(req: &TraceflowRequest) -> Result<String, ApiError> {
+    match req.proto {
+        Proto::Icmp => {
+            if req.sport.is_some() || req.dport.is_some() {
+                return Err(ApiError::IcmpPorts);
+            }
+            Ok("icmp_type=8,icmp_code=0".into())
+        }
+        p => {
+            let dport = req.dport.ok_or(ApiError::NeedsPort(p.keyword()))?;
+            let sport = req.sport.unwrap_or(DEFAULT_SPORT);
+            let mut s = format!("tp_src={sport},tp_dst={dport}");
+            if p == Proto::Tcp {
+                s.push_str(",tcp_flags=0x2");
+            }
+            Ok(s)
+        }
+    }
+}
+
+/// The packet spec of the first packet of `req` on this node.
+pub fn build_packet(view: &NodeView, req: &TraceflowRequest) -> Result<String, ApiError> {
+    let l4 = l4_fields(req)?;
+    let proto = req.proto.keyword();
+    if let Some(t) = &req.from_tunnel {
+        let Some(tun) = view.tunnel_ofport else {
+            return Err(ApiError::NotReady(
+                view.node_name.clone(),
+                "it has no tunnel port",
+            ));
+        };
+        for m in [&t.src_mac, &t.dst_mac] {
+            if flows::parse_mac(m).is_none() {
+                return Err(ApiError::BadMac(m.clone()));
+            }
+        }
+        return Ok(format!(
+            "in_port={tun},{proto},tun_src={},tun_dst={},dl_src={},dl_dst={},nw_src={},nw_dst={},nw_ttl={},{l4}",
+            t.tun_src, t.tun_dst, t.src_mac, t.dst_mac, t.src_ip, t.dst_ip, t.ttl
+        ));
+    }
+    let Some(node) = &view.node else {
+        return Err(ApiError::NotReady(
+            view.node_name.clone(),
+            "its gateway is not discovered yet",
+        ));
+    };
+    let (sns, sname) =
+        split_pod_ref(&req.src).ok_or_else(|| ApiError::BadPodRef(req.src.clone()))?;
+    let Some(src) = view.attachment_of(sns, sname) else {
+        return Err(
+            match view.cluster.pods.get(&(sns.to_string(), sname.to_string())) {
+                Some(p) => ApiError::NotLocal {
+                    pod: req.src.clone(),
+                    here: view.node_name.clone(),
+                    node: (!p.node_name.is_empty()).then(|| p.node_name.clone()),
+                },
+                None => ApiError::UnknownPod(req.src.clone(), view.node_name.clone()),
+            },
+        );
+    };
+    let src_port = src.ofport.unwrap_or_default();
+    let dst_ip = match req.dst.parse::<Ipv4Addr>() {
+        Ok(ip) => ip,
+        Err(_) => {
+            let (dns, dname) =
+                split_pod_ref(&req.dst).ok_or_else(|| ApiError::BadDestination(req.dst.clone()))?;
+            match view.attachment_of(dns, dname) {
+                Some(a) => a.ip,
+                None => pod_info(view, dns, dname)?
+                    .ip
+                    .ok_or_else(|| ApiError::NoAddress(req.dst.clone()))?,
+            }
+        }
+    };
+    let dst_mac = match view.attachment_with_ip(dst_ip) {
+        Some(a) if node.pod_cidr.contains(&dst_ip) && node.pod_cidr.contains(&src.ip) => {
+            a.mac.clone()
+        }
+        _ => flows::mac_str(&node.gateway_mac),
+    };
+    Ok(format!(
+        "in_port={src_port},{proto},dl_src={},dl_dst={dst_mac},nw_src={},nw_dst={dst_ip},nw_ttl=64,{l4}",
+        src.mac, src.ip
+    ))
+}
+
+/// A trace, parsed back.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ParsedTrace {
+    /// Steps without owner/annotation.
+    pub steps: Vec<TraceStep>,
+    /// `Datapath actions:` of each pass.
+    pub datapath_actions: Vec<String>,
+    /// The final flow of each pass (`Flow:` when unchanged), as printed.
+    pub final_flows: Vec<String>,
+    /// `Translation failed (...)` messages.
+    pub errors: Vec<String>,
+}
+
+/// Parses a step line: `NN. [Name:] MATCH, priority P[, cookie 0xC]` or
+/// `NN. [Name:] No match.`.
+fn parse_step_line(line: &str, pass: usize) -> Option<TraceStep> {
+    let (num, rest) = line.trim_start().split_once(". ")?;
+    let table: u8 = num.parse().ok()?;
+    let mut rest = rest.trim();
+    let mut table_name = None;
+    if let Some((first, after)) = rest.split_once(' ').or(Some((rest, ""))) {
+        if let Some(name) = first.strip_suffix(':') {
+            if !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+                table_name = Some(name.to_string());
+                rest = after.trim();
+            }
+        }
+    }
+    let mut step = TraceStep {
+        pass,
+        table,
+        table_name,
+        matched: false,
+        priority: None,
+        cookie: 0,
+        matches: String::new(),
+        actions: Vec::new(),
+        owner: None,
+        annotation: String::new(),
+    };
+    if rest == "No match." {
+        return Some(step);
+    }
+    let mut body = rest;
+    if let Some(i) = body.rfind(", cookie 0x") {
+        let hex = &body[i + ", cookie 0x".len()..];
+        step.cookie = u64::from_str_radix(hex, 16).ok()?;
+        body = &body[..i];
+    }
+    let (m, prio) = match body.rfind("priority ") {
+        Some(i) => (&body[..i], &body[i + "priority ".len()..]),
+        None => return None,
+    };
+    step.priority = Some(prio.trim().parse().ok()?);
+    step.matches = m.trim_end().trim_end_matches(',').to_string();
+    step.matched = true;
+    Some(step)
+}
+
+/// Parses the switch's trace text (see the module doc).
+pub fn parse_trace(text: &str) -> ParsedTrace {
+    let mut out = ParsedTrace::default();
+    let mut pass: Option<usize> = None;
+    let mut flow_line = String::new();
+    for raw in text.lines() {
+        let line = raw.trim();
+        if let Some(f) = line.strip_prefix("Flow: ") {
+            pass = Some(pass.map_or(0, |p| p + 1));
+            flow_line = f.to_string();
+            continue;
+        }
+        if let Some(f) = line.strip_prefix("Final flow: ") {
+            out.final_flows.push(if f == "unchanged" {
+                flow_line.clone()
+            } else {
+                f.to_string()
+            });
+            continue;
+        }
+        if let Some(a) = line.strip_prefix("Datapath actions: ") {
+            out.datapath_actions.push(a.to_string());
+            continue;
+        }
+        if let Some(e) = line.strip_prefix("Translation failed (") {
+            out.errors.push(
+                e.trim_end_matches(", packet is dropped.")
+                    .trim_end_matches(')')
+                    .to_string(),
+            );
+            continue;
+        }
+        let Some(p) = pass else { continue };
+        if line.is_empty()
+            || line.starts_with("->")
+            || line.starts_with(">>")
+            || line.starts_with("Megaflow:")
+            || line.starts_with("bridge(")
+            || line.starts_with("---")
+            || line.starts_with("===")
+            || line.starts_with("recirc(")
+            || line == "thaw"
+            || line.starts_with("Resuming from table")
+        {
+            continue;
+        }
+        if line.as_bytes().first().is_some_and(u8::is_ascii_digit) {
+            if let Some(step) = parse_step_line(line, p) {
+                out.steps.push(step);
+                continue;
+            }
+        }
+        if let Some(s) = out.steps.last_mut() {
+            if s.pass == p {
+                s.actions.push(line.to_string());
+            }
+        }
+    }
+    out
+}
+
+fn direction_of_table(table: u8) -> Option<Direction> {
+    if (names::EGRESS_RULE.id..=names::EGRESS_METRIC.id).contains(&table) {
+        Some(Direction::Egress)
+    } else if (names::INGRESS_RULE.id..=names::INGRESS_METRIC.id).contains(&table) {
+        Some(Direction::Ingress)
+    } else {
+        None
+    }
+}
+
+fn direction_str(d: Direction) -> &'static str {
+    match d {
+        Direction::Ingress => "ingress",
+        Direction::Egress => "egress",
+    }
+}
+
+/// The policies (`namespace/name`) selecting pod `ns/name` in direction `d`.
+fn isolating_policies(cluster: &ClusterState, ns: &str, name: &str, d: Direction) -> Vec<String> {
+    let labels: Labels = cluster
+        .pods
+        .get(&(ns.to_string(), name.to_string()))
+        .map(|p| p.labels.clone())
+        .unwrap_or_default();
+    cluster
+        .policies
+        .values()
+        .filter(|p| p.namespace == ns)
+        .filter(|p| match d {
+            Direction::Ingress => p.ingress_isolation,
+            Direction::Egress => p.egress_isolation,
+        })
+        .filter(|p| p.pod_selector.matches(&labels))
+        .map(|p| format!("{}/{}", p.namespace, p.name))
+        .collect()
+}
+
+/// The owner of the flow of `step` and a line for people.
+pub fn annotate(view: &NodeView, step: &TraceStep) -> (Option<FlowOwner>, String) {
+    if !step.matched {
+        return (None, "no flow (table miss)".into());
+    }
+    let c = step.cookie;
+    let obj = c & 0xffff_ffff_ffff;
+    let pod_name = |port: u32| {
+        view.attachment_on(port)
+            .filter(|a| !a.pod_name.is_empty())
+            .map(Attachment::pod_ref)
+    };
+    match c >> 48 {
+        feature::PIPELINE => (Some(FlowOwner::Pipeline), "pipeline default".into()),
+        feature::POD => {
+            let ofport = u32::try_from(obj).unwrap_or(u32::MAX);
+            let pod = pod_name(ofport);
+            let text = match &pod {
+                Some(p) => format!("pod {p} (port {ofport})"),
+                None => format!("pod on port {ofport} (not attached now)"),
+            };
+            (Some(FlowOwner::Pod { ofport, pod }), text)
+        }
+        feature::NODE if obj == 1 => (
+            Some(FlowOwner::Gateway),
+            format!("gateway {}", view.gateway_name),
+        ),
+        feature::NODE if obj == 2 => (Some(FlowOwner::Tunnel), "tunnel".into()),
+        feature::POLICY_RULE => {
+            let id = u32::try_from(obj).unwrap_or(u32::MAX);
+            match view.rules.iter().find(|r| r.id == id) {
+                Some(r) => {
+                    let policy = format!("{}/{}", r.policy.0, r.policy.1);
+                    let dir = direction_str(r.direction);
+                    let text = format!("NetworkPolicy {policy} {dir}[{}]", r.index);
+                    (
+                        Some(FlowOwner::PolicyRule {
+                            id,
+                            policy: Some(policy),
+                            direction: Some(dir.into()),
+                            index: Some(r.index),
+                        }),
+                        text,
+                    )
+                }
+                None => (
+                    Some(FlowOwner::PolicyRule {
+                        id,
+                        policy: None,
+                        direction: None,
+                        index: None,
+                    }),
+                    format!("NetworkPolicy rule {id} (unknown to this agent now)"),
+                ),
+            }
+        }
+        feature::ISOLATION if obj == 0 => (
+            Some(FlowOwner::NodeExemption),
+            "pod <-> its own node: always allowed (no policy applies)".into(),
+        ),
+        feature::ISOLATION => {
+            let ofport = u32::try_from(obj).unwrap_or(u32::MAX);
+            let dir = direction_of_table(step.table);
+            let att = view
+                .attachment_on(ofport)
+                .filter(|a| !a.pod_name.is_empty());
+            let policies = match (att, dir) {
+                (Some(a), Some(d)) => {
+                    isolating_policies(&view.cluster, &a.pod_namespace, &a.pod_name, d)
+                }
+                _ => Vec::new(),
+            };
+            let dir_s = dir.map(direction_str);
+            let pod = att.map(Attachment::pod_ref);
+            let who = match policies.as_slice() {
+                [] => "NetworkPolicy isolation".to_string(),
+                [one] => format!("NetworkPolicy {one}"),
+                many => format!("NetworkPolicies {}", many.join(", ")),
+            };
+            let text = match (dir_s, &pod) {
+                (Some(d), _) if !policies.is_empty() => format!("{who} {d} (isolation)"),
+                (Some(d), Some(p)) => format!("{who} of pod {p} {d}"),
+                (_, Some(p)) => format!("{who} of pod {p}"),
+                _ => format!("{who} of the pod on port {ofport}"),
+            };
+            (
+                Some(FlowOwner::Isolation {
+                    ofport,
+                    pod,
+                    direction: dir_s.map(str::to_string),
+                    policies,
+                }),
+                text,
+            )
+        }
+        feature::REMOTE_NODE => {
+            let ip = Ipv4Addr::from(u32::try_from(obj & 0xffff_ffff).unwrap_or(0));
+            let node = view.node_named_by_ip(ip);
+            let text = match &node {
+                Some(n) => format!("remote node {n} ({ip})"),
+                None => format!("remote node {ip}"),
+            };
+            (Some(FlowOwner::RemoteNode { ip, node }), text)
+        }
+        _ => (
+            Some(FlowOwner::Unknown { cookie: c }),
+            format!("cookie {c:#x} (no known feature)"),
+        ),
+    }
+}
+
+/// Splits datapath actions at top-level commas.
+fn split_top(actions: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut depth, mut start) = (0i32, 0usize);
+    for (i, ch) in actions.char_indices() {
+        match ch {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                out.push(actions[start..i].trim());
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(actions[start..].trim());
+    out.retain(|s| !s.is_empty());
+    out
+}
+
+/// `key=value` of a printed flow key.
+fn key_field<'a>(flow: &'a str, key: &str) -> Option<&'a str> {
+    flow.split(',').find_map(|kv| {
+        kv.split_once('=')
+            .filter(|(k, _)| *k == key)
+            .map(|(_, v)| v)
+    })
+}
+
+/// Parses the switch's trace of `packet` into a hop (steps annotated,
+/// verdict, next hop).
+pub fn hop(view: &NodeView, packet: &str, text: &str, injected: bool) -> TraceflowHop {
+    let parsed = parse_trace(text);
+    let mut steps = parsed.steps;
+    for s in &mut steps {
+        let (owner, ann) = annotate(view, s);
+        s.owner = owner;
+        s.annotation = ann;
+    }
+    let mut allowed_by: Vec<String> = Vec::new();
+    for s in &steps {
+        if matches!(s.owner, Some(FlowOwner::PolicyRule { .. }))
+            && !allowed_by.contains(&s.annotation)
+        {
+            allowed_by.push(s.annotation.clone());
+        }
+    }
+    // The first output port, and the pass that output it.
+    let output = parsed
+        .datapath_actions
+        .iter()
+        .enumerate()
+        .find_map(|(i, a)| {
+            split_top(a)
+                .into_iter()
+                .find_map(|t| t.parse::<u32>().ok())
+                .map(|p| (i, p))
+        });
+    let mut next = None;
+    let verdict = match output {
+        Some((pass, port)) if Some(port) == view.tunnel_ofport => {
+            let fin = parsed
+                .final_flows
+                .get(pass)
+                .map(String::as_str)
+                .unwrap_or("");
+            let tun_dst = key_field(fin, "tun_dst").and_then(|v| v.parse::<Ipv4Addr>().ok());
+            let node = tun_dst.and_then(|ip| view.node_named_by_ip(ip));
+            let src_ip = key_field(fin, "nw_src").and_then(|v| v.parse().ok());
+            let dst_ip = key_field(fin, "nw_dst").and_then(|v| v.parse().ok());
+            let ttl = key_field(fin, "nw_ttl").and_then(|v| v.parse().ok());
+            if let (Some(tun_dst), Some(tun_src), Some(src_ip), Some(dst_ip), Some(ttl)) =
+                (tun_dst, view.node_ip, src_ip, dst_ip, ttl)
+            {
+                next = Some(TunnelArrival {
+                    from_node: view.node_name.clone(),
+                    tun_src,
+                    tun_dst,
+                    src_mac: key_field(fin, "dl_src").unwrap_or_default().to_string(),
+                    dst_mac: key_field(fin, "dl_dst")
+                        .map(str::to_string)
+                        .unwrap_or_else(|| flows::mac_str(&VIRTUAL_MAC)),
+                    src_ip,
+                    dst_ip,
+                    ttl,
+                });
+            }
+            Verdict::Tunnel {
+                ofport: port,
+                tun_dst,
+                node,
+            }
+        }
+        Some((_, port)) => {
+            let to = if view.node.as_ref().map(|n| n.gateway_ofport) == Some(port) {
+                format!("gateway {}", view.gateway_name)
+            } else if let Some(a) = view.attachment_on(port) {
+                format!("pod {}", a.pod_ref())
+            } else {
+                format!("port {port}")
+            };
+            Verdict::Delivered { ofport: port, to }
+        }
+        None => match steps.last() {
+            Some(s) => Verdict::Dropped {
+                by: match parsed.errors.first() {
+                    Some(e) => format!("a translation error ({e})"),
+                    None => s.annotation.clone(),
+                },
+                table: Some(s.table),
+                table_name: s.table_name.clone(),
+            },
+            None => Verdict::Dropped {
+                by: "nothing (the trace has no steps)".into(),
+                table: None,
+                table_name: None,
+            },
+        },
+    };
+    TraceflowHop {
+        node: view.node_name.clone(),
+        packet: packet.to_string(),
+        text: text.to_string(),
+        steps,
+        datapath_actions: parsed.datapath_actions,
+        verdict,
+        allowed_by,
+        next,
+        injected,
+    }
+}
+
+async fn traceflow(agent: &Agent, req: TraceflowRequest) -> Result<TraceflowHop, ApiError> {
+    let view = NodeView::of(agent);
+    let packet = build_packet(&view, &req)?;
+    let path = view.switchd_socket.clone();
+    let timeout = agent.config().switch_timeout;
+    let treq = Request::Trace(TraceRequest {
+        spec: Some(packet.clone()),
+        ct_next: vec!["trk,new".into()],
+        names: true,
+        inject: req.inject,
+        ..TraceRequest::default()
+    });
+    let r: TraceResult = tokio::task::spawn_blocking(move || {
+        let mut c = Client::connect(&path)?;
+        c.set_timeout(timeout);
+        c.call_as::<TraceResult>(&treq)
+    })
+    .await
+    .map_err(|e| ApiError::Switch(format!("internal task failed: {e}")))?
+    .map_err(|e| ApiError::Switch(e.to_string()))?;
+    Ok(hop(&view, &packet, &r.text, r.injected))
+}
+
+/// Answers one request line.
+pub async fn handle_line(agent: &Agent, line: &str) -> Response {
+    let req = match parse_agent_request(line) {
+        Ok(r) => r,
+        Err(e) => return Response::error(e),
+    };
+    let op = req.op();
+    let r = match req {
+        AgentRequest::Info => Ok(Response::ok(&info(&NodeView::of(agent)))),
+        AgentRequest::Pod { namespace, name } => {
+            pod_info(&NodeView::of(agent), &namespace, &name).map(|p| Response::ok(&p))
+        }
+        AgentRequest::Traceflow(t) => traceflow(agent, t).await.map(|h| Response::ok(&h)),
+    };
+    r.unwrap_or_else(|e| {
+        tracing::debug!(op, error = %e, "API request refused");
+        Response::error(e.to_string())
+    })
+}
+
+/// Serves the API socket until the task is aborted.
+pub async fn serve(agent: Arc<Agent>, listener: UnixListener) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                let agent = agent.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = serve_one(&agent, stream).await {
+                        tracing::debug!(error = %e, "API connection ended badly");
+                    }
+                });
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "accept on the API socket failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+async fn serve_one(agent: &Agent, stream: UnixStream) -> std::io::Result<()> {
+    let (r, mut w) = stream.into_split();
+    let mut reader = BufReader::new(r);
+    loop {
+        let mut line = Vec::new();
+        let n = (&mut reader)
+            .take(MAX_AGENT_LINE as u64 + 1)
+            .read_until(b'\n', &mut line)
+            .await?;
+        if n == 0 {
+            return Ok(());
+        }
+        let resp = if line.len() > MAX_AGENT_LINE {
+            Response::error(format!("request line longer than {MAX_AGENT_LINE} bytes"))
+        } else {
+            match std::str::from_utf8(&line) {
+                Ok(s) => handle_line(agent, s.trim_end()).await,
+                Err(_) => Response::error("request is not UTF-8"),
+            }
+        };
+        let mut out = resp.to_line();
+        out.push('\n');
+        w.write_all(out.as_bytes()).await?;
+        if line.len() > MAX_AGENT_LINE || !line.ends_with(b"\n") {
+            return Ok(());
+        }
+    }
+}
+
+/// The pure parts, with traces of real pipelines (in-process, no switch).
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{LabelSelector, NetworkPolicy, Node, Pod};
+    use oxvs_pipeline::names::TableNames;
+    use oxvs_pipeline::parse::{parse_flow_file, parse_packet_spec, ParseContext};
+    use oxvs_pipeline::tables::Pipeline;
+    use oxvs_pipeline::trace::{trace, TraceOptions};
+    use oxvs_pipeline::xlate::XlateEnv;
+
+    const TUN: u32 = 9;
+
+    fn node_net() -> NodeNet {
+        NodeNet {
+            pod_cidr: "10.244.0.0/24".parse().unwrap(),
+            gateway_ip: "10.244.0.1".parse().unwrap(),
+            gateway_mac: [0x0a, 0x58, 10, 244, 0, 1],
+            gateway_ofport: 2,
+        }
+    }
+
+    fn att(name: &str, ofport: u32, last: u8) -> Attachment {
+        let ip = Ipv4Addr::new(10, 244, 0, last);
+        Attachment {
+            container_id: format!("c-{name}"),
+            ifname: "eth0".into(),
+            netns: String::new(),
+            host_ifname: format!("veth{name}"),
+            pod_namespace: "x".into(),
+            pod_name: name.into(),
+            ip,
+            prefix_len: 24,
+            gateway: "10.244.0.1".parse().unwrap(),
+            mac: flows::mac_str(&flows::pod_mac(ip)),
+            mtu: 1450,
+            ofport: Some(ofport),
+            state: AttachState::Ready,
+        }
+    }
+
+    fn labels(kv: &[(&str, &str)]) -> Labels {
+        kv.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn policy(name: &str, selector: Labels, ingress: bool, egress: bool) -> NetworkPolicy {
+        NetworkPolicy {
+            namespace: "x".into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            pod_selector: LabelSelector {
+                match_labels: selector,
+                match_expressions: vec![],
+            },
+            ingress_isolation: ingress,
+            egress_isolation: egress,
+            ingress: vec![],
+            egress: vec![],
+        }
+    }
+
+    fn pod(name: &str, node: &str, ip: &str, l: Labels) -> Pod {
+        Pod {
+            namespace: "x".into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            labels: l,
+            node_name: node.into(),
+            ip: Some(ip.parse().unwrap()),
+            host_network: false,
+            ports: vec![],
+        }
+    }
+
+    fn view() -> NodeView {
+        let mut c = ClusterState::default();
+        for p in [
+            pod("a", "n1", "10.244.0.3", labels(&[("app", "a")])),
+            pod("b", "n1", "10.244.0.4", labels(&[("app", "b")])),
+            pod("r", "n2", "10.244.1.7", labels(&[("app", "r")])),
+        ] {
+            c.pods.insert(p.key(), p);
+        }
+        for p in [
+            policy("deny-all", Labels::new(), true, false),
+            policy("allow-a", labels(&[("app", "b")]), true, false),
+            policy("egress-only", Labels::new(), false, true),
+            policy("other-app", labels(&[("app", "zzz")]), true, false),
+        ] {
+            c.policies.insert(p.key(), p);
+        }
+        for (n, ip, cidr) in [
+            ("n1", "192.168.77.11", "10.244.0.0/24"),
+            ("n2", "192.168.77.12", "10.244.1.0/24"),
+        ] {
+            c.nodes.insert(
+                n.into(),
+                Node {
+                    name: n.into(),
+                    pod_cidr: Some(cidr.parse().unwrap()),
+                    internal_ip: Some(ip.parse().unwrap()),
+                },
+            );
+        }
+        NodeView {
+            node_name: "n1".into(),
+            node_ip: Some("192.168.77.11".parse().unwrap()),
+            gateway_name: "oxvs-gw0".into(),
+            node: Some(node_net()),
+            tunnel_ofport: Some(TUN),
+            switchd_socket: "/run/oxvs/switchd.sock".into(),
+            attachments: vec![att("a", 3, 3), att("b", 4, 4)],
+            cluster: Arc::new(c),
+            rules: vec![RuleRef {
+                id: 7,
+                policy: ("x".into(), "allow-a".into()),
+                uid: "uid-allow-a".into(),
+                direction: Direction::Ingress,
+                index: 0,
+            }],
+            remotes: vec![RemoteNode {
+                name: "n2".into(),
+                pod_cidr: "10.244.1.0/24".parse().unwrap(),
+                ip: "192.168.77.12".parse().unwrap(),
+            }],
+        }
+    }
+
+    /// The node's flows plus hand-written policy flows in the translator's
+    /// cookie layout: rule 7 allows a -> b tcp/80; b is isolated for ingress.
+    fn flows_text(with_policy: bool) -> String {
+        let v = view();
+        let node = node_net();
+        let pods: Vec<flows::PodPort> = v
+            .attachments
+            .iter()
+            .map(|a| flows::PodPort {
+                ofport: a.ofport.unwrap(),
+                ip: a.ip,
+                mac: flows::parse_mac(&a.mac).unwrap(),
+            })
+            .collect();
+        let mut text = flows::desired_flows(&node, &pods);
+        for l in flows::tunnel_flows(&node, TUN, &v.remotes) {
+            text.push_str(&l);
+            text.push('\n');
+        }
+        if with_policy {
+            text.push_str("table=IngressRule, priority=200, cookie=0x4000000000007, tcp, reg1=0x4, nw_src=10.244.0.3, tp_dst=80, actions=goto_table:IngressMetric\n");
+            text.push_str("table=IngressDefaultRule, priority=200, cookie=0x5000000000004, ip, reg1=0x4, actions=drop\n");
+        }
+        text
+    }
+
+    fn run_trace(spec: &str, with_policy: bool) -> String {
+        let flows = parse_flow_file(&flows_text(with_policy), &ParseContext::default()).unwrap();
+        let p = Pipeline::new();
+        p.replace_all(&flows, 0).unwrap();
+        let key = parse_packet_spec(spec, &ParseContext::default()).unwrap();
+        let opts = TraceOptions {
+            names: Some(TableNames::default()),
+            ct_next: vec![
+                oxvs_pipeline::field::ct_state::TRK | oxvs_pipeline::field::ct_state::NEW,
+            ],
+            ..TraceOptions::default()
+        };
+        let env = XlateEnv {
+            ports: vec![2, 3, 4, TUN],
+        };
+        trace(&*p.snapshot(), &key, &env, &opts).to_string()
+    }
+
+    fn req(src: &str, dst: &str, proto: Proto, dport: Option<u16>) -> TraceflowRequest {
+        TraceflowRequest {
+            src: src.into(),
+            dst: dst.into(),
+            proto,
+            sport: None,
+            dport,
+            inject: false,
+            from_tunnel: None,
+        }
+    }
+
+    fn traceflow_hop(r: &TraceflowRequest, with_policy: bool) -> TraceflowHop {
+        let v = view();
+        let spec = build_packet(&v, r).unwrap();
+        let text = run_trace(&spec, with_policy);
+        hop(&v, &spec, &text, false)
+    }
+
+    #[test]
+    fn step_lines_parse() {
+        let s = parse_step_line(
+            "10. SpoofGuard: ip,in_port=3,dl_src=0a:58:0a:f4:00:03,nw_src=10.244.0.3, priority 200, cookie 0x2000000000003",
+            1,
+        )
+        .unwrap();
+        assert_eq!(s.table, 10);
+        assert_eq!(s.table_name.as_deref(), Some("SpoofGuard"));
+        assert_eq!(s.priority, Some(200));
+        assert_eq!(s.cookie, 0x2000000000003);
+        assert_eq!(
+            s.matches,
+            "ip,in_port=3,dl_src=0a:58:0a:f4:00:03,nw_src=10.244.0.3"
+        );
+        assert_eq!(s.pass, 1);
+        assert!(s.matched);
+        let s = parse_step_line(" 0. Classifier: priority 0, cookie 0x1000000000000", 0).unwrap();
+        assert_eq!((s.table, s.matches.as_str(), s.priority), (0, "", Some(0)));
+        let s = parse_step_line("71. priority 5", 0).unwrap();
+        assert_eq!((s.table_name, s.cookie, s.priority), (None, 0, Some(5)));
+        let s = parse_step_line("60. L2ForwardingCalc: No match.", 0).unwrap();
+        assert!(!s.matched);
+        assert!(parse_step_line("10. SpoofGuard: ip, priority x", 0).is_none());
+        assert!(parse_step_line("10. SpoofGuard: ip, priority 1, cookie 0xzz", 0).is_none());
+        assert!(parse_step_line("300. X: priority 1", 0).is_none());
+        assert!(parse_step_line("goto_table:10", 0).is_none());
+    }
+
+    #[test]
+    fn packets_are_built_as_the_pod_would_send_them() {
+        let v = view();
+        let p = build_packet(&v, &req("x/a", "x/b", Proto::Tcp, Some(80))).unwrap();
+        assert_eq!(p, "in_port=3,tcp,dl_src=0a:58:0a:f4:00:03,dl_dst=0a:58:0a:f4:00:04,nw_src=10.244.0.3,nw_dst=10.244.0.4,nw_ttl=64,tp_src=49152,tp_dst=80,tcp_flags=0x2");
+        // Remote pod (by name, from the cluster) and an outside IP: via the gateway MAC.
+        let p = build_packet(&v, &req("x/a", "x/r", Proto::Udp, Some(53))).unwrap();
+        assert!(
+            p.contains("dl_dst=0a:58:0a:f4:00:01,nw_src=10.244.0.3,nw_dst=10.244.1.7"),
+            "{p}"
+        );
+        let p = build_packet(&v, &req("x/a", "8.8.8.8", Proto::Icmp, None)).unwrap();
+        assert!(
+            p.ends_with("nw_dst=8.8.8.8,nw_ttl=64,icmp_type=8,icmp_code=0"),
+            "{p}"
+        );
+        for (r, want) in [
+            (
+                req("x/r", "x/a", Proto::Tcp, Some(80)),
+                "not attached to node n1 (it runs on node n2)",
+            ),
+            (
+                req("x/zz", "x/a", Proto::Tcp, Some(80)),
+                "not known to node n1",
+            ),
+            (req("a", "x/a", Proto::Tcp, Some(80)), "not a pod reference"),
+            (req("x/a", "nowhere", Proto::Tcp, Some(80)), "neither a pod"),
+            (
+                req("x/a", "x/zz", Proto::Tcp, Some(80)),
+                "x/zz is not known",
+            ),
+            (
+                req("x/a", "x/b", Proto::Sctp, None),
+                "sctp needs a destination port",
+            ),
+            (req("x/a", "x/b", Proto::Icmp, Some(1)), "icmp has no ports"),
+        ] {
+            let e = build_packet(&v, &r).unwrap_err().to_string();
+            assert!(e.contains(want), "{r:?}: {e}");
+        }
+        let mut not_ready = view();
+        not_ready.node = None;
+        let e = build_packet(&not_ready, &req("x/a", "x/b", Proto::Tcp, Some(80))).unwrap_err();
+        assert!(e.to_string().contains("gateway is not discovered"), "{e}");
+    }
+
+    #[test]
+    fn pod_to_local_pod_is_delivered_and_every_step_is_annotated() {
+        let h = traceflow_hop(&req("x/a", "x/b", Proto::Tcp, Some(80)), false);
+        assert_eq!(
+            h.verdict,
+            Verdict::Delivered {
+                ofport: 4,
+                to: "pod x/b".into()
+            },
+            "{}",
+            h.text
+        );
+        assert_eq!(h.datapath_actions.len(), 2, "{}", h.text);
+        assert!(h.next.is_none());
+        let first = &h.steps[0];
+        assert_eq!((first.pass, first.table), (0, 0));
+        assert_eq!(first.annotation, "pod x/a (port 3)");
+        assert!(
+            first.actions.iter().any(|a| a.starts_with("goto_table")),
+            "{first:?}"
+        );
+        // Pass 1 resumes after conntrack, ends in Output.
+        assert!(h.steps.iter().any(|s| s.pass == 1 && s.table == 31));
+        let last = h.steps.last().unwrap();
+        assert_eq!(last.table_name.as_deref(), Some("Output"));
+        assert_eq!(last.annotation, "pipeline default");
+        assert!(h
+            .steps
+            .iter()
+            .all(|s| s.matched && !s.annotation.is_empty()));
+        assert!(
+            h.steps.iter().any(|s| s.annotation == "pod x/b (port 4)"),
+            "{:#?}",
+            h.steps
+        );
+        assert!(h.allowed_by.is_empty());
+        if std::env::var_os("SHOW_TRACE").is_some() {
+            eprintln!("{}\n{:#?}", h.text, h.steps);
+        }
+    }
+
+    #[test]
+    fn policy_steps_name_the_policy() {
+        let h = traceflow_hop(&req("x/a", "x/b", Proto::Tcp, Some(80)), true);
+        assert!(
+            matches!(h.verdict, Verdict::Delivered { ofport: 4, .. }),
+            "{}",
+            h.text
+        );
+        assert_eq!(
+            h.allowed_by,
+            vec!["NetworkPolicy x/allow-a ingress[0]".to_string()]
+        );
+        let rule = h.steps.iter().find(|s| s.cookie >> 48 == 4).unwrap();
+        assert_eq!(
+            rule.owner,
+            Some(FlowOwner::PolicyRule {
+                id: 7,
+                policy: Some("x/allow-a".into()),
+                direction: Some("ingress".into()),
+                index: Some(0)
+            })
+        );
+        // Port 81: no rule allows it; b's ingress isolation drops it.
+        let h = traceflow_hop(&req("x/a", "x/b", Proto::Tcp, Some(81)), true);
+        let Verdict::Dropped { by, table, .. } = &h.verdict else {
+            panic!("not dropped: {:?}\n{}", h.verdict, h.text);
+        };
+        assert_eq!(
+            by,
+            "NetworkPolicies x/allow-a, x/deny-all ingress (isolation)"
+        );
+        assert_eq!(*table, Some(names::INGRESS_DEFAULT_RULE.id));
+        assert_eq!(
+            h.verdict.describe(),
+            "dropped by NetworkPolicies x/allow-a, x/deny-all ingress (isolation) in table 71 (IngressDefaultRule)"
+        );
+        assert!(h.allowed_by.is_empty());
+        // a is selected only by deny-all (allow-a selects app=b).
+        let mut v = view();
+        v.attachments[1].ofport = Some(4);
+        let step = TraceStep {
+            pass: 1,
+            table: names::INGRESS_DEFAULT_RULE.id,
+            table_name: None,
+            matched: true,
+            priority: Some(200),
+            cookie: 0x5000000000003,
+            matches: String::new(),
+            actions: vec![],
+            owner: None,
+            annotation: String::new(),
+        };
+        assert_eq!(
+            annotate(&v, &step).1,
+            "NetworkPolicy x/deny-all ingress (isolation)"
+        );
+        let egress = TraceStep {
+            table: names::EGRESS_DEFAULT_RULE.id,
+            ..step.clone()
+        };
+        assert_eq!(
+            annotate(&v, &egress).1,
+            "NetworkPolicy x/egress-only egress (isolation)"
+        );
+        let gone = TraceStep {
+            cookie: 0x5000000000063,
+            ..step
+        };
+        assert_eq!(
+            annotate(&v, &gone).1,
+            "NetworkPolicy isolation of the pod on port 99"
+        );
+    }
+
+    /// The real translator's flows ([`crate::policy::policy_flows`]): the
+    /// annotations name its rules and isolation drops.
+    #[test]
+    fn the_translators_flows_are_named() {
+        use crate::model::{Peer, PolicyPort, Protocol, Rule};
+        use crate::policy::{policy_flows, LocalPod};
+        let mut v = view();
+        let mut c = (*v.cluster).clone();
+        c.policies.clear();
+        c.policies.insert(
+            ("x".into(), "deny-all".into()),
+            policy("deny-all", Labels::new(), true, false),
+        );
+        let mut allow = policy("allow-a", labels(&[("app", "b")]), true, false);
+        allow.ingress = vec![Rule {
+            peers: vec![Peer::Pods {
+                namespace_selector: None,
+                pod_selector: Some(LabelSelector {
+                    match_labels: labels(&[("app", "a")]),
+                    match_expressions: vec![],
+                }),
+            }],
+            ports: vec![PolicyPort {
+                protocol: Protocol::Tcp,
+                port: Some(crate::model::PortRef::Number(80)),
+                end_port: None,
+            }],
+        }];
+        c.policies.insert(allow.key(), allow);
+        let local: Vec<LocalPod> = v
+            .attachments
+            .iter()
+            .map(|a| LocalPod {
+                namespace: a.pod_namespace.clone(),
+                name: a.pod_name.clone(),
+                ip: a.ip,
+                ofport: a.ofport.unwrap(),
+            })
+            .collect();
+        let pf = policy_flows(&c, &local);
+        assert!(!pf.flows.is_empty());
+        v.cluster = Arc::new(c);
+        v.rules = pf.rules.clone();
+        let mut text = flows_text(false);
+        for l in &pf.flows {
+            text.push_str(l);
+            text.push('\n');
+        }
+        let flows = parse_flow_file(&text, &ParseContext::default()).unwrap();
+        let p = Pipeline::new();
+        p.replace_all(&flows, 0).unwrap();
+        let run = |r: &TraceflowRequest| {
+            let spec = build_packet(&v, r).unwrap();
+            let key = parse_packet_spec(&spec, &ParseContext::default()).unwrap();
+            let opts = TraceOptions {
+                names: Some(TableNames::default()),
+                ..TraceOptions::default()
+            };
+            let env = XlateEnv {
+                ports: vec![2, 3, 4, TUN],
+            };
+            let text = trace(&*p.snapshot(), &key, &env, &opts).to_string();
+            hop(&v, &spec, &text, false)
+        };
+        let h = run(&req("x/a", "x/b", Proto::Tcp, Some(80)));
+        assert!(
+            matches!(h.verdict, Verdict::Delivered { ofport: 4, .. }),
+            "{}",
+            h.text
+        );
+        assert_eq!(
+            h.allowed_by,
+            vec!["NetworkPolicy x/allow-a ingress[0]".to_string()],
+            "{}",
+            h.text
+        );
+        let h = run(&req("x/a", "x/b", Proto::Tcp, Some(81)));
+        assert_eq!(
+            h.verdict,
+            Verdict::Dropped {
+                by: "NetworkPolicies x/allow-a, x/deny-all ingress (isolation)".into(),
+                table: Some(names::INGRESS_DEFAULT_RULE.id),
+                table_name: Some("IngressDefaultRule".into()),
+            },
+            "{}",
+            h.text
+        );
+        let h = run(&req("x/b", "x/a", Proto::Udp, Some(53)));
+        let Verdict::Dropped { by, .. } = &h.verdict else {
+            panic!("{}", h.text);
+        };
+        assert_eq!(by, "NetworkPolicy x/deny-all ingress (isolation)");
+        // The node is exempt: b -> gateway passes, and says why.
+        let h = run(&req("x/b", "10.244.0.1", Proto::Icmp, None));
+        assert!(
+            matches!(h.verdict, Verdict::Delivered { ofport: 2, .. }),
+            "{}",
+            h.text
+        );
+        // The node -> isolated b: exempt, and the step says why.
+        let spec = "in_port=2,tcp,dl_src=0a:58:0a:f4:00:01,dl_dst=0a:58:0a:f4:00:04,nw_src=10.244.0.1,nw_dst=10.244.0.4,nw_ttl=64,tp_src=5000,tp_dst=81";
+        let key = parse_packet_spec(spec, &ParseContext::default()).unwrap();
+        let opts = TraceOptions {
+            names: Some(TableNames::default()),
+            ..TraceOptions::default()
+        };
+        let env = XlateEnv {
+            ports: vec![2, 3, 4, TUN],
+        };
+        let text = trace(&*p.snapshot(), &key, &env, &opts).to_string();
+        let h = hop(&v, spec, &text, false);
+        assert!(
+            matches!(h.verdict, Verdict::Delivered { ofport: 4, .. }),
+            "{}",
+            h.text
+        );
+        assert!(
+            h.steps
+                .iter()
+                .any(|s| s.owner == Some(FlowOwner::NodeExemption)),
+            "{}",
+            h.text
+        );
+    }
+
+    #[test]
+    fn spoofed_or_unknown_traffic_is_dropped_by_the_deciding_flow() {
+        let v = view();
+        // A packet from a port nobody owns: the Classifier's default drop.
+        let spec = "in_port=7,tcp,nw_src=10.244.0.3,nw_dst=10.244.0.4,tp_dst=80";
+        let h = hop(&v, spec, &run_trace(spec, false), false);
+        assert_eq!(
+            h.verdict,
+            Verdict::Dropped {
+                by: "pipeline default".into(),
+                table: Some(0),
+                table_name: Some("Classifier".into())
+            },
+            "{}",
+            h.text
+        );
+        // A spoofed source: SpoofGuard's default drop.
+        let spec =
+            "in_port=3,tcp,dl_src=0a:58:0a:f4:00:03,nw_src=10.244.0.9,nw_dst=10.244.0.4,tp_dst=80";
+        let h = hop(&v, spec, &run_trace(spec, false), false);
+        assert!(
+            matches!(
+                &h.verdict,
+                Verdict::Dropped {
+                    table: Some(10),
+                    ..
+                }
+            ),
+            "{:?}",
+            h.verdict
+        );
+    }
+
+    #[test]
+    fn remote_pods_go_through_the_tunnel_and_continue_on_the_next_node() {
+        let h = traceflow_hop(&req("x/a", "x/r", Proto::Tcp, Some(80)), false);
+        assert_eq!(
+            h.verdict,
+            Verdict::Tunnel {
+                ofport: TUN,
+                tun_dst: Some("192.168.77.12".parse().unwrap()),
+                node: Some("n2".into())
+            },
+            "{}",
+            h.text
+        );
+        assert!(h
+            .steps
+            .iter()
+            .any(|s| s.annotation == "remote node n2 (192.168.77.12)"));
+        let next = h.next.clone().expect("next hop");
+        assert_eq!(next.ttl, 63);
+        assert_eq!(next.src_mac, "0a:58:0a:f4:00:01");
+        assert_eq!(next.dst_mac, "aa:bb:cc:dd:ee:ff");
+        assert_eq!(next.tun_src, "192.168.77.11".parse::<Ipv4Addr>().unwrap());
+        assert_eq!(next.dst_ip, "10.244.1.7".parse::<Ipv4Addr>().unwrap());
+        // The same node playing the receiver: a packet from n2's pod to x/b
+        // arriving on the tunnel is delivered to b.
+        let v = view();
+        let mut r = req("x/r", "x/b", Proto::Tcp, Some(80));
+        r.from_tunnel = Some(TunnelArrival {
+            from_node: "n2".into(),
+            tun_src: "192.168.77.12".parse().unwrap(),
+            tun_dst: "192.168.77.11".parse().unwrap(),
+            src_mac: "0a:58:0a:f4:01:01".into(),
+            dst_mac: "aa:bb:cc:dd:ee:ff".into(),
+            src_ip: "10.244.1.7".parse().unwrap(),
+            dst_ip: "10.244.0.4".parse().unwrap(),
+            ttl: 63,
+        });
+        let spec = build_packet(&v, &r).unwrap();
+        assert!(
+            spec.starts_with("in_port=9,tcp,tun_src=192.168.77.12,tun_dst=192.168.77.11,"),
+            "{spec}"
+        );
+        let h = hop(&v, &spec, &run_trace(&spec, false), false);
+        assert_eq!(
+            h.verdict,
+            Verdict::Delivered {
+                ofport: 4,
+                to: "pod x/b".into()
+            },
+            "{}",
+            h.text
+        );
+        assert_eq!(h.steps[0].annotation, "tunnel");
+        if let Some(t) = r.from_tunnel.as_mut() {
+            t.src_mac = "nope".into();
+        }
+        assert!(build_packet(&v, &r)
+            .unwrap_err()
+            .to_string()
+            .contains("bad MAC"));
+    }
+
+    #[test]
+    fn info_and_pod() {
+        let v = view();
+        let i = info(&v);
+        assert_eq!(i.node, "n1");
+        assert_eq!(i.pod_cidr.as_deref(), Some("10.244.0.0/24"));
+        assert_eq!(i.gateway.as_ref().map(|g| g.ofport), Some(2));
+        assert_eq!(i.tunnel_ofport, Some(TUN));
+        assert_eq!(i.pods.len(), 2);
+        assert_eq!(i.remotes[0].name, "n2");
+        let p = pod_info(&v, "x", "b").unwrap();
+        assert!(p.local && p.ofport == Some(4) && p.node == "n1");
+        let p = pod_info(&v, "x", "r").unwrap();
+        assert!(!p.local && p.node == "n2" && p.ofport.is_none());
+        assert!(pod_info(&v, "x", "nope").is_err());
+    }
+
+    #[test]
+    fn datapath_action_splitting_and_key_fields() {
+        assert_eq!(
+            split_top("set(tunnel(tun_id=0x0,dst=1.2.3.4)),set(eth(src=a,dst=b)),9"),
+            vec![
+                "set(tunnel(tun_id=0x0,dst=1.2.3.4))",
+                "set(eth(src=a,dst=b))",
+                "9"
+            ]
+        );
+        assert_eq!(split_top("drop"), vec!["drop"]);
+        assert_eq!(
+            key_field("recirc_id=0x1,tun_dst=1.2.3.4,ip", "tun_dst"),
+            Some("1.2.3.4")
+        );
+        assert_eq!(key_field("ip", "tun_dst"), None);
+        // Garbage never panics.
+        let p = parse_trace("Flow: x\n 12. \n99999. a\nDatapath actions: \n");
+        assert!(p.steps.is_empty());
+    }
+}

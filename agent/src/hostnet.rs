@@ -1,0 +1,113 @@
+//! The host side of pod egress: forwarding on, and masquerade for pod
+//! traffic that leaves the node other than through the gateway.
+//!
+//! Pod traffic to another pod (local, or remote through the tunnel) never
+//! leaves through a host interface other than the gateway, so it is never
+//! translated: pod-to-pod is NAT-free, as Kubernetes requires. Traffic from
+//! a pod to anything outside the cluster's pod networks is routed by the
+//! host out of its uplink; that is masqueraded to the node's address (one
+//! `iptables -t nat` rule, marked with an `oxvs` comment), like other
+//! networks do by default.
+//!
+//! `iptables` is run as a command (there is no netlink API for it); every
+//! call is idempotent (`-C` before `-A`). Blocking: call from
+//! `spawn_blocking`.
+
+use std::process::Command;
+
+use ipnet::Ipv4Net;
+
+/// Why a host setting could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum HostnetError {
+    #[error("cannot enable IPv4 forwarding (/proc/sys/net/ipv4/ip_forward): {0}")]
+    Forwarding(std::io::Error),
+    #[error("cannot run iptables: {0}")]
+    Spawn(std::io::Error),
+    #[error("`iptables {args}` failed: {stderr}")]
+    Iptables { args: String, stderr: String },
+}
+
+/// Turns IPv4 forwarding on in the caller's network namespace.
+pub fn enable_forwarding() -> Result<(), HostnetError> {
+    let path = "/proc/sys/net/ipv4/ip_forward";
+    if std::fs::read_to_string(path)
+        .map(|s| s.trim() == "1")
+        .unwrap_or(false)
+    {
+        return Ok(());
+    }
+    std::fs::write(path, "1\n").map_err(HostnetError::Forwarding)
+}
+
+fn masquerade_rule(pod_cidr: Ipv4Net, gateway: &str) -> Vec<String> {
+    [
+        "POSTROUTING",
+        "-s",
+        &pod_cidr.to_string(),
+        "!",
+        "-o",
+        gateway,
+        "-m",
+        "comment",
+        "--comment",
+        "oxvs: pod egress",
+        "-j",
+        "MASQUERADE",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+fn iptables(op: &str, rule: &[String]) -> Result<bool, HostnetError> {
+    let out = Command::new("iptables")
+        .args(["-w", "5", "-t", "nat", op])
+        .args(rule)
+        .output()
+        .map_err(HostnetError::Spawn)?;
+    if out.status.success() {
+        return Ok(true);
+    }
+    // `-C` exits 1 when the rule is absent.
+    if op == "-C" && out.status.code() == Some(1) {
+        return Ok(false);
+    }
+    Err(HostnetError::Iptables {
+        args: format!("-t nat {op} {}", rule.join(" ")),
+        stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+    })
+}
+
+/// Masquerades traffic from `pod_cidr` that leaves through an interface
+/// other than `gateway`. Idempotent.
+pub fn ensure_masquerade(pod_cidr: Ipv4Net, gateway: &str) -> Result<(), HostnetError> {
+    let rule = masquerade_rule(pod_cidr, gateway);
+    if !iptables("-C", &rule)? {
+        iptables("-A", &rule)?;
+    }
+    Ok(())
+}
+
+/// Removes the rule [`ensure_masquerade`] made, if present.
+pub fn remove_masquerade(pod_cidr: Ipv4Net, gateway: &str) -> Result<(), HostnetError> {
+    let rule = masquerade_rule(pod_cidr, gateway);
+    while iptables("-C", &rule)? {
+        iptables("-D", &rule)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rule_names_the_cidr_and_spares_the_gateway() {
+        let r = masquerade_rule("10.244.1.0/24".parse().unwrap(), "oxvs-gw0").join(" ");
+        assert_eq!(
+            r,
+            "POSTROUTING -s 10.244.1.0/24 ! -o oxvs-gw0 -m comment --comment oxvs: pod egress -j MASQUERADE"
+        );
+    }
+}

@@ -1,0 +1,26 @@
+//! `oxvs-lab serve` (hidden): the pod server, see [`crate::serve`].
+
+use crate::serve::{serve, ServeConfig};
+
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// What to answer TCP/SCTP connections with (the pod's `ns/name`).
+    #[arg(long, default_value = "")]
+    pub id: String,
+    #[arg(long, value_name = "PORT")]
+    pub tcp: Vec<u16>,
+    #[arg(long, value_name = "PORT")]
+    pub udp: Vec<u16>,
+    #[arg(long, value_name = "PORT")]
+    pub sctp: Vec<u16>,
+}
+
+pub fn run_serve(args: &ServeArgs) -> anyhow::Result<u8> {
+    serve(&ServeConfig {
+        id: args.id.clone(),
+        tcp: args.tcp.clone(),
+        udp: args.udp.clone(),
+        sctp: args.sctp.clone(),
+    })?;
+    Ok(0)
+}

@@ -1,0 +1,150 @@
+//! `oxvs-lab status`: nodes (namespace, IP, pod CIDR, daemons alive), pods
+//! (node, IP, namespace, server alive); `--json` for scripts.
+
+use serde_json::json;
+
+use super::runtime::SERVER_NEEDLE;
+use super::{Ctx, Global};
+use crate::netns;
+use crate::procs;
+use crate::state::{AgentMode, LabState, PortState};
+
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn alive(pid: Option<u32>, needle: &str) -> bool {
+    pid.is_some_and(|p| procs::alive(p, needle))
+}
+
+/// Every node daemon that is not running, as `node-N/oxvs-agent`.
+pub fn dead_daemons(st: &LabState) -> Vec<String> {
+    let mut v = Vec::new();
+    for n in &st.nodes {
+        if !alive(n.switchd_pid, "oxvs-switchd") {
+            v.push(format!("{}/oxvs-switchd", n.name));
+        }
+        if !alive(n.agent_pid, "oxvs-agent") {
+            v.push(format!("{}/oxvs-agent", n.name));
+        }
+    }
+    if st.nodes.is_empty() {
+        v.push("no nodes".to_string());
+    }
+    v
+}
+
+/// `TCP:80,81 UDP:80` (protocols in TCP, UDP, SCTP order).
+pub fn ports_summary(ports: &[PortState]) -> String {
+    let mut parts = Vec::new();
+    for proto in ["TCP", "UDP", "SCTP"] {
+        let nums: Vec<String> = ports
+            .iter()
+            .filter(|p| p.protocol == proto)
+            .map(|p| p.port.to_string())
+            .collect();
+        if !nums.is_empty() {
+            parts.push(format!("{proto}:{}", nums.join(",")));
+        }
+    }
+    parts.join(" ")
+}
+
+fn word(ok: bool) -> &'static str {
+    if ok {
+        "running"
+    } else {
+        "DEAD"
+    }
+}
+
+pub fn run_status(global: &Global, args: &StatusArgs) -> anyhow::Result<u8> {
+    let ctx = Ctx::new(global, None)?;
+    if !ctx.paths.exists() {
+        anyhow::bail!("lab {} does not exist", ctx.name());
+    }
+    let _lock = ctx.paths.lock(false)?;
+    let st = ctx.paths.load()?;
+    let nodes: Vec<_> = st
+        .nodes
+        .iter()
+        .map(|n| {
+            json!({
+                "name": n.name, "netns": n.netns, "ip": n.ip, "podCIDR": n.pod_cidr,
+                "netnsExists": netns::exists(&n.netns),
+                "switchd": {"pid": n.switchd_pid, "running": alive(n.switchd_pid, "oxvs-switchd")},
+                "agent": {"pid": n.agent_pid, "running": alive(n.agent_pid, "oxvs-agent")},
+            })
+        })
+        .collect();
+    let pods: Vec<_> = st
+        .pods
+        .iter()
+        .map(|p| {
+            json!({
+                "namespace": p.namespace, "name": p.name, "node": p.node, "ip": p.ip,
+                "netns": p.netns, "netnsExists": netns::exists(&p.netns),
+                "ports": p.ports.iter().map(|x| format!("{}/{}", x.port, x.protocol)).collect::<Vec<_>>(),
+                "server": {"pid": p.server_pid, "running": alive(p.server_pid, SERVER_NEEDLE)},
+            })
+        })
+        .collect();
+    let healthy = dead_daemons(&st).is_empty();
+    if args.json {
+        let v = json!({
+            "name": st.name,
+            "agentMode": match st.agent_mode { AgentMode::Manifests => "manifests", AgentMode::Legacy => "legacy" },
+            "healthy": healthy,
+            "stateDir": ctx.paths.root.display().to_string(),
+            "nodes": nodes,
+            "pods": pods,
+        });
+        crate::say!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(if healthy { 0 } else { 1 });
+    }
+    crate::say!(
+        "lab {} ({}), state in {}",
+        st.name,
+        if healthy { "healthy" } else { "NOT healthy" },
+        ctx.paths.root.display()
+    );
+    crate::say!(
+        "NODE       NETNS                      IP               POD CIDR         SWITCHD  AGENT"
+    );
+    for n in &st.nodes {
+        crate::say!(
+            "{:<10} {:<26} {:<16} {:<16} {:<8} {}",
+            n.name,
+            n.netns,
+            n.ip,
+            n.pod_cidr,
+            word(alive(n.switchd_pid, "oxvs-switchd")),
+            word(alive(n.agent_pid, "oxvs-agent"))
+        );
+    }
+    if st.pods.is_empty() {
+        crate::say!("no pods");
+    } else {
+        crate::say!("POD                  NODE       IP               SERVER   PORTS");
+        for p in &st.pods {
+            let ports = ports_summary(&p.ports);
+            let server = if p.ports.is_empty() {
+                "-"
+            } else {
+                word(alive(p.server_pid, SERVER_NEEDLE))
+            };
+            crate::say!(
+                "{:<20} {:<10} {:<16} {:<8} {}",
+                p.key(),
+                p.node,
+                p.ip.as_deref().unwrap_or("<none>"),
+                server,
+                ports
+            );
+        }
+    }
+    Ok(if healthy { 0 } else { 1 })
+}

@@ -1,0 +1,402 @@
+//! `oxvs-lab up`: builds the underlay, the nodes, their Node objects, and
+//! starts oxvs-switchd then oxvs-agent in every node, waiting until each
+//! agent answers CNI STATUS.
+//!
+//! The agent is driven by its manifest source (`--node-name --manifests`)
+//! when its `--help` offers `--manifests`; an older agent without it is run
+//! with `--pod-cidr` ("legacy" mode: no Node objects, so no cross-node
+//! routes). Optional agent flags (`--node-ip`, `--api-socket`) are passed
+//! only when `--help` lists them.
+//!
+//! On failure the half-built lab stays for inspection (its logs are in the
+//! lab directory); `oxvs-lab down` removes it.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use serde::Deserialize;
+
+use super::runtime::{cni_status, wait_for_socket};
+use super::{Bins, Ctx, Global, GATEWAY};
+use crate::manifest;
+use crate::netns::{self, run};
+use crate::procs;
+use crate::state::{random_uid, AgentMode, LabState, NodeState};
+
+/// Underlay prefix: the bridge is .1, node N is .(10+N).
+const UNDERLAY: &str = "192.168.77";
+/// Underlay MTU.
+const UNDERLAY_MTU: &str = "1500";
+/// Most nodes (pod CIDRs 10.244.N.0/24, underlay .(10+N)).
+const MAX_NODES: u32 = 200;
+
+#[derive(Debug, clap::Args)]
+pub struct UpArgs {
+    /// Cluster file (YAML: `name`, `nodes`).
+    #[arg(short = 'f', long, value_name = "FILE")]
+    pub file: Option<PathBuf>,
+    /// Number of nodes (default 2, or the cluster file's).
+    #[arg(long, value_name = "N")]
+    pub nodes: Option<u32>,
+    /// Seconds to wait for every agent to be ready.
+    #[arg(long, value_name = "S", default_value_t = 30)]
+    pub timeout: u64,
+    /// Log filter for switchd and the agents.
+    #[arg(long, value_name = "FILTER", default_value = "info")]
+    pub log_level: String,
+}
+
+/// The cluster file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterFile {
+    pub name: Option<String>,
+    pub nodes: Option<u32>,
+}
+
+pub fn run_up(global: &Global, args: &UpArgs) -> anyhow::Result<u8> {
+    let file: ClusterFile = match &args.file {
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("cannot read {}", p.display()))?;
+            serde_yaml::from_str(&text).with_context(|| {
+                format!("{}: not a cluster file (keys: name, nodes)", p.display())
+            })?
+        }
+        None => ClusterFile::default(),
+    };
+    let ctx = Ctx::new(global, file.name.as_deref())?;
+    let n_nodes = args.nodes.or(file.nodes).unwrap_or(2);
+    if !(1..=MAX_NODES).contains(&n_nodes) {
+        anyhow::bail!("--nodes {n_nodes}: use 1 to {MAX_NODES}");
+    }
+    let _lock = ctx.paths.lock(true)?;
+    if ctx.paths.exists() {
+        let st = ctx.paths.load()?;
+        let dead = super::status::dead_daemons(&st);
+        if dead.is_empty() {
+            crate::say!(
+                "lab {} is already up ({} nodes, {} pods)",
+                ctx.name(),
+                st.nodes.len(),
+                st.pods.len()
+            );
+            return Ok(0);
+        }
+        anyhow::bail!(
+            "lab {} exists but is not healthy ({}); run `oxvs-lab down --name {}` first",
+            ctx.name(),
+            dead.join(", "),
+            ctx.name()
+        );
+    }
+    let bins = Bins::find(global.bin_dir.as_deref())?;
+    let help = netns::output(&[&bins.agent.display().to_string(), "--help"])
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    let mode = if help.contains("--manifests") {
+        AgentMode::Manifests
+    } else {
+        AgentMode::Legacy
+    };
+    let mut st = LabState {
+        name: ctx.name().to_string(),
+        agent_mode: mode,
+        ..LabState::default()
+    };
+    bins.record(&mut st);
+    for d in [ctx.paths.manifests(), ctx.paths.pods_dir()] {
+        std::fs::create_dir_all(&d).with_context(|| format!("cannot create {}", d.display()))?;
+    }
+    ctx.paths.save(&st)?;
+    if let Err(e) = build(&ctx, &bins, &mut st, n_nodes, args, &help) {
+        anyhow::bail!(
+            "{e:#}\n(the half-built lab {} is left for inspection in {}; `oxvs-lab down --name {}` removes it)",
+            ctx.name(),
+            ctx.paths.root.display(),
+            ctx.name()
+        );
+    }
+    crate::say!(
+        "lab {} is up: {} nodes ({} agent), manifests in {}",
+        ctx.name(),
+        st.nodes.len(),
+        match mode {
+            AgentMode::Manifests => "manifest-driven",
+            AgentMode::Legacy => "legacy --pod-cidr",
+        },
+        ctx.paths.manifests().display()
+    );
+    for n in &st.nodes {
+        crate::say!(
+            "  {}  netns {}  ip {}  podCIDR {}",
+            n.name,
+            n.netns,
+            n.ip,
+            n.pod_cidr
+        );
+    }
+    Ok(0)
+}
+
+fn build(
+    ctx: &Ctx,
+    bins: &Bins,
+    st: &mut LabState,
+    n_nodes: u32,
+    args: &UpArgs,
+    agent_help: &str,
+) -> anyhow::Result<()> {
+    // Underlay: a bridge in its own namespace.
+    let ul = ctx.paths.underlay_netns();
+    st.note_netns(&ul);
+    ctx.paths.save(st)?;
+    netns::add(&ul)?;
+    run(&["ip", "-n", &ul, "link", "add", "br0", "type", "bridge"])?;
+    run(&[
+        "ip",
+        "-n",
+        &ul,
+        "addr",
+        "add",
+        &format!("{UNDERLAY}.1/24"),
+        "dev",
+        "br0",
+    ])?;
+    run(&[
+        "ip",
+        "-n",
+        &ul,
+        "link",
+        "set",
+        "br0",
+        "mtu",
+        UNDERLAY_MTU,
+        "up",
+    ])?;
+
+    let mdir = ctx.paths.manifests();
+    let ns_uid = st
+        .uids
+        .entry("namespace_default.yaml".into())
+        .or_insert_with(random_uid)
+        .clone();
+    manifest::write(
+        &mdir,
+        "namespace_default.yaml",
+        &manifest::default_namespace(&ns_uid),
+    )?;
+
+    for i in 1..=n_nodes {
+        let node = NodeState {
+            name: format!("node-{i}"),
+            index: i,
+            netns: ctx.paths.node_netns(i),
+            ip: format!("{UNDERLAY}.{}", 10 + i),
+            pod_cidr: format!("10.244.{i}.0/24"),
+            switchd_pid: None,
+            agent_pid: None,
+        };
+        st.note_netns(&node.netns);
+        st.nodes.push(node.clone());
+        ctx.paths.save(st)?;
+        let ns = node.netns.as_str();
+        let port = format!("n{i}");
+        netns::add(ns)?;
+        run(&[
+            "ip",
+            "-n",
+            &ul,
+            "link",
+            "add",
+            &port,
+            "mtu",
+            UNDERLAY_MTU,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            ns,
+        ])?;
+        run(&["ip", "-n", &ul, "link", "set", &port, "master", "br0", "up"])?;
+        run(&[
+            "ip",
+            "-n",
+            ns,
+            "addr",
+            "add",
+            &format!("{}/24", node.ip),
+            "dev",
+            "eth0",
+        ])?;
+        run(&[
+            "ip",
+            "-n",
+            ns,
+            "link",
+            "set",
+            "eth0",
+            "mtu",
+            UNDERLAY_MTU,
+            "up",
+        ])?;
+        run(&[
+            "ip",
+            "-n",
+            ns,
+            "route",
+            "add",
+            "default",
+            "via",
+            &format!("{UNDERLAY}.1"),
+        ])?;
+        let file = manifest::object_file_name("Node", "", &node.name);
+        let uid = st
+            .uids
+            .entry(file.clone())
+            .or_insert_with(random_uid)
+            .clone();
+        manifest::write(
+            &mdir,
+            &file,
+            &manifest::node_object(&node.name, &uid, &node.pod_cidr, &node.ip),
+        )?;
+        let dir = ctx.paths.node_dir(i);
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+
+    // switchd everywhere first, then the agents.
+    let sw_bin = bins.switchd.display().to_string();
+    let mut switches = Vec::new();
+    for k in 0..st.nodes.len() {
+        let node = st.nodes[k].clone();
+        let dir = ctx.paths.node_dir(node.index);
+        let sock = dir.join("switchd.sock");
+        let _ = std::fs::remove_file(&sock);
+        let child = procs::spawn_in(
+            &node.netns,
+            &[
+                &sw_bin,
+                "--socket",
+                &sock.display().to_string(),
+                "--gateway",
+                GATEWAY,
+                "--log-level",
+                &args.log_level,
+            ],
+            &dir.join("switchd.log"),
+        )?;
+        st.nodes[k].switchd_pid = Some(child.id());
+        switches.push(child);
+        ctx.paths.save(st)?;
+    }
+    for (node, child) in st.nodes.clone().iter().zip(switches.iter_mut()) {
+        let dir = ctx.paths.node_dir(node.index);
+        let sock = dir.join("switchd.sock");
+        if !wait_for_socket(&sock, child, Duration::from_secs(10)) {
+            anyhow::bail!(
+                "oxvs-switchd on {} did not come up (no {}):\n{}",
+                node.name,
+                sock.display(),
+                procs::log_tail(&dir.join("switchd.log"), 30)
+            );
+        }
+    }
+    let agent_bin = bins.agent.display().to_string();
+    let mut agents = Vec::new();
+    for k in 0..st.nodes.len() {
+        let node = st.nodes[k].clone();
+        let argv = agent_argv(
+            ctx,
+            st.agent_mode,
+            &node,
+            &agent_bin,
+            &args.log_level,
+            agent_help,
+        );
+        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+        let dir = ctx.paths.node_dir(node.index);
+        let child = procs::spawn_in(&node.netns, &argv, &dir.join("agent.log"))?;
+        st.nodes[k].agent_pid = Some(child.id());
+        agents.push(child);
+        ctx.paths.save(st)?;
+    }
+    let deadline = Instant::now() + Duration::from_secs(args.timeout.max(1));
+    for (node, child) in st.nodes.clone().iter().zip(agents.iter_mut()) {
+        let dir = ctx.paths.node_dir(node.index);
+        loop {
+            let status = cni_status(ctx, bins, node)?;
+            if status.ok {
+                break;
+            }
+            let agent_alive = procs::child_running(child);
+            if !agent_alive || Instant::now() > deadline {
+                anyhow::bail!(
+                    "oxvs-agent on {} {} (last STATUS: {})\n--- agent.log (tail) ---\n{}\n--- switchd.log (tail) ---\n{}",
+                    node.name,
+                    if agent_alive {
+                        format!("is not ready after {} s", args.timeout)
+                    } else {
+                        "exited".to_string()
+                    },
+                    status.describe(),
+                    procs::log_tail(&dir.join("agent.log"), 30),
+                    procs::log_tail(&dir.join("switchd.log"), 10)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    Ok(())
+}
+
+/// The agent's command line for `node`.
+fn agent_argv(
+    ctx: &Ctx,
+    mode: AgentMode,
+    node: &NodeState,
+    bin: &str,
+    log_level: &str,
+    help: &str,
+) -> Vec<String> {
+    let dir = ctx.paths.node_dir(node.index);
+    let p = |f: &str| dir.join(f).display().to_string();
+    let mut v = vec![bin.to_string()];
+    let mut push = |k: &str, val: String| {
+        v.push(k.to_string());
+        v.push(val);
+    };
+    match mode {
+        AgentMode::Manifests => {
+            push("--node-name", node.name.clone());
+            push("--manifests", ctx.paths.manifests().display().to_string());
+        }
+        AgentMode::Legacy => {
+            push("--pod-cidr", node.pod_cidr.clone());
+            push("--mtu", "1450".to_string());
+        }
+    }
+    push("--cni-socket", p("cni.sock"));
+    push("--switchd-socket", p("switchd.sock"));
+    push("--state-dir", p("agent"));
+    push("--gateway", GATEWAY.to_string());
+    if mode == AgentMode::Manifests {
+        // Redundant with the Node object, but lets an agent whose manifest
+        // source is not ready yet still serve pods on its own node.
+        if help.contains("--pod-cidr") {
+            push("--pod-cidr", node.pod_cidr.clone());
+        }
+        if help.contains("--node-ip") {
+            push("--node-ip", node.ip.clone());
+        }
+        if help.contains("--api-socket") {
+            push("--api-socket", p("agent-api.sock"));
+        }
+    }
+    push("--log-level", log_level.to_string());
+    v
+}

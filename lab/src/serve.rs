@@ -1,0 +1,112 @@
+//! The pod server (`oxvs-lab serve`, hidden): what runs "in the
+//! container" so that probes have something to reach.
+//!
+//! One process per pod, one thread per declared port:
+//! - TCP: accept, write `<id>\n`, close.
+//! - UDP: echo every datagram back to its sender, prefixed by nothing
+//!   (the probe only needs an answer).
+//! - SCTP (one-to-one style socket): accept, send `<id>\n`, close. When the
+//!   kernel has no SCTP, the port is skipped with a log line
+//!   `SCTP unsupported: ...` and the other ports still serve.
+//!
+//! When every listener is bound the server prints `ready` on its output,
+//! which `apply` waits for, so probes right after `apply` do not race the
+//! server's start. It runs until killed. The process is tiny and
+//! single-purpose, so it writes plain lines to stderr instead of carrying
+//! a `tracing` subscriber.
+
+use std::io::Write as _;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, UdpSocket};
+
+use socket2::{Domain, Protocol as SockProto, Socket, Type};
+
+use crate::probe::IPPROTO_SCTP;
+
+/// What to serve.
+#[derive(Clone, Debug, Default)]
+pub struct ServeConfig {
+    pub id: String,
+    pub tcp: Vec<u16>,
+    pub udp: Vec<u16>,
+    pub sctp: Vec<u16>,
+}
+
+fn any(port: u16) -> SocketAddr {
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port))
+}
+
+/// Binds everything, says `ready`, and serves forever. Fails only when no
+/// port at all could be served.
+pub fn serve(cfg: &ServeConfig) -> anyhow::Result<()> {
+    let mut threads = Vec::new();
+    let greeting = format!("{}\n", cfg.id).into_bytes();
+    for &port in &cfg.tcp {
+        match TcpListener::bind(any(port)) {
+            Ok(l) => {
+                let g = greeting.clone();
+                threads.push(std::thread::spawn(move || {
+                    for mut s in l.incoming().flatten() {
+                        let _ = s.write_all(&g);
+                    }
+                }));
+            }
+            Err(e) => eprintln!("TCP {port}: cannot listen: {e}"),
+        }
+    }
+    for &port in &cfg.udp {
+        match UdpSocket::bind(any(port)) {
+            Ok(u) => threads.push(std::thread::spawn(move || {
+                let mut buf = [0u8; 2048];
+                loop {
+                    match u.recv_from(&mut buf) {
+                        Ok((n, from)) => {
+                            let _ = u.send_to(&buf[..n], from);
+                        }
+                        Err(e) => eprintln!("UDP {port}: {e}"),
+                    }
+                }
+            })),
+            Err(e) => eprintln!("UDP {port}: cannot bind: {e}"),
+        }
+    }
+    for &port in &cfg.sctp {
+        match sctp_listener(port) {
+            Ok(l) => {
+                let g = greeting.clone();
+                threads.push(std::thread::spawn(move || loop {
+                    if let Ok((s, _)) = l.accept() {
+                        let _ = s.send(&g);
+                    }
+                }));
+            }
+            Err(e) => eprintln!("SCTP {port}: {e}"),
+        }
+    }
+    let wanted = cfg.tcp.len() + cfg.udp.len() + cfg.sctp.len();
+    if wanted > 0 && threads.is_empty() {
+        anyhow::bail!("no port could be served");
+    }
+    crate::say!("ready ({} of {wanted} ports serving)", threads.len());
+    let _ = std::io::stdout().flush();
+    for t in threads {
+        let _ = t.join();
+    }
+    // No ports: stay alive anyway, like a container with nothing to serve.
+    loop {
+        std::thread::park();
+    }
+}
+
+fn sctp_listener(port: u16) -> Result<Socket, String> {
+    let s = Socket::new(
+        Domain::IPV4,
+        Type::STREAM,
+        Some(SockProto::from(IPPROTO_SCTP)),
+    )
+    .map_err(|e| format!("SCTP unsupported: {e}"))?;
+    let _ = s.set_reuse_address(true);
+    s.bind(&any(port).into())
+        .map_err(|e| format!("cannot bind: {e}"))?;
+    s.listen(64).map_err(|e| format!("cannot listen: {e}"))?;
+    Ok(s)
+}

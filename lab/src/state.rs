@@ -1,0 +1,372 @@
+//! The on-disk record of one lab: `/run/oxvs-lab/<lab>/state.json`, and
+//! the layout of the lab's directory.
+//!
+//! ```text
+//! /run/oxvs-lab/<lab>/
+//!   lock                 flock: exclusive for changes, shared for reads
+//!   state.json           LabState (this module), replaced atomically
+//!   manifests/           the manifest directory every agent watches
+//!   node-N/              switchd.sock, cni.sock, agent-api.sock,
+//!                        agent/ (the agent's --state-dir),
+//!                        switchd.log, agent.log
+//!   pods/<ns>_<pod>.log  the pod server's output
+//! ```
+//!
+//! Invariant: a namespace is appended to [`LabState::netns`] and the state
+//! saved *before* the namespace is created, and a pid is saved right after
+//! its process starts, so `down` finds everything even when the command
+//! that made it died half-way.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use nix::fcntl::{Flock, FlockArg};
+use serde::{Deserialize, Serialize};
+
+/// Where labs live.
+pub const STATE_ROOT: &str = "/run/oxvs-lab";
+
+/// The lab name used when none is given.
+pub const DEFAULT_LAB: &str = "lab";
+
+/// Checks a lab name: 1-20 characters of `[a-z0-9-]`, starting with a
+/// letter or digit (it prefixes namespace names).
+pub fn check_lab_name(name: &str) -> anyhow::Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 20
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !name.starts_with('-');
+    if ok {
+        Ok(())
+    } else {
+        anyhow::bail!(
+            "invalid lab name {name:?}: use 1-20 characters of a-z, 0-9 and '-', not starting with '-'"
+        )
+    }
+}
+
+/// Paths of one lab.
+#[derive(Clone, Debug)]
+pub struct LabPaths {
+    pub name: String,
+    pub root: PathBuf,
+}
+
+impl LabPaths {
+    pub fn new(state_root: &Path, name: &str) -> LabPaths {
+        LabPaths {
+            name: name.to_string(),
+            root: state_root.join(name),
+        }
+    }
+    pub fn state_file(&self) -> PathBuf {
+        self.root.join("state.json")
+    }
+    pub fn lock_file(&self) -> PathBuf {
+        self.root.join("lock")
+    }
+    pub fn manifests(&self) -> PathBuf {
+        self.root.join("manifests")
+    }
+    pub fn node_dir(&self, index: u32) -> PathBuf {
+        self.root.join(format!("node-{index}"))
+    }
+    pub fn pods_dir(&self) -> PathBuf {
+        self.root.join("pods")
+    }
+    pub fn pod_log(&self, namespace: &str, name: &str) -> PathBuf {
+        self.pods_dir().join(format!("{namespace}_{name}.log"))
+    }
+    /// The underlay namespace.
+    pub fn underlay_netns(&self) -> String {
+        format!("{}-ul", self.name)
+    }
+    /// Node `index`'s namespace.
+    pub fn node_netns(&self, index: u32) -> String {
+        format!("{}-node-{index}", self.name)
+    }
+
+    /// Takes the lab's lock (exclusive or shared), creating the directory.
+    pub fn lock(&self, exclusive: bool) -> anyhow::Result<Flock<File>> {
+        std::fs::create_dir_all(&self.root)
+            .with_context(|| format!("cannot create {}", self.root.display()))?;
+        let f = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(self.lock_file())
+            .with_context(|| format!("cannot open {}", self.lock_file().display()))?;
+        let arg = if exclusive {
+            FlockArg::LockExclusive
+        } else {
+            FlockArg::LockShared
+        };
+        Flock::lock(f, arg)
+            .map_err(|(_, e)| anyhow::anyhow!("cannot lock {}: {e}", self.lock_file().display()))
+    }
+
+    /// Whether a state file exists.
+    pub fn exists(&self) -> bool {
+        self.state_file().exists()
+    }
+
+    pub fn load(&self) -> anyhow::Result<LabState> {
+        let p = self.state_file();
+        let text = std::fs::read_to_string(&p).with_context(|| {
+            format!(
+                "lab {:?} does not exist (no {}); run `oxvs-lab up --name {}`",
+                self.name,
+                p.display(),
+                self.name
+            )
+        })?;
+        serde_json::from_str(&text).with_context(|| format!("corrupt lab state {}", p.display()))
+    }
+
+    pub fn save(&self, st: &LabState) -> anyhow::Result<()> {
+        let text = serde_json::to_vec_pretty(st).context("cannot encode the lab state")?;
+        write_atomic(&self.state_file(), &text)
+    }
+}
+
+/// Writes `bytes` to `path` through a dot-file in the same directory,
+/// fsynced and renamed into place: readers see the old or the new file,
+/// never a half-written one.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    let dir = path
+        .parent()
+        .with_context(|| format!("{} has no parent directory", path.display()))?;
+    let file_name = path
+        .file_name()
+        .with_context(|| format!("{} has no file name", path.display()))?;
+    let tmp = dir.join(format!(".{}.tmp", file_name.to_string_lossy()));
+    let mut f = File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+    f.write_all(bytes)
+        .and_then(|()| f.sync_all())
+        .with_context(|| format!("cannot write {}", tmp.display()))?;
+    drop(f);
+    std::fs::rename(&tmp, path)
+        .with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()))?;
+    Ok(())
+}
+
+/// How the agent is driven (decided once at `up` from `oxvs-agent --help`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AgentMode {
+    /// `--node-name --manifests`: pod CIDR and node IP from the Node object.
+    #[default]
+    Manifests,
+    /// An agent without a manifest source: `--pod-cidr`, single-node flows only.
+    Legacy,
+}
+
+/// One node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeState {
+    /// Kubernetes node name (`node-N`).
+    pub name: String,
+    pub index: u32,
+    pub netns: String,
+    /// Underlay (InternalIP) address.
+    pub ip: String,
+    pub pod_cidr: String,
+    pub switchd_pid: Option<u32>,
+    pub agent_pid: Option<u32>,
+}
+
+/// One declared container port.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct PortState {
+    /// `TCP`, `UDP` or `SCTP`.
+    pub protocol: String,
+    pub port: u16,
+    pub name: Option<String>,
+}
+
+/// One pod.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodState {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub node: String,
+    pub netns: String,
+    pub container_id: String,
+    pub ip: Option<String>,
+    pub ports: Vec<PortState>,
+    pub server_pid: Option<u32>,
+}
+
+impl PodState {
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+    pub fn netns_path(&self) -> String {
+        format!("/var/run/netns/{}", self.netns)
+    }
+}
+
+/// Everything one lab made.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LabState {
+    pub name: String,
+    pub agent_mode: AgentMode,
+    /// The binaries the lab runs (absolute paths), for liveness checks.
+    pub bins: BTreeMap<String, String>,
+    pub nodes: Vec<NodeState>,
+    /// In creation order.
+    pub pods: Vec<PodState>,
+    /// Every namespace the lab created or is about to create (write-ahead).
+    pub netns: Vec<String>,
+    /// `metadata.uid` the lab gave each object, by manifest file name.
+    pub uids: BTreeMap<String, String>,
+    /// Round-robin cursor for pods without `spec.nodeName`.
+    pub next_node: usize,
+}
+
+impl LabState {
+    pub fn node(&self, name: &str) -> Option<&NodeState> {
+        self.nodes.iter().find(|n| n.name == name)
+    }
+    pub fn pod(&self, namespace: &str, name: &str) -> Option<&PodState> {
+        self.pods
+            .iter()
+            .find(|p| p.namespace == namespace && p.name == name)
+    }
+    pub fn pod_mut(&mut self, namespace: &str, name: &str) -> Option<&mut PodState> {
+        self.pods
+            .iter_mut()
+            .find(|p| p.namespace == namespace && p.name == name)
+    }
+    /// Records a namespace about to be created (no duplicates).
+    pub fn note_netns(&mut self, name: &str) {
+        if !self.netns.iter().any(|n| n == name) {
+            self.netns.push(name.to_string());
+        }
+    }
+    pub fn forget_netns(&mut self, name: &str) {
+        self.netns.retain(|n| n != name);
+    }
+}
+
+/// A namespace name for pod `namespace/name` of lab `lab`, unique among
+/// `taken`: `<lab>-<ns>-<pod>`, characters outside `[A-Za-z0-9_.-]`
+/// replaced by `_`, cut to 60 characters, and `-2`, `-3`... appended when
+/// the name is taken (e.g. `x-y/z` and `x/y-z` give the same base).
+pub fn pod_netns_name(lab: &str, namespace: &str, name: &str, taken: &[String]) -> String {
+    let raw = format!("{lab}-{namespace}-{name}");
+    let mut base: String = raw
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(60)
+        .collect();
+    if base.starts_with('.') {
+        base.replace_range(0..1, "_");
+    }
+    if !taken.contains(&base) {
+        return base;
+    }
+    (2u32..)
+        .map(|i| format!("{base}-{i}"))
+        .find(|n| !taken.contains(n))
+        .unwrap_or(base)
+}
+
+/// A fresh random id: `bytes` random bytes in hex (from `/dev/urandom`,
+/// falling back to the clock and pid).
+pub fn random_hex(bytes: usize) -> String {
+    let mut buf = vec![0u8; bytes];
+    let ok = File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut buf))
+        .is_ok();
+    if !ok {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+            ^ u128::from(std::process::id());
+        for (i, b) in buf.iter_mut().enumerate() {
+            *b = (seed >> ((i % 16) * 8)) as u8 ^ (i as u8).wrapping_mul(131);
+        }
+    }
+    buf.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A UUID-shaped random id (as the API server gives `metadata.uid`).
+pub fn random_uid() -> String {
+    let h = random_hex(16);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pod_netns_names_are_sanitised_and_unique() {
+        assert_eq!(pod_netns_name("lab", "x", "a", &[]), "lab-x-a");
+        let taken = vec!["lab-x-y-z".to_string()];
+        assert_eq!(pod_netns_name("lab", "x", "y-z", &taken), "lab-x-y-z-2");
+        assert_eq!(pod_netns_name("lab", "a/b", "c d", &[]), "lab-a_b-c_d");
+        let long = "p".repeat(100);
+        assert_eq!(pod_netns_name("lab", "x", &long, &[]).len(), 60);
+    }
+
+    #[test]
+    fn lab_names() {
+        assert!(check_lab_name("lab").is_ok());
+        assert!(check_lab_name("t-123").is_ok());
+        for bad in ["", "-x", "Lab", "a/b", "a_b", &"x".repeat(21)] {
+            assert!(check_lab_name(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn uids_look_like_uuids() {
+        let u = random_uid();
+        assert_eq!(u.len(), 36);
+        assert_eq!(u.matches('-').count(), 4);
+        assert_ne!(u, random_uid());
+    }
+
+    #[test]
+    fn state_round_trips_atomically() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let paths = LabPaths::new(dir.path(), "t");
+        let _l = paths.lock(true).expect("lock");
+        let mut st = LabState {
+            name: "t".into(),
+            ..LabState::default()
+        };
+        st.note_netns("t-ul");
+        st.note_netns("t-ul");
+        paths.save(&st).expect("save");
+        assert_eq!(paths.load().expect("load"), st);
+        assert_eq!(st.netns, vec!["t-ul".to_string()]);
+        let names: Vec<_> = std::fs::read_dir(&paths.root)
+            .expect("dir")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(!names.iter().any(|n| n.ends_with(".tmp")), "{names:?}");
+    }
+}
