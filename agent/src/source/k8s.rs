@@ -312,3 +312,61 @@ pub async fn watch_kube(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn np(name: &str, cidr: &str) -> net::NetworkPolicy {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "x"},
+            "spec": {"ingress": [{"from": [{"ipBlock": {"cidr": cidr}}]}]}
+        }))
+        .expect("policy")
+    }
+
+    fn keys(s: &Store<net::NetworkPolicy>) -> Vec<String> {
+        s.items.keys().map(|(_, n)| n.clone()).collect()
+    }
+
+    #[test]
+    fn relist_replaces_and_invalid_updates_remove() {
+        let mut s = Store::<net::NetworkPolicy>::default();
+        assert!(!s.apply(Event::Init));
+        assert!(!s.apply(Event::InitApply(np("a", "10.0.0.0/8"))));
+        assert!(!s.apply(Event::InitApply(np("bad", "10.0.0/8"))));
+        assert!(
+            !s.synced && s.items.is_empty(),
+            "nothing visible before InitDone"
+        );
+        assert!(s.apply(Event::InitDone));
+        assert!(s.synced);
+        assert_eq!(keys(&s), ["a"]);
+        assert!(s.apply(Event::Apply(np("b", "10.0.0.0/8"))));
+        assert_eq!(keys(&s), ["a", "b"]);
+        // An invalid update removes the object (never half-applied).
+        assert!(s.apply(Event::Apply(np("b", "nope"))));
+        assert_eq!(keys(&s), ["a"]);
+        // A re-list keeps the old items visible until it is done, then
+        // replaces them (objects deleted meanwhile disappear).
+        s.apply(Event::Init);
+        s.apply(Event::InitApply(np("c", "10.0.0.0/8")));
+        assert_eq!(keys(&s), ["a"]);
+        s.apply(Event::InitDone);
+        assert_eq!(keys(&s), ["c"]);
+        assert!(s.apply(Event::Delete(np("c", "garbage"))));
+        assert!(s.items.is_empty());
+    }
+
+    #[test]
+    fn snapshot_waits_for_every_kind() {
+        let mut st = State::default();
+        st.apply(Ev::Namespace(Event::InitDone));
+        st.apply(Ev::Pod(Event::InitDone));
+        st.apply(Ev::Node(Event::InitDone));
+        assert!(!st.synced());
+        st.apply(Ev::Policy(Event::InitDone));
+        assert!(st.synced());
+    }
+}
