@@ -1,0 +1,183 @@
+//! Shared harness of the lab's end-to-end tests: a [`Lab`] guard that runs
+//! `down` when it drops (also on failure, printing the node logs when the
+//! test panicked), and the capability check. Root and AF_XDP are required;
+//! tests say SKIPPED and pass without them.
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use serde_json::Value;
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+pub fn lab_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_oxvs-lab"))
+}
+
+pub fn skip_reason() -> Option<String> {
+    let euid = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(str::to_owned))
+        })
+        .unwrap_or_default();
+    if euid != "0" {
+        return Some(format!("not root (euid {euid:?})"));
+    }
+    let afxdp = Command::new("python3")
+        .args([
+            "-c",
+            "import socket; socket.socket(44, socket.SOCK_RAW).close()",
+        ])
+        .output();
+    match afxdp {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => {
+            return Some(format!(
+                "AF_XDP sockets unavailable: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            ))
+        }
+        Err(e) => return Some(format!("cannot check AF_XDP (python3): {e}")),
+    }
+    let dir = lab_bin()
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    for b in ["oxvs-switchd", "oxvs-agent", "oxvs-cni"] {
+        assert!(
+            dir.join(b).exists(),
+            "{} is not built: run `cargo build --workspace` (same profile) first",
+            dir.join(b).display()
+        );
+    }
+    None
+}
+
+#[macro_export]
+macro_rules! skip_unless_capable {
+    () => {
+        if let Some(why) = $crate::common::skip_reason() {
+            eprintln!("SKIPPED: {why}");
+            return;
+        }
+    };
+}
+
+/// A lab that goes `down` on drop.
+pub struct Lab {
+    pub name: String,
+    pub dir: tempfile::TempDir,
+}
+
+pub fn show(args: &[&str], out: &Output) -> String {
+    format!(
+        "`oxvs-lab {}` -> {}\n--- stdout ---\n{}--- stderr ---\n{}",
+        args.join(" "),
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+impl Lab {
+    pub fn up(nodes: u32) -> Lab {
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let lab = Lab {
+            name: format!("t{}-{n}", std::process::id()),
+            dir: tempfile::tempdir().expect("tempdir"),
+        };
+        lab.ok(&["up", "--nodes", &nodes.to_string()]);
+        lab
+    }
+
+    pub fn run(&self, args: &[&str]) -> Output {
+        Command::new(lab_bin())
+            .args(["--name", &self.name])
+            .args(args)
+            .env_remove("OXVS_LAB")
+            .output()
+            .expect("run oxvs-lab")
+    }
+
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(out.status.success(), "{}", show(args, &out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    pub fn root(&self) -> PathBuf {
+        PathBuf::from("/run/oxvs-lab").join(&self.name)
+    }
+
+    /// Writes `yaml` to a file in the test's temp dir.
+    pub fn file(&self, name: &str, yaml: &str) -> String {
+        let p = self.dir.path().join(name);
+        std::fs::write(&p, yaml).expect("write yaml");
+        p.display().to_string()
+    }
+
+    pub fn status(&self) -> Value {
+        let out = self.run(&["status", "--json"]);
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", show(&["status"], &out)))
+    }
+
+    pub fn probe(&self, proto: &str, port: u16) -> Vec<Value> {
+        let out = self.ok(&[
+            "probe",
+            "--protocol",
+            proto,
+            "--port",
+            &port.to_string(),
+            "--timeout-ms",
+            "1000",
+            "--json",
+        ]);
+        serde_json::from_str::<Value>(&out)
+            .ok()
+            .and_then(|v| v.as_array().cloned())
+            .unwrap_or_else(|| panic!("probe --json: {out}"))
+    }
+
+    /// Namespaces whose name starts with the lab's.
+    pub fn namespaces(&self) -> Vec<String> {
+        let prefix = format!("{}-", self.name);
+        std::fs::read_dir("/var/run/netns")
+            .map(|rd| {
+                rd.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.starts_with(&prefix))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for i in 1..=4 {
+                let d = self.root().join(format!("node-{i}"));
+                for f in ["agent.log", "switchd.log"] {
+                    if let Ok(t) = std::fs::read_to_string(d.join(f)) {
+                        let tail: Vec<&str> = t.lines().rev().take(40).collect();
+                        eprintln!("--- node-{i}/{f} (tail) ---");
+                        for l in tail.iter().rev() {
+                            eprintln!("{l}");
+                        }
+                    }
+                }
+            }
+        }
+        let out = self.run(&["down", "--grace", "2"]);
+        if !out.status.success() {
+            eprintln!("{}", show(&["down"], &out));
+        }
+    }
+}
+
