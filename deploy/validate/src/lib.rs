@@ -67,7 +67,9 @@ pub enum ManifestError {
         kind: String,
         name: String,
     },
-    #[error("document {index} ({kind} {name:?}): does not parse as {api_version}/{kind}: {source}")]
+    #[error(
+        "document {index} ({kind} {name:?}): does not parse as {api_version}/{kind}: {source}"
+    )]
     Typed {
         index: usize,
         api_version: String,
@@ -204,11 +206,7 @@ fn diff(orig: &Value, back: &Value, path: &mut String, out: &mut Vec<String>) {
         }
         (Value::Array(o), Value::Array(b)) => {
             if o.len() != b.len() {
-                out.push(format!(
-                    "{path} ({} elements became {})",
-                    o.len(),
-                    b.len()
-                ));
+                out.push(format!("{path} ({} elements became {})", o.len(), b.len()));
                 return;
             }
             for (i, (ov, bv)) in o.iter().zip(b).enumerate() {

@@ -121,7 +121,9 @@ fn binaries_in_script(script: &str) -> BTreeSet<String> {
     script
         .split(|ch: char| ch.is_whitespace() || ch == '|' || ch == ';' || ch == '\'')
         .filter_map(|w| {
-            let w = w.strip_prefix(IMAGE_BIN_DIR).map_or(w, |r| r.trim_start_matches('/'));
+            let w = w
+                .strip_prefix(IMAGE_BIN_DIR)
+                .map_or(w, |r| r.trim_start_matches('/'));
             w.starts_with("oxvs").then(|| w.to_string())
         })
         .collect()
@@ -152,7 +154,10 @@ fn every_document_is_a_typed_object_without_unknown_fields() {
         ]
     );
     for d in &docs {
-        let ns = d.value.pointer("/metadata/namespace").and_then(Value::as_str);
+        let ns = d
+            .value
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str);
         let cluster_scoped = matches!(d.kind.as_str(), "ClusterRole" | "ClusterRoleBinding");
         if cluster_scoped {
             assert_eq!(ns, None, "{} {} is cluster-scoped", d.kind, d.name);
@@ -339,7 +344,10 @@ fn the_daemonset_runs_on_every_node_privileged_on_the_host_network() {
             c.name
         );
         assert!(
-            c.readiness_probe.as_ref().and_then(|p| p.exec.as_ref()).is_some(),
+            c.readiness_probe
+                .as_ref()
+                .and_then(|p| p.exec.as_ref())
+                .is_some(),
             "{} has an exec readiness probe",
             c.name
         );
@@ -351,7 +359,11 @@ fn host_paths(spec: &PodSpec) -> BTreeMap<String, String> {
     spec.volumes
         .iter()
         .flatten()
-        .filter_map(|v| v.host_path.as_ref().map(|h| (v.name.clone(), h.path.clone())))
+        .filter_map(|v| {
+            v.host_path
+                .as_ref()
+                .map(|h| (v.name.clone(), h.path.clone()))
+        })
         .collect()
 }
 
@@ -367,7 +379,12 @@ fn mounts(c: &Container) -> BTreeMap<String, String> {
 #[test]
 fn every_mount_has_a_volume_and_every_volume_is_mounted() {
     let spec = pod_spec(&daemonset());
-    let volumes: BTreeSet<String> = spec.volumes.iter().flatten().map(|v| v.name.clone()).collect();
+    let volumes: BTreeSet<String> = spec
+        .volumes
+        .iter()
+        .flatten()
+        .map(|v| v.name.clone())
+        .collect();
     let mut used = BTreeSet::new();
     for c in all_containers(&spec) {
         for m in c.volume_mounts.iter().flatten() {
@@ -419,7 +436,10 @@ fn sockets_and_state_are_on_host_paths_shared_by_both_daemons() {
         Some(switch_sock.as_str())
     );
     let on_host_sw = host_path_of(&spec, switchd, &switch_sock);
-    assert!(on_host_sw.is_some(), "{switch_sock} is on a hostPath in switchd");
+    assert!(
+        on_host_sw.is_some(),
+        "{switch_sock} is on a hostPath in switchd"
+    );
     assert_eq!(on_host_sw, host_path_of(&spec, agent, &switch_sock));
     assert_eq!(
         flag_values(&sw, "--gateway"),
@@ -482,7 +502,12 @@ fn commands_run_workspace_binaries_with_defined_variables() {
             if let Some(r) = from.and_then(|f| f.config_map_key_ref.as_ref()) {
                 assert_eq!(r.name, "oxvs-config");
                 let data = config_map().data.unwrap_or_default();
-                assert!(data.contains_key(&r.key), "ConfigMap key {} of {}", r.key, e.name);
+                assert!(
+                    data.contains_key(&r.key),
+                    "ConfigMap key {} of {}",
+                    r.key,
+                    e.name
+                );
             }
             if let Some(f) = from.and_then(|f| f.field_ref.as_ref()) {
                 assert_eq!(f.field_path, "spec.nodeName", "{}", e.name);
@@ -623,7 +648,10 @@ fn the_init_container_installs_plugin_and_conflist_atomically() {
         .expect("init container install-cni");
     let line = argv(init);
     let script = is_shell(&line).expect("install-cni runs /bin/sh -c SCRIPT");
-    assert!(script.contains("set -eu"), "the script stops at the first error");
+    assert!(
+        script.contains("set -eu"),
+        "the script stops at the first error"
+    );
     let hosts = host_paths(&spec);
     let tmp = tempfile::tempdir().expect("tempdir");
     let cm = config_map().data.unwrap_or_default();
@@ -632,7 +660,7 @@ fn the_init_container_installs_plugin_and_conflist_atomically() {
     for m in init.volume_mounts.iter().flatten() {
         let dir = tmp.path().join(&m.name);
         std::fs::create_dir_all(&dir).expect("mkdir");
-        if hosts.get(&m.name).is_none() {
+        if !hosts.contains_key(&m.name) {
             // The ConfigMap volume: one file per key.
             for (k, v) in &cm {
                 std::fs::write(dir.join(k), v).expect("write config file");
@@ -650,7 +678,10 @@ fn the_init_container_installs_plugin_and_conflist_atomically() {
     std::fs::write(image_bin.join("oxvs-cni"), &plugin_bytes).expect("write plugin");
     map.push((IMAGE_BIN_DIR.to_string(), image_bin));
     let local = remap(script, &map);
-    for l in local.lines().filter(|l| !l.trim_start().starts_with("echo ")) {
+    for l in local
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("echo "))
+    {
         assert!(
             !l.contains(" /host/") && !l.contains(" /etc/") && !l.contains(" /usr/"),
             "the script uses a path outside its mounts: {l}"
@@ -681,7 +712,10 @@ fn the_init_container_installs_plugin_and_conflist_atomically() {
     let installed = std::fs::read(bin_dir.join("oxvs")).expect("/opt/cni/bin/oxvs installed");
     assert_eq!(installed, plugin_bytes);
     use std::os::unix::fs::PermissionsExt as _;
-    let mode = std::fs::metadata(bin_dir.join("oxvs")).expect("stat").permissions().mode();
+    let mode = std::fs::metadata(bin_dir.join("oxvs"))
+        .expect("stat")
+        .permissions()
+        .mode();
     assert_eq!(mode & 0o777, 0o755);
     let conf_dir = dir_of("/etc/cni/net.d");
     let conf = std::fs::read_to_string(conf_dir.join("10-oxvs.conflist")).expect("conflist");
@@ -698,15 +732,22 @@ fn the_init_container_installs_plugin_and_conflist_atomically() {
     }
     // Atomic: every write goes to a temporary name renamed into place in
     // the same directory.
-    for target in ["/host/opt/cni/bin/oxvs", "/host/etc/cni/net.d/10-oxvs.conflist"] {
+    for target in [
+        "/host/opt/cni/bin/oxvs",
+        "/host/etc/cni/net.d/10-oxvs.conflist",
+    ] {
         let mv = script
             .lines()
             .find(|l| l.trim_start().starts_with("mv ") && l.trim_end().ends_with(target))
             .unwrap_or_else(|| panic!("no `mv TEMP {target}`"));
         let parent = target.rsplit_once('/').map(|(p, _)| p).unwrap_or_default();
-        assert!(mv.contains(&format!("{parent}/.")), "{mv}: temp in the same directory");
         assert!(
-            !script.lines().any(|l| l.trim_start().starts_with("cp ") && l.contains(&format!("{target} "))
+            mv.contains(&format!("{parent}/.")),
+            "{mv}: temp in the same directory"
+        );
+        assert!(
+            !script.lines().any(|l| l.trim_start().starts_with("cp ")
+                && l.contains(&format!("{target} "))
                 || l.trim_start().starts_with("cp ") && l.trim_end().ends_with(target)),
             "{target} is written directly"
         );

@@ -138,7 +138,10 @@ impl ApiServer {
         std::fs::write(&w, wrapper).expect("write wrapper");
         std::fs::set_permissions(&w, std::fs::Permissions::from_mode(0o755)).expect("chmod");
         let env = vec![
-            ("OXVS_K8S_CACHE", dir.path().join("cache").display().to_string()),
+            (
+                "OXVS_K8S_CACHE",
+                dir.path().join("cache").display().to_string(),
+            ),
             ("OXVS_K8S_ETCD_PORT", free_port().to_string()),
             ("OXVS_K8S_ETCD_PEER_PORT", free_port().to_string()),
             ("OXVS_K8S_API_PORT", free_port().to_string()),
@@ -152,7 +155,11 @@ impl ApiServer {
             kubectl: p.kubectl,
         };
         let out = s.script(&["up"]).output().expect("run k8s-local.sh up");
-        assert!(out.status.success(), "k8s-local.sh up failed:\n{}", text(&out));
+        assert!(
+            out.status.success(),
+            "k8s-local.sh up failed:\n{}",
+            text(&out)
+        );
         s
     }
 
@@ -252,9 +259,17 @@ fn the_agent_may_read_the_cluster_and_nothing_more() {
     let out = api.kubectl(&["apply", "-f", &rbac_file.display().to_string()]);
     assert!(out.status.success(), "apply RBAC: {}", text(&out));
 
-    for resource in ["pods", "namespaces", "nodes", "networkpolicies.networking.k8s.io"] {
+    for resource in [
+        "pods",
+        "namespaces",
+        "nodes",
+        "networkpolicies.networking.k8s.io",
+    ] {
         for verb in ["get", "list", "watch"] {
-            assert!(api.agent_can(verb, resource), "{verb} {resource} is allowed");
+            assert!(
+                api.agent_can(verb, resource),
+                "{verb} {resource} is allowed"
+            );
         }
     }
     for (verb, resource) in [
@@ -268,14 +283,21 @@ fn the_agent_may_read_the_cluster_and_nothing_more() {
         ("list", "services"),
         ("get", "configmaps"),
     ] {
-        assert!(!api.agent_can(verb, resource), "{verb} {resource} is refused");
+        assert!(
+            !api.agent_can(verb, resource),
+            "{verb} {resource} is refused"
+        );
     }
 
     // The whole manifest, as an operator applies it: the API server's own
     // validation and defaulting of the ConfigMap and DaemonSet (no
     // controllers run here, so no pod is created).
     let out = api.kubectl(&["apply", "-f", &manifest.display().to_string()]);
-    assert!(out.status.success(), "apply deploy/oxvs.yaml: {}", text(&out));
+    assert!(
+        out.status.success(),
+        "apply deploy/oxvs.yaml: {}",
+        text(&out)
+    );
     let out = api.kubectl(&[
         "-n",
         "kube-system",
