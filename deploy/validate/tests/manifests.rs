@@ -795,3 +795,50 @@ fn the_agent_readiness_probe_is_a_well_formed_status_call() {
     let msg = err["msg"].as_str().unwrap_or_default();
     assert!(msg.contains(&sock.display().to_string()), "{err}");
 }
+
+/// Every `oxvsctl ...` command shown in docs/operations.md (code blocks
+/// and inline code) names a subcommand and flags that exist.
+#[test]
+fn oxvsctl_commands_in_the_operations_guide_exist() {
+    let Some(dir) = built() else { return };
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/operations.md");
+    let doc = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    let ctl = dir.join("oxvsctl");
+    let top = help(&ctl, &[]);
+    let mut checked = 0;
+    for (n, line) in doc.lines().enumerate() {
+        let mut rest = line;
+        while let Some(pos) = rest.find("oxvsctl ") {
+            let tail = &rest[pos + "oxvsctl ".len()..];
+            rest = tail;
+            let cmd = tail
+                .split(['`', '#', '|', ';', '\''])
+                .next()
+                .unwrap_or_default();
+            let words: Vec<String> = cmd.split_whitespace().map(str::to_string).collect();
+            let Some(sub) = subcommand(&words) else {
+                continue;
+            };
+            if sub.chars().any(|c| c.is_ascii_uppercase()) {
+                continue; // a placeholder (`oxvsctl CMD --help`)
+            }
+            assert!(
+                top.lines()
+                    .any(|l| l.trim_start().starts_with(&format!("{sub} "))),
+                "docs/operations.md:{}: oxvsctl has no subcommand {sub:?}: {line}",
+                n + 1
+            );
+            let known = help_flags(&format!("{top}{}", help(&ctl, &[sub])));
+            for f in flags_of(&words) {
+                assert!(
+                    known.contains(&f),
+                    "docs/operations.md:{}: oxvsctl {sub} has no flag {f}: {line}",
+                    n + 1
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 8, "only {checked} oxvsctl commands found");
+}
