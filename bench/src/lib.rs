@@ -1121,3 +1121,4 @@ mod tests {
         );
     }
 }
+pub mod xbench;
