@@ -156,7 +156,10 @@ fn virtual_setup_smoke_each_method() {
         assert!(!s.steps.is_empty());
         // Scaling = fixed runs over flow counts.
         for flows in [1, 10_000] {
-            let c = GenConfig { flows, ..cfg.clone() };
+            let c = GenConfig {
+                flows,
+                ..cfg.clone()
+            };
             let r = methods::fixed(&sw.topo.gen, &sw.topo.sink, &c, &sw.pids, 1).expect("scaling");
             assert!(r[0].received > 0);
         }

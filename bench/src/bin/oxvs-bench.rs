@@ -60,7 +60,11 @@ struct Args {
     #[arg(long, value_enum, default_value_t = SetupKind::Virtual)]
     setup: SetupKind,
     /// Switches under test (virtual): oxvs, ovs-pmd, ovs-nonpmd, bridge.
-    #[arg(long, value_delimiter = ',', default_value = "oxvs,ovs-pmd,ovs-nonpmd,bridge")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "oxvs,ovs-pmd,ovs-nonpmd,bridge"
+    )]
     switches: Vec<String>,
     /// Flow file loaded into oxvs and OVS (default: port 1 <-> port 2).
     #[arg(long, value_name = "FILE")]
@@ -190,7 +194,8 @@ impl Case {
 fn main() -> Result<()> {
     let a = Args::parse();
     setup::install_signal_flag()?;
-    if a.trials == 0 || !(a.duration > 0.0) || !(0.0..=100.0).contains(&a.loss) {
+    if a.trials == 0 || a.duration.is_nan() || a.duration <= 0.0 || !(0.0..=100.0).contains(&a.loss)
+    {
         bail!("--trials and --duration must be positive and --loss within 0..=100");
     }
     if !nix_is_root() {
@@ -217,8 +222,14 @@ fn main() -> Result<()> {
                 setup::check_port_safety(i, &setup::port_facts(i)?, a.force)?;
             }
             ifaces = vec![gi.clone(), si.clone()];
-            let g = Endpoint { netns: None, ifname: gi.clone() };
-            let s = Endpoint { netns: None, ifname: si.clone() };
+            let g = Endpoint {
+                netns: None,
+                ifname: gi.clone(),
+            };
+            let s = Endpoint {
+                netns: None,
+                ifname: si.clone(),
+            };
             run_cases(&a, "external", json!({}), 0, 0, &g, &s, &[], &mut cases)?;
         }
         SetupKind::Virtual => {
@@ -475,9 +486,6 @@ fn print_table(a: &Args, cases: &[Case], skipped: &[(String, String)]) {
             }
         }
     }
-    for c in cases.iter().take(0) {
-        let _ = c;
-    }
     let mut seen = std::collections::BTreeSet::new();
     for c in cases {
         if seen.insert(c.switch.clone()) {
@@ -537,8 +545,15 @@ fn plots(a: &Args, cases: &[Case], dir: &std::path::Path) -> Vec<Result<PathBuf>
             Some((c.frame_size as f64, median(&r)))
         });
         out.push(
-            report::line_plot(&f, "Throughput (loss target) vs frame size", "frame size (bytes)", "kpps", &s, false)
-                .map(|_| f),
+            report::line_plot(
+                &f,
+                "Throughput (loss target) vs frame size",
+                "frame size (bytes)",
+                "kpps",
+                &s,
+                false,
+            )
+            .map(|_| f),
         );
     }
     // Latency CDF of each switch's first case.
@@ -547,7 +562,11 @@ fn plots(a: &Args, cases: &[Case], dir: &std::path::Path) -> Vec<Result<PathBuf>
     for n in &names {
         if let Some(c) = cases.iter().find(|c| &c.switch == n) {
             let h = c.latency();
-            let p: Vec<(f64, f64)> = h.cdf().into_iter().map(|(v, q)| (v as f64 / 1e3, q)).collect();
+            let p: Vec<(f64, f64)> = h
+                .cdf()
+                .into_iter()
+                .map(|(v, q)| (v as f64 / 1e3, q))
+                .collect();
             if !p.is_empty() {
                 s.push((n.clone(), p));
             }
@@ -561,8 +580,15 @@ fn plots(a: &Args, cases: &[Case], dir: &std::path::Path) -> Vec<Result<PathBuf>
             (!v.is_empty()).then(|| (f64::from(c.flows), median(&v)))
         });
         out.push(
-            report::line_plot(&f, "Switch CPU per packet vs flows", "flows", "ns/packet", &s, true)
-                .map(|_| f),
+            report::line_plot(
+                &f,
+                "Switch CPU per packet vs flows",
+                "flows",
+                "ns/packet",
+                &s,
+                true,
+            )
+            .map(|_| f),
         );
         let f = dir.join("scaling-delivered.svg");
         let s = per_switch(&|c| {

@@ -322,7 +322,14 @@ impl GenReport {
 pub fn run(port: &mut XskPort, cfg: &GenConfig, stop: &AtomicBool) -> Result<GenReport> {
     let mut fb = FrameBuilder::new(cfg)?;
     let flows = cfg.flows;
-    let mut seqs = vec![0u32; if cfg.seq == SeqMode::PerFlow { flows as usize } else { 0 }];
+    let mut seqs = vec![
+        0u32;
+        if cfg.seq == SeqMode::PerFlow {
+            flows as usize
+        } else {
+            0
+        }
+    ];
     let mut global: u32 = 0;
     let mut cursor: u32 = 0;
     let mut sent: u64 = 0;
@@ -336,7 +343,9 @@ pub fn run(port: &mut XskPort, cfg: &GenConfig, stop: &AtomicBool) -> Result<Gen
     let mut now = start;
     let _ = port.take_counters(false);
     while now < end && sent < limit && !stop.load(Ordering::Relaxed) {
-        let mut n = cfg.batch.min((limit - sent).min(usize::MAX as u64) as usize);
+        let mut n = cfg
+            .batch
+            .min((limit - sent).min(usize::MAX as u64) as usize);
         if cfg.rate_pps > 0 {
             tokens = (tokens + (now - last) as f64 * cfg.rate_pps as f64 / 1e9).min(cap);
             last = now;

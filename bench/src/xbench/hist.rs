@@ -133,7 +133,19 @@ mod tests {
     #[test]
     fn buckets_are_monotonic_and_tight() {
         let mut prev = 0;
-        for v in [0u64, 1, 63, 64, 65, 100, 1000, 12_345, 1 << 20, 1 << 40, 1 << 47] {
+        for v in [
+            0u64,
+            1,
+            63,
+            64,
+            65,
+            100,
+            1000,
+            12_345,
+            1 << 20,
+            1 << 40,
+            1 << 47,
+        ] {
             let i = index(v);
             assert!(i >= prev, "{v}");
             prev = i;

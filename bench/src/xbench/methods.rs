@@ -67,8 +67,7 @@ impl Trial {
     }
 
     pub fn cpu_ns_per_pkt(&self) -> Option<f64> {
-        self.cpu_ns
-            .map(|c| c as f64 / self.received.max(1) as f64)
+        self.cpu_ns.map(|c| c as f64 / self.received.max(1) as f64)
     }
 }
 
@@ -98,7 +97,11 @@ pub fn proc_cpu_ns(pid: u32) -> Result<u64> {
         .with_context(|| format!("process {pid} is gone"))?;
     for t in dir.flatten() {
         if let Ok(s) = std::fs::read_to_string(t.path().join("schedstat")) {
-            if let Some(n) = s.split_whitespace().next().and_then(|n| n.parse::<u64>().ok()) {
+            if let Some(n) = s
+                .split_whitespace()
+                .next()
+                .and_then(|n| n.parse::<u64>().ok())
+            {
                 total += n;
                 any = true;
             }
@@ -208,8 +211,9 @@ pub fn run_trial(
             .name("xbench-gen".into())
             .spawn(move || -> Result<GenReport> {
                 enter(&ep)?;
-                let mut port = XskPort::open(&ep.ifname, XdpModeRequest::Auto, UMEM_FRAMES, cfg.batch)
-                    .with_context(|| format!("generator socket on {}", ep.ifname))?;
+                let mut port =
+                    XskPort::open(&ep.ifname, XdpModeRequest::Auto, UMEM_FRAMES, cfg.batch)
+                        .with_context(|| format!("generator socket on {}", ep.ifname))?;
                 gen::run(&mut port, &cfg, &sig)
             })
             .context("spawn generator thread")?
@@ -223,9 +227,11 @@ pub fn run_trial(
     if sig.load(Ordering::Relaxed) {
         bail!("interrupted");
     }
-    let per_flow = opts
-        .per_flow
-        .then(|| (0..acct.flows()).map(|i| acct.received_for_flow(i)).collect());
+    let per_flow = opts.per_flow.then(|| {
+        (0..acct.flows())
+            .map(|i| acct.received_for_flow(i))
+            .collect()
+    });
     Ok(Trial {
         rate_pps: cfg.rate_pps,
         gen: g,

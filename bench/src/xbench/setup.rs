@@ -161,7 +161,10 @@ impl Proc {
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
-            eprintln!("oxvs-bench: {} did not stop on SIGTERM; killing it", self.what);
+            eprintln!(
+                "oxvs-bench: {} did not stop on SIGTERM; killing it",
+                self.what
+            );
         }
         self.signal(nix::sys::signal::Signal::SIGKILL);
         let _ = self.child.wait();
@@ -528,7 +531,11 @@ pub fn start_switch(kind: &SwitchKind, flows: &str, bins: Option<&Bins>) -> Resu
         name: kind.name(),
         pids,
         port_modes: modes,
-        flows: if *kind == SwitchKind::Bridge { 0 } else { nflows },
+        flows: if *kind == SwitchKind::Bridge {
+            0
+        } else {
+            nflows
+        },
         _proc: proc_,
         topo,
     })
@@ -674,10 +681,8 @@ pub fn port_facts_from(ifname: &str, routes_json: &[&str], addr_json: &str) -> R
             let local = a["local"].as_str().unwrap_or("");
             let link_local = a["scope"].as_str() == Some("link") && a["family"] == "inet6";
             if !local.is_empty() && !link_local {
-                f.addresses.push(format!(
-                    "{local}/{}",
-                    a["prefixlen"].as_u64().unwrap_or(0)
-                ));
+                f.addresses
+                    .push(format!("{local}/{}", a["prefixlen"].as_u64().unwrap_or(0)));
             }
         }
     }

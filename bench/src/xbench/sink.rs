@@ -181,7 +181,14 @@ mod tests {
 
     fn feed(a: &mut Accounting, flow: u32, seqs: &[u32]) {
         for &seq in seqs {
-            a.record(&Trailer { flow, seq, ts_ns: 100 }, 1100);
+            a.record(
+                &Trailer {
+                    flow,
+                    seq,
+                    ts_ns: 100,
+                },
+                1100,
+            );
         }
     }
 
