@@ -9,7 +9,8 @@
 # rate, pps, default 100000), FLOWS (default 1000).
 set -eu
 cd "$(dirname "$0")/../.."
-cargo build --release -p oxvs-bench --bin oxvs-bench -p oxvs-switch -p oxvsctl
+cargo build --release -p oxvs-bench --bin oxvs-bench
+cargo build --release -p oxvs-switch -p oxvsctl
 B=target/release/oxvs-bench
 D=${DURATION:-3}
 T=${TRIALS:-3}
@@ -19,5 +20,5 @@ S=${SWITCHES:-oxvs,ovs-pmd,ovs-nonpmd,bridge}
 mkdir -p bench/results/plots
 "$B" fixed --switches "$S" --rate "$R" --flows "$F" --duration "$D" --trials "$T" \
     --json bench/results/oxvs-bench-fixed.json --plots bench/results/plots/fixed "$@"
-"$B" throughput --switches "$S" --flows "$F" --duration "$D" --trials "$T" --loss 0.1 --steps 7 \
+"$B" throughput --switches "$S" --flows "$F" --duration "$D" --trials "$T" --loss 0.1 --steps "${STEPS:-7}" \
     --json bench/results/oxvs-bench-throughput.json --plots bench/results/plots/throughput "$@"
