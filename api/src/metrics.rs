@@ -168,7 +168,14 @@ impl Exposition {
         self.out
     }
 
-    fn line(&mut self, name: &str, suffix: &str, labels: &[(&str, &str)], le: Option<&str>, v: f64) {
+    fn line(
+        &mut self,
+        name: &str,
+        suffix: &str,
+        labels: &[(&str, &str)],
+        le: Option<&str>,
+        v: f64,
+    ) {
         let o = &mut self.out;
         o.push_str(name);
         o.push_str(suffix);
@@ -247,7 +254,8 @@ impl Family<'_> {
         self.exp
             .line(&name, "_bucket", labels, Some("+Inf"), cumulative as f64);
         self.exp.line(&name, "_sum", labels, None, sum);
-        self.exp.line(&name, "_count", labels, None, cumulative as f64);
+        self.exp
+            .line(&name, "_count", labels, None, cumulative as f64);
         self.name = name;
         self
     }
@@ -497,7 +505,11 @@ pub fn parse(text: &str) -> Result<Parsed, ExpositionError> {
         }
         let s = parse_sample(line).map_err(|m| fail(n, m, line))?;
         let Some(fam) = family_of(&s.name, &p.types).map(str::to_owned) else {
-            return Err(fail(n, format!("sample '{}' before (or without) its TYPE", s.name), line));
+            return Err(fail(
+                n,
+                format!("sample '{}' before (or without) its TYPE", s.name),
+                line,
+            ));
         };
         if !enter(&fam, &mut current, &mut finished) {
             return Err(fail(n, format!("family '{fam}' is split"), line));
@@ -508,7 +520,11 @@ pub fn parse(text: &str) -> Result<Parsed, ExpositionError> {
             return Err(fail(n, "duplicate sample".into(), line));
         }
         if p.types.get(&fam) == Some(&MetricType::Histogram) && fam == s.name {
-            return Err(fail(n, "histogram sample without _bucket/_sum/_count".into(), line));
+            return Err(fail(
+                n,
+                "histogram sample without _bucket/_sum/_count".into(),
+                line,
+            ));
         }
         p.samples.push(s);
     }
@@ -546,8 +562,12 @@ fn check_histograms(p: &Parsed) -> Result<(), ExpositionError> {
         if p.types.get(fam) != Some(&MetricType::Histogram) {
             continue;
         }
-        let mut rest: Vec<(String, String)> =
-            s.labels.iter().filter(|(k, _)| k != "le").cloned().collect();
+        let mut rest: Vec<(String, String)> = s
+            .labels
+            .iter()
+            .filter(|(k, _)| k != "le")
+            .cloned()
+            .collect();
         rest.sort();
         let e = series.entry((fam.to_owned(), rest)).or_default();
         match &s.name[fam.len()..] {
@@ -619,15 +639,13 @@ pub fn request_head_end(buf: &[u8]) -> Option<usize> {
 
 /// Parses a request head's first line (`GET /metrics HTTP/1.1`).
 pub fn parse_request_head(head: &[u8]) -> Result<HttpRequest, String> {
-    let line_end = head
-        .iter()
-        .position(|&b| b == b'\n')
-        .unwrap_or(head.len());
+    let line_end = head.iter().position(|&b| b == b'\n').unwrap_or(head.len());
     let line = std::str::from_utf8(&head[..line_end])
         .map_err(|_| "request line is not UTF-8".to_owned())?
         .trim_end_matches('\r');
     let mut w = line.split(' ');
-    let (Some(method), Some(target), Some(version), None) = (w.next(), w.next(), w.next(), w.next())
+    let (Some(method), Some(target), Some(version), None) =
+        (w.next(), w.next(), w.next(), w.next())
     else {
         return Err(format!("bad request line '{line}'"));
     };
@@ -728,8 +746,14 @@ mod tests {
             p.value("oxvs_h_seconds_bucket", &[("verb", "ADD"), ("le", "+Inf")]),
             Some(4.0)
         );
-        assert_eq!(p.value("oxvs_h_seconds_count", &[("verb", "ADD")]), Some(4.0));
-        assert_eq!(p.value("oxvs_h_seconds_count", &[("verb", "DEL")]), Some(0.0));
+        assert_eq!(
+            p.value("oxvs_h_seconds_count", &[("verb", "ADD")]),
+            Some(4.0)
+        );
+        assert_eq!(
+            p.value("oxvs_h_seconds_count", &[("verb", "DEL")]),
+            Some(0.0)
+        );
         assert_eq!(p.types.get("oxvs_h_seconds"), Some(&MetricType::Histogram));
         assert!(text.contains("# HELP oxvs_x_total Things.\\nTwo lines \\\\ here.\n"));
     }
@@ -741,7 +765,10 @@ mod tests {
         assert_eq!(format_value(1e-9), "0.000000001");
         assert_eq!(format_value(f64::INFINITY), "+Inf");
         assert_eq!(format_value(f64::NAN), "NaN");
-        assert_eq!(format_value(18446744073709551615u64 as f64), "18446744073709552000");
+        assert_eq!(
+            format_value(18446744073709551615u64 as f64),
+            "18446744073709552000"
+        );
     }
 
     #[test]
@@ -788,8 +815,19 @@ mod tests {
     #[test]
     fn validator_never_panics_on_junk() {
         for text in [
-            "{", "}", "x{", "x{a", "x{a=", "x{a=\"", "x{a=\"\\", "#", "# TYPE", "# HELP",
-            "\u{feff}x 1", "x\u{0}y 1", "x{a=\"é\"} 1",
+            "{",
+            "}",
+            "x{",
+            "x{a",
+            "x{a=",
+            "x{a=\"",
+            "x{a=\"\\",
+            "#",
+            "# TYPE",
+            "# HELP",
+            "\u{feff}x 1",
+            "x\u{0}y 1",
+            "x{a=\"é\"} 1",
         ] {
             let _ = parse(text);
         }
@@ -802,15 +840,28 @@ mod tests {
         assert_eq!(request_head_end(b"GET / HTTP/1.1\r\nHost"), None);
         let r = String::from_utf8(respond(head, || "x 1\n".into())).unwrap_or_default();
         assert!(r.starts_with("HTTP/1.1 200 OK\r\n"), "{r}");
-        assert!(r.contains(CONTENT_TYPE) && r.ends_with("\r\n\r\nx 1\n"), "{r}");
-        let r = String::from_utf8(respond(b"HEAD /metrics HTTP/1.0\r\n\r\n", || "x 1\n".into()))
-            .unwrap_or_default();
-        assert!(r.contains("Content-Length: 4\r\n") && r.ends_with("\r\n\r\n"), "{r}");
+        assert!(
+            r.contains(CONTENT_TYPE) && r.ends_with("\r\n\r\nx 1\n"),
+            "{r}"
+        );
+        let r = String::from_utf8(respond(b"HEAD /metrics HTTP/1.0\r\n\r\n", || {
+            "x 1\n".into()
+        }))
+        .unwrap_or_default();
+        assert!(
+            r.contains("Content-Length: 4\r\n") && r.ends_with("\r\n\r\n"),
+            "{r}"
+        );
         let r = respond(b"GET /other HTTP/1.1\r\n\r\n", || unreachable!());
         assert!(r.starts_with(b"HTTP/1.1 404"));
         let r = respond(b"POST /metrics HTTP/1.1\r\n\r\n", || unreachable!());
         assert!(r.starts_with(b"HTTP/1.1 405"));
-        for junk in [&b"\xff\xfe"[..], b"GET\r\n\r\n", b"GET / SPDY/3\r\n\r\n", b""] {
+        for junk in [
+            &b"\xff\xfe"[..],
+            b"GET\r\n\r\n",
+            b"GET / SPDY/3\r\n\r\n",
+            b"",
+        ] {
             let r = respond(junk, || unreachable!());
             assert!(r.starts_with(b"HTTP/1.1 400"), "{junk:?}");
         }
