@@ -343,7 +343,7 @@ fn parse_value(s: &str) -> Option<f64> {
 /// Parses `name{k="v",...} value [timestamp]`.
 fn parse_sample(line: &str) -> Result<Sample, String> {
     let name_end = line
-        .find(|c: char| c == '{' || c == ' ')
+        .find(['{', ' '])
         .ok_or("no value after the metric name")?;
     let name = &line[..name_end];
     if !valid_metric_name(name) {
