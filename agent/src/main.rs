@@ -45,6 +45,13 @@ struct Args {
     /// YAML/JSON manifests in this directory, watched for changes.
     #[arg(long, value_name = "DIR")]
     manifests: Option<PathBuf>,
+    /// Take the cluster from the Kubernetes API with this kubeconfig.
+    #[arg(long, value_name = "PATH", conflicts_with = "manifests")]
+    kubeconfig: Option<PathBuf>,
+    /// Take the cluster from the Kubernetes API with the in-cluster
+    /// configuration (the DaemonSet's service account), or $KUBECONFIG.
+    #[arg(long, conflicts_with_all = ["manifests", "kubeconfig"])]
+    in_cluster: bool,
     /// The switch's VXLAN port the agent adds for traffic to other nodes.
     #[arg(long, value_name = "NAME", default_value = "oxvs-tun0")]
     tunnel: String,
@@ -206,16 +213,29 @@ async fn run(args: Args, pod_mtu: u32) -> anyhow::Result<()> {
     };
     // The cluster source, and the controller that follows it.
     let (tx, rx) = tokio::sync::watch::channel(Arc::new(ClusterState::default()));
-    let source_task = match &args.manifests {
-        Some(dir) => {
+    let source_task = match (&args.manifests, &args.kubeconfig, args.in_cluster) {
+        (Some(dir), _, _) => {
             let dir = dir.clone();
+            tracing::info!(dir = %dir.display(), "cluster source: manifest directory");
             Some(tokio::spawn(async move {
                 if let Err(e) = source::watch_manifest_dir(dir.clone(), tx).await {
                     tracing::error!("manifest source {} stopped: {e:#}", dir.display());
                 }
             }))
         }
-        None => {
+        (None, kubeconfig, in_cluster) if kubeconfig.is_some() || in_cluster => {
+            let client = source::kube_client(kubeconfig.clone())
+                .await
+                .context("cannot configure the Kubernetes client")?;
+            tracing::info!("cluster source: the Kubernetes API");
+            Some(tokio::spawn(async move {
+                if let Err(e) = source::watch_kube(client, tx).await {
+                    tracing::error!("Kubernetes source stopped: {e:#}");
+                }
+            }))
+        }
+        _ => {
+            // CNI-only mode: the node's own pods, no cluster objects.
             drop(tx);
             None
         }

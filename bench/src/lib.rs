@@ -59,6 +59,8 @@
 //! MAC as destination (routed); remote pods' packets arrive decapsulated on
 //! the tunnel port with the tunnel's virtual MAC as destination.
 
+pub mod cni_bench;
+
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 

@@ -378,11 +378,9 @@ fn down_cleans_a_half_broken_lab() {
     assert!(!lab.root().exists());
 }
 
-/// Pods on two nodes reach each other over VXLAN. Needs the agent's
-/// manifest source (Node objects -> remote node flows; `watch_manifest_dir`
-/// in agent/src/source): remove the `ignore` once it has landed.
+/// Pods on two nodes reach each other over VXLAN: the agents take the Node
+/// objects from the manifest directory and add remote-node flows.
 #[test]
-#[ignore = "needs the agent's manifest source (agent/src/source: watch_manifest_dir)"]
 fn two_node_lab_cross_node_tcp_all_reachable() {
     skip_unless_capable!();
     let lab = Lab::up(2);

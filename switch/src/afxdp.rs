@@ -47,8 +47,13 @@
 //!
 //! ## Concurrency
 //!
-//! A port and its UMEM belong to one datapath thread (created, used and
-//! dropped there). Nothing here locks.
+//! A port and its UMEM belong to one datapath thread, which uses them
+//! alone. The slow ends of their life happen elsewhere, so the datapath
+//! thread never stops forwarding for them: [`XskPort::prepare`] (UMEM
+//! mapping, XDP program load, bind) runs on the caller's thread and hands a
+//! `Send` [`PreparedXsk`] over; [`XskPort::into_closing`] hands the socket
+//! and UMEM back for a short-lived thread to drop (close, detach, unmap).
+//! Nothing here locks.
 
 #![allow(unsafe_code)]
 
@@ -137,6 +142,14 @@ pub struct UmemMem {
     frame_size: usize,
 }
 
+// SAFETY: `base` points into the mapping `_umem` owns (xsk-rs's `Umem` is
+// `Send`). A `UmemMem` is moved between threads only whole, before it is
+// shared (`PreparedXsk`, made on a control thread, handed to a datapath
+// thread) or after it stopped being shared (`ClosingXsk`, the last `Rc`
+// taken back, handed to a reaper thread): no two threads ever access the
+// frames through it at once.
+unsafe impl Send for UmemMem {}
+
 impl std::fmt::Debug for UmemMem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("UmemMem").field("len", &self.len).finish()
@@ -224,6 +237,48 @@ pub struct PortCounters {
     pub tx_errors: u64,
 }
 
+/// A socket and its UMEM made by [`XskPort::prepare`], not yet a port
+/// (no frame is on a ring yet): `Send`, so it can be made off the datapath
+/// thread.
+pub struct PreparedXsk {
+    ifname: String,
+    mode: SocketMode,
+    // Drop order: the rings (each holding the socket) before the UMEM.
+    tx: TxQueue,
+    rx: RxQueue,
+    fq: FillQueue,
+    cq: CompQueue,
+    mem: UmemMem,
+    pool: FramePool,
+    frames: u32,
+}
+
+impl PreparedXsk {
+    /// The mode the socket got.
+    pub fn mode(&self) -> SocketMode {
+        self.mode
+    }
+}
+
+impl std::fmt::Debug for PreparedXsk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PreparedXsk")
+            .field("ifname", &self.ifname)
+            .field("mode", &self.mode)
+            .finish()
+    }
+}
+
+/// What is left of a port to drop: its socket and UMEM (see
+/// [`XskPort::into_closing`]). Field order is drop order.
+pub struct ClosingXsk {
+    _tx: TxQueue,
+    _rx: RxQueue,
+    _fq: FillQueue,
+    _cq: CompQueue,
+    _mem: UmemMem,
+}
+
 /// One AF_XDP socket bound to queue 0 of an interface, with its own UMEM.
 pub struct XskPort {
     ifname: String,
@@ -262,13 +317,29 @@ impl std::fmt::Debug for XskPort {
 
 impl XskPort {
     /// Opens an AF_XDP socket on `ifname` queue 0 with a UMEM of `frames`
-    /// frames, and fills its fill ring.
+    /// frames, and fills its fill ring: [`XskPort::prepare`] then
+    /// [`XskPort::from_prepared`] on the calling thread.
     pub fn open(
         ifname: &str,
         request: XdpModeRequest,
         frames: u32,
         batch: usize,
     ) -> Result<XskPort, AfxdpError> {
+        Ok(XskPort::from_prepared(
+            XskPort::prepare(ifname, request, frames)?,
+            batch,
+        ))
+    }
+
+    /// Makes the socket and its UMEM (the slow part: mapping and
+    /// registering the UMEM, loading and attaching the XDP program), on any
+    /// thread, so the datapath thread that will own the port does not stop
+    /// forwarding meanwhile.
+    pub fn prepare(
+        ifname: &str,
+        request: XdpModeRequest,
+        frames: u32,
+    ) -> Result<PreparedXsk, AfxdpError> {
         let iface: Interface = ifname
             .parse()
             .map_err(|_| AfxdpError::BadName(ifname.to_string()))?;
@@ -337,30 +408,17 @@ impl XskPort {
                                 "native XDP mode is not available; using generic (skb) mode ({last_err})"
                             );
                         }
-                        let mut port = XskPort {
+                        return Ok(PreparedXsk {
                             ifname: ifname.to_string(),
                             mode,
                             tx,
                             rx,
                             fq,
                             cq,
-                            mem: Rc::new(mem),
+                            mem,
                             pool,
-                            filled: 0,
-                            pending_tx: Vec::with_capacity(batch.max(1) * 4),
-                            in_flight: 0,
-                            scratch: Vec::with_capacity(RING_SIZE as usize),
-                            // Frames kept back for TX; at most half the UMEM, so the
-                            // fill ring always gets frames (a small UMEM with a
-                            // large batch would otherwise never receive).
-                            reserve: (frames as usize / 4)
-                                .max(batch * 2)
-                                .min(frames as usize / 2),
-                            counters: PortCounters::default(),
-                            kernel_drops_seen: 0,
-                        };
-                        port.refill();
-                        return Ok(port);
+                            frames,
+                        });
                     }
                     Ok((_, _, None)) => {
                         last_err = "libxdp returned no fill/completion rings".into();
@@ -377,6 +435,58 @@ impl XskPort {
             tried: tried.join(", "),
             reason: last_err,
         })
+    }
+
+    /// The port made of a [`PreparedXsk`], with its fill ring filled (on
+    /// the thread that owns the port from now on).
+    pub fn from_prepared(p: PreparedXsk, batch: usize) -> XskPort {
+        let frames = p.frames as usize;
+        let mut port = XskPort {
+            ifname: p.ifname,
+            mode: p.mode,
+            tx: p.tx,
+            rx: p.rx,
+            fq: p.fq,
+            cq: p.cq,
+            mem: Rc::new(p.mem),
+            pool: p.pool,
+            filled: 0,
+            pending_tx: Vec::with_capacity(batch.max(1) * 4),
+            in_flight: 0,
+            scratch: Vec::with_capacity(RING_SIZE as usize),
+            // Frames kept back for TX; at most half the UMEM, so the
+            // fill ring always gets frames (a small UMEM with a large
+            // batch would otherwise never receive).
+            reserve: (frames / 4).max(batch * 2).min(frames / 2),
+            counters: PortCounters::default(),
+            kernel_drops_seen: 0,
+        };
+        port.refill();
+        port
+    }
+
+    /// The socket and UMEM, to be dropped on another thread (closing a
+    /// socket detaches the XDP program and unmaps the UMEM: slow). `None`
+    /// (and dropped here) if a packet still holds the UMEM.
+    pub fn into_closing(self) -> Option<ClosingXsk> {
+        let XskPort {
+            tx,
+            rx,
+            fq,
+            cq,
+            mem,
+            ..
+        } = self;
+        match Rc::try_unwrap(mem) {
+            Ok(mem) => Some(ClosingXsk {
+                _tx: tx,
+                _rx: rx,
+                _fq: fq,
+                _cq: cq,
+                _mem: mem,
+            }),
+            Err(_) => None,
+        }
     }
 
     /// The socket's file descriptor (for `poll(2)`).

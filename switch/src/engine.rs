@@ -68,7 +68,7 @@ use oxvs_pipeline::packet::PacketRef;
 use oxvs_pipeline::tables::Pipeline;
 use oxvs_pipeline::xlate::XlateEnv;
 
-use crate::afxdp::{self, XskPort};
+use crate::afxdp::{self, PreparedXsk, XskPort};
 use crate::vxlan::{self, TxError, VxlanPort};
 
 /// How datapath threads wait for packets.
@@ -243,6 +243,8 @@ struct Handoff {
 enum Cmd {
     AddPort {
         spec: PortSpec,
+        /// The AF_XDP socket, made by the caller (off the datapath thread).
+        prepared: Option<PreparedXsk>,
         ofport: u32,
         stats: Arc<AtomicPortStats>,
         reply: Sender<Result<String, SwitchError>>,
@@ -277,6 +279,8 @@ struct Shared {
     packet_in_max: usize,
     spares: Mutex<Vec<Vec<u8>>>,
     counters: Counters,
+    /// UMEM frames per AF_XDP port.
+    umem_frames: u32,
 }
 
 /// The part of a datapath thread others can reach.
@@ -339,6 +343,7 @@ impl Switch {
             packet_in_max: config.packet_in_queue,
             spares: Mutex::new(Vec::new()),
             counters: Counters::default(),
+            umem_frames: config.umem_frames,
         });
         let mut threads = Vec::new();
         let mut wake_rx = Vec::new();
@@ -428,13 +433,47 @@ impl Switch {
 
     /// Adds a port at run time without disturbing the others.
     pub fn add_port(&self, spec: PortSpec) -> Result<PortInfo, SwitchError> {
-        let mut ports = lock(&self.ports);
+        if self.shared.stop.load(Ordering::Relaxed) {
+            return Err(SwitchError::ShutDown);
+        }
         if spec.name.is_empty() {
             return Err(SwitchError::PortOpen {
                 name: spec.name,
                 reason: "empty name".into(),
             });
         }
+        // The slow part (UMEM, XDP program, socket) on the caller's thread,
+        // before taking the port table: datapath threads keep forwarding
+        // and other callers keep adding ports meanwhile.
+        let prepared = match &spec.kind {
+            PortKind::Afxdp { ifname, xdp_mode } => {
+                let ifname = ifname.as_deref().unwrap_or(&spec.name);
+                let ports = lock(&self.ports);
+                if ports.values().any(|p| p.name == spec.name) {
+                    return Err(SwitchError::NameInUse(spec.name));
+                }
+                let taken = ports
+                    .values()
+                    .any(|p| p.mode != "udp-socket" && p.name == ifname);
+                drop(ports);
+                if taken {
+                    return Err(SwitchError::PortOpen {
+                        name: spec.name.clone(),
+                        reason: format!("interface '{ifname}' is already a port"),
+                    });
+                }
+                Some(
+                    XskPort::prepare(ifname, *xdp_mode, self.shared.umem_frames).map_err(|e| {
+                        SwitchError::PortOpen {
+                            name: spec.name.clone(),
+                            reason: e.to_string(),
+                        }
+                    })?,
+                )
+            }
+            PortKind::Vxlan { .. } => None,
+        };
+        let mut ports = lock(&self.ports);
         if ports.values().any(|p| p.name == spec.name) {
             return Err(SwitchError::NameInUse(spec.name));
         }
@@ -484,6 +523,7 @@ impl Switch {
             thread,
             Cmd::AddPort {
                 spec,
+                prepared,
                 ofport,
                 stats: Arc::clone(&stats),
                 reply: reply_tx,
@@ -824,11 +864,12 @@ impl Worker {
             match cmd {
                 Cmd::AddPort {
                     spec,
+                    prepared,
                     ofport,
                     stats,
                     reply,
                 } => {
-                    let r = self.open_port(spec, ofport, stats);
+                    let r = self.open_port(spec, prepared, ofport, stats);
                     let opened = r.is_ok();
                     if reply.send(r).is_err() && opened {
                         // The control side gave up waiting (it reported a
@@ -836,10 +877,7 @@ impl Worker {
                         self.close_port(ofport);
                     }
                 }
-                Cmd::DelPort { ofport, reply } => {
-                    self.close_port(ofport);
-                    let _ = reply.send(());
-                }
+                Cmd::DelPort { ofport, reply } => self.close_port_then(ofport, Some(reply)),
                 Cmd::Topology(t) => self.set_topology(&t),
                 Cmd::Inject { in_port, frame } => self.inject(in_port, &frame),
             }
@@ -849,6 +887,7 @@ impl Worker {
     fn open_port(
         &mut self,
         spec: PortSpec,
+        prepared: Option<PreparedXsk>,
         ofport: u32,
         stats: Arc<AtomicPortStats>,
     ) -> Result<String, SwitchError> {
@@ -859,8 +898,11 @@ impl Worker {
         let io = match &spec.kind {
             PortKind::Afxdp { ifname, xdp_mode } => {
                 let ifname = ifname.as_deref().unwrap_or(&spec.name);
-                let x = XskPort::open(ifname, *xdp_mode, self.config.umem_frames, self.batch)
-                    .map_err(|e| err(e.to_string()))?;
+                let x = match prepared {
+                    Some(p) => XskPort::from_prepared(p, self.batch),
+                    None => XskPort::open(ifname, *xdp_mode, self.config.umem_frames, self.batch)
+                        .map_err(|e| err(e.to_string()))?,
+                };
                 if let Some(n) = crate::netdev::rx_queue_count(ifname).filter(|n| *n > 1) {
                     tracing::warn!(
                         port = %spec.name,
@@ -901,15 +943,47 @@ impl Worker {
     }
 
     fn close_port(&mut self, ofport: u32) {
+        self.close_port_then(ofport, None);
+    }
+
+    /// Removes the port; `done` is told once its socket is closed (XDP
+    /// program detached, UMEM unmapped), so the interface can be bound again.
+    fn close_port_then(&mut self, ofport: u32, done: Option<Sender<()>>) {
         let Some(i) = self.ports.iter().position(|p| p.ofport == ofport) else {
+            if let Some(d) = done {
+                let _ = d.send(());
+            }
             return;
         };
         let mut p = self.ports.remove(i);
         self.publish_port(&mut p, true);
         // Dropping the port deletes its socket (libxdp detaches the XDP
-        // program) and unmaps its UMEM.
+        // program) and unmaps its UMEM: tens of milliseconds, done on a
+        // short-lived thread so this one keeps forwarding.
         tracing::debug!(port = %p.name, ofport, "port closed");
+        let mut done = done;
+        if let PortIo::Xsk(x) = std::mem::replace(&mut p.io, PortIo::Busy) {
+            if let Some(closing) = x.into_closing() {
+                let name = p.name.clone();
+                let d = done.take();
+                if let Err(e) = std::thread::Builder::new()
+                    .name("oxvs-port-close".into())
+                    .spawn(move || {
+                        drop(closing);
+                        if let Some(d) = d {
+                            let _ = d.send(());
+                        }
+                    })
+                {
+                    // The closure (and the socket) was dropped here.
+                    tracing::warn!(port = %name, "cannot close the socket off the datapath thread: {e}");
+                }
+            }
+        }
         drop(p);
+        if let Some(d) = done {
+            let _ = d.send(());
+        }
         self.routes.remove(&ofport);
         self.ports_changed();
     }
