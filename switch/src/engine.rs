@@ -244,7 +244,7 @@ enum Cmd {
     AddPort {
         spec: PortSpec,
         /// The AF_XDP socket, made by the caller (off the datapath thread).
-        prepared: Option<PreparedXsk>,
+        prepared: Option<Box<PreparedXsk>>,
         ofport: u32,
         stats: Arc<AtomicPortStats>,
         reply: Sender<Result<String, SwitchError>>,
@@ -462,14 +462,14 @@ impl Switch {
                         reason: format!("interface '{ifname}' is already a port"),
                     });
                 }
-                Some(
+                Some(Box::new(
                     XskPort::prepare(ifname, *xdp_mode, self.shared.umem_frames).map_err(|e| {
                         SwitchError::PortOpen {
                             name: spec.name.clone(),
                             reason: e.to_string(),
                         }
                     })?,
-                )
+                ))
             }
             PortKind::Vxlan { .. } => None,
         };
@@ -887,7 +887,7 @@ impl Worker {
     fn open_port(
         &mut self,
         spec: PortSpec,
-        prepared: Option<PreparedXsk>,
+        prepared: Option<Box<PreparedXsk>>,
         ofport: u32,
         stats: Arc<AtomicPortStats>,
     ) -> Result<String, SwitchError> {
@@ -899,7 +899,7 @@ impl Worker {
             PortKind::Afxdp { ifname, xdp_mode } => {
                 let ifname = ifname.as_deref().unwrap_or(&spec.name);
                 let x = match prepared {
-                    Some(p) => XskPort::from_prepared(p, self.batch),
+                    Some(p) => XskPort::from_prepared(*p, self.batch),
                     None => XskPort::open(ifname, *xdp_mode, self.config.umem_frames, self.batch)
                         .map_err(|e| err(e.to_string()))?,
                 };
