@@ -106,6 +106,76 @@ while True:
     time.sleep(0.05)
 "#;
 
+/// Connects to ADDR:PORT every 100 ms (0.5 s timeout each, a new
+/// connection each time) until file STOP exists (or 120 s passed); prints
+/// "ok N fail M" (counts of attempts that got "ok\n" and that did not).
+const MONITOR: &str = r#"
+import os, socket, sys, time
+ip, port, stop = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+ok = fail = 0; t0 = time.time()
+print("started", flush=True)
+while not os.path.exists(stop) and time.time() - t0 < 120:
+    try:
+        c = socket.create_connection((ip, port), timeout=0.5); c.settimeout(0.5)
+        if c.recv(3) == b"ok\n": ok += 1
+        else: fail += 1
+        c.close()
+    except OSError:
+        fail += 1
+    time.sleep(0.1)
+print("ok %d fail %d" % (ok, fail), flush=True)
+"#;
+
+/// A [`MONITOR`] running in a pod.
+struct Monitor {
+    proc: Bg,
+    stop: PathBuf,
+}
+
+impl Monitor {
+    fn start(from: &KPod, ip: &str) -> Monitor {
+        let stop = std::env::temp_dir().join(unique("monitor-stop"));
+        let stop_s = stop.to_string_lossy().into_owned();
+        let mut proc = from
+            .ns
+            .spawn(&["python3", "-c", MONITOR, ip, "80", &stop_s]);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !proc.stdout_text().contains("started") {
+            assert!(
+                Instant::now() < deadline && proc.running(),
+                "monitor did not start: {}",
+                proc.stderr_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Monitor { proc, stop }
+    }
+
+    /// Stops it: (successful, failed) attempts.
+    fn finish(mut self) -> (u64, u64) {
+        std::fs::write(&self.stop, b"").expect("stop file");
+        let (_, out, err) = self.proc.wait(Duration::from_secs(5));
+        let _ = std::fs::remove_file(&self.stop);
+        let n: Vec<u64> = out
+            .lines()
+            .last()
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        match n[..] {
+            [ok, fail] => (ok, fail),
+            _ => panic!("monitor output: {out}{err}"),
+        }
+    }
+}
+
+impl Drop for Monitor {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.stop);
+    }
+}
+
 /// The node: switchd (gateway `oxgw0`) and the agent reading the API.
 struct KubeNode {
     agent: Option<Bg>,
@@ -119,9 +189,13 @@ struct KubeNode {
 impl KubeNode {
     fn start(kubeconfig: &Path, api_port: u16) -> KubeNode {
         let ns = Netns::new("n1");
-        // The InternalIP: the agent's VXLAN port binds to it.
-        ns.must(&["ip", "link", "add", "ul0", "type", "dummy"]);
+        // The InternalIP: the agent's VXLAN port binds to it (a veth
+        // pair inside the node: no dummy module on every kernel).
+        ns.must(&[
+            "ip", "link", "add", "ul0", "type", "veth", "peer", "name", "ul0p",
+        ]);
         ns.must(&["ip", "addr", "add", &format!("{NODE_IP}/24"), "dev", "ul0"]);
+        ns.must(&["ip", "link", "set", "ul0p", "up"]);
         ns.must(&["ip", "link", "set", "ul0", "up"]);
         let dir = std::env::temp_dir().join(unique("kagent"));
         std::fs::create_dir_all(&dir).expect("temp dir");
@@ -188,7 +262,9 @@ impl KubeNode {
     }
 
     fn cni(&self, verb: &str, cid: &str, netns: &str, ifname: &str, args: &str) -> CniOut {
-        let config = json!({"cniVersion": "1.0.0", "name": "oxvs-kube", "type": "oxvs",
+        // STATUS exists since CNI 1.1.0.
+        let version = if verb == "STATUS" { "1.1.0" } else { "1.0.0" };
+        let config = json!({"cniVersion": version, "name": "oxvs-kube", "type": "oxvs",
                             "agentSocket": self.cni_socket()});
         run_plugin(
             &self.ns.name,
@@ -223,8 +299,7 @@ impl KubeNode {
 
     /// `dump-flows --names --table TABLE` (with cookies and counters).
     fn table(&self, table: &str) -> String {
-        self.sw
-            .ctl_ok(&["dump-flows", "--names", "--table", table])
+        self.sw.ctl_ok(&["dump-flows", "--names", "--table", table])
     }
 
     /// The policy flows (the three ingress and three egress tables).
@@ -341,7 +416,10 @@ impl KubeNode {
 impl Drop for KubeNode {
     fn drop(&mut self) {
         if std::thread::panicking() || std::env::var_os("OXVS_TEST_LOGS").is_some() {
-            eprintln!("--- oxvs-agent log (tail) ---\n{}", tail(&self.agent_log(), 80));
+            eprintln!(
+                "--- oxvs-agent log (tail) ---\n{}",
+                tail(&self.agent_log(), 80)
+            );
         }
         if let Some(mut a) = self.agent.take() {
             a.terminate(Duration::from_secs(5));
@@ -463,11 +541,10 @@ impl K8s {
 
     fn patch_namespace(&self, name: &str, patch: Value) {
         self.rt
-            .block_on(self.namespaces().patch(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(patch),
-            ))
+            .block_on(
+                self.namespaces()
+                    .patch(name, &PatchParams::default(), &Patch::Merge(patch)),
+            )
             .unwrap_or_else(|e| panic!("patch namespace {name}: {e}"));
     }
 
@@ -561,11 +638,7 @@ impl K8s {
     /// Waits until the apiserver answers again.
     fn wait_api(&self, secs: u64) {
         let deadline = Instant::now() + Duration::from_secs(secs);
-        while self
-            .rt
-            .block_on(self.namespaces().get("default"))
-            .is_err()
-        {
+        while self.rt.block_on(self.namespaces().get("default")).is_err() {
             assert!(Instant::now() < deadline, "apiserver did not come back");
             std::thread::sleep(Duration::from_millis(200));
         }
@@ -587,7 +660,10 @@ fn agent_follows_the_kubernetes_api() {
     }
     let t_start = Instant::now();
     let mut cluster = Cluster::up(tools);
-    eprintln!("apiserver up after {:.1} s", t_start.elapsed().as_secs_f64());
+    eprintln!(
+        "apiserver up after {:.1} s",
+        t_start.elapsed().as_secs_f64()
+    );
     let k = K8s::new(cluster.kubeconfig());
     let tag = std::process::id();
     let (x, y) = (format!("oxk-x-{tag}"), format!("oxk-y-{tag}"));
@@ -598,7 +674,10 @@ fn agent_follows_the_kubernetes_api() {
     // The node: its pod CIDR comes from the Node object (no --pod-cidr).
     let mut node = KubeNode::start(&cluster.kubeconfig(), cluster.api_port);
     let gw = node.ns.must(&["ip", "-4", "-o", "addr", "show", GW]);
-    assert!(gw.contains(GATEWAY_CIDR), "gateway address from the Node's podCIDR: {gw}");
+    assert!(
+        gw.contains(GATEWAY_CIDR),
+        "gateway address from the Node's podCIDR: {gw}"
+    );
     eprintln!("agent ready after {:.1} s", t_start.elapsed().as_secs_f64());
 
     // Pods: API object, CNI ADD, status (as kubelet + runtime would).
@@ -611,7 +690,11 @@ fn agent_follows_the_kubernetes_api() {
     ] {
         k.create_pod(ns, name, labels, ports);
         let p = node.attach(ns, name);
-        assert!(p.ip.starts_with("10.233.1.") && p.ip != "10.233.1.1", "{}", p.ip);
+        assert!(
+            p.ip.starts_with("10.233.1.") && p.ip != "10.233.1.1",
+            "{}",
+            p.ip
+        );
         k.pod_running(ns, name, &p.ip);
         pods.push(p);
     }
@@ -620,39 +703,60 @@ fn agent_follows_the_kubernetes_api() {
         (Some(a), Some(b), Some(c)) => (a, b, c),
         _ => unreachable!("three pods made"),
     };
-    let mut server = srv.ns.spawn(&["python3", "-c", SERVER, "80"]);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !server.stdout_text().contains("listening") {
-        assert!(
-            Instant::now() < deadline && server.running(),
-            "server did not start: {}",
-            server.stderr_text()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    // TCP servers on port 80 in srv and cli2.
+    let _servers: Vec<Bg> = [&srv, &cli2]
+        .iter()
+        .map(|p| {
+            let mut b = p.ns.spawn(&["python3", "-c", SERVER, "80"]);
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while !b.stdout_text().contains("listening") {
+                assert!(
+                    Instant::now() < deadline && b.running(),
+                    "server in {} did not start: {}",
+                    p.name,
+                    b.stderr_text()
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            b
+        })
+        .collect();
 
     // (1) No policy: everyone reaches srv.
     eprintln!("(1) no policy");
     assert!(ping_until_up(&cli.ns, &srv.ip, 5).ok, "cli -> srv ping");
-    assert_eq!(ping(&cli2.ns, &srv.ip, 2, "0.2", &[]).received, 2, "cli2 -> srv ping");
+    assert_eq!(
+        ping(&cli2.ns, &srv.ip, 2, "0.2", &[]).received,
+        2,
+        "cli2 -> srv ping"
+    );
     node.wait_tcp(&cli, &srv, true, 5.0, "no policy");
     node.wait_tcp(&cli2, &srv, true, 5.0, "no policy");
+    node.wait_tcp(&cli, &cli2, true, 5.0, "no policy");
     let f = node.flows();
-    assert!(policy_lines(&f).is_empty(), "policy flows without policies:\n{f}");
+    assert!(
+        policy_lines(&f).is_empty(),
+        "policy flows without policies:\n{f}"
+    );
 
     // (2) Deny all ingress in X.
     eprintln!("(2) deny-all ingress in {x}");
-    k.create_policy(&x, "deny-all", json!({"podSelector": {}, "policyTypes": ["Ingress"]}));
+    k.create_policy(
+        &x,
+        "deny-all",
+        json!({"podSelector": {}, "policyTypes": ["Ingress"]}),
+    );
     node.wait_tcp(&cli2, &srv, false, PROMPT, "deny-all");
     node.check_tcp(&cli, &srv, false, "deny-all");
     node.check_tcp(&cli2, &srv, false, "deny-all");
-    assert_eq!(ping(&cli.ns, &srv.ip, 1, "0.2", &[]).received, 0, "ping under deny-all");
-    let out = node.sw.ctl_ok(&[
-        "dump-flows",
-        "--names",
-        "--table",
-        "IngressDefaultRule",
-    ]);
+    assert_eq!(
+        ping(&cli.ns, &srv.ip, 1, "0.2", &[]).received,
+        0,
+        "ping under deny-all"
+    );
+    let out = node
+        .sw
+        .ctl_ok(&["dump-flows", "--names", "--table", "IngressDefaultRule"]);
     assert!(
         out.lines().any(|l| l.contains("cookie=0x5")
             && feature(l) == Some(5)
@@ -673,13 +777,17 @@ fn agent_follows_the_kubernetes_api() {
     );
     std::thread::sleep(Duration::from_millis(300));
     node.check_tcp(&cli, &srv, false, "allow-role before the relabel");
-    k.patch_pod(&x, "cli", json!({"metadata": {"labels": {"role": "client"}}}));
+    k.patch_pod(
+        &x,
+        "cli",
+        json!({"metadata": {"labels": {"role": "client"}}}),
+    );
     node.wait_tcp(&cli, &srv, true, PROMPT, "cli relabelled role=client");
     node.check_tcp(&cli2, &srv, false, "cli2 is not role=client");
     assert_eq!(
         ping(&cli.ns, &srv.ip, 1, "0.2", &[]).received,
         0,
-        "ping passes though only TCP 'http' is allowed"
+        "ICMP must stay blocked (only TCP 'http' is allowed)"
     );
     let rules = node.table("IngressRule");
     assert!(
@@ -696,16 +804,26 @@ fn agent_follows_the_kubernetes_api() {
                "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"team": "blue"}}}]}]}),
     );
     std::thread::sleep(Duration::from_millis(300));
-    node.check_tcp(&cli2, &srv, false, "allow-ns before the namespace is labelled");
+    node.check_tcp(
+        &cli2,
+        &srv,
+        false,
+        "allow-ns before the namespace is labelled",
+    );
     k.patch_namespace(&y, json!({"metadata": {"labels": {"team": "blue"}}}));
     node.wait_tcp(&cli2, &srv, true, PROMPT, "namespace labelled team=blue");
     k.patch_namespace(&y, json!({"metadata": {"labels": {"team": null}}}));
     node.wait_tcp(&cli2, &srv, false, PROMPT, "namespace label removed");
+    node.check_tcp(&cli2, &srv, false, "namespace label removed");
     node.check_tcp(&cli, &srv, true, "cli still allowed");
 
     // (6) The apiserver goes away: the agent keeps the last known state.
     eprintln!("(6) apiserver killed");
     let before = node.flows();
+    // Traffic all along the outage and the agent's re-list afterwards:
+    // allowed cli -> srv must never fail, denied cli2 -> srv never pass.
+    let allowed = Monitor::start(&cli, &srv.ip);
+    let denied = Monitor::start(&cli2, &srv.ip);
     let log_mark = node.agent_log().len();
     let argv = cluster.kill_apiserver();
     let t_kill = Instant::now();
@@ -735,8 +853,41 @@ fn agent_follows_the_kubernetes_api() {
         "  apiserver back after {:.1} s",
         t_kill.elapsed().as_secs_f64()
     );
-    assert_eq!(node.flows(), before, "flows changed when the apiserver came back");
+    assert_eq!(
+        node.flows(),
+        before,
+        "flows changed when the apiserver came back"
+    );
+    // A new policy (isolating Y) takes effect once the agent's watches
+    // are back; the monitors run until then, so they cover the re-list.
     let t_back = Instant::now();
+    k.create_policy(
+        &y,
+        "deny-y",
+        json!({"podSelector": {}, "policyTypes": ["Ingress"]}),
+    );
+    node.wait_tcp(&cli, &cli2, false, 40.0, "policy created after the restart");
+    node.check_tcp(&cli, &cli2, false, "policy created after the restart");
+    eprintln!(
+        "  new policy effective {:.1} s after the apiserver answered again",
+        t_back.elapsed().as_secs_f64()
+    );
+    let (ok, fail) = denied.finish();
+    assert_eq!(
+        ok,
+        0,
+        "denied cli2 -> srv passed {ok} times (of {}) during the outage and re-list",
+        ok + fail
+    );
+    let (ok, fail) = allowed.finish();
+    assert_eq!(
+        fail,
+        0,
+        "allowed cli -> srv failed {fail} times (of {}) during the outage and re-list",
+        ok + fail
+    );
+    eprintln!("  cli -> srv: {ok} connections through the outage and re-list, none failed");
+    // And the watches follow changes promptly again.
     k.create_policy(
         &x,
         "allow-cli2",
@@ -744,11 +895,7 @@ fn agent_follows_the_kubernetes_api() {
                "ingress": [{"from": [{"namespaceSelector": {},
                                       "podSelector": {"matchLabels": {"app": "cli2"}}}]}]}),
     );
-    node.wait_tcp(&cli2, &srv, true, 40.0, "policy created after the restart");
-    eprintln!(
-        "  new policy effective {:.1} s after the apiserver answered again",
-        t_back.elapsed().as_secs_f64()
-    );
+    node.wait_tcp(&cli2, &srv, true, PROMPT, "allow-cli2 after the restart");
     node.check_tcp(&cli, &srv, true, "cli after the restart");
 
     // (5) Delete pod cli: the flows matching it as a peer go.
@@ -765,21 +912,44 @@ fn agent_follows_the_kubernetes_api() {
         !policy_lines(f).iter().any(|l| mentions(l, &src))
     });
     node.wait_tcp(&cli, &srv, false, PROMPT, "pod object deleted");
+    node.check_tcp(&cli, &srv, false, "pod object deleted");
     node.check_tcp(&cli2, &srv, true, "cli2 unaffected");
     node.detach(&cli);
     let f = node.flows();
-    assert!(!mentions(&f, &cli.ip), "flows still name cli {}:\n{f}", cli.ip);
+    assert!(
+        !mentions(&f, &cli.ip),
+        "flows still name cli {}:\n{f}",
+        cli.ip
+    );
 
     // (4) Delete the policies: open again, and no policy flow left.
     eprintln!("(4) delete the policies");
+    node.check_tcp(&srv, &cli2, false, "before the policies go");
+    assert_eq!(
+        ping(&srv.ns, &cli2.ip, 1, "0.2", &[]).received,
+        0,
+        "ping srv -> cli2 under deny-y"
+    );
     for p in ["deny-all", "allow-role", "allow-ns", "allow-cli2"] {
         k.delete_policy(&x, p);
     }
+    k.delete_policy(&y, "deny-y");
     node.wait_flows(PROMPT, "policy flows gone", |f| policy_lines(f).is_empty());
-    let other = &cli2;
-    node.wait_tcp(other, &srv, true, PROMPT, "policies deleted");
-    assert_eq!(ping(&other.ns, &srv.ip, 2, "0.2", &[]).received, 2, "ping after the policies went");
+    node.wait_tcp(&srv, &cli2, true, PROMPT, "policies deleted");
+    node.check_tcp(&cli2, &srv, true, "policies deleted");
+    assert_eq!(
+        ping(&srv.ns, &cli2.ip, 2, "0.2", &[]).received,
+        2,
+        "ping srv -> cli2 after the policies went"
+    );
+    assert_eq!(
+        ping(&cli2.ns, &srv.ip, 2, "0.2", &[]).received,
+        2,
+        "ping cli2 -> srv after the policies went"
+    );
     assert!(node.agent_running(), "agent exited");
-    drop(server);
-    eprintln!("done in {:.1} s (before teardown)", t_start.elapsed().as_secs_f64());
+    eprintln!(
+        "done in {:.1} s (before teardown)",
+        t_start.elapsed().as_secs_f64()
+    );
 }

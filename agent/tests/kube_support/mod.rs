@@ -281,8 +281,7 @@ impl ApiProxy {
                 setns(&target, CloneFlags::CLONE_NEWNET)
                     .map_err(|e| format!("setns into the node: {e}"))?;
                 let l = TcpListener::bind(("127.0.0.1", port));
-                setns(&home, CloneFlags::CLONE_NEWNET)
-                    .map_err(|e| format!("setns back: {e}"))?;
+                setns(&home, CloneFlags::CLONE_NEWNET).map_err(|e| format!("setns back: {e}"))?;
                 let l = l.map_err(|e| format!("bind 127.0.0.1:{port} in the node: {e}"))?;
                 l.set_nonblocking(true)
                     .map_err(|e| format!("nonblocking: {e}"))?;
