@@ -12,26 +12,32 @@
 //! from the client pods.
 //!
 //! Cluster: namespace X (pods `srv` app=srv serving port 80 "http", and
-//! `cli` app=cli) and namespace Y (pod `cli2` app=cli2). Checks, in order
-//! (each a real traffic or flow assertion that fails if the agent does not
-//! follow the API):
-//! 1. No policy: cli and cli2 reach srv (TCP, ping); no policy flows.
-//! 2. Deny-all ingress in X: within 2 s srv is unreachable, and table
-//!    IngressDefaultRule holds a drop for srv with an isolation cookie
-//!    (`0x5...`).
+//! `cli` app=cli) and namespace Y (pod `cli2` app=cli2, also serving port
+//! 80). Checks, in order (each a real traffic or flow assertion preceded by
+//! the opposite state, so it fails if the agent does not follow the API):
+//! 1. No policy: cli and cli2 reach srv, cli reaches cli2 (TCP, ping); no
+//!    policy flows at all.
+//! 2. Deny-all ingress in X: within 2 s srv is unreachable (TCP, ping), and
+//!    table IngressDefaultRule holds a drop for srv's address with an
+//!    isolation cookie (`0x5...`).
 //! 3. Allow ingress to srv from pods `role=client` on port "http": cli
-//!    stays blocked until its labels are patched (then TCP passes, ping
-//!    still not, and IngressRule matches cli's address); allow from
-//!    namespaces `team=blue`: cli2 passes once Y is labelled, and is
-//!    blocked again when the label goes.
-//! 6. The apiserver is killed: meanwhile the agent keeps its flows (same
-//!    dump) and traffic behaves as before; after a restart with the same
-//!    command line, a new policy (allow cli2) takes effect.
-//! 5. Pod `cli` deleted through the API: the flows that matched it as a
-//!    peer go, and cli is blocked; CNI DEL then removes every flow naming
-//!    its address.
-//! 4. All policies deleted: cli2 reaches srv again (TCP, ping) and no
-//!    policy flow (cookie feature 4 or 5) is left.
+//!    stays blocked until its labels are patched (then TCP passes within
+//!    2 s, ICMP still not, and an IngressRule flow matches cli's address);
+//!    allow from namespaces `team=blue`: cli2 passes once Y is labelled,
+//!    and is blocked again when the label is removed.
+//! 6. The apiserver is killed (SIGKILL): the agent notices (its watches
+//!    retry), keeps its flows (identical dump) and traffic as it was;
+//!    monitors in cli and cli2 connect to srv every 100 ms from before the
+//!    kill until after the re-list: no allowed connection fails, no denied
+//!    one passes. The apiserver is restarted with the same command line; a
+//!    policy created then (deny-all ingress in Y) takes effect (cli can no
+//!    longer reach cli2), and later changes are prompt again (allow cli2
+//!    into srv within 2 s).
+//! 5. Pod `cli` deleted through the API: within 2 s the policy flows that
+//!    matched it as a peer (`nw_src=CLI`) are gone and cli is blocked; CNI
+//!    DEL then leaves no flow naming its address.
+//! 4. All policies deleted: within 2 s no policy flow (cookie feature 4 or
+//!    5) is left, srv reaches cli2 and cli2 reaches srv again (TCP, ping).
 //!
 //! The agent runs in the node namespace, the apiserver on the host's
 //! loopback: [`kube_support::ApiProxy`] forwards the apiserver's port into
