@@ -241,6 +241,40 @@ impl State {
     }
 }
 
+/// The watchers' retry delays: 200 ms doubling up to 3 s (kube's default
+/// grows to 30 s, so a node would take up to half a minute to see changes
+/// made after an API server outage); reset once a watch works again.
+#[derive(Clone, Copy, Debug)]
+struct CappedBackoff {
+    next: std::time::Duration,
+}
+
+impl CappedBackoff {
+    const FIRST: std::time::Duration = std::time::Duration::from_millis(200);
+    const MAX: std::time::Duration = std::time::Duration::from_secs(3);
+}
+
+impl Default for CappedBackoff {
+    fn default() -> Self {
+        CappedBackoff { next: Self::FIRST }
+    }
+}
+
+impl Iterator for CappedBackoff {
+    type Item = std::time::Duration;
+    fn next(&mut self) -> Option<std::time::Duration> {
+        let d = self.next;
+        self.next = (d * 2).min(Self::MAX);
+        Some(d)
+    }
+}
+
+impl kube::runtime::utils::Backoff for CappedBackoff {
+    fn reset(&mut self) {
+        self.next = Self::FIRST;
+    }
+}
+
 fn stream<K>(
     client: &Client,
     wrap: fn(Event<K>) -> Ev,
@@ -255,7 +289,7 @@ where
         + 'static,
 {
     watcher(Api::<K>::all(client.clone()), watcher::Config::default())
-        .default_backoff()
+        .backoff(CappedBackoff::default())
         .map_ok(wrap)
         .map_err(|e| (K::KIND, e))
         .boxed()
@@ -368,5 +402,24 @@ mod tests {
         assert!(!st.synced());
         st.apply(Ev::Policy(Event::InitDone));
         assert!(st.synced());
+    }
+}
+
+#[cfg(test)]
+mod backoff_tests {
+    use super::CappedBackoff;
+    use kube::runtime::utils::Backoff as _;
+    use std::time::Duration;
+
+    #[test]
+    fn doubles_to_a_cap_and_resets() {
+        let mut b = CappedBackoff::default();
+        let v: Vec<Duration> = (&mut b).take(6).collect();
+        assert_eq!(
+            v,
+            [200, 400, 800, 1600, 3000, 3000].map(Duration::from_millis)
+        );
+        b.reset();
+        assert_eq!(b.next(), Some(Duration::from_millis(200)));
     }
 }
