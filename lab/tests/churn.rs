@@ -499,25 +499,58 @@ fn oxvsctl() -> std::path::PathBuf {
     lab_bin().parent().expect("bin dir").join("oxvsctl")
 }
 
-/// `node`'s flows, without statistics, sorted.
-fn flows(lab: &Lab, node: &str) -> Vec<String> {
-    let sock = lab.root().join(node).join("switchd.sock");
+/// The flows of the switch at `sock`, without statistics, sorted.
+fn flows_at(sock: &std::path::Path) -> Result<Vec<String>, String> {
     let out = std::process::Command::new(oxvsctl())
         .args(["dump-flows", "--no-stats", "--socket"])
-        .arg(&sock)
+        .arg(sock)
         .output()
-        .expect("run oxvsctl");
-    assert!(
-        out.status.success(),
-        "dump-flows on {node}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .map_err(|e| format!("cannot run oxvsctl: {e}"))?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
     let mut v: Vec<String> = String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(str::to_string)
         .collect();
     v.sort();
-    v
+    Ok(v)
+}
+
+/// `node`'s flows, without statistics, sorted.
+fn flows(lab: &Lab, node: &str) -> Vec<String> {
+    flows_at(&lab.root().join(node).join("switchd.sock"))
+        .unwrap_or_else(|e| panic!("dump-flows on {node}: {e}"))
+}
+
+/// Dumps `node`'s flows back to back until `stop`; every dump that differs
+/// from `want`, as (when, flows missing, flows extra).
+fn watch_flows(
+    lab: &Lab,
+    node: &str,
+    want: Vec<String>,
+    stop: Arc<AtomicBool>,
+) -> JoinHandle<(usize, Vec<(Instant, Vec<String>, Vec<String>)>)> {
+    let sock = lab.root().join(node).join("switchd.sock");
+    std::thread::spawn(move || {
+        let mut n = 0;
+        let mut bad = Vec::new();
+        while !stop.load(Ordering::Relaxed) {
+            let t = Instant::now();
+            match flows_at(&sock) {
+                Ok(got) => {
+                    n += 1;
+                    if got != want {
+                        let missing = want.iter().filter(|l| !got.contains(l)).cloned().collect();
+                        let extra = got.iter().filter(|l| !want.contains(l)).cloned().collect();
+                        bad.push((t, missing, extra));
+                    }
+                }
+                Err(e) => bad.push((t, vec![format!("dump-flows failed: {e}")], Vec::new())),
+            }
+        }
+        (n, bad)
+    })
 }
 
 fn agent_pid(lab: &Lab, node: &str) -> u32 {
@@ -557,6 +590,7 @@ fn agent_restart_under_traffic() {
     let traffic = Traffic::start(&p, &denied);
     std::thread::sleep(Duration::from_secs(2));
     let mut restarts = Vec::new();
+    let mut changed_flows = Vec::new();
     for (node, kill) in [("node-2", false), ("node-1", true), ("node-2", true)] {
         let old = agent_pid(&lab, node);
         let old_cmd = cmdline(old);
@@ -565,8 +599,25 @@ fn agent_restart_under_traffic() {
         if kill {
             args.push("--kill");
         }
+        let stop = Arc::new(AtomicBool::new(false));
+        let i = usize::from(node == "node-2");
+        let watcher = watch_flows(&lab, node, before[i].clone(), stop.clone());
         let out = lab.ok(&args);
         let took = t.elapsed();
+        // Keep watching past the new agent's first convergence.
+        std::thread::sleep(Duration::from_secs(1));
+        stop.store(true, Ordering::Relaxed);
+        let (dumps, bad) = watcher.join().expect("flow watcher");
+        if let Some((at, missing, extra)) = bad.first() {
+            changed_flows.push(format!(
+                "{node} ({}): {} of {dumps} dumps during the restart differ from the flows before; first at t={:.3} s: {} missing {missing:#?}, {} extra {extra:#?}",
+                if kill { "SIGKILL" } else { "SIGTERM" },
+                bad.len(),
+                at.duration_since(t0).as_secs_f64(),
+                missing.len(),
+                extra.len()
+            ));
+        }
         let new = agent_pid(&lab, node);
         assert_ne!(old, new, "{out}");
         assert_eq!(
@@ -580,13 +631,22 @@ fn agent_restart_under_traffic() {
             t.duration_since(t0).as_secs_f64(),
             out.trim()
         ));
-        std::thread::sleep(Duration::from_secs(3));
+        std::thread::sleep(Duration::from_secs(2));
     }
     let (allowed_s, denied_s) = traffic.finish();
     for r in &restarts {
         eprintln!("restart: {r}");
     }
-    check_traffic(&allowed_s, &denied_s, RESTART_WINDOW, t0);
+    let traffic_result =
+        std::panic::catch_unwind(|| check_traffic(&allowed_s, &denied_s, RESTART_WINDOW, t0));
+    assert!(
+        changed_flows.is_empty(),
+        "a restarting agent changed the switch's flows:\n{}",
+        changed_flows.join("\n")
+    );
+    if let Err(e) = traffic_result {
+        std::panic::resume_unwind(e);
+    }
 
     for (i, node) in ["node-1", "node-2"].iter().enumerate() {
         let after = flows(&lab, node);

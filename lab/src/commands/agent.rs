@@ -71,6 +71,31 @@ fn cmdline(pid: u32) -> Option<Vec<String>> {
     (!v.is_empty()).then_some(v)
 }
 
+/// Waits until `pid` has fully exited (no `/proc/PID`, or a zombie).
+///
+/// [`procs::alive`] turns false as soon as the dying process's command line
+/// reads empty, which the kernel does (memory released) *before* it closes
+/// the process's files; the new agent would then find the old one's IPAM
+/// `flock` still held and exit. A zombie has closed its files.
+fn wait_exited(pid: u32) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| {
+                s.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().next().map(str::to_string))
+            });
+        match state.as_deref() {
+            None | Some("Z") | Some("X") => return Ok(()),
+            Some(_) if Instant::now() > deadline => {
+                anyhow::bail!("the old agent (pid {pid}) has not exited after 5 s")
+            }
+            Some(_) => std::thread::sleep(Duration::from_millis(5)),
+        }
+    }
+}
+
 fn run_restart(global: &Global, args: &AgentRestartArgs) -> anyhow::Result<u8> {
     let ctx = Ctx::new(global, None)?;
     if !ctx.paths.exists() {
@@ -121,6 +146,9 @@ fn run_restart(global: &Global, args: &AgentRestartArgs) -> anyhow::Result<u8> {
         } else {
             procs::stop(pid, AGENT_NEEDLE, Duration::from_secs(args.grace))?;
         }
+    }
+    if let Some(pid) = old {
+        wait_exited(pid)?;
     }
     let gone_ms = stopped_at.elapsed().as_millis();
     let dir = ctx.paths.node_dir(node.index);
