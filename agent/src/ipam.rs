@@ -358,14 +358,16 @@ impl Ipam {
             source: io::Error::other(e),
         })?;
         content.push(b'\n');
-        self.write_atomic(&ip.to_string(), &content)?;
+        self.write_atomic(&ip.to_string(), &content, true)?;
         self.records.insert(ip, Record::Held(key.clone()));
         self.by_key.insert(key, vec![ip]);
         self.last_reserved = Some(ip);
         // The cursor is a hint: failing to persist it costs at most an
         // earlier reuse of a released address after a restart, never a
         // double allocation, so it does not fail the allocation.
-        if let Err(e) = self.write_atomic(LAST_RESERVED, format!("{ip}\n").as_bytes()) {
+        // Not synced: losing the cursor to a power failure costs at most an
+        // earlier reuse of a released address (and no pod survives that).
+        if let Err(e) = self.write_atomic(LAST_RESERVED, format!("{ip}\n").as_bytes(), false) {
             tracing::warn!(error = %e, "IPAM store: cannot persist the round-robin cursor");
         }
         Ok(ip)
@@ -532,9 +534,8 @@ impl Ipam {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(io_err(&path, e)),
         }
-        self.dir_handle
-            .sync_all()
-            .map_err(|e| io_err(&self.dir, e))?;
+        // Not synced: a release lost to a power failure comes back as an
+        // allocation whose pod is gone, which the next start releases.
         if let Some(Record::Held(key)) = self.records.remove(&ip) {
             if let Some(ips) = self.by_key.get_mut(&key) {
                 ips.retain(|held| *held != ip);
@@ -550,13 +551,16 @@ impl Ipam {
     /// fsync of the directory). On failure, removes what it wrote (best
     /// effort), so a failed write leaves neither the temporary file nor, if
     /// the rename happened, the new file.
-    fn write_atomic(&self, name: &str, content: &[u8]) -> Result<(), IpamError> {
+    fn write_atomic(&self, name: &str, content: &[u8], sync: bool) -> Result<(), IpamError> {
         let tmp = self.dir.join(format!(".{name}.tmp"));
         let path = self.dir.join(name);
         let written = (|| {
             let mut file = File::create(&tmp)?;
             file.write_all(content)?;
-            file.sync_all()
+            if sync {
+                file.sync_all()?;
+            }
+            Ok(())
         })();
         if let Err(e) = written {
             let _ = fs::remove_file(&tmp);
@@ -566,9 +570,11 @@ impl Ipam {
             let _ = fs::remove_file(&tmp);
             return Err(io_err(&path, e));
         }
-        if let Err(e) = self.dir_handle.sync_all() {
-            let _ = fs::remove_file(&path);
-            return Err(io_err(&self.dir, e));
+        if sync {
+            if let Err(e) = self.dir_handle.sync_all() {
+                let _ = fs::remove_file(&path);
+                return Err(io_err(&self.dir, e));
+            }
         }
         Ok(())
     }

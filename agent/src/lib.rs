@@ -10,6 +10,7 @@ pub mod api;
 pub mod flows;
 pub mod hostnet;
 pub mod ipam;
+pub mod metrics;
 pub mod model;
 pub mod podnet;
 pub mod policy;

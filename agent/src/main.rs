@@ -88,6 +88,23 @@ struct Args {
     /// Log filter (`info`, `debug`, `oxvs_agent=debug,warn`...).
     #[arg(long, value_name = "FILTER", default_value = "info")]
     log_level: String,
+    /// Serve Prometheus metrics at http://ADDR/metrics (`none`: do not).
+    #[arg(long, value_name = "ADDR", default_value = oxvs_agent::metrics::DEFAULT_METRICS_ADDR,
+          value_parser = parse_metrics_addr)]
+    metrics_addr: MetricsAddr,
+}
+
+/// `--metrics-addr`: an address, or `none`.
+#[derive(Clone, Debug)]
+struct MetricsAddr(Option<std::net::SocketAddr>);
+
+fn parse_metrics_addr(s: &str) -> Result<MetricsAddr, String> {
+    if s == "none" {
+        return Ok(MetricsAddr(None));
+    }
+    s.parse()
+        .map(|a| MetricsAddr(Some(a)))
+        .map_err(|_| format!("'{s}' is not IP:PORT (e.g. 127.0.0.1:9531) or 'none'"))
 }
 
 fn main() -> ExitCode {
@@ -179,6 +196,21 @@ async fn run(args: Args, pod_mtu: u32) -> anyhow::Result<()> {
     tracing::info!(socket = %sock.display(), "serving CNI");
     let server = tokio::spawn(server::serve(agent.clone(), listener));
     let api = serve_api(&agent, &args.api_socket);
+    // Auxiliary like the API: a bind failure is logged, not fatal.
+    let metrics = match args.metrics_addr.0 {
+        None => None,
+        Some(addr) => match tokio::net::TcpListener::bind(addr).await {
+            Ok(l) => {
+                let bound = l.local_addr().unwrap_or(addr);
+                tracing::info!(addr = %bound, "serving metrics at http://{bound}/metrics");
+                Some(tokio::spawn(oxvs_agent::metrics::serve(agent.clone(), l)))
+            }
+            Err(e) => {
+                tracing::error!("no metrics: cannot listen on {addr}: {e}");
+                None
+            }
+        },
+    };
     // The cluster source, and the controller that follows it.
     let (tx, rx) = tokio::sync::watch::channel(Arc::new(ClusterState::default()));
     let source_task = match (&args.manifests, &args.kubeconfig, args.in_cluster) {
@@ -221,6 +253,9 @@ async fn run(args: Args, pod_mtu: u32) -> anyhow::Result<()> {
     }
     tracing::info!("stopping (pods keep forwarding)");
     server.abort();
+    if let Some(m) = metrics {
+        m.abort();
+    }
     if let Some(api) = api {
         api.abort();
         let _ = std::fs::remove_file(&args.api_socket);

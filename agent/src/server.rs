@@ -1416,6 +1416,7 @@ async fn serve_one(agent: &Agent, stream: UnixStream) -> std::io::Result<()> {
                 let verb = req.command.as_str();
                 let cid = req.container_id.clone();
                 let r = agent.handle(req).await;
+                crate::metrics::record_cni(verb, r.is_ok(), started.elapsed().as_secs_f64());
                 let ms = started.elapsed().as_secs_f64() * 1e3;
                 match r {
                     Ok(result) => {

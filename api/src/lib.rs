@@ -19,6 +19,7 @@
 pub mod agent;
 pub mod client;
 pub mod cni;
+pub mod metrics;
 pub mod protocol;
 
 pub use client::{Client, ClientError};

@@ -1123,3 +1123,4 @@ mod tests {
         );
     }
 }
+pub mod xbench;

@@ -11,7 +11,6 @@ mod common;
 
 use std::path::Path;
 
-
 use common::Lab;
 use oxvs_lab::probe::sctp_supported;
 use oxvs_lab::procs;

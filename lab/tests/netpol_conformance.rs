@@ -25,12 +25,21 @@ use serde_json::Value;
 type Matrix = BTreeMap<(String, String), bool>;
 
 fn workspace() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace")
 }
 
 fn probe(lab: &Lab, proto: &str, port: u16) -> Matrix {
     let out = lab.ok(&[
-        "probe", "--protocol", proto, "--port", &port.to_string(), "--timeout-ms", "600", "--json",
+        "probe",
+        "--protocol",
+        proto,
+        "--port",
+        &port.to_string(),
+        "--timeout-ms",
+        "600",
+        "--json",
     ]);
     let v: Value = serde_json::from_str(&out).expect("probe --json");
     v.as_array()
@@ -66,7 +75,12 @@ fn expected(lab: &Lab, keys: &Matrix, proto: Protocol, port: u16) -> Matrix {
 }
 
 fn table(m: &Matrix) -> String {
-    let pods: Vec<&String> = m.keys().map(|(f, _)| f).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+    let pods: Vec<&String> = m
+        .keys()
+        .map(|(f, _)| f)
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
     let mut s = format!("{:6}", "-");
     for p in &pods {
         s.push_str(&format!("{p:6}"));
@@ -308,7 +322,11 @@ fn networkpolicy_conformance_on_two_nodes() {
     let pods = workspace().join("examples/lab/pods.yaml");
     lab.ok(&["apply", "-f", &pods.display().to_string()]);
     let open = converge(&lab, "no policy", "tcp", 80);
-    assert!(open.values().all(|v| *v), "no policy: all reachable\n{}", table(&open));
+    assert!(
+        open.values().all(|v| *v),
+        "no policy: all reachable\n{}",
+        table(&open)
+    );
 
     for (i, c) in CASES.iter().enumerate() {
         let f = lab.file(&format!("case{i}.yaml"), c.yaml);
@@ -321,8 +339,15 @@ fn networkpolicy_conformance_on_two_nodes() {
         // Hand-checked tables, independent of the interpreter.
         if i == 0 {
             let m = first.as_ref().expect("probed");
-            assert!(column_blocked(m, "x"), "deny-all: nobody reaches x\n{}", table(m));
-            assert!(m.iter().filter(|((_, t), _)| !t.starts_with("x/")).all(|(_, v)| *v));
+            assert!(
+                column_blocked(m, "x"),
+                "deny-all: nobody reaches x\n{}",
+                table(m)
+            );
+            assert!(m
+                .iter()
+                .filter(|((_, t), _)| !t.starts_with("x/"))
+                .all(|(_, v)| *v));
         }
         if i == 2 {
             let m = first.as_ref().expect("probed");
@@ -333,7 +358,12 @@ fn networkpolicy_conformance_on_two_nodes() {
         }
         lab.ok(&["delete", "-f", &f]);
         let m = converge(&lab, &format!("{} (deleted)", c.name), "tcp", 80);
-        assert!(m.values().all(|v| *v), "after deleting {}: all reachable again\n{}", c.name, table(&m));
+        assert!(
+            m.values().all(|v| *v),
+            "after deleting {}: all reachable again\n{}",
+            c.name,
+            table(&m)
+        );
     }
 }
 
@@ -358,7 +388,10 @@ spec:
     let m = converge(&lab, "allow-from-blue, nobody labelled", "tcp", 80);
     assert!(column_blocked(&m, "x"));
     // Label namespace y blue: still nobody (no pod is a client).
-    let ns_blue = lab.file("ns.yaml", "apiVersion: v1\nkind: Namespace\nmetadata: {name: y, labels: {ns: y, team: blue}}\n");
+    let ns_blue = lab.file(
+        "ns.yaml",
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: y, labels: {ns: y, team: blue}}\n",
+    );
     lab.ok(&["apply", "-f", &ns_blue]);
     let m = converge(&lab, "y is blue", "tcp", 80);
     assert!(column_blocked(&m, "x"));

@@ -124,6 +124,51 @@ fn map_umem(frames: u32) -> Result<(xsk_rs::Umem, UmemMem, FramePool), AfxdpErro
     Ok((umem, mem, FramePool { free: all }))
 }
 
+/// A UMEM mapped ahead of time, so that adding a port does not wait for
+/// the mapping and registration (about 10 ms for 4096 frames): at most one
+/// per process, made again in the background after each use. It costs
+/// the memory of one port's UMEM while no port is being added.
+struct SpareUmem {
+    frames: u32,
+    umem: xsk_rs::Umem,
+    mem: UmemMem,
+    pool: FramePool,
+}
+
+static SPARE_UMEM: std::sync::Mutex<Option<SpareUmem>> = std::sync::Mutex::new(None);
+static SPARE_REFILLING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// A fresh (never bound) UMEM of `frames` frames: the spare if it fits,
+/// else a new mapping; a new spare is made in the background either way.
+fn take_umem(frames: u32) -> Result<(xsk_rs::Umem, UmemMem, FramePool), AfxdpError> {
+    let spare = SPARE_UMEM.lock().ok().and_then(|mut s| s.take());
+    let r = match spare {
+        Some(s) if s.frames == frames => Ok((s.umem, s.mem, s.pool)),
+        _ => map_umem(frames),
+    };
+    if !SPARE_REFILLING.swap(true, std::sync::atomic::Ordering::AcqRel) {
+        let spawned = std::thread::Builder::new()
+            .name("oxvs-umem-spare".into())
+            .spawn(move || {
+                if let Ok((umem, mem, pool)) = map_umem(frames) {
+                    if let Ok(mut s) = SPARE_UMEM.lock() {
+                        *s = Some(SpareUmem {
+                            frames,
+                            umem,
+                            mem,
+                            pool,
+                        });
+                    }
+                }
+                SPARE_REFILLING.store(false, std::sync::atomic::Ordering::Release);
+            });
+        if spawned.is_err() {
+            SPARE_REFILLING.store(false, std::sync::atomic::Ordering::Release);
+        }
+    }
+    r
+}
+
 fn chain(e: &dyn std::error::Error) -> String {
     match e.source() {
         Some(s) => format!("{e}: {s}"),
@@ -385,9 +430,13 @@ impl XskPort {
                     .bind_flags(bind)
                     .build();
                 // A fresh UMEM per attempt: a failed bind may leave libxdp
-                // state on the old one.
+                // state on the old one. The first attempt takes the spare.
                 let t0 = std::time::Instant::now();
-                let (umem, mem, pool) = map_umem(frames)?;
+                let (umem, mem, pool) = if tried.len() == 1 {
+                    take_umem(frames)?
+                } else {
+                    map_umem(frames)?
+                };
                 let t_umem = t0.elapsed();
                 // SAFETY: the UMEM is fresh, so (ifname, 0) is not bound to
                 // it and the INHIBIT_PROG_LOAD requirement does not apply.

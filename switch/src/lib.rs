@@ -18,5 +18,6 @@
 pub mod afxdp;
 pub mod control;
 pub mod engine;
+pub mod metrics;
 pub mod netdev;
 pub mod vxlan;

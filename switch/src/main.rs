@@ -67,6 +67,23 @@ struct Args {
     /// Log filter (`info`, `debug`, `oxvs_switch=debug,warn`...).
     #[arg(long, value_name = "FILTER", default_value = "info")]
     log_level: String,
+    /// Serve Prometheus metrics at http://ADDR/metrics (`none`: do not).
+    #[arg(long, value_name = "ADDR", default_value = oxvs_switch::metrics::DEFAULT_METRICS_ADDR,
+          value_parser = parse_metrics_addr)]
+    metrics_addr: MetricsAddr,
+}
+
+/// `--metrics-addr`: an address, or `none`.
+#[derive(Clone, Debug)]
+struct MetricsAddr(Option<std::net::SocketAddr>);
+
+fn parse_metrics_addr(s: &str) -> Result<MetricsAddr, String> {
+    if s == "none" {
+        return Ok(MetricsAddr(None));
+    }
+    s.parse()
+        .map(|a| MetricsAddr(Some(a)))
+        .map_err(|_| format!("'{s}' is not IP:PORT (e.g. 127.0.0.1:9530) or 'none'"))
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -178,12 +195,19 @@ fn run(args: Args) -> anyhow::Result<()> {
             }
         },
     };
+    // Auxiliary: without it the switch still forwards, so a bind failure is logged, not fatal.
+    let metrics = args.metrics_addr.0.and_then(|addr| {
+        oxvs_switch::metrics::MetricsServer::start(addr, switch.clone())
+            .map_err(|e| tracing::error!("no metrics: {e}"))
+            .ok()
+    });
     tracing::info!("ready: empty pipeline, nothing is forwarded until flows are loaded");
 
     let sig = signals.wait().context("waiting for a signal failed")?;
     tracing::info!(signal = %sig, "shutting down");
 
     let mut failures = Vec::new();
+    drop(metrics);
     server.stop();
     switch.shutdown();
     if let Some(g) = gateway {

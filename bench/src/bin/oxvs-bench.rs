@@ -1,0 +1,603 @@
+//! # `oxvs-bench`: datapath benchmark (issue 7)
+//!
+//! Generator and sink on AF_XDP (`oxvs_bench::xbench`), switches under test
+//! side by side on the same topology, methods `fixed`, `throughput`
+//! (RFC 2544-style search) and `scaling`, a human table (median
+//! [min-max] over `--trials`), a JSON results file with the machine, and
+//! SVG plots. See `bench/scripts/oxvs-bench.sh` for the committed run.
+//!
+//! Needs root. Everything it creates is removed on exit, on errors and on
+//! SIGINT/SIGTERM (guards; see `xbench::setup`).
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, ValueEnum};
+use oxvs_bench::xbench::gen::{GenConfig, Proto, SeqMode, Vxlan};
+use oxvs_bench::xbench::hist::Histogram;
+use oxvs_bench::xbench::methods::{self, Search, Trial};
+use oxvs_bench::xbench::report::{self, fmt3, summary, trial_json};
+use oxvs_bench::xbench::setup::{self, Endpoint, SwitchKind, SIMPLE_FLOWS};
+use serde_json::{json, Value};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Method {
+    /// Run at `--rate`: achieved rate, loss, latency, switch CPU per packet.
+    Fixed,
+    /// Binary search for the highest rate with loss <= `--loss`.
+    Throughput,
+    /// Fixed runs over `--flows` x `--threads` (oxvs) x `--frame-sizes`.
+    Scaling,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum SetupKind {
+    /// Namespaces and veths around each switch (self-contained).
+    Virtual,
+    /// Physical interfaces `--gen-if`/`--sink-if`; the device under test
+    /// is whatever connects them.
+    Ports,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum ProtoArg {
+    Udp,
+    Tcp,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum SeqArg {
+    PerFlow,
+    Global,
+}
+
+/// Datapath benchmark: AF_XDP generator and sink around a switch under test.
+#[derive(Debug, Parser)]
+#[command(name = "oxvs-bench", version, about)]
+struct Args {
+    method: Method,
+    #[arg(long, value_enum, default_value_t = SetupKind::Virtual)]
+    setup: SetupKind,
+    /// Switches under test (virtual): oxvs, ovs-pmd, ovs-nonpmd, bridge.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "oxvs,ovs-pmd,ovs-nonpmd,bridge"
+    )]
+    switches: Vec<String>,
+    /// Flow file loaded into oxvs and OVS (default: port 1 <-> port 2).
+    #[arg(long, value_name = "FILE")]
+    flows_file: Option<PathBuf>,
+    /// Frame sizes incl. FCS (list: one case each).
+    #[arg(long, value_delimiter = ',', default_value = "64")]
+    frame_sizes: Vec<usize>,
+    /// Distinct flows (list: one case each).
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    flows: Vec<u32>,
+    /// oxvs datapath threads (list; `scaling`).
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    threads: Vec<u16>,
+    #[arg(long, value_enum, default_value_t = ProtoArg::Udp)]
+    proto: ProtoArg,
+    /// VXLAN-encapsulate the generated frames (outer UDP 4789, VNI 42).
+    #[arg(long)]
+    vxlan: bool,
+    #[arg(long, value_enum, default_value_t = SeqArg::PerFlow)]
+    seq: SeqArg,
+    /// Distinct source addresses (the flows cycle through them).
+    #[arg(long, default_value_t = 1)]
+    src_ips: u32,
+    /// Target rate in pps for `fixed`/`scaling` (0 = as fast as possible).
+    #[arg(long, default_value_t = 100_000)]
+    rate: u64,
+    /// Seconds per trial.
+    #[arg(long, default_value_t = 3.0)]
+    duration: f64,
+    #[arg(long, default_value_t = 3)]
+    trials: usize,
+    /// Loss allowed by `throughput`, in percent.
+    #[arg(long, default_value_t = 0.0)]
+    loss: f64,
+    /// Steps of the throughput search.
+    #[arg(long, default_value_t = 8)]
+    steps: usize,
+    /// Frames per TX batch.
+    #[arg(long, default_value_t = 32)]
+    batch: usize,
+    /// Write the results as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Write SVG plots into this directory.
+    #[arg(long, value_name = "DIR")]
+    plots: Option<PathBuf>,
+    /// `ports`: the generator's interface.
+    #[arg(long)]
+    gen_if: Option<String>,
+    /// `ports`: the sink's interface.
+    #[arg(long)]
+    sink_if: Option<String>,
+    /// `ports`: use interfaces even if they carry the default route or
+    /// addresses.
+    #[arg(long)]
+    force: bool,
+}
+
+/// One measured case.
+struct Case {
+    switch: String,
+    port_modes: Value,
+    flows_loaded: usize,
+    frame_size: usize,
+    flows: u32,
+    threads: u16,
+    trials: Vec<Trial>,
+    searches: Vec<Search>,
+}
+
+impl Case {
+    fn latency(&self) -> Histogram {
+        let mut h = Histogram::new();
+        for t in &self.trials {
+            h.merge(&t.latency);
+        }
+        for s in &self.searches {
+            if let Some(b) = &s.best {
+                h.merge(&b.latency);
+            }
+        }
+        h
+    }
+
+    fn to_json(&self) -> Value {
+        let f = |g: fn(&Trial) -> f64| summary(&self.trials.iter().map(g).collect::<Vec<_>>());
+        let lat: serde_json::Map<String, Value> = report::QUANTILES
+            .iter()
+            .map(|(k, q)| {
+                let per: Vec<f64> = self
+                    .trials
+                    .iter()
+                    .filter_map(|t| t.latency.quantile(*q).map(|v| v as f64))
+                    .collect();
+                ((*k).to_owned(), summary(&per))
+            })
+            .collect();
+        json!({
+            "switch": self.switch,
+            "port_modes": self.port_modes,
+            "flows_loaded": self.flows_loaded,
+            "frame_size": self.frame_size,
+            "flows": self.flows,
+            "threads": self.threads,
+            "fixed": if self.trials.is_empty() { Value::Null } else { json!({
+                "sent_pps": f(|t| t.gen.pps()),
+                "delivered_pps": f(Trial::delivered_pps),
+                "loss_fraction": f(Trial::loss_fraction),
+                "switch_cpu_ns_per_pkt": summary(&self.trials.iter().filter_map(Trial::cpu_ns_per_pkt).collect::<Vec<_>>()),
+                "latency_ns": lat,
+                "raw": self.trials.iter().map(trial_json).collect::<Vec<_>>(),
+            })},
+            "throughput": if self.searches.is_empty() { Value::Null } else { json!({
+                "rate_pps": summary(&self.searches.iter().map(|s| s.rate_pps).collect::<Vec<_>>()),
+                "generator_bound": self.searches.iter().any(|s| s.generator_bound),
+                "raw": self.searches.iter().map(|s| json!({
+                    "rate_pps": s.rate_pps,
+                    "generator_bound": s.generator_bound,
+                    "steps": s.steps.iter().map(|(o, a, l)| json!({"target_pps": o, "sent_pps": a, "loss_fraction": l})).collect::<Vec<_>>(),
+                    "best": s.best.as_ref().map(trial_json),
+                })).collect::<Vec<_>>(),
+            })},
+        })
+    }
+}
+
+fn main() -> Result<()> {
+    let a = Args::parse();
+    setup::install_signal_flag()?;
+    if a.trials == 0 || a.duration.is_nan() || a.duration <= 0.0 || !(0.0..=100.0).contains(&a.loss)
+    {
+        bail!("--trials and --duration must be positive and --loss within 0..=100");
+    }
+    if !nix_is_root() {
+        bail!("oxvs-bench needs root (network namespaces, XDP)");
+    }
+    let flows_text = match &a.flows_file {
+        Some(p) => std::fs::read_to_string(p).with_context(|| format!("read {}", p.display()))?,
+        None => SIMPLE_FLOWS.to_owned(),
+    };
+    let started = Instant::now();
+    let mut cases: Vec<Case> = Vec::new();
+    let mut skipped: Vec<(String, String)> = Vec::new();
+    let mut ifaces = Vec::new();
+
+    match a.setup {
+        SetupKind::Ports => {
+            let (Some(gi), Some(si)) = (&a.gen_if, &a.sink_if) else {
+                bail!("--setup ports needs --gen-if and --sink-if");
+            };
+            if gi == si {
+                bail!("--gen-if and --sink-if must differ");
+            }
+            for i in [gi, si] {
+                setup::check_port_safety(i, &setup::port_facts(i)?, a.force)?;
+            }
+            ifaces = vec![gi.clone(), si.clone()];
+            let g = Endpoint {
+                netns: None,
+                ifname: gi.clone(),
+            };
+            let s = Endpoint {
+                netns: None,
+                ifname: si.clone(),
+            };
+            run_cases(&a, "external", json!({}), 0, 0, &g, &s, &[], &mut cases)?;
+        }
+        SetupKind::Virtual => {
+            let kinds: Vec<SwitchKind> = a
+                .switches
+                .iter()
+                .map(|s| SwitchKind::parse(s))
+                .collect::<Result<_>>()?;
+            let bins = if kinds.iter().any(|k| matches!(k, SwitchKind::Oxvs { .. })) {
+                Some(setup::oxvs_bins()?)
+            } else {
+                None
+            };
+            for k in kinds {
+                let variants: Vec<SwitchKind> = match k {
+                    SwitchKind::Oxvs { .. } => a
+                        .threads
+                        .iter()
+                        .map(|&t| SwitchKind::Oxvs { threads: t.max(1) })
+                        .collect(),
+                    other => vec![other],
+                };
+                for kind in variants {
+                    eprintln!("oxvs-bench: == {} ==", kind.name());
+                    let r = (|| -> Result<()> {
+                        let sw = setup::start_switch(&kind, &flows_text, bins.as_ref())?;
+                        let threads = match kind {
+                            SwitchKind::Oxvs { threads } => threads,
+                            _ => 0,
+                        };
+                        run_cases(
+                            &a,
+                            &sw.name,
+                            json!(sw.port_modes),
+                            sw.flows,
+                            threads,
+                            &sw.topo.gen,
+                            &sw.topo.sink,
+                            &sw.pids,
+                            &mut cases,
+                        )
+                    })();
+                    if let Err(e) = r {
+                        if setup::stopped() {
+                            return Err(e);
+                        }
+                        eprintln!("oxvs-bench: {}: SKIPPED: {e:#}", kind.name());
+                        skipped.push((kind.name(), format!("{e:#}")));
+                    }
+                }
+            }
+        }
+    }
+
+    print_table(&a, &cases, &skipped);
+    let mach = report::machine(&ifaces);
+    if let Some(dir) = &a.plots {
+        std::fs::create_dir_all(dir).with_context(|| format!("mkdir {}", dir.display()))?;
+        for p in plots(&a, &cases, dir) {
+            match p {
+                Ok(f) => eprintln!("oxvs-bench: wrote {}", f.display()),
+                Err(e) => eprintln!("oxvs-bench: plot: {e:#}"),
+            }
+        }
+    }
+    if let Some(path) = &a.json {
+        let doc = json!({
+            "command": std::env::args().collect::<Vec<_>>().join(" "),
+            "method": format!("{:?}", a.method).to_lowercase(),
+            "setup": format!("{:?}", a.setup).to_lowercase(),
+            "machine": mach,
+            "duration_s": a.duration,
+            "trials": a.trials,
+            "rate_pps": a.rate,
+            "max_loss_percent": a.loss,
+            "proto": format!("{:?}", a.proto).to_lowercase(),
+            "vxlan": a.vxlan,
+            "elapsed_s": started.elapsed().as_secs_f64(),
+            "skipped": skipped.iter().map(|(n, w)| json!({"switch": n, "why": w})).collect::<Vec<_>>(),
+            "cases": cases.iter().map(Case::to_json).collect::<Vec<_>>(),
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&doc)? + "\n")
+            .with_context(|| format!("write {}", path.display()))?;
+        eprintln!("oxvs-bench: wrote {}", path.display());
+    }
+    Ok(())
+}
+
+fn nix_is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(1).map(|u| u == "0"))
+        })
+        .unwrap_or(false)
+}
+
+fn gen_config(a: &Args, frame_size: usize, flows: u32) -> GenConfig {
+    GenConfig {
+        frame_size,
+        flows,
+        proto: match a.proto {
+            ProtoArg::Udp => Proto::Udp,
+            ProtoArg::Tcp => Proto::TcpSyn,
+        },
+        vxlan: a.vxlan.then_some(Vxlan {
+            src_mac: setup::GEN_MAC,
+            dst_mac: setup::DST_MAC,
+            src_ip: [192, 0, 2, 1],
+            dst_ip: [192, 0, 2, 2],
+            vni: 42,
+        }),
+        src_mac: setup::GEN_MAC,
+        dst_mac: setup::DST_MAC,
+        src_ips: a.src_ips.max(1),
+        rate_pps: a.rate,
+        batch: a.batch,
+        seq: match a.seq {
+            SeqArg::PerFlow => SeqMode::PerFlow,
+            SeqArg::Global => SeqMode::Global,
+        },
+        duration: Duration::from_secs_f64(a.duration),
+        ..GenConfig::default()
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_cases(
+    a: &Args,
+    name: &str,
+    modes: Value,
+    flows_loaded: usize,
+    threads: u16,
+    g: &Endpoint,
+    s: &Endpoint,
+    pids: &[u32],
+    out: &mut Vec<Case>,
+) -> Result<()> {
+    for &size in &a.frame_sizes {
+        for &flows in &a.flows {
+            let cfg = gen_config(a, size, flows);
+            let mut case = Case {
+                switch: name.to_owned(),
+                port_modes: modes.clone(),
+                flows_loaded,
+                frame_size: size,
+                flows,
+                threads,
+                trials: Vec::new(),
+                searches: Vec::new(),
+            };
+            eprintln!("oxvs-bench: {name}: {size}-byte frames, {flows} flows");
+            match a.method {
+                Method::Fixed | Method::Scaling => {
+                    case.trials = methods::fixed(g, s, &cfg, pids, a.trials)?;
+                }
+                Method::Throughput => {
+                    for _ in 0..a.trials {
+                        case.searches.push(methods::throughput(
+                            g,
+                            s,
+                            &cfg,
+                            pids,
+                            a.loss / 100.0,
+                            a.steps,
+                        )?);
+                    }
+                }
+            }
+            out.push(case);
+        }
+    }
+    Ok(())
+}
+
+fn print_table(a: &Args, cases: &[Case], skipped: &[(String, String)]) {
+    println!();
+    println!(
+        "{:?}, {} s per trial, {} trials: median [min-max]",
+        a.method, a.duration, a.trials
+    );
+    match a.method {
+        Method::Throughput => {
+            println!(
+                "{:<22} {:>6} {:>8} {:>28} {:>10} {:>26}",
+                "switch", "size", "flows", "throughput kpps (loss<=)", "", "p99 us at that rate"
+            );
+            for c in cases {
+                let r: Vec<f64> = c.searches.iter().map(|s| s.rate_pps).collect();
+                let p99: Vec<f64> = c
+                    .searches
+                    .iter()
+                    .filter_map(|s| s.best.as_ref()?.latency.quantile(0.99))
+                    .map(|v| v as f64)
+                    .collect();
+                let bound = if c.searches.iter().any(|s| s.generator_bound) {
+                    "gen-bound"
+                } else {
+                    ""
+                };
+                println!(
+                    "{:<22} {:>6} {:>8} {:>28} {:>10} {:>26}",
+                    c.switch,
+                    c.frame_size,
+                    c.flows,
+                    fmt3(&r, 1e3, 1),
+                    bound,
+                    fmt3(&p99, 1e3, 1)
+                );
+            }
+        }
+        Method::Fixed | Method::Scaling => {
+            println!(
+                "{:<22} {:>4} {:>5} {:>7} {:>22} {:>22} {:>20} {:>18} {:>18} {:>18} {:>20}",
+                "switch",
+                "thr",
+                "size",
+                "flows",
+                "sent kpps",
+                "delivered kpps",
+                "loss %",
+                "p50 us",
+                "p99 us",
+                "p99.9 us",
+                "switch CPU ns/pkt"
+            );
+            for c in cases {
+                let v = |f: fn(&Trial) -> f64| c.trials.iter().map(f).collect::<Vec<_>>();
+                let q = |q: f64| {
+                    c.trials
+                        .iter()
+                        .filter_map(|t| t.latency.quantile(q))
+                        .map(|v| v as f64)
+                        .collect::<Vec<_>>()
+                };
+                let cpu: Vec<f64> = c.trials.iter().filter_map(Trial::cpu_ns_per_pkt).collect();
+                let loss: Vec<f64> = c.trials.iter().map(|t| t.loss_fraction() * 100.0).collect();
+                println!(
+                    "{:<22} {:>4} {:>5} {:>7} {:>22} {:>22} {:>20} {:>18} {:>18} {:>18} {:>20}",
+                    c.switch,
+                    c.threads,
+                    c.frame_size,
+                    c.flows,
+                    fmt3(&v(|t| t.gen.pps()), 1e3, 1),
+                    fmt3(&v(Trial::delivered_pps), 1e3, 1),
+                    fmt3(&loss, 1.0, 3),
+                    fmt3(&q(0.5), 1e3, 1),
+                    fmt3(&q(0.99), 1e3, 1),
+                    fmt3(&q(0.999), 1e3, 1),
+                    fmt3(&cpu, 1.0, 0),
+                );
+            }
+        }
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for c in cases {
+        if seen.insert(c.switch.clone()) {
+            let gm = c
+                .trials
+                .first()
+                .map(|t| (t.gen.mode.clone(), t.sink.mode.clone()))
+                .or_else(|| {
+                    c.searches
+                        .iter()
+                        .find_map(|s| s.best.as_ref())
+                        .map(|t| (t.gen.mode.clone(), t.sink.mode.clone()))
+                });
+            println!(
+                "{:<22} ports {}; generator/sink AF_XDP {}",
+                c.switch,
+                c.port_modes,
+                gm.map_or("-".into(), |(g, s)| format!("{g} / {s}"))
+            );
+        }
+    }
+    for (n, why) in skipped {
+        println!("{n:<22} skipped: {why}");
+    }
+}
+
+fn median(v: &[f64]) -> f64 {
+    report::median_min_max(v).map_or(0.0, |m| m.0)
+}
+
+fn plots(a: &Args, cases: &[Case], dir: &std::path::Path) -> Vec<Result<PathBuf>> {
+    let mut out = Vec::new();
+    let names: Vec<String> = {
+        let mut v: Vec<String> = cases.iter().map(|c| c.switch.clone()).collect();
+        v.dedup();
+        v
+    };
+    let per_switch = |f: &dyn Fn(&Case) -> Option<(f64, f64)>| -> Vec<(String, Vec<(f64, f64)>)> {
+        names
+            .iter()
+            .map(|n| {
+                let mut p: Vec<(f64, f64)> = cases
+                    .iter()
+                    .filter(|c| &c.switch == n)
+                    .filter_map(f)
+                    .collect();
+                p.sort_by(|x, y| x.0.total_cmp(&y.0));
+                (n.clone(), p)
+            })
+            .filter(|(_, p)| !p.is_empty())
+            .collect()
+    };
+    if a.method == Method::Throughput {
+        let f = dir.join("throughput-vs-frame-size.svg");
+        let s = per_switch(&|c| {
+            let r: Vec<f64> = c.searches.iter().map(|s| s.rate_pps / 1e3).collect();
+            Some((c.frame_size as f64, median(&r)))
+        });
+        out.push(
+            report::line_plot(
+                &f,
+                "Throughput (loss target) vs frame size",
+                "frame size (bytes)",
+                "kpps",
+                &s,
+                false,
+            )
+            .map(|_| f),
+        );
+    }
+    // Latency CDF of each switch's first case.
+    let f = dir.join("latency-cdf.svg");
+    let mut s = Vec::new();
+    for n in &names {
+        if let Some(c) = cases.iter().find(|c| &c.switch == n) {
+            let h = c.latency();
+            let p: Vec<(f64, f64)> = h
+                .cdf()
+                .into_iter()
+                .map(|(v, q)| (v as f64 / 1e3, q))
+                .collect();
+            if !p.is_empty() {
+                s.push((n.clone(), p));
+            }
+        }
+    }
+    out.push(report::line_plot(&f, "Latency CDF", "latency (us)", "fraction", &s, true).map(|_| f));
+    if a.method == Method::Scaling {
+        let f = dir.join("scaling-flows.svg");
+        let s = per_switch(&|c| {
+            let v: Vec<f64> = c.trials.iter().filter_map(Trial::cpu_ns_per_pkt).collect();
+            (!v.is_empty()).then(|| (f64::from(c.flows), median(&v)))
+        });
+        out.push(
+            report::line_plot(
+                &f,
+                "Switch CPU per packet vs flows",
+                "flows",
+                "ns/packet",
+                &s,
+                true,
+            )
+            .map(|_| f),
+        );
+        let f = dir.join("scaling-delivered.svg");
+        let s = per_switch(&|c| {
+            let v: Vec<f64> = c.trials.iter().map(|t| t.delivered_pps() / 1e3).collect();
+            Some((f64::from(c.flows), median(&v)))
+        });
+        out.push(
+            report::line_plot(&f, "Delivered rate vs flows", "flows", "kpps", &s, true).map(|_| f),
+        );
+    }
+    out
+}

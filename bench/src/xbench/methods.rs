@@ -1,0 +1,349 @@
+//! Methods: one trial ([`run_trial`]), fixed-rate runs ([`fixed`]), the
+//! RFC 2544-style throughput search ([`throughput`]).
+//!
+//! A trial opens the sink's AF_XDP socket (in its thread, inside its
+//! namespace), then the generator's, sends for the duration, lets the
+//! sink drain, and reports: sent (frames on the generator's TX ring),
+//! received, lost = sent - received, reordered, duplicates, latency, and
+//! the switch processes' CPU time over the trial (the sum of the run time
+//! of all their threads, `/proc/PID/task/*/schedstat`, ns; `utime+stime`
+//! of `/proc/PID/stat` when schedstat is missing).
+//!
+//! Sockets are opened per trial, so every trial starts with empty rings
+//! and no state left over from the previous rate.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use oxvs_api::XdpModeRequest;
+use oxvs_switch::afxdp::XskPort;
+
+use super::gen::{self, GenConfig, GenReport};
+use super::hist::Histogram;
+use super::setup::{stop_flag, Endpoint};
+use super::sink::{self, Accounting, SinkStats};
+
+/// UMEM frames per generator/sink socket.
+pub const UMEM_FRAMES: u32 = 4096;
+
+/// One trial's outcome.
+#[derive(Clone, Debug)]
+pub struct Trial {
+    pub rate_pps: u64,
+    pub gen: GenReport,
+    pub received: u64,
+    pub reordered: u64,
+    pub duplicates: u64,
+    pub foreign: u64,
+    pub latency: Histogram,
+    pub sink: SinkStats,
+    /// Switch CPU time over the trial (None: no process, e.g. a bridge).
+    pub cpu_ns: Option<u64>,
+    /// Per-flow received counts, when asked for ([`TrialOpts::per_flow`]).
+    pub per_flow_received: Option<Vec<u64>>,
+}
+
+impl Trial {
+    pub fn lost(&self) -> u64 {
+        self.gen.sent.saturating_sub(self.received)
+    }
+
+    pub fn loss_fraction(&self) -> f64 {
+        if self.gen.sent == 0 {
+            0.0
+        } else {
+            self.lost() as f64 / self.gen.sent as f64
+        }
+    }
+
+    pub fn delivered_pps(&self) -> f64 {
+        if self.gen.secs > 0.0 {
+            self.received as f64 / self.gen.secs
+        } else {
+            0.0
+        }
+    }
+
+    pub fn cpu_ns_per_pkt(&self) -> Option<f64> {
+        self.cpu_ns.map(|c| c as f64 / self.received.max(1) as f64)
+    }
+}
+
+/// Knobs of a trial besides the generator's configuration.
+#[derive(Clone, Debug)]
+pub struct TrialOpts {
+    /// How long the sink keeps receiving after the generator stopped.
+    pub drain: Duration,
+    /// Keep per-flow received counts.
+    pub per_flow: bool,
+}
+
+impl Default for TrialOpts {
+    fn default() -> Self {
+        TrialOpts {
+            drain: Duration::from_millis(300),
+            per_flow: false,
+        }
+    }
+}
+
+/// CPU time of all threads of `pid` in ns.
+pub fn proc_cpu_ns(pid: u32) -> Result<u64> {
+    let mut total = 0u64;
+    let mut any = false;
+    let dir = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .with_context(|| format!("process {pid} is gone"))?;
+    for t in dir.flatten() {
+        if let Ok(s) = std::fs::read_to_string(t.path().join("schedstat")) {
+            if let Some(n) = s
+                .split_whitespace()
+                .next()
+                .and_then(|n| n.parse::<u64>().ok())
+            {
+                total += n;
+                any = true;
+            }
+        }
+    }
+    if any {
+        return Ok(total);
+    }
+    // utime + stime (fields 14 and 15), in clock ticks of 10 ms.
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .with_context(|| format!("process {pid} is gone"))?;
+    let after = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<u64> = after
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    Ok((f.get(11).copied().unwrap_or(0) + f.get(12).copied().unwrap_or(0)) * 10_000_000)
+}
+
+fn cpu_of(pids: &[u32]) -> Result<Option<u64>> {
+    if pids.is_empty() {
+        return Ok(None);
+    }
+    let mut t = 0;
+    for p in pids {
+        t += proc_cpu_ns(*p)?;
+    }
+    Ok(Some(t))
+}
+
+fn enter(ep: &Endpoint) -> Result<()> {
+    match &ep.netns {
+        Some(ns) => super::enter_netns(ns),
+        None => Ok(()),
+    }
+}
+
+/// One trial: `cfg` from `gen_ep` to `sink_ep`, CPU of `pids` measured.
+pub fn run_trial(
+    gen_ep: &Endpoint,
+    sink_ep: &Endpoint,
+    cfg: &GenConfig,
+    pids: &[u32],
+    opts: &TrialOpts,
+) -> Result<Trial> {
+    // Validate before any thread starts.
+    gen::FrameBuilder::new(cfg)?;
+    let sig = stop_flag();
+    let sink_stop = Arc::new(AtomicBool::new(false));
+    let (ready_tx, ready_rx) = mpsc::channel::<Result<()>>();
+    let sink_thread = {
+        let ep = sink_ep.clone();
+        let stop = Arc::clone(&sink_stop);
+        let flows = cfg.flows;
+        let drain = opts.drain;
+        let batch = sink::RX_BATCH;
+        std::thread::Builder::new()
+            .name("xbench-sink".into())
+            .spawn(move || -> Result<(Accounting, SinkStats)> {
+                let open = || -> Result<XskPort> {
+                    enter(&ep)?;
+                    XskPort::open(&ep.ifname, XdpModeRequest::Auto, UMEM_FRAMES, batch)
+                        .with_context(|| format!("sink socket on {}", ep.ifname))
+                };
+                let mut port = match open() {
+                    Ok(p) => {
+                        let _ = ready_tx.send(Ok(()));
+                        p
+                    }
+                    Err(e) => {
+                        let msg = format!("{e:#}");
+                        let _ = ready_tx.send(Err(e));
+                        bail!("{msg}");
+                    }
+                };
+                let mut acct = Accounting::new(flows);
+                let st = sink::run(&mut port, &mut acct, &stop, drain);
+                Ok((acct, st))
+            })
+            .context("spawn sink thread")?
+    };
+    let join_sink = |stop: &AtomicBool| {
+        stop.store(true, Ordering::Relaxed);
+        sink_thread
+            .join()
+            .map_err(|_| anyhow!("sink thread panicked"))?
+    };
+    match ready_rx.recv_timeout(Duration::from_secs(20)) {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            let _ = join_sink(&sink_stop);
+            return Err(e);
+        }
+        Err(_) => {
+            let _ = join_sink(&sink_stop);
+            bail!("sink socket did not open within 20 s");
+        }
+    }
+    // Let the sink's XDP program settle before the first frame.
+    std::thread::sleep(Duration::from_millis(100));
+    let cpu0 = cpu_of(pids)?;
+    let gen_thread = {
+        let ep = gen_ep.clone();
+        let cfg = cfg.clone();
+        let sig = Arc::clone(&sig);
+        std::thread::Builder::new()
+            .name("xbench-gen".into())
+            .spawn(move || -> Result<GenReport> {
+                enter(&ep)?;
+                let mut port =
+                    XskPort::open(&ep.ifname, XdpModeRequest::Auto, UMEM_FRAMES, cfg.batch)
+                        .with_context(|| format!("generator socket on {}", ep.ifname))?;
+                gen::run(&mut port, &cfg, &sig)
+            })
+            .context("spawn generator thread")?
+    };
+    let g = gen_thread
+        .join()
+        .map_err(|_| anyhow!("generator thread panicked"));
+    let (acct, st) = join_sink(&sink_stop)?;
+    let g = g??;
+    let cpu1 = cpu_of(pids)?;
+    if sig.load(Ordering::Relaxed) {
+        bail!("interrupted");
+    }
+    let per_flow = opts.per_flow.then(|| {
+        (0..acct.flows())
+            .map(|i| acct.received_for_flow(i))
+            .collect()
+    });
+    Ok(Trial {
+        rate_pps: cfg.rate_pps,
+        gen: g,
+        received: acct.received,
+        reordered: acct.reordered,
+        duplicates: acct.duplicates,
+        foreign: acct.foreign,
+        latency: acct.latency,
+        sink: st,
+        cpu_ns: cpu0.zip(cpu1).map(|(a, b)| b.saturating_sub(a)),
+        per_flow_received: per_flow,
+    })
+}
+
+/// `trials` fixed-rate trials.
+pub fn fixed(
+    gen_ep: &Endpoint,
+    sink_ep: &Endpoint,
+    cfg: &GenConfig,
+    pids: &[u32],
+    trials: usize,
+) -> Result<Vec<Trial>> {
+    let mut out = Vec::new();
+    for i in 0..trials {
+        let t = run_trial(gen_ep, sink_ep, cfg, pids, &TrialOpts::default())?;
+        eprintln!(
+            "oxvs-bench:   fixed #{i}: sent {:.0} pps, delivered {:.0} pps, loss {:.3}%, p99 {} us, cpu {} ns/pkt",
+            t.gen.pps(),
+            t.delivered_pps(),
+            t.loss_fraction() * 100.0,
+            t.latency.quantile(0.99).map_or("-".into(), |v| format!("{:.1}", v as f64 / 1e3)),
+            t.cpu_ns_per_pkt().map_or("-".into(), |c| format!("{c:.0}"))
+        );
+        out.push(t);
+    }
+    Ok(out)
+}
+
+/// The outcome of one throughput search.
+#[derive(Clone, Debug)]
+pub struct Search {
+    /// The highest rate (pps) with loss <= the target; 0 if none.
+    pub rate_pps: f64,
+    /// True when even the generator's maximum met the target (the
+    /// figure is the generator's limit, not the switch's).
+    pub generator_bound: bool,
+    /// The trial at that rate.
+    pub best: Option<Trial>,
+    /// (offered rate, achieved rate, loss fraction) of every step.
+    pub steps: Vec<(u64, f64, f64)>,
+}
+
+/// RFC 2544-style binary search: first a trial as fast as the generator
+/// goes (its achieved rate bounds the search), then halving the interval
+/// between the best passing and the lowest failing rate, `steps` times
+/// or until it is within 2%. A trial passes when its loss is at most
+/// `max_loss` (a fraction) and the generator achieved at least 95% of the
+/// asked rate.
+pub fn throughput(
+    gen_ep: &Endpoint,
+    sink_ep: &Endpoint,
+    cfg: &GenConfig,
+    pids: &[u32],
+    max_loss: f64,
+    steps: usize,
+) -> Result<Search> {
+    let mut s = Search {
+        rate_pps: 0.0,
+        generator_bound: false,
+        best: None,
+        steps: Vec::new(),
+    };
+    let opts = TrialOpts::default();
+    let mut c = cfg.clone();
+    c.rate_pps = 0;
+    let t = run_trial(gen_ep, sink_ep, &c, pids, &opts)?;
+    let top = t.gen.pps();
+    s.steps.push((0, top, t.loss_fraction()));
+    eprintln!(
+        "oxvs-bench:   search max: sent {top:.0} pps, loss {:.3}%",
+        t.loss_fraction() * 100.0
+    );
+    if t.loss_fraction() <= max_loss {
+        s.rate_pps = top;
+        s.generator_bound = true;
+        s.best = Some(t);
+        return Ok(s);
+    }
+    let (mut lo, mut hi) = (0.0f64, top);
+    for _ in 0..steps {
+        if hi - lo <= hi * 0.02 {
+            break;
+        }
+        let mid = if lo == 0.0 { hi / 2.0 } else { (lo + hi) / 2.0 };
+        c.rate_pps = mid.max(1.0) as u64;
+        let t = run_trial(gen_ep, sink_ep, &c, pids, &opts)?;
+        let pass = t.loss_fraction() <= max_loss && t.gen.pps() >= 0.95 * mid;
+        eprintln!(
+            "oxvs-bench:   search {:.0} pps: sent {:.0} pps, loss {:.3}% -> {}",
+            mid,
+            t.gen.pps(),
+            t.loss_fraction() * 100.0,
+            if pass { "pass" } else { "fail" }
+        );
+        s.steps.push((c.rate_pps, t.gen.pps(), t.loss_fraction()));
+        if pass {
+            lo = mid;
+            s.rate_pps = t.gen.pps();
+            s.best = Some(t);
+        } else {
+            hi = mid;
+        }
+    }
+    Ok(s)
+}

@@ -1,0 +1,733 @@
+//! Setups: where the generator and the sink send and receive, and the
+//! switch under test between them.
+//!
+//! ## `virtual`
+//!
+//! ```text
+//!   netns gen (eth0) --veth-- [switch under test] --veth-- netns sink (eth0)
+//! ```
+//!
+//! The generator's and the sink's `eth0` have no addresses (AF_XDP needs
+//! none, and the kernel then sends nothing of its own); the host ends of
+//! the veths (`xb<pid><tag>g`, `xb<pid><tag>s`) are ports 1 and 2 of the
+//! switch. They stay in the root namespace, because `ovs-vswitchd` runs
+//! there and opens its AF_XDP ports by name in its own namespace; every
+//! switch gets the same topology. Switches: `oxvs-switchd` (started here,
+//! flows loaded with `oxvsctl add-flows`), Open vSwitch userspace
+//! (`datapath_type=netdev`, ports `afxdp` = PMD threads or `afxdp-nonpmd`,
+//! flows with `ovs-ofctl add-flows`: the same flow file), a Linux bridge.
+//!
+//! ## `ports`
+//!
+//! The generator and the sink on physical interfaces the user names (in
+//! the root namespace), the device under test between them (cabled). Before
+//! touching them, [`check_port_safety`] refuses an interface that carries
+//! a default route or has an address (the test has none of its own) unless
+//! forced.
+//!
+//! ## Cleanup
+//!
+//! Everything made here is owned by a guard ([`Lab`], [`Proc`]) whose
+//! `Drop` removes it (namespaces, links, OVS bridges, files, processes);
+//! errors, panics and SIGINT/SIGTERM (a flag every wait checks, see
+//! [`stopped`]) unwind through them. Names carry the pid.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde_json::Value;
+
+static STOP: std::sync::OnceLock<Arc<AtomicBool>> = std::sync::OnceLock::new();
+
+/// Makes SIGINT/SIGTERM set the stop flag instead of killing the process.
+pub fn install_signal_flag() -> Result<()> {
+    let flag = STOP.get_or_init(|| Arc::new(AtomicBool::new(false)));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(flag)).context("signal handler")?;
+    }
+    Ok(())
+}
+
+/// The stop flag (set by SIGINT/SIGTERM once [`install_signal_flag`] ran).
+pub fn stop_flag() -> Arc<AtomicBool> {
+    Arc::clone(STOP.get_or_init(|| Arc::new(AtomicBool::new(false))))
+}
+
+/// Whether SIGINT/SIGTERM arrived.
+pub fn stopped() -> bool {
+    STOP.get().is_some_and(|s| s.load(Ordering::Relaxed))
+}
+
+/// Sleeps `d`, failing early when interrupted.
+pub fn sleep(d: Duration) -> Result<()> {
+    let end = Instant::now() + d;
+    while Instant::now() < end {
+        if stopped() {
+            bail!("interrupted");
+        }
+        std::thread::sleep((end - Instant::now()).min(Duration::from_millis(50)));
+    }
+    Ok(())
+}
+
+pub fn run(args: &[&str]) -> Result<Output> {
+    Command::new(args[0])
+        .args(&args[1..])
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("cannot run {}", args[0]))
+}
+
+/// Runs a command that must succeed; returns its stdout.
+pub fn must(args: &[&str]) -> Result<String> {
+    let out = run(args)?;
+    if !out.status.success() {
+        bail!(
+            "`{}` failed: {}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout).trim(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// A child process, leader of its own process group, stopped (SIGTERM
+/// first when `gentle`, then SIGKILL) and reaped on drop.
+pub struct Proc {
+    child: Child,
+    what: String,
+    gentle: bool,
+}
+
+impl Proc {
+    pub fn spawn(args: &[&str], what: &str, gentle: bool) -> Result<Proc> {
+        use std::os::unix::process::CommandExt;
+        let child = Command::new(args[0])
+            .args(&args[1..])
+            .process_group(0)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("cannot start {what}"))?;
+        Ok(Proc {
+            child,
+            what: what.to_owned(),
+            gentle,
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn signal(&self, sig: nix::sys::signal::Signal) {
+        if let Ok(pid) = i32::try_from(self.child.id()) {
+            let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), sig);
+        }
+    }
+
+    /// Whether it has exited; its stderr if so.
+    pub fn exited(&mut self) -> Option<String> {
+        match self.child.try_wait() {
+            Ok(Some(_)) => {
+                let mut err = String::new();
+                if let Some(mut s) = self.child.stderr.take() {
+                    use std::io::Read;
+                    let _ = s.read_to_string(&mut err);
+                }
+                Some(err)
+            }
+            _ => None,
+        }
+    }
+
+    fn stop(&mut self) {
+        if let Ok(Some(_)) = self.child.try_wait() {
+            return;
+        }
+        if self.gentle {
+            self.signal(nix::sys::signal::Signal::SIGTERM);
+            let end = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < end {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            eprintln!(
+                "oxvs-bench: {} did not stop on SIGTERM; killing it",
+                self.what
+            );
+        }
+        self.signal(nix::sys::signal::Signal::SIGKILL);
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Everything a setup created, removed on drop (in reverse order).
+#[derive(Default)]
+pub struct Lab {
+    netns: Vec<String>,
+    links: Vec<String>,
+    ovs_bridges: Vec<String>,
+    files: Vec<PathBuf>,
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for br in self.ovs_bridges.iter().rev() {
+            if let Err(e) = must(&["ovs-vsctl", "--timeout=10", "--if-exists", "del-br", br]) {
+                eprintln!("oxvs-bench cleanup: {e}");
+            }
+        }
+        for l in self.links.iter().rev() {
+            if Path::new(&format!("/sys/class/net/{l}")).exists() {
+                if let Err(e) = must(&["ip", "link", "del", l]) {
+                    eprintln!("oxvs-bench cleanup: {e}");
+                }
+            }
+        }
+        for ns in self.netns.iter().rev() {
+            if let Err(e) = must(&["ip", "netns", "del", ns]) {
+                eprintln!("oxvs-bench cleanup: {e}");
+            }
+        }
+        for f in &self.files {
+            let _ = std::fs::remove_file(f);
+        }
+    }
+}
+
+impl Lab {
+    /// A namespace `xb-<pid>-<name>`, lo up, IPv6 off.
+    pub fn netns(&mut self, name: &str) -> Result<String> {
+        let ns = format!("xb-{}-{name}", std::process::id());
+        must(&["ip", "netns", "add", &ns])?;
+        self.netns.push(ns.clone());
+        must(&["ip", "-n", &ns, "link", "set", "lo", "up"])?;
+        for k in ["all", "default"] {
+            must(&[
+                "ip",
+                "netns",
+                "exec",
+                &ns,
+                "sysctl",
+                "-qw",
+                &format!("net.ipv6.conf.{k}.disable_ipv6=1"),
+            ])?;
+        }
+        Ok(ns)
+    }
+
+    /// A file path `/tmp/xb-<pid>-<name>` removed on drop.
+    pub fn file(&mut self, name: &str, text: &str) -> Result<String> {
+        let p = PathBuf::from(format!("/tmp/xb-{}-{name}", std::process::id()));
+        std::fs::write(&p, text).with_context(|| format!("write {}", p.display()))?;
+        self.files.push(p.clone());
+        Ok(p.to_string_lossy().into_owned())
+    }
+}
+
+/// Where the generator or the sink runs.
+#[derive(Clone, Debug)]
+pub struct Endpoint {
+    /// None: the root namespace.
+    pub netns: Option<String>,
+    pub ifname: String,
+}
+
+/// The `virtual` topology (see the module doc).
+pub struct Virtual {
+    pub lab: Lab,
+    pub gen: Endpoint,
+    pub sink: Endpoint,
+    /// Host ends: switch ports 1 (gen side) and 2 (sink side).
+    pub port1: String,
+    pub port2: String,
+}
+
+/// Source MAC of generated frames in the virtual setup.
+pub const GEN_MAC: [u8; 6] = [0x02, 0x0b, 0x5e, 0x00, 0x00, 0x01];
+/// Destination MAC: nobody's, so a learning bridge floods it to the one
+/// other port and the switches forwarding by in_port do the same work.
+pub const DST_MAC: [u8; 6] = [0x02, 0x0b, 0x5e, 0x00, 0x00, 0x02];
+
+impl Virtual {
+    pub fn new(tag: &str) -> Result<Virtual> {
+        let mut lab = Lab::default();
+        let pid = std::process::id();
+        let port1 = format!("xb{pid}{tag}g");
+        let port2 = format!("xb{pid}{tag}s");
+        if port1.len() > 15 {
+            bail!("interface name {port1} is too long (tag '{tag}')");
+        }
+        let mut eps = Vec::new();
+        for (role, host, mac) in [("gen", &port1, Some(GEN_MAC)), ("sink", &port2, None)] {
+            let ns = lab.netns(&format!("{tag}-{role}"))?;
+            let peer = format!("{host}p");
+            must(&[
+                "ip", "link", "add", host, "type", "veth", "peer", "name", &peer, "netns", &ns,
+            ])?;
+            lab.links.push(host.clone());
+            must(&["ip", "-n", &ns, "link", "set", &peer, "name", "eth0"])?;
+            if let Some(m) = mac {
+                must(&[
+                    "ip",
+                    "-n",
+                    &ns,
+                    "link",
+                    "set",
+                    "eth0",
+                    "address",
+                    &crate::fmt_mac(m),
+                ])?;
+            }
+            must(&["ip", "-n", &ns, "link", "set", "eth0", "up"])?;
+            let _ = run(&[
+                "sysctl",
+                "-qw",
+                &format!("net.ipv6.conf.{host}.disable_ipv6=1"),
+            ]);
+            must(&["ip", "link", "set", host, "up"])?;
+            eps.push(Endpoint {
+                netns: Some(ns),
+                ifname: "eth0".into(),
+            });
+        }
+        let sink = eps.pop().ok_or_else(|| anyhow!("no sink endpoint"))?;
+        let gen = eps.pop().ok_or_else(|| anyhow!("no gen endpoint"))?;
+        Ok(Virtual {
+            lab,
+            gen,
+            sink,
+            port1,
+            port2,
+        })
+    }
+}
+
+/// The switch under test.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SwitchKind {
+    /// `oxvs-switchd` with this many datapath threads.
+    Oxvs { threads: u16 },
+    /// OVS userspace, `afxdp` ports (PMD threads).
+    OvsPmd,
+    /// OVS userspace, `afxdp-nonpmd` ports.
+    OvsNonPmd,
+    /// Linux bridge (no flows).
+    Bridge,
+}
+
+impl SwitchKind {
+    pub fn parse(s: &str) -> Result<SwitchKind> {
+        Ok(match s {
+            "oxvs" => SwitchKind::Oxvs { threads: 1 },
+            "ovs-pmd" => SwitchKind::OvsPmd,
+            "ovs-nonpmd" => SwitchKind::OvsNonPmd,
+            "bridge" => SwitchKind::Bridge,
+            _ => bail!("unknown switch '{s}' (oxvs, ovs-pmd, ovs-nonpmd, bridge)"),
+        })
+    }
+
+    pub fn name(&self) -> String {
+        match self {
+            SwitchKind::Oxvs { threads: 1 } => "oxvs".into(),
+            SwitchKind::Oxvs { threads } => format!("oxvs({threads} threads)"),
+            SwitchKind::OvsPmd => "ovs-afxdp-pmd".into(),
+            SwitchKind::OvsNonPmd => "ovs-afxdp-nonpmd".into(),
+            SwitchKind::Bridge => "linux-bridge".into(),
+        }
+    }
+
+    fn tag(&self) -> &'static str {
+        match self {
+            SwitchKind::Oxvs { .. } => "ox",
+            SwitchKind::OvsPmd => "op",
+            SwitchKind::OvsNonPmd => "on",
+            SwitchKind::Bridge => "lb",
+        }
+    }
+}
+
+/// The simple forwarding pipeline: port 1 <-> port 2.
+pub const SIMPLE_FLOWS: &str = "in_port=1 actions=output:2\nin_port=2 actions=output:1\n";
+
+/// A running switch on a topology; dropping it stops the switch and then
+/// removes the topology.
+pub struct Running {
+    pub name: String,
+    /// Processes whose CPU time is the switch's (empty: kernel bridge).
+    pub pids: Vec<u32>,
+    /// How each port moves packets.
+    pub port_modes: BTreeMap<String, String>,
+    /// Flows loaded (0 for the bridge).
+    pub flows: usize,
+    _proc: Option<Proc>,
+    pub topo: Virtual,
+}
+
+/// Paths of `oxvs-switchd` and `oxvsctl`.
+#[derive(Clone, Debug)]
+pub struct Bins {
+    pub switchd: PathBuf,
+    pub ctl: PathBuf,
+}
+
+/// Finds `oxvs-switchd` and `oxvsctl`: `$OXVS_BIN_DIR`, else next to this
+/// executable (or its parent: test binaries live in `deps/`), building
+/// them with cargo (same profile) when missing.
+pub fn oxvs_bins() -> Result<Bins> {
+    let exe = std::env::current_exe().context("current_exe")?;
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    if let Ok(d) = std::env::var("OXVS_BIN_DIR") {
+        dirs.push(d.into());
+    }
+    if let Some(d) = exe.parent() {
+        dirs.push(d.to_path_buf());
+        if let Some(p) = d.parent() {
+            dirs.push(p.to_path_buf());
+        }
+    }
+    let find = |dirs: &[PathBuf]| {
+        dirs.iter()
+            .map(|d| Bins {
+                switchd: d.join("oxvs-switchd"),
+                ctl: d.join("oxvsctl"),
+            })
+            .find(|b| b.switchd.exists() && b.ctl.exists())
+    };
+    if let Some(b) = find(&dirs) {
+        return Ok(b);
+    }
+    let release = exe.components().any(|c| c.as_os_str() == "release");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    eprintln!("oxvs-bench: building oxvs-switchd and oxvsctl");
+    let mut cmd = Command::new(cargo);
+    cmd.args(["build", "-p", "oxvs-switch", "-p", "oxvsctl"]);
+    if release {
+        cmd.arg("--release");
+    }
+    let st = cmd
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+        .status()
+        .context("cargo build")?;
+    if !st.success() {
+        bail!("could not build oxvs-switchd/oxvsctl");
+    }
+    find(&dirs).ok_or_else(|| anyhow!("oxvs-switchd/oxvsctl not found in {dirs:?}"))
+}
+
+fn ctl(bins: &Bins, sock: &str, args: &[&str]) -> Result<String> {
+    let c = bins.ctl.to_string_lossy().into_owned();
+    let mut v: Vec<&str> = vec![&c, "--socket", sock];
+    v.extend_from_slice(args);
+    must(&v)
+}
+
+/// Builds the virtual topology and starts `kind` on it with `flows`
+/// (ovs-ofctl syntax; ignored by the bridge).
+pub fn start_switch(kind: &SwitchKind, flows: &str, bins: Option<&Bins>) -> Result<Running> {
+    let mut topo = Virtual::new(kind.tag())?;
+    let nflows = crate::count_flows(flows);
+    let (pids, modes, proc_) = match kind {
+        SwitchKind::Oxvs { threads } => {
+            let bins = bins.ok_or_else(|| anyhow!("oxvs binaries not given"))?;
+            let sock = format!("/tmp/xb-{}.sock", std::process::id());
+            topo.lab.files.push(PathBuf::from(&sock));
+            let d = bins.switchd.to_string_lossy().into_owned();
+            let t = threads.to_string();
+            let mut p = Proc::spawn(
+                &[
+                    &d,
+                    "--socket",
+                    &sock,
+                    "--mode",
+                    "interrupt",
+                    "--threads",
+                    &t,
+                    "--log-level",
+                    "warn",
+                ],
+                "oxvs-switchd",
+                true,
+            )?;
+            let end = Instant::now() + Duration::from_secs(10);
+            while ctl(bins, &sock, &["dump-ports"]).is_err() {
+                if let Some(err) = p.exited() {
+                    bail!("oxvs-switchd exited: {}", err.trim());
+                }
+                if Instant::now() > end {
+                    bail!("oxvs-switchd did not answer on {sock}");
+                }
+                sleep(Duration::from_millis(100))?;
+            }
+            ctl(bins, &sock, &["add-port", &topo.port1, "--ofport", "1"])?;
+            ctl(bins, &sock, &["add-port", &topo.port2, "--ofport", "2"])?;
+            let f = topo.lab.file("oxvs.flows", flows)?;
+            ctl(bins, &sock, &["add-flows", &f])?;
+            let out = ctl(bins, &sock, &["--json", "dump-ports"])?;
+            let v: Value = serde_json::from_str(&out).context("dump-ports --json")?;
+            let list = v
+                .as_array()
+                .or_else(|| v["ports"].as_array())
+                .cloned()
+                .unwrap_or_default();
+            let modes = list
+                .iter()
+                .filter_map(|p| {
+                    Some((
+                        p["name"].as_str()?.to_owned(),
+                        p["mode"].as_str()?.to_owned(),
+                    ))
+                })
+                .collect();
+            (vec![p.pid()], modes, Some(p))
+        }
+        SwitchKind::OvsPmd | SwitchKind::OvsNonPmd => {
+            let pid = ovs_ready()?;
+            let ty = if *kind == SwitchKind::OvsPmd {
+                "afxdp"
+            } else {
+                "afxdp-nonpmd"
+            };
+            let modes = start_ovs(&mut topo, ty, flows)?;
+            (vec![pid], modes, None)
+        }
+        SwitchKind::Bridge => {
+            let br = format!("xb{}br", std::process::id());
+            must(&["ip", "link", "add", &br, "type", "bridge"])?;
+            topo.lab.links.push(br.clone());
+            let _ = run(&[
+                "sysctl",
+                "-qw",
+                &format!("net.ipv6.conf.{br}.disable_ipv6=1"),
+            ]);
+            for h in [&topo.port1, &topo.port2] {
+                must(&["ip", "link", "set", h, "master", &br])?;
+            }
+            must(&["ip", "link", "set", &br, "up"])?;
+            let modes = [&topo.port1, &topo.port2]
+                .iter()
+                .map(|p| ((*p).clone(), "kernel bridge".to_owned()))
+                .collect();
+            (Vec::new(), modes, None)
+        }
+    };
+    Ok(Running {
+        name: kind.name(),
+        pids,
+        port_modes: modes,
+        flows: if *kind == SwitchKind::Bridge {
+            0
+        } else {
+            nflows
+        },
+        _proc: proc_,
+        topo,
+    })
+}
+
+/// Makes sure ovs-vswitchd runs; returns its pid, or why OVS is unusable.
+fn ovs_ready() -> Result<u32> {
+    if run(&["ovs-vsctl", "--version"]).is_err() {
+        bail!("Open vSwitch is not installed (no ovs-vsctl)");
+    }
+    if run(&["ovs-vsctl", "--timeout=3", "show"])
+        .map(|o| !o.status.success())
+        .unwrap_or(true)
+    {
+        must(&["/usr/share/openvswitch/scripts/ovs-ctl", "start"]).context("ovs-ctl start")?;
+    }
+    let pid = std::fs::read_to_string("/var/run/openvswitch/ovs-vswitchd.pid")
+        .context("ovs-vswitchd pid file")?;
+    pid.trim().parse().context("ovs-vswitchd pid")
+}
+
+fn start_ovs(topo: &mut Virtual, port_type: &str, flows: &str) -> Result<BTreeMap<String, String>> {
+    let br = format!("xb{}ovs", std::process::id());
+    topo.lab.ovs_bridges.push(br.clone());
+    must(&[
+        "ovs-vsctl",
+        "--timeout=10",
+        "add-br",
+        &br,
+        "--",
+        "set",
+        "bridge",
+        &br,
+        "datapath_type=netdev",
+        "fail_mode=secure",
+    ])?;
+    let mut modes = BTreeMap::new();
+    for (host, ofport) in [(topo.port1.clone(), "1"), (topo.port2.clone(), "2")] {
+        let mut got = None;
+        for mode in ["native-with-zerocopy", "best-effort"] {
+            let _ = run(&[
+                "ovs-vsctl",
+                "--timeout=10",
+                "--if-exists",
+                "del-port",
+                &br,
+                &host,
+            ]);
+            must(&[
+                "ovs-vsctl",
+                "--timeout=10",
+                "add-port",
+                &br,
+                &host,
+                "--",
+                "set",
+                "interface",
+                &host,
+                &format!("type={port_type}"),
+                &format!("options:xdp-mode={mode}"),
+                &format!("ofport_request={ofport}"),
+            ])?;
+            sleep(Duration::from_millis(500))?;
+            let err = must(&["ovs-vsctl", "get", "interface", &host, "error"])?;
+            let ofp = must(&["ovs-vsctl", "get", "interface", &host, "ofport"])?;
+            if err.trim() == "[]" && ofp.trim() == ofport {
+                let log = std::fs::read_to_string("/var/log/openvswitch/ovs-vswitchd.log")
+                    .unwrap_or_default();
+                let prefix = format!("{host}: ");
+                let xdp = log
+                    .lines()
+                    .rev()
+                    .filter_map(|l| l.split_once(&prefix).map(|(_, rest)| rest))
+                    .find_map(|rest| rest.strip_suffix(" mode will be in use."))
+                    .unwrap_or("unknown")
+                    .to_owned();
+                got = Some(format!("{port_type} {xdp} (requested {mode})"));
+                break;
+            }
+        }
+        let got = got.ok_or_else(|| anyhow!("OVS could not open {host} as {port_type}"))?;
+        modes.insert(host, got);
+    }
+    must(&["ovs-ofctl", "del-flows", &br])?;
+    let f = topo.lab.file("ovs.flows", flows)?;
+    must(&["ovs-ofctl", "add-flows", &br, &f])?;
+    Ok(modes)
+}
+
+/// Facts about an interface the `ports` setup would use.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PortFacts {
+    /// It carries a default route (IPv4 or IPv6).
+    pub default_route: bool,
+    /// Its addresses other than IPv6 link-local ones.
+    pub addresses: Vec<String>,
+}
+
+/// Refuses `ifname` if it carries the host's default route or any address
+/// (the test has no addresses of its own), unless `force`.
+pub fn check_port_safety(ifname: &str, f: &PortFacts, force: bool) -> Result<()> {
+    let mut why = Vec::new();
+    if f.default_route {
+        why.push("it carries the default route".to_owned());
+    }
+    if !f.addresses.is_empty() {
+        why.push(format!("it has addresses {}", f.addresses.join(", ")));
+    }
+    if why.is_empty() || force {
+        if !why.is_empty() {
+            eprintln!(
+                "oxvs-bench: WARNING: using {ifname} although {} (--force)",
+                why.join(" and ")
+            );
+        }
+        return Ok(());
+    }
+    bail!(
+        "refusing to send on {ifname}: {}; the benchmark would disturb the host's traffic \
+         (pass --force to override)",
+        why.join(" and ")
+    )
+}
+
+/// Parses `ip -j route show default` and `ip -j addr show dev IF` output.
+pub fn port_facts_from(ifname: &str, routes_json: &[&str], addr_json: &str) -> Result<PortFacts> {
+    let mut f = PortFacts::default();
+    for r in routes_json {
+        let v: Value = serde_json::from_str(r).context("ip -j route output")?;
+        for route in v.as_array().into_iter().flatten() {
+            let dev = route["dev"].as_str();
+            let via_nexthops = route["nexthops"]
+                .as_array()
+                .is_some_and(|n| n.iter().any(|h| h["dev"].as_str() == Some(ifname)));
+            if dev == Some(ifname) || via_nexthops {
+                f.default_route = true;
+            }
+        }
+    }
+    let v: Value = serde_json::from_str(addr_json).context("ip -j addr output")?;
+    for link in v.as_array().into_iter().flatten() {
+        for a in link["addr_info"].as_array().into_iter().flatten() {
+            let local = a["local"].as_str().unwrap_or("");
+            let link_local = a["scope"].as_str() == Some("link") && a["family"] == "inet6";
+            if !local.is_empty() && !link_local {
+                f.addresses
+                    .push(format!("{local}/{}", a["prefixlen"].as_u64().unwrap_or(0)));
+            }
+        }
+    }
+    Ok(f)
+}
+
+/// Reads [`PortFacts`] of `ifname` from the system.
+pub fn port_facts(ifname: &str) -> Result<PortFacts> {
+    if !Path::new("/sys/class/net").join(ifname).exists() {
+        bail!("interface {ifname} does not exist");
+    }
+    let r4 = must(&["ip", "-j", "-4", "route", "show", "default"])?;
+    let r6 = must(&["ip", "-j", "-6", "route", "show", "default"])?;
+    let a = must(&["ip", "-j", "addr", "show", "dev", ifname])?;
+    port_facts_from(ifname, &[&r4, &r6], &a)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn safety_refuses_default_route_and_addresses() {
+        let routes = r#"[{"dst":"default","gateway":"10.0.0.1","dev":"eth0","protocol":"dhcp"}]"#;
+        let addr = r#"[{"ifname":"eth0","addr_info":[{"family":"inet","local":"10.0.0.5","prefixlen":24,"scope":"global"},{"family":"inet6","local":"fe80::1","prefixlen":64,"scope":"link"}]}]"#;
+        let f = port_facts_from("eth0", &[routes, "[]"], addr).expect("parses");
+        assert!(f.default_route);
+        assert_eq!(f.addresses, ["10.0.0.5/24"]);
+        let e = check_port_safety("eth0", &f, false).expect_err("refused");
+        assert!(format!("{e}").contains("default route"), "{e}");
+        assert!(check_port_safety("eth0", &f, true).is_ok());
+
+        // Another NIC without addresses, only link-local: allowed.
+        let addr2 = r#"[{"ifname":"ens2f0","addr_info":[{"family":"inet6","local":"fe80::2","prefixlen":64,"scope":"link"}]}]"#;
+        let g = port_facts_from("ens2f0", &[routes], addr2).expect("parses");
+        assert_eq!(g, PortFacts::default());
+        assert!(check_port_safety("ens2f0", &g, false).is_ok());
+
+        // An address alone is enough to refuse; so is an ECMP nexthop.
+        let addr3 = r#"[{"ifname":"ens2f1","addr_info":[{"family":"inet","local":"192.168.5.1","prefixlen":24,"scope":"global"}]}]"#;
+        let h = port_facts_from("ens2f1", &["[]"], addr3).expect("parses");
+        assert!(check_port_safety("ens2f1", &h, false).is_err());
+        let ecmp = r#"[{"dst":"default","nexthops":[{"gateway":"10.1.0.1","dev":"ens2f1"}]}]"#;
+        let k = port_facts_from("ens2f1", &[ecmp], "[]").expect("parses");
+        assert!(k.default_route);
+        assert!(port_facts_from("x", &["not json"], "[]").is_err());
+    }
+}

@@ -1,0 +1,172 @@
+//! Generator/sink accounting on real veths (root only; skipped otherwise):
+//!
+//! - a plain veth pair between two namespaces: sent == received + lost,
+//!   every flow's frames accounted, nothing reordered or duplicated;
+//! - `oxvs-switchd` in the middle dropping flow K (`udp,tp_src=1024+K`):
+//!   the loss is exactly flow K's frames;
+//! - a smoke test of the `virtual` setup with each method at tiny
+//!   durations (oxvs and the Linux bridge).
+//!
+//! Names carry the pid; the guards of `xbench::setup` remove everything,
+//! also when an assertion fails.
+
+use std::time::Duration;
+
+use oxvs_bench::xbench::gen::GenConfig;
+use oxvs_bench::xbench::methods::{self, run_trial, TrialOpts};
+use oxvs_bench::xbench::setup::{self, must, Endpoint, Lab, SwitchKind};
+
+fn root() -> bool {
+    let ok = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false);
+    if !ok {
+        eprintln!("skipped: needs root");
+    }
+    ok
+}
+
+/// Two namespaces joined by one veth (`eth0` in each).
+fn veth_pair(lab: &mut Lab) -> (Endpoint, Endpoint) {
+    let a = lab.netns("tva").expect("netns");
+    let b = lab.netns("tvb").expect("netns");
+    must(&[
+        "ip", "-n", &a, "link", "add", "eth0", "type", "veth", "peer", "name", "eth0", "netns", &b,
+    ])
+    .expect("veth");
+    for ns in [&a, &b] {
+        must(&["ip", "-n", ns, "link", "set", "eth0", "up"]).expect("up");
+    }
+    (
+        Endpoint {
+            netns: Some(a),
+            ifname: "eth0".into(),
+        },
+        Endpoint {
+            netns: Some(b),
+            ifname: "eth0".into(),
+        },
+    )
+}
+
+#[test]
+fn veth_accounting_sent_equals_received_plus_loss() {
+    if !root() {
+        return;
+    }
+    let mut lab = Lab::default();
+    let (g, s) = veth_pair(&mut lab);
+    let cfg = GenConfig {
+        flows: 37,
+        rate_pps: 20_000,
+        count: Some(5_000),
+        duration: Duration::from_secs(5),
+        ..GenConfig::default()
+    };
+    let t = run_trial(
+        &g,
+        &s,
+        &cfg,
+        &[],
+        &TrialOpts {
+            per_flow: true,
+            ..Default::default()
+        },
+    )
+    .expect("trial");
+    assert_eq!(t.gen.sent, 5_000);
+    assert_eq!(t.gen.sent, t.received + t.lost());
+    assert_eq!(t.lost(), 0, "a plain veth at 20 kpps loses nothing");
+    assert_eq!((t.reordered, t.duplicates), (0, 0));
+    let per = t.per_flow_received.expect("per flow");
+    for (i, r) in per.iter().enumerate() {
+        assert_eq!(*r, t.gen.sent_for_flow(i as u32), "flow {i}");
+    }
+    assert_eq!(t.latency.count(), t.received);
+    assert!(t.latency.quantile(0.5).is_some_and(|v| v > 0));
+}
+
+#[test]
+fn oxvs_drop_flow_is_exactly_the_loss() {
+    if !root() {
+        return;
+    }
+    let bins = setup::oxvs_bins().expect("oxvs binaries");
+    const K: u32 = 3;
+    let flows = format!(
+        "priority=100,udp,tp_src={} actions=drop\npriority=10,in_port=1 actions=output:2\npriority=10,in_port=2 actions=output:1\n",
+        1024 + K
+    );
+    let sw = setup::start_switch(&SwitchKind::Oxvs { threads: 1 }, &flows, Some(&bins))
+        .expect("oxvs-switchd");
+    let cfg = GenConfig {
+        flows: 8,
+        rate_pps: 20_000,
+        count: Some(4_000),
+        duration: Duration::from_secs(5),
+        ..GenConfig::default()
+    };
+    let t = run_trial(
+        &sw.topo.gen,
+        &sw.topo.sink,
+        &cfg,
+        &sw.pids,
+        &TrialOpts {
+            per_flow: true,
+            ..Default::default()
+        },
+    )
+    .expect("trial");
+    assert_eq!(t.gen.sent, 4_000);
+    let per = t.per_flow_received.clone().expect("per flow");
+    assert_eq!(per[K as usize], 0, "flow {K} is dropped");
+    assert_eq!(t.lost(), t.gen.sent_for_flow(K), "loss = flow {K}'s frames");
+    for (i, r) in per.iter().enumerate() {
+        if i as u32 != K {
+            assert_eq!(*r, t.gen.sent_for_flow(i as u32), "flow {i}");
+        }
+    }
+    assert!(t.cpu_ns.is_some_and(|c| c > 0), "switch CPU measured");
+}
+
+#[test]
+fn virtual_setup_smoke_each_method() {
+    if !root() {
+        return;
+    }
+    let bins = setup::oxvs_bins().expect("oxvs binaries");
+    for kind in [SwitchKind::Oxvs { threads: 1 }, SwitchKind::Bridge] {
+        let sw = setup::start_switch(&kind, setup::SIMPLE_FLOWS, Some(&bins)).expect("switch");
+        let cfg = GenConfig {
+            flows: 1000,
+            rate_pps: 10_000,
+            duration: Duration::from_millis(300),
+            ..GenConfig::default()
+        };
+        let f = methods::fixed(&sw.topo.gen, &sw.topo.sink, &cfg, &sw.pids, 1).expect("fixed");
+        assert!(f[0].received > 0, "{}: delivered", sw.name);
+        assert_eq!(f[0].gen.sent, f[0].received + f[0].lost());
+        let s = methods::throughput(&sw.topo.gen, &sw.topo.sink, &cfg, &sw.pids, 0.01, 2)
+            .expect("throughput");
+        assert!(!s.steps.is_empty());
+        // Scaling = fixed runs over flow counts.
+        for flows in [1, 10_000] {
+            let c = GenConfig {
+                flows,
+                ..cfg.clone()
+            };
+            let r = methods::fixed(&sw.topo.gen, &sw.topo.sink, &c, &sw.pids, 1).expect("scaling");
+            assert!(r[0].received > 0);
+        }
+        drop(sw);
+    }
+    assert!(
+        !std::path::Path::new(&format!("/var/run/netns/xb-{}-ox-gen", std::process::id())).exists(),
+        "namespaces removed"
+    );
+}

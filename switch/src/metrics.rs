@@ -1,0 +1,733 @@
+//! `/metrics`: oxvs-switchd's counters in the Prometheus text format.
+//!
+//! ## What is exported
+//!
+//! Everything is read at scrape time from the [`Switch`] (nothing is
+//! counted twice, nothing is added to the datapath): [`Snapshot::take`]
+//! copies the counters, [`encode`] writes them (pure, unit-tested).
+//!
+//! | family | type | labels | from |
+//! |---|---|---|---|
+//! | `oxvs_port_{rx,tx}_{packets,bytes,drops,errors}_total` | counter | `port` | [`Switch::ports`] |
+//! | `oxvs_port_info` | gauge (1) | `port`, `ofport`, `kind`, `mode` | [`Switch::ports`] |
+//! | `oxvs_datapath_*_total` | counter | | [`Switch::stats`] (summed over threads) |
+//! | `oxvs_datapath_cache_hits_total` | counter | `tier` = `emc`, `megaflow` | [`Switch::stats`] |
+//! | `oxvs_datapath_upcalls_total` | counter | | slow-path passes |
+//! | `oxvs_datapath_busy_seconds_total` | counter | | time spent processing packets |
+//! | `oxvs_conntrack_entries`, `oxvs_conntrack_*_total` | gauge, counters | | [`Conntrack::stats`](oxvs_pipeline::conntrack::Conntrack::stats) |
+//! | `oxvs_pipeline_flows` | gauge | `table` | flows per table |
+//! | `oxvs_pipeline_flow_packets`, `oxvs_pipeline_flow_bytes` | gauge | `table` | sum of the table's flows' counters |
+//!
+//! `table` is the table's name (`IngressMetric`) or, for a table without
+//! one, its number. The per-table packet sums are **gauges**, not
+//! counters: the pipeline keeps no per-table lookup or match counters, only
+//! per-flow ones, and a deleted flow takes its counts with it, so the sum
+//! can go down. The datapath keeps its caches per thread and publishes no
+//! megaflow *count*; `oxvs_datapath_megaflow_inserts_total` and
+//! `oxvs_datapath_cache_flushes_total` are what it has.
+//!
+//! ## The server
+//!
+//! [`MetricsServer`] is a minimal HTTP/1.1 server on a std `TcpListener`
+//! and one thread (switchd is not async): one request per connection,
+//! answered and closed, `GET`/`HEAD /metrics` only. Connections are served
+//! one at a time with 2 s read and write timeouts, so a slow or idle client
+//! delays the next scrape by at most that and never touches the datapath.
+//! A scrape takes the conntrack lock once (O(1)) and the port registry
+//! lock briefly, and reads the flow tables from a lock-free snapshot.
+//!
+//! [`MetricsServer::stop`] (or drop) sets a flag, wakes the accept call by
+//! connecting to the listener, and joins the thread.
+
+use std::collections::BTreeMap;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use oxvs_api::metrics::{self as prom, Exposition};
+use oxvs_api::PortInfo;
+use oxvs_pipeline::conntrack::CtStats;
+use oxvs_pipeline::datapath::DatapathStats;
+use oxvs_pipeline::flow::N_TABLES;
+
+use crate::engine::{Switch, SwitchStats};
+
+/// Default listen address of `--metrics-addr`.
+pub const DEFAULT_METRICS_ADDR: &str = "127.0.0.1:9530";
+
+/// Read and write timeout of one scrape connection.
+const IO_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Counters of one flow table.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TableStats {
+    /// Name, or the number when the table has no name.
+    pub table: String,
+    pub flows: u64,
+    /// Sum of the `n_packets` / `n_bytes` of its current flows.
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+/// Everything one scrape exports, copied out of the switch.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    pub stats: SwitchStats,
+    pub ports: Vec<PortInfo>,
+    pub conntrack: CtStats,
+    /// Tables that have a name or at least one flow, by number.
+    pub tables: Vec<TableStats>,
+    /// Flow table version ([`oxvs_pipeline::tables::TableSet::generation`]).
+    pub generation: u64,
+}
+
+impl Snapshot {
+    /// Copies the switch's counters.
+    pub fn take(switch: &Switch) -> Snapshot {
+        let stats = switch.stats();
+        let ports = switch.ports();
+        let conntrack = switch.with_conntrack(|ct| ct.stats());
+        let pipeline = switch.pipeline();
+        let names = pipeline.names();
+        let set = pipeline.snapshot();
+        let mut per: BTreeMap<u8, TableStats> = BTreeMap::new();
+        for rule in set.flows() {
+            let t = per.entry(rule.flow.table).or_default();
+            t.flows += 1;
+            t.packets += rule.stats.n_packets.load(Ordering::Relaxed);
+            t.bytes += rule.stats.n_bytes.load(Ordering::Relaxed);
+        }
+        for id in 0..N_TABLES {
+            let Ok(id) = u8::try_from(id) else { break };
+            if names.name(id).is_some() {
+                per.entry(id).or_default();
+            }
+        }
+        let tables = per
+            .into_iter()
+            .map(|(id, mut t)| {
+                t.table = names.name(id).map_or_else(|| id.to_string(), str::to_owned);
+                t
+            })
+            .collect();
+        Snapshot {
+            stats,
+            ports,
+            conntrack,
+            tables,
+            generation: set.generation(),
+        }
+    }
+}
+
+/// The exposition of the switch's counters now.
+pub fn render(switch: &Switch) -> String {
+    encode(&Snapshot::take(switch))
+}
+
+/// Writes a snapshot as a Prometheus text exposition.
+pub fn encode(s: &Snapshot) -> String {
+    let mut e = Exposition::new();
+    e.gauge(
+        "oxvs_build_info",
+        "Version of oxvs-switchd (the value is always 1).",
+    )
+    .sample(&[("version", env!("CARGO_PKG_VERSION"))], 1.0);
+    encode_ports(&mut e, &s.ports);
+    encode_datapath(&mut e, &s.stats);
+    encode_conntrack(&mut e, &s.conntrack);
+    encode_tables(&mut e, &s.tables, s.generation);
+    e.finish()
+}
+
+fn encode_ports(e: &mut Exposition, ports: &[PortInfo]) {
+    e.gauge("oxvs_ports", "Switch ports.")
+        .int(&[], ports.len() as u64);
+    {
+        let mut f = e.gauge(
+            "oxvs_port_info",
+            "A switch port (the value is always 1): its OpenFlow number, kind and mode.",
+        );
+        for p in ports {
+            let ofport = p.ofport.to_string();
+            f.sample(
+                &[
+                    ("port", &p.name),
+                    ("ofport", &ofport),
+                    ("kind", &p.kind),
+                    ("mode", &p.mode),
+                ],
+                1.0,
+            );
+        }
+    }
+    type Get = fn(&PortInfo) -> u64;
+    let families: [(&str, &str, Get); 8] = [
+        (
+            "oxvs_port_rx_packets_total",
+            "Packets received on a switch port.",
+            |p| p.stats.rx_packets,
+        ),
+        (
+            "oxvs_port_rx_bytes_total",
+            "Bytes received on a switch port.",
+            |p| p.stats.rx_bytes,
+        ),
+        (
+            "oxvs_port_rx_drops_total",
+            "Received packets a switch port dropped (no buffer, ring full).",
+            |p| p.stats.rx_dropped,
+        ),
+        (
+            "oxvs_port_rx_errors_total",
+            "Receive errors of a switch port.",
+            |p| p.stats.rx_errors,
+        ),
+        (
+            "oxvs_port_tx_packets_total",
+            "Packets sent on a switch port.",
+            |p| p.stats.tx_packets,
+        ),
+        (
+            "oxvs_port_tx_bytes_total",
+            "Bytes sent on a switch port.",
+            |p| p.stats.tx_bytes,
+        ),
+        (
+            "oxvs_port_tx_drops_total",
+            "Packets a switch port could not send (TX ring full, no frame).",
+            |p| p.stats.tx_dropped,
+        ),
+        (
+            "oxvs_port_tx_errors_total",
+            "Transmit errors of a switch port.",
+            |p| p.stats.tx_errors,
+        ),
+    ];
+    for (name, help, get) in families {
+        let mut f = e.counter(name, help);
+        for p in ports {
+            f.int(&[("port", &p.name)], get(p));
+        }
+    }
+}
+
+fn encode_datapath(e: &mut Exposition, s: &SwitchStats) {
+    // Destructured without `..`: a counter added to the engine or the
+    // datapath does not compile until it is exported here.
+    let SwitchStats {
+        datapath,
+        threads,
+        busy_ns,
+        packet_in_dropped,
+        icmp_too_big,
+        output_no_port,
+        cross_thread,
+        bad_frames,
+    } = s;
+    let DatapathStats {
+        packets,
+        bytes,
+        emc_hits,
+        megaflow_hits,
+        upcalls,
+        megaflow_inserts,
+        xlate_errors,
+        cache_flushes,
+        recirculations,
+        drops,
+        recirc_limit_drops,
+        write_errors,
+        outputs,
+        packet_ins,
+    } = datapath;
+    e.gauge("oxvs_datapath_threads", "Datapath threads.")
+        .int(&[], *threads as u64);
+    e.counter(
+        "oxvs_datapath_cache_hits_total",
+        "Pipeline passes answered by a flow cache tier (emc: exact match; megaflow: wildcarded).",
+    )
+    .int(&[("tier", "emc")], *emc_hits)
+    .int(&[("tier", "megaflow")], *megaflow_hits);
+    let counters: [(&str, &str, u64); 17] = [
+        (
+            "oxvs_datapath_packets_total",
+            "Packets received by the datapath.",
+            *packets,
+        ),
+        (
+            "oxvs_datapath_bytes_total",
+            "Bytes of the packets received by the datapath.",
+            *bytes,
+        ),
+        (
+            "oxvs_datapath_upcalls_total",
+            "Pipeline passes that missed both cache tiers and went to the slow path.",
+            *upcalls,
+        ),
+        (
+            "oxvs_datapath_megaflow_inserts_total",
+            "Megaflows installed by the slow path.",
+            *megaflow_inserts,
+        ),
+        (
+            "oxvs_datapath_cache_flushes_total",
+            "Times the flow caches were emptied (flow table changes, flushes).",
+            *cache_flushes,
+        ),
+        (
+            "oxvs_datapath_xlate_errors_total",
+            "Slow-path translations that failed (the packet is dropped).",
+            *xlate_errors,
+        ),
+        (
+            "oxvs_datapath_recirculations_total",
+            "Recirculations (extra pipeline passes, e.g. after ct).",
+            *recirculations,
+        ),
+        (
+            "oxvs_datapath_drops_total",
+            "Pipeline passes that ended in a drop (no flow, or an explicit drop).",
+            *drops,
+        ),
+        (
+            "oxvs_datapath_recirc_limit_drops_total",
+            "Packets dropped for recirculating too deep.",
+            *recirc_limit_drops,
+        ),
+        (
+            "oxvs_datapath_write_errors_total",
+            "Header writes skipped because the frame was too short.",
+            *write_errors,
+        ),
+        (
+            "oxvs_datapath_outputs_total",
+            "Frames the pipeline sent to an output port.",
+            *outputs,
+        ),
+        (
+            "oxvs_datapath_packet_ins_total",
+            "Packets sent to the controller queue.",
+            *packet_ins,
+        ),
+        (
+            "oxvs_datapath_packet_in_drops_total",
+            "Packets to the controller dropped because the queue was full.",
+            *packet_in_dropped,
+        ),
+        (
+            "oxvs_datapath_icmp_too_big_total",
+            "ICMP fragmentation-needed replies sent for packets too big for a tunnel.",
+            *icmp_too_big,
+        ),
+        (
+            "oxvs_datapath_output_no_port_total",
+            "Outputs to a port number no port has (dropped).",
+            *output_no_port,
+        ),
+        (
+            "oxvs_datapath_cross_thread_total",
+            "Outputs handed to another datapath thread.",
+            *cross_thread,
+        ),
+        (
+            "oxvs_datapath_bad_frames_total",
+            "Received frames with an unusable descriptor (dropped).",
+            *bad_frames,
+        ),
+    ];
+    for (name, help, v) in counters {
+        e.counter(name, help).int(&[], v);
+    }
+    e.counter(
+        "oxvs_datapath_busy_seconds_total",
+        "Time the datapath threads spent processing packets.",
+    )
+    .sample(&[], *busy_ns as f64 / 1e9);
+}
+
+fn encode_conntrack(e: &mut Exposition, c: &CtStats) {
+    e.gauge(
+        "oxvs_conntrack_entries",
+        "Connections tracked now (expired ones not yet removed included).",
+    )
+    .int(&[], c.entries as u64);
+    let counters: [(&str, &str, u64); 6] = [
+        (
+            "oxvs_conntrack_packets_total",
+            "Packets given to the connection tracker.",
+            c.packets_total,
+        ),
+        (
+            "oxvs_conntrack_commits_total",
+            "Connections created by a commit.",
+            c.committed_total,
+        ),
+        (
+            "oxvs_conntrack_invalid_packets_total",
+            "Packets the tracker marked invalid (table-full ones included).",
+            c.invalid_total,
+        ),
+        (
+            "oxvs_conntrack_table_full_drops_total",
+            "Commits refused because the connection table was full (the packet is +inv).",
+            c.table_full_total,
+        ),
+        (
+            "oxvs_conntrack_expired_total",
+            "Connections removed because they expired.",
+            c.expired_total,
+        ),
+        (
+            "oxvs_conntrack_deleted_total",
+            "Connections removed by a flush or TCP port reuse.",
+            c.deleted_total,
+        ),
+    ];
+    for (name, help, v) in counters {
+        e.counter(name, help).int(&[], v);
+    }
+}
+
+fn encode_tables(e: &mut Exposition, tables: &[TableStats], generation: u64) {
+    e.gauge(
+        "oxvs_pipeline_generation",
+        "Version of the flow tables (grows with every flow table change).",
+    )
+    .int(&[], generation);
+    type Get = fn(&TableStats) -> u64;
+    let families: [(&str, &str, Get); 3] = [
+        ("oxvs_pipeline_flows", "Flows in a table.", |t| t.flows),
+        (
+            "oxvs_pipeline_flow_packets",
+            "Packets matched by a table's current flows (sum of their n_packets; drops when a flow is deleted).",
+            |t| t.packets,
+        ),
+        (
+            "oxvs_pipeline_flow_bytes",
+            "Bytes matched by a table's current flows (sum of their n_bytes; drops when a flow is deleted).",
+            |t| t.bytes,
+        ),
+    ];
+    for (name, help, get) in families {
+        let mut f = e.gauge(name, help);
+        for t in tables {
+            f.int(&[("table", &t.table)], get(t));
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The HTTP server.
+
+/// Why the metrics server did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    #[error("cannot listen for metrics on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot start the metrics thread: {0}")]
+    Thread(std::io::Error),
+}
+
+/// The `/metrics` endpoint (one thread); stopped on drop.
+#[derive(Debug)]
+pub struct MetricsServer {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    join: Option<JoinHandle<()>>,
+}
+
+impl MetricsServer {
+    /// Listens on `addr` (port 0: any free port, see
+    /// [`MetricsServer::local_addr`]) and serves `switch`'s metrics.
+    pub fn start(addr: SocketAddr, switch: Arc<Switch>) -> Result<MetricsServer, MetricsError> {
+        let listener =
+            TcpListener::bind(addr).map_err(|source| MetricsError::Bind { addr, source })?;
+        let bound = listener
+            .local_addr()
+            .map_err(|source| MetricsError::Bind { addr, source })?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let join = std::thread::Builder::new()
+            .name("metrics".into())
+            .spawn(move || accept_loop(listener, &switch, &flag))
+            .map_err(MetricsError::Thread)?;
+        tracing::info!(addr = %bound, "serving metrics at http://{bound}/metrics");
+        Ok(MetricsServer {
+            addr: bound,
+            stop,
+            join: Some(join),
+        })
+    }
+
+    /// The address it listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops accepting and joins the thread (idempotent).
+    pub fn stop(&mut self) {
+        let Some(join) = self.join.take() else {
+            return;
+        };
+        self.stop.store(true, Ordering::Release);
+        let mut wake = self.addr;
+        if wake.ip().is_unspecified() {
+            wake.set_ip(match wake.ip() {
+                IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::LOCALHOST),
+                IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::LOCALHOST),
+            });
+        }
+        match TcpStream::connect_timeout(&wake, Duration::from_secs(1)) {
+            Ok(_) => {
+                if join.join().is_err() {
+                    tracing::error!("the metrics thread panicked");
+                }
+            }
+            // Cannot wake it: leave it blocked in accept (it ends with the process).
+            Err(e) => tracing::warn!("cannot wake the metrics thread at {wake}: {e}"),
+        }
+    }
+}
+
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn accept_loop(listener: TcpListener, switch: &Switch, stop: &AtomicBool) {
+    loop {
+        let accepted = listener.accept();
+        if stop.load(Ordering::Acquire) {
+            return;
+        }
+        match accepted {
+            Ok((stream, peer)) => {
+                if let Err(e) = serve_one(stream, switch) {
+                    tracing::debug!(%peer, "metrics connection ended badly: {e}");
+                }
+            }
+            Err(e) => {
+                tracing::warn!("accept on the metrics listener failed: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+}
+
+fn serve_one(mut stream: TcpStream, switch: &Switch) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(IO_TIMEOUT))?;
+    stream.set_write_timeout(Some(IO_TIMEOUT))?;
+    let mut buf = Vec::with_capacity(512);
+    let mut chunk = [0u8; 1024];
+    let head_len = loop {
+        if let Some(n) = prom::request_head_end(&buf) {
+            break n;
+        }
+        if buf.len() > prom::MAX_REQUEST_HEAD {
+            let r = prom::http_response(413, "text/plain", b"request head too long\n", false);
+            return stream.write_all(&r);
+        }
+        match stream.read(&mut chunk) {
+            Ok(0) => return Ok(()), // closed before a full request
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                let r = prom::http_response(408, "text/plain", b"request timeout\n", false);
+                return stream.write_all(&r);
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    let resp = prom::respond(&buf[..head_len], || render(switch));
+    stream.write_all(&resp)?;
+    stream.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oxvs_api::PortStats;
+
+    fn sample() -> Snapshot {
+        let mut s = Snapshot::default();
+        s.stats.threads = 1;
+        s.stats.datapath.packets = 10;
+        s.stats.datapath.emc_hits = 7;
+        s.stats.datapath.megaflow_hits = 2;
+        s.stats.datapath.upcalls = 1;
+        s.stats.busy_ns = 1_500_000;
+        s.stats.packet_in_dropped = 4;
+        s.ports = vec![
+            PortInfo {
+                name: "p1".into(),
+                ofport: 1,
+                kind: "afxdp".into(),
+                mode: "skb".into(),
+                state: "up".into(),
+                stats: PortStats {
+                    rx_packets: 5,
+                    rx_bytes: 500,
+                    tx_dropped: 2,
+                    ..PortStats::default()
+                },
+            },
+            PortInfo {
+                name: "weird\"name\\".into(),
+                ofport: 2,
+                kind: "vxlan".into(),
+                mode: "udp".into(),
+                state: "up".into(),
+                stats: PortStats::default(),
+            },
+        ];
+        s.conntrack = CtStats {
+            entries: 3,
+            table_full_total: 9,
+            ..CtStats::default()
+        };
+        s.tables = vec![
+            TableStats {
+                table: "Classifier".into(),
+                flows: 2,
+                packets: 10,
+                bytes: 1000,
+            },
+            TableStats {
+                table: "7".into(),
+                flows: 1,
+                packets: 0,
+                bytes: 0,
+            },
+        ];
+        s.generation = 5;
+        s
+    }
+
+    #[test]
+    fn exposition_is_valid_and_carries_the_values() {
+        let text = encode(&sample());
+        let p = prom::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let v = |n: &str, l: &[(&str, &str)]| p.value(n, l).unwrap_or(-1.0);
+        assert_eq!(v("oxvs_port_rx_packets_total", &[("port", "p1")]), 5.0);
+        assert_eq!(v("oxvs_port_rx_bytes_total", &[("port", "p1")]), 500.0);
+        assert_eq!(v("oxvs_port_tx_drops_total", &[("port", "p1")]), 2.0);
+        assert_eq!(
+            v("oxvs_port_rx_packets_total", &[("port", "weird\"name\\")]),
+            0.0
+        );
+        assert_eq!(v("oxvs_datapath_cache_hits_total", &[("tier", "emc")]), 7.0);
+        assert_eq!(
+            v("oxvs_datapath_cache_hits_total", &[("tier", "megaflow")]),
+            2.0
+        );
+        assert_eq!(v("oxvs_datapath_upcalls_total", &[]), 1.0);
+        assert_eq!(v("oxvs_datapath_busy_seconds_total", &[]), 0.0015);
+        assert_eq!(v("oxvs_datapath_packet_in_drops_total", &[]), 4.0);
+        assert_eq!(v("oxvs_conntrack_entries", &[]), 3.0);
+        assert_eq!(v("oxvs_conntrack_table_full_drops_total", &[]), 9.0);
+        assert_eq!(v("oxvs_pipeline_flows", &[("table", "Classifier")]), 2.0);
+        assert_eq!(
+            v("oxvs_pipeline_flow_packets", &[("table", "Classifier")]),
+            10.0
+        );
+        assert_eq!(v("oxvs_pipeline_flows", &[("table", "7")]), 1.0);
+        assert_eq!(v("oxvs_pipeline_generation", &[]), 5.0);
+        assert_eq!(
+            v(
+                "oxvs_port_info",
+                &[
+                    ("port", "p1"),
+                    ("ofport", "1"),
+                    ("kind", "afxdp"),
+                    ("mode", "skb")
+                ]
+            ),
+            1.0
+        );
+        for (name, kind) in &p.types {
+            assert!(name.starts_with("oxvs_"), "{name}");
+            assert!(
+                text.contains(&format!("# HELP {name} ")),
+                "{name} ({kind:?}) has no HELP"
+            );
+        }
+    }
+
+    #[test]
+    fn every_counter_of_the_switch_is_exported() {
+        // One family per counter field: a new field must be added here and
+        // to encode_datapath, or this fails.
+        let text = encode(&Snapshot::default());
+        let p = prom::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let datapath = p
+            .types
+            .keys()
+            .filter(|n| n.starts_with("oxvs_datapath_") && n.ends_with("_total"))
+            .count();
+        // 14 DatapathStats fields (emc+megaflow in one family) + 5 engine
+        // counters + busy time.
+        assert_eq!(datapath, 13 + 5 + 1, "{text}");
+        assert_eq!(
+            p.types
+                .keys()
+                .filter(|n| n.starts_with("oxvs_conntrack_"))
+                .count(),
+            7
+        );
+    }
+
+    #[test]
+    fn server_answers_on_a_free_port() {
+        let switch = match Switch::start(
+            crate::engine::SwitchConfig::default(),
+            Arc::new(oxvs_pipeline::tables::Pipeline::new()),
+        ) {
+            Ok(s) => Arc::new(s),
+            Err(e) => {
+                eprintln!("SKIPPED: cannot start a switch here: {e}");
+                return;
+            }
+        };
+        let mut srv =
+            match MetricsServer::start("127.0.0.1:0".parse().expect("addr"), switch.clone()) {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("SKIPPED: {e}");
+                    return;
+                }
+            };
+        let get = |req: &str| {
+            let mut c = TcpStream::connect(srv.local_addr()).expect("connect");
+            c.write_all(req.as_bytes()).expect("write");
+            let mut out = String::new();
+            c.read_to_string(&mut out).expect("read");
+            out
+        };
+        let r = get("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert!(r.starts_with("HTTP/1.1 200 OK\r\n"), "{r}");
+        let body = r.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or_default();
+        let p = prom::parse(body).unwrap_or_else(|e| panic!("{e}\n{body}"));
+        assert_eq!(p.value("oxvs_ports", &[]), Some(0.0));
+        assert_eq!(
+            p.value("oxvs_pipeline_flows", &[("table", "Classifier")]),
+            Some(0.0)
+        );
+        assert!(get("GET /nope HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 404"));
+        assert!(get("garbage\r\n\r\n").starts_with("HTTP/1.1 400"));
+        // An idle client does not stop later scrapes for longer than the timeout.
+        let idle = TcpStream::connect(srv.local_addr()).expect("connect");
+        assert!(get("GET /metrics HTTP/1.0\r\n\r\n").starts_with("HTTP/1.1 200"));
+        drop(idle);
+        srv.stop();
+        assert!(TcpStream::connect(srv.local_addr()).is_err());
+        switch.shutdown();
+    }
+}
