@@ -523,6 +523,9 @@ fn flows(lab: &Lab, node: &str) -> Vec<String> {
         .unwrap_or_else(|e| panic!("dump-flows on {node}: {e}"))
 }
 
+/// A dump that differed: when, the flows missing, the flows extra.
+type FlowDiff = (Instant, Vec<String>, Vec<String>);
+
 /// Dumps `node`'s flows back to back until `stop`; every dump that differs
 /// from `want`, as (when, flows missing, flows extra).
 fn watch_flows(
@@ -530,7 +533,7 @@ fn watch_flows(
     node: &str,
     want: Vec<String>,
     stop: Arc<AtomicBool>,
-) -> JoinHandle<(usize, Vec<(Instant, Vec<String>, Vec<String>)>)> {
+) -> JoinHandle<(usize, Vec<FlowDiff>)> {
     let sock = lab.root().join(node).join("switchd.sock");
     std::thread::spawn(move || {
         let mut n = 0;
