@@ -23,20 +23,24 @@
 //!   timeout, retried at once). A single TCP handshake or UDP echo on a
 //!   denied pair fails the test.
 //!
-//! The allowed pair's **gap** is the longest time between two consecutive
-//! successful sends (TCP: connection starts that completed; UDP: datagrams
-//! whose echo came back); with no loss it is the send interval. The
-//! **documented windows** (asserted):
-//! - agent restart (SIGTERM, or SIGKILL): the switch keeps forwarding with
-//!   the installed flows while no agent runs, and the new agent's first
-//!   `replace-flows` is a diff against identical flows, so allowed traffic
-//!   loses nothing: the gap must stay under [`RESTART_WINDOW`] (1 s, i.e.
-//!   a few UDP datagrams at most on a loaded 2-core machine);
-//! - policy churn: every change is one atomic bundle per node, and the
-//!   changes keep the pair allowed, so again nothing should be lost: the
-//!   gap must stay under [`CHURN_WINDOW`] (1 s).
+//! The allowed pair's **outage** is the longest time from a failed
+//! attempt to the next successful one (a lost handshake counts from its
+//! start, so one lost SYN is an outage of at least the 1 s connect
+//! timeout; a lost datagram about 20 ms). Stalls of the sender itself (a
+//! loaded 2-core machine) are printed apart and are not outages.
 //!
-//! The measured gaps and losses are printed (`--nocapture`).
+//! **Documented window** ([`WINDOW`], asserted): allowed traffic is lost for
+//! at most 500 ms (TCP: 500 ms + the connect timeout, its resolution), for
+//! an agent restart and under policy churn. The design says nothing is
+//! lost at all, and that is what was measured (0 failed attempts, every
+//! run): while no agent runs the switch keeps forwarding with the flows it
+//! has, the new agent converges only with a complete cluster snapshot and
+//! its first `replace-flows` is a diff against identical flows; every
+//! policy change is one atomic bundle per node. The window is slack for
+//! scheduling on a shared machine, not an expected loss.
+//!
+//! The measured outages, sender stalls and attempt counts are printed
+//! (`--nocapture`).
 //!
 //! ## Agent restart (`agent_restart_under_traffic`)
 //!
@@ -45,7 +49,12 @@
 //! agent restarted with SIGTERM, node-1's with SIGKILL, node-2's with
 //! SIGKILL (`oxvs-lab agent restart`, which re-runs the exact command line:
 //! checked here from `/proc/PID/cmdline`, pids from `status --json`).
-//! After, each node's flows (`dump-flows --no-stats`) equal those before.
+//! During each restart (and 1 s after the new agent is ready) a thread
+//! dumps the restarted node's flows back to back (about 100 dumps): every
+//! dump must equal the flows before, and so must both nodes' flows at the
+//! end. (This caught an agent that converged with an empty cluster before
+//! its source's first snapshot: policy and remote-node flows gone for
+//! ~20 ms per restart, denied UDP passing, an allowed SYN lost.)
 //!
 //! ## Policy churn (`policy_churn_under_traffic`)
 //!
@@ -76,10 +85,18 @@ use oxvs_agent::model::Protocol;
 use oxvs_agent::policy::{allowed, Endpoint};
 use serde_json::Value;
 
-/// The documented window for an agent restart (see the module doc).
-const RESTART_WINDOW: Duration = Duration::from_secs(1);
-/// The documented window for policy churn (see the module doc).
-const CHURN_WINDOW: Duration = Duration::from_secs(1);
+/// The documented window: the longest time allowed traffic may be lost,
+/// for an agent restart and under policy churn alike (measured: 0, nothing
+/// is lost; see the module doc).
+const WINDOW: Duration = Duration::from_millis(500);
+/// The allowed pair's TCP connect timeout: a lost handshake is only seen
+/// after it, so TCP outages are allowed `WINDOW + ALLOWED_TCP_TIMEOUT`.
+const ALLOWED_TCP_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The windows of [`Traffic::start`]'s allowed series (TCP, then UDP).
+fn windows() -> [Duration; 2] {
+    [WINDOW + ALLOWED_TCP_TIMEOUT, WINDOW]
+}
 
 /// The two tests are timing-sensitive: one lab at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -263,31 +280,41 @@ impl Series {
     fn failed(&self) -> usize {
         self.attempts.len() - self.ok()
     }
-    /// The longest time between consecutive successful attempts (and from
-    /// the first attempt to the first success, and from the last success
-    /// to the last attempt).
-    fn max_gap(&self) -> (Duration, Option<Instant>) {
-        let mut last: Option<Instant> = self.attempts.first().map(|(t, _)| *t);
-        let mut gap = Duration::ZERO;
-        let mut at = None;
+    /// The longest outage: from the start of a failed attempt to the start
+    /// of the next successful one (or the end of the series), and when it
+    /// began. Zero when nothing failed. A lost TCP handshake costs at least
+    /// its timeout, a lost datagram about one send interval.
+    fn outage(&self) -> (Duration, Option<Instant>) {
+        let mut worst = (Duration::ZERO, None);
+        let mut down_since: Option<Instant> = None;
         for (t, ok) in &self.attempts {
-            if *ok {
-                if let Some(l) = last {
-                    if t.duration_since(l) > gap {
-                        gap = t.duration_since(l);
-                        at = Some(l);
+            match (ok, down_since) {
+                (false, None) => down_since = Some(*t),
+                (true, Some(d)) => {
+                    if t.duration_since(d) > worst.0 {
+                        worst = (t.duration_since(d), Some(d));
                     }
+                    down_since = None;
                 }
-                last = Some(*t);
+                _ => {}
             }
         }
-        if let (Some(l), Some((t, _))) = (last, self.attempts.last()) {
-            if t.duration_since(l) > gap {
-                gap = t.duration_since(l);
-                at = Some(l);
+        if let (Some(d), Some((last, _))) = (down_since, self.attempts.last()) {
+            let span = last.duration_since(d).max(Duration::from_millis(1));
+            if span > worst.0 {
+                worst = (span, Some(d));
             }
         }
-        (gap, at)
+        worst
+    }
+    /// The longest time between two attempts' starts: the sender's own
+    /// stalls (a loaded machine), which are not outages.
+    fn max_interval(&self) -> Duration {
+        self.attempts
+            .windows(2)
+            .map(|w| w[1].0.duration_since(w[0].0))
+            .max()
+            .unwrap_or_default()
     }
     /// Start times of successful attempts.
     fn successes(&self) -> Vec<Instant> {
@@ -397,7 +424,7 @@ impl Traffic {
                 "allowed TCP x/a -> x/b".into(),
                 b.ip,
                 Duration::from_millis(50),
-                Duration::from_secs(1),
+                ALLOWED_TCP_TIMEOUT,
                 stop.clone(),
             ),
             udp_loop(
@@ -446,24 +473,26 @@ impl Traffic {
 }
 
 /// Prints and checks what the traffic saw; `t0` for relative times.
-fn check_traffic(allowed: &[Series], denied: &[Series], window: Duration, t0: Instant) {
+/// `windows[i]` is the longest outage allowed for `allowed[i]`.
+fn check_traffic(allowed: &[Series], denied: &[Series], windows: &[Duration], t0: Instant) {
     let rel = |t: Instant| t.duration_since(t0).as_secs_f64();
     let mut problems = Vec::new();
-    for s in allowed {
-        let (gap, at) = s.max_gap();
+    for (s, window) in allowed.iter().zip(windows) {
+        let (outage, at) = s.outage();
         eprintln!(
-            "{}: {} attempts, {} ok, {} failed, max gap {:.0} ms (from t={:.2} s)",
+            "{}: {} attempts, {} ok, {} failed, longest outage {:.0} ms{}, longest send interval {:.0} ms",
             s.what,
             s.attempts.len(),
             s.ok(),
             s.failed(),
-            gap.as_secs_f64() * 1e3,
-            at.map_or(0.0, rel)
+            outage.as_secs_f64() * 1e3,
+            at.map_or(String::new(), |t| format!(" (from t={:.2} s)", rel(t))),
+            s.max_interval().as_secs_f64() * 1e3,
         );
         assert!(s.ok() > 0, "{}: no attempt succeeded", s.what);
-        if gap > window {
+        if outage > *window {
             problems.push(format!(
-                "{}: allowed traffic dropped for {gap:?} (from t={:.2} s), beyond the documented {window:?}",
+                "{}: allowed traffic dropped for {outage:?} (from t={:.2} s), beyond the documented {window:?}",
                 s.what,
                 at.map_or(0.0, rel)
             ));
@@ -641,7 +670,7 @@ fn agent_restart_under_traffic() {
         eprintln!("restart: {r}");
     }
     let traffic_result =
-        std::panic::catch_unwind(|| check_traffic(&allowed_s, &denied_s, RESTART_WINDOW, t0));
+        std::panic::catch_unwind(|| check_traffic(&allowed_s, &denied_s, &windows(), t0));
     assert!(
         changed_flows.is_empty(),
         "a restarting agent changed the switch's flows:\n{}",
@@ -899,6 +928,6 @@ fn policy_churn_under_traffic() {
         t0.elapsed().as_secs_f64(),
         pols.len()
     );
-    check_traffic(&allowed_s, &denied_s, CHURN_WINDOW, t0);
+    check_traffic(&allowed_s, &denied_s, &windows(), t0);
     assert!(applied + deleted >= secs.min(10) as u32, "too few changes");
 }

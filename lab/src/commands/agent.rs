@@ -71,12 +71,15 @@ fn cmdline(pid: u32) -> Option<Vec<String>> {
     (!v.is_empty()).then_some(v)
 }
 
-/// Waits until `pid` has fully exited (no `/proc/PID`, or a zombie).
+/// Waits until `pid` has fully exited: no `/proc/PID`, or a zombie whose
+/// other threads are gone too.
 ///
 /// [`procs::alive`] turns false as soon as the dying process's command line
 /// reads empty, which the kernel does (memory released) *before* it closes
-/// the process's files; the new agent would then find the old one's IPAM
-/// `flock` still held and exit. A zombie has closed its files.
+/// the process's files; and the main thread of a multi-threaded process is
+/// a zombie while the others still exit, holding the shared file table. The
+/// new agent would find the old one's IPAM `flock` still held and exit.
+/// Only when the last thread is gone are the files closed.
 fn wait_exited(pid: u32) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
@@ -86,8 +89,12 @@ fn wait_exited(pid: u32) -> anyhow::Result<()> {
                 s.rsplit_once(')')
                     .and_then(|(_, rest)| rest.split_whitespace().next().map(str::to_string))
             });
+        let threads = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|d| d.count())
+            .unwrap_or(0);
         match state.as_deref() {
-            None | Some("Z") | Some("X") => return Ok(()),
+            None => return Ok(()),
+            Some("Z") | Some("X") if threads <= 1 => return Ok(()),
             Some(_) if Instant::now() > deadline => {
                 anyhow::bail!("the old agent (pid {pid}) has not exited after 5 s")
             }
