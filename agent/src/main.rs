@@ -240,9 +240,13 @@ async fn run(args: Args, pod_mtu: u32) -> anyhow::Result<()> {
             None
         }
     };
+    // With a cluster source, touch the switch only once its first snapshot
+    // (a complete one) is in; see keep_converged.
+    let first_snapshot = source_task.is_some().then(|| rx.clone());
     let controller = tokio::spawn(follow_cluster(agent.clone(), rx));
     let keeper = tokio::spawn(keep_converged(
         agent.clone(),
+        first_snapshot,
         Duration::from_secs(args.resync_interval.max(1)),
     ));
 
@@ -333,7 +337,26 @@ async fn follow_cluster(
 }
 
 /// Converges with the switch on start, then whenever it drifts.
-async fn keep_converged(agent: Arc<Agent>, every: Duration) {
+///
+/// With a cluster source (`first` is its receiver) the first convergence
+/// waits for the source's first snapshot: converging with the empty initial
+/// state would make the switch's flows ones without policies and remote
+/// nodes, so a restarted agent would open denied traffic and cut
+/// cross-node traffic until the snapshot came (measured by the lab's
+/// `churn` test). Until then the node is not discovered, so CNI ADD and
+/// STATUS answer "not ready" and the switch keeps the flows it has.
+async fn keep_converged(
+    agent: Arc<Agent>,
+    first: Option<tokio::sync::watch::Receiver<Arc<ClusterState>>>,
+    every: Duration,
+) {
+    if let Some(mut rx) = first {
+        tracing::info!("waiting for the cluster source before converging with the switch");
+        // An error means the source ended without a snapshot (it logged why).
+        if rx.changed().await.is_ok() {
+            agent.set_cluster(rx.borrow_and_update().clone());
+        }
+    }
     let mut converged = false;
     let mut failures = 0u64;
     loop {

@@ -9,7 +9,9 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use oxvs_lab::commands::{apply, delete, down, exec, probe, serve, status, up, Global};
+use oxvs_lab::commands::{
+    agent, apply, delete, down, exec, node, probe, serve, status, up, Global,
+};
 
 /// A local oxvs cluster made of network namespaces.
 #[derive(Debug, Parser)]
@@ -37,6 +39,10 @@ enum Cmd {
     Status(status::StatusArgs),
     /// Remove everything the lab made.
     Down(down::DownArgs),
+    /// Add or remove a node of a running lab.
+    Node(node::NodeArgs),
+    /// Restart a node's agent (same command line).
+    Agent(agent::AgentArgs),
     /// The pod server (internal).
     #[command(hide = true)]
     Serve(serve::ServeArgs),
@@ -53,6 +59,8 @@ fn main() -> ExitCode {
         Cmd::Exec(a) => exec::run_exec(g, a),
         Cmd::Status(a) => status::run_status(g, a),
         Cmd::Down(a) => down::run_down(g, a),
+        Cmd::Node(a) => node::run_node(g, a),
+        Cmd::Agent(a) => agent::run_agent(g, a),
         Cmd::Serve(a) => serve::run_serve(a),
     };
     match r {

@@ -1,10 +1,12 @@
 //! The CLI commands, one module each; [`Ctx`] is what they share (lab
 //! name, paths, the binaries to run).
 
+pub mod agent;
 pub mod apply;
 pub mod delete;
 pub mod down;
 pub mod exec;
+pub mod node;
 pub mod probe;
 pub mod runtime;
 pub mod serve;

@@ -25,11 +25,11 @@ use crate::procs;
 use crate::state::{random_uid, AgentMode, LabState, NodeState};
 
 /// Underlay prefix: the bridge is .1, node N is .(10+N).
-const UNDERLAY: &str = "192.168.77";
+pub(crate) const UNDERLAY: &str = "192.168.77";
 /// Underlay MTU.
-const UNDERLAY_MTU: &str = "1500";
+pub(crate) const UNDERLAY_MTU: &str = "1500";
 /// Most nodes (pod CIDRs 10.244.N.0/24, underlay .(10+N)).
-const MAX_NODES: u32 = 200;
+pub(crate) const MAX_NODES: u32 = 200;
 
 #[derive(Debug, clap::Args)]
 pub struct UpArgs {
@@ -355,7 +355,7 @@ fn build(
 }
 
 /// The agent's command line for `node`.
-fn agent_argv(
+pub(crate) fn agent_argv(
     ctx: &Ctx,
     mode: AgentMode,
     node: &NodeState,
