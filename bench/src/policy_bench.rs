@@ -188,8 +188,9 @@ fn make_policy(k: usize, namespaces: usize, ppn: usize) -> NetworkPolicy {
                         Peer::IpBlock {
                             cidr: Ipv4Net::new(Ipv4Addr::new(172, 16, 0, 0), 12)
                                 .unwrap_or_default(),
-                            except: vec![Ipv4Net::new(Ipv4Addr::new(172, 16, 5, 0), 24)
-                                .unwrap_or_default()],
+                            except: vec![
+                                Ipv4Net::new(Ipv4Addr::new(172, 16, 5, 0), 24).unwrap_or_default()
+                            ],
                         },
                     ],
                     ports: vec![tcp(8080), tcp(uniq)],
@@ -411,11 +412,7 @@ impl Model {
             let p = make_policy(k, n_ns, spec.pods_per_namespace);
             state.policies.insert(p.key(), p);
         }
-        Ok(Model {
-            spec,
-            state,
-            nodes,
-        })
+        Ok(Model { spec, state, nodes })
     }
 
     /// The same cluster without any NetworkPolicy.

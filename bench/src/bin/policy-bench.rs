@@ -187,10 +187,7 @@ fn main() -> Result<()> {
                 "In-process policy realisation ({nodes} nodes; times in ms, the slowest node; best of {reps})"
             );
             print!("{}", table(&Summary::HEADER, &rows, 0));
-            write_json(
-                &json,
-                &json!({"machine": machine.json(), "matrix": out}),
-            )?;
+            write_json(&json, &json!({"machine": machine.json(), "matrix": out}))?;
         }
         Cmd::Datapath {
             pods,
@@ -266,10 +263,7 @@ fn main() -> Result<()> {
                     1
                 )
             );
-            write_json(
-                &json,
-                &json!({"machine": machine.json(), "datapath": out}),
-            )?;
+            write_json(&json, &json!({"machine": machine.json(), "datapath": out}))?;
         }
         Cmd::Lab {
             lab,
@@ -343,8 +337,8 @@ struct LabNode {
 
 fn lab_state(a: &LabArgs) -> Result<(Vec<LabNode>, LabFacts)> {
     let path = a.state_root.join(&a.lab).join("state.json");
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
     let v: Value =
         serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
     let mut facts = LabFacts::default();
@@ -354,20 +348,27 @@ fn lab_state(a: &LabArgs) -> Result<(Vec<LabNode>, LabFacts)> {
         let cidr = n["pod_cidr"].as_str().unwrap_or_default();
         let ip = n["ip"].as_str().unwrap_or_default();
         let (Ok(cidr), Ok(ip)) = (cidr.parse(), ip.parse::<Ipv4Addr>()) else {
-            bail!("node {name:?} in {}: bad pod_cidr {cidr:?} or ip {ip:?}", path.display());
+            bail!(
+                "node {name:?} in {}: bad pod_cidr {cidr:?} or ip {ip:?}",
+                path.display()
+            );
         };
         facts.nodes.insert(name.clone(), (cidr, ip));
         nodes.push(LabNode {
             sock: a.state_root.join(&a.lab).join(&name).join("switchd.sock"),
             agent_pid: n["agent_pid"].as_u64().and_then(|p| u32::try_from(p).ok()),
-            switchd_pid: n["switchd_pid"].as_u64().and_then(|p| u32::try_from(p).ok()),
+            switchd_pid: n["switchd_pid"]
+                .as_u64()
+                .and_then(|p| u32::try_from(p).ok()),
             name,
         });
     }
     for p in v["pods"].as_array().into_iter().flatten() {
-        let (Some(ns), Some(name), Some(node)) =
-            (p["namespace"].as_str(), p["name"].as_str(), p["node"].as_str())
-        else {
+        let (Some(ns), Some(name), Some(node)) = (
+            p["namespace"].as_str(),
+            p["name"].as_str(),
+            p["node"].as_str(),
+        ) else {
             continue;
         };
         if let Some(ip) = p["ip"].as_str().and_then(|s| s.parse().ok()) {
@@ -403,7 +404,10 @@ fn policy_flow_count(sock: &Path) -> Result<usize> {
         names: false,
         stats: true,
     })?;
-    Ok(d.flows.iter().filter(|f| is_policy_cookie(f.cookie)).count())
+    Ok(d.flows
+        .iter()
+        .filter(|f| is_policy_cookie(f.cookie))
+        .count())
 }
 
 /// Polls every node until its flow count is `want[node]`; returns the
@@ -541,12 +545,11 @@ fn lab_run(a: LabArgs) -> Result<()> {
         let start = Instant::now();
         oxvs_lab(&a, &["delete", "-f", &pol_file.to_string_lossy()])?;
         let gone = wait_counts(&nodes, &before, start, a.timeout);
-        let removed = gone.values().copied().collect::<Option<Vec<_>>>().map(|v| {
-            v.into_iter()
-                .max()
-                .unwrap_or_default()
-                .as_secs_f64()
-        });
+        let removed = gone
+            .values()
+            .copied()
+            .collect::<Option<Vec<_>>>()
+            .map(|v| v.into_iter().max().unwrap_or_default().as_secs_f64());
         eprintln!(
             "{n} policies: realised {:?}, removed in {removed:?} s",
             done.values().collect::<Vec<_>>()
