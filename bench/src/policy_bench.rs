@@ -785,18 +785,47 @@ pub fn traffic(model: &Model, n: usize) -> Vec<DpPacket<Vec<u8>>> {
     out
 }
 
+/// The traffic of [`traffic`] restricted to packets that `policies`'
+/// flows on node 0 allow (each run alone through a fresh datapath), up to
+/// `n` of them: the same work per packet with and without policy, so the
+/// comparison measures the lookup cost, not fewer outputs.
+pub fn allowed_traffic(policies: &Model, n: usize) -> Result<Vec<DpPacket<Vec<u8>>>, BenchError> {
+    let Some(node) = policies.nodes.first() else {
+        return Err(BenchError::Spec("no node".into()));
+    };
+    let mut lines = node.base_flows();
+    lines.extend(policy::policy_flows(&policies.state, &node.local).flows);
+    let pipeline = Arc::new(pipeline_with(&node.name, &lines)?);
+    let mut ports = vec![TUNNEL_OFPORT, GATEWAY_OFPORT];
+    ports.extend(node.ports.iter().map(|p| p.ofport));
+    let mut dp = Datapath::new(pipeline, XlateEnv { ports }, DatapathConfig::default());
+    let mut ct = Conntrack::new(CtConfig::default());
+    let mut out = Vec::with_capacity(n);
+    for p in traffic(policies, 4 * n) {
+        let mut sink = CountingSink::default();
+        let mut b = vec![p.clone()];
+        dp.process_batch(&mut b, &mut ct, 1, &mut sink);
+        if sink.outputs > 0 {
+            out.push(p);
+            if out.len() == n {
+                break;
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// Packets per `process_batch` call.
 pub const BATCH: usize = 32;
 
 /// `Datapath::process_batch` throughput on node 0 of `model` (its base
-/// flows plus its policy flows), in steady state: `packets` distinct
-/// packets, warmed up for 3 rounds (connections tracked, caches filled),
+/// flows plus its policy flows), in steady state: `pkts` (distinct), warmed up for 3 rounds (connections tracked, caches filled),
 /// then `trials` runs of `dur` each; only `process_batch` is timed (the
 /// batch copy is not). `emc: false` disables the exact-match cache, so
 /// every pass is a megaflow hit.
 pub fn datapath_pps(
     model: &Model,
-    packets: usize,
+    pkts: &[DpPacket<Vec<u8>>],
     emc: bool,
     trials: usize,
     dur: Duration,
@@ -820,7 +849,6 @@ pub fn datapath_pps(
     let mut dp = Datapath::new(Arc::clone(&pipeline), XlateEnv { ports }, cfg);
     let mut ct = Conntrack::new(CtConfig::default());
     let mut sink = CountingSink::default();
-    let pkts = traffic(model, packets);
     let now = 1_000_000_000u64;
     for _ in 0..3 {
         for chunk in pkts.chunks(BATCH) {

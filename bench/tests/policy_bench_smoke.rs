@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use oxvs_agent::source::{parse_manifest, Object};
 use oxvs_bench::policy_bench::{
-    datapath_pps, lab_objects, realise, to_yaml_docs, Model, ModelSpec, Summary,
+    allowed_traffic, datapath_pps, lab_objects, realise, to_yaml_docs, traffic, Model, ModelSpec,
+    Summary,
 };
 
 fn tiny(policies: usize) -> Model {
@@ -53,12 +54,13 @@ fn realises_policies_on_every_node() {
 fn datapath_forwards_and_policies_drop_some() {
     let m = tiny(12);
     let dur = Duration::from_millis(20);
-    let open = datapath_pps(&m.without_policies(), 128, true, 1, dur).expect("no policies");
+    let pkts = traffic(&m, 128);
+    let open = datapath_pps(&m.without_policies(), &pkts, true, 1, dur).expect("no policies");
     assert_eq!(open.drops, 0, "{open:?}");
     assert_eq!(open.outputs, 128, "every packet forwarded: {open:?}");
     assert_eq!(open.upcalls, 0, "steady state: {open:?}");
     assert!(open.pps > 0.0);
-    let closed = datapath_pps(&m, 128, false, 1, dur).expect("with policies");
+    let closed = datapath_pps(&m, &pkts, false, 1, dur).expect("with policies");
     assert!(closed.flows > open.flows);
     assert_eq!(closed.emc_hits, 0, "EMC off: {closed:?}");
     assert!(
@@ -69,6 +71,10 @@ fn datapath_forwards_and_policies_drop_some() {
         closed.drops > 0 && closed.outputs > 0,
         "some traffic allowed, some denied: {closed:?}"
     );
+    let ok = allowed_traffic(&m, 64).expect("allowed");
+    assert_eq!(ok.len(), 64);
+    let r = datapath_pps(&m, &ok, true, 1, dur).expect("allowed only");
+    assert_eq!((r.outputs, r.drops), (64, 0), "{r:?}");
 }
 
 #[test]

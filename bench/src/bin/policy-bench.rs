@@ -34,8 +34,8 @@ use oxvs_api::client::Client;
 use oxvs_api::protocol::{DumpFlowsResult, Request, ShowResult};
 use oxvs_bench::cni_bench::{table, Machine};
 use oxvs_bench::policy_bench::{
-    datapath_pps, expected_policy_flows, is_policy_cookie, lab_objects, realise, to_yaml_docs,
-    LabFacts, Model, ModelSpec, Summary,
+    allowed_traffic, datapath_pps, expected_policy_flows, is_policy_cookie, lab_objects, realise,
+    to_yaml_docs, traffic, LabFacts, Model, ModelSpec, Summary,
 };
 use serde_json::{json, Value};
 use stats_alloc::{StatsAlloc, INSTRUMENTED_SYSTEM};
@@ -211,45 +211,49 @@ fn main() -> Result<()> {
             let mut rows = Vec::new();
             let mut out = Vec::new();
             let mut base_pps = BTreeMap::new();
-            for emc in [true, false] {
-                for m in [&without, &with] {
-                    let r = datapath_pps(m, packets, emc, trials, dur)?;
-                    let tier = if emc { "emc" } else { "megaflow" };
-                    let rel = match base_pps.get(tier) {
-                        Some(b) => format!("{:+.1}%", (r.pps / b - 1.0) * 100.0),
-                        None => {
-                            base_pps.insert(tier, r.pps);
-                            "-".into()
-                        }
-                    };
-                    rows.push(vec![
-                        tier.to_string(),
-                        r.policies.to_string(),
-                        r.flows.to_string(),
-                        format!("{:.3}", r.pps / 1e6),
-                        rel,
-                        format!("{:.0}", 1e9 / r.pps.max(1.0)),
-                        format!("{}/{}/{}", r.emc_hits, r.megaflow_hits, r.upcalls),
-                        format!("{}/{}", r.outputs, r.drops),
-                        r.megaflows.to_string(),
-                    ]);
-                    out.push(json!({
-                        "tier": tier, "policies": r.policies, "flows": r.flows,
-                        "packets": r.packets, "pps": r.pps, "trials_pps": r.trials,
-                        "emc_hits": r.emc_hits, "megaflow_hits": r.megaflow_hits,
-                        "upcalls": r.upcalls, "outputs": r.outputs, "drops": r.drops,
-                        "megaflows": r.megaflows,
-                    }));
+            let mixed = traffic(&with, packets);
+            let allowed = allowed_traffic(&with, packets)?;
+            for (mix, pkts) in [("mixed", &mixed), ("allowed", &allowed)] {
+                for emc in [true, false] {
+                    for m in [&without, &with] {
+                        let r = datapath_pps(m, pkts, emc, trials, dur)?;
+                        let tier = format!("{mix}/{}", if emc { "emc" } else { "megaflow" });
+                        let rel = match base_pps.get(&tier) {
+                            Some(b) => format!("{:+.1}%", (r.pps / b - 1.0) * 100.0),
+                            None => {
+                                base_pps.insert(tier.clone(), r.pps);
+                                "-".into()
+                            }
+                        };
+                        rows.push(vec![
+                            tier.clone(),
+                            r.policies.to_string(),
+                            r.flows.to_string(),
+                            format!("{:.3}", r.pps / 1e6),
+                            rel,
+                            format!("{:.0}", 1e9 / r.pps.max(1.0)),
+                            format!("{}/{}/{}", r.emc_hits, r.megaflow_hits, r.upcalls),
+                            format!("{}/{}", r.outputs, r.drops),
+                            r.megaflows.to_string(),
+                        ]);
+                        out.push(json!({
+                            "tier": tier, "policies": r.policies, "flows": r.flows,
+                            "packets": r.packets, "pps": r.pps, "trials_pps": r.trials,
+                            "emc_hits": r.emc_hits, "megaflow_hits": r.megaflow_hits,
+                            "upcalls": r.upcalls, "outputs": r.outputs, "drops": r.drops,
+                            "megaflows": r.megaflows,
+                        }));
+                    }
                 }
             }
             println!(
-                "Datapath::process_batch (32/batch), node-1 of {pods} pods / {nodes} nodes, {packets} packets, median of {trials} x {secs} s"
+                "Datapath::process_batch (32/batch), node-1 of {pods} pods / {nodes} nodes, {} mixed / {} allowed-only packets, median of {trials} x {secs} s", mixed.len(), allowed.len()
             );
             print!(
                 "{}",
                 table(
                     &[
-                        "cache",
+                        "traffic/cache",
                         "policies",
                         "flows",
                         "Mpps",
