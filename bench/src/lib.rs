@@ -60,6 +60,7 @@
 //! the tunnel port with the tunnel's virtual MAC as destination.
 
 pub mod cni_bench;
+pub mod policy_bench;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
