@@ -26,10 +26,10 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 
 use super::runtime::{cni_status, destroy_pod, wait_for_socket};
-use super::up::{agent_argv, MAX_NODES, UNDERLAY, UNDERLAY_MTU};
+use super::up::{agent_argv, MAX_NODES, UNDERLAY};
 use super::{Bins, Ctx, Global, GATEWAY};
 use crate::manifest;
-use crate::netns::{self, run};
+use crate::netns;
 use crate::procs;
 use crate::state::{random_uid, LabState, NodeState};
 
@@ -147,58 +147,8 @@ fn add_node(
     st.note_netns(&node.netns);
     st.nodes.push(node.clone());
     ctx.paths.save(st)?;
+    super::up::wire_node(&ul, node, node.index)?;
     let ns = node.netns.as_str();
-    let port = format!("n{}", node.index);
-    netns::add(ns)?;
-    run(&[
-        "ip",
-        "-n",
-        &ul,
-        "link",
-        "add",
-        &port,
-        "mtu",
-        UNDERLAY_MTU,
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "eth0",
-        "netns",
-        ns,
-    ])?;
-    run(&["ip", "-n", &ul, "link", "set", &port, "master", "br0", "up"])?;
-    run(&[
-        "ip",
-        "-n",
-        ns,
-        "addr",
-        "add",
-        &format!("{}/24", node.ip),
-        "dev",
-        "eth0",
-    ])?;
-    run(&[
-        "ip",
-        "-n",
-        ns,
-        "link",
-        "set",
-        "eth0",
-        "mtu",
-        UNDERLAY_MTU,
-        "up",
-    ])?;
-    run(&[
-        "ip",
-        "-n",
-        ns,
-        "route",
-        "add",
-        "default",
-        "via",
-        &format!("{UNDERLAY}.1"),
-    ])?;
     let dir = ctx.paths.node_dir(node.index);
     // A leftover directory of an earlier node with this index would hand
     // the new agent someone else's records.

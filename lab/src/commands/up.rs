@@ -201,58 +201,7 @@ fn build(
         st.note_netns(&node.netns);
         st.nodes.push(node.clone());
         ctx.paths.save(st)?;
-        let ns = node.netns.as_str();
-        let port = format!("n{i}");
-        netns::add(ns)?;
-        run(&[
-            "ip",
-            "-n",
-            &ul,
-            "link",
-            "add",
-            &port,
-            "mtu",
-            UNDERLAY_MTU,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "eth0",
-            "netns",
-            ns,
-        ])?;
-        run(&["ip", "-n", &ul, "link", "set", &port, "master", "br0", "up"])?;
-        run(&[
-            "ip",
-            "-n",
-            ns,
-            "addr",
-            "add",
-            &format!("{}/24", node.ip),
-            "dev",
-            "eth0",
-        ])?;
-        run(&[
-            "ip",
-            "-n",
-            ns,
-            "link",
-            "set",
-            "eth0",
-            "mtu",
-            UNDERLAY_MTU,
-            "up",
-        ])?;
-        run(&[
-            "ip",
-            "-n",
-            ns,
-            "route",
-            "add",
-            "default",
-            "via",
-            &format!("{UNDERLAY}.1"),
-        ])?;
+        wire_node(&ul, &node, i)?;
         let file = manifest::object_file_name("Node", "", &node.name);
         let uid = st
             .uids
@@ -399,4 +348,63 @@ pub(crate) fn agent_argv(
     }
     push("--log-level", log_level.to_string());
     v
+}
+
+/// Makes node `index`'s namespace and plugs it into the underlay bridge in
+/// `ul`: veth `n<index>` on `br0`, `eth0` in the node with its address, the
+/// underlay MTU and a default route via the bridge's address.
+pub(crate) fn wire_node(ul: &str, node: &NodeState, index: u32) -> anyhow::Result<()> {
+    let ns = node.netns.as_str();
+    let port = format!("n{index}");
+    netns::add(ns)?;
+    run(&[
+        "ip",
+        "-n",
+        ul,
+        "link",
+        "add",
+        &port,
+        "mtu",
+        UNDERLAY_MTU,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "eth0",
+        "netns",
+        ns,
+    ])?;
+    run(&["ip", "-n", ul, "link", "set", &port, "master", "br0", "up"])?;
+    run(&[
+        "ip",
+        "-n",
+        ns,
+        "addr",
+        "add",
+        &format!("{}/24", node.ip),
+        "dev",
+        "eth0",
+    ])?;
+    run(&[
+        "ip",
+        "-n",
+        ns,
+        "link",
+        "set",
+        "eth0",
+        "mtu",
+        UNDERLAY_MTU,
+        "up",
+    ])?;
+    run(&[
+        "ip",
+        "-n",
+        ns,
+        "route",
+        "add",
+        "default",
+        "via",
+        &format!("{UNDERLAY}.1"),
+    ])?;
+    Ok(())
 }
