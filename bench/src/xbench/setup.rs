@@ -803,6 +803,7 @@ fn start_ovs(
         &br,
         "datapath_type=netdev",
         "fail_mode=secure",
+        "protocols=OpenFlow10,OpenFlow13,OpenFlow15",
     ])?;
     let mut modes = BTreeMap::new();
     for (host, ofport) in [
@@ -854,9 +855,11 @@ fn start_ovs(
         let got = got.ok_or_else(|| anyhow!("OVS could not open {host} as {port_type}"))?;
         modes.insert(host, got);
     }
-    must(&["ovs-ofctl", "del-flows", &br])?;
+    // OpenFlow 1.5: goto_table, conjunctions and register loads of the
+    // Antrea-like pipeline all have a wire form there.
+    must(&["ovs-ofctl", "-O", "OpenFlow15", "del-flows", &br])?;
     let f = topo.lab.file("ovs.flows", flows)?;
-    must(&["ovs-ofctl", "add-flows", &br, &f])?;
+    must(&["ovs-ofctl", "-O", "OpenFlow15", "add-flows", &br, &f])?;
     Ok(modes)
 }
 
