@@ -1,24 +1,43 @@
 #!/bin/sh
-# The committed oxvs-bench run (issue 7): oxvs vs OVS afxdp (PMD, non-PMD)
-# vs Linux bridge, simple forwarding pipeline (port 1 <-> 2), virtual setup
-# (generator and sink in namespaces, AF_XDP copy mode on veth), 64-byte
-# UDP frames. Results: bench/results/*.json and SVG plots.
+# The committed oxvs-bench runs (issue 7): oxvs vs OVS afxdp (PMD, non-PMD)
+# vs Linux bridge, simple forwarding (port 1 <-> 2) and the Antrea-like
+# pipeline with $POLICIES NetworkPolicies (generator and sink are two pods
+# the policies allow), virtual setup (generator and sink in namespaces,
+# AF_XDP copy mode on veth), 64-byte UDP frames, 1 and 1000 flows; then
+# pod to pod across two oxvs nodes over VXLAN. Results:
+# bench/results/*.json and SVG plots under bench/results/plots/.
 #
 # Usage (root): bench/scripts/oxvs-bench.sh [extra oxvs-bench flags]
 # Env: DURATION (s per trial, default 3), TRIALS (default 3), RATE (fixed
-# rate, pps, default 100000), FLOWS (default 1000).
+# rate, pps, default 100000), FLOWS (default 1,1000), POLICIES (default
+# 1000), STEPS (search steps, default 6), SWITCHES, ONLY (fixed,
+# throughput or vxlan: run just that part).
 set -eu
 cd "$(dirname "$0")/../.."
-cargo build --release -p oxvs-bench --bin oxvs-bench
-cargo build --release -p oxvs-switch -p oxvsctl
+cargo build --release -p oxvs-bench --bin oxvs-bench -p oxvs-switch -p oxvsctl
 B=target/release/oxvs-bench
 D=${DURATION:-3}
 T=${TRIALS:-3}
 R=${RATE:-100000}
-F=${FLOWS:-1000}
+F=${FLOWS:-1,1000}
+P=${POLICIES:-1000}
 S=${SWITCHES:-oxvs,ovs-pmd,ovs-nonpmd,bridge}
+O=${ONLY:-all}
 mkdir -p bench/results/plots
-"$B" fixed --switches "$S" --rate "$R" --flows "$F" --duration "$D" --trials "$T" \
-    --json bench/results/oxvs-bench-fixed.json --plots bench/results/plots/fixed "$@"
-"$B" throughput --switches "$S" --flows "$F" --duration "$D" --trials "$T" --loss 0.1 --steps "${STEPS:-7}" \
-    --json bench/results/oxvs-bench-throughput.json --plots bench/results/plots/throughput "$@"
+if [ "$O" = all ] || [ "$O" = fixed ]; then
+    "$B" fixed --switches "$S" --pipeline simple,antrea --policies "$P" --rate "$R" --flows "$F" \
+        --duration "$D" --trials "$T" \
+        --json bench/results/oxvs-bench-fixed.json --plots bench/results/plots/fixed "$@"
+fi
+if [ "$O" = all ] || [ "$O" = throughput ]; then
+    "$B" throughput --switches "$S" --pipeline simple,antrea --policies "$P" --flows "$F" \
+        --duration "$D" --trials "$T" --loss 0.1 --steps "${STEPS:-6}" \
+        --json bench/results/oxvs-bench-throughput.json --plots bench/results/plots/throughput "$@"
+fi
+if [ "$O" = all ] || [ "$O" = vxlan ]; then
+    "$B" fixed --setup virtual-vxlan --rate "$R" --flows "$F" --duration "$D" --trials "$T" \
+        --json bench/results/oxvs-bench-vxlan-fixed.json --plots bench/results/plots/vxlan-fixed "$@"
+    "$B" throughput --setup virtual-vxlan --flows "$F" --duration "$D" --trials "$T" --loss 0.1 \
+        --steps "${STEPS:-6}" \
+        --json bench/results/oxvs-bench-vxlan-throughput.json --plots bench/results/plots/vxlan-throughput "$@"
+fi

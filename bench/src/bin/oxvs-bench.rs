@@ -17,6 +17,7 @@ use clap::{Parser, ValueEnum};
 use oxvs_bench::xbench::gen::{GenConfig, Proto, SeqMode, Vxlan};
 use oxvs_bench::xbench::hist::Histogram;
 use oxvs_bench::xbench::methods::{self, Search, Trial};
+use oxvs_bench::xbench::pipeline::{PipelineKind, Plan};
 use oxvs_bench::xbench::report::{self, fmt3, summary, trial_json};
 use oxvs_bench::xbench::setup::{self, Endpoint, SwitchKind, SIMPLE_FLOWS};
 use serde_json::{json, Value};
@@ -35,9 +36,22 @@ enum Method {
 enum SetupKind {
     /// Namespaces and veths around each switch (self-contained).
     Virtual,
+    /// Two lab nodes (namespaces), each an oxvs-switchd with a VXLAN port
+    /// over a veth underlay; generator pod on node A, sink pod on node B
+    /// (oxvs only, simple pod <-> tunnel flows).
+    VirtualVxlan,
     /// Physical interfaces `--gen-if`/`--sink-if`; the device under test
     /// is whatever connects them.
     Ports,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum PipelineArg {
+    /// Port 1 <-> port 2 (or `--flows-file`).
+    Simple,
+    /// The Antrea-like node pipeline with `--policies` NetworkPolicies;
+    /// the generator and sink are two pods the policies allow.
+    Antrea,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -66,9 +80,17 @@ struct Args {
         default_value = "oxvs,ovs-pmd,ovs-nonpmd,bridge"
     )]
     switches: Vec<String>,
-    /// Flow file loaded into oxvs and OVS (default: port 1 <-> port 2).
+    /// Flow file loaded into oxvs and OVS for the simple pipeline
+    /// (default: port 1 <-> port 2).
     #[arg(long, value_name = "FILE")]
     flows_file: Option<PathBuf>,
+    /// Pipelines (list: one case each). The Linux bridge runs only with
+    /// `simple`.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "simple")]
+    pipeline: Vec<PipelineArg>,
+    /// NetworkPolicies of the `antrea` pipeline.
+    #[arg(long, default_value_t = 1000)]
+    policies: usize,
     /// Frame sizes incl. FCS (list: one case each).
     #[arg(long, value_delimiter = ',', default_value = "64")]
     frame_sizes: Vec<usize>,
@@ -126,6 +148,8 @@ struct Args {
 /// One measured case.
 struct Case {
     switch: String,
+    pipeline: String,
+    note: String,
     port_modes: Value,
     flows_loaded: usize,
     frame_size: usize,
@@ -136,6 +160,15 @@ struct Case {
 }
 
 impl Case {
+    /// Switch and pipeline (`oxvs`, `oxvs antrea(1000 policies)`).
+    fn label(&self) -> String {
+        if self.pipeline == "simple" {
+            self.switch.clone()
+        } else {
+            format!("{} {}", self.switch, self.pipeline)
+        }
+    }
+
     fn latency(&self) -> Histogram {
         let mut h = Histogram::new();
         for t in &self.trials {
@@ -164,6 +197,8 @@ impl Case {
             .collect();
         json!({
             "switch": self.switch,
+            "pipeline": self.pipeline,
+            "note": self.note,
             "port_modes": self.port_modes,
             "flows_loaded": self.flows_loaded,
             "frame_size": self.frame_size,
@@ -230,7 +265,36 @@ fn main() -> Result<()> {
                 netns: None,
                 ifname: si.clone(),
             };
-            run_cases(&a, "external", json!({}), 0, 0, &g, &s, &[], &mut cases)?;
+            let plan = Plan::simple(&flows_text);
+            let info = SwitchInfo {
+                name: "external",
+                modes: json!({}),
+                flows_loaded: 0,
+                threads: 0,
+                plan: &plan,
+                note: "external device under test",
+            };
+            run_cases(&a, &info, &g, &s, &[], &mut cases)?;
+        }
+        SetupKind::VirtualVxlan => {
+            if a.pipeline != [PipelineArg::Simple] || a.flows_file.is_some() {
+                bail!("--setup virtual-vxlan has its own flows (pod <-> tunnel); no --pipeline/--flows-file");
+            }
+            let bins = setup::oxvs_bins()?;
+            let plan = Plan::simple(setup::SIMPLE_FLOWS);
+            for &t in &a.threads {
+                let sw = setup::start_vxlan_pair(t.max(1), &bins)?;
+                eprintln!("oxvs-bench: == {} ==", sw.name);
+                let info = SwitchInfo {
+                    name: &sw.name,
+                    modes: json!(sw.port_modes),
+                    flows_loaded: sw.flows,
+                    threads: t.max(1),
+                    plan: &plan,
+                    note: &sw.note,
+                };
+                run_cases(&a, &info, &sw.topo.gen, &sw.topo.sink, &sw.pids, &mut cases)?;
+            }
         }
         SetupKind::Virtual => {
             let kinds: Vec<SwitchKind> = a
@@ -243,41 +307,61 @@ fn main() -> Result<()> {
             } else {
                 None
             };
-            for k in kinds {
-                let variants: Vec<SwitchKind> = match k {
-                    SwitchKind::Oxvs { .. } => a
-                        .threads
-                        .iter()
-                        .map(|&t| SwitchKind::Oxvs { threads: t.max(1) })
-                        .collect(),
-                    other => vec![other],
-                };
-                for kind in variants {
-                    eprintln!("oxvs-bench: == {} ==", kind.name());
-                    let r = (|| -> Result<()> {
-                        let sw = setup::start_switch(&kind, &flows_text, bins.as_ref())?;
-                        let threads = match kind {
-                            SwitchKind::Oxvs { threads } => threads,
-                            _ => 0,
-                        };
-                        run_cases(
-                            &a,
-                            &sw.name,
-                            json!(sw.port_modes),
-                            sw.flows,
-                            threads,
-                            &sw.topo.gen,
-                            &sw.topo.sink,
-                            &sw.pids,
-                            &mut cases,
-                        )
-                    })();
-                    if let Err(e) = r {
-                        if setup::stopped() {
-                            return Err(e);
+            let mut plans = Vec::new();
+            for p in &a.pipeline {
+                plans.push(match p {
+                    PipelineArg::Simple => Plan::simple(&flows_text),
+                    PipelineArg::Antrea => Plan::antrea(a.policies)?,
+                });
+            }
+            for plan in &plans {
+                eprintln!(
+                    "oxvs-bench: pipeline {}: {} flows; {}",
+                    plan.kind.name(),
+                    oxvs_bench::count_flows(&plan.flows),
+                    plan.note
+                );
+                for k in &kinds {
+                    if *k == SwitchKind::Bridge && plan.kind != PipelineKind::Simple {
+                        eprintln!(
+                            "oxvs-bench: linux-bridge has no flow pipeline: measured with `simple` only"
+                        );
+                        continue;
+                    }
+                    let variants: Vec<SwitchKind> = match k {
+                        SwitchKind::Oxvs { .. } => a
+                            .threads
+                            .iter()
+                            .map(|&t| SwitchKind::Oxvs { threads: t.max(1) })
+                            .collect(),
+                        other => vec![other.clone()],
+                    };
+                    for kind in variants {
+                        eprintln!("oxvs-bench: == {} / {} ==", kind.name(), plan.kind.name());
+                        let r = (|| -> Result<()> {
+                            let sw = setup::start_switch(&kind, plan, bins.as_ref())?;
+                            let threads = match kind {
+                                SwitchKind::Oxvs { threads } => threads,
+                                _ => 0,
+                            };
+                            let info = SwitchInfo {
+                                name: &sw.name,
+                                modes: json!(sw.port_modes),
+                                flows_loaded: sw.flows,
+                                threads,
+                                plan,
+                                note: &sw.note,
+                            };
+                            run_cases(&a, &info, &sw.topo.gen, &sw.topo.sink, &sw.pids, &mut cases)
+                        })();
+                        if let Err(e) = r {
+                            if setup::stopped() {
+                                return Err(e);
+                            }
+                            let n = format!("{} / {}", kind.name(), plan.kind.name());
+                            eprintln!("oxvs-bench: {n}: SKIPPED: {e:#}");
+                            skipped.push((n, format!("{e:#}")));
                         }
-                        eprintln!("oxvs-bench: {}: SKIPPED: {e:#}", kind.name());
-                        skipped.push((kind.name(), format!("{e:#}")));
                     }
                 }
             }
@@ -305,6 +389,7 @@ fn main() -> Result<()> {
             "trials": a.trials,
             "rate_pps": a.rate,
             "max_loss_percent": a.loss,
+            "load_average": load_average(),
             "proto": format!("{:?}", a.proto).to_lowercase(),
             "vxlan": a.vxlan,
             "elapsed_s": started.elapsed().as_secs_f64(),
@@ -327,6 +412,23 @@ fn nix_is_root() -> bool {
                 .and_then(|l| l.split_whitespace().nth(1).map(|u| u == "0"))
         })
         .unwrap_or(false)
+}
+
+/// `/proc/loadavg`'s first three fields (the machine is shared).
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+/// The switch under test and its pipeline, for [`run_cases`].
+struct SwitchInfo<'a> {
+    name: &'a str,
+    modes: Value,
+    flows_loaded: usize,
+    threads: u16,
+    plan: &'a Plan,
+    note: &'a str,
 }
 
 fn gen_config(a: &Args, frame_size: usize, flows: u32) -> GenConfig {
@@ -358,32 +460,34 @@ fn gen_config(a: &Args, frame_size: usize, flows: u32) -> GenConfig {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 fn run_cases(
     a: &Args,
-    name: &str,
-    modes: Value,
-    flows_loaded: usize,
-    threads: u16,
+    sw: &SwitchInfo,
     g: &Endpoint,
     s: &Endpoint,
     pids: &[u32],
     out: &mut Vec<Case>,
 ) -> Result<()> {
+    let name = sw.name;
     for &size in &a.frame_sizes {
         for &flows in &a.flows {
-            let cfg = gen_config(a, size, flows);
+            let mut cfg = gen_config(a, size, flows);
+            sw.plan.apply(&mut cfg)?;
             let mut case = Case {
                 switch: name.to_owned(),
-                port_modes: modes.clone(),
-                flows_loaded,
+                pipeline: sw.plan.kind.name(),
+                note: sw.note.to_owned(),
+                port_modes: sw.modes.clone(),
+                flows_loaded: sw.flows_loaded,
                 frame_size: size,
                 flows,
-                threads,
+                threads: sw.threads,
                 trials: Vec::new(),
                 searches: Vec::new(),
             };
             eprintln!("oxvs-bench: {name}: {size}-byte frames, {flows} flows");
+            methods::probe(g, s, &cfg, pids)
+                .with_context(|| format!("{name} / {}: {}", sw.plan.kind.name(), sw.note))?;
             match a.method {
                 Method::Fixed | Method::Scaling => {
                     case.trials = methods::fixed(g, s, &cfg, pids, a.trials)?;
@@ -416,8 +520,14 @@ fn print_table(a: &Args, cases: &[Case], skipped: &[(String, String)]) {
     match a.method {
         Method::Throughput => {
             println!(
-                "{:<22} {:>6} {:>8} {:>28} {:>10} {:>26}",
-                "switch", "size", "flows", "throughput kpps (loss<=)", "", "p99 us at that rate"
+                "{:<40} {:>5} {:>6} {:>24} {:>9} {:>22} {:>22}",
+                "switch / pipeline",
+                "size",
+                "flows",
+                "throughput kpps",
+                "",
+                "p99 us at that rate",
+                "CPU ns/pkt there"
             );
             for c in cases {
                 let r: Vec<f64> = c.searches.iter().map(|s| s.rate_pps).collect();
@@ -427,26 +537,32 @@ fn print_table(a: &Args, cases: &[Case], skipped: &[(String, String)]) {
                     .filter_map(|s| s.best.as_ref()?.latency.quantile(0.99))
                     .map(|v| v as f64)
                     .collect();
+                let cpu: Vec<f64> = c
+                    .searches
+                    .iter()
+                    .filter_map(|s| s.best.as_ref()?.cpu_ns_per_pkt())
+                    .collect();
                 let bound = if c.searches.iter().any(|s| s.generator_bound) {
                     "gen-bound"
                 } else {
                     ""
                 };
                 println!(
-                    "{:<22} {:>6} {:>8} {:>28} {:>10} {:>26}",
-                    c.switch,
+                    "{:<40} {:>5} {:>6} {:>24} {:>9} {:>22} {:>22}",
+                    c.label(),
                     c.frame_size,
                     c.flows,
                     fmt3(&r, 1e3, 1),
                     bound,
-                    fmt3(&p99, 1e3, 1)
+                    fmt3(&p99, 1e3, 1),
+                    fmt3(&cpu, 1.0, 0)
                 );
             }
         }
         Method::Fixed | Method::Scaling => {
             println!(
-                "{:<22} {:>4} {:>5} {:>7} {:>22} {:>22} {:>20} {:>18} {:>18} {:>18} {:>20}",
-                "switch",
+                "{:<40} {:>4} {:>5} {:>7} {:>22} {:>22} {:>20} {:>18} {:>18} {:>18} {:>20}",
+                "switch / pipeline",
                 "thr",
                 "size",
                 "flows",
@@ -470,8 +586,8 @@ fn print_table(a: &Args, cases: &[Case], skipped: &[(String, String)]) {
                 let cpu: Vec<f64> = c.trials.iter().filter_map(Trial::cpu_ns_per_pkt).collect();
                 let loss: Vec<f64> = c.trials.iter().map(|t| t.loss_fraction() * 100.0).collect();
                 println!(
-                    "{:<22} {:>4} {:>5} {:>7} {:>22} {:>22} {:>20} {:>18} {:>18} {:>18} {:>20}",
-                    c.switch,
+                    "{:<40} {:>4} {:>5} {:>7} {:>22} {:>22} {:>20} {:>18} {:>18} {:>18} {:>20}",
+                    c.label(),
                     c.threads,
                     c.frame_size,
                     c.flows,
@@ -488,7 +604,7 @@ fn print_table(a: &Args, cases: &[Case], skipped: &[(String, String)]) {
     }
     let mut seen = std::collections::BTreeSet::new();
     for c in cases {
-        if seen.insert(c.switch.clone()) {
+        if seen.insert(c.label()) {
             let gm = c
                 .trials
                 .first()
@@ -500,8 +616,9 @@ fn print_table(a: &Args, cases: &[Case], skipped: &[(String, String)]) {
                         .map(|t| (t.gen.mode.clone(), t.sink.mode.clone()))
                 });
             println!(
-                "{:<22} ports {}; generator/sink AF_XDP {}",
-                c.switch,
+                "{:<40} {}; ports {}; generator/sink AF_XDP {}",
+                c.label(),
+                c.note,
                 c.port_modes,
                 gm.map_or("-".into(), |(g, s)| format!("{g} / {s}"))
             );
@@ -519,7 +636,7 @@ fn median(v: &[f64]) -> f64 {
 fn plots(a: &Args, cases: &[Case], dir: &std::path::Path) -> Vec<Result<PathBuf>> {
     let mut out = Vec::new();
     let names: Vec<String> = {
-        let mut v: Vec<String> = cases.iter().map(|c| c.switch.clone()).collect();
+        let mut v: Vec<String> = cases.iter().map(Case::label).collect();
         v.dedup();
         v
     };
@@ -529,7 +646,7 @@ fn plots(a: &Args, cases: &[Case], dir: &std::path::Path) -> Vec<Result<PathBuf>
             .map(|n| {
                 let mut p: Vec<(f64, f64)> = cases
                     .iter()
-                    .filter(|c| &c.switch == n)
+                    .filter(|c| &c.label() == n)
                     .filter_map(f)
                     .collect();
                 p.sort_by(|x, y| x.0.total_cmp(&y.0));
@@ -560,7 +677,7 @@ fn plots(a: &Args, cases: &[Case], dir: &std::path::Path) -> Vec<Result<PathBuf>
     let f = dir.join("latency-cdf.svg");
     let mut s = Vec::new();
     for n in &names {
-        if let Some(c) = cases.iter().find(|c| &c.switch == n) {
+        if let Some(c) = cases.iter().find(|c| &c.label() == n) {
             let h = c.latency();
             let p: Vec<(f64, f64)> = h
                 .cdf()
@@ -573,7 +690,25 @@ fn plots(a: &Args, cases: &[Case], dir: &std::path::Path) -> Vec<Result<PathBuf>
         }
     }
     out.push(report::line_plot(&f, "Latency CDF", "latency (us)", "fraction", &s, true).map(|_| f));
-    if a.method == Method::Scaling {
+    if a.method == Method::Throughput {
+        let f = dir.join("throughput-vs-flows.svg");
+        let s = per_switch(&|c| {
+            let r: Vec<f64> = c.searches.iter().map(|s| s.rate_pps / 1e3).collect();
+            Some((f64::from(c.flows), median(&r)))
+        });
+        out.push(
+            report::line_plot(
+                &f,
+                "Throughput at the loss target vs flows",
+                "flows",
+                "kpps",
+                &s,
+                true,
+            )
+            .map(|_| f),
+        );
+    }
+    if a.method != Method::Throughput {
         let f = dir.join("scaling-flows.svg");
         let s = per_switch(&|c| {
             let v: Vec<f64> = c.trials.iter().filter_map(Trial::cpu_ns_per_pkt).collect();

@@ -5,7 +5,7 @@
 //! ## Flows
 //!
 //! Flow `i` (0-based) has source port `1024 + i % 64000`, destination
-//! port `5000 + i / 64000`, source address `src_ip + i % src_ips` and
+//! port `dst_port + i / 64000` (`dst_port` 5000 by default), source address `src_ip + i % src_ips` and
 //! destination address `dst_ip + i % dst_ips` (the last octets counted
 //! up), so up to 1M flows are distinct 5-tuples. Frames go to the flows
 //! round-robin: after `S` frames, flow `i` got
@@ -22,9 +22,20 @@
 //! - The per-packet path does not allocate: one frame buffer is patched in
 //!   place (addresses, ports, checksums, trailer) and copied into the UMEM.
 //!
-//! Rate control: a token bucket refilled from the monotonic clock; each
-//! batch sends `min(batch, tokens)` frames and the loop sleeps when the
-//! bucket is empty. Rate 0 = as fast as the socket takes them.
+//! ## Rate control ([`Pacer`])
+//!
+//! A token bucket refilled from the monotonic clock, holding at most
+//! [`CREDIT_NS`] of credit (10 ms: at 274 kpps about 2700 frames), so a
+//! late wake-up (a sleep that overshoots, the thread descheduled on a
+//! loaded machine) is made up by the following batches instead of being
+//! lost, while a long stall still cannot turn into an unbounded burst. The
+//! loop waits for a *chunk* of tokens — what the rate accumulates in
+//! [`CHUNK_NS`] (100 us), at most a batch, at least one frame — so high rates
+//! send full batches (one TX kick per batch) and low rates are not delayed.
+//! Waits longer than [`SLEEP_ABOVE_NS`] (200 us) sleep; shorter ones yield
+//! the CPU and poll again (`thread::sleep` overshoots by 50 us or more,
+//! which at 200 kpps is ten frames). Rate 0 = as fast as the socket takes
+//! them.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -75,6 +86,8 @@ pub struct GenConfig {
     /// Distinct source / destination addresses (>= 1).
     pub src_ips: u32,
     pub dst_ips: u32,
+    /// Destination port of flows `0..64000` (then counted up per 64000).
+    pub dst_port: u16,
     /// Target rate in packets per second; 0 = as fast as possible.
     pub rate_pps: u64,
     pub batch: usize,
@@ -97,6 +110,7 @@ impl Default for GenConfig {
             dst_ip: [10, 200, 0, 3],
             src_ips: 1,
             dst_ips: 1,
+            dst_port: 5000,
             rate_pps: 0,
             batch: 32,
             seq: SeqMode::PerFlow,
@@ -129,7 +143,7 @@ pub fn min_frame_size(proto: Proto, vxlan: bool) -> usize {
 /// Flow `i`'s (source port, destination port, source ip, destination ip).
 pub fn flow_tuple(cfg: &GenConfig, i: u32) -> (u16, u16, [u8; 4], [u8; 4]) {
     let sport = 1024 + (i % 64_000) as u16;
-    let dport = 5000 + (i / 64_000) as u16;
+    let dport = cfg.dst_port.wrapping_add((i / 64_000) as u16);
     let add = |ip: [u8; 4], n: u32| (u32::from_be_bytes(ip).wrapping_add(n)).to_be_bytes();
     (
         sport,
@@ -317,6 +331,77 @@ impl GenReport {
     }
 }
 
+/// Most credit the pacer's bucket holds, in ns of the target rate.
+pub const CREDIT_NS: u64 = 10_000_000;
+/// The pacer waits for the tokens this many ns of the rate bring (a chunk).
+pub const CHUNK_NS: u64 = 100_000;
+/// Waits longer than this sleep; shorter ones yield and poll.
+pub const SLEEP_ABOVE_NS: u64 = 200_000;
+
+/// Token-bucket pacing on a caller-supplied clock (see the module doc),
+/// so tests can drive it with a virtual one.
+#[derive(Clone, Debug)]
+pub struct Pacer {
+    rate: f64,
+    tokens: f64,
+    cap: f64,
+    chunk: f64,
+    last: u64,
+}
+
+impl Pacer {
+    /// A pacer for `rate_pps` (> 0) sending at most `batch` frames at a
+    /// time, starting at `now` (ns) with one chunk of credit.
+    pub fn new(rate_pps: u64, batch: usize, now: u64) -> Pacer {
+        let rate = rate_pps.max(1) as f64;
+        let batch = batch.max(1) as f64;
+        let chunk = (rate * CHUNK_NS as f64 / 1e9).clamp(1.0, batch);
+        let cap = (rate * CREDIT_NS as f64 / 1e9).max(batch);
+        Pacer {
+            rate,
+            tokens: chunk,
+            cap,
+            chunk,
+            last: now,
+        }
+    }
+
+    /// Most tokens the bucket holds.
+    pub fn cap(&self) -> f64 {
+        self.cap
+    }
+
+    /// At `now`: `Ok(n)`, send up to `n` (1..=`max`) frames now, or
+    /// `Err(ns)`, wait that long first. `max` is what the caller would
+    /// send (a batch, or what is left of the count).
+    pub fn poll(&mut self, now: u64, max: usize) -> Result<usize, u64> {
+        let dt = now.saturating_sub(self.last);
+        self.last = self.last.max(now);
+        self.tokens = (self.tokens + dt as f64 * self.rate / 1e9).min(self.cap);
+        let max = max.max(1);
+        let want = self.chunk.min(max as f64);
+        if self.tokens >= want {
+            return Ok((self.tokens as usize).clamp(1, max));
+        }
+        Err((((want - self.tokens) * 1e9 / self.rate).ceil() as u64).max(1))
+    }
+
+    /// `n` frames went out.
+    pub fn spent(&mut self, n: usize) {
+        self.tokens -= n as f64;
+    }
+}
+
+/// Waits `ns` as the pacer wants: sleeps when longer than
+/// [`SLEEP_ABOVE_NS`] (the bucket absorbs the overshoot), else yields.
+fn pace_wait(ns: u64) {
+    if ns > SLEEP_ABOVE_NS {
+        std::thread::sleep(Duration::from_nanos(ns.min(10_000_000)));
+    } else {
+        std::thread::yield_now();
+    }
+}
+
 /// Sends on `port` as configured until the duration/count is reached or
 /// `stop` is set.
 pub fn run(port: &mut XskPort, cfg: &GenConfig, stop: &AtomicBool) -> Result<GenReport> {
@@ -337,25 +422,22 @@ pub fn run(port: &mut XskPort, cfg: &GenConfig, stop: &AtomicBool) -> Result<Gen
     let limit = cfg.count.unwrap_or(u64::MAX);
     let start = now_ns();
     let end = start.saturating_add(cfg.duration.as_nanos() as u64);
-    let mut tokens: f64 = cfg.batch as f64;
-    let mut last = start;
-    let cap = (cfg.batch * 2) as f64;
+    let mut pacer = (cfg.rate_pps > 0).then(|| Pacer::new(cfg.rate_pps, cfg.batch, start));
     let mut now = start;
     let _ = port.take_counters(false);
     while now < end && sent < limit && !stop.load(Ordering::Relaxed) {
         let mut n = cfg
             .batch
             .min((limit - sent).min(usize::MAX as u64) as usize);
-        if cfg.rate_pps > 0 {
-            tokens = (tokens + (now - last) as f64 * cfg.rate_pps as f64 / 1e9).min(cap);
-            last = now;
-            if tokens < 1.0 {
-                let wait_ns = ((1.0 - tokens) * 1e9 / cfg.rate_pps as f64) as u64;
-                std::thread::sleep(Duration::from_nanos(wait_ns.clamp(1_000, 5_000_000)));
-                now = now_ns();
-                continue;
+        if let Some(p) = pacer.as_mut() {
+            match p.poll(now, n) {
+                Ok(k) => n = k,
+                Err(wait) => {
+                    pace_wait(wait.min(end.saturating_sub(now)).max(1));
+                    now = now_ns();
+                    continue;
+                }
             }
-            n = n.min(tokens as usize);
         }
         let first = cursor;
         for _ in 0..n {
@@ -398,8 +480,8 @@ pub fn run(port: &mut XskPort, cfg: &GenConfig, stop: &AtomicBool) -> Result<Gen
             }
         }
         sent += ok as u64;
-        if cfg.rate_pps > 0 {
-            tokens -= ok as f64;
+        if let Some(p) = pacer.as_mut() {
+            p.spent(ok);
         }
         now = now_ns();
     }
@@ -502,6 +584,90 @@ mod tests {
         assert!(c(|g| g.flows = 0));
         assert!(c(|g| g.flows = MAX_FLOWS + 1));
         assert!(!c(|_| {}));
+    }
+
+    /// Drives a pacer on a virtual clock: each batch costs `cost_ns`,
+    /// each wait overshoots by `overshoot(i)` ns; returns the frames sent
+    /// in `secs` and the largest single grant.
+    fn simulate(
+        rate: u64,
+        batch: usize,
+        secs: f64,
+        cost_ns: u64,
+        overshoot: impl Fn(u64) -> u64,
+    ) -> (u64, usize) {
+        let end = (secs * 1e9) as u64;
+        let mut now = 0u64;
+        let mut p = Pacer::new(rate, batch, now);
+        let (mut sent, mut biggest, mut i) = (0u64, 0usize, 0u64);
+        while now < end {
+            i += 1;
+            match p.poll(now, batch) {
+                Ok(n) => {
+                    assert!((1..=batch).contains(&n));
+                    biggest = biggest.max(n);
+                    p.spent(n);
+                    sent += n as u64;
+                    now += cost_ns;
+                }
+                Err(w) => {
+                    assert!(w > 0);
+                    now += w + overshoot(i);
+                }
+            }
+        }
+        (sent, biggest)
+    }
+
+    #[test]
+    fn pacer_holds_the_rate_despite_late_wakeups() {
+        for rate in [10_000u64, 100_000, 274_000, 1_000_000] {
+            // Exact clock.
+            let (sent, _) = simulate(rate, 32, 1.0, 2_000, |_| 0);
+            let err = (sent as f64 - rate as f64).abs() / rate as f64;
+            assert!(err < 0.01, "rate {rate}: sent {sent}");
+            // Every wait 150 us late, and every 50th wait a 3 ms stall (a
+            // loaded machine): the credit makes it up.
+            let (sent, biggest) = simulate(rate, 32, 1.0, 2_000, |i| {
+                if i % 50 == 0 {
+                    3_000_000
+                } else {
+                    150_000
+                }
+            });
+            let err = (sent as f64 - rate as f64).abs() / rate as f64;
+            assert!(err < 0.02, "rate {rate} with late wake-ups: sent {sent}");
+            assert!(biggest <= 32);
+        }
+    }
+
+    #[test]
+    fn pacer_credit_is_bounded_and_chunks_scale_with_rate() {
+        // A 1 s stall earns at most CREDIT_NS worth of frames.
+        let mut p = Pacer::new(200_000, 32, 0);
+        assert!((p.cap() - 2000.0).abs() < 1e-6);
+        let mut burst = 0;
+        let now = 1_000_000_000;
+        while let Ok(n) = p.poll(now, 32) {
+            p.spent(n);
+            burst += n;
+        }
+        // All of it but what is left below one chunk (20 frames).
+        assert!((1980..=2001).contains(&burst), "burst {burst}");
+        // 10 kpps: one frame per 100 us, never a batch's worth of waiting.
+        let mut p = Pacer::new(10_000, 32, 0);
+        assert_eq!(p.poll(0, 32), Ok(1));
+        p.spent(1);
+        assert_eq!(p.poll(0, 32), Err(100_000));
+        assert_eq!(p.poll(100_000, 32), Ok(1));
+        // 1 Mpps: waits for a full batch (one kick per 32 frames).
+        let mut p = Pacer::new(1_000_000, 32, 0);
+        p.spent(32);
+        assert_eq!(p.poll(0, 32), Err(32_000));
+        assert_eq!(p.poll(32_000, 32), Ok(32));
+        // The count's remainder is granted without waiting for a chunk.
+        let mut p = Pacer::new(1_000_000, 32, 0);
+        assert_eq!(p.poll(0, 5), Ok(5));
     }
 
     #[test]

@@ -24,6 +24,7 @@
 pub mod gen;
 pub mod hist;
 pub mod methods;
+pub mod pipeline;
 pub mod report;
 pub mod setup;
 pub mod sink;

@@ -17,6 +17,17 @@
 //! (`datapath_type=netdev`, ports `afxdp` = PMD threads or `afxdp-nonpmd`,
 //! flows with `ovs-ofctl add-flows`: the same flow file), a Linux bridge.
 //!
+//! The pipeline ([`super::pipeline::Plan`]) decides the flows and the
+//! OpenFlow numbers of the two ports (1 and 2 for the simple pipeline, the
+//! two chosen pods' ports for the Antrea-like one); for oxvs the sample
+//! frame is traced through the running switch before measuring.
+//!
+//! ## `virtual-vxlan`
+//!
+//! Two lab nodes, each a namespace with its own `oxvs-switchd`, joined by a
+//! VXLAN tunnel over a veth underlay; the generator is a pod on node A, the
+//! sink a pod on node B ([`start_vxlan_pair`]).
+//!
 //! ## `ports`
 //!
 //! The generator and the sink on physical interfaces the user names (in
@@ -41,6 +52,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::Value;
+
+use super::pipeline::{trace_text_delivers, Plan};
 
 static STOP: std::sync::OnceLock<Arc<AtomicBool>> = std::sync::OnceLock::new();
 
@@ -177,6 +190,13 @@ impl Drop for Proc {
     }
 }
 
+static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// A number unique in this process, for names.
+fn next_seq() -> u32 {
+    SEQ.fetch_add(1, Ordering::Relaxed)
+}
+
 /// Everything a setup created, removed on drop (in reverse order).
 #[derive(Default)]
 pub struct Lab {
@@ -269,14 +289,16 @@ impl Virtual {
     pub fn new(tag: &str) -> Result<Virtual> {
         let mut lab = Lab::default();
         let pid = std::process::id();
-        let port1 = format!("xb{pid}{tag}g");
-        let port2 = format!("xb{pid}{tag}s");
+        // Several topologies may exist at once in one process (tests).
+        let n = next_seq() % 100;
+        let port1 = format!("xb{pid}{tag}{n}g");
+        let port2 = format!("xb{pid}{tag}{n}s");
         if port1.len() > 15 {
             bail!("interface name {port1} is too long (tag '{tag}')");
         }
         let mut eps = Vec::new();
         for (role, host, mac) in [("gen", &port1, Some(GEN_MAC)), ("sink", &port2, None)] {
-            let ns = lab.netns(&format!("{tag}-{role}"))?;
+            let ns = lab.netns(&format!("{tag}{n}-{role}"))?;
             let peer = format!("{host}p");
             must(&[
                 "ip", "link", "add", host, "type", "veth", "peer", "name", &peer, "netns", &ns,
@@ -376,7 +398,9 @@ pub struct Running {
     pub port_modes: BTreeMap<String, String>,
     /// Flows loaded (0 for the bridge).
     pub flows: usize,
-    _proc: Option<Proc>,
+    /// The pipeline's description (pods, why allowed), or the setup's.
+    pub note: String,
+    _procs: Vec<Proc>,
     pub topo: Virtual,
 }
 
@@ -438,63 +462,116 @@ fn ctl(bins: &Bins, sock: &str, args: &[&str]) -> Result<String> {
     must(&v)
 }
 
-/// Builds the virtual topology and starts `kind` on it with `flows`
-/// (ovs-ofctl syntax; ignored by the bridge).
-pub fn start_switch(kind: &SwitchKind, flows: &str, bins: Option<&Bins>) -> Result<Running> {
+/// Starts `oxvs-switchd` (in `netns` if given) and waits until it answers
+/// on its control socket `sock` (a file of `lab`).
+fn spawn_switchd(
+    bins: &Bins,
+    lab: &mut Lab,
+    netns: Option<&str>,
+    sock: &str,
+    threads: u16,
+) -> Result<Proc> {
+    lab.files.push(PathBuf::from(sock));
+    let d = bins.switchd.to_string_lossy().into_owned();
+    let t = threads.to_string();
+    let mut args: Vec<&str> = Vec::new();
+    if let Some(ns) = netns {
+        args.extend_from_slice(&["ip", "netns", "exec", ns]);
+    }
+    args.extend_from_slice(&[
+        &d,
+        "--socket",
+        sock,
+        "--mode",
+        "interrupt",
+        "--threads",
+        &t,
+        "--log-level",
+        "warn",
+    ]);
+    let mut p = Proc::spawn(&args, "oxvs-switchd", true)?;
+    let end = Instant::now() + Duration::from_secs(10);
+    while ctl(bins, sock, &["dump-ports"]).is_err() {
+        if let Some(err) = p.exited() {
+            bail!("oxvs-switchd exited: {}", err.trim());
+        }
+        if Instant::now() > end {
+            bail!("oxvs-switchd did not answer on {sock}");
+        }
+        sleep(Duration::from_millis(100))?;
+    }
+    Ok(p)
+}
+
+/// `oxvsctl dump-ports --json` as name -> mode.
+fn oxvs_port_modes(bins: &Bins, sock: &str) -> Result<BTreeMap<String, String>> {
+    let out = ctl(bins, sock, &["--json", "dump-ports"])?;
+    let v: Value = serde_json::from_str(&out).context("dump-ports --json")?;
+    let list = v
+        .as_array()
+        .or_else(|| v["ports"].as_array())
+        .cloned()
+        .unwrap_or_default();
+    Ok(list
+        .iter()
+        .filter_map(|p| {
+            Some((
+                p["name"].as_str()?.to_owned(),
+                p["mode"].as_str()?.to_owned(),
+            ))
+        })
+        .collect())
+}
+
+/// Asks the running switch (`oxvsctl trace --packet`) where `plan`'s
+/// sample frame goes; fails unless it is output on the sink's port.
+pub fn oxvs_trace_check(bins: &Bins, sock: &str, plan: &Plan) -> Result<()> {
+    let hex: String = plan
+        .sample_frame()?
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let text = ctl(
+        bins,
+        sock,
+        &[
+            "trace",
+            "--packet",
+            &hex,
+            "--in-port",
+            &plan.gen_ofport.to_string(),
+        ],
+    )?;
+    if !trace_text_delivers(&text, plan.sink_ofport) {
+        bail!(
+            "{}: oxvsctl trace says the generator's frames are not delivered to the sink's \
+             port {} ({}):\n{text}",
+            plan.kind.name(),
+            plan.sink_ofport,
+            plan.note
+        );
+    }
+    Ok(())
+}
+
+/// Builds the virtual topology and starts `kind` on it with `plan`'s
+/// flows and port numbers (the bridge ignores both).
+pub fn start_switch(kind: &SwitchKind, plan: &Plan, bins: Option<&Bins>) -> Result<Running> {
     let mut topo = Virtual::new(kind.tag())?;
+    let flows = plan.flows.as_str();
     let nflows = crate::count_flows(flows);
+    let (gp, sp) = (plan.gen_ofport.to_string(), plan.sink_ofport.to_string());
     let (pids, modes, proc_) = match kind {
         SwitchKind::Oxvs { threads } => {
             let bins = bins.ok_or_else(|| anyhow!("oxvs binaries not given"))?;
-            let sock = format!("/tmp/xb-{}.sock", std::process::id());
-            topo.lab.files.push(PathBuf::from(&sock));
-            let d = bins.switchd.to_string_lossy().into_owned();
-            let t = threads.to_string();
-            let mut p = Proc::spawn(
-                &[
-                    &d,
-                    "--socket",
-                    &sock,
-                    "--mode",
-                    "interrupt",
-                    "--threads",
-                    &t,
-                    "--log-level",
-                    "warn",
-                ],
-                "oxvs-switchd",
-                true,
-            )?;
-            let end = Instant::now() + Duration::from_secs(10);
-            while ctl(bins, &sock, &["dump-ports"]).is_err() {
-                if let Some(err) = p.exited() {
-                    bail!("oxvs-switchd exited: {}", err.trim());
-                }
-                if Instant::now() > end {
-                    bail!("oxvs-switchd did not answer on {sock}");
-                }
-                sleep(Duration::from_millis(100))?;
-            }
-            ctl(bins, &sock, &["add-port", &topo.port1, "--ofport", "1"])?;
-            ctl(bins, &sock, &["add-port", &topo.port2, "--ofport", "2"])?;
+            let sock = format!("/tmp/xb-{}-{}.sock", std::process::id(), next_seq());
+            let p = spawn_switchd(bins, &mut topo.lab, None, &sock, *threads)?;
+            ctl(bins, &sock, &["add-port", &topo.port1, "--ofport", &gp])?;
+            ctl(bins, &sock, &["add-port", &topo.port2, "--ofport", &sp])?;
             let f = topo.lab.file("oxvs.flows", flows)?;
             ctl(bins, &sock, &["add-flows", &f])?;
-            let out = ctl(bins, &sock, &["--json", "dump-ports"])?;
-            let v: Value = serde_json::from_str(&out).context("dump-ports --json")?;
-            let list = v
-                .as_array()
-                .or_else(|| v["ports"].as_array())
-                .cloned()
-                .unwrap_or_default();
-            let modes = list
-                .iter()
-                .filter_map(|p| {
-                    Some((
-                        p["name"].as_str()?.to_owned(),
-                        p["mode"].as_str()?.to_owned(),
-                    ))
-                })
-                .collect();
+            oxvs_trace_check(bins, &sock, plan)?;
+            let modes = oxvs_port_modes(bins, &sock)?;
             (vec![p.pid()], modes, Some(p))
         }
         SwitchKind::OvsPmd | SwitchKind::OvsNonPmd => {
@@ -504,7 +581,7 @@ pub fn start_switch(kind: &SwitchKind, flows: &str, bins: Option<&Bins>) -> Resu
             } else {
                 "afxdp-nonpmd"
             };
-            let modes = start_ovs(&mut topo, ty, flows)?;
+            let modes = start_ovs(&mut topo, ty, flows, [&gp, &sp])?;
             (vec![pid], modes, None)
         }
         SwitchKind::Bridge => {
@@ -527,18 +604,168 @@ pub fn start_switch(kind: &SwitchKind, flows: &str, bins: Option<&Bins>) -> Resu
             (Vec::new(), modes, None)
         }
     };
+    let bridge = *kind == SwitchKind::Bridge;
     Ok(Running {
         name: kind.name(),
         pids,
         port_modes: modes,
-        flows: if *kind == SwitchKind::Bridge {
-            0
+        flows: if bridge { 0 } else { nflows },
+        note: if bridge {
+            "kernel bridge (no flows)".into()
         } else {
-            nflows
+            plan.note.clone()
         },
-        _proc: proc_,
+        _procs: proc_.into_iter().collect(),
         topo,
     })
+}
+
+/// Node A's flows of the two-node VXLAN setup: the pod (port 1) to node
+/// B through the tunnel (port 10, VNI 100), and back
+/// (`examples/switch-node-a.flows`).
+pub const VXLAN_NODE_A_FLOWS: &str = "table=0,priority=100,in_port=1 actions=set_field:192.0.2.2->tun_dst,set_field:100->tun_id,output:10\n\
+table=0,priority=100,in_port=10,tun_id=100 actions=output:1\n";
+/// Node B's (`examples/switch-node-b.flows`).
+pub const VXLAN_NODE_B_FLOWS: &str = "table=0,priority=100,in_port=1 actions=set_field:192.0.2.1->tun_dst,set_field:100->tun_id,output:10\n\
+table=0,priority=100,in_port=10,tun_id=100 actions=output:1\n";
+
+/// The two-node pod-to-pod setup over VXLAN (oxvs only):
+///
+/// ```text
+///  netns gen (eth0) -- [node A: oxvs-switchd, pod port 1, vxlan port 10]
+///        -- underlay veth 192.0.2.1/24 <-> 192.0.2.2/24 --
+///  [node B: oxvs-switchd, vxlan port 10, pod port 1] -- netns sink (eth0)
+/// ```
+///
+/// Each node is a namespace with its own `oxvs-switchd` (its control
+/// socket in `/tmp`); the VXLAN ports send and receive through the
+/// nodes' kernel sockets on the underlay (see `switch/src/vxlan.rs`). The
+/// CPU measured is both switches'.
+pub fn start_vxlan_pair(threads: u16, bins: &Bins) -> Result<Running> {
+    let mut lab = Lab::default();
+    let pid = std::process::id();
+    let n = next_seq() % 100;
+    let na = lab.netns(&format!("vx{n}-na"))?;
+    let nb = lab.netns(&format!("vx{n}-nb"))?;
+    // The underlay, created inside node A and moved into B: the namespaces
+    // own it (deleted with them).
+    must(&[
+        "ip", "-n", &na, "link", "add", "ul0", "type", "veth", "peer", "name", "ul0", "netns", &nb,
+    ])?;
+    for (ns, ip) in [(&na, "192.0.2.1/24"), (&nb, "192.0.2.2/24")] {
+        must(&["ip", "-n", ns, "addr", "add", ip, "dev", "ul0"])?;
+        must(&["ip", "-n", ns, "link", "set", "ul0", "up"])?;
+        // As switch/tests/common: no TX checksum offload on the underlay.
+        let _ = run(&[
+            "ip", "netns", "exec", ns, "ethtool", "-K", "ul0", "tx", "off",
+        ]);
+    }
+    let mut eps = Vec::new();
+    let mut hosts = Vec::new();
+    for (role, node, mac) in [("gen", &na, Some(GEN_MAC)), ("sink", &nb, None)] {
+        let ns = lab.netns(&format!("vx{n}-{role}"))?;
+        let host = format!("xb{pid}v{n}{}", &role[..1]);
+        must(&[
+            "ip", "-n", node, "link", "add", &host, "type", "veth", "peer", "name", "eth0",
+            "netns", &ns,
+        ])?;
+        if let Some(m) = mac {
+            must(&[
+                "ip",
+                "-n",
+                &ns,
+                "link",
+                "set",
+                "eth0",
+                "address",
+                &crate::fmt_mac(m),
+            ])?;
+        }
+        must(&["ip", "-n", &ns, "link", "set", "eth0", "up"])?;
+        must(&["ip", "-n", node, "link", "set", &host, "up"])?;
+        hosts.push(host);
+        eps.push(Endpoint {
+            netns: Some(ns),
+            ifname: "eth0".into(),
+        });
+    }
+    let mut procs = Vec::new();
+    let mut pids = Vec::new();
+    let mut modes = BTreeMap::new();
+    let nodes = [
+        (&na, "a", "192.0.2.1", VXLAN_NODE_A_FLOWS, &hosts[0]),
+        (&nb, "b", "192.0.2.2", VXLAN_NODE_B_FLOWS, &hosts[1]),
+    ];
+    for (ns, tag, ip, flows, host) in nodes {
+        let sock = format!("/tmp/xb-{pid}-vx{n}{tag}.sock");
+        let p = spawn_switchd(bins, &mut lab, Some(ns), &sock, threads)?;
+        pids.push(p.pid());
+        procs.push(p);
+        ctl(bins, &sock, &["add-port", host, "--ofport", "1"])?;
+        ctl(
+            bins,
+            &sock,
+            &[
+                "add-port",
+                "tun0",
+                "--ofport",
+                "10",
+                "--type",
+                "vxlan",
+                "--local-ip",
+                ip,
+            ],
+        )?;
+        let f = lab.file(&format!("vx{tag}.flows"), flows)?;
+        ctl(bins, &sock, &["add-flows", &f])?;
+        for (k, v) in oxvs_port_modes(bins, &sock)? {
+            modes.insert(format!("node-{tag}:{k}"), v);
+        }
+    }
+    // `ip netns exec` execs the switch in place; should it ever fork
+    // instead, the switch is its child.
+    let pids = pids
+        .into_iter()
+        .map(|p| {
+            let comm = std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
+            if comm.trim() == "ip" {
+                child_of(p).unwrap_or(p)
+            } else {
+                p
+            }
+        })
+        .collect();
+    let sink = eps.pop().ok_or_else(|| anyhow!("no sink endpoint"))?;
+    let gen = eps.pop().ok_or_else(|| anyhow!("no gen endpoint"))?;
+    Ok(Running {
+        name: if threads == 1 {
+            "oxvs-vxlan-2node".into()
+        } else {
+            format!("oxvs-vxlan-2node({threads} threads)")
+        },
+        pids,
+        port_modes: modes,
+        flows: 4,
+        note: "pod on node A -> VXLAN (VNI 100) over a veth underlay -> pod on node B".into(),
+        _procs: procs,
+        topo: Virtual {
+            lab,
+            gen,
+            sink,
+            port1: hosts[0].clone(),
+            port2: hosts[1].clone(),
+        },
+    })
+}
+
+/// The first child of process `pid` (`/proc/PID/task/PID/children`).
+fn child_of(pid: u32) -> Option<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// Makes sure ovs-vswitchd runs; returns its pid, or why OVS is unusable.
@@ -557,7 +784,12 @@ fn ovs_ready() -> Result<u32> {
     pid.trim().parse().context("ovs-vswitchd pid")
 }
 
-fn start_ovs(topo: &mut Virtual, port_type: &str, flows: &str) -> Result<BTreeMap<String, String>> {
+fn start_ovs(
+    topo: &mut Virtual,
+    port_type: &str,
+    flows: &str,
+    ofports: [&str; 2],
+) -> Result<BTreeMap<String, String>> {
     let br = format!("xb{}ovs", std::process::id());
     topo.lab.ovs_bridges.push(br.clone());
     must(&[
@@ -571,9 +803,13 @@ fn start_ovs(topo: &mut Virtual, port_type: &str, flows: &str) -> Result<BTreeMa
         &br,
         "datapath_type=netdev",
         "fail_mode=secure",
+        "protocols=OpenFlow10,OpenFlow13,OpenFlow15",
     ])?;
     let mut modes = BTreeMap::new();
-    for (host, ofport) in [(topo.port1.clone(), "1"), (topo.port2.clone(), "2")] {
+    for (host, ofport) in [
+        (topo.port1.clone(), ofports[0]),
+        (topo.port2.clone(), ofports[1]),
+    ] {
         let mut got = None;
         for mode in ["native-with-zerocopy", "best-effort"] {
             let _ = run(&[
@@ -619,9 +855,11 @@ fn start_ovs(topo: &mut Virtual, port_type: &str, flows: &str) -> Result<BTreeMa
         let got = got.ok_or_else(|| anyhow!("OVS could not open {host} as {port_type}"))?;
         modes.insert(host, got);
     }
-    must(&["ovs-ofctl", "del-flows", &br])?;
+    // OpenFlow 1.5: goto_table, conjunctions and register loads of the
+    // Antrea-like pipeline all have a wire form there.
+    must(&["ovs-ofctl", "-O", "OpenFlow15", "del-flows", &br])?;
     let f = topo.lab.file("ovs.flows", flows)?;
-    must(&["ovs-ofctl", "add-flows", &br, &f])?;
+    must(&["ovs-ofctl", "-O", "OpenFlow15", "add-flows", &br, &f])?;
     Ok(modes)
 }
 
