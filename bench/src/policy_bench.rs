@@ -170,7 +170,9 @@ fn ns_name(i: usize) -> String {
 /// The NetworkPolicy number `k` of the model (see the module doc).
 fn make_policy(k: usize, namespaces: usize, ppn: usize) -> NetworkPolicy {
     let ns = k % namespaces;
-    let apps = ppn.div_ceil(6).max(1);
+    // Only whole apps (6 pods: every tier twice): a trailing partial app
+    // lacks tiers, and a policy for it would select nothing.
+    let apps = (ppn / 6).max(1);
     let app = (k / namespaces) % apps;
     let tier = TIERS[(k / (namespaces * apps)) % 3];
     let app_l = format!("a{app}");
