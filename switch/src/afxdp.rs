@@ -380,7 +380,29 @@ impl XskPort {
     /// registering the UMEM, loading and attaching the XDP program), on any
     /// thread, so the datapath thread that will own the port does not stop
     /// forwarding meanwhile.
+    ///
+    /// A queue whose previous socket was just closed stays busy until the
+    /// kernel's deferred release runs: "device or resource busy" is retried
+    /// for up to a second.
     pub fn prepare(
+        ifname: &str,
+        request: XdpModeRequest,
+        frames: u32,
+    ) -> Result<PreparedXsk, AfxdpError> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        loop {
+            match XskPort::prepare_once(ifname, request, frames) {
+                Err(AfxdpError::Socket { ref reason, .. })
+                    if reason.contains("busy") && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                r => return r,
+            }
+        }
+    }
+
+    fn prepare_once(
         ifname: &str,
         request: XdpModeRequest,
         frames: u32,

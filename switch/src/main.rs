@@ -172,13 +172,8 @@ fn run(args: Args) -> anyhow::Result<()> {
     let switch = Arc::new(
         Switch::start(config, Arc::new(Pipeline::new())).context("cannot start the datapath")?,
     );
-    let mut server = match ControlServer::start(args.socket.clone(), switch.clone()) {
-        Ok(s) => s,
-        Err(e) => {
-            switch.shutdown();
-            return Err(e.into());
-        }
-    };
+    // The gateway before the control socket: once the socket answers, the
+    // gateway port is there (the agent and tests rely on that).
     let gateway = match &args.gateway {
         None => None,
         Some(name) => match Gateway::create(
@@ -189,11 +184,22 @@ fn run(args: Args) -> anyhow::Result<()> {
         ) {
             Ok(g) => Some(g),
             Err(e) => {
-                server.stop();
                 switch.shutdown();
                 return Err(e);
             }
         },
+    };
+    let mut server = match ControlServer::start(args.socket.clone(), switch.clone()) {
+        Ok(s) => s,
+        Err(e) => {
+            switch.shutdown();
+            if let Some(g) = gateway {
+                if let Err(ge) = g.delete() {
+                    tracing::error!("{ge:#}");
+                }
+            }
+            return Err(e.into());
+        }
     };
     // Auxiliary: without it the switch still forwards, so a bind failure is logged, not fatal.
     let metrics = args.metrics_addr.0.and_then(|addr| {
