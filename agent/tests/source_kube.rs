@@ -15,10 +15,8 @@
 //! `k8s-local.sh build` (~10 min cold), then
 //! `cargo test -p oxvs-agent --test source_kube -- --nocapture`.
 
-use std::os::unix::fs::MetadataExt as _;
-use std::os::unix::process::CommandExt as _;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+mod kube_support;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,210 +24,11 @@ use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::networking::v1 as net;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::Api;
+use kube_support::{prerequisites, Cluster};
 use oxvs_agent::model::{ClusterState, Peer, PortRef, Protocol};
 use oxvs_agent::source::{kube_client, watch_kube};
 use serde_json::json;
 use tokio::sync::watch;
-
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn tools_dir() -> Option<PathBuf> {
-    [
-        std::env::var_os("OXVS_SHARED_TOOLS").map(PathBuf::from),
-        Some(workspace_root().join("../shared/tools")),
-        Some(PathBuf::from("/work/shared/tools")),
-    ]
-    .into_iter()
-    .flatten()
-    .find(|d| d.join("k8s-local.sh").exists())
-}
-
-fn on_path(bin: &str) -> bool {
-    std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join(bin).is_file()))
-        .unwrap_or(false)
-}
-
-/// Why the test cannot run here, if it cannot.
-fn prerequisites() -> Result<PathBuf, String> {
-    let uid = std::fs::metadata("/proc/self")
-        .map(|m| m.uid())
-        .unwrap_or(u32::MAX);
-    if uid != 0 {
-        return Err("not root".into());
-    }
-    let tools = tools_dir().ok_or("k8s-local.sh not found (set OXVS_SHARED_TOOLS)")?;
-    let cache = std::env::var_os("OXVS_K8S_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/var/cache/oxvs-k8s"));
-    if !cache.join("bin/kube-apiserver").is_file() {
-        return Err(format!(
-            "no cached Kubernetes build in {} (run k8s-local.sh build)",
-            cache.display()
-        ));
-    }
-    if !on_path("etcd") {
-        return Err("etcd not installed (run k8s-local.sh build)".into());
-    }
-    if !on_path("kubectl") && !cache.join("bin/kubectl").is_file() {
-        return Err("no kubectl".into());
-    }
-    Ok(tools)
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-/// A private etcd + apiserver; `down --purge` on drop.
-struct Cluster {
-    tools: PathBuf,
-    run_dir: PathBuf,
-    env: Vec<(&'static str, String)>,
-    /// The apiserver this test restarted itself (stopped by us on drop).
-    restarted: Option<Child>,
-}
-
-impl Cluster {
-    fn up(tools: PathBuf) -> Cluster {
-        let run_dir = std::env::temp_dir().join(format!("oxvs-source-kube-{}", std::process::id()));
-        let env = vec![
-            ("OXVS_K8S_ETCD_PORT", free_port().to_string()),
-            ("OXVS_K8S_ETCD_PEER_PORT", free_port().to_string()),
-            ("OXVS_K8S_API_PORT", free_port().to_string()),
-            ("OXVS_K8S_CONTROLLERS", "0".to_string()),
-        ];
-        let c = Cluster {
-            tools,
-            run_dir,
-            env,
-            restarted: None,
-        };
-        let out = c.script(&["up"]).output().expect("run k8s-local.sh up");
-        assert!(
-            out.status.success(),
-            "k8s-local.sh up failed:\n{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        c
-    }
-
-    fn script(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(self.tools.join("k8s-local.sh"));
-        cmd.args(args).arg("--run-dir").arg(&self.run_dir);
-        for (k, v) in &self.env {
-            cmd.env(k, v);
-        }
-        cmd
-    }
-
-    fn kubeconfig(&self) -> PathBuf {
-        self.run_dir.join("admin.kubeconfig")
-    }
-
-    /// Stops the apiserver (recorded by the script) and starts it again
-    /// with the same command line, recording the new pid for `down`.
-    fn restart_apiserver(&mut self) {
-        let pid_file = self.run_dir.join("pids/kube-apiserver");
-        let rec = std::fs::read_to_string(&pid_file).expect("apiserver pid file");
-        let mut it = rec.split_whitespace();
-        let pid: i32 = it.next().and_then(|p| p.parse().ok()).expect("pid");
-        let start = it.next().expect("start time").to_string();
-        assert_eq!(
-            starttime(pid).as_deref(),
-            Some(start.as_str()),
-            "recorded apiserver not running"
-        );
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).expect("cmdline");
-        let argv: Vec<String> = cmdline
-            .split(|b| *b == 0)
-            .filter(|a| !a.is_empty())
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        // Abruptly (a graceful 1.20 shutdown waits on open watches).
-        assert!(signal(pid as u32, "KILL"), "kill apiserver {pid}");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while starttime(pid).as_deref() == Some(start.as_str()) {
-            assert!(Instant::now() < deadline, "apiserver did not stop");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        eprintln!("apiserver {pid} stopped; restarting");
-        // Let the source notice the outage.
-        std::thread::sleep(Duration::from_secs(2));
-        let log = std::fs::OpenOptions::new()
-            .append(true)
-            .create(true)
-            .open(self.run_dir.join("logs/kube-apiserver.log"))
-            .expect("log");
-        let child = Command::new(&argv[0])
-            .args(&argv[1..])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log"))
-            .stderr(log)
-            .process_group(0)
-            .spawn()
-            .expect("restart apiserver");
-        let new_pid = child.id() as i32;
-        std::thread::sleep(Duration::from_millis(200));
-        let st = starttime(new_pid).expect("restarted apiserver running");
-        std::fs::write(&pid_file, format!("{new_pid} {st}\n")).expect("pid file");
-        self.restarted = Some(child);
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.restarted.take() {
-            signal(c.id(), "TERM");
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while Instant::now() < deadline && matches!(c.try_wait(), Ok(None)) {
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        if std::thread::panicking() {
-            if let Ok(log) = std::fs::read_to_string(self.run_dir.join("logs/kube-apiserver.log")) {
-                let tail: Vec<_> = log.lines().rev().take(30).collect();
-                eprintln!("--- kube-apiserver.log (tail) ---");
-                for l in tail.iter().rev() {
-                    eprintln!("{l}");
-                }
-            }
-        }
-        match self.script(&["down", "--purge"]).output() {
-            Ok(o) if o.status.success() => {}
-            Ok(o) => eprintln!(
-                "k8s-local.sh down failed: {}",
-                String::from_utf8_lossy(&o.stderr)
-            ),
-            Err(e) => eprintln!("k8s-local.sh down: {e}"),
-        }
-    }
-}
-
-/// Sends signal `sig` to `pid` (a process this test started or recorded).
-fn signal(pid: u32, sig: &str) -> bool {
-    Command::new("kill")
-        .args([format!("-{sig}"), pid.to_string()])
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-/// Field 22 of /proc/PID/stat (start time), as the scripts record it.
-fn starttime(pid: i32) -> Option<String> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let st = rest.split_whitespace().nth(19)?.to_string();
-    // A zombie is gone for our purposes.
-    (rest.split_whitespace().next()? != "Z").then_some(st)
-}
 
 async fn wait_for(
     rx: &mut watch::Receiver<Arc<ClusterState>>,
@@ -401,7 +200,11 @@ fn kube_source_follows_the_api_server() {
     });
 
     // The API server goes away and comes back: the watchers reconnect.
-    cluster.restart_apiserver();
+    let argv = cluster.kill_apiserver();
+    eprintln!("apiserver stopped; restarting");
+    // Let the source notice the outage.
+    std::thread::sleep(Duration::from_secs(2));
+    cluster.start_apiserver(&argv);
 
     rt.block_on(async {
         let deadline = Instant::now() + Duration::from_secs(60);
