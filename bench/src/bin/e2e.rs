@@ -1146,17 +1146,8 @@ fn vxlan(o: &Opts, bins: Option<&Bins>) -> Result<SwitchResult> {
 
 // ---------------------------------------------------------------- main
 
+/// The machine (oxvs-bench's description) plus the traffic tools' versions.
 fn machine() -> Value {
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo
-        .lines()
-        .find(|l| l.starts_with("model name"))
-        .and_then(|l| l.split(':').nth(1))
-        .map(|s| s.trim().to_owned());
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|s| s.trim().to_owned())
-        .ok();
     let ver = |args: &[&str]| {
         run(args).ok().map(|o| {
             String::from_utf8_lossy(&o.stdout)
@@ -1166,14 +1157,12 @@ fn machine() -> Value {
                 .to_owned()
         })
     };
-    json!({
-        "cpu_model": model,
-        "cores": cores,
-        "kernel": kernel,
-        "ovs": ver(&["ovs-vswitchd", "--version"]),
-        "trafgen": ver(&["trafgen", "--version"]),
-        "iperf3": ver(&["iperf3", "--version"]),
-    })
+    let mut m = oxvs_bench::xbench::report::machine(&[]);
+    if let Value::Object(o) = &mut m {
+        o.insert("trafgen".into(), json!(ver(&["trafgen", "--version"])));
+        o.insert("iperf3".into(), json!(ver(&["iperf3", "--version"])));
+    }
+    m
 }
 
 fn want(o: &Opts, key: &str) -> bool {

@@ -14,11 +14,7 @@ use super::setup::run;
 /// (`ethtool -i`).
 pub fn machine(ifaces: &[String]) -> Value {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo
-        .lines()
-        .find(|l| l.starts_with("model name"))
-        .and_then(|l| l.split(':').nth(1))
-        .map(|s| s.trim().to_owned());
+    let model = crate::cni_bench::cpu_model(&cpuinfo);
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_owned())
