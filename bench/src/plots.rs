@@ -282,6 +282,27 @@ pub fn short(v: f64) -> String {
     }
 }
 
+/// An axis tick: whole numbers without decimals (grouped), others as [`short`]
+/// with trailing zeros trimmed.
+pub fn tick(v: f64) -> String {
+    if v == 0.0 {
+        return "0".into();
+    }
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        return if v.abs() >= 100.0 {
+            short(v)
+        } else {
+            format!("{v:.0}")
+        };
+    }
+    let s = short(v);
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_owned()
+    } else {
+        s
+    }
+}
+
 /// Draws `c` into `path` (SVG). Errors: no bar at all, a series whose
 /// length differs from the categories, or a drawing error.
 pub fn bar_chart(path: &Path, c: &BarChart) -> Result<()> {
@@ -321,7 +342,7 @@ pub fn bar_chart(path: &Path, c: &BarChart) -> Result<()> {
     let plot_px = band_px * n as u32 + legend_px;
     let height = (plot_px + 140).max(300);
     let label_chars = c.categories.iter().map(|s| s.chars().count()).max();
-    let label_w = (label_chars.unwrap_or(4) as u32 * 7 + 20).clamp(60, 330);
+    let label_w = (label_chars.unwrap_or(4) as u32 * 13 / 2 + 20).clamp(60, 330);
     // The legend sits in `extra` empty bands at the top.
     let extra = f64::from(legend_px) / f64::from(band_px);
     let y_top = n as f64 + extra;
@@ -347,7 +368,7 @@ pub fn bar_chart(path: &Path, c: &BarChart) -> Result<()> {
         .disable_y_mesh()
         .y_labels(0)
         .x_desc(c.value_label.as_str())
-        .x_label_formatter(&|v| short(*v))
+        .x_label_formatter(&|v| tick(*v))
         .draw()
         .map_err(|e| err(&e))?;
     // Band of category i (top to bottom): [n-1-i, n-i].
@@ -468,8 +489,8 @@ pub fn line_chart(path: &Path, c: &LineChart) -> Result<()> {
                 .configure_mesh()
                 .x_desc(c.x_label.as_str())
                 .y_desc(c.y_label.as_str())
-                .x_label_formatter(&|v| short(*v))
-                .y_label_formatter(&|v| short(*v))
+                .x_label_formatter(&|v| tick(*v))
+                .y_label_formatter(&|v| tick(*v))
                 .draw()
                 .map_err(|e| err(&e))?;
             for (i, (name, p)) in c.series.iter().enumerate() {
@@ -1180,6 +1201,11 @@ mod tests {
         assert_eq!(short(1_234_567.0), "1,234,567");
         assert_eq!(short(12.34), "12.3");
         assert_eq!(short(0.1234), "0.123");
+        assert_eq!(tick(0.0), "0");
+        assert_eq!(tick(10.0), "10");
+        assert_eq!(tick(2.5), "2.5");
+        assert_eq!(tick(1000.0), "1,000");
+        assert_eq!(tick(0.1), "0.1");
         assert_eq!(meta(&json!({})).subtitle(), "machine not recorded | date not recorded");
     }
 
