@@ -229,6 +229,9 @@ pub struct BarChart {
     pub series: Vec<(String, Vec<Option<Bar>>)>,
 }
 
+/// Points of a line, (x, y).
+pub type Points = Vec<(f64, f64)>;
+
 /// A line chart, optionally with logarithmic axes.
 #[derive(Clone, Debug, Default)]
 pub struct LineChart {
@@ -236,7 +239,7 @@ pub struct LineChart {
     pub subtitle: String,
     pub x_label: String,
     pub y_label: String,
-    pub series: Vec<(String, Vec<(f64, f64)>)>,
+    pub series: Vec<(String, Points)>,
     pub log_x: bool,
     pub log_y: bool,
 }
@@ -354,7 +357,10 @@ pub fn bar_chart(path: &Path, c: &BarChart) -> Result<()> {
         .titled(&c.title, ("sans-serif", 20))
         .map_err(|e| err(&e))?;
     let area = area
-        .titled(&c.subtitle, ("sans-serif", 13).into_font().color(&BLACK.mix(0.7)))
+        .titled(
+            &c.subtitle,
+            ("sans-serif", 13).into_font().color(&BLACK.mix(0.7)),
+        )
         .map_err(|e| err(&e))?;
     let mut chart = ChartBuilder::on(&area)
         .margin(10)
@@ -475,7 +481,10 @@ pub fn line_chart(path: &Path, c: &LineChart) -> Result<()> {
         .titled(&c.title, ("sans-serif", 20))
         .map_err(|e| err(&e))?;
     let area = area
-        .titled(&c.subtitle, ("sans-serif", 13).into_font().color(&BLACK.mix(0.7)))
+        .titled(
+            &c.subtitle,
+            ("sans-serif", 13).into_font().color(&BLACK.mix(0.7)),
+        )
         .map_err(|e| err(&e))?;
     let mut b = ChartBuilder::on(&area);
     b.margin(10)
@@ -581,8 +590,8 @@ pub fn plot_doc(doc: &Value, dir: &Path, stem: &str) -> Result<Vec<PathBuf>> {
 /// Reads the JSON file `file` and plots it into `dir` (stem: the file's);
 /// errors name the file.
 pub fn plot_file(file: &Path, dir: &Path) -> Result<Vec<PathBuf>> {
-    let text = std::fs::read_to_string(file)
-        .with_context(|| format!("cannot read {}", file.display()))?;
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
     let doc: Value = serde_json::from_str(&text)
         .with_context(|| format!("{} is not valid JSON", file.display()))?;
     let stem = file
@@ -720,7 +729,7 @@ pub fn policy_plots(doc: &Value, dir: &Path, stem: &str) -> Result<Vec<PathBuf>>
     let mut written = Vec::new();
     if doc.get("matrix").is_some() {
         let matrix = array(doc, "", "matrix")?;
-        let mut by_pods: Vec<(u64, Vec<(f64, f64)>, Vec<(f64, f64)>)> = Vec::new();
+        let mut by_pods: Vec<(u64, Points, Points)> = Vec::new();
         let mut nodes = None;
         for (i, m) in matrix.iter().enumerate() {
             let p = format!("matrix[{i}]");
@@ -884,6 +893,8 @@ pub fn e2e_plots(doc: &Value, dir: &Path, stem: &str) -> Result<Vec<PathBuf>> {
         softirq: Option<Bar>,
         tcp: Option<Bar>,
     }
+    /// Which bar of a row a series shows.
+    type Pick = fn(&Row) -> Option<Bar>;
     let kilo = |b: Option<Bar>| {
         b.map(|b| Bar {
             value: b.value / 1e3,
@@ -928,7 +939,7 @@ pub fn e2e_plots(doc: &Value, dir: &Path, stem: &str) -> Result<Vec<PathBuf>> {
     let chart = |what: &str,
                  title: String,
                  value_label: &str,
-                 series: Vec<(&str, fn(&Row) -> Option<Bar>)>|
+                 series: Vec<(&str, Pick)>|
      -> Result<PathBuf> {
         let keep: Vec<&Row> = rows
             .iter()
@@ -959,7 +970,9 @@ pub fn e2e_plots(doc: &Value, dir: &Path, stem: &str) -> Result<Vec<PathBuf>> {
     let rate = doc
         .get("fixed_rate_pps")
         .and_then(Value::as_u64)
-        .map_or(String::new(), |r| format!(" ({} pps requested)", short(r as f64)));
+        .map_or(String::new(), |r| {
+            format!(" ({} pps requested)", short(r as f64))
+        });
     let mut written = Vec::new();
     let mut run = |r: Result<PathBuf>| -> Result<()> {
         written.push(r?);
@@ -980,7 +993,9 @@ pub fn e2e_plots(doc: &Value, dir: &Path, stem: &str) -> Result<Vec<PathBuf>> {
         "ns per delivered packet (whiskers: min-max)",
         vec![
             ("switch process CPU", |r: &Row| r.cpu),
-            ("machine softirq (incl. generator, sink)", |r: &Row| r.softirq),
+            ("machine softirq (incl. generator, sink)", |r: &Row| {
+                r.softirq
+            }),
         ],
     ))?;
     run(chart(
@@ -1069,7 +1084,10 @@ mod tests {
             assert!(svg.contains(want), "{want:?} not in sequential plot");
         }
         // The bar value labels are there (oxvs ADD p50 = 20.0).
-        assert!(svg.contains(">\n20.0\n<") || svg.contains(">20.0<"), "no value label");
+        assert!(
+            svg.contains(">\n20.0\n<") || svg.contains(">20.0<"),
+            "no value label"
+        );
         assert!(read(&files[2]).contains("IPAM allocate"));
     }
 
@@ -1085,7 +1103,10 @@ mod tests {
         assert!(e.contains("results[2].p90_ms"), "{e}");
         d["results"][2]["p90_ms"] = json!("fast");
         let e = format!("{:#}", plot_doc(&d, &s.0, "cni").expect_err("must fail"));
-        assert!(e.contains("results[2].p90_ms") && e.contains("not a number"), "{e}");
+        assert!(
+            e.contains("results[2].p90_ms") && e.contains("not a number"),
+            "{e}"
+        );
         d["results"] = json!([]);
         let e = format!("{:#}", plot_doc(&d, &s.0, "cni").expect_err("must fail"));
         assert!(e.contains("`results` is empty"), "{e}");
@@ -1097,13 +1118,25 @@ mod tests {
         for (doc, want) in [
             (json!([1, 2]), "not a JSON object"),
             (json!({"foo": 1}), "not a known results document"),
-            (json!({"bench": "cni-latency", "results": 3}), "`results` is not an array"),
+            (
+                json!({"bench": "cni-latency", "results": 3}),
+                "`results` is not an array",
+            ),
             (json!({"matrix": [{"pods": 1}]}), "matrix[0].policies"),
-            (json!({"lab": [{"policies": 10, "apply_cmd_s": 1.0, "removed_s": 1.0}]}), "lab[0].nodes"),
+            (
+                json!({"lab": [{"policies": 10, "apply_cmd_s": 1.0, "removed_s": 1.0}]}),
+                "lab[0].nodes",
+            ),
             (json!({"datapath": {}}), "`datapath` is not an array"),
-            (json!({"fixed_rate_pps": 1, "results": [{"switch": "x"}]}), "results[0].max_load"),
-            (json!({"fixed_rate_pps": 1, "results": [{"switch": "x", "max_load": null,
-                "fixed_load": null, "tcp_gbps": {"min": 1}}]}), "results[0].tcp_gbps.median"),
+            (
+                json!({"fixed_rate_pps": 1, "results": [{"switch": "x"}]}),
+                "results[0].max_load",
+            ),
+            (
+                json!({"fixed_rate_pps": 1, "results": [{"switch": "x", "max_load": null,
+                "fixed_load": null, "tcp_gbps": {"min": 1}}]}),
+                "results[0].tcp_gbps.median",
+            ),
         ] {
             let e = format!("{:#}", plot_doc(&doc, &s.0, "x").expect_err("must fail"));
             assert!(e.contains(want), "{doc}: {e:?} lacks {want:?}");
@@ -1112,7 +1145,10 @@ mod tests {
         let f = s.0.join("broken.json");
         std::fs::write(&f, "{\"bench\": ").expect("write");
         let e = format!("{:#}", plot_file(&f, &s.0).expect_err("must fail"));
-        assert!(e.contains("broken.json") && e.contains("not valid JSON"), "{e}");
+        assert!(
+            e.contains("broken.json") && e.contains("not valid JSON"),
+            "{e}"
+        );
         let e = format!(
             "{:#}",
             plot_file(&s.0.join("absent.json"), &s.0).expect_err("must fail")
@@ -1154,7 +1190,12 @@ mod tests {
         ]});
         let f = policy_plots(&dp, &s.0, "policy-datapath").expect("datapath");
         let svg = read(&f[0]);
-        for want in ["0 policies", "1000 policies", "mixed/emc", "machine not recorded"] {
+        for want in [
+            "0 policies",
+            "1000 policies",
+            "mixed/emc",
+            "machine not recorded",
+        ] {
             assert!(svg.contains(want), "{want:?} not in datapath plot");
         }
     }
@@ -1170,18 +1211,24 @@ mod tests {
                    "tcp_gbps": sm(3.0)})
         };
         let doc = json!({
-            "machine": machine(), "trials": 3, "duration_s": 5, "fixed_rate_pps": 50000,
-            "results": [
-                sw("oxvs-switchd", sm(6700.0)),
-                sw("Linux bridge", Value::Null),
-                {"switch": "OVS afxdp (PMD)", "skipped": "ovs-vsctl not found"},
-                {"switch": "oxvs VXLAN (2 nodes)", "skipped": null, "max_load": null,
-                 "fixed_load": null, "tcp_gbps": sm(1.5)},
-            ]});
+        "machine": machine(), "trials": 3, "duration_s": 5, "fixed_rate_pps": 50000,
+        "results": [
+            sw("oxvs-switchd", sm(6700.0)),
+            sw("Linux bridge", Value::Null),
+            {"switch": "OVS afxdp (PMD)", "skipped": "ovs-vsctl not found"},
+            {"switch": "oxvs VXLAN (2 nodes)", "skipped": null, "max_load": null,
+             "fixed_load": null, "tcp_gbps": sm(1.5)},
+        ]});
         let f = e2e_plots(&doc, &s.0, "e2e").expect("e2e");
         assert_eq!(f.len(), 3);
         let pps = read(&f[0]);
-        for want in ["oxvs-switchd", "Linux bridge", "OVS afxdp (PMD) (skipped)", "delivered", "offered"] {
+        for want in [
+            "oxvs-switchd",
+            "Linux bridge",
+            "OVS afxdp (PMD) (skipped)",
+            "delivered",
+            "offered",
+        ] {
             assert!(pps.contains(want), "{want:?} not in pps plot");
         }
         // VXLAN has no max-load numbers: not a category of the pps chart.
@@ -1206,7 +1253,10 @@ mod tests {
         assert_eq!(tick(2.5), "2.5");
         assert_eq!(tick(1000.0), "1,000");
         assert_eq!(tick(0.1), "0.1");
-        assert_eq!(meta(&json!({})).subtitle(), "machine not recorded | date not recorded");
+        assert_eq!(
+            meta(&json!({})).subtitle(),
+            "machine not recorded | date not recorded"
+        );
     }
 
     #[test]
