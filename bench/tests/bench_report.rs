@@ -62,10 +62,21 @@ fn committed_results_give_every_plot() {
         ("policy-datapath-pps.svg", &["0 policies", "1000 policies"]),
         (
             "benchmarks-e2e-pps.svg",
-            &["oxvs-switchd", "Linux bridge", "OVS afxdp (PMD)", "delivered"],
+            &[
+                "oxvs-switchd",
+                "Linux bridge",
+                "OVS afxdp (PMD)",
+                "delivered",
+            ],
         ),
-        ("benchmarks-e2e-cpu.svg", &["switch process CPU", "OVS afxdp-nonpmd"]),
-        ("benchmarks-e2e-tcp.svg", &["TCP Gbit/s", "oxvs VXLAN (2 nodes)"]),
+        (
+            "benchmarks-e2e-cpu.svg",
+            &["switch process CPU", "OVS afxdp-nonpmd"],
+        ),
+        (
+            "benchmarks-e2e-tcp.svg",
+            &["TCP Gbit/s", "oxvs VXLAN (2 nodes)"],
+        ),
     ] {
         let p = s.0.join(file);
         let svg = std::fs::read_to_string(&p)
@@ -107,7 +118,10 @@ fn broken_file_is_named_and_others_still_plotted() {
         stderr.contains("policy-old.json") && stderr.contains("matrix[0].realise_max_ms"),
         "{stderr}"
     );
-    assert!(out_dir.join("cni-bench-sequential.svg").exists(), "{stderr}");
+    assert!(
+        out_dir.join("cni-bench-sequential.svg").exists(),
+        "{stderr}"
+    );
     let out = bench_report()
         .arg("--bogus")
         .output()
