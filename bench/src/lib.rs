@@ -1124,4 +1124,5 @@ mod tests {
         );
     }
 }
+pub mod plots;
 pub mod xbench;

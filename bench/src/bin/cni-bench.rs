@@ -25,6 +25,12 @@
 //! bridge ADD all, DEL all; then the same concurrently. After every DEL
 //! batch the node must have as many links as before it (no leak).
 //!
+//! ## Output
+//!
+//! Tables on stdout; `--json FILE` writes every summary with the machine and
+//! the date; `--plots DIR` draws them as SVG (`oxvs_bench::plots`, the same
+//! charts as `bench-report`).
+//!
 //! ## Where oxvs's time goes
 //!
 //! - the agent's own time per request, from its debug log
@@ -86,12 +92,14 @@ struct Opts {
     concurrency: usize,
     probe_n: usize,
     json: Option<PathBuf>,
+    plots: Option<PathBuf>,
     bin_dir: Option<PathBuf>,
     cni_path: PathBuf,
     keep_logs: bool,
 }
 
-const USAGE: &str = "usage: cni-bench [--n PODS] [--concurrency C] [--probe-n K] [--json FILE] \
+const USAGE: &str =
+    "usage: cni-bench [--n PODS] [--concurrency C] [--probe-n K] [--json FILE] [--plots DIR] \
 [--bin-dir DIR (oxvs-cni, oxvs-agent, oxvs-switchd; default: next to cni-bench)] \
 [--cni-path DIR (reference plugins; default /usr/lib/cni)] [--keep-logs]";
 
@@ -101,6 +109,7 @@ fn parse_opts() -> Result<Opts> {
         concurrency: 8,
         probe_n: 30,
         json: None,
+        plots: None,
         bin_dir: None,
         cni_path: PathBuf::from("/usr/lib/cni"),
         keep_logs: false,
@@ -116,6 +125,7 @@ fn parse_opts() -> Result<Opts> {
             "--concurrency" => o.concurrency = val()?.parse().context("--concurrency")?,
             "--probe-n" => o.probe_n = val()?.parse().context("--probe-n")?,
             "--json" => o.json = Some(val()?.into()),
+            "--plots" => o.plots = Some(val()?.into()),
             "--bin-dir" => o.bin_dir = Some(val()?.into()),
             "--cni-path" => o.cni_path = val()?.into(),
             "--keep-logs" => o.keep_logs = true,
@@ -695,6 +705,14 @@ fn run_probe(dir: &Path, switch_sock: &Path, pods: &[String]) -> Result<Probe> {
 
 // ---------------------------------------------------------------- main
 
+/// The plots' file-name stem: the `--json` file's, or `default`.
+fn plot_stem(json: Option<&Path>, default: &str) -> String {
+    json.and_then(|p| p.file_stem())
+        .and_then(|s| s.to_str())
+        .unwrap_or(default)
+        .to_owned()
+}
+
 fn main() -> ExitCode {
     match real_main() {
         Ok(()) => ExitCode::SUCCESS,
@@ -1078,11 +1096,12 @@ fn real_main() -> Result<()> {
         machine.loadavg
     );
 
-    if let Some(path) = &o.json {
+    if o.json.is_some() || o.plots.is_some() {
         let mut m = machine.json();
         m["loadavg_at_end"] = json!(load_end);
         let doc = json!({
             "bench": "cni-latency",
+            "date": oxvs_bench::plots::now_date(),
             "bench_pid": std::process::id(),
             "pods": o.n,
             "concurrency": o.concurrency,
@@ -1127,9 +1146,17 @@ fn real_main() -> Result<()> {
                 v
             }).collect::<Vec<_>>(),
         });
-        std::fs::write(path, serde_json::to_string_pretty(&doc)? + "\n")
-            .with_context(|| format!("cannot write {}", path.display()))?;
-        println!("results: {}", path.display());
+        if let Some(path) = &o.json {
+            std::fs::write(path, serde_json::to_string_pretty(&doc)? + "\n")
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            println!("results: {}", path.display());
+        }
+        if let Some(dir) = &o.plots {
+            let stem = plot_stem(o.json.as_deref(), "cni-bench");
+            for f in oxvs_bench::plots::cni_plots(&doc, dir, &stem).context("plots")? {
+                println!("plot: {}", f.display());
+            }
+        }
     }
     drop(agent);
     drop(switchd);

@@ -28,6 +28,10 @@
 //!   `oxvs-switchd`s with VXLAN ports, and kernel `vxlan` devices in Linux
 //!   bridges as the reference.
 //!
+//! Output: a table on stdout; `--json FILE` writes every trial with the
+//! machine and the date; `--plots DIR` draws pps, CPU per packet and TCP
+//! throughput per switch as SVG (`oxvs_bench::plots`, as `bench-report`).
+//!
 //! Cleanup: every namespace, link, OVS bridge, socket and child process is
 //! owned by a guard whose `Drop` removes it; errors and panics unwind
 //! through them. SIGINT/SIGTERM set a flag that every wait checks, so
@@ -75,10 +79,11 @@ struct Opts {
     trials: usize,
     rate: u64,
     json: Option<PathBuf>,
+    plots: Option<PathBuf>,
     only: Option<Vec<String>>,
 }
 
-const USAGE: &str = "usage: e2e [--duration S] [--trials N] [--rate PPS] [--json FILE] [--only oxvs,ovs-pmd,ovs-nonpmd,bridge,vxlan-oxvs,vxlan-kernel]";
+const USAGE: &str = "usage: e2e [--duration S] [--trials N] [--rate PPS] [--json FILE] [--plots DIR] [--only oxvs,ovs-pmd,ovs-nonpmd,bridge,vxlan-oxvs,vxlan-kernel]";
 
 fn parse_opts() -> Result<Opts> {
     let mut o = Opts {
@@ -86,6 +91,7 @@ fn parse_opts() -> Result<Opts> {
         trials: 3,
         rate: 50_000,
         json: None,
+        plots: None,
         only: None,
     };
     let mut args = std::env::args().skip(1);
@@ -99,6 +105,7 @@ fn parse_opts() -> Result<Opts> {
             "--trials" => o.trials = val()?.parse().context("--trials")?,
             "--rate" => o.rate = val()?.parse().context("--rate")?,
             "--json" => o.json = Some(val()?.into()),
+            "--plots" => o.plots = Some(val()?.into()),
             "--only" => o.only = Some(val()?.split(',').map(str::to_owned).collect()),
             "-h" | "--help" => {
                 eprintln!("{USAGE}");
@@ -1303,9 +1310,10 @@ fn main() -> Result<()> {
             println!("{:<32} port {port}: {mode}", r.name);
         }
     }
-    if let Some(path) = &o.json {
+    if o.json.is_some() || o.plots.is_some() {
         let doc = json!({
             "command": std::env::args().collect::<Vec<_>>().join(" "),
+            "date": oxvs_bench::plots::now_date(),
             "machine": mach,
             "duration_s": o.duration,
             "trials": o.trials,
@@ -1313,9 +1321,22 @@ fn main() -> Result<()> {
             "elapsed_s": started.elapsed().as_secs_f64(),
             "results": results.iter().map(SwitchResult::to_json).collect::<Vec<_>>(),
         });
-        std::fs::write(path, serde_json::to_string_pretty(&doc)? + "\n")
-            .with_context(|| format!("write {}", path.display()))?;
-        eprintln!("e2e: wrote {}", path.display());
+        if let Some(path) = &o.json {
+            std::fs::write(path, serde_json::to_string_pretty(&doc)? + "\n")
+                .with_context(|| format!("write {}", path.display()))?;
+            eprintln!("e2e: wrote {}", path.display());
+        }
+        if let Some(dir) = &o.plots {
+            let stem = o
+                .json
+                .as_deref()
+                .and_then(Path::file_stem)
+                .and_then(|s| s.to_str())
+                .unwrap_or("e2e");
+            for f in oxvs_bench::plots::e2e_plots(&doc, dir, stem).context("plots")? {
+                eprintln!("e2e: plot {}", f.display());
+            }
+        }
     }
     Ok(())
 }

@@ -19,7 +19,9 @@
 //!   the policy-cookie count with `dump-flows`; agent and switchd VmRSS
 //!   before and after; then deletes the policies and times the removal too.
 //!
-//! Output: a text table on stdout; `--json FILE` writes the numbers.
+//! Output: a text table on stdout; `--json FILE` writes the numbers (with
+//! the machine and the date), `--plots DIR` draws them as SVG
+//! (`oxvs_bench::plots`, the same charts as `bench-report`).
 
 use std::alloc::System;
 use std::collections::BTreeMap;
@@ -82,6 +84,9 @@ enum Cmd {
         reps: usize,
         #[arg(long)]
         json: Option<PathBuf>,
+        /// Also write SVG plots of the results into this directory.
+        #[arg(long)]
+        plots: Option<PathBuf>,
     },
     /// Datapath pps of node 1 with 0 and N policies.
     Datapath {
@@ -102,6 +107,9 @@ enum Cmd {
         trials: usize,
         #[arg(long)]
         json: Option<PathBuf>,
+        /// Also write SVG plots of the results into this directory.
+        #[arg(long)]
+        plots: Option<PathBuf>,
     },
     /// End to end on a running oxvs-lab.
     Lab {
@@ -126,14 +134,35 @@ enum Cmd {
         work_dir: PathBuf,
         #[arg(long)]
         json: Option<PathBuf>,
+        /// Also write SVG plots of the results into this directory.
+        #[arg(long)]
+        plots: Option<PathBuf>,
     },
 }
 
-fn write_json(path: &Option<PathBuf>, v: &Value) -> Result<()> {
+/// Writes `v` (plus the date) to `--json`, and its plots to `--plots`
+/// (file names from the JSON file's stem, else `default_stem`).
+fn write_out(
+    path: &Option<PathBuf>,
+    plots: &Option<PathBuf>,
+    default_stem: &str,
+    mut v: Value,
+) -> Result<()> {
+    v["date"] = json!(oxvs_bench::plots::now_date());
     if let Some(p) = path {
-        std::fs::write(p, serde_json::to_string_pretty(v)? + "\n")
+        std::fs::write(p, serde_json::to_string_pretty(&v)? + "\n")
             .with_context(|| format!("cannot write {}", p.display()))?;
         eprintln!("wrote {}", p.display());
+    }
+    if let Some(dir) = plots {
+        let stem = path
+            .as_deref()
+            .and_then(Path::file_stem)
+            .and_then(|s| s.to_str())
+            .unwrap_or(default_stem);
+        for f in oxvs_bench::plots::policy_plots(&v, dir, stem).context("plots")? {
+            eprintln!("plot {}", f.display());
+        }
     }
     Ok(())
 }
@@ -153,6 +182,7 @@ fn main() -> Result<()> {
             pods_per_namespace,
             reps,
             json,
+            plots,
         } => {
             let mut rows = Vec::new();
             let mut out = Vec::new();
@@ -187,7 +217,12 @@ fn main() -> Result<()> {
                 "In-process policy realisation ({nodes} nodes; times in ms, the slowest node; best of {reps})"
             );
             print!("{}", table(&Summary::HEADER, &rows, 0));
-            write_json(&json, &json!({"machine": machine.json(), "matrix": out}))?;
+            write_out(
+                &json,
+                &plots,
+                "policy-matrix",
+                json!({"machine": machine.json(), "matrix": out}),
+            )?;
         }
         Cmd::Datapath {
             pods,
@@ -198,6 +233,7 @@ fn main() -> Result<()> {
             secs,
             trials,
             json,
+            plots,
         } => {
             let spec = ModelSpec {
                 pods,
@@ -267,7 +303,12 @@ fn main() -> Result<()> {
                     1
                 )
             );
-            write_json(&json, &json!({"machine": machine.json(), "datapath": out}))?;
+            write_out(
+                &json,
+                &plots,
+                "policy-datapath",
+                json!({"machine": machine.json(), "datapath": out}),
+            )?;
         }
         Cmd::Lab {
             lab,
@@ -279,6 +320,7 @@ fn main() -> Result<()> {
             timeout,
             work_dir,
             json,
+            plots,
         } => lab_run(LabArgs {
             lab,
             state_root,
@@ -289,6 +331,7 @@ fn main() -> Result<()> {
             timeout: Duration::from_secs(timeout),
             work_dir,
             json,
+            plots,
             machine: machine.json(),
         })?,
     }
@@ -305,6 +348,7 @@ struct LabArgs {
     timeout: Duration,
     work_dir: PathBuf,
     json: Option<PathBuf>,
+    plots: Option<PathBuf>,
     machine: Value,
 }
 
@@ -587,9 +631,11 @@ fn lab_run(a: LabArgs) -> Result<()> {
             2
         )
     );
-    write_json(
+    write_out(
         &a.json,
-        &json!({"machine": a.machine, "pods_apply_s": t_pods.as_secs_f64(), "lab": out}),
+        &a.plots,
+        "policy-lab",
+        json!({"machine": a.machine, "pods_apply_s": t_pods.as_secs_f64(), "lab": out}),
     )?;
     Ok(())
 }
