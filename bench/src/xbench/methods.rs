@@ -171,11 +171,44 @@ fn enter(ep: &Endpoint) -> Result<()> {
     }
 }
 
+/// Interfaces (by namespace and name) where native XDP failed for good:
+/// later trials go straight to `Auto` (generic) there.
+static NO_NATIVE: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
 /// Opens an AF_XDP socket on `ifname` (in the calling thread's
-/// namespace). The kernel releases the previous trial's socket on the same
-/// queue asynchronously, so a bind right after it can fail with EBUSY:
-/// retried for up to 3 s.
-fn open_xsk(ifname: &str, batch: usize) -> Result<XskPort> {
+/// namespace `ns`, for the cache key), native XDP mode first.
+///
+/// The kernel releases the previous trial's socket and XDP program on the
+/// same interface asynchronously, so an open right after it can fail
+/// (EBUSY on the queue, or the driver slot still taken): with `Auto`, the
+/// latter would silently fall back to generic mode, and on a veth whose
+/// peer redirects frames with XDP (the `xdp-redirect` kind) generic mode
+/// receives nothing. So native is asked for and retried for up to 3 s;
+/// only then `Auto` (remembered for the interface, so an interface without
+/// native XDP pays the wait once).
+fn open_xsk(ns: &str, ifname: &str, batch: usize) -> Result<XskPort> {
+    let key = format!("{ns}/{ifname}");
+    let no_native = NO_NATIVE.lock().map(|v| v.contains(&key)).unwrap_or(false);
+    let end = std::time::Instant::now() + Duration::from_secs(3);
+    if !no_native {
+        loop {
+            match XskPort::open(ifname, XdpModeRequest::Native, UMEM_FRAMES, batch) {
+                Ok(p) => return Ok(p),
+                Err(e) => {
+                    if std::time::Instant::now() > end {
+                        eprintln!(
+                            "oxvs-bench: {ifname}: native XDP unavailable ({e}); using generic mode"
+                        );
+                        if let Ok(mut v) = NO_NATIVE.lock() {
+                            v.push(key);
+                        }
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+        }
+    }
     let end = std::time::Instant::now() + Duration::from_secs(3);
     loop {
         match XskPort::open(ifname, XdpModeRequest::Auto, UMEM_FRAMES, batch) {
@@ -215,7 +248,7 @@ pub fn run_trial(
             .spawn(move || -> Result<(Accounting, SinkStats)> {
                 let open = || -> Result<XskPort> {
                     enter(&ep)?;
-                    open_xsk(&ep.ifname, batch)
+                    open_xsk(ep.netns.as_deref().unwrap_or(""), &ep.ifname, batch)
                         .with_context(|| format!("sink socket on {}", ep.ifname))
                 };
                 let mut port = match open() {
@@ -263,7 +296,7 @@ pub fn run_trial(
             .name("xbench-gen".into())
             .spawn(move || -> Result<GenReport> {
                 enter(&ep)?;
-                let mut port = open_xsk(&ep.ifname, cfg.batch)
+                let mut port = open_xsk(ep.netns.as_deref().unwrap_or(""), &ep.ifname, cfg.batch)
                     .with_context(|| format!("generator socket on {}", ep.ifname))?;
                 gen::run(&mut port, &cfg, &sig)
             })

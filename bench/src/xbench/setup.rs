@@ -417,7 +417,9 @@ impl Virtual {
         let names = [gen_if, sink_if, p1, p2];
         for (i, a) in names.iter().enumerate() {
             if names[i + 1..].contains(a) {
-                bail!("interface {a} is named twice (--gen-if, --sink-if, --dut-ports must differ)");
+                bail!(
+                    "interface {a} is named twice (--gen-if, --sink-if, --dut-ports must differ)"
+                );
             }
         }
         let mut lab = Lab::default();
@@ -717,19 +719,13 @@ fn attach_xdp_redirect(topo: &mut Virtual) -> Result<BTreeMap<String, String>> {
     ])
     .context("compiling the XDP redirect program")?;
     let mut modes = BTreeMap::new();
-    for (p, peer) in [
-        (topo.port1.clone(), b),
-        (topo.port2.clone(), a),
-    ] {
+    for (p, peer) in [(topo.port1.clone(), b), (topo.port2.clone(), a)] {
         must(&[
             "ip", "link", "set", "dev", &p, "xdpdrv", "obj", &obj_s, "sec", "xdp",
         ])
         .with_context(|| format!("attaching the XDP redirect program to {p} (native mode)"))?;
         topo.lab.xdp.push(p.clone());
-        modes.insert(
-            p,
-            format!("native XDP, bpf_redirect to ifindex {peer}"),
-        );
+        modes.insert(p, format!("native XDP, bpf_redirect to ifindex {peer}"));
     }
     Ok(modes)
 }
@@ -825,7 +821,8 @@ pub fn start_switch_on(
 /// The case note of the `xdp-redirect` kind: what its CPU figure is.
 pub const XDP_REDIRECT_NOTE: &str = "kernel XDP redirect port <-> port (no flows); CPU = \
 softirq time of ALL CPUs during the trial (/proc/stat), so it also counts the sink's \
-veth/NIC receive and any other softirq work on the machine: an upper bound of the redirect's cost";
+veth/NIC receive and any other softirq work on the machine (an upper bound of the redirect's \
+cost); without CONFIG_IRQ_TIME_ACCOUNTING that time is tick-sampled (reads 0 at low rates)";
 
 /// Node A's flows of the two-node VXLAN setup: the pod (port 1) to node
 /// B through the tunnel (port 10, VNI 100), and back
