@@ -15,7 +15,13 @@
 //! switch gets the same topology. Switches: `oxvs-switchd` (started here,
 //! flows loaded with `oxvsctl add-flows`), Open vSwitch userspace
 //! (`datapath_type=netdev`, ports `afxdp` = PMD threads or `afxdp-nonpmd`,
-//! flows with `ovs-ofctl add-flows`: the same flow file), a Linux bridge.
+//! flows with `ovs-ofctl add-flows`: the same flow file), a Linux bridge,
+//! and the kernel XDP redirect (`bench/xdp/redirect.c`, compiled with
+//! clang at run time with the two ports' ifindexes and attached natively
+//! on both with `ip link set ... xdpdrv obj`: every frame is redirected
+//! to the other port; the veth's peer -- the sink's `eth0` -- receives it
+//! because the sink's AF_XDP program is attached there natively). Its CPU
+//! figure is the softirq time of all CPUs ([`super::methods::SOFTIRQ`]).
 //!
 //! The pipeline ([`super::pipeline::Plan`]) decides the flows and the
 //! OpenFlow numbers of the two ports (1 and 2 for the simple pipeline, the
@@ -31,15 +37,23 @@
 //! ## `ports`
 //!
 //! The generator and the sink on physical interfaces the user names (in
-//! the root namespace), the device under test between them (cabled). Before
-//! touching them, [`check_port_safety`] refuses an interface that carries
-//! a default route or has an address (the test has none of its own) unless
-//! forced.
+//! the root namespace), the device under test between them (cabled):
+//! either an external device, or the switches of the virtual setup run on
+//! this host on two more ports P1 and P2 ([`Virtual::ports`]; P1 cabled to
+//! the generator's port, P2 to the sink's), one after the other. oxvs
+//! opens its ports with zero-copy AF_XDP first where the device is a NIC
+//! (`oxvs_switch::afxdp`), OVS with `xdp-mode=native-with-zerocopy` first;
+//! each port's mode is reported. Before touching them,
+//! [`check_port_safety`] refuses an interface that carries a default route
+//! or has an address (the test has none of its own) unless forced. Each
+//! switch's run restores the ports: XDP programs detached, bridges
+//! deleted, interfaces that were down set down again.
 //!
 //! ## Cleanup
 //!
 //! Everything made here is owned by a guard ([`Lab`], [`Proc`]) whose
-//! `Drop` removes it (namespaces, links, OVS bridges, files, processes);
+//! `Drop` removes it (XDP programs, namespaces, links, OVS bridges, files,
+//! directories, processes; and sets down what it set up);
 //! errors, panics and SIGINT/SIGTERM (a flag every wait checks, see
 //! [`stopped`]) unwind through them. Names carry the pid.
 
