@@ -1,17 +1,22 @@
 #!/bin/sh
 # The committed oxvs-bench runs (issue 7): oxvs vs OVS afxdp (PMD, non-PMD)
-# vs Linux bridge, simple forwarding (port 1 <-> 2) and the Antrea-like
+# vs Linux bridge vs the kernel XDP redirect (the ceiling; simple only),
+# simple forwarding (port 1 <-> 2) and the Antrea-like
 # pipeline with $POLICIES NetworkPolicies (generator and sink are two pods
 # the policies allow), virtual setup (generator and sink in namespaces,
 # AF_XDP copy mode on veth), 64-byte UDP frames, 1 and 1000 flows; then
-# pod to pod across two oxvs nodes over VXLAN. Results:
+# pod to pod across two oxvs nodes over VXLAN; then scaling (oxvs with 1
+# and 2 datapath threads, and OVS PMD, over 1, 1k, 100k and 1M flows at a
+# fixed rate). Results:
 # bench/results/*.json and SVG plots under bench/results/plots/.
 #
 # Usage (root): bench/scripts/oxvs-bench.sh [extra oxvs-bench flags]
 # Env: DURATION (s per trial, default 3), TRIALS (default 3), RATE (fixed
 # rate, pps, default 100000), FLOWS (default 1,1000), POLICIES (default
-# 1000), STEPS (search steps, default 6), SWITCHES, ONLY (fixed,
-# throughput or vxlan: run just that part).
+# 1000), STEPS (search steps, default 6), SWITCHES (default
+# oxvs,ovs-pmd,ovs-nonpmd,bridge,xdp-redirect), SCALING_FLOWS (default
+# 1,1000,100000,1000000), SCALING_THREADS (oxvs, default 1,2), ONLY (fixed,
+# throughput, vxlan or scaling: run just that part).
 set -eu
 cd "$(dirname "$0")/../.."
 cargo build --release -p oxvs-bench --bin oxvs-bench -p oxvs-switch -p oxvsctl
@@ -21,7 +26,7 @@ T=${TRIALS:-3}
 R=${RATE:-100000}
 F=${FLOWS:-1,1000}
 P=${POLICIES:-1000}
-S=${SWITCHES:-oxvs,ovs-pmd,ovs-nonpmd,bridge}
+S=${SWITCHES:-oxvs,ovs-pmd,ovs-nonpmd,bridge,xdp-redirect}
 O=${ONLY:-all}
 mkdir -p bench/results/plots
 if [ "$O" = all ] || [ "$O" = fixed ]; then
@@ -40,4 +45,9 @@ if [ "$O" = all ] || [ "$O" = vxlan ]; then
     "$B" throughput --setup virtual-vxlan --flows "$F" --duration "$D" --trials "$T" --loss 0.1 \
         --steps "${STEPS:-6}" \
         --json bench/results/oxvs-bench-vxlan-throughput.json --plots bench/results/plots/vxlan-throughput "$@"
+fi
+if [ "$O" = all ] || [ "$O" = scaling ]; then
+    "$B" scaling --switches oxvs,ovs-pmd --flows "${SCALING_FLOWS:-1,1000,100000,1000000}" \
+        --threads "${SCALING_THREADS:-1,2}" --rate "$R" --duration "$D" --trials "$T" \
+        --json bench/results/oxvs-bench-scaling.json --plots bench/results/plots/scaling "$@"
 fi

@@ -5,7 +5,7 @@
 //! - `oxvs-switchd` in the middle dropping flow K (`udp,tp_src=1024+K`):
 //!   the loss is exactly flow K's frames;
 //! - a smoke test of the `virtual` setup with each method at tiny
-//!   durations (oxvs and the Linux bridge);
+//!   durations (oxvs, the Linux bridge and the kernel XDP redirect);
 //! - the Antrea-like pipeline (1000 policies) on oxvs: the running switch's
 //!   trace and the traffic agree that the chosen pods' frames are
 //!   delivered, and a denied port is not;
@@ -152,9 +152,21 @@ fn virtual_setup_smoke_each_method() {
         return;
     }
     let bins = setup::oxvs_bins().expect("oxvs binaries");
-    for kind in [SwitchKind::Oxvs { threads: 1 }, SwitchKind::Bridge] {
+    let mut kinds = vec![SwitchKind::Oxvs { threads: 1 }, SwitchKind::Bridge];
+    match setup::xdp_redirect_unavailable() {
+        None => kinds.push(SwitchKind::XdpRedirect),
+        Some(why) => eprintln!("xdp-redirect SKIPPED: {why}"),
+    }
+    for kind in kinds {
         let sw = setup::start_switch(&kind, &Plan::simple(setup::SIMPLE_FLOWS), Some(&bins))
             .expect("switch");
+        if kind == SwitchKind::XdpRedirect {
+            for p in [&sw.topo.port1, &sw.topo.port2] {
+                let j = must(&["ip", "-j", "link", "show", "dev", p]).expect("ip link");
+                assert!(j.contains("\"xdp\""), "{p}: no XDP program attached: {j}");
+            }
+            assert_eq!(sw.pids, [methods::SOFTIRQ], "CPU is the softirq time");
+        }
         let cfg = GenConfig {
             flows: 1000,
             rate_pps: 10_000,

@@ -73,11 +73,13 @@ struct Args {
     method: Method,
     #[arg(long, value_enum, default_value_t = SetupKind::Virtual)]
     setup: SetupKind,
-    /// Switches under test (virtual): oxvs, ovs-pmd, ovs-nonpmd, bridge.
+    /// Switches under test (`virtual`, and `ports` with `--dut-ports`):
+    /// oxvs, ovs-pmd, ovs-nonpmd, bridge, xdp-redirect (the kernel XDP
+    /// ceiling; needs clang and `ip` with libbpf, else skipped).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "oxvs,ovs-pmd,ovs-nonpmd,bridge"
+        default_value = "oxvs,ovs-pmd,ovs-nonpmd,bridge,xdp-redirect"
     )]
     switches: Vec<String>,
     /// Flow file loaded into oxvs and OVS for the simple pipeline
@@ -139,6 +141,11 @@ struct Args {
     /// `ports`: the sink's interface.
     #[arg(long)]
     sink_if: Option<String>,
+    /// `ports`: run the switches of `--switches` on this host, on ports
+    /// P1 (cabled to `--gen-if`) and P2 (cabled to `--sink-if`), one
+    /// after the other. Without it, the device under test is external.
+    #[arg(long, value_delimiter = ',', value_name = "P1,P2")]
+    dut_ports: Vec<String>,
     /// `ports`: use interfaces even if they carry the default route or
     /// addresses.
     #[arg(long)]
@@ -240,6 +247,9 @@ fn main() -> Result<()> {
         Some(p) => std::fs::read_to_string(p).with_context(|| format!("read {}", p.display()))?,
         None => SIMPLE_FLOWS.to_owned(),
     };
+    if !a.dut_ports.is_empty() && a.setup != SetupKind::Ports {
+        bail!("--dut-ports is for --setup ports");
+    }
     let started = Instant::now();
     let mut cases: Vec<Case> = Vec::new();
     let mut skipped: Vec<(String, String)> = Vec::new();
@@ -253,10 +263,34 @@ fn main() -> Result<()> {
             if gi == si {
                 bail!("--gen-if and --sink-if must differ");
             }
-            for i in [gi, si] {
-                setup::check_port_safety(i, &setup::port_facts(i)?, a.force)?;
+            if !a.dut_ports.is_empty() && a.dut_ports.len() != 2 {
+                bail!(
+                    "--dut-ports needs exactly two interfaces P1,P2, got {:?}",
+                    a.dut_ports
+                );
             }
             ifaces = vec![gi.clone(), si.clone()];
+            ifaces.extend(a.dut_ports.iter().cloned());
+            for (i, x) in ifaces.iter().enumerate() {
+                if ifaces[i + 1..].contains(x) {
+                    bail!("interface {x} is named twice (--gen-if, --sink-if, --dut-ports)");
+                }
+            }
+            for i in &ifaces {
+                setup::check_port_safety(i, &setup::port_facts(i)?, a.force)?;
+            }
+            if let [p1, p2] = a.dut_ports.as_slice() {
+                let plans = plans_of(&a, &flows_text)?;
+                let (gi, si, p1, p2) = (gi.clone(), si.clone(), p1.clone(), p2.clone());
+                run_switches(
+                    &a,
+                    &plans,
+                    &|_k| setup::Virtual::ports(&gi, &si, &p1, &p2),
+                    &mut cases,
+                    &mut skipped,
+                )?;
+                return finish(&a, &cases, &skipped, &ifaces, started);
+            }
             let g = Endpoint {
                 netns: None,
                 ifname: gi.clone(),
@@ -297,82 +331,121 @@ fn main() -> Result<()> {
             }
         }
         SetupKind::Virtual => {
-            let kinds: Vec<SwitchKind> = a
-                .switches
-                .iter()
-                .map(|s| SwitchKind::parse(s))
-                .collect::<Result<_>>()?;
-            let bins = if kinds.iter().any(|k| matches!(k, SwitchKind::Oxvs { .. })) {
-                Some(setup::oxvs_bins()?)
-            } else {
-                None
-            };
-            let mut plans = Vec::new();
-            for p in &a.pipeline {
-                plans.push(match p {
-                    PipelineArg::Simple => Plan::simple(&flows_text),
-                    PipelineArg::Antrea => Plan::antrea(a.policies)?,
-                });
-            }
-            for plan in &plans {
+            let plans = plans_of(&a, &flows_text)?;
+            run_switches(
+                &a,
+                &plans,
+                &|k| setup::Virtual::new(k.tag()),
+                &mut cases,
+                &mut skipped,
+            )?;
+        }
+    }
+    finish(&a, &cases, &skipped, &ifaces, started)
+}
+
+/// The pipelines of `--pipeline`.
+fn plans_of(a: &Args, flows_text: &str) -> Result<Vec<Plan>> {
+    let mut plans = Vec::new();
+    for p in &a.pipeline {
+        plans.push(match p {
+            PipelineArg::Simple => Plan::simple(flows_text),
+            PipelineArg::Antrea => Plan::antrea(a.policies)?,
+        });
+    }
+    Ok(plans)
+}
+
+/// Runs every switch of `--switches` (oxvs once per `--threads`) with
+/// every plan, each on a fresh topology from `topo` (dropped, i.e.
+/// restored, after it). A switch that cannot run is skipped with why.
+fn run_switches(
+    a: &Args,
+    plans: &[Plan],
+    topo: &dyn Fn(&SwitchKind) -> Result<setup::Virtual>,
+    cases: &mut Vec<Case>,
+    skipped: &mut Vec<(String, String)>,
+) -> Result<()> {
+    let kinds: Vec<SwitchKind> = a
+        .switches
+        .iter()
+        .map(|s| SwitchKind::parse(s))
+        .collect::<Result<_>>()?;
+    let bins = if kinds.iter().any(|k| matches!(k, SwitchKind::Oxvs { .. })) {
+        Some(setup::oxvs_bins()?)
+    } else {
+        None
+    };
+    for plan in plans {
+        eprintln!(
+            "oxvs-bench: pipeline {}: {} flows; {}",
+            plan.kind.name(),
+            oxvs_bench::count_flows(&plan.flows),
+            plan.note
+        );
+        for k in &kinds {
+            if matches!(k, SwitchKind::Bridge | SwitchKind::XdpRedirect)
+                && plan.kind != PipelineKind::Simple
+            {
                 eprintln!(
-                    "oxvs-bench: pipeline {}: {} flows; {}",
-                    plan.kind.name(),
-                    oxvs_bench::count_flows(&plan.flows),
-                    plan.note
+                    "oxvs-bench: {} has no flow pipeline: measured with `simple` only",
+                    k.name()
                 );
-                for k in &kinds {
-                    if *k == SwitchKind::Bridge && plan.kind != PipelineKind::Simple {
-                        eprintln!(
-                            "oxvs-bench: linux-bridge has no flow pipeline: measured with `simple` only"
-                        );
-                        continue;
-                    }
-                    let variants: Vec<SwitchKind> = match k {
-                        SwitchKind::Oxvs { .. } => a
-                            .threads
-                            .iter()
-                            .map(|&t| SwitchKind::Oxvs { threads: t.max(1) })
-                            .collect(),
-                        other => vec![other.clone()],
+                continue;
+            }
+            let variants: Vec<SwitchKind> = match k {
+                SwitchKind::Oxvs { .. } => a
+                    .threads
+                    .iter()
+                    .map(|&t| SwitchKind::Oxvs { threads: t.max(1) })
+                    .collect(),
+                other => vec![other.clone()],
+            };
+            for kind in variants {
+                eprintln!("oxvs-bench: == {} / {} ==", kind.name(), plan.kind.name());
+                let r = (|| -> Result<()> {
+                    let sw = setup::start_switch_on(&kind, plan, bins.as_ref(), topo(&kind)?)?;
+                    let threads = match kind {
+                        SwitchKind::Oxvs { threads } => threads,
+                        _ => 0,
                     };
-                    for kind in variants {
-                        eprintln!("oxvs-bench: == {} / {} ==", kind.name(), plan.kind.name());
-                        let r = (|| -> Result<()> {
-                            let sw = setup::start_switch(&kind, plan, bins.as_ref())?;
-                            let threads = match kind {
-                                SwitchKind::Oxvs { threads } => threads,
-                                _ => 0,
-                            };
-                            let info = SwitchInfo {
-                                name: &sw.name,
-                                modes: json!(sw.port_modes),
-                                flows_loaded: sw.flows,
-                                threads,
-                                plan,
-                                note: &sw.note,
-                            };
-                            run_cases(&a, &info, &sw.topo.gen, &sw.topo.sink, &sw.pids, &mut cases)
-                        })();
-                        if let Err(e) = r {
-                            if setup::stopped() {
-                                return Err(e);
-                            }
-                            let n = format!("{} / {}", kind.name(), plan.kind.name());
-                            eprintln!("oxvs-bench: {n}: SKIPPED: {e:#}");
-                            skipped.push((n, format!("{e:#}")));
-                        }
+                    let info = SwitchInfo {
+                        name: &sw.name,
+                        modes: json!(sw.port_modes),
+                        flows_loaded: sw.flows,
+                        threads,
+                        plan,
+                        note: &sw.note,
+                    };
+                    run_cases(a, &info, &sw.topo.gen, &sw.topo.sink, &sw.pids, cases)
+                })();
+                if let Err(e) = r {
+                    if setup::stopped() {
+                        return Err(e);
                     }
+                    let n = format!("{} / {}", kind.name(), plan.kind.name());
+                    eprintln!("oxvs-bench: {n}: SKIPPED: {e:#}");
+                    skipped.push((n, format!("{e:#}")));
                 }
             }
         }
     }
+    Ok(())
+}
 
-    print_table(&a, &cases, &skipped);
-    let mach = report::machine(&ifaces);
+/// Prints the table and writes the plots and the JSON.
+fn finish(
+    a: &Args,
+    cases: &[Case],
+    skipped: &[(String, String)],
+    ifaces: &[String],
+    started: Instant,
+) -> Result<()> {
+    print_table(a, cases, skipped);
+    let mach = report::machine(ifaces);
     if let Some(dir) = &a.plots {
         std::fs::create_dir_all(dir).with_context(|| format!("mkdir {}", dir.display()))?;
-        for p in plots(&a, &cases, dir) {
+        for p in plots(a, cases, dir) {
             match p {
                 Ok(f) => eprintln!("oxvs-bench: wrote {}", f.display()),
                 Err(e) => eprintln!("oxvs-bench: plot: {e:#}"),

@@ -15,7 +15,13 @@
 //! switch gets the same topology. Switches: `oxvs-switchd` (started here,
 //! flows loaded with `oxvsctl add-flows`), Open vSwitch userspace
 //! (`datapath_type=netdev`, ports `afxdp` = PMD threads or `afxdp-nonpmd`,
-//! flows with `ovs-ofctl add-flows`: the same flow file), a Linux bridge.
+//! flows with `ovs-ofctl add-flows`: the same flow file), a Linux bridge,
+//! and the kernel XDP redirect (`bench/xdp/redirect.c`, compiled with
+//! clang at run time with the two ports' ifindexes and attached natively
+//! on both with `ip link set ... xdpdrv obj`: every frame is redirected
+//! to the other port; the veth's peer -- the sink's `eth0` -- receives it
+//! because the sink's AF_XDP program is attached there natively). Its CPU
+//! figure is the softirq time of all CPUs ([`super::methods::SOFTIRQ`]).
 //!
 //! The pipeline ([`super::pipeline::Plan`]) decides the flows and the
 //! OpenFlow numbers of the two ports (1 and 2 for the simple pipeline, the
@@ -31,15 +37,23 @@
 //! ## `ports`
 //!
 //! The generator and the sink on physical interfaces the user names (in
-//! the root namespace), the device under test between them (cabled). Before
-//! touching them, [`check_port_safety`] refuses an interface that carries
-//! a default route or has an address (the test has none of its own) unless
-//! forced.
+//! the root namespace), the device under test between them (cabled):
+//! either an external device, or the switches of the virtual setup run on
+//! this host on two more ports P1 and P2 ([`Virtual::ports`]; P1 cabled to
+//! the generator's port, P2 to the sink's), one after the other. oxvs
+//! opens its ports with zero-copy AF_XDP first where the device is a NIC
+//! (`oxvs_switch::afxdp`), OVS with `xdp-mode=native-with-zerocopy` first;
+//! each port's mode is reported. Before touching them,
+//! [`check_port_safety`] refuses an interface that carries a default route
+//! or has an address (the test has none of its own) unless forced. Each
+//! switch's run restores the ports: XDP programs detached, bridges
+//! deleted, interfaces that were down set down again.
 //!
 //! ## Cleanup
 //!
 //! Everything made here is owned by a guard ([`Lab`], [`Proc`]) whose
-//! `Drop` removes it (namespaces, links, OVS bridges, files, processes);
+//! `Drop` removes it (XDP programs, namespaces, links, OVS bridges, files,
+//! directories, processes; and sets down what it set up);
 //! errors, panics and SIGINT/SIGTERM (a flag every wait checks, see
 //! [`stopped`]) unwind through them. Names carry the pid.
 
@@ -204,10 +218,23 @@ pub struct Lab {
     links: Vec<String>,
     ovs_bridges: Vec<String>,
     files: Vec<PathBuf>,
+    /// Directories (removed with their contents).
+    dirs: Vec<PathBuf>,
+    /// Interfaces with an XDP program of ours attached in native mode.
+    xdp: Vec<String>,
+    /// Interfaces that were down before we set them up.
+    restore_down: Vec<String>,
 }
 
 impl Drop for Lab {
     fn drop(&mut self) {
+        for l in self.xdp.iter().rev() {
+            if Path::new(&format!("/sys/class/net/{l}")).exists() {
+                if let Err(e) = must(&["ip", "link", "set", "dev", l, "xdpdrv", "off"]) {
+                    eprintln!("oxvs-bench cleanup: {e}");
+                }
+            }
+        }
         for br in self.ovs_bridges.iter().rev() {
             if let Err(e) = must(&["ovs-vsctl", "--timeout=10", "--if-exists", "del-br", br]) {
                 eprintln!("oxvs-bench cleanup: {e}");
@@ -227,6 +254,16 @@ impl Drop for Lab {
         }
         for f in &self.files {
             let _ = std::fs::remove_file(f);
+        }
+        for d in &self.dirs {
+            let _ = std::fs::remove_dir_all(d);
+        }
+        for l in self.restore_down.iter().rev() {
+            if Path::new(&format!("/sys/class/net/{l}")).exists() {
+                if let Err(e) = must(&["ip", "link", "set", "dev", l, "down"]) {
+                    eprintln!("oxvs-bench cleanup: {e}");
+                }
+            }
         }
     }
 }
@@ -250,6 +287,48 @@ impl Lab {
             ])?;
         }
         Ok(ns)
+    }
+
+    /// A veth pair `a` <-> `b` in the root namespace, both up, IPv6 off
+    /// (no neighbour discovery of the kernel's own on them); deleted on
+    /// drop.
+    pub fn veth(&mut self, a: &str, b: &str) -> Result<()> {
+        must(&["ip", "link", "add", a, "type", "veth", "peer", "name", b])?;
+        self.links.push(a.to_owned());
+        for l in [a, b] {
+            let _ = run(&[
+                "sysctl",
+                "-qw",
+                &format!("net.ipv6.conf.{l}.disable_ipv6=1"),
+            ]);
+            must(&["ip", "link", "set", l, "up"])?;
+        }
+        Ok(())
+    }
+
+    /// Sets `ifname` up; if it was down, it is set down again on drop.
+    pub fn set_up(&mut self, ifname: &str) -> Result<()> {
+        let flags = std::fs::read_to_string(format!("/sys/class/net/{ifname}/flags"))
+            .with_context(|| format!("interface {ifname} does not exist"))?;
+        let flags = u32::from_str_radix(flags.trim().trim_start_matches("0x"), 16)
+            .with_context(|| format!("flags of {ifname}: {flags}"))?;
+        if flags & 1 == 0 {
+            must(&["ip", "link", "set", "dev", ifname, "up"])?;
+            self.restore_down.push(ifname.to_owned());
+        }
+        Ok(())
+    }
+
+    /// A fresh directory `/tmp/xb-<pid>-<n>-<name>` removed on drop.
+    pub fn dir(&mut self, name: &str) -> Result<PathBuf> {
+        let p = PathBuf::from(format!(
+            "/tmp/xb-{}-{}-{name}",
+            std::process::id(),
+            next_seq()
+        ));
+        std::fs::create_dir_all(&p).with_context(|| format!("mkdir {}", p.display()))?;
+        self.dirs.push(p.clone());
+        Ok(p)
     }
 
     /// A file path `/tmp/xb-<pid>-<name>` removed on drop.
@@ -341,6 +420,40 @@ impl Virtual {
     }
 }
 
+impl Virtual {
+    /// The `ports` setup with the switch under test on this host: the
+    /// generator on `gen_if` (cabled to `p1`), the sink on `sink_if`
+    /// (cabled to `p2`), all in the root namespace. Interfaces that were
+    /// down are set up, and down again when the topology is dropped;
+    /// nothing else of them is changed. The caller checks their safety
+    /// first ([`check_port_safety`]).
+    pub fn ports(gen_if: &str, sink_if: &str, p1: &str, p2: &str) -> Result<Virtual> {
+        let names = [gen_if, sink_if, p1, p2];
+        for (i, a) in names.iter().enumerate() {
+            if names[i + 1..].contains(a) {
+                bail!(
+                    "interface {a} is named twice (--gen-if, --sink-if, --dut-ports must differ)"
+                );
+            }
+        }
+        let mut lab = Lab::default();
+        for i in names {
+            lab.set_up(i)?;
+        }
+        let ep = |i: &str| Endpoint {
+            netns: None,
+            ifname: i.to_owned(),
+        };
+        Ok(Virtual {
+            lab,
+            gen: ep(gen_if),
+            sink: ep(sink_if),
+            port1: p1.to_owned(),
+            port2: p2.to_owned(),
+        })
+    }
+}
+
 /// The switch under test.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SwitchKind {
@@ -352,6 +465,9 @@ pub enum SwitchKind {
     OvsNonPmd,
     /// Linux bridge (no flows).
     Bridge,
+    /// The kernel XDP ceiling: a native XDP program on both ports
+    /// redirecting every frame to the other (`bench/xdp/redirect.c`).
+    XdpRedirect,
 }
 
 impl SwitchKind {
@@ -361,7 +477,8 @@ impl SwitchKind {
             "ovs-pmd" => SwitchKind::OvsPmd,
             "ovs-nonpmd" => SwitchKind::OvsNonPmd,
             "bridge" => SwitchKind::Bridge,
-            _ => bail!("unknown switch '{s}' (oxvs, ovs-pmd, ovs-nonpmd, bridge)"),
+            "xdp-redirect" => SwitchKind::XdpRedirect,
+            _ => bail!("unknown switch '{s}' (oxvs, ovs-pmd, ovs-nonpmd, bridge, xdp-redirect)"),
         })
     }
 
@@ -372,15 +489,17 @@ impl SwitchKind {
             SwitchKind::OvsPmd => "ovs-afxdp-pmd".into(),
             SwitchKind::OvsNonPmd => "ovs-afxdp-nonpmd".into(),
             SwitchKind::Bridge => "linux-bridge".into(),
+            SwitchKind::XdpRedirect => "xdp-redirect".into(),
         }
     }
 
-    fn tag(&self) -> &'static str {
+    pub fn tag(&self) -> &'static str {
         match self {
             SwitchKind::Oxvs { .. } => "ox",
             SwitchKind::OvsPmd => "op",
             SwitchKind::OvsNonPmd => "on",
             SwitchKind::Bridge => "lb",
+            SwitchKind::XdpRedirect => "xr",
         }
     }
 }
@@ -555,9 +674,93 @@ pub fn oxvs_trace_check(bins: &Bins, sock: &str, plan: &Plan) -> Result<()> {
 }
 
 /// Builds the virtual topology and starts `kind` on it with `plan`'s
-/// flows and port numbers (the bridge ignores both).
+/// flows and port numbers (the bridge and XDP redirect ignore both).
 pub fn start_switch(kind: &SwitchKind, plan: &Plan, bins: Option<&Bins>) -> Result<Running> {
-    let mut topo = Virtual::new(kind.tag())?;
+    start_switch_on(kind, plan, bins, Virtual::new(kind.tag())?)
+}
+
+/// The XDP redirect program's source (`bench/xdp/redirect.c`), compiled
+/// at run time with the two ports' ifindexes.
+pub const XDP_REDIRECT_C: &str = include_str!("../../xdp/redirect.c");
+
+/// Why the `xdp-redirect` kind cannot run here (no clang, no `ip` with
+/// libbpf), or None.
+pub fn xdp_redirect_unavailable() -> Option<String> {
+    if run(&["clang", "--version"]).map_or(true, |o| !o.status.success()) {
+        return Some("clang is not installed (needed to compile bench/xdp/redirect.c)".into());
+    }
+    match run(&["ip", "-V"]) {
+        Ok(o) if String::from_utf8_lossy(&o.stdout).contains("libbpf") => None,
+        _ => Some("`ip` (iproute2) is not built with libbpf: cannot load an XDP object".into()),
+    }
+}
+
+fn ifindex(ifname: &str) -> Result<u32> {
+    let p = format!("/sys/class/net/{ifname}/ifindex");
+    let s = std::fs::read_to_string(&p).with_context(|| format!("interface {ifname}: {p}"))?;
+    s.trim()
+        .parse()
+        .with_context(|| format!("ifindex of {ifname}: {s}"))
+}
+
+/// Compiles `bench/xdp/redirect.c` for the topology's two ports into a
+/// directory of its lab and attaches it natively on both (detached by the
+/// lab's guard). Returns the port modes.
+fn attach_xdp_redirect(topo: &mut Virtual) -> Result<BTreeMap<String, String>> {
+    if let Some(why) = xdp_redirect_unavailable() {
+        bail!("{why}");
+    }
+    let (a, b) = (ifindex(&topo.port1)?, ifindex(&topo.port2)?);
+    let dir = topo.lab.dir("xdp")?;
+    let src = dir.join("redirect.c");
+    let obj = dir.join("redirect.o");
+    std::fs::write(&src, XDP_REDIRECT_C).with_context(|| format!("write {}", src.display()))?;
+    let (src_s, obj_s) = (
+        src.to_string_lossy().into_owned(),
+        obj.to_string_lossy().into_owned(),
+    );
+    must(&[
+        "clang",
+        "-O2",
+        "-target",
+        "bpf",
+        &format!("-DIFINDEX_A={a}"),
+        &format!("-DIFINDEX_B={b}"),
+        "-c",
+        &src_s,
+        "-o",
+        &obj_s,
+    ])
+    .context("compiling the XDP redirect program")?;
+    let mut modes = BTreeMap::new();
+    for (p, peer) in [(topo.port1.clone(), b), (topo.port2.clone(), a)] {
+        must(&[
+            "ip", "link", "set", "dev", &p, "xdpdrv", "obj", &obj_s, "sec", "xdp",
+        ])
+        .with_context(|| format!("attaching the XDP redirect program to {p} (native mode)"))?;
+        topo.lab.xdp.push(p.clone());
+        modes.insert(p, format!("native XDP, bpf_redirect to ifindex {peer}"));
+    }
+    Ok(modes)
+}
+
+/// The switch's threads as `oxvsctl stats` reports them.
+fn oxvs_threads(bins: &Bins, sock: &str) -> Result<u64> {
+    let out = ctl(bins, sock, &["--json", "stats"])?;
+    let v: Value = serde_json::from_str(&out).context("stats --json")?;
+    v["threads"]
+        .as_u64()
+        .ok_or_else(|| anyhow!("oxvsctl stats has no thread count: {out}"))
+}
+
+/// Starts `kind` on `topo` (virtual or ports) with `plan`'s flows and
+/// port numbers (the bridge and XDP redirect ignore both).
+pub fn start_switch_on(
+    kind: &SwitchKind,
+    plan: &Plan,
+    bins: Option<&Bins>,
+    mut topo: Virtual,
+) -> Result<Running> {
     let flows = plan.flows.as_str();
     let nflows = crate::count_flows(flows);
     let (gp, sp) = (plan.gen_ofport.to_string(), plan.sink_ofport.to_string());
@@ -566,6 +769,10 @@ pub fn start_switch(kind: &SwitchKind, plan: &Plan, bins: Option<&Bins>) -> Resu
             let bins = bins.ok_or_else(|| anyhow!("oxvs binaries not given"))?;
             let sock = format!("/tmp/xb-{}-{}.sock", std::process::id(), next_seq());
             let p = spawn_switchd(bins, &mut topo.lab, None, &sock, *threads)?;
+            let got = oxvs_threads(bins, &sock)?;
+            if got != u64::from(*threads) {
+                bail!("oxvs-switchd --threads {threads} runs {got} datapath threads");
+            }
             ctl(bins, &sock, &["add-port", &topo.port1, "--ofport", &gp])?;
             ctl(bins, &sock, &["add-port", &topo.port2, "--ofport", &sp])?;
             let f = topo.lab.file("oxvs.flows", flows)?;
@@ -603,22 +810,33 @@ pub fn start_switch(kind: &SwitchKind, plan: &Plan, bins: Option<&Bins>) -> Resu
                 .collect();
             (Vec::new(), modes, None)
         }
+        SwitchKind::XdpRedirect => {
+            let modes = attach_xdp_redirect(&mut topo)?;
+            (vec![crate::xbench::methods::SOFTIRQ], modes, None)
+        }
     };
-    let bridge = *kind == SwitchKind::Bridge;
+    let note = match kind {
+        SwitchKind::Bridge => "kernel bridge (no flows)".into(),
+        SwitchKind::XdpRedirect => XDP_REDIRECT_NOTE.into(),
+        _ => plan.note.clone(),
+    };
+    let flowless = matches!(kind, SwitchKind::Bridge | SwitchKind::XdpRedirect);
     Ok(Running {
         name: kind.name(),
         pids,
         port_modes: modes,
-        flows: if bridge { 0 } else { nflows },
-        note: if bridge {
-            "kernel bridge (no flows)".into()
-        } else {
-            plan.note.clone()
-        },
+        flows: if flowless { 0 } else { nflows },
+        note,
         _procs: proc_.into_iter().collect(),
         topo,
     })
 }
+
+/// The case note of the `xdp-redirect` kind: what its CPU figure is.
+pub const XDP_REDIRECT_NOTE: &str = "kernel XDP redirect port <-> port (no flows); CPU = \
+softirq time of ALL CPUs during the trial (/proc/stat), so it also counts the sink's \
+veth/NIC receive and any other softirq work on the machine (an upper bound of the redirect's \
+cost); without CONFIG_IRQ_TIME_ACCOUNTING that time is tick-sampled (reads 0 at low rates)";
 
 /// Node A's flows of the two-node VXLAN setup: the pod (port 1) to node
 /// B through the tunnel (port 10, VNI 100), and back
