@@ -115,7 +115,8 @@ log "3/5 shared libraries (ldd of every ELF file in the rootfs)"
 libs=$(
     find "$r/usr" -type f -perm -u+x -o -type f -name '*.so*' | while read -r f; do
         [[ $(head -c 4 "$f" | od -An -c | tr -d ' ') == 177ELF ]] || continue
-        ldd "$f" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }'
+        # (static files: ldd fails, nothing to copy)
+        { ldd "$f" 2>/dev/null || true; } | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }'
     done | sort -u
 )
 n=0
