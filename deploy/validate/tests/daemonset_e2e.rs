@@ -103,6 +103,62 @@ fn binaries_dir() -> Option<PathBuf> {
     .find(has_all)
 }
 
+/// Whether `/run/netns` is a mount point with shared propagation (what
+/// the DaemonSet's `HostToContainer` mount of it needs).
+fn run_netns_is_shared() -> bool {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .map(|m| {
+            m.lines().any(|l| {
+                let f: Vec<&str> = l.split(' ').collect();
+                f.len() > 6
+                    && f[4] == "/run/netns"
+                    && f[6..].iter().take_while(|x| **x != "-").any(|x| x.starts_with("shared:"))
+            })
+        })
+        .unwrap_or(false)
+}
+
+/// Makes `/run/netns` a shared mount as iproute2 does on its first
+/// `ip netns add` (a bind mount of itself, `MS_SHARED`); a no-op if it is.
+fn ensure_run_netns_shared() -> Result<(), String> {
+    if run_netns_is_shared() {
+        return Ok(());
+    }
+    let ns = format!("oxvs-e2e-probe-{}", std::process::id());
+    let add = Command::new("ip").args(["netns", "add", &ns]).output();
+    let _ = Command::new("ip").args(["netns", "del", &ns]).output();
+    match add {
+        Ok(o) if o.status.success() && run_netns_is_shared() => Ok(()),
+        Ok(o) => Err(format!("/run/netns is not a shared mount and `ip netns add` did not make it one: {}", text(&o))),
+        Err(e) => Err(format!("ip netns add: {e}")),
+    }
+}
+
+/// A private k8s-local cache: the shared build's binaries and images,
+/// with `kube-apiserver` wrapped to dial kubelets at their InternalIP
+/// (`--kubelet-preferred-address-types`; the default tries the Hostname
+/// first, here the node name, which no DNS knows). Nothing shared changes.
+fn private_cache(shared: &Path, dir: &Path) -> std::io::Result<PathBuf> {
+    let cache = dir.join("cache");
+    let bin = cache.join("bin");
+    std::fs::create_dir_all(&bin)?;
+    for b in ["kubelet", "kube-scheduler", "kube-controller-manager"] {
+        std::os::unix::fs::symlink(shared.join("bin").join(b), bin.join(b))?;
+    }
+    std::os::unix::fs::symlink(shared.join("images"), cache.join("images"))?;
+    let w = bin.join("kube-apiserver");
+    std::fs::write(
+        &w,
+        format!(
+            "#!/bin/sh\n# oxvs-deploy-validate daemonset_e2e: kubelets are dialled at their InternalIP\n\
+             exec '{}' \"$@\" --kubelet-preferred-address-types=InternalIP,Hostname\n",
+            shared.join("bin/kube-apiserver").display()
+        ),
+    )?;
+    std::fs::set_permissions(&w, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+    Ok(cache)
+}
+
 /// Whether a process named `kubelet` runs on this host.
 fn kubelet_running() -> bool {
     std::fs::read_dir("/proc")
@@ -590,6 +646,9 @@ fn the_daemonset_runs_pods_and_the_doc_commands_work() {
             return;
         }
     };
+    if let Err(e) = ensure_run_netns_shared() {
+        panic!("{e}");
+    }
     let t0 = Instant::now();
     let names = Names::new();
     let dir = std::env::temp_dir().join(format!("oxvs-deploy-e2e-{}", std::process::id()));
@@ -619,8 +678,9 @@ fn the_daemonset_runs_pods_and_the_doc_commands_work() {
     println!("image built from {} in {:?}", p.bins.display(), t0.elapsed());
 
     // 2. the cluster, in the background
+    let cache = private_cache(&p.cache, &dir).expect("private k8s-local cache");
     let env = vec![
-        ("OXVS_K8S_CACHE", p.cache.display().to_string()),
+        ("OXVS_K8S_CACHE", cache.display().to_string()),
         ("OXVS_K8S_ETCD_PORT", free_port().to_string()),
         ("OXVS_K8S_ETCD_PEER_PORT", free_port().to_string()),
         ("OXVS_K8S_API_PORT", names.api_port.to_string()),
