@@ -31,9 +31,16 @@
 //!    run and print what the doc says.
 //!
 //! `kubectl exec/logs`: the API server dials the kubelet at the Node's
-//! InternalIP, but k8s-local.sh's kubelet listens on 127.0.0.1 only; the
-//! test relays InternalIP:port to 127.0.0.1:port ([`Relay`]) for the
-//! duration of the test.
+//! Hostname (the node name, unknown to DNS here) or InternalIP, and
+//! k8s-local.sh's kubelet listens on 127.0.0.1 only. The test runs
+//! k8s-local.sh with a private cache dir ([`private_cache`]: links to the
+//! shared build, and a `kube-apiserver` wrapper adding
+//! `--kubelet-preferred-address-types=InternalIP,Hostname`) and relays
+//! InternalIP:port to 127.0.0.1:port ([`Relay`]) while it runs.
+//!
+//! The agent's `HostToContainer` mount of `/run/netns` needs that path to
+//! be a shared mount; on a host where nobody ran `ip netns add` yet the
+//! test makes it one the same way ([`ensure_run_netns_shared`]).
 //!
 //! Teardown (also on failure, [`Cluster`]'s Drop): the test pods are
 //! deleted while the agent still runs (so their CNI DEL succeeds), then
