@@ -17,7 +17,9 @@
 //!    runs it without) and applies the manifest.
 //! 3. The manifest is applied with the substitutions a test on a shared
 //!    host needs and nothing else (see [`substitute`]): host paths of the
-//!    CNI dirs, `/run/oxvs` and `/var/lib/oxvs` under the test's dir;
+//!    CNI dirs, `/run/oxvs` and `/var/lib/oxvs` under the test's dir (and
+//!    the conflist's `agentSocket` pointing there: the plugin runs on the
+//!    host);
 //!    gateway and tunnel names and metrics ports of its own; and the API
 //!    server's address for the in-cluster configuration (this cluster has
 //!    no kube-proxy, so the `kubernetes` Service's ClusterIP leads nowhere:
@@ -561,6 +563,18 @@ fn substitute(manifest: &str, dir: &Path, n: &Names, metrics: (u16, u16)) -> Str
                 assert!(data.get(k).is_some(), "ConfigMap has no '{k}'");
                 data[k] = Value::String(new.clone());
             }
+            // /run/oxvs is moved: the plugin (run by containerd on the
+            // host) must be told where the agent's socket is.
+            let key = "10-oxvs.conflist";
+            let text = data[key].as_str().expect("the conflist").to_string();
+            let mut conf: serde_json::Value = serde_json::from_str(&text).expect("conflist JSON");
+            let oxvs = conf["plugins"]
+                .as_array_mut()
+                .and_then(|p| p.iter_mut().find(|p| p["type"] == "oxvs"))
+                .expect("the oxvs plugin in the conflist");
+            oxvs["agentSocket"] =
+                serde_json::Value::String(dir.join("oxvs-run/cni.sock").display().to_string());
+            data[key] = Value::String(serde_json::to_string_pretty(&conf).expect("JSON"));
         }
         if kind == "DaemonSet" {
             let spec = map_get(map_get(map_get(&mut v, "spec"), "template"), "spec");
