@@ -121,7 +121,10 @@ fn run_netns_is_shared() -> bool {
                 let f: Vec<&str> = l.split(' ').collect();
                 f.len() > 6
                     && f[4] == "/run/netns"
-                    && f[6..].iter().take_while(|x| **x != "-").any(|x| x.starts_with("shared:"))
+                    && f[6..]
+                        .iter()
+                        .take_while(|x| **x != "-")
+                        .any(|x| x.starts_with("shared:"))
             })
         })
         .unwrap_or(false)
@@ -138,7 +141,10 @@ fn ensure_run_netns_shared() -> Result<(), String> {
     let _ = Command::new("ip").args(["netns", "del", &ns]).output();
     match add {
         Ok(o) if o.status.success() && run_netns_is_shared() => Ok(()),
-        Ok(o) => Err(format!("/run/netns is not a shared mount and `ip netns add` did not make it one: {}", text(&o))),
+        Ok(o) => Err(format!(
+            "/run/netns is not a shared mount and `ip netns add` did not make it one: {}",
+            text(&o)
+        )),
         Err(e) => Err(format!("ip netns add: {e}")),
     }
 }
@@ -216,7 +222,9 @@ fn prerequisites() -> Result<Prereqs, String> {
     }
     for t in ["etcd", "ctr", "containerd", "umoci", "skopeo"] {
         if find_on_path(t).is_none() {
-            return Err(format!("{t} not installed (k8s-local.sh build installs it)"));
+            return Err(format!(
+                "{t} not installed (k8s-local.sh build installs it)"
+            ));
         }
     }
     if !Path::new("/bin/busybox").is_file() {
@@ -408,8 +416,8 @@ impl Cluster {
     }
 
     /// A shell pipeline as the doc writes it, with KUBECONFIG, NODE and
-    /// OXVS set; must succeed; its stdout.
-    fn shell_ok(&self, script: &str) -> String {
+    /// OXVS set; its stdout, or what failed.
+    fn shell(&self, script: &str) -> Result<String, String> {
         let kubectl_dir = self.kubectl.parent().unwrap_or(Path::new("/usr/bin"));
         let path = format!(
             "{}:{}",
@@ -426,14 +434,21 @@ impl Cluster {
             .env("KUBECONFIG", self.run_dir().join("admin.kubeconfig"))
             .env("PATH", path)
             .output()
-            .expect("run bash");
-        assert!(
-            out.status.success(),
-            "doc command failed ({}):\n{full}\n---\n{}",
-            out.status,
-            text(&out)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+            .map_err(|e| format!("bash: {e}"))?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(format!(
+                "doc command failed ({}):\n{full}\n---\n{}",
+                out.status,
+                text(&out)
+            ))
+        }
+    }
+
+    /// [`Cluster::shell`] that must succeed.
+    fn shell_ok(&self, script: &str) -> String {
+        self.shell(script).unwrap_or_else(|e| panic!("{e}"))
     }
 
     fn dump_diagnostics(&self) {
@@ -442,11 +457,45 @@ impl Cluster {
             &["get", "nodes", "-o", "wide"][..],
             &["get", "pods", "-A", "-o", "wide"],
             &["-n", "kube-system", "describe", "daemonset/oxvs"],
-            &["-n", "kube-system", "describe", "pods", "-l", "app.kubernetes.io/name=oxvs"],
+            &[
+                "-n",
+                "kube-system",
+                "describe",
+                "pods",
+                "-l",
+                "app.kubernetes.io/name=oxvs",
+            ],
             &["describe", "pods"],
-            &["-n", "kube-system", "logs", "-l", "app.kubernetes.io/name=oxvs", "-c", "install-cni", "--tail=20"],
-            &["-n", "kube-system", "logs", "-l", "app.kubernetes.io/name=oxvs", "-c", "oxvs-switchd", "--tail=40"],
-            &["-n", "kube-system", "logs", "-l", "app.kubernetes.io/name=oxvs", "-c", "oxvs-agent", "--tail=60"],
+            &[
+                "-n",
+                "kube-system",
+                "logs",
+                "-l",
+                "app.kubernetes.io/name=oxvs",
+                "-c",
+                "install-cni",
+                "--tail=20",
+            ],
+            &[
+                "-n",
+                "kube-system",
+                "logs",
+                "-l",
+                "app.kubernetes.io/name=oxvs",
+                "-c",
+                "oxvs-switchd",
+                "--tail=40",
+            ],
+            &[
+                "-n",
+                "kube-system",
+                "logs",
+                "-l",
+                "app.kubernetes.io/name=oxvs",
+                "-c",
+                "oxvs-agent",
+                "--tail=60",
+            ],
         ] {
             eprintln!("---- kubectl {}", args.join(" "));
             eprintln!("{}", text(&self.kubectl(args)));
@@ -695,8 +744,16 @@ fn the_daemonset_runs_pods_and_the_doc_commands_work() {
         .arg(&image)
         .output()
         .expect("run build-image.sh");
-    assert!(out.status.success(), "build-image.sh failed:\n{}", text(&out));
-    println!("image built from {} in {:?}", p.bins.display(), t0.elapsed());
+    assert!(
+        out.status.success(),
+        "build-image.sh failed:\n{}",
+        text(&out)
+    );
+    println!(
+        "image built from {} in {:?}",
+        p.bins.display(),
+        t0.elapsed()
+    );
 
     // 2. the cluster, in the background
     let cache = private_cache(&p.cache, &dir).expect("private k8s-local cache");
@@ -712,7 +769,10 @@ fn the_daemonset_runs_pods_and_the_doc_commands_work() {
             "OXVS_CNI_CONF_DIR",
             dir.join("cni-conf").display().to_string(),
         ),
-        ("OXVS_CNI_BIN_DIR", dir.join("cni-bin").display().to_string()),
+        (
+            "OXVS_CNI_BIN_DIR",
+            dir.join("cni-bin").display().to_string(),
+        ),
     ];
     let mut c = Cluster {
         tools: p.tools,
@@ -753,7 +813,11 @@ fn the_daemonset_runs_pods_and_the_doc_commands_work() {
         .arg(&image)
         .output()
         .expect("run ctr");
-    assert!(out.status.success(), "ctr images import failed:\n{}", text(&out));
+    assert!(
+        out.status.success(),
+        "ctr images import failed:\n{}",
+        text(&out)
+    );
     let images = Command::new("ctr")
         .arg("-a")
         .arg(c.run_dir().join("containerd/containerd.sock"))
@@ -854,11 +918,23 @@ fn the_daemonset_runs_pods_and_the_doc_commands_work() {
         c.kubectl(&["exec", from, "--", "ping", "-c", "2", "-W", "2", to])
     };
     let o = ping("a", &ip_b);
-    assert!(o.status.success(), "a -> b ({ip_b}) ping failed:\n{}", text(&o));
+    assert!(
+        o.status.success(),
+        "a -> b ({ip_b}) ping failed:\n{}",
+        text(&o)
+    );
     let o = ping("b", &ip_a);
-    assert!(o.status.success(), "b -> a ({ip_a}) ping failed:\n{}", text(&o));
+    assert!(
+        o.status.success(),
+        "b -> a ({ip_a}) ping failed:\n{}",
+        text(&o)
+    );
     let o = ping("a", &node_ip.to_string());
-    assert!(o.status.success(), "a -> node ({node_ip}) ping failed:\n{}", text(&o));
+    assert!(
+        o.status.success(),
+        "a -> node ({node_ip}) ping failed:\n{}",
+        text(&o)
+    );
     println!("pod-to-pod and pod-to-node pings pass");
 
     // the NetworkPolicy
@@ -875,96 +951,159 @@ fn the_daemonset_runs_pods_and_the_doc_commands_work() {
     println!("all done in {:?}", t0.elapsed());
 }
 
+/// Failures of the doc commands, collected so one run shows them all.
+#[derive(Default)]
+struct Checks {
+    failures: Vec<String>,
+}
+
+impl Checks {
+    /// Runs a doc command (see [`Cluster::shell`]); its stdout, or "" and a
+    /// recorded failure.
+    fn run(&mut self, c: &Cluster, script: &str) -> String {
+        match c.shell(script) {
+            Ok(out) => {
+                println!(
+                    "$ {}\n{}",
+                    script.lines().last().unwrap_or(script),
+                    out.trim_end()
+                );
+                out
+            }
+            Err(e) => {
+                self.failures.push(e);
+                String::new()
+            }
+        }
+    }
+
+    fn expect(&mut self, ok: bool, what: impl FnOnce() -> String) {
+        if !ok {
+            self.failures.push(what());
+        }
+    }
+}
+
 /// The commands of docs/operations.md, as written there (NODE and OXVS set
-/// as the doc sets them).
+/// as the doc sets them). Every failure is collected, then reported.
 fn doc_commands(c: &Cluster, ip_b: &str) {
-    let gw = &c.names.gateway;
-    let cidr = &c.names.cidr;
+    let gw = c.names.gateway.clone();
+    let cidr = c.names.cidr.clone();
+    let mut k = Checks::default();
+    let exec = "kubectl -n kube-system exec $OXVS -c oxvs-agent --";
 
-    let nodes = c.shell_ok(
-        "kubectl get nodes -o custom-columns=NAME:.metadata.name,CIDR:.spec.podCIDR,IP:.status.addresses[0].address",
+    let nodes = k.run(c, "kubectl get nodes -o custom-columns=NAME:.metadata.name,CIDR:.spec.podCIDR,IP:.status.addresses[0].address");
+    k.expect(
+        nodes.contains(&c.names.node) && nodes.contains(&cidr),
+        || format!("get nodes shows node and CIDR:\n{nodes}"),
     );
-    assert!(nodes.contains(&c.names.node) && nodes.contains(cidr.as_str()), "{nodes}");
 
-    let show = c.shell_ok("kubectl -n kube-system exec $OXVS -c oxvs-agent -- oxvsctl show");
-    assert!(show.contains(gw.as_str()), "oxvsctl show lists the gateway {gw}:\n{show}");
-    assert!(show.contains(&c.names.tunnel), "oxvsctl show lists the tunnel:\n{show}");
+    let show = k.run(c, &format!("{exec} oxvsctl show"));
+    k.expect(show.contains(&gw) && show.contains(&c.names.tunnel), || {
+        format!("oxvsctl show lists gateway {gw} and tunnel:\n{show}")
+    });
 
     // STATUS, as the readiness probe: no output, exit 0
-    let status = c.shell_ok(
-        r#"kubectl -n kube-system exec $OXVS -c oxvs-agent -- sh -c \
-  'echo "{\"cniVersion\":\"1.1.0\",\"name\":\"oxvs\",\"type\":\"oxvs\"}" | CNI_COMMAND=STATUS oxvs-cni'"#,
-    );
-    assert_eq!(status.trim(), "", "STATUS prints nothing when ready");
+    let status = k.run(c, r#"kubectl -n kube-system exec $OXVS -c oxvs-agent -- sh -c \
+  'echo "{\"cniVersion\":\"1.1.0\",\"name\":\"oxvs\",\"type\":\"oxvs\"}" | CNI_COMMAND=STATUS CNI_PATH=/opt/cni/bin oxvs-cni'"#);
+    k.expect(status.trim().is_empty(), || {
+        format!("STATUS prints nothing when ready, got: {status}")
+    });
 
-    let logs = c.shell_ok(
+    let logs = k.run(
+        c,
         r"kubectl -n kube-system logs $OXVS -c oxvs-agent | grep -i 'pod CIDR\|switch'",
     );
-    assert!(!logs.trim().is_empty());
+    k.expect(!logs.trim().is_empty(), || {
+        "the agent's log mentions the switch".into()
+    });
 
     // traceflow names the policy that drops b's ingress (exit code 4)
-    let trace = c.shell_ok(
-        "kubectl -n kube-system exec $OXVS -c oxvs-agent -- \\\n  oxvsctl traceflow --src default/a --dst default/b --proto tcp --dport 80 || test $? = 4",
-    );
-    assert!(
+    let trace = k.run(c, &format!("{exec} \\\n  oxvsctl traceflow --src default/a --dst default/b --proto tcp --dport 80 || test $? = 4"));
+    k.expect(
         trace.contains("dropped") && trace.contains("default/deny-all"),
-        "traceflow names the drop and the policy:\n{trace}"
+        || format!("traceflow names the drop and the policy:\n{trace}"),
     );
 
-    let stats = c.shell_ok("kubectl -n kube-system exec $OXVS -c oxvs-agent -- oxvsctl stats");
-    assert!(stats.contains("drops"), "oxvsctl stats shows drops:\n{stats}");
-    let ports = c.shell_ok("kubectl -n kube-system exec $OXVS -c oxvs-agent -- oxvsctl dump-ports");
-    assert!(ports.contains(gw.as_str()), "{ports}");
-    let flows = c.shell_ok(
-        "kubectl -n kube-system exec $OXVS -c oxvs-agent -- oxvsctl dump-flows --names --table IngressDefaultRule",
+    let stats = k.run(c, &format!("{exec} oxvsctl stats"));
+    k.expect(stats.contains("drops"), || {
+        format!("oxvsctl stats shows drops:\n{stats}")
+    });
+    let ports = k.run(c, &format!("{exec} oxvsctl dump-ports"));
+    k.expect(ports.contains(&gw), || {
+        format!("dump-ports lists the gateway:\n{ports}")
+    });
+    let flows = k.run(
+        c,
+        &format!("{exec} oxvsctl dump-flows --names --table IngressDefaultRule"),
     );
-    assert!(flows.contains("0x0005"), "isolation drops with cookie 0x0005…:\n{flows}");
-    c.shell_ok(
-        "kubectl -n kube-system exec $OXVS -c oxvs-agent -- oxvsctl dump-flows --names --table IngressRule",
+    k.expect(flows.contains("0x0005"), || {
+        format!("isolation drops with cookie 0x0005…:\n{flows}")
+    });
+    k.run(
+        c,
+        &format!("{exec} oxvsctl dump-flows --names --table IngressRule"),
     );
-    c.shell_ok(
-        "kubectl -n kube-system exec $OXVS -c oxvs-agent -- oxvsctl dump-flows --names --table EgressRule",
+    k.run(
+        c,
+        &format!("{exec} oxvsctl dump-flows --names --table EgressRule"),
     );
-    let l3 = c.shell_ok(
-        "kubectl -n kube-system exec $OXVS -c oxvs-agent -- oxvsctl dump-flows --names --table L3Forwarding",
+    let l3 = k.run(
+        c,
+        &format!("{exec} oxvsctl dump-flows --names --table L3Forwarding"),
     );
-    assert!(l3.contains(ip_b), "L3Forwarding has pod b ({ip_b}):\n{l3}");
+    k.expect(l3.contains(ip_b), || {
+        format!("L3Forwarding has pod b ({ip_b}):\n{l3}")
+    });
 
     // MTU: the underlay's minus 50
     let uplink_mtu: u32 = std::fs::read_to_string("/sys/class/net/eth0/mtu")
         .ok()
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(1500);
-    let link = c.shell_ok("kubectl exec -n default a -- ip link show eth0");
-    assert!(
-        link.contains(&format!("mtu {}", uplink_mtu - 50)),
-        "pod MTU = underlay {uplink_mtu} - 50:\n{link}"
-    );
+    let link = k.run(c, "kubectl exec -n default a -- ip link show eth0");
+    k.expect(link.contains(&format!("mtu {}", uplink_mtu - 50)), || {
+        format!("pod MTU = underlay {uplink_mtu} - 50:\n{link}")
+    });
 
     // IP exhaustion
-    let ipam = c.shell_ok("kubectl -n kube-system exec $OXVS -c oxvs-agent -- ls /var/lib/oxvs/ipam/");
-    assert!(!ipam.trim().is_empty(), "one IPAM dir per network");
-    let n: usize = c
-        .shell_ok("kubectl -n kube-system exec $OXVS -c oxvs-agent -- sh -c 'ls /var/lib/oxvs/ipam/*/ | wc -l'")
-        .trim()
-        .parse()
-        .expect("a count");
-    assert!(n >= 2, "at least the two pods' addresses, got {n}");
-    let pods: usize = c
-        .shell_ok("kubectl get pods -A --field-selector spec.nodeName=$NODE --no-headers | wc -l")
-        .trim()
-        .parse()
-        .expect("a count");
-    assert!(pods >= 3, "a, b and the oxvs pod, got {pods}");
+    let ipam = k.run(c, &format!("{exec} ls /var/lib/oxvs/ipam/"));
+    k.expect(!ipam.trim().is_empty(), || {
+        "one IPAM dir per network".into()
+    });
+    let n = k.run(
+        c,
+        &format!("{exec} sh -c 'ls /var/lib/oxvs/ipam/*/ | wc -l'"),
+    );
+    k.expect(n.trim().parse::<usize>().is_ok_and(|n| n >= 2), || {
+        format!("at least the two pods' addresses, got {n}")
+    });
+    let pods = k.run(
+        c,
+        "kubectl get pods -A --field-selector spec.nodeName=$NODE --no-headers | wc -l",
+    );
+    k.expect(pods.trim().parse::<usize>().is_ok_and(|n| n >= 3), || {
+        format!("a, b and the oxvs pod, got {pods}")
+    });
 
-    let node_cidr = c.shell_ok(
+    let node = k.run(
+        c,
         "kubectl get node $NODE -o jsonpath='{.spec.podCIDR} {.status.addresses}'",
     );
-    assert!(node_cidr.starts_with(cidr.as_str()), "{node_cidr}");
+    k.expect(node.starts_with(&cidr), || format!("podCIDR first: {node}"));
 
-    let describe = c.shell_ok("kubectl describe pod -n default a | sed -n '/Events/,$p'");
-    assert!(describe.contains("Events"), "{describe}");
+    let describe = k.run(
+        c,
+        "kubectl describe pod -n default a | sed -n '/Events/,$p'",
+    );
+    k.expect(describe.contains("Events"), || describe.clone());
 
-    c.shell_ok("kubectl -n kube-system exec $OXVS -c oxvs-agent -- oxvsctl flush-conntrack");
+    k.run(c, &format!("{exec} oxvsctl flush-conntrack"));
     let _ = std::io::stdout().flush();
+    assert!(
+        k.failures.is_empty(),
+        "{} doc command(s) failed or printed something else than the doc says:\n\n{}",
+        k.failures.len(),
+        k.failures.join("\n\n")
+    );
 }
