@@ -948,6 +948,7 @@ fn the_daemonset_runs_pods_and_the_doc_commands_work() {
     println!("deny-all ingress: a -> b ping fails");
 
     doc_commands(&c, &ip_b);
+    restarts(&c, &ip_a, &node_ip.to_string());
     println!("all done in {:?}", t0.elapsed());
 }
 
@@ -1107,4 +1108,60 @@ fn doc_commands(c: &Cluster, ip_b: &str) {
         k.failures.len(),
         k.failures.join("\n\n")
     );
+}
+
+/// docs/operations.md, Upgrade: the agent alone restarts (`kill 1`) and
+/// forwarding goes on; the whole DaemonSet pod is replaced (`rollout
+/// restart`, what a ConfigMap change or a new image does) and the node's
+/// pods forward again once the new agent re-added their ports.
+fn restarts(c: &Cluster, ip_a: &str, node_ip: &str) {
+    let restart_count = || -> u32 {
+        c.shell(
+            "kubectl -n kube-system get $OXVS -o jsonpath='{.status.containerStatuses[?(@.name==\"oxvs-agent\")].restartCount}'",
+        )
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0)
+    };
+    let before = restart_count();
+    c.shell_ok("kubectl -n kube-system exec $OXVS -c oxvs-agent -- kill 1");
+    // forwarding goes on while the agent is away (the pod exemption lets
+    // the node reach a; a's echo requests leave freely)
+    let o = c.kubectl(&["exec", "a", "--", "ping", "-c", "2", "-W", "2", node_ip]);
+    assert!(
+        o.status.success(),
+        "a -> node while the agent restarts:\n{}",
+        text(&o)
+    );
+    let restarted = wait_for(Duration::from_secs(60), || {
+        (restart_count() > before).then_some(())
+    });
+    assert!(
+        restarted.is_some(),
+        "`kill 1` did not restart the oxvs-agent container"
+    );
+    c.shell_ok("kubectl -n kube-system wait --for=condition=Ready $OXVS --timeout=60s");
+    println!("agent restarted by `kill 1`; forwarding went on");
+
+    c.shell_ok("kubectl -n kube-system rollout restart daemonset/oxvs");
+    let out = c.shell_ok("kubectl -n kube-system rollout status daemonset/oxvs --timeout=180s");
+    assert!(out.contains("successfully rolled out"), "{out}");
+    // the new agent re-adds the ports (at start, then every resync)
+    let back = wait_for(Duration::from_secs(60), || {
+        c.kubectl(&["exec", "a", "--", "ping", "-c", "1", "-W", "2", node_ip])
+            .status
+            .success()
+            .then_some(())
+    });
+    assert!(
+        back.is_some(),
+        "a -> node does not come back after the DaemonSet pod was replaced"
+    );
+    let show = c.shell_ok("kubectl -n kube-system exec $OXVS -c oxvs-agent -- oxvsctl show");
+    assert!(
+        show.contains("(a-") && show.contains("(b-"),
+        "pods re-attached:\n{show}"
+    );
+    let _ = ip_a;
+    println!("DaemonSet pod replaced; a's port re-added, a -> node pings again");
 }
