@@ -406,7 +406,7 @@ fn every_mount_has_a_volume_and_every_volume_is_mounted() {
         "/opt/cni/bin",
         "/etc/cni/net.d",
         "/sys/fs/bpf",
-        "/var/run/netns",
+        "/run/netns",
         "/proc",
     ] {
         assert!(hosts.contains(p), "hostPath {p} is mounted");
