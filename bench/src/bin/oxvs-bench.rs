@@ -333,11 +333,7 @@ fn main() -> Result<()> {
 /// The `virtual-vxlan` setup: every switch of `--switches` (oxvs once per
 /// `--threads`) on its own fresh two-node topology. A switch that cannot
 /// run is skipped with why.
-fn run_vxlan(
-    a: &Args,
-    cases: &mut Vec<Case>,
-    skipped: &mut Vec<(String, String)>,
-) -> Result<()> {
+fn run_vxlan(a: &Args, cases: &mut Vec<Case>, skipped: &mut Vec<(String, String)>) -> Result<()> {
     let kinds: Vec<SwitchKind> = match &a.switches {
         None => vec![SwitchKind::Oxvs { threads: 1 }, SwitchKind::OvsPmd],
         Some(v) => v
@@ -378,11 +374,12 @@ fn run_vxlan(
                     (SwitchKind::Oxvs { threads }, Some(b)) => {
                         (setup::start_vxlan_pair(*threads, b)?, *threads)
                     }
-                    (SwitchKind::OvsPmd, _) => (setup::ovs_vxlan::start_ovs_vxlan_pair("afxdp")?, 0),
-                    (SwitchKind::OvsNonPmd, _) => (
-                        setup::ovs_vxlan::start_ovs_vxlan_pair("afxdp-nonpmd")?,
-                        0,
-                    ),
+                    (SwitchKind::OvsPmd, _) => {
+                        (setup::ovs_vxlan::start_ovs_vxlan_pair("afxdp")?, 0)
+                    }
+                    (SwitchKind::OvsNonPmd, _) => {
+                        (setup::ovs_vxlan::start_ovs_vxlan_pair("afxdp-nonpmd")?, 0)
+                    }
                     _ => bail!("{} does not run on virtual-vxlan", kind.name()),
                 };
                 let info = SwitchInfo {

@@ -48,9 +48,8 @@ use anyhow::{anyhow, bail, Context, Result};
 use serde_json::Value;
 
 use super::{
-    afxdp_mode_in_log, exec_pid, must, run, sleep, trace_text_delivers, vxlan_nodes, Proc,
-    Running, Virtual, VxlanNodes, SIMPLE_FLOWS, VXLAN_NODE_A_FLOWS, VXLAN_NODE_B_FLOWS,
-    VXLAN_UNDERLAY,
+    afxdp_mode_in_log, exec_pid, must, run, sleep, trace_text_delivers, vxlan_nodes, Proc, Running,
+    Virtual, VxlanNodes, SIMPLE_FLOWS, VXLAN_NODE_A_FLOWS, VXLAN_NODE_B_FLOWS, VXLAN_UNDERLAY,
 };
 use crate::xbench::pipeline::Plan;
 
@@ -431,10 +430,7 @@ pub fn start_ovs_vxlan_pair(port_type: &str) -> Result<Running> {
                 );
             }
         }
-        let f = lab.file(
-            &format!("ovx-{}.flows", n.name.to_lowercase()),
-            flows,
-        )?;
+        let f = lab.file(&format!("ovx-{}.flows", n.name.to_lowercase()), flows)?;
         let mgmt = format!("unix:{}", n.path("br-int.mgmt"));
         must(&["ovs-ofctl", "-O", "OpenFlow15", "add-flows", &mgmt, &f])
             .with_context(|| format!("OVS node {}: loading the flows", n.name))?;
@@ -510,7 +506,10 @@ mod tests {
         assert_eq!(odp_port(d, "xb12ov3g"), Some(2));
         assert_eq!(odp_port(d, "tun0"), Some(5));
         assert_eq!(odp_port(d, "xb12ov3"), None);
-        assert_eq!(dp_actions("Flow: x\nDatapath actions: tnl_pop(5)\n"), "tnl_pop(5)");
+        assert_eq!(
+            dp_actions("Flow: x\nDatapath actions: tnl_pop(5)\n"),
+            "tnl_pop(5)"
+        );
         assert_eq!(dp_actions("nothing"), "");
     }
 }

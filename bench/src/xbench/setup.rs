@@ -900,7 +900,16 @@ pub(crate) fn vxlan_nodes(tag: &str, addr_on_ul0: bool) -> Result<VxlanNodes> {
     ])?;
     for (ns, ip) in [(&na, VXLAN_UNDERLAY[0]), (&nb, VXLAN_UNDERLAY[1])] {
         if addr_on_ul0 {
-            must(&["ip", "-n", ns, "addr", "add", &format!("{ip}/24"), "dev", "ul0"])?;
+            must(&[
+                "ip",
+                "-n",
+                ns,
+                "addr",
+                "add",
+                &format!("{ip}/24"),
+                "dev",
+                "ul0",
+            ])?;
         }
         must(&["ip", "-n", ns, "link", "set", "ul0", "up"])?;
         // As switch/tests/common: no TX checksum offload on the underlay.
