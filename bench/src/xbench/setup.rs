@@ -30,9 +30,14 @@
 //!
 //! ## `virtual-vxlan`
 //!
-//! Two lab nodes, each a namespace with its own `oxvs-switchd`, joined by a
-//! VXLAN tunnel over a veth underlay; the generator is a pod on node A, the
-//! sink a pod on node B ([`start_vxlan_pair`]).
+//! Two lab nodes, each a namespace with its own switch, joined by a VXLAN
+//! tunnel over a veth underlay; the generator is a pod on node A, the sink
+//! a pod on node B ([`vxlan_nodes`]). Switches: `oxvs-switchd` per node
+//! ([`start_vxlan_pair`]; the tunnel goes through the node's kernel UDP
+//! socket on the underlay veth) or a private Open vSwitch userspace
+//! instance per node ([`ovs_vxlan`]; `br-int` with the same flows and port
+//! numbers, the underlay veth an `afxdp` port of `br-phy` which carries
+//! the node's underlay address).
 //!
 //! ## `ports`
 //!
