@@ -5,7 +5,8 @@
 # pipeline with $POLICIES NetworkPolicies (generator and sink are two pods
 # the policies allow), virtual setup (generator and sink in namespaces,
 # AF_XDP copy mode on veth), 64-byte UDP frames, 1 and 1000 flows; then
-# pod to pod across two oxvs nodes over VXLAN; then scaling (oxvs with 1
+# pod to pod across two nodes over VXLAN (oxvs-switchd per node vs a
+# private OVS userspace instance per node, afxdp PMD); then scaling (oxvs with 1
 # and 2 datapath threads, and OVS PMD, over 1, 1k, 100k and 1M flows at a
 # fixed rate). Results:
 # bench/results/*.json and SVG plots under bench/results/plots/.
@@ -14,7 +15,8 @@
 # Env: DURATION (s per trial, default 3), TRIALS (default 3), RATE (fixed
 # rate, pps, default 100000), FLOWS (default 1,1000), POLICIES (default
 # 1000), STEPS (search steps, default 6), SWITCHES (default
-# oxvs,ovs-pmd,ovs-nonpmd,bridge,xdp-redirect), SCALING_FLOWS (default
+# oxvs,ovs-pmd,ovs-nonpmd,bridge,xdp-redirect), VXLAN_SWITCHES (default
+# oxvs,ovs-pmd; ovs-nonpmd also runs there), SCALING_FLOWS (default
 # 1,1000,100000,1000000), SCALING_THREADS (oxvs, default 1,2), ONLY (fixed,
 # throughput, vxlan or scaling: run just that part).
 set -eu
@@ -40,9 +42,12 @@ if [ "$O" = all ] || [ "$O" = throughput ]; then
         --json bench/results/oxvs-bench-throughput.json --plots bench/results/plots/throughput "$@"
 fi
 if [ "$O" = all ] || [ "$O" = vxlan ]; then
-    "$B" fixed --setup virtual-vxlan --rate "$R" --flows "$F" --duration "$D" --trials "$T" \
+    VS=${VXLAN_SWITCHES:-oxvs,ovs-pmd}
+    "$B" fixed --setup virtual-vxlan --switches "$VS" --rate "$R" --flows "$F" --duration "$D" \
+        --trials "$T" \
         --json bench/results/oxvs-bench-vxlan-fixed.json --plots bench/results/plots/vxlan-fixed "$@"
-    "$B" throughput --setup virtual-vxlan --flows "$F" --duration "$D" --trials "$T" --loss 0.1 \
+    "$B" throughput --setup virtual-vxlan --switches "$VS" --flows "$F" --duration "$D" \
+        --trials "$T" --loss 0.1 \
         --steps "${STEPS:-6}" \
         --json bench/results/oxvs-bench-vxlan-throughput.json --plots bench/results/plots/vxlan-throughput "$@"
 fi

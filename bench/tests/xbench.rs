@@ -9,7 +9,8 @@
 //! - the Antrea-like pipeline (1000 policies) on oxvs: the running switch's
 //!   trace and the traffic agree that the chosen pods' frames are
 //!   delivered, and a denied port is not;
-//! - the two-node VXLAN setup delivers pod to pod;
+//! - the two-node VXLAN setup delivers pod to pod, with oxvs and with
+//!   Open vSwitch userspace (two private instances; skipped without OVS);
 //! - the pacing holds a 200 kpps target on a plain veth.
 //!
 //! Names carry the pid; the guards of `xbench::setup` remove everything,
@@ -333,4 +334,72 @@ fn vxlan_two_node_setup_delivers_pod_to_pod() {
     let ns = sw.topo.gen.netns.clone().expect("netns");
     drop(sw);
     assert!(!std::path::Path::new(&format!("/var/run/netns/{ns}")).exists());
+}
+
+#[test]
+fn vxlan_two_node_setup_with_ovs_pmd_delivers_pod_to_pod() {
+    if !root() {
+        return;
+    }
+    if let Some(why) = setup::ovs_vxlan::ovs_vxlan_unavailable() {
+        eprintln!("SKIPPED: {why}");
+        return;
+    }
+    // start_ovs_vxlan_pair checks every step with ofproto/trace first.
+    let sw = setup::ovs_vxlan::start_ovs_vxlan_pair("afxdp")
+        .unwrap_or_else(|e| panic!("OVS on two nodes: {e:#}"));
+    assert_eq!(sw.pids.len(), 2, "both ovs-vswitchd measured");
+    for p in &sw.pids {
+        let comm = std::fs::read_to_string(format!("/proc/{p}/comm")).expect("pid alive");
+        assert_eq!(comm.trim(), "ovs-vswitchd", "pid {p}");
+    }
+    let cfg = GenConfig {
+        flows: 50,
+        rate_pps: 5_000,
+        duration: Duration::from_secs(1),
+        ..GenConfig::default()
+    };
+    let t = run_trial(
+        &sw.topo.gen,
+        &sw.topo.sink,
+        &cfg,
+        &sw.pids,
+        &TrialOpts::default(),
+    )
+    .expect("trial");
+    eprintln!(
+        "ovs-pmd over VXLAN: sent {}, received {}, lost {}",
+        t.gen.sent,
+        t.received,
+        t.lost()
+    );
+    assert!(t.gen.sent >= 1_000, "sent only {}", t.gen.sent);
+    assert_eq!(t.gen.sent, t.received + t.lost());
+    // A loaded shared VM may drop a few frames while the PMDs warm up.
+    assert!(
+        t.received * 100 >= t.gen.sent * 95,
+        "received {} of {}",
+        t.received,
+        t.gen.sent
+    );
+    assert!(t.cpu_ns.is_some_and(|c| c > 0), "ovs-vswitchd CPU measured");
+    let ns = sw.topo.gen.netns.clone().expect("netns");
+    let pids = sw.pids.clone();
+    drop(sw);
+    assert!(!std::path::Path::new(&format!("/var/run/netns/{ns}")).exists());
+    for p in pids {
+        let comm = std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
+        assert_ne!(comm.trim(), "ovs-vswitchd", "ovs-vswitchd {p} still runs");
+    }
+    let dirs: Vec<String> = std::fs::read_dir("/tmp")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| {
+                    n.starts_with(&format!("xb-{}-", std::process::id())) && n.contains("-ovs-")
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(dirs.is_empty(), "OVS directories left: {dirs:?}");
 }

@@ -36,9 +36,11 @@ enum Method {
 enum SetupKind {
     /// Namespaces and veths around each switch (self-contained).
     Virtual,
-    /// Two lab nodes (namespaces), each an oxvs-switchd with a VXLAN port
-    /// over a veth underlay; generator pod on node A, sink pod on node B
-    /// (oxvs only, simple pod <-> tunnel flows).
+    /// Two lab nodes (namespaces), each with its own switch (oxvs-switchd,
+    /// or a private Open vSwitch userspace instance) and a VXLAN port over
+    /// a veth underlay; generator pod on node A, sink pod on node B (the
+    /// same pod <-> tunnel flows for both; switches oxvs, ovs-pmd,
+    /// ovs-nonpmd).
     VirtualVxlan,
     /// Physical interfaces `--gen-if`/`--sink-if`; the device under test
     /// is whatever connects them.
@@ -75,13 +77,11 @@ struct Args {
     setup: SetupKind,
     /// Switches under test (`virtual`, and `ports` with `--dut-ports`):
     /// oxvs, ovs-pmd, ovs-nonpmd, bridge, xdp-redirect (the kernel XDP
-    /// ceiling; needs clang and `ip` with libbpf, else skipped).
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "oxvs,ovs-pmd,ovs-nonpmd,bridge,xdp-redirect"
-    )]
-    switches: Vec<String>,
+    /// ceiling; needs clang and `ip` with libbpf, else skipped); default
+    /// all of them. `virtual-vxlan`: oxvs, ovs-pmd, ovs-nonpmd; default
+    /// oxvs,ovs-pmd. OVS is skipped (with why) when not installed.
+    #[arg(long, value_delimiter = ',')]
+    switches: Option<Vec<String>>,
     /// Flow file loaded into oxvs and OVS for the simple pipeline
     /// (default: port 1 <-> port 2).
     #[arg(long, value_name = "FILE")]
@@ -314,21 +314,7 @@ fn main() -> Result<()> {
             if a.pipeline != [PipelineArg::Simple] || a.flows_file.is_some() {
                 bail!("--setup virtual-vxlan has its own flows (pod <-> tunnel); no --pipeline/--flows-file");
             }
-            let bins = setup::oxvs_bins()?;
-            let plan = Plan::simple(setup::SIMPLE_FLOWS);
-            for &t in &a.threads {
-                let sw = setup::start_vxlan_pair(t.max(1), &bins)?;
-                eprintln!("oxvs-bench: == {} ==", sw.name);
-                let info = SwitchInfo {
-                    name: &sw.name,
-                    modes: json!(sw.port_modes),
-                    flows_loaded: sw.flows,
-                    threads: t.max(1),
-                    plan: &plan,
-                    note: &sw.note,
-                };
-                run_cases(&a, &info, &sw.topo.gen, &sw.topo.sink, &sw.pids, &mut cases)?;
-            }
+            run_vxlan(&a, &mut cases, &mut skipped)?;
         }
         SetupKind::Virtual => {
             let plans = plans_of(&a, &flows_text)?;
@@ -342,6 +328,81 @@ fn main() -> Result<()> {
         }
     }
     finish(&a, &cases, &skipped, &ifaces, started)
+}
+
+/// The `virtual-vxlan` setup: every switch of `--switches` (oxvs once per
+/// `--threads`) on its own fresh two-node topology. A switch that cannot
+/// run is skipped with why.
+fn run_vxlan(a: &Args, cases: &mut Vec<Case>, skipped: &mut Vec<(String, String)>) -> Result<()> {
+    let kinds: Vec<SwitchKind> = match &a.switches {
+        None => vec![SwitchKind::Oxvs { threads: 1 }, SwitchKind::OvsPmd],
+        Some(v) => v
+            .iter()
+            .map(|s| SwitchKind::parse(s))
+            .collect::<Result<_>>()?,
+    };
+    if let Some(k) = kinds.iter().find(|k| {
+        !matches!(
+            k,
+            SwitchKind::Oxvs { .. } | SwitchKind::OvsPmd | SwitchKind::OvsNonPmd
+        )
+    }) {
+        bail!(
+            "--setup virtual-vxlan runs oxvs, ovs-pmd and ovs-nonpmd, not {}",
+            k.name()
+        );
+    }
+    let plan = Plan::simple(setup::SIMPLE_FLOWS);
+    let bins = if kinds.iter().any(|k| matches!(k, SwitchKind::Oxvs { .. })) {
+        Some(setup::oxvs_bins()?)
+    } else {
+        None
+    };
+    for k in &kinds {
+        let variants: Vec<SwitchKind> = match k {
+            SwitchKind::Oxvs { .. } => a
+                .threads
+                .iter()
+                .map(|&t| SwitchKind::Oxvs { threads: t.max(1) })
+                .collect(),
+            other => vec![other.clone()],
+        };
+        for kind in variants {
+            eprintln!("oxvs-bench: == {} / virtual-vxlan ==", kind.name());
+            let r = (|| -> Result<()> {
+                let (sw, threads) = match (&kind, &bins) {
+                    (SwitchKind::Oxvs { threads }, Some(b)) => {
+                        (setup::start_vxlan_pair(*threads, b)?, *threads)
+                    }
+                    (SwitchKind::OvsPmd, _) => {
+                        (setup::ovs_vxlan::start_ovs_vxlan_pair("afxdp")?, 0)
+                    }
+                    (SwitchKind::OvsNonPmd, _) => {
+                        (setup::ovs_vxlan::start_ovs_vxlan_pair("afxdp-nonpmd")?, 0)
+                    }
+                    _ => bail!("{} does not run on virtual-vxlan", kind.name()),
+                };
+                let info = SwitchInfo {
+                    name: &sw.name,
+                    modes: json!(sw.port_modes),
+                    flows_loaded: sw.flows,
+                    threads,
+                    plan: &plan,
+                    note: &sw.note,
+                };
+                run_cases(a, &info, &sw.topo.gen, &sw.topo.sink, &sw.pids, cases)
+            })();
+            if let Err(e) = r {
+                if setup::stopped() {
+                    return Err(e);
+                }
+                let n = format!("{} / virtual-vxlan", kind.name());
+                eprintln!("oxvs-bench: {n}: SKIPPED: {e:#}");
+                skipped.push((n, format!("{e:#}")));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The pipelines of `--pipeline`.
@@ -366,8 +427,11 @@ fn run_switches(
     cases: &mut Vec<Case>,
     skipped: &mut Vec<(String, String)>,
 ) -> Result<()> {
+    let default = ["oxvs", "ovs-pmd", "ovs-nonpmd", "bridge", "xdp-redirect"].map(String::from);
     let kinds: Vec<SwitchKind> = a
         .switches
+        .as_deref()
+        .unwrap_or(&default)
         .iter()
         .map(|s| SwitchKind::parse(s))
         .collect::<Result<_>>()?;

@@ -30,9 +30,14 @@
 //!
 //! ## `virtual-vxlan`
 //!
-//! Two lab nodes, each a namespace with its own `oxvs-switchd`, joined by a
-//! VXLAN tunnel over a veth underlay; the generator is a pod on node A, the
-//! sink a pod on node B ([`start_vxlan_pair`]).
+//! Two lab nodes, each a namespace with its own switch, joined by a VXLAN
+//! tunnel over a veth underlay; the generator is a pod on node A, the sink
+//! a pod on node B ([`vxlan_nodes`]). Switches: `oxvs-switchd` per node
+//! ([`start_vxlan_pair`]; the tunnel goes through the node's kernel UDP
+//! socket on the underlay veth) or a private Open vSwitch userspace
+//! instance per node ([`ovs_vxlan`]; `br-int` with the same flows and port
+//! numbers, the underlay veth an `afxdp` port of `br-phy` which carries
+//! the node's underlay address).
 //!
 //! ## `ports`
 //!
@@ -68,6 +73,9 @@ use anyhow::{anyhow, bail, Context, Result};
 use serde_json::Value;
 
 use super::pipeline::{trace_text_delivers, Plan};
+
+#[path = "ovs_vxlan.rs"]
+pub mod ovs_vxlan;
 
 static STOP: std::sync::OnceLock<Arc<AtomicBool>> = std::sync::OnceLock::new();
 
@@ -134,9 +142,20 @@ pub struct Proc {
 
 impl Proc {
     pub fn spawn(args: &[&str], what: &str, gentle: bool) -> Result<Proc> {
+        Self::spawn_env(args, &[], what, gentle)
+    }
+
+    /// [`Proc::spawn`] with extra environment variables.
+    pub fn spawn_env(
+        args: &[&str],
+        env: &[(&str, &str)],
+        what: &str,
+        gentle: bool,
+    ) -> Result<Proc> {
         use std::os::unix::process::CommandExt;
         let child = Command::new(args[0])
             .args(&args[1..])
+            .envs(env.iter().copied())
             .process_group(0)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -847,31 +866,56 @@ table=0,priority=100,in_port=10,tun_id=100 actions=output:1\n";
 pub const VXLAN_NODE_B_FLOWS: &str = "table=0,priority=100,in_port=1 actions=set_field:192.0.2.1->tun_dst,set_field:100->tun_id,output:10\n\
 table=0,priority=100,in_port=10,tun_id=100 actions=output:1\n";
 
-/// The two-node pod-to-pod setup over VXLAN (oxvs only):
+/// The two-node topology of `virtual-vxlan` without its switches:
 ///
 /// ```text
-///  netns gen (eth0) -- [node A: oxvs-switchd, pod port 1, vxlan port 10]
-///        -- underlay veth 192.0.2.1/24 <-> 192.0.2.2/24 --
-///  [node B: oxvs-switchd, vxlan port 10, pod port 1] -- netns sink (eth0)
+///  netns gen (eth0) -- pod port (host end in node A)   [node A]
+///        -- underlay veth `ul0` 192.0.2.1/24 <-> 192.0.2.2/24 --
+///  [node B]   pod port (host end in node B) -- netns sink (eth0)
 /// ```
 ///
-/// Each node is a namespace with its own `oxvs-switchd` (its control
-/// socket in `/tmp`); the VXLAN ports send and receive through the
-/// nodes' kernel sockets on the underlay (see `switch/src/vxlan.rs`). The
-/// CPU measured is both switches'.
-pub fn start_vxlan_pair(threads: u16, bins: &Bins) -> Result<Running> {
+/// Made by [`vxlan_nodes`]; the namespaces own every link (deleted with
+/// them by the lab's guard).
+pub(crate) struct VxlanNodes {
+    pub lab: Lab,
+    /// Node A's and node B's namespaces.
+    pub nodes: [String; 2],
+    /// The pod ports' host ends (in node A, node B).
+    pub hosts: [String; 2],
+    pub gen: Endpoint,
+    pub sink: Endpoint,
+}
+
+/// The nodes' underlay addresses (node A, node B).
+pub const VXLAN_UNDERLAY: [&str; 2] = ["192.0.2.1", "192.0.2.2"];
+
+/// Builds [`VxlanNodes`] (`tag` goes into the names). The underlay
+/// addresses go on `ul0` when `addr_on_ul0` (oxvs: the kernel's UDP
+/// socket sends), else nowhere (OVS moves them onto its `br-phy`).
+pub(crate) fn vxlan_nodes(tag: &str, addr_on_ul0: bool) -> Result<VxlanNodes> {
     let mut lab = Lab::default();
     let pid = std::process::id();
     let n = next_seq() % 100;
-    let na = lab.netns(&format!("vx{n}-na"))?;
-    let nb = lab.netns(&format!("vx{n}-nb"))?;
+    let na = lab.netns(&format!("{tag}{n}-na"))?;
+    let nb = lab.netns(&format!("{tag}{n}-nb"))?;
     // The underlay, created inside node A and moved into B: the namespaces
     // own it (deleted with them).
     must(&[
         "ip", "-n", &na, "link", "add", "ul0", "type", "veth", "peer", "name", "ul0", "netns", &nb,
     ])?;
-    for (ns, ip) in [(&na, "192.0.2.1/24"), (&nb, "192.0.2.2/24")] {
-        must(&["ip", "-n", ns, "addr", "add", ip, "dev", "ul0"])?;
+    for (ns, ip) in [(&na, VXLAN_UNDERLAY[0]), (&nb, VXLAN_UNDERLAY[1])] {
+        if addr_on_ul0 {
+            must(&[
+                "ip",
+                "-n",
+                ns,
+                "addr",
+                "add",
+                &format!("{ip}/24"),
+                "dev",
+                "ul0",
+            ])?;
+        }
         must(&["ip", "-n", ns, "link", "set", "ul0", "up"])?;
         // As switch/tests/common: no TX checksum offload on the underlay.
         let _ = run(&[
@@ -881,8 +925,11 @@ pub fn start_vxlan_pair(threads: u16, bins: &Bins) -> Result<Running> {
     let mut eps = Vec::new();
     let mut hosts = Vec::new();
     for (role, node, mac) in [("gen", &na, Some(GEN_MAC)), ("sink", &nb, None)] {
-        let ns = lab.netns(&format!("vx{n}-{role}"))?;
-        let host = format!("xb{pid}v{n}{}", &role[..1]);
+        let ns = lab.netns(&format!("{tag}{n}-{role}"))?;
+        let host = format!("xb{pid}{tag}{n}{}", &role[..1]);
+        if host.len() > 15 {
+            bail!("interface name {host} is too long (tag '{tag}')");
+        }
         must(&[
             "ip", "-n", node, "link", "add", &host, "type", "veth", "peer", "name", "eth0",
             "netns", &ns,
@@ -907,12 +954,60 @@ pub fn start_vxlan_pair(threads: u16, bins: &Bins) -> Result<Running> {
             ifname: "eth0".into(),
         });
     }
+    let sink = eps.pop().ok_or_else(|| anyhow!("no sink endpoint"))?;
+    let gen = eps.pop().ok_or_else(|| anyhow!("no gen endpoint"))?;
+    let hb = hosts.pop().ok_or_else(|| anyhow!("no node B pod port"))?;
+    let ha = hosts.pop().ok_or_else(|| anyhow!("no node A pod port"))?;
+    Ok(VxlanNodes {
+        lab,
+        nodes: [na, nb],
+        hosts: [ha, hb],
+        gen,
+        sink,
+    })
+}
+
+/// The pid of a switch started as `ip netns exec NS SWITCH ...`: `ip`
+/// execs the switch in place; should it ever fork instead, the switch is
+/// its child.
+fn exec_pid(p: u32) -> u32 {
+    let comm = std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
+    if comm.trim() == "ip" {
+        child_of(p).unwrap_or(p)
+    } else {
+        p
+    }
+}
+
+/// The two-node pod-to-pod setup over VXLAN with oxvs
+/// ([`ovs_vxlan::start_ovs_vxlan_pair`] is the same with Open vSwitch):
+///
+/// ```text
+///  netns gen (eth0) -- [node A: oxvs-switchd, pod port 1, vxlan port 10]
+///        -- underlay veth 192.0.2.1/24 <-> 192.0.2.2/24 --
+///  [node B: oxvs-switchd, vxlan port 10, pod port 1] -- netns sink (eth0)
+/// ```
+///
+/// Each node is a namespace with its own `oxvs-switchd` (its control
+/// socket in `/tmp`); the VXLAN ports send and receive through the
+/// nodes' kernel sockets on the underlay (see `switch/src/vxlan.rs`). The
+/// CPU measured is both switches'.
+pub fn start_vxlan_pair(threads: u16, bins: &Bins) -> Result<Running> {
+    let VxlanNodes {
+        mut lab,
+        nodes: [na, nb],
+        hosts,
+        gen,
+        sink,
+    } = vxlan_nodes("vx", true)?;
+    let pid = std::process::id();
+    let n = next_seq();
     let mut procs = Vec::new();
     let mut pids = Vec::new();
     let mut modes = BTreeMap::new();
     let nodes = [
-        (&na, "a", "192.0.2.1", VXLAN_NODE_A_FLOWS, &hosts[0]),
-        (&nb, "b", "192.0.2.2", VXLAN_NODE_B_FLOWS, &hosts[1]),
+        (&na, "a", VXLAN_UNDERLAY[0], VXLAN_NODE_A_FLOWS, &hosts[0]),
+        (&nb, "b", VXLAN_UNDERLAY[1], VXLAN_NODE_B_FLOWS, &hosts[1]),
     ];
     for (ns, tag, ip, flows, host) in nodes {
         let sock = format!("/tmp/xb-{pid}-vx{n}{tag}.sock");
@@ -934,27 +1029,13 @@ pub fn start_vxlan_pair(threads: u16, bins: &Bins) -> Result<Running> {
                 ip,
             ],
         )?;
-        let f = lab.file(&format!("vx{tag}.flows"), flows)?;
+        let f = lab.file(&format!("vx{n}{tag}.flows"), flows)?;
         ctl(bins, &sock, &["add-flows", &f])?;
         for (k, v) in oxvs_port_modes(bins, &sock)? {
             modes.insert(format!("node-{tag}:{k}"), v);
         }
     }
-    // `ip netns exec` execs the switch in place; should it ever fork
-    // instead, the switch is its child.
-    let pids = pids
-        .into_iter()
-        .map(|p| {
-            let comm = std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
-            if comm.trim() == "ip" {
-                child_of(p).unwrap_or(p)
-            } else {
-                p
-            }
-        })
-        .collect();
-    let sink = eps.pop().ok_or_else(|| anyhow!("no sink endpoint"))?;
-    let gen = eps.pop().ok_or_else(|| anyhow!("no gen endpoint"))?;
+    let pids = pids.into_iter().map(exec_pid).collect();
     Ok(Running {
         name: if threads == 1 {
             "oxvs-vxlan-2node".into()
@@ -964,7 +1045,9 @@ pub fn start_vxlan_pair(threads: u16, bins: &Bins) -> Result<Running> {
         pids,
         port_modes: modes,
         flows: 4,
-        note: "pod on node A -> VXLAN (VNI 100) over a veth underlay -> pod on node B".into(),
+        note: "pod on node A -> VXLAN (VNI 100) over a veth underlay -> pod on node B; \
+               oxvs-switchd per node, tunnel through the node's kernel UDP socket on ul0"
+            .into(),
         _procs: procs,
         topo: Virtual {
             lab,
@@ -1056,16 +1139,11 @@ fn start_ovs(
             let err = must(&["ovs-vsctl", "get", "interface", &host, "error"])?;
             let ofp = must(&["ovs-vsctl", "get", "interface", &host, "ofport"])?;
             if err.trim() == "[]" && ofp.trim() == ofport {
-                let log = std::fs::read_to_string("/var/log/openvswitch/ovs-vswitchd.log")
-                    .unwrap_or_default();
-                let prefix = format!("{host}: ");
-                let xdp = log
-                    .lines()
-                    .rev()
-                    .filter_map(|l| l.split_once(&prefix).map(|(_, rest)| rest))
-                    .find_map(|rest| rest.strip_suffix(" mode will be in use."))
-                    .unwrap_or("unknown")
-                    .to_owned();
+                let xdp = afxdp_mode_in_log(
+                    &std::fs::read_to_string("/var/log/openvswitch/ovs-vswitchd.log")
+                        .unwrap_or_default(),
+                    &host,
+                );
                 got = Some(format!("{port_type} {xdp} (requested {mode})"));
                 break;
             }
@@ -1079,6 +1157,18 @@ fn start_ovs(
     let f = topo.lab.file("ovs.flows", flows)?;
     must(&["ovs-ofctl", "-O", "OpenFlow15", "add-flows", &br, &f])?;
     Ok(modes)
+}
+
+/// The XDP mode `ovs-vswitchd`'s log last reported for `ifname`
+/// (`IF: native XDP mode will be in use.`), or `unknown`.
+fn afxdp_mode_in_log(log: &str, ifname: &str) -> String {
+    let prefix = format!("{ifname}: ");
+    log.lines()
+        .rev()
+        .filter_map(|l| l.split_once(&prefix).map(|(_, rest)| rest))
+        .find_map(|rest| rest.strip_suffix(" mode will be in use."))
+        .unwrap_or("unknown")
+        .to_owned()
 }
 
 /// Facts about an interface the `ports` setup would use.
