@@ -58,6 +58,9 @@
 //! the four oxvs binaries built; no other kubelet running (k8s-local.sh
 //! allows one per host). It never starts a build.
 
+mod common;
+use common::{find_on_path, free_port, text, tools_dir, workspace_root};
+
 use std::io::Write as _;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::unix::fs::MetadataExt as _;
@@ -73,29 +76,6 @@ const BINS: [&str; 4] = ["oxvs-switchd", "oxvs-agent", "oxvsctl", "oxvs-cni"];
 /// The image the manifest names (kept: the test imports it under that name).
 const IMAGE: &str = "localhost/oxvs:0.1.0";
 const CNI_PLUGINS: &str = "/usr/lib/cni";
-
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn tools_dir() -> Option<PathBuf> {
-    [
-        std::env::var_os("OXVS_SHARED_TOOLS").map(PathBuf::from),
-        Some(workspace_root().join("../shared/tools")),
-        Some(PathBuf::from("/work/shared/tools")),
-    ]
-    .into_iter()
-    .flatten()
-    .find(|d| d.join("k8s-local.sh").is_file())
-}
-
-fn find_on_path(bin: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|p| {
-        std::env::split_paths(&p)
-            .map(|d| d.join(bin))
-            .find(|f| f.is_file())
-    })
-}
 
 /// The directory holding all four oxvs binaries: `$OXVS_IMAGE_BIN_DIR`,
 /// this test's profile dir (`target/debug` under `cargo test`), or
@@ -253,21 +233,6 @@ fn prerequisites() -> Result<Prereqs, String> {
         kubectl,
         bins,
     })
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 /// Retries `f` every 500 ms until it returns `Some` or `timeout` passes.

@@ -17,6 +17,9 @@
 //! `/var/cache/oxvs-k8s`, with `bin/kube-apiserver` and `bin/kubelet`),
 //! `etcd` and `kubectl` installed. It never starts a build.
 
+mod common;
+use common::{find_on_path, free_port, text, tools_dir};
+
 use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -24,29 +27,6 @@ use std::process::{Command, Output};
 use oxvs_deploy_validate::{parse_documents, Object};
 
 const AGENT: &str = "system:serviceaccount:kube-system:oxvs-agent";
-
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn tools_dir() -> Option<PathBuf> {
-    [
-        std::env::var_os("OXVS_SHARED_TOOLS").map(PathBuf::from),
-        Some(workspace_root().join("../shared/tools")),
-        Some(PathBuf::from("/work/shared/tools")),
-    ]
-    .into_iter()
-    .flatten()
-    .find(|d| d.join("k8s-local.sh").is_file())
-}
-
-fn find_on_path(bin: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|p| {
-        std::env::split_paths(&p)
-            .map(|d| d.join(bin))
-            .find(|f| f.is_file())
-    })
-}
 
 struct Prereqs {
     tools: PathBuf,
@@ -86,21 +66,6 @@ fn prerequisites() -> Result<Prereqs, String> {
         cache,
         kubectl,
     })
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 /// A private etcd + kube-apiserver (RBAC); `down --purge` on drop.
