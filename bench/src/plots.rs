@@ -255,6 +255,33 @@ const PALETTE: [RGBColor; 6] = [
 
 const WIDTH: u32 = 900;
 
+/// A white SVG canvas at `path` with the title and, under it, the
+/// subtitle (the machine and date): the whole canvas and the area left
+/// for the chart.
+fn titled_area<'a>(
+    path: &'a Path,
+    size: (u32, u32),
+    title: &str,
+    subtitle: &str,
+) -> Result<(Canvas<'a>, Canvas<'a>)> {
+    let err = plot_err(path);
+    let root = SVGBackend::new(path, size).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let area = root
+        .titled(title, ("sans-serif", 20))
+        .map_err(|e| err(&e))?;
+    let area = area
+        .titled(
+            subtitle,
+            ("sans-serif", 13).into_font().color(&BLACK.mix(0.7)),
+        )
+        .map_err(|e| err(&e))?;
+    Ok((root, area))
+}
+
+/// A drawing area of an SVG file.
+type Canvas<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
+
 fn plot_err(path: &Path) -> impl Fn(&dyn std::fmt::Debug) -> anyhow::Error + '_ {
     move |e| anyhow!("cannot draw {}: {e:?}", path.display())
 }
@@ -351,17 +378,7 @@ pub fn bar_chart(path: &Path, c: &BarChart) -> Result<()> {
     let y_top = n as f64 + extra;
 
     let err = plot_err(path);
-    let root = SVGBackend::new(path, (WIDTH, height)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| err(&e))?;
-    let area = root
-        .titled(&c.title, ("sans-serif", 20))
-        .map_err(|e| err(&e))?;
-    let area = area
-        .titled(
-            &c.subtitle,
-            ("sans-serif", 13).into_font().color(&BLACK.mix(0.7)),
-        )
-        .map_err(|e| err(&e))?;
+    let (root, area) = titled_area(path, (WIDTH, height), &c.title, &c.subtitle)?;
     let mut chart = ChartBuilder::on(&area)
         .margin(10)
         .margin_right(25)
@@ -475,17 +492,7 @@ pub fn line_chart(path: &Path, c: &LineChart) -> Result<()> {
         (y0.min(0.0), if y1 > 0.0 { y1 * 1.3 } else { 1.0 })
     };
     let err = plot_err(path);
-    let root = SVGBackend::new(path, (WIDTH, 560)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| err(&e))?;
-    let area = root
-        .titled(&c.title, ("sans-serif", 20))
-        .map_err(|e| err(&e))?;
-    let area = area
-        .titled(
-            &c.subtitle,
-            ("sans-serif", 13).into_font().color(&BLACK.mix(0.7)),
-        )
-        .map_err(|e| err(&e))?;
+    let (root, area) = titled_area(path, (WIDTH, 560), &c.title, &c.subtitle)?;
     let mut b = ChartBuilder::on(&area);
     b.margin(10)
         .margin_right(25)
