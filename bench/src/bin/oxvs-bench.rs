@@ -359,15 +359,7 @@ fn run_vxlan(a: &Args, cases: &mut Vec<Case>, skipped: &mut Vec<(String, String)
         None
     };
     for k in &kinds {
-        let variants: Vec<SwitchKind> = match k {
-            SwitchKind::Oxvs { .. } => a
-                .threads
-                .iter()
-                .map(|&t| SwitchKind::Oxvs { threads: t.max(1) })
-                .collect(),
-            other => vec![other.clone()],
-        };
-        for kind in variants {
+        for kind in thread_variants(k, &a.threads) {
             eprintln!("oxvs-bench: == {} / virtual-vxlan ==", kind.name());
             let r = (|| -> Result<()> {
                 let (sw, threads) = match (&kind, &bins) {
@@ -457,15 +449,7 @@ fn run_switches(
                 );
                 continue;
             }
-            let variants: Vec<SwitchKind> = match k {
-                SwitchKind::Oxvs { .. } => a
-                    .threads
-                    .iter()
-                    .map(|&t| SwitchKind::Oxvs { threads: t.max(1) })
-                    .collect(),
-                other => vec![other.clone()],
-            };
-            for kind in variants {
+            for kind in thread_variants(k, &a.threads) {
                 eprintln!("oxvs-bench: == {} / {} ==", kind.name(), plan.kind.name());
                 let r = (|| -> Result<()> {
                     let sw = setup::start_switch_on(&kind, plan, bins.as_ref(), topo(&kind)?)?;
@@ -872,4 +856,16 @@ fn plots(a: &Args, cases: &[Case], dir: &std::path::Path) -> Vec<Result<PathBuf>
         );
     }
     out
+}
+
+/// The cases of one switch kind: oxvs once per `--threads` value, any
+/// other switch once.
+fn thread_variants(k: &SwitchKind, threads: &[u16]) -> Vec<SwitchKind> {
+    match k {
+        SwitchKind::Oxvs { .. } => threads
+            .iter()
+            .map(|&t| SwitchKind::Oxvs { threads: t.max(1) })
+            .collect(),
+        other => vec![other.clone()],
+    }
 }
