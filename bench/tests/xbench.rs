@@ -101,24 +101,47 @@ fn veth_accounting_sent_equals_received_plus_loss() {
 }
 
 #[test]
-fn oxvs_drop_flow_is_exactly_the_loss() {
+fn injected_reordering_is_reported_exactly() {
+    if !root() {
+        return;
+    }
+    let mut lab = Lab::default();
+    let (g, s) = veth_pair(&mut lab);
+    // 4 flows x 1000 frames; per flow, the first two of every 10 sequence
+    // numbers are swapped at the generator: 100 reordered arrivals a flow.
+    let cfg = GenConfig {
+        flows: 4,
+        rate_pps: 20_000,
+        count: Some(4_000),
+        duration: Duration::from_secs(5),
+        reorder_every: 10,
+        ..GenConfig::default()
+    };
+    let t = run_trial(&g, &s, &cfg, &[], &TrialOpts::default()).expect("trial");
+    assert_eq!(t.gen.sent, 4_000);
+    assert_eq!(t.lost(), 0, "a plain veth at 20 kpps loses nothing");
+    assert_eq!(t.reordered, 400, "one reordered arrival per block of 10");
+    assert_eq!(t.duplicates, 0);
+}
+
+#[test]
+fn oxvs_drop_every_4th_flow_is_exactly_the_loss() {
     if !root() {
         return;
     }
     let bins = setup::oxvs_bins().expect("oxvs binaries");
-    const K: u32 = 3;
-    let flows = format!(
-        "priority=100,udp,tp_src={} actions=drop\npriority=10,in_port=1 actions=output:2\npriority=10,in_port=2 actions=output:1\n",
-        1024 + K
-    );
+    // Every 4th flow is dropped: flow i has source port 1024 + i, and
+    // 1024 is a multiple of 4, so `tp_src=0x3/0x3` matches flows 3, 7, 11, 15.
+    const EVERY: u32 = 4;
+    let flows = "priority=100,udp,tp_src=0x3/0x3 actions=drop\npriority=10,in_port=1 actions=output:2\npriority=10,in_port=2 actions=output:1\n";
     let sw = setup::start_switch(
         &SwitchKind::Oxvs { threads: 1 },
-        &Plan::simple(&flows),
+        &Plan::simple(flows),
         Some(&bins),
     )
     .expect("oxvs-switchd");
     let cfg = GenConfig {
-        flows: 8,
+        flows: 16,
         rate_pps: 20_000,
         count: Some(4_000),
         duration: Duration::from_secs(5),
@@ -137,13 +160,25 @@ fn oxvs_drop_flow_is_exactly_the_loss() {
     .expect("trial");
     assert_eq!(t.gen.sent, 4_000);
     let per = t.per_flow_received.clone().expect("per flow");
-    assert_eq!(per[K as usize], 0, "flow {K} is dropped");
-    assert_eq!(t.lost(), t.gen.sent_for_flow(K), "loss = flow {K}'s frames");
+    let dropped = |i: u32| i % EVERY == EVERY - 1;
+    let expected_loss: u64 = (0..16)
+        .filter(|&i| dropped(i))
+        .map(|i| t.gen.sent_for_flow(i))
+        .sum();
+    assert_eq!(
+        expected_loss, 1_000,
+        "a quarter of the frames are the dropped flows'"
+    );
+    assert_eq!(t.lost(), expected_loss, "loss = the dropped flows' frames");
     for (i, r) in per.iter().enumerate() {
-        if i as u32 != K {
-            assert_eq!(*r, t.gen.sent_for_flow(i as u32), "flow {i}");
-        }
+        let want = if dropped(i as u32) {
+            0
+        } else {
+            t.gen.sent_for_flow(i as u32)
+        };
+        assert_eq!(*r, want, "flow {i}");
     }
+    assert_eq!((t.reordered, t.duplicates), (0, 0));
     assert!(t.cpu_ns.is_some_and(|c| c > 0), "switch CPU measured");
 }
 

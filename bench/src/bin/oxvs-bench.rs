@@ -126,6 +126,11 @@ struct Args {
     /// Steps of the throughput search.
     #[arg(long, default_value_t = 8)]
     steps: usize,
+    /// Self-check of the sink: swap the first two of every N sequence
+    /// numbers at the generator (0: off); the sink must then report
+    /// sent / N reordered arrivals.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    inject_reorder: u32,
     /// Frames per TX batch.
     #[arg(long, default_value_t = 32)]
     batch: usize,
@@ -577,6 +582,7 @@ fn gen_config(a: &Args, frame_size: usize, flows: u32) -> GenConfig {
             SeqArg::Global => SeqMode::Global,
         },
         duration: Duration::from_secs_f64(a.duration),
+        reorder_every: a.inject_reorder,
         ..GenConfig::default()
     }
 }

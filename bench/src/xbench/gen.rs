@@ -95,6 +95,11 @@ pub struct GenConfig {
     pub duration: Duration,
     /// Stop after this many frames (None: only the duration).
     pub count: Option<u64>,
+    /// Injected reordering, to check the sink (0: none): of every `N`
+    /// sequence numbers, the first two are swapped (`1, 0, 2, 3, ..,
+    /// N+1, N, ..`), so each block of `N` adds exactly one reordered
+    /// arrival at an in-order sink.
+    pub reorder_every: u32,
 }
 
 impl Default for GenConfig {
@@ -116,6 +121,7 @@ impl Default for GenConfig {
             seq: SeqMode::PerFlow,
             duration: Duration::from_secs(1),
             count: None,
+            reorder_every: 0,
         }
     }
 }
@@ -402,6 +408,21 @@ fn pace_wait(ns: u64) {
     }
 }
 
+/// The sequence number sent in place of `seq` under
+/// [`GenConfig::reorder_every`] (a permutation: the first two of every
+/// block of `every` are swapped).
+#[inline]
+pub fn reorder(seq: u32, every: u32) -> u32 {
+    if every < 2 {
+        return seq;
+    }
+    match seq % every {
+        0 => seq.wrapping_add(1),
+        1 => seq.wrapping_sub(1),
+        _ => seq,
+    }
+}
+
 /// Sends on `port` as configured until the duration/count is reached or
 /// `stop` is set.
 pub fn run(port: &mut XskPort, cfg: &GenConfig, stop: &AtomicBool) -> Result<GenReport> {
@@ -454,6 +475,7 @@ pub fn run(port: &mut XskPort, cfg: &GenConfig, stop: &AtomicBool) -> Result<Gen
                     v
                 }
             };
+            let seq = reorder(seq, cfg.reorder_every);
             port.send(fb.frame(cursor, seq, now_ns()));
             cursor += 1;
             if cursor == flows {
@@ -679,5 +701,19 @@ mod tests {
         };
         let v: Vec<u64> = (0..4).map(|i| r.sent_for_flow(i)).collect();
         assert_eq!(v, [3, 3, 2, 2]);
+    }
+
+    #[test]
+    fn reorder_swaps_the_first_two_of_each_block() {
+        let sent: Vec<u32> = (0..12).map(|v| reorder(v, 5)).collect();
+        assert_eq!(sent, [1, 0, 2, 3, 4, 6, 5, 7, 8, 9, 11, 10]);
+        assert_eq!(
+            (0..7).map(|v| reorder(v, 0)).collect::<Vec<_>>(),
+            [0, 1, 2, 3, 4, 5, 6]
+        );
+        assert_eq!(
+            (0..4).map(|v| reorder(v, 1)).collect::<Vec<_>>(),
+            [0, 1, 2, 3]
+        );
     }
 }
