@@ -59,7 +59,7 @@
 //! allows one per host). It never starts a build.
 
 mod common;
-use common::{find_on_path, free_port, text, tools_dir, workspace_root};
+use common::{find_on_path, free_port, k8s_host, text, workspace_root, K8sHost};
 
 use std::io::Write as _;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -176,30 +176,19 @@ struct Prereqs {
 
 /// Why the test cannot run here, if it cannot.
 fn prerequisites() -> Result<Prereqs, String> {
-    let uid = std::fs::metadata("/proc/self")
-        .map(|m| m.uid())
-        .unwrap_or(u32::MAX);
-    if uid != 0 {
-        return Err("not root".into());
-    }
-    let tools = tools_dir().ok_or("k8s-local.sh not found (set OXVS_SHARED_TOOLS)")?;
-    let cache = std::env::var_os("OXVS_K8S_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/var/cache/oxvs-k8s"));
-    for b in [
-        "kube-apiserver",
-        "kubelet",
-        "kube-scheduler",
-        "kube-controller-manager",
-    ] {
-        if !cache.join("bin").join(b).is_file() {
-            return Err(format!(
-                "no cached Kubernetes build with controllers in {} (bin/{b} missing; run \
-                 OXVS_K8S_EXTRA_COMPONENTS=\"kube-scheduler kube-controller-manager\" k8s-local.sh build)",
-                cache.display()
-            ));
-        }
-    }
+    let K8sHost {
+        tools,
+        cache,
+        kubectl,
+    } = k8s_host(
+        &[
+            "kube-apiserver",
+            "kubelet",
+            "kube-scheduler",
+            "kube-controller-manager",
+        ],
+        "OXVS_K8S_EXTRA_COMPONENTS=\"kube-scheduler kube-controller-manager\" k8s-local.sh build",
+    )?;
     for t in ["etcd", "ctr", "containerd", "umoci", "skopeo"] {
         if find_on_path(t).is_none() {
             return Err(format!(
@@ -217,10 +206,6 @@ fn prerequisites() -> Result<Prereqs, String> {
             ));
         }
     }
-    let kubectl = Some(cache.join("bin/kubectl"))
-        .filter(|k| k.is_file())
-        .or_else(|| find_on_path("kubectl"))
-        .ok_or("no kubectl (on PATH or in the cache)")?;
     let bins = binaries_dir().ok_or(
         "oxvs binaries not built (cargo build -p oxvs-switch -p oxvs-agent -p oxvsctl -p oxvs-cni)",
     )?;

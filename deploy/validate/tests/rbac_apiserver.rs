@@ -18,9 +18,9 @@
 //! `etcd` and `kubectl` installed. It never starts a build.
 
 mod common;
-use common::{find_on_path, free_port, text, tools_dir};
+use common::{free_port, k8s_host, text, K8sHost};
 
-use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -28,44 +28,12 @@ use oxvs_deploy_validate::{parse_documents, Object};
 
 const AGENT: &str = "system:serviceaccount:kube-system:oxvs-agent";
 
-struct Prereqs {
-    tools: PathBuf,
-    cache: PathBuf,
-    kubectl: PathBuf,
-}
-
 /// Why the test cannot run here, if it cannot.
-fn prerequisites() -> Result<Prereqs, String> {
-    let uid = std::fs::metadata("/proc/self")
-        .map(|m| m.uid())
-        .unwrap_or(u32::MAX);
-    if uid != 0 {
-        return Err("not root".into());
-    }
-    let tools = tools_dir().ok_or("k8s-local.sh not found (set OXVS_SHARED_TOOLS)")?;
-    let cache = std::env::var_os("OXVS_K8S_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/var/cache/oxvs-k8s"));
-    for b in ["kube-apiserver", "kubelet"] {
-        if !cache.join("bin").join(b).is_file() {
-            return Err(format!(
-                "no cached Kubernetes build in {} (bin/{b} missing; run k8s-local.sh build, ~10 min)",
-                cache.display()
-            ));
-        }
-    }
-    if find_on_path("etcd").is_none() {
-        return Err("etcd not installed (k8s-local.sh build installs it)".into());
-    }
-    let kubectl = Some(cache.join("bin/kubectl"))
-        .filter(|k| k.is_file())
-        .or_else(|| find_on_path("kubectl"))
-        .ok_or("no kubectl (on PATH or in the cache)")?;
-    Ok(Prereqs {
-        tools,
-        cache,
-        kubectl,
-    })
+fn prerequisites() -> Result<K8sHost, String> {
+    k8s_host(
+        &["kube-apiserver", "kubelet"],
+        "k8s-local.sh build, ~10 min",
+    )
 }
 
 /// A private etcd + kube-apiserver (RBAC); `down --purge` on drop.
@@ -81,7 +49,7 @@ impl ApiServer {
         self.dir.path().join("run")
     }
 
-    fn up(p: Prereqs) -> ApiServer {
+    fn up(p: K8sHost) -> ApiServer {
         let dir = tempfile::Builder::new()
             .prefix(&format!("oxvs-deploy-rbac-{}-", std::process::id()))
             .tempdir()
