@@ -58,12 +58,16 @@ run $BIN/oxvsctl --socket $ROOT/node-1/switchd.sock dump-flows --names --table I
 run $BIN/oxvsctl --socket $ROOT/node-1/switchd.sock dump-flows --names --table IngressDefaultRule
 
 heading "7. Traceflow z/a -> x/b TCP 80: which object dropped it, and where"
+# A drop is the expected outcome here: neither errexit nor the ERR trap
+# (which would print a misleading "FAILED") may fire on its exit code.
 set +e
+trap - ERR
 run $BIN/oxvsctl traceflow \
   --agent-socket node-1=$ROOT/node-1/agent-api.sock \
   --agent-socket node-2=$ROOT/node-2/agent-api.sock \
   --src z/a --dst x/b --proto tcp --dport 80
 rc=$?
+trap 'printf "\nFAILED at step: %s\n" "$current" >&2' ERR
 set -e
 # Exit code 4 means "dropped", which is what this traceflow must show.
 [ "$rc" = 4 ] || { echo "traceflow: expected a drop (exit 4), got $rc" >&2; false; }
