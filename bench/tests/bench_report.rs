@@ -127,5 +127,9 @@ fn broken_file_is_named_and_others_still_plotted() {
         .output()
         .expect("run bench-report");
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown argument --bogus"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("unexpected argument") && stderr.contains("--bogus"),
+        "{stderr}"
+    );
 }

@@ -4,7 +4,7 @@
 //! `e2e` and writes their plots (`oxvs_bench::plots`) into a directory.
 //!
 //! ```text
-//! bench-report [--out DIR] [FILE.json ...]
+//! bench-report [--root DIR] [--out DIR] [FILE.json ...]
 //! ```
 //!
 //! Without files it reads the committed ones: `bench/results/cni-bench.json`,
@@ -20,43 +20,24 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{Context, Result};
+use clap::Parser;
 use oxvs_bench::plots;
 
-const USAGE: &str = "usage: bench-report [--root DIR] [--out DIR] [FILE.json ...]";
-
+/// SVG plots from the results JSON of cni-bench, policy-bench and e2e.
+#[derive(Debug, Parser)]
+#[command(name = "bench-report", version)]
 struct Opts {
-    root: PathBuf,
+    /// The workspace root the default files are read from (default: this
+    /// crate's parent directory).
+    #[arg(long, value_name = "DIR")]
+    root: Option<PathBuf>,
+    /// Where the SVG files go (default: ROOT/bench/results/plots).
+    #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
+    /// Results files (default: the committed ones).
+    #[arg(value_name = "FILE.json")]
     files: Vec<PathBuf>,
-}
-
-fn parse_opts() -> Result<Opts> {
-    let mut o = Opts {
-        root: Path::new(env!("CARGO_MANIFEST_DIR"))
-            .parent()
-            .map_or_else(|| PathBuf::from("."), Path::to_path_buf),
-        out: None,
-        files: Vec::new(),
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        let mut val = || {
-            args.next()
-                .ok_or_else(|| anyhow!("{a} needs a value\n{USAGE}"))
-        };
-        match a.as_str() {
-            "--root" => o.root = val()?.into(),
-            "--out" => o.out = Some(val()?.into()),
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                std::process::exit(0);
-            }
-            f if f.starts_with("--") => bail!("unknown argument {f}\n{USAGE}"),
-            f => o.files.push(f.into()),
-        }
-    }
-    Ok(o)
 }
 
 /// The committed results files under `root` (sorted; absent ones included
@@ -102,17 +83,22 @@ fn main() -> ExitCode {
 
 /// Ok(false): some file's plots were skipped because of an error.
 fn real_main() -> Result<bool> {
-    let o = parse_opts()?;
+    let o = Opts::parse();
+    let root = o.root.clone().unwrap_or_else(|| {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+    });
     let explicit = !o.files.is_empty();
     let files = if explicit {
         o.files.clone()
     } else {
-        default_files(&o.root)?
+        default_files(&root)?
     };
     let out = o
         .out
         .clone()
-        .unwrap_or_else(|| o.root.join("bench/results/plots"));
+        .unwrap_or_else(|| root.join("bench/results/plots"));
     let mut ok = true;
     let mut n = 0;
     for f in &files {
