@@ -48,6 +48,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
+use oxvs_bench::xbench::setup;
 use serde_json::{json, Value};
 
 /// Set by SIGINT/SIGTERM.
@@ -833,53 +834,8 @@ fn start_ovs(p: &mut Pair, port_type: &str) -> Result<Running> {
     ])?;
     let mut modes = BTreeMap::new();
     for (host, ofport) in [(p.host_gen.clone(), "1"), (p.host_sink.clone(), "2")] {
-        // Zero-copy first; veth has none, so fall back to the best the
-        // driver offers.
-        let mut got = None;
-        for mode in ["native-with-zerocopy", "best-effort"] {
-            let _ = run(&[
-                "ovs-vsctl",
-                "--timeout=10",
-                "--if-exists",
-                "del-port",
-                &br,
-                &host,
-            ]);
-            must(&[
-                "ovs-vsctl",
-                "--timeout=10",
-                "add-port",
-                &br,
-                &host,
-                "--",
-                "set",
-                "interface",
-                &host,
-                &format!("type={port_type}"),
-                &format!("options:xdp-mode={mode}"),
-                &format!("ofport_request={ofport}"),
-            ])?;
-            sleep(Duration::from_millis(500))?;
-            let err = must(&["ovs-vsctl", "get", "interface", &host, "error"])?;
-            let ofp = must(&["ovs-vsctl", "get", "interface", &host, "ofport"])?;
-            if err.trim() == "[]" && ofp.trim() == ofport {
-                // OVS logs the mode it got ("<port>: native XDP mode will
-                // be in use."); the database does not show it.
-                let log = std::fs::read_to_string("/var/log/openvswitch/ovs-vswitchd.log")
-                    .unwrap_or_default();
-                let prefix = format!("{host}: ");
-                let xdp = log
-                    .lines()
-                    .rev()
-                    .filter_map(|l| l.split_once(&prefix).map(|(_, rest)| rest))
-                    .find_map(|rest| rest.strip_suffix(" mode will be in use."))
-                    .unwrap_or("unknown")
-                    .to_owned();
-                got = Some(format!("{xdp} (requested {mode})"));
-                break;
-            }
-        }
-        let got = got.ok_or_else(|| anyhow!("OVS could not open {host} as {port_type}"))?;
+        // Zero-copy first; veth has none, so the best the driver offers.
+        let got = setup::ovs_add_afxdp_port(&br, &host, port_type, ofport)?;
         modes.insert(host, got);
     }
     must(&["ovs-ofctl", "del-flows", &br])?;

@@ -1111,45 +1111,8 @@ fn start_ovs(
         (topo.port1.clone(), ofports[0]),
         (topo.port2.clone(), ofports[1]),
     ] {
-        let mut got = None;
-        for mode in ["native-with-zerocopy", "best-effort"] {
-            let _ = run(&[
-                "ovs-vsctl",
-                "--timeout=10",
-                "--if-exists",
-                "del-port",
-                &br,
-                &host,
-            ]);
-            must(&[
-                "ovs-vsctl",
-                "--timeout=10",
-                "add-port",
-                &br,
-                &host,
-                "--",
-                "set",
-                "interface",
-                &host,
-                &format!("type={port_type}"),
-                &format!("options:xdp-mode={mode}"),
-                &format!("ofport_request={ofport}"),
-            ])?;
-            sleep(Duration::from_millis(500))?;
-            let err = must(&["ovs-vsctl", "get", "interface", &host, "error"])?;
-            let ofp = must(&["ovs-vsctl", "get", "interface", &host, "ofport"])?;
-            if err.trim() == "[]" && ofp.trim() == ofport {
-                let xdp = afxdp_mode_in_log(
-                    &std::fs::read_to_string("/var/log/openvswitch/ovs-vswitchd.log")
-                        .unwrap_or_default(),
-                    &host,
-                );
-                got = Some(format!("{port_type} {xdp} (requested {mode})"));
-                break;
-            }
-        }
-        let got = got.ok_or_else(|| anyhow!("OVS could not open {host} as {port_type}"))?;
-        modes.insert(host, got);
+        let got = ovs_add_afxdp_port(&br, &host, port_type, ofport)?;
+        modes.insert(host, format!("{port_type} {got}"));
     }
     // OpenFlow 1.5: goto_table, conjunctions and register loads of the
     // Antrea-like pipeline all have a wire form there.
@@ -1157,6 +1120,50 @@ fn start_ovs(
     let f = topo.lab.file("ovs.flows", flows)?;
     must(&["ovs-ofctl", "-O", "OpenFlow15", "add-flows", &br, &f])?;
     Ok(modes)
+}
+
+/// Adds `host` to OVS bridge `br` as a `port_type` (`afxdp`,
+/// `afxdp-nonpmd`) port numbered `ofport`, asking for zero-copy first and
+/// falling back to the best the driver offers; returns the mode it got
+/// (`native XDP (requested best-effort)`: OVS logs the mode, the database
+/// does not show it).
+pub fn ovs_add_afxdp_port(br: &str, host: &str, port_type: &str, ofport: &str) -> Result<String> {
+    for mode in ["native-with-zerocopy", "best-effort"] {
+        let _ = run(&[
+            "ovs-vsctl",
+            "--timeout=10",
+            "--if-exists",
+            "del-port",
+            br,
+            host,
+        ]);
+        must(&[
+            "ovs-vsctl",
+            "--timeout=10",
+            "add-port",
+            br,
+            host,
+            "--",
+            "set",
+            "interface",
+            host,
+            &format!("type={port_type}"),
+            &format!("options:xdp-mode={mode}"),
+            &format!("ofport_request={ofport}"),
+        ])?;
+        sleep(Duration::from_millis(500))?;
+        let err = must(&["ovs-vsctl", "get", "interface", host, "error"])?;
+        let ofp = must(&["ovs-vsctl", "get", "interface", host, "ofport"])?;
+        if err.trim() == "[]" && ofp.trim() == ofport {
+            let xdp = afxdp_mode_in_log(
+                &std::fs::read_to_string("/var/log/openvswitch/ovs-vswitchd.log")
+                    .unwrap_or_default(),
+                host,
+            );
+            return Ok(format!("{xdp} (requested {mode})"));
+        }
+    }
+    bail!("OVS could not open {host} as {port_type}")
 }
 
 /// The XDP mode `ovs-vswitchd`'s log last reported for `ifname`
