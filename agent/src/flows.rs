@@ -82,6 +82,15 @@ pub mod cookie {
     }
 }
 
+/// Bits of `ct_mark` in zone [`CT_ZONE`].
+pub mod ct_mark {
+    /// The bit set on connections whose first packet came from the
+    /// gateway (the host: kube-proxy's DNAT, NodePorts, host-to-pod).
+    pub const FROM_GATEWAY_BIT: u32 = 0;
+    /// [`FROM_GATEWAY_BIT`] as a value/mask.
+    pub const FROM_GATEWAY: u32 = 1 << FROM_GATEWAY_BIT;
+}
+
 /// Packet source values in `reg0[0..3]`.
 pub mod source {
     pub const TUNNEL: u32 = 1;
@@ -289,6 +298,23 @@ pub fn node_flows(node: &NodeNet) -> Vec<String> {
         d,
         &format!("actions=goto_table:{}", L3_FORWARDING.id),
     );
+    // Replies of connections that entered from the gateway go back to the
+    // gateway, whatever their destination: the host that forwarded the
+    // original direction (after kube-proxy's DNAT, say) must see the reply
+    // to undo its NAT. Without this a pod's SYN-ACK to a Service client on
+    // this node would go straight to the client, un-NATed.
+    line(
+        &mut v,
+        L3_FORWARDING,
+        210,
+        g,
+        &format!(
+            "ct_state=+rpl+trk, ct_mark={:#x}/{:#x}, ip, actions=set_field:{gw_mac}->eth_dst,goto_table:{}",
+            ct_mark::FROM_GATEWAY,
+            ct_mark::FROM_GATEWAY,
+            L2_FORWARDING_CALC.id
+        ),
+    );
     // L3: everything not routed to a local pod is switched by MAC.
     line(
         &mut v,
@@ -378,6 +404,21 @@ pub fn node_flows(node: &NodeNet) -> Vec<String> {
         0,
         d,
         &format!("actions=goto_table:{}", CONNTRACK_COMMIT.id),
+    );
+    // Connections that enter from the gateway are marked, so that their
+    // replies go back through the host (the L3Forwarding flow at 210).
+    line(
+        &mut v,
+        CONNTRACK_COMMIT,
+        210,
+        g,
+        &format!(
+            "ct_state=+new+trk, ip, reg0={:#x}/0xf, actions=ct(commit,zone={CT_ZONE},exec(load:{:#x}->NXM_NX_CT_MARK[{}])),goto_table:{}",
+            source::GATEWAY,
+            1,
+            ct_mark::FROM_GATEWAY_BIT,
+            OUTPUT.id
+        ),
     );
     line(
         &mut v,
@@ -717,6 +758,86 @@ mod tests {
         );
     }
 
+    /// An Ethernet + IPv4 + TCP frame (checksums left zero: the pipeline
+    /// does not verify them).
+    fn tcp_frame(
+        dl: ([u8; 6], [u8; 6]),
+        src: (Ipv4Addr, u16),
+        dst: (Ipv4Addr, u16),
+        flags: u8,
+        seq: u32,
+        ack: u32,
+    ) -> Vec<u8> {
+        let mut f = Vec::with_capacity(54);
+        f.extend_from_slice(&dl.1);
+        f.extend_from_slice(&dl.0);
+        f.extend_from_slice(&[0x08, 0x00]);
+        f.extend_from_slice(&[0x45, 0, 0, 40, 0, 1, 0x40, 0, 64, 6, 0, 0]);
+        f.extend_from_slice(&src.0.octets());
+        f.extend_from_slice(&dst.0.octets());
+        f.extend_from_slice(&src.1.to_be_bytes());
+        f.extend_from_slice(&dst.1.to_be_bytes());
+        f.extend_from_slice(&seq.to_be_bytes());
+        f.extend_from_slice(&ack.to_be_bytes());
+        f.extend_from_slice(&[0x50, flags, 0xff, 0xff, 0, 0, 0, 0]);
+        f
+    }
+
+    /// kube-proxy's DNAT on the host: the client pod's connection to a
+    /// Service comes back into the switch from the gateway (source: the
+    /// client, destination: the chosen backend). The backend's reply must go
+    /// back to the gateway, not straight to the client next door, so the
+    /// host can undo its NAT; a connection that did not come from the
+    /// gateway is switched directly as before.
+    #[test]
+    fn replies_of_connections_from_the_gateway_go_back_to_the_gateway() {
+        use oxvs_pipeline::conntrack::{Conntrack, CtConfig};
+        use oxvs_pipeline::datapath::{Datapath, DatapathConfig, DpPacket, RecordingSink};
+        use std::sync::Arc;
+        let (n, client, backend) = (node(), pod(3, 3), pod(4, 4));
+        let text = desired_flows(&n, &[client.clone(), backend.clone()]);
+        let flows = parse_flow_file(&text, &ParseContext::default()).unwrap();
+        let p = Arc::new(Pipeline::new());
+        p.replace_all(&flows, 0).unwrap();
+        let mut dp = Datapath::new(p, XlateEnv::default(), DatapathConfig::default());
+        let mut ct = Conntrack::new(CtConfig::default());
+        let mut run = |frame: Vec<u8>, in_port: u32| {
+            let mut sink = RecordingSink::default();
+            let mut pkts = [DpPacket::from_frame(&frame, in_port)];
+            dp.process_batch(&mut pkts, &mut ct, 1, &mut sink);
+            sink.outputs
+        };
+        let (c, b) = ((client.ip, 40000), (backend.ip, 8080));
+        // SYN after DNAT, from the host: delivered to the backend.
+        let out = run(
+            tcp_frame((n.gateway_mac, backend.mac), c, b, 0x02, 100, 0),
+            n.gateway_ofport,
+        );
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].0, backend.ofport);
+        // The backend's SYN-ACK, addressed to the client's MAC: to the gateway.
+        let out = run(
+            tcp_frame((backend.mac, client.mac), b, c, 0x12, 500, 101),
+            backend.ofport,
+        );
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(out[0].0, n.gateway_ofport, "reply not sent to the host");
+        assert_eq!(&out[0].1[..6], &n.gateway_mac, "destination MAC");
+        // The same ports between the pods directly (no host): switched.
+        let out = run(
+            tcp_frame((backend.mac, client.mac), b, (client.ip, 40001), 0x02, 7, 0),
+            backend.ofport,
+        );
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].0, client.ofport);
+        let out = run(
+            tcp_frame((client.mac, backend.mac), (client.ip, 40001), b, 0x12, 9, 8),
+            client.ofport,
+        );
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].0, backend.ofport, "direct reply detoured");
+    }
+
     #[test]
     fn traces_pod_to_pod_host_to_pod_and_spoofing() {
         // Pod 3 -> pod 4, same subnet: switched by MAC to port 4.
@@ -729,11 +850,11 @@ mod tests {
         // Spoofed source: dropped.
         let t = trace_text("in_port=3,icmp,dl_src=0a:58:0a:f4:00:03,dl_dst=0a:58:0a:f4:00:04,nw_src=10.244.0.9,nw_dst=10.244.0.4");
         assert!(t.trim_end().ends_with("Datapath actions: drop"), "{t}");
-        // Host -> pod 4.
+        // Host -> pod 4: committed with the from-gateway mark.
         let t = trace_text("in_port=2,tcp,dl_src=0a:58:0a:f4:00:01,dl_dst=0a:58:0a:f4:00:04,nw_src=10.244.0.1,nw_dst=10.244.0.4,tp_dst=80");
         assert_eq!(
             t.lines().last(),
-            Some("Datapath actions: ct(commit,zone=65520),4"),
+            Some("Datapath actions: ct(commit,zone=65520,mark=0x1/0x1),4"),
             "{t}"
         );
         // Pod ARP for the gateway: answered in place.
