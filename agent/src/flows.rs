@@ -17,11 +17,11 @@
 //! | 30 ConntrackZone | every IP packet through conntrack, zone 65520 |
 //! | 31 ConntrackState | +inv drop; +est / +rel skip egress policy |
 //! | 40, 41, 45 | egress policy (defaults only until NetworkPolicy) |
-//! | 50 L3Forwarding | IP to the gateway MAC for a local pod: MACs rewritten (routed) |
+//! | 50 L3Forwarding | replies of connections from the gateway: to the gateway (kube-proxy's DNAT is undone there); IP to the gateway MAC for a local pod: MACs rewritten (routed) |
 //! | 55 L3DecTTL | routed packets lose one TTL, except those the host already routed |
 //! | 60 L2ForwardingCalc | destination MAC -> output port in reg1, reg0[16] = 1 |
 //! | 70, 71, 75 | ingress policy (defaults only until NetworkPolicy) |
-//! | 80 ConntrackCommit | commit new connections |
+//! | 80 ConntrackCommit | commit new connections; those from the gateway with `ct_mark` bit 0 ([`ct_mark`]) |
 //! | 90 Output | output to reg1 if known, else drop |
 //!
 //! ## Registers

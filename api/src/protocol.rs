@@ -438,6 +438,22 @@ pub struct StatsResult {
     pub ns_per_packet: Option<f64>,
     pub n_flows: usize,
     pub conntrack_entries: usize,
+    /// IP fragments held by the reassembler until their datagram completes
+    /// (counter).
+    #[serde(default)]
+    pub frags_held: u64,
+    /// IP fragments the reassembler refused (counter).
+    #[serde(default)]
+    pub frag_drops: u64,
+    /// Datagrams reassembled for conntrack (counter).
+    #[serde(default)]
+    pub reassembled: u64,
+    /// Incomplete datagrams held now.
+    #[serde(default)]
+    pub ipf_held_datagrams: u64,
+    /// Bytes of fragments held now.
+    #[serde(default)]
+    pub ipf_held_bytes: u64,
 }
 
 /// One packet sent to the controller.

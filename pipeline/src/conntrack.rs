@@ -51,8 +51,11 @@
 //!   mismatches, port 0, ICMP types that are neither queries nor errors (so
 //!   IPv6 neighbour discovery is `+inv`, as in OVS userspace), TCP packets with
 //!   illegal flag combinations or outside the sequence windows, and a commit
-//!   into a full table. **IP fragments are `+inv`**: there is no reassembly
-//!   yet.
+//!   into a full table. An IP fragment given to [`Conntrack::execute`] is
+//!   `+inv`: the datapath never does that, it first reassembles the
+//!   datagram with the tracker's [`crate::ipf::Ipf`] ([`Conntrack::ipf_mut`]),
+//!   tracks the whole datagram, and forwards the original fragments with
+//!   its verdict (see [`crate::datapath`], "Fragments").
 //!
 //! `+inv` packets never change a connection. A verdict carries the mark and
 //! label of the connection the packet belongs to (also for `+inv` packets that
@@ -100,8 +103,9 @@
 //! * A commit into a full table is `+trk+inv` (and counted); OVS leaves such
 //!   a packet `+new` without storing anything.
 //! * Checksums are not verified (OVS userspace verifies them unless the NIC
-//!   did); fragments are not reassembled; no NAT, ALGs, zone limits or
-//!   timeout policies per zone.
+//!   did); no NAT, ALGs, zone limits or timeout policies per zone.
+//!   Fragments are reassembled by [`crate::ipf`] as OVS userspace's `ipf`
+//!   does, with the limits and drop reasons listed there.
 //! * TCP needs a SYN to start a connection unless `tcp_loose` is set (OVS
 //!   userspace always picks up mid-stream connections).
 //! * SCTP is tracked like UDP (ports, first/multiple/bidirectional), without
@@ -116,7 +120,11 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::field::{ct_state, tcp_flags as tf, Field};
+use crate::ipf::{Ipf, IpfConfig};
 use crate::key::FlowKey;
+
+mod persist;
+pub use persist::{state_len_limit, CtRestored, CtStateError, STATE_VERSION};
 
 const NS_PER_SEC: u64 = 1_000_000_000;
 
@@ -187,6 +195,8 @@ pub struct CtConfig {
     pub tcp_seq_check: bool,
     /// Per-state timeouts.
     pub timeouts: CtTimeouts,
+    /// Limits of the fragment reassembler ([`Conntrack::ipf_mut`]).
+    pub ipf: IpfConfig,
 }
 
 impl Default for CtConfig {
@@ -196,6 +206,7 @@ impl Default for CtConfig {
             tcp_loose: false,
             tcp_seq_check: true,
             timeouts: CtTimeouts::default(),
+            ipf: IpfConfig::default(),
         }
     }
 }
@@ -1073,6 +1084,8 @@ fn tcp_update(
 
     let syn = has(tf::SYN);
     let (mut sws, mut dws) = (0u32, 0u32);
+    // How far an ack may run ahead of the data seen from the other side.
+    let mut ack_lead = MAX_ACK_WINDOW;
     if !syn {
         if src.wscale & WS_FLAG != 0 && dst.wscale & WS_FLAG != 0 {
             sws = u32::from(src.wscale & WS_MASK);
@@ -1080,6 +1093,10 @@ fn tcp_update(
         } else if src.wscale & WS_UNKNOWN != 0 && dst.wscale & WS_UNKNOWN != 0 {
             sws = u32::from(TCP_MAX_WSCALE);
             dws = u32::from(TCP_MAX_WSCALE);
+            // Picked up mid-stream: the other side may have sent up to a
+            // (maximally scaled) window of data before the pickup, which
+            // this side acks but the tracker never saw.
+            ack_lead = MAX_ACK_WINDOW << dws;
         }
     }
 
@@ -1142,7 +1159,7 @@ fn tcp_update(
         || orig_seq.wrapping_add(1) == src.seqlo;
     let in_window = seq_geq(src.seqhi, end)
         && seq_geq(seq, src.seqlo.wrapping_sub(dst.max_win << dws))
-        && ackskew >= -MAX_ACK_WINDOW
+        && ackskew >= -ack_lead
         && ackskew <= MAX_ACK_WINDOW << sws
         && rst_ok;
 
@@ -1248,6 +1265,9 @@ pub struct Conntrack {
     /// Next slot [`Conntrack::expire_some`] looks at.
     cursor: usize,
     stats: CtStats,
+    /// Reassembles IP fragments for the tracker (the datapath offers
+    /// fragments here before `ct`; see [`crate::ipf`]).
+    ipf: Ipf,
 }
 
 /// Slots a commit into a full table examines for expired connections before
@@ -1257,9 +1277,20 @@ const FULL_TABLE_SWEEP: usize = 64;
 impl Conntrack {
     pub fn new(config: CtConfig) -> Self {
         Conntrack {
+            ipf: Ipf::new(config.ipf),
             config,
             ..Default::default()
         }
+    }
+
+    /// The fragment reassembler that serves this tracker.
+    pub fn ipf(&self) -> &Ipf {
+        &self.ipf
+    }
+
+    /// The fragment reassembler, to offer it fragments.
+    pub fn ipf_mut(&mut self) -> &mut Ipf {
+        &mut self.ipf
     }
 
     /// The configuration.

@@ -22,6 +22,27 @@
 //!    updated key: in place if it is the last action, else on a copy of the
 //!    frame (the original continues with the actions after it).
 //!
+//! ## Fragments
+//!
+//! A `Ct` action on an IP fragment (`nw_frag` set) does not track the
+//! fragment: it offers it to the tracker's reassembler
+//! ([`Conntrack::ipf_mut`], module [`crate::ipf`]), which keeps a copy.
+//! Until its datagram is complete the fragment goes no further (counted in
+//! [`DatapathStats::frags_held`]; refused ones in
+//! [`DatapathStats::frag_drops`], with the reason in the reassembler's own
+//! counters). The fragment that completes it makes the datagram go on, from
+//! that `Ct` action, as one reassembled packet: tracked as a whole (ports,
+//! TCP flags, ICMP type), through the remaining tables, so NetworkPolicy
+//! decides on the datagram's real ports. Its outputs send the **original
+//! fragments**, in offset order, each with the reassembled packet's
+//! Ethernet header (with VLAN tags) and its IP header's rewritable fields
+//! (IPv4: TOS, TTL, addresses, checksum recomputed; IPv6: traffic class,
+//! flow label, hop limit, addresses) as the actions left them; the rest of
+//! each fragment (identification, offsets, its payload) is untouched.
+//! Packet-ins get the reassembled packet. This is Open vSwitch userspace's
+//! `ipf` model, with the whole datagram rather than each fragment seen by
+//! the tables after `ct`.
+//!
 //! ## Invariants
 //!
 //! - The actions executed for a key are always the actions the slow path
@@ -45,12 +66,13 @@ use std::sync::Arc;
 
 use crate::cache::{CacheTier, FlowCaches, MegaflowEntry};
 use crate::conntrack::{Conntrack, CtParams};
-use crate::extract::extract;
+use crate::extract::{extract, extract_packet};
+use crate::ipf::{Completed, IpfOutcome};
 use crate::field::Field;
 use crate::flow::{port, PacketInReason};
 use crate::key::FlowKey;
 use crate::odp::DpAction;
-use crate::packet::{Packet, PacketBuf};
+use crate::packet::{Layout, Packet, PacketBuf};
 use crate::tables::{Pipeline, TableSet};
 use crate::xlate::{translate, Translation, XlateEnv};
 
@@ -242,6 +264,14 @@ pub struct DatapathStats {
     pub outputs: u64,
     /// Packet-ins handed to [`DatapathSink::packet_in`].
     pub packet_ins: u64,
+    /// Fragments a `ct` action handed to the reassembler that did not
+    /// complete their datagram (held until the rest arrives).
+    pub frags_held: u64,
+    /// Fragments the reassembler refused (limits, overlaps, malformed:
+    /// the reasons are in its own counters).
+    pub frag_drops: u64,
+    /// Datagrams reassembled and sent on through the pipeline.
+    pub reassembled: u64,
 }
 
 /// One datapath thread's state: caches, counters and scratch space.
@@ -256,6 +286,10 @@ pub struct Datapath {
     credits: Vec<(Arc<MegaflowEntry>, u64, u64)>,
     /// Frame copies for non-tail recirculation, one per depth.
     scratch: Vec<PacketBuf>,
+    /// The reassembled datagram's buffer (reused).
+    reassembled: PacketBuf,
+    /// One outgoing fragment being rewritten (reused).
+    frag_out: Vec<u8>,
     slow_path: SlowPathFn,
 }
 
@@ -289,6 +323,8 @@ impl Datapath {
             scratch: (0..=config.max_recirc_depth)
                 .map(|_| PacketBuf::default())
                 .collect(),
+            reassembled: PacketBuf::default(),
+            frag_out: Vec::new(),
         }
     }
 
@@ -354,6 +390,7 @@ impl Datapath {
             ct,
             now_ns,
             sink,
+            frags: None,
         };
         for p in pkts.iter_mut() {
             let mut key = extract(p.packet.data(), p.in_port);
@@ -441,6 +478,86 @@ impl Datapath {
         }
     }
 
+    /// A `ct` action met a fragment: offer it to the reassembler; if it
+    /// completes its datagram, the reassembled packet is tracked and goes
+    /// through `rest` (the actions after the `ct`) and on, its outputs
+    /// sending the original fragments (module doc, "Fragments").
+    fn ct_fragment<B, S>(
+        &mut self,
+        run: &mut Run<'_, S>,
+        params: &CtParams,
+        rest: &[DpAction],
+        pkt: &Packet<B>,
+        key: &FlowKey,
+        depth: u8,
+    ) where
+        B: AsRef<[u8]> + AsMut<[u8]>,
+        S: DatapathSink + ?Sized,
+    {
+        let done = match run.ct.ipf_mut().add(pkt.data(), key, params.zone, run.now_ns) {
+            IpfOutcome::Held => {
+                self.stats.frags_held += 1;
+                return;
+            }
+            IpfOutcome::Dropped(_) => {
+                self.stats.frag_drops += 1;
+                self.stats.drops += 1;
+                return;
+            }
+            IpfOutcome::Completed(done) => done,
+        };
+        if run.frags.is_some() {
+            // Cannot happen (a reassembled packet is no fragment); never
+            // nest, whatever a flow table does.
+            run.ct.ipf_mut().recycle(done);
+            self.stats.frag_drops += 1;
+            self.stats.drops += 1;
+            return;
+        }
+        self.stats.reassembled += 1;
+        let mut whole = std::mem::take(&mut self.reassembled);
+        whole.set_frame(done.frame());
+        // Metadata (port, registers, tunnel, recirculation) as the
+        // fragment had it; the packet fields of the whole datagram.
+        let mut k = *key;
+        extract_packet(whole.data(), &mut k);
+        let v = run.ct.execute(whole.data(), &k, params, run.now_ns);
+        k.set(Field::CtState, v.state as u128);
+        k.set(Field::CtZone, v.zone as u128);
+        k.set(Field::CtMark, v.mark as u128);
+        k.set(Field::CtLabel, v.label);
+        run.frags = Some(done);
+        if let Some(id) = self.execute(run, rest, &mut whole, &mut k, depth) {
+            if self.may_recirculate(depth) {
+                k.set(Field::RecircId, id as u128);
+                self.pass(run, &mut whole, &mut k, depth + 1);
+            }
+        }
+        if let Some(done) = run.frags.take() {
+            run.ct.ipf_mut().recycle(done);
+        }
+        self.reassembled = whole;
+    }
+
+    /// An output of a reassembled datagram: its original fragments.
+    fn output_fragments<S: DatapathSink + ?Sized>(
+        &mut self,
+        sink: &mut S,
+        port: u32,
+        whole: &[u8],
+        done: &Completed,
+        tunnel: Option<TunnelMeta>,
+    ) {
+        for frag in done.fragments_by_offset() {
+            if rewrite_fragment(whole, frag, &mut self.frag_out) {
+                self.stats.outputs += 1;
+                sink.output(port, &self.frag_out, tunnel);
+            } else {
+                self.stats.write_errors += 1;
+            }
+        }
+    }
+
     fn may_recirculate(&mut self, depth: u8) -> bool {
         if depth >= self.config.max_recirc_depth {
             self.stats.recirc_limit_drops += 1;
@@ -481,8 +598,13 @@ impl Datapath {
                         src: key.get(Field::TunSrc) as u32,
                         dst: tun_dst,
                     });
-                    self.stats.outputs += 1;
-                    run.sink.output(p, pkt.data(), tunnel);
+                    match &run.frags {
+                        Some(done) => self.output_fragments(run.sink, p, pkt.data(), done, tunnel),
+                        None => {
+                            self.stats.outputs += 1;
+                            run.sink.output(p, pkt.data(), tunnel);
+                        }
+                    }
                 }
                 DpAction::Set { field, value } => {
                     if pkt.set_field(*field, *value).is_err() {
@@ -525,6 +647,10 @@ impl Datapath {
                         mark: *mark,
                         label: *label,
                     };
+                    if key.get(Field::NwFrag) != 0 {
+                        self.ct_fragment(run, &params, &actions[i + 1..], pkt, key, depth);
+                        return None;
+                    }
                     let v = run.ct.execute(pkt.data(), key, &params, run.now_ns);
                     key.set(Field::CtState, v.state as u128);
                     key.set(Field::CtZone, v.zone as u128);
@@ -582,6 +708,66 @@ struct Run<'a, S: ?Sized> {
     ct: &'a mut Conntrack,
     now_ns: u64,
     sink: &'a mut S,
+    /// While a reassembled datagram goes through the actions: its original
+    /// fragments, which its outputs send instead of it.
+    frags: Option<Completed>,
+}
+
+/// Writes into `out` the fragment `frag` as it leaves: the Ethernet header
+/// (VLAN tags included) of `whole`, the reassembled packet as the actions
+/// left it, then the fragment's own IP header with `whole`'s rewritable
+/// fields, then the fragment's data. `false` if either frame is not the
+/// IP packet it should be (nothing is sent then).
+fn rewrite_fragment(whole: &[u8], frag: &[u8], out: &mut Vec<u8>) -> bool {
+    let (w, f) = (Layout::parse(whole), Layout::parse(frag));
+    let (Some(wl3), Some(fl3)) = (w.l3, f.l3) else {
+        return false;
+    };
+    if w.eth_type != f.eth_type || f.l3_end <= fl3 || whole.len() < wl3 + 40 {
+        return false;
+    }
+    let Some(frag_ip) = frag.get(fl3..f.l3_end) else {
+        return false;
+    };
+    out.clear();
+    out.extend_from_slice(&whole[..wl3]);
+    out.extend_from_slice(frag_ip);
+    let ip = &mut out[wl3..];
+    let wip = &whole[wl3..];
+    match f.eth_type {
+        0x0800 => {
+            let ihl = usize::from(ip[0] & 0x0f) * 4;
+            if ip.len() < ihl || ihl < 20 {
+                return false;
+            }
+            ip[1] = wip[1];
+            ip[8] = wip[8];
+            ip[12..20].copy_from_slice(&wip[12..20]);
+            ip[10..12].fill(0);
+            let sum = ipv4_checksum(&ip[..ihl]);
+            ip[10..12].copy_from_slice(&sum.to_be_bytes());
+            true
+        }
+        0x86dd if ip.len() >= 40 => {
+            ip[..4].copy_from_slice(&wip[..4]);
+            ip[7] = wip[7];
+            ip[8..40].copy_from_slice(&wip[8..40]);
+            true
+        }
+        _ => false,
+    }
+}
+
+/// The IPv4 header checksum of `hdr` (its checksum field zeroed).
+fn ipv4_checksum(hdr: &[u8]) -> u16 {
+    let mut sum: u32 = hdr
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
 }
 
 #[cfg(test)]

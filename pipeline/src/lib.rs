@@ -64,6 +64,7 @@ pub mod datapath;
 pub mod extract;
 pub mod field;
 pub mod flow;
+pub mod ipf;
 pub mod key;
 pub mod names;
 pub mod odp;

@@ -485,6 +485,143 @@ fn tcp_synless_first_packet() {
     assert_eq!(t.state(&synack, commit(0)), "+inv+trk");
 }
 
+/// What a switch restart (or `flush-conntrack`) looks like to a loose
+/// tracker: a bulk stream both ways, window scaling negotiated (shift 7
+/// both ways) in a handshake the tracker never saw, windows of 64 KiB and
+/// 512 KiB, sequence numbers wrapping. Picked up from A's next segment, the
+/// connection must stay `+est` (`+rpl` from B) for every segment after,
+/// never `+inv`.
+#[test]
+fn tcp_loose_pickup_keeps_a_scaled_stream_going_both_ways() {
+    let mut t = T::with(CtConfig {
+        tcp_loose: true,
+        ..Default::default()
+    });
+    const MSS: usize = 1448;
+    // Windows as carried in the header: 512 << 7 = 64 KiB (A), 4000 << 7 =
+    // 500 KiB (B).
+    let (win_a, win_b) = (512u16, 4000u16);
+    let (mut sa, mut sb) = (u32::MAX - 300_000, u32::MAX - 40_000);
+    let mut acked_by_a = sb;
+    let seg = |from_a: bool, seq: u32, ack: u32, len: usize| {
+        if from_a {
+            tcp4_opt(A, 40000, B, 5201, seq, ack, tf::ACK, win_a, &[], len)
+        } else {
+            tcp4_opt(B, 5201, A, 40000, seq, ack, tf::ACK, win_b, &[], len)
+        }
+    };
+    // The first segment the tracker sees: A's data, mid-stream.
+    assert_eq!(t.state(&seg(true, sa, sb, MSS), commit(0)), "+new+trk");
+    sa = sa.wrapping_add(MSS as u32);
+    let mut states = std::collections::BTreeMap::<String, usize>::new();
+    let mut sent = (0usize, 0usize);
+    for round in 0..60 {
+        // A fills B's real window (500 KiB) minus what is in flight.
+        let mut burst = 0;
+        while burst + MSS <= 500 * 1024 {
+            let s = t.state(&seg(true, sa, acked_by_a, MSS), track(0));
+            *states.entry(format!("A {s}")).or_default() += 1;
+            sa = sa.wrapping_add(MSS as u32);
+            burst += MSS;
+            sent.0 += MSS;
+            // B acks every other segment; every 10th ack carries data.
+            if burst % (2 * MSS) == 0 {
+                let acked_by_b = sa;
+                let len = if burst % (20 * MSS) == 0 { 1000 } else { 0 };
+                let s = t.state(&seg(false, sb, acked_by_b, len), track(0));
+                *states.entry(format!("B {s}")).or_default() += 1;
+                sb = sb.wrapping_add(len as u32);
+                sent.1 += len;
+            }
+        }
+        // A acks B's data (a pure ack), at the end of each round.
+        acked_by_a = sb;
+        let s = t.state(&seg(true, sa, acked_by_a, 0), track(0));
+        *states.entry(format!("A {s}")).or_default() += 1;
+        assert!(
+            states.keys().all(|k| !k.contains("inv") && !k.contains("new")),
+            "round {round}: {states:?}"
+        );
+    }
+    assert_eq!(states.len(), 2, "{states:?}");
+    assert!(states["A +est+trk"] > 10_000 && states["B +est+rpl+trk"] > 5_000);
+    assert!(sent.0 > 30_000_000 && sent.1 > 1_000_000, "{sent:?}");
+    assert_eq!(t.ct.len(), 1);
+    assert_eq!(
+        t.ct.entries()[0].tcp_states,
+        Some((TcpState::Established, TcpState::Established))
+    );
+}
+
+/// The switch was down while A's data kept arriving at B up to 1 MB past
+/// what A knows was acked (B's acks were lost). A's retransmission is
+/// picked up; B's acks for data the tracker never saw, and B's own data
+/// carrying them, are `+est+rpl`, not `+inv`, also before A sends anything
+/// new; then A's new data and a FIN teardown both ways.
+#[test]
+fn tcp_loose_pickup_when_the_receiver_is_ahead() {
+    let mut t = T::with(CtConfig {
+        tcp_loose: true,
+        ..Default::default()
+    });
+    let (una, sb) = (77_000u32, 9_000_000u32);
+    let ahead = una + 1_000_000;
+    let a = |seq, ack, flags, len| tcp4_opt(A, 40000, B, 80, seq, ack, flags, 1024, &[], len);
+    let b = |seq, ack, flags, len| tcp4_opt(B, 80, A, 40000, seq, ack, flags, 2048, &[], len);
+    assert_eq!(t.state(&a(una, sb, tf::ACK, 1448), commit(0)), "+new+trk");
+    for (i, len) in [0, 0, 500, 0].into_iter().enumerate() {
+        let seq = sb + if i == 3 { 500 } else { 0 };
+        assert_eq!(
+            t.state(&b(seq, ahead, tf::ACK, len), track(0)),
+            "+est+rpl+trk",
+            "B's packet {i}"
+        );
+    }
+    let mut sa = ahead;
+    for _ in 0..50 {
+        assert_eq!(t.state(&a(sa, sb + 500, tf::ACK, 1448), track(0)), "+est+trk");
+        sa += 1448;
+        assert_eq!(t.state(&b(sb + 500, sa, tf::ACK, 0), track(0)), "+est+rpl+trk");
+    }
+    assert_eq!(t.state(&a(sa, sb + 500, tf::FIN | tf::ACK, 0), track(0)), "+est+trk");
+    assert_eq!(t.state(&b(sb + 500, sa + 1, tf::FIN | tf::ACK, 0), track(0)), "+est+rpl+trk");
+    assert_eq!(t.state(&a(sa + 1, sb + 501, tf::ACK, 0), track(0)), "+est+trk");
+    assert_eq!(
+        t.ct.entries()[0].tcp_states,
+        Some((TcpState::FinWait2, TcpState::FinWait2))
+    );
+    // Still a tracker: a segment far outside every window is invalid.
+    let wild = a(sa.wrapping_add(0x8000_0000), sb + 501, tf::ACK, 100);
+    assert_eq!(t.state(&wild, track(0)), "+inv+trk");
+}
+
+/// Picked up from the reply side (B's data first): the connection is
+/// tracked with B as its original direction, and stays `+est` both ways.
+#[test]
+fn tcp_loose_pickup_from_the_server_side() {
+    let mut t = T::with(CtConfig {
+        tcp_loose: true,
+        ..Default::default()
+    });
+    let mut sb = 3_000_000u32;
+    let sa = 12_345u32;
+    let b = |seq, ack, len| tcp4_opt(B, 80, A, 40000, seq, ack, tf::ACK, 2048, &[], len);
+    let a = |seq, ack| tcp4_opt(A, 40000, B, 80, seq, ack, tf::ACK, 512, &[], 0);
+    assert_eq!(t.state(&b(sb, sa, 1448), commit(0)), "+new+trk");
+    sb += 1448;
+    for _ in 0..100 {
+        assert_eq!(t.state(&a(sa, sb), track(0)), "+est+rpl+trk");
+        for _ in 0..20 {
+            assert_eq!(t.state(&b(sb, sa, 1448), track(0)), "+est+trk");
+            sb += 1448;
+        }
+    }
+    assert_eq!(
+        t.dump(),
+        ["tcp,orig=(src=10.0.0.2,dst=10.0.0.1,sport=80,dport=40000),reply=(src=10.0.0.1,dst=10.0.0.2,sport=40000,dport=80),protoinfo=(state=ESTABLISHED)"]
+    );
+}
+
 #[test]
 fn tcp_rst_closes() {
     let mut t = T::new();

@@ -767,6 +767,7 @@ fn dump_conntrack(switch: &Switch, zone: Option<u16>) -> DumpConntrackResult {
 
 fn stats(switch: &Switch) -> StatsResult {
     let s = switch.stats();
+    let (conntrack_entries, ipf) = switch.with_conntrack(|ct| (ct.len(), ct.ipf().stats()));
     let d = s.datapath;
     StatsResult {
         threads: s.threads,
@@ -787,7 +788,12 @@ fn stats(switch: &Switch) -> StatsResult {
         busy_ns: s.busy_ns,
         ns_per_packet: (d.packets > 0).then(|| s.busy_ns as f64 / d.packets as f64),
         n_flows: switch.pipeline().snapshot().flow_count(),
-        conntrack_entries: switch.with_conntrack(|ct| ct.len()),
+        conntrack_entries,
+        frags_held: d.frags_held,
+        frag_drops: d.frag_drops,
+        reassembled: d.reassembled,
+        ipf_held_datagrams: ipf.held_datagrams,
+        ipf_held_bytes: ipf.held_bytes,
     }
 }
 

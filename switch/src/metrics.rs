@@ -15,6 +15,8 @@
 //! | `oxvs_datapath_upcalls_total` | counter | | slow-path passes |
 //! | `oxvs_datapath_busy_seconds_total` | counter | | time spent processing packets |
 //! | `oxvs_conntrack_entries`, `oxvs_conntrack_*_total` | gauge, counters | | [`Conntrack::stats`](oxvs_pipeline::conntrack::Conntrack::stats) |
+//! | `oxvs_ipf_held_{datagrams,fragments,bytes}`, `oxvs_ipf_*_total` | gauges, counters | | [`Ipf::stats`](oxvs_pipeline::ipf::Ipf::stats): the fragment reassembler in front of conntrack |
+//! | `oxvs_ipf_fragment_drops_total` | counter | `reason` ([`IpfDrop::name`]) | fragments dropped, by reason |
 //! | `oxvs_pipeline_flows` | gauge | `table` | flows per table |
 //! | `oxvs_pipeline_flow_packets`, `oxvs_pipeline_flow_bytes` | gauge | `table` | sum of the table's flows' counters |
 //!
@@ -50,6 +52,7 @@ use std::time::Duration;
 use oxvs_api::metrics::{self as prom, Exposition};
 use oxvs_api::PortInfo;
 use oxvs_pipeline::conntrack::CtStats;
+use oxvs_pipeline::ipf::{IpfDrop, IpfStats};
 use oxvs_pipeline::datapath::DatapathStats;
 use oxvs_pipeline::flow::N_TABLES;
 
@@ -78,6 +81,8 @@ pub struct Snapshot {
     pub stats: SwitchStats,
     pub ports: Vec<PortInfo>,
     pub conntrack: CtStats,
+    /// The fragment reassembler in front of conntrack.
+    pub ipf: IpfStats,
     /// Tables that have a name or at least one flow, by number.
     pub tables: Vec<TableStats>,
     /// Flow table version ([`oxvs_pipeline::tables::TableSet::generation`]).
@@ -89,7 +94,7 @@ impl Snapshot {
     pub fn take(switch: &Switch) -> Snapshot {
         let stats = switch.stats();
         let ports = switch.ports();
-        let conntrack = switch.with_conntrack(|ct| ct.stats());
+        let (conntrack, ipf) = switch.with_conntrack(|ct| (ct.stats(), ct.ipf().stats()));
         let pipeline = switch.pipeline();
         let names = pipeline.names();
         let set = pipeline.snapshot();
@@ -117,6 +122,7 @@ impl Snapshot {
             stats,
             ports,
             conntrack,
+            ipf,
             tables,
             generation: set.generation(),
         }
@@ -139,6 +145,7 @@ pub fn encode(s: &Snapshot) -> String {
     encode_ports(&mut e, &s.ports);
     encode_datapath(&mut e, &s.stats);
     encode_conntrack(&mut e, &s.conntrack);
+    encode_ipf(&mut e, &s.ipf);
     encode_tables(&mut e, &s.tables, s.generation);
     e.finish()
 }
@@ -243,6 +250,9 @@ fn encode_datapath(e: &mut Exposition, s: &SwitchStats) {
         write_errors,
         outputs,
         packet_ins,
+        frags_held,
+        frag_drops,
+        reassembled,
     } = datapath;
     e.gauge("oxvs_datapath_threads", "Datapath threads.")
         .int(&[], *threads as u64);
@@ -252,7 +262,7 @@ fn encode_datapath(e: &mut Exposition, s: &SwitchStats) {
     )
     .int(&[("tier", "emc")], *emc_hits)
     .int(&[("tier", "megaflow")], *megaflow_hits);
-    let counters: [(&str, &str, u64); 17] = [
+    let counters: [(&str, &str, u64); 20] = [
         (
             "oxvs_datapath_packets_total",
             "Packets received by the datapath.",
@@ -334,6 +344,21 @@ fn encode_datapath(e: &mut Exposition, s: &SwitchStats) {
             *cross_thread,
         ),
         (
+            "oxvs_datapath_fragments_held_total",
+            "IP fragments a ct action handed to the reassembler that did not complete their datagram.",
+            *frags_held,
+        ),
+        (
+            "oxvs_datapath_fragment_drops_total",
+            "IP fragments the reassembler refused (see oxvs_ipf_fragment_drops_total for why).",
+            *frag_drops,
+        ),
+        (
+            "oxvs_datapath_reassembled_total",
+            "Datagrams reassembled for ct and sent on as their original fragments.",
+            *reassembled,
+        ),
+        (
             "oxvs_datapath_bad_frames_total",
             "Received frames with an unusable descriptor (dropped).",
             *bad_frames,
@@ -389,6 +414,61 @@ fn encode_conntrack(e: &mut Exposition, c: &CtStats) {
     ];
     for (name, help, v) in counters {
         e.counter(name, help).int(&[], v);
+    }
+}
+
+fn encode_ipf(e: &mut Exposition, s: &IpfStats) {
+    let gauges: [(&str, &str, u64); 3] = [
+        (
+            "oxvs_ipf_held_datagrams",
+            "Incomplete IP datagrams the reassembler holds now.",
+            s.held_datagrams,
+        ),
+        (
+            "oxvs_ipf_held_fragments",
+            "IP fragments the reassembler holds now.",
+            s.held_fragments,
+        ),
+        (
+            "oxvs_ipf_held_bytes",
+            "Bytes of IP fragments the reassembler holds now.",
+            s.held_bytes,
+        ),
+    ];
+    for (name, help, v) in gauges {
+        e.gauge(name, help).int(&[], v);
+    }
+    let counters: [(&str, &str, u64); 4] = [
+        (
+            "oxvs_ipf_fragments_total",
+            "IP fragments offered to the reassembler.",
+            s.fragments_total,
+        ),
+        (
+            "oxvs_ipf_datagrams_completed_total",
+            "IP datagrams reassembled.",
+            s.datagrams_completed_total,
+        ),
+        (
+            "oxvs_ipf_expired_datagrams_total",
+            "Incomplete IP datagrams discarded because they timed out.",
+            s.expired_datagrams_total,
+        ),
+        (
+            "oxvs_ipf_discarded_datagrams_total",
+            "Incomplete IP datagrams discarded for another reason (overlap, limits).",
+            s.discarded_datagrams_total,
+        ),
+    ];
+    for (name, help, v) in counters {
+        e.counter(name, help).int(&[], v);
+    }
+    let mut f = e.counter(
+        "oxvs_ipf_fragment_drops_total",
+        "IP fragments dropped by the reassembler, by reason.",
+    );
+    for r in IpfDrop::ALL {
+        f.int(&[("reason", r.name())], s.dropped(r));
     }
 }
 

@@ -51,5 +51,9 @@ pub fn format(r: &StatsResult) -> String {
     }
     s.push_str(&format!("flows: {}\n", r.n_flows));
     s.push_str(&format!("conntrack entries: {}\n", r.conntrack_entries));
+    s.push_str(&format!(
+        "ip fragments: {} datagrams reassembled, {} fragments held then, {} dropped; {} datagrams ({} bytes) incomplete now\n",
+        r.reassembled, r.frags_held, r.frag_drops, r.ipf_held_datagrams, r.ipf_held_bytes
+    ));
     s
 }
