@@ -1,35 +1,51 @@
 //! `deploy/oxvs.yaml` installed on a real single-node Kubernetes cluster
 //! (`shared/tools/k8s-local.sh up --kubelet`: etcd, kube-apiserver,
-//! kube-scheduler, kube-controller-manager, containerd, kubelet 1.20), and
-//! the `kubectl` commands of `docs/operations.md` run against it.
+//! kube-scheduler, kube-controller-manager, containerd, kubelet 1.20, plus
+//! kube-proxy 1.20 in iptables mode), Services reached through kube-proxy,
+//! and the `kubectl` commands of `docs/operations.md` run against it.
 //!
 //! What happens, in order:
 //!
 //! 1. `deploy/build-image.sh` builds the image from the workspace's built
 //!    binaries (no docker, no registry).
 //! 2. `k8s-local.sh up --kubelet` starts in the background with a run dir,
-//!    ports, node name and CNI dirs of this test's own. Its `up` waits for
-//!    the node to be Ready, which needs a CNI configuration: as on a real
-//!    cluster, the node only becomes Ready once oxvs' init container has
-//!    installed the conflist. Meanwhile the test imports the image into
-//!    the cluster's containerd, gives the Node its `spec.podCIDR` (what
-//!    `kube-controller-manager --allocate-node-cidrs` does; k8s-local.sh
-//!    runs it without) and applies the manifest.
-//! 3. The manifest is applied with the substitutions a test on a shared
+//!    ports, node name and CNI dirs of this test's own. The API server
+//!    listens on every address and advertises the node's address (the
+//!    endpoint of the `kubernetes` Service, which pods can route to); its
+//!    certificate also names the `kubernetes` Service's ClusterIP, as a
+//!    real cluster's does. Its `up` waits for the node to be Ready, which
+//!    needs a CNI configuration: as on a real cluster, the node only
+//!    becomes Ready once oxvs' init container has installed the conflist.
+//!    Meanwhile the test imports the image into the cluster's containerd,
+//!    gives the Node its `spec.podCIDR` (what `kube-controller-manager
+//!    --allocate-node-cidrs` does; k8s-local.sh runs it without), starts
+//!    kube-proxy ([`KubeProxy`]) and applies the manifest.
+//! 3. kube-proxy runs as a process of the test on the host, which is this
+//!    single node's network namespace (`--hostname-override` the node,
+//!    `--cluster-cidr` its pod CIDR, the admin kubeconfig), and the test
+//!    waits until it has programmed the `kubernetes` Service.
+//! 4. The manifest is applied with the substitutions a test on a shared
 //!    host needs and nothing else (see [`substitute`]): host paths of the
 //!    CNI dirs, `/run/oxvs` and `/var/lib/oxvs` under the test's dir (and
 //!    the conflist's `agentSocket` pointing there: the plugin runs on the
-//!    host);
-//!    gateway and tunnel names and metrics ports of its own; and the API
-//!    server's address for the in-cluster configuration (this cluster has
-//!    no kube-proxy, so the `kubernetes` Service's ClusterIP leads nowhere:
-//!    `KUBERNETES_SERVICE_HOST/PORT`, as on any kube-proxy-free cluster).
-//! 4. DaemonSet rolled out, node Ready, plugin and conflist installed; two
+//!    host); gateway and tunnel names and metrics ports of its own. The
+//!    agent's in-cluster configuration is the real one: the `kubernetes`
+//!    Service's ClusterIP, through kube-proxy.
+//! 5. DaemonSet rolled out, node Ready, plugin and conflist installed; two
 //!    busybox pods get addresses from the pod CIDR and ping each other and
-//!    the node; a deny-all-ingress NetworkPolicy stops the pod-to-pod ping.
-//! 5. The commands of docs/operations.md (rollout status, the `$OXVS`
+//!    the node. Services ([`services`]): pod `a` fetches a page from pod
+//!    `web` through the ClusterIP of Service `web` (kube-proxy's DNAT on
+//!    the host, the reply back through the gateway so the host undoes it),
+//!    and the API server's `/version` through the `kubernetes` Service
+//!    (`KUBERNETES_SERVICE_HOST`, as the kubelet sets it, and the pod's
+//!    ServiceAccount token). A deny-all-ingress NetworkPolicy then stops
+//!    the pod-to-pod ping and the Service connection (the policy applies
+//!    to the backend after DNAT).
+//! 6. The commands of docs/operations.md (rollout status, the `$OXVS`
 //!    lookup, `exec ... oxvsctl show/stats/dump-ports/dump-flows/traceflow`,
-//!    the STATUS call, `logs | grep`, the IPAM listing, `ip link show eth0`)
+//!    the STATUS call, `logs | grep`, the IPAM listing, `ip link show eth0`,
+//!    the Service troubleshooting: endpoints, `iptables-save | grep`,
+//!    `conntrack -L`, traceflow to the backend, the reply flow's counter)
 //!    run and print what the doc says.
 //!
 //! `kubectl exec/logs`: the API server dials the kubelet at the Node's
@@ -46,20 +62,27 @@
 //!
 //! Teardown (also on failure, [`Cluster`]'s Drop): the test pods are
 //! deleted while the agent still runs (so their CNI DEL succeeds), then
-//! `k8s-local.sh down`, then whatever oxvs left on the host under this
-//! test's names (gateway, tunnel, masquerade rule). On failure the logs
-//! are printed and the test dir is kept.
+//! kube-proxy is stopped and `kube-proxy --cleanup` removes its rules, the
+//! sysctls it may change are put back, then `k8s-local.sh down`, then
+//! whatever oxvs left on the host under this test's names (gateway,
+//! tunnel, masquerade rule). On failure the logs are printed (with
+//! kube-proxy's NAT rules, the host's conntrack entries of the pod CIDR
+//! and the switch's flows) and the test dir is kept.
 //!
 //! Skips (prints SKIPPED, passes) unless: root; k8s-local.sh found; a
-//! cached build WITH the controllers (`OXVS_K8S_EXTRA_COMPONENTS="kube-scheduler
-//! kube-controller-manager" k8s-local.sh build`; a DaemonSet needs them);
-//! etcd, kubectl, ctr, containerd, umoci, skopeo, busybox-static and the
-//! reference CNI plugins (`loopback`, `portmap` in /usr/lib/cni) installed;
-//! the four oxvs binaries built; no other kubelet running (k8s-local.sh
-//! allows one per host). It never starts a build.
+//! cached build WITH kube-proxy and the controllers
+//! (`OXVS_K8S_EXTRA_COMPONENTS="kube-proxy kube-scheduler
+//! kube-controller-manager" k8s-local.sh build`; a DaemonSet needs the
+//! controllers); etcd, kubectl, ctr, containerd, umoci, skopeo, iptables,
+//! conntrack, busybox-static and the reference CNI plugins (`loopback`, `portmap` in
+//! /usr/lib/cni) installed; the four oxvs binaries built; a default route
+//! (its interface's address is the node's); no other kubelet running
+//! (k8s-local.sh allows one per host). It never starts a build. With
+//! `OXVS_REQUIRE_K8S=1` (set by `scripts/test.sh`, i.e. CI, whose setup
+//! builds the cache) a missing prerequisite fails the test instead.
 
 mod common;
-use common::{find_on_path, free_port, k8s_host, text, workspace_root, K8sHost};
+use common::{find_on_path, free_port, k8s_host, skip, text, workspace_root, K8sHost};
 
 use std::io::Write as _;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -76,6 +99,12 @@ const BINS: [&str; 4] = ["oxvs-switchd", "oxvs-agent", "oxvsctl", "oxvs-cni"];
 /// The image the manifest names (kept: the test imports it under that name).
 const IMAGE: &str = "localhost/oxvs:0.1.0";
 const CNI_PLUGINS: &str = "/usr/lib/cni";
+/// The cluster's Service range (k8s-local.sh's `OXVS_K8S_SERVICE_CIDR`,
+/// given explicitly) and its first address, the `kubernetes` Service's
+/// ClusterIP, which the API server's certificate must name for the
+/// in-cluster configuration (`https://$KUBERNETES_SERVICE_HOST`).
+const SERVICE_CIDR: &str = "10.0.0.0/24";
+const KUBERNETES_CLUSTER_IP: &str = "10.0.0.1";
 
 /// The directory holding all four oxvs binaries: `$OXVS_IMAGE_BIN_DIR`,
 /// this test's profile dir (`target/debug` under `cargo test`), or
@@ -167,11 +196,36 @@ fn kubelet_running() -> bool {
         .unwrap_or(false)
 }
 
+/// The address kubelet takes as its Node's InternalIP (it runs without
+/// `--node-ip`, and its node name resolves to nothing): the first global
+/// IPv4 address of the default route's interface.
+fn default_route_ipv4() -> Option<Ipv4Addr> {
+    let route = Command::new("ip")
+        .args(["-4", "-o", "route", "show", "default"])
+        .output()
+        .ok()?;
+    let route = String::from_utf8_lossy(&route.stdout).into_owned();
+    let mut words = route.split_whitespace();
+    let dev = words.find(|w| *w == "dev").and_then(|_| words.next())?;
+    let addr = Command::new("ip")
+        .args(["-4", "-o", "addr", "show", "dev", dev, "scope", "global"])
+        .output()
+        .ok()?;
+    let addr = String::from_utf8_lossy(&addr.stdout).into_owned();
+    let mut words = addr.split_whitespace();
+    words
+        .find(|w| *w == "inet")
+        .and_then(|_| words.next())
+        .and_then(|a| a.split('/').next())
+        .and_then(|a| a.parse().ok())
+}
+
 struct Prereqs {
     tools: PathBuf,
     cache: PathBuf,
     kubectl: PathBuf,
     bins: PathBuf,
+    node_ip: Ipv4Addr,
 }
 
 /// Why the test cannot run here, if it cannot.
@@ -186,15 +240,20 @@ fn prerequisites() -> Result<Prereqs, String> {
             "kubelet",
             "kube-scheduler",
             "kube-controller-manager",
+            "kube-proxy",
         ],
-        "OXVS_K8S_EXTRA_COMPONENTS=\"kube-scheduler kube-controller-manager\" k8s-local.sh build",
+        "OXVS_K8S_EXTRA_COMPONENTS=\"kube-proxy kube-scheduler kube-controller-manager\" k8s-local.sh build",
     )?;
-    for t in ["etcd", "ctr", "containerd", "umoci", "skopeo"] {
+    for t in ["etcd", "ctr", "containerd", "umoci", "skopeo", "iptables"] {
         if find_on_path(t).is_none() {
             return Err(format!(
                 "{t} not installed (k8s-local.sh build installs it)"
             ));
         }
+    }
+    // the doc's Service troubleshooting runs `conntrack -L`
+    if find_on_path("conntrack").is_none() {
+        return Err("conntrack not installed (Debian package conntrack)".into());
     }
     if !Path::new("/bin/busybox").is_file() {
         return Err("/bin/busybox missing (busybox-static)".into());
@@ -209,6 +268,8 @@ fn prerequisites() -> Result<Prereqs, String> {
     let bins = binaries_dir().ok_or(
         "oxvs binaries not built (cargo build -p oxvs-switch -p oxvs-agent -p oxvsctl -p oxvs-cni)",
     )?;
+    let node_ip = default_route_ipv4()
+        .ok_or("no default route with an IPv4 address (kubelet takes its address as the node's)")?;
     if kubelet_running() {
         return Err("another kubelet runs on this host (k8s-local.sh allows one per host)".into());
     }
@@ -217,6 +278,7 @@ fn prerequisites() -> Result<Prereqs, String> {
         cache,
         kubectl,
         bins,
+        node_ip,
     })
 }
 
@@ -287,6 +349,158 @@ impl Drop for Relay {
     }
 }
 
+// -------------------------------------------------------- kube-proxy ----
+
+/// What kube-proxy may change in its network namespace besides iptables:
+/// `route_localnet` (iptables mode always sets it), the conntrack table
+/// size and TCP timeouts (only for non-zero `--conntrack-*` flags, which
+/// [`KubeProxy::start`] passes as 0; saved and restored all the same).
+const PROXY_SYSCTLS: [&str; 5] = [
+    "/proc/sys/net/ipv4/conf/all/route_localnet",
+    "/proc/sys/net/netfilter/nf_conntrack_max",
+    "/proc/sys/net/netfilter/nf_conntrack_tcp_timeout_established",
+    "/proc/sys/net/netfilter/nf_conntrack_tcp_timeout_close_wait",
+    "/sys/module/nf_conntrack/parameters/hashsize",
+];
+
+/// kube-proxy (iptables mode), run by the test on the host: the single
+/// node's network namespace is the host's. Drop stops it, removes its
+/// rules (`kube-proxy --cleanup`) and puts back the sysctls it changed.
+struct KubeProxy {
+    child: Child,
+    bin: PathBuf,
+    log: PathBuf,
+    /// [`PROXY_SYSCTLS`] that exist, with their values before the start
+    saved: Vec<(&'static str, String)>,
+}
+
+impl KubeProxy {
+    fn start(
+        bin: &Path,
+        kubeconfig: &Path,
+        node: &str,
+        cluster_cidr: &str,
+        log: &Path,
+    ) -> std::io::Result<KubeProxy> {
+        let saved = PROXY_SYSCTLS
+            .iter()
+            .filter_map(|p| Some((*p, std::fs::read_to_string(p).ok()?.trim().to_string())))
+            .collect();
+        let out = std::fs::File::create(log)?;
+        let child = Command::new(bin)
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args([
+                "--hostname-override",
+                node,
+                "--proxy-mode",
+                "iptables",
+                "--cluster-cidr",
+                cluster_cidr,
+                "--healthz-bind-address",
+                &format!("127.0.0.1:{}", free_port()),
+                "--metrics-bind-address",
+                &format!("127.0.0.1:{}", free_port()),
+                // leave the host's conntrack settings as they are
+                "--conntrack-max-per-core",
+                "0",
+                "--conntrack-tcp-timeout-established",
+                "0",
+                "--conntrack-tcp-timeout-close-wait",
+                "0",
+                // its default, -999, needs CAP_SYS_RESOURCE
+                "--oom-score-adj",
+                "0",
+                "--v",
+                "2",
+            ])
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .spawn()?;
+        Ok(KubeProxy {
+            child,
+            bin: bin.to_path_buf(),
+            log: log.to_path_buf(),
+            saved,
+        })
+    }
+
+    /// Whether it has exited (and how).
+    fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    fn log_tail(&self, n: usize) -> String {
+        let t = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = t.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+}
+
+/// The host's `nat` rules of kube-proxy's chains (`iptables -S` form).
+fn kube_nat_rules() -> String {
+    let out = Command::new("iptables")
+        .args(["-w", "5", "-t", "nat", "-S"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    out.lines()
+        .filter(|l| {
+            [
+                "KUBE-SERVICES",
+                "KUBE-SVC-",
+                "KUBE-SEP-",
+                "KUBE-POSTROUTING",
+                "KUBE-MARK-MASQ",
+                "KUBE-NODEPORTS",
+            ]
+            .iter()
+            .any(|c| l.contains(c))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+impl Drop for KubeProxy {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+        // Its chains and the jumps to them, in every table. The IPVS part of
+        // --cleanup fails without the `ipset` command and exits 1 for it
+        // (there are no IPVS rules here), so the result is checked instead.
+        let out = Command::new(&self.bin)
+            .args(["--cleanup", "--v", "0"])
+            .output();
+        // (KUBE-MARK-MASQ is shared with kubelet: --cleanup leaves it.)
+        let left: Vec<String> = kube_nat_rules()
+            .lines()
+            .filter(|l| !l.contains("KUBE-MARK-MASQ"))
+            .map(str::to_string)
+            .collect();
+        let left = left.join("\n");
+        if !left.is_empty() {
+            eprintln!(
+                "kube-proxy --cleanup left rules in the host's nat table (k8s-local.sh down removes the KUBE-* chains it did not see before):\n{left}\n{}",
+                out.map(|o| text(&o)).unwrap_or_else(|e| e.to_string())
+            );
+        }
+        for (path, before) in &self.saved {
+            let now = std::fs::read_to_string(path).unwrap_or_default();
+            if now.trim() != before {
+                match std::fs::write(path, before) {
+                    Ok(()) => println!(
+                        "restored {path} to {before} (kube-proxy had set {})",
+                        now.trim()
+                    ),
+                    Err(e) => eprintln!("could not restore {path} to {before}: {e}"),
+                }
+            }
+        }
+    }
+}
+
 // ----------------------------------------------------------- cluster ----
 
 /// Names and addresses of this test run.
@@ -326,6 +540,7 @@ struct Cluster {
     names: Names,
     up: Option<Child>,
     relay: Option<Relay>,
+    proxy: Option<KubeProxy>,
 }
 
 impl Cluster {
@@ -396,6 +611,38 @@ impl Cluster {
         }
     }
 
+    /// The host's conntrack entries of the pod CIDR and the switch's flows
+    /// and connections: what to look at when a Service path fails.
+    fn network_evidence(&self) -> String {
+        let mut out = String::new();
+        let conntrack = if find_on_path("conntrack").is_some() {
+            Command::new("conntrack")
+                .arg("-L")
+                .output()
+                .map(|o| {
+                    String::from_utf8_lossy(&o.stdout)
+                        .lines()
+                        .filter(|l| l.contains(&self.names.prefix))
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                })
+                .unwrap_or_else(|e| e.to_string())
+        } else {
+            "(conntrack not installed)".to_string()
+        };
+        out.push_str(&format!(
+            "---- conntrack -L | grep {}\n{conntrack}\n",
+            self.names.prefix
+        ));
+        for cmd in ["oxvsctl dump-flows --names", "oxvsctl dump-conntrack"] {
+            let r = self.shell(&format!(
+                "kubectl -n kube-system exec $OXVS -c oxvs-agent -- {cmd}"
+            ));
+            out.push_str(&format!("---- {cmd}\n{}\n", r.unwrap_or_else(|e| e)));
+        }
+        out
+    }
+
     /// [`Cluster::shell`] that must succeed.
     fn shell_ok(&self, script: &str) -> String {
         self.shell(script).unwrap_or_else(|e| panic!("{e}"))
@@ -450,7 +697,15 @@ impl Cluster {
             eprintln!("---- kubectl {}", args.join(" "));
             eprintln!("{}", text(&self.kubectl(args)));
         }
-        for f in ["up.log", "run/logs/kubelet.log", "run/logs/containerd.log"] {
+        eprintln!("---- kube-proxy's rules in the host's nat table");
+        eprintln!("{}", kube_nat_rules());
+        eprintln!("{}", self.network_evidence());
+        for f in [
+            "up.log",
+            "run/logs/kubelet.log",
+            "run/logs/containerd.log",
+            "kube-proxy.log",
+        ] {
             let p = self.dir.join(f);
             let t = std::fs::read_to_string(&p).unwrap_or_default();
             let lines: Vec<&str> = t.lines().collect();
@@ -484,6 +739,8 @@ impl Drop for Cluster {
                 "--timeout=60s",
             ]);
         }
+        // kube-proxy's rules and sysctls, before the cluster goes
+        self.proxy.take();
         match self.script(&["down", "--purge"]).output() {
             Ok(o) if o.status.success() => {}
             Ok(o) => eprintln!("k8s-local.sh down failed:\n{}", text(&o)),
@@ -606,17 +863,16 @@ fn substitute(manifest: &str, dir: &Path, n: &Names, metrics: (u16, u16)) -> Str
                     Value::String("--metrics-addr".into()),
                     Value::String(format!("127.0.0.1:{port}")),
                 ]);
-                if name == "oxvs-agent" {
-                    let env = seq(map_get(c, "env"));
-                    for (k, val) in [
-                        ("KUBERNETES_SERVICE_HOST", "127.0.0.1".to_string()),
-                        ("KUBERNETES_SERVICE_PORT", n.api_port.to_string()),
-                    ] {
-                        let mut m = serde_yaml::Mapping::new();
-                        m.insert("name".into(), k.into());
-                        m.insert("value".into(), val.into());
-                        env.push(Value::Mapping(m));
-                    }
+                // No KUBERNETES_SERVICE_HOST/PORT: the agent reaches the API
+                // server as in any cluster with kube-proxy, through the
+                // `kubernetes` Service's ClusterIP.
+                if let Some(env) = c.get("env").and_then(Value::as_sequence) {
+                    assert!(
+                        !env.iter().any(|e| e["name"]
+                            .as_str()
+                            .is_some_and(|n| n.starts_with("KUBERNETES_"))),
+                        "{name} overrides the in-cluster API address"
+                    );
                 }
             }
         }
@@ -661,10 +917,7 @@ spec:
 fn the_daemonset_runs_pods_and_the_doc_commands_work() {
     let p = match prerequisites() {
         Ok(p) => p,
-        Err(why) => {
-            println!("SKIPPED: {why}");
-            return;
-        }
+        Err(why) => return skip(&why),
     };
     if let Err(e) = ensure_run_netns_shared() {
         panic!("{e}");
@@ -715,6 +968,12 @@ fn the_daemonset_runs_pods_and_the_doc_commands_work() {
         ("OXVS_K8S_KUBELET_PORT", names.kubelet_port.to_string()),
         ("OXVS_K8S_READY_TIMEOUT", "240".to_string()),
         ("OXVS_KUBECTL", p.kubectl.display().to_string()),
+        // The `kubernetes` Service's endpoint: the node's address, where
+        // pods (through kube-proxy's DNAT) can reach the API server.
+        ("OXVS_K8S_API_BIND", "0.0.0.0".to_string()),
+        ("OXVS_K8S_API_ADVERTISE", p.node_ip.to_string()),
+        ("OXVS_K8S_SERVICE_CIDR", SERVICE_CIDR.to_string()),
+        ("OXVS_K8S_API_EXTRA_IPS", KUBERNETES_CLUSTER_IP.to_string()),
         (
             "OXVS_CNI_CONF_DIR",
             dir.join("cni-conf").display().to_string(),
@@ -732,6 +991,7 @@ fn the_daemonset_runs_pods_and_the_doc_commands_work() {
         names,
         up: None,
         relay: None,
+        proxy: None,
     };
     let log = std::fs::File::create(dir.join("up.log")).expect("up.log");
     let up = c
@@ -804,6 +1064,11 @@ fn the_daemonset_runs_pods_and_the_doc_commands_work() {
         .trim()
         .parse()
         .expect("the node's InternalIP");
+    assert_eq!(
+        node_ip, p.node_ip,
+        "the API server advertises {} (the default route's address), kubelet registered {node_ip}",
+        p.node_ip
+    );
     let kp = c.names.kubelet_port;
     c.relay = Some(
         Relay::start(
@@ -813,7 +1078,38 @@ fn the_daemonset_runs_pods_and_the_doc_commands_work() {
         .expect("relay to the kubelet"),
     );
 
-    // 3. the manifest
+    // 3. kube-proxy, on the host (this node's network namespace), once the
+    // Node it takes its address from exists
+    c.proxy = Some(
+        KubeProxy::start(
+            &p.cache.join("bin/kube-proxy"),
+            &c.run_dir().join("admin.kubeconfig"),
+            &node,
+            &cidr,
+            &dir.join("kube-proxy.log"),
+        )
+        .expect("start kube-proxy"),
+    );
+    let programmed = wait_for(Duration::from_secs(60), || {
+        let proxy = c.proxy.as_mut().expect("kube-proxy");
+        if let Some(st) = proxy.exited() {
+            panic!("kube-proxy exited ({st}):\n{}", proxy.log_tail(30));
+        }
+        kube_nat_rules()
+            .contains("default/kubernetes:https")
+            .then_some(())
+    });
+    assert!(
+        programmed.is_some(),
+        "kube-proxy did not program the `kubernetes` Service in 60 s:\n{}",
+        c.proxy.as_ref().map(|p| p.log_tail(30)).unwrap_or_default()
+    );
+    println!(
+        "kube-proxy programmed the kubernetes Service after {:?}",
+        t0.elapsed()
+    );
+
+    // 4. the manifest
     let manifest =
         std::fs::read_to_string(workspace_root().join("deploy/oxvs.yaml")).expect("read manifest");
     let applied = substitute(&manifest, &dir, &c.names, (free_port(), free_port()));
@@ -821,7 +1117,7 @@ fn the_daemonset_runs_pods_and_the_doc_commands_work() {
     std::fs::write(&mpath, &applied).expect("write manifest");
     c.kubectl_ok(&["apply", "-f", &mpath.display().to_string()]);
 
-    // 4. node Ready: `up` returns once the init container wrote the conflist
+    // 5. node Ready: `up` returns once the init container wrote the conflist
     let mut up = c.up.take().expect("up child");
     let st = wait_for(Duration::from_secs(300), || up.try_wait().ok().flatten());
     c.up = Some(up);
@@ -887,6 +1183,8 @@ fn the_daemonset_runs_pods_and_the_doc_commands_work() {
     );
     println!("pod-to-pod and pod-to-node pings pass");
 
+    let web = services(&c, &dir);
+
     // the NetworkPolicy
     let npath = dir.join("deny-all.yaml");
     std::fs::write(&npath, DENY_ALL).expect("write policy");
@@ -896,10 +1194,223 @@ fn the_daemonset_runs_pods_and_the_doc_commands_work() {
     });
     assert!(dropped.is_some(), "a -> b still pings 30 s after deny-all");
     println!("deny-all ingress: a -> b ping fails");
+    // ... and applies to the Service's backend after kube-proxy's DNAT
+    let o = fetch(&c, "a", &web.url);
+    assert!(
+        !o.status.success(),
+        "a -> Service web ({}) still answers under deny-all ingress:\n{}",
+        web.url,
+        text(&o)
+    );
+    println!("deny-all ingress: a -> Service web fails too");
 
-    doc_commands(&c, &ip_b);
+    doc_commands(&c, &ip_b, &web);
     restarts(&c, &ip_a, &node_ip.to_string());
     println!("all done in {:?}", t0.elapsed());
+}
+
+/// Service `web` and its one endpoint, pod `web`.
+struct WebService {
+    /// pod web's address
+    pod_ip: String,
+    cluster_ip: String,
+    /// `http://CLUSTER_IP/`
+    url: String,
+}
+
+const WEB: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: web, namespace: default, labels: {app: web}}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+    - name: c
+      image: localhost/busybox:latest
+      imagePullPolicy: Never
+      command: [sh, -c, 'mkdir -p /www && echo "hello from $(hostname)" >/www/index.html && exec httpd -f -p 8080 -h /www']
+      ports: [{containerPort: 8080}]
+      readinessProbe: {tcpSocket: {port: 8080}, periodSeconds: 1}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: default}
+spec:
+  selector: {app: web}
+  ports: [{name: http, port: 80, targetPort: 8080}]
+"#;
+
+/// `wget URL` in pod `from` (busybox's has no timeout of its own).
+fn fetch(c: &Cluster, from: &str, url: &str) -> Output {
+    c.kubectl(&["exec", from, "--", "timeout", "5", "wget", "-qO-", url])
+}
+
+/// Services through kube-proxy. Pod `a` fetches `web`'s page through the
+/// ClusterIP of Service `web` (kube-proxy's DNAT on the host; `web` is on
+/// the same node, so its reply must go back out of the gateway for the
+/// host to undo the DNAT), and the API server's `/version` through the
+/// `kubernetes` Service, addressed as the kubelet tells pods
+/// (`KUBERNETES_SERVICE_HOST/PORT`) with the pod's ServiceAccount token.
+fn services(c: &Cluster, dir: &Path) -> WebService {
+    let path = dir.join("web.yaml");
+    std::fs::write(&path, WEB).expect("write web.yaml");
+    c.kubectl_ok(&["apply", "-f", &path.display().to_string()]);
+    c.kubectl_ok(&["wait", "--for=condition=Ready", "pod/web", "--timeout=120s"]);
+    let web_ip = c
+        .kubectl_ok(&["get", "pod", "web", "-o", "jsonpath={.status.podIP}"])
+        .trim()
+        .to_string();
+    let cluster_ip = c
+        .kubectl_ok(&["get", "service", "web", "-o", "jsonpath={.spec.clusterIP}"])
+        .trim()
+        .to_string();
+    // kube-proxy has the endpoint (EndpointSlices of the controller-manager)
+    let dnat = format!("--to-destination {web_ip}:8080");
+    let programmed = wait_for(Duration::from_secs(60), || {
+        kube_nat_rules().contains(&dnat).then_some(())
+    });
+    assert!(
+        programmed.is_some(),
+        "kube-proxy has no DNAT to web ({web_ip}:8080) 60 s after it was Ready:\n{}\n{}\n{}",
+        text(&c.kubectl(&["get", "endpoints,endpointslices", "-o", "wide"])),
+        kube_nat_rules(),
+        c.proxy.as_ref().map(|p| p.log_tail(30)).unwrap_or_default()
+    );
+    let url = format!("http://{cluster_ip}/");
+    // A transient loss may cost an attempt; a broken path fails them all.
+    let first = (0..3)
+        .map(|_| fetch(c, "a", &url))
+        .find(|o| o.status.success());
+    let Some(o) = first else {
+        service_failure(
+            c,
+            &format!("a -> Service web ({url}, backend web {web_ip}:8080)"),
+            &url,
+        );
+    };
+    let page = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert_eq!(page.trim(), "hello from web", "the page through {url}");
+    for i in 0..5 {
+        let o = fetch(c, "a", &url);
+        assert!(
+            o.status.success() && String::from_utf8_lossy(&o.stdout).contains("hello from web"),
+            "a -> Service web ({url}): connection {} of 6 failed:\n{}",
+            i + 2,
+            text(&o)
+        );
+    }
+    println!("a -> Service web ({url}) -> pod web ({web_ip}:8080): 6 connections answered");
+
+    // the `kubernetes` Service, as in-cluster clients find it
+    let kubernetes = c
+        .kubectl_ok(&[
+            "get",
+            "service",
+            "kubernetes",
+            "-o",
+            "jsonpath={.spec.clusterIP}",
+        ])
+        .trim()
+        .to_string();
+    assert_eq!(
+        kubernetes, KUBERNETES_CLUSTER_IP,
+        "the kubernetes Service's ClusterIP"
+    );
+    let env = c.kubectl_ok(&[
+        "exec",
+        "a",
+        "--",
+        "sh",
+        "-c",
+        "echo $KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT",
+    ]);
+    assert_eq!(
+        env.trim(),
+        format!("{kubernetes}:443"),
+        "what the kubelet tells pods"
+    );
+    let version = c.kubectl(&[
+        "exec",
+        "a",
+        "--",
+        "sh",
+        "-c",
+        "timeout 10 wget -qO- --no-check-certificate \
+         --header \"Authorization: Bearer $(cat /var/run/secrets/kubernetes.io/serviceaccount/token)\" \
+         https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT/version",
+    ]);
+    let body = String::from_utf8_lossy(&version.stdout).into_owned();
+    if !(version.status.success() && body.contains(r#""gitVersion": "v1.20"#)) {
+        eprintln!("{}", text(&version));
+        service_failure(
+            c,
+            &format!("a -> Service kubernetes (https://{kubernetes}:443/version)"),
+            &format!("https://{kubernetes}:443/version"),
+        );
+    }
+    println!(
+        "a -> Service kubernetes (https://{kubernetes}:443) -> the API server: {}",
+        body.lines()
+            .find(|l| l.contains("gitVersion"))
+            .unwrap_or_default()
+            .trim()
+    );
+    WebService {
+        pod_ip: web_ip,
+        cluster_ip,
+        url,
+    }
+}
+
+/// A Service path failed: tcpdump on the gateway (the host's own
+/// connections, kubelet's probes, left out) while pod `a` tries `url` once
+/// more, then the failure. The Drop diagnostics add kube-proxy's NAT
+/// rules, the host's conntrack entries and the switch's flows and
+/// connections.
+fn service_failure(c: &Cluster, what: &str, url: &str) -> ! {
+    let mut evidence = String::new();
+    if find_on_path("tcpdump").is_some() {
+        let filter = format!("not host {}1", c.names.prefix);
+        let dump = Command::new("timeout")
+            .args([
+                "8",
+                "tcpdump",
+                "-nn",
+                "-l",
+                "-c",
+                "40",
+                "-i",
+                &c.names.gateway,
+                &filter,
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn();
+        std::thread::sleep(Duration::from_secs(1));
+        let again = c.kubectl(&[
+            "exec",
+            "a",
+            "--",
+            "timeout",
+            "5",
+            "wget",
+            "--no-check-certificate",
+            "-qO-",
+            url,
+        ]);
+        evidence.push_str(&format!("---- once more: wget {url}\n{}\n", text(&again)));
+        match dump.and_then(|d| d.wait_with_output()) {
+            Ok(o) => evidence.push_str(&format!(
+                "---- tcpdump -i {} {filter}, meanwhile\n{}\n",
+                c.names.gateway,
+                text(&o)
+            )),
+            Err(e) => evidence.push_str(&format!("tcpdump: {e}\n")),
+        }
+    } else {
+        evidence.push_str("(tcpdump not installed: no capture)\n");
+    }
+    panic!("{what}: no answer\n{evidence}");
 }
 
 /// Failures of the doc commands, collected so one run shows them all.
@@ -937,7 +1448,7 @@ impl Checks {
 
 /// The commands of docs/operations.md, as written there (NODE and OXVS set
 /// as the doc sets them). Every failure is collected, then reported.
-fn doc_commands(c: &Cluster, ip_b: &str) {
+fn doc_commands(c: &Cluster, ip_b: &str, web: &WebService) {
     let gw = c.names.gateway.clone();
     let cidr = c.names.cidr.clone();
     let mut k = Checks::default();
@@ -1027,8 +1538,8 @@ fn doc_commands(c: &Cluster, ip_b: &str) {
         c,
         &format!("{exec} sh -c 'ls /var/lib/oxvs/ipam/*/ | grep -c \"^[0-9]\"'"),
     );
-    k.expect(n.trim() == "2", || {
-        format!("the two pods' addresses, got {n}")
+    k.expect(n.trim() == "3", || {
+        format!("the addresses of pods a, b and web, got {n}")
     });
     let pods = k.run(
         c,
@@ -1049,6 +1560,39 @@ fn doc_commands(c: &Cluster, ip_b: &str) {
         "kubectl describe pod -n default a | sed -n '/Events/,$p'",
     );
     k.expect(describe.contains("Events"), || describe.clone());
+
+    // A Service does not answer: here deny-all drops pod web's ingress
+    let endpoints = k.run(c, "kubectl get endpoints -n default web");
+    k.expect(endpoints.contains(&format!("{}:8080", web.pod_ip)), || {
+        format!(
+            "endpoints of web name pod web ({}):\n{endpoints}",
+            web.pod_ip
+        )
+    });
+    let nat = k.run(c, "iptables-save -t nat | grep 'default/web'");
+    k.expect(
+        nat.contains(&format!("--to-destination {}:8080", web.pod_ip)),
+        || format!("kube-proxy's DNAT to pod web:\n{nat}"),
+    );
+    let ct = k.run(c, &format!("conntrack -L -d {}", web.cluster_ip));
+    k.expect(ct.contains(&web.cluster_ip), || {
+        format!("the host's NAT entries for {}:\n{ct}", web.cluster_ip)
+    });
+    let trace = k.run(c, &format!("{exec} \\\n  oxvsctl traceflow --src default/a --dst default/web --proto tcp --dport 8080 || test $? = 4"));
+    k.expect(
+        trace.contains("dropped") && trace.contains("default/deny-all"),
+        || format!("traceflow a -> web names the policy:\n{trace}"),
+    );
+    let reply = k.run(
+        c,
+        &format!("{exec} \\\n  oxvsctl dump-flows --names --table L3Forwarding | grep ct_mark"),
+    );
+    k.expect(
+        reply.contains("priority=210")
+            && reply.contains("ct_state=+rpl+trk,ct_mark=0x1/0x1")
+            && !reply.contains("n_packets=0,"),
+        || format!("the reply detour flow counted the Service connections' replies:\n{reply}"),
+    );
 
     k.run(c, &format!("{exec} oxvsctl flush-conntrack"));
     let _ = std::io::stdout().flush();
