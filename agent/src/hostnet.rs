@@ -22,6 +22,8 @@ use ipnet::Ipv4Net;
 pub enum HostnetError {
     #[error("cannot enable IPv4 forwarding (/proc/sys/net/ipv4/ip_forward): {0}")]
     Forwarding(std::io::Error),
+    #[error("cannot turn off ICMP redirects ({path}): {err}")]
+    Redirects { path: String, err: std::io::Error },
     #[error("cannot run iptables: {0}")]
     Spawn(std::io::Error),
     #[error("`iptables {args}` failed: {stderr}")]
@@ -38,6 +40,30 @@ pub fn enable_forwarding() -> Result<(), HostnetError> {
         return Ok(());
     }
     std::fs::write(path, "1\n").map_err(HostnetError::Forwarding)
+}
+
+/// Stops the host from sending ICMP redirects, on the gateway and for all
+/// interfaces (Linux sends them when either `conf/all` or `conf/<dev>` says
+/// so).
+///
+/// With kube-proxy, a pod's packet to a ClusterIP whose endpoint is on the
+/// same node enters the host through the gateway and leaves through it
+/// again (after the DNAT), so the host would answer it with a redirect
+/// "go to the endpoint directly", which the pod must not follow (its
+/// connection is to the ClusterIP). The pod ignores it, but each one also
+/// spends the host's ICMP rate budget for that pod, and kube-proxy's
+/// REJECT for a Service without endpoints then reaches the pod only a
+/// second later, as a retransmitted SYN's answer. Antrea turns them off
+/// on its gateway too.
+pub fn disable_redirects(gateway: &str) -> Result<(), HostnetError> {
+    for dev in ["all", gateway] {
+        let path = format!("/proc/sys/net/ipv4/conf/{dev}/send_redirects");
+        if std::fs::read_to_string(&path).is_ok_and(|s| s.trim() == "0") {
+            continue;
+        }
+        std::fs::write(&path, "0\n").map_err(|err| HostnetError::Redirects { path, err })?;
+    }
+    Ok(())
 }
 
 fn masquerade_rule(pod_cidr: Ipv4Net, gateway: &str) -> Vec<String> {

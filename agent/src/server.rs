@@ -367,6 +367,17 @@ impl Agent {
         if let Ok(mut n) = self.node.lock() {
             *n = Some(node.clone());
         }
+        {
+            let gw = self.cfg.gateway.clone();
+            match tokio::task::spawn_blocking(move || crate::hostnet::disable_redirects(&gw)).await
+            {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::warn!(
+                    "Services without endpoints may answer a pod only after a retransmit: {e}"
+                ),
+                Err(e) => tracing::warn!("redirects task failed: {e}"),
+            }
+        }
         if self.cfg.masquerade {
             let gw = self.cfg.gateway.clone();
             let r = tokio::task::spawn_blocking(move || {

@@ -48,6 +48,8 @@
 //!   dedicated thread) and the bounded parallel matrix.
 //! - [`table`]: the truth-table printer.
 //! - [`serve`]: the per-pod TCP/UDP/SCTP server.
+//! - [`service`]: Services checked, and their Endpoints computed (the lab
+//!   as endpoints controller, with `up --kube-proxy`).
 //! - [`commands`]: one module per CLI command.
 
 /// `println!` that ignores a closed stdout (`oxvs-lab probe | head`): a
@@ -76,5 +78,6 @@ pub mod netns;
 pub mod probe;
 pub mod procs;
 pub mod serve;
+pub mod service;
 pub mod state;
 pub mod table;

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use oxvs_lab::commands::{
-    agent, apply, delete, down, exec, node, probe, serve, status, up, Global,
+    agent, apply, delete, down, exec, kube, node, probe, serve, status, switch, up, Global,
 };
 
 /// A local oxvs cluster made of network namespaces.
@@ -43,6 +43,10 @@ enum Cmd {
     Node(node::NodeArgs),
     /// Restart a node's agent (same command line).
     Agent(agent::AgentArgs),
+    /// Restart a node's oxvs-switchd (same command line); prints the reattach time.
+    Switch(switch::SwitchArgs),
+    /// Run kubectl against the lab's API server (`up --kube-proxy`).
+    Kubectl(kube::KubectlArgs),
     /// The pod server (internal).
     #[command(hide = true)]
     Serve(serve::ServeArgs),
@@ -61,6 +65,8 @@ fn main() -> ExitCode {
         Cmd::Down(a) => down::run_down(g, a),
         Cmd::Node(a) => node::run_node(g, a),
         Cmd::Agent(a) => agent::run_agent(g, a),
+        Cmd::Switch(a) => switch::run_switch(g, a),
+        Cmd::Kubectl(a) => kube::run_kubectl(g, a),
         Cmd::Serve(a) => serve::run_serve(a),
     };
     match r {

@@ -3,7 +3,8 @@
 //!
 //! Input: YAML or JSON files, several documents per file (`---`), `kind:
 //! List` flattened. Kinds: Namespace (v1), Pod (v1), NetworkPolicy
-//! (networking.k8s.io/v1); anything else is an error naming the file and
+//! (networking.k8s.io/v1), Service and Endpoints (v1, for a lab with an API
+//! server: [`crate::service`]); anything else is an error naming the file and
 //! document. Names are checked the way the API server checks them
 //! (DNS-1123); everything else (policy contents in particular) is passed to
 //! the agent unchanged: the agent's manifest source validates and defaults
@@ -27,12 +28,17 @@ use serde_json::{json, Map, Value};
 use crate::state::{write_atomic, PortState};
 
 /// The kinds the lab applies, in apply order (namespaces first, policies
-/// before pods so that a pod is never briefly unprotected).
+/// before pods so that a pod is never briefly unprotected, Services after
+/// pods so that their first Endpoints already list them). Services and
+/// Endpoints exist only in a lab with an API server (`up --kube-proxy`);
+/// they go to the API server, not to the manifest directory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Kind {
     Namespace,
     NetworkPolicy,
     Pod,
+    Service,
+    Endpoints,
 }
 
 impl Kind {
@@ -41,6 +47,8 @@ impl Kind {
             "Namespace" => Some(Kind::Namespace),
             "NetworkPolicy" => Some(Kind::NetworkPolicy),
             "Pod" => Some(Kind::Pod),
+            "Service" => Some(Kind::Service),
+            "Endpoints" => Some(Kind::Endpoints),
             _ => None,
         }
     }
@@ -49,11 +57,13 @@ impl Kind {
             Kind::Namespace => "Namespace",
             Kind::NetworkPolicy => "NetworkPolicy",
             Kind::Pod => "Pod",
+            Kind::Service => "Service",
+            Kind::Endpoints => "Endpoints",
         }
     }
     fn api_version(self) -> &'static str {
         match self {
-            Kind::Namespace | Kind::Pod => "v1",
+            Kind::Namespace | Kind::Pod | Kind::Service | Kind::Endpoints => "v1",
             Kind::NetworkPolicy => "networking.k8s.io/v1",
         }
     }
@@ -153,7 +163,7 @@ fn collect(v: Value, where_: &str, out: &mut Vec<Object>) -> anyhow::Result<()> 
         return Ok(());
     }
     let k = Kind::parse(&kind).with_context(|| {
-        format!("{where_}: kind {kind:?} is not supported (Namespace, Pod, NetworkPolicy)")
+        format!("{where_}: kind {kind:?} is not supported (Namespace, Pod, NetworkPolicy, Service, Endpoints)")
     })?;
     let api = v.get("apiVersion").and_then(Value::as_str).unwrap_or("");
     if api != k.api_version() {
@@ -460,12 +470,12 @@ items:
     #[test]
     fn bad_objects_are_named() {
         let e = parse_documents(
-            "apiVersion: v1\nkind: Service\nmetadata: {name: s}\n",
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: s}\n",
             "s.yaml",
         )
         .unwrap_err()
         .to_string();
-        assert!(e.contains("s.yaml#1") && e.contains("Service"), "{e}");
+        assert!(e.contains("s.yaml#1") && e.contains("Deployment"), "{e}");
         let e = parse_documents(
             "apiVersion: v1\nkind: Pod\nmetadata: {name: Bad_Name}\n",
             "p",

@@ -26,6 +26,10 @@ use crate::probe::IPPROTO_SCTP;
 #[derive(Clone, Debug, Default)]
 pub struct ServeConfig {
     pub id: String,
+    /// The address to listen on (default: every address). A host-network
+    /// server on a node with several addresses binds one, so that UDP
+    /// answers leave from the address the request was sent to.
+    pub address: Option<Ipv4Addr>,
     pub tcp: Vec<u16>,
     pub udp: Vec<u16>,
     pub sctp: Vec<u16>,
@@ -35,13 +39,22 @@ fn any(port: u16) -> SocketAddr {
     SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port))
 }
 
+impl ServeConfig {
+    fn at(&self, port: u16) -> SocketAddr {
+        match self.address {
+            Some(a) => SocketAddr::V4(SocketAddrV4::new(a, port)),
+            None => any(port),
+        }
+    }
+}
+
 /// Binds everything, says `ready`, and serves forever. Fails only when no
 /// port at all could be served.
 pub fn serve(cfg: &ServeConfig) -> anyhow::Result<()> {
     let mut threads = Vec::new();
     let greeting = format!("{}\n", cfg.id).into_bytes();
     for &port in &cfg.tcp {
-        match TcpListener::bind(any(port)) {
+        match TcpListener::bind(cfg.at(port)) {
             Ok(l) => {
                 let g = greeting.clone();
                 threads.push(std::thread::spawn(move || {
@@ -54,9 +67,10 @@ pub fn serve(cfg: &ServeConfig) -> anyhow::Result<()> {
         }
     }
     for &port in &cfg.udp {
-        match UdpSocket::bind(any(port)) {
+        match UdpSocket::bind(cfg.at(port)) {
             Ok(u) => threads.push(std::thread::spawn(move || {
-                let mut buf = [0u8; 2048];
+                // Large enough for any datagram: the fragment tests echo 4000+ bytes.
+                let mut buf = vec![0u8; 65536];
                 loop {
                     match u.recv_from(&mut buf) {
                         Ok((n, from)) => {
@@ -70,7 +84,7 @@ pub fn serve(cfg: &ServeConfig) -> anyhow::Result<()> {
         }
     }
     for &port in &cfg.sctp {
-        match sctp_listener(port) {
+        match sctp_listener(cfg.at(port)) {
             Ok(l) => {
                 let g = greeting.clone();
                 threads.push(std::thread::spawn(move || loop {
@@ -97,7 +111,7 @@ pub fn serve(cfg: &ServeConfig) -> anyhow::Result<()> {
     }
 }
 
-fn sctp_listener(port: u16) -> Result<Socket, String> {
+fn sctp_listener(at: SocketAddr) -> Result<Socket, String> {
     let s = Socket::new(
         Domain::IPV4,
         Type::STREAM,
@@ -105,7 +119,7 @@ fn sctp_listener(port: u16) -> Result<Socket, String> {
     )
     .map_err(|e| format!("SCTP unsupported: {e}"))?;
     let _ = s.set_reuse_address(true);
-    s.bind(&any(port).into())
+    s.bind(&at.into())
         .map_err(|e| format!("cannot bind: {e}"))?;
     s.listen(64).map_err(|e| format!("cannot listen: {e}"))?;
     Ok(s)

@@ -10,6 +10,10 @@
 //!                        agent/ (the agent's --state-dir),
 //!                        switchd.log, agent.log
 //!   pods/<ns>_<pod>.log  the pod server's output
+//!   k8s/                 with `up --kube-proxy`: k8s-local.sh's run directory
+//!                        (etcd, API server, kubeconfigs, logs/)
+//!   k8s-local.log        what `k8s-local.sh up` / `down` printed
+//!   node-N/kube-proxy.log
 //! ```
 //!
 //! Invariant: a namespace is appended to [`LabState::netns`] and the state
@@ -228,6 +232,37 @@ pub struct LabState {
     pub uids: BTreeMap<String, String>,
     /// Round-robin cursor for pods without `spec.nodeName`.
     pub next_node: usize,
+    /// The API server and kube-proxies of a lab started with
+    /// `up --kube-proxy` (absent otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kube: Option<KubeState>,
+}
+
+/// What `up --kube-proxy` runs: an etcd + kube-apiserver from
+/// `k8s-local.sh` in the underlay namespace, a kube-proxy per node; and the
+/// Services the lab keeps Endpoints for.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KubeState {
+    /// `k8s-local.sh` (absolute).
+    pub script: String,
+    /// `$OXVS_K8S_CACHE` of the build used.
+    pub cache: String,
+    /// kubectl (absolute).
+    pub kubectl: String,
+    /// k8s-local.sh's run directory.
+    pub run_dir: String,
+    /// `https://<address>:<port>`, as the nodes reach it.
+    pub server: String,
+    /// kube-proxy pid per node name.
+    #[serde(default)]
+    pub kube_proxy: BTreeMap<String, u32>,
+    /// Services applied through the lab (`ns/name` -> the user's object).
+    #[serde(default)]
+    pub services: BTreeMap<String, serde_json::Value>,
+    /// The Endpoints the lab last wrote for a Service with a selector
+    /// (`ns/name` -> object).
+    #[serde(default)]
+    pub endpoints: BTreeMap<String, serde_json::Value>,
 }
 
 impl LabState {

@@ -355,8 +355,11 @@ impl Drop for Relay {
 /// `route_localnet` (iptables mode always sets it), the conntrack table
 /// size and TCP timeouts (only for non-zero `--conntrack-*` flags, which
 /// [`KubeProxy::start`] passes as 0; saved and restored all the same).
-const PROXY_SYSCTLS: [&str; 5] = [
+/// Also `send_redirects`, which the oxvs agent turns off for all
+/// interfaces when it runs next to kube-proxy (`agent/src/hostnet.rs`).
+const PROXY_SYSCTLS: [&str; 6] = [
     "/proc/sys/net/ipv4/conf/all/route_localnet",
+    "/proc/sys/net/ipv4/conf/all/send_redirects",
     "/proc/sys/net/netfilter/nf_conntrack_max",
     "/proc/sys/net/netfilter/nf_conntrack_tcp_timeout_established",
     "/proc/sys/net/netfilter/nf_conntrack_tcp_timeout_close_wait",

@@ -8,6 +8,11 @@
 //! given (plus uid/namespace defaults); the agents validate it and log what
 //! they reject. A Pod or Policy in a namespace with no Namespace object is
 //! refused, as the API server would.
+//!
+//! Services and Endpoints (a lab started with `up --kube-proxy`) come
+//! last and go to the API server ([`super::kube`]); then the lab, as the
+//! endpoints controller, rewrites the Endpoints of every Service whose
+//! pods changed.
 
 use std::path::PathBuf;
 
@@ -43,6 +48,7 @@ pub fn run_apply(global: &Global, args: &ApplyArgs) -> anyhow::Result<u8> {
     let bins = ctx.bins(&st)?;
     let dir = ctx.paths.manifests();
     let mut failed = 0;
+    let mut applied_services: Vec<String> = Vec::new();
     for obj in &objs {
         let res = (|| -> anyhow::Result<&'static str> {
             if obj.kind.namespaced() {
@@ -81,10 +87,15 @@ pub fn run_apply(global: &Global, args: &ApplyArgs) -> anyhow::Result<u8> {
                         Ok("created")
                     }
                 }
+                Kind::Service => super::kube::apply_service(&ctx, &mut st, obj),
+                Kind::Endpoints => super::kube::apply_endpoints(&ctx, &mut st, obj),
             }
         })();
         match res {
             Ok(what) => {
+                if obj.kind == Kind::Service {
+                    applied_services.push(format!("{}/{}", obj.namespace, obj.name));
+                }
                 let extra = match obj.kind {
                     Kind::Pod => st
                         .pod(&obj.namespace, &obj.name)
@@ -102,5 +113,23 @@ pub fn run_apply(global: &Global, args: &ApplyArgs) -> anyhow::Result<u8> {
             }
         }
     }
+    // The endpoints controller's pass, then (a lab with kube-proxy) the
+    // wait until every kube-proxy has the Services as written.
+    let mut touched: Vec<String> = applied_services;
+    match super::kube::sync_endpoints_keys(&ctx, &mut st) {
+        Ok(changed) => {
+            for (key, n) in changed {
+                crate::say!("{}", super::kube::endpoints_line(&key, n));
+                touched.push(key);
+            }
+        }
+        Err(e) => {
+            failed += 1;
+            eprintln!("error: {e:#}");
+        }
+    }
+    touched.sort();
+    touched.dedup();
+    super::kube::report_programmed(&st, &touched);
     Ok(if failed > 0 { 1 } else { 0 })
 }

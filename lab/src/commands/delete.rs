@@ -4,6 +4,12 @@
 //! does. A Pod is torn down completely (server stopped, CNI DEL, namespace
 //! deleted, manifest removed). Objects that do not exist are reported and
 //! make the exit status 1; the others are still deleted.
+//!
+//! Services (with their Endpoints) and Endpoints are deleted from the API
+//! server; a deleted Namespace takes its Services too (the API server's
+//! Namespace object itself stays: without the namespace controller it
+//! could never finish terminating). Endpoints of Services whose pods went
+//! are rewritten at the end.
 
 use std::path::PathBuf;
 
@@ -55,9 +61,30 @@ pub fn run_delete(global: &Global, args: &DeleteArgs) -> anyhow::Result<u8> {
                 st.uids.remove(&file);
                 found
             }
+            Kind::Service => {
+                match super::kube::delete_service(&ctx, &mut st, &obj.namespace, &obj.name) {
+                    Ok(found) => found,
+                    Err(e) => {
+                        errs.push(format!("{e:#}"));
+                        true
+                    }
+                }
+            }
+            Kind::Endpoints => {
+                match super::kube::delete_endpoints(&ctx, &st, &obj.namespace, &obj.name) {
+                    Ok(found) => found,
+                    Err(e) => {
+                        errs.push(format!("{e:#}"));
+                        true
+                    }
+                }
+            }
             Kind::Namespace => {
                 let file = obj.file_name();
                 let found = dir.join(&file).exists();
+                errs.extend(super::kube::delete_namespace_services(
+                    &ctx, &mut st, &obj.name,
+                ));
                 let pods: Vec<(String, String)> = st
                     .pods
                     .iter()
@@ -101,6 +128,19 @@ pub fn run_delete(global: &Global, args: &DeleteArgs) -> anyhow::Result<u8> {
             for e in errs {
                 eprintln!("  {e}");
             }
+        }
+    }
+    match super::kube::sync_endpoints_keys(&ctx, &mut st) {
+        Ok(changed) => {
+            for (key, n) in &changed {
+                crate::say!("{}", super::kube::endpoints_line(key, *n));
+            }
+            let keys: Vec<String> = changed.into_iter().map(|(k, _)| k).collect();
+            super::kube::report_programmed(&st, &keys);
+        }
+        Err(e) => {
+            failed += 1;
+            eprintln!("error: {e:#}");
         }
     }
     Ok(if failed > 0 { 1 } else { 0 })

@@ -3,7 +3,8 @@
 //! and every failure is reported:
 //! 1. pod servers stopped; CNI DEL for every pod whose node agent still
 //!    runs (so the agents release addresses and ports the proper way);
-//! 2. agents, then switchds: SIGTERM, `--grace` seconds, SIGKILL;
+//! 2. kube-proxies and the API server (`up --kube-proxy`: `k8s-local.sh
+//!    down`), then agents, then switchds: SIGTERM, `--grace` seconds, SIGKILL;
 //! 3. every namespace the state lists (write-ahead, so also those a dying
 //!    command was about to make), plus any `<lab>-ul` / `<lab>-node-N`
 //!    found by name: remaining processes killed, namespace deleted (the
@@ -81,7 +82,9 @@ pub fn run_down(global: &Global, args: &DownArgs) -> anyhow::Result<u8> {
             }
         }
     }
-    // 2. Daemons: agents first (they talk to the switches).
+    // 2. Daemons: kube-proxies and the API server, then the agents (they
+    //    talk to the switches).
+    errs.extend(super::kube::teardown(&ctx, &st, grace));
     for (label, needle) in [("agent", "oxvs-agent"), ("switchd", "oxvs-switchd")] {
         for n in &st.nodes {
             let pid = if label == "agent" {

@@ -6,11 +6,13 @@ pub mod apply;
 pub mod delete;
 pub mod down;
 pub mod exec;
+pub mod kube;
 pub mod node;
 pub mod probe;
 pub mod runtime;
 pub mod serve;
 pub mod status;
+pub mod switch;
 pub mod up;
 
 use std::path::{Path, PathBuf};

@@ -215,7 +215,12 @@ fn add_node(
         node,
         &mut agent,
         Duration::from_secs(args.timeout.max(1)),
-    )
+    )?;
+    if st.kube.is_some() {
+        // up --kube-proxy: its Node object in the API server, its kube-proxy.
+        super::kube::add_node(ctx, st, node, Duration::from_secs(args.timeout.max(1)))?;
+    }
+    Ok(())
 }
 
 /// Waits until `node`'s agent answers CNI STATUS; on failure the logs.
@@ -292,6 +297,11 @@ fn run_remove(global: &Global, args: &NodeRemoveArgs) -> anyhow::Result<u8> {
         }
     }
     let grace = Duration::from_secs(args.grace);
+    errs.extend(super::kube::remove_node(&ctx, &mut st, &node, grace));
+    match super::kube::sync_endpoints(&ctx, &mut st) {
+        Ok(lines) => lines.iter().for_each(|l| crate::say!("{l}")),
+        Err(e) => errs.push(format!("{e:#}")),
+    }
     for (label, needle, pid) in [
         ("agent", "oxvs-agent", node.agent_pid),
         ("switchd", "oxvs-switchd", node.switchd_pid),

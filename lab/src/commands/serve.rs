@@ -7,6 +7,9 @@ pub struct ServeArgs {
     /// What to answer TCP/SCTP connections with (the pod's `ns/name`).
     #[arg(long, default_value = "")]
     pub id: String,
+    /// Listen on this address only (default: every address).
+    #[arg(long, value_name = "IP")]
+    pub address: Option<std::net::Ipv4Addr>,
     #[arg(long, value_name = "PORT")]
     pub tcp: Vec<u16>,
     #[arg(long, value_name = "PORT")]
@@ -18,6 +21,7 @@ pub struct ServeArgs {
 pub fn run_serve(args: &ServeArgs) -> anyhow::Result<u8> {
     serve(&ServeConfig {
         id: args.id.clone(),
+        address: args.address,
         tcp: args.tcp.clone(),
         udp: args.udp.clone(),
         sctp: args.sctp.clone(),

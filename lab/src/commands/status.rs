@@ -1,7 +1,10 @@
 //! `oxvs-lab status`: nodes (namespace, IP, pod CIDR, daemons alive), pods
-//! (node, IP, namespace, server alive); `--json` for scripts.
+//! (node, IP, namespace, server alive); `--json` for scripts. A lab
+//! started with `up --kube-proxy` also shows each node's kube-proxy, the
+//! API server, and the Services with their ClusterIP, ports and number of
+//! endpoint addresses (read from the API server).
 
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::runtime::SERVER_NEEDLE;
 use super::{Ctx, Global};
@@ -34,6 +37,7 @@ pub fn dead_daemons(st: &LabState) -> Vec<String> {
     if st.nodes.is_empty() {
         v.push("no nodes".to_string());
     }
+    v.extend(super::kube::dead(st));
     v
 }
 
@@ -72,14 +76,28 @@ pub fn run_status(global: &Global, args: &StatusArgs) -> anyhow::Result<u8> {
         .nodes
         .iter()
         .map(|n| {
-            json!({
+            let mut v = json!({
                 "name": n.name, "netns": n.netns, "ip": n.ip, "podCIDR": n.pod_cidr,
                 "netnsExists": netns::exists(&n.netns),
                 "switchd": {"pid": n.switchd_pid, "running": alive(n.switchd_pid, "oxvs-switchd")},
                 "agent": {"pid": n.agent_pid, "running": alive(n.agent_pid, "oxvs-agent")},
-            })
+            });
+            if let Some((pid, running)) = super::kube::kube_proxy_status(&st, &n.name) {
+                v["kubeProxy"] = json!({"pid": pid, "running": running});
+            }
+            v
         })
         .collect();
+    // The API server and its Services (one kubectl call), with --kube-proxy.
+    let kube = st.kube.as_ref().map(|k| {
+        let services = super::kube::services_json(&ctx, &st);
+        json!({
+            "server": k.server,
+            "runDir": k.run_dir,
+            "services": services.as_ref().ok(),
+            "error": services.as_ref().err().map(|e| format!("{e:#}")),
+        })
+    });
     let pods: Vec<_> = st
         .pods
         .iter()
@@ -101,6 +119,7 @@ pub fn run_status(global: &Global, args: &StatusArgs) -> anyhow::Result<u8> {
             "stateDir": ctx.paths.root.display().to_string(),
             "nodes": nodes,
             "pods": pods,
+            "kube": kube,
         });
         crate::say!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(if healthy { 0 } else { 1 });
@@ -111,10 +130,20 @@ pub fn run_status(global: &Global, args: &StatusArgs) -> anyhow::Result<u8> {
         if healthy { "healthy" } else { "NOT healthy" },
         ctx.paths.root.display()
     );
+    let kp = if st.kube.is_some() {
+        "    KUBE-PROXY"
+    } else {
+        ""
+    };
     crate::say!(
-        "NODE       NETNS                      IP               POD CIDR         SWITCHD  AGENT"
+        "NODE       NETNS                      IP               POD CIDR         SWITCHD  AGENT{kp}"
     );
     for n in &st.nodes {
+        let agent = word(alive(n.agent_pid, "oxvs-agent"));
+        let agent = match super::kube::kube_proxy_status(&st, &n.name) {
+            Some((_, running)) => format!("{agent:<8} {}", word(running)),
+            None => agent.to_string(),
+        };
         crate::say!(
             "{:<10} {:<26} {:<16} {:<16} {:<8} {}",
             n.name,
@@ -122,7 +151,7 @@ pub fn run_status(global: &Global, args: &StatusArgs) -> anyhow::Result<u8> {
             n.ip,
             n.pod_cidr,
             word(alive(n.switchd_pid, "oxvs-switchd")),
-            word(alive(n.agent_pid, "oxvs-agent"))
+            agent
         );
     }
     if st.pods.is_empty() {
@@ -144,6 +173,51 @@ pub fn run_status(global: &Global, args: &StatusArgs) -> anyhow::Result<u8> {
                 server,
                 ports
             );
+        }
+    }
+    if let (Some(k), Some(kube)) = (&st.kube, &kube) {
+        let dead = super::kube::dead(&st);
+        crate::say!(
+            "kube-apiserver {} ({}), kubectl: `oxvs-lab --name {} kubectl ...`",
+            k.server,
+            if dead.iter().any(|d| d == "kube-apiserver" || d == "etcd") {
+                "DEAD"
+            } else {
+                "running"
+            },
+            st.name
+        );
+        match kube["services"].as_array() {
+            Some(svcs) if !svcs.is_empty() => {
+                crate::say!(
+                    "SERVICE                        TYPE       CLUSTER-IP       ENDPOINTS  PORTS"
+                );
+                for s in svcs {
+                    let ports: Vec<&str> = s["ports"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(Value::as_str)
+                        .collect();
+                    crate::say!(
+                        "{:<30} {:<10} {:<16} {:<10} {}",
+                        format!(
+                            "{}/{}",
+                            s["namespace"].as_str().unwrap_or(""),
+                            s["name"].as_str().unwrap_or("")
+                        ),
+                        s["type"].as_str().unwrap_or(""),
+                        s["clusterIP"].as_str().unwrap_or(""),
+                        s["endpoints"].as_u64().unwrap_or(0),
+                        ports.join(" ")
+                    );
+                }
+            }
+            Some(_) => crate::say!("no services"),
+            None => crate::say!(
+                "services: {}",
+                kube["error"].as_str().unwrap_or("cannot read them")
+            ),
         }
     }
     Ok(if healthy { 0 } else { 1 })

@@ -8,6 +8,10 @@
 //! routes). Optional agent flags (`--node-ip`, `--api-socket`) are passed
 //! only when `--help` lists them.
 //!
+//! `--kube-proxy` adds the Kubernetes side ([`super::kube`]): the API
+//! server starts in the underlay namespace while the nodes are built, then
+//! Node objects and a kube-proxy per node; without it nothing of that runs.
+//!
 //! On failure the half-built lab stays for inspection (its logs are in the
 //! lab directory); `oxvs-lab down` removes it.
 
@@ -45,6 +49,11 @@ pub struct UpArgs {
     /// Log filter for switchd and the agents.
     #[arg(long, value_name = "FILTER", default_value = "info")]
     pub log_level: String,
+    /// Also run a kube-apiserver (k8s-local.sh, in the underlay namespace)
+    /// and a real kube-proxy (iptables mode) on every node, for Services.
+    /// Needs the cached Kubernetes build with kube-proxy.
+    #[arg(long)]
+    pub kube_proxy: bool,
 }
 
 /// The cluster file.
@@ -71,10 +80,25 @@ pub fn run_up(global: &Global, args: &UpArgs) -> anyhow::Result<u8> {
     if !(1..=MAX_NODES).contains(&n_nodes) {
         anyhow::bail!("--nodes {n_nodes}: use 1 to {MAX_NODES}");
     }
+    // Checked before anything (even the lab's directory) is made; never builds.
+    let kube_tools = if args.kube_proxy {
+        Some(super::kube::find_tools(&Bins::find(
+            global.bin_dir.as_deref(),
+        )?)?)
+    } else {
+        None
+    };
     let _lock = ctx.paths.lock(true)?;
     if ctx.paths.exists() {
         let st = ctx.paths.load()?;
         let dead = super::status::dead_daemons(&st);
+        if dead.is_empty() && args.kube_proxy && st.kube.is_none() {
+            anyhow::bail!(
+                "lab {} is already up, without kube-proxy; run `oxvs-lab down --name {}` first",
+                ctx.name(),
+                ctx.name()
+            );
+        }
         if dead.is_empty() {
             crate::say!(
                 "lab {} is already up ({} nodes, {} pods)",
@@ -110,7 +134,15 @@ pub fn run_up(global: &Global, args: &UpArgs) -> anyhow::Result<u8> {
         std::fs::create_dir_all(&d).with_context(|| format!("cannot create {}", d.display()))?;
     }
     ctx.paths.save(&st)?;
-    if let Err(e) = build(&ctx, &bins, &mut st, n_nodes, args, &help) {
+    if let Err(e) = build(
+        &ctx,
+        &bins,
+        &mut st,
+        n_nodes,
+        args,
+        &help,
+        kube_tools.as_ref(),
+    ) {
         anyhow::bail!(
             "{e:#}\n(the half-built lab {} is left for inspection in {}; `oxvs-lab down --name {}` removes it)",
             ctx.name(),
@@ -137,6 +169,13 @@ pub fn run_up(global: &Global, args: &UpArgs) -> anyhow::Result<u8> {
             n.pod_cidr
         );
     }
+    if let Some(k) = &st.kube {
+        crate::say!(
+            "  kube-apiserver {} (in {}), kube-proxy (iptables) on every node; Services: `oxvs-lab apply -f`, `oxvs-lab kubectl get svc -A`",
+            k.server,
+            ctx.paths.underlay_netns()
+        );
+    }
     Ok(0)
 }
 
@@ -147,6 +186,7 @@ fn build(
     n_nodes: u32,
     args: &UpArgs,
     agent_help: &str,
+    kube_tools: Option<&super::kube::KubeTools>,
 ) -> anyhow::Result<()> {
     // Underlay: a bridge in its own namespace.
     let ul = ctx.paths.underlay_netns();
@@ -175,6 +215,11 @@ fn build(
         UNDERLAY_MTU,
         "up",
     ])?;
+    // The API server starts in the background while the nodes are built.
+    let apiserver = match kube_tools {
+        Some(t) => Some(super::kube::start_apiserver(ctx, st, t)?),
+        None => None,
+    };
 
     let mdir = ctx.paths.manifests();
     let ns_uid = st
@@ -299,6 +344,9 @@ fn build(
             }
             std::thread::sleep(Duration::from_millis(200));
         }
+    }
+    if let Some(child) = apiserver {
+        super::kube::finish_up(ctx, st, child, Duration::from_secs(args.timeout.max(1)))?;
     }
     Ok(())
 }

@@ -86,12 +86,19 @@ pub fn show(args: &[&str], out: &Output) -> String {
 
 impl Lab {
     pub fn up(nodes: u32) -> Lab {
+        Lab::up_args(&["--nodes", &nodes.to_string()])
+    }
+
+    /// `up` with these arguments (e.g. `--nodes 2 --kube-proxy`).
+    pub fn up_args(args: &[&str]) -> Lab {
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let lab = Lab {
             name: format!("t{}-{n}", std::process::id()),
             dir: tempfile::tempdir().expect("tempdir"),
         };
-        lab.ok(&["up", "--nodes", &nodes.to_string()]);
+        let mut all = vec!["up"];
+        all.extend_from_slice(args);
+        lab.ok(&all);
         lab
     }
 
@@ -163,7 +170,7 @@ impl Drop for Lab {
         if std::thread::panicking() {
             for i in 1..=4 {
                 let d = self.root().join(format!("node-{i}"));
-                for f in ["agent.log", "switchd.log"] {
+                for f in ["agent.log", "switchd.log", "kube-proxy.log"] {
                     if let Ok(t) = std::fs::read_to_string(d.join(f)) {
                         let tail: Vec<&str> = t.lines().rev().take(40).collect();
                         eprintln!("--- node-{i}/{f} (tail) ---");

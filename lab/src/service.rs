@@ -1,0 +1,718 @@
+//! Services and their Endpoints: what the lab checks in a Service the user
+//! applies, and the Endpoints object it computes for it, playing
+//! Kubernetes' endpoints controller (v1.20) for a lab started with
+//! `up --kube-proxy`. Pure: no processes, no files.
+//!
+//! Checked here (each error names the field and the offending value):
+//! `spec.type` (ClusterIP or NodePort), `spec.clusterIP`, `spec.selector`,
+//! `spec.ports[]` (`port`, `protocol`, `name`, `targetPort`, `nodePort`),
+//! `spec.sessionAffinity` and `spec.externalTrafficPolicy`. Everything else
+//! is passed to the API server unchanged, which validates it again.
+//!
+//! Endpoints, as the endpoints controller makes them: the ready pods (the
+//! lab's pods that have an address) in the Service's namespace whose labels
+//! match `spec.selector`; per Service port, `targetPort` a number is used as
+//! is, a name is looked up among the pod's declared container ports of the
+//! same protocol (a pod without it is left out for that port); addresses
+//! with the same resolved ports share one subset. Every address carries its
+//! `nodeName` (kube-proxy's `externalTrafficPolicy: Local` picks local
+//! endpoints by it) and a `targetRef` to its Pod. A Service without a
+//! selector gets no Endpoints from the lab: the user applies them, as in
+//! Kubernetes.
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+
+use serde_json::{json, Map, Value};
+
+use crate::manifest::Object;
+use crate::state::PortState;
+
+/// `spec.ports[].targetPort`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TargetPort {
+    Number(u16),
+    /// A container port name (IANA service name).
+    Name(String),
+}
+
+/// One entry of `spec.ports`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServicePort {
+    pub name: Option<String>,
+    /// `TCP`, `UDP` or `SCTP`.
+    pub protocol: String,
+    pub port: u16,
+    pub target: TargetPort,
+    pub node_port: Option<u16>,
+}
+
+/// What the lab needs to know of a Service.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServiceSpec {
+    pub namespace: String,
+    pub name: String,
+    /// `ClusterIP` or `NodePort`.
+    pub service_type: String,
+    /// `None` when the Service has no selector (the user's Endpoints).
+    pub selector: Option<BTreeMap<String, String>>,
+    pub ports: Vec<ServicePort>,
+}
+
+impl ServiceSpec {
+    /// `namespace/name`.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+/// A pod as an endpoint candidate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Backend {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub node: String,
+    /// `None` while the pod has no address (not ready).
+    pub ip: Option<String>,
+    pub labels: BTreeMap<String, String>,
+    pub ports: Vec<PortState>,
+}
+
+/// The API server's default NodePort range.
+pub const NODE_PORT_RANGE: std::ops::RangeInclusive<u64> = 30000..=32767;
+
+/// A DNS-1035 label (Service names, port names): 1-63 of `[a-z0-9-]`,
+/// starting with a letter, ending alphanumeric.
+fn is_dns1035_label(s: &str) -> bool {
+    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    !s.is_empty()
+        && s.len() <= 63
+        && s.chars().all(|c| alnum(c) || c == '-')
+        && s.chars().next().is_some_and(|c| c.is_ascii_lowercase())
+        && s.chars().last().is_some_and(alnum)
+}
+
+/// An IANA service name (named target ports): 1-15 of `[a-z0-9-]`, at
+/// least one letter, no `-` at either end or twice in a row.
+pub fn is_port_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 15
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && s.chars().any(|c| c.is_ascii_lowercase())
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+        && !s.contains("--")
+}
+
+fn port_number(v: &Value) -> Option<u16> {
+    v.as_u64()
+        .filter(|n| (1..=65535).contains(n))
+        .and_then(|n| u16::try_from(n).ok())
+}
+
+fn string_map(v: &Value) -> Option<BTreeMap<String, String>> {
+    v.as_object()?
+        .iter()
+        .map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+        .collect()
+}
+
+/// Checks a Service the user applies and extracts what the lab needs.
+pub fn parse_service(obj: &Object) -> anyhow::Result<ServiceSpec> {
+    let what = format!("{} ({})", obj.display_name(), obj.source);
+    let bad = |msg: String| anyhow::anyhow!("{what}: {msg}");
+    if !is_dns1035_label(&obj.name) {
+        return Err(bad(format!(
+            "a Service name must be a DNS-1035 label (1-63 of a-z, 0-9 and '-', starting with a letter), got {:?}",
+            obj.name
+        )));
+    }
+    let spec = match obj.body.get("spec") {
+        Some(s) if s.is_object() => s,
+        Some(s) => return Err(bad(format!("spec must be a mapping, got {s}"))),
+        None => return Err(bad("spec is missing (spec.ports is required)".into())),
+    };
+    let str_field = |key: &str| -> anyhow::Result<Option<String>> {
+        match spec.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(v) => Err(bad(format!("spec.{key} must be a string, got {v}"))),
+        }
+    };
+    let service_type = str_field("type")?.unwrap_or_else(|| "ClusterIP".into());
+    if !matches!(service_type.as_str(), "ClusterIP" | "NodePort") {
+        return Err(bad(format!(
+            "spec.type {service_type:?} is not supported by the lab (ClusterIP or NodePort; there is no load balancer and no external DNS)"
+        )));
+    }
+    if let Some(ip) = str_field("clusterIP")? {
+        if !(ip.is_empty() || ip == "None" || ip.parse::<Ipv4Addr>().is_ok()) {
+            return Err(bad(format!(
+                "spec.clusterIP must be an IPv4 address, \"None\" or empty, got {ip:?}"
+            )));
+        }
+    }
+    let selector = match spec.get("selector") {
+        None | Some(Value::Null) => None,
+        Some(v) => {
+            let m = string_map(v).ok_or_else(|| {
+                bad(format!(
+                    "spec.selector must map label keys to string values, got {v}"
+                ))
+            })?;
+            // An empty selector selects nothing in the endpoints controller
+            // (it treats it as "no selector"), as here.
+            (!m.is_empty()).then_some(m)
+        }
+    };
+    if let Some(a) = str_field("sessionAffinity")? {
+        if !matches!(a.as_str(), "None" | "ClientIP") {
+            return Err(bad(format!(
+                "spec.sessionAffinity must be None or ClientIP, got {a:?}"
+            )));
+        }
+    }
+    if let Some(p) = str_field("externalTrafficPolicy")? {
+        if !matches!(p.as_str(), "Cluster" | "Local") {
+            return Err(bad(format!(
+                "spec.externalTrafficPolicy must be Cluster or Local, got {p:?}"
+            )));
+        }
+        if service_type != "NodePort" {
+            return Err(bad(format!(
+                "spec.externalTrafficPolicy applies to NodePort Services only (this one is {service_type})"
+            )));
+        }
+    }
+    let ports = match spec.get("ports") {
+        Some(Value::Array(a)) if !a.is_empty() => a,
+        Some(Value::Array(_)) | None | Some(Value::Null) => {
+            return Err(bad("spec.ports must list at least one port".into()))
+        }
+        Some(v) => return Err(bad(format!("spec.ports must be a list, got {v}"))),
+    };
+    let mut out: Vec<ServicePort> = Vec::new();
+    for (i, p) in ports.iter().enumerate() {
+        let f = format!("spec.ports[{i}]");
+        if !p.is_object() {
+            return Err(bad(format!("{f} must be a mapping, got {p}")));
+        }
+        let port = p.get("port").and_then(port_number).ok_or_else(|| {
+            bad(format!(
+                "{f}.port must be a number 1-65535, got {}",
+                p.get("port").unwrap_or(&Value::Null)
+            ))
+        })?;
+        let protocol = match p.get("protocol") {
+            None | Some(Value::Null) => "TCP".to_string(),
+            Some(Value::String(s)) if matches!(s.as_str(), "TCP" | "UDP" | "SCTP") => s.clone(),
+            Some(v) => {
+                return Err(bad(format!(
+                    "{f}.protocol must be TCP, UDP or SCTP, got {v}"
+                )))
+            }
+        };
+        let name = match p.get("name") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) if is_dns1035_label(s) => Some(s.clone()),
+            Some(v) => {
+                return Err(bad(format!(
+                    "{f}.name must be a DNS-1035 label (a-z, 0-9, '-', starting with a letter), got {v}"
+                )))
+            }
+        };
+        if name.is_none() && ports.len() > 1 {
+            return Err(bad(format!(
+                "{f}.name is required when a Service has more than one port"
+            )));
+        }
+        let target = match p.get("targetPort") {
+            None | Some(Value::Null) => TargetPort::Number(port),
+            Some(Value::String(s)) if is_port_name(s) => TargetPort::Name(s.clone()),
+            Some(v) => match port_number(v) {
+                Some(n) => TargetPort::Number(n),
+                None => {
+                    return Err(bad(format!(
+                        "{f}.targetPort must be a number 1-65535 or a container port name (1-15 of a-z, 0-9, '-', with a letter), got {v}"
+                    )))
+                }
+            },
+        };
+        let node_port = match p.get("nodePort") {
+            None | Some(Value::Null) => None,
+            Some(v) => {
+                if service_type != "NodePort" {
+                    return Err(bad(format!(
+                        "{f}.nodePort needs spec.type NodePort (this one is {service_type})"
+                    )));
+                }
+                let n = v
+                    .as_u64()
+                    .filter(|n| NODE_PORT_RANGE.contains(n))
+                    .ok_or_else(|| {
+                        bad(format!(
+                        "{f}.nodePort must be in {}-{} (the API server's NodePort range), got {v}",
+                        NODE_PORT_RANGE.start(),
+                        NODE_PORT_RANGE.end()
+                    ))
+                    })?;
+                u16::try_from(n).ok()
+            }
+        };
+        if let Some(dup) = out
+            .iter()
+            .find(|o| o.port == port && o.protocol == protocol)
+        {
+            return Err(bad(format!(
+                "{f}: port {port}/{protocol} is listed twice (also as {:?})",
+                dup.name.as_deref().unwrap_or("")
+            )));
+        }
+        if name.is_some() && out.iter().any(|o| o.name == name) {
+            return Err(bad(format!(
+                "{f}.name {:?} is used by another port",
+                name.as_deref().unwrap_or("")
+            )));
+        }
+        out.push(ServicePort {
+            name,
+            protocol,
+            port,
+            target,
+            node_port,
+        });
+    }
+    Ok(ServiceSpec {
+        namespace: obj.namespace.clone(),
+        name: obj.name.clone(),
+        service_type,
+        selector,
+        ports: out,
+    })
+}
+
+/// Checks an Endpoints object the user applies (for a Service without a
+/// selector): `subsets[].addresses[].ip` IPv4, `subsets[].ports[]` with a
+/// port number. The API server checks the rest.
+pub fn check_endpoints(obj: &Object) -> anyhow::Result<()> {
+    let what = format!("{} ({})", obj.display_name(), obj.source);
+    let subsets = match obj.body.get("subsets") {
+        None | Some(Value::Null) => return Ok(()),
+        Some(Value::Array(a)) => a,
+        Some(v) => anyhow::bail!("{what}: subsets must be a list, got {v}"),
+    };
+    for (i, s) in subsets.iter().enumerate() {
+        for (j, a) in s
+            .get("addresses")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            let ip = a.get("ip").and_then(Value::as_str).unwrap_or("");
+            if ip.parse::<Ipv4Addr>().is_err() {
+                anyhow::bail!(
+                    "{what}: subsets[{i}].addresses[{j}].ip must be an IPv4 address, got {}",
+                    a.get("ip").unwrap_or(&Value::Null)
+                );
+            }
+        }
+        for (j, p) in s
+            .get("ports")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            if p.get("port").and_then(port_number).is_none() {
+                anyhow::bail!(
+                    "{what}: subsets[{i}].ports[{j}].port must be a number 1-65535, got {}",
+                    p.get("port").unwrap_or(&Value::Null)
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether `labels` match every `selector` entry.
+pub fn selects(selector: &BTreeMap<String, String>, labels: &BTreeMap<String, String>) -> bool {
+    selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+}
+
+/// The port a backend serves `p` on, if it has it.
+fn resolve(p: &ServicePort, b: &Backend) -> Option<u16> {
+    match &p.target {
+        TargetPort::Number(n) => Some(*n),
+        TargetPort::Name(n) => b
+            .ports
+            .iter()
+            .find(|c| c.name.as_deref() == Some(n.as_str()) && c.protocol == p.protocol)
+            .map(|c| c.port),
+    }
+}
+
+/// The Endpoints object of `svc` (which has a selector) given every pod of
+/// the lab; deterministic (subsets and addresses sorted).
+pub fn endpoints_object(svc: &ServiceSpec, backends: &[Backend]) -> Value {
+    let empty = BTreeMap::new();
+    let selector = svc.selector.as_ref().unwrap_or(&empty);
+    // Resolved ports (name, port, protocol) -> addresses.
+    type PortKey = Vec<(Option<String>, u16, String)>;
+    let mut groups: BTreeMap<PortKey, Vec<Value>> = BTreeMap::new();
+    let mut chosen: Vec<&Backend> = backends
+        .iter()
+        .filter(|b| b.namespace == svc.namespace && b.ip.is_some() && !selector.is_empty())
+        .filter(|b| selects(selector, &b.labels))
+        .collect();
+    chosen.sort_by(|a, b| {
+        let ip = |x: &Backend| {
+            x.ip.as_deref()
+                .and_then(|s| s.parse::<Ipv4Addr>().ok())
+                .map(u32::from)
+                .unwrap_or(0)
+        };
+        ip(a).cmp(&ip(b)).then(a.name.cmp(&b.name))
+    });
+    for b in chosen {
+        let key: PortKey = svc
+            .ports
+            .iter()
+            .filter_map(|p| resolve(p, b).map(|n| (p.name.clone(), n, p.protocol.clone())))
+            .collect();
+        if key.is_empty() {
+            continue;
+        }
+        groups.entry(key).or_default().push(json!({
+            "ip": b.ip,
+            "nodeName": b.node,
+            "targetRef": {
+                "kind": "Pod",
+                "namespace": b.namespace,
+                "name": b.name,
+                "uid": b.uid,
+            },
+        }));
+    }
+    let subsets: Vec<Value> = groups
+        .into_iter()
+        .map(|(ports, addresses)| {
+            let ports: Vec<Value> = ports
+                .into_iter()
+                .map(|(name, port, protocol)| {
+                    let mut m = Map::new();
+                    if let Some(n) = name {
+                        m.insert("name".into(), json!(n));
+                    }
+                    m.insert("port".into(), json!(port));
+                    m.insert("protocol".into(), json!(protocol));
+                    Value::Object(m)
+                })
+                .collect();
+            json!({ "addresses": addresses, "ports": ports })
+        })
+        .collect();
+    json!({
+        "apiVersion": "v1",
+        "kind": "Endpoints",
+        "metadata": {
+            "name": svc.name,
+            "namespace": svc.namespace,
+            "labels": { "app.kubernetes.io/managed-by": "oxvs-lab" },
+        },
+        "subsets": subsets,
+    })
+}
+
+/// The number of addresses in an Endpoints object.
+pub fn address_count(endpoints: &Value) -> usize {
+    endpoints
+        .get("subsets")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s.get("addresses").and_then(Value::as_array))
+        .map(Vec::len)
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::parse_documents;
+
+    fn svc(yaml: &str) -> anyhow::Result<ServiceSpec> {
+        let objs = parse_documents(yaml, "s.yaml")?;
+        parse_service(&objs[0])
+    }
+
+    fn backend(name: &str, node: &str, ip: Option<&str>, labels: &[(&str, &str)]) -> Backend {
+        Backend {
+            namespace: "web".into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            node: node.into(),
+            ip: ip.map(str::to_string),
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ports: vec![
+                PortState {
+                    protocol: "TCP".into(),
+                    port: 8080,
+                    name: Some("http".into()),
+                },
+                PortState {
+                    protocol: "UDP".into(),
+                    port: 8081,
+                    name: Some("http".into()),
+                },
+            ],
+        }
+    }
+
+    const GOOD: &str = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: web}
+spec:
+  type: NodePort
+  selector: {app: a}
+  sessionAffinity: ClientIP
+  externalTrafficPolicy: Local
+  ports:
+  - {name: http, port: 80, targetPort: http, nodePort: 30080}
+  - {name: udp, port: 80, protocol: UDP, targetPort: http}
+  - {name: raw, port: 81, targetPort: 9000}
+"#;
+
+    #[test]
+    fn a_good_service_parses() {
+        let s = svc(GOOD).expect("parses");
+        assert_eq!(s.key(), "web/web");
+        assert_eq!(s.service_type, "NodePort");
+        assert_eq!(
+            s.selector,
+            Some(BTreeMap::from([("app".to_string(), "a".to_string())]))
+        );
+        assert_eq!(s.ports.len(), 3);
+        assert_eq!(s.ports[0].target, TargetPort::Name("http".into()));
+        assert_eq!(s.ports[0].node_port, Some(30080));
+        assert_eq!(s.ports[1].protocol, "UDP");
+        assert_eq!(s.ports[2].target, TargetPort::Number(9000));
+        // targetPort defaults to port; no selector is "the user's Endpoints".
+        let s = svc("apiVersion: v1\nkind: Service\nmetadata: {name: s}\nspec: {ports: [{port: 53, protocol: UDP}]}\n")
+            .expect("parses");
+        assert_eq!(s.ports[0].target, TargetPort::Number(53));
+        assert_eq!(s.selector, None);
+        assert_eq!(s.service_type, "ClusterIP");
+    }
+
+    #[test]
+    fn bad_services_are_refused_with_the_field_named() {
+        let base = "apiVersion: v1\nkind: Service\nmetadata: {name: s}\n";
+        for (spec, want) in [
+            ("", "spec is missing"),
+            ("spec: 3\n", "spec must be a mapping"),
+            ("spec: {}\n", "spec.ports must list"),
+            ("spec: {ports: []}\n", "spec.ports must list"),
+            ("spec: {ports: {port: 80}}\n", "spec.ports must be a list"),
+            ("spec: {ports: [80]}\n", "spec.ports[0] must be a mapping"),
+            ("spec: {ports: [{port: 0}]}\n", "spec.ports[0].port"),
+            ("spec: {ports: [{port: \"80\"}]}\n", "spec.ports[0].port"),
+            ("spec: {ports: [{port: 70000}]}\n", "70000"),
+            (
+                "spec: {ports: [{port: 80, protocol: ICMP}]}\n",
+                "spec.ports[0].protocol",
+            ),
+            (
+                "spec: {ports: [{port: 80, targetPort: -1}]}\n",
+                "spec.ports[0].targetPort",
+            ),
+            (
+                "spec: {ports: [{port: 80, targetPort: \"8080\"}]}\n",
+                "targetPort",
+            ),
+            (
+                "spec: {ports: [{port: 80, targetPort: Http_Port}]}\n",
+                "targetPort",
+            ),
+            (
+                "spec: {ports: [{port: 80, name: a}, {port: 81}]}\n",
+                "spec.ports[1].name is required",
+            ),
+            (
+                "spec: {ports: [{port: 80, name: a}, {port: 81, name: a}]}\n",
+                "used by another port",
+            ),
+            (
+                "spec: {ports: [{port: 80, name: a}, {port: 80, name: b}]}\n",
+                "listed twice",
+            ),
+            (
+                "spec: {ports: [{port: 80, name: A}]}\n",
+                "spec.ports[0].name",
+            ),
+            (
+                "spec: {ports: [{port: 80, nodePort: 30080}]}\n",
+                "needs spec.type NodePort",
+            ),
+            (
+                "spec: {type: NodePort, ports: [{port: 80, nodePort: 80}]}\n",
+                "30000-32767",
+            ),
+            (
+                "spec: {type: LoadBalancer, ports: [{port: 80}]}\n",
+                "not supported",
+            ),
+            (
+                "spec: {type: [x], ports: [{port: 80}]}\n",
+                "spec.type must be a string",
+            ),
+            (
+                "spec: {selector: [a], ports: [{port: 80}]}\n",
+                "spec.selector",
+            ),
+            (
+                "spec: {selector: {a: 1}, ports: [{port: 80}]}\n",
+                "spec.selector",
+            ),
+            (
+                "spec: {clusterIP: 10.0.0.300, ports: [{port: 80}]}\n",
+                "spec.clusterIP",
+            ),
+            (
+                "spec: {sessionAffinity: Sticky, ports: [{port: 80}]}\n",
+                "spec.sessionAffinity",
+            ),
+            (
+                "spec: {type: NodePort, externalTrafficPolicy: Nearby, ports: [{port: 80}]}\n",
+                "externalTrafficPolicy",
+            ),
+            (
+                "spec: {externalTrafficPolicy: Local, ports: [{port: 80}]}\n",
+                "NodePort Services only",
+            ),
+        ] {
+            let e = svc(&format!("{base}{spec}")).expect_err(spec).to_string();
+            assert!(e.contains(want), "{spec}: {e}");
+            assert!(
+                e.contains("Service default/s") && e.contains("s.yaml#1"),
+                "{e}"
+            );
+        }
+        let e = svc(
+            "apiVersion: v1\nkind: Service\nmetadata: {name: 1web}\nspec: {ports: [{port: 80}]}\n",
+        )
+        .expect_err("name")
+        .to_string();
+        assert!(e.contains("DNS-1035"), "{e}");
+    }
+
+    #[test]
+    fn bad_endpoints_are_refused() {
+        let base = "apiVersion: v1\nkind: Endpoints\nmetadata: {name: s}\n";
+        let ok = parse_documents(
+            &format!(
+                "{base}subsets: [{{addresses: [{{ip: 192.168.77.12}}], ports: [{{port: 80}}]}}]\n"
+            ),
+            "e",
+        )
+        .expect("parse");
+        check_endpoints(&ok[0]).expect("valid");
+        for (body, want) in [
+            ("subsets: 3\n", "subsets must be a list"),
+            (
+                "subsets: [{addresses: [{ip: node-2}]}]\n",
+                "addresses[0].ip",
+            ),
+            ("subsets: [{ports: [{port: x}]}]\n", "ports[0].port"),
+        ] {
+            let o = parse_documents(&format!("{base}{body}"), "e").expect("parse");
+            let e = check_endpoints(&o[0]).expect_err(body).to_string();
+            assert!(e.contains(want), "{body}: {e}");
+        }
+    }
+
+    #[test]
+    fn endpoints_follow_the_selector_named_ports_and_readiness() {
+        let s = svc(GOOD).expect("parses");
+        let pods = vec![
+            backend("a2", "node-2", Some("10.244.2.5"), &[("app", "a")]),
+            backend(
+                "a1",
+                "node-1",
+                Some("10.244.1.9"),
+                &[("app", "a"), ("x", "y")],
+            ),
+            // Not ready, wrong labels, other namespace: left out.
+            backend("a3", "node-1", None, &[("app", "a")]),
+            backend("b1", "node-1", Some("10.244.1.10"), &[("app", "b")]),
+            Backend {
+                namespace: "other".into(),
+                ..backend("a4", "node-1", Some("10.244.1.11"), &[("app", "a")])
+            },
+            // No port named http: only the numeric port resolves.
+            Backend {
+                ports: vec![],
+                ..backend("a5", "node-2", Some("10.244.2.6"), &[("app", "a")])
+            },
+        ];
+        let ep = endpoints_object(&s, &pods);
+        assert_eq!(ep["metadata"]["name"], "web");
+        assert_eq!(ep["metadata"]["namespace"], "web");
+        let subsets = ep["subsets"].as_array().expect("subsets");
+        assert_eq!(subsets.len(), 2, "{ep}");
+        assert_eq!(address_count(&ep), 3);
+        let full = subsets
+            .iter()
+            .find(|s| s["ports"].as_array().is_some_and(|p| p.len() == 3))
+            .expect("a subset with all three ports");
+        let ips: Vec<&str> = full["addresses"]
+            .as_array()
+            .expect("addresses")
+            .iter()
+            .filter_map(|a| a["ip"].as_str())
+            .collect();
+        assert_eq!(ips, vec!["10.244.1.9", "10.244.2.5"]);
+        assert_eq!(full["addresses"][0]["nodeName"], "node-1");
+        assert_eq!(full["addresses"][0]["targetRef"]["name"], "a1");
+        assert_eq!(full["addresses"][0]["targetRef"]["uid"], "uid-a1");
+        let ports = full["ports"].as_array().expect("ports");
+        assert!(ports.contains(&json!({"name": "http", "port": 8080, "protocol": "TCP"})));
+        assert!(ports.contains(&json!({"name": "udp", "port": 8081, "protocol": "UDP"})));
+        assert!(ports.contains(&json!({"name": "raw", "port": 9000, "protocol": "TCP"})));
+        let partial = subsets
+            .iter()
+            .find(|s| s["ports"].as_array().is_some_and(|p| p.len() == 1))
+            .expect("a5's subset");
+        assert_eq!(partial["addresses"][0]["ip"], "10.244.2.6");
+        // Deterministic; and no match gives an empty subset list.
+        assert_eq!(ep, endpoints_object(&s, &pods));
+        let none = endpoints_object(&s, &pods[2..4]);
+        assert_eq!(none["subsets"], json!([]));
+        assert_eq!(address_count(&none), 0);
+    }
+
+    #[test]
+    fn port_names() {
+        for ok in ["http", "dns-tcp", "a1", "h-t-t-p"] {
+            assert!(is_port_name(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "8080",
+            "-a",
+            "a-",
+            "a--b",
+            "HTTP",
+            "a_b",
+            "abcdefghijklmnop",
+        ] {
+            assert!(!is_port_name(bad), "{bad}");
+        }
+    }
+}

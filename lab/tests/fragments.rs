@@ -1,0 +1,165 @@
+//! IP fragments between pods, through the real switches, on one node and
+//! across nodes (each fragment VXLAN-encapsulated): large pings and large
+//! UDP datagrams (which the pods' kernels fragment at their MTU) get their
+//! answers, and NetworkPolicy decides on the whole datagram's ports: a
+//! policy that allows UDP/80 lets a fragmented datagram to port 80 through
+//! and keeps the same datagram to port 81 and the big ping out.
+//!
+//! Root and AF_XDP are required; the test says SKIPPED and passes without
+//! them.
+
+mod common;
+
+use common::Lab;
+use serde_json::Value;
+
+const PODS: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: fx, labels: {ns: fx}}
+---
+apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: a, namespace: fx, labels: {pod: a}}
+  spec:
+    nodeName: node-1
+    containers:
+    - name: c
+      ports:
+      - {containerPort: 80, protocol: UDP}
+      - {containerPort: 81, protocol: UDP}
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: b, namespace: fx, labels: {pod: b}}
+  spec:
+    nodeName: node-1
+    containers:
+    - name: c
+      ports:
+      - {containerPort: 80, protocol: UDP}
+      - {containerPort: 81, protocol: UDP}
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: c, namespace: fx, labels: {pod: c}}
+  spec:
+    nodeName: node-2
+    containers:
+    - name: c
+      ports:
+      - {containerPort: 80, protocol: UDP}
+      - {containerPort: 81, protocol: UDP}
+"#;
+
+/// Only UDP/80 may reach the pods of namespace fx.
+const ALLOW_UDP_80: &str = r#"
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: udp-80-only, namespace: fx}
+spec:
+  podSelector: {}
+  policyTypes: [Ingress]
+  ingress:
+  - ports:
+    - {protocol: UDP, port: 80}
+"#;
+
+/// Sends one `size`-byte UDP datagram to `ip:port` and waits for the echo
+/// (the lab's pod server echoes UDP); prints the echoed length or `timeout`.
+const UDP_ECHO: &str = r#"
+import socket, sys
+ip, port, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(1.0)
+data = bytes((i * 7 + 3) % 256 for i in range(size))
+for _ in range(3):
+    s.sendto(data, (ip, port))
+    try:
+        got, _ = s.recvfrom(65536)
+        print(len(got) if got == data else "corrupt %d" % len(got))
+        sys.exit(0)
+    except socket.timeout:
+        pass
+print("timeout")
+"#;
+
+/// The IP of pod `ns/name` in `status --json`.
+fn pod_ip(status: &Value, name: &str) -> String {
+    let (ns, pod) = name.split_once('/').expect("ns/name");
+    status["pods"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["namespace"].as_str() == Some(ns) && p["name"].as_str() == Some(pod))
+        .and_then(|p| p["ip"].as_str())
+        .unwrap_or_else(|| panic!("no IP for {name} in {status}"))
+        .to_string()
+}
+
+fn ping(lab: &Lab, from: &str, ip: &str, size: &str) -> bool {
+    lab.run(&[
+        "exec", from, "--", "ping", "-c", "2", "-W", "2", "-s", size, ip,
+    ])
+    .status
+    .success()
+}
+
+fn udp(lab: &Lab, from: &str, ip: &str, port: u16, size: usize) -> String {
+    let out = lab.run(&[
+        "exec",
+        from,
+        "--",
+        "python3",
+        "-c",
+        UDP_ECHO,
+        ip,
+        &port.to_string(),
+        &size.to_string(),
+    ]);
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+fn fragments_pass_conntrack_and_policy_on_one_node_and_across_nodes() {
+    skip_unless_capable!();
+    let lab = Lab::up(2);
+    let pods = lab.file("pods.yaml", PODS);
+    lab.ok(&["apply", "-f", &pods]);
+    let st = lab.status();
+    let (b, c) = (pod_ip(&st, "fx/b"), pod_ip(&st, "fx/c"));
+
+    // No policy: everything answered, same node (b) and across nodes (c).
+    for (ip, where_) in [(&b, "same node"), (&c, "across nodes")] {
+        assert!(ping(&lab, "fx/a", ip, "3000"), "ping -s 3000 {where_}");
+        assert!(ping(&lab, "fx/a", ip, "8000"), "ping -s 8000 {where_}");
+        for port in [80, 81] {
+            assert_eq!(
+                udp(&lab, "fx/a", ip, port, 4000),
+                "4000",
+                "4000-byte UDP to port {port}, {where_}"
+            );
+        }
+    }
+
+    // Policy on the whole datagram: UDP/80 allowed, UDP/81 and ICMP not.
+    let pol = lab.file("pol.yaml", ALLOW_UDP_80);
+    lab.ok(&["apply", "-f", &pol]);
+    for (ip, where_) in [(&b, "same node"), (&c, "across nodes")] {
+        assert_eq!(
+            udp(&lab, "fx/a", ip, 80, 4000),
+            "4000",
+            "allowed port, {where_}"
+        );
+        assert_eq!(
+            udp(&lab, "fx/a", ip, 81, 4000),
+            "timeout",
+            "denied port, {where_}"
+        );
+        assert!(!ping(&lab, "fx/a", ip, "3000"), "ICMP denied, {where_}");
+        // Small datagrams agree with the big ones.
+        assert_eq!(udp(&lab, "fx/a", ip, 80, 100), "100");
+        assert_eq!(udp(&lab, "fx/a", ip, 81, 100), "timeout");
+    }
+}

@@ -1,0 +1,1246 @@
+//! Services through the REAL kube-proxy (v1.20, iptables mode) on a 2-node
+//! `oxvs-lab up --kube-proxy`: every path kube-proxy serves, probed with
+//! real traffic from pods, node host namespaces and the underlay (the
+//! "outside" of the cluster).
+//!
+//! One lab for everything (about 25 s). The pods (`web` on both nodes: a1
+//! and h1 on node-1, a2 on node-2, clients c1 on node-1 and c2 on node-2;
+//! `dns/d1` with dnsmasq on node-2) and every Service are applied, the
+//! test waits until both kube-proxies have programmed each Service port
+//! with the expected number of endpoints (polling `iptables-save` in the
+//! node namespaces; no sleeps), then probes all paths in parallel, one
+//! thread per probe `setns`-ed into its source namespace:
+//!
+//! - pod -> ClusterIP, TCP and UDP, backend on the same node and on the
+//!   other node (the TCP greeting names the backend pod); hairpin (the pod
+//!   is its own only backend); a host-network backend (a selector-less
+//!   Service whose Endpoints name node-2's address, a server in node-2's
+//!   host namespace) from both nodes;
+//! - host (node namespace) -> ClusterIP, local and remote backend;
+//! - NodePort, `externalTrafficPolicy: Cluster`, from the other node's host
+//!   and from outside (the underlay namespace), TCP and UDP;
+//!   `externalTrafficPolicy: Local`: the node with the endpoint answers
+//!   with the source kept, the other node does not answer at all;
+//! - a Service without endpoints: TCP and UDP refused at once (kube-proxy's
+//!   REJECT), not a timeout;
+//! - `sessionAffinity: ClientIP`: 12 connections per client land on one
+//!   backend, while the same two backends without affinity both answer;
+//! - the `kubernetes` Service (the API server outside the pod network);
+//! - cluster DNS: dnsmasq in a pod behind ClusterIP 10.96.0.10:53, queried
+//!   over UDP and TCP from pods on both nodes;
+//!
+//! then, in order: NetworkPolicy after DNAT (deny-all ingress in `web`:
+//! pod -> ClusterIP fails from both nodes; allowing the clients: they pass,
+//! a non-client pod still does not); Endpoints following pods (deleting a2
+//! turns its Service into a REJECT); SCTP (the kernel has conntrack and the
+//! `sctp` match but no SCTP sockets: the test checks that kube-proxy's
+//! SCTP rules load, no SCTP traffic is sent); a malformed Service refused
+//! with the field named; `delete -f` of a Service removes its rules.
+//!
+//! Skips (prints SKIPPED, passes) only when not root (or without AF_XDP)
+//! or when the kube-proxy build (`$OXVS_K8S_CACHE/bin/kube-proxy`, default
+//! `/var/cache/oxvs-k8s`) is missing; anything else missing fails (`up
+//! --kube-proxy` says what). On failure the table of every path is printed
+//! with evidence: `iptables-save -t nat`, `conntrack -L` of both nodes.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::io::{ErrorKind, Read as _, Write as _};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream, UdpSocket};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{lab_bin, Lab};
+use oxvs_lab::commands::kube::programmed;
+
+/// How long a probe that must succeed may take (one SYN retransmission).
+const OK_TIMEOUT: Duration = Duration::from_millis(2500);
+/// How long a probe that must not be answered is given.
+const SILENT_TIMEOUT: Duration = Duration::from_millis(1500);
+/// Rejections must come this quickly.
+const QUICK: Duration = Duration::from_millis(500);
+
+const N1: &str = "192.168.77.11";
+const N2: &str = "192.168.77.12";
+const UL: &str = "192.168.77.1";
+
+fn kube_proxy_build() -> Option<String> {
+    let cache = std::env::var("OXVS_K8S_CACHE").unwrap_or_else(|_| "/var/cache/oxvs-k8s".into());
+    let kp = std::path::Path::new(&cache).join("bin/kube-proxy");
+    if kp.is_file() {
+        None
+    } else {
+        Some(format!(
+            "no kube-proxy build ({} missing; `OXVS_K8S_EXTRA_COMPONENTS=\"kube-proxy\" k8s-local.sh build`)",
+            kp.display()
+        ))
+    }
+}
+
+fn pod(ns: &str, name: &str, node: &str, labels: &str, ports: bool) -> String {
+    let ports = if ports {
+        "    ports:\n    - {containerPort: 8080, name: http}\n    - {containerPort: 8080, protocol: UDP, name: http-udp}\n"
+    } else {
+        ""
+    };
+    format!(
+        "---\napiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {ns}, labels: {labels}}}\nspec:\n  nodeName: {node}\n  containers:\n  - name: c\n{ports}"
+    )
+}
+
+fn pods_yaml() -> String {
+    let mut y = String::from(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: web}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: dns}\n",
+    );
+    y += &pod("web", "a1", "node-1", "{app: a, pod: a1}", true);
+    y += &pod("web", "a2", "node-2", "{app: a, pod: a2}", true);
+    y += &pod("web", "h1", "node-1", "{pod: h1}", true);
+    y += &pod("web", "c1", "node-1", "{role: client}", false);
+    y += &pod("web", "c2", "node-2", "{role: client}", false);
+    // No declared ports: dnsmasq, not the lab's server, listens on 53.
+    y += &pod("dns", "d1", "node-2", "{app: dns}", false);
+    y
+}
+
+/// Every Service (and the host backend's Endpoints).
+const SERVICES: &str = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: svc-a1, namespace: web}
+spec:
+  clusterIP: 10.96.1.11
+  selector: {pod: a1}
+  ports:
+  - {name: tcp, port: 80, targetPort: http}
+  - {name: udp, port: 80, protocol: UDP, targetPort: http-udp}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: svc-a2, namespace: web}
+spec:
+  clusterIP: 10.96.1.12
+  selector: {pod: a2}
+  ports:
+  - {name: tcp, port: 80, targetPort: 8080}
+  - {name: udp, port: 80, protocol: UDP, targetPort: 8080}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: svc-hair, namespace: web}
+spec:
+  clusterIP: 10.96.1.13
+  selector: {pod: h1}
+  ports:
+  - {name: tcp, port: 80, targetPort: 8080}
+  - {name: udp, port: 80, protocol: UDP, targetPort: 8080}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: svc-host, namespace: web}
+spec:
+  clusterIP: 10.96.1.14
+  ports:
+  - {name: tcp, port: 80, targetPort: 18080}
+  - {name: udp, port: 80, protocol: UDP, targetPort: 18080}
+---
+apiVersion: v1
+kind: Endpoints
+metadata: {name: svc-host, namespace: web}
+subsets:
+- addresses: [{ip: 192.168.77.12, nodeName: node-2}]
+  ports:
+  - {name: tcp, port: 18080}
+  - {name: udp, port: 18080, protocol: UDP}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: svc-np, namespace: web}
+spec:
+  type: NodePort
+  clusterIP: 10.96.1.15
+  selector: {app: a}
+  ports:
+  - {name: tcp, port: 80, targetPort: 8080, nodePort: 30080}
+  - {name: udp, port: 80, protocol: UDP, targetPort: 8080, nodePort: 30080}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: svc-local, namespace: web}
+spec:
+  type: NodePort
+  externalTrafficPolicy: Local
+  clusterIP: 10.96.1.16
+  selector: {pod: a1}
+  ports:
+  - {port: 80, targetPort: 8080, nodePort: 30081}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: svc-empty, namespace: web}
+spec:
+  clusterIP: 10.96.1.17
+  selector: {app: nothing}
+  ports:
+  - {name: tcp, port: 80}
+  - {name: udp, port: 80, protocol: UDP}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: svc-aff, namespace: web}
+spec:
+  clusterIP: 10.96.1.18
+  sessionAffinity: ClientIP
+  selector: {app: a}
+  ports:
+  - {port: 80, targetPort: 8080}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: kube-dns, namespace: dns}
+spec:
+  clusterIP: 10.96.0.10
+  selector: {app: dns}
+  ports:
+  - {name: dns, port: 53, protocol: UDP}
+  - {name: dns-tcp, port: 53, protocol: TCP}
+"#;
+
+const SCTP_SERVICE: &str = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: svc-sctp, namespace: web}
+spec:
+  clusterIP: 10.96.1.19
+  selector: {pod: a1}
+  ports:
+  - {port: 80, protocol: SCTP, targetPort: 8080}
+"#;
+
+const DENY_ALL: &str = r#"
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: deny-all, namespace: web}
+spec: {podSelector: {}, policyTypes: [Ingress]}
+"#;
+
+const ALLOW_CLIENTS: &str = r#"
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: allow-clients, namespace: web}
+spec:
+  podSelector: {matchLabels: {pod: a1}}
+  ingress:
+  - from: [{podSelector: {matchLabels: {role: client}}}]
+"#;
+
+// ---------------------------------------------------------------- probes
+
+fn enter(ns: &str) -> Result<(), String> {
+    let path = format!("/var/run/netns/{ns}");
+    let f = std::fs::File::open(&path).map_err(|e| format!("open {path}: {e}"))?;
+    nix::sched::setns(f, nix::sched::CloneFlags::CLONE_NEWNET)
+        .map_err(|e| format!("setns {path}: {e}"))
+}
+
+fn err_word(e: &std::io::Error) -> String {
+    match e.kind() {
+        ErrorKind::ConnectionRefused | ErrorKind::ConnectionReset => "refused".into(),
+        ErrorKind::TimedOut | ErrorKind::WouldBlock => "timeout".into(),
+        _ => e.to_string(),
+    }
+}
+
+fn addr(ip: &str, port: u16) -> SocketAddr {
+    SocketAddr::V4(SocketAddrV4::new(ip.parse().expect("ip"), port))
+}
+
+/// TCP: connects and reads the server's greeting (the backend's id).
+fn tcp_id(dst: SocketAddr, timeout: Duration) -> Result<String, String> {
+    let mut s = TcpStream::connect_timeout(&dst, timeout).map_err(|e| err_word(&e))?;
+    s.set_read_timeout(Some(timeout))
+        .map_err(|e| e.to_string())?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)
+        .map_err(|e| format!("read: {}", err_word(&e)))?;
+    Ok(out.trim().to_string())
+}
+
+/// TCP handshake only.
+fn tcp_connect(dst: SocketAddr, timeout: Duration) -> Result<String, String> {
+    TcpStream::connect_timeout(&dst, timeout)
+        .map(|_| "connected".to_string())
+        .map_err(|e| err_word(&e))
+}
+
+/// UDP: the echo of a datagram comes back (resent every 200 ms).
+fn udp_echo(dst: SocketAddr, timeout: Duration) -> Result<String, String> {
+    let s = UdpSocket::bind("0.0.0.0:0").map_err(|e| e.to_string())?;
+    s.connect(dst).map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + timeout;
+    let mut buf = [0u8; 512];
+    loop {
+        let now = Instant::now();
+        if now >= deadline {
+            return Err("timeout".into());
+        }
+        let _ = s.send(b"kube-proxy-test\n");
+        s.set_read_timeout(Some((deadline - now).min(Duration::from_millis(200))))
+            .map_err(|e| e.to_string())?;
+        match s.recv(&mut buf) {
+            Ok(n) if &buf[..n] == b"kube-proxy-test\n" => return Ok("echo".into()),
+            Ok(n) => return Err(format!("unexpected answer {:?}", &buf[..n])),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(e) => return Err(err_word(&e)),
+        }
+    }
+}
+
+fn dns_query(id: u16, name: &str) -> Vec<u8> {
+    let mut q = Vec::new();
+    for v in [id, 0x0100, 1, 0, 0, 0] {
+        q.extend_from_slice(&v.to_be_bytes());
+    }
+    for label in name.split('.') {
+        q.push(u8::try_from(label.len()).expect("short label"));
+        q.extend_from_slice(label.as_bytes());
+    }
+    q.extend_from_slice(&[0, 0, 1, 0, 1]);
+    q
+}
+
+/// The A record of a DNS answer to query `id` (one answer, the last 4 bytes).
+fn dns_answer(id: u16, r: &[u8]) -> Result<Ipv4Addr, String> {
+    if r.len() < 16 || r[0..2] != id.to_be_bytes() {
+        return Err(format!("not an answer to query {id}: {r:02x?}"));
+    }
+    let rcode = r[3] & 0x0f;
+    let answers = u16::from_be_bytes([r[6], r[7]]);
+    if rcode != 0 || answers != 1 {
+        return Err(format!("rcode {rcode}, {answers} answers"));
+    }
+    let n = r.len();
+    Ok(Ipv4Addr::new(r[n - 4], r[n - 3], r[n - 2], r[n - 1]))
+}
+
+/// A DNS query for `name` over UDP or TCP; the address answered.
+fn dns(server: SocketAddr, name: &str, tcp: bool, timeout: Duration) -> Result<String, String> {
+    let id = 0x4b50;
+    let q = dns_query(id, name);
+    let mut buf = [0u8; 512];
+    let ip = if tcp {
+        let mut s = TcpStream::connect_timeout(&server, timeout).map_err(|e| err_word(&e))?;
+        s.set_read_timeout(Some(timeout))
+            .map_err(|e| e.to_string())?;
+        let mut msg = u16::try_from(q.len())
+            .expect("short")
+            .to_be_bytes()
+            .to_vec();
+        msg.extend_from_slice(&q);
+        s.write_all(&msg).map_err(|e| e.to_string())?;
+        let mut len = [0u8; 2];
+        s.read_exact(&mut len)
+            .map_err(|e| format!("read: {}", err_word(&e)))?;
+        let n = usize::from(u16::from_be_bytes(len)).min(buf.len());
+        s.read_exact(&mut buf[..n])
+            .map_err(|e| format!("read: {}", err_word(&e)))?;
+        dns_answer(id, &buf[..n])?
+    } else {
+        let s = UdpSocket::bind("0.0.0.0:0").map_err(|e| e.to_string())?;
+        s.connect(server).map_err(|e| e.to_string())?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            let now = Instant::now();
+            if now >= deadline {
+                return Err("timeout".into());
+            }
+            let _ = s.send(&q);
+            s.set_read_timeout(Some((deadline - now).min(Duration::from_millis(300))))
+                .map_err(|e| e.to_string())?;
+            match s.recv(&mut buf) {
+                Ok(n) => break dns_answer(id, &buf[..n])?,
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+                Err(e) => return Err(err_word(&e)),
+            }
+        }
+    };
+    Ok(ip.to_string())
+}
+
+/// What a path must do.
+#[derive(Clone, Debug)]
+enum Want {
+    /// Answered (TCP: by one of these backends; empty: any answer).
+    Answer(Vec<&'static str>),
+    /// Refused, within [`QUICK`].
+    Refused,
+    /// No answer at all.
+    Silent,
+    /// Not answered: no answer or refused (a NetworkPolicy drop).
+    Blocked,
+    /// `n` connections, all answered by one backend.
+    Sticky(usize),
+    /// `n` connections, answered by every one of these backends.
+    Spread(usize, Vec<&'static str>),
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Proto {
+    Tcp,
+    /// TCP handshake only (a server that does not greet).
+    TcpConnect,
+    Udp,
+    DnsUdp,
+    DnsTcp,
+}
+
+struct Path {
+    name: String,
+    from: String,
+    dst: SocketAddr,
+    proto: Proto,
+    want: Want,
+}
+
+fn path(name: &str, from: &str, dst: (&str, u16), proto: Proto, want: Want) -> Path {
+    Path {
+        name: name.to_string(),
+        from: from.to_string(),
+        dst: addr(dst.0, dst.1),
+        proto,
+        want,
+    }
+}
+
+/// Runs one path (in the current thread's namespace); `Ok(detail)` when
+/// it did what it must.
+fn run_path(p: &Path) -> Result<String, String> {
+    let once = |timeout: Duration| -> Result<String, String> {
+        match p.proto {
+            Proto::Tcp => tcp_id(p.dst, timeout),
+            Proto::TcpConnect => tcp_connect(p.dst, timeout),
+            Proto::Udp => udp_echo(p.dst, timeout),
+            Proto::DnsUdp => dns(p.dst, "web.svc.test", false, timeout),
+            Proto::DnsTcp => dns(p.dst, "web.svc.test", true, timeout),
+        }
+    };
+    match &p.want {
+        Want::Answer(who) => {
+            let got = once(OK_TIMEOUT)?;
+            if matches!(p.proto, Proto::DnsUdp | Proto::DnsTcp) && got != "10.1.2.3" {
+                return Err(format!("resolved to {got}, not 10.1.2.3"));
+            }
+            if who.is_empty() || who.contains(&got.as_str()) {
+                Ok(got)
+            } else {
+                Err(format!("answered by {got:?}, expected one of {who:?}"))
+            }
+        }
+        Want::Refused => {
+            let t = Instant::now();
+            match once(SILENT_TIMEOUT) {
+                Err(e) if e == "refused" && t.elapsed() < QUICK => {
+                    Ok(format!("refused in {} ms", t.elapsed().as_millis()))
+                }
+                Err(e) => Err(format!(
+                    "{e} after {} ms, expected a quick refusal",
+                    t.elapsed().as_millis()
+                )),
+                Ok(got) => Err(format!("answered ({got}), expected a refusal")),
+            }
+        }
+        Want::Blocked => match once(SILENT_TIMEOUT) {
+            Err(e) if e == "timeout" || e == "refused" => Ok(e),
+            Err(e) => Err(format!("{e}, expected a drop")),
+            Ok(got) => Err(format!("answered ({got}), expected a drop")),
+        },
+        Want::Silent => match once(SILENT_TIMEOUT) {
+            Err(e) if e == "timeout" => Ok("no answer".into()),
+            Err(e) => Err(format!("{e}, expected no answer at all")),
+            Ok(got) => Err(format!("answered ({got}), expected no answer")),
+        },
+        Want::Sticky(n) => {
+            let mut seen = BTreeSet::new();
+            for _ in 0..*n {
+                seen.insert(once(OK_TIMEOUT)?);
+            }
+            if seen.len() == 1 {
+                Ok(format!("{n} connections, all to {seen:?}"))
+            } else {
+                Err(format!(
+                    "{n} connections went to {seen:?}, expected one backend"
+                ))
+            }
+        }
+        Want::Spread(n, who) => {
+            let mut seen = BTreeSet::new();
+            for _ in 0..*n {
+                seen.insert(once(OK_TIMEOUT)?);
+            }
+            let want: BTreeSet<String> = who.iter().map(|s| s.to_string()).collect();
+            if seen == want {
+                Ok(format!("{n} connections spread over {seen:?}"))
+            } else {
+                Err(format!(
+                    "{n} connections went to {seen:?}, expected {want:?}"
+                ))
+            }
+        }
+    }
+}
+
+/// Runs every path in parallel, each in its own thread in its source
+/// namespace; results in order.
+fn run_paths(paths: &[Path]) -> Vec<Result<String, String>> {
+    std::thread::scope(|s| {
+        let handles: Vec<_> = paths
+            .iter()
+            .map(|p| {
+                s.spawn(move || {
+                    enter(&p.from)?;
+                    run_path(p)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("probe thread panicked".into()))
+            })
+            .collect()
+    })
+}
+
+// ------------------------------------------------------------ the rules
+
+/// Waits until both kube-proxies programmed `want` (Service port ->
+/// endpoints; `None`: no rule at all).
+fn wait_rules(lab: &Lab, want: &[(&str, Option<usize>)], what: &str) {
+    let nodes = [
+        format!("{}-node-1", lab.name),
+        format!("{}-node-2", lab.name),
+    ];
+    let t = Instant::now();
+    let deadline = t + Duration::from_secs(20);
+    loop {
+        let mut missing = Vec::new();
+        for ns in &nodes {
+            let got = programmed(ns);
+            for (svc, n) in want {
+                if got.get(*svc).copied() != *n {
+                    missing.push(format!("{ns}: {svc} has {:?}, want {n:?}", got.get(*svc)));
+                }
+            }
+        }
+        if missing.is_empty() {
+            eprintln!(
+                "{what}: kube-proxy rules in place after {} ms",
+                t.elapsed().as_millis()
+            );
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: kube-proxy did not program the Services within 20 s:\n{}",
+            missing.join("\n")
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn evidence(lab: &Lab) -> String {
+    let mut s = String::new();
+    for i in 1..=2 {
+        let ns = format!("{}-node-{i}", lab.name);
+        for argv in [
+            vec!["conntrack", "-L"],
+            vec!["iptables-save", "-t", "nat"],
+            // ICMP errors the host sent, and those its rate limit ate.
+            vec![
+                "nstat",
+                "-az",
+                "IcmpOutDestUnreachs",
+                "IcmpOutRedirects",
+                "IcmpOutRateLimitHost",
+            ],
+        ] {
+            let out = Command::new("ip")
+                .args(["netns", "exec", &ns])
+                .args(&argv)
+                .output();
+            let text = out
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default();
+            s += &format!("--- node-{i}: {} ---\n{text}", argv.join(" "));
+        }
+    }
+    s
+}
+
+/// The failed paths of every phase (the test goes on after a failure, so
+/// that one broken path does not hide the others), and the evidence taken
+/// at the first failure.
+#[derive(Default)]
+struct Report {
+    failures: Vec<String>,
+    evidence: Option<String>,
+}
+
+impl Report {
+    /// Runs `paths` in parallel, prints the table, records the failures.
+    fn check(&mut self, lab: &Lab, phase: &str, paths: &[Path]) {
+        let t = Instant::now();
+        let results = run_paths(paths);
+        let mut table = String::new();
+        for (p, r) in paths.iter().zip(&results) {
+            let (mark, detail) = match r {
+                Ok(d) => ("ok  ", d.clone()),
+                Err(e) => {
+                    self.failures.push(format!("{phase}: {}: {e}", p.name));
+                    ("FAIL", e.clone())
+                }
+            };
+            table += &format!("{mark} {:<66} {detail}\n", p.name);
+        }
+        eprintln!(
+            "{phase}: {} paths in {} ms\n{table}",
+            paths.len(),
+            t.elapsed().as_millis()
+        );
+        if !self.failures.is_empty() && self.evidence.is_none() {
+            self.evidence = Some(evidence(lab));
+        }
+    }
+
+    /// Polls `first` until it does what it must (an agent applying a
+    /// policy: within 8 s), then checks it with `rest`.
+    fn converge(&mut self, lab: &Lab, phase: &str, first: Path, rest: Vec<Path>) {
+        let deadline = Instant::now() + Duration::from_secs(8);
+        let t = Instant::now();
+        while run_paths(std::slice::from_ref(&first)).remove(0).is_err() {
+            if Instant::now() > deadline {
+                break;
+            }
+        }
+        eprintln!(
+            "{phase}: {} after {} ms",
+            first.name,
+            t.elapsed().as_millis()
+        );
+        let mut all = vec![first];
+        all.extend(rest);
+        self.check(lab, phase, &all);
+    }
+
+    fn finish(self) {
+        if !self.failures.is_empty() {
+            panic!(
+                "{} paths failed:\n{}\n\nevidence at the first failure:\n{}",
+                self.failures.len(),
+                self.failures.join("\n"),
+                self.evidence.unwrap_or_default()
+            );
+        }
+    }
+}
+
+/// A server in node-2's host namespace: the host-network backend. It
+/// listens on the node's address only: a UDP server on every address would
+/// answer a pod on its own node from the gateway's address (the source
+/// the route to the pod picks), which conntrack cannot match to the DNATed
+/// request, as with any multi-homed UDP server.
+struct HostServer(Child);
+
+impl HostServer {
+    fn start(ns: &str) -> HostServer {
+        let mut c = Command::new("ip")
+            .args(["netns", "exec", ns])
+            .arg(lab_bin())
+            .args([
+                "serve",
+                "--address",
+                N2,
+                "--id",
+                "host/node-2",
+                "--tcp",
+                "18080",
+                "--udp",
+                "18080",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the host server");
+        let mut line = [0u8; 5];
+        let ok = c
+            .stdout
+            .as_mut()
+            .is_some_and(|o| o.read_exact(&mut line).is_ok() && &line == b"ready");
+        assert!(ok, "the host server did not say ready");
+        HostServer(c)
+    }
+}
+
+impl Drop for HostServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn pod_ip(lab: &Lab, key: &str) -> String {
+    lab.status()["pods"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| {
+            format!(
+                "{}/{}",
+                p["namespace"].as_str().unwrap_or(""),
+                p["name"].as_str().unwrap_or("")
+            ) == key
+        })
+        .and_then(|p| p["ip"].as_str())
+        .unwrap_or_else(|| panic!("no ip for {key}"))
+        .to_string()
+}
+
+#[test]
+fn every_kube_proxy_path_works_through_oxvs() {
+    skip_unless_capable!();
+    if let Some(why) = kube_proxy_build() {
+        eprintln!("SKIPPED: {why}");
+        return;
+    }
+    let t0 = Instant::now();
+    let lab = Lab::up_args(&["--nodes", "2", "--kube-proxy"]);
+    let ns = |s: &str| format!("{}-{s}", lab.name);
+    eprintln!("up --kube-proxy: {} ms", t0.elapsed().as_millis());
+
+    let out = lab.ok(&["apply", "-f", &lab.file("pods.yaml", &pods_yaml())]);
+    assert!(out.contains("Pod web/c2 created on node-2"), "{out}");
+    let d1 = pod_ip(&lab, "dns/d1");
+    let dnsmasq = format!(
+        "dnsmasq --conf-file=/dev/null --no-resolv --no-hosts --address=/svc.test/10.1.2.3 \
+         --listen-address={d1} --bind-interfaces --port=53 --user=root --group=root \
+         --pid-file={dir}/dnsmasq.pid --log-facility={dir}/dnsmasq.log",
+        dir = lab.dir.path().display()
+    );
+    lab.ok(&["exec", "dns/d1", "--", "sh", "-c", &dnsmasq]);
+    let _host = HostServer::start(&ns("node-2"));
+
+    let out = lab.ok(&["apply", "-f", &lab.file("services.yaml", SERVICES)]);
+    for line in [
+        "Service web/svc-a1 created",
+        "Endpoints web/svc-host created",
+        "Endpoints web/svc-np: 2 addresses",
+        "Endpoints web/svc-empty: 0 addresses",
+        "Endpoints dns/kube-dns: 1 address",
+    ] {
+        assert!(out.contains(line), "{line:?} not in:\n{out}");
+    }
+    let st = lab.status();
+    assert_eq!(st["healthy"], true, "{st}");
+    for n in st["nodes"].as_array().into_iter().flatten() {
+        assert_eq!(n["kubeProxy"]["running"], true, "{n}");
+    }
+    let svcs = st["kube"]["services"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let np = svcs
+        .iter()
+        .find(|s| s["name"] == "svc-np")
+        .unwrap_or_else(|| panic!("svc-np not in status: {st}"));
+    assert_eq!(
+        np["ports"],
+        serde_json::json!(["80:30080/TCP", "80:30080/UDP"]),
+        "{np}"
+    );
+    assert_eq!(np["endpoints"], 2, "{np}");
+
+    wait_rules(
+        &lab,
+        &[
+            ("web/svc-a1:tcp", Some(1)),
+            ("web/svc-a1:udp", Some(1)),
+            ("web/svc-a2:tcp", Some(1)),
+            ("web/svc-a2:udp", Some(1)),
+            ("web/svc-hair:tcp", Some(1)),
+            ("web/svc-hair:udp", Some(1)),
+            ("web/svc-host:tcp", Some(1)),
+            ("web/svc-host:udp", Some(1)),
+            ("web/svc-np:tcp", Some(2)),
+            ("web/svc-np:udp", Some(2)),
+            ("web/svc-local", Some(1)),
+            ("web/svc-empty:tcp", Some(0)),
+            ("web/svc-empty:udp", Some(0)),
+            ("web/svc-aff", Some(2)),
+            ("dns/kube-dns:dns", Some(1)),
+            ("dns/kube-dns:dns-tcp", Some(1)),
+        ],
+        "Services",
+    );
+
+    let (c1, c2, h1) = (ns("web-c1"), ns("web-c2"), ns("web-h1"));
+    let (n1, n2, ul) = (ns("node-1"), ns("node-2"), ns("ul"));
+    let a = |x: &'static str| Want::Answer(vec![x]);
+    let any = || Want::Answer(vec![]);
+    let a12 = || Want::Answer(vec!["web/a1", "web/a2"]);
+    use Proto::*;
+    let paths = vec![
+        path(
+            "pod->ClusterIP TCP, backend same node (c1->a1)",
+            &c1,
+            ("10.96.1.11", 80),
+            Tcp,
+            a("web/a1"),
+        ),
+        path(
+            "pod->ClusterIP TCP, backend same node (c2->a2)",
+            &c2,
+            ("10.96.1.12", 80),
+            Tcp,
+            a("web/a2"),
+        ),
+        path(
+            "pod->ClusterIP TCP, backend other node (c1->a2)",
+            &c1,
+            ("10.96.1.12", 80),
+            Tcp,
+            a("web/a2"),
+        ),
+        path(
+            "pod->ClusterIP TCP, backend other node (c2->a1)",
+            &c2,
+            ("10.96.1.11", 80),
+            Tcp,
+            a("web/a1"),
+        ),
+        path(
+            "pod->ClusterIP UDP, backend same node (c1->a1)",
+            &c1,
+            ("10.96.1.11", 80),
+            Udp,
+            any(),
+        ),
+        path(
+            "pod->ClusterIP UDP, backend same node (c2->a2)",
+            &c2,
+            ("10.96.1.12", 80),
+            Udp,
+            any(),
+        ),
+        path(
+            "pod->ClusterIP UDP, backend other node (c1->a2)",
+            &c1,
+            ("10.96.1.12", 80),
+            Udp,
+            any(),
+        ),
+        path(
+            "pod->ClusterIP UDP, backend other node (c2->a1)",
+            &c2,
+            ("10.96.1.11", 80),
+            Udp,
+            any(),
+        ),
+        path(
+            "pod->ClusterIP TCP, hairpin (h1->h1)",
+            &h1,
+            ("10.96.1.13", 80),
+            Tcp,
+            a("web/h1"),
+        ),
+        path(
+            "pod->ClusterIP UDP, hairpin (h1->h1)",
+            &h1,
+            ("10.96.1.13", 80),
+            Udp,
+            any(),
+        ),
+        path(
+            "pod->ClusterIP TCP, host-network backend other node (c1->node-2)",
+            &c1,
+            ("10.96.1.14", 80),
+            Tcp,
+            a("host/node-2"),
+        ),
+        path(
+            "pod->ClusterIP UDP, host-network backend other node (c1->node-2)",
+            &c1,
+            ("10.96.1.14", 80),
+            Udp,
+            any(),
+        ),
+        path(
+            "pod->ClusterIP TCP, host-network backend own node (c2->node-2)",
+            &c2,
+            ("10.96.1.14", 80),
+            Tcp,
+            a("host/node-2"),
+        ),
+        path(
+            "pod->ClusterIP UDP, host-network backend own node (c2->node-2)",
+            &c2,
+            ("10.96.1.14", 80),
+            Udp,
+            any(),
+        ),
+        path(
+            "host->ClusterIP TCP, local backend (node-1->a1)",
+            &n1,
+            ("10.96.1.11", 80),
+            Tcp,
+            a("web/a1"),
+        ),
+        path(
+            "host->ClusterIP TCP, remote backend (node-1->a2)",
+            &n1,
+            ("10.96.1.12", 80),
+            Tcp,
+            a("web/a2"),
+        ),
+        path(
+            "host->ClusterIP UDP, remote backend (node-2->a1)",
+            &n2,
+            ("10.96.1.11", 80),
+            Udp,
+            any(),
+        ),
+        path(
+            "host->ClusterIP UDP, local backend (node-2->a2)",
+            &n2,
+            ("10.96.1.12", 80),
+            Udp,
+            any(),
+        ),
+        path(
+            "NodePort Cluster TCP, other node's host -> node-1",
+            &n2,
+            (N1, 30080),
+            Tcp,
+            a12(),
+        ),
+        path(
+            "NodePort Cluster TCP, other node's host -> node-2",
+            &n1,
+            (N2, 30080),
+            Tcp,
+            a12(),
+        ),
+        path(
+            "NodePort Cluster TCP, outside -> node-1",
+            &ul,
+            (N1, 30080),
+            Tcp,
+            a12(),
+        ),
+        path(
+            "NodePort Cluster TCP, outside -> node-2",
+            &ul,
+            (N2, 30080),
+            Tcp,
+            a12(),
+        ),
+        path(
+            "NodePort Cluster UDP, outside -> node-1",
+            &ul,
+            (N1, 30080),
+            Udp,
+            any(),
+        ),
+        path(
+            "NodePort Cluster UDP, other node's host -> node-2",
+            &n1,
+            (N2, 30080),
+            Udp,
+            any(),
+        ),
+        path(
+            "NodePort Local TCP, outside -> node with the endpoint",
+            &ul,
+            (N1, 30081),
+            Tcp,
+            a("web/a1"),
+        ),
+        path(
+            "NodePort Local TCP, outside -> node without endpoint",
+            &ul,
+            (N2, 30081),
+            Tcp,
+            Want::Silent,
+        ),
+        path(
+            "NodePort Local TCP, other node's host -> node with it",
+            &n2,
+            (N1, 30081),
+            Tcp,
+            a("web/a1"),
+        ),
+        path(
+            "no endpoints TCP: rejected (pod on node-1)",
+            &c1,
+            ("10.96.1.17", 80),
+            Tcp,
+            Want::Refused,
+        ),
+        path(
+            "no endpoints TCP: rejected (pod on node-2)",
+            &c2,
+            ("10.96.1.17", 80),
+            Tcp,
+            Want::Refused,
+        ),
+        path(
+            "no endpoints UDP: rejected (pod on node-1)",
+            &c1,
+            ("10.96.1.17", 80),
+            Udp,
+            Want::Refused,
+        ),
+        path(
+            "no endpoints TCP: rejected (host node-1)",
+            &n1,
+            ("10.96.1.17", 80),
+            Tcp,
+            Want::Refused,
+        ),
+        path(
+            "sessionAffinity ClientIP: c1 sticks to one backend",
+            &c1,
+            ("10.96.1.18", 80),
+            Tcp,
+            Want::Sticky(12),
+        ),
+        path(
+            "sessionAffinity ClientIP: c2 sticks to one backend",
+            &c2,
+            ("10.96.1.18", 80),
+            Tcp,
+            Want::Sticky(12),
+        ),
+        path(
+            "no affinity: c1 reaches both backends",
+            &c1,
+            ("10.96.1.15", 80),
+            Tcp,
+            Want::Spread(24, vec!["web/a1", "web/a2"]),
+        ),
+        path(
+            "pod->kubernetes Service (API server outside)",
+            &c1,
+            ("10.96.0.1", 443),
+            TcpConnect,
+            any(),
+        ),
+        path(
+            "cluster DNS over UDP from node-1 (c1)",
+            &c1,
+            ("10.96.0.10", 53),
+            DnsUdp,
+            any(),
+        ),
+        path(
+            "cluster DNS over TCP from node-1 (c1)",
+            &c1,
+            ("10.96.0.10", 53),
+            DnsTcp,
+            any(),
+        ),
+        path(
+            "cluster DNS over UDP from node-2 (c2, same node)",
+            &c2,
+            ("10.96.0.10", 53),
+            DnsUdp,
+            any(),
+        ),
+        path(
+            "cluster DNS over TCP from node-2 (c2, same node)",
+            &c2,
+            ("10.96.0.10", 53),
+            DnsTcp,
+            any(),
+        ),
+    ];
+    let mut report = Report::default();
+    report.check(&lab, "every path", &paths);
+
+    // NodePort Local keeps the client's address: in node-1's conntrack the
+    // outside client's connection is answered to the client itself.
+    let ct = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &n1,
+            "conntrack",
+            "-L",
+            "-p",
+            "tcp",
+            "--dport",
+            "30081",
+        ])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    let kept = ct.lines().any(|l| {
+        let dsts: Vec<&str> = l
+            .split_whitespace()
+            .filter_map(|w| w.strip_prefix("dst="))
+            .collect();
+        let srcs: Vec<&str> = l
+            .split_whitespace()
+            .filter_map(|w| w.strip_prefix("src="))
+            .collect();
+        srcs.first() == Some(&UL) && dsts.get(1) == Some(&UL)
+    });
+    assert!(
+        kept,
+        "NodePort Local must not SNAT the client (reply to {UL}):\n{ct}"
+    );
+
+    // NetworkPolicy applies to the backend after DNAT.
+    lab.ok(&["apply", "-f", &lab.file("deny.yaml", DENY_ALL)]);
+    report.converge(
+        &lab,
+        "deny-all ingress in web",
+        path(
+            "pod->ClusterIP blocked (c1->svc-a1, same node)",
+            &c1,
+            ("10.96.1.11", 80),
+            Tcp,
+            Want::Blocked,
+        ),
+        vec![
+            path(
+                "pod->ClusterIP blocked (c2->svc-a1, other node)",
+                &c2,
+                ("10.96.1.11", 80),
+                Tcp,
+                Want::Blocked,
+            ),
+            path(
+                "pod->ClusterIP blocked (c1->svc-a2, other node)",
+                &c1,
+                ("10.96.1.12", 80),
+                Tcp,
+                Want::Blocked,
+            ),
+        ],
+    );
+    lab.ok(&["apply", "-f", &lab.file("allow.yaml", ALLOW_CLIENTS)]);
+    report.converge(
+        &lab,
+        "allow clients into a1",
+        path(
+            "pod->ClusterIP allowed (c1->svc-a1, same node)",
+            &c1,
+            ("10.96.1.11", 80),
+            Tcp,
+            a("web/a1"),
+        ),
+        vec![
+            path(
+                "pod->ClusterIP allowed (c2->svc-a1, other node)",
+                &c2,
+                ("10.96.1.11", 80),
+                Tcp,
+                a("web/a1"),
+            ),
+            path(
+                "pod->ClusterIP still blocked (h1 not a client)",
+                &h1,
+                ("10.96.1.11", 80),
+                Tcp,
+                Want::Blocked,
+            ),
+            path(
+                "pod->ClusterIP still blocked (c1->svc-a2)",
+                &c1,
+                ("10.96.1.12", 80),
+                Tcp,
+                Want::Blocked,
+            ),
+        ],
+    );
+    let policies = format!("{}\n---\n{}", DENY_ALL, ALLOW_CLIENTS);
+    lab.ok(&["delete", "-f", &lab.file("policies.yaml", &policies)]);
+
+    // The lab keeps Endpoints in step with the pods: a2 goes, svc-a2 rejects.
+    let out = lab.ok(&[
+        "delete",
+        "-f",
+        &lab.file(
+            "a2.yaml",
+            &pod("web", "a2", "node-2", "{app: a, pod: a2}", true),
+        ),
+    ]);
+    assert!(out.contains("Endpoints web/svc-a2: 0 addresses"), "{out}");
+    assert!(out.contains("Endpoints web/svc-np: 1 address"), "{out}");
+    wait_rules(
+        &lab,
+        &[("web/svc-a2:tcp", Some(0)), ("web/svc-np:tcp", Some(1))],
+        "a2 deleted",
+    );
+    report.check(
+        &lab,
+        "after a2 is deleted",
+        &[
+            path(
+                "no endpoints any more: rejected (c1->svc-a2)",
+                &c1,
+                ("10.96.1.12", 80),
+                Tcp,
+                Want::Refused,
+            ),
+            path(
+                "NodePort Cluster, one backend left",
+                &ul,
+                (N2, 30080),
+                Tcp,
+                a("web/a1"),
+            ),
+        ],
+    );
+
+    // SCTP: kube-proxy's rules load (nft compat has the sctp match and
+    // conntrack); no SCTP traffic (this kernel has no SCTP sockets).
+    lab.ok(&["apply", "-f", &lab.file("sctp.yaml", SCTP_SERVICE)]);
+    wait_rules(&lab, &[("web/svc-sctp", Some(1))], "SCTP Service");
+    let nat = Command::new("ip")
+        .args(["netns", "exec", &n1, "iptables-save", "-t", "nat"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    assert!(
+        nat.lines()
+            .any(|l| l.contains("-d 10.96.1.19/32 -p sctp") && l.contains("-j KUBE-SVC-")),
+        "no SCTP ClusterIP rule:\n{nat}"
+    );
+    assert!(
+        nat.lines()
+            .any(|l| l.contains("-p sctp") && l.contains("DNAT --to-destination")),
+        "no SCTP DNAT rule:\n{nat}"
+    );
+
+    // A malformed Service: refused with the field named, nothing applied.
+    let bad = lab.file(
+        "bad.yaml",
+        "apiVersion: v1\nkind: Service\nmetadata: {name: bad, namespace: web}\nspec: {ports: [{port: http}]}\n",
+    );
+    let out = lab.run(&["apply", "-f", &bad]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("spec.ports[0].port"),
+        "{err}"
+    );
+
+    // delete -f: the Service and its rules go.
+    let out = lab.ok(&["delete", "-f", &lab.file("sctp-del.yaml", SCTP_SERVICE)]);
+    assert!(out.contains("Service web/svc-sctp deleted"), "{out}");
+    wait_rules(&lab, &[("web/svc-sctp", None)], "SCTP Service deleted");
+    eprintln!("total (before down): {} ms", t0.elapsed().as_millis());
+    report.finish();
+}
