@@ -248,6 +248,7 @@ async fn run(args: Args, pod_mtu: u32) -> anyhow::Result<()> {
         agent.clone(),
         first_snapshot,
         Duration::from_secs(args.resync_interval.max(1)),
+        args.switchd_socket.clone(),
     ));
 
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
@@ -349,6 +350,7 @@ async fn keep_converged(
     agent: Arc<Agent>,
     first: Option<tokio::sync::watch::Receiver<Arc<ClusterState>>>,
     every: Duration,
+    switchd_socket: std::path::PathBuf,
 ) {
     if let Some(mut rx) = first {
         tracing::info!("waiting for the cluster source before converging with the switch");
@@ -399,6 +401,36 @@ async fn keep_converged(
                 }
             }
         }
-        tokio::time::sleep(every).await;
+        wait_for_resync(every, &switchd_socket).await;
+    }
+}
+
+/// How often the keeper looks whether switchd's socket was replaced.
+const SOCKET_POLL: Duration = Duration::from_millis(100);
+
+/// Sleeps `every`, or less: until switchd's control socket is a new one (a
+/// restarted switch makes its socket anew, so its ports are gone and must
+/// be re-added now, not at the next resync). One `stat` per
+/// [`SOCKET_POLL`].
+async fn wait_for_resync(every: Duration, socket: &std::path::Path) {
+    use std::os::unix::fs::MetadataExt as _;
+    // Inode numbers are reused at once on tmpfs: the change time tells a
+    // new socket from the old one, and so does having seen none between.
+    let id = |p: &std::path::Path| {
+        std::fs::metadata(p)
+            .ok()
+            .map(|m| (m.dev(), m.ino(), m.ctime(), m.ctime_nsec()))
+    };
+    let before = id(socket);
+    let mut gone = before.is_none();
+    let end = tokio::time::Instant::now() + every;
+    while tokio::time::Instant::now() < end {
+        tokio::time::sleep(SOCKET_POLL.min(end - tokio::time::Instant::now())).await;
+        let now = id(socket);
+        gone |= now.is_none();
+        if now.is_some() && (gone || now != before) {
+            tracing::info!("switchd's socket is new (the switch restarted): converging now");
+            return;
+        }
     }
 }

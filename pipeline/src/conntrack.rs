@@ -78,6 +78,21 @@
 //! later) replaces that connection with a new one. Sequence checking can be
 //! switched off ([`CtConfig::tcp_seq_check`], OVS `tcp-seq-chk`).
 //!
+//! **Mid-stream pickup** ([`CtConfig::tcp_loose`], Linux's
+//! `nf_conntrack_tcp_loose`; off by default here, on by default in
+//! `oxvs-switchd`): a TCP segment without SYN that matches no connection is
+//! `+new` (so the flows judge it as a new connection from its sender) and,
+//! if committed, starts a connection in that direction: after a restart
+//! without saved state, `flush-conntrack` or an idle expiry, established
+//! connections go on. What the tracker did not see is unknown, as in pf: the
+//! window scale counts as the maximum (14) for the connection's life; until
+//! the other side is seen, its position is what the first segment acked and
+//! both directions get a maximal window, so one side can keep sending and
+//! retransmitting (from before the pickup point) while the other is silent;
+//! and acks may run ahead of the data seen by a maximal window too (data
+//! sent before the pickup). A picked-up connection is still checked: a
+//! segment half the sequence space away is `+inv`.
+//!
 //! # Timeouts
 //!
 //! Each connection has an expiration time, moved forward by valid packets
@@ -86,6 +101,16 @@
 //! that meets one removes it) and are removed in bulk by
 //! [`Conntrack::expire`] or, with bounded work per call, by
 //! [`Conntrack::expire_some`].
+//!
+//! # Saving and restoring
+//!
+//! [`Conntrack::save_state`] writes the live connections (original tuple,
+//! zone, mark, label, L4 state with both TCP peers, remaining lifetime) in a
+//! versioned binary format; [`Conntrack::restore_state`] loads it into a new
+//! tracker on another clock, validating every byte (the format and the
+//! checks: the `persist` submodule, [`CtStateError`]). `oxvs-switchd` saves
+//! on SIGTERM and restores at start, so connections keep their state across
+//! a restart.
 //!
 //! # Storage and bounds
 //!
@@ -107,7 +132,14 @@
 //!   Fragments are reassembled by [`crate::ipf`] as OVS userspace's `ipf`
 //!   does, with the limits and drop reasons listed there.
 //! * TCP needs a SYN to start a connection unless `tcp_loose` is set (OVS
-//!   userspace always picks up mid-stream connections).
+//!   userspace always picks up mid-stream connections, as `oxvs-switchd`
+//!   does by default). A picked-up connection's window checks are looser
+//!   than OVS's (above, "Mid-stream pickup"): OVS allows acks only one
+//!   unscaled window ahead of the data seen and gives the silent side a
+//!   window of 1, so a stream picked up while its other direction is
+//!   dropped, or whose receiver had acked data the tracker never saw, goes
+//!   `+inv` in OVS. Linux goes further and does not check the windows of
+//!   picked-up connections at all.
 //! * SCTP is tracked like UDP (ports, first/multiple/bidirectional), without
 //!   SCTP's own state machine.
 //! * Mark and label are written only on commit and only by packets that are
@@ -1041,6 +1073,18 @@ fn tcp_new(seg: &TcpSeg) -> [TcpPeer; 2] {
     } else {
         src.wscale = WS_UNKNOWN;
         dst.wscale = WS_UNKNOWN;
+        // Picked up mid-stream: the other side is unknown until it is
+        // seen. Its position is what this segment acks, and both
+        // directions get a maximal window meanwhile, so that this side
+        // may go on sending (and retransmitting) while the other is
+        // silent, e.g. while a policy drops its packets.
+        if seg.flags & tf::ACK != 0 {
+            dst.seqlo = seg.ack;
+        }
+        dst.max_win = u32::from(u16::MAX);
+        src.seqhi = src
+            .seqhi
+            .wrapping_add(u32::from(u16::MAX) << TCP_MAX_WSCALE);
     }
     src.max_win = u32::from(seg.win).max(1);
     let sws = src.wscale & WS_MASK;

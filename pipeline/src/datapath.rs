@@ -67,9 +67,9 @@ use std::sync::Arc;
 use crate::cache::{CacheTier, FlowCaches, MegaflowEntry};
 use crate::conntrack::{Conntrack, CtParams};
 use crate::extract::{extract, extract_packet};
-use crate::ipf::{Completed, IpfOutcome};
 use crate::field::Field;
 use crate::flow::{port, PacketInReason};
+use crate::ipf::{Completed, IpfOutcome};
 use crate::key::FlowKey;
 use crate::odp::DpAction;
 use crate::packet::{Layout, Packet, PacketBuf};
@@ -494,7 +494,11 @@ impl Datapath {
         B: AsRef<[u8]> + AsMut<[u8]>,
         S: DatapathSink + ?Sized,
     {
-        let done = match run.ct.ipf_mut().add(pkt.data(), key, params.zone, run.now_ns) {
+        let done = match run
+            .ct
+            .ipf_mut()
+            .add(pkt.data(), key, params.zone, run.now_ns)
+        {
             IpfOutcome::Held => {
                 self.stats.frags_held += 1;
                 return;

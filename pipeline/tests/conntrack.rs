@@ -539,7 +539,9 @@ fn tcp_loose_pickup_keeps_a_scaled_stream_going_both_ways() {
         let s = t.state(&seg(true, sa, acked_by_a, 0), track(0));
         *states.entry(format!("A {s}")).or_default() += 1;
         assert!(
-            states.keys().all(|k| !k.contains("inv") && !k.contains("new")),
+            states
+                .keys()
+                .all(|k| !k.contains("inv") && !k.contains("new")),
             "round {round}: {states:?}"
         );
     }
@@ -579,13 +581,28 @@ fn tcp_loose_pickup_when_the_receiver_is_ahead() {
     }
     let mut sa = ahead;
     for _ in 0..50 {
-        assert_eq!(t.state(&a(sa, sb + 500, tf::ACK, 1448), track(0)), "+est+trk");
+        assert_eq!(
+            t.state(&a(sa, sb + 500, tf::ACK, 1448), track(0)),
+            "+est+trk"
+        );
         sa += 1448;
-        assert_eq!(t.state(&b(sb + 500, sa, tf::ACK, 0), track(0)), "+est+rpl+trk");
+        assert_eq!(
+            t.state(&b(sb + 500, sa, tf::ACK, 0), track(0)),
+            "+est+rpl+trk"
+        );
     }
-    assert_eq!(t.state(&a(sa, sb + 500, tf::FIN | tf::ACK, 0), track(0)), "+est+trk");
-    assert_eq!(t.state(&b(sb + 500, sa + 1, tf::FIN | tf::ACK, 0), track(0)), "+est+rpl+trk");
-    assert_eq!(t.state(&a(sa + 1, sb + 501, tf::ACK, 0), track(0)), "+est+trk");
+    assert_eq!(
+        t.state(&a(sa, sb + 500, tf::FIN | tf::ACK, 0), track(0)),
+        "+est+trk"
+    );
+    assert_eq!(
+        t.state(&b(sb + 500, sa + 1, tf::FIN | tf::ACK, 0), track(0)),
+        "+est+rpl+trk"
+    );
+    assert_eq!(
+        t.state(&a(sa + 1, sb + 501, tf::ACK, 0), track(0)),
+        "+est+trk"
+    );
     assert_eq!(
         t.ct.entries()[0].tcp_states,
         Some((TcpState::FinWait2, TcpState::FinWait2))
@@ -593,6 +610,51 @@ fn tcp_loose_pickup_when_the_receiver_is_ahead() {
     // Still a tracker: a segment far outside every window is invalid.
     let wild = a(sa.wrapping_add(0x8000_0000), sb + 501, tf::ACK, 100);
     assert_eq!(t.state(&wild, track(0)), "+inv+trk");
+}
+
+/// Picked up while the other side is silent (its packets dropped
+/// elsewhere, e.g. by a policy on its node): A keeps sending a few MB with
+/// no answer, then retransmits from well before the segment that was picked
+/// up (B had acked less than the tracker saw); B's acks then come back.
+/// Nothing is `+inv`. (The tracker once gave A's segments only an unscaled
+/// window past the first one and compared A's acks with a zero position
+/// for B: such a stream stalled for good after 64 KB.)
+#[test]
+fn tcp_loose_pickup_while_the_other_side_is_silent() {
+    let mut t = T::with(CtConfig {
+        tcp_loose: true,
+        ..Default::default()
+    });
+    for isn_b in [5u32, 0x9000_0000, u32::MAX - 1000] {
+        t.ct.flush(None);
+        let first = 3_000_000_000u32;
+        let a = |seq: u32, len| tcp4_opt(A, 40000, B, 80, seq, isn_b, tf::ACK, 1024, &[], len);
+        assert_eq!(t.state(&a(first, 1448), commit(0)), "+new+trk");
+        let mut seq = first.wrapping_add(1448);
+        for _ in 0..2000 {
+            assert_eq!(
+                t.state(&a(seq, 1448), track(0)),
+                "+est+trk",
+                "isn_b {isn_b:#x}"
+            );
+            seq = seq.wrapping_add(1448);
+        }
+        // Retransmissions from 100 KB before the pickup point.
+        let una = first.wrapping_sub(100_000);
+        for i in 0..10u32 {
+            let r = a(una.wrapping_add(i * 1448), 1448);
+            assert_eq!(t.state(&r, track(0)), "+est+trk", "retransmission {i}");
+        }
+        // B answers at last (acking the retransmissions), then the stream.
+        let mut acked = una.wrapping_add(10 * 1448);
+        let b = |ack| tcp4_opt(B, 80, A, 40000, isn_b, ack, tf::ACK, 2048, &[], 0);
+        assert_eq!(t.state(&b(acked), track(0)), "+est+rpl+trk");
+        for _ in 0..100 {
+            assert_eq!(t.state(&a(acked, 1448), track(0)), "+est+trk");
+            acked = acked.wrapping_add(1448);
+            assert_eq!(t.state(&b(acked), track(0)), "+est+rpl+trk");
+        }
+    }
 }
 
 /// Picked up from the reply side (B's data first): the connection is

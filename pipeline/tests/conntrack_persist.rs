@@ -61,8 +61,22 @@ fn ip4(src: [u8; 4], dst: [u8; 4], proto: u8, l4: &[u8]) -> Pkt {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn tcp4(src: [u8; 4], sport: u16, dst: [u8; 4], dport: u16, seq: u32, ack: u32, flags: u16, len: usize) -> Pkt {
-    let mut p = ip4(src, dst, 6, &tcp_l4(sport, dport, seq, ack, flags, 8192, len));
+fn tcp4(
+    src: [u8; 4],
+    sport: u16,
+    dst: [u8; 4],
+    dport: u16,
+    seq: u32,
+    ack: u32,
+    flags: u16,
+    len: usize,
+) -> Pkt {
+    let mut p = ip4(
+        src,
+        dst,
+        6,
+        &tcp_l4(sport, dport, seq, ack, flags, 8192, len),
+    );
     p.key.set(Field::TpSrc, sport.into());
     p.key.set(Field::TpDst, dport.into());
     p.key.set(Field::TcpFlags, flags.into());
@@ -70,7 +84,16 @@ fn tcp4(src: [u8; 4], sport: u16, dst: [u8; 4], dport: u16, seq: u32, ack: u32, 
 }
 
 #[allow(clippy::too_many_arguments)]
-fn tcp6(src: [u8; 16], sport: u16, dst: [u8; 16], dport: u16, seq: u32, ack: u32, flags: u16, len: usize) -> Pkt {
+fn tcp6(
+    src: [u8; 16],
+    sport: u16,
+    dst: [u8; 16],
+    dport: u16,
+    seq: u32,
+    ack: u32,
+    flags: u16,
+    len: usize,
+) -> Pkt {
     let l4 = tcp_l4(sport, dport, seq, ack, flags, 8192, len);
     let mut ip = vec![0x60, 0, 0, 0];
     ip.extend_from_slice(&(l4.len() as u16).to_be_bytes());
@@ -162,7 +185,10 @@ const ISN_B: u32 = 100;
 fn populated() -> T {
     let mut t = T::new(5_000 * SEC);
     let tcp = params(5, true, 0x1234, 0xfeed << 64);
-    assert_eq!(t.go(&tcp4(A, 40000, B, 80, ISN_A, 0, tf::SYN, 0), tcp).0, "+new+trk");
+    assert_eq!(
+        t.go(&tcp4(A, 40000, B, 80, ISN_A, 0, tf::SYN, 0), tcp).0,
+        "+new+trk"
+    );
     let syn_ack = tcp4(B, 80, A, 40000, ISN_B, ISN_A + 1, tf::SYN | tf::ACK, 0);
     assert_eq!(t.go(&syn_ack, params(5, false, 0, 0)).0, "+est+rpl+trk");
     let mut sa = ISN_A.wrapping_add(1);
@@ -176,12 +202,27 @@ fn populated() -> T {
     t.go(&udp4(A, 5353, B, 53), params(0, true, 7, 0));
     t.go(&udp4(B, 53, A, 5353), params(0, false, 0, 0));
     t.go(&echo4(A, B, 8, 77), params(0, true, 0, 0));
-    t.go(&tcp6(A6, 1111, B6, 443, 5, 0, tf::SYN, 0), params(3, true, 0, 0));
+    t.go(
+        &tcp6(A6, 1111, B6, 443, 5, 0, tf::SYN, 0),
+        params(3, true, 0, 0),
+    );
     // A closing connection: A sent FIN.
-    t.go(&tcp4(A, 40001, B, 80, 1, 0, tf::SYN, 0), params(0, true, 0, 0));
-    t.go(&tcp4(B, 80, A, 40001, 9, 2, tf::SYN | tf::ACK, 0), params(0, false, 0, 0));
-    t.go(&tcp4(A, 40001, B, 80, 2, 10, tf::ACK, 0), params(0, false, 0, 0));
-    t.go(&tcp4(A, 40001, B, 80, 2, 10, tf::FIN | tf::ACK, 0), params(0, false, 0, 0));
+    t.go(
+        &tcp4(A, 40001, B, 80, 1, 0, tf::SYN, 0),
+        params(0, true, 0, 0),
+    );
+    t.go(
+        &tcp4(B, 80, A, 40001, 9, 2, tf::SYN | tf::ACK, 0),
+        params(0, false, 0, 0),
+    );
+    t.go(
+        &tcp4(A, 40001, B, 80, 2, 10, tf::ACK, 0),
+        params(0, false, 0, 0),
+    );
+    t.go(
+        &tcp4(A, 40001, B, 80, 2, 10, tf::FIN | tf::ACK, 0),
+        params(0, false, 0, 0),
+    );
     assert_eq!(t.ct.len(), 5);
     t
 }
@@ -207,10 +248,9 @@ fn a_restored_table_gives_the_same_verdicts() {
     // wall-clock downtime; loose pickup off, so every +est below comes from
     // the restored state, not from a pickup.
     let mut t = T::new(3 * SEC);
-    let r = t
-        .ct
-        .restore_state(&bytes, t.now, wall + 2 * SEC)
-        .expect("restore");
+    let r =
+        t.ct.restore_state(&bytes, t.now, wall + 2 * SEC)
+            .expect("restore");
     assert_eq!((r.restored, r.expired, r.downtime_ns), (5, 0, 2 * SEC));
 
     // Same entries (dump text), lifetimes moved to the new clock minus the downtime.
@@ -233,22 +273,46 @@ fn a_restored_table_gives_the_same_verdicts() {
     // connection's zone, mark and label.
     let sa = next_seq_a();
     let d = tcp4(A, 40000, B, 80, sa, ISN_B + 1, tf::ACK, 1400);
-    assert_eq!(t.go(&d, track(5)), ("+est+trk".into(), 5, 0x1234, 0xfeed << 64));
-    let r = tcp4(B, 80, A, 40000, ISN_B + 1, sa.wrapping_add(1400), tf::ACK, 0);
+    assert_eq!(
+        t.go(&d, track(5)),
+        ("+est+trk".into(), 5, 0x1234, 0xfeed << 64)
+    );
+    let r = tcp4(
+        B,
+        80,
+        A,
+        40000,
+        ISN_B + 1,
+        sa.wrapping_add(1400),
+        tf::ACK,
+        0,
+    );
     assert_eq!(
         t.go(&r, track(5)),
         ("+est+rpl+trk".into(), 5, 0x1234, 0xfeed << 64)
     );
     // The window state came along: a segment far outside it is still +inv
     // (a pickup would have had nothing to check it against).
-    let wild = tcp4(A, 40000, B, 80, sa.wrapping_add(0x7000_0000), ISN_B + 1, tf::ACK, 10);
+    let wild = tcp4(
+        A,
+        40000,
+        B,
+        80,
+        sa.wrapping_add(0x7000_0000),
+        ISN_B + 1,
+        tf::ACK,
+        10,
+    );
     assert_eq!(t.go(&wild, track(5)).0, "+inv+trk");
     // Same tuple, other zone: a different connection (and a mid-stream
     // one, so +inv without loose pickup).
     assert_eq!(t.go(&d, track(6)).0, "+inv+trk");
 
     // UDP both ways seen: +est either way; the mark came along.
-    assert_eq!(t.go(&udp4(A, 5353, B, 53), track(0)), ("+est+trk".into(), 0, 7, 0));
+    assert_eq!(
+        t.go(&udp4(A, 5353, B, 53), track(0)),
+        ("+est+trk".into(), 0, 7, 0)
+    );
     assert_eq!(t.go(&udp4(B, 53, A, 5353), track(0)).0, "+est+rpl+trk");
     // The ping's reply completes it.
     assert_eq!(t.go(&echo4(B, A, 0, 77), track(0)).0, "+est+rpl+trk");
@@ -266,7 +330,9 @@ fn a_restored_table_gives_the_same_verdicts() {
     // Saving the restored table again and restoring that also works.
     let again = t.ct.save_state(t.now, wall + 3 * SEC);
     let mut u = T::new(0);
-    let r = u.ct.restore_state(&again, 0, wall + 3 * SEC).expect("again");
+    let r =
+        u.ct.restore_state(&again, 0, wall + 3 * SEC)
+            .expect("again");
     assert_eq!(r.restored, 5);
 }
 
@@ -319,7 +385,9 @@ fn damaged_files_are_refused_and_leave_the_table_empty() {
     // What the errors say.
     let mut b = good.clone();
     b[0] = b'X';
-    assert!(refuse(&b).to_string().contains("not a conntrack state file"));
+    assert!(refuse(&b)
+        .to_string()
+        .contains("not a conntrack state file"));
     let mut b = good.clone();
     b[8] = 9;
     assert_eq!(

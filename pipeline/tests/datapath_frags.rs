@@ -107,7 +107,10 @@ fn fragments_are_reassembled_for_ct_and_forwarded_as_they_came() {
         assert_eq!(ip[8], 63, "dec_ttl applied to each fragment");
         assert_eq!(csum(ip), 0, "IPv4 header checksum valid");
         assert_eq!(&ip[4..6], &0x1234u16.to_be_bytes(), "identification kept");
-        assert_eq!(out.len(), 14 + usize::from(u16::from_be_bytes([ip[2], ip[3]])));
+        assert_eq!(
+            out.len(),
+            14 + usize::from(u16::from_be_bytes([ip[2], ip[3]]))
+        );
         payload.extend_from_slice(&out[34..]);
     }
     // Offset order, nothing lost or changed.
@@ -115,7 +118,11 @@ fn fragments_are_reassembled_for_ct_and_forwarded_as_they_came() {
     let st = dp.stats();
     assert_eq!((st.frags_held, st.reassembled), (2, 1));
     assert_eq!(ct.ipf().held_bytes(), 0);
-    assert_eq!(ct.stats().committed_total, 1, "one connection for the datagram");
+    assert_eq!(
+        ct.stats().committed_total,
+        1,
+        "one connection for the datagram"
+    );
 
     // A fragmented reply is established (+est), whatever its ports in the
     // later fragments (none): it goes back out of port 1, untouched.

@@ -10,6 +10,7 @@
 //! | module | what |
 //! |---|---|
 //! | [`control`] | the control socket server |
+//! | [`ctstate`] | the conntrack state file (saved at stop, restored at start) |
 //! | [`engine`] | the switch: datapath threads, port add/remove, packet-ins, inject, stats |
 //! | [`afxdp`] | AF_XDP sockets, each with its UMEM and frame pool (the only `unsafe`) |
 //! | [`netdev`] | interface helpers (veth pairs, up, MTU, delete) |
@@ -17,6 +18,7 @@
 
 pub mod afxdp;
 pub mod control;
+pub mod ctstate;
 pub mod engine;
 pub mod metrics;
 pub mod netdev;

@@ -5,8 +5,19 @@
 //! forwarded until flows are loaded), serve the control socket
 //! ([`oxvs_switch::control`]), optionally create the gateway interface, then
 //! wait for SIGTERM/SIGINT and tear everything down: control socket removed,
-//! engine stopped (XDP programs detached), the gateway veth it created
-//! deleted. Teardown runs every step and reports every failure.
+//! engine stopped (XDP programs detached), the connection table saved to the
+//! conntrack state file, the gateway veth it created deleted. Teardown runs
+//! every step and reports every failure.
+//!
+//! Conntrack across restarts: at start the table saved by the previous
+//! switchd is restored (`--ct-state-file`, default next to the control
+//! socket and named after it, `/run/oxvs/switchd.conntrack.state`; the file
+//! is consumed, see [`oxvs_switch::ctstate`]), and TCP connections without
+//! an entry are
+//! picked up from mid-stream (`--ct-tcp-loose`, on by default, as Linux's
+//! `nf_conntrack_tcp_loose`), so an established connection survives a
+//! restart, `flush-conntrack` or an idle expiry as long as the flows allow
+//! it as a new one.
 //!
 //! Signals: SIGTERM and SIGINT are blocked in every thread (the mask is set
 //! before any thread starts and inherited) and taken synchronously by the
@@ -26,6 +37,7 @@ use oxvs_api::{PortKind, PortSpec, XdpModeRequest, DEFAULT_SWITCHD_SOCKET};
 use oxvs_pipeline::conntrack::CtConfig;
 use oxvs_pipeline::tables::Pipeline;
 use oxvs_switch::control::ControlServer;
+use oxvs_switch::ctstate;
 use oxvs_switch::engine::{PollMode, Switch, SwitchConfig};
 use oxvs_switch::netdev;
 
@@ -54,6 +66,21 @@ struct Args {
     /// Most connections tracked.
     #[arg(long, value_name = "N")]
     ct_max: Option<usize>,
+    /// Pick up TCP connections from a mid-stream packet (no SYN seen) as
+    /// new ones, as Linux's nf_conntrack_tcp_loose: connections survive a
+    /// restart without a state file, `flush-conntrack` or an idle expiry
+    /// (the flows still decide, the packet being +new). `false`: only a SYN
+    /// starts a TCP connection.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set,
+          num_args = 0..=1, default_missing_value = "true")]
+    ct_tcp_loose: bool,
+    /// Conntrack state file: the connection table is saved there on
+    /// SIGTERM/SIGINT and restored from it at start (then removed; a
+    /// refused file is renamed PATH.rejected). Default: next to --socket,
+    /// named after it (/run/oxvs/switchd.conntrack.state); '' disables
+    /// saving and restoring.
+    #[arg(long, value_name = "PATH")]
+    ct_state_file: Option<PathBuf>,
     /// Create a gateway interface NAME (a veth pair NAME <-> NAME-p, the
     /// `-p` end a switch port) for the host stack; at most 13 characters.
     #[arg(long, value_name = "NAME", value_parser = parse_gateway_name)]
@@ -157,6 +184,12 @@ fn run(args: Args) -> anyhow::Result<()> {
     if let Some(n) = args.ct_max {
         conntrack.max_entries = n;
     }
+    conntrack.tcp_loose = args.ct_tcp_loose;
+    let ct_state_file = match &args.ct_state_file {
+        Some(p) if p.as_os_str().is_empty() => None,
+        Some(p) => Some(p.clone()),
+        None => Some(ctstate::default_path(&args.socket)),
+    };
     let config = SwitchConfig {
         threads: usize::from(args.threads),
         poll_mode: match args.mode {
@@ -172,6 +205,10 @@ fn run(args: Args) -> anyhow::Result<()> {
     let switch = Arc::new(
         Switch::start(config, Arc::new(Pipeline::new())).context("cannot start the datapath")?,
     );
+    // Before any port exists, so no packet meets an empty table.
+    if let Some(path) = &ct_state_file {
+        restore_conntrack(&switch, path);
+    }
     // The gateway before the control socket: once the socket answers, the
     // gateway port is there (the agent and tests rely on that).
     let gateway = match &args.gateway {
@@ -216,6 +253,22 @@ fn run(args: Args) -> anyhow::Result<()> {
     drop(metrics);
     server.stop();
     switch.shutdown();
+    // The threads are stopped: the table no longer changes.
+    if let Some(path) = &ct_state_file {
+        match ctstate::save(&switch, path) {
+            Ok(s) if s.entries == 0 => {
+                tracing::info!("no connections: conntrack state not saved")
+            }
+            Ok(s) => tracing::info!(
+                path = %path.display(),
+                connections = s.entries,
+                bytes = s.bytes,
+                ms = s.elapsed.as_secs_f64() * 1e3,
+                "conntrack state saved"
+            ),
+            Err(e) => failures.push(format!("conntrack state not saved: {e}")),
+        }
+    }
     if let Some(g) = gateway {
         if let Err(e) = g.delete() {
             failures.push(format!("{e:#}"));
@@ -226,6 +279,27 @@ fn run(args: Args) -> anyhow::Result<()> {
         Ok(())
     } else {
         anyhow::bail!("shutdown incomplete: {}", failures.join("; "))
+    }
+}
+
+/// Restores the connection table the previous switchd saved; a missing or
+/// refused file is logged and leaves the table empty (loose TCP pickup
+/// then covers established connections).
+fn restore_conntrack(switch: &Switch, path: &std::path::Path) {
+    match ctstate::restore(switch, path) {
+        Ok(None) => tracing::info!(path = %path.display(), "no conntrack state to restore"),
+        Ok(Some(r)) => tracing::info!(
+            path = %path.display(),
+            restored = r.result.restored,
+            expired = r.result.expired,
+            downtime_ms = r.result.downtime_ns / 1_000_000,
+            bytes = r.bytes,
+            ms = r.elapsed.as_secs_f64() * 1e3,
+            "conntrack state restored: {} connections in {:.1} ms",
+            r.result.restored,
+            r.elapsed.as_secs_f64() * 1e3
+        ),
+        Err(e) => tracing::warn!("conntrack state not restored, starting with an empty table: {e}"),
     }
 }
 

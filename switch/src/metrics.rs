@@ -52,9 +52,9 @@ use std::time::Duration;
 use oxvs_api::metrics::{self as prom, Exposition};
 use oxvs_api::PortInfo;
 use oxvs_pipeline::conntrack::CtStats;
-use oxvs_pipeline::ipf::{IpfDrop, IpfStats};
 use oxvs_pipeline::datapath::DatapathStats;
 use oxvs_pipeline::flow::N_TABLES;
+use oxvs_pipeline::ipf::{IpfDrop, IpfStats};
 
 use crate::engine::{Switch, SwitchStats};
 
@@ -752,9 +752,17 @@ mod tests {
             .keys()
             .filter(|n| n.starts_with("oxvs_datapath_") && n.ends_with("_total"))
             .count();
-        // 14 DatapathStats fields (emc+megaflow in one family) + 5 engine
+        // 17 DatapathStats fields (emc+megaflow in one family) + 5 engine
         // counters + busy time.
-        assert_eq!(datapath, 13 + 5 + 1, "{text}");
+        assert_eq!(datapath, 16 + 5 + 1, "{text}");
+        // The reassembler: 3 gauges, 4 counters, the drops by reason.
+        assert_eq!(
+            p.types
+                .keys()
+                .filter(|n| n.starts_with("oxvs_ipf_"))
+                .count(),
+            8
+        );
         assert_eq!(
             p.types
                 .keys()

@@ -729,6 +729,9 @@ fn start_switchd(bins: &Bins, lab: &mut Lab, ns: Option<&str>, sock: &str) -> Re
         "interrupt",
         "--log-level",
         "warn",
+        // Benchmarks need no connection table across restarts.
+        "--ct-state-file",
+        "",
     ]);
     let mut p = Proc::spawn(&v, "oxvs-switchd", true)?;
     let end = Instant::now() + Duration::from_secs(10);

@@ -626,6 +626,9 @@ fn spawn_switchd(
         &t,
         "--log-level",
         "warn",
+        // Benchmarks need no connection table across restarts.
+        "--ct-state-file",
+        "",
     ]);
     let mut p = Proc::spawn(&args, "oxvs-switchd", true)?;
     let end = Instant::now() + Duration::from_secs(10);

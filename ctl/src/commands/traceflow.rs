@@ -339,7 +339,25 @@ pub fn render(r: &TraceflowReport, show_trace: bool) -> String {
     let last = r.hops.last();
     let node = last.map(|h| h.node.as_str()).unwrap_or("?");
     let _ = match (r.outcome.as_str(), last.map(|h| &h.verdict)) {
-        ("delivered", Some(v)) => writeln!(s, "\nResult: {} on node {node}", v.describe()),
+        ("delivered", Some(v)) => {
+            let _ = writeln!(s, "\nResult: {} on node {node}", v.describe());
+            match v {
+                // To the host, for an address that is not a pod: the node's
+                // network stack decides what happens next.
+                Verdict::Delivered { to, .. }
+                    if to.starts_with("gateway") && !r.dst.contains('/') =>
+                {
+                    writeln!(
+                        s,
+                        "  The node's network stack takes it from here. For a Service IP, kube-proxy's\n  \
+                         DNAT sends it back into the switch from the gateway, to the chosen endpoint\n  \
+                         (trace that leg with --dst NS/POD); the endpoint's replies return through the\n  \
+                         gateway too (L3Forwarding, priority 210: replies of connections from the gateway)."
+                    )
+                }
+                _ => Ok(()),
+            }
+        }
         ("dropped", Some(Verdict::Dropped { by, .. })) => {
             writeln!(s, "\nResult: dropped on node {node} by {by}")
         }

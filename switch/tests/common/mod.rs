@@ -566,6 +566,8 @@ impl Drop for Switchd {
         }
         self.stop();
         self.proc = None;
+        // The connection table switchd saved on SIGTERM (next to its socket).
+        let _ = std::fs::remove_file(self.sock.with_extension("conntrack.state"));
     }
 }
 
