@@ -269,6 +269,21 @@ impl LabState {
     pub fn node(&self, name: &str) -> Option<&NodeState> {
         self.nodes.iter().find(|n| n.name == name)
     }
+    /// The index of node `name` in [`LabState::nodes`], or an error naming
+    /// the lab's nodes.
+    pub fn node_index(&self, name: &str) -> anyhow::Result<usize> {
+        self.nodes
+            .iter()
+            .position(|n| n.name == name)
+            .ok_or_else(|| {
+                let have: Vec<&str> = self.nodes.iter().map(|n| n.name.as_str()).collect();
+                anyhow::anyhow!(
+                    "lab {} has no node {name:?} (nodes: {})",
+                    self.name,
+                    have.join(", ")
+                )
+            })
+    }
     pub fn pod(&self, namespace: &str, name: &str) -> Option<&PodState> {
         self.pods
             .iter()

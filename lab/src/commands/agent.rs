@@ -111,15 +111,7 @@ fn run_restart(global: &Global, args: &AgentRestartArgs) -> anyhow::Result<u8> {
     let _lock = ctx.paths.lock(true)?;
     let mut st = ctx.paths.load()?;
     let bins = ctx.bins(&st)?;
-    let Some(k) = st.nodes.iter().position(|n| n.name == args.node) else {
-        let have: Vec<&str> = st.nodes.iter().map(|n| n.name.as_str()).collect();
-        anyhow::bail!(
-            "lab {} has no node {:?} (nodes: {})",
-            ctx.name(),
-            args.node,
-            have.join(", ")
-        );
-    };
+    let k = st.node_index(&args.node)?;
     let node = st.nodes[k].clone();
     let old = node.agent_pid.filter(|p| procs::alive(*p, AGENT_NEEDLE));
     let argv = match old.and_then(cmdline) {

@@ -261,15 +261,7 @@ fn run_remove(global: &Global, args: &NodeRemoveArgs) -> anyhow::Result<u8> {
     let ctx = open(global)?;
     let _lock = ctx.paths.lock(true)?;
     let mut st = ctx.paths.load()?;
-    let Some(node) = st.node(&args.node).cloned() else {
-        let have: Vec<&str> = st.nodes.iter().map(|n| n.name.as_str()).collect();
-        anyhow::bail!(
-            "lab {} has no node {:?} (nodes: {})",
-            ctx.name(),
-            args.node,
-            have.join(", ")
-        );
-    };
+    let node = st.nodes[st.node_index(&args.node)?].clone();
     let pods: Vec<(String, String)> = st
         .pods
         .iter()
