@@ -79,8 +79,9 @@ struct Args {
     /// refused file is renamed PATH.rejected). Default: next to --socket,
     /// named after it (/run/oxvs/switchd.conntrack.state); '' disables
     /// saving and restoring.
+    // An OsString, not a PathBuf: clap refuses an empty PathBuf.
     #[arg(long, value_name = "PATH")]
-    ct_state_file: Option<PathBuf>,
+    ct_state_file: Option<std::ffi::OsString>,
     /// Create a gateway interface NAME (a veth pair NAME <-> NAME-p, the
     /// `-p` end a switch port) for the host stack; at most 13 characters.
     #[arg(long, value_name = "NAME", value_parser = parse_gateway_name)]
@@ -186,8 +187,8 @@ fn run(args: Args) -> anyhow::Result<()> {
     }
     conntrack.tcp_loose = args.ct_tcp_loose;
     let ct_state_file = match &args.ct_state_file {
-        Some(p) if p.as_os_str().is_empty() => None,
-        Some(p) => Some(p.clone()),
+        Some(p) if p.is_empty() => None,
+        Some(p) => Some(PathBuf::from(p)),
         None => Some(ctstate::default_path(&args.socket)),
     };
     let config = SwitchConfig {
