@@ -482,6 +482,9 @@ impl Datapath {
     /// completes its datagram, the reassembled packet is tracked and goes
     /// through `rest` (the actions after the `ct`) and on, its outputs
     /// sending the original fragments (module doc, "Fragments").
+    /// Out of line: fragments are rare, and the common path stays small.
+    #[cold]
+    #[inline(never)]
     fn ct_fragment<B, S>(
         &mut self,
         run: &mut Run<'_, S>,
@@ -544,6 +547,8 @@ impl Datapath {
     }
 
     /// An output of a reassembled datagram: its original fragments.
+    #[cold]
+    #[inline(never)]
     fn output_fragments<S: DatapathSink + ?Sized>(
         &mut self,
         sink: &mut S,
