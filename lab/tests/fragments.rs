@@ -146,6 +146,19 @@ fn fragments_pass_conntrack_and_policy_on_one_node_and_across_nodes() {
     // Policy on the whole datagram: UDP/80 allowed, UDP/81 and ICMP not.
     let pol = lab.file("pol.yaml", ALLOW_UDP_80);
     lab.ok(&["apply", "-f", &pol]);
+    // `apply` writes the manifest; the agents install the policy a moment
+    // later. Wait until a small datagram to the denied port goes unanswered
+    // on both nodes (each try is a new connection: a new source port).
+    for ip in [&b, &c] {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while udp(&lab, "fx/a", ip, 81, 100) != "timeout" {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the policy never took effect for {ip}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    }
     for (ip, where_) in [(&b, "same node"), (&c, "across nodes")] {
         assert_eq!(
             udp(&lab, "fx/a", ip, 80, 4000),
