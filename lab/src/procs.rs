@@ -113,3 +113,46 @@ pub fn log_tail(path: &Path, n: usize) -> String {
     let start = lines.len().saturating_sub(n);
     lines[start..].join("\n")
 }
+
+/// The argv of a live process (`/proc/PID/cmdline`).
+pub fn cmdline(pid: u32) -> Option<Vec<String>> {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let v: Vec<String> = raw
+        .split(|b| *b == 0)
+        .filter(|s| !s.is_empty())
+        .map(|s| String::from_utf8_lossy(s).into_owned())
+        .collect();
+    (!v.is_empty()).then_some(v)
+}
+
+/// Waits until `pid` has fully exited: no `/proc/PID`, or a zombie whose
+/// other threads are gone too.
+///
+/// [`alive`] turns false as soon as the dying process's command line
+/// reads empty, which the kernel does (memory released) *before* it closes
+/// the process's files; and the main thread of a multi-threaded process is
+/// a zombie while the others still exit, holding the shared file table. The
+/// new agent would find the old one's IPAM `flock` still held and exit.
+/// Only when the last thread is gone are the files closed.
+pub fn wait_exited(pid: u32, what: &str, within: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + within;
+    loop {
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| {
+                s.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().next().map(str::to_string))
+            });
+        let threads = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|d| d.count())
+            .unwrap_or(0);
+        match state.as_deref() {
+            None => return Ok(()),
+            Some("Z") | Some("X") if threads <= 1 => return Ok(()),
+            Some(_) if Instant::now() > deadline => {
+                anyhow::bail!("the old {what} (pid {pid}) has not exited after {within:?}")
+            }
+            Some(_) => std::thread::sleep(Duration::from_millis(5)),
+        }
+    }
+}

@@ -60,49 +60,6 @@ pub fn run_agent(global: &Global, args: &AgentArgs) -> anyhow::Result<u8> {
     }
 }
 
-/// The argv of a live process (`/proc/PID/cmdline`).
-fn cmdline(pid: u32) -> Option<Vec<String>> {
-    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-    let v: Vec<String> = raw
-        .split(|b| *b == 0)
-        .filter(|s| !s.is_empty())
-        .map(|s| String::from_utf8_lossy(s).into_owned())
-        .collect();
-    (!v.is_empty()).then_some(v)
-}
-
-/// Waits until `pid` has fully exited: no `/proc/PID`, or a zombie whose
-/// other threads are gone too.
-///
-/// [`procs::alive`] turns false as soon as the dying process's command line
-/// reads empty, which the kernel does (memory released) *before* it closes
-/// the process's files; and the main thread of a multi-threaded process is
-/// a zombie while the others still exit, holding the shared file table. The
-/// new agent would find the old one's IPAM `flock` still held and exit.
-/// Only when the last thread is gone are the files closed.
-fn wait_exited(pid: u32) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .ok()
-            .and_then(|s| {
-                s.rsplit_once(')')
-                    .and_then(|(_, rest)| rest.split_whitespace().next().map(str::to_string))
-            });
-        let threads = std::fs::read_dir(format!("/proc/{pid}/task"))
-            .map(|d| d.count())
-            .unwrap_or(0);
-        match state.as_deref() {
-            None => return Ok(()),
-            Some("Z") | Some("X") if threads <= 1 => return Ok(()),
-            Some(_) if Instant::now() > deadline => {
-                anyhow::bail!("the old agent (pid {pid}) has not exited after 5 s")
-            }
-            Some(_) => std::thread::sleep(Duration::from_millis(5)),
-        }
-    }
-}
-
 fn run_restart(global: &Global, args: &AgentRestartArgs) -> anyhow::Result<u8> {
     let ctx = Ctx::new(global, None)?;
     if !ctx.paths.exists() {
@@ -114,7 +71,7 @@ fn run_restart(global: &Global, args: &AgentRestartArgs) -> anyhow::Result<u8> {
     let k = st.node_index(&args.node)?;
     let node = st.nodes[k].clone();
     let old = node.agent_pid.filter(|p| procs::alive(*p, AGENT_NEEDLE));
-    let argv = match old.and_then(cmdline) {
+    let argv = match old.and_then(procs::cmdline) {
         Some(v) => v,
         None => {
             let help = netns::output(&[&bins.agent.display().to_string(), "--help"])
@@ -147,7 +104,7 @@ fn run_restart(global: &Global, args: &AgentRestartArgs) -> anyhow::Result<u8> {
         }
     }
     if let Some(pid) = old {
-        wait_exited(pid)?;
+        procs::wait_exited(pid, "agent", Duration::from_secs(5))?;
     }
     let gone_ms = stopped_at.elapsed().as_millis();
     let dir = ctx.paths.node_dir(node.index);

@@ -109,42 +109,6 @@ fn port_names(sock: &Path) -> anyhow::Result<Vec<String>> {
         .unwrap_or_default())
 }
 
-/// The argv of a live process (`/proc/PID/cmdline`).
-fn cmdline(pid: u32) -> Option<Vec<String>> {
-    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-    let v: Vec<String> = raw
-        .split(|b| *b == 0)
-        .filter(|s| !s.is_empty())
-        .map(|s| String::from_utf8_lossy(s).into_owned())
-        .collect();
-    (!v.is_empty()).then_some(v)
-}
-
-/// Waits until `pid` has fully exited (every thread gone, so its sockets,
-/// XDP programs and gateway are released).
-fn wait_exited(pid: u32, within: Duration) -> anyhow::Result<()> {
-    let deadline = Instant::now() + within;
-    loop {
-        let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .ok()
-            .and_then(|s| {
-                s.rsplit_once(')')
-                    .and_then(|(_, rest)| rest.split_whitespace().next().map(str::to_string))
-            });
-        let threads = std::fs::read_dir(format!("/proc/{pid}/task"))
-            .map(|d| d.count())
-            .unwrap_or(0);
-        match state.as_deref() {
-            None => return Ok(()),
-            Some("Z") | Some("X") if threads <= 1 => return Ok(()),
-            Some(_) if Instant::now() > deadline => {
-                anyhow::bail!("the old oxvs-switchd (pid {pid}) has not exited")
-            }
-            Some(_) => std::thread::sleep(Duration::from_millis(5)),
-        }
-    }
-}
-
 /// A probe from a pod on the node to a TCP port of another pod.
 struct ProbePair {
     job: Job,
@@ -226,7 +190,7 @@ fn run_restart(global: &Global, args: &SwitchRestartArgs) -> anyhow::Result<u8> 
     let old = node
         .switchd_pid
         .filter(|p| procs::alive(*p, SWITCHD_NEEDLE));
-    let argv = match old.and_then(cmdline) {
+    let argv = match old.and_then(procs::cmdline) {
         Some(v) => v,
         None => [
             bins.switchd.display().to_string(),
@@ -371,7 +335,7 @@ fn restart(
     let mut killed = false;
     if let Some(pid) = old {
         killed = !procs::stop(pid, SWITCHD_NEEDLE, Duration::from_secs(grace))?;
-        wait_exited(pid, Duration::from_secs(5))?;
+        procs::wait_exited(pid, "oxvs-switchd", Duration::from_secs(5))?;
     }
     let exited_ms = t0.elapsed().as_millis();
     if killed || old.is_none() {
