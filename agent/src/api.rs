@@ -513,6 +513,14 @@ pub fn annotate(view: &NodeView, step: &TraceStep) -> (Option<FlowOwner>, String
             format!("gateway {}", view.gateway_name),
         ),
         feature::NODE if obj == 2 => (Some(FlowOwner::Tunnel), "tunnel".into()),
+        feature::NODE if obj == 3 => (
+            Some(FlowOwner::Tunnel),
+            "tunnel guard: the outer source is not a known node (dropped)".into(),
+        ),
+        feature::NODE if obj == 4 => (
+            Some(FlowOwner::Tunnel),
+            "tunnel guard: pods may not send to a node's VXLAN port (dropped)".into(),
+        ),
         feature::POLICY_RULE => {
             let id = u32::try_from(obj).unwrap_or(u32::MAX);
             match view.rules.iter().find(|r| r.id == id) {
@@ -1413,7 +1421,7 @@ mod tests {
             "{}",
             h.text
         );
-        assert_eq!(h.steps[0].annotation, "tunnel");
+        assert_eq!(h.steps[0].annotation, "remote node n2 (192.168.77.12)");
         if let Some(t) = r.from_tunnel.as_mut() {
             t.src_mac = "nope".into();
         }

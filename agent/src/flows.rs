@@ -51,6 +51,10 @@ use std::net::Ipv4Addr;
 use ipnet::Ipv4Net;
 use oxvs_pipeline::names;
 
+/// The UDP port of the node's VXLAN tunnel (IANA's), which the agent asks
+/// the switch to use and guards from pods ([`tunnel_guard_flows`]).
+pub const VXLAN_UDP_PORT: u16 = 4789;
+
 /// The conntrack zone pod traffic is tracked in.
 pub const CT_ZONE: u16 = 65520;
 
@@ -64,6 +68,12 @@ pub mod cookie {
     pub const NODE_FEATURE: u64 = 0x0003;
     /// The gateway's flows.
     pub const GATEWAY: u64 = (NODE_FEATURE << 48) | 1;
+    /// The tunnel port's flows.
+    pub const TUNNEL: u64 = (NODE_FEATURE << 48) | 2;
+    /// The drop of tunnel packets whose outer source is not a known node.
+    pub const TUNNEL_UNKNOWN_SOURCE: u64 = (NODE_FEATURE << 48) | 3;
+    /// The drops of pod traffic to a node's tunnel (VXLAN) port.
+    pub const POD_TO_TUNNEL: u64 = (NODE_FEATURE << 48) | 4;
     /// Mask selecting the feature bits.
     pub const FEATURE_MASK: u64 = 0xffff << 48;
 
@@ -533,22 +543,28 @@ pub fn remote_node_cookie(ip: Ipv4Addr) -> u64 {
 /// and the virtual MAC, which L2ForwardingCalc maps to the tunnel port; the
 /// switch answers ARP for each remote gateway (the host routes remote pod
 /// CIDRs onlink via them) with the virtual MAC.
+///
+/// Only known nodes may use the tunnel: a packet from the tunnel is
+/// classified only if its outer source (`tun_src`) is the InternalIP of a
+/// remote node (one flow per node, with that node's cookie); anything else
+/// from the tunnel port is dropped by a flow of its own
+/// ([`cookie::TUNNEL_UNKNOWN_SOURCE`], whose counters are
+/// `oxvs_agent_tunnel_drops_total{reason="unknown_source"}`). The switch's
+/// UDP socket takes datagrams from anyone who can reach the node; without
+/// this check, a forged VXLAN packet would enter the pipeline as if a node
+/// had sent it, past SpoofGuard (see [`tunnel_guard_flows`] for the pods).
 pub fn tunnel_flows(node: &NodeNet, tunnel_ofport: u32, remotes: &[RemoteNode]) -> Vec<String> {
     use names::*;
-    let t = (cookie::NODE_FEATURE << 48) | 2;
+    let t = cookie::TUNNEL;
     let gw_mac = mac_str(&node.gateway_mac);
     let vmac = mac_str(&VIRTUAL_MAC);
-    let mut v = Vec::with_capacity(2 + 2 * remotes.len());
+    let mut v = Vec::with_capacity(2 + 3 * remotes.len());
     line(
         &mut v,
         CLASSIFIER,
-        200,
-        t,
-        &format!(
-            "in_port={tunnel_ofport}, actions=load:{}->NXM_NX_REG0[0..3],set_field:{gw_mac}->eth_dst,goto_table:{}",
-            source::TUNNEL,
-            CONNTRACK_ZONE.id
-        ),
+        190,
+        cookie::TUNNEL_UNKNOWN_SOURCE,
+        &format!("in_port={tunnel_ofport}, actions=drop"),
     );
     line(
         &mut v,
@@ -568,6 +584,18 @@ pub fn tunnel_flows(node: &NodeNet, tunnel_ofport: u32, remotes: &[RemoteNode]) 
         let rgw = Ipv4Addr::from(u32::from(r.pod_cidr.network()).wrapping_add(1));
         line(
             &mut v,
+            CLASSIFIER,
+            200,
+            c,
+            &format!(
+                "in_port={tunnel_ofport}, tun_src={}, actions=load:{}->NXM_NX_REG0[0..3],set_field:{gw_mac}->eth_dst,goto_table:{}",
+                r.ip,
+                source::TUNNEL,
+                CONNTRACK_ZONE.id
+            ),
+        );
+        line(
+            &mut v,
             ARP_RESPONDER,
             200,
             c,
@@ -585,6 +613,37 @@ pub fn tunnel_flows(node: &NodeNet, tunnel_ofport: u32, remotes: &[RemoteNode]) 
                 r.pod_cidr,
                 r.ip,
                 L3_DEC_TTL.id
+            ),
+        );
+    }
+    v
+}
+
+/// Pods may not talk to any node's tunnel port: a pod's UDP datagram to
+/// `node_ip:udp_port` for each node address in `node_ips` (this node's and
+/// every remote node's) is dropped in ConntrackState, after reassembly
+/// (so a fragmented datagram is judged whole) and before anything is
+/// committed, whatever NetworkPolicy says and for connections set up
+/// before the flow existed too. Without it, a pod could hand a forged
+/// VXLAN packet to its own node's switch through the gateway, or to another
+/// node's switch with the node's address as source once the node
+/// masquerades it, and the receiving switch would take it for tunnel
+/// traffic from a node. Cookie [`cookie::POD_TO_TUNNEL`]; counted as
+/// `oxvs_agent_tunnel_drops_total{reason="pod_to_tunnel_port"}`.
+pub fn tunnel_guard_flows(node_ips: &[Ipv4Addr], udp_port: u16) -> Vec<String> {
+    let mut ips = node_ips.to_vec();
+    ips.sort();
+    ips.dedup();
+    let mut v = Vec::with_capacity(ips.len());
+    for ip in ips {
+        line(
+            &mut v,
+            names::CONNTRACK_STATE,
+            220,
+            cookie::POD_TO_TUNNEL,
+            &format!(
+                "udp, reg0={:#x}/0xf, nw_dst={ip}, tp_dst={udp_port}, actions=drop",
+                source::POD
             ),
         );
     }
@@ -711,7 +770,14 @@ mod tests {
             ip: "192.168.77.12".parse().unwrap(),
         }];
         let mut text = desired_flows(&node(), &[pod(3, 3)]);
-        for l in tunnel_flows(&node(), 9, &remotes) {
+        let node_ips = [
+            "192.168.77.12".parse().unwrap(),
+            "192.168.77.11".parse().unwrap(),
+        ];
+        for l in tunnel_flows(&node(), 9, &remotes)
+            .into_iter()
+            .chain(tunnel_guard_flows(&node_ips, VXLAN_UDP_PORT))
+        {
             text.push_str(&l);
             text.push('\n');
         }
@@ -744,18 +810,50 @@ mod tests {
         );
         assert!(last.contains("ttl=63"), "routed: TTL decremented\n{t}");
         // Remote pod -> local pod, from the tunnel: delivered with the pod's MAC.
-        let t = trace_with_tunnel("in_port=9,icmp,dl_src=0a:58:0a:f4:01:01,dl_dst=aa:bb:cc:dd:ee:ff,nw_src=10.244.1.7,nw_dst=10.244.0.3,nw_ttl=63");
+        let t = trace_with_tunnel("in_port=9,icmp,tun_src=192.168.77.12,dl_src=0a:58:0a:f4:01:01,dl_dst=aa:bb:cc:dd:ee:ff,nw_src=10.244.1.7,nw_dst=10.244.0.3,nw_ttl=63");
         let last = t.lines().last().unwrap();
         assert!(
             last.contains("dst=0a:58:0a:f4:00:03") && last.ends_with(",3"),
             "{t}"
         );
+        // The same packet from an address that is no node's: dropped in
+        // the Classifier by the tunnel guard.
+        for tun_src in ["192.168.77.99", "10.244.0.3", "10.244.0.1"] {
+            let t = trace_with_tunnel(&format!("in_port=9,icmp,tun_src={tun_src},dl_src=0a:58:0a:f4:01:01,dl_dst=aa:bb:cc:dd:ee:ff,nw_src=10.244.0.1,nw_dst=10.244.0.3,nw_ttl=63"));
+            assert!(
+                t.contains("cookie 0x3000000000003") && t.trim_end().ends_with("drop"),
+                "{t}"
+            );
+        }
         // The host ARPs for the remote gateway: answered with the virtual MAC.
         let t = trace_with_tunnel("in_port=2,arp,arp_op=1,dl_src=0a:58:0a:f4:00:01,dl_dst=ff:ff:ff:ff:ff:ff,arp_spa=10.244.0.1,arp_sha=0a:58:0a:f4:00:01,arp_tpa=10.244.1.1");
         assert!(
             t.lines().last().unwrap().contains("sha=aa:bb:cc:dd:ee:ff"),
             "{t}"
         );
+    }
+
+    #[test]
+    fn pods_cannot_reach_any_nodes_vxlan_port() {
+        let udp = |dst: &str, port: u16| {
+            trace_with_tunnel(&format!("in_port=3,udp,dl_src=0a:58:0a:f4:00:03,dl_dst=0a:58:0a:f4:00:01,nw_src=10.244.0.3,nw_dst={dst},nw_ttl=64,tp_src=40000,tp_dst={port}"))
+        };
+        // This node's address and the other node's: dropped after
+        // conntrack lookup, by the guard's cookie.
+        for dst in ["192.168.77.11", "192.168.77.12"] {
+            let t = udp(dst, VXLAN_UDP_PORT);
+            assert!(
+                t.contains("cookie 0x3000000000004") && t.trim_end().ends_with("drop"),
+                "{t}"
+            );
+        }
+        // Another port of a node, or port 4789 of a host that is no node:
+        // not the guard's business (routed to the gateway).
+        for (dst, port) in [("192.168.77.12", 4790), ("192.0.2.9", VXLAN_UDP_PORT)] {
+            let t = udp(dst, port);
+            assert!(!t.contains("cookie 0x3000000000004"), "{t}");
+            assert!(t.lines().last().unwrap().ends_with(",2"), "{t}");
+        }
     }
 
     /// An Ethernet + IPv4 + TCP frame (checksums left zero: the pipeline

@@ -12,6 +12,7 @@
 //! | `oxvs_agent_flows` | gauge | `feature` | the switch's flows, by cookie feature |
 //! | `oxvs_networkpolicy_rule_packets_total`, `..._bytes_total` | counter | `namespace`, `policy`, `direction`, `rule` | IngressMetric/EgressMetric flows |
 //! | `oxvs_networkpolicy_denied_packets_total`, `..._bytes_total` | counter | `namespace`, `pod`, `direction` | IngressDefaultRule/EgressDefaultRule isolation drops |
+//! | `oxvs_agent_tunnel_drops_total` | counter | `reason` (`unknown_source`, `pod_to_tunnel_port`) | the tunnel guard's drop flows (cookies `0x3<<48 \| 3`, `\| 4`) |
 //! | `oxvs_agent_switch_up` | gauge | | 1 if this scrape read the switch |
 //! | `oxvs_agent_switch_scrape_errors_total` | counter | | scrapes that could not read the switch |
 //!
@@ -54,6 +55,7 @@ use oxvs_pipeline::names;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+use crate::flows::cookie::{POD_TO_TUNNEL, TUNNEL_UNKNOWN_SOURCE};
 use crate::policy::{cookie as pcookie, Direction, RuleRef};
 use crate::server::Agent;
 use crate::state::{AttachState, Attachment};
@@ -282,7 +284,17 @@ fn encode_flows(e: &mut Exposition, view: &AgentView, flows: &[FlowEntry]) {
     let mut allowed: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
     // (ofport, direction) -> (packets, bytes)
     let mut denied: BTreeMap<(u32, Direction), (u64, u64)> = BTreeMap::new();
+    // The tunnel guard's drops, by reason.
+    let mut tunnel_drops: [(&str, u64, u64); 2] = [
+        ("unknown_source", TUNNEL_UNKNOWN_SOURCE, 0),
+        ("pod_to_tunnel_port", POD_TO_TUNNEL, 0),
+    ];
     for f in flows {
+        for (_, cookie, n) in &mut tunnel_drops {
+            if f.cookie == *cookie {
+                *n += f.n_packets;
+            }
+        }
         if let Some(n) = feature_name(f.cookie) {
             *by_feature.entry(n).or_default() += 1;
         }
@@ -308,6 +320,15 @@ fn encode_flows(e: &mut Exposition, view: &AgentView, flows: &[FlowEntry]) {
                 c.0 += f.n_packets;
                 c.1 += f.n_bytes;
             }
+        }
+    }
+    {
+        let mut c = e.counter(
+            "oxvs_agent_tunnel_drops_total",
+            "Packets the tunnel guard dropped: from the tunnel with an outer source that is no known node (unknown_source), from a pod to a node's VXLAN port (pod_to_tunnel_port).",
+        );
+        for (reason, _, n) in &tunnel_drops {
+            c.int(&[("reason", reason)], *n);
         }
     }
     {
@@ -610,6 +631,9 @@ mod tests {
             flow(0, crate::flows::cookie::DEFAULTS, 1),
             flow(10, crate::flows::cookie::pod(5), 1),
             flow(10, 0, 1), // not the agent's
+            flow(0, crate::flows::cookie::TUNNEL_UNKNOWN_SOURCE, 6),
+            flow(31, crate::flows::cookie::POD_TO_TUNNEL, 2),
+            flow(31, crate::flows::cookie::POD_TO_TUNNEL, 3),
         ];
         let series = vec![
             cni("ADD", "success", &[0, 0, 1, 2], 30_000_000),
@@ -661,7 +685,10 @@ mod tests {
             4.0
         );
         assert_eq!(v("oxvs_agent_flows", &[("feature", "pipeline")]), 1.0);
-        assert_eq!(p.sum("oxvs_agent_flows", &[]), 10.0);
+        assert_eq!(p.sum("oxvs_agent_flows", &[]), 13.0);
+        let drops = |r: &str| v("oxvs_agent_tunnel_drops_total", &[("reason", r)]);
+        assert_eq!(drops("unknown_source"), 6.0);
+        assert_eq!(drops("pod_to_tunnel_port"), 5.0);
         assert_eq!(v("oxvs_agent_pods", &[("state", "ready")]), 2.0);
         assert_eq!(v("oxvs_agent_pods", &[("state", "pending")]), 1.0);
         assert_eq!(

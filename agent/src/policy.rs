@@ -21,13 +21,17 @@
 //! | IngressRule 70 | 201/200 | as EgressRule, with `NXM_NX_REG3` | goto IngressMetric | rule |
 //! | IngressDefaultRule 71 | 200 | `ip, nw_dst=POD` (isolated for ingress) | drop | isolation |
 //! | IngressMetric 75 | 200 | `ip, reg3=ID` | goto ConntrackCommit | rule |
-//! | IngressRule 70 | 205 | `ip, nw_src=NODE` | goto IngressMetric | node exemption |
+//! | IngressRule 70 | 205 | `ip, nw_src=NODE, reg0=0x2/0xf` (from the gateway) | goto IngressMetric | node exemption |
 //! | EgressRule 40 | 205 | `ip, nw_dst=NODE` | goto EgressMetric | node exemption |
 //!
 //! Traffic between a pod and its own node is always allowed (the API says
 //! so; kubelet probes depend on it): when some local pod is isolated in a
 //! direction, the node's addresses ([`eval::node_addresses`]: the gateway
 //! and the InternalIP) skip that direction's rules and isolation drops.
+//! Ingress is exempt only for packets that entered from the gateway port:
+//! the node's own stack is the only sender the exemption is for, and a
+//! node address as the source of a packet from the tunnel or a pod port is
+//! a forgery, not the node.
 //!
 //! A rule is a conjunction of up to three dimensions, each a set of clause
 //! flows (one per value): ingress `1` = source prefixes (`nw_src`), `2` =
@@ -231,6 +235,9 @@ struct FlowMatch {
     nw_dst: Option<Ipv4Net>,
     /// `(value, mask)`; mask `0xffff` is an exact port.
     tp_dst: Option<(u16, u16)>,
+    /// Only packets that entered from the gateway (`reg0[0..3]` =
+    /// [`crate::flows::source::GATEWAY`]): the node's own traffic.
+    from_gateway: bool,
 }
 
 fn fmt_net(f: &mut fmt::Formatter<'_>, field: &str, n: &Ipv4Net) -> fmt::Result {
@@ -260,6 +267,9 @@ impl fmt::Display for FlowMatch {
             Some((v, 0xffff)) => write!(f, ", tp_dst={v}")?,
             Some((v, m)) => write!(f, ", tp_dst={v:#x}/{m:#x}")?,
             None => {}
+        }
+        if self.from_gateway {
+            write!(f, ", reg0={:#x}/0xf", crate::flows::source::GATEWAY)?;
         }
         Ok(())
     }
@@ -679,8 +689,13 @@ pub fn policy_flows_on_node(
         for addr in node_addrs {
             let net = Some(Ipv4Net::from(*addr));
             let m = match dir {
+                // From the node: only what entered from the gateway (the
+                // node's own stack). A packet from the tunnel or a pod port
+                // that merely carries a node address as source is not the
+                // node, and policy applies to it.
                 Direction::Ingress => FlowMatch {
                     nw_src: net,
+                    from_gateway: true,
                     ..FlowMatch::default()
                 },
                 Direction::Egress => FlowMatch {

@@ -409,7 +409,7 @@ impl Agent {
                     ofport: None,
                     kind: PortKind::Vxlan {
                         local_ip: ip,
-                        dst_port: None,
+                        dst_port: Some(flows::VXLAN_UDP_PORT),
                         underlay_mtu: None,
                     },
                 };
@@ -488,7 +488,11 @@ impl Agent {
         }
         let tunnel = self.tunnel_ofport.lock().ok().and_then(|t| *t);
         if let Some(tun) = tunnel {
-            lines.extend(flows::tunnel_flows(node, tun, &self.remote_nodes(&state)));
+            let remotes = self.remote_nodes(&state);
+            lines.extend(flows::tunnel_flows(node, tun, &remotes));
+            let node_ips: Vec<Ipv4Addr> =
+                remotes.iter().map(|r| r.ip).chain(self.node_ip()).collect();
+            lines.extend(flows::tunnel_guard_flows(&node_ips, flows::VXLAN_UDP_PORT));
         }
         // Local pods for policy: the IP the pod has here is authoritative.
         let mut state2 = (*state).clone();

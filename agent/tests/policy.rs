@@ -784,6 +784,25 @@ fn traffic_with_the_own_node_is_always_allowed() {
         check(&n, &ext(node_ip), &ep("a", "web"), t(8080), true);
         check(&n, &ep("a", "web"), &ext(node_ip), t(10250), true);
     }
+    // The node's addresses as the source of a packet from the tunnel are
+    // not the node (only the gateway port is): policy applies.
+    for node_ip in ["10.244.0.1", "192.168.77.11"] {
+        let web = n.ip_of(&ep("a", "web"));
+        let spec = n.spec_from(node_ip.parse().unwrap(), web, t(8080), 40000, true);
+        let (out, trace) = n.delivered(
+            &spec,
+            web,
+            oxvs_pipeline::field::ct_state::TRK | oxvs_pipeline::field::ct_state::NEW,
+        );
+        assert!(
+            !out,
+            "a tunnel packet from {node_ip} passed as the node\n{trace}"
+        );
+        // ... while the same packet from a pod address of the remote node
+        // reaches the policy's drop, not the Classifier's: the tunnel
+        // itself is open to the known node.
+        assert!(trace.contains("IngressDefaultRule"), "{trace}");
+    }
     // Not the other node, nor the pods of this node's other namespaces.
     check(&n, &ext("192.168.77.12"), &ep("a", "web"), t(8080), false);
     check(&n, &ext("10.244.1.1"), &ep("a", "web"), t(8080), false);

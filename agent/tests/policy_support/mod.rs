@@ -218,13 +218,28 @@ impl NodePipe {
     /// pod's port, from the tunnel (the other node's pod CIDR) or from the
     /// gateway (anything else).
     pub fn spec(&self, src: Ipv4Addr, dst: Ipv4Addr, l4: L4, sport: u16) -> String {
+        let from_tunnel = self.local_of(src).is_none() && remote_node().pod_cidr.contains(&src);
+        self.spec_from(src, dst, l4, sport, from_tunnel)
+    }
+
+    /// [`spec`](Self::spec), from the tunnel (sent by the remote node) if
+    /// `from_tunnel`, whatever the source address.
+    pub fn spec_from(
+        &self,
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        l4: L4,
+        sport: u16,
+        from_tunnel: bool,
+    ) -> String {
         let gw_mac = flows::mac_str(&node().gateway_mac);
         let (in_port, dl_src) = match self.local_of(src) {
-            Some(l) => (l.ofport, flows::mac_str(&flows::pod_mac(l.ip))),
-            None if remote_node().pod_cidr.contains(&src) => {
-                (TUNNEL_PORT, "02:00:00:00:00:01".into())
-            }
-            None => (GW_PORT, gw_mac.clone()),
+            _ if from_tunnel => (
+                format!("{TUNNEL_PORT},tun_src={}", remote_node().ip),
+                "02:00:00:00:00:01".into(),
+            ),
+            Some(l) => (l.ofport.to_string(), flows::mac_str(&flows::pod_mac(l.ip))),
+            None => (GW_PORT.to_string(), gw_mac.clone()),
         };
         let dl_dst = match self.local_of(dst) {
             Some(l) => flows::mac_str(&flows::pod_mac(l.ip)),
