@@ -73,6 +73,13 @@
 //! * `duplicate`: the same range with the same bytes (and the same MF) as a
 //!   stored fragment. The datagram is kept. The same range with *different*
 //!   bytes is an overlap.
+//! * `source_limit`: a fragment that would start a new datagram beyond
+//!   [`IpfConfig::max_datagrams_per_source`] for its source address (per
+//!   zone and family), or hold more than
+//!   [`IpfConfig::max_bytes_per_source`] for it; for a fragment of a stored
+//!   datagram, the whole datagram goes (it could never complete). One
+//!   sender (a pod flooding first fragments) fills at most its share, and
+//!   the other senders' datagrams still reassemble.
 //! * `table_full`, `memory_full`: a fragment that would start a new datagram
 //!   beyond [`IpfConfig::max_datagrams`] or [`IpfConfig::max_bytes`]. The
 //!   newcomer is dropped; nothing is evicted (as in Linux and OVS: eviction
@@ -145,6 +152,12 @@
 //! * `timeout_ns` 30 s: Linux's `ipfrag_time` (OVS uses 15 s).
 //! * `max_datagram_len` 65535: the IPv4 total length / IPv6 payload length
 //!   fields; no jumbograms.
+//! * `max_datagrams_per_source` 64 and `max_bytes_per_source` 1 MiB: a
+//!   sixteenth of the table and a quarter of the memory per sender (Linux
+//!   and OVS have only the global limits). A well-behaved sender holds a
+//!   datagram only for the microseconds between its fragments, so it
+//!   never comes near; a flood from one address leaves at least 3 MiB and
+//!   960 datagrams to everyone else.
 //! * `verify_ipv4_checksum` true: as OVS and Linux do before reassembling
 //!   (otherwise reassembly would launder a corrupt first header into one with
 //!   a valid checksum).
@@ -236,6 +249,11 @@ pub struct IpfConfig {
     pub max_datagram_len: usize,
     /// Drop IPv4 fragments whose header checksum is wrong.
     pub verify_ipv4_checksum: bool,
+    /// Incomplete datagrams held at once for one source address (per zone
+    /// and family): one sender cannot take the whole table.
+    pub max_datagrams_per_source: usize,
+    /// Bytes held at once for one source address (per zone and family).
+    pub max_bytes_per_source: usize,
 }
 
 impl Default for IpfConfig {
@@ -248,6 +266,8 @@ impl Default for IpfConfig {
             timeout_ns: 30_000_000_000,
             max_datagram_len: 65535,
             verify_ipv4_checksum: true,
+            max_datagrams_per_source: 64,
+            max_bytes_per_source: 1 << 20,
         }
     }
 }
@@ -272,11 +292,12 @@ pub enum IpfDrop {
     MemoryFull,
     Timeout,
     Flushed,
+    SourceLimit,
 }
 
 impl IpfDrop {
     /// Number of reasons (the length of [`IpfStats::drops`]).
-    pub const COUNT: usize = 14;
+    pub const COUNT: usize = 15;
     /// Every reason, in discriminant order.
     pub const ALL: [IpfDrop; IpfDrop::COUNT] = [
         IpfDrop::NotAFragment,
@@ -293,6 +314,7 @@ impl IpfDrop {
         IpfDrop::MemoryFull,
         IpfDrop::Timeout,
         IpfDrop::Flushed,
+        IpfDrop::SourceLimit,
     ];
 
     /// snake_case name (a Prometheus label value).
@@ -312,6 +334,7 @@ impl IpfDrop {
             IpfDrop::MemoryFull => "memory_full",
             IpfDrop::Timeout => "timeout",
             IpfDrop::Flushed => "flushed",
+            IpfDrop::SourceLimit => "source_limit",
         }
     }
 
@@ -327,6 +350,7 @@ impl IpfDrop {
                 | IpfDrop::MemoryFull
                 | IpfDrop::Timeout
                 | IpfDrop::Flushed
+                | IpfDrop::SourceLimit
         )
     }
 }
@@ -453,6 +477,20 @@ impl fmt::Debug for Completed {
 // ---------------------------------------------------------------------------
 // Internal types
 
+/// A sender, for the per-source limits: zone, family, source address.
+type SourceKey = (u16, bool, u128);
+
+fn source_of(k: &DgramKey) -> SourceKey {
+    (k.zone, k.ipv6, k.src)
+}
+
+/// What one sender holds.
+#[derive(Clone, Copy, Debug, Default)]
+struct SourceUse {
+    datagrams: usize,
+    bytes: usize,
+}
+
 /// A datagram's identity.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct DgramKey {
@@ -555,6 +593,9 @@ pub struct Ipf {
     tail: u32,
     held_bytes: usize,
     held_frags: usize,
+    /// What each sender holds (an entry exists while it holds a datagram,
+    /// so at most `max_datagrams` entries).
+    sources: HashMap<SourceKey, SourceUse>,
     pool: Vec<Bufs>,
     frame_pool: Vec<Vec<u8>>,
     stats: IpfStats,
@@ -586,6 +627,7 @@ impl Ipf {
             tail: NIL,
             held_bytes: 0,
             held_frags: 0,
+            sources: HashMap::new(),
             pool: Vec::new(),
             frame_pool: Vec::new(),
             stats: IpfStats::default(),
@@ -692,6 +734,14 @@ impl Ipf {
                 if self.held_bytes + frame.len() > self.config.max_bytes {
                     return IpfOutcome::Dropped(IpfDrop::MemoryFull);
                 }
+                let src = self.sources.get(&source_of(&p.key)).copied();
+                if src.is_some_and(|u| {
+                    u.datagrams >= self.config.max_datagrams_per_source
+                        || u.bytes + frame.len() > self.config.max_bytes_per_source
+                }) || frame.len() > self.config.max_bytes_per_source
+                {
+                    return IpfOutcome::Dropped(IpfDrop::SourceLimit);
+                }
                 let s = self.create(p.key, now_ns);
                 self.add_to(s, frame, &p)
             }
@@ -757,6 +807,14 @@ impl Ipf {
         if self.held_bytes + frame.len() > self.config.max_bytes {
             return self.reject(s, IpfDrop::MemoryFull);
         }
+        let source = source_of(&p.key);
+        if self
+            .sources
+            .get(&source)
+            .is_some_and(|u| u.bytes + frame.len() > self.config.max_bytes_per_source)
+        {
+            return self.reject(s, IpfDrop::SourceLimit);
+        }
 
         // Store.
         let Some(dg) = self.slab[s as usize].as_mut() else {
@@ -781,6 +839,9 @@ impl Ipf {
         dg.covered += p.end - p.start;
         self.held_bytes += frame.len();
         self.held_frags += 1;
+        if let Some(u) = self.sources.get_mut(&source) {
+            u.bytes += frame.len();
+        }
 
         if dg.last_end == Some(dg.covered) {
             if let Some(done) = self.complete(s) {
@@ -830,6 +891,7 @@ impl Ipf {
         }
         self.tail = s;
         self.map.insert(key, s);
+        self.sources.entry(source_of(&key)).or_default().datagrams += 1;
         s
     }
 
@@ -848,6 +910,14 @@ impl Ipf {
         self.free.push(s);
         self.held_bytes -= dg.bufs.frames.len();
         self.held_frags -= dg.bufs.frags.len();
+        let source = source_of(&dg.key);
+        if let Some(u) = self.sources.get_mut(&source) {
+            u.datagrams -= 1;
+            u.bytes -= dg.bufs.frames.len();
+            if u.datagrams == 0 {
+                self.sources.remove(&source);
+            }
+        }
         Some(dg)
     }
 
@@ -1599,6 +1669,77 @@ mod tests {
         );
         assert_eq!(ipf.held_datagrams(), 0);
         assert_eq!(ipf.stats().dropped(IpfDrop::TooManyFragments), 4);
+    }
+
+    /// [`v4`] from source 10.0.0.`src`.
+    fn v4_from(src: u8, id: u16, off: u32, more: bool, data: &[u8]) -> Vec<u8> {
+        let mut f = v4(id, 17, off, more, data);
+        f[14 + 15] = src;
+        f[14 + 10..14 + 12].copy_from_slice(&[0, 0]);
+        let c = checksum(&f[14..34]);
+        f[14 + 10..14 + 12].copy_from_slice(&c.to_be_bytes());
+        f
+    }
+
+    #[test]
+    fn one_source_cannot_take_the_table() {
+        let mut ipf = Ipf::new(IpfConfig {
+            max_datagrams_per_source: 4,
+            max_bytes_per_source: 1000,
+            ..small()
+        });
+        // Source .1 floods first fragments: 4 held, then refused.
+        for id in 0..4 {
+            let o = add(&mut ipf, &v4_from(1, id, 0, true, &[0; 8]), 0);
+            assert!(matches!(o, IpfOutcome::Held), "{o:?}");
+        }
+        for id in 4..100 {
+            assert_eq!(
+                dropped(add(&mut ipf, &v4_from(1, id, 0, true, &[0; 8]), 0)),
+                Some(IpfDrop::SourceLimit)
+            );
+        }
+        assert_eq!(ipf.held_datagrams(), 4);
+        // Another source still reassembles.
+        assert!(matches!(
+            add(&mut ipf, &v4_from(2, 7, 0, true, &[1; 8]), 0),
+            IpfOutcome::Held
+        ));
+        assert!(matches!(
+            add(&mut ipf, &v4_from(2, 7, 8, false, &[2; 8]), 0),
+            IpfOutcome::Completed(_)
+        ));
+        // Source .1's existing datagrams complete, which gives it room back.
+        assert!(matches!(
+            add(&mut ipf, &v4_from(1, 0, 8, false, &[0; 8]), 0),
+            IpfOutcome::Completed(_)
+        ));
+        assert!(matches!(
+            add(&mut ipf, &v4_from(1, 200, 0, true, &[0; 8]), 0),
+            IpfOutcome::Held
+        ));
+        // The byte limit: a datagram of source .3 growing past 1000 bytes
+        // goes whole.
+        let mut held = 0;
+        for i in 0..40u32 {
+            match add(&mut ipf, &v4_from(3, 9, i * 8, true, &[0; 8]), 0) {
+                IpfOutcome::Held => held += 1,
+                IpfOutcome::Dropped(IpfDrop::SourceLimit) => break,
+                o => panic!("{o:?}"),
+            }
+        }
+        assert!(held > 10 && held < 40, "{held}");
+        assert_eq!(ipf.held_datagrams(), 4);
+        assert_eq!(
+            ipf.stats().dropped(IpfDrop::SourceLimit),
+            96 + held + 1,
+            "the offered fragment and the datagram's stored ones"
+        );
+        assert_conserved(&ipf);
+        // Nothing is left accounted to a source once its datagrams go.
+        ipf.flush();
+        assert!(ipf.sources.is_empty());
+        assert_conserved(&ipf);
     }
 
     #[test]

@@ -390,7 +390,11 @@ fn interleaved_datagrams_and_zones() {
 
 #[test]
 fn timeouts_free_memory() {
-    let mut ipf = Ipf::new(IpfConfig::default());
+    // One source holds 100 datagrams: above the per-source default.
+    let mut ipf = Ipf::new(IpfConfig {
+        max_datagrams_per_source: 100,
+        ..IpfConfig::default()
+    });
     for id in 0..100u16 {
         let orig = orig_v4(false, false, id, &payload(3000, id as u8));
         let frames = orig.cut(&[185]);
