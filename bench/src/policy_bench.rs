@@ -108,6 +108,12 @@ pub struct NodeModel {
     pub ports: Vec<PodPort>,
     pub local: Vec<LocalPod>,
     pub remotes: Vec<RemoteNode>,
+    /// Every node's underlay address (this one's included): the tunnel
+    /// guard's flows, unless `tunnel_guard` is off.
+    pub node_ips: Vec<Ipv4Addr>,
+    /// Install the tunnel guard ([`aflows::tunnel_guard_flows`]), as the
+    /// agent does; off only to measure what it costs.
+    pub tunnel_guard: bool,
 }
 
 impl NodeModel {
@@ -122,6 +128,12 @@ impl NodeModel {
             TUNNEL_OFPORT,
             &self.remotes,
         ));
+        if self.tunnel_guard {
+            v.extend(aflows::tunnel_guard_flows(
+                &self.node_ips,
+                aflows::VXLAN_UDP_PORT,
+            ));
+        }
         v
     }
 }
@@ -330,6 +342,8 @@ impl Model {
                     ports: Vec::new(),
                     local: Vec::new(),
                     remotes: Vec::new(),
+                    node_ips: Vec::new(),
+                    tunnel_guard: true,
                 }
             })
             .collect();
@@ -409,6 +423,7 @@ impl Model {
             .collect();
         for n in &mut nodes {
             n.remotes = all.iter().filter(|r| r.name != n.name).cloned().collect();
+            n.node_ips = all.iter().map(|r| r.ip).collect();
         }
         for k in 0..spec.policies {
             let p = make_policy(k, n_ns, spec.pods_per_namespace);
@@ -418,6 +433,15 @@ impl Model {
     }
 
     /// The same cluster without any NetworkPolicy.
+    /// The same cluster with the tunnel guard's flows left out.
+    pub fn without_tunnel_guard(&self) -> Model {
+        let mut m = self.clone();
+        for n in &mut m.nodes {
+            n.tunnel_guard = false;
+        }
+        m
+    }
+
     pub fn without_policies(&self) -> Model {
         let mut m = self.clone();
         m.state.policies.clear();

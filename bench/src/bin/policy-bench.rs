@@ -110,6 +110,9 @@ enum Cmd {
         /// Also write SVG plots of the results into this directory.
         #[arg(long)]
         plots: Option<PathBuf>,
+        /// Leave the tunnel guard's flows out (to measure their cost).
+        #[arg(long)]
+        no_tunnel_guard: bool,
     },
     /// End to end on a running oxvs-lab.
     Lab {
@@ -234,6 +237,7 @@ fn main() -> Result<()> {
             trials,
             json,
             plots,
+            no_tunnel_guard,
         } => {
             let spec = ModelSpec {
                 pods,
@@ -241,7 +245,10 @@ fn main() -> Result<()> {
                 nodes,
                 pods_per_namespace,
             };
-            let with = Model::new(spec).context("model")?;
+            let mut with = Model::new(spec).context("model")?;
+            if no_tunnel_guard {
+                with = with.without_tunnel_guard();
+            }
             let without = with.without_policies();
             let dur = Duration::from_secs_f64(secs.max(0.01));
             let mut rows = Vec::new();
