@@ -79,7 +79,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use common::{lab_bin, Lab};
+use common::{oxvsctl, Lab};
 use nix::sched::{setns, CloneFlags};
 use oxvs_agent::model::Protocol;
 use oxvs_agent::policy::{allowed, Endpoint};
@@ -522,10 +522,6 @@ fn check_traffic(allowed: &[Series], denied: &[Series], windows: &[Duration], t0
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
-}
-
-fn oxvsctl() -> std::path::PathBuf {
-    lab_bin().parent().expect("bin dir").join("oxvsctl")
 }
 
 /// The flows of the switch at `sock`, without statistics, sorted.

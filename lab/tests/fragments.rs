@@ -11,6 +11,11 @@
 mod common;
 
 use common::Lab;
+
+fn ip_of(status: &Value, name: &str) -> String {
+    let (ns, pod) = name.split_once('/').expect("ns/name");
+    common::pod_ip(status, ns, pod)
+}
 use serde_json::Value;
 
 const PODS: &str = r#"
@@ -85,19 +90,6 @@ for _ in range(3):
 print("timeout")
 "#;
 
-/// The IP of pod `ns/name` in `status --json`.
-fn pod_ip(status: &Value, name: &str) -> String {
-    let (ns, pod) = name.split_once('/').expect("ns/name");
-    status["pods"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|p| p["namespace"].as_str() == Some(ns) && p["name"].as_str() == Some(pod))
-        .and_then(|p| p["ip"].as_str())
-        .unwrap_or_else(|| panic!("no IP for {name} in {status}"))
-        .to_string()
-}
-
 fn ping(lab: &Lab, from: &str, ip: &str, size: &str) -> bool {
     lab.run(&[
         "exec", from, "--", "ping", "-c", "2", "-W", "2", "-s", size, ip,
@@ -128,7 +120,7 @@ fn fragments_pass_conntrack_and_policy_on_one_node_and_across_nodes() {
     let pods = lab.file("pods.yaml", PODS);
     lab.ok(&["apply", "-f", &pods]);
     let st = lab.status();
-    let (b, c) = (pod_ip(&st, "fx/b"), pod_ip(&st, "fx/c"));
+    let (b, c) = (ip_of(&st, "fx/b"), ip_of(&st, "fx/c"));
 
     // No policy: everything answered, same node (b) and across nodes (c).
     for (ip, where_) in [(&b, "same node"), (&c, "across nodes")] {

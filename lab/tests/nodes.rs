@@ -19,7 +19,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{lab_bin, Lab};
+use common::{oxvsctl, Lab};
 use serde_json::Value;
 
 const POD: &str = "
@@ -36,10 +36,6 @@ spec:
 
 fn pod_yaml(name: &str, node: &str) -> String {
     POD.replace("NAME", name).replace("NODE", node)
-}
-
-fn oxvsctl() -> std::path::PathBuf {
-    lab_bin().parent().expect("bin dir").join("oxvsctl")
 }
 
 /// `oxvsctl dump-flows --names --no-stats [--table T]` on `node`'s switch.

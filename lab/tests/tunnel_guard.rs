@@ -20,7 +20,7 @@ mod common;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::Lab;
+use common::{oxvsctl, pod_ip, Lab};
 use serde_json::Value;
 
 const PODS: &str = r#"
@@ -104,17 +104,6 @@ for _ in range(3):
         s.sendto(vxlan + eth + ip + udp, (node, 4789))
     time.sleep(0.02)
 "#;
-
-fn pod_ip(status: &Value, ns: &str, name: &str) -> String {
-    status["pods"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|p| p["namespace"].as_str() == Some(ns) && p["name"].as_str() == Some(name))
-        .and_then(|p| p["ip"].as_str())
-        .unwrap_or_else(|| panic!("no IP for {ns}/{name} in {status}"))
-        .to_string()
-}
 
 /// (underlay IP, gateway IP) of node `name`.
 fn node_addrs(status: &Value, name: &str) -> (String, String) {
@@ -217,10 +206,6 @@ fn underlay_py(lab: &Lab, script: &str, args: &[&str]) {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-}
-
-fn oxvsctl() -> std::path::PathBuf {
-    common::lab_bin().parent().expect("bin dir").join("oxvsctl")
 }
 
 /// Packets the flows with `cookie` dropped, summed over both nodes'

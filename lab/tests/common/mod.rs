@@ -16,6 +16,23 @@ pub fn lab_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_oxvs-lab"))
 }
 
+/// `oxvsctl`, next to `oxvs-lab`.
+pub fn oxvsctl() -> PathBuf {
+    lab_bin().parent().expect("bin dir").join("oxvsctl")
+}
+
+/// The IP of pod `ns/name` in `status --json`.
+pub fn pod_ip(status: &Value, ns: &str, name: &str) -> String {
+    status["pods"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["namespace"].as_str() == Some(ns) && p["name"].as_str() == Some(name))
+        .and_then(|p| p["ip"].as_str())
+        .unwrap_or_else(|| panic!("no IP for {ns}/{name} in {status}"))
+        .to_string()
+}
+
 pub fn skip_reason() -> Option<String> {
     let euid = std::fs::read_to_string("/proc/self/status")
         .ok()
