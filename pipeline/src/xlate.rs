@@ -196,7 +196,10 @@ pub struct Translation {
 #[derive(Clone, Debug, Default)]
 pub struct XlateEnv {
     /// Every port's OpenFlow number (for `output:ALL` / `FLOOD`), in the
-    /// order copies are sent.
+    /// order copies are sent. When not empty, an output to a port that is
+    /// not listed sends nothing ("Nonexistent output port"); empty means
+    /// "not known" (an offline trace without `--ports`), and only port 0
+    /// and the unused reserved numbers are refused.
     pub ports: Vec<u32>,
 }
 
@@ -654,8 +657,14 @@ impl<'a, L: FlowLookup + ?Sized> Xlate<'a, L> {
             _ if p == in_port => {
                 self.record(|| TraceEvent::Warn("skipping output to input port".into()));
             }
-            _ if p > port::MAX && p != port::LOCAL => {
-                self.record(|| TraceEvent::Warn("nonexistent output port".into()));
+            // Port 0 is never a port; beyond the reserved range only LOCAL
+            // is; and when the ports are known, one that is not among them
+            // does not exist (OVS: "Nonexistent output port", nothing sent).
+            _ if p == 0
+                || (p > port::MAX && p != port::LOCAL)
+                || (!self.env.ports.is_empty() && !self.env.ports.contains(&p)) =>
+            {
+                self.record(|| TraceEvent::Warn("Nonexistent output port".into()));
             }
             _ => self.emit_output(p),
         }

@@ -118,8 +118,8 @@ fn ct_recirculation_like_ovs() {
         ]
     );
     // OVS: ct(commit,zone=5,mark=0x1/0xffffffff),set(ipv4(ttl=63)),
-    // userspace(controller(reason=action...)); port 5 does not exist there
-    // (OVS drops it; we leave unknown ports to the datapath), IN_PORT goes
+    // userspace(controller(reason=action...)); port 5 does not exist
+    // ("Nonexistent output port", nothing sent, as in OVS), IN_PORT goes
     // out port 1 here because OVS refused it only for lack of a port 1.
     let second = &report.passes[1];
     assert_eq!(
@@ -136,7 +136,6 @@ fn ct_recirculation_like_ovs() {
                 field: Field::NwTtl,
                 value: 63
             },
-            DpAction::Output(5),
             DpAction::Output(1),
             DpAction::Userspace {
                 reason: oxvs_pipeline::flow::PacketInReason::Action,
@@ -206,5 +205,33 @@ fn dec_ttl_exception_resumes_outer_level_like_ovs() {
     assert!(
         text.contains("            dec_ttl\n             >> IPv4 decrement TTL exception\n    mod_dl_src:00:00:00:00:00:01\n"),
         "{text}"
+    );
+}
+
+#[test]
+fn output_to_a_port_that_does_not_exist_sends_nothing() {
+    let t = tables(
+        "table=0,priority=10,in_port=1 actions=output:7,output:0,output:2
+         table=0,priority=0 actions=drop",
+    );
+    // The ports are known: 7 and 0 do not exist, 2 does.
+    let report = trace(&*t, &key("in_port=1,arp"), &env(), &TraceOptions::default());
+    assert_eq!(report.passes[0].actions, vec![DpAction::Output(2)]);
+    let text = report.to_string();
+    assert_eq!(text.matches("Nonexistent output port").count(), 2, "{text}");
+    // The ports are not known (an offline trace without --ports): port 0
+    // still never exists, any other number is sent to.
+    let none = XlateEnv { ports: Vec::new() };
+    let report = trace(&*t, &key("in_port=1,arp"), &none, &TraceOptions::default());
+    assert_eq!(
+        report.passes[0].actions,
+        vec![DpAction::Output(7), DpAction::Output(2)]
+    );
+    assert_eq!(
+        report
+            .to_string()
+            .matches("Nonexistent output port")
+            .count(),
+        1
     );
 }

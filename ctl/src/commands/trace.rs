@@ -13,7 +13,9 @@
 //! `--ct-next` (default `trk,new`, as in OVS).
 //!
 //! Offline, the switch's port list is not known: `output:ALL` and `FLOOD`
-//! reach the ports given with `--ports` (none by default).
+//! reach the ports given with `--ports` (none by default). With `--ports`,
+//! an output to a port not listed is "Nonexistent output port" and sends
+//! nothing, as in the switch and in OVS; without, only port 0 is.
 
 use clap::Args;
 use oxvs_pipeline::trace::{self as ptrace, TraceOptions};
