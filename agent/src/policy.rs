@@ -72,6 +72,20 @@
 //! collisions resolved in sorted order; the same on every node and across
 //! restarts. [`PolicyFlows::rules`] names the policy of every id used.
 //!
+//! ## Limits
+//!
+//! The translation is linear in the size of the policies (an `ipBlock`'s
+//! `except` list is sorted once and cut into prefixes,
+//! [`prefix::ipblock_prefixes`]), but the flows are the switch's memory
+//! and every node's realisation time, and a namespace's editor writes the
+//! policy. So one policy may add at most a cap of flows on a node
+//! ([`policy_flows_limited`], default [`DEFAULT_MAX_POLICY_FLOWS`]),
+//! counted before any of its flows is added. A policy over the cap is
+//! refused ([`PolicyFlows::refused`], which the agent logs and counts): its
+//! rules get no flows, but the pods it selects are still isolated in its
+//! directions, so a refused policy can only drop more, never open traffic
+//! (fail closed).
+//!
 //! ## Determinism
 //!
 //! Flows are produced from ordered maps and sets: equal input gives equal
@@ -126,6 +140,37 @@ pub struct PolicyFlows {
     pub flows: Vec<String>,
     /// Every rule that has an id, by id.
     pub rules: Vec<RuleRef>,
+    /// Policies refused on this node (too many flows), in key order.
+    pub refused: Vec<Refusal>,
+}
+
+/// The flows one NetworkPolicy may add on one node, unless the agent is
+/// told otherwise (`--max-policy-flows`). About a `/8` minus 1 000 scattered
+/// exceptions; the policies of the benchmark's app-tier workload need at
+/// most a few dozen each.
+pub const DEFAULT_MAX_POLICY_FLOWS: usize = 10_000;
+
+/// A NetworkPolicy the translator refused on this node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    pub policy: ObjKey,
+    /// The flows it would have added (clauses shared with other rules
+    /// counted once per rule).
+    pub flows: usize,
+    pub limit: usize,
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "NetworkPolicy {}/{} needs {} flows on this node, more than the limit of {} \
+             (--max-policy-flows): its rules are not installed and the pods it selects \
+             stay isolated (what it would allow is dropped); simplify it (fewer ipBlock \
+             except entries, fewer peers or ports) or split it",
+            self.policy.0, self.policy.1, self.flows, self.limit
+        )
+    }
 }
 
 /// Cookies of policy flows: feature in the high 16 bits (as
@@ -487,17 +532,34 @@ fn services(rule: &Rule, targets: &[(Ipv4Addr, &Pod)], exact: bool) -> Option<BT
     Some(set)
 }
 
-/// Adds the flows of one rule; returns whether it has any.
-fn rule_flows(
-    out: &mut FlowSet,
+/// The clause dimensions of one rule, before they become flows.
+struct RulePlan {
+    dir: Direction,
+    id: u32,
+    dims: Vec<Vec<FlowMatch>>,
+}
+
+impl RulePlan {
+    /// How many flows the rule adds at most (clauses, the `conj_id` flow,
+    /// the metric flow; clauses shared with other rules count each time).
+    fn n_flows(&self) -> usize {
+        let clauses: usize = self.dims.iter().map(Vec::len).sum();
+        clauses + usize::from(self.dims.len() > 1) + 1
+    }
+}
+
+/// The dimensions of one rule; `None` if it has no flows.
+fn plan_rule(
     state: &ClusterState,
     policy: &NetworkPolicy,
     rule: &Rule,
     dir: Direction,
     id: u32,
     selected: &Selected<'_>,
-) -> bool {
-    let st = stage(dir);
+) -> Option<RulePlan> {
+    if selected.is_empty() {
+        return None;
+    }
     let pods = peer_pods(state, policy, rule);
     let peers = peer_prefixes(rule, &pods);
     let applied: BTreeSet<Ipv4Net> = selected.iter().map(|(ip, _)| Ipv4Net::from(*ip)).collect();
@@ -525,7 +587,7 @@ fn rule_flows(
         || peers.as_ref().is_some_and(BTreeSet::is_empty)
         || svc.as_ref().is_some_and(BTreeSet::is_empty)
     {
-        return false;
+        return None;
     }
     let src = |n: &Ipv4Net| FlowMatch {
         nw_src: (n.prefix_len() > 0).then_some(*n),
@@ -558,6 +620,13 @@ fn rule_flows(
     .into_iter()
     .flatten()
     .collect();
+    Some(RulePlan { dir, id, dims })
+}
+
+/// Adds the flows of a planned rule.
+fn emit_rule(out: &mut FlowSet, plan: RulePlan) {
+    let RulePlan { dir, id, dims } = plan;
+    let st = stage(dir);
     let allow = Act::Allow {
         id,
         reg: st.reg,
@@ -599,13 +668,18 @@ fn rule_flows(
             next: st.next.id,
         },
     );
-    true
 }
 
 /// The flows that enforce every NetworkPolicy of `state` on the `local` pods.
 /// The node's own addresses (exempt from policy) are those of the node the
 /// local pods' Pod objects name ([`eval::node_addresses`]).
 pub fn policy_flows(state: &ClusterState, local: &[LocalPod]) -> PolicyFlows {
+    policy_flows_on_node(state, local, &local_node_addresses(state, local))
+}
+
+/// The node's own addresses (exempt from policy) for `local`: those of the
+/// node the local pods' Pod objects name ([`eval::node_addresses`]).
+pub fn local_node_addresses(state: &ClusterState, local: &[LocalPod]) -> Vec<Ipv4Addr> {
     let mut node_addrs: Vec<Ipv4Addr> = local
         .iter()
         .filter_map(|lp| state.pods.get(&(lp.namespace.clone(), lp.name.clone())))
@@ -616,7 +690,7 @@ pub fn policy_flows(state: &ClusterState, local: &[LocalPod]) -> PolicyFlows {
         .collect();
     node_addrs.sort();
     node_addrs.dedup();
-    policy_flows_on_node(state, local, &node_addrs)
+    node_addrs
 }
 
 /// [`policy_flows`] with the node's own addresses given: traffic between
@@ -626,7 +700,21 @@ pub fn policy_flows_on_node(
     local: &[LocalPod],
     node_addrs: &[Ipv4Addr],
 ) -> PolicyFlows {
+    policy_flows_limited(state, local, node_addrs, DEFAULT_MAX_POLICY_FLOWS)
+}
+
+/// [`policy_flows_on_node`] with the cap on the flows one policy may add
+/// on this node: a policy that would add more than `max_flows` is refused
+/// ([`PolicyFlows::refused`]); its rules get no flows, the pods it selects
+/// stay isolated.
+pub fn policy_flows_limited(
+    state: &ClusterState,
+    local: &[LocalPod],
+    node_addrs: &[Ipv4Addr],
+    max_flows: usize,
+) -> PolicyFlows {
     let ids = ids::assign(state);
+    let mut refused = Vec::new();
     let mut out = FlowSet::default();
     let mut used: BTreeMap<u32, RuleRef> = BTreeMap::new();
     // Isolated local pods per direction: ip -> ofport.
@@ -646,6 +734,7 @@ pub fn policy_flows_on_node(
             continue;
         }
         let sel: Selected<'_> = selected.iter().map(|(ip, pod, _)| (*ip, *pod)).collect();
+        let mut plans: Vec<(RulePlan, &RuleRef)> = Vec::new();
         for (dir, isolates, rules) in [
             (
                 Direction::Ingress,
@@ -667,10 +756,26 @@ pub fn policy_flows_on_node(
                 let Some(r) = ids.get(&(key.clone(), dir, index)) else {
                     continue;
                 };
-                if rule_flows(&mut out, state, policy, rule, dir, r.id, &sel) {
-                    used.insert(r.id, r.clone());
+                if let Some(plan) = plan_rule(state, policy, rule, dir, r.id, &sel) {
+                    plans.push((plan, r));
                 }
             }
+        }
+        // The cap is checked before any flow of the policy is added: a
+        // refused policy adds no rule flows, but its pods stay isolated
+        // (fail closed: what it would allow is dropped, never opened).
+        let n: usize = plans.iter().map(|(p, _)| p.n_flows()).sum();
+        if n > max_flows {
+            refused.push(Refusal {
+                policy: key.clone(),
+                flows: n,
+                limit: max_flows,
+            });
+            continue;
+        }
+        for (plan, r) in plans {
+            used.insert(r.id, r.clone());
+            emit_rule(&mut out, plan);
         }
     }
     let directions: BTreeSet<Direction> = isolated.keys().map(|(d, _)| *d).collect();
@@ -716,5 +821,6 @@ pub fn policy_flows_on_node(
     PolicyFlows {
         flows: out.lines(),
         rules: used.into_values().collect(),
+        refused,
     }
 }
