@@ -1874,6 +1874,147 @@ mod tests {
         }
     }
 
+    /// An agent on a fresh state directory, with no switch.
+    fn offline_agent(dir: &Path) -> Arc<Agent> {
+        Arc::new(
+            Agent::open(AgentConfig {
+                node_name: "n1".into(),
+                cni_socket: dir.join("cni.sock"),
+                switchd_socket: dir.join("no-switchd.sock"),
+                state_dir: dir.join("state"),
+                pod_cidr: Some("10.244.0.0/24".parse().unwrap()),
+                node_ip: None,
+                gateway: "gw".into(),
+                tunnel: "tun".into(),
+                pod_mtu: 1450,
+                pod_tx_checksum_off: true,
+                switch_timeout: Duration::from_secs(1),
+                masquerade: false,
+                max_policy_flows: policy::DEFAULT_MAX_POLICY_FLOWS,
+            })
+            .unwrap(),
+        )
+    }
+
+    fn gc_request(valid: Value) -> CniRequest {
+        CniRequest {
+            v: oxvs_api::cni::CNI_PROTOCOL_VERSION,
+            command: CniCommand::Gc,
+            container_id: String::new(),
+            netns: String::new(),
+            ifname: String::new(),
+            args: Default::default(),
+            config: serde_json::json!({
+                "cniVersion": "1.1.0", "name": "oxvs", "cni.dev/valid-attachments": valid
+            }),
+        }
+    }
+
+    fn holds(agent: &Agent, cid: &str) -> bool {
+        let ipam = agent.ipam.lock().unwrap();
+        ipam.as_ref()
+            .unwrap()
+            .allocations()
+            .iter()
+            .any(|a| a.container_id == cid)
+    }
+
+    /// The IPAM store is locked (and fsyncs) only on the blocking pool:
+    /// while another thread holds it (as a slow fsync would), a request
+    /// that needs it waits without occupying the runtime's thread, so the
+    /// runtime's other tasks keep running. On a one-thread runtime: a tick
+    /// task must run (and release the store) before GC completes. Without
+    /// the fix GC blocks the thread on the lock and the tick runs only
+    /// after the holder's 30 s hang guard let go.
+    #[test]
+    fn ipam_never_blocks_a_runtime_thread() {
+        let dir = tempfile::tempdir().unwrap();
+        let agent = offline_agent(dir.path());
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let (locked, is_locked) = std::sync::mpsc::channel::<()>();
+        let slot = agent.ipam.clone();
+        let holder = std::thread::spawn(move || {
+            let _g = slot.lock().unwrap();
+            locked.send(()).unwrap();
+            // Hang guard only: the test releases it long before.
+            let _ = released.recv_timeout(Duration::from_secs(30));
+        });
+        is_locked.recv().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        rt.block_on(async {
+            let (a, o) = (agent.clone(), order.clone());
+            let gc = tokio::spawn(async move {
+                let r = a.handle(gc_request(serde_json::json!([]))).await;
+                o.lock().unwrap().push("gc");
+                r
+            });
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            order.lock().unwrap().push("tick");
+            release.send(()).unwrap();
+            gc.await.unwrap().unwrap();
+        });
+        holder.join().unwrap();
+        assert_eq!(*order.lock().unwrap(), ["tick", "gc"]);
+    }
+
+    /// GC races with an ADD in progress: the ADD has allocated its address
+    /// but not yet written its record when GC (with a list that does not
+    /// name it) sweeps the addresses. The sweep must wait for the ADD, so
+    /// the address is still the pod's afterwards; and a pending record (an
+    /// ADD in flight) is never torn down as stale.
+    #[test]
+    fn gc_spares_an_add_in_progress() {
+        let dir = tempfile::tempdir().unwrap();
+        let agent = offline_agent(dir.path());
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            // Another ADD, further along: its record is pending.
+            let mut other = att();
+            other.container_id = "c2".into();
+            other.ofport = None;
+            other.state = AttachState::Pending;
+            let ip2 = agent.with_ipam(|i| i.allocate("c2", "eth0")).await.unwrap();
+            other.ip = ip2;
+            agent.save_record(other).await.unwrap();
+            // The ADD of c1, as `handle` runs it: the gate for reading,
+            // then the address; its record is not written yet.
+            let gate = agent.gate.read().await;
+            let ip = agent.with_ipam(|i| i.allocate("c1", "eth0")).await.unwrap();
+            let a = agent.clone();
+            let gc = tokio::spawn(async move { a.handle(gc_request(serde_json::json!([]))).await });
+            // Ample time for a GC that does not wait to finish its sweep.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let mut rec = att();
+            rec.ip = ip;
+            rec.ofport = None;
+            rec.state = AttachState::Pending;
+            agent.save_record(rec).await.unwrap();
+            drop(gate);
+            let r = tokio::time::timeout(Duration::from_secs(30), gc)
+                .await
+                .expect("GC hangs (hang guard)")
+                .unwrap();
+            assert!(r.is_ok(), "{r:?}");
+        });
+        assert!(
+            holds(&agent, "c1"),
+            "GC released the address of an ADD in progress"
+        );
+        assert!(
+            holds(&agent, "c2"),
+            "GC released a pending attachment's address"
+        );
+        assert_eq!(agent.attachments().len(), 2);
+    }
+
     #[test]
     fn result_and_prev_result_check() {
         let r = serde_json::to_value(cni_result(&att())).unwrap();
