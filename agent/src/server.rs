@@ -1954,11 +1954,16 @@ mod tests {
             });
             tokio::time::sleep(Duration::from_millis(20)).await;
             order.lock().unwrap().push("tick");
-            release.send(()).unwrap();
+            // (Without the fix the holder gave up waiting long ago.)
+            let _ = release.send(());
             gc.await.unwrap().unwrap();
         });
         holder.join().unwrap();
-        assert_eq!(*order.lock().unwrap(), ["tick", "gc"]);
+        assert_eq!(
+            *order.lock().unwrap(),
+            ["tick", "gc"],
+            "GC blocked the runtime's thread while the IPAM store was busy"
+        );
     }
 
     /// GC races with an ADD in progress: the ADD has allocated its address
