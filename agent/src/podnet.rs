@@ -520,7 +520,9 @@ pub fn owner_alias(container_id: &str, ifname: &str) -> String {
     h.write(container_id.as_bytes());
     h.write(&[0]);
     h.write(ifname.as_bytes());
-    let keep = MAX_ALIAS - format!("oxvs:{ifname}::#").len() - 16;
+    let keep = MAX_ALIAS
+        .saturating_sub(format!("oxvs:{ifname}::#").len())
+        .saturating_sub(16);
     // Container ids are ASCII (validated by the server); cut on a char
     // boundary anyway.
     let mut cut = keep.min(container_id.len());

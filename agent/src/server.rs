@@ -3,13 +3,19 @@
 //!
 //! ## What an ADD does, in order (each step undone if a later one fails)
 //!
-//! 1. Record the attachment as `pending` on disk ([`crate::state`]), then
-//!    allocate its address ([`crate::ipam`]).
+//! 0. With a cluster source, admit the pod ([`Agent::admit_pod`]): its Pod
+//!    object must be known (from the snapshot, or read from the source
+//!    now), else "try again later"; a pod is never attached without the
+//!    NetworkPolicies that select it.
+//! 1. Allocate the address ([`crate::ipam`]), then record the attachment
+//!    as `pending` on disk ([`crate::state`]).
 //! 2. Create the veth pair and configure the pod end in `CNI_NETNS`
 //!    ([`crate::podnet`]): MAC `0a:58:<ip>`, address, MTU, default route
 //!    via the gateway, TX checksum offload off, up.
 //! 3. Attach the host end to oxvs-switchd as an AF_XDP port.
-//! 4. Install the pod's flows ([`crate::flows::pod_flows`]) as one bundle.
+//! 4. Install the pod's flows ([`crate::flows::pod_flows`]) and every
+//!    policy flow that concerns it as one bundle, and wait for the
+//!    switch's answer.
 //! 5. Inject a gratuitous ARP from the pod's port (so the host's neighbour
 //!    cache learns a re-used address's new MAC).
 //! 6. Record the attachment as `ready`.
@@ -17,16 +23,27 @@
 //! DEL undoes them in the reverse order (flows, port, veth, address,
 //! record); every step tolerates "already gone", so DEL is idempotent and a
 //! failed DEL can simply be retried. A crash between steps leaves a
-//! `pending` record that [`Agent::reconcile`] rolls back on start.
+//! `pending` record that [`Agent::reconcile`] rolls back on start. DEL of
+//! an attachment without a record deletes a host link only if it is
+//! provably that attachment's (no record names it, and its alias,
+//! [`podnet::owner_alias`], does): host names are 28-bit hashes.
 //!
 //! ## Concurrency
 //!
 //! Requests run concurrently (one tokio task per connection). Operations
 //! on one (container id, ifname) are serialised by a per-key async mutex;
-//! the IPAM and the record map sit behind short `std` mutexes; blocking
-//! work (netlink, the switch's blocking client, fsync) runs in
-//! `spawn_blocking`. [`Agent::reconcile`] takes the `gate` for writing, so
-//! it never sees an ADD or DEL half done; requests take it for reading.
+//! the record map and the other small caches sit behind short `std`
+//! mutexes, never held across an `.await` or any I/O; blocking work
+//! (netlink, the switch's blocking client, fsync, the flow translation)
+//! runs in `spawn_blocking`. The IPAM store's `std` mutex is only ever
+//! taken on the blocking pool ([`Agent::with_ipam`]), since its operations
+//! fsync: a runtime thread never waits for a disk. [`Agent::reconcile`]
+//! and GC's address sweep take the `gate` for writing, so they never see
+//! an ADD or DEL half done (an address allocated whose record is not
+//! written yet); requests take it for reading.
+//!
+//! Lock order: `gate`, then the per-key lock, then `applied` (in
+//! [`Agent::sync`]); the `std` mutexes are leaves.
 //!
 //! ## Convergence
 //!

@@ -269,9 +269,14 @@ fn a_huge_policy_is_refused_and_pod_adds_do_not_stall() {
         excepts(true),
         excepts(false)
     );
+    let written = Instant::now();
     m.write("policies.yaml", &policies);
     // The snapshot with them is in: its translation starts now.
     wait_for_policies(&m.node, 2.0);
+    eprintln!(
+        "policies written -> in the agent's snapshot: {:?}",
+        written.elapsed()
+    );
     let b = Netns::new("b");
     let started = Instant::now();
     // Hang guard only: the plugin gives up after its 30 s agent timeout.
@@ -295,6 +300,12 @@ fn a_huge_policy_is_refused_and_pod_adds_do_not_stall() {
         let compact = rules.iter().any(|l| l.contains("nw_src=172.16.128.0/17"));
         let log = m.node.agent_log();
         if compact && log.contains("NetworkPolicy test/huge needs") {
+            // A measurement (docs/benchmarks.md), not a check: polled
+            // every 200 ms.
+            eprintln!(
+                "policies written -> compact realised, huge refused: {:?}",
+                written.elapsed()
+            );
             let huge: Vec<&String> = rules
                 .iter()
                 .filter(|l| l.contains("nw_src=10.") && !l.contains("nw_src=10.239."))
