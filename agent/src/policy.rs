@@ -457,12 +457,13 @@ fn peer_pods<'a>(state: &'a ClusterState, policy: &NetworkPolicy, rule: &Rule) -
     keys.into_iter().filter_map(|k| state.pods.get(k)).collect()
 }
 
-/// The peer dimension: `None` = every address.
-fn peer_prefixes(rule: &Rule, pods: &[&Pod]) -> Option<BTreeSet<Ipv4Net>> {
+/// The peer dimension, sorted and without duplicates: `None` = every
+/// address.
+fn peer_prefixes(rule: &Rule, pods: &[&Pod]) -> Option<Vec<Ipv4Net>> {
     if rule.peers.is_empty() {
         return None;
     }
-    let mut set: BTreeSet<Ipv4Net> = pods
+    let mut set: Vec<Ipv4Net> = pods
         .iter()
         .filter_map(|p| p.ip)
         .map(Ipv4Net::from)
@@ -472,6 +473,8 @@ fn peer_prefixes(rule: &Rule, pods: &[&Pod]) -> Option<BTreeSet<Ipv4Net>> {
             set.extend(prefix::ipblock_prefixes(*cidr, except));
         }
     }
+    set.sort_unstable();
+    set.dedup();
     Some(set)
 }
 
@@ -536,19 +539,15 @@ fn services(rule: &Rule, targets: &[(Ipv4Addr, &Pod)], exact: bool) -> Option<BT
 struct RulePlan {
     dir: Direction,
     id: u32,
+    /// Empty when the rule is over its budget (never emitted then).
     dims: Vec<Vec<FlowMatch>>,
-}
-
-impl RulePlan {
     /// How many flows the rule adds at most (clauses, the `conj_id` flow,
     /// the metric flow; clauses shared with other rules count each time).
-    fn n_flows(&self) -> usize {
-        let clauses: usize = self.dims.iter().map(Vec::len).sum();
-        clauses + usize::from(self.dims.len() > 1) + 1
-    }
+    n_flows: usize,
 }
 
-/// The dimensions of one rule; `None` if it has no flows.
+/// The dimensions of one rule; `None` if it has no flows. A rule that
+/// would add more than `budget` flows is counted but not built.
 fn plan_rule(
     state: &ClusterState,
     policy: &NetworkPolicy,
@@ -556,6 +555,7 @@ fn plan_rule(
     dir: Direction,
     id: u32,
     selected: &Selected<'_>,
+    budget: usize,
 ) -> Option<RulePlan> {
     if selected.is_empty() {
         return None;
@@ -584,10 +584,25 @@ fn plan_rule(
         }
     };
     if applied.is_empty()
-        || peers.as_ref().is_some_and(BTreeSet::is_empty)
+        || peers.as_ref().is_some_and(Vec::is_empty)
         || svc.as_ref().is_some_and(BTreeSet::is_empty)
     {
         return None;
+    }
+    let sizes = [
+        peers.as_ref().map(Vec::len),
+        Some(applied.len()),
+        svc.as_ref().map(BTreeSet::len),
+    ];
+    let n_dims = sizes.iter().flatten().count();
+    let n_flows = sizes.iter().flatten().sum::<usize>() + usize::from(n_dims > 1) + 1;
+    if n_flows > budget {
+        return Some(RulePlan {
+            dir,
+            id,
+            dims: Vec::new(),
+            n_flows,
+        });
     }
     let src = |n: &Ipv4Net| FlowMatch {
         nw_src: (n.prefix_len() > 0).then_some(*n),
@@ -620,12 +635,17 @@ fn plan_rule(
     .into_iter()
     .flatten()
     .collect();
-    Some(RulePlan { dir, id, dims })
+    Some(RulePlan {
+        dir,
+        id,
+        dims,
+        n_flows,
+    })
 }
 
 /// Adds the flows of a planned rule.
 fn emit_rule(out: &mut FlowSet, plan: RulePlan) {
-    let RulePlan { dir, id, dims } = plan;
+    let RulePlan { dir, id, dims, .. } = plan;
     let st = stage(dir);
     let allow = Act::Allow {
         id,
@@ -735,6 +755,7 @@ pub fn policy_flows_limited(
         }
         let sel: Selected<'_> = selected.iter().map(|(ip, pod, _)| (*ip, *pod)).collect();
         let mut plans: Vec<(RulePlan, &RuleRef)> = Vec::new();
+        let mut n = 0usize;
         for (dir, isolates, rules) in [
             (
                 Direction::Ingress,
@@ -756,7 +777,9 @@ pub fn policy_flows_limited(
                 let Some(r) = ids.get(&(key.clone(), dir, index)) else {
                     continue;
                 };
-                if let Some(plan) = plan_rule(state, policy, rule, dir, r.id, &sel) {
+                let budget = max_flows.saturating_sub(n);
+                if let Some(plan) = plan_rule(state, policy, rule, dir, r.id, &sel, budget) {
+                    n = n.saturating_add(plan.n_flows);
                     plans.push((plan, r));
                 }
             }
@@ -764,7 +787,6 @@ pub fn policy_flows_limited(
         // The cap is checked before any flow of the policy is added: a
         // refused policy adds no rule flows, but its pods stay isolated
         // (fail closed: what it would allow is dropped, never opened).
-        let n: usize = plans.iter().map(|(p, _)| p.n_flows()).sum();
         if n > max_flows {
             refused.push(Refusal {
                 policy: key.clone(),
