@@ -1500,7 +1500,7 @@ impl Agent {
         // Addresses: with no ADD or DEL in flight (the gate for writing),
         // so an address an ADD has just allocated, before its record is
         // written, is never taken for stale.
-        let _gate = self.gate.write().await;
+        let gate = self.gate.write().await;
         let held: BTreeSet<(String, String)> = self.attachments().iter().map(|a| a.key()).collect();
         let r = self
             .with_ipam(move |ipam| {
@@ -1510,7 +1510,7 @@ impl Agent {
                 })
             })
             .await;
-        drop(_gate);
+        drop(gate);
         match r {
             Ok(_) => {}
             Err(e) if e.code == code::TRY_AGAIN_LATER => {}

@@ -188,6 +188,18 @@ fn add_waits_for_the_pod_object_and_returns_with_its_policy_in_force() {
     // the pod's isolation drops are in the switch, both directions.
     m.write("pod-a.yaml", &pod_yaml("a"));
     let a = Netns::new("a");
+    // The runtime's pod is another one than the object of that name (a
+    // pod deleted and re-created): not admitted either.
+    let stale = m.node.cni(
+        "ADD",
+        "a-c0",
+        &format!("/var/run/netns/{}", a.name),
+        "eth0",
+        "K8S_POD_NAMESPACE=test;K8S_POD_NAME=a;K8S_POD_UID=uid-other",
+        &m.node.config("1.0.0"),
+    );
+    assert_eq!(stale.code(), 11, "{stale:?}");
+    assert!(stale.msg().contains("uid-other"), "{stale:?}");
     let out = add(&m.node, "a", &a, "a-c0");
     assert!(out.ok, "ADD a: {out:?}\n{}", m.node.agent_log());
     let ip = ip_of(&out);
