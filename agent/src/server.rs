@@ -84,6 +84,10 @@ use crate::state::{AttachState, Attachment, Store};
 /// Longest request line accepted from the plugin.
 const MAX_REQUEST: usize = 4 << 20;
 
+/// Deadline of ADD's read of a pod the snapshot lacks (below the
+/// plugin's default 30 s, so the plugin gets the agent's answer).
+const POD_LOOKUP_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// How the agent is set up.
 #[derive(Clone, Debug)]
 pub struct AgentConfig {
@@ -1181,12 +1185,25 @@ impl Agent {
                 return Ok(());
             }
         }
-        let pod = lookup.get_pod(ns, name).await.map_err(|e| {
-            err(
-                code::TRY_AGAIN_LATER,
-                format!("cannot read Pod {ns}/{name} from the cluster source: {e:#}"),
-            )
-        })?;
+        // Bounded: a hung API server must not hold this pod's lock (and
+        // the gate) beyond the plugin's own deadline.
+        let pod = tokio::time::timeout(POD_LOOKUP_TIMEOUT, lookup.get_pod(ns, name))
+            .await
+            .map_err(|_| {
+                err(
+                    code::TRY_AGAIN_LATER,
+                    format!(
+                        "cannot read Pod {ns}/{name}: the cluster source did not answer within {} s",
+                        POD_LOOKUP_TIMEOUT.as_secs()
+                    ),
+                )
+            })?
+            .map_err(|e| {
+                err(
+                    code::TRY_AGAIN_LATER,
+                    format!("cannot read Pod {ns}/{name} from the cluster source: {e:#}"),
+                )
+            })?;
         let Some(pod) = pod else {
             return Err(err(
                 code::TRY_AGAIN_LATER,
@@ -2035,6 +2052,149 @@ mod tests {
             "GC released a pending attachment's address"
         );
         assert_eq!(agent.attachments().len(), 2);
+    }
+
+    /// A [`PodLookup`] that answers from a map (or fails), counting calls.
+    struct FakePods {
+        pods: BTreeMap<ObjKey, Pod>,
+        fail: bool,
+        calls: std::sync::atomic::AtomicUsize,
+    }
+
+    impl PodLookup for FakePods {
+        fn get_pod<'a>(
+            &'a self,
+            namespace: &'a str,
+            name: &'a str,
+        ) -> futures::future::BoxFuture<'a, anyhow::Result<Option<Pod>>> {
+            self.calls
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let r = if self.fail {
+                Err(anyhow::anyhow!("connection refused"))
+            } else {
+                Ok(self
+                    .pods
+                    .get(&(namespace.to_string(), name.to_string()))
+                    .cloned())
+            };
+            Box::pin(async move { r })
+        }
+    }
+
+    fn kpod(ns: &str, name: &str, uid: &str) -> Pod {
+        Pod {
+            namespace: ns.into(),
+            name: name.into(),
+            uid: uid.into(),
+            labels: Default::default(),
+            node_name: "n1".into(),
+            ip: None,
+            host_network: false,
+            ports: vec![],
+        }
+    }
+
+    fn add_request(args: &[(&str, &str)]) -> CniRequest {
+        CniRequest {
+            v: oxvs_api::cni::CNI_PROTOCOL_VERSION,
+            command: CniCommand::Add,
+            container_id: "c1".into(),
+            netns: "/proc/self/ns/net".into(),
+            ifname: "eth0".into(),
+            args: args
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            config: serde_json::json!({"cniVersion": "1.0.0", "name": "oxvs"}),
+        }
+    }
+
+    /// ADD's admission with a cluster source: the snapshot first, then one
+    /// read of the source; a pod the source lacks, a stale uid, a failed
+    /// read, or no pod in CNI_ARGS is refused with the right code and a
+    /// message naming the pod.
+    #[test]
+    fn admission_reads_a_pod_the_snapshot_lacks_and_refuses_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let fake = Arc::new(FakePods {
+            pods: BTreeMap::from([
+                (("x".into(), "late".into()), kpod("x", "late", "u-late")),
+                (("x".into(), "known".into()), kpod("x", "known", "u-known")),
+            ]),
+            fail: false,
+            calls: Default::default(),
+        });
+        let agent = Arc::into_inner(offline_agent(dir.path()))
+            .unwrap()
+            .with_pod_lookup(fake.clone());
+        let calls = || fake.calls.load(std::sync::atomic::Ordering::Relaxed);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let mut st = ClusterState::default();
+            st.pods
+                .insert(("x".into(), "known".into()), kpod("x", "known", "u-known"));
+            agent.set_cluster(Arc::new(st)).await;
+            fn pod(name: &str) -> [(&str, &str); 2] {
+                [("K8S_POD_NAMESPACE", "x"), ("K8S_POD_NAME", name)]
+            }
+            // In the snapshot: no read.
+            agent.admit_pod(&add_request(&pod("known"))).await.unwrap();
+            assert_eq!(calls(), 0);
+            // Not in the snapshot, in the source: read once, then kept.
+            agent.admit_pod(&add_request(&pod("late"))).await.unwrap();
+            agent.admit_pod(&add_request(&pod("late"))).await.unwrap();
+            assert_eq!(calls(), 1);
+            assert!(agent
+                .admitted
+                .lock()
+                .unwrap()
+                .contains_key(&("x".into(), "late".into())));
+            // In neither.
+            let e = agent
+                .admit_pod(&add_request(&pod("ghost")))
+                .await
+                .unwrap_err();
+            assert_eq!(e.code, code::TRY_AGAIN_LATER, "{e:?}");
+            assert!(e.msg.contains("x/ghost"), "{e:?}");
+            // The runtime's pod is another one (uid) than the object.
+            let mut args = pod("known").to_vec();
+            args.push(("K8S_POD_UID", "u-other"));
+            let e = agent.admit_pod(&add_request(&args)).await.unwrap_err();
+            assert_eq!(e.code, code::TRY_AGAIN_LATER, "{e:?}");
+            assert!(
+                e.msg.contains("u-other") && e.msg.contains("x/known"),
+                "{e:?}"
+            );
+            // No pod named at all.
+            let e = agent.admit_pod(&add_request(&[])).await.unwrap_err();
+            assert_eq!(e.code, code::INVALID_ENV, "{e:?}");
+            assert!(e.msg.contains("K8S_POD_NAME"), "{e:?}");
+        });
+        // A failed read.
+        let failing = Arc::into_inner(offline_agent(&dir.path().join("b")))
+            .unwrap()
+            .with_pod_lookup(Arc::new(FakePods {
+                pods: BTreeMap::new(),
+                fail: true,
+                calls: Default::default(),
+            }));
+        rt.block_on(async {
+            let e = failing
+                .admit_pod(&add_request(&[
+                    ("K8S_POD_NAMESPACE", "x"),
+                    ("K8S_POD_NAME", "p"),
+                ]))
+                .await
+                .unwrap_err();
+            assert_eq!(e.code, code::TRY_AGAIN_LATER, "{e:?}");
+            assert!(
+                e.msg.contains("x/p") && e.msg.contains("connection refused"),
+                "{e:?}"
+            );
+        });
     }
 
     #[test]
