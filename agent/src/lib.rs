@@ -3,6 +3,8 @@
 //! - [`ipam`]: addresses from the node's pod CIDR, persisted on disk.
 //! - [`podnet`]: pod interfaces over netlink (veth, netns, address, routes).
 //! - [`flows`]: the node's and each pod's flows (pure).
+//! - [`nodes`]: which Node objects are believed (pure checks of podCIDR
+//!   and InternalIP before they become routes and tunnel flows).
 //! - [`server`]: the CNI server on `/run/oxvs/cni.sock` (ADD, DEL, CHECK,
 //!   GC, STATUS) and the state it keeps.
 
@@ -12,6 +14,7 @@ pub mod hostnet;
 pub mod ipam;
 pub mod metrics;
 pub mod model;
+pub mod nodes;
 pub mod podnet;
 pub mod policy;
 pub mod server;

@@ -82,6 +82,11 @@ struct Args {
     /// Do not masquerade pod traffic to outside the cluster (nor turn on forwarding).
     #[arg(long)]
     no_masquerade: bool,
+    /// The most flows one NetworkPolicy may add on this node; a policy over
+    /// it is refused (logged and counted; the pods it selects stay isolated).
+    #[arg(long, value_name = "N", default_value_t = oxvs_agent::policy::DEFAULT_MAX_POLICY_FLOWS,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=10_000_000))]
+    max_policy_flows: usize,
     /// Seconds between checks that the switch still holds what the records say.
     #[arg(long, value_name = "S", default_value_t = 5)]
     resync_interval: u64,
@@ -174,9 +179,27 @@ async fn run(args: Args, pod_mtu: u32) -> anyhow::Result<()> {
         pod_tx_checksum_off: !args.pod_tx_checksum_on,
         switch_timeout: Duration::from_millis(args.switch_timeout_ms),
         masquerade: !args.no_masquerade,
+        max_policy_flows: args.max_policy_flows,
     };
     tracing::info!(node = %cfg.node_name, pod_cidr = ?cfg.pod_cidr, mtu = cfg.pod_mtu, state = %cfg.state_dir.display(), "starting");
-    let agent = Arc::new(Agent::open(cfg)?);
+    let kube = match (&args.manifests, &args.kubeconfig, args.in_cluster) {
+        (None, kubeconfig, in_cluster) if kubeconfig.is_some() || in_cluster => Some(
+            source::kube_client(kubeconfig.clone())
+                .await
+                .context("cannot configure the Kubernetes client")?,
+        ),
+        _ => None,
+    };
+    // With a cluster source, CNI ADD reads a pod the snapshot lacks from it.
+    let mut agent = Agent::open(cfg)?;
+    if let Some(dir) = &args.manifests {
+        agent = agent.with_pod_lookup(Arc::new(source::ManifestPods { dir: dir.clone() }));
+    } else if let Some(client) = &kube {
+        agent = agent.with_pod_lookup(Arc::new(source::KubePods {
+            client: client.clone(),
+        }));
+    }
+    let agent = Arc::new(agent);
 
     let sock = &args.cni_socket;
     if let Some(dir) = sock.parent() {
@@ -223,10 +246,8 @@ async fn run(args: Args, pod_mtu: u32) -> anyhow::Result<()> {
                 }
             }))
         }
-        (None, kubeconfig, in_cluster) if kubeconfig.is_some() || in_cluster => {
-            let client = source::kube_client(kubeconfig.clone())
-                .await
-                .context("cannot configure the Kubernetes client")?;
+        (None, _, _) if kube.is_some() => {
+            let client = kube.clone().context("the Kubernetes client")?;
             tracing::info!("cluster source: the Kubernetes API");
             Some(tokio::spawn(async move {
                 if let Err(e) = source::watch_kube(client, tx).await {
@@ -321,7 +342,7 @@ async fn follow_cluster(
         tokio::time::sleep(Duration::from_millis(20)).await;
         let state = rx.borrow_and_update().clone();
         let started = std::time::Instant::now();
-        agent.set_cluster(state.clone());
+        agent.set_cluster(state.clone()).await;
         match agent.sync().await {
             Ok(()) => tracing::debug!(
                 pods = state.pods.len(),
@@ -356,7 +377,8 @@ async fn keep_converged(
         tracing::info!("waiting for the cluster source before converging with the switch");
         // An error means the source ended without a snapshot (it logged why).
         if rx.changed().await.is_ok() {
-            agent.set_cluster(rx.borrow_and_update().clone());
+            let state = rx.borrow_and_update().clone();
+            agent.set_cluster(state).await;
         }
     }
     let mut converged = false;

@@ -13,6 +13,10 @@
 //! | `oxvs_networkpolicy_rule_packets_total`, `..._bytes_total` | counter | `namespace`, `policy`, `direction`, `rule` | IngressMetric/EgressMetric flows |
 //! | `oxvs_networkpolicy_denied_packets_total`, `..._bytes_total` | counter | `namespace`, `pod`, `direction` | IngressDefaultRule/EgressDefaultRule isolation drops |
 //! | `oxvs_agent_tunnel_drops_total` | counter | `reason` (`unknown_source`, `pod_to_tunnel_port`) | the tunnel guard's drop flows (cookies `0x3<<48 \| 3`, `\| 4`) |
+//! | `oxvs_networkpolicy_refused` | gauge | `namespace`, `policy` | policies the translator refused on this node (over `--max-policy-flows`), 1 each |
+//! | `oxvs_networkpolicy_refusals_total` | counter | | [`record_policy_refusal`]: a policy newly refused |
+//! | `oxvs_agent_nodes_refused` | gauge | `node`, `reason` | Node objects refused ([`crate::nodes`]), 1 each |
+//! | `oxvs_agent_node_refusals_total` | counter | `reason` | [`record_node_refusal`]: a Node newly refused (or for a new reason) |
 //! | `oxvs_agent_switch_up` | gauge | | 1 if this scrape read the switch |
 //! | `oxvs_agent_switch_scrape_errors_total` | counter | | scrapes that could not read the switch |
 //!
@@ -56,7 +60,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::flows::cookie::{POD_TO_TUNNEL, TUNNEL_UNKNOWN_SOURCE};
-use crate::policy::{cookie as pcookie, Direction, RuleRef};
+use crate::nodes::{NodeProblem, RefusedNode};
+use crate::policy::{cookie as pcookie, Direction, Refusal, RuleRef};
 use crate::server::Agent;
 use crate::state::{AttachState, Attachment};
 
@@ -103,6 +108,25 @@ static CNI: [[Series; 2]; CNI_VERBS.len()] =
     [const { [Series::new(), Series::new()] }; CNI_VERBS.len()];
 
 static SWITCH_SCRAPE_ERRORS: AtomicU64 = AtomicU64::new(0);
+
+/// Policies newly refused by the translator.
+static POLICY_REFUSALS: AtomicU64 = AtomicU64::new(0);
+
+/// Nodes newly refused, by reason ([`NodeProblem::REASONS`] order).
+static NODE_REFUSALS: [AtomicU64; NodeProblem::REASONS.len()] =
+    [const { AtomicU64::new(0) }; NodeProblem::REASONS.len()];
+
+/// Counts a NetworkPolicy newly refused (too many flows).
+pub fn record_policy_refusal() {
+    POLICY_REFUSALS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Counts a Node newly refused for `reason` ([`NodeProblem::reason`]).
+pub fn record_node_refusal(reason: &str) {
+    if let Some(i) = NodeProblem::REASONS.iter().position(|r| *r == reason) {
+        NODE_REFUSALS[i].fetch_add(1, Ordering::Relaxed);
+    }
+}
 
 /// Records one answered CNI request (`verb` as in `CNI_COMMAND`; an
 /// unknown verb is not recorded). Lock-free; for the CNI server.
@@ -163,6 +187,8 @@ pub struct AgentView {
     pub attachments: Vec<Attachment>,
     pub rules: Vec<RuleRef>,
     pub policies: usize,
+    pub refused_policies: Vec<Refusal>,
+    pub refused_nodes: Vec<RefusedNode>,
 }
 
 impl AgentView {
@@ -171,6 +197,8 @@ impl AgentView {
             attachments: agent.attachments(),
             rules: agent.rules(),
             policies: agent.cluster().policies.len(),
+            refused_policies: agent.refused_policies(),
+            refused_nodes: agent.refused_nodes(),
         }
     }
 }
@@ -259,6 +287,42 @@ pub fn encode(cni: &[CniSeries], view: &AgentView, flows: Option<&[FlowEntry]>) 
         for d in [Direction::Ingress, Direction::Egress] {
             let n = view.rules.iter().filter(|r| r.direction == d).count();
             f.int(&[("direction", direction_label(d))], n as u64);
+        }
+    }
+
+    {
+        let mut f = e.gauge(
+            "oxvs_networkpolicy_refused",
+            "NetworkPolicies refused on this node: they would add more flows than --max-policy-flows (their pods stay isolated).",
+        );
+        for r in &view.refused_policies {
+            f.int(&[("namespace", &r.policy.0), ("policy", &r.policy.1)], 1);
+        }
+    }
+    e.counter(
+        "oxvs_networkpolicy_refusals_total",
+        "NetworkPolicies newly refused on this node (too many flows).",
+    )
+    .int(&[], POLICY_REFUSALS.load(Ordering::Relaxed));
+    {
+        let mut f = e.gauge(
+            "oxvs_agent_nodes_refused",
+            "Node objects refused (bad or overlapping podCIDR, bad InternalIP): no route or tunnel flow for them.",
+        );
+        for r in &view.refused_nodes {
+            f.int(&[("node", &r.name), ("reason", r.problem.reason())], 1);
+        }
+    }
+    {
+        let mut f = e.counter(
+            "oxvs_agent_node_refusals_total",
+            "Node objects newly refused, by reason.",
+        );
+        for (i, reason) in NodeProblem::REASONS.iter().enumerate() {
+            f.int(
+                &[("reason", reason)],
+                NODE_REFUSALS[i].load(Ordering::Relaxed),
+            );
         }
     }
 
@@ -600,6 +664,8 @@ mod tests {
                 },
             ],
             policies: 2,
+            refused_policies: vec![],
+            refused_nodes: vec![],
         }
     }
 
@@ -729,6 +795,55 @@ mod tests {
         );
         // Every verb x result series is there from the start.
         assert_eq!(p.find("oxvs_cni_requests_total", &[]).count(), 10);
+    }
+
+    #[test]
+    fn refusals_are_exported() {
+        let mut view = view();
+        view.refused_policies = vec![Refusal {
+            policy: ("ns1".into(), "huge".into()),
+            flows: 20_001,
+            limit: 10_000,
+        }];
+        view.refused_nodes = vec![RefusedNode {
+            name: "evil".into(),
+            problem: NodeProblem::TooBroad {
+                cidr: "0.0.0.0/0".parse().unwrap(),
+            },
+        }];
+        let before = encode(&[], &view, None);
+        record_policy_refusal();
+        record_node_refusal("too_broad");
+        record_node_refusal("no-such-reason");
+        let after = encode(&[], &view, None);
+        let (b, a) = (prom::parse(&before).unwrap(), prom::parse(&after).unwrap());
+        assert_eq!(
+            a.value(
+                "oxvs_networkpolicy_refused",
+                &[("namespace", "ns1"), ("policy", "huge")]
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            a.value(
+                "oxvs_agent_nodes_refused",
+                &[("node", "evil"), ("reason", "too_broad")]
+            ),
+            Some(1.0)
+        );
+        let d = |name: &str, l: &[(&str, &str)]| {
+            a.value(name, l).unwrap_or_default() - b.value(name, l).unwrap_or_default()
+        };
+        assert_eq!(d("oxvs_networkpolicy_refusals_total", &[]), 1.0);
+        assert_eq!(
+            d("oxvs_agent_node_refusals_total", &[("reason", "too_broad")]),
+            1.0
+        );
+        // Every reason has a series from the start.
+        assert_eq!(
+            a.find("oxvs_agent_node_refusals_total", &[]).count(),
+            NodeProblem::REASONS.len()
+        );
     }
 
     #[test]

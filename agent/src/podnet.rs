@@ -503,6 +503,76 @@ pub fn check_pod_interface(spec: &PodIfaceSpec) -> Result<(), PodnetError> {
     }
 }
 
+/// The alias the agent puts on a pod's host link, naming the attachment
+/// that owns it (`oxvs:<ifname>:<container id>`, IFLA_IFALIAS). The host
+/// link's name is a 28-bit hash, so two attachments may derive the same
+/// name; the alias is what tells whose link it is before a DEL for an
+/// attachment the agent has no record of deletes it. Container ids too
+/// long for an alias (at most 255 bytes) are cut and end in a 64-bit hash
+/// of the whole id.
+pub fn owner_alias(container_id: &str, ifname: &str) -> String {
+    const MAX_ALIAS: usize = 255;
+    let full = format!("oxvs:{ifname}:{container_id}");
+    if full.len() <= MAX_ALIAS {
+        return full;
+    }
+    let mut h = Fnv1a64::new();
+    h.write(container_id.as_bytes());
+    h.write(&[0]);
+    h.write(ifname.as_bytes());
+    let keep = MAX_ALIAS
+        .saturating_sub(format!("oxvs:{ifname}::#").len())
+        .saturating_sub(16);
+    // Container ids are ASCII (validated by the server); cut on a char
+    // boundary anyway.
+    let mut cut = keep.min(container_id.len());
+    while !container_id.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("oxvs:{ifname}:{}:#{:016x}", &container_id[..cut], h.0)
+}
+
+/// Sets `name`'s alias (IFLA_IFALIAS).
+pub fn set_link_alias(name: &str, alias: &str) -> Result<(), PodnetError> {
+    validate_ifname("link", name)?;
+    nl::with_handle(|h| async move {
+        let link = existing_link(&h, name).await?;
+        h.link()
+            .set(
+                LinkUnspec::new_with_index(link.header.index)
+                    .alias(alias)
+                    .build(),
+            )
+            .execute()
+            .await
+            .map_err(|e| nl::nl_err(format!("set the alias of '{name}'"), &e))
+    })
+}
+
+/// `name`'s alias: `Ok(None)` if there is no such link, `Ok(Some(None))`
+/// if it has no alias.
+pub fn link_alias(name: &str) -> Result<Option<Option<String>>, PodnetError> {
+    validate_ifname("link", name)?;
+    nl::with_handle(|h| async move {
+        Ok(nl::link_by_name(&h, name)
+            .await?
+            .map(|m| nl::link_alias(&m)))
+    })
+}
+
+/// The prefix of the address `ip` in the caller's namespace (the subnet
+/// of the interface holding it), if some interface holds it.
+pub fn subnet_of(ip: Ipv4Addr) -> Result<Option<ipnet::Ipv4Net>, PodnetError> {
+    nl::with_handle(|h| async move {
+        Ok(nl::all_ipv4_addresses(&h)
+            .await?
+            .into_iter()
+            .find(|(a, _)| *a == ip)
+            .and_then(|(a, len)| ipnet::Ipv4Net::new(a, len).ok())
+            .map(|n| n.trunc()))
+    })
+}
+
 /// Whether `name` exists in the caller's namespace.
 pub fn link_exists(name: &str) -> Result<bool, PodnetError> {
     validate_ifname("link", name)?;
@@ -750,6 +820,18 @@ mod tests {
             .map(|i| host_ifname("ns", "pod", &format!("{i:064x}"), "eth0"))
             .collect();
         assert_eq!(names.len(), 2000);
+    }
+
+    #[test]
+    fn owner_alias_names_the_attachment_and_fits() {
+        assert_eq!(owner_alias("abc", "eth0"), "oxvs:eth0:abc");
+        let long = "x".repeat(256);
+        let a = owner_alias(&long, "eth0");
+        assert!(a.len() <= 255, "{}", a.len());
+        assert!(a.starts_with("oxvs:eth0:xxx") && a.contains(":#"), "{a}");
+        let mut other = long.clone();
+        other.replace_range(255..256, "y");
+        assert_ne!(owner_alias(&other, "eth0"), a, "a cut id still differs");
     }
 
     #[test]

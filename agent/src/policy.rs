@@ -76,6 +76,20 @@
 //! collisions resolved in sorted order; the same on every node and across
 //! restarts. [`PolicyFlows::rules`] names the policy of every id used.
 //!
+//! ## Limits
+//!
+//! The translation is linear in the size of the policies (an `ipBlock`'s
+//! `except` list is sorted once and cut into prefixes,
+//! [`prefix::ipblock_prefixes`]), but the flows are the switch's memory
+//! and every node's realisation time, and a namespace's editor writes the
+//! policy. So one policy may add at most a cap of flows on a node
+//! ([`policy_flows_limited`], default [`DEFAULT_MAX_POLICY_FLOWS`]),
+//! counted before any of its flows is added. A policy over the cap is
+//! refused ([`PolicyFlows::refused`], which the agent logs and counts): its
+//! rules get no flows, but the pods it selects are still isolated in its
+//! directions, so a refused policy can only drop more, never open traffic
+//! (fail closed).
+//!
 //! ## Determinism
 //!
 //! Flows are produced from ordered maps and sets: equal input gives equal
@@ -130,6 +144,37 @@ pub struct PolicyFlows {
     pub flows: Vec<String>,
     /// Every rule that has an id, by id.
     pub rules: Vec<RuleRef>,
+    /// Policies refused on this node (too many flows), in key order.
+    pub refused: Vec<Refusal>,
+}
+
+/// The flows one NetworkPolicy may add on one node, unless the agent is
+/// told otherwise (`--max-policy-flows`). About a `/8` minus 1 000 scattered
+/// exceptions; the policies of the benchmark's app-tier workload need at
+/// most a few dozen each.
+pub const DEFAULT_MAX_POLICY_FLOWS: usize = 10_000;
+
+/// A NetworkPolicy the translator refused on this node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    pub policy: ObjKey,
+    /// The flows it would have added (clauses shared with other rules
+    /// counted once per rule).
+    pub flows: usize,
+    pub limit: usize,
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "NetworkPolicy {}/{} needs {} flows on this node, more than the limit of {} \
+             (--max-policy-flows): its rules are not installed and the pods it selects \
+             stay isolated (what it would allow is dropped); simplify it (fewer ipBlock \
+             except entries, fewer peers or ports) or split it",
+            self.policy.0, self.policy.1, self.flows, self.limit
+        )
+    }
 }
 
 /// Cookies of policy flows: feature in the high 16 bits (as
@@ -422,12 +467,13 @@ fn peer_pods<'a>(state: &'a ClusterState, policy: &NetworkPolicy, rule: &Rule) -
     keys.into_iter().filter_map(|k| state.pods.get(k)).collect()
 }
 
-/// The peer dimension: `None` = every address.
-fn peer_prefixes(rule: &Rule, pods: &[&Pod]) -> Option<BTreeSet<Ipv4Net>> {
+/// The peer dimension, sorted and without duplicates: `None` = every
+/// address.
+fn peer_prefixes(rule: &Rule, pods: &[&Pod]) -> Option<Vec<Ipv4Net>> {
     if rule.peers.is_empty() {
         return None;
     }
-    let mut set: BTreeSet<Ipv4Net> = pods
+    let mut set: Vec<Ipv4Net> = pods
         .iter()
         .filter_map(|p| p.ip)
         .map(Ipv4Net::from)
@@ -437,6 +483,8 @@ fn peer_prefixes(rule: &Rule, pods: &[&Pod]) -> Option<BTreeSet<Ipv4Net>> {
             set.extend(prefix::ipblock_prefixes(*cidr, except));
         }
     }
+    set.sort_unstable();
+    set.dedup();
     Some(set)
 }
 
@@ -497,17 +545,31 @@ fn services(rule: &Rule, targets: &[(Ipv4Addr, &Pod)], exact: bool) -> Option<BT
     Some(set)
 }
 
-/// Adds the flows of one rule; returns whether it has any.
-fn rule_flows(
-    out: &mut FlowSet,
+/// The clause dimensions of one rule, before they become flows.
+struct RulePlan {
+    dir: Direction,
+    id: u32,
+    /// Empty when the rule is over its budget (never emitted then).
+    dims: Vec<Vec<FlowMatch>>,
+    /// How many flows the rule adds at most (clauses, the `conj_id` flow,
+    /// the metric flow; clauses shared with other rules count each time).
+    n_flows: usize,
+}
+
+/// The dimensions of one rule; `None` if it has no flows. A rule that
+/// would add more than `budget` flows is counted but not built.
+fn plan_rule(
     state: &ClusterState,
     policy: &NetworkPolicy,
     rule: &Rule,
     dir: Direction,
     id: u32,
     selected: &Selected<'_>,
-) -> bool {
-    let st = stage(dir);
+    budget: usize,
+) -> Option<RulePlan> {
+    if selected.is_empty() {
+        return None;
+    }
     let pods = peer_pods(state, policy, rule);
     let peers = peer_prefixes(rule, &pods);
     let applied: BTreeSet<Ipv4Net> = selected.iter().map(|(ip, _)| Ipv4Net::from(*ip)).collect();
@@ -532,10 +594,25 @@ fn rule_flows(
         }
     };
     if applied.is_empty()
-        || peers.as_ref().is_some_and(BTreeSet::is_empty)
+        || peers.as_ref().is_some_and(Vec::is_empty)
         || svc.as_ref().is_some_and(BTreeSet::is_empty)
     {
-        return false;
+        return None;
+    }
+    let sizes = [
+        peers.as_ref().map(Vec::len),
+        Some(applied.len()),
+        svc.as_ref().map(BTreeSet::len),
+    ];
+    let n_dims = sizes.iter().flatten().count();
+    let n_flows = sizes.iter().flatten().sum::<usize>() + usize::from(n_dims > 1) + 1;
+    if n_flows > budget {
+        return Some(RulePlan {
+            dir,
+            id,
+            dims: Vec::new(),
+            n_flows,
+        });
     }
     let src = |n: &Ipv4Net| FlowMatch {
         nw_src: (n.prefix_len() > 0).then_some(*n),
@@ -568,6 +645,18 @@ fn rule_flows(
     .into_iter()
     .flatten()
     .collect();
+    Some(RulePlan {
+        dir,
+        id,
+        dims,
+        n_flows,
+    })
+}
+
+/// Adds the flows of a planned rule.
+fn emit_rule(out: &mut FlowSet, plan: RulePlan) {
+    let RulePlan { dir, id, dims, .. } = plan;
+    let st = stage(dir);
     let allow = Act::Allow {
         id,
         reg: st.reg,
@@ -609,13 +698,18 @@ fn rule_flows(
             next: st.next.id,
         },
     );
-    true
 }
 
 /// The flows that enforce every NetworkPolicy of `state` on the `local` pods.
 /// The node's own addresses (exempt from policy) are those of the node the
 /// local pods' Pod objects name ([`eval::node_addresses`]).
 pub fn policy_flows(state: &ClusterState, local: &[LocalPod]) -> PolicyFlows {
+    policy_flows_on_node(state, local, &local_node_addresses(state, local))
+}
+
+/// The node's own addresses (exempt from policy) for `local`: those of the
+/// node the local pods' Pod objects name ([`eval::node_addresses`]).
+pub fn local_node_addresses(state: &ClusterState, local: &[LocalPod]) -> Vec<Ipv4Addr> {
     let mut node_addrs: Vec<Ipv4Addr> = local
         .iter()
         .filter_map(|lp| state.pods.get(&(lp.namespace.clone(), lp.name.clone())))
@@ -626,7 +720,7 @@ pub fn policy_flows(state: &ClusterState, local: &[LocalPod]) -> PolicyFlows {
         .collect();
     node_addrs.sort();
     node_addrs.dedup();
-    policy_flows_on_node(state, local, &node_addrs)
+    node_addrs
 }
 
 /// [`policy_flows`] with the node's own addresses given: traffic between
@@ -636,7 +730,21 @@ pub fn policy_flows_on_node(
     local: &[LocalPod],
     node_addrs: &[Ipv4Addr],
 ) -> PolicyFlows {
+    policy_flows_limited(state, local, node_addrs, DEFAULT_MAX_POLICY_FLOWS)
+}
+
+/// [`policy_flows_on_node`] with the cap on the flows one policy may add
+/// on this node: a policy that would add more than `max_flows` is refused
+/// ([`PolicyFlows::refused`]); its rules get no flows, the pods it selects
+/// stay isolated.
+pub fn policy_flows_limited(
+    state: &ClusterState,
+    local: &[LocalPod],
+    node_addrs: &[Ipv4Addr],
+    max_flows: usize,
+) -> PolicyFlows {
     let ids = ids::assign(state);
+    let mut refused = Vec::new();
     let mut out = FlowSet::default();
     let mut used: BTreeMap<u32, RuleRef> = BTreeMap::new();
     // Isolated local pods per direction: ip -> ofport.
@@ -656,6 +764,8 @@ pub fn policy_flows_on_node(
             continue;
         }
         let sel: Selected<'_> = selected.iter().map(|(ip, pod, _)| (*ip, *pod)).collect();
+        let mut plans: Vec<(RulePlan, &RuleRef)> = Vec::new();
+        let mut n = 0usize;
         for (dir, isolates, rules) in [
             (
                 Direction::Ingress,
@@ -677,10 +787,27 @@ pub fn policy_flows_on_node(
                 let Some(r) = ids.get(&(key.clone(), dir, index)) else {
                     continue;
                 };
-                if rule_flows(&mut out, state, policy, rule, dir, r.id, &sel) {
-                    used.insert(r.id, r.clone());
+                let budget = max_flows.saturating_sub(n);
+                if let Some(plan) = plan_rule(state, policy, rule, dir, r.id, &sel, budget) {
+                    n = n.saturating_add(plan.n_flows);
+                    plans.push((plan, r));
                 }
             }
+        }
+        // The cap is checked before any flow of the policy is added: a
+        // refused policy adds no rule flows, but its pods stay isolated
+        // (fail closed: what it would allow is dropped, never opened).
+        if n > max_flows {
+            refused.push(Refusal {
+                policy: key.clone(),
+                flows: n,
+                limit: max_flows,
+            });
+            continue;
+        }
+        for (plan, r) in plans {
+            used.insert(r.id, r.clone());
+            emit_rule(&mut out, plan);
         }
     }
     let directions: BTreeSet<Direction> = isolated.keys().map(|(d, _)| *d).collect();
@@ -731,5 +858,6 @@ pub fn policy_flows_on_node(
     PolicyFlows {
         flows: out.lines(),
         rules: used.into_values().collect(),
+        refused,
     }
 }

@@ -3,13 +3,19 @@
 //!
 //! ## What an ADD does, in order (each step undone if a later one fails)
 //!
-//! 1. Record the attachment as `pending` on disk ([`crate::state`]), then
-//!    allocate its address ([`crate::ipam`]).
+//! 0. With a cluster source, admit the pod ([`Agent::admit_pod`]): its Pod
+//!    object must be known (from the snapshot, or read from the source
+//!    now), else "try again later"; a pod is never attached without the
+//!    NetworkPolicies that select it.
+//! 1. Allocate the address ([`crate::ipam`]), then record the attachment
+//!    as `pending` on disk ([`crate::state`]).
 //! 2. Create the veth pair and configure the pod end in `CNI_NETNS`
 //!    ([`crate::podnet`]): MAC `0a:58:<ip>`, address, MTU, default route
 //!    via the gateway, TX checksum offload off, up.
 //! 3. Attach the host end to oxvs-switchd as an AF_XDP port.
-//! 4. Install the pod's flows ([`crate::flows::pod_flows`]) as one bundle.
+//! 4. Install the pod's flows ([`crate::flows::pod_flows`]) and every
+//!    policy flow that concerns it as one bundle, and wait for the
+//!    switch's answer.
 //! 5. Inject a gratuitous ARP from the pod's port (so the host's neighbour
 //!    cache learns a re-used address's new MAC).
 //! 6. Record the attachment as `ready`.
@@ -17,16 +23,27 @@
 //! DEL undoes them in the reverse order (flows, port, veth, address,
 //! record); every step tolerates "already gone", so DEL is idempotent and a
 //! failed DEL can simply be retried. A crash between steps leaves a
-//! `pending` record that [`Agent::reconcile`] rolls back on start.
+//! `pending` record that [`Agent::reconcile`] rolls back on start. DEL of
+//! an attachment without a record deletes a host link only if it is
+//! provably that attachment's (no record names it, and its alias,
+//! [`podnet::owner_alias`], does): host names are 28-bit hashes.
 //!
 //! ## Concurrency
 //!
 //! Requests run concurrently (one tokio task per connection). Operations
 //! on one (container id, ifname) are serialised by a per-key async mutex;
-//! the IPAM and the record map sit behind short `std` mutexes; blocking
-//! work (netlink, the switch's blocking client, fsync) runs in
-//! `spawn_blocking`. [`Agent::reconcile`] takes the `gate` for writing, so
-//! it never sees an ADD or DEL half done; requests take it for reading.
+//! the record map and the other small caches sit behind short `std`
+//! mutexes, never held across an `.await` or any I/O; blocking work
+//! (netlink, the switch's blocking client, fsync, the flow translation)
+//! runs in `spawn_blocking`. The IPAM store's `std` mutex is only ever
+//! taken on the blocking pool ([`Agent::with_ipam`]), since its operations
+//! fsync: a runtime thread never waits for a disk. [`Agent::reconcile`]
+//! and GC's address sweep take the `gate` for writing, so they never see
+//! an ADD or DEL half done (an address allocated whose record is not
+//! written yet); requests take it for reading.
+//!
+//! Lock order: `gate`, then the per-key lock, then `applied` (in
+//! [`Agent::sync`]); the `std` mutexes are leaves.
 //!
 //! ## Convergence
 //!
@@ -57,13 +74,19 @@ use tokio::net::{UnixListener, UnixStream};
 
 use crate::flows::{self, NodeNet, PodPort, RemoteNode};
 use crate::ipam::Ipam;
-use crate::model::ClusterState;
+use crate::model::{ClusterState, ObjKey, Pod};
+use crate::nodes::{self, LocalNode, NodeProblem, RefusedNode};
 use crate::podnet::{self, PodIfaceSpec};
-use crate::policy::{self, LocalPod, RuleRef};
+use crate::policy::{self, LocalPod, Refusal, RuleRef};
+use crate::source::PodLookup;
 use crate::state::{AttachState, Attachment, Store};
 
 /// Longest request line accepted from the plugin.
 const MAX_REQUEST: usize = 4 << 20;
+
+/// Deadline of ADD's read of a pod the snapshot lacks (below the
+/// plugin's default 30 s, so the plugin gets the agent's answer).
+const POD_LOOKUP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How the agent is set up.
 #[derive(Clone, Debug)]
@@ -95,6 +118,9 @@ pub struct AgentConfig {
     /// Enable forwarding and masquerade pod traffic leaving the node other
     /// than through the gateway (pod egress to outside the cluster).
     pub masquerade: bool,
+    /// The most flows one NetworkPolicy may add on this node
+    /// ([`policy::DEFAULT_MAX_POLICY_FLOWS`]); a policy over it is refused.
+    pub max_policy_flows: usize,
 }
 
 /// Serialises the operations on one (container id, ifname).
@@ -108,10 +134,14 @@ struct Applied {
     lines: HashSet<String>,
 }
 
+/// The IPAM store, once the pod CIDR is known. Locked only on the
+/// blocking pool ([`Agent::with_ipam`]): its operations fsync.
+type IpamSlot = Arc<Mutex<Option<Ipam>>>;
+
 /// The agent: its state and the operations the CNI server runs.
 pub struct Agent {
     cfg: AgentConfig,
-    ipam: Mutex<Option<Ipam>>,
+    ipam: IpamSlot,
     store: Store,
     records: Mutex<BTreeMap<(String, String), Attachment>>,
     locks: Mutex<HashMap<(String, String), KeyLock>>,
@@ -122,6 +152,21 @@ pub struct Agent {
     applied: tokio::sync::Mutex<Applied>,
     rules: Mutex<Vec<RuleRef>>,
     routes: Mutex<BTreeMap<Ipv4Net, Ipv4Addr>>,
+    /// Reads a pod the snapshot lacks (`None`: no cluster source).
+    pods: Option<Arc<dyn PodLookup>>,
+    /// Pods read by ADD that the snapshot did not have yet; used by the
+    /// translation until the snapshot has them (same uid), dropped with
+    /// their attachment.
+    admitted: Mutex<BTreeMap<ObjKey, Pod>>,
+    /// The underlay subnet (the prefix of the interface with the node's
+    /// address), once found.
+    underlay: Mutex<Option<Ipv4Net>>,
+    /// Nodes refused ([`crate::nodes`]), by name, as last logged.
+    refused_nodes: Mutex<BTreeMap<String, NodeProblem>>,
+    /// This node's own Node refused as the IPAM range, as last logged.
+    refused_local: Mutex<Option<NodeProblem>>,
+    /// Policies refused by the translator, as last logged.
+    refused_policies: Mutex<Vec<Refusal>>,
 }
 
 fn err(code: u32, msg: impl Into<String>) -> CniError {
@@ -170,7 +215,7 @@ impl Agent {
         let records = recs.into_iter().map(|r| (r.key(), r)).collect();
         let agent = Agent {
             cfg,
-            ipam: Mutex::new(None),
+            ipam: Arc::new(Mutex::new(None)),
             store,
             records: Mutex::new(records),
             locks: Mutex::new(HashMap::new()),
@@ -181,50 +226,60 @@ impl Agent {
             applied: tokio::sync::Mutex::new(Applied::default()),
             rules: Mutex::new(Vec::new()),
             routes: Mutex::new(BTreeMap::new()),
+            pods: None,
+            admitted: Mutex::new(BTreeMap::new()),
+            underlay: Mutex::new(None),
+            refused_nodes: Mutex::new(BTreeMap::new()),
+            refused_local: Mutex::new(None),
+            refused_policies: Mutex::new(Vec::new()),
         };
         if let Some(cidr) = agent.cfg.pod_cidr {
-            agent.open_ipam(cidr)?;
+            open_ipam_in(&agent.ipam, &agent.cfg.state_dir, cidr)?;
         }
         Ok(agent)
     }
 
-    fn open_ipam(&self, cidr: Ipv4Net) -> anyhow::Result<()> {
-        use anyhow::Context as _;
-        let mut slot = self
-            .ipam
-            .lock()
-            .map_err(|_| anyhow::anyhow!("IPAM lock poisoned"))?;
-        match slot.as_ref() {
-            Some(i) if i.cidr() == cidr => return Ok(()),
-            Some(i) => {
-                tracing::warn!(old = %i.cidr(), new = %cidr, "the node's pod CIDR changed: new pods get addresses from the new one");
-            }
-            None => {}
-        }
-        let ipam = Ipam::open(&self.cfg.state_dir.join("ipam"), cidr)
-            .with_context(|| format!("cannot open the IPAM store for {cidr}"))?;
-        *slot = Some(ipam);
-        Ok(())
+    /// With `lookup`, CNI ADD admits a pod only once its Pod object is
+    /// known: from the snapshot, or read from the source (see
+    /// [`Agent::admit_pod`]). Without (CNI-only mode) there are no
+    /// policies, and every pod is admitted.
+    pub fn with_pod_lookup(mut self, lookup: Arc<dyn PodLookup>) -> Agent {
+        self.pods = Some(lookup);
+        self
     }
 
-    fn with_ipam<T>(
+    /// Opens (or switches) the IPAM store for `cidr`, on the blocking pool.
+    async fn open_ipam(&self, cidr: Ipv4Net) -> anyhow::Result<()> {
+        let (slot, dir) = (self.ipam.clone(), self.cfg.state_dir.clone());
+        tokio::task::spawn_blocking(move || open_ipam_in(&slot, &dir, cidr))
+            .await
+            .map_err(|e| anyhow::anyhow!("IPAM task failed: {e}"))?
+    }
+
+    /// Runs `f` on the IPAM store on the blocking pool: its writes fsync,
+    /// and the store's lock is only ever taken there, so no runtime thread
+    /// waits for a disk (nor for another request's fsync).
+    async fn with_ipam<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&mut Ipam) -> Result<T, crate::ipam::IpamError>,
+        f: impl FnOnce(&mut Ipam) -> Result<T, crate::ipam::IpamError> + Send + 'static,
     ) -> Result<T, CniError> {
-        let mut slot = self
-            .ipam
-            .lock()
-            .map_err(|_| err(code::IO_FAILURE, "IPAM lock poisoned"))?;
-        let Some(ipam) = slot.as_mut() else {
-            return Err(err(
-                code::TRY_AGAIN_LATER,
-                "the node's pod CIDR is not known yet (no --pod-cidr, and the Node object has no spec.podCIDR)",
-            ));
-        };
-        f(ipam).map_err(|e| match e {
-            crate::ipam::IpamError::Exhausted { .. } => err(code::IP_EXHAUSTED, e.to_string()),
-            _ => err(code::IO_FAILURE, e.to_string()),
+        let slot = self.ipam.clone();
+        blocking(move || {
+            let mut slot = slot
+                .lock()
+                .map_err(|_| err(code::IO_FAILURE, "IPAM lock poisoned"))?;
+            let Some(ipam) = slot.as_mut() else {
+                return Err(err(
+                    code::TRY_AGAIN_LATER,
+                    "the node's pod CIDR is not known yet (no --pod-cidr, and the Node object has no valid spec.podCIDR)",
+                ));
+            };
+            f(ipam).map_err(|e| match e {
+                crate::ipam::IpamError::Exhausted { .. } => err(code::IP_EXHAUSTED, e.to_string()),
+                _ => err(code::IO_FAILURE, e.to_string()),
+            })
         })
+        .await?
     }
 
     /// The configuration.
@@ -246,9 +301,9 @@ impl Agent {
     }
 
     /// Takes a new cluster snapshot (call [`Agent::sync`] afterwards).
-    pub fn set_cluster(&self, state: Arc<ClusterState>) {
+    pub async fn set_cluster(&self, state: Arc<ClusterState>) {
         if let Some(cidr) = self.pod_cidr_in(&state) {
-            if let Err(e) = self.open_ipam(cidr) {
+            if let Err(e) = self.open_ipam(cidr).await {
                 tracing::error!("{e:#}");
             }
         }
@@ -273,7 +328,52 @@ impl Agent {
                 Some(c)
             }
             (Some(c), _) => Some(c),
-            (None, n) => n,
+            (None, Some(n)) => self.check_own_node(n, state),
+            (None, None) => None,
+        }
+    }
+
+    /// What this node knows of itself, for [`crate::nodes`].
+    fn local_node(&self, state: &ClusterState, pod_cidr: Option<Ipv4Net>) -> LocalNode {
+        LocalNode {
+            name: self.cfg.node_name.clone(),
+            pod_cidr,
+            node_ip: self.cfg.node_ip.or_else(|| {
+                state
+                    .nodes
+                    .get(&self.cfg.node_name)
+                    .and_then(|n| n.internal_ip)
+            }),
+            underlay: self.underlay.lock().ok().and_then(|u| *u),
+        }
+    }
+
+    /// This node's own Node's podCIDR, if it may be the IPAM range;
+    /// a refusal is logged and counted once per change.
+    fn check_own_node(&self, cidr: Ipv4Net, state: &ClusterState) -> Option<Ipv4Net> {
+        let r = nodes::check_local(cidr, &self.local_node(state, None));
+        let Ok(mut last) = self.refused_local.lock() else {
+            return r.ok();
+        };
+        match r {
+            Ok(c) => {
+                if last.take().is_some() {
+                    tracing::info!(node = %self.cfg.node_name, pod_cidr = %c, "this node's Node object is accepted again");
+                }
+                Some(c)
+            }
+            Err(p) => {
+                if last.as_ref() != Some(&p) {
+                    let refused = RefusedNode {
+                        name: self.cfg.node_name.clone(),
+                        problem: p.clone(),
+                    };
+                    tracing::error!(node = %refused.name, reason = p.reason(), "{refused}; not used as this node's pod CIDR (set --pod-cidr or fix the Node)");
+                    crate::metrics::record_node_refusal(p.reason());
+                    *last = Some(p);
+                }
+                None
+            }
         }
     }
 
@@ -339,7 +439,18 @@ impl Agent {
                 self.cfg.node_name
             );
         };
-        self.open_ipam(cidr)?;
+        self.open_ipam(cidr).await?;
+        if let Some(ip) = self.node_ip() {
+            match tokio::task::spawn_blocking(move || podnet::subnet_of(ip)).await {
+                Ok(Ok(subnet)) => {
+                    if let Ok(mut u) = self.underlay.lock() {
+                        *u = subnet;
+                    }
+                }
+                Ok(Err(e)) => tracing::warn!("cannot read the node subnet of {ip}: {e}"),
+                Err(e) => tracing::warn!("node subnet task failed: {e}"),
+            }
+        }
         let gw_port = self.gateway_port();
         let ports = self.switch_ports().await?;
         let Some(p) = ports.iter().find(|p| p.name == gw_port) else {
@@ -461,124 +572,186 @@ impl Agent {
         v
     }
 
-    /// The remote nodes with a pod CIDR and an underlay address.
+    /// The remote nodes with a pod CIDR and an underlay address that
+    /// pass [`crate::nodes::check_remotes`]; a newly refused Node is
+    /// logged (naming it and why) and counted.
     fn remote_nodes(&self, state: &ClusterState) -> Vec<RemoteNode> {
-        let mut v: Vec<RemoteNode> = state
-            .nodes
-            .values()
-            .filter(|n| n.name != self.cfg.node_name)
-            .filter_map(|n| {
-                Some(RemoteNode {
-                    name: n.name.clone(),
-                    pod_cidr: n.pod_cidr?,
-                    ip: n.internal_ip?,
-                })
-            })
+        let pod_cidr = self
+            .node()
+            .map(|n| n.pod_cidr)
+            .or_else(|| self.pod_cidr_in(state));
+        let checked = nodes::check_remotes(&self.local_node(state, pod_cidr), &state.nodes);
+        self.note_refused_nodes(&checked.refused);
+        checked.remotes
+    }
+
+    fn note_refused_nodes(&self, refused: &[RefusedNode]) {
+        let Ok(mut last) = self.refused_nodes.lock() else {
+            return;
+        };
+        let now: BTreeMap<String, NodeProblem> = refused
+            .iter()
+            .map(|r| (r.name.clone(), r.problem.clone()))
             .collect();
+        if *last == now {
+            return;
+        }
+        for r in refused {
+            if last.get(&r.name) != Some(&r.problem) {
+                tracing::error!(node = %r.name, reason = r.problem.reason(), "{r}; no route or tunnel flow is installed for it");
+                crate::metrics::record_node_refusal(r.problem.reason());
+            }
+        }
+        for name in last.keys().filter(|n| !now.contains_key(*n)) {
+            tracing::info!(node = %name, "Node no longer refused");
+        }
+        *last = now;
+    }
+
+    /// The Nodes refused now (remote ones, and this node's own), by name.
+    pub fn refused_nodes(&self) -> Vec<RefusedNode> {
+        let mut v: Vec<RefusedNode> = self
+            .refused_nodes
+            .lock()
+            .map(|m| {
+                m.iter()
+                    .map(|(name, problem)| RefusedNode {
+                        name: name.clone(),
+                        problem: problem.clone(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        if let Some(p) = self.refused_local.lock().ok().and_then(|l| l.clone()) {
+            v.push(RefusedNode {
+                name: self.cfg.node_name.clone(),
+                problem: p,
+            });
+        }
         v.sort_by(|a, b| a.name.cmp(&b.name));
         v
     }
 
-    /// Every flow the node should have, from the records and the cluster.
-    fn desired(&self, node: &NodeNet) -> (Vec<String>, Vec<RuleRef>) {
+    /// The NetworkPolicies the translator refused (too many flows).
+    pub fn refused_policies(&self) -> Vec<Refusal> {
+        self.refused_policies
+            .lock()
+            .map(|r| r.clone())
+            .unwrap_or_default()
+    }
+
+    /// Everything the node's flows are computed from, cloned out of the
+    /// agent's locks (cheap: the cluster is an `Arc`).
+    fn inputs(&self, node: NodeNet) -> Inputs {
         let state = self.cluster();
-        let mut lines = flows::node_flows(node);
-        for p in self.pod_ports() {
-            lines.extend(flows::pod_flows(node, &p));
-        }
-        let tunnel = self.tunnel_ofport.lock().ok().and_then(|t| *t);
-        if let Some(tun) = tunnel {
-            let remotes = self.remote_nodes(&state);
-            lines.extend(flows::tunnel_flows(node, tun, &remotes));
-            let node_ips: Vec<Ipv4Addr> =
-                remotes.iter().map(|r| r.ip).chain(self.node_ip()).collect();
-            lines.extend(flows::tunnel_guard_flows(&node_ips, flows::VXLAN_UDP_PORT));
-        }
-        // Local pods for policy: the IP the pod has here is authoritative.
-        let mut state2 = (*state).clone();
-        let mut local = Vec::new();
-        for a in self.attachments() {
-            let (Some(ofport), AttachState::Ready) = (a.ofport, a.state) else {
-                continue;
-            };
-            if a.pod_name.is_empty() {
-                continue;
+        let admitted: Vec<Pod> = match self.admitted.lock() {
+            Ok(mut a) => {
+                // The snapshot caught up with a pod ADD read: it wins.
+                a.retain(|k, p| state.pods.get(k).is_none_or(|s| s.uid != p.uid));
+                a.values().cloned().collect()
             }
-            if let Some(p) = state2
-                .pods
-                .get_mut(&(a.pod_namespace.clone(), a.pod_name.clone()))
-            {
-                p.ip = Some(a.ip);
-            }
-            local.push(LocalPod {
-                namespace: a.pod_namespace.clone(),
-                name: a.pod_name.clone(),
-                ip: a.ip,
-                ofport,
-            });
+            Err(_) => Vec::new(),
+        };
+        Inputs {
+            pods: self.pod_ports(),
+            tunnel: self.tunnel_ofport.lock().ok().and_then(|t| *t),
+            remotes: self.remote_nodes(&state),
+            node_ip: self.node_ip(),
+            attachments: self.attachments(),
+            admitted,
+            state,
+            node,
+            max_policy_flows: self.cfg.max_policy_flows,
         }
-        let pf = policy::policy_flows(&state2, &local);
-        lines.extend(pf.flows);
-        (lines, pf.rules)
     }
 
     /// Makes the switch's flows the desired ones: the first time (and after
     /// drift) with one `replace-flows`, then by sending only the difference
     /// as one atomic bundle. Also keeps the host routes to remote pod CIDRs.
+    ///
+    /// The translation and the diff run on the blocking pool ([`compute`]
+    /// is linear in the cluster, and a policy is capped at
+    /// `max_policy_flows`), so a large policy never occupies a runtime
+    /// thread: CNI requests, the API and metrics keep being served while
+    /// it is translated.
     pub async fn sync(&self) -> Result<(), CniError> {
         let Some(node) = self.node() else {
             return Err(err(code::TRY_AGAIN_LATER, "the agent is not ready yet"));
         };
         let mut applied = self.applied.lock().await;
-        let (lines, rules) = self.desired(&node);
-        let want: HashSet<String> = lines.iter().cloned().collect();
-        if !applied.valid {
-            let text = lines.join("\n");
-            let r = self
-                .switch(Request::ReplaceFlows { flows: text })
-                .await
-                .map_err(|e| Self::switch_err("cannot set the node's flows", e))?;
-            let r: oxvs_api::FlowModResult = serde_json::from_value(r).unwrap_or_default();
-            tracing::debug!(
-                added = r.added,
-                deleted = r.deleted,
-                n_flows = r.n_flows,
-                "flows replaced"
-            );
-            applied.lines = want;
-            applied.valid = true;
-        } else {
-            let mut mods = String::new();
-            for old in applied.lines.difference(&want) {
-                match strict_selector(old) {
-                    Some(sel) => {
-                        mods.push_str("delete_strict ");
-                        mods.push_str(&sel);
-                        mods.push('\n');
-                    }
-                    None => tracing::error!(flow = %old, "cannot parse a flow the agent made"),
-                }
-            }
-            for new in want.difference(&applied.lines) {
-                mods.push_str("add ");
-                mods.push_str(new);
-                mods.push('\n');
-            }
-            if !mods.is_empty() {
-                if let Err(e) = self.switch(Request::Bundle { mods }).await {
-                    // Next time, start over with a full replace.
-                    applied.valid = false;
-                    return Err(Self::switch_err("cannot update the node's flows", e));
-                }
+        let inputs = self.inputs(node.clone());
+        let valid = applied.valid;
+        let old = std::mem::take(&mut applied.lines);
+        // Until the lines are back: a failed task means a full replace.
+        applied.valid = false;
+        let (desired, want, change, old) = blocking(move || {
+            let d = compute(inputs);
+            let want: HashSet<String> = d.lines.iter().cloned().collect();
+            let change = if valid {
+                FlowChange::Bundle(diff_mods(&old, &want))
+            } else {
+                FlowChange::Replace(d.lines.join("\n"))
+            };
+            (d, want, change, old)
+        })
+        .await?;
+        applied.lines = old;
+        applied.valid = valid;
+        self.note_refused_policies(&desired.refused);
+        match change {
+            FlowChange::Replace(text) => {
+                let r = self
+                    .switch(Request::ReplaceFlows { flows: text })
+                    .await
+                    .map_err(|e| Self::switch_err("cannot set the node's flows", e))?;
+                let r: oxvs_api::FlowModResult = serde_json::from_value(r).unwrap_or_default();
+                tracing::debug!(
+                    added = r.added,
+                    deleted = r.deleted,
+                    n_flows = r.n_flows,
+                    "flows replaced"
+                );
                 applied.lines = want;
+                applied.valid = true;
+            }
+            FlowChange::Bundle(mods) => {
+                if !mods.is_empty() {
+                    if let Err(e) = self.switch(Request::Bundle { mods }).await {
+                        // Next time, start over with a full replace.
+                        applied.valid = false;
+                        return Err(Self::switch_err("cannot update the node's flows", e));
+                    }
+                    applied.lines = want;
+                }
             }
         }
         if let Ok(mut r) = self.rules.lock() {
-            *r = rules;
+            *r = desired.rules;
         }
         drop(applied);
         self.sync_routes(&node).await;
         Ok(())
+    }
+
+    fn note_refused_policies(&self, refused: &[Refusal]) {
+        let Ok(mut last) = self.refused_policies.lock() else {
+            return;
+        };
+        if last.as_slice() == refused {
+            return;
+        }
+        for r in refused {
+            if !last.contains(r) {
+                tracing::error!(namespace = %r.policy.0, policy = %r.policy.1, flows = r.flows, limit = r.limit, "{r}");
+                crate::metrics::record_policy_refusal();
+            }
+        }
+        for r in last.iter() {
+            if !refused.iter().any(|x| x.policy == r.policy) {
+                tracing::info!(namespace = %r.policy.0, policy = %r.policy.1, "NetworkPolicy no longer refused");
+            }
+        }
+        *last = refused.to_vec();
     }
 
     /// Host routes: each remote pod CIDR via that node's gateway address,
@@ -676,9 +849,10 @@ impl Agent {
         // Addresses no record holds.
         let held: BTreeSet<(String, String)> = self.attachments().iter().map(|a| a.key()).collect();
         let removed = self
-            .with_ipam(|ipam| {
+            .with_ipam(move |ipam| {
                 ipam.retain(|al| held.contains(&(al.container_id.clone(), al.ifname.clone())))
             })
+            .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         for al in &removed {
             tracing::info!(ip = %al.ip, container = %al.container_id, "released an address no pod holds");
@@ -812,6 +986,8 @@ impl Agent {
             if let Ok(mut recs) = self.records.lock() {
                 recs.insert(a.key(), a.clone());
             }
+        } else {
+            self.forget_admitted(&a.pod_namespace, &a.pod_name);
         }
         r
     }
@@ -831,7 +1007,8 @@ impl Agent {
                 )
             })?;
         let (cid, ifn) = a.key();
-        match self.with_ipam(|ipam| ipam.release(&cid, &ifn)) {
+        let (c, i) = (cid.clone(), ifn.clone());
+        match self.with_ipam(move |ipam| ipam.release(&c, &i)).await {
             Ok(_) => {}
             // No IPAM yet: nothing can have been allocated.
             Err(e) if e.code == code::TRY_AGAIN_LATER => {}
@@ -929,9 +1106,17 @@ impl Agent {
                 format!("CNI_NETNS {} is not a network namespace", req.netns),
             ));
         }
+        self.admit_pod(req).await?;
         let (pod_ns, pod_name) = req.pod().unwrap_or(("", ""));
         let host_ifname = podnet::host_ifname(pod_ns, pod_name, &req.container_id, &req.ifname);
-        let ip = self.with_ipam(|ipam| ipam.allocate(&req.container_id, &req.ifname))?;
+        let (cid, ifn) = (req.container_id.clone(), req.ifname.clone());
+        let ip = match self.with_ipam(move |ipam| ipam.allocate(&cid, &ifn)).await {
+            Ok(ip) => ip,
+            Err(e) => {
+                self.forget_admitted(pod_ns, pod_name);
+                return Err(e);
+            }
+        };
         let mac = flows::pod_mac(ip);
         let mut a = Attachment {
             container_id: req.container_id.clone(),
@@ -949,7 +1134,9 @@ impl Agent {
             state: AttachState::Pending,
         };
         if let Err(e) = self.save_record(a.clone()).await {
-            let _ = self.with_ipam(|ipam| ipam.release(&req.container_id, &req.ifname));
+            let (cid, ifn) = (req.container_id.clone(), req.ifname.clone());
+            let _ = self.with_ipam(move |ipam| ipam.release(&cid, &ifn)).await;
+            self.forget_admitted(pod_ns, pod_name);
             return Err(e);
         }
         match self.attach(&node, &mut a).await {
@@ -960,6 +1147,99 @@ impl Agent {
                     tracing::error!(pod = %a.pod_ref(), error = %u, "undoing a failed ADD failed too; the next start or DEL retries");
                 }
                 Err(e)
+            }
+        }
+    }
+
+    /// With a cluster source, makes sure the Pod object of an ADD is known
+    /// before anything is made for it, so its NetworkPolicies are in the
+    /// flows the ADD installs: from the snapshot (same uid as `K8S_POD_UID`
+    /// when the runtime gives one), else read from the source now
+    /// ([`PodLookup`]) and kept in `admitted` until the snapshot has it.
+    /// A pod the source does not have (yet) is refused with "try again
+    /// later": a pod is never attached without its policy in force.
+    async fn admit_pod(&self, req: &CniRequest) -> Result<(), CniError> {
+        let Some(lookup) = self.pods.clone() else {
+            // CNI-only mode: no cluster, so no policy can select the pod.
+            return Ok(());
+        };
+        let Some((ns, name)) = req.pod() else {
+            return Err(err(
+                code::INVALID_ENV,
+                "CNI_ARGS has no K8S_POD_NAMESPACE and K8S_POD_NAME: the agent follows a cluster and attaches a pod only with its NetworkPolicies, so it must know which pod this is",
+            ));
+        };
+        if ns.is_empty() || name.is_empty() {
+            return Err(err(
+                code::INVALID_ENV,
+                format!("CNI_ARGS names no pod (K8S_POD_NAMESPACE '{ns}', K8S_POD_NAME '{name}')"),
+            ));
+        }
+        let uid = req.args.get("K8S_POD_UID").filter(|u| !u.is_empty());
+        let key = (ns.to_string(), name.to_string());
+        let fits = |p: &Pod| uid.is_none_or(|u| *u == p.uid);
+        if self.cluster().pods.get(&key).is_some_and(fits) {
+            return Ok(());
+        }
+        if let Some(p) = self.admitted.lock().ok().and_then(|a| a.get(&key).cloned()) {
+            if fits(&p) {
+                return Ok(());
+            }
+        }
+        // Bounded: a hung API server must not hold this pod's lock (and
+        // the gate) beyond the plugin's own deadline.
+        let pod = tokio::time::timeout(POD_LOOKUP_TIMEOUT, lookup.get_pod(ns, name))
+            .await
+            .map_err(|_| {
+                err(
+                    code::TRY_AGAIN_LATER,
+                    format!(
+                        "cannot read Pod {ns}/{name}: the cluster source did not answer within {} s",
+                        POD_LOOKUP_TIMEOUT.as_secs()
+                    ),
+                )
+            })?
+            .map_err(|e| {
+                err(
+                    code::TRY_AGAIN_LATER,
+                    format!("cannot read Pod {ns}/{name} from the cluster source: {e:#}"),
+                )
+            })?;
+        let Some(pod) = pod else {
+            return Err(err(
+                code::TRY_AGAIN_LATER,
+                format!("Pod {ns}/{name} is not in the cluster (yet): it is attached only once its NetworkPolicies can be applied"),
+            ));
+        };
+        if !fits(&pod) {
+            return Err(err(
+                code::TRY_AGAIN_LATER,
+                format!(
+                    "Pod {ns}/{name} has uid '{}', the runtime asks for '{}' (an older or newer pod of that name)",
+                    pod.uid,
+                    uid.map(String::as_str).unwrap_or_default()
+                ),
+            ));
+        }
+        if !pod.node_name.is_empty() && pod.node_name != self.cfg.node_name {
+            tracing::warn!(pod = %format!("{ns}/{name}"), node = %pod.node_name, "the Pod is bound to another node; attaching it here anyway");
+        }
+        tracing::debug!(pod = %format!("{ns}/{name}"), "Pod read from the cluster source (not in the snapshot yet)");
+        if let Ok(mut a) = self.admitted.lock() {
+            a.insert(key, pod);
+        }
+        Ok(())
+    }
+
+    /// Drops an admitted pod no attachment uses any more.
+    fn forget_admitted(&self, ns: &str, name: &str) {
+        let in_use = self
+            .attachments()
+            .iter()
+            .any(|a| a.pod_namespace == ns && a.pod_name == name);
+        if !in_use {
+            if let Ok(mut a) = self.admitted.lock() {
+                a.remove(&(ns.to_string(), name.to_string()));
             }
         }
     }
@@ -977,18 +1257,23 @@ impl Agent {
             tx_checksum_off: self.cfg.pod_tx_checksum_off,
         };
         let t0 = std::time::Instant::now();
-        blocking(move || podnet::setup_pod_interface(&spec))
-            .await?
-            .map_err(|e| match e {
-                podnet::PodnetError::NoNetns(p) => err(
-                    code::INVALID_ENV,
-                    format!("CNI_NETNS {} does not exist", p.display()),
-                ),
-                e => err(
-                    code::INTERFACE_FAILURE,
-                    format!("cannot set up the pod interface: {e}"),
-                ),
-            })?;
+        let alias = podnet::owner_alias(&a.container_id, &a.ifname);
+        blocking(move || {
+            podnet::setup_pod_interface(&spec)?;
+            // Whose link this is, for a DEL without a record (see `del`).
+            podnet::set_link_alias(&spec.host_ifname, &alias)
+        })
+        .await?
+        .map_err(|e| match e {
+            podnet::PodnetError::NoNetns(p) => err(
+                code::INVALID_ENV,
+                format!("CNI_NETNS {} does not exist", p.display()),
+            ),
+            e => err(
+                code::INTERFACE_FAILURE,
+                format!("cannot set up the pod interface: {e}"),
+            ),
+        })?;
         let t_netlink = t0.elapsed();
         let ofport = self.add_port(&a.host_ifname, None).await?;
         let t_port = t0.elapsed();
@@ -1037,14 +1322,34 @@ impl Agent {
             }
             None => {
                 // Unknown to us: make sure nothing of it is left anyway (an
-                // address, or an interface named for it).
+                // address, or an interface made for it). The interface
+                // name is a 28-bit hash: another attachment may have it, so
+                // a link is deleted only if it is provably this one's (no
+                // record names it, and its alias names this attachment).
                 let (pod_ns, pod_name) = req.pod().unwrap_or(("", ""));
                 let host = podnet::host_ifname(pod_ns, pod_name, &req.container_id, &req.ifname);
+                let owner = self
+                    .attachments()
+                    .into_iter()
+                    .find(|a| a.host_ifname == host);
                 let h = host.clone();
-                if blocking(move || podnet::link_exists(&h))
+                let alias = blocking(move || podnet::link_alias(&h))
                     .await?
-                    .unwrap_or(false)
-                {
+                    .unwrap_or(None);
+                let mine = podnet::owner_alias(&req.container_id, &req.ifname);
+                let ours = match (&owner, &alias) {
+                    (Some(o), _) => {
+                        tracing::warn!(container = %req.container_id, ifname = %req.ifname, link = %host, owner = %o.pod_ref(), "DEL of an unknown attachment: its interface name is taken by another pod (a hash collision); left alone");
+                        false
+                    }
+                    (None, None) => false,
+                    (None, Some(Some(a))) if *a == mine => true,
+                    (None, Some(a)) => {
+                        tracing::warn!(container = %req.container_id, ifname = %req.ifname, link = %host, alias = ?a, "DEL of an unknown attachment: a link has its name but is not its own; left alone");
+                        false
+                    }
+                };
+                if ours {
                     self.del_port(&host).await?;
                     let h = host.clone();
                     blocking(move || podnet::delete_host_link(&h))
@@ -1056,7 +1361,8 @@ impl Agent {
                             )
                         })?;
                 }
-                match self.with_ipam(|ipam| ipam.release(&req.container_id, &req.ifname)) {
+                let (cid, ifn) = (req.container_id.clone(), req.ifname.clone());
+                match self.with_ipam(move |ipam| ipam.release(&cid, &ifn)).await {
                     Ok(_) => {}
                     Err(e) if e.code == code::TRY_AGAIN_LATER => {}
                     Err(e) => return Err(e),
@@ -1186,7 +1492,9 @@ impl Agent {
         }
         let mut failures = Vec::new();
         for a in self.attachments() {
-            if valid.contains(&a.key()) {
+            // A pending record is an ADD in progress (or one interrupted,
+            // which the agent's own convergence rolls back): not stale.
+            if valid.contains(&a.key()) || a.state != AttachState::Ready {
                 continue;
             }
             let key = a.key();
@@ -1195,8 +1503,8 @@ impl Agent {
                 let _gate = self.gate.read().await;
                 let _g = lock.lock().await;
                 match self.record(&key) {
-                    Some(a) => self.teardown(&a).await,
-                    None => Ok(()),
+                    Some(a) if a.state == AttachState::Ready => self.teardown(&a).await,
+                    _ => Ok(()),
                 }
             };
             self.drop_key_lock(&key, lock);
@@ -1207,13 +1515,21 @@ impl Agent {
                 Err(e) => failures.push(format!("{}: {e}", a.pod_ref())),
             }
         }
+        // Addresses: with no ADD or DEL in flight (the gate for writing),
+        // so an address an ADD has just allocated, before its record is
+        // written, is never taken for stale.
+        let gate = self.gate.write().await;
         let held: BTreeSet<(String, String)> = self.attachments().iter().map(|a| a.key()).collect();
-        match self.with_ipam(|ipam| {
-            ipam.retain(|al| {
-                let k = (al.container_id.clone(), al.ifname.clone());
-                valid.contains(&k) || held.contains(&k)
+        let r = self
+            .with_ipam(move |ipam| {
+                ipam.retain(|al| {
+                    let k = (al.container_id.clone(), al.ifname.clone());
+                    valid.contains(&k) || held.contains(&k)
+                })
             })
-        }) {
+            .await;
+        drop(gate);
+        match r {
             Ok(_) => {}
             Err(e) if e.code == code::TRY_AGAIN_LATER => {}
             Err(e) => return Err(e),
@@ -1245,7 +1561,7 @@ impl Agent {
             }
             Err(_) => {}
         }
-        let (free, cidr) = self.with_ipam(|i| Ok((i.free_count(), i.cidr())))?;
+        let (free, cidr) = self.with_ipam(|i| Ok((i.free_count(), i.cidr()))).await?;
         if free == 0 {
             return Err(err(
                 code::NOT_AVAILABLE,
@@ -1266,6 +1582,130 @@ pub struct ReconcileReport {
     pub ports_renumbered: usize,
     pub addresses_released: usize,
     pub flow_changes: oxvs_api::FlowModResult,
+}
+
+/// What the node's flows are computed from ([`Agent::inputs`]).
+struct Inputs {
+    node: NodeNet,
+    pods: Vec<PodPort>,
+    tunnel: Option<u32>,
+    remotes: Vec<RemoteNode>,
+    /// This node's underlay address (the tunnel guard covers it too).
+    node_ip: Option<Ipv4Addr>,
+    state: Arc<ClusterState>,
+    /// Pods ADD read from the source that the snapshot lacks.
+    admitted: Vec<Pod>,
+    attachments: Vec<Attachment>,
+    max_policy_flows: usize,
+}
+
+/// The node's desired flows.
+struct Desired {
+    lines: Vec<String>,
+    rules: Vec<RuleRef>,
+    refused: Vec<Refusal>,
+}
+
+/// How the switch is brought to the desired flows.
+enum FlowChange {
+    /// `replace-flows` with this text (first time, or after a failure).
+    Replace(String),
+    /// One atomic bundle of these mods (may be empty).
+    Bundle(String),
+}
+
+/// Every flow the node should have, from the records and the cluster
+/// (pure; runs on the blocking pool).
+fn compute(inp: Inputs) -> Desired {
+    let node = &inp.node;
+    let mut lines = flows::node_flows(node);
+    for p in &inp.pods {
+        lines.extend(flows::pod_flows(node, p));
+    }
+    if let Some(tun) = inp.tunnel {
+        lines.extend(flows::tunnel_flows(node, tun, &inp.remotes));
+        let node_ips: Vec<Ipv4Addr> = inp
+            .remotes
+            .iter()
+            .map(|r| r.ip)
+            .chain(inp.node_ip)
+            .collect();
+        lines.extend(flows::tunnel_guard_flows(&node_ips, flows::VXLAN_UDP_PORT));
+    }
+    // Local pods for policy: the IP the pod has here is authoritative.
+    let mut state = (*inp.state).clone();
+    for p in inp.admitted {
+        state.pods.insert(p.key(), p);
+    }
+    let mut local = Vec::new();
+    for a in &inp.attachments {
+        let (Some(ofport), AttachState::Ready) = (a.ofport, a.state) else {
+            continue;
+        };
+        if a.pod_name.is_empty() {
+            continue;
+        }
+        if let Some(p) = state
+            .pods
+            .get_mut(&(a.pod_namespace.clone(), a.pod_name.clone()))
+        {
+            p.ip = Some(a.ip);
+        }
+        local.push(LocalPod {
+            namespace: a.pod_namespace.clone(),
+            name: a.pod_name.clone(),
+            ip: a.ip,
+            ofport,
+        });
+    }
+    let node_addrs = policy::local_node_addresses(&state, &local);
+    let pf = policy::policy_flows_limited(&state, &local, &node_addrs, inp.max_policy_flows);
+    lines.extend(pf.flows);
+    Desired {
+        lines,
+        rules: pf.rules,
+        refused: pf.refused,
+    }
+}
+
+/// The bundle that turns the flows `old` into `want`: deletes, then adds.
+fn diff_mods(old: &HashSet<String>, want: &HashSet<String>) -> String {
+    let mut mods = String::new();
+    for line in old.difference(want) {
+        match strict_selector(line) {
+            Some(sel) => {
+                mods.push_str("delete_strict ");
+                mods.push_str(&sel);
+                mods.push('\n');
+            }
+            None => tracing::error!(flow = %line, "cannot parse a flow the agent made"),
+        }
+    }
+    for line in want.difference(old) {
+        mods.push_str("add ");
+        mods.push_str(line);
+        mods.push('\n');
+    }
+    mods
+}
+
+/// Opens (or switches to) the IPAM store of `cidr` in `slot` (blocking).
+fn open_ipam_in(slot: &Mutex<Option<Ipam>>, state_dir: &Path, cidr: Ipv4Net) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    let mut slot = slot
+        .lock()
+        .map_err(|_| anyhow::anyhow!("IPAM lock poisoned"))?;
+    match slot.as_ref() {
+        Some(i) if i.cidr() == cidr => return Ok(()),
+        Some(i) => {
+            tracing::warn!(old = %i.cidr(), new = %cidr, "the node's pod CIDR changed: new pods get addresses from the new one");
+        }
+        None => {}
+    }
+    let ipam = Ipam::open(&state_dir.join("ipam"), cidr)
+        .with_context(|| format!("cannot open the IPAM store for {cidr}"))?;
+    *slot = Some(ipam);
+    Ok(())
 }
 
 /// The gateway address of a pod CIDR: its first host address.
@@ -1476,6 +1916,295 @@ mod tests {
             ofport: Some(3),
             state: AttachState::Ready,
         }
+    }
+
+    /// An agent on a fresh state directory, with no switch.
+    fn offline_agent(dir: &Path) -> Arc<Agent> {
+        Arc::new(
+            Agent::open(AgentConfig {
+                node_name: "n1".into(),
+                cni_socket: dir.join("cni.sock"),
+                switchd_socket: dir.join("no-switchd.sock"),
+                state_dir: dir.join("state"),
+                pod_cidr: Some("10.244.0.0/24".parse().unwrap()),
+                node_ip: None,
+                gateway: "gw".into(),
+                tunnel: "tun".into(),
+                pod_mtu: 1450,
+                pod_tx_checksum_off: true,
+                switch_timeout: Duration::from_secs(1),
+                masquerade: false,
+                max_policy_flows: policy::DEFAULT_MAX_POLICY_FLOWS,
+            })
+            .unwrap(),
+        )
+    }
+
+    fn gc_request(valid: Value) -> CniRequest {
+        CniRequest {
+            v: oxvs_api::cni::CNI_PROTOCOL_VERSION,
+            command: CniCommand::Gc,
+            container_id: String::new(),
+            netns: String::new(),
+            ifname: String::new(),
+            args: Default::default(),
+            config: serde_json::json!({
+                "cniVersion": "1.1.0", "name": "oxvs", "cni.dev/valid-attachments": valid
+            }),
+        }
+    }
+
+    fn holds(agent: &Agent, cid: &str) -> bool {
+        let ipam = agent.ipam.lock().unwrap();
+        ipam.as_ref()
+            .unwrap()
+            .allocations()
+            .iter()
+            .any(|a| a.container_id == cid)
+    }
+
+    /// The IPAM store is locked (and fsyncs) only on the blocking pool:
+    /// while another thread holds it (as a slow fsync would), a request
+    /// that needs it waits without occupying the runtime's thread, so the
+    /// runtime's other tasks keep running. On a one-thread runtime: a tick
+    /// task must run (and release the store) before GC completes. Without
+    /// the fix GC blocks the thread on the lock and the tick runs only
+    /// after the holder's 30 s hang guard let go.
+    #[test]
+    fn ipam_never_blocks_a_runtime_thread() {
+        let dir = tempfile::tempdir().unwrap();
+        let agent = offline_agent(dir.path());
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let (locked, is_locked) = std::sync::mpsc::channel::<()>();
+        let slot = agent.ipam.clone();
+        let holder = std::thread::spawn(move || {
+            let _g = slot.lock().unwrap();
+            locked.send(()).unwrap();
+            // Hang guard only: the test releases it long before.
+            let _ = released.recv_timeout(Duration::from_secs(30));
+        });
+        is_locked.recv().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        rt.block_on(async {
+            let (a, o) = (agent.clone(), order.clone());
+            let gc = tokio::spawn(async move {
+                let r = a.handle(gc_request(serde_json::json!([]))).await;
+                o.lock().unwrap().push("gc");
+                r
+            });
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            order.lock().unwrap().push("tick");
+            // (Without the fix the holder gave up waiting long ago.)
+            let _ = release.send(());
+            gc.await.unwrap().unwrap();
+        });
+        holder.join().unwrap();
+        assert_eq!(
+            *order.lock().unwrap(),
+            ["tick", "gc"],
+            "GC blocked the runtime's thread while the IPAM store was busy"
+        );
+    }
+
+    /// GC races with an ADD in progress: the ADD has allocated its address
+    /// but not yet written its record when GC (with a list that does not
+    /// name it) sweeps the addresses. The sweep must wait for the ADD, so
+    /// the address is still the pod's afterwards; and a pending record (an
+    /// ADD in flight) is never torn down as stale.
+    #[test]
+    fn gc_spares_an_add_in_progress() {
+        let dir = tempfile::tempdir().unwrap();
+        let agent = offline_agent(dir.path());
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            // Another ADD, further along: its record is pending.
+            let mut other = att();
+            other.container_id = "c2".into();
+            other.ofport = None;
+            other.state = AttachState::Pending;
+            let ip2 = agent.with_ipam(|i| i.allocate("c2", "eth0")).await.unwrap();
+            other.ip = ip2;
+            agent.save_record(other).await.unwrap();
+            // The ADD of c1, as `handle` runs it: the gate for reading,
+            // then the address; its record is not written yet.
+            let gate = agent.gate.read().await;
+            let ip = agent.with_ipam(|i| i.allocate("c1", "eth0")).await.unwrap();
+            let a = agent.clone();
+            let gc = tokio::spawn(async move { a.handle(gc_request(serde_json::json!([]))).await });
+            // Ample time for a GC that does not wait to finish its sweep.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let mut rec = att();
+            rec.ip = ip;
+            rec.ofport = None;
+            rec.state = AttachState::Pending;
+            agent.save_record(rec).await.unwrap();
+            drop(gate);
+            let r = tokio::time::timeout(Duration::from_secs(30), gc)
+                .await
+                .expect("GC hangs (hang guard)")
+                .unwrap();
+            assert!(r.is_ok(), "{r:?}");
+        });
+        assert!(
+            holds(&agent, "c1"),
+            "GC released the address of an ADD in progress"
+        );
+        assert!(
+            holds(&agent, "c2"),
+            "GC released a pending attachment's address"
+        );
+        assert_eq!(agent.attachments().len(), 2);
+    }
+
+    /// A [`PodLookup`] that answers from a map (or fails), counting calls.
+    struct FakePods {
+        pods: BTreeMap<ObjKey, Pod>,
+        fail: bool,
+        calls: std::sync::atomic::AtomicUsize,
+    }
+
+    impl PodLookup for FakePods {
+        fn get_pod<'a>(
+            &'a self,
+            namespace: &'a str,
+            name: &'a str,
+        ) -> futures::future::BoxFuture<'a, anyhow::Result<Option<Pod>>> {
+            self.calls
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let r = if self.fail {
+                Err(anyhow::anyhow!("connection refused"))
+            } else {
+                Ok(self
+                    .pods
+                    .get(&(namespace.to_string(), name.to_string()))
+                    .cloned())
+            };
+            Box::pin(async move { r })
+        }
+    }
+
+    fn kpod(ns: &str, name: &str, uid: &str) -> Pod {
+        Pod {
+            namespace: ns.into(),
+            name: name.into(),
+            uid: uid.into(),
+            labels: Default::default(),
+            node_name: "n1".into(),
+            ip: None,
+            host_network: false,
+            ports: vec![],
+        }
+    }
+
+    fn add_request(args: &[(&str, &str)]) -> CniRequest {
+        CniRequest {
+            v: oxvs_api::cni::CNI_PROTOCOL_VERSION,
+            command: CniCommand::Add,
+            container_id: "c1".into(),
+            netns: "/proc/self/ns/net".into(),
+            ifname: "eth0".into(),
+            args: args
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            config: serde_json::json!({"cniVersion": "1.0.0", "name": "oxvs"}),
+        }
+    }
+
+    /// ADD's admission with a cluster source: the snapshot first, then one
+    /// read of the source; a pod the source lacks, a stale uid, a failed
+    /// read, or no pod in CNI_ARGS is refused with the right code and a
+    /// message naming the pod.
+    #[test]
+    fn admission_reads_a_pod_the_snapshot_lacks_and_refuses_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let fake = Arc::new(FakePods {
+            pods: BTreeMap::from([
+                (("x".into(), "late".into()), kpod("x", "late", "u-late")),
+                (("x".into(), "known".into()), kpod("x", "known", "u-known")),
+            ]),
+            fail: false,
+            calls: Default::default(),
+        });
+        let agent = Arc::into_inner(offline_agent(dir.path()))
+            .unwrap()
+            .with_pod_lookup(fake.clone());
+        let calls = || fake.calls.load(std::sync::atomic::Ordering::Relaxed);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let mut st = ClusterState::default();
+            st.pods
+                .insert(("x".into(), "known".into()), kpod("x", "known", "u-known"));
+            agent.set_cluster(Arc::new(st)).await;
+            fn pod(name: &str) -> [(&str, &str); 2] {
+                [("K8S_POD_NAMESPACE", "x"), ("K8S_POD_NAME", name)]
+            }
+            // In the snapshot: no read.
+            agent.admit_pod(&add_request(&pod("known"))).await.unwrap();
+            assert_eq!(calls(), 0);
+            // Not in the snapshot, in the source: read once, then kept.
+            agent.admit_pod(&add_request(&pod("late"))).await.unwrap();
+            agent.admit_pod(&add_request(&pod("late"))).await.unwrap();
+            assert_eq!(calls(), 1);
+            assert!(agent
+                .admitted
+                .lock()
+                .unwrap()
+                .contains_key(&("x".into(), "late".into())));
+            // In neither.
+            let e = agent
+                .admit_pod(&add_request(&pod("ghost")))
+                .await
+                .unwrap_err();
+            assert_eq!(e.code, code::TRY_AGAIN_LATER, "{e:?}");
+            assert!(e.msg.contains("x/ghost"), "{e:?}");
+            // The runtime's pod is another one (uid) than the object.
+            let mut args = pod("known").to_vec();
+            args.push(("K8S_POD_UID", "u-other"));
+            let e = agent.admit_pod(&add_request(&args)).await.unwrap_err();
+            assert_eq!(e.code, code::TRY_AGAIN_LATER, "{e:?}");
+            assert!(
+                e.msg.contains("u-other") && e.msg.contains("x/known"),
+                "{e:?}"
+            );
+            // No pod named at all.
+            let e = agent.admit_pod(&add_request(&[])).await.unwrap_err();
+            assert_eq!(e.code, code::INVALID_ENV, "{e:?}");
+            assert!(e.msg.contains("K8S_POD_NAME"), "{e:?}");
+        });
+        // A failed read.
+        let failing = Arc::into_inner(offline_agent(&dir.path().join("b")))
+            .unwrap()
+            .with_pod_lookup(Arc::new(FakePods {
+                pods: BTreeMap::new(),
+                fail: true,
+                calls: Default::default(),
+            }));
+        rt.block_on(async {
+            let e = failing
+                .admit_pod(&add_request(&[
+                    ("K8S_POD_NAMESPACE", "x"),
+                    ("K8S_POD_NAME", "p"),
+                ]))
+                .await
+                .unwrap_err();
+            assert_eq!(e.code, code::TRY_AGAIN_LATER, "{e:?}");
+            assert!(
+                e.msg.contains("x/p") && e.msg.contains("connection refused"),
+                "{e:?}"
+            );
+        });
     }
 
     #[test]

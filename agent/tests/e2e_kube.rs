@@ -686,6 +686,23 @@ fn agent_follows_the_kubernetes_api() {
     );
     eprintln!("agent ready after {:.1} s", t_start.elapsed().as_secs_f64());
 
+    // A pod the API server does not have is never attached (its policies
+    // cannot be known): the agent asks the API (a GET), then answers "try
+    // again later", naming the pod, and makes nothing.
+    {
+        let ghost = Netns::new("ghost");
+        let out = node.cni(
+            "ADD",
+            &format!("{}-c0", ghost.name),
+            &format!("/var/run/netns/{}", ghost.name),
+            "eth0",
+            &format!("K8S_POD_NAMESPACE={x};K8S_POD_NAME=ghost"),
+        );
+        assert!(!out.ok, "ADD of a pod the API lacks succeeded: {out:?}");
+        assert_eq!(out.code(), 11, "{out:?}");
+        assert!(out.msg().contains(&format!("{x}/ghost")), "{out:?}");
+    }
+
     // Pods: API object, CNI ADD, status (as kubelet + runtime would).
     let http = json!([{"containerPort": 80, "name": "http"}]);
     let mut pods = Vec::new();

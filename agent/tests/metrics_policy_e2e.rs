@@ -112,6 +112,13 @@ fn pod_yaml(name: &str, ip: &str) -> String {
     )
 }
 
+/// A Pod as the scheduler leaves it: bound to n1, no address yet.
+fn bound_pod_yaml(name: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  namespace: test\n  name: {name}\n  labels: {{app: {name}}}\nspec:\n  nodeName: n1\n  containers: [{{name: c, image: x}}]\n---\n"
+    )
+}
+
 fn allowed(s: &Scrape) -> f64 {
     s.sum(
         "oxvs_networkpolicy_rule_packets_total",
@@ -142,6 +149,13 @@ fn policy_rule_and_isolation_counters_move() {
     std::fs::create_dir_all(&dir).expect("manifest dir");
     let _rm = RmDir(dir.clone());
     let n = start(&dir);
+    // The Pod objects exist before their ADDs (the agent attaches a pod
+    // only once it knows it); their addresses are written back after.
+    std::fs::write(
+        dir.join("cluster.yaml"),
+        ["a", "b", "c"].map(bound_pod_yaml).concat(),
+    )
+    .expect("write manifest");
     let a = n.node.add_pod("a");
     let b = n.node.add_pod("b");
     let c = n.node.add_pod("c");

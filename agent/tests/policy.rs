@@ -844,3 +844,77 @@ fn interpreter_basics() {
         80
     ));
 }
+
+/// One policy may add at most a cap of flows on a node: over it, the
+/// policy is refused (named, with its count), none of its rule flows is
+/// installed, the pods it selects stay isolated (so what it would allow is
+/// dropped: fail closed), and other policies are untouched. At exactly
+/// the cap it is realised.
+#[test]
+fn a_policy_over_the_cap_is_refused_and_fails_closed() {
+    let mut s = base();
+    let scattered: Vec<ipnet::Ipv4Net> = (0..100u32)
+        .map(|i| ipnet::Ipv4Net::new((0x0a00_0000 | (i * 40_009)).into(), 32).unwrap())
+        .collect();
+    add_policy(
+        &mut s,
+        ingress_policy(
+            "wide",
+            &[("app", "web")],
+            vec![Rule {
+                peers: vec![Peer::IpBlock {
+                    cidr: "10.0.0.0/8".parse().unwrap(),
+                    except: scattered,
+                }],
+                ports: vec![],
+            }],
+        ),
+    );
+    add_policy(
+        &mut s,
+        ingress_policy(
+            "small",
+            &[("app", "web")],
+            vec![Rule {
+                peers: vec![pods_peer(None, Some(sel(&[("app", "client")])))],
+                ports: vec![tcp(80)],
+            }],
+        ),
+    );
+    let local = local_pods(&s);
+    let addrs = policy::local_node_addresses(&s, &local);
+    let pf = policy::policy_flows_limited(&s, &local, &addrs, 500);
+    assert_eq!(pf.refused.len(), 1, "{:?}", pf.refused);
+    let r = &pf.refused[0];
+    assert_eq!(r.policy, ("a".to_string(), "wide".to_string()));
+    assert_eq!(r.limit, 500);
+    assert!(r.flows > 500, "{r:?}");
+    let msg = r.to_string();
+    assert!(
+        msg.contains("a/wide") && msg.contains("--max-policy-flows"),
+        "{msg}"
+    );
+    // No flow of the refused policy, the other one's rule, the isolation.
+    // (Pods are in 10.244.0.0/16; the refused block's prefixes elsewhere.)
+    let wide = |l: &String| l.contains("nw_src=10.") && !l.contains("nw_src=10.244.");
+    assert!(!pf.flows.iter().any(wide), "{:#?}", pf.flows);
+    assert!(
+        pf.rules.iter().all(|r| r.policy.1 == "small"),
+        "{:?}",
+        pf.rules
+    );
+    assert!(pf.flows.iter().any(|l| l.contains("tp_dst=80")));
+    let web = s.pods[&("a".to_string(), "web".to_string())].ip.unwrap();
+    assert!(
+        pf.flows
+            .iter()
+            .any(|l| l.contains("IngressDefaultRule") && l.contains(&format!("nw_dst={web},"))),
+        "web is not isolated:\n{}",
+        pf.flows.join("\n")
+    );
+    // At exactly its count the policy is realised.
+    let at = policy::policy_flows_limited(&s, &local, &addrs, r.flows);
+    assert!(at.refused.is_empty(), "{:?}", at.refused);
+    assert!(at.flows.iter().any(wide));
+    assert!(at.rules.iter().any(|x| x.policy.1 == "wide"));
+}

@@ -258,6 +258,14 @@ fn traceflow_names_the_policy_that_drops() {
     }
     let _rm = RmDir(dir.clone());
     let n = ApiNode::start("tf2", "10.236.2.0/24", Some(&dir));
+    // The Pod objects exist before their ADDs (the agent attaches a pod
+    // only once it knows it); their addresses are written back after.
+    let bound = |name: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  namespace: test\n  name: {name}\n  labels: {{app: {name}}}\nspec:\n  nodeName: n1\n  containers: [{{name: c, image: x}}]\n---\n"
+        )
+    };
+    std::fs::write(dir.join("cluster.yaml"), bound("a") + &bound("b")).expect("write manifest");
     let a = n.node.add_pod("a");
     let b = n.node.add_pod("b");
     let manifest = format!(

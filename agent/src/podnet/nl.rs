@@ -132,6 +132,33 @@ pub(super) fn link_name(m: &LinkMessage) -> Option<String> {
     })
 }
 
+pub(super) fn link_alias(m: &LinkMessage) -> Option<String> {
+    m.attributes.iter().find_map(|a| match a {
+        LinkAttribute::IfAlias(n) => Some(n.clone()),
+        _ => None,
+    })
+}
+
+/// Every IPv4 address of the namespace (any link), with its prefix length.
+pub(super) async fn all_ipv4_addresses(h: &Handle) -> Result<Vec<(Ipv4Addr, u8)>, PodnetError> {
+    let mut req = h.address().get();
+    req.message_mut().header.family = AddressFamily::Inet;
+    let msgs: Vec<AddressMessage> = req
+        .execute()
+        .try_collect()
+        .await
+        .map_err(|e| nl_err("list IPv4 addresses", &e))?;
+    Ok(msgs
+        .iter()
+        .filter_map(|m| {
+            m.attributes.iter().find_map(|a| match a {
+                AddressAttribute::Local(IpAddr::V4(ip)) => Some((*ip, m.header.prefix_len)),
+                _ => None,
+            })
+        })
+        .collect())
+}
+
 pub(super) fn link_mac(m: &LinkMessage) -> Option<[u8; 6]> {
     m.attributes.iter().find_map(|a| match a {
         LinkAttribute::Address(v) => <[u8; 6]>::try_from(v.as_slice()).ok(),

@@ -347,6 +347,34 @@ pub async fn watch_kube(
     }
 }
 
+/// [`super::PodLookup`] through the API: one `GET` of the pod (the
+/// agent's service account may `get` pods, `deploy/oxvs.yaml`).
+pub struct KubePods {
+    pub client: Client,
+}
+
+impl super::PodLookup for KubePods {
+    fn get_pod<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> futures::future::BoxFuture<'a, anyhow::Result<Option<model::Pod>>> {
+        Box::pin(async move {
+            let api: Api<core::Pod> = Api::namespaced(self.client.clone(), namespace);
+            let pod = api
+                .get_opt(name)
+                .await
+                .with_context(|| format!("GET pod {namespace}/{name}"))?;
+            match pod {
+                None => Ok(None),
+                Some(p) => convert::pod(&p)
+                    .map(Some)
+                    .map_err(|e| anyhow::anyhow!("{e}")),
+            }
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

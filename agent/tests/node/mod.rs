@@ -23,6 +23,8 @@ pub const GW: &str = "oxgw0";
 pub struct Node {
     pub sw: Switchd,
     agent: Option<Bg>,
+    /// Extra agent flags (e.g. `--manifests DIR`), kept across restarts.
+    extra: Vec<String>,
     pub dir: PathBuf,
     pub cidr: String,
     // Dropped last: the namespace takes the processes and links with it.
@@ -67,6 +69,11 @@ impl Pod {
 impl Node {
     /// Starts switchd (with gateway `oxgw0`) and the agent for `cidr`.
     pub fn start(tag: &str, cidr: &str) -> Node {
+        Node::start_with(tag, cidr, &[])
+    }
+
+    /// [`Node::start`] with extra agent flags (kept across restarts).
+    pub fn start_with(tag: &str, cidr: &str, extra: &[&str]) -> Node {
         let ns = Netns::new(tag);
         let dir = std::env::temp_dir().join(unique("agent"));
         std::fs::create_dir_all(&dir).expect("temp dir");
@@ -74,6 +81,7 @@ impl Node {
         let mut node = Node {
             sw,
             agent: None,
+            extra: extra.iter().map(|a| a.to_string()).collect(),
             dir,
             cidr: cidr.to_string(),
             ns,
@@ -93,28 +101,27 @@ impl Node {
         let sock = self.cni_socket();
         let sw = self.sw.sock.to_string_lossy().into_owned();
         let state = self.dir.join("state").to_string_lossy().into_owned();
-        let p = Bg::spawn(
-            Some(&self.ns.name),
-            &[
-                &bin,
-                "--pod-cidr",
-                &self.cidr,
-                "--cni-socket",
-                &sock,
-                "--switchd-socket",
-                &sw,
-                "--state-dir",
-                &state,
-                "--gateway",
-                GW,
-                "--mtu",
-                "1450",
-                "--resync-interval",
-                "1",
-                "--log-level",
-                "oxvs_agent=debug,info",
-            ],
-        );
+        let mut args: Vec<&str> = vec![
+            &bin,
+            "--pod-cidr",
+            &self.cidr,
+            "--cni-socket",
+            &sock,
+            "--switchd-socket",
+            &sw,
+            "--state-dir",
+            &state,
+            "--gateway",
+            GW,
+            "--mtu",
+            "1450",
+            "--resync-interval",
+            "1",
+            "--log-level",
+            "oxvs_agent=debug,info",
+        ];
+        args.extend(self.extra.iter().map(String::as_str));
+        let p = Bg::spawn(Some(&self.ns.name), &args);
         self.agent = Some(p);
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {

@@ -1,0 +1,525 @@
+//! Which Node objects the agent believes (pure).
+//!
+//! A Node's `spec.podCIDR` becomes a host route on every node (`ip route
+//! CIDR via GW onlink dev oxvs-gw0`) and tunnel flows to its InternalIP;
+//! this node's own becomes its IPAM range. Anyone who can write a Node
+//! object (a node's kubelet credentials, a cluster admin's typo) would
+//! otherwise steer every node's traffic: a podCIDR of `0.0.0.0/0` sends
+//! the host's default traffic into the tunnel, one that covers the node
+//! subnet cuts the underlay, one that overlaps another node's range steals
+//! its pods' traffic. So every Node is checked before anything is made of
+//! it, and a Node that fails is refused (no route, no tunnel flow, never
+//! used for IPAM), logged with its name and the reason, and counted
+//! (`oxvs_agent_nodes_refused`, `oxvs_agent_node_refusals_total`).
+//!
+//! ## The checks
+//!
+//! A remote Node (one with both a podCIDR and an InternalIP; others are
+//! not routed to at all, as before) is refused when its podCIDR
+//!
+//! - is broader than [`MIN_PREFIX_LEN`] (`0.0.0.0/0`, `10.0.0.0/7`);
+//! - overlaps a range that is never pod addresses ([`RESERVED`]: this
+//!   network, loopback, link-local, multicast and reserved);
+//! - overlaps this node's pod CIDR;
+//! - overlaps this node's underlay subnet (the prefix of the interface
+//!   holding the node's address);
+//! - overlaps another remote Node's podCIDR: then *both* are refused. The
+//!   agent cannot tell which one is right, and routing either could send
+//!   one node's pods' traffic to the other; the conflict needs an
+//!   operator, and the refusal names both Nodes;
+//! - contains a node's address (any Node's InternalIP, or this node's):
+//!   the route would capture the tunnel's own packets. The Node whose
+//!   address it holds is refused too, for the same reason as an overlap;
+//!
+//! or when its InternalIP is no unicast address (unspecified, loopback,
+//! multicast, broadcast), is this node's own address, or lies in this
+//! node's pod CIDR.
+//!
+//! This node's own Node object (used only without `--pod-cidr`) is refused
+//! as its IPAM range when its podCIDR is broader than [`MIN_PREFIX_LEN`],
+//! reserved, covers the node's address or overlaps its underlay subnet;
+//! the agent then stays not ready (CNI ADD answers "try again later") and
+//! says why.
+//!
+//! Cost: O(n log n) in the number of Nodes (sorting and one sweep; the
+//! InternalIPs are looked up by binary search), so a 5 000-node cluster
+//! costs nothing noticeable per recomputation.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::Ipv4Addr;
+
+use ipnet::Ipv4Net;
+
+use crate::flows::RemoteNode;
+use crate::model::Node;
+
+/// The broadest pod CIDR a node may have: a `/8` (a cluster CIDR is
+/// usually a `/16` or `/12`, a node's a `/24`).
+pub const MIN_PREFIX_LEN: u8 = 8;
+
+/// Ranges that are never a node's pod addresses (RFC 6890), by name.
+pub const RESERVED: [(&str, &str); 5] = [
+    ("0.0.0.0/8", "\"this network\""),
+    ("127.0.0.0/8", "loopback"),
+    ("169.254.0.0/16", "link-local"),
+    ("224.0.0.0/4", "multicast"),
+    ("240.0.0.0/4", "reserved (and broadcast)"),
+];
+
+/// Why a Node was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NodeProblem {
+    TooBroad {
+        cidr: Ipv4Net,
+    },
+    Reserved {
+        cidr: Ipv4Net,
+        range: Ipv4Net,
+        what: &'static str,
+    },
+    OverlapsLocalPods {
+        cidr: Ipv4Net,
+        local: Ipv4Net,
+    },
+    OverlapsNodeSubnet {
+        cidr: Ipv4Net,
+        subnet: Ipv4Net,
+    },
+    ContainsNodeAddress {
+        cidr: Ipv4Net,
+        ip: Ipv4Addr,
+        /// The Node whose address it is.
+        node: String,
+    },
+    OverlapsNode {
+        cidr: Ipv4Net,
+        other: String,
+        other_cidr: Ipv4Net,
+    },
+    BadAddress {
+        ip: Ipv4Addr,
+        why: &'static str,
+    },
+}
+
+impl NodeProblem {
+    /// The metric label of the reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            NodeProblem::TooBroad { .. } => "too_broad",
+            NodeProblem::Reserved { .. } => "reserved",
+            NodeProblem::OverlapsLocalPods { .. } => "overlaps_local_pod_cidr",
+            NodeProblem::OverlapsNodeSubnet { .. } => "overlaps_node_subnet",
+            NodeProblem::ContainsNodeAddress { .. } => "contains_node_address",
+            NodeProblem::OverlapsNode { .. } => "overlaps_node",
+            NodeProblem::BadAddress { .. } => "bad_address",
+        }
+    }
+
+    /// Every reason label, for the metric's zero series.
+    pub const REASONS: [&'static str; 7] = [
+        "too_broad",
+        "reserved",
+        "overlaps_local_pod_cidr",
+        "overlaps_node_subnet",
+        "contains_node_address",
+        "overlaps_node",
+        "bad_address",
+    ];
+}
+
+impl fmt::Display for NodeProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NodeProblem::TooBroad { cidr } => write!(
+                f,
+                "spec.podCIDR {cidr} is broader than /{MIN_PREFIX_LEN} (it would route far more than pods)"
+            ),
+            NodeProblem::Reserved { cidr, range, what } => write!(
+                f,
+                "spec.podCIDR {cidr} overlaps {range} ({what} addresses, never pods)"
+            ),
+            NodeProblem::OverlapsLocalPods { cidr, local } => write!(
+                f,
+                "spec.podCIDR {cidr} overlaps this node's pod CIDR {local}"
+            ),
+            NodeProblem::OverlapsNodeSubnet { cidr, subnet } => write!(
+                f,
+                "spec.podCIDR {cidr} overlaps the node subnet {subnet} (the underlay)"
+            ),
+            NodeProblem::ContainsNodeAddress { cidr, ip, node } => write!(
+                f,
+                "spec.podCIDR {cidr} contains Node '{node}' address {ip}"
+            ),
+            NodeProblem::OverlapsNode {
+                cidr,
+                other,
+                other_cidr,
+            } => write!(
+                f,
+                "spec.podCIDR {cidr} overlaps Node '{other}' podCIDR {other_cidr} (both refused until one is fixed)"
+            ),
+            NodeProblem::BadAddress { ip, why } => {
+                write!(f, "InternalIP {ip} is {why}")
+            }
+        }
+    }
+}
+
+/// A refused Node and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RefusedNode {
+    pub name: String,
+    pub problem: NodeProblem,
+}
+
+impl fmt::Display for RefusedNode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Node '{}' refused: {}", self.name, self.problem)
+    }
+}
+
+/// What this node knows of itself.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LocalNode {
+    pub name: String,
+    /// The pod CIDR in use (flag or own Node object), once known.
+    pub pod_cidr: Option<Ipv4Net>,
+    /// The underlay address.
+    pub node_ip: Option<Ipv4Addr>,
+    /// The prefix of the host interface holding `node_ip`, if found.
+    pub underlay: Option<Ipv4Net>,
+}
+
+/// The remote Nodes that may be routed to, and those refused.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Checked {
+    /// By name.
+    pub remotes: Vec<RemoteNode>,
+    /// By name.
+    pub refused: Vec<RefusedNode>,
+}
+
+fn overlaps(a: &Ipv4Net, b: &Ipv4Net) -> bool {
+    a.contains(&b.network()) || b.contains(&a.network())
+}
+
+fn reserved(cidr: &Ipv4Net) -> Option<NodeProblem> {
+    RESERVED.iter().find_map(|(r, what)| {
+        let range: Ipv4Net = r.parse().ok()?;
+        overlaps(cidr, &range).then_some(NodeProblem::Reserved {
+            cidr: *cidr,
+            range,
+            what,
+        })
+    })
+}
+
+/// The checks of a pod CIDR on its own (any node's).
+fn check_cidr(cidr: &Ipv4Net, underlay: Option<&Ipv4Net>) -> Option<NodeProblem> {
+    if cidr.prefix_len() < MIN_PREFIX_LEN {
+        return Some(NodeProblem::TooBroad { cidr: *cidr });
+    }
+    if let Some(p) = reserved(cidr) {
+        return Some(p);
+    }
+    underlay
+        .filter(|u| overlaps(cidr, u))
+        .map(|subnet| NodeProblem::OverlapsNodeSubnet {
+            cidr: *cidr,
+            subnet: *subnet,
+        })
+}
+
+fn check_address(ip: Ipv4Addr, local: &LocalNode) -> Option<&'static str> {
+    if ip.is_unspecified() {
+        Some("unspecified")
+    } else if ip.is_loopback() {
+        Some("a loopback address")
+    } else if ip.is_multicast() {
+        Some("a multicast address")
+    } else if ip.is_broadcast() {
+        Some("the broadcast address")
+    } else if Some(ip) == local.node_ip {
+        Some("this node's own address")
+    } else if local.pod_cidr.is_some_and(|c| c.contains(&ip)) {
+        Some("inside this node's pod CIDR")
+    } else {
+        None
+    }
+}
+
+/// The pod CIDR of this node's own Node object, if it may be used as the
+/// node's IPAM range.
+pub fn check_local(cidr: Ipv4Net, local: &LocalNode) -> Result<Ipv4Net, NodeProblem> {
+    let cidr = cidr.trunc();
+    if let Some(p) = check_cidr(&cidr, local.underlay.as_ref()) {
+        return Err(p);
+    }
+    match local.node_ip.filter(|ip| cidr.contains(ip)) {
+        Some(ip) => Err(NodeProblem::ContainsNodeAddress {
+            cidr,
+            ip,
+            node: local.name.clone(),
+        }),
+        None => Ok(cidr),
+    }
+}
+
+/// Checks every remote Node of `nodes` (see the module doc).
+pub fn check_remotes(local: &LocalNode, nodes: &BTreeMap<String, Node>) -> Checked {
+    let mut refused: BTreeMap<String, NodeProblem> = BTreeMap::new();
+    // 1. Each Node on its own.
+    let mut candidates: Vec<RemoteNode> = Vec::new();
+    for n in nodes.values().filter(|n| n.name != local.name) {
+        let (Some(cidr), Some(ip)) = (n.pod_cidr, n.internal_ip) else {
+            continue;
+        };
+        let cidr = cidr.trunc();
+        let problem = check_cidr(&cidr, local.underlay.as_ref())
+            .or_else(|| {
+                local
+                    .pod_cidr
+                    .filter(|l| overlaps(&cidr, l))
+                    .map(|l| NodeProblem::OverlapsLocalPods { cidr, local: l })
+            })
+            .or_else(|| check_address(ip, local).map(|why| NodeProblem::BadAddress { ip, why }));
+        match problem {
+            Some(p) => {
+                refused.insert(n.name.clone(), p);
+            }
+            None => candidates.push(RemoteNode {
+                name: n.name.clone(),
+                pod_cidr: cidr,
+                ip,
+            }),
+        }
+    }
+    // 2. Pairs. Prefixes nest or are disjoint, so after sorting by first
+    // address each one overlaps the widest range opened before it, if any.
+    candidates.sort_by(|a, b| {
+        (a.pod_cidr.network(), a.pod_cidr.prefix_len(), &a.name).cmp(&(
+            b.pod_cidr.network(),
+            b.pod_cidr.prefix_len(),
+            &b.name,
+        ))
+    });
+    let mut widest: Option<usize> = None;
+    for (i, r) in candidates.iter().enumerate() {
+        match widest {
+            Some(w) if candidates[w].pod_cidr.contains(&r.pod_cidr.network()) => {
+                let other = &candidates[w];
+                for (a, b) in [(r, other), (other, r)] {
+                    refused
+                        .entry(a.name.clone())
+                        .or_insert_with(|| NodeProblem::OverlapsNode {
+                            cidr: a.pod_cidr,
+                            other: b.name.clone(),
+                            other_cidr: b.pod_cidr,
+                        });
+                }
+            }
+            _ => widest = Some(i),
+        }
+    }
+    // 3. A pod CIDR holding a node's address (any Node's InternalIP, or
+    // this node's) would capture the tunnel's own packets: the range's
+    // Node is refused, and so is the Node whose address it holds.
+    let mut ips: Vec<(Ipv4Addr, &str)> = nodes
+        .values()
+        .filter_map(|n| Some((n.internal_ip?, n.name.as_str())))
+        .chain(local.node_ip.map(|ip| (ip, local.name.as_str())))
+        .collect();
+    ips.sort_unstable();
+    ips.dedup();
+    for r in &candidates {
+        let from = ips.partition_point(|(ip, _)| *ip < r.pod_cidr.network());
+        for (ip, owner) in ips[from..]
+            .iter()
+            .take_while(|(ip, _)| r.pod_cidr.contains(ip))
+        {
+            refused
+                .entry(r.name.clone())
+                .or_insert_with(|| NodeProblem::ContainsNodeAddress {
+                    cidr: r.pod_cidr,
+                    ip: *ip,
+                    node: owner.to_string(),
+                });
+            if *owner != local.name && *owner != r.name {
+                refused
+                    .entry(owner.to_string())
+                    .or_insert(NodeProblem::BadAddress {
+                        ip: *ip,
+                        why: "inside another Node's pod CIDR",
+                    });
+            }
+        }
+    }
+    let mut remotes: Vec<RemoteNode> = candidates
+        .into_iter()
+        .filter(|r| !refused.contains_key(&r.name))
+        .collect();
+    remotes.sort_by(|a, b| a.name.cmp(&b.name));
+    Checked {
+        remotes,
+        refused: refused
+            .into_iter()
+            .map(|(name, problem)| RefusedNode { name, problem })
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str, cidr: &str, ip: &str) -> (String, Node) {
+        (
+            name.to_string(),
+            Node {
+                name: name.to_string(),
+                pod_cidr: Some(cidr.parse().unwrap()),
+                internal_ip: Some(ip.parse().unwrap()),
+            },
+        )
+    }
+
+    fn local() -> LocalNode {
+        LocalNode {
+            name: "n1".into(),
+            pod_cidr: Some("10.244.1.0/24".parse().unwrap()),
+            node_ip: Some("192.168.77.11".parse().unwrap()),
+            underlay: Some("192.168.77.0/24".parse().unwrap()),
+        }
+    }
+
+    fn reasons(c: &Checked) -> Vec<(String, &'static str)> {
+        c.refused
+            .iter()
+            .map(|r| (r.name.clone(), r.problem.reason()))
+            .collect()
+    }
+
+    #[test]
+    fn good_nodes_pass() {
+        let nodes = BTreeMap::from([
+            node("n1", "10.244.1.0/24", "192.168.77.11"),
+            node("n2", "10.244.2.0/24", "192.168.77.12"),
+            node("n3", "10.244.3.0/24", "192.168.77.13"),
+        ]);
+        let c = check_remotes(&local(), &nodes);
+        assert!(c.refused.is_empty(), "{:?}", c.refused);
+        let names: Vec<&str> = c.remotes.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["n2", "n3"]);
+    }
+
+    #[test]
+    fn bad_pod_cidrs_are_refused_with_the_reason() {
+        let nodes = BTreeMap::from([
+            node("default", "0.0.0.0/0", "192.168.77.20"),
+            node("wide", "10.0.0.0/7", "192.168.77.21"),
+            node("lo", "127.0.0.0/8", "192.168.77.22"),
+            node("mine", "10.244.1.128/25", "192.168.77.23"),
+            node("covers-me", "10.244.0.0/16", "192.168.77.24"),
+            node("underlay", "192.168.77.0/28", "192.168.77.25"),
+            node("has-ip", "192.168.0.0/16", "192.168.77.26"),
+            node("ok", "10.245.0.0/24", "192.168.77.27"),
+            node("self-ip", "10.245.1.0/24", "192.168.77.11"),
+            node("zero-ip", "10.245.2.0/24", "0.0.0.0"),
+        ]);
+        let c = check_remotes(&local(), &nodes);
+        assert_eq!(
+            reasons(&c),
+            vec![
+                ("covers-me".to_string(), "overlaps_local_pod_cidr"),
+                ("default".to_string(), "too_broad"),
+                ("has-ip".to_string(), "overlaps_node_subnet"),
+                ("lo".to_string(), "reserved"),
+                ("mine".to_string(), "overlaps_local_pod_cidr"),
+                ("self-ip".to_string(), "bad_address"),
+                ("underlay".to_string(), "overlaps_node_subnet"),
+                ("wide".to_string(), "too_broad"),
+                ("zero-ip".to_string(), "bad_address"),
+            ]
+        );
+        assert_eq!(c.remotes.len(), 1);
+        assert_eq!(c.remotes[0].name, "ok");
+        let msg = c.refused[1].to_string();
+        assert!(
+            msg.contains("Node 'default'") && msg.contains("0.0.0.0/0"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn without_the_underlay_a_node_address_inside_is_still_caught() {
+        let mut l = local();
+        l.underlay = None;
+        let nodes = BTreeMap::from([node("n9", "192.168.77.0/24", "192.168.77.30")]);
+        let c = check_remotes(&l, &nodes);
+        assert_eq!(
+            reasons(&c),
+            vec![("n9".to_string(), "contains_node_address")]
+        );
+    }
+
+    #[test]
+    fn overlapping_remote_nodes_are_both_refused_naming_each_other() {
+        let nodes = BTreeMap::from([
+            node("a", "10.250.0.0/16", "192.168.77.31"),
+            node("b", "10.250.7.0/24", "192.168.77.32"),
+            node("c", "10.250.9.0/24", "192.168.77.33"),
+            node("d", "10.251.0.0/24", "192.168.77.34"),
+            node("e", "10.251.0.0/24", "192.168.77.35"),
+            node("f", "10.252.0.0/24", "192.168.77.36"),
+        ]);
+        let c = check_remotes(&local(), &nodes);
+        let r = reasons(&c);
+        assert_eq!(
+            r.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+            ["a", "b", "c", "d", "e"]
+        );
+        assert!(r.iter().all(|(_, why)| *why == "overlaps_node"));
+        let b = c.refused.iter().find(|x| x.name == "b").unwrap();
+        assert!(b.to_string().contains("Node 'a'"), "{b}");
+        let d = c.refused.iter().find(|x| x.name == "d").unwrap();
+        assert!(d.to_string().contains("Node 'e'"), "{d}");
+        assert_eq!(c.remotes.len(), 1);
+        assert_eq!(c.remotes[0].name, "f");
+    }
+
+    #[test]
+    fn a_tunnel_endpoint_inside_a_pod_cidr_is_refused() {
+        let nodes = BTreeMap::from([
+            node("a", "10.250.0.0/24", "10.250.1.5"),
+            node("b", "10.250.1.0/24", "192.168.77.40"),
+            node("c", "10.250.2.0/24", "10.244.1.9"),
+        ]);
+        let c = check_remotes(&local(), &nodes);
+        assert_eq!(
+            reasons(&c),
+            vec![
+                ("a".to_string(), "bad_address"),
+                ("b".to_string(), "contains_node_address"),
+                ("c".to_string(), "bad_address")
+            ]
+        );
+        let b = c.refused.iter().find(|x| x.name == "b").unwrap();
+        assert!(b.to_string().contains("Node 'a' address 10.250.1.5"), "{b}");
+    }
+
+    #[test]
+    fn own_node_pod_cidr() {
+        let l = local();
+        assert!(check_local("10.244.1.0/24".parse().unwrap(), &l).is_ok());
+        for bad in [
+            "0.0.0.0/0",
+            "192.168.77.0/26",
+            "127.0.0.0/24",
+            "192.168.0.0/16",
+        ] {
+            assert!(check_local(bad.parse().unwrap(), &l).is_err(), "{bad}");
+        }
+    }
+}
