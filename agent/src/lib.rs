@@ -3,6 +3,7 @@
 //! - [`ipam`]: addresses from the node's pod CIDR, persisted on disk.
 //! - [`podnet`]: pod interfaces over netlink (veth, netns, address, routes).
 //! - [`flows`]: the node's and each pod's flows (pure).
+//! - [`listen`]: the listeners' connection cap, busy answer and idle timeout.
 //! - [`server`]: the CNI server on `/run/oxvs/cni.sock` (ADD, DEL, CHECK,
 //!   GC, STATUS) and the state it keeps.
 
@@ -10,6 +11,7 @@ pub mod api;
 pub mod flows;
 pub mod hostnet;
 pub mod ipam;
+pub mod listen;
 pub mod metrics;
 pub mod model;
 pub mod podnet;
