@@ -35,7 +35,10 @@ const IMAGE_BIN_DIR: &str = "/usr/local/bin";
 /// "Privileges", says why each one, and what fails without it).
 const CAPABILITIES: [(&str, &[&str]); 3] = [
     ("install-cni", &[]),
-    ("oxvs-switchd", &["NET_ADMIN", "NET_RAW", "SYS_ADMIN", "IPC_LOCK"]),
+    (
+        "oxvs-switchd",
+        &["NET_ADMIN", "NET_RAW", "SYS_ADMIN", "IPC_LOCK"],
+    ),
     ("oxvs-agent", &["NET_ADMIN", "SYS_ADMIN"]),
 ];
 
@@ -542,11 +545,18 @@ fn every_mount_has_a_volume_and_every_volume_is_mounted() {
         .into_values()
         .filter_map(|v| host_paths(&spec).get(&v).cloned())
         .collect();
-    assert_eq!(sw_hosts, ["/run/oxvs".to_string()].into(), "switchd's host paths");
+    assert_eq!(
+        sw_hosts,
+        ["/run/oxvs".to_string()].into(),
+        "switchd's host paths"
+    );
     // The agent writes sysctls through the mounted /proc/sys/net.
     let agent = container(&spec, "oxvs-agent");
     let a = argv(agent);
-    let at = a.iter().position(|x| x == "--proc-sys").expect("--proc-sys");
+    let at = a
+        .iter()
+        .position(|x| x == "--proc-sys")
+        .expect("--proc-sys");
     let dir = a.get(at + 1).expect("--proc-sys DIR");
     assert_eq!(
         host_path_of(&spec, agent, &format!("{dir}/net")).as_deref(),
