@@ -131,15 +131,15 @@ pub trait Accept: Send + 'static {
 
 impl Accept for tokio::net::UnixListener {
     type Stream = tokio::net::UnixStream;
-    fn accept_one(&self) -> impl Future<Output = io::Result<Self::Stream>> + Send {
-        async move { self.accept().await.map(|(s, _)| s) }
+    async fn accept_one(&self) -> io::Result<Self::Stream> {
+        self.accept().await.map(|(s, _)| s)
     }
 }
 
 impl Accept for tokio::net::TcpListener {
     type Stream = tokio::net::TcpStream;
-    fn accept_one(&self) -> impl Future<Output = io::Result<Self::Stream>> + Send {
-        async move { self.accept().await.map(|(s, _)| s) }
+    async fn accept_one(&self) -> io::Result<Self::Stream> {
+        self.accept().await.map(|(s, _)| s)
     }
 }
 

@@ -1286,8 +1286,20 @@ fn privileges(c: &Cluster, dir: &Path) {
             Some("1"),
             "{comm} no_new_privs"
         );
-
-        println!("{comm} (pid {pid}): capabilities {want:#x}, no_new_privs, seccomp filter");
+        assert_eq!(
+            status_field(status, "Seccomp"),
+            Some("2"),
+            "{comm}: a seccomp filter"
+        );
+        let memlock = std::fs::read_to_string(format!("/proc/{pid}/limits"))
+            .unwrap_or_default()
+            .lines()
+            .find(|l| l.starts_with("Max locked memory"))
+            .unwrap_or_default()
+            .to_string();
+        println!(
+            "{comm} (pid {pid}): capabilities {want:#x}, no_new_privs, seccomp filter; {memlock}"
+        );
     }
     let token = "/var/run/secrets/kubernetes.io/serviceaccount/token";
     let sw = c.shell(&format!(
@@ -1306,6 +1318,11 @@ fn privileges(c: &Cluster, dir: &Path) {
         assert_eq!(m & 0o777, 0o600, "mode of {}", p.display());
     }
     println!("token only in the agent; sockets 0600");
+    let libxdp = c.shell("kubectl -n kube-system logs $OXVS -c oxvs-switchd | grep -i 'libxdp\\|libbpf' | sort | uniq -c");
+    println!(
+        "switchd's libxdp messages:\n{}",
+        libxdp.unwrap_or_else(|e| e)
+    );
 }
 
 /// What the agent sets on the node through the mounted /proc/sys/net

@@ -524,9 +524,8 @@ fn every_mount_has_a_volume_and_every_volume_is_mounted() {
     }
     assert_eq!(used, volumes, "volumes nobody mounts");
     // Exactly these host paths (deploy/README.md, "Privileges", says who
-    // needs each): not the host's /proc (nothing reads it), not bpffs
-    // (libxdp then loads its program without a dispatcher, which needs no
-    // pins), not /run/xtables.lock (iptables-nft takes no lock).
+    // needs each): not the host's /proc (nothing reads it), not
+    // /run/xtables.lock (iptables-nft takes no lock).
     let hosts: BTreeSet<String> = host_paths(&spec).into_values().collect();
     let want: BTreeSet<String> = [
         "/run/oxvs",
@@ -535,11 +534,12 @@ fn every_mount_has_a_volume_and_every_volume_is_mounted() {
         "/etc/cni/net.d",
         "/run/netns",
         "/proc/sys/net",
+        "/sys/fs/bpf",
     ]
     .map(String::from)
     .into();
     assert_eq!(hosts, want, "the host paths");
-    // Each where it is needed: the switch only shares /run/oxvs.
+    // Each where it is needed: the switch has /run/oxvs and bpffs only.
     let switchd = container(&spec, "oxvs-switchd");
     let sw_hosts: BTreeSet<String> = mounts(switchd)
         .into_values()
@@ -547,7 +547,7 @@ fn every_mount_has_a_volume_and_every_volume_is_mounted() {
         .collect();
     assert_eq!(
         sw_hosts,
-        ["/run/oxvs".to_string()].into(),
+        ["/run/oxvs", "/sys/fs/bpf"].map(String::from).into(),
         "switchd's host paths"
     );
     // The agent writes sysctls through the mounted /proc/sys/net.
