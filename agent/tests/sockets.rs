@@ -57,12 +57,13 @@ fn agent_args(dir: &Path, extra: &[&str]) -> Vec<String> {
         "127.0.0.1",
         "--mtu",
         "1450",
-        "--metrics-addr",
-        "none",
         "--no-masquerade",
     ]
     .map(String::from)
     .to_vec();
+    if !extra.contains(&"--metrics-addr") {
+        a.extend(["--metrics-addr".into(), "none".into()]);
+    }
     for (flag, file) in [
         ("--cni-socket", "cni.sock"),
         ("--api-socket", "agent.sock"),
@@ -294,6 +295,69 @@ fn agent_sockets_are_capped_and_close_idle_connections() {
     assert!(!served.busy, "{served:?}");
 }
 
+/// A free TCP port on 127.0.0.1.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+fn http_get(addr: &str) -> String {
+    let mut c = std::net::TcpStream::connect(addr).expect("connect");
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut out = String::new();
+    let _ = c.read_to_string(&mut out);
+    out
+}
+
+/// The agent's `/metrics` over its cap: 503 with `Retry-After`; an idle
+/// client is answered 408 after the timeout; the listeners' counters are
+/// exported, by socket.
+#[test]
+fn agent_metrics_endpoint_is_capped() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_oxvs-agent"));
+    let addr = format!("127.0.0.1:{}", free_port());
+    let extra = [
+        "--metrics-addr",
+        &addr,
+        "--metrics-max-connections",
+        "1",
+        "--metrics-idle-timeout",
+        "400ms",
+    ];
+    let _agent = spawn(&bin, &agent_args(dir.path(), &extra), false);
+    let end = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(&addr).is_err() {
+        assert!(Instant::now() < end, "{addr} never served");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(100)); // the probe connection ended (EOF)
+    let mut idle = std::net::TcpStream::connect(&addr).unwrap();
+    idle.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let busy = http_get(&addr);
+    assert!(busy.starts_with("HTTP/1.1 503"), "{busy}");
+    assert!(busy.contains("Retry-After: 1"), "{busy}");
+    let mut out = String::new();
+    idle.read_to_string(&mut out).unwrap();
+    assert!(out.starts_with("HTTP/1.1 408"), "{out}");
+    std::thread::sleep(Duration::from_millis(50));
+    let ok = http_get(&addr);
+    assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
+    for line in [
+        "oxvs_listener_busy_total{socket=\"metrics\"} 1",
+        "oxvs_listener_idle_closed_total{socket=\"metrics\"} 1",
+        "oxvs_listener_busy_total{socket=\"cni\"} 0",
+        "oxvs_listener_busy_total{socket=\"api\"} 0",
+    ] {
+        assert!(ok.contains(line), "no '{line}' in\n{ok}");
+    }
+}
+
 /// Bad limits are refused at start with a message naming the flag.
 #[test]
 fn bad_limits_are_refused_naming_the_flag() {
@@ -308,5 +372,21 @@ fn bad_limits_are_refused_naming_the_flag() {
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(says), "{args:?}: {err}");
+    }
+    let Some(sw) = sibling_bin("oxvs-switchd") else {
+        return;
+    };
+    for (args, says) in [
+        (&["--control-idle-timeout", "0ms"][..], "idle timeout of 0"),
+        (&["--metrics-idle-timeout", "fast"][..], "not a duration"),
+        (
+            &["--control-max-connections", "0"][..],
+            "--control-max-connections",
+        ),
+    ] {
+        let out = Command::new(&sw).args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "switchd {args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "switchd {args:?}: {err}");
     }
 }
