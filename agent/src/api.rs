@@ -35,7 +35,6 @@
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use oxvs_api::agent::{
     parse_agent_request, AgentRequest, FlowOwner, GatewayInfo, InfoResult, PodInfo, Proto,
@@ -45,7 +44,7 @@ use oxvs_api::agent::{
 use oxvs_api::{Client, Request, Response, TraceRequest, TraceResult};
 use oxvs_pipeline::names;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{UnixListener, UnixStream};
+use tokio::net::UnixListener;
 
 use crate::flows::{self, NodeNet, RemoteNode, VIRTUAL_MAC};
 use crate::model::{ClusterState, Labels};
@@ -780,27 +779,25 @@ pub async fn handle_line(agent: &Agent, line: &str) -> Response {
 }
 
 /// Serves the API socket until the task is aborted.
-pub async fn serve(agent: Arc<Agent>, listener: UnixListener) {
-    loop {
-        match listener.accept().await {
-            Ok((stream, _)) => {
-                let agent = agent.clone();
-                tokio::spawn(async move {
-                    if let Err(e) = serve_one(&agent, stream).await {
-                        tracing::debug!(error = %e, "API connection ended badly");
-                    }
-                });
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "accept on the API socket failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    }
+pub async fn serve(agent: Arc<Agent>, listener: UnixListener, gate: oxvs_api::listen::Gate) {
+    let max = gate.limits().max_connections;
+    let busy = Response::busy(format!(
+        "busy: the oxvs agent serves {max} API connections already (--api-max-connections); retry"
+    ));
+    let mut busy = busy.to_line().into_bytes();
+    busy.push(b'\n');
+    crate::listen::serve_gated(listener, gate, "api", busy, move |stream| {
+        let agent = agent.clone();
+        async move { serve_one(&agent, stream).await }
+    })
+    .await
 }
 
-async fn serve_one(agent: &Agent, stream: UnixStream) -> std::io::Result<()> {
-    let (r, mut w) = stream.into_split();
+async fn serve_one<S>(agent: &Agent, stream: S) -> std::io::Result<()>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite,
+{
+    let (r, mut w) = tokio::io::split(stream);
     let mut reader = BufReader::new(r);
     loop {
         let mut line = Vec::new();

@@ -13,15 +13,40 @@
 //! call is idempotent (`-C` before `-A`). Blocking: call from
 //! `spawn_blocking`.
 
+use std::path::PathBuf;
 use std::process::Command;
+use std::sync::OnceLock;
 
 use ipnet::Ipv4Net;
+
+/// Where the host's `/proc/sys` is, set once at start (`--proc-sys`).
+///
+/// A process-wide setting rather than a field of the agent's
+/// configuration: it is a fact about the container the agent runs in (an
+/// unprivileged container's own `/proc/sys` is read-only, so the DaemonSet
+/// mounts the host's `/proc/sys/net` elsewhere), the same for every caller,
+/// and set before any of them runs.
+static PROC_SYS: OnceLock<PathBuf> = OnceLock::new();
+
+/// Sets where `/proc/sys` is (default `/proc/sys`). The first call wins.
+pub fn set_proc_sys(dir: PathBuf) {
+    let _ = PROC_SYS.set(dir);
+}
+
+/// `/proc/sys/<rel>` under the configured root.
+fn sysctl_path(rel: &str) -> String {
+    let root = PROC_SYS
+        .get()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| "/proc/sys".into());
+    format!("{}/{rel}", root.trim_end_matches('/'))
+}
 
 /// Why a host setting could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum HostnetError {
-    #[error("cannot enable IPv4 forwarding (/proc/sys/net/ipv4/ip_forward): {0}")]
-    Forwarding(std::io::Error),
+    #[error("cannot enable IPv4 forwarding ({path}): {err}")]
+    Forwarding { path: String, err: std::io::Error },
     #[error("cannot turn off ICMP redirects ({path}): {err}")]
     Redirects { path: String, err: std::io::Error },
     #[error("cannot run iptables: {0}")]
@@ -32,14 +57,14 @@ pub enum HostnetError {
 
 /// Turns IPv4 forwarding on in the caller's network namespace.
 pub fn enable_forwarding() -> Result<(), HostnetError> {
-    let path = "/proc/sys/net/ipv4/ip_forward";
-    if std::fs::read_to_string(path)
+    let path = sysctl_path("net/ipv4/ip_forward");
+    if std::fs::read_to_string(&path)
         .map(|s| s.trim() == "1")
         .unwrap_or(false)
     {
         return Ok(());
     }
-    std::fs::write(path, "1\n").map_err(HostnetError::Forwarding)
+    std::fs::write(&path, "1\n").map_err(|err| HostnetError::Forwarding { path, err })
 }
 
 /// Stops the host from sending ICMP redirects, on the gateway and for all
@@ -57,7 +82,7 @@ pub fn enable_forwarding() -> Result<(), HostnetError> {
 /// on its gateway too.
 pub fn disable_redirects(gateway: &str) -> Result<(), HostnetError> {
     for dev in ["all", gateway] {
-        let path = format!("/proc/sys/net/ipv4/conf/{dev}/send_redirects");
+        let path = sysctl_path(&format!("net/ipv4/conf/{dev}/send_redirects"));
         if std::fs::read_to_string(&path).is_ok_and(|s| s.trim() == "0") {
             continue;
         }

@@ -5,6 +5,7 @@
 //! - [`flows`]: the node's and each pod's flows (pure).
 //! - [`nodes`]: which Node objects are believed (pure checks of podCIDR
 //!   and InternalIP before they become routes and tunnel flows).
+//! - [`listen`]: the listeners' connection cap, busy answer and idle timeout.
 //! - [`server`]: the CNI server on `/run/oxvs/cni.sock` (ADD, DEL, CHECK,
 //!   GC, STATUS) and the state it keeps.
 
@@ -12,6 +13,7 @@ pub mod api;
 pub mod flows;
 pub mod hostnet;
 pub mod ipam;
+pub mod listen;
 pub mod metrics;
 pub mod model;
 pub mod nodes;

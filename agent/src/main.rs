@@ -12,7 +12,6 @@
 //!
 //! Exit codes: 0 after SIGTERM/SIGINT, 1 when startup failed, 2 for bad flags.
 
-use std::os::unix::fs::PermissionsExt as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -25,6 +24,7 @@ use oxvs_agent::model::ClusterState;
 use oxvs_agent::server::{self, Agent, AgentConfig};
 use oxvs_agent::{podnet, source};
 use oxvs_api::cni::DEFAULT_CNI_SOCKET;
+use oxvs_api::listen::{Gate, Limits, ListenError};
 use oxvs_api::DEFAULT_SWITCHD_SOCKET;
 
 /// The oxvs node agent.
@@ -97,6 +97,64 @@ struct Args {
     #[arg(long, value_name = "ADDR", default_value = oxvs_agent::metrics::DEFAULT_METRICS_ADDR,
           value_parser = parse_metrics_addr)]
     metrics_addr: MetricsAddr,
+    /// Most CNI connections served at once; one more is answered "busy"
+    /// and the plugin retries.
+    #[arg(long, value_name = "N", default_value_t = 128,
+          value_parser = clap::value_parser!(u32).range(1..=4096))]
+    cni_max_connections: u32,
+    /// Close a CNI connection that sends no request for this long: 500ms, 10s, 1m.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_idle)]
+    cni_idle_timeout: Duration,
+    /// Most API connections (`oxvsctl traceflow`) served at once.
+    #[arg(long, value_name = "N", default_value_t = 16,
+          value_parser = clap::value_parser!(u32).range(1..=4096))]
+    api_max_connections: u32,
+    /// Close an API connection that sends no request for this long.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_idle)]
+    api_idle_timeout: Duration,
+    /// Most /metrics connections served at once; one more is answered 503
+    /// with Retry-After.
+    #[arg(long, value_name = "N", default_value_t = 8,
+          value_parser = clap::value_parser!(u32).range(1..=1024))]
+    metrics_max_connections: u32,
+    /// Close a /metrics connection that sends no complete request for this long.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_idle)]
+    metrics_idle_timeout: Duration,
+    /// Where the host's /proc/sys is (the agent writes net.ipv4 forwarding
+    /// and redirect settings there). In a container without privileges
+    /// /proc/sys is read-only: mount the host's /proc/sys/net at
+    /// DIR/net and pass DIR (the DaemonSet: /host/proc/sys).
+    #[arg(long, value_name = "DIR", default_value = "/proc/sys")]
+    proc_sys: PathBuf,
+}
+
+/// An idle timeout: a duration with a unit, not zero.
+fn parse_idle(s: &str) -> Result<Duration, String> {
+    let d = oxvs_api::listen::parse_duration(s)?;
+    if d.is_zero() {
+        return Err(format!(
+            "'{s}': an idle timeout of 0 would close every connection at once"
+        ));
+    }
+    Ok(d)
+}
+
+fn gate(max: u32, idle: Duration) -> Gate {
+    Gate::new(Limits {
+        max_connections: max as usize,
+        idle_timeout: idle,
+    })
+}
+
+/// Listens on a Unix socket that is mode 0600 from the moment it exists
+/// ([`oxvs_api::listen::bind_private_unix`]: a live server on the path is
+/// refused, a stale socket replaced).
+fn bind_unix(sock: &std::path::Path) -> anyhow::Result<tokio::net::UnixListener> {
+    let l = oxvs_api::listen::bind_private_unix(sock)?;
+    l.set_nonblocking(true)
+        .with_context(|| format!("cannot make {} non-blocking", sock.display()))?;
+    tokio::net::UnixListener::from_std(l)
+        .with_context(|| format!("cannot serve {} on the runtime", sock.display()))
 }
 
 /// `--metrics-addr`: an address, or `none`.
@@ -182,6 +240,7 @@ async fn run(args: Args, pod_mtu: u32) -> anyhow::Result<()> {
         max_policy_flows: args.max_policy_flows,
     };
     tracing::info!(node = %cfg.node_name, pod_cidr = ?cfg.pod_cidr, mtu = cfg.pod_mtu, state = %cfg.state_dir.display(), "starting");
+    oxvs_agent::hostnet::set_proc_sys(args.proc_sys.clone());
     let kube = match (&args.manifests, &args.kubeconfig, args.in_cluster) {
         (None, kubeconfig, in_cluster) if kubeconfig.is_some() || in_cluster => Some(
             source::kube_client(kubeconfig.clone())
@@ -202,23 +261,21 @@ async fn run(args: Args, pod_mtu: u32) -> anyhow::Result<()> {
     let agent = Arc::new(agent);
 
     let sock = &args.cni_socket;
-    if let Some(dir) = sock.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    }
-    if sock.exists() {
-        if std::os::unix::net::UnixStream::connect(sock).is_ok() {
-            anyhow::bail!("another agent is serving {}", sock.display());
+    let listener = bind_unix(sock).map_err(|e| match e.downcast_ref::<ListenError>() {
+        Some(ListenError::AlreadyServing(_)) => {
+            anyhow::anyhow!("another agent is serving {}", sock.display())
         }
-        std::fs::remove_file(sock)
-            .with_context(|| format!("cannot remove the stale socket {}", sock.display()))?;
+        _ => e,
+    })?;
+    let cni_gate = gate(args.cni_max_connections, args.cni_idle_timeout);
+    let mut listeners = vec![("cni", cni_gate.stats())];
+    tracing::info!(socket = %sock.display(), limits = ?cni_gate.limits(), "serving CNI");
+    let server = tokio::spawn(server::serve(agent.clone(), listener, cni_gate));
+    let api_gate = gate(args.api_max_connections, args.api_idle_timeout);
+    let api = serve_api(&agent, &args.api_socket, api_gate.clone());
+    if api.is_some() {
+        listeners.push(("api", api_gate.stats()));
     }
-    let listener = tokio::net::UnixListener::bind(sock)
-        .with_context(|| format!("cannot listen on {}", sock.display()))?;
-    std::fs::set_permissions(sock, std::fs::Permissions::from_mode(0o600))
-        .with_context(|| format!("cannot chmod {}", sock.display()))?;
-    tracing::info!(socket = %sock.display(), "serving CNI");
-    let server = tokio::spawn(server::serve(agent.clone(), listener));
-    let api = serve_api(&agent, &args.api_socket);
     // Auxiliary like the API: a bind failure is logged, not fatal.
     let metrics = match args.metrics_addr.0 {
         None => None,
@@ -226,7 +283,13 @@ async fn run(args: Args, pod_mtu: u32) -> anyhow::Result<()> {
             Ok(l) => {
                 let bound = l.local_addr().unwrap_or(addr);
                 tracing::info!(addr = %bound, "serving metrics at http://{bound}/metrics");
-                Some(tokio::spawn(oxvs_agent::metrics::serve(agent.clone(), l)))
+                let g = gate(args.metrics_max_connections, args.metrics_idle_timeout);
+                Some(tokio::spawn(oxvs_agent::metrics::serve(
+                    agent.clone(),
+                    l,
+                    g,
+                    listeners,
+                )))
             }
             Err(e) => {
                 tracing::error!("no metrics: cannot listen on {addr}: {e}");
@@ -298,29 +361,15 @@ async fn run(args: Args, pod_mtu: u32) -> anyhow::Result<()> {
 /// Serves the API socket (mode 0600; a stale socket is replaced). The API
 /// is auxiliary: when the socket cannot be served (e.g. another agent
 /// serves it) the agent logs why and runs without it.
-fn serve_api(agent: &Arc<Agent>, sock: &std::path::Path) -> Option<tokio::task::JoinHandle<()>> {
-    let bind = || -> anyhow::Result<tokio::net::UnixListener> {
-        if let Some(dir) = sock.parent() {
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("cannot create {}", dir.display()))?;
-        }
-        if sock.exists() {
-            if std::os::unix::net::UnixStream::connect(sock).is_ok() {
-                anyhow::bail!("another agent is serving {}", sock.display());
-            }
-            std::fs::remove_file(sock)
-                .with_context(|| format!("cannot remove the stale socket {}", sock.display()))?;
-        }
-        let l = tokio::net::UnixListener::bind(sock)
-            .with_context(|| format!("cannot listen on {}", sock.display()))?;
-        std::fs::set_permissions(sock, std::fs::Permissions::from_mode(0o600))
-            .with_context(|| format!("cannot chmod {}", sock.display()))?;
-        Ok(l)
-    };
-    match bind() {
+fn serve_api(
+    agent: &Arc<Agent>,
+    sock: &std::path::Path,
+    gate: Gate,
+) -> Option<tokio::task::JoinHandle<()>> {
+    match bind_unix(sock) {
         Ok(l) => {
-            tracing::info!(socket = %sock.display(), "serving the API");
-            Some(tokio::spawn(oxvs_agent::api::serve(agent.clone(), l)))
+            tracing::info!(socket = %sock.display(), limits = ?gate.limits(), "serving the API");
+            Some(tokio::spawn(oxvs_agent::api::serve(agent.clone(), l, gate)))
         }
         Err(e) => {
             tracing::error!("no API socket: {e:#}");

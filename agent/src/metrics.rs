@@ -53,11 +53,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use oxvs_api::listen::ListenStats;
 use oxvs_api::metrics::{self as prom, Exposition};
 use oxvs_api::{Client, DumpFlowsResult, FlowEntry, Request};
 use oxvs_pipeline::names;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
 
 use crate::flows::cookie::{POD_TO_TUNNEL, TUNNEL_UNKNOWN_SOURCE};
 use crate::nodes::{NodeProblem, RefusedNode};
@@ -70,9 +71,6 @@ pub const DEFAULT_METRICS_ADDR: &str = "127.0.0.1:9531";
 
 /// Deadline of the scrape's call to the switch.
 pub const SWITCH_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// Deadline to read a request head.
-const READ_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Upper bounds (seconds) of the CNI latency buckets: 1 ms to 10 s.
 pub const CNI_BUCKETS: [f64; 13] = [
@@ -534,32 +532,50 @@ pub async fn render(agent: &Agent) -> String {
     encode(&cni_snapshot(), &view, flows.as_deref())
 }
 
-/// Serves `/metrics` on `listener` until the task is dropped.
-pub async fn serve(agent: Arc<Agent>, listener: TcpListener) {
+/// The default cap and idle timeout of the agent's `/metrics`: a handful
+/// of scrapers at once, 5 s to send a request head.
+pub const DEFAULT_LIMITS: oxvs_api::listen::Limits = oxvs_api::listen::Limits {
+    max_connections: 8,
+    idle_timeout: Duration::from_secs(5),
+};
+
+/// Serves `/metrics` on `listener` until the task is dropped: at most the
+/// gate's cap at once (one more gets 503 + `Retry-After`), a request head
+/// within its idle timeout (else 408). Also exports the counters of
+/// `listeners` (the CNI and API sockets) and its own, as
+/// `oxvs_listener_*{socket}`.
+pub async fn serve(
+    agent: Arc<Agent>,
+    listener: TcpListener,
+    gate: oxvs_api::listen::Gate,
+    listeners: Vec<(&'static str, Arc<ListenStats>)>,
+) {
     let scrape = Arc::new(tokio::sync::Mutex::new(()));
-    loop {
-        match listener.accept().await {
-            Ok((stream, peer)) => {
-                let agent = agent.clone();
-                let scrape = scrape.clone();
-                tokio::spawn(async move {
-                    if let Err(e) = serve_one(&agent, &scrape, stream).await {
-                        tracing::debug!(%peer, "metrics connection ended badly: {e}");
-                    }
-                });
-            }
-            Err(e) => {
-                tracing::warn!("accept on the metrics listener failed: {e}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    }
+    let mut listeners = listeners;
+    listeners.push(("metrics", gate.stats()));
+    let listeners = Arc::new(listeners);
+    let idle = gate.limits().idle_timeout;
+    crate::listen::serve_gated(
+        listener,
+        gate,
+        "metrics",
+        prom::busy_response(),
+        move |stream| {
+            let agent = agent.clone();
+            let scrape = scrape.clone();
+            let listeners = listeners.clone();
+            async move { serve_one(&agent, &scrape, &listeners, stream, idle).await }
+        },
+    )
+    .await
 }
 
-async fn serve_one(
+async fn serve_one<S: AsyncRead + AsyncWrite + Unpin>(
     agent: &Agent,
     scrape: &tokio::sync::Mutex<()>,
-    mut stream: TcpStream,
+    listeners: &[(&'static str, Arc<ListenStats>)],
+    mut stream: S,
+    idle: Duration,
 ) -> std::io::Result<()> {
     let mut buf = Vec::with_capacity(512);
     let mut chunk = [0u8; 1024];
@@ -581,8 +597,21 @@ async fn serve_one(
             buf.extend_from_slice(&chunk[..n]);
         }
     };
-    let resp = match tokio::time::timeout(READ_TIMEOUT, read_head).await {
-        Err(_) => prom::http_response(408, "text/plain", b"request timeout\n", false),
+    // The whole head within the idle timeout (a client trickling one byte
+    // at a time is idle too); 408 and counted as idle otherwise.
+    let mut idled = None;
+    let resp = match tokio::time::timeout(idle, read_head).await {
+        Ok(Err(e)) if crate::listen::is_idle(&e) => {
+            idled = Some(e);
+            prom::http_response(408, "text/plain", b"request timeout\n", false)
+        }
+        Err(_) => {
+            idled = Some(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                crate::listen::Idle(idle),
+            ));
+            prom::http_response(408, "text/plain", b"request timeout\n", false)
+        }
         Ok(Err(e)) => return Err(e),
         Ok(Ok(None)) => prom::http_response(413, "text/plain", b"request head too long\n", false),
         Ok(Ok(Some(n))) => {
@@ -591,7 +620,13 @@ async fn serve_one(
                 Ok(r) if r.path == "/metrics" && (r.method == "GET" || r.method == "HEAD"));
             let text = if wanted {
                 let _one_at_a_time = scrape.lock().await;
-                render(agent).await
+                let mut text = render(agent).await;
+                let mut e = Exposition::new();
+                let l: Vec<(&str, &ListenStats)> =
+                    listeners.iter().map(|(n, s)| (*n, s.as_ref())).collect();
+                prom::encode_listeners(&mut e, &l);
+                text.push_str(&e.finish());
+                text
             } else {
                 String::new()
             };
@@ -599,7 +634,11 @@ async fn serve_one(
         }
     };
     stream.write_all(&resp).await?;
-    stream.shutdown().await
+    stream.shutdown().await?;
+    match idled {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]

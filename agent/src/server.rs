@@ -70,7 +70,7 @@ use oxvs_api::{
 };
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{UnixListener, UnixStream};
+use tokio::net::UnixListener;
 
 use crate::flows::{self, NodeNet, PodPort, RemoteNode};
 use crate::ipam::Ipam;
@@ -1826,27 +1826,25 @@ fn compare_flows(want: &[String], dump: &DumpFlowsResult, cookie: u64) -> Vec<St
 }
 
 /// Serves the CNI socket until the task is dropped.
-pub async fn serve(agent: Arc<Agent>, listener: UnixListener) {
-    loop {
-        match listener.accept().await {
-            Ok((stream, _)) => {
-                let agent = agent.clone();
-                tokio::spawn(async move {
-                    if let Err(e) = serve_one(&agent, stream).await {
-                        tracing::debug!(error = %e, "CNI connection ended badly");
-                    }
-                });
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "accept on the CNI socket failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    }
+pub async fn serve(agent: Arc<Agent>, listener: UnixListener, gate: oxvs_api::listen::Gate) {
+    let max = gate.limits().max_connections;
+    let mut busy = serde_json::to_vec(&CniResponse::busy(format!(
+        "busy: the oxvs agent serves {max} CNI connections already (--cni-max-connections); retry"
+    )))
+    .unwrap_or_default();
+    busy.push(b'\n');
+    crate::listen::serve_gated(listener, gate, "cni", busy, move |stream| {
+        let agent = agent.clone();
+        async move { serve_one(&agent, stream).await }
+    })
+    .await
 }
 
-async fn serve_one(agent: &Agent, stream: UnixStream) -> std::io::Result<()> {
-    let (r, mut w) = stream.into_split();
+async fn serve_one<S>(agent: &Agent, stream: S) -> std::io::Result<()>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite,
+{
+    let (r, mut w) = tokio::io::split(stream);
     let mut reader = BufReader::new(r).take(MAX_REQUEST as u64 + 1);
     let mut line = Vec::new();
     reader.read_until(b'\n', &mut line).await?;

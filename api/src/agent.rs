@@ -462,6 +462,14 @@ pub enum AgentClientError {
     /// The agent answered with an error.
     #[error("{0}")]
     Refused(String),
+    /// The agent turned every attempt away as busy (its connection cap)
+    /// until the timeout.
+    #[error("oxvs-agent at {} stayed busy ({attempts} attempts): {msg}", .path.display())]
+    Busy {
+        path: PathBuf,
+        attempts: u32,
+        msg: String,
+    },
 }
 
 impl AgentClientError {
@@ -472,12 +480,43 @@ impl AgentClientError {
 }
 
 /// Sends one request to the agent at `path` (a new connection) and decodes
-/// the result. `timeout` bounds each read and write.
+/// the result. `timeout` bounds each read and write, and the time spent
+/// retrying while the agent answers busy ([`crate::listen`]).
 pub fn call_agent<T: serde::de::DeserializeOwned>(
     path: &Path,
     req: &AgentRequest,
     timeout: Duration,
 ) -> Result<T, AgentClientError> {
+    let started = std::time::Instant::now();
+    let mut attempt = 0u32;
+    let resp = loop {
+        let resp = call_agent_once(path, req, timeout)?;
+        if !resp.busy {
+            break resp;
+        }
+        let wait = crate::listen::backoff(attempt);
+        attempt += 1;
+        if started.elapsed() + wait >= timeout {
+            return Err(AgentClientError::Busy {
+                path: path.to_path_buf(),
+                attempts: attempt,
+                msg: resp.error.unwrap_or_default(),
+            });
+        }
+        std::thread::sleep(wait);
+    };
+    let v = resp.into_result().map_err(AgentClientError::Refused)?;
+    serde_json::from_value(v).map_err(|e| AgentClientError::BadResponse {
+        path: path.to_path_buf(),
+        msg: format!("unexpected result for '{}': {e}", req.op()),
+    })
+}
+
+fn call_agent_once(
+    path: &Path,
+    req: &AgentRequest,
+    timeout: Duration,
+) -> Result<Response, AgentClientError> {
     let io = |source| AgentClientError::Io {
         path: path.to_path_buf(),
         source,
@@ -490,7 +529,14 @@ pub fn call_agent<T: serde::de::DeserializeOwned>(
     stream.set_write_timeout(Some(timeout)).map_err(io)?;
     let mut line = req.to_line();
     line.push('\n');
-    stream.write_all(line.as_bytes()).map_err(io)?;
+    // An agent that turned the connection away (busy) may have closed it
+    // already: its answer is still there to read.
+    let written = stream.write_all(line.as_bytes());
+    if let Err(e) = &written {
+        if !matches!(e.kind(), ErrorKind::BrokenPipe | ErrorKind::ConnectionReset) {
+            return Err(io(written.unwrap_err()));
+        }
+    }
     let mut reader = BufReader::new(stream.take(MAX_AGENT_LINE as u64 + 1));
     let mut buf = String::new();
     match reader.read_line(&mut buf) {
@@ -514,11 +560,10 @@ pub fn call_agent<T: serde::de::DeserializeOwned>(
             path: path.to_path_buf(),
             msg: format!("not a protocol response: {e}"),
         })?;
-    let v = resp.into_result().map_err(AgentClientError::Refused)?;
-    serde_json::from_value(v).map_err(|e| AgentClientError::BadResponse {
-        path: path.to_path_buf(),
-        msg: format!("unexpected result for '{}': {e}", req.op()),
-    })
+    match written {
+        Err(e) if !resp.busy => Err(io(e)),
+        _ => Ok(resp),
+    }
 }
 
 #[cfg(test)]

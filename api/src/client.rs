@@ -7,6 +7,13 @@
 //! Errors say which socket and why, and tell "the switch refused"
 //! ([`ClientError::Refused`]) from "cannot talk to the switch" (every other
 //! variant).
+//!
+//! Busy: a switch serving as many control connections as its cap allows
+//! answers a new one `"busy": true` and closes it ([`crate::listen`]). The
+//! client then reconnects after [`listen::backoff`] and sends the request
+//! again, until the call's deadline; only then is it
+//! [`ClientError::Busy`]. Nothing was done on a connection turned away
+//! busy, so the retry cannot apply a request twice.
 
 use std::io::{ErrorKind, Read, Write};
 use std::os::unix::net::UnixStream;
@@ -16,6 +23,7 @@ use std::time::{Duration, Instant};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use crate::listen;
 use crate::protocol::{Request, Response, MAX_LINE, MAX_PACKET_IN_WAIT_MS};
 
 /// Deadline of a call unless set otherwise.
@@ -48,6 +56,14 @@ pub enum ClientError {
     /// The switch answered with an error: the request was refused.
     #[error("{0}")]
     Refused(String),
+    /// The switch turned every attempt away as busy until the deadline.
+    #[error("oxvs-switchd at {} stayed busy for {after:?} ({attempts} attempts): {msg}", .path.display())]
+    Busy {
+        path: PathBuf,
+        after: Duration,
+        attempts: u32,
+        msg: String,
+    },
 }
 
 impl ClientError {
@@ -110,8 +126,43 @@ impl Client {
         if let Request::PacketIn { wait_ms, .. } = req {
             timeout += Duration::from_millis((*wait_ms).min(MAX_PACKET_IN_WAIT_MS));
         }
-        let resp = self.exchange(&req.to_line(), timeout)?;
+        let resp = self.exchange_retrying_busy(&req.to_line(), timeout)?;
         resp.into_result().map_err(ClientError::Refused)
+    }
+
+    /// [`Client::exchange`]; a busy answer is retried on a new connection
+    /// after a backoff, as long as the deadline allows.
+    fn exchange_retrying_busy(
+        &mut self,
+        line: &str,
+        timeout: Duration,
+    ) -> Result<Response, ClientError> {
+        let started = Instant::now();
+        let mut attempt = 0u32;
+        loop {
+            let left = timeout.saturating_sub(started.elapsed());
+            let resp = self.exchange(line, left.max(Duration::from_millis(1)))?;
+            if !resp.busy {
+                return Ok(resp);
+            }
+            let wait = listen::backoff(attempt);
+            attempt += 1;
+            if started.elapsed() + wait >= timeout {
+                return Err(ClientError::Busy {
+                    path: self.path.clone(),
+                    after: started.elapsed(),
+                    attempts: attempt,
+                    msg: resp.error.unwrap_or_default(),
+                });
+            }
+            std::thread::sleep(wait);
+            self.stream =
+                UnixStream::connect(&self.path).map_err(|source| ClientError::Connect {
+                    path: self.path.clone(),
+                    source,
+                })?;
+            self.pending.clear();
+        }
     }
 
     /// [`Client::call`], decoding the result as `T`.
@@ -148,16 +199,39 @@ impl Client {
         let mut msg = Vec::with_capacity(line.len() + 1);
         msg.extend_from_slice(line.as_bytes());
         msg.push(b'\n');
+        // A server that turned the connection away (busy) may have closed
+        // it before the request went out: the write then fails, but its
+        // answer is waiting to be read.
+        let mut write_failed = None;
         if let Err(e) = self
             .stream
             .write_all(&msg)
             .and_then(|()| self.stream.flush())
         {
-            return Err(match e.kind() {
-                ErrorKind::WouldBlock | ErrorKind::TimedOut => timed_out(&self.path),
-                _ => self.io_err(e),
-            });
+            match e.kind() {
+                ErrorKind::WouldBlock | ErrorKind::TimedOut => return Err(timed_out(&self.path)),
+                ErrorKind::BrokenPipe | ErrorKind::ConnectionReset => write_failed = Some(e),
+                _ => return Err(self.io_err(e)),
+            }
         }
+        if let Some(e) = write_failed {
+            return match self.read_response(deadline, timeout) {
+                Ok(r) if r.busy => Ok(r),
+                _ => Err(self.io_err(e)),
+            };
+        }
+        self.read_response(deadline, timeout)
+    }
+
+    fn read_response(
+        &mut self,
+        deadline: Instant,
+        timeout: Duration,
+    ) -> Result<Response, ClientError> {
+        let timed_out = |path: &Path| ClientError::Timeout {
+            path: path.to_path_buf(),
+            after: timeout,
+        };
         let mut buf = std::mem::take(&mut self.pending);
         let mut chunk = vec![0u8; 64 * 1024];
         let line_end = loop {

@@ -169,6 +169,12 @@ pub struct CniResponse {
     pub result: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<CniError>,
+    /// The agent serves as many connections as its cap allows and did not
+    /// read the request: retry after a short wait. Always with an error of
+    /// code 11 (try again later), so a plugin that does not know this
+    /// field still reports the right thing.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub busy: bool,
 }
 
 impl CniResponse {
@@ -178,6 +184,7 @@ impl CniResponse {
             ok: true,
             result,
             error: None,
+            busy: false,
         }
     }
 
@@ -187,6 +194,15 @@ impl CniResponse {
             ok: false,
             result: None,
             error: Some(error),
+            busy: false,
+        }
+    }
+
+    /// "Busy, retry" (see [`CniResponse::busy`]).
+    pub fn busy(msg: impl Into<String>) -> CniResponse {
+        CniResponse {
+            busy: true,
+            ..CniResponse::failure(CniError::new(code::TRY_AGAIN_LATER, msg))
         }
     }
 }

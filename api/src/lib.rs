@@ -12,6 +12,8 @@
 //!   with, never a dropped connection.
 //! - [`client`]: a blocking [`Client`] with a deadline per call, used by
 //!   `oxvsctl` and the tests.
+//! - [`listen`]: how the daemons listen: socket files private from the
+//!   first instant, connection caps answered "busy, retry", idle timeouts.
 //!
 //! A session on the socket is any number of request lines, each answered by
 //! exactly one response line, in order.
@@ -19,6 +21,7 @@
 pub mod agent;
 pub mod client;
 pub mod cni;
+pub mod listen;
 pub mod metrics;
 pub mod protocol;
 

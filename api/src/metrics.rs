@@ -682,6 +682,9 @@ pub fn http_response(status: u16, content_type: &str, body: &[u8], head_only: bo
     if status == 405 {
         out.push_str("Allow: GET, HEAD\r\n");
     }
+    if status == 503 {
+        out.push_str("Retry-After: 1\r\n");
+    }
     out.push_str("\r\n");
     let mut out = out.into_bytes();
     if !head_only {
@@ -709,6 +712,61 @@ pub fn respond(head: &[u8], render: impl FnOnce() -> String) -> Vec<u8> {
             r.method == "HEAD",
         ),
         Ok(r) => http_response(200, CONTENT_TYPE, render().as_bytes(), r.method == "HEAD"),
+    }
+}
+
+/// The answer of a `/metrics` endpoint at its connection cap: 503 with
+/// `Retry-After: 1` ("busy, retry"; [`crate::listen`]).
+pub fn busy_response() -> Vec<u8> {
+    http_response(
+        503,
+        "text/plain; charset=utf-8",
+        b"busy: too many connections to the metrics endpoint; retry\n",
+        false,
+    )
+}
+
+/// Exports the counters of a daemon's listeners, labelled `socket`:
+/// `oxvs_listener_connections` (gauge), `oxvs_listener_accepted_total`,
+/// `oxvs_listener_busy_total`, `oxvs_listener_idle_closed_total`.
+pub fn encode_listeners(e: &mut Exposition, listeners: &[(&str, &crate::listen::ListenStats)]) {
+    use std::sync::atomic::Ordering::Relaxed;
+    type Pick = fn(&crate::listen::ListenStats) -> u64;
+    let families: [(&str, &str, bool, Pick); 4] = [
+        (
+            "oxvs_listener_connections",
+            "Connections being served, by socket.",
+            false,
+            |s| s.active.load(Relaxed),
+        ),
+        (
+            "oxvs_listener_accepted_total",
+            "Connections admitted, by socket.",
+            true,
+            |s| s.accepted_total.load(Relaxed),
+        ),
+        (
+            "oxvs_listener_busy_total",
+            "Connections turned away busy (the socket's connection cap was reached), by socket.",
+            true,
+            |s| s.busy_total.load(Relaxed),
+        ),
+        (
+            "oxvs_listener_idle_closed_total",
+            "Connections closed after sitting idle past the socket's idle timeout, by socket.",
+            true,
+            |s| s.idle_closed_total.load(Relaxed),
+        ),
+    ];
+    for (name, help, counter, pick) in families {
+        let mut f = if counter {
+            e.counter(name, help)
+        } else {
+            e.gauge(name, help)
+        };
+        for (socket, stats) in listeners {
+            f.int(&[("socket", socket)], pick(stats));
+        }
     }
 }
 

@@ -261,6 +261,12 @@ pub struct Response {
     pub result: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The server turned the connection away because it serves as many as
+    /// its cap allows ([`crate::listen`]): nothing was done, retry after a
+    /// short wait ([`crate::listen::backoff`]). Sent on its own, before any
+    /// request is read, and the connection is closed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub busy: bool,
 }
 
 impl Response {
@@ -272,6 +278,7 @@ impl Response {
                 ok: true,
                 result: Some(v),
                 error: None,
+                busy: false,
             },
             Err(e) => Response::error(format!("cannot encode the result: {e}")),
         }
@@ -284,6 +291,15 @@ impl Response {
             ok: false,
             result: None,
             error: Some(msg.into()),
+            busy: false,
+        }
+    }
+
+    /// "Busy, retry": the connection cap is reached (see [`Response::busy`]).
+    pub fn busy(msg: impl Into<String>) -> Response {
+        Response {
+            busy: true,
+            ..Response::error(msg)
         }
     }
 

@@ -2,8 +2,9 @@
 //!
 //! ## What it does
 //!
-//! [`ControlServer::start`] listens on a Unix socket (mode 0600, parent
-//! directory created) and answers the newline-delimited JSON protocol of
+//! [`ControlServer::start`] listens on a Unix socket (mode 0600 from the
+//! instant it exists, parent directory created: [`oxvs_api::listen`]) and
+//! answers the newline-delimited JSON protocol of
 //! [`oxvs_api::protocol`] against one [`Switch`]. Flow operations go straight
 //! to the switch's [`Pipeline`](oxvs_pipeline::tables::Pipeline): text is
 //! parsed with [`oxvs_pipeline::parse`] and applied as one atomic bundle
@@ -34,9 +35,14 @@
 //!
 //! ## Concurrency
 //!
-//! One accept thread; one thread per connection (at most
-//! [`MAX_CONNECTIONS`]; beyond that a connection gets an error response and
-//! is closed). Handlers only take `&Switch`; flow writers are serialised
+//! One accept thread; one thread per connection, at most
+//! [`Limits::max_connections`] at once (default [`DEFAULT_MAX_CONNECTIONS`],
+//! `--control-max-connections`): one more gets a `"busy": true` response
+//! line and is closed, and clients ([`oxvs_api::Client`]) retry with a
+//! backoff. A connection that sends nothing for [`Limits::idle_timeout`]
+//! while a request is awaited (default [`DEFAULT_IDLE_TIMEOUT`],
+//! `--control-idle-timeout`) is closed; so is one that does not read its
+//! responses for that long. Handlers only take `&Switch`; flow writers are serialised
 //! inside the pipeline. `stop` sets a flag, wakes the accept thread by
 //! connecting to the socket, shuts down every open connection and joins the
 //! accept thread. Lock order: the connection registry lock is never held
@@ -46,7 +52,7 @@ mod compose;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
-use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -54,6 +60,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use oxvs_api::listen::{self, Gate, Limits, ListenError, ListenStats};
 use oxvs_api::protocol::{
     self, ConntrackEntry, DumpConntrackResult, DumpFlowsResult, DumpPortsResult, FlowEntry,
     FlowModResult, FlushConntrackResult, PacketInEntry, PacketInResult, Request, Response,
@@ -71,8 +78,21 @@ use oxvs_pipeline::Field;
 
 use crate::engine::Switch;
 
-/// Most connections served at once.
-pub const MAX_CONNECTIONS: usize = 64;
+/// Most connections served at once, unless configured otherwise.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 64;
+
+/// How long a connection may sit idle, unless configured otherwise.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The default [`Limits`] of the control socket.
+pub const DEFAULT_LIMITS: Limits = Limits {
+    max_connections: DEFAULT_MAX_CONNECTIONS,
+    idle_timeout: DEFAULT_IDLE_TIMEOUT,
+};
+
+/// How long the accept thread waits to hand a turned-away client its
+/// "busy" line.
+const BUSY_WRITE_TIMEOUT: Duration = Duration::from_millis(200);
 
 /// Most packet-ins one `packet-in` request takes.
 const MAX_PACKET_INS: usize = 10_000;
@@ -90,26 +110,23 @@ pub enum ControlError {
     AlreadyServing(PathBuf),
     #[error("{} exists and is not a socket; refusing to replace it", .0.display())]
     NotASocket(PathBuf),
-    #[error("cannot create the socket directory {}: {source}", .dir.display())]
-    CreateDir {
-        dir: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("cannot remove the stale socket {}: {source}", .path.display())]
-    RemoveStale {
+    #[error(transparent)]
+    Listen(ListenError),
+    #[error("cannot start the control thread for {}: {source}", .path.display())]
+    Thread {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("cannot listen on {}: {source}", .path.display())]
-    Bind {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("cannot make {} mode 0600: {source}", .path.display())]
-    Chmod {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+}
+
+impl From<ListenError> for ControlError {
+    fn from(e: ListenError) -> ControlError {
+        match e {
+            ListenError::AlreadyServing(p) => ControlError::AlreadyServing(p),
+            ListenError::NotASocket(p) => ControlError::NotASocket(p),
+            e => ControlError::Listen(e),
+        }
+    }
 }
 
 /// Open connections, so `stop` can close them.
@@ -123,47 +140,47 @@ pub struct ControlServer {
     ident: (u64, u64),
     stop: Arc<AtomicBool>,
     conns: Registry,
+    stats: Arc<ListenStats>,
     accept: Option<JoinHandle<()>>,
 }
 
 impl ControlServer {
-    /// Binds `path` and serves `switch` on it from background threads.
+    /// Binds `path` and serves `switch` on it from background threads,
+    /// with the [`DEFAULT_LIMITS`].
     pub fn start(
         path: impl Into<PathBuf>,
         switch: Arc<Switch>,
     ) -> Result<ControlServer, ControlError> {
+        ControlServer::start_with(path, switch, DEFAULT_LIMITS)
+    }
+
+    /// [`ControlServer::start`] with a connection cap and idle timeout.
+    pub fn start_with(
+        path: impl Into<PathBuf>,
+        switch: Arc<Switch>,
+        limits: Limits,
+    ) -> Result<ControlServer, ControlError> {
         let path = path.into();
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|source| ControlError::CreateDir {
-                dir: dir.to_path_buf(),
-                source,
-            })?;
-        }
-        claim(&path)?;
-        let listener = UnixListener::bind(&path).map_err(|source| ControlError::Bind {
-            path: path.clone(),
-            source,
-        })?;
-        let meta = std::fs::metadata(&path).map_err(|source| ControlError::Bind {
-            path: path.clone(),
-            source,
-        })?;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).map_err(
-            |source| ControlError::Chmod {
+        let listener = listen::bind_private_unix(&path)?;
+        let meta = std::fs::metadata(&path).map_err(|source| {
+            ControlError::Listen(ListenError::Socket {
                 path: path.clone(),
+                step: "stat",
                 source,
-            },
-        )?;
+            })
+        })?;
         let stop = Arc::new(AtomicBool::new(false));
         let conns: Registry = Arc::default();
+        let gate = Gate::new(limits);
+        let stats = gate.stats();
         let accept = {
             let stop = stop.clone();
             let conns = conns.clone();
             let sock = path.clone();
             std::thread::Builder::new()
                 .name("oxvs-control".into())
-                .spawn(move || accept_loop(listener, switch, stop, conns, &sock))
-                .map_err(|source| ControlError::Bind {
+                .spawn(move || accept_loop(listener, switch, stop, conns, gate, &sock))
+                .map_err(|source| ControlError::Thread {
                     path: path.clone(),
                     source,
                 })?
@@ -174,6 +191,7 @@ impl ControlServer {
             ident: (meta.dev(), meta.ino()),
             stop,
             conns,
+            stats,
             accept: Some(accept),
         })
     }
@@ -181,6 +199,11 @@ impl ControlServer {
     /// The socket path.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Connections served, turned away busy and closed idle (for `/metrics`).
+    pub fn stats(&self) -> Arc<ListenStats> {
+        self.stats.clone()
     }
 
     /// Stops accepting, closes open connections and removes the socket file
@@ -218,41 +241,15 @@ impl Drop for ControlServer {
     }
 }
 
-/// Makes `path` free to bind: refuses a live switchd or a non-socket,
-/// removes a stale socket.
-fn claim(path: &Path) -> Result<(), ControlError> {
-    let meta = match std::fs::symlink_metadata(path) {
-        Ok(m) => m,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
-        Err(source) => {
-            return Err(ControlError::Bind {
-                path: path.into(),
-                source,
-            })
-        }
-    };
-    if !meta.file_type().is_socket() {
-        return Err(ControlError::NotASocket(path.into()));
-    }
-    match UnixStream::connect(path) {
-        Ok(_) => Err(ControlError::AlreadyServing(path.into())),
-        Err(e) => {
-            tracing::info!(socket = %path.display(), error = %e, "removing a stale control socket");
-            std::fs::remove_file(path).map_err(|source| ControlError::RemoveStale {
-                path: path.into(),
-                source,
-            })
-        }
-    }
-}
-
 fn accept_loop(
     listener: UnixListener,
     switch: Arc<Switch>,
     stop: Arc<AtomicBool>,
     conns: Registry,
+    gate: Gate,
     path: &Path,
 ) {
+    let idle = gate.limits().idle_timeout;
     let next_id = AtomicU64::new(0);
     for conn in listener.incoming() {
         if stop.load(Ordering::SeqCst) {
@@ -267,32 +264,53 @@ fn accept_loop(
                 continue;
             }
         };
-        let id = next_id.fetch_add(1, Ordering::Relaxed);
-        let registered = {
-            let mut map = conns.lock().unwrap_or_else(|e| e.into_inner());
-            if map.len() >= MAX_CONNECTIONS {
-                false
-            } else {
-                match stream.try_clone() {
-                    Ok(clone) => {
-                        map.insert(id, clone);
-                        true
-                    }
-                    Err(_) => false,
-                }
-            }
+        let Some(permit) = gate.try_enter() else {
+            let max = gate.limits().max_connections;
+            tracing::debug!(max, "control socket busy: a connection turned away");
+            let msg = format!(
+                "busy: oxvs-switchd serves {max} control connections already (--control-max-connections); retry"
+            );
+            // Never block the accept thread on a client that does not read.
+            let _ = stream.set_write_timeout(Some(BUSY_WRITE_TIMEOUT));
+            let _ = writeln!(stream, "{}", Response::busy(msg).to_line());
+            continue;
         };
+        let id = next_id.fetch_add(1, Ordering::Relaxed);
+        // Idle: a read (waiting for a request) or a write (the peer not
+        // reading its responses) that makes no progress for this long
+        // fails, and the connection ends.
+        let timeouts = stream
+            .set_read_timeout(Some(idle))
+            .and_then(|()| stream.set_write_timeout(Some(idle)));
+        let registered = timeouts.is_ok()
+            && match stream.try_clone() {
+                Ok(clone) => {
+                    conns
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(id, clone);
+                    true
+                }
+                Err(_) => false,
+            };
         if !registered {
-            let msg = format!("too many control connections (at most {MAX_CONNECTIONS})");
-            let _ = writeln!(stream, "{}", Response::error(msg).to_line());
+            let _ = writeln!(
+                stream,
+                "{}",
+                Response::error("cannot set up the connection (see the switchd log)").to_line()
+            );
             continue;
         }
         let switch = switch.clone();
         let conns2 = conns.clone();
+        let stats = gate.stats();
         let spawned = std::thread::Builder::new()
             .name(format!("oxvs-control-{id}"))
             .spawn(move || {
-                serve_connection(stream, &switch);
+                let _permit = permit;
+                if let End::Idle = serve_connection(stream, &switch) {
+                    stats.idle_closed();
+                }
                 conns2.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
             });
         if let Err(e) = spawned {
@@ -302,10 +320,23 @@ fn accept_loop(
     }
 }
 
-/// Answers request lines until the peer closes (or sends an oversized line).
-fn serve_connection(stream: UnixStream, switch: &Switch) {
+/// How a connection ended.
+enum End {
+    /// The peer closed, broke the connection or sent an oversized line.
+    Done,
+    /// Nothing moved for the idle timeout.
+    Idle,
+}
+
+fn is_timeout(e: &std::io::Error) -> bool {
+    matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)
+}
+
+/// Answers request lines until the peer closes (or sends an oversized
+/// line, or sits idle past the socket's read/write timeouts).
+fn serve_connection(stream: UnixStream, switch: &Switch) -> End {
     let Ok(mut writer) = stream.try_clone() else {
-        return;
+        return End::Done;
     };
     let mut reader = BufReader::new(stream);
     let mut buf = Vec::new();
@@ -313,18 +344,22 @@ fn serve_connection(stream: UnixStream, switch: &Switch) {
         buf.clear();
         let limit = MAX_LINE as u64 + 1;
         match reader.by_ref().take(limit).read_until(b'\n', &mut buf) {
-            Ok(0) => return,
+            Ok(0) => return End::Done,
             Ok(_) => {}
+            Err(e) if is_timeout(&e) => {
+                tracing::debug!("control connection idle: closed");
+                return End::Idle;
+            }
             Err(e) => {
                 tracing::debug!(error = %e, "control connection read failed");
-                return;
+                return End::Done;
             }
         }
         let complete = buf.last() == Some(&b'\n');
         if !complete && buf.len() > MAX_LINE {
             let r = Response::error(protocol::ProtocolError::TooLong(MAX_LINE).to_string());
             let _ = writeln!(writer, "{}", r.to_line());
-            return;
+            return End::Done;
         }
         if complete {
             buf.pop();
@@ -335,12 +370,12 @@ fn serve_connection(stream: UnixStream, switch: &Switch) {
         };
         let mut out = response.to_line();
         out.push('\n');
-        if writer.write_all(out.as_bytes()).is_err() {
-            return;
+        if let Err(e) = writer.write_all(out.as_bytes()) {
+            return if is_timeout(&e) { End::Idle } else { End::Done };
         }
         if !complete {
             // The peer closed without a final newline: that was the last line.
-            return;
+            return End::Done;
         }
     }
 }

@@ -33,6 +33,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use clap::{Parser, ValueEnum};
 use nix::sys::signal::{SigSet, Signal};
+use oxvs_api::listen::Limits;
 use oxvs_api::{PortKind, PortSpec, XdpModeRequest, DEFAULT_SWITCHD_SOCKET};
 use oxvs_pipeline::conntrack::CtConfig;
 use oxvs_pipeline::tables::Pipeline;
@@ -99,6 +100,34 @@ struct Args {
     #[arg(long, value_name = "ADDR", default_value = oxvs_switch::metrics::DEFAULT_METRICS_ADDR,
           value_parser = parse_metrics_addr)]
     metrics_addr: MetricsAddr,
+    /// Most control socket connections served at once; one more is
+    /// answered "busy" and its client retries.
+    #[arg(long, value_name = "N", default_value_t = 64,
+          value_parser = clap::value_parser!(u32).range(1..=4096))]
+    control_max_connections: u32,
+    /// Close a control connection that sends no request (or reads no
+    /// response) for this long: 500ms, 30s, 2m.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_idle)]
+    control_idle_timeout: std::time::Duration,
+    /// Most /metrics connections served at once; one more is answered 503
+    /// with Retry-After.
+    #[arg(long, value_name = "N", default_value_t = 8,
+          value_parser = clap::value_parser!(u32).range(1..=1024))]
+    metrics_max_connections: u32,
+    /// Close a /metrics connection that sends no complete request for this long.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_idle)]
+    metrics_idle_timeout: std::time::Duration,
+}
+
+/// An idle timeout: a duration with a unit, not zero.
+fn parse_idle(s: &str) -> Result<std::time::Duration, String> {
+    let d = oxvs_api::listen::parse_duration(s)?;
+    if d.is_zero() {
+        return Err(format!(
+            "'{s}': an idle timeout of 0 would close every connection at once"
+        ));
+    }
+    Ok(d)
 }
 
 /// `--metrics-addr`: an address, or `none`.
@@ -227,23 +256,37 @@ fn run(args: Args) -> anyhow::Result<()> {
             }
         },
     };
-    let mut server = match ControlServer::start(args.socket.clone(), switch.clone()) {
-        Ok(s) => s,
-        Err(e) => {
-            switch.shutdown();
-            if let Some(g) = gateway {
-                if let Err(ge) = g.delete() {
-                    tracing::error!("{ge:#}");
-                }
-            }
-            return Err(e.into());
-        }
+    let control_limits = Limits {
+        max_connections: args.control_max_connections as usize,
+        idle_timeout: args.control_idle_timeout,
     };
+    let mut server =
+        match ControlServer::start_with(args.socket.clone(), switch.clone(), control_limits) {
+            Ok(s) => s,
+            Err(e) => {
+                switch.shutdown();
+                if let Some(g) = gateway {
+                    if let Err(ge) = g.delete() {
+                        tracing::error!("{ge:#}");
+                    }
+                }
+                return Err(e.into());
+            }
+        };
     // Auxiliary: without it the switch still forwards, so a bind failure is logged, not fatal.
     let metrics = args.metrics_addr.0.and_then(|addr| {
-        oxvs_switch::metrics::MetricsServer::start(addr, switch.clone())
-            .map_err(|e| tracing::error!("no metrics: {e}"))
-            .ok()
+        let limits = Limits {
+            max_connections: args.metrics_max_connections as usize,
+            idle_timeout: args.metrics_idle_timeout,
+        };
+        oxvs_switch::metrics::MetricsServer::start_with(
+            addr,
+            switch.clone(),
+            limits,
+            vec![("control", server.stats())],
+        )
+        .map_err(|e| tracing::error!("no metrics: {e}"))
+        .ok()
     });
     tracing::info!("ready: empty pipeline, nothing is forwarded until flows are loaded");
 

@@ -31,15 +31,23 @@
 //! ## The server
 //!
 //! [`MetricsServer`] is a minimal HTTP/1.1 server on a std `TcpListener`
-//! and one thread (switchd is not async): one request per connection,
-//! answered and closed, `GET`/`HEAD /metrics` only. Connections are served
-//! one at a time with 2 s read and write timeouts, so a slow or idle client
-//! delays the next scrape by at most that and never touches the datapath.
-//! A scrape takes the conntrack lock once (O(1)) and the port registry
+//! (switchd is not async): one request per connection, answered and
+//! closed, `GET`/`HEAD /metrics` only. An accept thread admits at most
+//! [`Limits::max_connections`] connections at once (default
+//! [`DEFAULT_LIMITS`]; `--metrics-max-connections`), each served on a
+//! short-lived thread of its own with read and write timeouts of
+//! [`Limits::idle_timeout`] (`--metrics-idle-timeout`), so a slow or idle
+//! client holds one place for at most that and delays no other scrape.
+//! One more connection is answered `503 Service Unavailable` with
+//! `Retry-After: 1` ("busy, retry") and closed. Scrapes never touch the
+//! datapath: one takes the conntrack lock once (O(1)) and the port registry
 //! lock briefly, and reads the flow tables from a lock-free snapshot.
+//! `oxvs_listener_*{socket="control"|"metrics"}` count what the listeners
+//! did ([`oxvs_api::metrics::encode_listeners`]).
 //!
 //! [`MetricsServer::stop`] (or drop) sets a flag, wakes the accept call by
-//! connecting to the listener, and joins the thread.
+//! connecting to the listener, and joins the accept thread (a connection
+//! thread ends by itself within the idle timeout).
 
 use std::collections::BTreeMap;
 use std::io::{ErrorKind, Read, Write};
@@ -49,6 +57,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use oxvs_api::listen::{Gate, Limits, ListenStats};
 use oxvs_api::metrics::{self as prom, Exposition};
 use oxvs_api::PortInfo;
 use oxvs_pipeline::conntrack::CtStats;
@@ -61,8 +70,15 @@ use crate::engine::{Switch, SwitchStats};
 /// Default listen address of `--metrics-addr`.
 pub const DEFAULT_METRICS_ADDR: &str = "127.0.0.1:9530";
 
-/// Read and write timeout of one scrape connection.
-const IO_TIMEOUT: Duration = Duration::from_secs(2);
+/// The default cap and idle timeout of the metrics endpoint: a handful of
+/// scrapers at once, 5 s to send a request head.
+pub const DEFAULT_LIMITS: Limits = Limits {
+    max_connections: 8,
+    idle_timeout: Duration::from_secs(5),
+};
+
+/// How long the accept thread spends on a connection turned away busy.
+const BUSY_IO_TIMEOUT: Duration = Duration::from_millis(100);
 
 /// Counters of one flow table.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -525,8 +541,21 @@ pub struct MetricsServer {
 
 impl MetricsServer {
     /// Listens on `addr` (port 0: any free port, see
-    /// [`MetricsServer::local_addr`]) and serves `switch`'s metrics.
+    /// [`MetricsServer::local_addr`]) and serves `switch`'s metrics, with
+    /// the [`DEFAULT_LIMITS`] and no other listener's counters.
     pub fn start(addr: SocketAddr, switch: Arc<Switch>) -> Result<MetricsServer, MetricsError> {
+        MetricsServer::start_with(addr, switch, DEFAULT_LIMITS, Vec::new())
+    }
+
+    /// [`MetricsServer::start`] with a connection cap and idle timeout,
+    /// also exporting the counters of `listeners` (name, counters), e.g.
+    /// the control socket's.
+    pub fn start_with(
+        addr: SocketAddr,
+        switch: Arc<Switch>,
+        limits: Limits,
+        listeners: Vec<(&'static str, Arc<ListenStats>)>,
+    ) -> Result<MetricsServer, MetricsError> {
         let listener =
             TcpListener::bind(addr).map_err(|source| MetricsError::Bind { addr, source })?;
         let bound = listener
@@ -534,9 +563,17 @@ impl MetricsServer {
             .map_err(|source| MetricsError::Bind { addr, source })?;
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
+        let gate = Gate::new(limits);
+        let mut listeners = listeners;
+        listeners.push(("metrics", gate.stats()));
+        let shared = Arc::new(Shared {
+            switch,
+            gate,
+            listeners,
+        });
         let join = std::thread::Builder::new()
             .name("metrics".into())
-            .spawn(move || accept_loop(listener, &switch, &flag))
+            .spawn(move || accept_loop(listener, shared, &flag))
             .map_err(MetricsError::Thread)?;
         tracing::info!(addr = %bound, "serving metrics at http://{bound}/metrics");
         Ok(MetricsServer {
@@ -582,7 +619,29 @@ impl Drop for MetricsServer {
     }
 }
 
-fn accept_loop(listener: TcpListener, switch: &Switch, stop: &AtomicBool) {
+/// What the connection threads share.
+struct Shared {
+    switch: Arc<Switch>,
+    gate: Gate,
+    listeners: Vec<(&'static str, Arc<ListenStats>)>,
+}
+
+impl Shared {
+    fn render(&self) -> String {
+        let mut out = render(&self.switch);
+        let mut e = Exposition::new();
+        let l: Vec<(&str, &ListenStats)> = self
+            .listeners
+            .iter()
+            .map(|(n, s)| (*n, s.as_ref()))
+            .collect();
+        prom::encode_listeners(&mut e, &l);
+        out.push_str(&e.finish());
+        out
+    }
+}
+
+fn accept_loop(listener: TcpListener, shared: Arc<Shared>, stop: &AtomicBool) {
     loop {
         let accepted = listener.accept();
         if stop.load(Ordering::Acquire) {
@@ -590,8 +649,25 @@ fn accept_loop(listener: TcpListener, switch: &Switch, stop: &AtomicBool) {
         }
         match accepted {
             Ok((stream, peer)) => {
-                if let Err(e) = serve_one(stream, switch) {
-                    tracing::debug!(%peer, "metrics connection ended badly: {e}");
+                let Some(permit) = shared.gate.try_enter() else {
+                    tracing::debug!(%peer, "metrics endpoint busy: a connection turned away");
+                    turn_away(stream);
+                    continue;
+                };
+                let shared2 = shared.clone();
+                let spawned = std::thread::Builder::new()
+                    .name("metrics-conn".into())
+                    .spawn(move || {
+                        let _permit = permit;
+                        let idle = shared2.gate.limits().idle_timeout;
+                        match serve_one(stream, &shared2, idle) {
+                            Ok(true) => shared2.gate.stats().idle_closed(),
+                            Ok(false) => {}
+                            Err(e) => tracing::debug!(%peer, "metrics connection ended badly: {e}"),
+                        }
+                    });
+                if let Err(e) = spawned {
+                    tracing::warn!("cannot start a metrics connection thread: {e}");
                 }
             }
             Err(e) => {
@@ -602,9 +678,24 @@ fn accept_loop(listener: TcpListener, switch: &Switch, stop: &AtomicBool) {
     }
 }
 
-fn serve_one(mut stream: TcpStream, switch: &Switch) -> std::io::Result<()> {
-    stream.set_read_timeout(Some(IO_TIMEOUT))?;
-    stream.set_write_timeout(Some(IO_TIMEOUT))?;
+/// Answers 503 + `Retry-After` on a connection over the cap. The request
+/// (usually sent right after connect) is read first, briefly: closing a
+/// TCP socket with unread data resets it, and the client would lose the
+/// answer.
+fn turn_away(mut stream: TcpStream) {
+    let _ = stream.set_read_timeout(Some(BUSY_IO_TIMEOUT));
+    let _ = stream.set_write_timeout(Some(BUSY_IO_TIMEOUT));
+    let mut buf = [0u8; 2048];
+    let _ = stream.read(&mut buf);
+    let _ = stream.write_all(&prom::busy_response());
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    let _ = stream.read(&mut buf);
+}
+
+/// Serves one request; `Ok(true)` when the client sat idle past `idle`.
+fn serve_one(mut stream: TcpStream, shared: &Shared, idle: Duration) -> std::io::Result<bool> {
+    stream.set_read_timeout(Some(idle))?;
+    stream.set_write_timeout(Some(idle))?;
     let mut buf = Vec::with_capacity(512);
     let mut chunk = [0u8; 1024];
     let head_len = loop {
@@ -613,22 +704,22 @@ fn serve_one(mut stream: TcpStream, switch: &Switch) -> std::io::Result<()> {
         }
         if buf.len() > prom::MAX_REQUEST_HEAD {
             let r = prom::http_response(413, "text/plain", b"request head too long\n", false);
-            return stream.write_all(&r);
+            return stream.write_all(&r).map(|()| false);
         }
         match stream.read(&mut chunk) {
-            Ok(0) => return Ok(()), // closed before a full request
+            Ok(0) => return Ok(false), // closed before a full request
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
             Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
                 let r = prom::http_response(408, "text/plain", b"request timeout\n", false);
-                return stream.write_all(&r);
+                return stream.write_all(&r).map(|()| true);
             }
             Err(e) => return Err(e),
         }
     };
-    let resp = prom::respond(&buf[..head_len], || render(switch));
+    let resp = prom::respond(&buf[..head_len], || shared.render());
     stream.write_all(&resp)?;
-    stream.flush()
+    stream.flush().map(|()| false)
 }
 
 #[cfg(test)]

@@ -2,8 +2,11 @@
 //!
 //! Every document parses as its typed Kubernetes object with no unknown
 //! field; the RBAC grants exactly the read verbs the agent needs; the
-//! DaemonSet runs on every node, privileged, on the host network, mounts
-//! every host path its commands use; commands name workspace binaries and
+//! DaemonSet runs on every node on the host network, no container
+//! privileged, each with only its capabilities ([`CAPABILITIES`]), no
+//! privilege escalation, a read-only root filesystem, the ServiceAccount
+//! token in the agent only; it mounts every host path its commands use
+//! and no other; commands name workspace binaries and
 //! only flags those binaries accept (checked against the built binaries'
 //! `--help` in `target/<profile>/`, skipped with a message if absent); the
 //! init container's script is run for real with its host paths mapped into
@@ -27,6 +30,20 @@ use serde_json::Value;
 const BINARIES: [&str; 4] = ["oxvs-switchd", "oxvs-agent", "oxvs-cni", "oxvsctl"];
 /// Where the image puts them (deploy/Dockerfile).
 const IMAGE_BIN_DIR: &str = "/usr/local/bin";
+
+/// The capabilities of each container, exactly (deploy/README.md,
+/// "Privileges", says why each one, and what fails without it).
+const CAPABILITIES: [(&str, &[&str]); 3] = [
+    ("install-cni", &[]),
+    (
+        "oxvs-switchd",
+        &["NET_ADMIN", "NET_RAW", "SYS_ADMIN", "IPC_LOCK"],
+    ),
+    ("oxvs-agent", &["NET_ADMIN", "SYS_ADMIN"]),
+];
+
+/// Where in-cluster clients find the ServiceAccount token.
+const TOKEN_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
 fn manifest_path() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../oxvs.yaml")
@@ -236,7 +253,121 @@ fn the_binding_gives_the_role_to_the_daemonsets_service_account() {
     assert_eq!(subjects[0].namespace.as_deref(), Some("kube-system"));
     let spec = pod_spec(&daemonset());
     assert_eq!(spec.service_account_name.as_deref(), Some("oxvs-agent"));
-    assert_ne!(spec.automount_service_account_token, Some(false));
+}
+
+/// Only the agent calls the API server: the pod does not mount the token
+/// into every container; the agent mounts it (a projected token, the CA
+/// and the namespace, as the kubelet would) where in-cluster clients look.
+#[test]
+fn only_the_agent_gets_the_serviceaccount_token() {
+    let spec = pod_spec(&daemonset());
+    assert_eq!(spec.automount_service_account_token, Some(false));
+    let vol = spec
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| {
+            v.projected.as_ref().is_some_and(|p| {
+                p.sources
+                    .iter()
+                    .flatten()
+                    .any(|s| s.service_account_token.is_some())
+            })
+        })
+        .expect("a projected ServiceAccount token volume");
+    let paths: BTreeSet<String> = vol
+        .projected
+        .iter()
+        .flat_map(|p| p.sources.iter().flatten())
+        .flat_map(|s| {
+            let mut v = Vec::new();
+            if let Some(t) = &s.service_account_token {
+                v.push(t.path.clone());
+            }
+            for i in s.config_map.iter().flat_map(|c| c.items.iter().flatten()) {
+                v.push(i.path.clone());
+            }
+            for i in s.downward_api.iter().flat_map(|d| d.items.iter().flatten()) {
+                v.push(i.path.clone());
+            }
+            v
+        })
+        .collect();
+    assert_eq!(
+        paths,
+        ["ca.crt", "namespace", "token"].map(String::from).into(),
+        "what an in-cluster client reads"
+    );
+    for c in all_containers(&spec) {
+        let mount = c
+            .volume_mounts
+            .iter()
+            .flatten()
+            .find(|m| m.name == vol.name);
+        match c.name.as_str() {
+            "oxvs-agent" => {
+                let m = mount.expect("the agent mounts the token");
+                assert_eq!(m.mount_path, TOKEN_DIR);
+                assert_eq!(m.read_only, Some(true));
+            }
+            other => assert!(mount.is_none(), "{other} mounts the token"),
+        }
+    }
+}
+
+/// No container is privileged or can gain privileges; each has exactly its
+/// capabilities (all others dropped) and a read-only root filesystem; the
+/// runtime's default seccomp filter applies.
+#[test]
+fn each_container_has_only_the_capabilities_it_needs() {
+    let spec = pod_spec(&daemonset());
+    let seccomp = spec
+        .security_context
+        .as_ref()
+        .and_then(|s| s.seccomp_profile.as_ref())
+        .map(|p| p.type_.as_str());
+    assert_eq!(seccomp, Some("RuntimeDefault"));
+    let containers = all_containers(&spec);
+    assert_eq!(containers.len(), CAPABILITIES.len());
+    for c in containers {
+        let want = CAPABILITIES
+            .iter()
+            .find(|(n, _)| *n == c.name)
+            .map(|(_, caps)| *caps)
+            .unwrap_or_else(|| panic!("no capability list for container {}", c.name));
+        let sc = c
+            .security_context
+            .as_ref()
+            .unwrap_or_else(|| panic!("{} has no securityContext", c.name));
+        assert_ne!(sc.privileged, Some(true), "{} is privileged", c.name);
+        assert_eq!(
+            sc.allow_privilege_escalation,
+            Some(false),
+            "{}: allowPrivilegeEscalation",
+            c.name
+        );
+        assert_eq!(
+            sc.read_only_root_filesystem,
+            Some(true),
+            "{}: readOnlyRootFilesystem",
+            c.name
+        );
+        assert_ne!(sc.proc_mount.as_deref(), Some("Unmasked"), "{}", c.name);
+        let caps = sc.capabilities.as_ref();
+        let drop: Vec<&str> = caps
+            .and_then(|k| k.drop.as_ref())
+            .map(|d| d.iter().map(String::as_str).collect())
+            .unwrap_or_default();
+        assert_eq!(drop, ["ALL"], "{} drops every capability first", c.name);
+        let mut add: Vec<&str> = caps
+            .and_then(|k| k.add.as_ref())
+            .map(|a| a.iter().map(String::as_str).collect())
+            .unwrap_or_default();
+        add.sort_unstable();
+        let mut want = want.to_vec();
+        want.sort_unstable();
+        assert_eq!(add, want, "{}'s capabilities", c.name);
+    }
 }
 
 #[test]
@@ -278,7 +409,7 @@ fn the_agent_settings_are_valid_flag_values() {
 }
 
 #[test]
-fn the_daemonset_runs_on_every_node_privileged_on_the_host_network() {
+fn the_daemonset_runs_on_every_node_on_the_host_network() {
     let ds = daemonset();
     let dspec = &ds.spec;
     let selector = dspec.selector.match_labels.clone().unwrap_or_default();
@@ -323,13 +454,6 @@ fn the_daemonset_runs_on_every_node_privileged_on_the_host_network() {
         .collect();
     assert_eq!(init, ["install-cni"]);
     for c in all_containers(&spec) {
-        let sc = c.security_context.as_ref();
-        assert_eq!(
-            sc.and_then(|s| s.privileged),
-            Some(true),
-            "{} is privileged",
-            c.name
-        );
         assert!(c.image.as_deref().is_some_and(|i| !i.is_empty()));
     }
     for c in &spec.containers {
@@ -399,18 +523,46 @@ fn every_mount_has_a_volume_and_every_volume_is_mounted() {
         }
     }
     assert_eq!(used, volumes, "volumes nobody mounts");
+    // Exactly these host paths (deploy/README.md, "Privileges", says who
+    // needs each): not the host's /proc (nothing reads it), not
+    // /run/xtables.lock (iptables-nft takes no lock).
     let hosts: BTreeSet<String> = host_paths(&spec).into_values().collect();
-    for p in [
+    let want: BTreeSet<String> = [
         "/run/oxvs",
         "/var/lib/oxvs",
         "/opt/cni/bin",
         "/etc/cni/net.d",
-        "/sys/fs/bpf",
         "/run/netns",
-        "/proc",
-    ] {
-        assert!(hosts.contains(p), "hostPath {p} is mounted");
-    }
+        "/proc/sys/net",
+        "/sys/fs/bpf",
+    ]
+    .map(String::from)
+    .into();
+    assert_eq!(hosts, want, "the host paths");
+    // Each where it is needed: the switch has /run/oxvs and bpffs only.
+    let switchd = container(&spec, "oxvs-switchd");
+    let sw_hosts: BTreeSet<String> = mounts(switchd)
+        .into_values()
+        .filter_map(|v| host_paths(&spec).get(&v).cloned())
+        .collect();
+    assert_eq!(
+        sw_hosts,
+        ["/run/oxvs", "/sys/fs/bpf"].map(String::from).into(),
+        "switchd's host paths"
+    );
+    // The agent writes sysctls through the mounted /proc/sys/net.
+    let agent = container(&spec, "oxvs-agent");
+    let a = argv(agent);
+    let at = a
+        .iter()
+        .position(|x| x == "--proc-sys")
+        .expect("--proc-sys");
+    let dir = a.get(at + 1).expect("--proc-sys DIR");
+    assert_eq!(
+        host_path_of(&spec, agent, &format!("{dir}/net")).as_deref(),
+        Some("/proc/sys/net"),
+        "--proc-sys {dir}: DIR/net is the host's /proc/sys/net"
+    );
 }
 
 /// Resolves a path seen inside container `c` to the host path it is on,
