@@ -1975,7 +1975,12 @@ impl Conntrack {
     /// number starts afresh. Call repeatedly (each call under the lock)
     /// from 0; see [`Conntrack::flush_slice`] for the semantics of a scan
     /// in slices.
-    pub fn disown_port_slice(&mut self, port: u32, start: usize, max_slots: usize) -> Option<usize> {
+    pub fn disown_port_slice(
+        &mut self,
+        port: u32,
+        start: usize,
+        max_slots: usize,
+    ) -> Option<usize> {
         let end = start.saturating_add(max_slots).min(self.slots.len());
         for slot in self.slots.iter_mut().take(end).skip(start).flatten() {
             if slot.owner == port {
@@ -2017,7 +2022,8 @@ impl Conntrack {
     /// (Linux's `gc_worker` early drop), so that a commit rarely meets a
     /// full table. Returns how many it removed.
     pub fn sweep(&mut self, now_ns: u64, max_slots: usize) -> usize {
-        let crowded = self.map.len().saturating_mul(20) > self.config.max_entries.saturating_mul(19);
+        let crowded =
+            self.map.len().saturating_mul(20) > self.config.max_entries.saturating_mul(19);
         self.scan(now_ns, max_slots, crowded)
     }
 
@@ -2071,7 +2077,12 @@ impl Conntrack {
     /// connections committed meanwhile may survive (if their slot was
     /// already passed), so a flush ends with the table empty only if
     /// nothing was committed while it ran.
-    pub fn flush_slice(&mut self, zone: Option<u16>, start: usize, max_slots: usize) -> (usize, Option<usize>) {
+    pub fn flush_slice(
+        &mut self,
+        zone: Option<u16>,
+        start: usize,
+        max_slots: usize,
+    ) -> (usize, Option<usize>) {
         let end = start.saturating_add(max_slots).min(self.slots.len());
         let mut removed = 0;
         for idx in start..end {

@@ -695,8 +695,7 @@ impl Datapath {
                         self.ct_fragment(run, &params, &actions[i + 1..], pkt, key, depth);
                         return None;
                     }
-                    let Ok(v) = run.ct.execute_staged(pkt.data(), key, &params, run.now_ns)
-                    else {
+                    let Ok(v) = run.ct.execute_staged(pkt.data(), key, &params, run.now_ns) else {
                         self.ct_refused();
                         return None;
                     };

@@ -141,7 +141,10 @@ fn a_full_table_drops_unreplied_connections_early() {
     assert!(s.early_drop_total >= 1_000 - 255, "{s:?}");
     assert_eq!(s.table_full_total, 0);
     // The flood did not evict web-1's established connection ...
-    assert_eq!(n.send(&seg(4, 40_000, 5, 5432, 1_101, 9_001, 100), WEB), [DB]);
+    assert_eq!(
+        n.send(&seg(4, 40_000, 5, 5432, 1_101, 9_001, 100), WEB),
+        [DB]
+    );
     assert_eq!(n.send(&seg(5, 5432, 4, 40_000, 9_001, 1_201, 0), DB), [WEB]);
     // ... and web-1 still opens new ones: each evicts an unreplied flow.
     for i in 1..20 {
@@ -171,7 +174,10 @@ fn a_packet_dropped_after_the_commit_table_commits_nothing() {
     // commits it, then Output drops it (no output port).
     let nobody = [0x02, 0, 0, 0, 0, 0x99];
     for i in 0..50 {
-        assert_eq!(n.send(&udp_to_mac(3, 20_000 + i, 5, 53, nobody), CLIENT), []);
+        assert_eq!(
+            n.send(&udp_to_mac(3, 20_000 + i, 5, 53, nobody), CLIENT),
+            []
+        );
     }
     assert_eq!(n.ct.len(), 0, "a dropped packet left its connection behind");
     let s = n.ct.stats();
@@ -222,7 +228,10 @@ fn the_sweep_reclaims_unreplied_connections_above_95_percent() {
     assert_eq!(flood(&mut n, 50, 30_000), 50);
     assert_eq!(n.ct.sweep(n.now, 1_000), 0);
     assert_eq!(n.ct.len(), 51);
-    assert_eq!(n.send(&seg(4, 40_000, 5, 5432, 1_101, 9_001, 100), WEB), [DB]);
+    assert_eq!(
+        n.send(&seg(4, 40_000, 5, 5432, 1_101, 9_001, 100), WEB),
+        [DB]
+    );
 }
 
 fn commit() -> CtParams {

@@ -56,9 +56,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use oxvs_api::protocol::{
-    self, DumpFlowsResult, DumpPortsResult, FlowEntry, FlowModResult, PacketInEntry, PacketInResult, Request, Response,
-    ShowResult, StatsResult, TraceRequest, TraceResult, VersionResult, MAX_LINE,
-    MAX_PACKET_IN_WAIT_MS,
+    self, DumpFlowsResult, DumpPortsResult, FlowEntry, FlowModResult, PacketInEntry,
+    PacketInResult, Request, Response, ShowResult, StatsResult, TraceRequest, TraceResult,
+    VersionResult, MAX_LINE, MAX_PACKET_IN_WAIT_MS,
 };
 use oxvs_pipeline::field::ct_state;
 use oxvs_pipeline::flow::{Flow, FlowMod, FlowModCommand, N_TABLES};

@@ -102,8 +102,8 @@ impl Snapshot {
     pub fn take(switch: &Switch) -> Snapshot {
         let stats = switch.stats();
         let ports = switch.ports();
-        let (conntrack, ipf, ct_max_entries, ct_default_port_limit, ct_ports) =
-            switch.with_conntrack(|ct| {
+        let (conntrack, ipf, ct_max_entries, ct_default_port_limit, ct_ports) = switch
+            .with_conntrack(|ct| {
                 (
                     ct.stats(),
                     ct.ipf().stats(),
@@ -837,7 +837,10 @@ mod tests {
         assert_eq!(v("oxvs_conntrack_port_entries", &[("port", "p1")]), 2.0);
         assert_eq!(v("oxvs_conntrack_port_limit", &[("port", "p1")]), 250.0);
         assert_eq!(
-            v("oxvs_conntrack_port_limit_refusals_total", &[("port", "p1")]),
+            v(
+                "oxvs_conntrack_port_limit_refusals_total",
+                &[("port", "p1")]
+            ),
             11.0
         );
         // A port number no port has now is named by its number.
@@ -882,9 +885,9 @@ mod tests {
             .keys()
             .filter(|n| n.starts_with("oxvs_datapath_") && n.ends_with("_total"))
             .count();
-        // 17 DatapathStats fields (emc+megaflow in one family) + 5 engine
+        // 18 DatapathStats fields (emc+megaflow in one family) + 5 engine
         // counters + busy time.
-        assert_eq!(datapath, 16 + 5 + 1, "{text}");
+        assert_eq!(datapath, 17 + 5 + 1, "{text}");
         // The reassembler: 3 gauges, 4 counters, the drops by reason.
         assert_eq!(
             p.types
@@ -898,7 +901,8 @@ mod tests {
                 .keys()
                 .filter(|n| n.starts_with("oxvs_conntrack_"))
                 .count(),
-            7
+            // entries, size, default limit, 9 counters, 3 per-port families
+            15
         );
     }
 

@@ -69,9 +69,9 @@
 //! ones refused until enough of them end.
 
 use super::{
-    NO_OWNER, icmp4_reverse_query, icmp6_reverse_query, Conn, ConnKey, Conntrack, IcmpState, L4State,
+    icmp4_reverse_query, icmp6_reverse_query, Conn, ConnKey, Conntrack, IcmpState, L4State,
     OtherState, TcpPeer, TcpState, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_SCTP, IPPROTO_TCP,
-    IPPROTO_UDP, NS_PER_SEC, TCP_MAX_WSCALE, WS_FLAG, WS_MASK, WS_UNKNOWN,
+    IPPROTO_UDP, NO_OWNER, NS_PER_SEC, TCP_MAX_WSCALE, WS_FLAG, WS_MASK, WS_UNKNOWN,
 };
 
 /// The format version [`Conntrack::save_state`] writes and
@@ -352,9 +352,7 @@ fn decode_record(b: &[u8]) -> Result<(Conn, u64), String> {
             ])
         }
         k => {
-            if b.get(72..L4_END)
-                .is_none_or(|t| t.iter().any(|x| *x != 0))
-            {
+            if b.get(72..L4_END).is_none_or(|t| t.iter().any(|x| *x != 0)) {
                 return Err("TCP window bytes set for a non-TCP connection".into());
             }
             if k == 1 {
