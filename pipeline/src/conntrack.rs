@@ -50,8 +50,8 @@
 //!   connection: non-IP frames, truncated or malformed headers, key/frame
 //!   mismatches, port 0, ICMP types that are neither queries nor errors (so
 //!   IPv6 neighbour discovery is `+inv`, as in OVS userspace), TCP packets with
-//!   illegal flag combinations or outside the sequence windows, and a commit
-//!   into a full table. An IP fragment given to [`Conntrack::execute`] is
+//!   illegal flag combinations or outside the sequence windows, and a
+//!   refused commit (below, "Limits"). An IP fragment given to [`Conntrack::execute`] is
 //!   `+inv`: the datapath never does that, it first reassembles the
 //!   datagram with the tracker's [`crate::ipf::Ipf`] ([`Conntrack::ipf_mut`]),
 //!   tracks the whole datagram, and forwards the original fragments with
@@ -121,14 +121,72 @@
 //! one probe. [`Conntrack::bytes_per_entry`] reports the memory cost of one
 //! connection. The per-packet path allocates nothing; committing a new
 //! connection inserts into the map (which may grow it, never beyond what
-//! `max_entries` connections need).
+//! `max_entries` connections need), and a port's first connection adds
+//! its entry to the per-port map.
+//!
+//! # Limits: one pod must not starve the node
+//!
+//! **Per-port limits.** Every connection is charged to the OpenFlow port
+//! its committing packet came in on (its *owner*, [`CtEntry::owner`]), and
+//! a port may own at most its limit ([`CtConfig::port_limit`], or its own
+//! set by [`Conntrack::set_port_limit`]; 0 is no limit). A commit beyond
+//! it is refused ([`CtRefusal::PortLimit`]). Why the ingress port and not
+//! the zone or the source address: every pod has its own port, which the
+//! switch knows for sure (a pod cannot choose it, while its source address
+//! is only as good as the spoof guard), and Antrea-style pipelines put all
+//! pods in one zone, so OVS's per-zone limits cannot tell them apart.
+//! Connections a port did not start (replies, traffic to it) are not
+//! charged to it. Ports whose traffic was already limited elsewhere or is
+//! trusted get no limit from `oxvs-switchd`: the tunnel (every remote pod
+//! is limited by its own node) and the gateway (the host). Replies of a
+//! port's connections never count, and a deleted port's connections stop
+//! counting ([`Conntrack::disown_port_slice`]). A port at its limit first
+//! sweeps a few slots for expired connections (they may be its own) before
+//! it is refused.
+//!
+//! **Early drop.** A commit into a full table does not fail at once: as
+//! Linux's `early_drop` scans the new entry's hash bucket, it looks at
+//! 64 slots (`EARLY_DROP_SCAN`) from a place the new key's hash picks and
+//! drops the first expired connection there, else the first one that is
+//! not *assured* (has seen no reply; TCP: not both sides ESTABLISHED).
+//! Only when that window holds nothing but assured connections is the
+//! commit refused ([`CtRefusal::TableFull`]). A flood of new flows is
+//! exactly what early drop evicts; connections with replies are never
+//! evicted. And as Linux's `gc_worker` does, the background sweep
+//! ([`Conntrack::sweep`], run by the datapath with every batch, one slot
+//! per packet) removes expired connections and, while the table is more
+//! than 95 % full, also those that are not assured or are closing.
+//!
+//! **Refused commits.** A refused commit makes the packet `+trk+inv`, and
+//! the datapath drops it (Linux and OVS's kernel datapath drop a packet
+//! whose connection cannot be created; OVS userspace forwards it
+//! untracked, which lets the flood through and leaves its replies
+//! `+inv`).
+//!
+//! **Staged commits.** The commit in ConntrackCommit comes before the
+//! tables that may still drop the packet (Output without a port, any
+//! later flow). [`Conntrack::execute_staged`] therefore only stages a new
+//! connection (admission, limits and early-drop choice included, so its
+//! verdict is final), and the datapath applies the packet's staged commits
+//! when the packet has been output or sent to the controller
+//! ([`Conntrack::commit_staged`]) or forgets them when it was dropped
+//! ([`Conntrack::discard_staged`], counted). Nothing is allocated or
+//! locked for it: at most four commits per packet wait in a fixed array
+//! (more are applied at once). A packet's commit is applied before the
+//! next packet of the batch is processed, so a reply in the same batch
+//! finds its connection. What is not staged: changes to existing
+//! connections (mark, label, TCP state, a `force` or TCP-reuse removal).
 //!
 //! # Differences from OVS
 //!
-//! * A commit into a full table is `+trk+inv` (and counted); OVS leaves such
-//!   a packet `+new` without storing anything.
+//! * A refused commit (port limit, full table) is `+trk+inv` (and counted)
+//!   and the datapath drops the packet; OVS userspace leaves such a packet
+//!   `+new` without storing anything. OVS limits zones, oxvs ports
+//!   ("Limits"); OVS has no early drop in userspace.
+//! * A commit takes effect only if the packet is not dropped later in the
+//!   pipeline ("Staged commits"); OVS commits at once.
 //! * Checksums are not verified (OVS userspace verifies them unless the NIC
-//!   did); no NAT, ALGs, zone limits or timeout policies per zone.
+//!   did); no NAT, ALGs or timeout policies per zone.
 //!   Fragments are reassembled by [`crate::ipf`] as OVS userspace's `ipf`
 //!   does, with the limits and drop reasons listed there.
 //! * TCP needs a SYN to start a connection unless `tcp_loose` is set (OVS
@@ -145,7 +203,13 @@
 //! * Mark and label are written only on commit and only by packets that are
 //!   not `+inv`.
 //!
+//! # Concurrency
+//!
 //! Callers serialise access (`&mut self`); there is no internal locking.
+//! Everything that walks the whole table also exists in slices
+//! ([`Conntrack::entries_slice`], [`Conntrack::flush_slice`],
+//! [`Conntrack::disown_port_slice`]) so that a caller holding a lock the
+//! datapath needs can release it between slices.
 
 use std::collections::HashMap;
 use std::fmt;

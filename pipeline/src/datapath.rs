@@ -43,6 +43,20 @@
 //! `ipf` model, with the whole datagram rather than each fragment seen by
 //! the tables after `ct`.
 //!
+//! ## Conntrack
+//!
+//! A `Ct` action runs [`Conntrack::execute_staged`]: a commit of a new
+//! connection is only staged, and applied when the packet has left the
+//! pipeline (an output or a packet-in), or discarded when the pipeline
+//! dropped it, so a packet dropped after ConntrackCommit (Output without a
+//! port, any later drop) leaves nothing in the table. A commit the tracker
+//! refuses (the ingress port owns its limit of connections, or the table
+//! is full and nothing can be dropped early) drops the packet at once
+//! ([`DatapathStats::ct_refused_drops`]). After each batch the tracker's
+//! background sweep examines one slot per packet ([`Conntrack::sweep`]).
+//! The cost on the common path: a counter comparison per packet and the
+//! sweep per batch; no allocation, lock or syscall.
+//!
 //! ## Invariants
 //!
 //! - The actions executed for a key are always the actions the slow path
