@@ -273,15 +273,7 @@ fn a_pod_flooding_new_udp_flows_does_not_stop_another_from_connecting() {
     let set = oxvsctl(&lab, &["ct-set-limits", &format!("port={a_port},limit=1")]);
     assert!(set.contains(",limit=1,"), "{set}");
     let one = lab.run(&[
-        "exec",
-        "ctl/a",
-        "--",
-        "python3",
-        "-c",
-        FLOOD,
-        &c_ip,
-        "10",
-        "5",
+        "exec", "ctl/a", "--", "python3", "-c", FLOOD, &c_ip, "10", "5",
     ]);
     assert!(one.status.success());
     assert!(

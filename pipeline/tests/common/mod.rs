@@ -49,6 +49,7 @@ fn ipv4_frame(from: u8, to: u8, dst_mac: [u8; 6], proto: u8, l4: &[u8]) -> Vec<u
 
 /// A routed TCP segment from pod `from` to pod `to` (destination MAC the
 /// gateway's, as a pod sends it) with `flags` and `len` bytes of data.
+#[allow(clippy::too_many_arguments)] // a TCP segment has that many fields
 pub fn tcp(
     from: u8,
     sport: u16,
