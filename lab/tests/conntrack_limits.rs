@@ -57,15 +57,16 @@ const LIMIT: u64 = 1000;
 
 /// UDP from a raw socket (the kernel adds the IP header): new source and
 /// destination ports every datagram, to ports nobody listens on; stops
-/// after COUNT datagrams or SECS seconds; prints how many it sent.
+/// after COUNT datagrams or SECS seconds; prints how many it sent. The
+/// port pairs repeat every 60,000 datagrams; START shifts them.
 const FLOOD: &str = r#"
 import socket, struct, sys, time
-dst, count, secs = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+dst, count, secs, start = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
 s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_UDP)
 payload = b"flood-" * 3
 end = time.time() + secs
 sent = 0
-i = 0
+i = start
 while sent < count and time.time() < end:
     for _ in range(256):
         i += 1
@@ -209,7 +210,7 @@ fn a_pod_flooding_new_udp_flows_does_not_stop_another_from_connecting() {
     let flood = Flood(
         Command::new("ip")
             .args(["netns", "exec", &a_ns, "python3", "-c", FLOOD])
-            .args([c_ip.as_str(), "3000000", "20"])
+            .args([c_ip.as_str(), "3000000", "20", "0"])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -268,12 +269,13 @@ fn a_pod_flooding_new_udp_flows_does_not_stop_another_from_connecting() {
     assert!(oxvsctl(&lab, &["stats"]).contains("over a port's limit"));
 
     // A limit changed at run time: a may own nothing more, b still
-    // connects, and a's next new flow is refused.
+    // connects, and a's next new flows are refused (port pairs the flood's
+    // first, admitted, datagrams did not use).
     let before = a["refused"].as_u64().unwrap();
     let set = oxvsctl(&lab, &["ct-set-limits", &format!("port={a_port},limit=1")]);
     assert!(set.contains(",limit=1,"), "{set}");
     let one = lab.run(&[
-        "exec", "ctl/a", "--", "python3", "-c", FLOOD, &c_ip, "10", "5",
+        "exec", "ctl/a", "--", "python3", "-c", FLOOD, &c_ip, "10", "5", "30000",
     ]);
     assert!(one.status.success());
     assert!(
