@@ -676,8 +676,9 @@ impl Conn {
     }
 }
 
-/// [`Conn::owner`] of a connection charged to no port (restored from a
-/// version-1 state file, or its port was deleted).
+/// The stored owner of a connection charged to no port ([`CtEntry::owner`]
+/// is `None`): restored from a version-1 state file, or its port was
+/// deleted.
 pub const NO_OWNER: u32 = u32::MAX;
 
 /// Which timeout applies (OVS `CT_TM_*`).
