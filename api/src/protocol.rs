@@ -786,6 +786,18 @@ mod tests {
                 r#"{"v":1,"op":"trace","spec":"x","bogus":1}"#,
                 "unknown field `bogus`",
             ),
+            (
+                r#"{"v":1,"op":"ct-set-limits","default":-1}"#,
+                "bad arguments for 'ct-set-limits'",
+            ),
+            (
+                r#"{"v":1,"op":"ct-set-limits","ports":[{"port":"a","limt":3}]}"#,
+                "unknown field `limt`",
+            ),
+            (
+                r#"{"v":1,"op":"ct-get-limits","ports":"a"}"#,
+                "bad arguments for 'ct-get-limits'",
+            ),
         ];
         for (line, want) in cases {
             let e = parse_request(line).unwrap_err().to_string();
