@@ -13,8 +13,8 @@
 
 mod common;
 
-use common::{pod, seg, tcp, udp, udp_to_mac, Node, ACK, SYN};
-use oxvs_pipeline::conntrack::{Conntrack, CtConfig, CtParams, CtRefusal, NO_OWNER};
+use common::{seg, tcp, udp, udp_to_mac, Node, ACK, SYN};
+use oxvs_pipeline::conntrack::{Conntrack, CtConfig, CtParams, CtRefusal};
 use oxvs_pipeline::key::FlowKey;
 
 const CLIENT: u32 = 3;
@@ -29,8 +29,9 @@ fn node(max_entries: usize, port_limit: u32) -> Node {
     })
 }
 
-/// client-1 sends `n` new UDP flows to db-1 (nothing isolates db-1 for
-/// ingress), `batch` per batch; returns how many were forwarded.
+/// client-1 sends `flows` new UDP flows to db-1 (nothing isolates db-1
+/// for ingress), 32 per batch, from source ports `first_sport` on;
+/// returns how many were forwarded.
 fn flood(n: &mut Node, flows: u16, first_sport: u16) -> usize {
     let mut forwarded = 0;
     let mut sport = first_sport;
@@ -312,7 +313,6 @@ fn a_version_1_state_file_restores_owned_by_nobody() {
     assert_eq!(ct.restore_state(&v1, 0, 0).expect("v1").restored, 3);
     assert!(ct.entries().iter().all(|e| e.owner.is_none()));
     assert_eq!(ct.port_limit(CLIENT).count, 0);
-    let _ = NO_OWNER;
 }
 
 /// A client-1 -> db-1 UDP datagram's key and frame, as the datapath would
@@ -320,7 +320,6 @@ fn a_version_1_state_file_restores_owned_by_nobody() {
 fn udp_key(sport: u16) -> (FlowKey, Vec<u8>) {
     let frame = udp(3, sport, 5, 9000);
     let key = oxvs_pipeline::extract::extract(&frame, CLIENT);
-    let _ = pod(3);
     (key, frame)
 }
 
