@@ -89,6 +89,24 @@ pub enum Request {
         #[serde(default)]
         zone: Option<u16>,
     },
+    /// Changes connection limits (`ovs-appctl dpctl/ct-set-limits` for
+    /// ports): the default of every port without its own, and ports' own
+    /// ones. 0 is "no limit"; a port entry without `limit` goes back to the
+    /// default. All or nothing: an unknown port changes nothing. Answers a
+    /// [`CtLimitsResult`] with the limits now in force.
+    CtSetLimits {
+        #[serde(default)]
+        default: Option<u32>,
+        #[serde(default)]
+        ports: Vec<CtPortLimitSpec>,
+    },
+    /// Connection limits, counts and refusals per port
+    /// (`ovs-appctl dpctl/ct-get-limits`): of the named ports, or of every
+    /// port that has connections, its own limit or refusals.
+    CtGetLimits {
+        #[serde(default)]
+        ports: Vec<String>,
+    },
     /// Datapath counters summed over threads.
     Stats,
     /// Takes up to `max` queued packet-ins, waiting up to `wait_ms` for one.
@@ -128,6 +146,8 @@ pub const OPS: &[&str] = &[
     "trace",
     "dump-conntrack",
     "flush-conntrack",
+    "ct-set-limits",
+    "ct-get-limits",
     "stats",
     "packet-in",
     "version",
@@ -175,6 +195,8 @@ impl Request {
             Request::Trace(_) => "trace",
             Request::DumpConntrack { .. } => "dump-conntrack",
             Request::FlushConntrack { .. } => "flush-conntrack",
+            Request::CtSetLimits { .. } => "ct-set-limits",
+            Request::CtGetLimits { .. } => "ct-get-limits",
             Request::Stats => "stats",
             Request::PacketIn { .. } => "packet-in",
             Request::Version => "version",
@@ -410,6 +432,10 @@ pub struct ConntrackEntry {
     pub tcp_state: Option<String>,
     /// Milliseconds until it expires (0: expired, not yet removed).
     pub expires_in_ms: u64,
+    /// The OpenFlow port it counts against (the port of the packet that
+    /// committed it), if any.
+    #[serde(default)]
+    pub owner: Option<u32>,
 }
 
 /// `dump-conntrack`.
@@ -422,6 +448,46 @@ pub struct DumpConntrackResult {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FlushConntrackResult {
     pub flushed: usize,
+}
+
+/// One port's limit in a [`Request::CtSetLimits`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CtPortLimitSpec {
+    /// The port: its name or its OpenFlow number.
+    pub port: String,
+    /// Most connections it may own (0: no limit); `None`: the default.
+    #[serde(default)]
+    pub limit: Option<u32>,
+}
+
+/// `ct-set-limits`, `ct-get-limits`: the limits in force.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CtLimitsResult {
+    /// The table's size (`--ct-max`).
+    pub max_entries: usize,
+    /// Connections in the table now.
+    pub entries: usize,
+    /// The limit of ports without their own (0: none).
+    pub default_limit: u32,
+    pub ports: Vec<CtPortLimitEntry>,
+}
+
+/// One port of a [`CtLimitsResult`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CtPortLimitEntry {
+    pub ofport: u32,
+    /// The port's name (`None`: no port has this number now).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// The limit in force (0: none).
+    pub limit: u32,
+    /// Whether the port has its own limit (else the default applies).
+    pub explicit: bool,
+    /// Connections it owns.
+    pub count: u32,
+    /// Its new connections refused by the limit.
+    pub refused: u64,
 }
 
 /// `stats`: datapath counters summed over threads. Lookup counters count
@@ -470,6 +536,24 @@ pub struct StatsResult {
     /// Bytes of fragments held now.
     #[serde(default)]
     pub ipf_held_bytes: u64,
+    /// Packets dropped because conntrack refused their new connection
+    /// (a port's limit, or a full table).
+    #[serde(default)]
+    pub ct_refused_drops: u64,
+    /// Commits refused by a port's connection limit.
+    #[serde(default)]
+    pub ct_limit_refused: u64,
+    /// Commits refused because the table was full and nothing could be
+    /// dropped early.
+    #[serde(default)]
+    pub ct_table_full: u64,
+    /// Unreplied connections dropped early to make room.
+    #[serde(default)]
+    pub ct_early_drops: u64,
+    /// New connections not committed because the pipeline dropped their
+    /// packet after the commit.
+    #[serde(default)]
+    pub ct_commits_discarded: u64,
 }
 
 /// One packet sent to the controller.
@@ -615,6 +699,22 @@ mod tests {
             }),
             Request::DumpConntrack { zone: Some(5) },
             Request::FlushConntrack { zone: None },
+            Request::CtSetLimits {
+                default: Some(100),
+                ports: vec![
+                    CtPortLimitSpec {
+                        port: "pod-a".into(),
+                        limit: Some(10),
+                    },
+                    CtPortLimitSpec {
+                        port: "3".into(),
+                        limit: None,
+                    },
+                ],
+            },
+            Request::CtGetLimits {
+                ports: vec!["pod-a".into()],
+            },
             Request::Stats,
             Request::PacketIn {
                 max: 3,
@@ -701,6 +801,18 @@ mod tests {
             (
                 r#"{"v":1,"op":"trace","spec":"x","bogus":1}"#,
                 "unknown field `bogus`",
+            ),
+            (
+                r#"{"v":1,"op":"ct-set-limits","default":-1}"#,
+                "bad arguments for 'ct-set-limits'",
+            ),
+            (
+                r#"{"v":1,"op":"ct-set-limits","ports":[{"port":"a","limt":3}]}"#,
+                "unknown field `limt`",
+            ),
+            (
+                r#"{"v":1,"op":"ct-get-limits","ports":"a"}"#,
+                "bad arguments for 'ct-get-limits'",
             ),
         ];
         for (line, want) in cases {

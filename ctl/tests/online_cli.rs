@@ -385,3 +385,41 @@ fn second_switchd_refused_and_sigterm_removes_the_socket() {
     s2.wait_ready();
     ok(&s2.ctl(&["show"]));
 }
+
+#[test]
+fn conntrack_limits() {
+    let s = Switchd::start("ctlimits");
+    // The default: a quarter of the table.
+    assert_eq!(
+        ok(&s.ctl(&["ct-get-limits"])),
+        "connections: 0 of 262144\ndefault limit=65536\n"
+    );
+    assert_eq!(
+        ok(&s.ctl(&["ct-set-limits", "default=100"])),
+        "connections: 0 of 262144\ndefault limit=100\n"
+    );
+    let j = ok(&s.ctl(&["--json", "ct-get-limits"]));
+    let v: serde_json::Value = serde_json::from_str(&j).unwrap();
+    assert_eq!(v["default_limit"], 100);
+    assert_eq!(v["max_entries"], 262144);
+    // A port that does not exist: refused by the switch, nothing changes.
+    let o = s.ctl(&["ct-set-limits", "default=5", "port=pod-x,limit=3"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(err(&o).contains("no port 'pod-x'"), "{}", err(&o));
+    assert!(ok(&s.ctl(&["ct-get-limits"])).contains("default limit=100"));
+    let o = s.ctl(&["ct-get-limits", "port=7"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(err(&o).contains("no port '7'"), "{}", err(&o));
+    // Bad syntax: a usage error naming the argument, before any call.
+    let o = s.ctl(&["ct-set-limits", "port=a,limt=3"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(err(&o).contains("bad part 'limt=3'"), "{}", err(&o));
+    let o = s.ctl(&["ct-set-limits", "default=lots"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(err(&o).contains("'lots' is not a number"), "{}", err(&o));
+    let o = s.ctl(&["ct-del-limits", "zone=3"]);
+    assert_eq!(o.status.code(), Some(2));
+    // stats carries the counters.
+    let st = ok(&s.ctl(&["stats"]));
+    assert!(st.contains("early drops: 0"), "{st}");
+}

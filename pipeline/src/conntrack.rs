@@ -50,8 +50,8 @@
 //!   connection: non-IP frames, truncated or malformed headers, key/frame
 //!   mismatches, port 0, ICMP types that are neither queries nor errors (so
 //!   IPv6 neighbour discovery is `+inv`, as in OVS userspace), TCP packets with
-//!   illegal flag combinations or outside the sequence windows, and a commit
-//!   into a full table. An IP fragment given to [`Conntrack::execute`] is
+//!   illegal flag combinations or outside the sequence windows, and a
+//!   refused commit (below, "Limits"). An IP fragment given to [`Conntrack::execute`] is
 //!   `+inv`: the datapath never does that, it first reassembles the
 //!   datagram with the tracker's [`crate::ipf::Ipf`] ([`Conntrack::ipf_mut`]),
 //!   tracks the whole datagram, and forwards the original fragments with
@@ -121,14 +121,72 @@
 //! one probe. [`Conntrack::bytes_per_entry`] reports the memory cost of one
 //! connection. The per-packet path allocates nothing; committing a new
 //! connection inserts into the map (which may grow it, never beyond what
-//! `max_entries` connections need).
+//! `max_entries` connections need), and a port's first connection adds
+//! its entry to the per-port map.
+//!
+//! # Limits: one pod must not starve the node
+//!
+//! **Per-port limits.** Every connection is charged to the OpenFlow port
+//! its committing packet came in on (its *owner*, [`CtEntry::owner`]), and
+//! a port may own at most its limit ([`CtConfig::port_limit`], or its own
+//! set by [`Conntrack::set_port_limit`]; 0 is no limit). A commit beyond
+//! it is refused ([`CtRefusal::PortLimit`]). Why the ingress port and not
+//! the zone or the source address: every pod has its own port, which the
+//! switch knows for sure (a pod cannot choose it, while its source address
+//! is only as good as the spoof guard), and Antrea-style pipelines put all
+//! pods in one zone, so OVS's per-zone limits cannot tell them apart.
+//! Connections a port did not start (replies, traffic to it) are not
+//! charged to it. Ports whose traffic was already limited elsewhere or is
+//! trusted get no limit from `oxvs-switchd`: the tunnel (every remote pod
+//! is limited by its own node) and the gateway (the host). Replies of a
+//! port's connections never count, and a deleted port's connections stop
+//! counting ([`Conntrack::disown_port_slice`]). A port at its limit first
+//! sweeps a few slots for expired connections (they may be its own) before
+//! it is refused.
+//!
+//! **Early drop.** A commit into a full table does not fail at once: as
+//! Linux's `early_drop` scans the new entry's hash bucket, it looks at
+//! 64 slots (`EARLY_DROP_SCAN`) from a place the new key's hash picks and
+//! drops the first expired connection there, else the first one that is
+//! not *assured* (has seen no reply; TCP: not both sides ESTABLISHED).
+//! Only when that window holds nothing but assured connections is the
+//! commit refused ([`CtRefusal::TableFull`]). A flood of new flows is
+//! exactly what early drop evicts; connections with replies are never
+//! evicted. And as Linux's `gc_worker` does, the background sweep
+//! ([`Conntrack::sweep`], run by the datapath with every batch, one slot
+//! per packet) removes expired connections and, while the table is more
+//! than 95 % full, also those that are not assured or are closing.
+//!
+//! **Refused commits.** A refused commit makes the packet `+trk+inv`, and
+//! the datapath drops it (Linux and OVS's kernel datapath drop a packet
+//! whose connection cannot be created; OVS userspace forwards it
+//! untracked, which lets the flood through and leaves its replies
+//! `+inv`).
+//!
+//! **Staged commits.** The commit in ConntrackCommit comes before the
+//! tables that may still drop the packet (Output without a port, any
+//! later flow). [`Conntrack::execute_staged`] therefore only stages a new
+//! connection (admission, limits and early-drop choice included, so its
+//! verdict is final), and the datapath applies the packet's staged commits
+//! when the packet has been output or sent to the controller
+//! ([`Conntrack::commit_staged`]) or forgets them when it was dropped
+//! ([`Conntrack::discard_staged`], counted). Nothing is allocated or
+//! locked for it: at most four commits per packet wait in a fixed array
+//! (more are applied at once). A packet's commit is applied before the
+//! next packet of the batch is processed, so a reply in the same batch
+//! finds its connection. What is not staged: changes to existing
+//! connections (mark, label, TCP state, a `force` or TCP-reuse removal).
 //!
 //! # Differences from OVS
 //!
-//! * A commit into a full table is `+trk+inv` (and counted); OVS leaves such
-//!   a packet `+new` without storing anything.
+//! * A refused commit (port limit, full table) is `+trk+inv` (and counted)
+//!   and the datapath drops the packet; OVS userspace leaves such a packet
+//!   `+new` without storing anything. OVS limits zones, oxvs ports
+//!   ("Limits"); OVS has no early drop in userspace.
+//! * A commit takes effect only if the packet is not dropped later in the
+//!   pipeline ("Staged commits"); OVS commits at once.
 //! * Checksums are not verified (OVS userspace verifies them unless the NIC
-//!   did); no NAT, ALGs, zone limits or timeout policies per zone.
+//!   did); no NAT, ALGs or timeout policies per zone.
 //!   Fragments are reassembled by [`crate::ipf`] as OVS userspace's `ipf`
 //!   does, with the limits and drop reasons listed there.
 //! * TCP needs a SYN to start a connection unless `tcp_loose` is set (OVS
@@ -145,7 +203,13 @@
 //! * Mark and label are written only on commit and only by packets that are
 //!   not `+inv`.
 //!
+//! # Concurrency
+//!
 //! Callers serialise access (`&mut self`); there is no internal locking.
+//! Everything that walks the whole table also exists in slices
+//! ([`Conntrack::entries_slice`], [`Conntrack::flush_slice`],
+//! [`Conntrack::disown_port_slice`]) so that a caller holding a lock the
+//! datapath needs can release it between slices.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -219,8 +283,13 @@ impl Default for CtTimeouts {
 /// Limits and timeouts of a connection tracker.
 #[derive(Clone, Debug)]
 pub struct CtConfig {
-    /// Most connections tracked at once; beyond it new connections are `+inv`.
+    /// Most connections tracked at once. A commit into a full table first
+    /// drops an expired or unreplied connection near its hash ("Early
+    /// drop"); if there is none, the new connection is refused.
     pub max_entries: usize,
+    /// Most connections one ingress port may own ("Per-port limits"); 0: no
+    /// limit. [`Conntrack::set_port_limit`] overrides it per port.
+    pub port_limit: u32,
     /// Pick up TCP connections from a mid-stream packet (no SYN seen) as `+new`.
     pub tcp_loose: bool,
     /// Check TCP sequence/ack windows (OVS `tcp-seq-chk`, on by default).
@@ -234,12 +303,25 @@ pub struct CtConfig {
 impl Default for CtConfig {
     fn default() -> Self {
         CtConfig {
-            max_entries: 262_144,
+            max_entries: DEFAULT_MAX_ENTRIES,
+            port_limit: CtConfig::default_port_limit(DEFAULT_MAX_ENTRIES),
             tcp_loose: false,
             tcp_seq_check: true,
             timeouts: CtTimeouts::default(),
             ipf: IpfConfig::default(),
         }
+    }
+}
+
+/// The default table size (Linux's `nf_conntrack_max` on a large node).
+pub const DEFAULT_MAX_ENTRIES: usize = 262_144;
+
+impl CtConfig {
+    /// The per-port limit that goes with a table of `max_entries`: a
+    /// quarter of it (65,536 for the default table), at least 1. Why a
+    /// quarter: the module doc, "Per-port limits".
+    pub fn default_port_limit(max_entries: usize) -> u32 {
+        u32::try_from(max_entries / 4).unwrap_or(u32::MAX).max(1)
     }
 }
 
@@ -279,8 +361,18 @@ pub struct CtStats {
     pub committed_total: u64,
     /// Packets answered `+inv` (including table-full ones).
     pub invalid_total: u64,
-    /// Commits refused because the table was full.
+    /// Commits refused because the table was full and no connection near
+    /// the new one's hash could be dropped early.
     pub table_full_total: u64,
+    /// Commits refused because their ingress port owned its limit of
+    /// connections.
+    pub limit_refused_total: u64,
+    /// Unreplied connections dropped to make room (a commit into a full
+    /// table, or the background sweep above 95 % full).
+    pub early_drop_total: u64,
+    /// New connections not committed because the pipeline dropped the
+    /// packet that would have committed them.
+    pub commits_discarded_total: u64,
     /// Connections removed because they expired.
     pub expired_total: u64,
     /// Connections removed by [`Conntrack::flush`], `force` or TCP reuse.
@@ -387,6 +479,8 @@ pub struct CtEntry {
     pub tcp_states: Option<(TcpState, TcpState)>,
     /// When the connection expires, on the caller's clock.
     pub expiration_ns: u64,
+    /// The port it counts against ("Per-port limits"), if any.
+    pub owner: Option<u32>,
 }
 
 /// `ovs-appctl dpctl/dump-conntrack` format, e.g.
@@ -553,7 +647,39 @@ struct Conn {
     expiration_ns: u64,
     label: u128,
     l4: L4State,
+    /// The OpenFlow port whose packet committed it ([`NO_OWNER`]: none),
+    /// charged against that port's limit while it lives.
+    owner: u32,
 }
+
+impl Conn {
+    /// Whether the connection is "assured" (Linux's `IPS_ASSURED`): it has
+    /// seen traffic both ways (TCP: both sides reached ESTABLISHED). Only
+    /// connections that are not may be dropped early.
+    fn assured(&self) -> bool {
+        match self.l4 {
+            L4State::Other(s) => s == OtherState::Bidir,
+            L4State::Icmp(s) => s == IcmpState::Reply,
+            L4State::Tcp([o, r]) => {
+                o.state >= TcpState::Established && r.state >= TcpState::Established
+            }
+        }
+    }
+
+    /// Whether it may go when the table is nearly full: not assured, or a
+    /// TCP connection that is closing (Linux's `gc_worker_can_early_drop`).
+    fn reclaimable(&self) -> bool {
+        match self.l4 {
+            L4State::Tcp([o, r]) => !self.assured() || o.state.max(r.state) > TcpState::Established,
+            _ => !self.assured(),
+        }
+    }
+}
+
+/// The stored owner of a connection charged to no port ([`CtEntry::owner`]
+/// is `None`): restored from a version-1 state file, or its port was
+/// deleted.
+pub const NO_OWNER: u32 = u32::MAX;
 
 /// Which timeout applies (OVS `CT_TM_*`).
 #[derive(Clone, Copy, Debug)]
@@ -1297,8 +1423,66 @@ fn icmp_update(st: &mut IcmpState, reply: bool) -> (Update, Tm) {
 // The tracker
 // ---------------------------------------------------------------------------
 
+/// Why a commit was refused (the packet is `+inv`; the datapath drops it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CtRefusal {
+    /// The ingress port owns its limit of connections.
+    PortLimit,
+    /// The table is full and nothing near the new connection's hash could
+    /// be dropped early.
+    TableFull,
+}
+
+/// One port's connection limit, count and refusals
+/// ([`Conntrack::port_limits`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CtPortLimit {
+    /// OpenFlow port.
+    pub port: u32,
+    /// The limit in force (0: none).
+    pub limit: u32,
+    /// Whether `limit` was set for this port (else it is the default).
+    pub explicit: bool,
+    /// Connections it owns now (expired ones not yet removed included).
+    pub count: u32,
+    /// Commits from it refused by its limit (only grows while the port
+    /// exists).
+    pub refused: u64,
+}
+
+/// Per-port bookkeeping.
+#[derive(Clone, Copy, Debug, Default)]
+struct PortCt {
+    count: u32,
+    limit: Option<u32>,
+    refused: u64,
+}
+
+/// A new connection waiting for its packet's fate ("Staged commits").
+#[derive(Clone, Copy, Debug)]
+struct Staged {
+    pkt: Pkt,
+    owner: u32,
+    mark: u32,
+    label: u128,
+    /// The slot admission chose to drop early, if the table was full.
+    victim: Option<u32>,
+}
+
+/// Most commits one packet can stage; more are applied at once.
+const MAX_STAGED: usize = 4;
+
+/// Slots a commit into a full table examines for an expired or unreplied
+/// connection to drop (Linux scans the new entry's hash bucket).
+const EARLY_DROP_SCAN: usize = 64;
+
+/// Slots swept for expired connections when a port hits its limit, so
+/// that a port whose old connections expired is not refused until the
+/// background sweep gets there (bounded work per refused packet).
+const LIMIT_RECLAIM_SCAN: usize = 64;
+
 /// A connection tracker (one per switch; callers serialise access).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Conntrack {
     config: CtConfig,
     /// Connection storage; `None` slots are on `free`.
@@ -1306,24 +1490,39 @@ pub struct Conntrack {
     free: Vec<u32>,
     /// Canonical key -> slot index.
     map: HashMap<ConnKey, u32>,
-    /// Next slot [`Conntrack::expire_some`] looks at.
+    /// Next slot [`Conntrack::expire_some`] / [`Conntrack::sweep`] looks at.
     cursor: usize,
     stats: CtStats,
+    /// Connections owned, limits and refusals, by port.
+    ports: HashMap<u32, PortCt>,
+    /// New connections of the packet being processed, not yet in the table
+    /// (`staged[..n_staged]`).
+    staged: [Option<Staged>; MAX_STAGED],
+    n_staged: usize,
     /// Reassembles IP fragments for the tracker (the datapath offers
     /// fragments here before `ct`; see [`crate::ipf`]).
     ipf: Ipf,
 }
 
-/// Slots a commit into a full table examines for expired connections before
-/// giving up.
-const FULL_TABLE_SWEEP: usize = 64;
+impl Default for Conntrack {
+    fn default() -> Self {
+        Conntrack::new(CtConfig::default())
+    }
+}
 
 impl Conntrack {
     pub fn new(config: CtConfig) -> Self {
         Conntrack {
             ipf: Ipf::new(config.ipf),
             config,
-            ..Default::default()
+            slots: Vec::new(),
+            free: Vec::new(),
+            map: HashMap::new(),
+            cursor: 0,
+            stats: CtStats::default(),
+            ports: HashMap::new(),
+            staged: [None; MAX_STAGED],
+            n_staged: 0,
         }
     }
 
@@ -1343,9 +1542,41 @@ impl Conntrack {
     }
 
     /// Tracks one packet: `frame` is the whole Ethernet frame as it is now,
-    /// `key` its flow key (extracted from that frame). Never panics, never
-    /// allocates except to store a newly committed connection.
+    /// `key` its flow key (extracted from that frame). A new connection is
+    /// stored at once (see [`Conntrack::execute_staged`] for the
+    /// datapath's way). Never panics, never allocates except to store a
+    /// newly committed connection.
     pub fn execute(&mut self, frame: &[u8], key: &FlowKey, p: &CtParams, now_ns: u64) -> CtVerdict {
+        let v = match self.execute_staged(frame, key, p, now_ns) {
+            Ok(v) => v,
+            Err(_) => CtVerdict {
+                state: ct_state::TRK | ct_state::INV,
+                zone: p.zone,
+                mark: 0,
+                label: 0,
+            },
+        };
+        self.commit_staged(now_ns);
+        v
+    }
+
+    /// Tracks one packet like [`Conntrack::execute`], but a connection it
+    /// commits is only staged: it enters the table at
+    /// [`Conntrack::commit_staged`], called when the packet has left the
+    /// pipeline, or never, at [`Conntrack::discard_staged`], when the
+    /// pipeline dropped it (module doc, "Staged commits"). The verdict is
+    /// the same either way. `Err` if the commit was refused (per-port
+    /// limit, or a full table with nothing to drop early): the packet is
+    /// `+trk+inv` and the datapath drops it, as Linux and the OVS kernel
+    /// datapath drop a packet whose connection cannot be created.
+    /// Commits of existing connections (mark, label) apply at once.
+    pub fn execute_staged(
+        &mut self,
+        frame: &[u8],
+        key: &FlowKey,
+        p: &CtParams,
+        now_ns: u64,
+    ) -> Result<CtVerdict, CtRefusal> {
         use ct_state::{EST, INV, NEW, REL, RPL, TRK};
         self.stats.packets_total += 1;
         let mut verdict = CtVerdict {
@@ -1359,7 +1590,7 @@ impl Conntrack {
             Err(_) => {
                 verdict.state |= INV;
                 self.stats.invalid_total += 1;
-                return verdict;
+                return Ok(verdict);
             }
         };
         let commit = p.commit || p.force;
@@ -1404,12 +1635,28 @@ impl Conntrack {
             } else {
                 state = NEW;
                 if commit {
-                    match self.insert(&pkt, now_ns) {
-                        Some(idx) => conn_idx = Some(idx),
-                        None => {
-                            state = INV;
-                            self.stats.table_full_total += 1;
+                    let owner = key.get(Field::InPort) as u32;
+                    let victim = match self.admit(&pkt.key, owner, now_ns) {
+                        Ok(victim) => victim,
+                        Err(r) => {
+                            self.stats.invalid_total += 1;
+                            return Err(r);
                         }
+                    };
+                    let staged = Staged {
+                        pkt,
+                        owner,
+                        mark: p.mark.map_or(0, |(v, m)| v & m),
+                        label: p.label.map_or(0, |(v, m)| v & m),
+                        victim,
+                    };
+                    verdict.mark = staged.mark;
+                    verdict.label = staged.label;
+                    if self.n_staged < MAX_STAGED {
+                        self.staged[self.n_staged] = Some(staged);
+                        self.n_staged += 1;
+                    } else {
+                        self.apply(staged, now_ns);
                     }
                 }
             }
@@ -1434,7 +1681,163 @@ impl Conntrack {
             self.stats.invalid_total += 1;
         }
         verdict.state |= state;
-        verdict
+        Ok(verdict)
+    }
+
+    /// Whether commits wait for [`Conntrack::commit_staged`] or
+    /// [`Conntrack::discard_staged`].
+    #[inline]
+    pub fn has_staged(&self) -> bool {
+        self.n_staged != 0
+    }
+
+    /// The packet that staged commits left the pipeline (was output or
+    /// sent to the controller): its new connections enter the table.
+    pub fn commit_staged(&mut self, now_ns: u64) {
+        for i in 0..std::mem::take(&mut self.n_staged) {
+            if let Some(s) = self.staged[i].take() {
+                self.apply(s, now_ns);
+            }
+        }
+    }
+
+    /// The packet that staged commits was dropped: its new connections are
+    /// forgotten (counted in [`CtStats::commits_discarded_total`]).
+    pub fn discard_staged(&mut self) {
+        for i in 0..std::mem::take(&mut self.n_staged) {
+            if self.staged[i].take().is_some() {
+                self.stats.commits_discarded_total += 1;
+            }
+        }
+    }
+
+    /// Admission of a new connection owned by `owner`: `Ok(victim)` with
+    /// the slot to drop early if the table is full. Bounded work.
+    fn admit(&mut self, key: &ConnKey, owner: u32, now_ns: u64) -> Result<Option<u32>, CtRefusal> {
+        let limit = self.limit_of(owner);
+        if limit != 0 {
+            let staged_here = self.staged[..self.n_staged]
+                .iter()
+                .flatten()
+                .filter(|s| s.owner == owner)
+                .count() as u32;
+            let count = |ct: &Self| ct.ports.get(&owner).map_or(0, |p| p.count) + staged_here;
+            if count(self) >= limit {
+                // Maybe some of its connections expired: sweep a little
+                // before refusing.
+                self.sweep(now_ns, LIMIT_RECLAIM_SCAN);
+                if count(self) >= limit {
+                    self.ports.entry(owner).or_default().refused += 1;
+                    self.stats.limit_refused_total += 1;
+                    return Err(CtRefusal::PortLimit);
+                }
+            }
+        }
+        if self.map.len() + self.n_staged < self.config.max_entries {
+            return Ok(None);
+        }
+        match self.early_drop_candidate(key, now_ns) {
+            Some(victim) => Ok(Some(victim)),
+            None => {
+                self.stats.table_full_total += 1;
+                Err(CtRefusal::TableFull)
+            }
+        }
+    }
+
+    /// The limit in force for `port` (0: none).
+    fn limit_of(&self, port: u32) -> u32 {
+        match self.ports.get(&port).and_then(|p| p.limit) {
+            Some(l) => l,
+            None => self.config.port_limit,
+        }
+    }
+
+    /// A slot to drop for a new connection with `key` in a full table:
+    /// among [`EARLY_DROP_SCAN`] slots from a place the key's hash picks,
+    /// the first expired connection, else the first unreplied one (not
+    /// assured), else none; never a slot another staged commit chose.
+    /// Reads only.
+    fn early_drop_candidate(&self, key: &ConnKey, now_ns: u64) -> Option<u32> {
+        use std::hash::BuildHasher;
+        let n = self.slots.len();
+        if n == 0 {
+            return None;
+        }
+        let start = (self.map.hasher().hash_one(key.canonical()) % n as u64) as usize;
+        let mut unreplied = None;
+        for i in 0..EARLY_DROP_SCAN.min(n) {
+            let idx = (start + i) % n;
+            let Some(Some(c)) = self.slots.get(idx) else {
+                continue;
+            };
+            if self.staged[..self.n_staged]
+                .iter()
+                .flatten()
+                .any(|s| s.victim == Some(idx as u32))
+            {
+                continue;
+            }
+            if now_ns >= c.expiration_ns {
+                return Some(idx as u32);
+            }
+            if unreplied.is_none() && !c.assured() {
+                unreplied = Some(idx as u32);
+            }
+        }
+        unreplied
+    }
+
+    /// Stores a staged connection (admission already passed): drops its
+    /// victim first if the table is (still) full.
+    fn apply(&mut self, s: Staged, now_ns: u64) {
+        let canon = s.pkt.key.canonical();
+        if let Some(&idx) = self.map.get(&canon) {
+            // The same packet committed it twice: the second commit only
+            // adds its mark and label, as on an existing connection.
+            if let Some(Some(c)) = self.slots.get_mut(idx as usize) {
+                c.mark |= s.mark;
+                c.label |= s.label;
+            }
+            return;
+        }
+        if self.map.len() >= self.config.max_entries {
+            let victim = s
+                .victim
+                .filter(|&v| {
+                    matches!(self.slots.get(v as usize), Some(Some(c))
+                        if now_ns >= c.expiration_ns || !c.assured())
+                })
+                .or_else(|| self.early_drop_candidate(&s.pkt.key, now_ns));
+            match victim {
+                Some(v) => self.drop_early(v, now_ns),
+                None => {
+                    self.stats.table_full_total += 1;
+                    return;
+                }
+            }
+        }
+        if let Some(idx) = self.insert(&s.pkt, s.owner, now_ns) {
+            if let Some(Some(c)) = self.slots.get_mut(idx as usize) {
+                c.mark = s.mark;
+                c.label = s.label;
+            }
+        }
+    }
+
+    /// Removes `idx` to make room: counted as expired if it was, else as an
+    /// early drop.
+    fn drop_early(&mut self, idx: u32, now_ns: u64) {
+        let expired = match self.slots.get(idx as usize) {
+            Some(Some(c)) => now_ns >= c.expiration_ns,
+            _ => return,
+        };
+        self.remove(idx);
+        if expired {
+            self.stats.expired_total += 1;
+        } else {
+            self.stats.early_drop_total += 1;
+        }
     }
 
     /// Finds the live connection `key` belongs to: (slot, is reply direction).
@@ -1493,14 +1896,11 @@ impl Conntrack {
         res
     }
 
-    /// Stores a new connection with `pkt` as its original direction, or
-    /// `None` if the table is full.
-    fn insert(&mut self, pkt: &Pkt, now_ns: u64) -> Option<u32> {
+    /// Stores a new connection with `pkt` as its original direction, owned
+    /// by `owner`, or `None` if the table is full (the caller made room).
+    fn insert(&mut self, pkt: &Pkt, owner: u32, now_ns: u64) -> Option<u32> {
         if self.map.len() >= self.config.max_entries {
-            self.expire_some(now_ns, FULL_TABLE_SWEEP);
-            if self.map.len() >= self.config.max_entries {
-                return None;
-            }
+            return None;
         }
         let (l4, tm) = match pkt.kind {
             PktKind::Tcp(seg) => (L4State::Tcp(tcp_new(&seg)), Tm::TcpFirstPacket),
@@ -1515,8 +1915,18 @@ impl Conntrack {
             expiration_ns: self.config.timeouts.deadline(tm, now_ns),
             label: 0,
             l4,
+            owner,
         };
-        let idx = match self.free.pop() {
+        let idx = self.store(conn)?;
+        self.map.insert(pkt.key.canonical(), idx);
+        self.charge(owner);
+        self.stats.committed_total += 1;
+        Some(idx)
+    }
+
+    /// Puts `conn` in a free slot (growing the slab within the bound).
+    fn store(&mut self, conn: Conn) -> Option<u32> {
+        Some(match self.free.pop() {
             Some(i) => {
                 *self.slots.get_mut(i as usize)? = Some(conn);
                 i
@@ -1537,16 +1947,24 @@ impl Conntrack {
                 self.slots.push(Some(conn));
                 (self.slots.len() - 1) as u32
             }
-        };
-        self.map.insert(pkt.key.canonical(), idx);
-        self.stats.committed_total += 1;
-        Some(idx)
+        })
+    }
+
+    /// One more connection owned by `owner`.
+    fn charge(&mut self, owner: u32) {
+        if owner != NO_OWNER {
+            let p = self.ports.entry(owner).or_default();
+            p.count = p.count.saturating_add(1);
+        }
     }
 
     fn remove(&mut self, idx: u32) {
         if let Some(conn) = self.slots.get_mut(idx as usize).and_then(Option::take) {
             self.map.remove(&conn.orig.canonical());
             self.free.push(idx);
+            if let Some(p) = self.ports.get_mut(&conn.owner) {
+                p.count = p.count.saturating_sub(1);
+            }
         }
     }
 
@@ -1568,6 +1986,86 @@ impl Conntrack {
         }
     }
 
+    // -- Per-port limits ----------------------------------------------------
+
+    /// The limit of ports without one of their own (0: none).
+    pub fn default_port_limit(&self) -> u32 {
+        self.config.port_limit
+    }
+
+    /// Sets the limit of ports without one of their own (0: none). Ports
+    /// already over it keep their connections; their new ones are refused
+    /// until they are below it.
+    pub fn set_default_port_limit(&mut self, limit: u32) {
+        self.config.port_limit = limit;
+    }
+
+    /// Sets `port`'s own limit (`Some(0)`: none), or `None` to go back to
+    /// the default.
+    pub fn set_port_limit(&mut self, port: u32, limit: Option<u32>) {
+        match limit {
+            Some(l) => self.ports.entry(port).or_default().limit = Some(l),
+            None => {
+                if let Some(p) = self.ports.get_mut(&port) {
+                    p.limit = None;
+                }
+            }
+        }
+    }
+
+    /// `port`'s limit, count and refusals.
+    pub fn port_limit(&self, port: u32) -> CtPortLimit {
+        let p = self.ports.get(&port).copied().unwrap_or_default();
+        CtPortLimit {
+            port,
+            limit: p.limit.unwrap_or(self.config.port_limit),
+            explicit: p.limit.is_some(),
+            count: p.count,
+            refused: p.refused,
+        }
+    }
+
+    /// Every port that owns connections, has its own limit or had commits
+    /// refused, by port number.
+    pub fn port_limits(&self) -> Vec<CtPortLimit> {
+        let mut v: Vec<CtPortLimit> = self.ports.keys().map(|&p| self.port_limit(p)).collect();
+        v.sort_by_key(|p| p.port);
+        v
+    }
+
+    /// `port` was deleted: up to `max_slots` slots from `start`, its
+    /// connections stop counting against it (they stay until they expire);
+    /// returns where to go on, `None` when done, and then its limit and
+    /// refusal counter are forgotten too, so that a new port with the same
+    /// number starts afresh. Call repeatedly (each call under the lock)
+    /// from 0; see [`Conntrack::flush_slice`] for the semantics of a scan
+    /// in slices.
+    pub fn disown_port_slice(
+        &mut self,
+        port: u32,
+        start: usize,
+        max_slots: usize,
+    ) -> Option<usize> {
+        let end = start.saturating_add(max_slots).min(self.slots.len());
+        for slot in self.slots.iter_mut().take(end).skip(start).flatten() {
+            if slot.owner == port {
+                slot.owner = NO_OWNER;
+                if let Some(p) = self.ports.get_mut(&port) {
+                    p.count = p.count.saturating_sub(1);
+                }
+            }
+        }
+        if end < self.slots.len() {
+            return Some(end);
+        }
+        if self.ports.get(&port).is_some_and(|p| p.count == 0) {
+            self.ports.remove(&port);
+        }
+        None
+    }
+
+    // -- Expiry and reclaim -------------------------------------------------
+
     /// Removes every connection that has expired at `now_ns`; returns how many.
     /// Work is proportional to the number of slots ever used.
     pub fn expire(&mut self, now_ns: u64) -> usize {
@@ -1580,6 +2078,21 @@ impl Conntrack {
     /// returns how many. Calling it regularly with a small budget spreads the
     /// cleanup over time.
     pub fn expire_some(&mut self, now_ns: u64, max_slots: usize) -> usize {
+        self.scan(now_ns, max_slots, false)
+    }
+
+    /// The background sweep ([`crate::datapath`] runs it with every batch):
+    /// [`Conntrack::expire_some`], and while the table is more than 95 %
+    /// full also drops the connections that are not assured or are closing
+    /// (Linux's `gc_worker` early drop), so that a commit rarely meets a
+    /// full table. Returns how many it removed.
+    pub fn sweep(&mut self, now_ns: u64, max_slots: usize) -> usize {
+        let crowded =
+            self.map.len().saturating_mul(20) > self.config.max_entries.saturating_mul(19);
+        self.scan(now_ns, max_slots, crowded)
+    }
+
+    fn scan(&mut self, now_ns: u64, max_slots: usize, reclaim: bool) -> usize {
         let n = self.slots.len();
         if n == 0 {
             return 0;
@@ -1594,18 +2107,50 @@ impl Conntrack {
             if let Some(Some(conn)) = self.slots.get(idx) {
                 if now_ns >= conn.expiration_ns {
                     self.remove(idx as u32);
+                    self.stats.expired_total += 1;
+                    removed += 1;
+                } else if reclaim && conn.reclaimable() {
+                    self.remove(idx as u32);
+                    self.stats.early_drop_total += 1;
                     removed += 1;
                 }
             }
         }
-        self.stats.expired_total += removed as u64;
         removed
     }
 
+    // -- Dumps and flushes --------------------------------------------------
+
     /// Removes all connections, or those of one zone; returns how many.
+    /// Work is proportional to the table: a caller that must not hold its
+    /// lock that long uses [`Conntrack::flush_slice`].
     pub fn flush(&mut self, zone: Option<u16>) -> usize {
         let mut removed = 0;
-        for idx in 0..self.slots.len() {
+        let mut at = Some(0);
+        while let Some(start) = at {
+            let (n, next) = self.flush_slice(zone, start, usize::MAX);
+            removed += n;
+            at = next;
+        }
+        removed
+    }
+
+    /// Removes the connections (all, or those of one zone) in up to
+    /// `max_slots` slots from `start`; returns how many, and where to go on
+    /// (`None`: done). Flushing in slices, the lock released in between:
+    /// every connection that exists for the whole flush is removed;
+    /// connections committed meanwhile may survive (if their slot was
+    /// already passed), so a flush ends with the table empty only if
+    /// nothing was committed while it ran.
+    pub fn flush_slice(
+        &mut self,
+        zone: Option<u16>,
+        start: usize,
+        max_slots: usize,
+    ) -> (usize, Option<usize>) {
+        let end = start.saturating_add(max_slots).min(self.slots.len());
+        let mut removed = 0;
+        for idx in start..end {
             let hit = match self.slots.get(idx) {
                 Some(Some(conn)) => zone.is_none() || zone == Some(conn.orig.zone),
                 _ => false,
@@ -1616,33 +2161,62 @@ impl Conntrack {
             }
         }
         self.stats.deleted_total += removed as u64;
-        removed
+        (removed, (end < self.slots.len()).then_some(end))
     }
 
     /// A snapshot of every stored connection, in storage order (expired ones
     /// not yet removed included: compare `expiration_ns` with the time).
+    /// Work and memory are proportional to the table: a caller that must
+    /// not hold its lock that long uses [`Conntrack::entries_slice`].
     pub fn entries(&self) -> Vec<CtEntry> {
-        self.slots
-            .iter()
-            .flatten()
-            .map(|c| {
-                let tcp_states = match c.l4 {
-                    L4State::Tcp([o, r]) => Some((o.state, r.state)),
-                    _ => None,
-                };
-                CtEntry {
-                    proto: c.orig.proto,
-                    orig: c.orig.tuple(),
-                    reply: c.orig.reverse().tuple(),
-                    zone: c.orig.zone,
-                    mark: c.mark,
-                    label: c.label,
-                    tcp_state: tcp_states.map(|(o, r)| TcpState::coalesce(o, r)),
-                    tcp_states,
-                    expiration_ns: c.expiration_ns,
-                }
-            })
-            .collect()
+        let mut out = Vec::with_capacity(self.len());
+        self.entries_slice(None, 0, usize::MAX, &mut out);
+        out
+    }
+
+    /// Appends to `out` the connections (all, or those of one zone) in up
+    /// to `max_slots` slots from `start`; returns where to go on (`None`:
+    /// done). A dump in slices, the lock released in between, reports every
+    /// connection that exists for the whole dump exactly once, each as it
+    /// was when its slice was read; connections committed or removed
+    /// meanwhile may or may not appear (a slot's connection never moves,
+    /// so nothing is reported twice unless it was removed and committed
+    /// again). This is what Linux's `conntrack -L` (a netlink dump bucket
+    /// by bucket) promises too.
+    pub fn entries_slice(
+        &self,
+        zone: Option<u16>,
+        start: usize,
+        max_slots: usize,
+        out: &mut Vec<CtEntry>,
+    ) -> Option<usize> {
+        let end = start.saturating_add(max_slots).min(self.slots.len());
+        let slots = self.slots.get(start..end).unwrap_or_default();
+        out.extend(
+            slots
+                .iter()
+                .flatten()
+                .filter(|c| zone.is_none() || zone == Some(c.orig.zone))
+                .map(|c| {
+                    let tcp_states = match c.l4 {
+                        L4State::Tcp([o, r]) => Some((o.state, r.state)),
+                        _ => None,
+                    };
+                    CtEntry {
+                        proto: c.orig.proto,
+                        orig: c.orig.tuple(),
+                        reply: c.orig.reverse().tuple(),
+                        zone: c.orig.zone,
+                        mark: c.mark,
+                        label: c.label,
+                        tcp_state: tcp_states.map(|(o, r)| TcpState::coalesce(o, r)),
+                        tcp_states,
+                        expiration_ns: c.expiration_ns,
+                        owner: (c.owner != NO_OWNER).then_some(c.owner),
+                    }
+                }),
+        );
+        (end < self.slots.len()).then_some(end)
     }
 
     /// Memory one connection costs at most: its slot, its map entry (key,

@@ -43,6 +43,20 @@
 //! `ipf` model, with the whole datagram rather than each fragment seen by
 //! the tables after `ct`.
 //!
+//! ## Conntrack
+//!
+//! A `Ct` action runs [`Conntrack::execute_staged`]: a commit of a new
+//! connection is only staged, and applied when the packet has left the
+//! pipeline (an output or a packet-in), or discarded when the pipeline
+//! dropped it, so a packet dropped after ConntrackCommit (Output without a
+//! port, any later drop) leaves nothing in the table. A commit the tracker
+//! refuses (the ingress port owns its limit of connections, or the table
+//! is full and nothing can be dropped early) drops the packet at once
+//! ([`DatapathStats::ct_refused_drops`]). After each batch the tracker's
+//! background sweep examines one slot per packet ([`Conntrack::sweep`]).
+//! The cost on the common path: a counter comparison per packet and the
+//! sweep per batch; no allocation, lock or syscall.
+//!
 //! ## Invariants
 //!
 //! - The actions executed for a key are always the actions the slow path
@@ -272,6 +286,9 @@ pub struct DatapathStats {
     pub frag_drops: u64,
     /// Datagrams reassembled and sent on through the pipeline.
     pub reassembled: u64,
+    /// Packets dropped because conntrack refused to commit their new
+    /// connection (the reason is in its own counters).
+    pub ct_refused_drops: u64,
 }
 
 /// One datapath thread's state: caches, counters and scratch space.
@@ -292,6 +309,11 @@ pub struct Datapath {
     frag_out: Vec<u8>,
     slow_path: SlowPathFn,
 }
+
+/// Conntrack slots the background sweep examines per packet of a batch
+/// ([`Conntrack::sweep`]): a table of N slots is swept every N packets or
+/// faster (a port at its limit sweeps more).
+const CT_SWEEP_PER_PACKET: usize = 1;
 
 /// Credits are flushed early when this many distinct megaflows were hit in
 /// one batch (keeps the per-packet search short for huge batches).
@@ -402,9 +424,22 @@ impl Datapath {
             self.stats.packets += 1;
             self.stats.bytes += p.packet.len() as u64;
             run.sink.begin_packet(p.in_port, p.packet.data());
+            let delivered = self.stats.outputs + self.stats.packet_ins;
             self.pass(&mut run, &mut p.packet, &mut key, 0);
+            // The packet's fate is known: its new connections enter the
+            // table only if it went somewhere (module doc, "Conntrack").
+            if run.ct.has_staged() {
+                if self.stats.outputs + self.stats.packet_ins != delivered {
+                    run.ct.commit_staged(now_ns);
+                } else {
+                    run.ct.discard_staged();
+                }
+            }
         }
         self.flush_credits(now_ns);
+        // The background conntrack sweep, paid for by the traffic.
+        run.ct
+            .sweep(now_ns, CT_SWEEP_PER_PACKET.saturating_mul(pkts.len()));
     }
 
     fn lookup(&mut self, tables: &TableSet, key: &FlowKey) -> (Arc<MegaflowEntry>, CacheTier) {
@@ -528,7 +563,11 @@ impl Datapath {
         // fragment had it; the packet fields of the whole datagram.
         let mut k = *key;
         extract_packet(whole.data(), &mut k);
-        let v = run.ct.execute(whole.data(), &k, params, run.now_ns);
+        let Ok(v) = run.ct.execute_staged(whole.data(), &k, params, run.now_ns) else {
+            run.ct.ipf_mut().recycle(done);
+            self.ct_refused();
+            return;
+        };
         k.set(Field::CtState, v.state as u128);
         k.set(Field::CtZone, v.zone as u128);
         k.set(Field::CtMark, v.mark as u128);
@@ -565,6 +604,16 @@ impl Datapath {
                 self.stats.write_errors += 1;
             }
         }
+    }
+
+    /// A commit was refused (per-port limit, full table): the packet is
+    /// dropped, as Linux drops a packet whose conntrack entry cannot be
+    /// created. Out of line: the common path stays small.
+    #[cold]
+    #[inline(never)]
+    fn ct_refused(&mut self) {
+        self.stats.ct_refused_drops += 1;
+        self.stats.drops += 1;
     }
 
     fn may_recirculate(&mut self, depth: u8) -> bool {
@@ -660,7 +709,10 @@ impl Datapath {
                         self.ct_fragment(run, &params, &actions[i + 1..], pkt, key, depth);
                         return None;
                     }
-                    let v = run.ct.execute(pkt.data(), key, &params, run.now_ns);
+                    let Ok(v) = run.ct.execute_staged(pkt.data(), key, &params, run.now_ns) else {
+                        self.ct_refused();
+                        return None;
+                    };
                     key.set(Field::CtState, v.state as u128);
                     key.set(Field::CtZone, v.zone as u128);
                     key.set(Field::CtMark, v.mark as u128);

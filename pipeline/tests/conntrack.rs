@@ -995,8 +995,11 @@ fn table_full() {
         max_entries: 3,
         ..Default::default()
     });
+    // Three connections that have seen replies (assured: never dropped
+    // early).
     for port in 1..=3 {
         assert_eq!(t.state(&udp4(A, port, B, 53), commit(0)), "+new+trk");
+        assert_eq!(t.state(&udp4(B, 53, A, port), track(0)), "+est+rpl+trk");
     }
     for port in 4..=6 {
         assert_eq!(t.state(&udp4(A, port, B, 53), commit(0)), "+inv+trk");
@@ -1008,9 +1011,10 @@ fn table_full() {
             s.entries,
             s.table_full_total,
             s.invalid_total,
-            s.committed_total
+            s.committed_total,
+            s.early_drop_total
         ),
-        (3, 3, 3, 3)
+        (3, 3, 3, 3, 0)
     );
     // Existing connections still work, uncommitted new ones are still +new.
     assert_eq!(t.state(&udp4(B, 53, A, 1), track(0)), "+est+rpl+trk");

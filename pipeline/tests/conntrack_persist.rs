@@ -392,7 +392,7 @@ fn damaged_files_are_refused_and_leave_the_table_empty() {
     b[8] = 9;
     assert_eq!(
         refuse(&b).to_string(),
-        format!("format version 9, this switch reads version {STATE_VERSION}")
+        format!("format version 9, this switch reads versions 1 to {STATE_VERSION}")
     );
     let mut b = good.clone();
     b.push(0);

@@ -49,6 +49,7 @@
 //! while calling into the switch.
 
 mod compose;
+pub mod conntrack;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
@@ -62,10 +63,9 @@ use std::time::{Duration, Instant};
 
 use oxvs_api::listen::{self, Gate, Limits, ListenError, ListenStats};
 use oxvs_api::protocol::{
-    self, ConntrackEntry, DumpConntrackResult, DumpFlowsResult, DumpPortsResult, FlowEntry,
-    FlowModResult, FlushConntrackResult, PacketInEntry, PacketInResult, Request, Response,
-    ShowResult, StatsResult, TraceRequest, TraceResult, VersionResult, MAX_LINE,
-    MAX_PACKET_IN_WAIT_MS,
+    self, DumpFlowsResult, DumpPortsResult, FlowEntry, FlowModResult, PacketInEntry,
+    PacketInResult, Request, Response, ShowResult, StatsResult, TraceRequest, TraceResult,
+    VersionResult, MAX_LINE, MAX_PACKET_IN_WAIT_MS,
 };
 use oxvs_pipeline::field::ct_state;
 use oxvs_pipeline::flow::{Flow, FlowMod, FlowModCommand, N_TABLES};
@@ -427,13 +427,22 @@ fn dispatch(switch: &Switch, req: Request) -> Result<Response, String> {
                 .add_port(spec)
                 .map_err(|e| format!("cannot add port '{name}': {e}"))?;
             tracing::info!(port = %info.name, ofport = info.ofport, "port added");
+            conntrack::port_added(switch, &info);
             Response::ok(&info)
         }
         Request::DelPort { name } => {
+            let ofport = switch
+                .ports()
+                .iter()
+                .find(|p| p.name == name)
+                .map(|p| p.ofport);
             switch
                 .del_port(&name)
                 .map_err(|e| format!("cannot delete port '{name}': {e}"))?;
             tracing::info!(port = %name, "port deleted");
+            if let Some(ofport) = ofport {
+                conntrack::port_deleted(switch, ofport);
+            }
             Response::ok(&serde_json::json!({}))
         }
         Request::AddFlows { flows } => Response::ok(&add_flows(switch, &flows)?),
@@ -452,12 +461,12 @@ fn dispatch(switch: &Switch, req: Request) -> Result<Response, String> {
             ports: switch.ports(),
         }),
         Request::Trace(t) => Response::ok(&trace(switch, &t)?),
-        Request::DumpConntrack { zone } => Response::ok(&dump_conntrack(switch, zone)),
-        Request::FlushConntrack { zone } => {
-            let flushed = switch.with_conntrack(|ct| ct.flush(zone));
-            tracing::info!(?zone, flushed, "conntrack flushed");
-            Response::ok(&FlushConntrackResult { flushed })
+        Request::DumpConntrack { zone } => Response::ok(&conntrack::dump(switch, zone)),
+        Request::FlushConntrack { zone } => Response::ok(&conntrack::flush(switch, zone)),
+        Request::CtSetLimits { default, ports } => {
+            Response::ok(&conntrack::set_limits(switch, default, &ports)?)
         }
+        Request::CtGetLimits { ports } => Response::ok(&conntrack::get_limits(switch, &ports)?),
         Request::Stats => Response::ok(&stats(switch)),
         Request::PacketIn { max, wait_ms } => Response::ok(&packet_in(switch, max, wait_ms)),
         Request::Version => Response::ok(&VersionResult {
@@ -778,31 +787,10 @@ fn trace(switch: &Switch, t: &TraceRequest) -> Result<TraceResult, String> {
     })
 }
 
-fn dump_conntrack(switch: &Switch, zone: Option<u16>) -> DumpConntrackResult {
-    let entries = switch.with_conntrack(|ct| ct.entries());
-    let now = monotonic_ns();
-    DumpConntrackResult {
-        entries: entries
-            .into_iter()
-            .filter(|e| zone.is_none() || zone == Some(e.zone))
-            .map(|e| ConntrackEntry {
-                line: e.to_string(),
-                proto: e.proto,
-                zone: e.zone,
-                mark: e.mark,
-                labels: format!("{:#x}", e.label),
-                orig: e.orig.to_string(),
-                reply: e.reply.to_string(),
-                tcp_state: e.tcp_state.map(|s| s.name().to_owned()),
-                expires_in_ms: e.expiration_ns.saturating_sub(now) / 1_000_000,
-            })
-            .collect(),
-    }
-}
-
 fn stats(switch: &Switch) -> StatsResult {
     let s = switch.stats();
-    let (conntrack_entries, ipf) = switch.with_conntrack(|ct| (ct.len(), ct.ipf().stats()));
+    let (conntrack_entries, ct, ipf) =
+        switch.with_conntrack(|ct| (ct.len(), ct.stats(), ct.ipf().stats()));
     let d = s.datapath;
     StatsResult {
         threads: s.threads,
@@ -829,6 +817,11 @@ fn stats(switch: &Switch) -> StatsResult {
         reassembled: d.reassembled,
         ipf_held_datagrams: ipf.held_datagrams,
         ipf_held_bytes: ipf.held_bytes,
+        ct_refused_drops: d.ct_refused_drops,
+        ct_limit_refused: ct.limit_refused_total,
+        ct_table_full: ct.table_full_total,
+        ct_early_drops: ct.early_drop_total,
+        ct_commits_discarded: ct.commits_discarded_total,
     }
 }
 

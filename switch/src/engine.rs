@@ -677,6 +677,10 @@ fn add_stats(a: &mut DatapathStats, b: &DatapathStats) {
     a.write_errors += b.write_errors;
     a.outputs += b.outputs;
     a.packet_ins += b.packet_ins;
+    a.frags_held += b.frags_held;
+    a.frag_drops += b.frag_drops;
+    a.reassembled += b.reassembled;
+    a.ct_refused_drops += b.ct_refused_drops;
 }
 
 // ---------------------------------------------------------------------------

@@ -19,6 +19,11 @@
 //! restart, `flush-conntrack` or an idle expiry as long as the flows allow
 //! it as a new one.
 //!
+//! Conntrack limits: `--ct-max` connections in all; each port (pod) may
+//! own at most `--ct-port-limit` of them (default a quarter of the table;
+//! none for the gateway and VXLAN ports), changed at run time with
+//! `oxvsctl ct-set-limits`. See `docs/pipeline.md`, "Conntrack limits".
+//!
 //! Signals: SIGTERM and SIGINT are blocked in every thread (the mask is set
 //! before any thread starts and inherited) and taken synchronously by the
 //! main thread with `sigwait`, so no handler runs in a random thread.
@@ -64,9 +69,16 @@ struct Args {
     #[arg(long, value_name = "N", default_value_t = 32,
           value_parser = clap::value_parser!(u16).range(1..=256))]
     batch: u16,
-    /// Most connections tracked.
-    #[arg(long, value_name = "N")]
+    /// Most connections tracked (default 262144). A commit into a full
+    /// table drops an unreplied connection early, or is refused.
+    #[arg(long, value_name = "N", value_parser = parse_ct_max)]
     ct_max: Option<usize>,
+    /// Most connections one port (pod) may own, so that one pod cannot
+    /// fill the table; 0: no limit. Default: a quarter of --ct-max (65536).
+    /// The gateway and VXLAN ports have none. Change it at run time with
+    /// `oxvsctl ct-set-limits default=N` (or per port).
+    #[arg(long, value_name = "N")]
+    ct_port_limit: Option<u32>,
     /// Pick up TCP connections from a mid-stream packet (no SYN seen) as
     /// new ones, as Linux's nf_conntrack_tcp_loose: connections survive a
     /// restart without a state file, `flush-conntrack` or an idle expiry
@@ -151,6 +163,15 @@ enum Mode {
     Busy,
 }
 
+/// `--ct-max`: at least 1.
+fn parse_ct_max(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("0 connections: the table must hold at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("'{s}' is not a number of connections")),
+    }
+}
+
 fn parse_gateway_name(s: &str) -> Result<String, String> {
     let ok_chars = s
         .bytes()
@@ -214,6 +235,9 @@ fn run(args: Args) -> anyhow::Result<()> {
     if let Some(n) = args.ct_max {
         conntrack.max_entries = n;
     }
+    conntrack.port_limit = args
+        .ct_port_limit
+        .unwrap_or_else(|| CtConfig::default_port_limit(conntrack.max_entries));
     conntrack.tcp_loose = args.ct_tcp_loose;
     let ct_state_file = match &args.ct_state_file {
         Some(p) if p.is_empty() => None,
@@ -249,7 +273,12 @@ fn run(args: Args) -> anyhow::Result<()> {
             args.gateway_ofport,
             args.gateway_ip.as_deref(),
         ) {
-            Ok(g) => Some(g),
+            Ok(g) => {
+                // The host is trusted, and its own conntrack saw the
+                // connection first: no per-port limit for the gateway.
+                switch.with_conntrack(|ct| ct.set_port_limit(args.gateway_ofport, Some(0)));
+                Some(g)
+            }
             Err(e) => {
                 switch.shutdown();
                 return Err(e);

@@ -15,6 +15,8 @@
 //! | `oxvs_datapath_upcalls_total` | counter | | slow-path passes |
 //! | `oxvs_datapath_busy_seconds_total` | counter | | time spent processing packets |
 //! | `oxvs_conntrack_entries`, `oxvs_conntrack_*_total` | gauge, counters | | [`Conntrack::stats`](oxvs_pipeline::conntrack::Conntrack::stats) |
+//! | `oxvs_conntrack_max_entries`, `oxvs_conntrack_default_port_limit` | gauges | | the table's size and the default per-port limit (0: none) |
+//! | `oxvs_conntrack_port_entries`, `oxvs_conntrack_port_limit`, `oxvs_conntrack_port_limit_refusals_total` | gauges, counter | `port` | [`Conntrack::port_limits`](oxvs_pipeline::conntrack::Conntrack::port_limits): connections each port owns, its limit, its refused commits |
 //! | `oxvs_ipf_held_{datagrams,fragments,bytes}`, `oxvs_ipf_*_total` | gauges, counters | | [`Ipf::stats`](oxvs_pipeline::ipf::Ipf::stats): the fragment reassembler in front of conntrack |
 //! | `oxvs_ipf_fragment_drops_total` | counter | `reason` ([`IpfDrop::name`]) | fragments dropped, by reason |
 //! | `oxvs_pipeline_flows` | gauge | `table` | flows per table |
@@ -60,7 +62,7 @@ use std::time::Duration;
 use oxvs_api::listen::{Gate, Limits, ListenStats};
 use oxvs_api::metrics::{self as prom, Exposition};
 use oxvs_api::PortInfo;
-use oxvs_pipeline::conntrack::CtStats;
+use oxvs_pipeline::conntrack::{CtPortLimit, CtStats};
 use oxvs_pipeline::datapath::DatapathStats;
 use oxvs_pipeline::flow::N_TABLES;
 use oxvs_pipeline::ipf::{IpfDrop, IpfStats};
@@ -97,6 +99,12 @@ pub struct Snapshot {
     pub stats: SwitchStats,
     pub ports: Vec<PortInfo>,
     pub conntrack: CtStats,
+    /// The table's size.
+    pub ct_max_entries: usize,
+    /// The default per-port connection limit (0: none).
+    pub ct_default_port_limit: u32,
+    /// Per-port connection counts, limits and refusals.
+    pub ct_ports: Vec<CtPortLimit>,
     /// The fragment reassembler in front of conntrack.
     pub ipf: IpfStats,
     /// Tables that have a name or at least one flow, by number.
@@ -110,7 +118,16 @@ impl Snapshot {
     pub fn take(switch: &Switch) -> Snapshot {
         let stats = switch.stats();
         let ports = switch.ports();
-        let (conntrack, ipf) = switch.with_conntrack(|ct| (ct.stats(), ct.ipf().stats()));
+        let (conntrack, ipf, ct_max_entries, ct_default_port_limit, ct_ports) = switch
+            .with_conntrack(|ct| {
+                (
+                    ct.stats(),
+                    ct.ipf().stats(),
+                    ct.config().max_entries,
+                    ct.default_port_limit(),
+                    ct.port_limits(),
+                )
+            });
         let pipeline = switch.pipeline();
         let names = pipeline.names();
         let set = pipeline.snapshot();
@@ -138,6 +155,9 @@ impl Snapshot {
             stats,
             ports,
             conntrack,
+            ct_max_entries,
+            ct_default_port_limit,
+            ct_ports,
             ipf,
             tables,
             generation: set.generation(),
@@ -160,7 +180,7 @@ pub fn encode(s: &Snapshot) -> String {
     .sample(&[("version", env!("CARGO_PKG_VERSION"))], 1.0);
     encode_ports(&mut e, &s.ports);
     encode_datapath(&mut e, &s.stats);
-    encode_conntrack(&mut e, &s.conntrack);
+    encode_conntrack(&mut e, s);
     encode_ipf(&mut e, &s.ipf);
     encode_tables(&mut e, &s.tables, s.generation);
     e.finish()
@@ -269,6 +289,7 @@ fn encode_datapath(e: &mut Exposition, s: &SwitchStats) {
         frags_held,
         frag_drops,
         reassembled,
+        ct_refused_drops,
     } = datapath;
     e.gauge("oxvs_datapath_threads", "Datapath threads.")
         .int(&[], *threads as u64);
@@ -278,7 +299,7 @@ fn encode_datapath(e: &mut Exposition, s: &SwitchStats) {
     )
     .int(&[("tier", "emc")], *emc_hits)
     .int(&[("tier", "megaflow")], *megaflow_hits);
-    let counters: [(&str, &str, u64); 20] = [
+    let counters: [(&str, &str, u64); 21] = [
         (
             "oxvs_datapath_packets_total",
             "Packets received by the datapath.",
@@ -375,6 +396,11 @@ fn encode_datapath(e: &mut Exposition, s: &SwitchStats) {
             *reassembled,
         ),
         (
+            "oxvs_datapath_ct_refused_drops_total",
+            "Packets dropped because conntrack refused to commit their new connection (see oxvs_conntrack_limit_refusals_total and oxvs_conntrack_table_full_drops_total).",
+            *ct_refused_drops,
+        ),
+        (
             "oxvs_datapath_bad_frames_total",
             "Received frames with an unusable descriptor (dropped).",
             *bad_frames,
@@ -390,46 +416,114 @@ fn encode_datapath(e: &mut Exposition, s: &SwitchStats) {
     .sample(&[], *busy_ns as f64 / 1e9);
 }
 
-fn encode_conntrack(e: &mut Exposition, c: &CtStats) {
+fn encode_conntrack(e: &mut Exposition, s: &Snapshot) {
+    // Destructured without `..`: a counter added to the tracker does not
+    // compile until it is exported here.
+    let CtStats {
+        entries,
+        packets_total,
+        committed_total,
+        invalid_total,
+        table_full_total,
+        limit_refused_total,
+        early_drop_total,
+        commits_discarded_total,
+        expired_total,
+        deleted_total,
+    } = s.conntrack;
     e.gauge(
         "oxvs_conntrack_entries",
         "Connections tracked now (expired ones not yet removed included).",
     )
-    .int(&[], c.entries as u64);
-    let counters: [(&str, &str, u64); 6] = [
+    .int(&[], entries as u64);
+    e.gauge(
+        "oxvs_conntrack_max_entries",
+        "Most connections the table holds (--ct-max).",
+    )
+    .int(&[], s.ct_max_entries as u64);
+    e.gauge(
+        "oxvs_conntrack_default_port_limit",
+        "Most connections a port without its own limit may own (0: no limit).",
+    )
+    .int(&[], u64::from(s.ct_default_port_limit));
+    let counters: [(&str, &str, u64); 9] = [
         (
             "oxvs_conntrack_packets_total",
             "Packets given to the connection tracker.",
-            c.packets_total,
+            packets_total,
         ),
         (
             "oxvs_conntrack_commits_total",
             "Connections created by a commit.",
-            c.committed_total,
+            committed_total,
         ),
         (
             "oxvs_conntrack_invalid_packets_total",
-            "Packets the tracker marked invalid (table-full ones included).",
-            c.invalid_total,
+            "Packets the tracker marked invalid (refused commits included).",
+            invalid_total,
         ),
         (
             "oxvs_conntrack_table_full_drops_total",
-            "Commits refused because the connection table was full (the packet is +inv).",
-            c.table_full_total,
+            "Commits refused because the connection table was full and no unreplied connection near the new one could be dropped early (the packet is dropped).",
+            table_full_total,
+        ),
+        (
+            "oxvs_conntrack_limit_refusals_total",
+            "Commits refused because their port owned its limit of connections (the packet is dropped).",
+            limit_refused_total,
+        ),
+        (
+            "oxvs_conntrack_early_drops_total",
+            "Unreplied connections dropped to make room in a (nearly) full table.",
+            early_drop_total,
+        ),
+        (
+            "oxvs_conntrack_commits_discarded_total",
+            "New connections not committed because the pipeline dropped their packet after the commit.",
+            commits_discarded_total,
         ),
         (
             "oxvs_conntrack_expired_total",
             "Connections removed because they expired.",
-            c.expired_total,
+            expired_total,
         ),
         (
             "oxvs_conntrack_deleted_total",
             "Connections removed by a flush or TCP port reuse.",
-            c.deleted_total,
+            deleted_total,
         ),
     ];
     for (name, help, v) in counters {
         e.counter(name, help).int(&[], v);
+    }
+    let port_name = |ofport: u32| -> String {
+        s.ports
+            .iter()
+            .find(|p| p.ofport == ofport)
+            .map_or_else(|| ofport.to_string(), |p| p.name.clone())
+    };
+    let names: Vec<(String, &CtPortLimit)> =
+        s.ct_ports.iter().map(|p| (port_name(p.port), p)).collect();
+    let mut g = e.gauge(
+        "oxvs_conntrack_port_entries",
+        "Connections each port owns (committed by its packets).",
+    );
+    for (n, p) in &names {
+        g.int(&[("port", n)], u64::from(p.count));
+    }
+    let mut g = e.gauge(
+        "oxvs_conntrack_port_limit",
+        "Most connections each port may own (0: no limit).",
+    );
+    for (n, p) in &names {
+        g.int(&[("port", n)], u64::from(p.limit));
+    }
+    let mut c = e.counter(
+        "oxvs_conntrack_port_limit_refusals_total",
+        "Commits of each port refused by its limit.",
+    );
+    for (n, p) in &names {
+        c.int(&[("port", n)], p.refused);
     }
 }
 
@@ -762,8 +856,30 @@ mod tests {
         s.conntrack = CtStats {
             entries: 3,
             table_full_total: 9,
+            limit_refused_total: 11,
+            early_drop_total: 12,
+            commits_discarded_total: 13,
             ..CtStats::default()
         };
+        s.ct_max_entries = 1000;
+        s.ct_default_port_limit = 250;
+        s.ct_ports = vec![
+            CtPortLimit {
+                port: 1,
+                limit: 250,
+                explicit: false,
+                count: 2,
+                refused: 11,
+            },
+            CtPortLimit {
+                port: 7,
+                limit: 0,
+                explicit: true,
+                count: 1,
+                refused: 0,
+            },
+        ];
+        s.stats.datapath.ct_refused_drops = 11;
         s.tables = vec![
             TableStats {
                 table: "Classifier".into(),
@@ -804,6 +920,23 @@ mod tests {
         assert_eq!(v("oxvs_datapath_packet_in_drops_total", &[]), 4.0);
         assert_eq!(v("oxvs_conntrack_entries", &[]), 3.0);
         assert_eq!(v("oxvs_conntrack_table_full_drops_total", &[]), 9.0);
+        assert_eq!(v("oxvs_conntrack_limit_refusals_total", &[]), 11.0);
+        assert_eq!(v("oxvs_conntrack_early_drops_total", &[]), 12.0);
+        assert_eq!(v("oxvs_conntrack_commits_discarded_total", &[]), 13.0);
+        assert_eq!(v("oxvs_conntrack_max_entries", &[]), 1000.0);
+        assert_eq!(v("oxvs_conntrack_default_port_limit", &[]), 250.0);
+        assert_eq!(v("oxvs_conntrack_port_entries", &[("port", "p1")]), 2.0);
+        assert_eq!(v("oxvs_conntrack_port_limit", &[("port", "p1")]), 250.0);
+        assert_eq!(
+            v(
+                "oxvs_conntrack_port_limit_refusals_total",
+                &[("port", "p1")]
+            ),
+            11.0
+        );
+        // A port number no port has now is named by its number.
+        assert_eq!(v("oxvs_conntrack_port_limit", &[("port", "7")]), 0.0);
+        assert_eq!(v("oxvs_datapath_ct_refused_drops_total", &[]), 11.0);
         assert_eq!(v("oxvs_pipeline_flows", &[("table", "Classifier")]), 2.0);
         assert_eq!(
             v("oxvs_pipeline_flow_packets", &[("table", "Classifier")]),
@@ -843,9 +976,9 @@ mod tests {
             .keys()
             .filter(|n| n.starts_with("oxvs_datapath_") && n.ends_with("_total"))
             .count();
-        // 17 DatapathStats fields (emc+megaflow in one family) + 5 engine
+        // 18 DatapathStats fields (emc+megaflow in one family) + 5 engine
         // counters + busy time.
-        assert_eq!(datapath, 16 + 5 + 1, "{text}");
+        assert_eq!(datapath, 17 + 5 + 1, "{text}");
         // The reassembler: 3 gauges, 4 counters, the drops by reason.
         assert_eq!(
             p.types
@@ -859,7 +992,8 @@ mod tests {
                 .keys()
                 .filter(|n| n.starts_with("oxvs_conntrack_"))
                 .count(),
-            7
+            // entries, size, default limit, 9 counters, 3 per-port families
+            15
         );
     }
 

@@ -6,6 +6,9 @@ mod add_flow;
 mod add_flows;
 mod add_port;
 mod check_flows;
+mod ct_del_limits;
+mod ct_get_limits;
+mod ct_set_limits;
 mod del_flows;
 mod del_port;
 mod dump_conntrack;
@@ -54,6 +57,12 @@ pub enum Command {
     DumpConntrack(dump_conntrack::DumpConntrack),
     /// Remove tracked connections.
     FlushConntrack(flush_conntrack::FlushConntrack),
+    /// Set connection limits: the default and per port (pod), like `dpctl/ct-set-limits`.
+    CtSetLimits(ct_set_limits::CtSetLimits),
+    /// Show connection limits, counts and refusals per port, like `dpctl/ct-get-limits`.
+    CtGetLimits(ct_get_limits::CtGetLimits),
+    /// Remove ports' own connection limits (the default applies again).
+    CtDelLimits(ct_del_limits::CtDelLimits),
     /// Datapath counters (cache hits, upcalls, ns per packet).
     Stats(stats::Stats),
     /// Take queued packet-ins (flows' `controller` actions).
@@ -79,6 +88,9 @@ impl Command {
             Command::DumpPorts(c) => c.exec(ctx),
             Command::DumpConntrack(c) => c.exec(ctx),
             Command::FlushConntrack(c) => c.exec(ctx),
+            Command::CtSetLimits(c) => c.exec(ctx),
+            Command::CtGetLimits(c) => c.exec(ctx),
+            Command::CtDelLimits(c) => c.exec(ctx),
             Command::Stats(c) => c.exec(ctx),
             Command::PacketIn(c) => c.exec(ctx),
             Command::Traceflow(c) => c.exec(ctx),

@@ -52,6 +52,15 @@ pub fn format(r: &StatsResult) -> String {
     s.push_str(&format!("flows: {}\n", r.n_flows));
     s.push_str(&format!("conntrack entries: {}\n", r.conntrack_entries));
     s.push_str(&format!(
+        "  refused commits: {} over a port's limit, {} table full ({} packets dropped)\n",
+        r.ct_limit_refused, r.ct_table_full, r.ct_refused_drops
+    ));
+    s.push_str(&format!("  early drops: {}\n", r.ct_early_drops));
+    s.push_str(&format!(
+        "  commits discarded (packet dropped later): {}\n",
+        r.ct_commits_discarded
+    ));
+    s.push_str(&format!(
         "ip fragments: {} datagrams reassembled, {} fragments held then, {} dropped; {} datagrams ({} bytes) incomplete now\n",
         r.reassembled, r.frags_held, r.frag_drops, r.ipf_held_datagrams, r.ipf_held_bytes
     ));

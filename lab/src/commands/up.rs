@@ -54,6 +54,11 @@ pub struct UpArgs {
     /// Needs the cached Kubernetes build with kube-proxy.
     #[arg(long)]
     pub kube_proxy: bool,
+    /// One more argument for every node's oxvs-switchd, e.g.
+    /// `--switchd-arg=--ct-max=4096` (repeatable; `switch restart` keeps
+    /// them, nodes added later by `node add` do not get them).
+    #[arg(long = "switchd-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub switchd_args: Vec<String>,
 }
 
 /// The cluster file.
@@ -271,19 +276,18 @@ fn build(
         let dir = ctx.paths.node_dir(node.index);
         let sock = dir.join("switchd.sock");
         let _ = std::fs::remove_file(&sock);
-        let child = procs::spawn_in(
-            &node.netns,
-            &[
-                &sw_bin,
-                "--socket",
-                &sock.display().to_string(),
-                "--gateway",
-                GATEWAY,
-                "--log-level",
-                &args.log_level,
-            ],
-            &dir.join("switchd.log"),
-        )?;
+        let sock_arg = sock.display().to_string();
+        let mut argv = vec![
+            sw_bin.as_str(),
+            "--socket",
+            &sock_arg,
+            "--gateway",
+            GATEWAY,
+            "--log-level",
+            &args.log_level,
+        ];
+        argv.extend(args.switchd_args.iter().map(String::as_str));
+        let child = procs::spawn_in(&node.netns, &argv, &dir.join("switchd.log"))?;
         st.nodes[k].switchd_pid = Some(child.id());
         switches.push(child);
         ctx.paths.save(st)?;

@@ -6,7 +6,7 @@
 //! monotonic `now_ns`, which differs between processes, and the wall
 //! clock, which does not) and does the file I/O.
 //!
-//! # Format, version 1
+//! # Format, version 2
 //!
 //! All integers little-endian. A 32-byte header, `count` fixed-size
 //! records, an 8-byte trailer:
@@ -14,12 +14,12 @@
 //! | offset | size | what |
 //! |---|---|---|
 //! | 0 | 8 | magic `OXVS-CT\n` |
-//! | 8 | 2 | format version (1) |
+//! | 8 | 2 | format version (2) |
 //! | 10 | 2 | flags (0) |
-//! | 12 | 4 | record length (100) |
+//! | 12 | 4 | record length (104) |
 //! | 16 | 8 | `count`, the number of records |
 //! | 24 | 8 | wall-clock time of the save (ns since the Unix epoch) |
-//! | 32 | 100 x count | records |
+//! | 32 | 104 x count | records |
 //! | end - 8 | 8 | FNV-1a 64 of every byte before it |
 //!
 //! A record is one connection, in its original direction:
@@ -40,6 +40,11 @@
 //! | 71 | 1 | other: 0 first, 1 multiple, 2 both directions; ICMP: 0 request seen, 1 reply seen; TCP: 0 |
 //! | 72 | 14 | TCP original side: seqlo, seqhi, max_win (u32 each), wscale, state (u8 each) |
 //! | 86 | 14 | TCP reply side, the same (both sides all zero for other kinds) |
+//! | 100 | 4 | the OpenFlow port the connection counts against (`0xffffffff`: none) |
+//!
+//! Version 1 (written before per-port limits) is the same with 100-byte
+//! records, without the owner; it is still read, its connections then
+//! count against no port.
 //!
 //! # Restore
 //!
@@ -56,20 +61,30 @@
 //! minus the wall-clock time that passed since the save (a clock that went
 //! backwards counts as no time), capped at the longest configured timeout;
 //! connections whose lifetime ran out are skipped and counted.
+//!
+//! Limits: a restored connection counts against its port again, but
+//! restoring never refuses a connection for a port's limit (nor drops one
+//! early): the table is as it was saved. A port left over its limit (the
+//! limit was lowered across the restart) keeps its connections and has new
+//! ones refused until enough of them end.
 
 use super::{
     icmp4_reverse_query, icmp6_reverse_query, Conn, ConnKey, Conntrack, IcmpState, L4State,
     OtherState, TcpPeer, TcpState, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_SCTP, IPPROTO_TCP,
-    IPPROTO_UDP, NS_PER_SEC, TCP_MAX_WSCALE, WS_FLAG, WS_MASK, WS_UNKNOWN,
+    IPPROTO_UDP, NO_OWNER, NS_PER_SEC, TCP_MAX_WSCALE, WS_FLAG, WS_MASK, WS_UNKNOWN,
 };
 
 /// The format version [`Conntrack::save_state`] writes and
 /// [`Conntrack::restore_state`] reads.
-pub const STATE_VERSION: u16 = 1;
+pub const STATE_VERSION: u16 = 2;
 
 const MAGIC: [u8; 8] = *b"OXVS-CT\n";
 const HEADER_LEN: usize = 32;
-const RECORD_LEN: usize = 100;
+const RECORD_LEN: usize = 104;
+/// Version 1 records: no owner.
+const RECORD_LEN_V1: usize = 100;
+/// Where the TCP peers end (what follows is zero for other kinds).
+const L4_END: usize = 100;
 const TRAILER_LEN: usize = 8;
 
 /// Why a saved table was refused. Every variant names what was wrong.
@@ -83,7 +98,7 @@ pub enum CtStateError {
     },
     #[error("not a conntrack state file (magic {found:02x?}, want {MAGIC:02x?})")]
     BadMagic { found: [u8; 8] },
-    #[error("format version {found}, this switch reads version {STATE_VERSION}")]
+    #[error("format version {found}, this switch reads versions 1 to {STATE_VERSION}")]
     UnsupportedVersion { found: u16 },
     #[error("bad header: {0}")]
     BadHeader(String),
@@ -227,6 +242,7 @@ fn encode_record(out: &mut Vec<u8>, c: &Conn, remaining_ns: u64) {
             encode_peer(out, &r);
         }
     }
+    out.extend_from_slice(&c.owner.to_le_bytes());
 }
 
 fn decode_peer(r: &Rd<'_>, off: usize, side: &str) -> Result<TcpPeer, String> {
@@ -250,6 +266,11 @@ fn decode_peer(r: &Rd<'_>, off: usize, side: &str) -> Result<TcpPeer, String> {
 
 /// One record -> (connection, remaining lifetime), or what is wrong with it.
 fn decode_record(b: &[u8]) -> Result<(Conn, u64), String> {
+    // Version 1 records end at L4_END: no owner.
+    let owner = match b.get(L4_END..L4_END + 4) {
+        Some(o) => u32::from_le_bytes([o[0], o[1], o[2], o[3]]),
+        None => NO_OWNER,
+    };
     let r = Rd(b);
     let v6 = match r.u8(38) {
         0 => false,
@@ -331,9 +352,7 @@ fn decode_record(b: &[u8]) -> Result<(Conn, u64), String> {
             ])
         }
         k => {
-            if b.get(72..RECORD_LEN)
-                .is_none_or(|t| t.iter().any(|x| *x != 0))
-            {
+            if b.get(72..L4_END).is_none_or(|t| t.iter().any(|x| *x != 0)) {
                 return Err("TCP window bytes set for a non-TCP connection".into());
             }
             if k == 1 {
@@ -358,6 +377,7 @@ fn decode_record(b: &[u8]) -> Result<(Conn, u64), String> {
         expiration_ns: 0,
         label: r.u128(46),
         l4,
+        owner,
     };
     Ok((conn, r.u64(62)))
 }
@@ -410,6 +430,9 @@ impl Conntrack {
             self.free.clear();
             self.map.clear();
             self.cursor = 0;
+            for p in self.ports.values_mut() {
+                p.count = 0;
+            }
         }
         r
     }
@@ -431,19 +454,21 @@ impl Conntrack {
             return Err(CtStateError::BadMagic { found: magic });
         }
         let version = h.u16(8);
-        if version != STATE_VERSION {
-            return Err(CtStateError::UnsupportedVersion { found: version });
-        }
+        let record_len = match version {
+            1 => RECORD_LEN_V1,
+            STATE_VERSION => RECORD_LEN,
+            _ => return Err(CtStateError::UnsupportedVersion { found: version }),
+        };
         let flags = h.u16(10);
         if flags != 0 {
             return Err(CtStateError::BadHeader(format!(
-                "flags {flags:#06x} (version {STATE_VERSION} has none)"
+                "flags {flags:#06x} (version {version} has none)"
             )));
         }
         let rec_len = h.u32(12);
-        if rec_len as usize != RECORD_LEN {
+        if rec_len as usize != record_len {
             return Err(CtStateError::BadHeader(format!(
-                "record length {rec_len} (version {STATE_VERSION} records are {RECORD_LEN} bytes)"
+                "record length {rec_len} (version {version} records are {record_len} bytes)"
             )));
         }
         let count = h.u64(16);
@@ -455,7 +480,7 @@ impl Conntrack {
         // fits in memory; checked anyway.
         let count = count as usize;
         let need = count
-            .checked_mul(RECORD_LEN)
+            .checked_mul(record_len)
             .and_then(|n| n.checked_add(HEADER_LEN + TRAILER_LEN))
             .ok_or(CtStateError::TooMany {
                 count: count as u64,
@@ -492,7 +517,7 @@ impl Conntrack {
             downtime_ns,
             ..CtRestored::default()
         };
-        for (index, rec) in body[HEADER_LEN..].chunks_exact(RECORD_LEN).enumerate() {
+        for (index, rec) in body[HEADER_LEN..].chunks_exact(record_len).enumerate() {
             let (mut conn, remaining) =
                 decode_record(rec).map_err(|what| CtStateError::BadRecord { index, what })?;
             let canon = conn.orig.canonical();
@@ -515,6 +540,8 @@ impl Conntrack {
             let idx = self.slots.len() as u32;
             self.slots.push(Some(conn));
             self.map.insert(canon, idx);
+            // Counted against its port, never refused (module doc).
+            self.charge(conn.owner);
             report.restored += 1;
         }
         Ok(report)
@@ -576,6 +603,7 @@ mod tests {
             expiration_ns: 0,
             label: 0x22 << 100,
             l4: L4State::Tcp([peer(TcpState::Established), peer(TcpState::Established)]),
+            owner: 3,
         }
     }
 
@@ -663,6 +691,7 @@ mod tests {
             expiration_ns: 0,
             label: 0,
             l4: L4State::Other(OtherState::Bidir),
+            owner: NO_OWNER,
         };
         let mut ping = udp;
         ping.orig = ConnKey {
