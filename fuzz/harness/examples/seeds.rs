@@ -10,7 +10,9 @@ use oxvs_api::agent::{AgentRequest, Proto, TraceflowRequest};
 use oxvs_api::protocol::{Request, TraceRequest};
 
 fn write(target: &str, seeds: &[Vec<u8>]) {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../corpus").join(target);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../corpus")
+        .join(target);
     std::fs::create_dir_all(&dir).expect("create the corpus directory");
     for (k, s) in seeds.iter().enumerate() {
         std::fs::write(dir.join(format!("seed-{k:02}")), s).expect("write a seed");
@@ -25,7 +27,7 @@ mod ct {
     /// initial sequence numbers).
     pub fn tcp(out: &mut Vec<u8>, reply: bool, flags_sel: u8, new_dirs: u8, commit: bool) {
         out.push(0); // op: TCP, direct
-        // a: v4, src idx, dst idx; b: sport idx 0 / dport idx 1 (or swapped).
+                     // a: v4, src idx, dst idx; b: sport idx 0 / dport idx 1 (or swapped).
         if reply {
             out.extend_from_slice(&[0b0000_0010, 0b0000_0001]);
         } else {
@@ -85,7 +87,25 @@ fn conntrack() -> Vec<Vec<u8>> {
     ct::udp(&mut s, false, false);
     seeds.push(s);
     // Through the datapath, fragmented (op 0xc0: TCP, datapath, chunks).
-    let mut s = vec![0x07, 0xc0, 0b0000_1000, 0b0000_0100, 0x40, 0, 0, 0, 1, 0, 0, 0, 2, 0, 200, 2, 1];
+    let mut s = vec![
+        0x07,
+        0xc0,
+        0b0000_1000,
+        0b0000_0100,
+        0x40,
+        0,
+        0,
+        0,
+        1,
+        0,
+        0,
+        0,
+        2,
+        0,
+        200,
+        2,
+        1,
+    ];
     s.extend_from_slice(&[0xc3, 0b0000_1000, 0b0000_1010, 200, 3, 0]);
     seeds.push(s);
     // ICMP echo, then an error quoting the connection.
@@ -107,7 +127,10 @@ fn vxlan_rx() -> Vec<Vec<u8>> {
         // One valid datagram with a plausible inner frame.
         vec![0x03, 0, 0, 0, 42, 0x12, 0x34, 4, 1, 2, 3, 4],
         // A valid header, raw inner bytes, then a raw datagram.
-        vec![0x01, 0, 0, 0, 7, 0, 14, 0x0a, 0x58, 0x0a, 0xf4, 0, 4, 0x0a, 0x58, 0x0a, 0xf4, 1, 7, 0x08, 0x06, 0x00, 0, 4, 8, 0, 0, 0],
+        vec![
+            0x01, 0, 0, 0, 7, 0, 14, 0x0a, 0x58, 0x0a, 0xf4, 0, 4, 0x0a, 0x58, 0x0a, 0xf4, 1, 7,
+            0x08, 0x06, 0x00, 0, 4, 8, 0, 0, 0,
+        ],
         // A damaged header.
         vec![0x07, 0, 0, 0, 42, 0, 1, 3, 0x80],
     ]
@@ -116,16 +139,34 @@ fn vxlan_rx() -> Vec<Vec<u8>> {
 fn vxlan_tx() -> Vec<Vec<u8>> {
     // mtu sel, tun_id bool, src u32, dst sel, inner kind, len sel, ...
     let v4 = |mtu: u8, df: bool, len_sel: u8, len: u8| {
-        vec![mtu, 0, 0, 0, 0, 0, 1, u8::from(!df), len_sel, len, 0, 0, 0, 0, 0x12, 0x34, 0]
+        vec![
+            mtu,
+            0,
+            0,
+            0,
+            0,
+            0,
+            1,
+            u8::from(!df),
+            len_sel,
+            len,
+            0,
+            0,
+            0,
+            0,
+            0x12,
+            0x34,
+            0,
+        ]
     };
     vec![
-        v4(0, true, 1, 150),  // 1500, DF, ~1550 bytes: too big
-        v4(0, false, 1, 150), // 1500, no DF: fragments
-        v4(1, false, 2, 255), // 576, fragments
-        v4(0, true, 0, 40),   // fits
-        vec![0, 0, 0, 0, 0, 0, 1, 2, 1, 100, 0, 0],      // IPv6, too big
-        vec![2, 0, 0, 0, 0, 0, 1, 3, 0, 60],             // ARP
-        vec![0, 0, 0, 0, 0, 0, 0, 0, 0, 40],             // no tun_dst
+        v4(0, true, 1, 150),                        // 1500, DF, ~1550 bytes: too big
+        v4(0, false, 1, 150),                       // 1500, no DF: fragments
+        v4(1, false, 2, 255),                       // 576, fragments
+        v4(0, true, 0, 40),                         // fits
+        vec![0, 0, 0, 0, 0, 0, 1, 2, 1, 100, 0, 0], // IPv6, too big
+        vec![2, 0, 0, 0, 0, 0, 1, 3, 0, 60],        // ARP
+        vec![0, 0, 0, 0, 0, 0, 0, 0, 0, 40],        // no tun_dst
         vec![0, 0, 0, 0, 0, 0, 1, 0x20, 1, 150, 0, 0, 0, 0, 0, 0, 0, 1, 7], // VLAN, DF
     ]
 }
@@ -256,7 +297,9 @@ fn metrics_http() -> Vec<Vec<u8>> {
     long.extend_from_slice(b"\r\n\r\n");
     seeds.push(long);
     let mut pure = vec![0xff];
-    pure.extend_from_slice(b"# HELP x_total A counter.\n# TYPE x_total counter\nx_total{a=\"b\"} 1\n\n");
+    pure.extend_from_slice(
+        b"# HELP x_total A counter.\n# TYPE x_total counter\nx_total{a=\"b\"} 1\n\n",
+    );
     seeds.push(pure);
     seeds
 }
@@ -268,7 +311,9 @@ fn ipblock() -> Vec<Vec<u8>> {
         // 0.0.0.0/0 minus 0.0.0.0/1 and 255.255.255.255/32.
         vec![0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 255, 255, 255, 255, 32],
         // 10.0.0.0/8 minus 50 000 /32s every 256 addresses.
-        vec![10, 0, 0, 0, 8, 1, 10, 0, 0, 1, 24, 1, 0xc3, 0x50, 0, 80, 0, 90],
+        vec![
+            10, 0, 0, 0, 8, 1, 10, 0, 0, 1, 24, 1, 0xc3, 0x50, 0, 80, 0, 90,
+        ],
         // Ports 1..=65535, an exception outside the block.
         vec![192, 168, 0, 0, 16, 0, 10, 0, 0, 0, 8, 0, 0, 1, 0xff, 0xff],
     ]

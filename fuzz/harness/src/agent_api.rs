@@ -189,12 +189,16 @@ fn fixture() -> &'static Fixture {
             .collect();
         let pf = policy::policy_flows(&cluster, &local);
         let mut text = flows::desired_flows(&node, &pods);
-        for l in flows::tunnel_flows(&node, TUN, &remotes).iter().chain(&pf.flows) {
+        for l in flows::tunnel_flows(&node, TUN, &remotes)
+            .iter()
+            .chain(&pf.flows)
+        {
             text.push_str(l);
             text.push('\n');
         }
         let switch = crate::common::start_switch();
-        let parsed = parse_flow_file(&text, &ParseContext::default()).expect("the agent's flows parse");
+        let parsed =
+            parse_flow_file(&text, &ParseContext::default()).expect("the agent's flows parse");
         switch
             .pipeline()
             .replace_all(&parsed, 0)
@@ -218,9 +222,19 @@ fn fixture() -> &'static Fixture {
     })
 }
 
-const SRCS: &[&str] = &["x/a", "x/b", "x/r", "x/zz", "y/a", "a", "", "x/", "/a", "x/a/b"];
+const SRCS: &[&str] = &[
+    "x/a", "x/b", "x/r", "x/zz", "y/a", "a", "", "x/", "/a", "x/a/b",
+];
 const DSTS: &[&str] = &[
-    "x/b", "x/a", "x/r", "10.244.0.4", "10.244.1.7", "10.244.1.200", "8.8.8.8", "x/zz", "bad",
+    "x/b",
+    "x/a",
+    "x/r",
+    "10.244.0.4",
+    "10.244.1.7",
+    "10.244.1.200",
+    "8.8.8.8",
+    "x/zz",
+    "bad",
     "10.244.0.256",
 ];
 const MACS: &[&str] = &[

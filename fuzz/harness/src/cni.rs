@@ -80,7 +80,9 @@ const VARS: [&str; 6] = [
 
 fn dictionary(var: &str) -> &'static [&'static str] {
     match var {
-        "CNI_COMMAND" => &["ADD", "DEL", "CHECK", "GC", "STATUS", "VERSION", "add", "UPDATE"],
+        "CNI_COMMAND" => &[
+            "ADD", "DEL", "CHECK", "GC", "STATUS", "VERSION", "add", "UPDATE",
+        ],
         "CNI_CONTAINERID" => &["c0ffee", "a_b.c-d", "-x", "has space", "x/y"],
         "CNI_NETNS" => &[
             "/proc/self/ns/net",
@@ -89,7 +91,15 @@ fn dictionary(var: &str) -> &'static [&'static str] {
             "relative/netns",
             "/",
         ],
-        "CNI_IFNAME" => &["eth0", "net1", ".", "..", "way-too-long-ifname", "a/b", "a:b"],
+        "CNI_IFNAME" => &[
+            "eth0",
+            "net1",
+            ".",
+            "..",
+            "way-too-long-ifname",
+            "a/b",
+            "a:b",
+        ],
         "CNI_ARGS" => &[
             "K8S_POD_NAMESPACE=x;K8S_POD_NAME=a",
             "IgnoreUnknown=1;FOO=bar",

@@ -204,7 +204,10 @@ fn icmp_packet(i: &mut Input<'_>, d: Dir, seqs: &mut Seqs) -> (u8, Vec<u8>) {
             let (qproto, l4) = if i.bool() {
                 tcp_packet(i, quoted, seqs)
             } else {
-                (frames::PROTO_UDP, frames::udp_datagram(quoted.sport, quoted.dport, &[]))
+                (
+                    frames::PROTO_UDP,
+                    frames::udp_datagram(quoted.sport, quoted.dport, &[]),
+                )
             };
             let mut inner = frames::ip_frame(quoted.src, quoted.dst, qproto, &l4);
             inner.drain(..14);
@@ -224,7 +227,10 @@ fn icmp_packet(i: &mut Input<'_>, d: Dir, seqs: &mut Seqs) -> (u8, Vec<u8>) {
                 (true, 2) => (3, 0),
                 (true, _) => (4, 1),
             };
-            (proto, frames::icmp_message(ty, code, [0, 0, 0x05, 0xdc], &inner))
+            (
+                proto,
+                frames::icmp_message(ty, code, [0, 0, 0x05, 0xdc], &inner),
+            )
         }
         // Anything else (neighbour discovery, timestamps, garbage).
         _ => {
@@ -249,7 +255,11 @@ fn live(ct: &Conntrack, now: u64) -> Vec<String> {
 }
 
 fn check_table(ct: &Conntrack, max: usize) {
-    assert!(ct.len() <= max, "{} connections > max_entries {max}", ct.len());
+    assert!(
+        ct.len() <= max,
+        "{} connections > max_entries {max}",
+        ct.len()
+    );
     assert_eq!(ct.stats().entries, ct.len());
     assert_eq!(ct.entries().len(), ct.len());
 }
@@ -372,7 +382,11 @@ pub fn run(data: &[u8]) {
             }
             _ => match i.u8() % 3 {
                 0 => {
-                    let zone = if i.bool() { Some(u16::from(i.u8() & 1)) } else { None };
+                    let zone = if i.bool() {
+                        Some(u16::from(i.u8() & 1))
+                    } else {
+                        None
+                    };
                     let before = ct.len();
                     let flushed = ct.flush(zone);
                     assert_eq!(ct.len() + flushed, before);
@@ -394,7 +408,11 @@ pub fn run(data: &[u8]) {
     // Nothing outlives the longest timeout (a day is more than any default).
     let end = now + 24 * 3600 * S;
     ct.expire(end);
-    assert!(ct.is_empty(), "{} connections outlived every timeout", ct.len());
+    assert!(
+        ct.is_empty(),
+        "{} connections outlived every timeout",
+        ct.len()
+    );
 }
 
 /// One packet through [`Conntrack::execute`], with the invariants.
@@ -413,13 +431,20 @@ fn direct(i: &mut Input<'_>, ct: &mut Conntrack, frame: &[u8], now: u64, max: us
     let v = ct.execute(frame, &key, &params, now);
     assert!(v.state & TRK != 0, "no +trk: {v:?}");
     if v.state & INV != 0 {
-        assert_eq!(v.state & (NEW | EST | REL), 0, "+inv with another state: {v:?}");
+        assert_eq!(
+            v.state & (NEW | EST | REL),
+            0,
+            "+inv with another state: {v:?}"
+        );
         if !params.force {
             assert_eq!(live(ct, now), live_before, "+inv changed the connections");
         }
     }
     if !params.commit && !params.force {
-        assert!(ct.len() <= before, "a packet without commit added a connection");
+        assert!(
+            ct.len() <= before,
+            "a packet without commit added a connection"
+        );
     }
     if v.state & NEW != 0 && !params.commit && !params.force {
         assert_eq!((v.mark, v.label), (0, 0), "+new without commit has a mark");
@@ -435,7 +460,11 @@ fn roundtrip(ct: &Conntrack, config: &CtConfig, now: u64) {
     fresh
         .restore_state(&bytes, now, 1_700_000_000 * S)
         .expect("a saved table restores");
-    assert_eq!(live(&fresh, now), live(ct, now), "save/restore changed the table");
+    assert_eq!(
+        live(&fresh, now),
+        live(ct, now),
+        "save/restore changed the table"
+    );
 }
 
 /// Arbitrary bytes as a state file: either refused, with the table left

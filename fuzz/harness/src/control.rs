@@ -84,9 +84,7 @@ fn opt_text(i: &mut Input<'_>) -> Option<String> {
 fn built_request(i: &mut Input<'_>) -> Request {
     match i.u8() % 15 {
         0 => Request::Show,
-        1 => Request::DelPort {
-            name: text(i),
-        },
+        1 => Request::DelPort { name: text(i) },
         2 => Request::AddFlows { flows: text(i) },
         3 => Request::DelFlows {
             spec: opt_text(i),
@@ -100,8 +98,17 @@ fn built_request(i: &mut Input<'_>) -> Request {
         6 => Request::Bundle { mods: text(i) },
         7 => Request::DumpFlows {
             table: i.bool().then(|| {
-                i.pick(&["0", "31", "ConntrackState", "Output", "254", "255", "-1", "x"])
-                    .to_string()
+                i.pick(&[
+                    "0",
+                    "31",
+                    "ConntrackState",
+                    "Output",
+                    "254",
+                    "255",
+                    "-1",
+                    "x",
+                ])
+                .to_string()
             }),
             names: i.bool(),
             stats: i.bool(),
@@ -114,7 +121,9 @@ fn built_request(i: &mut Input<'_>) -> Request {
                 spec: (!hex || i.bool()).then(|| text(i)),
                 packet_hex: hex.then(|| oxvs_api::protocol::to_hex(i.short_bytes())),
                 in_port: i.bool().then(|| u32::from(i.u8() % 8)),
-                ct_next: (0..i.below(3)).map(|_| i.pick(&ct_states).to_string()).collect(),
+                ct_next: (0..i.below(3))
+                    .map(|_| i.pick(&ct_states).to_string())
+                    .collect(),
                 names: i.bool(),
                 inject: i.bool(),
             })

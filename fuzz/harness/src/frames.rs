@@ -104,7 +104,10 @@ pub fn ip_frame(src: Addr, dst: Addr, proto: u8, l4: &[u8]) -> Vec<u8> {
             eth(MAC_B, MAC_A, ETH_IPV4),
             ipv4_packet(s, d, proto, V4Opts::default(), l4),
         ),
-        (Addr::V6(s), Addr::V6(d)) => (eth(MAC_B, MAC_A, ETH_IPV6), ipv6_packet(s, d, proto, 64, l4)),
+        (Addr::V6(s), Addr::V6(d)) => (
+            eth(MAC_B, MAC_A, ETH_IPV6),
+            ipv6_packet(s, d, proto, 64, l4),
+        ),
         _ => return Vec::new(),
     };
     f.extend_from_slice(&ip);

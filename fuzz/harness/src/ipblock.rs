@@ -96,21 +96,19 @@ fn covered(out: &[Ipv4Net], ip: u32) -> bool {
 fn check_prefixes(cidr: Ipv4Net, except: &[Ipv4Net], out: &[Ipv4Net]) {
     let block = cidr.trunc();
     for w in out.windows(2) {
-        assert!(hi(&w[0]) < lo(&w[1]), "not sorted and disjoint: {} {}", w[0], w[1]);
+        assert!(
+            hi(&w[0]) < lo(&w[1]),
+            "not sorted and disjoint: {} {}",
+            w[0],
+            w[1]
+        );
     }
     for n in out {
         assert_eq!(*n, n.trunc(), "host bits set in {n}");
         assert!(block.contains(n), "{n} outside {block}");
     }
     let mut probes: Vec<u32> = vec![lo(&block), hi(&block)];
-    let edges = |n: &Ipv4Net| {
-        [
-            lo(n).wrapping_sub(1),
-            lo(n),
-            hi(n),
-            hi(n).wrapping_add(1),
-        ]
-    };
+    let edges = |n: &Ipv4Net| [lo(n).wrapping_sub(1), lo(n), hi(n), hi(n).wrapping_add(1)];
     let sample = |len: usize| (len / 512).max(1);
     for n in out.iter().step_by(sample(out.len())) {
         probes.extend(edges(n));

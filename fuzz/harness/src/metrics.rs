@@ -96,7 +96,12 @@ fn check(resp: &[u8], head: Option<&[u8]>) {
         None => 413,
         Some(hd) => parse_response(&prom::respond(hd, String::new)).status,
     };
-    assert_eq!(h.status, want, "status for {:?}", head.map(String::from_utf8_lossy));
+    assert_eq!(
+        h.status,
+        want,
+        "status for {:?}",
+        head.map(String::from_utf8_lossy)
+    );
     if h.status == 200 && !is_head {
         let text = std::str::from_utf8(&h.body).expect("UTF-8 metrics");
         if let Err(e) = prom::parse(text) {
@@ -112,8 +117,10 @@ pub fn run(data: &[u8]) {
     }
     let addr = server();
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
-    s.set_write_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    s.set_write_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
     // The server may answer and close before reading everything (413):
     // a failed write or a reset read is then expected, not a finding.
     let wrote = s.write_all(data).is_ok();

@@ -96,7 +96,11 @@ pub fn datapath_target(data: &[u8]) {
     let env = XlateEnv {
         ports: vec![1, 2, 3, 4, 5],
     };
-    let mut dp = Datapath::new(Arc::clone(datapath_pipeline()), env, DatapathConfig::default());
+    let mut dp = Datapath::new(
+        Arc::clone(datapath_pipeline()),
+        env,
+        DatapathConfig::default(),
+    );
     let mut ct = Conntrack::new(CtConfig::default());
     let mut sink = CountingSink::default();
     for round in 0..2u64 {

@@ -95,7 +95,11 @@ pub fn run_rx(data: &[u8]) {
             if mode & 2 != 0 {
                 // A plausible inner frame: towards a local pod.
                 let l4 = frames::udp_datagram(i.u16(), 53, i.short_bytes());
-                let mut f = frames::eth([0x0a, 0x58, 0x0a, 0xf4, 0, 4], [0x0a, 0x58, 0x0a, 0xf4, 1, 7], frames::ETH_IPV4);
+                let mut f = frames::eth(
+                    [0x0a, 0x58, 0x0a, 0xf4, 0, 4],
+                    [0x0a, 0x58, 0x0a, 0xf4, 1, 7],
+                    frames::ETH_IPV4,
+                );
                 f.extend_from_slice(&frames::ipv4_packet(
                     [10, 244, 1, 7],
                     [10, 244, 0, 4],
@@ -150,12 +154,24 @@ pub fn run_rx(data: &[u8]) {
             .unwrap_or_else(|| panic!("yielded a frame that no datagram carried"));
         let d = &datagrams[next + k];
         next += k + 1;
-        assert!(d[0] & 0x08 != 0, "accepted without the I flag: {:02x?}", &d[..8]);
-        assert_eq!(d[0] & !0x08, 0, "accepted with reserved flags: {:02x?}", &d[..8]);
+        assert!(
+            d[0] & 0x08 != 0,
+            "accepted without the I flag: {:02x?}",
+            &d[..8]
+        );
+        assert_eq!(
+            d[0] & !0x08,
+            0,
+            "accepted with reserved flags: {:02x?}",
+            &d[..8]
+        );
         assert_eq!(&d[1..4], &[0, 0, 0], "accepted with reserved bits");
         assert_eq!(d[7], 0, "accepted with a reserved last byte");
         assert!(frame.len() >= 14, "accepted a frame shorter than Ethernet");
-        assert_eq!(meta.tun_id, u64::from(u32::from_be_bytes([0, d[4], d[5], d[6]])));
+        assert_eq!(
+            meta.tun_id,
+            u64::from(u32::from_be_bytes([0, d[4], d[5], d[6]]))
+        );
         assert_eq!(meta.src, u32::from(LOCAL));
         assert_eq!(meta.dst, u32::from(LOCAL));
     }
@@ -201,7 +217,12 @@ fn inner_frame(i: &mut Input<'_>) -> (Vec<u8>, bool) {
             f.splice(12..12, tag);
         }
     };
-    let src = *i.pick(&[[10, 244, 0, 3], [0, 0, 0, 0], [224, 0, 0, 1], [127, 0, 0, 1]]);
+    let src = *i.pick(&[
+        [10, 244, 0, 3],
+        [0, 0, 0, 0],
+        [224, 0, 0, 1],
+        [127, 0, 0, 1],
+    ]);
     let dst = *i.pick(&[[10, 244, 1, 7], [255, 255, 255, 255], [239, 1, 1, 1]]);
     let unicast = src == [10, 244, 0, 3] && dst == [10, 244, 1, 7];
     match kind % 6 {
@@ -216,12 +237,17 @@ fn inner_frame(i: &mut Input<'_>) -> (Vec<u8>, bool) {
             let o = V4Opts {
                 ttl: 64,
                 ident: i.u16(),
-                frag: if df { 0x4000 } else { 0 } | if i.u8() == 0xff { i.u16() & 0x3fff } else { 0 },
+                frag: if df { 0x4000 } else { 0 }
+                    | if i.u8() == 0xff { i.u16() & 0x3fff } else { 0 },
             };
             let mut f = frames::eth(frames::MAC_B, frames::MAC_A, frames::ETH_IPV4);
             f.extend_from_slice(&frames::ipv4_packet(src, dst, proto, o, &l4));
             vlan(&mut f, i);
-            let must_answer = df && proto == frames::PROTO_TCP && unicast && o.frag & 0x1fff == 0 && kind >> 5 == 0;
+            let must_answer = df
+                && proto == frames::PROTO_TCP
+                && unicast
+                && o.frag & 0x1fff == 0
+                && kind >> 5 == 0;
             (f, must_answer)
         }
         2 => {
@@ -233,10 +259,17 @@ fn inner_frame(i: &mut Input<'_>) -> (Vec<u8>, bool) {
             d[15] = 2;
             let next = *i.pick(&[frames::PROTO_TCP, frames::PROTO_ICMPV6, 0, 44]);
             let l4 = match next {
-                frames::PROTO_ICMPV6 => frames::icmp_message(*i.pick(&[128, 1, 2, 135]), 0, [0; 4], &payload),
+                frames::PROTO_ICMPV6 => {
+                    frames::icmp_message(*i.pick(&[128, 1, 2, 135]), 0, [0; 4], &payload)
+                }
                 0 | 44 => {
                     let mut h = vec![frames::PROTO_ICMPV6, 0, 0, i.u8(), 0, 0, 0, 0];
-                    h.extend_from_slice(&frames::icmp_message(*i.pick(&[128, 1]), 0, [0; 4], &payload));
+                    h.extend_from_slice(&frames::icmp_message(
+                        *i.pick(&[128, 1]),
+                        0,
+                        [0; 4],
+                        &payload,
+                    ));
                     h
                 }
                 _ => frames::tcp_segment(40000, 80, 1, 0, 0x10, 500, &[], &payload),
@@ -265,9 +298,17 @@ pub fn run_tx(data: &[u8]) {
         _ => 576 + u32::from(i.u16()),
     };
     let meta = TunnelMeta {
-        tun_id: if i.bool() { u64::from(i.u32()) << 8 | u64::from(i.u8()) } else { 42 },
+        tun_id: if i.bool() {
+            u64::from(i.u32()) << 8 | u64::from(i.u8())
+        } else {
+            42
+        },
         src: i.u32(),
-        dst: if i.u8() == 0 { 0 } else { u32::from(Ipv4Addr::new(192, 168, 77, 12)) },
+        dst: if i.u8() == 0 {
+            0
+        } else {
+            u32::from(Ipv4Addr::new(192, 168, 77, 12))
+        },
     };
     let (inner, must_answer) = inner_frame(&mut i);
 
@@ -292,7 +333,10 @@ pub fn run_tx(data: &[u8]) {
         }
         Err(TxError::TooBig { mtu: inner_mtu }) => {
             assert!(queued.is_empty());
-            assert!(inner_mtu + VXLAN_OVERHEAD <= mtu, "inner MTU {inner_mtu} for underlay {mtu}");
+            assert!(
+                inner_mtu + VXLAN_OVERHEAD <= mtu,
+                "inner MTU {inner_mtu} for underlay {mtu}"
+            );
             let src_ip = Ipv4Addr::new(10, 244, 0, 1);
             let reply = icmp_too_big_reply(&inner, inner_mtu, src_ip);
             if must_answer {
@@ -332,7 +376,11 @@ fn check_encapsulation(inner: &[u8], queued: &[Vec<u8>], mtu: u32, meta: TunnelM
     let mut ident = None;
     let mut payload = Vec::new();
     for (k, p) in queued.iter().enumerate() {
-        assert!(p.len() <= mtu as usize, "outer packet {} > MTU {mtu}", p.len());
+        assert!(
+            p.len() <= mtu as usize,
+            "outer packet {} > MTU {mtu}",
+            p.len()
+        );
         assert!(p.len() >= 20);
         assert_eq!(p[0], 0x45);
         assert_eq!(usize::from(be16(p, 2)), p.len(), "total length");
@@ -342,9 +390,17 @@ fn check_encapsulation(inner: &[u8], queued: &[Vec<u8>], mtu: u32, meta: TunnelM
         assert_eq!(&p[12..16], &LOCAL.octets());
         assert_eq!(&p[16..20], &Ipv4Addr::from(meta.dst).octets());
         let id = be16(p, 4);
-        assert_eq!(*ident.get_or_insert(id), id, "fragments share the identification");
+        assert_eq!(
+            *ident.get_or_insert(id),
+            id,
+            "fragments share the identification"
+        );
         let ff = be16(p, 6);
-        let (df, mf, off) = (ff & 0x4000 != 0, ff & 0x2000 != 0, usize::from(ff & 0x1fff) * 8);
+        let (df, mf, off) = (
+            ff & 0x4000 != 0,
+            ff & 0x2000 != 0,
+            usize::from(ff & 0x1fff) * 8,
+        );
         assert_eq!(off, payload.len(), "fragment offsets are contiguous");
         assert_eq!(mf, k + 1 < queued.len(), "MF on all but the last");
         if queued.len() > 1 {
@@ -354,7 +410,10 @@ fn check_encapsulation(inner: &[u8], queued: &[Vec<u8>], mtu: u32, meta: TunnelM
             }
         }
         if let Some((_, 0x86dd)) = l3(inner) {
-            assert!(df && queued.len() == 1, "an IPv6 inner packet must go whole with DF");
+            assert!(
+                df && queued.len() == 1,
+                "an IPv6 inner packet must go whole with DF"
+            );
         }
         payload.extend_from_slice(&p[20..]);
     }
@@ -416,13 +475,19 @@ fn check_too_big(orig: &[u8], reply: &[u8], mtu: u32, src_ip: Ipv4Addr) {
             assert_eq!(&ip[24..40], &oip[8..24], "sent back to the source");
             let icmp = &ip[40..];
             assert_eq!((icmp[0], icmp[1]), (2, 0));
-            assert_eq!(u32::from_be_bytes([icmp[4], icmp[5], icmp[6], icmp[7]]), mtu);
+            assert_eq!(
+                u32::from_be_bytes([icmp[4], icmp[5], icmp[6], icmp[7]]),
+                mtu
+            );
             let mut pseudo = Vec::new();
             pseudo.extend_from_slice(&ip[8..40]);
             pseudo.extend_from_slice(&(icmp.len() as u32).to_be_bytes());
             pseudo.extend_from_slice(&[0, 0, 0, frames::PROTO_ICMPV6]);
             assert_eq!(fold(ones(&pseudo) + ones(icmp)), 0xffff, "ICMPv6 checksum");
-            assert!(oip.starts_with(&icmp[8..]), "the quote is the original's start");
+            assert!(
+                oip.starts_with(&icmp[8..]),
+                "the quote is the original's start"
+            );
         }
         _ => panic!("answered ethertype {et:#06x}"),
     }

@@ -98,7 +98,11 @@ fn cargo_fuzz_bins() -> BTreeSet<String> {
             in_bin = line == "[[bin]]";
         } else if in_bin {
             if let Some(v) = line.strip_prefix("name") {
-                let v = v.trim_start().trim_start_matches('=').trim().trim_matches('"');
+                let v = v
+                    .trim_start()
+                    .trim_start_matches('=')
+                    .trim()
+                    .trim_matches('"');
                 bins.insert(v.to_string());
             }
         }
@@ -109,11 +113,15 @@ fn cargo_fuzz_bins() -> BTreeSet<String> {
 #[test]
 fn fuzz_targets_corpora_and_harnesses_agree() {
     let targets: BTreeSet<String> = TARGETS.iter().map(|(n, _)| n.to_string()).collect();
-    assert_eq!(cargo_fuzz_bins(), targets, "fuzz/Cargo.toml [[bin]]s vs TARGETS");
+    assert_eq!(
+        cargo_fuzz_bins(),
+        targets,
+        "fuzz/Cargo.toml [[bin]]s vs TARGETS"
+    );
     for t in &targets {
         let src = fuzz_dir().join("fuzz_targets").join(format!("{t}.rs"));
-        let body = std::fs::read_to_string(&src)
-            .unwrap_or_else(|e| panic!("{}: {e}", src.display()));
+        let body =
+            std::fs::read_to_string(&src).unwrap_or_else(|e| panic!("{}: {e}", src.display()));
         assert!(
             body.contains("oxvs_fuzz_harness::"),
             "{} does not call its harness",
