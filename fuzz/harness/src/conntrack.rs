@@ -14,7 +14,7 @@
 //! Checked after every operation: `+trk` on every verdict; `+inv` never
 //! with `+new`/`+est`/`+rel`; an `+inv` packet (without `force`) leaves the
 //! live connections as they were; a packet without `commit` never adds a
-//! connection; the table never holds more than `max_entries`, and `len`,
+//! connection, nor carries a mark or label when there is none; the table never holds more than `max_entries`, and `len`,
 //! `stats().entries` and `entries()` agree. At the end the live table
 //! survives `save_state` / `restore_state` unchanged, and expiry after the
 //! longest timeout leaves it empty. A separate mode (first byte 0xff)
@@ -446,7 +446,8 @@ fn direct(i: &mut Input<'_>, ct: &mut Conntrack, frame: &[u8], now: u64, max: us
             "a packet without commit added a connection"
         );
     }
-    if v.state & NEW != 0 && !params.commit && !params.force {
+    if v.state & NEW != 0 && !params.commit && !params.force && live_before.is_empty() {
+        // No connection it could belong to: nothing to carry.
         assert_eq!((v.mark, v.label), (0, 0), "+new without commit has a mark");
     }
     check_table(ct, max);

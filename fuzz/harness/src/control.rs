@@ -66,7 +66,7 @@ fn text(i: &mut Input<'_>) -> String {
     let n = i.below(6);
     for _ in 0..n {
         if i.u8() < 200 {
-            s.push_str(*i.pick(FLOW_BITS));
+            s.push_str(i.pick::<&str>(FLOW_BITS));
             if i.bool() {
                 s.push('\n');
             }

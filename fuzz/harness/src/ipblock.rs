@@ -109,7 +109,7 @@ fn check_prefixes(cidr: Ipv4Net, except: &[Ipv4Net], out: &[Ipv4Net]) {
     }
     let mut probes: Vec<u32> = vec![lo(&block), hi(&block)];
     let edges = |n: &Ipv4Net| [lo(n).wrapping_sub(1), lo(n), hi(n), hi(n).wrapping_add(1)];
-    let sample = |len: usize| (len / 512).max(1);
+    let sample = |len: usize| (len / 64).max(1);
     for n in out.iter().step_by(sample(out.len())) {
         probes.extend(edges(n));
     }

@@ -130,9 +130,15 @@ pub fn run(data: &[u8]) {
     let head_end = prom::request_head_end(data);
     match head_end {
         Some(n) if n <= prom::MAX_REQUEST_HEAD => {
-            assert!(wrote && read_ok, "connection failed for a complete head");
-            assert!(!resp.is_empty(), "no answer to a complete request head");
-            check(&resp, Some(&data[..n]));
+            // Bytes after the head are never read: closing on them resets
+            // the connection, which may lose the answer.
+            if n == data.len() {
+                assert!(wrote && read_ok, "connection failed for a complete head");
+                assert!(!resp.is_empty(), "no answer to a complete request head");
+            }
+            if !resp.is_empty() {
+                check(&resp, Some(&data[..n]));
+            }
         }
         _ if resp.is_empty() => {
             // Closed before a full head, or the reset lost the answer.
