@@ -168,7 +168,9 @@ fn pure(data: &[u8]) {
         let head = &data[..n];
         assert!(head.ends_with(b"\n\n") || head.ends_with(b"\r\n\r\n"));
         let _ = prom::parse_request_head(head);
-        let resp = prom::respond(head, || "# TYPE x counter\nx 1\n".to_string());
+        let resp = prom::respond(head, || {
+            "# HELP x_total X.\n# TYPE x_total counter\nx_total 1\n".to_string()
+        });
         check(&resp, Some(head));
     }
     if let Ok(text) = std::str::from_utf8(data) {
