@@ -132,7 +132,12 @@ pub fn run_rx(data: &[u8]) {
     let mut yielded: Vec<(Vec<u8>, TunnelMeta)> = Vec::new();
     let start = received(port);
     let mut seen = 0u64;
-    for _ in 0..1000 {
+    for spin in 0..1000 {
+        if spin >= 10 {
+            // Loopback normally delivers within `send_to`; under load the
+            // kernel may defer it: wait (at most 0.2 s in all).
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
         port.recv_batch(64);
         yielded.extend(port.rx_packets().map(|(f, m)| (f.to_vec(), m)));
         seen = received(port) - start;
