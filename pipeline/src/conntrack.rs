@@ -1877,7 +1877,18 @@ impl Conntrack {
             return Update::Invalid;
         };
         let (res, tm) = match (&mut conn.l4, pkt.kind) {
-            (L4State::Tcp(peers), PktKind::Tcp(seg)) => tcp_update(peers, &seg, reply, seq_check),
+            (L4State::Tcp(peers), PktKind::Tcp(seg)) => {
+                // `+inv` never changes a connection: `tcp_update` sets up a
+                // side at its first segment before the window check, so
+                // undo that when the segment then fails it (found by the
+                // `conntrack` fuzz target).
+                let before = *peers;
+                let r = tcp_update(peers, &seg, reply, seq_check);
+                if matches!(r.0, Update::Invalid) {
+                    *peers = before;
+                }
+                r
+            }
             (L4State::Icmp(st), _) => {
                 let (r, tm) = icmp_update(st, reply);
                 (r, Some(tm))

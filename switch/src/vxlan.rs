@@ -103,6 +103,9 @@ use smoltcp::wire::{
     Ipv6Packet, Ipv6Repr,
 };
 
+#[doc(hidden)]
+pub mod fuzzing;
+
 /// The IANA VXLAN port.
 pub const DEFAULT_DST_PORT: u16 = 4789;
 /// Bytes encapsulation adds on the underlay wire (outer Ethernet, IPv4, UDP, VXLAN).

@@ -1,0 +1,5 @@
+//! Fuzz target `agent_api`: see `oxvs_fuzz_harness::agent_api` for what it
+//! drives and checks (the same body replays the corpus in `cargo test`).
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| oxvs_fuzz_harness::agent_api::run(data));

@@ -1,0 +1,5 @@
+//! Fuzz target `ipblock`: see `oxvs_fuzz_harness::ipblock` for what it
+//! drives and checks (the same body replays the corpus in `cargo test`).
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| oxvs_fuzz_harness::ipblock::run(data));
