@@ -320,7 +320,21 @@ mod tests {
                 }
             })
         };
-        let lock = |f: &mut dyn FnMut(&mut Conntrack)| f(&mut ct.lock().unwrap());
+        // Before each slice, give the forwarder a chance (up to 10 s) to
+        // track a packet: it can only if the walk let go of the lock since
+        // the previous slice. (Waiting, not racing: the mutex is not fair,
+        // and on a loaded machine a bare yield may not hand it over.)
+        let last = std::cell::Cell::new(forwarded.load(Ordering::Relaxed));
+        let lock = |f: &mut dyn FnMut(&mut Conntrack)| {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while forwarded.load(Ordering::Relaxed) == last.get()
+                && std::time::Instant::now() < deadline
+            {
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            }
+            last.set(forwarded.load(Ordering::Relaxed));
+            f(&mut ct.lock().unwrap())
+        };
         // The forwarder's count at each slice: it must grow while the walk
         // is under way.
         let mut seen = Vec::new();
