@@ -23,7 +23,7 @@ mod common;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{lab_bin, Lab};
+use common::Lab;
 use serde_json::Value;
 
 const PODS: &str = r#"
@@ -113,19 +113,7 @@ fn pod(status: &Value, name: &str) -> (String, String) {
 
 /// `oxvsctl ARGS` against node-1's switch; stdout (panics on failure).
 fn oxvsctl(lab: &Lab, args: &[&str]) -> String {
-    let sock = lab.root().join("node-1/switchd.sock");
-    let out = Command::new(lab_bin().with_file_name("oxvsctl"))
-        .arg("--socket")
-        .arg(&sock)
-        .args(args)
-        .output()
-        .expect("run oxvsctl");
-    assert!(
-        out.status.success(),
-        "oxvsctl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    lab.ctl("node-1", args)
 }
 
 fn json(lab: &Lab, args: &[&str]) -> Value {

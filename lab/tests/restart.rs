@@ -266,20 +266,7 @@ fn oxvsctl_out(lab: &Lab, node: u32, args: &[&str]) -> String {
 }
 
 fn oxvsctl(lab: &Lab, node: u32, args: &[&str]) -> String {
-    let ctl = lab_bin().with_file_name("oxvsctl");
-    let sock = lab.root().join(format!("node-{node}/switchd.sock"));
-    let out = Command::new(&ctl)
-        .arg("--socket")
-        .arg(&sock)
-        .args(args)
-        .output()
-        .expect("run oxvsctl");
-    assert!(
-        out.status.success(),
-        "oxvsctl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    lab.ctl(&format!("node-{node}"), args)
 }
 
 /// Conntrack entries of node `node` for TCP port [`PORT`].

@@ -20,7 +20,7 @@ mod common;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{oxvsctl, pod_ip, Lab};
+use common::{pod_ip, Lab};
 use serde_json::Value;
 
 const PODS: &str = r#"
@@ -213,17 +213,7 @@ fn underlay_py(lab: &Lab, script: &str, args: &[&str]) {
 fn dropped_by(lab: &Lab, cookie: &str) -> u64 {
     let mut sum = 0;
     for node in ["node-1", "node-2"] {
-        let out = Command::new(oxvsctl())
-            .args(["dump-flows", "--socket"])
-            .arg(lab.root().join(node).join("switchd.sock"))
-            .output()
-            .expect("run oxvsctl");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        for l in String::from_utf8_lossy(&out.stdout).lines() {
+        for l in lab.ctl(node, &["dump-flows"]).lines() {
             if l.contains(&format!("cookie={cookie},")) {
                 let n = l
                     .split("n_packets=")

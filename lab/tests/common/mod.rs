@@ -134,6 +134,24 @@ impl Lab {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// `oxvsctl --socket <node's switchd.sock> ARGS`; stdout (panics on
+    /// failure, with oxvsctl's stderr).
+    pub fn ctl(&self, node: &str, args: &[&str]) -> String {
+        let sock = self.root().join(node).join("switchd.sock");
+        let out = Command::new(oxvsctl())
+            .arg("--socket")
+            .arg(&sock)
+            .args(args)
+            .output()
+            .expect("run oxvsctl");
+        assert!(
+            out.status.success(),
+            "oxvsctl {args:?} on {node}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     pub fn root(&self) -> PathBuf {
         PathBuf::from("/run/oxvs-lab").join(&self.name)
     }
