@@ -554,6 +554,13 @@ pub struct StatsResult {
     /// packet after the commit.
     #[serde(default)]
     pub ct_commits_discarded: u64,
+    /// Frames (4 KiB, pinned) of the UMEMs the datapath threads' ports
+    /// share (ports with their own UMEM not included).
+    #[serde(default)]
+    pub umem_frames: u64,
+    /// Of those, the frames free now (on no ring, in no batch).
+    #[serde(default)]
+    pub umem_free_frames: u64,
 }
 
 /// One packet sent to the controller.

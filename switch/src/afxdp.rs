@@ -1,4 +1,5 @@
-//! AF_XDP ports: one socket and one UMEM (with its frame pool) per port.
+//! AF_XDP ports: one socket per port, one UMEM (with its free frames) per
+//! datapath thread.
 //!
 //! This is the only module of the workspace allowed `unsafe`: it talks to
 //! the AF_XDP rings and the UMEM through `xsk-rs`, whose ring and frame
@@ -9,7 +10,7 @@
 //!
 //! Every UMEM frame (chunk) is, at any time, in exactly one of these states:
 //!
-//! - **free**: its descriptor is in the port's free list ([`FramePool`]);
+//! - **free**: its descriptor is in the UMEM's free list ([`Frames`]);
 //! - **user**: its descriptor is held by the datapath thread (an RX batch
 //!   being processed, a frame being written for TX);
 //! - **kernel**: it was produced on the fill ring or the TX ring and has not
@@ -23,19 +24,37 @@
 //! starts `XDP_PACKET_HEADROOM` (256) bytes in, so the datapath can push
 //! headers (VLAN tags) in place in front of a received packet.
 //!
-//! ## Why a UMEM per port, not one per thread
+//! ## One UMEM per datapath thread
 //!
-//! Forwarding copies each packet once (from the RX frame, processed in
-//! place, into a free TX frame of the output port), so a shared UMEM would
-//! save no copy, only memory. And it cannot be torn down port by port:
-//! libxdp makes a UMEM's *first* socket the UMEM's own fd and does not close
-//! it when that socket is deleted, so the kernel socket stays bound to its
-//! interface until the whole UMEM goes -- deleting the first port would
-//! leave its queue taken (re-adding it fails with EINVAL). Parking that
-//! first socket on `lo` works once per network namespace only (a queue
-//! takes one UMEM: EBUSY for the next thread or switch). A UMEM per port is
-//! released exactly with its port, and each port gets zero-copy when its
-//! driver has it (sockets sharing a UMEM inherit the first one's mode).
+//! The ports one datapath thread serves share one UMEM ([`ThreadUmem`]):
+//! its memory is pinned, so a UMEM per port (16 MiB each) would make a
+//! node's memory grow with its pods. Each port keeps its own fill and
+//! completion rings (sockets on different devices need their own); the
+//! free frames are one list for the thread ([`Frames`]), and each port's
+//! fill ring is topped up to an equal share of half the UMEM, between
+//! [`FILL_MIN`] and [`FILL_TARGET`] frames, so adding ports shrinks the
+//! fill rings instead of running the UMEM dry.
+//!
+//! The UMEM's *first* socket is special to libxdp: it is the UMEM's own
+//! fd, kept open until the UMEM goes, and every later socket names it to
+//! the kernel to share the UMEM -- which needs it bound. Were it a pod's
+//! port, deleting that pod would keep its queue taken or, once the device
+//! is gone, make every later bind fail. So the first socket is an
+//! *anchor* bound to one queue (one per thread) of a quiet device the
+//! switch creates for this and nothing else (no XDP program, no traffic),
+//! and every port is an ordinary sharer that comes and goes.
+//!
+//! A closed port's fill ring, RX ring and unfinished TX still hold frames
+//! the kernel owned: each frame records which port's rings it was given
+//! to (a slot per port, one store per frame), so once the socket is
+//! closed [`UmemMem::reclaim`] returns exactly those frames.
+//!
+//! A port on a physical device gets its own UMEM (sockets sharing a UMEM
+//! get its first socket's mode, and the anchor has copy mode, so a NIC
+//! would lose zero-copy), as does any port when the shared UMEM cannot be
+//! bound to (the anchor device was deleted, ...). Forwarding copies each
+//! packet once either way (from the RX frame, processed in place, into a
+//! free TX frame of the output port).
 //!
 //! ## Modes
 //!
@@ -49,14 +68,19 @@
 //!
 //! A port and its UMEM belong to one datapath thread, which uses them
 //! alone. The slow ends of their life happen elsewhere, so the datapath
-//! thread never stops forwarding for them: [`XskPort::prepare`] (UMEM
-//! mapping, XDP program load, bind) runs on the caller's thread and hands a
-//! `Send` [`PreparedXsk`] over; [`XskPort::into_closing`] hands the socket
-//! and UMEM back for a short-lived thread to drop (close, detach, unmap).
-//! Nothing here locks.
+//! thread never stops forwarding for them: [`XskPort::prepare`] (XDP
+//! program load, bind; UMEM mapping for an own UMEM) runs on the caller's
+//! thread and hands a `Send` [`PreparedXsk`] over; [`XskPort::into_closing`]
+//! hands the socket (and an own UMEM) back for a short-lived thread to
+//! drop (close, detach, unmap), after which the datapath thread reclaims
+//! the socket's frames. Creating and deleting sockets on a shared UMEM
+//! from those threads is serialised by xsk-rs's lock on libxdp's UMEM
+//! bookkeeping, which the datapath thread never takes: it touches only
+//! rings and frames. Nothing on the packet path locks.
 
 #![allow(unsafe_code)]
 
+use std::cell::RefCell;
 use std::io::Write;
 use std::num::NonZeroU32;
 use std::os::fd::{AsRawFd, RawFd};
@@ -73,8 +97,11 @@ use xsk_rs::{CompQueue, FillQueue, FrameDesc, RxQueue, Socket, TxQueue};
 pub const FRAME_SIZE: u32 = 4096;
 /// Ring sizes (fill, completion, RX, TX) of every socket.
 pub const RING_SIZE: u32 = 1024;
-/// Frames kept on each port's fill ring (at most).
+/// Frames kept on a port's fill ring (at most).
 pub const FILL_TARGET: usize = 512;
+/// Frames kept on a port's fill ring however many ports share its UMEM
+/// (at least, while there are free frames).
+pub const FILL_MIN: usize = 32;
 
 /// Why an AF_XDP operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -91,9 +118,8 @@ pub enum AfxdpError {
     },
 }
 
-/// Maps a UMEM: the frames ([`UmemMem`], shared by a batch's packets
-/// through an `Rc`) and their free list ([`FramePool`]).
-fn map_umem(frames: u32) -> Result<(xsk_rs::Umem, UmemMem, FramePool), AfxdpError> {
+/// Maps a UMEM of `frames` frames, all free.
+fn map_umem(frames: u32) -> Result<UmemMem, AfxdpError> {
     let err = |reason: String| AfxdpError::Umem { frames, reason };
     let count = NonZeroU32::new(frames).ok_or_else(|| err("zero frames".into()))?;
     let config = UmemConfig::builder()
@@ -114,59 +140,24 @@ fn map_umem(frames: u32) -> Result<(xsk_rs::Umem, UmemMem, FramePool), AfxdpErro
         headroom.contents_mut().as_mut_ptr()
     };
     let frame_size = FRAME_SIZE as usize;
-    let mem = UmemMem {
-        _umem: umem.clone(),
-        base,
-        len: all.len() * frame_size,
-        frame_size,
-    };
-    all.reverse();
-    Ok((umem, mem, FramePool { free: all }))
-}
-
-/// A UMEM mapped ahead of time, so that adding a port does not wait for
-/// the mapping and registration (about 10 ms for 4096 frames): at most one
-/// per process, made again in the background after each use. It costs
-/// the memory of one port's UMEM while no port is being added.
-struct SpareUmem {
-    frames: u32,
-    umem: xsk_rs::Umem,
-    mem: UmemMem,
-    pool: FramePool,
-}
-
-static SPARE_UMEM: std::sync::Mutex<Option<SpareUmem>> = std::sync::Mutex::new(None);
-static SPARE_REFILLING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// A fresh (never bound) UMEM of `frames` frames: the spare if it fits,
-/// else a new mapping; a new spare is made in the background either way.
-fn take_umem(frames: u32) -> Result<(xsk_rs::Umem, UmemMem, FramePool), AfxdpError> {
-    let spare = SPARE_UMEM.lock().ok().and_then(|mut s| s.take());
-    let r = match spare {
-        Some(s) if s.frames == frames => Ok((s.umem, s.mem, s.pool)),
-        _ => map_umem(frames),
-    };
-    if !SPARE_REFILLING.swap(true, std::sync::atomic::Ordering::AcqRel) {
-        let spawned = std::thread::Builder::new()
-            .name("oxvs-umem-spare".into())
-            .spawn(move || {
-                if let Ok((umem, mem, pool)) = map_umem(frames) {
-                    if let Ok(mut s) = SPARE_UMEM.lock() {
-                        *s = Some(SpareUmem {
-                            frames,
-                            umem,
-                            mem,
-                            pool,
-                        });
-                    }
-                }
-                SPARE_REFILLING.store(false, std::sync::atomic::Ordering::Release);
-            });
-        if spawned.is_err() {
-            SPARE_REFILLING.store(false, std::sync::atomic::Ordering::Release);
-        }
+    // Frame i's descriptor at index i, so a frame can be taken back by
+    // index (see `Frames::reclaim`).
+    all.sort_by_key(|d| d.addr());
+    if all
+        .iter()
+        .enumerate()
+        .any(|(i, d)| d.addr() / frame_size != i)
+    {
+        return Err(err("the UMEM's frames are not one per chunk".into()));
     }
-    r
+    let len = all.len() * frame_size;
+    Ok(UmemMem {
+        _umem: umem,
+        base,
+        len,
+        frame_size,
+        frames: RefCell::new(Frames::new(all)),
+    })
 }
 
 fn chain(e: &dyn std::error::Error) -> String {
@@ -176,23 +167,28 @@ fn chain(e: &dyn std::error::Error) -> String {
     }
 }
 
-/// The mapped frames of a port's UMEM.
+/// A UMEM: its mapped frames and their bookkeeping ([`Frames`]). One
+/// port's own, or shared by the ports of one datapath thread
+/// ([`ThreadUmem`]); batches of received packets hold it through an `Rc`.
 pub struct UmemMem {
-    /// Keeps the mapping alive.
+    /// Keeps the mapping alive (and is what sockets are created from).
     _umem: xsk_rs::Umem,
     /// Start of the mapping (frame 0's chunk).
     base: *mut u8,
     /// Length of the mapping.
     len: usize,
     frame_size: usize,
+    /// Only the thread that owns the UMEM borrows it, never across a
+    /// call that could borrow it again.
+    frames: RefCell<Frames>,
 }
 
 // SAFETY: `base` points into the mapping `_umem` owns (xsk-rs's `Umem` is
-// `Send`). A `UmemMem` is moved between threads only whole, before it is
-// shared (`PreparedXsk`, made on a control thread, handed to a datapath
-// thread) or after it stopped being shared (`ClosingXsk`, the last `Rc`
-// taken back, handed to a reaper thread): no two threads ever access the
-// frames through it at once.
+// `Send`), and `Frames` is plain data. A `UmemMem` is moved between
+// threads only whole, before it is shared (`PreparedXsk`, made on a
+// control thread, handed to a datapath thread) or after it stopped being
+// shared (`ClosingXsk`, the last `Rc` taken back, handed to a reaper
+// thread): no two threads ever access the frames through it at once.
 unsafe impl Send for UmemMem {}
 
 impl std::fmt::Debug for UmemMem {
@@ -243,12 +239,208 @@ impl UmemMem {
         cursor.set_pos(0);
         cursor.write_all(bytes).is_ok()
     }
+
+    /// Takes back the frames a closed port's kernel rings held (its fill
+    /// ring, RX ring and unfinished TX), once its socket is closed and the
+    /// kernel no longer touches them; frees the port's slot. Returns how
+    /// many frames came back.
+    pub fn reclaim(&self, slot: u16) -> usize {
+        self.frames.borrow_mut().reclaim(slot)
+    }
+
+    /// Frames in the UMEM, free frames, ports attached.
+    pub fn usage(&self) -> UmemUsage {
+        let f = self.frames.borrow();
+        UmemUsage {
+            frames: f.pristine.len(),
+            free: f.free.len(),
+            ports: f.ports,
+            fill_target: f.fill_target,
+        }
+    }
 }
 
-/// The free frames of a port's UMEM.
+/// How a UMEM is used (see [`UmemMem::usage`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UmemUsage {
+    pub frames: usize,
+    pub free: usize,
+    pub ports: usize,
+    /// Frames each port's fill ring is topped up to.
+    pub fill_target: usize,
+}
+
+/// The frames of a UMEM: which are free, and which port's kernel rings
+/// hold the others, so that the frames of a port that closes come back
+/// to the ports still sharing the UMEM.
 #[derive(Debug)]
-pub struct FramePool {
+struct Frames {
     free: Vec<FrameDesc>,
+    /// Per frame (by index: address / frame size), the slot of the port
+    /// whose fill or TX ring it was produced on; 0 once it came back
+    /// (received, completed) or while it is free.
+    owner: Vec<u16>,
+    /// Frame i's descriptor as the UMEM handed it out.
+    pristine: Vec<FrameDesc>,
+    /// Slots taken (index 0 is never one): by a port, or by a closed
+    /// port whose frames are not reclaimed yet.
+    slots: Vec<bool>,
+    /// Ports attached.
+    ports: usize,
+    /// Frames each port's fill ring is topped up to: an equal share of
+    /// half the UMEM, between [`FILL_MIN`] and [`FILL_TARGET`].
+    fill_target: usize,
+    /// Frames the fill rings leave in the pool for TX.
+    reserve: usize,
+}
+
+impl Frames {
+    fn new(pristine: Vec<FrameDesc>) -> Frames {
+        let n = pristine.len();
+        let mut free = pristine.clone();
+        free.reverse();
+        let mut f = Frames {
+            free,
+            owner: vec![0; n],
+            pristine,
+            slots: vec![true],
+            ports: 0,
+            fill_target: 0,
+            reserve: 0,
+        };
+        f.resize(0);
+        f
+    }
+
+    /// A slot for a new port (None if 65535 are taken); sizes the fill
+    /// rings for one more port and the reserve for `batch`.
+    fn attach(&mut self, batch: usize) -> Option<u16> {
+        let slot = match self.slots.iter().position(|used| !used) {
+            Some(i) => i,
+            None if self.slots.len() <= u16::MAX as usize => {
+                self.slots.push(false);
+                self.slots.len() - 1
+            }
+            None => return None,
+        };
+        let slot_id = u16::try_from(slot).ok()?;
+        self.slots[slot] = true;
+        self.ports += 1;
+        self.resize(batch);
+        Some(slot_id)
+    }
+
+    /// A port left (its slot stays taken until [`Frames::reclaim`]).
+    fn detach(&mut self) {
+        self.ports = self.ports.saturating_sub(1);
+        self.resize(0);
+    }
+
+    fn resize(&mut self, batch: usize) {
+        let total = self.pristine.len();
+        let half = total / 2;
+        self.fill_target = (half / self.ports.max(1))
+            .clamp(FILL_MIN, FILL_TARGET)
+            .min(half);
+        self.reserve = self.reserve.max((total / 4).max(batch * 2).min(half));
+    }
+
+    fn reclaim(&mut self, slot: u16) -> usize {
+        if slot == 0 {
+            return 0;
+        }
+        let mut n = 0;
+        for (o, d) in self.owner.iter_mut().zip(&self.pristine) {
+            if *o == slot {
+                *o = 0;
+                self.free.push(*d);
+                n += 1;
+            }
+        }
+        if let Some(s) = self.slots.get_mut(slot as usize) {
+            *s = false;
+        }
+        n
+    }
+
+    /// Records that `descs` went to `slot`'s kernel rings.
+    #[inline]
+    fn given(&mut self, descs: &[FrameDesc], slot: u16, frame_size: usize) {
+        for d in descs {
+            if let Some(o) = self.owner.get_mut(d.addr() / frame_size) {
+                *o = slot;
+            }
+        }
+    }
+
+    /// Records that `descs` came back from the kernel.
+    #[inline]
+    fn returned(&mut self, descs: &[FrameDesc], frame_size: usize) {
+        self.given(descs, 0, frame_size);
+    }
+}
+
+/// The UMEM one datapath thread shares between its ports on virtual
+/// devices (see the module documentation): bound first to one queue of an
+/// anchor device that carries no traffic, so that every port can come and
+/// go.
+pub struct ThreadUmem {
+    // Drop order: the anchor's rings (its socket) before the UMEM.
+    _anchor: (TxQueue, RxQueue, FillQueue, CompQueue),
+    mem: Rc<UmemMem>,
+}
+
+impl std::fmt::Debug for ThreadUmem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ThreadUmem")
+            .field("usage", &self.mem.usage())
+            .finish()
+    }
+}
+
+impl ThreadUmem {
+    /// Maps a UMEM of `frames` frames and binds its first socket to queue
+    /// `queue` of `anchor` (a device with no traffic, such as a dummy),
+    /// copy mode, no XDP program.
+    pub fn new(anchor: &str, queue: u32, frames: u32) -> Result<ThreadUmem, AfxdpError> {
+        let iface: Interface = anchor
+            .parse()
+            .map_err(|_| AfxdpError::BadName(anchor.to_string()))?;
+        let mem = map_umem(frames)?;
+        let sock_err = |reason: String| AfxdpError::Socket {
+            ifname: anchor.into(),
+            tried: "anchor (generic/copy, no program)".into(),
+            reason,
+        };
+        let qsize = QueueSize::new(RING_SIZE).map_err(|e| sock_err(e.to_string()))?;
+        let config = SocketConfig::builder()
+            .rx_queue_size(qsize)
+            .tx_queue_size(qsize)
+            .libxdp_flags(LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD)
+            .xdp_flags(XdpFlags::XDP_FLAGS_SKB_MODE)
+            .bind_flags(BindFlags::XDP_USE_NEED_WAKEUP | BindFlags::XDP_COPY)
+            .build();
+        // SAFETY: the UMEM is fresh, so (anchor, queue) is not bound to it;
+        // the program load is inhibited anyway.
+        match unsafe { Socket::new(config, &mem._umem, &iface, queue) } {
+            Ok((tx, rx, Some((fq, cq)))) => Ok(ThreadUmem {
+                _anchor: (tx, rx, fq, cq),
+                mem: Rc::new(mem),
+            }),
+            Ok((_, _, None)) => Err(sock_err("libxdp returned no fill/completion rings".into())),
+            Err(e) => Err(sock_err(chain(&e))),
+        }
+    }
+
+    /// What sockets are created from ([`XskPort::prepare`], on any thread).
+    pub fn handle(&self) -> xsk_rs::Umem {
+        self.mem._umem.clone()
+    }
+
+    /// The frames (what [`XskPort::from_prepared`] attaches ports to).
+    pub fn mem(&self) -> &Rc<UmemMem> {
+        &self.mem
+    }
 }
 
 /// XDP attach mode and copy mode a socket ended up with.
@@ -282,9 +474,9 @@ pub struct PortCounters {
     pub tx_errors: u64,
 }
 
-/// A socket and its UMEM made by [`XskPort::prepare`], not yet a port
-/// (no frame is on a ring yet): `Send`, so it can be made off the datapath
-/// thread.
+/// A socket made by [`XskPort::prepare`], with its own UMEM or on a
+/// thread's shared one, not yet a port (no frame is on a ring yet):
+/// `Send`, so it can be made off the datapath thread.
 pub struct PreparedXsk {
     ifname: String,
     mode: SocketMode,
@@ -293,15 +485,20 @@ pub struct PreparedXsk {
     rx: RxQueue,
     fq: FillQueue,
     cq: CompQueue,
-    mem: UmemMem,
-    pool: FramePool,
-    frames: u32,
+    /// The port's own UMEM; `None` when the socket is on the shared UMEM
+    /// it was prepared with.
+    own: Option<UmemMem>,
 }
 
 impl PreparedXsk {
     /// The mode the socket got.
     pub fn mode(&self) -> SocketMode {
         self.mode
+    }
+
+    /// Whether the socket uses the shared UMEM it was prepared with.
+    pub fn is_shared(&self) -> bool {
+        self.own.is_none()
     }
 }
 
@@ -310,21 +507,33 @@ impl std::fmt::Debug for PreparedXsk {
         f.debug_struct("PreparedXsk")
             .field("ifname", &self.ifname)
             .field("mode", &self.mode)
+            .field("shared", &self.is_shared())
             .finish()
     }
 }
 
-/// What is left of a port to drop: its socket and UMEM (see
-/// [`XskPort::into_closing`]). Field order is drop order.
+/// What is left of a port to drop: its socket, and its UMEM if it had its
+/// own (see [`XskPort::into_closing`]). Field order is drop order.
 pub struct ClosingXsk {
     _tx: TxQueue,
     _rx: RxQueue,
     _fq: FillQueue,
     _cq: CompQueue,
-    _mem: UmemMem,
+    _own: Option<UmemMem>,
+    reclaim: Option<u16>,
 }
 
-/// One AF_XDP socket bound to queue 0 of an interface, with its own UMEM.
+impl ClosingXsk {
+    /// The slot whose frames the shared UMEM takes back
+    /// ([`UmemMem::reclaim`]) once this is dropped; `None` for a port
+    /// that had its own UMEM.
+    pub fn reclaim_slot(&self) -> Option<u16> {
+        self.reclaim
+    }
+}
+
+/// One AF_XDP socket bound to queue 0 of an interface, on its own UMEM or
+/// on its datapath thread's shared one.
 pub struct XskPort {
     ifname: String,
     mode: SocketMode,
@@ -335,7 +544,10 @@ pub struct XskPort {
     fq: FillQueue,
     cq: CompQueue,
     mem: Rc<UmemMem>,
-    pool: FramePool,
+    /// This port's tag on the frames its kernel rings hold.
+    slot: u16,
+    /// Whether `mem` is shared with other ports.
+    shared: bool,
     /// Frames currently on the fill ring.
     filled: usize,
     /// Frames queued for TX, not yet submitted.
@@ -344,8 +556,6 @@ pub struct XskPort {
     in_flight: usize,
     /// Scratch for ring transfers.
     scratch: Vec<FrameDesc>,
-    /// Frames kept in the pool for TX when filling the fill ring.
-    reserve: usize,
     counters: PortCounters,
     /// Kernel drop counters already reported.
     kernel_drops_seen: u64,
@@ -356,13 +566,14 @@ impl std::fmt::Debug for XskPort {
         f.debug_struct("XskPort")
             .field("ifname", &self.ifname)
             .field("mode", &self.mode)
+            .field("shared", &self.shared)
             .finish()
     }
 }
 
 impl XskPort {
-    /// Opens an AF_XDP socket on `ifname` queue 0 with a UMEM of `frames`
-    /// frames, and fills its fill ring: [`XskPort::prepare`] then
+    /// Opens an AF_XDP socket on `ifname` queue 0 with its own UMEM of
+    /// `frames` frames, and fills its fill ring: [`XskPort::prepare`] then
     /// [`XskPort::from_prepared`] on the calling thread.
     pub fn open(
         ifname: &str,
@@ -370,16 +581,24 @@ impl XskPort {
         frames: u32,
         batch: usize,
     ) -> Result<XskPort, AfxdpError> {
-        Ok(XskPort::from_prepared(
-            XskPort::prepare(ifname, request, frames)?,
+        XskPort::from_prepared(
+            XskPort::prepare(ifname, request, frames, None)?,
             batch,
-        ))
+            None,
+        )
     }
 
-    /// Makes the socket and its UMEM (the slow part: mapping and
-    /// registering the UMEM, loading and attaching the XDP program), on any
-    /// thread, so the datapath thread that will own the port does not stop
-    /// forwarding meanwhile.
+    /// Makes the socket (the slow part: loading and attaching the XDP
+    /// program, binding; and mapping and registering a UMEM when it gets
+    /// its own), on any thread, so the datapath thread that will own the
+    /// port does not stop forwarding meanwhile.
+    ///
+    /// With `shared` (a [`ThreadUmem::handle`]), a socket on a virtual
+    /// device (veth, ...: no `device` in sysfs, never zero-copy) goes on
+    /// that UMEM; a physical device gets its own UMEM of `frames` frames
+    /// so it can have zero-copy (sockets sharing a UMEM get the mode of
+    /// its first one, copy), as does any device if binding to the shared
+    /// UMEM fails (with a warning).
     ///
     /// A queue whose previous socket was just closed stays busy until the
     /// kernel's deferred release runs: "device or resource busy" is retried
@@ -388,14 +607,30 @@ impl XskPort {
         ifname: &str,
         request: XdpModeRequest,
         frames: u32,
+        shared: Option<&xsk_rs::Umem>,
     ) -> Result<PreparedXsk, AfxdpError> {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        // Virtual devices (veth, ...) have no `device` in sysfs and never do
+        // zero-copy: trying costs an XDP program load for nothing.
+        let physical = std::path::Path::new("/sys/class/net")
+            .join(ifname)
+            .join("device")
+            .exists();
+        let mut shared = shared.filter(|_| !physical);
         loop {
-            match XskPort::prepare_once(ifname, request, frames) {
+            match XskPort::prepare_once(ifname, request, frames, physical, shared) {
                 Err(AfxdpError::Socket { ref reason, .. })
                     if reason.contains("busy") && std::time::Instant::now() < deadline =>
                 {
                     std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(e) if shared.is_some() => {
+                    tracing::warn!(
+                        ifname,
+                        error = %e,
+                        "cannot bind to the thread's shared UMEM; the port gets its own"
+                    );
+                    shared = None;
                 }
                 r => return r,
             }
@@ -406,6 +641,8 @@ impl XskPort {
         ifname: &str,
         request: XdpModeRequest,
         frames: u32,
+        physical: bool,
+        shared: Option<&xsk_rs::Umem>,
     ) -> Result<PreparedXsk, AfxdpError> {
         let iface: Interface = ifname
             .parse()
@@ -417,17 +654,14 @@ impl XskPort {
         };
         let mut tried = Vec::new();
         let mut last_err = String::new();
-        // Virtual devices (veth, ...) have no `device` in sysfs and never do
-        // zero-copy: trying costs an XDP program load and a UMEM for nothing.
-        let physical = std::path::Path::new("/sys/class/net")
-            .join(ifname)
-            .join("device")
-            .exists();
         let copy_modes: &[bool] = if physical { &[true, false] } else { &[false] };
         for &native in natives {
             for &zero_copy in copy_modes {
                 let mode = SocketMode { native, zero_copy };
                 tried.push(mode.name());
+                // Ignored by the kernel for a socket on a shared UMEM
+                // (libxdp does not pass them): it inherits the first
+                // socket's copy mode and need-wakeup.
                 let bind = BindFlags::XDP_USE_NEED_WAKEUP
                     | if zero_copy {
                         BindFlags::XDP_ZEROCOPY
@@ -451,21 +685,30 @@ impl XskPort {
                     .xdp_flags(xdp)
                     .bind_flags(bind)
                     .build();
-                // A fresh UMEM per attempt: a failed bind may leave libxdp
-                // state on the old one. The first attempt takes the spare.
                 let t0 = std::time::Instant::now();
-                let (umem, mem, pool) = if tried.len() == 1 {
-                    take_umem(frames)?
-                } else {
-                    map_umem(frames)?
+                // A fresh own UMEM per attempt: a failed bind may leave
+                // libxdp state on the old one.
+                let own = match shared {
+                    Some(_) => None,
+                    None => Some(map_umem(frames)?),
+                };
+                let Some(umem) = own.as_ref().map(|m| &m._umem).or(shared) else {
+                    return Err(AfxdpError::Umem {
+                        frames,
+                        reason: "no UMEM to bind to".into(),
+                    });
                 };
                 let t_umem = t0.elapsed();
-                // SAFETY: the UMEM is fresh, so (ifname, 0) is not bound to
-                // it and the INHIBIT_PROG_LOAD requirement does not apply.
-                let r = unsafe { Socket::new(config, &umem, &iface, 0) };
+                // SAFETY: (ifname, 0) is not bound to this UMEM: an own UMEM
+                // is fresh, and on the shared one the engine refuses an
+                // interface that is already a port (the anchor is a device
+                // no port uses), so the INHIBIT_PROG_LOAD requirement does
+                // not apply.
+                let r = unsafe { Socket::new(config, umem, &iface, 0) };
                 tracing::debug!(
                     ifname,
                     mode = mode.name(),
+                    shared = shared.is_some(),
                     umem_ms = t_umem.as_secs_f64() * 1e3,
                     socket_ms = (t0.elapsed() - t_umem).as_secs_f64() * 1e3,
                     ok = r.is_ok(),
@@ -486,9 +729,7 @@ impl XskPort {
                             rx,
                             fq,
                             cq,
-                            mem,
-                            pool,
-                            frames,
+                            own,
                         });
                     }
                     Ok((_, _, None)) => {
@@ -509,54 +750,99 @@ impl XskPort {
     }
 
     /// The port made of a [`PreparedXsk`], with its fill ring filled (on
-    /// the thread that owns the port from now on).
-    pub fn from_prepared(p: PreparedXsk, batch: usize) -> XskPort {
-        let frames = p.frames as usize;
+    /// the thread that owns the port from now on). A socket prepared on a
+    /// shared UMEM needs that UMEM's frames as `shared`.
+    pub fn from_prepared(
+        p: PreparedXsk,
+        batch: usize,
+        shared: Option<&Rc<UmemMem>>,
+    ) -> Result<XskPort, AfxdpError> {
+        let PreparedXsk {
+            ifname,
+            mode,
+            tx,
+            rx,
+            fq,
+            cq,
+            own,
+        } = p;
+        let (mem, is_shared) = match (own, shared) {
+            (Some(m), _) => (Rc::new(m), false),
+            (None, Some(m)) => (Rc::clone(m), true),
+            (None, None) => {
+                return Err(AfxdpError::Socket {
+                    ifname,
+                    tried: mode.name().into(),
+                    reason: "the socket is on a shared UMEM this thread does not have".into(),
+                })
+            }
+        };
+        let slot = mem.frames.borrow_mut().attach(batch);
+        let Some(slot) = slot else {
+            return Err(AfxdpError::Socket {
+                ifname,
+                tried: mode.name().into(),
+                reason: "65535 ports already share this UMEM".into(),
+            });
+        };
         let mut port = XskPort {
-            ifname: p.ifname,
-            mode: p.mode,
-            tx: p.tx,
-            rx: p.rx,
-            fq: p.fq,
-            cq: p.cq,
-            mem: Rc::new(p.mem),
-            pool: p.pool,
+            ifname,
+            mode,
+            tx,
+            rx,
+            fq,
+            cq,
+            mem,
+            slot,
+            shared: is_shared,
             filled: 0,
             pending_tx: Vec::with_capacity(batch.max(1) * 4),
             in_flight: 0,
             scratch: Vec::with_capacity(RING_SIZE as usize),
-            // Frames kept back for TX; at most half the UMEM, so the
-            // fill ring always gets frames (a small UMEM with a large
-            // batch would otherwise never receive).
-            reserve: (frames / 4).max(batch * 2).min(frames / 2),
             counters: PortCounters::default(),
             kernel_drops_seen: 0,
         };
         port.refill();
-        port
+        Ok(port)
     }
 
-    /// The socket and UMEM, to be dropped on another thread (closing a
-    /// socket detaches the XDP program and unmaps the UMEM: slow). `None`
-    /// (and dropped here) if a packet still holds the UMEM.
-    pub fn into_closing(self) -> Option<ClosingXsk> {
+    /// The socket, and the port's own UMEM, to be dropped on another
+    /// thread (closing a socket detaches the XDP program, unmapping a UMEM
+    /// is slow too). On a shared UMEM the frames the socket's rings hold
+    /// come back with [`UmemMem::reclaim`] once the socket is closed
+    /// ([`ClosingXsk::reclaim_slot`]).
+    pub fn into_closing(self) -> ClosingXsk {
         let XskPort {
             tx,
             rx,
             fq,
             cq,
             mem,
+            slot,
+            shared,
+            pending_tx,
             ..
         } = self;
-        match Rc::try_unwrap(mem) {
-            Ok(mem) => Some(ClosingXsk {
-                _tx: tx,
-                _rx: rx,
-                _fq: fq,
-                _cq: cq,
-                _mem: mem,
-            }),
-            Err(_) => None,
+        {
+            let mut f = mem.frames.borrow_mut();
+            f.free.extend_from_slice(&pending_tx);
+            f.detach();
+        }
+        // An own UMEM is still held by a batch only if the caller closes
+        // the port mid-batch, which the engine does not: then it is
+        // unmapped wherever its last holder drops it.
+        let own = if shared {
+            None
+        } else {
+            Rc::try_unwrap(mem).ok()
+        };
+        ClosingXsk {
+            _tx: tx,
+            _rx: rx,
+            _fq: fq,
+            _cq: cq,
+            _own: own,
+            reclaim: shared.then_some(slot),
         }
     }
 
@@ -570,6 +856,11 @@ impl XskPort {
         self.mode
     }
 
+    /// Whether the port is on its thread's shared UMEM.
+    pub fn is_shared(&self) -> bool {
+        self.shared
+    }
+
     /// The interface.
     pub fn ifname(&self) -> &str {
         &self.ifname
@@ -580,22 +871,24 @@ impl XskPort {
         Rc::clone(&self.mem)
     }
 
-    /// Tops the fill ring up to [`FILL_TARGET`] from the pool, keeping a
-    /// reserve in the pool for TX.
+    /// Tops the fill ring up to the UMEM's fill target from the free
+    /// frames, keeping a reserve there for TX.
     pub fn refill(&mut self) {
-        let want = FILL_TARGET.saturating_sub(self.filled);
-        let avail = self.pool.free.len().saturating_sub(self.reserve);
+        let mut f = self.mem.frames.borrow_mut();
+        let want = f.fill_target.saturating_sub(self.filled);
+        let avail = f.free.len().saturating_sub(f.reserve);
         let n = want.min(avail);
         if n == 0 {
             return;
         }
-        let at = self.pool.free.len() - n;
+        let at = f.free.len() - n;
         self.scratch.clear();
-        self.scratch.extend(self.pool.free.drain(at..));
-        // SAFETY: the frames come from the free pool (*user* state, no
+        self.scratch.extend(f.free.drain(at..));
+        // SAFETY: the frames come from the free list (*user* state, no
         // slice of them exists) and belong to this fill ring's UMEM.
         let done = unsafe { self.fq.produce(&self.scratch) };
-        self.pool.free.extend_from_slice(&self.scratch[done..]);
+        f.given(&self.scratch[..done], self.slot, self.mem.frame_size);
+        f.free.extend_from_slice(&self.scratch[done..]);
         self.scratch.clear();
         self.filled += done;
     }
@@ -608,22 +901,32 @@ impl XskPort {
         // kernel hands back on this socket's RX ring (this port's UMEM);
         // they become *user* frames.
         let n = unsafe { self.rx.consume(out) };
+        if n == 0 {
+            return 0;
+        }
         for d in out.iter().take(n) {
             self.counters.rx_packets += 1;
             self.counters.rx_bytes += d.lengths().data() as u64;
         }
+        self.mem
+            .frames
+            .borrow_mut()
+            .returned(&out[..n], self.mem.frame_size);
         self.filled = self.filled.saturating_sub(n);
         n
     }
 
-    /// Gives received frames back to the fill ring (what it cannot take
-    /// goes to the pool).
+    /// Gives received frames back to the fill ring (what it cannot take,
+    /// or does not need, goes to the free frames).
     #[inline]
     pub fn recycle(&mut self, frames: &[FrameDesc]) {
+        let mut f = self.mem.frames.borrow_mut();
+        let room = f.fill_target.saturating_sub(self.filled).min(frames.len());
         // SAFETY: `frames` are *user* frames of this UMEM (from `recv`)
         // whose packet slices have all been dropped (the batch is done).
-        let done = unsafe { self.fq.produce(frames) };
-        self.pool.free.extend_from_slice(&frames[done..]);
+        let done = unsafe { self.fq.produce(&frames[..room]) };
+        f.given(&frames[..done], self.slot, self.mem.frame_size);
+        f.free.extend_from_slice(&frames[done..]);
         self.filled += done;
     }
 
@@ -635,12 +938,13 @@ impl XskPort {
             self.counters.tx_dropped += 1;
             return;
         }
-        let Some(mut d) = self.pool.free.pop() else {
+        let mut f = self.mem.frames.borrow_mut();
+        let Some(mut d) = f.free.pop() else {
             self.counters.tx_dropped += 1;
             return;
         };
         if !self.mem.write(&mut d, bytes) {
-            self.pool.free.push(d);
+            f.free.push(d);
             self.counters.tx_errors += 1;
             return;
         }
@@ -648,8 +952,8 @@ impl XskPort {
     }
 
     /// Submits queued frames to the TX ring and kicks the kernel if it asks
-    /// for it; drains the completion ring back to the pool; tops up the
-    /// fill ring.
+    /// for it; drains the completion ring back to the free frames; tops up
+    /// the fill ring.
     pub fn flush(&mut self) {
         if !self.pending_tx.is_empty() {
             // SAFETY: `pending_tx` holds *user* frames of this UMEM, written
@@ -660,7 +964,10 @@ impl XskPort {
                 self.counters.tx_bytes += d.lengths().data() as u64;
             }
             self.counters.tx_dropped += (self.pending_tx.len() - done) as u64;
-            self.pool.free.extend_from_slice(&self.pending_tx[done..]);
+            let mut f = self.mem.frames.borrow_mut();
+            f.given(&self.pending_tx[..done], self.slot, self.mem.frame_size);
+            f.free.extend_from_slice(&self.pending_tx[done..]);
+            drop(f);
             self.pending_tx.clear();
             self.in_flight += done;
         }
@@ -684,7 +991,7 @@ impl XskPort {
         self.refill();
     }
 
-    /// Drains the completion ring back to the pool.
+    /// Drains the completion ring back to the free frames.
     fn complete(&mut self) {
         if self.in_flight == 0 {
             return;
@@ -695,7 +1002,10 @@ impl XskPort {
         // SAFETY: the completion ring hands back frames this socket
         // transmitted from its UMEM; they become *user* (then free) frames.
         let n = unsafe { self.cq.consume(&mut self.scratch) };
-        self.pool.free.extend_from_slice(&self.scratch[..n]);
+        let mut f = self.mem.frames.borrow_mut();
+        f.returned(&self.scratch[..n], self.mem.frame_size);
+        f.free.extend_from_slice(&self.scratch[..n]);
+        drop(f);
         self.scratch.clear();
         self.in_flight -= n.min(self.in_flight);
     }

@@ -822,6 +822,8 @@ fn stats(switch: &Switch) -> StatsResult {
         ct_table_full: ct.table_full_total,
         ct_early_drops: ct.early_drop_total,
         ct_commits_discarded: ct.commits_discarded_total,
+        umem_frames: s.umem_frames,
+        umem_free_frames: s.umem_free_frames,
     }
 }
 

@@ -68,7 +68,7 @@ use oxvs_pipeline::packet::PacketRef;
 use oxvs_pipeline::tables::Pipeline;
 use oxvs_pipeline::xlate::XlateEnv;
 
-use crate::afxdp::{self, PreparedXsk, XskPort};
+use crate::afxdp::{self, PreparedXsk, ThreadUmem, XskPort};
 use crate::vxlan::{self, TxError, VxlanPort};
 
 /// How datapath threads wait for packets.
@@ -81,14 +81,41 @@ pub enum PollMode {
     Busy,
 }
 
+/// Which AF_XDP ports share a UMEM (see `afxdp`'s module documentation).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum UmemSharing {
+    /// The ports of each datapath thread on virtual devices share one;
+    /// its first socket is bound to the thread's queue of this device
+    /// (a dummy, else a veth pair), which the switch creates (replacing
+    /// one of that name) and deletes when it stops.
+    PerThread { anchor: String },
+    /// Every port has its own.
+    PerPort,
+}
+
+impl UmemSharing {
+    /// Per thread, anchored on a device name no other switch of this
+    /// process or of another process uses.
+    pub fn per_thread_unique() -> UmemSharing {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        UmemSharing::PerThread {
+            anchor: format!("oxu{:x}.{:x}", std::process::id(), n & 0xffff),
+        }
+    }
+}
+
 /// Engine settings.
 #[derive(Clone, Debug)]
 pub struct SwitchConfig {
     /// Number of datapath threads (ports are spread across them).
     pub threads: usize,
     pub poll_mode: PollMode,
-    /// UMEM frames (4 KiB each) per AF_XDP port.
+    /// UMEM frames (4 KiB each) per UMEM: each datapath thread's shared
+    /// one, and each port's own.
     pub umem_frames: u32,
+    /// Whether the ports of a thread share a UMEM.
+    pub umem_sharing: UmemSharing,
     /// Frames per RX/TX batch (32-64).
     pub batch: usize,
     pub conntrack: CtConfig,
@@ -105,6 +132,7 @@ impl Default for SwitchConfig {
             threads: 1,
             poll_mode: PollMode::Interrupt,
             umem_frames: 2048,
+            umem_sharing: UmemSharing::per_thread_unique(),
             batch: 32,
             conntrack: CtConfig::default(),
             icmp_src_ip: None,
@@ -163,6 +191,10 @@ pub struct SwitchStats {
     pub cross_thread: u64,
     /// Received frames whose descriptor was unusable (dropped).
     pub bad_frames: u64,
+    /// Frames of the threads' shared UMEMs, and how many are free (not
+    /// on a ring, not being processed).
+    pub umem_frames: u64,
+    pub umem_free_frames: u64,
 }
 
 /// Nanoseconds on the engine's monotonic clock (the clock the datapath
@@ -259,6 +291,10 @@ enum Cmd {
         in_port: u32,
         frame: Vec<u8>,
     },
+    /// A closed port's socket is gone: its frames go back to the shared UMEM.
+    Reclaim {
+        slot: u16,
+    },
 }
 
 /// Engine-wide counters.
@@ -290,6 +326,11 @@ struct ThreadShared {
     inbox: Mutex<Vec<Handoff>>,
     stats: Mutex<DatapathStats>,
     busy_ns: AtomicU64,
+    /// What sockets on the thread's shared UMEM are made from.
+    umem: OnceLock<xsk_rs::Umem>,
+    /// The shared UMEM's frames and free frames (published with the stats).
+    umem_frames: AtomicU64,
+    umem_free: AtomicU64,
 }
 
 impl ThreadShared {
@@ -321,6 +362,8 @@ pub struct Switch {
     cmds: Vec<Mutex<Sender<Cmd>>>,
     joins: Mutex<Vec<JoinHandle<()>>>,
     ports: Mutex<BTreeMap<u32, PortEntry>>,
+    /// The device anchoring the threads' shared UMEMs.
+    anchor: Option<String>,
 }
 
 impl std::fmt::Debug for Switch {
@@ -345,6 +388,24 @@ impl Switch {
             counters: Counters::default(),
             umem_frames: config.umem_frames,
         });
+        let anchor = match &config.umem_sharing {
+            UmemSharing::PerThread { anchor } => {
+                match crate::netdev::create_quiet_device(anchor, nthreads as u32) {
+                    Ok(kind) => {
+                        tracing::debug!(anchor = %anchor, kind, "UMEM anchor device created");
+                        Some(anchor.clone())
+                    }
+                    Err(e) => {
+                        tracing::warn!(
+                            anchor = %anchor,
+                            "cannot create the UMEM anchor device; every port gets its own UMEM: {e}"
+                        );
+                        None
+                    }
+                }
+            }
+            UmemSharing::PerPort => None,
+        };
         let mut threads = Vec::new();
         let mut wake_rx = Vec::new();
         for i in 0..nthreads {
@@ -359,6 +420,9 @@ impl Switch {
                 inbox: Mutex::new(Vec::new()),
                 stats: Mutex::new(DatapathStats::default()),
                 busy_ns: AtomicU64::new(0),
+                umem: OnceLock::new(),
+                umem_frames: AtomicU64::new(0),
+                umem_free: AtomicU64::new(0),
             }));
             wake_rx.push(b);
         }
@@ -369,6 +433,7 @@ impl Switch {
             cmds: Vec::new(),
             joins: Mutex::new(Vec::new()),
             ports: Mutex::new(BTreeMap::new()),
+            anchor: anchor.clone(),
         };
         let mut sw = sw;
         for (idx, wake) in wake_rx.into_iter().enumerate() {
@@ -378,6 +443,8 @@ impl Switch {
                 idx,
                 shared: Arc::clone(&shared),
                 peers: threads.clone(),
+                anchor: anchor.clone(),
+                self_tx: tx.clone(),
                 cmds: rx,
                 wake,
                 pipeline: Arc::clone(&pipeline),
@@ -424,6 +491,18 @@ impl Switch {
         Ok(())
     }
 
+    /// The thread with the fewest ports (a socket is prepared on its
+    /// shared UMEM, so the choice is made before).
+    fn least_loaded(&self, ports: &BTreeMap<u32, PortEntry>) -> usize {
+        let mut load = vec![0usize; self.threads.len()];
+        for e in ports.values() {
+            if let Some(l) = load.get_mut(e.thread) {
+                *l += 1;
+            }
+        }
+        (0..load.len()).min_by_key(|&i| (load[i], i)).unwrap_or(0)
+    }
+
     fn broadcast_topology(&self, ports: &BTreeMap<u32, PortEntry>) {
         let topo: Vec<(u32, usize)> = ports.iter().map(|(o, e)| (*o, e.thread)).collect();
         for t in 0..self.cmds.len() {
@@ -445,6 +524,7 @@ impl Switch {
         // The slow part (UMEM, XDP program, socket) on the caller's thread,
         // before taking the port table: datapath threads keep forwarding
         // and other callers keep adding ports meanwhile.
+        let thread = self.least_loaded(&lock(&self.ports));
         let prepared = match &spec.kind {
             PortKind::Afxdp { ifname, xdp_mode } => {
                 let ifname = ifname.as_deref().unwrap_or(&spec.name);
@@ -462,13 +542,13 @@ impl Switch {
                         reason: format!("interface '{ifname}' is already a port"),
                     });
                 }
+                let shared_umem = self.threads.get(thread).and_then(|t| t.umem.get());
                 Some(Box::new(
-                    XskPort::prepare(ifname, *xdp_mode, self.shared.umem_frames).map_err(|e| {
-                        SwitchError::PortOpen {
+                    XskPort::prepare(ifname, *xdp_mode, self.shared.umem_frames, shared_umem)
+                        .map_err(|e| SwitchError::PortOpen {
                             name: spec.name.clone(),
                             reason: e.to_string(),
-                        }
-                    })?,
+                        })?,
                 ))
             }
             PortKind::Vxlan { .. } => None,
@@ -504,14 +584,6 @@ impl Switch {
                 });
             }
         }
-        // The thread with the fewest ports.
-        let mut load = vec![0usize; self.threads.len()];
-        for e in ports.values() {
-            if let Some(l) = load.get_mut(e.thread) {
-                *l += 1;
-            }
-        }
-        let thread = (0..load.len()).min_by_key(|&i| (load[i], i)).unwrap_or(0);
         let stats = Arc::new(AtomicPortStats::default());
         let (reply_tx, reply_rx) = mpsc::channel();
         let name = spec.name.clone();
@@ -608,6 +680,8 @@ impl Switch {
         for t in &self.threads {
             add_stats(&mut s.datapath, &lock(&t.stats));
             s.busy_ns += t.busy_ns.load(Ordering::Relaxed);
+            s.umem_frames += t.umem_frames.load(Ordering::Relaxed);
+            s.umem_free_frames += t.umem_free.load(Ordering::Relaxed);
         }
         let c = &self.shared.counters;
         let r = Ordering::Relaxed;
@@ -653,6 +727,12 @@ impl Switch {
             tracing::info!(ports = ports.len(), "switch stopped; ports removed");
         }
         ports.clear();
+        drop(ports);
+        if let Some(a) = &self.anchor {
+            if let Err(e) = crate::netdev::delete_link(a) {
+                tracing::debug!(anchor = %a, "cannot delete the UMEM anchor device: {e}");
+            }
+        }
     }
 }
 
@@ -690,6 +770,10 @@ struct WorkerInit {
     idx: usize,
     shared: Arc<Shared>,
     peers: Vec<Arc<ThreadShared>>,
+    /// The device whose queue `idx` anchors this thread's shared UMEM.
+    anchor: Option<String>,
+    /// This thread's own command channel (for port-close threads).
+    self_tx: Sender<Cmd>,
     cmds: Receiver<Cmd>,
     wake: UnixDatagram,
     pipeline: Arc<Pipeline>,
@@ -735,6 +819,9 @@ struct SinkScratch {
 struct Worker {
     idx: usize,
     shared: Arc<Shared>,
+    /// The UMEM this thread's ports share (None: each has its own).
+    umem: Option<ThreadUmem>,
+    self_tx: Sender<Cmd>,
     me: Arc<ThreadShared>,
     peers: Vec<Arc<ThreadShared>>,
     cmds: Receiver<Cmd>,
@@ -762,9 +849,26 @@ impl WorkerInit {
             XlateEnv { ports: Vec::new() },
             DatapathConfig::default(),
         );
+        let umem = self.anchor.as_deref().and_then(|anchor| {
+            match ThreadUmem::new(anchor, self.idx as u32, self.config.umem_frames) {
+                Ok(u) => {
+                    let _ = me.umem.set(u.handle());
+                    Some(u)
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        thread = self.idx,
+                        "cannot set up the thread's shared UMEM; its ports get their own: {e}"
+                    );
+                    None
+                }
+            }
+        });
         let mut w = Worker {
             idx: self.idx,
             shared: self.shared,
+            umem,
+            self_tx: self.self_tx,
             me,
             peers: self.peers,
             cmds: self.cmds,
@@ -787,9 +891,10 @@ impl WorkerInit {
         };
         let _ = ready.send(Ok(()));
         w.run();
-        // Drop order: sockets (XDP programs detached), then the UMEM.
+        // Drop order: sockets (XDP programs detached), then the UMEMs.
         let n = w.ports.len();
         w.ports.clear();
+        w.umem = None;
         tracing::debug!(thread = w.idx, ports = n, "datapath thread stopped");
     }
 }
@@ -884,6 +989,7 @@ impl Worker {
                 Cmd::DelPort { ofport, reply } => self.close_port_then(ofport, Some(reply)),
                 Cmd::Topology(t) => self.set_topology(&t),
                 Cmd::Inject { in_port, frame } => self.inject(in_port, &frame),
+                Cmd::Reclaim { slot } => self.reclaim(slot),
             }
         }
     }
@@ -903,10 +1009,12 @@ impl Worker {
             PortKind::Afxdp { ifname, xdp_mode } => {
                 let ifname = ifname.as_deref().unwrap_or(&spec.name);
                 let x = match prepared {
-                    Some(p) => XskPort::from_prepared(*p, self.batch),
-                    None => XskPort::open(ifname, *xdp_mode, self.config.umem_frames, self.batch)
-                        .map_err(|e| err(e.to_string()))?,
-                };
+                    Some(p) => {
+                        XskPort::from_prepared(*p, self.batch, self.umem.as_ref().map(|u| u.mem()))
+                    }
+                    None => XskPort::open(ifname, *xdp_mode, self.config.umem_frames, self.batch),
+                }
+                .map_err(|e| err(e.to_string()))?;
                 if let Some(n) = crate::netdev::rx_queue_count(ifname).filter(|n| *n > 1) {
                     tracing::warn!(
                         port = %spec.name,
@@ -967,20 +1075,31 @@ impl Worker {
         tracing::debug!(port = %p.name, ofport, "port closed");
         let mut done = done;
         if let PortIo::Xsk(x) = std::mem::replace(&mut p.io, PortIo::Busy) {
-            if let Some(closing) = x.into_closing() {
-                let name = p.name.clone();
-                let d = done.take();
-                if let Err(e) = std::thread::Builder::new()
-                    .name("oxvs-port-close".into())
-                    .spawn(move || {
-                        drop(closing);
-                        if let Some(d) = d {
-                            let _ = d.send(());
+            let closing = x.into_closing();
+            let slot = closing.reclaim_slot();
+            let name = p.name.clone();
+            let d = done.take();
+            let tx = self.self_tx.clone();
+            let me = Arc::clone(&self.me);
+            if let Err(e) = std::thread::Builder::new()
+                .name("oxvs-port-close".into())
+                .spawn(move || {
+                    drop(closing);
+                    if let Some(slot) = slot {
+                        if tx.send(Cmd::Reclaim { slot }).is_ok() {
+                            me.wake();
                         }
-                    })
-                {
-                    // The closure (and the socket) was dropped here.
-                    tracing::warn!(port = %name, "cannot close the socket off the datapath thread: {e}");
+                    }
+                    if let Some(d) = d {
+                        let _ = d.send(());
+                    }
+                })
+            {
+                // The closure (with the socket and the reply) was dropped
+                // here: the socket is closed.
+                tracing::warn!(port = %name, "cannot close the socket off the datapath thread: {e}");
+                if let Some(slot) = slot {
+                    self.reclaim(slot);
                 }
             }
         }
@@ -990,6 +1109,20 @@ impl Worker {
         }
         self.routes.remove(&ofport);
         self.ports_changed();
+    }
+
+    /// Takes back the frames of a closed port's socket (see
+    /// [`Cmd::Reclaim`]).
+    fn reclaim(&mut self, slot: u16) {
+        if let Some(u) = &self.umem {
+            let n = u.mem().reclaim(slot);
+            tracing::debug!(
+                thread = self.idx,
+                slot,
+                frames = n,
+                "frames of a closed port reclaimed"
+            );
+        }
     }
 
     fn ports_changed(&mut self) {
@@ -1220,6 +1353,15 @@ impl Worker {
         self.ports = ports;
         *lock(&self.me.stats) = self.dp.stats();
         self.me.busy_ns.store(self.busy_ns, Ordering::Relaxed);
+        if let Some(u) = &self.umem {
+            let usage = u.mem().usage();
+            self.me
+                .umem_frames
+                .store(usage.frames as u64, Ordering::Relaxed);
+            self.me
+                .umem_free
+                .store(usage.free as u64, Ordering::Relaxed);
+        }
         let c = &self.shared.counters;
         let r = Ordering::Relaxed;
         let s = &mut self.scratch;

@@ -44,7 +44,7 @@ use oxvs_pipeline::conntrack::CtConfig;
 use oxvs_pipeline::tables::Pipeline;
 use oxvs_switch::control::ControlServer;
 use oxvs_switch::ctstate;
-use oxvs_switch::engine::{PollMode, Switch, SwitchConfig};
+use oxvs_switch::engine::{PollMode, Switch, SwitchConfig, UmemSharing};
 use oxvs_switch::netdev;
 
 /// The oxvs AF_XDP datapath daemon.
@@ -61,10 +61,22 @@ struct Args {
     #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u16).range(1..=256))]
     threads: u16,
-    /// UMEM frames (4 KiB each) per AF_XDP port.
-    #[arg(long, value_name = "N", default_value_t = 4096,
+    /// UMEM frames (4 KiB each, pinned) per UMEM: each datapath thread has
+    /// one its ports on virtual devices (veth) share; a port on a physical
+    /// NIC, or every port with `--umem-sharing port`, has its own.
+    #[arg(long, value_name = "N", default_value_t = 8192,
           value_parser = clap::value_parser!(u32).range(64..=1 << 20))]
     umem_frames: u32,
+    /// Which AF_XDP ports share a UMEM: the ports of each datapath
+    /// `thread`, or none (`port`: 16 MiB or more pinned per port).
+    #[arg(long, value_enum, default_value_t = Sharing::Thread)]
+    umem_sharing: Sharing,
+    /// The device switchd creates (a dummy, else a veth pair NAME/NAMEp;
+    /// replacing one of that name) so that each thread's shared UMEM has
+    /// a first socket no port owns; it carries no traffic and is deleted
+    /// when switchd stops.
+    #[arg(long, value_name = "NAME", default_value = "oxvs-umem")]
+    umem_anchor: String,
     /// Frames per RX/TX batch.
     #[arg(long, value_name = "N", default_value_t = 32,
           value_parser = clap::value_parser!(u16).range(1..=256))]
@@ -153,6 +165,14 @@ fn parse_metrics_addr(s: &str) -> Result<MetricsAddr, String> {
     s.parse()
         .map(|a| MetricsAddr(Some(a)))
         .map_err(|_| format!("'{s}' is not IP:PORT (e.g. 127.0.0.1:9530) or 'none'"))
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Sharing {
+    /// One UMEM per datapath thread.
+    Thread,
+    /// One UMEM per port.
+    Port,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -251,6 +271,12 @@ fn run(args: Args) -> anyhow::Result<()> {
             Mode::Busy => PollMode::Busy,
         },
         umem_frames: args.umem_frames,
+        umem_sharing: match args.umem_sharing {
+            Sharing::Thread => UmemSharing::PerThread {
+                anchor: args.umem_anchor.clone(),
+            },
+            Sharing::Port => UmemSharing::PerPort,
+        },
         batch: usize::from(args.batch),
         conntrack,
         ..SwitchConfig::default()

@@ -270,6 +270,8 @@ fn encode_datapath(e: &mut Exposition, s: &SwitchStats) {
         output_no_port,
         cross_thread,
         bad_frames,
+        umem_frames,
+        umem_free_frames,
     } = s;
     let DatapathStats {
         packets,
@@ -293,6 +295,16 @@ fn encode_datapath(e: &mut Exposition, s: &SwitchStats) {
     } = datapath;
     e.gauge("oxvs_datapath_threads", "Datapath threads.")
         .int(&[], *threads as u64);
+    e.gauge(
+        "oxvs_umem_frames",
+        "Frames (4 KiB, pinned) of the UMEMs the datapath threads' ports share.",
+    )
+    .int(&[], *umem_frames);
+    e.gauge(
+        "oxvs_umem_free_frames",
+        "Frames of the shared UMEMs that are free (on no ring, in no batch).",
+    )
+    .int(&[], *umem_free_frames);
     e.counter(
         "oxvs_datapath_cache_hits_total",
         "Pipeline passes answered by a flow cache tier (emc: exact match; megaflow: wildcarded).",

@@ -103,6 +103,47 @@ pub fn create_veth_pair(a: &str, b: &str, mtu: Option<u32>) -> Result<(), Netdev
     ip(&args)
 }
 
+/// Creates `name`, a device that carries no traffic, with `queues` RX
+/// and TX queues, replacing a device of that name: a `dummy` where the
+/// kernel has it, else a veth pair (`name` and `name` + `p`, both down;
+/// veth is always there, pods need it). Returns the kind made.
+pub fn create_quiet_device(name: &str, queues: u32) -> Result<&'static str, NetdevError> {
+    check_name(name)?;
+    let peer = format!("{name}p");
+    check_name(&peer)?;
+    for stale in [name, peer.as_str()] {
+        if link_exists(stale) {
+            delete_link(stale)?;
+        }
+    }
+    let q = queues.max(1).to_string();
+    let common = ["link", "add", name, "numtxqueues", &q, "numrxqueues", &q];
+    let mut dummy = common.to_vec();
+    dummy.extend(["type", "dummy"]);
+    match ip(&dummy) {
+        Ok(()) => Ok("dummy"),
+        Err(dummy_err) => {
+            let mut veth = common.to_vec();
+            veth.extend([
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &peer,
+                "numtxqueues",
+                &q,
+                "numrxqueues",
+                &q,
+            ]);
+            ip(&veth).map_err(|veth_err| NetdevError::Failed {
+                cmd: format!("ip link add {name} ... type dummy|veth"),
+                stderr: format!("dummy: {dummy_err}; veth: {veth_err}"),
+            })?;
+            Ok("veth")
+        }
+    }
+}
+
 /// Sets `name` administratively up.
 pub fn set_up(name: &str) -> Result<(), NetdevError> {
     check_name(name)?;

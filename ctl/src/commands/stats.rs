@@ -61,6 +61,12 @@ pub fn format(r: &StatsResult) -> String {
         r.ct_commits_discarded
     ));
     s.push_str(&format!(
+        "shared umem: {} frames ({} MiB), {} free\n",
+        r.umem_frames,
+        r.umem_frames * 4096 / (1 << 20),
+        r.umem_free_frames
+    ));
+    s.push_str(&format!(
         "ip fragments: {} datagrams reassembled, {} fragments held then, {} dropped; {} datagrams ({} bytes) incomplete now\n",
         r.reassembled, r.frags_held, r.frag_drops, r.ipf_held_datagrams, r.ipf_held_bytes
     ));

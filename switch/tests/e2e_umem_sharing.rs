@@ -1,0 +1,188 @@
+//! End to end, the UMEM a datapath thread's ports share.
+//!
+//! 1. Memory does not grow with ports: two switchds side by side, one
+//!    sharing (the default) and one with `--umem-sharing port`, each gets
+//!    the same 12 pod ports; the sharing one's resident memory grows by
+//!    the ports' rings only, the other's by one UMEM per port (which shows
+//!    the measurement sees UMEMs at all).
+//! 2. The frames of a closed port come back: while pod1 pings pod2, pod3's
+//!    port is added (with traffic) and deleted 16 times on a UMEM far too
+//!    small to lose its fill ring each time; pod3 is reachable each time,
+//!    pod1 <-> pod2 loses (almost) nothing, and once every port is gone
+//!    every frame of the UMEM is free again.
+//! 3. The anchor device exists while switchd runs and is gone after it
+//!    stops.
+//!
+//! Flows: `examples/switch-three-pods.flows`.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const FLOWS: &str = "switch-three-pods.flows";
+const PORTS: usize = 12;
+/// UMEM frames of every switchd here (4 MiB per UMEM).
+const FRAMES: &str = "1024";
+const UMEM_BYTES: u64 = 1024 * 4096;
+
+fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("switchd status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|kb| kb.parse::<u64>().ok())
+        .expect("VmRSS")
+        * 1024
+}
+
+/// Starts a switchd in a new node with `extra` arguments, makes `PORTS`
+/// pods, and returns the resident memory growth from adding their ports
+/// (with everything kept alive until the caller drops it).
+fn rss_growth(extra: &[&str]) -> (u64, Netns, Vec<Netns>, Switchd) {
+    let node = Netns::new("node");
+    let mut args = vec!["--umem-frames", FRAMES];
+    args.extend_from_slice(extra);
+    let sw = Switchd::start_with(&node, &args);
+    let mut pods = Vec::new();
+    for i in 0..PORTS {
+        let pod = Netns::new("pod");
+        make_pod(
+            &node,
+            &pod,
+            &format!("q{i}"),
+            &format!("10.11.0.{}/24", i + 1),
+            &format!("02:00:0a:0b:00:{:02x}", i + 1),
+            1500,
+        );
+        pods.push(pod);
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let before = rss_bytes(sw.pid());
+    for i in 0..PORTS {
+        sw.add_port(&format!("q{i}"), i as u32 + 1);
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let after = rss_bytes(sw.pid());
+    (after.saturating_sub(before), node, pods, sw)
+}
+
+/// `(umem frames, free frames)` from `oxvsctl stats --json`.
+fn umem_stats(sw: &Switchd) -> (u64, u64) {
+    let v: serde_json::Value =
+        serde_json::from_str(&sw.ctl_ok(&["--json", "stats"])).expect("stats JSON");
+    (
+        v["umem_frames"].as_u64().expect("umem_frames"),
+        v["umem_free_frames"].as_u64().expect("umem_free_frames"),
+    )
+}
+
+#[test]
+fn e2e_umem_sharing() {
+    skip_unless_capable!();
+
+    // 1. Memory.
+    let (shared, _n1, _p1, sw1) = rss_growth(&[]);
+    let (own, _n2, _p2, _sw2) = rss_growth(&["--umem-sharing", "port"]);
+    eprintln!(
+        "resident memory for {PORTS} ports: shared UMEM +{:.1} MiB, a UMEM per port +{:.1} MiB",
+        shared as f64 / (1 << 20) as f64,
+        own as f64 / (1 << 20) as f64
+    );
+    assert!(
+        own >= UMEM_BYTES * PORTS as u64 * 9 / 10,
+        "a UMEM per port should cost {PORTS} x 4 MiB: +{own} bytes"
+    );
+    assert!(
+        shared < UMEM_BYTES * 2,
+        "{PORTS} ports on a shared UMEM should cost their rings only: +{shared} bytes"
+    );
+    let (frames, _) = umem_stats(&sw1);
+    assert_eq!(frames, 1024, "one shared UMEM (one thread)");
+    drop(sw1);
+
+    // 2. Frames of closed ports come back.
+    let node = Netns::new("node");
+    let pod1 = Netns::new("pod1");
+    let pod2 = Netns::new("pod2");
+    let pod3 = Netns::new("pod3");
+    let mut sw = Switchd::start_with(&node, &["--umem-frames", "256"]);
+    let anchor = node.exec(&["ip", "-d", "link", "show", "oxvs-umem"]);
+    assert!(
+        anchor.status.success(),
+        "the anchor device exists while switchd runs: {anchor:?}"
+    );
+    for (pod, ifname, ip, mac) in [
+        (&pod1, "p1", "10.10.0.1/24", "02:00:0a:0a:00:01"),
+        (&pod2, "p2", "10.10.0.2/24", "02:00:0a:0a:00:02"),
+        (&pod3, "p3", "10.10.0.3/24", "02:00:0a:0a:00:03"),
+    ] {
+        make_pod(&node, pod, ifname, ip, mac, 1500);
+    }
+    sw.add_port("p1", 1);
+    sw.add_port("p2", 2);
+    sw.add_flows(&example(FLOWS));
+    let p = ping_until_up(&pod1, "10.10.0.2", 5);
+    assert!(p.ok, "pod1 -> pod2 never answered:\n{}", p.output);
+    std::thread::sleep(Duration::from_millis(300));
+    let (total, free_before) = umem_stats(&sw);
+    assert_eq!(total, 256);
+
+    let mut bg = pod1.spawn(&[
+        "ping",
+        "-n",
+        "-c",
+        "250",
+        "-i",
+        "0.02",
+        "-W",
+        "1",
+        "10.10.0.2",
+    ]);
+    for round in 0..16 {
+        sw.add_port("p3", 3);
+        let p = ping_until_up(&pod3, "10.10.0.1", 3);
+        assert!(
+            p.ok,
+            "pod3 -> pod1 while attached (round {round}, {:?} of the UMEM free):\n{}",
+            umem_stats(&sw),
+            p.output
+        );
+        sw.ctl_ok(&["del-port", "p3"]);
+    }
+    let (ok, out, _) = bg.wait(Duration::from_secs(30));
+    let p = parse_ping(ok, out);
+    assert!(
+        p.received + 5 >= p.transmitted,
+        "pod1 -> pod2 during the churn lost more than 5:\n{}",
+        p.output
+    );
+
+    // With no port left, every frame is back (the last ports' frames come
+    // back once their sockets are closed, on another thread: wait).
+    sw.ctl_ok(&["del-port", "p1"]);
+    sw.ctl_ok(&["del-port", "p2"]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let free_after = loop {
+        let (_, free) = umem_stats(&sw);
+        if free == total || Instant::now() > deadline {
+            break free;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(
+        free_after, total,
+        "free frames with no port left, after 16 add/delete rounds of a port \
+         ({free_before} free with two ports before)"
+    );
+
+    // 3. The anchor goes with switchd.
+    assert!(sw.stop(), "switchd exits on SIGTERM");
+    let anchor = node.exec(&["ip", "link", "show", "oxvs-umem"]);
+    assert!(
+        !anchor.status.success(),
+        "the anchor device is deleted when switchd stops"
+    );
+}
