@@ -1,7 +1,8 @@
 //! AF_XDP ports: one socket per port, one UMEM (with its free frames) per
 //! datapath thread.
 //!
-//! This is the only module of the workspace allowed `unsafe`: it talks to
+//! This is the switch's only module allowed `unsafe` (the agent's
+//! `podnet::ethtool` is the workspace's other one): it talks to
 //! the AF_XDP rings and the UMEM through `xsk-rs`, whose ring and frame
 //! accessors are `unsafe` because their soundness depends on who owns each
 //! frame. The ownership discipline that makes them sound lives here:
