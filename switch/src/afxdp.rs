@@ -366,9 +366,10 @@ impl Frames {
 
     /// Records that `descs` went to `slot`'s kernel rings.
     #[inline]
-    fn given(&mut self, descs: &[FrameDesc], slot: u16, frame_size: usize) {
+    fn given(&mut self, descs: &[FrameDesc], slot: u16) {
         for d in descs {
-            if let Some(o) = self.owner.get_mut(d.addr() / frame_size) {
+            // A constant power of two: a shift, not a division.
+            if let Some(o) = self.owner.get_mut(d.addr() / FRAME_SIZE as usize) {
                 *o = slot;
             }
         }
@@ -376,8 +377,8 @@ impl Frames {
 
     /// Records that `descs` came back from the kernel.
     #[inline]
-    fn returned(&mut self, descs: &[FrameDesc], frame_size: usize) {
-        self.given(descs, 0, frame_size);
+    fn returned(&mut self, descs: &[FrameDesc]) {
+        self.given(descs, 0);
     }
 }
 
@@ -888,7 +889,7 @@ impl XskPort {
         // SAFETY: the frames come from the free list (*user* state, no
         // slice of them exists) and belong to this fill ring's UMEM.
         let done = unsafe { self.fq.produce(&self.scratch) };
-        f.given(&self.scratch[..done], self.slot, self.mem.frame_size);
+        f.given(&self.scratch[..done], self.slot);
         f.free.extend_from_slice(&self.scratch[done..]);
         self.scratch.clear();
         self.filled += done;
@@ -909,10 +910,7 @@ impl XskPort {
             self.counters.rx_packets += 1;
             self.counters.rx_bytes += d.lengths().data() as u64;
         }
-        self.mem
-            .frames
-            .borrow_mut()
-            .returned(&out[..n], self.mem.frame_size);
+        self.mem.frames.borrow_mut().returned(&out[..n]);
         self.filled = self.filled.saturating_sub(n);
         n
     }
@@ -926,7 +924,7 @@ impl XskPort {
         // SAFETY: `frames` are *user* frames of this UMEM (from `recv`)
         // whose packet slices have all been dropped (the batch is done).
         let done = unsafe { self.fq.produce(&frames[..room]) };
-        f.given(&frames[..done], self.slot, self.mem.frame_size);
+        f.given(&frames[..done], self.slot);
         f.free.extend_from_slice(&frames[done..]);
         self.filled += done;
     }
@@ -966,7 +964,7 @@ impl XskPort {
             }
             self.counters.tx_dropped += (self.pending_tx.len() - done) as u64;
             let mut f = self.mem.frames.borrow_mut();
-            f.given(&self.pending_tx[..done], self.slot, self.mem.frame_size);
+            f.given(&self.pending_tx[..done], self.slot);
             f.free.extend_from_slice(&self.pending_tx[done..]);
             drop(f);
             self.pending_tx.clear();
@@ -1004,7 +1002,7 @@ impl XskPort {
         // transmitted from its UMEM; they become *user* (then free) frames.
         let n = unsafe { self.cq.consume(&mut self.scratch) };
         let mut f = self.mem.frames.borrow_mut();
-        f.returned(&self.scratch[..n], self.mem.frame_size);
+        f.returned(&self.scratch[..n]);
         f.free.extend_from_slice(&self.scratch[..n]);
         drop(f);
         self.scratch.clear();
