@@ -47,6 +47,22 @@ pub struct PortStats {
     pub tx_bytes: u64,
     pub tx_dropped: u64,
     pub tx_errors: u64,
+    /// Why received packets were dropped (AF_XDP ports; each is also in
+    /// `rx_dropped`): the RX ring was full (the switch did not drain it
+    /// in time), the fill ring was empty (no free frame), or another
+    /// reason (too big for a frame).
+    #[serde(default)]
+    pub rx_ring_full: u64,
+    #[serde(default)]
+    pub rx_fill_empty: u64,
+    #[serde(default)]
+    pub rx_other: u64,
+    /// Why packets to send were dropped (each is also in `tx_dropped`):
+    /// no free frame in the UMEM, or the TX ring was full.
+    #[serde(default)]
+    pub tx_no_frame: u64,
+    #[serde(default)]
+    pub tx_ring_full: u64,
 }
 
 /// What kind of port to add.

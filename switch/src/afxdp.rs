@@ -31,10 +31,11 @@
 //! its memory is pinned, so a UMEM per port (16 MiB each) would make a
 //! node's memory grow with its pods. Each port keeps its own fill and
 //! completion rings (sockets on different devices need their own); the
-//! free frames are one list for the thread ([`Frames`]), and each port's
-//! fill ring is topped up to an equal share of half the UMEM, between
-//! [`FILL_MIN`] and [`FILL_TARGET`] frames, so adding ports shrinks the
-//! fill rings instead of running the UMEM dry.
+//! free frames are one list for the thread ([`Frames`]). A fill ring
+//! holds frames nobody can take back until packets arrive, so an idle
+//! port must not hoard them: each port starts with [`FILL_MIN`] frames,
+//! gets them even from the TX reserve, and only a busy port grows its
+//! share (up to [`FILL_TARGET`]) while the UMEM has frames to spare.
 //!
 //! The UMEM's *first* socket is special to libxdp: it is the UMEM's own
 //! fd, kept open until the UMEM goes, and every later socket names it to
@@ -100,9 +101,12 @@ pub const FRAME_SIZE: u32 = 4096;
 pub const RING_SIZE: u32 = 1024;
 /// Frames kept on a port's fill ring (at most).
 pub const FILL_TARGET: usize = 512;
-/// Frames kept on a port's fill ring however many ports share its UMEM
-/// (at least, while there are free frames).
-pub const FILL_MIN: usize = 32;
+/// Frames a port on a shared UMEM starts with on its fill ring, and is
+/// topped up to even from the TX reserve: what one NAPI poll of a veth
+/// delivers (64 packets). A busy port's target doubles up to
+/// [`FILL_TARGET`] while the UMEM has frames to spare, and decays back when
+/// it is idle.
+pub const FILL_MIN: usize = 64;
 
 /// Why an AF_XDP operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -256,7 +260,6 @@ impl UmemMem {
             frames: f.pristine.len(),
             free: f.free.len(),
             ports: f.ports,
-            fill_target: f.fill_target,
         }
     }
 }
@@ -267,8 +270,6 @@ pub struct UmemUsage {
     pub frames: usize,
     pub free: usize,
     pub ports: usize,
-    /// Frames each port's fill ring is topped up to.
-    pub fill_target: usize,
 }
 
 /// The frames of a UMEM: which are free, and which port's kernel rings
@@ -288,11 +289,10 @@ struct Frames {
     slots: Vec<bool>,
     /// Ports attached.
     ports: usize,
-    /// Frames each port's fill ring is topped up to: an equal share of
-    /// half the UMEM, between [`FILL_MIN`] and [`FILL_TARGET`].
-    fill_target: usize,
-    /// Frames the fill rings leave in the pool for TX.
+    /// Frames fill rings above [`FILL_MIN`] leave free for TX.
     reserve: usize,
+    /// Frames even a fill ring below [`FILL_MIN`] leaves free for TX.
+    tx_floor: usize,
 }
 
 impl Frames {
@@ -306,15 +306,15 @@ impl Frames {
             pristine,
             slots: vec![true],
             ports: 0,
-            fill_target: 0,
             reserve: 0,
+            tx_floor: 0,
         };
-        f.resize(0);
+        f.size_reserve(0);
         f
     }
 
-    /// A slot for a new port (None if 65535 are taken); sizes the fill
-    /// rings for one more port and the reserve for `batch`.
+    /// A slot for a new port (None if 65535 are taken); sizes the
+    /// reserve for `batch`.
     fn attach(&mut self, batch: usize) -> Option<u16> {
         let slot = match self.slots.iter().position(|used| !used) {
             Some(i) => i,
@@ -327,23 +327,19 @@ impl Frames {
         let slot_id = u16::try_from(slot).ok()?;
         self.slots[slot] = true;
         self.ports += 1;
-        self.resize(batch);
+        self.size_reserve(batch);
         Some(slot_id)
     }
 
     /// A port left (its slot stays taken until [`Frames::reclaim`]).
     fn detach(&mut self) {
         self.ports = self.ports.saturating_sub(1);
-        self.resize(0);
     }
 
-    fn resize(&mut self, batch: usize) {
+    fn size_reserve(&mut self, batch: usize) {
         let total = self.pristine.len();
-        let half = total / 2;
-        self.fill_target = (half / self.ports.max(1))
-            .clamp(FILL_MIN, FILL_TARGET)
-            .min(half);
-        self.reserve = self.reserve.max((total / 4).max(batch * 2).min(half));
+        self.reserve = self.reserve.max((total / 4).max(batch * 2).min(total / 2));
+        self.tx_floor = self.tx_floor.max((batch * 2).min(total / 8));
     }
 
     fn reclaim(&mut self, slot: u16) -> usize {
@@ -465,6 +461,8 @@ impl SocketMode {
 }
 
 /// Counters a port accumulates between two [`XskPort::take_counters`].
+/// Every frame the port loses is counted once in `rx_dropped` or
+/// `tx_dropped`, and once under its reason.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PortCounters {
     pub rx_packets: u64,
@@ -474,6 +472,18 @@ pub struct PortCounters {
     pub tx_bytes: u64,
     pub tx_dropped: u64,
     pub tx_errors: u64,
+    /// Received by the kernel but the RX ring was full (the switch did not
+    /// drain it in time).
+    pub rx_ring_full: u64,
+    /// Received by the kernel but the fill ring was empty (no frame to
+    /// copy into).
+    pub rx_fill_empty: u64,
+    /// Dropped by the kernel for another reason (too big for a frame).
+    pub rx_other: u64,
+    /// To send, but no free frame in the UMEM.
+    pub tx_no_frame: u64,
+    /// To send, but the TX ring (or the queue in front of it) was full.
+    pub tx_ring_full: u64,
 }
 
 /// A socket made by [`XskPort::prepare`], with its own UMEM or on a
@@ -552,6 +562,13 @@ pub struct XskPort {
     shared: bool,
     /// Frames currently on the fill ring.
     filled: usize,
+    /// Frames the fill ring is topped up to (adapted to the port's load on
+    /// a shared UMEM, see [`FILL_MIN`]).
+    fill_target: usize,
+    /// Full RX batches since the fill target was last adapted.
+    full_batches: u32,
+    /// Adaptations in a row without a full batch.
+    idle_rounds: u32,
     /// Frames queued for TX, not yet submitted.
     pending_tx: Vec<FrameDesc>,
     /// Frames submitted on TX, not yet completed.
@@ -559,8 +576,17 @@ pub struct XskPort {
     /// Scratch for ring transfers.
     scratch: Vec<FrameDesc>,
     counters: PortCounters,
-    /// Kernel drop counters already reported.
-    kernel_drops_seen: u64,
+    /// The socket's kernel counters already reported.
+    kernel_seen: KernelDrops,
+}
+
+/// The kernel's drop counters of a socket (`XDP_STATISTICS`).
+#[derive(Clone, Copy, Debug, Default)]
+struct KernelDrops {
+    /// Every drop but a full RX ring, fill-ring-empty drops included.
+    dropped: u64,
+    ring_full: u64,
+    fill_empty: u64,
 }
 
 impl std::fmt::Debug for XskPort {
@@ -780,6 +806,7 @@ impl XskPort {
             }
         };
         let slot = mem.frames.borrow_mut().attach(batch);
+        let frames_total = mem.frames.borrow().pristine.len();
         let Some(slot) = slot else {
             return Err(AfxdpError::Socket {
                 ifname,
@@ -798,11 +825,18 @@ impl XskPort {
             slot,
             shared: is_shared,
             filled: 0,
+            fill_target: if is_shared {
+                FILL_MIN
+            } else {
+                FILL_TARGET.min(frames_total / 2)
+            },
+            full_batches: 0,
+            idle_rounds: 0,
             pending_tx: Vec::with_capacity(batch.max(1) * 4),
             in_flight: 0,
             scratch: Vec::with_capacity(RING_SIZE as usize),
             counters: PortCounters::default(),
-            kernel_drops_seen: 0,
+            kernel_seen: KernelDrops::default(),
         };
         port.refill();
         Ok(port)
@@ -873,12 +907,18 @@ impl XskPort {
         Rc::clone(&self.mem)
     }
 
-    /// Tops the fill ring up to the UMEM's fill target from the free
-    /// frames, keeping a reserve there for TX.
+    /// Tops the fill ring up to its target from the free frames, keeping
+    /// a reserve there for TX (only a floor of it while the ring is below
+    /// [`FILL_MIN`], so that a new port can always receive).
     pub fn refill(&mut self) {
         let mut f = self.mem.frames.borrow_mut();
-        let want = f.fill_target.saturating_sub(self.filled);
-        let avail = f.free.len().saturating_sub(f.reserve);
+        let want = self.fill_target.saturating_sub(self.filled);
+        let keep = if self.filled < FILL_MIN {
+            f.tx_floor
+        } else {
+            f.reserve
+        };
+        let avail = f.free.len().saturating_sub(keep);
         let n = want.min(avail);
         if n == 0 {
             return;
@@ -906,6 +946,9 @@ impl XskPort {
         if n == 0 {
             return 0;
         }
+        if n == out.len() {
+            self.full_batches += 1;
+        }
         for d in out.iter().take(n) {
             self.counters.rx_packets += 1;
             self.counters.rx_bytes += d.lengths().data() as u64;
@@ -920,7 +963,10 @@ impl XskPort {
     #[inline]
     pub fn recycle(&mut self, frames: &[FrameDesc]) {
         let mut f = self.mem.frames.borrow_mut();
-        let room = f.fill_target.saturating_sub(self.filled).min(frames.len());
+        let room = self
+            .fill_target
+            .saturating_sub(self.filled)
+            .min(frames.len());
         // SAFETY: `frames` are *user* frames of this UMEM (from `recv`)
         // whose packet slices have all been dropped (the batch is done).
         let done = unsafe { self.fq.produce(&frames[..room]) };
@@ -935,11 +981,13 @@ impl XskPort {
     pub fn send(&mut self, bytes: &[u8]) {
         if self.pending_tx.len() >= RING_SIZE as usize {
             self.counters.tx_dropped += 1;
+            self.counters.tx_ring_full += 1;
             return;
         }
         let mut f = self.mem.frames.borrow_mut();
         let Some(mut d) = f.free.pop() else {
             self.counters.tx_dropped += 1;
+            self.counters.tx_no_frame += 1;
             return;
         };
         if !self.mem.write(&mut d, bytes) {
@@ -962,7 +1010,9 @@ impl XskPort {
                 self.counters.tx_packets += 1;
                 self.counters.tx_bytes += d.lengths().data() as u64;
             }
-            self.counters.tx_dropped += (self.pending_tx.len() - done) as u64;
+            let refused = (self.pending_tx.len() - done) as u64;
+            self.counters.tx_dropped += refused;
+            self.counters.tx_ring_full += refused;
             let mut f = self.mem.frames.borrow_mut();
             f.given(&self.pending_tx[..done], self.slot);
             f.free.extend_from_slice(&self.pending_tx[done..]);
@@ -1009,6 +1059,41 @@ impl XskPort {
         self.in_flight -= n.min(self.in_flight);
     }
 
+    /// Adapts the fill target of a port on a shared UMEM to its load (called
+    /// every few tens of milliseconds): doubled after full RX batches or
+    /// fill-ring-empty drops while the UMEM has frames to spare, lowered
+    /// by a quarter (not below [`FILL_MIN`]) after a second without a full
+    /// batch. A lowered target gives frames back as packets arrive.
+    fn adapt_fill(&mut self, starved: bool) {
+        let busy = self.full_batches > 0 || starved;
+        self.full_batches = 0;
+        if busy {
+            self.idle_rounds = 0;
+            let f = self.mem.frames.borrow();
+            let grown = (self.fill_target * 2).min(FILL_TARGET);
+            if f.free.len() >= f.reserve + (grown - self.fill_target) {
+                self.fill_target = grown;
+            }
+        } else {
+            self.idle_rounds = self.idle_rounds.saturating_add(1);
+            if self.idle_rounds >= 20 {
+                self.idle_rounds = 0;
+                self.fill_target = (self.fill_target - self.fill_target / 4).max(FILL_MIN);
+            }
+        }
+    }
+
+    /// Frames the fill ring is topped up to now.
+    pub fn fill_target(&self) -> usize {
+        self.fill_target
+    }
+
+    /// Frames on the fill ring now (0 right after opening: the UMEM had
+    /// none to spare, the port cannot receive until frames come back).
+    pub fn filled(&self) -> usize {
+        self.filled
+    }
+
     /// Whether the fill ring asks for a wakeup (busy-poll mode kicks it).
     pub fn fill_needs_wakeup(&self) -> bool {
         self.fq.needs_wakeup()
@@ -1029,9 +1114,26 @@ impl XskPort {
             return std::mem::take(&mut self.counters);
         }
         if let Ok(s) = self.rx.fd().xdp_statistics() {
-            let drops = s.rx_dropped() + s.rx_ring_full() + s.rx_fill_ring_empty_descs();
-            self.counters.rx_dropped += drops.saturating_sub(self.kernel_drops_seen);
-            self.kernel_drops_seen = drops;
+            // The kernel counts a fill-ring-empty drop in `rx_dropped` too
+            // (and a full RX ring only in `rx_ring_full`).
+            let now = KernelDrops {
+                dropped: s.rx_dropped(),
+                ring_full: s.rx_ring_full(),
+                fill_empty: s.rx_fill_ring_empty_descs(),
+            };
+            let seen = self.kernel_seen;
+            let dropped = now.dropped.saturating_sub(seen.dropped);
+            let ring_full = now.ring_full.saturating_sub(seen.ring_full);
+            let fill_empty = now.fill_empty.saturating_sub(seen.fill_empty).min(dropped);
+            let c = &mut self.counters;
+            c.rx_dropped += dropped + ring_full;
+            c.rx_ring_full += ring_full;
+            c.rx_fill_empty += fill_empty;
+            c.rx_other += dropped - fill_empty;
+            self.kernel_seen = now;
+            if self.shared {
+                self.adapt_fill(fill_empty > 0);
+            }
         }
         std::mem::take(&mut self.counters)
     }

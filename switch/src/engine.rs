@@ -224,6 +224,11 @@ struct AtomicPortStats {
     tx_bytes: AtomicU64,
     tx_dropped: AtomicU64,
     tx_errors: AtomicU64,
+    rx_ring_full: AtomicU64,
+    rx_fill_empty: AtomicU64,
+    rx_other: AtomicU64,
+    tx_no_frame: AtomicU64,
+    tx_ring_full: AtomicU64,
 }
 
 impl AtomicPortStats {
@@ -236,6 +241,11 @@ impl AtomicPortStats {
         self.tx_bytes.fetch_add(c.tx_bytes, r);
         self.tx_dropped.fetch_add(c.tx_dropped, r);
         self.tx_errors.fetch_add(c.tx_errors, r);
+        self.rx_ring_full.fetch_add(c.rx_ring_full, r);
+        self.rx_fill_empty.fetch_add(c.rx_fill_empty, r);
+        self.rx_other.fetch_add(c.rx_other, r);
+        self.tx_no_frame.fetch_add(c.tx_no_frame, r);
+        self.tx_ring_full.fetch_add(c.tx_ring_full, r);
     }
     fn store(&self, s: &PortStats) {
         let r = Ordering::Relaxed;
@@ -247,6 +257,11 @@ impl AtomicPortStats {
         self.tx_bytes.store(s.tx_bytes, r);
         self.tx_dropped.store(s.tx_dropped, r);
         self.tx_errors.store(s.tx_errors, r);
+        self.rx_ring_full.store(s.rx_ring_full, r);
+        self.rx_fill_empty.store(s.rx_fill_empty, r);
+        self.rx_other.store(s.rx_other, r);
+        self.tx_no_frame.store(s.tx_no_frame, r);
+        self.tx_ring_full.store(s.tx_ring_full, r);
     }
     fn get(&self) -> PortStats {
         let r = Ordering::Relaxed;
@@ -259,6 +274,11 @@ impl AtomicPortStats {
             tx_bytes: self.tx_bytes.load(r),
             tx_dropped: self.tx_dropped.load(r),
             tx_errors: self.tx_errors.load(r),
+            rx_ring_full: self.rx_ring_full.load(r),
+            rx_fill_empty: self.rx_fill_empty.load(r),
+            rx_other: self.rx_other.load(r),
+            tx_no_frame: self.tx_no_frame.load(r),
+            tx_ring_full: self.tx_ring_full.load(r),
         }
     }
 }
@@ -1015,6 +1035,18 @@ impl Worker {
                     None => XskPort::open(ifname, *xdp_mode, self.config.umem_frames, self.batch),
                 }
                 .map_err(|e| err(e.to_string()))?;
+                if x.filled() == 0 {
+                    let usage = x.mem().usage();
+                    tracing::warn!(
+                        port = %spec.name,
+                        thread = self.idx,
+                        ports = usage.ports,
+                        frames = usage.frames,
+                        free = usage.free,
+                        "the UMEM has no frame to spare for this port's fill ring: it receives \
+                         nothing until other ports give frames back; raise --umem-frames or --threads"
+                    );
+                }
                 if let Some(n) = crate::netdev::rx_queue_count(ifname).filter(|n| *n > 1) {
                     tracing::warn!(
                         port = %spec.name,

@@ -256,6 +256,27 @@ fn encode_ports(e: &mut Exposition, ports: &[PortInfo]) {
             f.int(&[("port", &p.name)], get(p));
         }
     }
+    let reasons: [(&str, &str, Get); 5] = [
+        ("rx", "ring_full", |p| p.stats.rx_ring_full),
+        ("rx", "fill_ring_empty", |p| p.stats.rx_fill_empty),
+        ("rx", "other", |p| p.stats.rx_other),
+        ("tx", "no_frame", |p| p.stats.tx_no_frame),
+        ("tx", "ring_full", |p| p.stats.tx_ring_full),
+    ];
+    let mut f = e.counter(
+        "oxvs_port_drops_total",
+        "Packets a switch port dropped, by direction and reason (rx ring_full: the switch did \
+         not drain the RX ring in time; rx fill_ring_empty: no free frame to receive into; \
+         tx no_frame: no free UMEM frame; tx ring_full: the TX ring was full).",
+    );
+    for p in ports {
+        for (dir, reason, get) in reasons {
+            f.int(
+                &[("port", &p.name), ("direction", dir), ("reason", reason)],
+                get(p),
+            );
+        }
+    }
 }
 
 fn encode_datapath(e: &mut Exposition, s: &SwitchStats) {

@@ -4,7 +4,8 @@
 //!    sharing (the default) and one with `--umem-sharing port`, each gets
 //!    the same 12 pod ports; the sharing one's resident memory grows by
 //!    the ports' rings only, the other's by one UMEM per port (which shows
-//!    the measurement sees UMEMs at all).
+//!    the measurement sees UMEMs at all). The last two ports, added after
+//!    ten idle ones, still receive (idle ports do not hoard frames).
 //! 2. The frames of a closed port come back: while pod1 pings pod2, pod3's
 //!    port is added (with traffic) and deleted 16 times on a UMEM far too
 //!    small to lose its fill ring each time; pod3 is reachable each time,
@@ -84,7 +85,7 @@ fn e2e_umem_sharing() {
     skip_unless_capable!();
 
     // 1. Memory.
-    let (shared, _n1, _p1, sw1) = rss_growth(&[]);
+    let (shared, _n1, pods1, sw1) = rss_growth(&[]);
     let (own, _n2, _p2, _sw2) = rss_growth(&["--umem-sharing", "port"]);
     eprintln!(
         "resident memory for {PORTS} ports: shared UMEM +{:.1} MiB, a UMEM per port +{:.1} MiB",
@@ -101,6 +102,17 @@ fn e2e_umem_sharing() {
     );
     let (frames, _) = umem_stats(&sw1);
     assert_eq!(frames, 1024, "one shared UMEM (one thread)");
+    // The last two ports, added after ten idle ones, still get frames to
+    // receive into: the idle ports hold only their minimum.
+    sw1.ctl_ok(&["add-flow", "priority=10,in_port=11,actions=output:12"]);
+    sw1.ctl_ok(&["add-flow", "priority=10,in_port=12,actions=output:11"]);
+    let p = ping_until_up(&pods1[10], "10.11.0.12", 5);
+    assert!(
+        p.ok,
+        "pods on the last ports of a shared UMEM ({:?} frames/free) cannot talk:\n{}",
+        umem_stats(&sw1),
+        p.output
+    );
     drop(sw1);
 
     // 2. Frames of closed ports come back.
@@ -184,5 +196,80 @@ fn e2e_umem_sharing() {
     assert!(
         !anchor.status.success(),
         "the anchor device is deleted when switchd stops"
+    );
+}
+
+/// Every dropped frame is counted once in `drop=` and once under its
+/// reason: a pod bursts UDP at a port whose fill ring (on a 256-frame
+/// UMEM) cannot hold the burst.
+#[test]
+fn e2e_port_drops_by_reason() {
+    skip_unless_capable!();
+    let node = Netns::new("node");
+    let pod1 = Netns::new("pod1");
+    let pod2 = Netns::new("pod2");
+    let sw = Switchd::start_with(&node, &["--umem-frames", "256"]);
+    make_pod(
+        &node,
+        &pod1,
+        "p1",
+        "10.10.0.1/24",
+        "02:00:0a:0a:00:01",
+        1500,
+    );
+    make_pod(
+        &node,
+        &pod2,
+        "p2",
+        "10.10.0.2/24",
+        "02:00:0a:0a:00:02",
+        1500,
+    );
+    sw.add_port("p1", 1);
+    sw.add_port("p2", 2);
+    sw.add_flows(&example(FLOWS));
+    let p = ping_until_up(&pod1, "10.10.0.2", 5);
+    assert!(p.ok, "pod1 -> pod2 never answered:\n{}", p.output);
+    // 20 bursts of 2000 datagrams, as fast as the socket sends them.
+    pod1.must(&[
+        "python3",
+        "-c",
+        "import socket\n\
+         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+         s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 22)\n\
+         for _ in range(20):\n\
+         \x20   for _ in range(2000):\n\
+         \x20       try: s.sendto(b'x' * 64, ('10.10.0.2', 9))\n\
+         \x20       except OSError: pass\n",
+    ]);
+    std::thread::sleep(Duration::from_millis(300));
+    let v: serde_json::Value =
+        serde_json::from_str(&sw.ctl_ok(&["--json", "dump-ports"])).expect("dump-ports JSON");
+    let port1 = v["ports"]
+        .as_array()
+        .and_then(|ps| ps.iter().find(|p| p["ofport"] == 1))
+        .expect("port 1")
+        .clone();
+    let st = &port1["stats"];
+    let n = |k: &str| st[k].as_u64().unwrap_or_else(|| panic!("{k} in {st}"));
+    eprintln!("port 1 after the burst: {st}");
+    assert!(
+        n("rx_dropped") > 0,
+        "a 40000-datagram burst into a 64-128-frame fill ring drops some: {st}"
+    );
+    assert_eq!(
+        n("rx_dropped"),
+        n("rx_ring_full") + n("rx_fill_empty") + n("rx_other"),
+        "each dropped frame counted once, under one reason: {st}"
+    );
+    assert_eq!(
+        n("tx_dropped"),
+        n("tx_no_frame") + n("tx_ring_full"),
+        "each dropped frame to send counted once, under one reason: {st}"
+    );
+    let text = sw.ctl_ok(&["dump-ports"]);
+    assert!(
+        text.contains("drops: rx ring full="),
+        "dump-ports shows the reasons of a port that dropped:\n{text}"
     );
 }

@@ -1,5 +1,6 @@
 //! `oxvsctl dump-ports`: port counters, like `ovs-ofctl dump-ports`:
-//! `  port  1: rx pkts=N, bytes=N, drop=N, errs=N` then a `tx` line.
+//! `  port  1: rx pkts=N, bytes=N, drop=N, errs=N` then a `tx` line, then,
+//! for a port that dropped anything, a line with the drops by reason.
 
 use clap::Args;
 use oxvs_api::{DumpPortsResult, PortInfo, Request};
@@ -38,6 +39,19 @@ pub fn format(ports: &[PortInfo]) -> String {
             st.tx_dropped,
             st.tx_errors
         ));
+        let reasons = [
+            st.rx_ring_full,
+            st.rx_fill_empty,
+            st.rx_other,
+            st.tx_no_frame,
+            st.tx_ring_full,
+        ];
+        if reasons.iter().any(|&n| n > 0) {
+            s.push_str(&format!(
+                "           drops: rx ring full={}, fill ring empty={}, other={}; tx no frame={}, ring full={}\n",
+                st.rx_ring_full, st.rx_fill_empty, st.rx_other, st.tx_no_frame, st.tx_ring_full
+            ));
+        }
     }
     s
 }
