@@ -22,3 +22,6 @@ pub mod policy;
 pub mod server;
 pub mod source;
 pub mod state;
+
+#[cfg(test)]
+mod golden_tests;

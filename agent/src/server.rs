@@ -1585,25 +1585,25 @@ pub struct ReconcileReport {
 }
 
 /// What the node's flows are computed from ([`Agent::inputs`]).
-struct Inputs {
-    node: NodeNet,
-    pods: Vec<PodPort>,
-    tunnel: Option<u32>,
-    remotes: Vec<RemoteNode>,
+pub(crate) struct Inputs {
+    pub(crate) node: NodeNet,
+    pub(crate) pods: Vec<PodPort>,
+    pub(crate) tunnel: Option<u32>,
+    pub(crate) remotes: Vec<RemoteNode>,
     /// This node's underlay address (the tunnel guard covers it too).
-    node_ip: Option<Ipv4Addr>,
-    state: Arc<ClusterState>,
+    pub(crate) node_ip: Option<Ipv4Addr>,
+    pub(crate) state: Arc<ClusterState>,
     /// Pods ADD read from the source that the snapshot lacks.
-    admitted: Vec<Pod>,
-    attachments: Vec<Attachment>,
-    max_policy_flows: usize,
+    pub(crate) admitted: Vec<Pod>,
+    pub(crate) attachments: Vec<Attachment>,
+    pub(crate) max_policy_flows: usize,
 }
 
 /// The node's desired flows.
-struct Desired {
-    lines: Vec<String>,
-    rules: Vec<RuleRef>,
-    refused: Vec<Refusal>,
+pub(crate) struct Desired {
+    pub(crate) lines: Vec<String>,
+    pub(crate) rules: Vec<RuleRef>,
+    pub(crate) refused: Vec<Refusal>,
 }
 
 /// How the switch is brought to the desired flows.
@@ -1616,7 +1616,7 @@ enum FlowChange {
 
 /// Every flow the node should have, from the records and the cluster
 /// (pure; runs on the blocking pool).
-fn compute(inp: Inputs) -> Desired {
+pub(crate) fn compute(inp: Inputs) -> Desired {
     let node = &inp.node;
     let mut lines = flows::node_flows(node);
     for p in &inp.pods {
