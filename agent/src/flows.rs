@@ -21,14 +21,16 @@
 //! | 55 L3DecTTL | routed packets lose one TTL, except those the host already routed |
 //! | 60 L2ForwardingCalc | destination MAC -> output port in reg1, reg0[16] = 1 |
 //! | 70, 71, 75 | ingress policy (defaults only until NetworkPolicy) |
-//! | 80 ConntrackCommit | commit new connections; those from the gateway with `ct_mark` bit 0 ([`ct_mark`]) |
+//! | 80 ConntrackCommit | commit new connections; those from the gateway with [`regs::FROM_GATEWAY_CT_MARK`] |
 //! | 90 Output | output to reg1 if known, else drop |
 //!
 //! ## Registers
 //!
-//! - `reg0[0..3]`: where the packet came from: 1 tunnel, 2 gateway, 3 local pod.
-//! - `reg0[16]`: the output port is known (in `reg1`).
-//! - `reg1`: the output port.
+//! Every register field and mark is declared, by name, in
+//! [`oxvs_pipeline::regs`]: the Classifier sets the source mark
+//! ([`regs::PKT_SOURCE`]: [`regs::FROM_TUNNEL`], [`regs::FROM_GATEWAY`],
+//! [`regs::FROM_POD`]), L2ForwardingCalc the output port
+//! ([`regs::TARGET_OFPORT`], [`regs::OFPORT_FOUND_MARK`]), which Output reads.
 //!
 //! ## Cookies
 //!
@@ -49,7 +51,7 @@ use std::fmt::Write as _;
 use std::net::Ipv4Addr;
 
 use ipnet::Ipv4Net;
-use oxvs_pipeline::names;
+use oxvs_pipeline::{names, regs};
 
 /// The UDP port of the node's VXLAN tunnel (IANA's), which the agent asks
 /// the switch to use and guards from pods ([`tunnel_guard_flows`]).
@@ -90,22 +92,6 @@ pub mod cookie {
             None
         }
     }
-}
-
-/// Bits of `ct_mark` in zone [`CT_ZONE`].
-pub mod ct_mark {
-    /// The bit set on connections whose first packet came from the
-    /// gateway (the host: kube-proxy's DNAT, NodePorts, host-to-pod).
-    pub const FROM_GATEWAY_BIT: u32 = 0;
-    /// [`FROM_GATEWAY_BIT`] as a value/mask.
-    pub const FROM_GATEWAY: u32 = 1 << FROM_GATEWAY_BIT;
-}
-
-/// Packet source values in `reg0[0..3]`.
-pub mod source {
-    pub const TUNNEL: u32 = 1;
-    pub const GATEWAY: u32 = 2;
-    pub const POD: u32 = 3;
 }
 
 /// The node-level facts the flows depend on.
@@ -193,8 +179,8 @@ pub fn node_flows(node: &NodeNet) -> Vec<String> {
         200,
         g,
         &format!(
-            "in_port={gw}, actions=load:{}->NXM_NX_REG0[0..3],goto_table:{}",
-            source::GATEWAY,
+            "in_port={gw}, actions={},goto_table:{}",
+            regs::FROM_GATEWAY.load(),
             SPOOF_GUARD.id
         ),
     );
@@ -319,9 +305,8 @@ pub fn node_flows(node: &NodeNet) -> Vec<String> {
         210,
         g,
         &format!(
-            "ct_state=+rpl+trk, ct_mark={:#x}/{:#x}, ip, actions=set_field:{gw_mac}->eth_dst,goto_table:{}",
-            ct_mark::FROM_GATEWAY,
-            ct_mark::FROM_GATEWAY,
+            "ct_state=+rpl+trk, {}, ip, actions=set_field:{gw_mac}->eth_dst,goto_table:{}",
+            regs::FROM_GATEWAY_CT_MARK.matching(),
             L2_FORWARDING_CALC.id
         ),
     );
@@ -339,8 +324,8 @@ pub fn node_flows(node: &NodeNet) -> Vec<String> {
         210,
         d,
         &format!(
-            "ip, reg0={:#x}/0xf, actions=goto_table:{}",
-            source::GATEWAY,
+            "ip, {}, actions=goto_table:{}",
+            regs::FROM_GATEWAY.matching(),
             L2_FORWARDING_CALC.id
         ),
     );
@@ -364,7 +349,12 @@ pub fn node_flows(node: &NodeNet) -> Vec<String> {
         L2_FORWARDING_CALC,
         200,
         g,
-        &format!("dl_dst={gw_mac}, actions=load:{gw:#x}->NXM_NX_REG1[],load:0x1->NXM_NX_REG0[16],goto_table:{}", INGRESS_RULE.id),
+        &format!(
+            "dl_dst={gw_mac}, actions={},{},goto_table:{}",
+            regs::TARGET_OFPORT.load(gw),
+            regs::OFPORT_FOUND_MARK.load(),
+            INGRESS_RULE.id
+        ),
     );
     line(
         &mut v,
@@ -423,10 +413,9 @@ pub fn node_flows(node: &NodeNet) -> Vec<String> {
         210,
         g,
         &format!(
-            "ct_state=+new+trk, ip, reg0={:#x}/0xf, actions=ct(commit,zone={CT_ZONE},exec(load:{:#x}->NXM_NX_CT_MARK[{}])),goto_table:{}",
-            source::GATEWAY,
-            1,
-            ct_mark::FROM_GATEWAY_BIT,
+            "ct_state=+new+trk, ip, {}, actions=ct(commit,zone={CT_ZONE},exec({})),goto_table:{}",
+            regs::FROM_GATEWAY.matching(),
+            regs::FROM_GATEWAY_CT_MARK.load(),
             OUTPUT.id
         ),
     );
@@ -452,7 +441,11 @@ pub fn node_flows(node: &NodeNet) -> Vec<String> {
         OUTPUT,
         200,
         d,
-        "reg0=0x10000/0x10000, actions=output:NXM_NX_REG1[]",
+        &format!(
+            "{}, actions=output:{}",
+            regs::OFPORT_FOUND_MARK.matching(),
+            regs::TARGET_OFPORT.nxm()
+        ),
     );
     line(&mut v, OUTPUT, 0, d, "actions=drop");
     v
@@ -474,8 +467,8 @@ pub fn pod_flows(node: &NodeNet, pod: &PodPort) -> Vec<String> {
         190,
         c,
         &format!(
-            "in_port={p}, actions=load:{}->NXM_NX_REG0[0..3],goto_table:{}",
-            source::POD,
+            "in_port={p}, actions={},goto_table:{}",
+            regs::FROM_POD.load(),
             SPOOF_GUARD.id
         ),
     );
@@ -526,7 +519,12 @@ pub fn pod_flows(node: &NodeNet, pod: &PodPort) -> Vec<String> {
         L2_FORWARDING_CALC,
         200,
         c,
-        &format!("dl_dst={mac}, actions=load:{p:#x}->NXM_NX_REG1[],load:0x1->NXM_NX_REG0[16],goto_table:{}", INGRESS_RULE.id),
+        &format!(
+            "dl_dst={mac}, actions={},{},goto_table:{}",
+            regs::TARGET_OFPORT.load(p),
+            regs::OFPORT_FOUND_MARK.load(),
+            INGRESS_RULE.id
+        ),
     );
     v
 }
@@ -572,7 +570,9 @@ pub fn tunnel_flows(node: &NodeNet, tunnel_ofport: u32, remotes: &[RemoteNode]) 
         200,
         t,
         &format!(
-            "dl_dst={vmac}, actions=load:{tunnel_ofport:#x}->NXM_NX_REG1[],load:0x1->NXM_NX_REG0[16],goto_table:{}",
+            "dl_dst={vmac}, actions={},{},goto_table:{}",
+            regs::TARGET_OFPORT.load(tunnel_ofport),
+            regs::OFPORT_FOUND_MARK.load(),
             INGRESS_RULE.id
         ),
     );
@@ -588,9 +588,9 @@ pub fn tunnel_flows(node: &NodeNet, tunnel_ofport: u32, remotes: &[RemoteNode]) 
             200,
             c,
             &format!(
-                "in_port={tunnel_ofport}, tun_src={}, actions=load:{}->NXM_NX_REG0[0..3],set_field:{gw_mac}->eth_dst,goto_table:{}",
+                "in_port={tunnel_ofport}, tun_src={}, actions={},set_field:{gw_mac}->eth_dst,goto_table:{}",
                 r.ip,
-                source::TUNNEL,
+                regs::FROM_TUNNEL.load(),
                 CONNTRACK_ZONE.id
             ),
         );
@@ -642,8 +642,8 @@ pub fn tunnel_guard_flows(node_ips: &[Ipv4Addr], udp_port: u16) -> Vec<String> {
             220,
             cookie::POD_TO_TUNNEL,
             &format!(
-                "udp, reg0={:#x}/0xf, nw_dst={ip}, tp_dst={udp_port}, actions=drop",
-                source::POD
+                "udp, {}, nw_dst={ip}, tp_dst={udp_port}, actions=drop",
+                regs::FROM_POD.matching()
             ),
         );
     }

@@ -62,8 +62,8 @@
 //!
 //! ## Registers
 //!
-//! `reg3`: the ingress rule that allowed the packet; `reg5`: the egress rule
-//! ([`INGRESS_RULE_REG`], [`EGRESS_RULE_REG`]). 0: none.
+//! [`regs::INGRESS_RULE`] (`reg3`): the ingress rule that allowed the
+//! packet; [`regs::EGRESS_RULE`] (`reg5`): the egress rule. 0: none.
 //!
 //! ## Cookies
 //!
@@ -105,6 +105,7 @@ use std::net::Ipv4Addr;
 
 use ipnet::Ipv4Net;
 use oxvs_pipeline::names::{self, TableDef};
+use oxvs_pipeline::regs::{self, RegField};
 
 use crate::model::{ClusterState, NetworkPolicy, ObjKey, Peer, Pod, PortRef, Protocol, Rule};
 
@@ -213,24 +214,6 @@ pub mod cookie {
     }
 }
 
-/// A register that holds a rule id: its match name and its NXM name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct RuleReg {
-    pub match_name: &'static str,
-    pub nxm: &'static str,
-}
-
-/// `reg3`: the ingress rule that allowed the packet.
-pub const INGRESS_RULE_REG: RuleReg = RuleReg {
-    match_name: "reg3",
-    nxm: "NXM_NX_REG3",
-};
-/// `reg5`: the egress rule that allowed the packet.
-pub const EGRESS_RULE_REG: RuleReg = RuleReg {
-    match_name: "reg5",
-    nxm: "NXM_NX_REG5",
-};
-
 /// Priority of conjunction clauses and `conj_id` flows.
 pub const PRIORITY_CONJ: u16 = 200;
 /// Priority of the flows of a rule with a single dimension.
@@ -247,7 +230,7 @@ struct Stage {
     metric: TableDef,
     /// Where the metric table continues.
     next: TableDef,
-    reg: RuleReg,
+    reg: RegField,
 }
 
 fn stage(dir: Direction) -> Stage {
@@ -257,14 +240,14 @@ fn stage(dir: Direction) -> Stage {
             default: names::INGRESS_DEFAULT_RULE,
             metric: names::INGRESS_METRIC,
             next: names::CONNTRACK_COMMIT,
-            reg: INGRESS_RULE_REG,
+            reg: regs::INGRESS_RULE,
         },
         Direction::Egress => Stage {
             rule: names::EGRESS_RULE,
             default: names::EGRESS_DEFAULT_RULE,
             metric: names::EGRESS_METRIC,
             next: names::L3_FORWARDING,
-            reg: EGRESS_RULE_REG,
+            reg: regs::EGRESS_RULE,
         },
     }
 }
@@ -275,13 +258,14 @@ struct FlowMatch {
     conj_id: Option<u32>,
     /// `None`: `ip`.
     proto: Option<Protocol>,
-    reg: Option<(RuleReg, u32)>,
+    /// A rule register ([`Stage::reg`]) holding a rule id.
+    reg: Option<(Direction, u32)>,
     nw_src: Option<Ipv4Net>,
     nw_dst: Option<Ipv4Net>,
     /// `(value, mask)`; mask `0xffff` is an exact port.
     tp_dst: Option<(u16, u16)>,
-    /// Only packets that entered from the gateway (`reg0[0..3]` =
-    /// [`crate::flows::source::GATEWAY`]): the node's own traffic.
+    /// Only packets that entered from the gateway
+    /// ([`regs::FROM_GATEWAY`]): the node's own traffic.
     from_gateway: bool,
 }
 
@@ -299,8 +283,8 @@ impl fmt::Display for FlowMatch {
             write!(f, "conj_id={id}, ")?;
         }
         f.write_str(self.proto.map_or("ip", Protocol::keyword))?;
-        if let Some((reg, v)) = self.reg {
-            write!(f, ", {}={v:#x}", reg.match_name)?;
+        if let Some((dir, v)) = self.reg {
+            write!(f, ", {}", stage(dir).reg.matching(v))?;
         }
         if let Some(n) = &self.nw_src {
             fmt_net(f, "nw_src", n)?;
@@ -314,7 +298,7 @@ impl fmt::Display for FlowMatch {
             None => {}
         }
         if self.from_gateway {
-            write!(f, ", reg0={:#x}/0xf", crate::flows::source::GATEWAY)?;
+            write!(f, ", {}", regs::FROM_GATEWAY.matching())?;
         }
         Ok(())
     }
@@ -326,7 +310,7 @@ enum Act {
     /// A clause of one or more conjunctions: (id, k, n).
     Conj(BTreeSet<(u32, u8, u8)>),
     /// Rule `id` allowed the packet: load it, go to the metric table.
-    Allow { id: u32, reg: RuleReg, metric: u8 },
+    Allow { id: u32, reg: RegField, metric: u8 },
     /// Metric flow of rule `id`.
     Count { id: u32, next: u8 },
     /// Isolation drop of the pod on `ofport`.
@@ -355,7 +339,7 @@ impl Act {
                 .collect::<Vec<_>>()
                 .join(","),
             Act::Allow { id, reg, metric } => {
-                format!("load:{id:#x}->{}[],goto_table:{metric}", reg.nxm)
+                format!("{},goto_table:{metric}", reg.load(*id))
             }
             Act::Count { next, .. } | Act::Exempt { metric: next } => format!("goto_table:{next}"),
             Act::Drop { .. } => "drop".into(),
@@ -686,7 +670,7 @@ fn emit_rule(out: &mut FlowSet, plan: RulePlan) {
         out.add(st.rule, PRIORITY_CONJ, m, allow);
     }
     let m = FlowMatch {
-        reg: Some((st.reg, id)),
+        reg: Some((dir, id)),
         ..FlowMatch::default()
     };
     out.add(
