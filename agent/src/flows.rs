@@ -34,12 +34,10 @@
 //!
 //! ## Cookies
 //!
-//! The high 16 bits name the feature, the low 48 bits the object
-//! ([`cookie`]): `0x0001` pipeline defaults, `0x0002` a pod (low bits: its
-//! OpenFlow port), `0x0003` the gateway (1) or tunnel (2), `0x0004` a
-//! NetworkPolicy rule. `oxvsctl dump-flows` shows them, so every flow names
-//! the object it exists for, and a pod's flows are removed with one
-//! `del-flows cookie=0x2000000000005/-1`.
+//! Every flow names the feature and object it exists for ([`crate::cookie`]):
+//! [`cookie::DEFAULTS`], [`cookie::pod`], [`cookie::GATEWAY`],
+//! [`cookie::TUNNEL`], [`cookie::remote_node`] and the tunnel guard's
+//! [`cookie::TUNNEL_UNKNOWN_SOURCE`] and [`cookie::POD_TO_TUNNEL`].
 //!
 //! ## MAC addresses
 //!
@@ -53,46 +51,14 @@ use std::net::Ipv4Addr;
 use ipnet::Ipv4Net;
 use oxvs_pipeline::{names, regs};
 
+use crate::cookie;
+
 /// The UDP port of the node's VXLAN tunnel (IANA's), which the agent asks
 /// the switch to use and guards from pods ([`tunnel_guard_flows`]).
 pub const VXLAN_UDP_PORT: u16 = 4789;
 
 /// The conntrack zone pod traffic is tracked in.
 pub const CT_ZONE: u16 = 65520;
-
-/// Cookies: feature in the high 16 bits, object in the low 48.
-pub mod cookie {
-    /// Pipeline defaults.
-    pub const DEFAULTS: u64 = 0x0001 << 48;
-    /// Feature value of pod flows.
-    pub const POD_FEATURE: u64 = 0x0002;
-    /// Feature value of gateway and tunnel flows.
-    pub const NODE_FEATURE: u64 = 0x0003;
-    /// The gateway's flows.
-    pub const GATEWAY: u64 = (NODE_FEATURE << 48) | 1;
-    /// The tunnel port's flows.
-    pub const TUNNEL: u64 = (NODE_FEATURE << 48) | 2;
-    /// The drop of tunnel packets whose outer source is not a known node.
-    pub const TUNNEL_UNKNOWN_SOURCE: u64 = (NODE_FEATURE << 48) | 3;
-    /// The drops of pod traffic to a node's tunnel (VXLAN) port.
-    pub const POD_TO_TUNNEL: u64 = (NODE_FEATURE << 48) | 4;
-    /// Mask selecting the feature bits.
-    pub const FEATURE_MASK: u64 = 0xffff << 48;
-
-    /// The cookie of the flows of the pod on `ofport`.
-    pub fn pod(ofport: u32) -> u64 {
-        (POD_FEATURE << 48) | u64::from(ofport)
-    }
-
-    /// The pod port a cookie names, if it is a pod cookie.
-    pub fn pod_port(cookie: u64) -> Option<u32> {
-        if cookie >> 48 == POD_FEATURE {
-            u32::try_from(cookie & 0xffff_ffff_ffff).ok()
-        } else {
-            None
-        }
-    }
-}
 
 /// The node-level facts the flows depend on.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -529,12 +495,6 @@ pub fn pod_flows(node: &NodeNet, pod: &PodPort) -> Vec<String> {
     v
 }
 
-/// The cookie of a remote node's flows: feature `0x0006`, the low 32 bits
-/// of its underlay address.
-pub fn remote_node_cookie(ip: Ipv4Addr) -> u64 {
-    (0x0006 << 48) | u64::from(u32::from(ip))
-}
-
 /// The tunnel's flows: packets from the tunnel are classified (and look
 /// routed: destination = the gateway MAC, so L3Forwarding delivers them
 /// to local pods), packets to a remote pod CIDR get that node as `tun_dst`
@@ -580,7 +540,7 @@ pub fn tunnel_flows(node: &NodeNet, tunnel_ofport: u32, remotes: &[RemoteNode]) 
         if r.pod_cidr == node.pod_cidr {
             continue;
         }
-        let c = remote_node_cookie(r.ip);
+        let c = cookie::remote_node(r.ip);
         let rgw = Ipv4Addr::from(u32::from(r.pod_cidr.network()).wrapping_add(1));
         line(
             &mut v,
@@ -718,7 +678,10 @@ mod tests {
             node_flows(&node()).len() + 2 * pod_flows(&node(), &pod(3, 3)).len()
         );
         for f in &flows {
-            assert!(f.cookie >> 48 != 0, "flow without a feature cookie: {f:?}");
+            assert!(
+                cookie::Feature::of(f.cookie).is_some(),
+                "flow without a feature cookie: {f:?}"
+            );
         }
         assert_eq!(
             flows

@@ -2,6 +2,7 @@
 //!
 //! - [`ipam`]: addresses from the node's pod CIDR, persisted on disk.
 //! - [`podnet`]: pod interfaces over netlink (veth, netns, address, routes).
+//! - [`cookie`]: the cookie layout: which feature and object a flow is for.
 //! - [`flows`]: the node's and each pod's flows (pure).
 //! - [`nodes`]: which Node objects are believed (pure checks of podCIDR
 //!   and InternalIP before they become routes and tunnel flows).
@@ -10,6 +11,7 @@
 //!   GC, STATUS) and the state it keeps.
 
 pub mod api;
+pub mod cookie;
 pub mod flows;
 pub mod hostnet;
 pub mod ipam;

@@ -67,8 +67,10 @@
 //!
 //! ## Cookies
 //!
-//! [`cookie::rule`]: `0x0004 << 48 | id`; [`cookie::isolation`]: `0x0005 <<
-//! 48 | ofport` (the isolation drop of the pod on that port).
+//! From [`crate::cookie`]: [`cookie::rule`] (feature
+//! [`Feature::PolicyRule`](cookie::Feature::PolicyRule), object: the rule
+//! id) on a rule's flows, [`cookie::isolation`] (the isolation drop of the
+//! pod on that port) and [`cookie::NODE_EXEMPTION`].
 //!
 //! ## Rule ids
 //!
@@ -107,6 +109,7 @@ use ipnet::Ipv4Net;
 use oxvs_pipeline::names::{self, TableDef};
 use oxvs_pipeline::regs::{self, RegField};
 
+use crate::cookie;
 use crate::model::{ClusterState, NetworkPolicy, ObjKey, Peer, Pod, PortRef, Protocol, Rule};
 
 pub use eval::{allowed, allowed_l4, Endpoint, L4};
@@ -175,42 +178,6 @@ impl fmt::Display for Refusal {
              except entries, fewer peers or ports) or split it",
             self.policy.0, self.policy.1, self.flows, self.limit
         )
-    }
-}
-
-/// Cookies of policy flows: feature in the high 16 bits (as
-/// [`crate::flows::cookie`]).
-pub mod cookie {
-    /// Feature value of NetworkPolicy rule flows (low bits: the rule id).
-    pub const RULE_FEATURE: u64 = 0x0004;
-    /// Feature value of isolation drops (low bits: the pod's OpenFlow port).
-    pub const ISOLATION_FEATURE: u64 = 0x0005;
-
-    /// The cookie of the flows of rule `id`.
-    pub fn rule(id: u32) -> u64 {
-        (RULE_FEATURE << 48) | u64::from(id)
-    }
-
-    /// The cookie of the isolation drops of the pod on `ofport`.
-    pub fn isolation(ofport: u32) -> u64 {
-        (ISOLATION_FEATURE << 48) | u64::from(ofport)
-    }
-
-    /// The cookie of the node exemptions (port 0 is no pod).
-    pub const NODE_EXEMPTION: u64 = ISOLATION_FEATURE << 48;
-
-    /// The rule id a cookie names, if it is a rule cookie.
-    pub fn rule_id(cookie: u64) -> Option<u32> {
-        (cookie >> 48 == RULE_FEATURE)
-            .then(|| u32::try_from(cookie & 0xffff_ffff_ffff).ok())
-            .flatten()
-    }
-
-    /// The pod port an isolation cookie names.
-    pub fn isolation_port(cookie: u64) -> Option<u32> {
-        (cookie >> 48 == ISOLATION_FEATURE)
-            .then(|| u32::try_from(cookie & 0xffff_ffff_ffff).ok())
-            .flatten()
     }
 }
 

@@ -1440,7 +1440,7 @@ impl Agent {
                     mac: flows::pod_mac(a.ip),
                 },
             );
-            problems.extend(compare_flows(&want, &dump, flows::cookie::pod(ofport)));
+            problems.extend(compare_flows(&want, &dump, crate::cookie::pod(ofport)));
         }
         if problems.is_empty() {
             Ok(())
@@ -2274,9 +2274,9 @@ mod tests {
             lines: vec![],
             flows: entries,
         };
-        assert!(compare_flows(&want, &dump, flows::cookie::pod(3)).is_empty());
+        assert!(compare_flows(&want, &dump, crate::cookie::pod(3)).is_empty());
         dump.flows.pop();
-        let p = compare_flows(&want, &dump, flows::cookie::pod(3));
+        let p = compare_flows(&want, &dump, crate::cookie::pod(3));
         assert_eq!(
             p,
             vec!["1 of its flows are missing from the switch".to_string()]

@@ -57,12 +57,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ipnet::Ipv4Net;
+use oxvs_agent::cookie::Feature;
 use oxvs_agent::flows::{self as aflows, NodeNet, PodPort, RemoteNode};
 use oxvs_agent::model::{
     ClusterState, ContainerPort, LabelSelector, Labels, Namespace, NetworkPolicy, Node, Peer,
     PolicyPort, PortRef, Protocol, Requirement, Rule, SelectorOp,
 };
-use oxvs_agent::policy::{self, cookie, LocalPod};
+use oxvs_agent::policy::{self, LocalPod};
 use oxvs_pipeline::conntrack::{Conntrack, CtConfig};
 use oxvs_pipeline::datapath::{CountingSink, Datapath, DatapathConfig, DpPacket, TunnelMeta};
 use oxvs_pipeline::flow::FlowMod;
@@ -451,9 +452,12 @@ impl Model {
 }
 
 /// Counts the flows of `lines` that belong to NetworkPolicy (rule and
-/// isolation cookies, feature 0x0004 / 0x0005).
+/// isolation cookies: [`Feature::PolicyRule`], [`Feature::Isolation`]).
 pub fn is_policy_cookie(c: u64) -> bool {
-    c >> 48 == cookie::RULE_FEATURE || c >> 48 == cookie::ISOLATION_FEATURE
+    matches!(
+        Feature::of(c),
+        Some(Feature::PolicyRule | Feature::Isolation)
+    )
 }
 
 /// Results for one node.
