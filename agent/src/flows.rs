@@ -52,6 +52,7 @@ use ipnet::Ipv4Net;
 use oxvs_pipeline::{names, regs};
 
 use crate::cookie;
+use crate::priority;
 
 /// The UDP port of the node's VXLAN tunnel (IANA's), which the agent asks
 /// the switch to use and guards from pods ([`tunnel_guard_flows`]).
@@ -142,7 +143,7 @@ pub fn node_flows(node: &NodeNet) -> Vec<String> {
     line(
         &mut v,
         CLASSIFIER,
-        200,
+        priority::classifier::GATEWAY,
         g,
         &format!(
             "in_port={gw}, actions={},goto_table:{}",
@@ -150,29 +151,29 @@ pub fn node_flows(node: &NodeNet) -> Vec<String> {
             SPOOF_GUARD.id
         ),
     );
-    line(&mut v, CLASSIFIER, 0, d, "actions=drop");
+    line(&mut v, CLASSIFIER, priority::DEFAULT, d, "actions=drop");
     // SpoofGuard: the gateway is the host stack, trusted.
     line(
         &mut v,
         SPOOF_GUARD,
-        200,
+        priority::spoof_guard::ALLOW,
         g,
         &format!("ip, in_port={gw}, actions=goto_table:{}", CONNTRACK_ZONE.id),
     );
     line(
         &mut v,
         SPOOF_GUARD,
-        200,
+        priority::spoof_guard::ALLOW,
         g,
         &format!("arp, in_port={gw}, actions=goto_table:{}", ARP_RESPONDER.id),
     );
-    line(&mut v, SPOOF_GUARD, 0, d, "actions=drop");
+    line(&mut v, SPOOF_GUARD, priority::DEFAULT, d, "actions=drop");
     // ARPResponder: answer for the gateway in place (the pod learns the
     // gateway's real MAC); replies and requests addressed to the gateway go to it.
     line(
         &mut v,
         ARP_RESPONDER,
-        200,
+        priority::arp_responder::ANSWER,
         g,
         &format!(
             "arp, arp_op=1, arp_tpa={gw_ip}, actions=move:NXM_OF_ETH_SRC[]->NXM_OF_ETH_DST[],set_field:{gw_mac}->eth_src,load:0x2->NXM_OF_ARP_OP[],move:NXM_NX_ARP_SHA[]->NXM_NX_ARP_THA[],set_field:{gw_mac}->arp_sha,move:NXM_OF_ARP_SPA[]->NXM_OF_ARP_TPA[],set_field:{gw_ip}->arp_spa,output:IN_PORT"
@@ -181,14 +182,14 @@ pub fn node_flows(node: &NodeNet) -> Vec<String> {
     line(
         &mut v,
         ARP_RESPONDER,
-        100,
+        priority::arp_responder::TO_PORT,
         g,
         &format!("arp, arp_tpa={gw_ip}, actions=output:{gw}"),
     );
     line(
         &mut v,
         ARP_RESPONDER,
-        0,
+        priority::DEFAULT,
         d,
         &format!("actions=goto_table:{}", L2_FORWARDING_CALC.id),
     );
@@ -196,25 +197,25 @@ pub fn node_flows(node: &NodeNet) -> Vec<String> {
     line(
         &mut v,
         CONNTRACK_ZONE,
-        200,
+        priority::conntrack_zone::TRACK,
         d,
         &format!(
             "ip, actions=ct(table={},zone={CT_ZONE})",
             CONNTRACK_STATE.id
         ),
     );
-    line(&mut v, CONNTRACK_ZONE, 0, d, "actions=drop");
+    line(&mut v, CONNTRACK_ZONE, priority::DEFAULT, d, "actions=drop");
     line(
         &mut v,
         CONNTRACK_STATE,
-        210,
+        priority::conntrack_state::INVALID,
         d,
         "ct_state=+inv+trk, ip, actions=drop",
     );
     line(
         &mut v,
         CONNTRACK_STATE,
-        200,
+        priority::conntrack_state::ESTABLISHED,
         d,
         &format!(
             "ct_state=+est+trk, ip, actions=goto_table:{}",
@@ -224,7 +225,7 @@ pub fn node_flows(node: &NodeNet) -> Vec<String> {
     line(
         &mut v,
         CONNTRACK_STATE,
-        200,
+        priority::conntrack_state::ESTABLISHED,
         d,
         &format!(
             "ct_state=+rel+trk, ip, actions=goto_table:{}",
@@ -234,7 +235,7 @@ pub fn node_flows(node: &NodeNet) -> Vec<String> {
     line(
         &mut v,
         CONNTRACK_STATE,
-        0,
+        priority::DEFAULT,
         d,
         &format!("actions=goto_table:{}", EGRESS_RULE.id),
     );
@@ -242,21 +243,21 @@ pub fn node_flows(node: &NodeNet) -> Vec<String> {
     line(
         &mut v,
         EGRESS_RULE,
-        0,
+        priority::DEFAULT,
         d,
         &format!("actions=goto_table:{}", EGRESS_DEFAULT_RULE.id),
     );
     line(
         &mut v,
         EGRESS_DEFAULT_RULE,
-        0,
+        priority::DEFAULT,
         d,
         &format!("actions=goto_table:{}", EGRESS_METRIC.id),
     );
     line(
         &mut v,
         EGRESS_METRIC,
-        0,
+        priority::DEFAULT,
         d,
         &format!("actions=goto_table:{}", L3_FORWARDING.id),
     );
@@ -333,7 +334,7 @@ pub fn node_flows(node: &NodeNet) -> Vec<String> {
     line(
         &mut v,
         INGRESS_RULE,
-        210,
+        priority::policy_rule::ESTABLISHED,
         d,
         &format!(
             "ct_state=+est+trk, ip, actions=goto_table:{}",
@@ -343,7 +344,7 @@ pub fn node_flows(node: &NodeNet) -> Vec<String> {
     line(
         &mut v,
         INGRESS_RULE,
-        210,
+        priority::policy_rule::ESTABLISHED,
         d,
         &format!(
             "ct_state=+rel+trk, ip, actions=goto_table:{}",
@@ -353,21 +354,21 @@ pub fn node_flows(node: &NodeNet) -> Vec<String> {
     line(
         &mut v,
         INGRESS_RULE,
-        0,
+        priority::DEFAULT,
         d,
         &format!("actions=goto_table:{}", INGRESS_DEFAULT_RULE.id),
     );
     line(
         &mut v,
         INGRESS_DEFAULT_RULE,
-        0,
+        priority::DEFAULT,
         d,
         &format!("actions=goto_table:{}", INGRESS_METRIC.id),
     );
     line(
         &mut v,
         INGRESS_METRIC,
-        0,
+        priority::DEFAULT,
         d,
         &format!("actions=goto_table:{}", CONNTRACK_COMMIT.id),
     );
@@ -376,7 +377,7 @@ pub fn node_flows(node: &NodeNet) -> Vec<String> {
     line(
         &mut v,
         CONNTRACK_COMMIT,
-        210,
+        priority::conntrack_commit::FROM_GATEWAY,
         g,
         &format!(
             "ct_state=+new+trk, ip, {}, actions=ct(commit,zone={CT_ZONE},exec({})),goto_table:{}",
@@ -388,7 +389,7 @@ pub fn node_flows(node: &NodeNet) -> Vec<String> {
     line(
         &mut v,
         CONNTRACK_COMMIT,
-        200,
+        priority::conntrack_commit::COMMIT,
         d,
         &format!(
             "ct_state=+new+trk, ip, actions=ct(commit,zone={CT_ZONE}),goto_table:{}",
@@ -398,14 +399,14 @@ pub fn node_flows(node: &NodeNet) -> Vec<String> {
     line(
         &mut v,
         CONNTRACK_COMMIT,
-        0,
+        priority::DEFAULT,
         d,
         &format!("actions=goto_table:{}", OUTPUT.id),
     );
     line(
         &mut v,
         OUTPUT,
-        200,
+        priority::output::KNOWN_PORT,
         d,
         &format!(
             "{}, actions=output:{}",
@@ -413,7 +414,7 @@ pub fn node_flows(node: &NodeNet) -> Vec<String> {
             regs::TARGET_OFPORT.nxm()
         ),
     );
-    line(&mut v, OUTPUT, 0, d, "actions=drop");
+    line(&mut v, OUTPUT, priority::DEFAULT, d, "actions=drop");
     v
 }
 
@@ -430,7 +431,7 @@ pub fn pod_flows(node: &NodeNet, pod: &PodPort) -> Vec<String> {
     line(
         &mut v,
         CLASSIFIER,
-        190,
+        priority::classifier::POD,
         c,
         &format!(
             "in_port={p}, actions={},goto_table:{}",
@@ -441,7 +442,7 @@ pub fn pod_flows(node: &NodeNet, pod: &PodPort) -> Vec<String> {
     line(
         &mut v,
         SPOOF_GUARD,
-        200,
+        priority::spoof_guard::ALLOW,
         c,
         &format!(
             "ip, in_port={p}, dl_src={mac}, nw_src={ip}, actions=goto_table:{}",
@@ -451,7 +452,7 @@ pub fn pod_flows(node: &NodeNet, pod: &PodPort) -> Vec<String> {
     line(
         &mut v,
         SPOOF_GUARD,
-        200,
+        priority::spoof_guard::ALLOW,
         c,
         &format!(
             "arp, in_port={p}, dl_src={mac}, arp_spa={ip}, arp_sha={mac}, actions=goto_table:{}",
@@ -462,14 +463,14 @@ pub fn pod_flows(node: &NodeNet, pod: &PodPort) -> Vec<String> {
     line(
         &mut v,
         ARP_RESPONDER,
-        110,
+        priority::arp_responder::GRATUITOUS,
         c,
         &format!("arp, in_port={p}, arp_tpa={ip}, actions=output:{gw}"),
     );
     line(
         &mut v,
         ARP_RESPONDER,
-        100,
+        priority::arp_responder::TO_PORT,
         c,
         &format!("arp, arp_tpa={ip}, actions=output:{p}"),
     );
@@ -520,7 +521,7 @@ pub fn tunnel_flows(node: &NodeNet, tunnel_ofport: u32, remotes: &[RemoteNode]) 
     line(
         &mut v,
         CLASSIFIER,
-        190,
+        priority::classifier::UNKNOWN_TUNNEL_SOURCE,
         cookie::TUNNEL_UNKNOWN_SOURCE,
         &format!("in_port={tunnel_ofport}, actions=drop"),
     );
@@ -545,7 +546,7 @@ pub fn tunnel_flows(node: &NodeNet, tunnel_ofport: u32, remotes: &[RemoteNode]) 
         line(
             &mut v,
             CLASSIFIER,
-            200,
+            priority::classifier::KNOWN_NODE,
             c,
             &format!(
                 "in_port={tunnel_ofport}, tun_src={}, actions={},set_field:{gw_mac}->eth_dst,goto_table:{}",
@@ -557,7 +558,7 @@ pub fn tunnel_flows(node: &NodeNet, tunnel_ofport: u32, remotes: &[RemoteNode]) 
         line(
             &mut v,
             ARP_RESPONDER,
-            200,
+            priority::arp_responder::ANSWER,
             c,
             &format!(
                 "arp, arp_op=1, arp_tpa={rgw}, actions=move:NXM_OF_ETH_SRC[]->NXM_OF_ETH_DST[],set_field:{vmac}->eth_src,load:0x2->NXM_OF_ARP_OP[],move:NXM_NX_ARP_SHA[]->NXM_NX_ARP_THA[],set_field:{vmac}->arp_sha,move:NXM_OF_ARP_SPA[]->NXM_OF_ARP_TPA[],set_field:{rgw}->arp_spa,output:IN_PORT"
@@ -599,7 +600,7 @@ pub fn tunnel_guard_flows(node_ips: &[Ipv4Addr], udp_port: u16) -> Vec<String> {
         line(
             &mut v,
             names::CONNTRACK_STATE,
-            220,
+            priority::conntrack_state::TUNNEL_GUARD,
             cookie::POD_TO_TUNNEL,
             &format!(
                 "udp, {}, nw_dst={ip}, tp_dst={udp_port}, actions=drop",

@@ -4,6 +4,7 @@
 //! - [`podnet`]: pod interfaces over netlink (veth, netns, address, routes).
 //! - [`cookie`]: the cookie layout: which feature and object a flow is for.
 //! - [`flows`]: the node's and each pod's flows (pure).
+//! - [`priority`]: the flow priorities of each table, by meaning.
 //! - [`nodes`]: which Node objects are believed (pure checks of podCIDR
 //!   and InternalIP before they become routes and tunnel flows).
 //! - [`listen`]: the listeners' connection cap, busy answer and idle timeout.
@@ -21,6 +22,7 @@ pub mod model;
 pub mod nodes;
 pub mod podnet;
 pub mod policy;
+pub mod priority;
 pub mod server;
 pub mod source;
 pub mod state;

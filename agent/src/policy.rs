@@ -111,6 +111,7 @@ use oxvs_pipeline::regs::{self, RegField};
 
 use crate::cookie;
 use crate::model::{ClusterState, NetworkPolicy, ObjKey, Peer, Pod, PortRef, Protocol, Rule};
+use crate::priority;
 
 pub use eval::{allowed, allowed_l4, Endpoint, L4};
 
@@ -180,15 +181,6 @@ impl fmt::Display for Refusal {
         )
     }
 }
-
-/// Priority of conjunction clauses and `conj_id` flows.
-pub const PRIORITY_CONJ: u16 = 200;
-/// Priority of the flows of a rule with a single dimension.
-pub const PRIORITY_PLAIN: u16 = 201;
-/// Priority of the node exemptions.
-pub const PRIORITY_NODE: u16 = 205;
-/// Priority of isolation drops and metric flows.
-pub const PRIORITY_DEFAULT: u16 = 200;
 
 /// The tables and register of one direction.
 struct Stage {
@@ -617,14 +609,14 @@ fn emit_rule(out: &mut FlowSet, plan: RulePlan) {
     let n = dims.len() as u8;
     if n == 1 {
         for m in dims.into_iter().flatten() {
-            out.add(st.rule, PRIORITY_PLAIN, m, allow.clone());
+            out.add(st.rule, priority::policy_rule::PLAIN, m, allow.clone());
         }
     } else {
         for (k, dim) in (1u8..).zip(dims) {
             for m in dim {
                 out.add(
                     st.rule,
-                    PRIORITY_CONJ,
+                    priority::policy_rule::CONJUNCTION,
                     m,
                     Act::Conj(BTreeSet::from([(id, k, n)])),
                 );
@@ -634,7 +626,7 @@ fn emit_rule(out: &mut FlowSet, plan: RulePlan) {
             conj_id: Some(id),
             ..FlowMatch::default()
         };
-        out.add(st.rule, PRIORITY_CONJ, m, allow);
+        out.add(st.rule, priority::policy_rule::CONJUNCTION, m, allow);
     }
     let m = FlowMatch {
         reg: Some((dir, id)),
@@ -642,7 +634,7 @@ fn emit_rule(out: &mut FlowSet, plan: RulePlan) {
     };
     out.add(
         st.metric,
-        PRIORITY_DEFAULT,
+        priority::policy_metric::RULE,
         m,
         Act::Count {
             id,
@@ -783,7 +775,7 @@ pub fn policy_flows_limited(
             };
             out.add(
                 st.rule,
-                PRIORITY_NODE,
+                priority::policy_rule::NODE_EXEMPTION,
                 m,
                 Act::Exempt {
                     metric: st.metric.id,
@@ -804,7 +796,12 @@ pub fn policy_flows_limited(
                 ..FlowMatch::default()
             },
         };
-        out.add(st.default, PRIORITY_DEFAULT, m, Act::Drop { ofport });
+        out.add(
+            st.default,
+            priority::policy_default_rule::ISOLATION,
+            m,
+            Act::Drop { ofport },
+        );
     }
     PolicyFlows {
         flows: out.lines(),
