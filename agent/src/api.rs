@@ -953,23 +953,24 @@ mod tests {
     fn flows_text(with_policy: bool) -> String {
         let v = view();
         let node = node_net();
-        let pods: Vec<flows::PodPort> = v
-            .attachments
-            .iter()
-            .map(|a| flows::PodPort {
-                ofport: a.ofport.unwrap(),
-                ip: a.ip,
-                mac: flows::parse_mac(&a.mac).unwrap(),
-            })
-            .collect();
-        let mut text = flows::desired_flows(&node, &pods);
-        for l in flows::tunnel_flows(&node, TUN, &v.remotes) {
-            text.push_str(&l);
-            text.push('\n');
-        }
+        let mut text = crate::desired::compute(&crate::desired::Inputs {
+            pods: crate::desired::pod_ports(&v.attachments),
+            tunnel: Some(crate::desired::Tunnel {
+                ofport: TUN,
+                remotes: v.remotes.clone(),
+                node_ip: None,
+                guard: false,
+            }),
+            ..crate::desired::Inputs::for_node(node)
+        })
+        .text();
         if with_policy {
-            text.push_str("table=IngressRule, priority=200, cookie=0x4000000000007, tcp, reg1=0x4, nw_src=10.244.0.3, tp_dst=80, actions=goto_table:IngressMetric\n");
-            text.push_str("table=IngressDefaultRule, priority=200, cookie=0x5000000000004, ip, reg1=0x4, actions=drop\n");
+            let to_b = oxvs_pipeline::regs::TARGET_OFPORT.matching(4);
+            text.push_str(&format!("table=IngressRule, priority=200, cookie={:#x}, tcp, {to_b}, nw_src=10.244.0.3, tp_dst=80, actions=goto_table:IngressMetric\n", cookie::rule(7)));
+            text.push_str(&format!(
+                "table=IngressDefaultRule, priority=200, cookie={:#x}, ip, {to_b}, actions=drop\n",
+                cookie::isolation(4)
+            ));
         }
         text
     }

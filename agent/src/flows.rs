@@ -611,23 +611,6 @@ pub fn tunnel_guard_flows(node_ips: &[Ipv4Addr], udp_port: u16) -> Vec<String> {
     v
 }
 
-/// Every flow of the node: [`node_flows`] then each pod's [`pod_flows`], as
-/// flow-file text.
-pub fn desired_flows(node: &NodeNet, pods: &[PodPort]) -> String {
-    let mut out = String::new();
-    for l in node_flows(node) {
-        out.push_str(&l);
-        out.push('\n');
-    }
-    for pod in pods {
-        for l in pod_flows(node, pod) {
-            out.push_str(&l);
-            out.push('\n');
-        }
-    }
-    out
-}
-
 /// A gratuitous ARP request from `mac`/`ip` (padded to 60 bytes), as the
 /// pod would send it after its address was configured.
 pub fn gratuitous_arp(mac: [u8; 6], ip: Ipv4Addr) -> Vec<u8> {
@@ -646,6 +629,7 @@ pub fn gratuitous_arp(mac: [u8; 6], ip: Ipv4Addr) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::desired::{self, Inputs, Tunnel};
     use oxvs_pipeline::names::TableNames;
     use oxvs_pipeline::parse::{parse_flow_file, parse_packet_spec, ParseContext};
     use oxvs_pipeline::tables::Pipeline;
@@ -659,6 +643,15 @@ mod tests {
             gateway_mac: [0x0a, 0x58, 10, 244, 0, 1],
             gateway_ofport: 2,
         }
+    }
+
+    /// The desired flows of [`node`] with `pods` and nothing else.
+    fn desired_flows(node: &NodeNet, pods: &[PodPort]) -> String {
+        desired::compute(&Inputs {
+            pods: pods.to_vec(),
+            ..Inputs::for_node(node.clone())
+        })
+        .text()
     }
 
     fn pod(ofport: u32, last: u8) -> PodPort {
@@ -733,18 +726,17 @@ mod tests {
             pod_cidr: "10.244.1.0/24".parse().unwrap(),
             ip: "192.168.77.12".parse().unwrap(),
         }];
-        let mut text = desired_flows(&node(), &[pod(3, 3)]);
-        let node_ips = [
-            "192.168.77.12".parse().unwrap(),
-            "192.168.77.11".parse().unwrap(),
-        ];
-        for l in tunnel_flows(&node(), 9, &remotes)
-            .into_iter()
-            .chain(tunnel_guard_flows(&node_ips, VXLAN_UDP_PORT))
-        {
-            text.push_str(&l);
-            text.push('\n');
-        }
+        let text = desired::compute(&Inputs {
+            pods: vec![pod(3, 3)],
+            tunnel: Some(Tunnel {
+                ofport: 9,
+                remotes: remotes.to_vec(),
+                node_ip: Some("192.168.77.11".parse().unwrap()),
+                guard: true,
+            }),
+            ..Inputs::for_node(node())
+        })
+        .text();
         let flows = parse_flow_file(&text, &ParseContext::default()).unwrap();
         let p = Pipeline::new();
         p.replace_all(&flows, 0).unwrap();

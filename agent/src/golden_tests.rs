@@ -21,9 +21,9 @@ use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::flows::{self, NodeNet, PodPort, RemoteNode};
+use crate::desired::{compute, local_pods, pod_ports, Inputs, Tunnel};
+use crate::flows::{self, NodeNet, RemoteNode};
 use crate::model::*;
-use crate::server::{compute, Inputs};
 use crate::state::{AttachState, Attachment};
 
 fn node() -> NodeNet {
@@ -61,23 +61,6 @@ fn att(ns: &str, name: &str, ip: &str, ofport: Option<u32>, state: AttachState) 
         ofport,
         state,
     }
-}
-
-/// The pod ports the agent derives from its ready attachments, sorted.
-fn ports(atts: &[Attachment]) -> Vec<PodPort> {
-    let mut v: Vec<PodPort> = atts
-        .iter()
-        .filter(|a| a.state == AttachState::Ready)
-        .filter_map(|a| {
-            Some(PodPort {
-                ofport: a.ofport?,
-                ip: a.ip,
-                mac: flows::parse_mac(&a.mac)?,
-            })
-        })
-        .collect();
-    v.sort();
-    v
 }
 
 fn labels(kv: &[(&str, &str)]) -> Labels {
@@ -290,6 +273,16 @@ fn policy_attachments() -> Vec<Attachment> {
     ]
 }
 
+/// The tunnel on port 1 to `remotes`, this node being 192.168.77.11.
+fn tunnel(remotes: Vec<RemoteNode>) -> Tunnel {
+    Tunnel {
+        ofport: 1,
+        remotes,
+        node_ip: Some("192.168.77.11".parse().unwrap()),
+        guard: true,
+    }
+}
+
 fn scenarios() -> BTreeMap<&'static str, Inputs> {
     let mut m = BTreeMap::new();
     let pods_only = vec![
@@ -300,13 +293,11 @@ fn scenarios() -> BTreeMap<&'static str, Inputs> {
         "node",
         Inputs {
             node: node(),
-            pods: ports(&pods_only),
+            pods: pod_ports(&pods_only),
             tunnel: None,
-            remotes: vec![],
-            node_ip: Some("192.168.77.11".parse().unwrap()),
             state: Arc::new(ClusterState::default()),
             admitted: vec![],
-            attachments: pods_only.clone(),
+            local: local_pods(&pods_only),
             max_policy_flows: crate::policy::DEFAULT_MAX_POLICY_FLOWS,
         },
     );
@@ -320,13 +311,11 @@ fn scenarios() -> BTreeMap<&'static str, Inputs> {
         "tunnel",
         Inputs {
             node: node(),
-            pods: ports(&pods_only),
-            tunnel: Some(1),
-            remotes: remotes.clone(),
-            node_ip: Some("192.168.77.11".parse().unwrap()),
+            pods: pod_ports(&pods_only),
+            tunnel: Some(tunnel(remotes.clone())),
             state: Arc::new(ClusterState::default()),
             admitted: vec![],
-            attachments: pods_only,
+            local: local_pods(&pods_only),
             max_policy_flows: crate::policy::DEFAULT_MAX_POLICY_FLOWS,
         },
     );
@@ -347,13 +336,11 @@ fn scenarios() -> BTreeMap<&'static str, Inputs> {
             name,
             Inputs {
                 node: node(),
-                pods: ports(&atts),
-                tunnel: Some(1),
-                remotes: remotes[..1].to_vec(),
-                node_ip: Some("192.168.77.11".parse().unwrap()),
+                pods: pod_ports(&atts),
+                tunnel: Some(tunnel(remotes[..1].to_vec())),
                 state: Arc::new(cluster()),
                 admitted: admitted.clone(),
-                attachments: atts,
+                local: local_pods(&atts),
                 max_policy_flows: max,
             },
         );
@@ -362,7 +349,7 @@ fn scenarios() -> BTreeMap<&'static str, Inputs> {
 }
 
 fn render(inp: Inputs) -> String {
-    let d = compute(inp);
+    let d = compute(&inp);
     let mut out = String::new();
     for l in &d.lines {
         out.push_str(l);

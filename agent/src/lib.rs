@@ -3,6 +3,7 @@
 //! - [`ipam`]: addresses from the node's pod CIDR, persisted on disk.
 //! - [`podnet`]: pod interfaces over netlink (veth, netns, address, routes).
 //! - [`cookie`]: the cookie layout: which feature and object a flow is for.
+//! - [`desired`]: the node's desired flow set, one pure function of its inputs.
 //! - [`flows`]: the node's and each pod's flows (pure).
 //! - [`priority`]: the flow priorities of each table, by meaning.
 //! - [`nodes`]: which Node objects are believed (pure checks of podCIDR
@@ -13,6 +14,7 @@
 
 pub mod api;
 pub mod cookie;
+pub mod desired;
 pub mod flows;
 pub mod hostnet;
 pub mod ipam;
