@@ -110,6 +110,7 @@ use oxvs_pipeline::names::{self, TableDef};
 use oxvs_pipeline::regs::{self, RegField};
 
 use crate::cookie;
+use crate::flows::FlowLine;
 use crate::model::{ClusterState, NetworkPolicy, ObjKey, Peer, Pod, PortRef, Protocol, Rule};
 use crate::priority;
 
@@ -318,10 +319,10 @@ impl Act {
     }
 }
 
-/// The flows being built: (table, priority, match) -> (table name, actions).
+/// The flows being built: (table, priority, match) -> (table, actions).
 #[derive(Default)]
 struct FlowSet {
-    flows: BTreeMap<(u8, u16, FlowMatch), (&'static str, Act)>,
+    flows: BTreeMap<(u8, u16, FlowMatch), (TableDef, Act)>,
 }
 
 impl FlowSet {
@@ -329,7 +330,7 @@ impl FlowSet {
         match self.flows.entry((table.id, priority, m)) {
             std::collections::btree_map::Entry::Occupied(mut e) => e.get_mut().1.merge(act),
             std::collections::btree_map::Entry::Vacant(e) => {
-                e.insert((table.name, act));
+                e.insert((table, act));
             }
         }
     }
@@ -337,12 +338,11 @@ impl FlowSet {
     fn lines(self) -> Vec<String> {
         self.flows
             .into_iter()
-            .map(|((_, priority, m), (name, act))| {
-                format!(
-                    "table={name}, priority={priority}, cookie={:#x}, {m}, actions={}",
-                    act.cookie(),
-                    act.text()
-                )
+            .map(|((_, priority, m), (table, act))| {
+                FlowLine::new(table, priority, act.cookie())
+                    .matching(m.to_string())
+                    .action(act.text())
+                    .text()
             })
             .collect()
     }
