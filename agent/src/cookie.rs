@@ -207,4 +207,19 @@ mod tests {
         assert_eq!(Feature::of(0), None);
         assert_eq!(Feature::of(0x0007 << 48), None);
     }
+
+    /// The cookie table of `docs/pipeline.md` has a row for every feature.
+    #[test]
+    fn docs_pipeline_lists_every_feature() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/pipeline.md");
+        let doc = std::fs::read_to_string(path).unwrap();
+        let table = &doc[doc.find("## Cookies").unwrap()..];
+        for f in Feature::ALL {
+            let prefix = format!("| `0x{:04x}_", f.id());
+            assert!(
+                table.contains(&prefix),
+                "docs/pipeline.md, \"Cookies\": no row for {f:?} ({prefix}...)"
+            );
+        }
+    }
 }
