@@ -17,7 +17,7 @@
 //! The trace text is parsed back into steps ([`parse_trace`]): every line
 //! `NN. TableName: MATCH, priority P, cookie 0xC` is a step, the action
 //! lines below it are its executed actions. Each step is annotated from its
-//! flow's cookie ([`annotate`], layout in [`crate::flows::cookie`]): the
+//! flow's cookie ([`annotate`], layout in [`crate::cookie`]): the
 //! feature in the high 16 bits, the object in the low 48. The verdict comes
 //! from the `Datapath actions:` lines: an output to a local port
 //! (delivered), to the tunnel (sent to the node with that InternalIP), or
@@ -46,21 +46,12 @@ use oxvs_pipeline::names;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixListener;
 
+use crate::cookie::{self, Feature};
 use crate::flows::{self, NodeNet, RemoteNode, VIRTUAL_MAC};
 use crate::model::{ClusterState, Labels};
 use crate::policy::{Direction, RuleRef};
 use crate::server::Agent;
 use crate::state::{AttachState, Attachment};
-
-/// Cookie features (high 16 bits), as laid out in [`crate::flows::cookie`].
-pub mod feature {
-    pub const PIPELINE: u64 = 0x0001;
-    pub const POD: u64 = 0x0002;
-    pub const NODE: u64 = 0x0003;
-    pub const POLICY_RULE: u64 = 0x0004;
-    pub const ISOLATION: u64 = 0x0005;
-    pub const REMOTE_NODE: u64 = 0x0006;
-}
 
 /// Why a request could not be answered.
 #[derive(Debug, thiserror::Error)]
@@ -490,15 +481,15 @@ pub fn annotate(view: &NodeView, step: &TraceStep) -> (Option<FlowOwner>, String
         return (None, "no flow (table miss)".into());
     }
     let c = step.cookie;
-    let obj = c & 0xffff_ffff_ffff;
+    let obj = cookie::object(c);
     let pod_name = |port: u32| {
         view.attachment_on(port)
             .filter(|a| !a.pod_name.is_empty())
             .map(Attachment::pod_ref)
     };
-    match c >> 48 {
-        feature::PIPELINE => (Some(FlowOwner::Pipeline), "pipeline default".into()),
-        feature::POD => {
+    match Feature::of(c) {
+        Some(Feature::Pipeline) => (Some(FlowOwner::Pipeline), "pipeline default".into()),
+        Some(Feature::Pod) => {
             let ofport = u32::try_from(obj).unwrap_or(u32::MAX);
             let pod = pod_name(ofport);
             let text = match &pod {
@@ -507,20 +498,22 @@ pub fn annotate(view: &NodeView, step: &TraceStep) -> (Option<FlowOwner>, String
             };
             (Some(FlowOwner::Pod { ofport, pod }), text)
         }
-        feature::NODE if obj == 1 => (
+        Some(Feature::Node) if obj == cookie::NODE_GATEWAY => (
             Some(FlowOwner::Gateway),
             format!("gateway {}", view.gateway_name),
         ),
-        feature::NODE if obj == 2 => (Some(FlowOwner::Tunnel), "tunnel".into()),
-        feature::NODE if obj == 3 => (
+        Some(Feature::Node) if obj == cookie::NODE_TUNNEL => {
+            (Some(FlowOwner::Tunnel), "tunnel".into())
+        }
+        Some(Feature::Node) if obj == cookie::NODE_TUNNEL_UNKNOWN_SOURCE => (
             Some(FlowOwner::Tunnel),
             "tunnel guard: the outer source is not a known node (dropped)".into(),
         ),
-        feature::NODE if obj == 4 => (
+        Some(Feature::Node) if obj == cookie::NODE_POD_TO_TUNNEL => (
             Some(FlowOwner::Tunnel),
             "tunnel guard: pods may not send to a node's VXLAN port (dropped)".into(),
         ),
-        feature::POLICY_RULE => {
+        Some(Feature::PolicyRule) => {
             let id = u32::try_from(obj).unwrap_or(u32::MAX);
             match view.rules.iter().find(|r| r.id == id) {
                 Some(r) => {
@@ -548,11 +541,11 @@ pub fn annotate(view: &NodeView, step: &TraceStep) -> (Option<FlowOwner>, String
                 ),
             }
         }
-        feature::ISOLATION if obj == 0 => (
+        Some(Feature::Isolation) if obj == 0 => (
             Some(FlowOwner::NodeExemption),
             "pod <-> its own node: always allowed (no policy applies)".into(),
         ),
-        feature::ISOLATION => {
+        Some(Feature::Isolation) => {
             let ofport = u32::try_from(obj).unwrap_or(u32::MAX);
             let dir = direction_of_table(step.table);
             let att = view
@@ -587,8 +580,8 @@ pub fn annotate(view: &NodeView, step: &TraceStep) -> (Option<FlowOwner>, String
                 text,
             )
         }
-        feature::REMOTE_NODE => {
-            let ip = Ipv4Addr::from(u32::try_from(obj & 0xffff_ffff).unwrap_or(0));
+        Some(Feature::RemoteNode) => {
+            let ip = cookie::remote_node_ip(c).unwrap_or(Ipv4Addr::UNSPECIFIED);
             let node = view.node_named_by_ip(ip);
             let text = match &node {
                 Some(n) => format!("remote node {n} ({ip})"),
@@ -960,23 +953,24 @@ mod tests {
     fn flows_text(with_policy: bool) -> String {
         let v = view();
         let node = node_net();
-        let pods: Vec<flows::PodPort> = v
-            .attachments
-            .iter()
-            .map(|a| flows::PodPort {
-                ofport: a.ofport.unwrap(),
-                ip: a.ip,
-                mac: flows::parse_mac(&a.mac).unwrap(),
-            })
-            .collect();
-        let mut text = flows::desired_flows(&node, &pods);
-        for l in flows::tunnel_flows(&node, TUN, &v.remotes) {
-            text.push_str(&l);
-            text.push('\n');
-        }
+        let mut text = crate::desired::compute(&crate::desired::Inputs {
+            pods: crate::desired::pod_ports(&v.attachments),
+            tunnel: Some(crate::desired::Tunnel {
+                ofport: TUN,
+                remotes: v.remotes.clone(),
+                node_ip: None,
+                guard: false,
+            }),
+            ..crate::desired::Inputs::for_node(node)
+        })
+        .text();
         if with_policy {
-            text.push_str("table=IngressRule, priority=200, cookie=0x4000000000007, tcp, reg1=0x4, nw_src=10.244.0.3, tp_dst=80, actions=goto_table:IngressMetric\n");
-            text.push_str("table=IngressDefaultRule, priority=200, cookie=0x5000000000004, ip, reg1=0x4, actions=drop\n");
+            let to_b = oxvs_pipeline::regs::TARGET_OFPORT.matching(4);
+            text.push_str(&format!("table=IngressRule, priority=200, cookie={:#x}, tcp, {to_b}, nw_src=10.244.0.3, tp_dst=80, actions=goto_table:IngressMetric\n", cookie::rule(7)));
+            text.push_str(&format!(
+                "table=IngressDefaultRule, priority=200, cookie={:#x}, ip, {to_b}, actions=drop\n",
+                cookie::isolation(4)
+            ));
         }
         text
     }
@@ -1146,7 +1140,11 @@ mod tests {
             h.allowed_by,
             vec!["NetworkPolicy x/allow-a ingress[0]".to_string()]
         );
-        let rule = h.steps.iter().find(|s| s.cookie >> 48 == 4).unwrap();
+        let rule = h
+            .steps
+            .iter()
+            .find(|s| Feature::of(s.cookie) == Some(Feature::PolicyRule))
+            .unwrap();
         assert_eq!(
             rule.owner,
             Some(FlowOwner::PolicyRule {

@@ -19,25 +19,37 @@
 //! | 40, 41, 45 | egress policy (defaults only until NetworkPolicy) |
 //! | 50 L3Forwarding | replies of connections from the gateway: to the gateway (kube-proxy's DNAT is undone there); IP to the gateway MAC for a local pod: MACs rewritten (routed) |
 //! | 55 L3DecTTL | routed packets lose one TTL, except those the host already routed |
-//! | 60 L2ForwardingCalc | destination MAC -> output port in reg1, reg0[16] = 1 |
+//! | 60 L2ForwardingCalc | destination MAC -> output port in `reg1`, `reg0[16]` = 1 |
 //! | 70, 71, 75 | ingress policy (defaults only until NetworkPolicy) |
-//! | 80 ConntrackCommit | commit new connections; those from the gateway with `ct_mark` bit 0 ([`ct_mark`]) |
-//! | 90 Output | output to reg1 if known, else drop |
+//! | 80 ConntrackCommit | commit new connections; those from the gateway with [`regs::FROM_GATEWAY_CT_MARK`] |
+//! | 90 Output | output to `reg1` if known, else drop |
+//!
+//! ## How the flows are built
+//!
+//! [`node_flows`] is one function per table (`classifier`, `spoof_guard`,
+//! ... `output`, in pipeline order); every flow comes from a builder named
+//! for its purpose (`classify_pod`, `spoof_guard_pod_ip`, `arp_answer`,
+//! `route_to_remote_node`, `l2_to_port`, `drop_pod_to_tunnel_port`...),
+//! which writes it through [`FlowLine`] with a table of
+//! [`oxvs_pipeline::names`], a priority of [`crate::priority`], a cookie of
+//! [`crate::cookie`] and the register marks of [`oxvs_pipeline::regs`].
+//! [`crate::desired::compute`] puts these together with the policy flows
+//! into the node's flow set.
 //!
 //! ## Registers
 //!
-//! - `reg0[0..3]`: where the packet came from: 1 tunnel, 2 gateway, 3 local pod.
-//! - `reg0[16]`: the output port is known (in `reg1`).
-//! - `reg1`: the output port.
+//! Every register field and mark is declared, by name, in
+//! [`oxvs_pipeline::regs`]: the Classifier sets the source mark
+//! ([`regs::PKT_SOURCE`]: [`regs::FROM_TUNNEL`], [`regs::FROM_GATEWAY`],
+//! [`regs::FROM_POD`]), L2ForwardingCalc the output port
+//! ([`regs::TARGET_OFPORT`], [`regs::OFPORT_FOUND_MARK`]), which Output reads.
 //!
 //! ## Cookies
 //!
-//! The high 16 bits name the feature, the low 48 bits the object
-//! ([`cookie`]): `0x0001` pipeline defaults, `0x0002` a pod (low bits: its
-//! OpenFlow port), `0x0003` the gateway (1) or tunnel (2), `0x0004` a
-//! NetworkPolicy rule. `oxvsctl dump-flows` shows them, so every flow names
-//! the object it exists for, and a pod's flows are removed with one
-//! `del-flows cookie=0x2000000000005/-1`.
+//! Every flow names the feature and object it exists for ([`crate::cookie`]):
+//! [`cookie::DEFAULTS`], [`cookie::pod`], [`cookie::GATEWAY`],
+//! [`cookie::TUNNEL`], [`cookie::remote_node`] and the tunnel guard's
+//! [`cookie::TUNNEL_UNKNOWN_SOURCE`] and [`cookie::POD_TO_TUNNEL`].
 //!
 //! ## MAC addresses
 //!
@@ -45,11 +57,18 @@
 //! other Kubernetes networks do: stable across restarts and re-attachments,
 //! and readable in dumps.
 
-use std::fmt::Write as _;
+mod line;
+
 use std::net::Ipv4Addr;
 
 use ipnet::Ipv4Net;
-use oxvs_pipeline::names;
+use oxvs_pipeline::names::*;
+use oxvs_pipeline::regs;
+
+use crate::cookie;
+use crate::priority;
+
+pub use line::FlowLine;
 
 /// The UDP port of the node's VXLAN tunnel (IANA's), which the agent asks
 /// the switch to use and guards from pods ([`tunnel_guard_flows`]).
@@ -57,56 +76,6 @@ pub const VXLAN_UDP_PORT: u16 = 4789;
 
 /// The conntrack zone pod traffic is tracked in.
 pub const CT_ZONE: u16 = 65520;
-
-/// Cookies: feature in the high 16 bits, object in the low 48.
-pub mod cookie {
-    /// Pipeline defaults.
-    pub const DEFAULTS: u64 = 0x0001 << 48;
-    /// Feature value of pod flows.
-    pub const POD_FEATURE: u64 = 0x0002;
-    /// Feature value of gateway and tunnel flows.
-    pub const NODE_FEATURE: u64 = 0x0003;
-    /// The gateway's flows.
-    pub const GATEWAY: u64 = (NODE_FEATURE << 48) | 1;
-    /// The tunnel port's flows.
-    pub const TUNNEL: u64 = (NODE_FEATURE << 48) | 2;
-    /// The drop of tunnel packets whose outer source is not a known node.
-    pub const TUNNEL_UNKNOWN_SOURCE: u64 = (NODE_FEATURE << 48) | 3;
-    /// The drops of pod traffic to a node's tunnel (VXLAN) port.
-    pub const POD_TO_TUNNEL: u64 = (NODE_FEATURE << 48) | 4;
-    /// Mask selecting the feature bits.
-    pub const FEATURE_MASK: u64 = 0xffff << 48;
-
-    /// The cookie of the flows of the pod on `ofport`.
-    pub fn pod(ofport: u32) -> u64 {
-        (POD_FEATURE << 48) | u64::from(ofport)
-    }
-
-    /// The pod port a cookie names, if it is a pod cookie.
-    pub fn pod_port(cookie: u64) -> Option<u32> {
-        if cookie >> 48 == POD_FEATURE {
-            u32::try_from(cookie & 0xffff_ffff_ffff).ok()
-        } else {
-            None
-        }
-    }
-}
-
-/// Bits of `ct_mark` in zone [`CT_ZONE`].
-pub mod ct_mark {
-    /// The bit set on connections whose first packet came from the
-    /// gateway (the host: kube-proxy's DNAT, NodePorts, host-to-pod).
-    pub const FROM_GATEWAY_BIT: u32 = 0;
-    /// [`FROM_GATEWAY_BIT`] as a value/mask.
-    pub const FROM_GATEWAY: u32 = 1 << FROM_GATEWAY_BIT;
-}
-
-/// Packet source values in `reg0[0..3]`.
-pub mod source {
-    pub const TUNNEL: u32 = 1;
-    pub const GATEWAY: u32 = 2;
-    pub const POD: u32 = 3;
-}
 
 /// The node-level facts the flows depend on.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -166,375 +135,216 @@ pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
     parts.next().is_none().then_some(out)
 }
 
-fn line(out: &mut Vec<String>, table: names::TableDef, priority: u16, cookie: u64, body: &str) {
-    let mut s = String::with_capacity(96 + body.len());
-    let _ = write!(
-        s,
-        "table={}, priority={priority}, cookie={cookie:#x}, {body}",
-        table.name
-    );
-    out.push(s);
+/// The default flow of `table`: on to `next`.
+fn default_goto(table: TableDef, next: TableDef) -> FlowLine {
+    FlowLine::new(table, priority::DEFAULT, cookie::DEFAULTS).goto(next)
 }
 
-/// The flows every node has: pipeline defaults and the gateway's flows.
-pub fn node_flows(node: &NodeNet) -> Vec<String> {
-    use names::*;
-    let d = cookie::DEFAULTS;
-    let g = cookie::GATEWAY;
-    let gw = node.gateway_ofport;
-    let gw_mac = mac_str(&node.gateway_mac);
-    let gw_ip = node.gateway_ip;
-    let mut v = Vec::with_capacity(40);
+/// The default flow of a table that is a gate: drop.
+fn default_drop(table: TableDef) -> FlowLine {
+    FlowLine::new(table, priority::DEFAULT, cookie::DEFAULTS).drop_packet()
+}
 
-    // Classifier.
-    line(
-        &mut v,
-        CLASSIFIER,
-        200,
-        g,
-        &format!(
-            "in_port={gw}, actions=load:{}->NXM_NX_REG0[0..3],goto_table:{}",
-            source::GATEWAY,
-            SPOOF_GUARD.id
-        ),
-    );
-    line(&mut v, CLASSIFIER, 0, d, "actions=drop");
-    // SpoofGuard: the gateway is the host stack, trusted.
-    line(
-        &mut v,
-        SPOOF_GUARD,
-        200,
-        g,
-        &format!("ip, in_port={gw}, actions=goto_table:{}", CONNTRACK_ZONE.id),
-    );
-    line(
-        &mut v,
-        SPOOF_GUARD,
-        200,
-        g,
-        &format!("arp, in_port={gw}, actions=goto_table:{}", ARP_RESPONDER.id),
-    );
-    line(&mut v, SPOOF_GUARD, 0, d, "actions=drop");
-    // ARPResponder: answer for the gateway in place (the pod learns the
-    // gateway's real MAC); replies and requests addressed to the gateway go to it.
-    line(
-        &mut v,
-        ARP_RESPONDER,
-        200,
-        g,
-        &format!(
-            "arp, arp_op=1, arp_tpa={gw_ip}, actions=move:NXM_OF_ETH_SRC[]->NXM_OF_ETH_DST[],set_field:{gw_mac}->eth_src,load:0x2->NXM_OF_ARP_OP[],move:NXM_NX_ARP_SHA[]->NXM_NX_ARP_THA[],set_field:{gw_mac}->arp_sha,move:NXM_OF_ARP_SPA[]->NXM_OF_ARP_TPA[],set_field:{gw_ip}->arp_spa,output:IN_PORT"
-        ),
-    );
-    line(
-        &mut v,
-        ARP_RESPONDER,
-        100,
-        g,
-        &format!("arp, arp_tpa={gw_ip}, actions=output:{gw}"),
-    );
-    line(
-        &mut v,
-        ARP_RESPONDER,
-        0,
-        d,
-        &format!("actions=goto_table:{}", L2_FORWARDING_CALC.id),
-    );
-    // Conntrack.
-    line(
-        &mut v,
-        CONNTRACK_ZONE,
-        200,
-        d,
-        &format!(
-            "ip, actions=ct(table={},zone={CT_ZONE})",
-            CONNTRACK_STATE.id
-        ),
-    );
-    line(&mut v, CONNTRACK_ZONE, 0, d, "actions=drop");
-    line(
-        &mut v,
-        CONNTRACK_STATE,
-        210,
-        d,
-        "ct_state=+inv+trk, ip, actions=drop",
-    );
-    line(
-        &mut v,
-        CONNTRACK_STATE,
-        200,
-        d,
-        &format!(
-            "ct_state=+est+trk, ip, actions=goto_table:{}",
-            L3_FORWARDING.id
-        ),
-    );
-    line(
-        &mut v,
-        CONNTRACK_STATE,
-        200,
-        d,
-        &format!(
-            "ct_state=+rel+trk, ip, actions=goto_table:{}",
-            L3_FORWARDING.id
-        ),
-    );
-    line(
-        &mut v,
-        CONNTRACK_STATE,
-        0,
-        d,
-        &format!("actions=goto_table:{}", EGRESS_RULE.id),
-    );
-    // Egress policy defaults.
-    line(
-        &mut v,
-        EGRESS_RULE,
-        0,
-        d,
-        &format!("actions=goto_table:{}", EGRESS_DEFAULT_RULE.id),
-    );
-    line(
-        &mut v,
-        EGRESS_DEFAULT_RULE,
-        0,
-        d,
-        &format!("actions=goto_table:{}", EGRESS_METRIC.id),
-    );
-    line(
-        &mut v,
-        EGRESS_METRIC,
-        0,
-        d,
-        &format!("actions=goto_table:{}", L3_FORWARDING.id),
-    );
-    // Replies of connections that entered from the gateway go back to the
-    // gateway, whatever their destination: the host that forwarded the
-    // original direction (after kube-proxy's DNAT, say) must see the reply
-    // to undo its NAT. Without this a pod's SYN-ACK to a Service client on
-    // this node would go straight to the client, un-NATed.
-    line(
-        &mut v,
-        L3_FORWARDING,
-        210,
-        g,
-        &format!(
-            "ct_state=+rpl+trk, ct_mark={:#x}/{:#x}, ip, actions=set_field:{gw_mac}->eth_dst,goto_table:{}",
-            ct_mark::FROM_GATEWAY,
-            ct_mark::FROM_GATEWAY,
-            L2_FORWARDING_CALC.id
-        ),
-    );
-    // L3: everything not routed to a local pod is switched by MAC.
-    line(
-        &mut v,
-        L3_FORWARDING,
-        0,
-        d,
-        &format!("actions=goto_table:{}", L2_FORWARDING_CALC.id),
-    );
-    line(
-        &mut v,
-        L3_DEC_TTL,
-        210,
-        d,
-        &format!(
-            "ip, reg0={:#x}/0xf, actions=goto_table:{}",
-            source::GATEWAY,
-            L2_FORWARDING_CALC.id
-        ),
-    );
-    line(
-        &mut v,
-        L3_DEC_TTL,
-        200,
-        d,
-        &format!("ip, actions=dec_ttl,goto_table:{}", L2_FORWARDING_CALC.id),
-    );
-    line(
-        &mut v,
-        L3_DEC_TTL,
-        0,
-        d,
-        &format!("actions=goto_table:{}", L2_FORWARDING_CALC.id),
-    );
-    // L2: the gateway's MAC.
-    line(
-        &mut v,
-        L2_FORWARDING_CALC,
-        200,
-        g,
-        &format!("dl_dst={gw_mac}, actions=load:{gw:#x}->NXM_NX_REG1[],load:0x1->NXM_NX_REG0[16],goto_table:{}", INGRESS_RULE.id),
-    );
-    line(
-        &mut v,
-        L2_FORWARDING_CALC,
-        0,
-        d,
-        &format!("actions=goto_table:{}", INGRESS_RULE.id),
-    );
-    // Ingress policy defaults: established and related skip the rules.
-    line(
-        &mut v,
-        INGRESS_RULE,
-        210,
-        d,
-        &format!(
-            "ct_state=+est+trk, ip, actions=goto_table:{}",
-            CONNTRACK_COMMIT.id
-        ),
-    );
-    line(
-        &mut v,
-        INGRESS_RULE,
-        210,
-        d,
-        &format!(
-            "ct_state=+rel+trk, ip, actions=goto_table:{}",
-            CONNTRACK_COMMIT.id
-        ),
-    );
-    line(
-        &mut v,
-        INGRESS_RULE,
-        0,
-        d,
-        &format!("actions=goto_table:{}", INGRESS_DEFAULT_RULE.id),
-    );
-    line(
-        &mut v,
-        INGRESS_DEFAULT_RULE,
-        0,
-        d,
-        &format!("actions=goto_table:{}", INGRESS_METRIC.id),
-    );
-    line(
-        &mut v,
-        INGRESS_METRIC,
-        0,
-        d,
-        &format!("actions=goto_table:{}", CONNTRACK_COMMIT.id),
-    );
-    // Connections that enter from the gateway are marked, so that their
-    // replies go back through the host (the L3Forwarding flow at 210).
-    line(
-        &mut v,
-        CONNTRACK_COMMIT,
-        210,
-        g,
-        &format!(
-            "ct_state=+new+trk, ip, reg0={:#x}/0xf, actions=ct(commit,zone={CT_ZONE},exec(load:{:#x}->NXM_NX_CT_MARK[{}])),goto_table:{}",
-            source::GATEWAY,
-            1,
-            ct_mark::FROM_GATEWAY_BIT,
-            OUTPUT.id
-        ),
-    );
-    line(
-        &mut v,
-        CONNTRACK_COMMIT,
-        200,
-        d,
-        &format!(
-            "ct_state=+new+trk, ip, actions=ct(commit,zone={CT_ZONE}),goto_table:{}",
-            OUTPUT.id
-        ),
-    );
-    line(
-        &mut v,
-        CONNTRACK_COMMIT,
-        0,
-        d,
-        &format!("actions=goto_table:{}", OUTPUT.id),
-    );
-    line(
-        &mut v,
-        OUTPUT,
-        200,
-        d,
-        "reg0=0x10000/0x10000, actions=output:NXM_NX_REG1[]",
-    );
-    line(&mut v, OUTPUT, 0, d, "actions=drop");
+/// The flows every node has: pipeline defaults and the gateway's flows, one
+/// function per table, in pipeline order.
+pub fn node_flows(node: &NodeNet) -> Vec<String> {
+    [
+        classifier(node),
+        spoof_guard(node),
+        arp_responder(node),
+        conntrack_zone(),
+        conntrack_state(),
+        egress_defaults(),
+        l3_forwarding(node),
+        l3_dec_ttl(),
+        l2_forwarding_calc(node),
+        ingress_defaults(),
+        conntrack_commit(),
+        output(),
+    ]
+    .into_iter()
+    .flatten()
+    .map(String::from)
+    .collect()
+}
+
+/// Classifier: the gateway port is the host; any other unknown port drops.
+fn classifier(node: &NodeNet) -> Vec<FlowLine> {
+    vec![classify_gateway(node), default_drop(CLASSIFIER)]
+}
+
+/// SpoofGuard: the gateway is the host stack, trusted; anything that no
+/// pod's guard lets through drops.
+fn spoof_guard(node: &NodeNet) -> Vec<FlowLine> {
+    let mut v = spoof_guard_trust_gateway(node);
+    v.push(default_drop(SPOOF_GUARD));
     v
+}
+
+/// ARPResponder: answer for the gateway in place (the pod learns the
+/// gateway's real MAC); requests and replies addressed to the gateway go to
+/// it; other ARP is switched by MAC.
+fn arp_responder(node: &NodeNet) -> Vec<FlowLine> {
+    vec![
+        arp_answer(cookie::GATEWAY, node.gateway_ip, &node.gateway_mac),
+        arp_to_port(cookie::GATEWAY, node.gateway_ip, node.gateway_ofport),
+        default_goto(ARP_RESPONDER, L2_FORWARDING_CALC),
+    ]
+}
+
+/// ConntrackZone: every IP packet through conntrack; nothing else passes.
+fn conntrack_zone() -> Vec<FlowLine> {
+    vec![
+        FlowLine::new(
+            CONNTRACK_ZONE,
+            priority::conntrack_zone::TRACK,
+            cookie::DEFAULTS,
+        )
+        .matching("ip")
+        .action(format!("ct(table={},zone={CT_ZONE})", CONNTRACK_STATE.id)),
+        default_drop(CONNTRACK_ZONE),
+    ]
+}
+
+/// ConntrackState: invalid drops, established and related skip egress
+/// policy, new connections meet it.
+fn conntrack_state() -> Vec<FlowLine> {
+    let mut v = vec![FlowLine::new(
+        CONNTRACK_STATE,
+        priority::conntrack_state::INVALID,
+        cookie::DEFAULTS,
+    )
+    .matching("ct_state=+inv+trk")
+    .matching("ip")
+    .drop_packet()];
+    v.extend(skip_established(
+        CONNTRACK_STATE,
+        priority::conntrack_state::ESTABLISHED,
+        L3_FORWARDING,
+    ));
+    v.push(default_goto(CONNTRACK_STATE, EGRESS_RULE));
+    v
+}
+
+/// The egress policy tables without a policy: straight through.
+fn egress_defaults() -> Vec<FlowLine> {
+    vec![
+        default_goto(EGRESS_RULE, EGRESS_DEFAULT_RULE),
+        default_goto(EGRESS_DEFAULT_RULE, EGRESS_METRIC),
+        default_goto(EGRESS_METRIC, L3_FORWARDING),
+    ]
+}
+
+/// L3Forwarding: replies of connections from the gateway go back to it;
+/// everything not routed to a pod or a remote node is switched by MAC.
+fn l3_forwarding(node: &NodeNet) -> Vec<FlowLine> {
+    vec![
+        reply_to_gateway(node),
+        default_goto(L3_FORWARDING, L2_FORWARDING_CALC),
+    ]
+}
+
+/// L3DecTTL: routed packets lose one TTL, except those the host (the
+/// gateway) already routed.
+fn l3_dec_ttl() -> Vec<FlowLine> {
+    vec![
+        FlowLine::new(
+            L3_DEC_TTL,
+            priority::l3_dec_ttl::FROM_GATEWAY,
+            cookie::DEFAULTS,
+        )
+        .matching("ip")
+        .mark(regs::FROM_GATEWAY)
+        .goto(L2_FORWARDING_CALC),
+        FlowLine::new(L3_DEC_TTL, priority::l3_dec_ttl::DEC_TTL, cookie::DEFAULTS)
+            .matching("ip")
+            .action("dec_ttl")
+            .goto(L2_FORWARDING_CALC),
+        default_goto(L3_DEC_TTL, L2_FORWARDING_CALC),
+    ]
+}
+
+/// L2ForwardingCalc: the gateway's MAC is its port; an unknown MAC has no
+/// output port.
+fn l2_forwarding_calc(node: &NodeNet) -> Vec<FlowLine> {
+    vec![
+        l2_to_port(cookie::GATEWAY, &node.gateway_mac, node.gateway_ofport),
+        default_goto(L2_FORWARDING_CALC, INGRESS_RULE),
+    ]
+}
+
+/// The ingress policy tables without a policy: established and related
+/// skip the rules, the rest goes straight through.
+fn ingress_defaults() -> Vec<FlowLine> {
+    let mut v = skip_established(
+        INGRESS_RULE,
+        priority::policy_rule::ESTABLISHED,
+        CONNTRACK_COMMIT,
+    );
+    v.extend([
+        default_goto(INGRESS_RULE, INGRESS_DEFAULT_RULE),
+        default_goto(INGRESS_DEFAULT_RULE, INGRESS_METRIC),
+        default_goto(INGRESS_METRIC, CONNTRACK_COMMIT),
+    ]);
+    v
+}
+
+/// ConntrackCommit: new connections are committed; those that enter from
+/// the gateway are marked, so that their replies go back through the host
+/// ([`reply_to_gateway`]).
+fn conntrack_commit() -> Vec<FlowLine> {
+    vec![
+        FlowLine::new(
+            CONNTRACK_COMMIT,
+            priority::conntrack_commit::FROM_GATEWAY,
+            cookie::GATEWAY,
+        )
+        .matching("ct_state=+new+trk")
+        .matching("ip")
+        .mark(regs::FROM_GATEWAY)
+        .action(format!(
+            "ct(commit,zone={CT_ZONE},exec({}))",
+            regs::FROM_GATEWAY_CT_MARK.load()
+        ))
+        .goto(OUTPUT),
+        FlowLine::new(
+            CONNTRACK_COMMIT,
+            priority::conntrack_commit::COMMIT,
+            cookie::DEFAULTS,
+        )
+        .matching("ct_state=+new+trk")
+        .matching("ip")
+        .action(format!("ct(commit,zone={CT_ZONE})"))
+        .goto(OUTPUT),
+        default_goto(CONNTRACK_COMMIT, OUTPUT),
+    ]
+}
+
+/// Output: to the port L2ForwardingCalc chose, if any; else drop.
+fn output() -> Vec<FlowLine> {
+    vec![
+        FlowLine::new(OUTPUT, priority::output::KNOWN_PORT, cookie::DEFAULTS)
+            .mark(regs::OFPORT_FOUND_MARK)
+            .action(format!("output:{}", regs::TARGET_OFPORT.nxm())),
+        default_drop(OUTPUT),
+    ]
 }
 
 /// The flows of one pod (all with cookie [`cookie::pod`] of its port).
 pub fn pod_flows(node: &NodeNet, pod: &PodPort) -> Vec<String> {
-    use names::*;
     let c = cookie::pod(pod.ofport);
-    let p = pod.ofport;
-    let mac = mac_str(&pod.mac);
-    let ip = pod.ip;
-    let gw = node.gateway_ofport;
-    let gw_mac = mac_str(&node.gateway_mac);
-    let mut v = Vec::with_capacity(8);
-    line(
-        &mut v,
-        CLASSIFIER,
-        190,
-        c,
-        &format!(
-            "in_port={p}, actions=load:{}->NXM_NX_REG0[0..3],goto_table:{}",
-            source::POD,
-            SPOOF_GUARD.id
-        ),
-    );
-    line(
-        &mut v,
-        SPOOF_GUARD,
-        200,
-        c,
-        &format!(
-            "ip, in_port={p}, dl_src={mac}, nw_src={ip}, actions=goto_table:{}",
-            CONNTRACK_ZONE.id
-        ),
-    );
-    line(
-        &mut v,
-        SPOOF_GUARD,
-        200,
-        c,
-        &format!(
-            "arp, in_port={p}, dl_src={mac}, arp_spa={ip}, arp_sha={mac}, actions=goto_table:{}",
-            ARP_RESPONDER.id
-        ),
-    );
-    // A pod's own gratuitous ARP (target = its own address) goes to the host.
-    line(
-        &mut v,
-        ARP_RESPONDER,
-        110,
-        c,
-        &format!("arp, in_port={p}, arp_tpa={ip}, actions=output:{gw}"),
-    );
-    line(
-        &mut v,
-        ARP_RESPONDER,
-        100,
-        c,
-        &format!("arp, arp_tpa={ip}, actions=output:{p}"),
-    );
-    line(
-        &mut v,
-        L3_FORWARDING,
-        200,
-        c,
-        &format!("ip, dl_dst={gw_mac}, nw_dst={ip}, actions=set_field:{gw_mac}->eth_src,set_field:{mac}->eth_dst,goto_table:{}", L3_DEC_TTL.id),
-    );
-    line(
-        &mut v,
-        L2_FORWARDING_CALC,
-        200,
-        c,
-        &format!("dl_dst={mac}, actions=load:{p:#x}->NXM_NX_REG1[],load:0x1->NXM_NX_REG0[16],goto_table:{}", INGRESS_RULE.id),
-    );
-    v
-}
-
-/// The cookie of a remote node's flows: feature `0x0006`, the low 32 bits
-/// of its underlay address.
-pub fn remote_node_cookie(ip: Ipv4Addr) -> u64 {
-    (0x0006 << 48) | u64::from(u32::from(ip))
+    [
+        classify_pod(pod),
+        spoof_guard_pod_ip(pod),
+        spoof_guard_pod_arp(pod),
+        arp_gratuitous_to_host(node, pod),
+        arp_to_port(c, pod.ip, pod.ofport),
+        route_to_pod(node, pod),
+        l2_to_port(c, &pod.mac, pod.ofport),
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect()
 }
 
 /// The tunnel's flows: packets from the tunnel are classified (and look
@@ -554,69 +364,20 @@ pub fn remote_node_cookie(ip: Ipv4Addr) -> u64 {
 /// this check, a forged VXLAN packet would enter the pipeline as if a node
 /// had sent it, past SpoofGuard (see [`tunnel_guard_flows`] for the pods).
 pub fn tunnel_flows(node: &NodeNet, tunnel_ofport: u32, remotes: &[RemoteNode]) -> Vec<String> {
-    use names::*;
-    let t = cookie::TUNNEL;
-    let gw_mac = mac_str(&node.gateway_mac);
-    let vmac = mac_str(&VIRTUAL_MAC);
     let mut v = Vec::with_capacity(2 + 3 * remotes.len());
-    line(
-        &mut v,
-        CLASSIFIER,
-        190,
-        cookie::TUNNEL_UNKNOWN_SOURCE,
-        &format!("in_port={tunnel_ofport}, actions=drop"),
-    );
-    line(
-        &mut v,
-        L2_FORWARDING_CALC,
-        200,
-        t,
-        &format!(
-            "dl_dst={vmac}, actions=load:{tunnel_ofport:#x}->NXM_NX_REG1[],load:0x1->NXM_NX_REG0[16],goto_table:{}",
-            INGRESS_RULE.id
-        ),
-    );
+    v.push(drop_tunnel_from_unknown_source(tunnel_ofport));
+    v.push(l2_to_port(cookie::TUNNEL, &VIRTUAL_MAC, tunnel_ofport));
     for r in remotes {
         if r.pod_cidr == node.pod_cidr {
             continue;
         }
-        let c = remote_node_cookie(r.ip);
-        let rgw = Ipv4Addr::from(u32::from(r.pod_cidr.network()).wrapping_add(1));
-        line(
-            &mut v,
-            CLASSIFIER,
-            200,
-            c,
-            &format!(
-                "in_port={tunnel_ofport}, tun_src={}, actions=load:{}->NXM_NX_REG0[0..3],set_field:{gw_mac}->eth_dst,goto_table:{}",
-                r.ip,
-                source::TUNNEL,
-                CONNTRACK_ZONE.id
-            ),
-        );
-        line(
-            &mut v,
-            ARP_RESPONDER,
-            200,
-            c,
-            &format!(
-                "arp, arp_op=1, arp_tpa={rgw}, actions=move:NXM_OF_ETH_SRC[]->NXM_OF_ETH_DST[],set_field:{vmac}->eth_src,load:0x2->NXM_OF_ARP_OP[],move:NXM_NX_ARP_SHA[]->NXM_NX_ARP_THA[],set_field:{vmac}->arp_sha,move:NXM_OF_ARP_SPA[]->NXM_OF_ARP_TPA[],set_field:{rgw}->arp_spa,output:IN_PORT"
-            ),
-        );
-        line(
-            &mut v,
-            L3_FORWARDING,
-            200,
-            c,
-            &format!(
-                "ip, nw_dst={}, actions=set_field:{gw_mac}->eth_src,set_field:{vmac}->eth_dst,set_field:{}->tun_dst,goto_table:{}",
-                r.pod_cidr,
-                r.ip,
-                L3_DEC_TTL.id
-            ),
-        );
+        let c = cookie::remote_node(r.ip);
+        let remote_gateway = Ipv4Addr::from(u32::from(r.pod_cidr.network()).wrapping_add(1));
+        v.push(classify_from_node(node, tunnel_ofport, r));
+        v.push(arp_answer(c, remote_gateway, &VIRTUAL_MAC));
+        v.push(route_to_remote_node(node, r));
     }
-    v
+    v.into_iter().map(String::from).collect()
 }
 
 /// Pods may not talk to any node's tunnel port: a pod's UDP datagram to
@@ -634,37 +395,234 @@ pub fn tunnel_guard_flows(node_ips: &[Ipv4Addr], udp_port: u16) -> Vec<String> {
     let mut ips = node_ips.to_vec();
     ips.sort();
     ips.dedup();
-    let mut v = Vec::with_capacity(ips.len());
-    for ip in ips {
-        line(
-            &mut v,
-            names::CONNTRACK_STATE,
-            220,
-            cookie::POD_TO_TUNNEL,
-            &format!(
-                "udp, reg0={:#x}/0xf, nw_dst={ip}, tp_dst={udp_port}, actions=drop",
-                source::POD
-            ),
-        );
-    }
-    v
+    ips.into_iter()
+        .map(|ip| String::from(drop_pod_to_tunnel_port(ip, udp_port)))
+        .collect()
 }
 
-/// Every flow of the node: [`node_flows`] then each pod's [`pod_flows`], as
-/// flow-file text.
-pub fn desired_flows(node: &NodeNet, pods: &[PodPort]) -> String {
-    let mut out = String::new();
-    for l in node_flows(node) {
-        out.push_str(&l);
-        out.push('\n');
-    }
-    for pod in pods {
-        for l in pod_flows(node, pod) {
-            out.push_str(&l);
-            out.push('\n');
-        }
-    }
-    out
+// Flow builders, one per purpose.
+
+/// Classifier: packets from the gateway port are from the host.
+fn classify_gateway(node: &NodeNet) -> FlowLine {
+    FlowLine::new(CLASSIFIER, priority::classifier::GATEWAY, cookie::GATEWAY)
+        .matching(format!("in_port={}", node.gateway_ofport))
+        .set_mark(regs::FROM_GATEWAY)
+        .goto(SPOOF_GUARD)
+}
+
+/// Classifier: packets from a pod's port are from that pod.
+fn classify_pod(pod: &PodPort) -> FlowLine {
+    FlowLine::new(
+        CLASSIFIER,
+        priority::classifier::POD,
+        cookie::pod(pod.ofport),
+    )
+    .matching(format!("in_port={}", pod.ofport))
+    .set_mark(regs::FROM_POD)
+    .goto(SPOOF_GUARD)
+}
+
+/// Classifier: packets from the tunnel with a known node's address as
+/// outer source are from that node; they get the gateway's MAC as
+/// destination (they look routed) and skip SpoofGuard.
+fn classify_from_node(node: &NodeNet, tunnel_ofport: u32, r: &RemoteNode) -> FlowLine {
+    FlowLine::new(
+        CLASSIFIER,
+        priority::classifier::KNOWN_NODE,
+        cookie::remote_node(r.ip),
+    )
+    .matching(format!("in_port={tunnel_ofport}"))
+    .matching(format!("tun_src={}", r.ip))
+    .set_mark(regs::FROM_TUNNEL)
+    .action(format!("set_field:{}->eth_dst", mac_str(&node.gateway_mac)))
+    .goto(CONNTRACK_ZONE)
+}
+
+/// Classifier: the tunnel guard's drop of anything else from the tunnel.
+fn drop_tunnel_from_unknown_source(tunnel_ofport: u32) -> FlowLine {
+    FlowLine::new(
+        CLASSIFIER,
+        priority::classifier::UNKNOWN_TUNNEL_SOURCE,
+        cookie::TUNNEL_UNKNOWN_SOURCE,
+    )
+    .matching(format!("in_port={tunnel_ofport}"))
+    .drop_packet()
+}
+
+/// SpoofGuard: the gateway's IP and ARP pass.
+fn spoof_guard_trust_gateway(node: &NodeNet) -> Vec<FlowLine> {
+    let gw = node.gateway_ofport;
+    vec![
+        FlowLine::new(SPOOF_GUARD, priority::spoof_guard::ALLOW, cookie::GATEWAY)
+            .matching("ip")
+            .matching(format!("in_port={gw}"))
+            .goto(CONNTRACK_ZONE),
+        FlowLine::new(SPOOF_GUARD, priority::spoof_guard::ALLOW, cookie::GATEWAY)
+            .matching("arp")
+            .matching(format!("in_port={gw}"))
+            .goto(ARP_RESPONDER),
+    ]
+}
+
+/// SpoofGuard: a pod's IP traffic passes with its own MAC and IP only.
+fn spoof_guard_pod_ip(pod: &PodPort) -> FlowLine {
+    FlowLine::new(
+        SPOOF_GUARD,
+        priority::spoof_guard::ALLOW,
+        cookie::pod(pod.ofport),
+    )
+    .matching("ip")
+    .matching(format!("in_port={}", pod.ofport))
+    .matching(format!("dl_src={}", mac_str(&pod.mac)))
+    .matching(format!("nw_src={}", pod.ip))
+    .goto(CONNTRACK_ZONE)
+}
+
+/// SpoofGuard: a pod's ARP passes with its own MAC and IP only.
+fn spoof_guard_pod_arp(pod: &PodPort) -> FlowLine {
+    let mac = mac_str(&pod.mac);
+    FlowLine::new(
+        SPOOF_GUARD,
+        priority::spoof_guard::ALLOW,
+        cookie::pod(pod.ofport),
+    )
+    .matching("arp")
+    .matching(format!("in_port={}", pod.ofport))
+    .matching(format!("dl_src={mac}"))
+    .matching(format!("arp_spa={}", pod.ip))
+    .matching(format!("arp_sha={mac}"))
+    .goto(ARP_RESPONDER)
+}
+
+/// ARPResponder: "who has `ip`" is answered in place with `mac`.
+fn arp_answer(cookie: u64, ip: Ipv4Addr, mac: &[u8; 6]) -> FlowLine {
+    let mac = mac_str(mac);
+    FlowLine::new(ARP_RESPONDER, priority::arp_responder::ANSWER, cookie)
+        .matching("arp")
+        .matching("arp_op=1")
+        .matching(format!("arp_tpa={ip}"))
+        .action("move:NXM_OF_ETH_SRC[]->NXM_OF_ETH_DST[]")
+        .action(format!("set_field:{mac}->eth_src"))
+        .action("load:0x2->NXM_OF_ARP_OP[]")
+        .action("move:NXM_NX_ARP_SHA[]->NXM_NX_ARP_THA[]")
+        .action(format!("set_field:{mac}->arp_sha"))
+        .action("move:NXM_OF_ARP_SPA[]->NXM_OF_ARP_TPA[]")
+        .action(format!("set_field:{ip}->arp_spa"))
+        .action("output:IN_PORT")
+}
+
+/// ARPResponder: ARP for `ip` goes to the port that holds it.
+fn arp_to_port(cookie: u64, ip: Ipv4Addr, ofport: u32) -> FlowLine {
+    FlowLine::new(ARP_RESPONDER, priority::arp_responder::TO_PORT, cookie)
+        .matching("arp")
+        .matching(format!("arp_tpa={ip}"))
+        .action(format!("output:{ofport}"))
+}
+
+/// ARPResponder: a pod's own gratuitous ARP (target = its own address)
+/// goes to the host.
+fn arp_gratuitous_to_host(node: &NodeNet, pod: &PodPort) -> FlowLine {
+    FlowLine::new(
+        ARP_RESPONDER,
+        priority::arp_responder::GRATUITOUS,
+        cookie::pod(pod.ofport),
+    )
+    .matching("arp")
+    .matching(format!("in_port={}", pod.ofport))
+    .matching(format!("arp_tpa={}", pod.ip))
+    .action(format!("output:{}", node.gateway_ofport))
+}
+
+/// `+est` and `+rel` packets of `table` go on to `next`.
+fn skip_established(table: TableDef, priority: u16, next: TableDef) -> Vec<FlowLine> {
+    ["ct_state=+est+trk", "ct_state=+rel+trk"]
+        .into_iter()
+        .map(|state| {
+            FlowLine::new(table, priority, cookie::DEFAULTS)
+                .matching(state)
+                .matching("ip")
+                .goto(next)
+        })
+        .collect()
+}
+
+/// L3Forwarding: replies of connections that entered from the gateway go
+/// back to the gateway, whatever their destination: the host that
+/// forwarded the original direction (after kube-proxy's DNAT, say) must
+/// see the reply to undo its NAT. Without this a pod's SYN-ACK to a
+/// Service client on this node would go straight to the client, un-NATed.
+fn reply_to_gateway(node: &NodeNet) -> FlowLine {
+    FlowLine::new(
+        L3_FORWARDING,
+        priority::l3_forwarding::REPLY_TO_GATEWAY,
+        cookie::GATEWAY,
+    )
+    .matching("ct_state=+rpl+trk")
+    .mark(regs::FROM_GATEWAY_CT_MARK)
+    .matching("ip")
+    .action(format!("set_field:{}->eth_dst", mac_str(&node.gateway_mac)))
+    .goto(L2_FORWARDING_CALC)
+}
+
+/// L3Forwarding: IP to the gateway's MAC for a local pod is routed: MACs
+/// rewritten.
+fn route_to_pod(node: &NodeNet, pod: &PodPort) -> FlowLine {
+    let gw_mac = mac_str(&node.gateway_mac);
+    FlowLine::new(
+        L3_FORWARDING,
+        priority::l3_forwarding::ROUTE,
+        cookie::pod(pod.ofport),
+    )
+    .matching("ip")
+    .matching(format!("dl_dst={gw_mac}"))
+    .matching(format!("nw_dst={}", pod.ip))
+    .action(format!("set_field:{gw_mac}->eth_src"))
+    .action(format!("set_field:{}->eth_dst", mac_str(&pod.mac)))
+    .goto(L3_DEC_TTL)
+}
+
+/// L3Forwarding: IP to a remote node's pod CIDR is routed into the tunnel:
+/// the virtual MAC as destination, the node as `tun_dst`.
+fn route_to_remote_node(node: &NodeNet, r: &RemoteNode) -> FlowLine {
+    FlowLine::new(
+        L3_FORWARDING,
+        priority::l3_forwarding::ROUTE,
+        cookie::remote_node(r.ip),
+    )
+    .matching("ip")
+    .matching(format!("nw_dst={}", r.pod_cidr))
+    .action(format!("set_field:{}->eth_src", mac_str(&node.gateway_mac)))
+    .action(format!("set_field:{}->eth_dst", mac_str(&VIRTUAL_MAC)))
+    .action(format!("set_field:{}->tun_dst", r.ip))
+    .goto(L3_DEC_TTL)
+}
+
+/// L2ForwardingCalc: destination `mac` is output port `ofport`.
+fn l2_to_port(cookie: u64, mac: &[u8; 6], ofport: u32) -> FlowLine {
+    FlowLine::new(
+        L2_FORWARDING_CALC,
+        priority::l2_forwarding_calc::KNOWN_MAC,
+        cookie,
+    )
+    .matching(format!("dl_dst={}", mac_str(mac)))
+    .action(regs::TARGET_OFPORT.load(ofport))
+    .set_mark(regs::OFPORT_FOUND_MARK)
+    .goto(INGRESS_RULE)
+}
+
+/// ConntrackState: the tunnel guard's drop of a pod's datagram to
+/// `ip:udp_port`.
+fn drop_pod_to_tunnel_port(ip: Ipv4Addr, udp_port: u16) -> FlowLine {
+    FlowLine::new(
+        CONNTRACK_STATE,
+        priority::conntrack_state::TUNNEL_GUARD,
+        cookie::POD_TO_TUNNEL,
+    )
+    .matching("udp")
+    .mark(regs::FROM_POD)
+    .matching(format!("nw_dst={ip}"))
+    .matching(format!("tp_dst={udp_port}"))
+    .drop_packet()
 }
 
 /// A gratuitous ARP request from `mac`/`ip` (padded to 60 bytes), as the
@@ -685,6 +643,7 @@ pub fn gratuitous_arp(mac: [u8; 6], ip: Ipv4Addr) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::desired::{self, Inputs, Tunnel};
     use oxvs_pipeline::names::TableNames;
     use oxvs_pipeline::parse::{parse_flow_file, parse_packet_spec, ParseContext};
     use oxvs_pipeline::tables::Pipeline;
@@ -698,6 +657,15 @@ mod tests {
             gateway_mac: [0x0a, 0x58, 10, 244, 0, 1],
             gateway_ofport: 2,
         }
+    }
+
+    /// The desired flows of [`node`] with `pods` and nothing else.
+    fn desired_flows(node: &NodeNet, pods: &[PodPort]) -> String {
+        desired::compute(&Inputs {
+            pods: pods.to_vec(),
+            ..Inputs::for_node(node.clone())
+        })
+        .text()
     }
 
     fn pod(ofport: u32, last: u8) -> PodPort {
@@ -718,7 +686,10 @@ mod tests {
             node_flows(&node()).len() + 2 * pod_flows(&node(), &pod(3, 3)).len()
         );
         for f in &flows {
-            assert!(f.cookie >> 48 != 0, "flow without a feature cookie: {f:?}");
+            assert!(
+                cookie::Feature::of(f.cookie).is_some(),
+                "flow without a feature cookie: {f:?}"
+            );
         }
         assert_eq!(
             flows
@@ -769,18 +740,17 @@ mod tests {
             pod_cidr: "10.244.1.0/24".parse().unwrap(),
             ip: "192.168.77.12".parse().unwrap(),
         }];
-        let mut text = desired_flows(&node(), &[pod(3, 3)]);
-        let node_ips = [
-            "192.168.77.12".parse().unwrap(),
-            "192.168.77.11".parse().unwrap(),
-        ];
-        for l in tunnel_flows(&node(), 9, &remotes)
-            .into_iter()
-            .chain(tunnel_guard_flows(&node_ips, VXLAN_UDP_PORT))
-        {
-            text.push_str(&l);
-            text.push('\n');
-        }
+        let text = desired::compute(&Inputs {
+            pods: vec![pod(3, 3)],
+            tunnel: Some(Tunnel {
+                ofport: 9,
+                remotes: remotes.to_vec(),
+                node_ip: Some("192.168.77.11".parse().unwrap()),
+                guard: true,
+            }),
+            ..Inputs::for_node(node())
+        })
+        .text();
         let flows = parse_flow_file(&text, &ParseContext::default()).unwrap();
         let p = Pipeline::new();
         p.replace_all(&flows, 0).unwrap();

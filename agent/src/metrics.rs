@@ -22,9 +22,9 @@
 //!
 //! `rule` is the rule's index in the policy's `spec.ingress` /
 //! `spec.egress`. Packets *allowed* by a rule are the counters of the
-//! rule's metric flow (cookie `0x0004<<48 | rule id`, table IngressMetric
+//! rule's metric flow (cookie [`cookie::rule`], table IngressMetric
 //! or EgressMetric); packets *denied* to or from an isolated pod are the
-//! counters of its isolation drop flow (cookie `0x0005<<48 | ofport`,
+//! counters of its isolation drop flow (cookie [`cookie::isolation`],
 //! table IngressDefaultRule or EgressDefaultRule). Both are flow counters
 //! in the switch: they survive agent restarts and unchanged-flow resyncs,
 //! and restart from zero when a flow is re-created (a policy change that
@@ -60,9 +60,9 @@ use oxvs_pipeline::names;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
 
-use crate::flows::cookie::{POD_TO_TUNNEL, TUNNEL_UNKNOWN_SOURCE};
+use crate::cookie::{self, Feature, POD_TO_TUNNEL, TUNNEL_UNKNOWN_SOURCE};
 use crate::nodes::{NodeProblem, RefusedNode};
-use crate::policy::{cookie as pcookie, Direction, Refusal, RuleRef};
+use crate::policy::{Direction, Refusal, RuleRef};
 use crate::server::Agent;
 use crate::state::{AttachState, Attachment};
 
@@ -210,15 +210,7 @@ fn direction_label(d: Direction) -> &'static str {
 
 /// The name of a cookie's feature (high 16 bits), for flows the agent makes.
 fn feature_name(cookie: u64) -> Option<&'static str> {
-    match cookie >> 48 {
-        0x0001 => Some("pipeline"),
-        0x0002 => Some("pod"),
-        0x0003 => Some("node"),
-        0x0004 => Some("policy_rule"),
-        0x0005 => Some("policy_isolation"),
-        0x0006 => Some("remote_node"),
-        _ => None,
-    }
+    Feature::of(cookie).map(Feature::metric_name)
 }
 
 /// Writes the exposition. `flows` is the switch's `dump-flows` (`None`:
@@ -363,7 +355,7 @@ fn encode_flows(e: &mut Exposition, view: &AgentView, flows: &[FlowEntry]) {
         let metric_table =
             f.table == names::INGRESS_METRIC.id || f.table == names::EGRESS_METRIC.id;
         if metric_table {
-            if let Some(id) = pcookie::rule_id(f.cookie) {
+            if let Some(id) = cookie::rule_id(f.cookie) {
                 let c = allowed.entry(id).or_default();
                 c.0 += f.n_packets;
                 c.1 += f.n_bytes;
@@ -376,7 +368,7 @@ fn encode_flows(e: &mut Exposition, view: &AgentView, flows: &[FlowEntry]) {
         } else {
             None
         };
-        if let (Some(dir), Some(port)) = (dir, pcookie::isolation_port(f.cookie)) {
+        if let (Some(dir), Some(port)) = (dir, cookie::isolation_port(f.cookie)) {
             if port != 0 {
                 let c = denied.entry((port, dir)).or_default();
                 c.0 += f.n_packets;
@@ -722,23 +714,23 @@ mod tests {
     #[test]
     fn policy_counters_come_from_the_right_flows() {
         let flows = vec![
-            flow(names::INGRESS_METRIC.id, pcookie::rule(1), 10),
-            flow(names::EGRESS_METRIC.id, pcookie::rule(2), 4),
+            flow(names::INGRESS_METRIC.id, cookie::rule(1), 10),
+            flow(names::EGRESS_METRIC.id, cookie::rule(2), 4),
             // A rule flow outside the metric tables does not count.
-            flow(names::INGRESS_RULE.id, pcookie::rule(1), 99),
+            flow(names::INGRESS_RULE.id, cookie::rule(1), 99),
             // A metric flow of an unknown rule id is left out.
-            flow(names::INGRESS_METRIC.id, pcookie::rule(42), 7),
-            flow(names::INGRESS_DEFAULT_RULE.id, pcookie::isolation(5), 3),
-            flow(names::EGRESS_DEFAULT_RULE.id, pcookie::isolation(6), 2),
+            flow(names::INGRESS_METRIC.id, cookie::rule(42), 7),
+            flow(names::INGRESS_DEFAULT_RULE.id, cookie::isolation(5), 3),
+            flow(names::EGRESS_DEFAULT_RULE.id, cookie::isolation(6), 2),
             // Node exemption (port 0) and an unknown port are not pods.
-            flow(names::INGRESS_RULE.id, pcookie::NODE_EXEMPTION, 50),
-            flow(names::INGRESS_DEFAULT_RULE.id, pcookie::isolation(99), 8),
-            flow(0, crate::flows::cookie::DEFAULTS, 1),
-            flow(10, crate::flows::cookie::pod(5), 1),
+            flow(names::INGRESS_RULE.id, cookie::NODE_EXEMPTION, 50),
+            flow(names::INGRESS_DEFAULT_RULE.id, cookie::isolation(99), 8),
+            flow(0, cookie::DEFAULTS, 1),
+            flow(10, cookie::pod(5), 1),
             flow(10, 0, 1), // not the agent's
-            flow(0, crate::flows::cookie::TUNNEL_UNKNOWN_SOURCE, 6),
-            flow(31, crate::flows::cookie::POD_TO_TUNNEL, 2),
-            flow(31, crate::flows::cookie::POD_TO_TUNNEL, 3),
+            flow(0, cookie::TUNNEL_UNKNOWN_SOURCE, 6),
+            flow(31, cookie::POD_TO_TUNNEL, 2),
+            flow(31, cookie::POD_TO_TUNNEL, 3),
         ];
         let series = vec![
             cni("ADD", "success", &[0, 0, 1, 2], 30_000_000),

@@ -62,13 +62,15 @@
 //!
 //! ## Registers
 //!
-//! `reg3`: the ingress rule that allowed the packet; `reg5`: the egress rule
-//! ([`INGRESS_RULE_REG`], [`EGRESS_RULE_REG`]). 0: none.
+//! [`regs::INGRESS_RULE`] (`reg3`): the ingress rule that allowed the
+//! packet; [`regs::EGRESS_RULE`] (`reg5`): the egress rule. 0: none.
 //!
 //! ## Cookies
 //!
-//! [`cookie::rule`]: `0x0004 << 48 | id`; [`cookie::isolation`]: `0x0005 <<
-//! 48 | ofport` (the isolation drop of the pod on that port).
+//! From [`crate::cookie`]: [`cookie::rule`] (feature
+//! [`Feature::PolicyRule`](cookie::Feature::PolicyRule), object: the rule
+//! id) on a rule's flows, [`cookie::isolation`] (the isolation drop of the
+//! pod on that port) and [`cookie::NODE_EXEMPTION`].
 //!
 //! ## Rule ids
 //!
@@ -105,8 +107,12 @@ use std::net::Ipv4Addr;
 
 use ipnet::Ipv4Net;
 use oxvs_pipeline::names::{self, TableDef};
+use oxvs_pipeline::regs::{self, RegField};
 
+use crate::cookie;
+use crate::flows::FlowLine;
 use crate::model::{ClusterState, NetworkPolicy, ObjKey, Peer, Pod, PortRef, Protocol, Rule};
+use crate::priority;
 
 pub use eval::{allowed, allowed_l4, Endpoint, L4};
 
@@ -177,69 +183,6 @@ impl fmt::Display for Refusal {
     }
 }
 
-/// Cookies of policy flows: feature in the high 16 bits (as
-/// [`crate::flows::cookie`]).
-pub mod cookie {
-    /// Feature value of NetworkPolicy rule flows (low bits: the rule id).
-    pub const RULE_FEATURE: u64 = 0x0004;
-    /// Feature value of isolation drops (low bits: the pod's OpenFlow port).
-    pub const ISOLATION_FEATURE: u64 = 0x0005;
-
-    /// The cookie of the flows of rule `id`.
-    pub fn rule(id: u32) -> u64 {
-        (RULE_FEATURE << 48) | u64::from(id)
-    }
-
-    /// The cookie of the isolation drops of the pod on `ofport`.
-    pub fn isolation(ofport: u32) -> u64 {
-        (ISOLATION_FEATURE << 48) | u64::from(ofport)
-    }
-
-    /// The cookie of the node exemptions (port 0 is no pod).
-    pub const NODE_EXEMPTION: u64 = ISOLATION_FEATURE << 48;
-
-    /// The rule id a cookie names, if it is a rule cookie.
-    pub fn rule_id(cookie: u64) -> Option<u32> {
-        (cookie >> 48 == RULE_FEATURE)
-            .then(|| u32::try_from(cookie & 0xffff_ffff_ffff).ok())
-            .flatten()
-    }
-
-    /// The pod port an isolation cookie names.
-    pub fn isolation_port(cookie: u64) -> Option<u32> {
-        (cookie >> 48 == ISOLATION_FEATURE)
-            .then(|| u32::try_from(cookie & 0xffff_ffff_ffff).ok())
-            .flatten()
-    }
-}
-
-/// A register that holds a rule id: its match name and its NXM name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct RuleReg {
-    pub match_name: &'static str,
-    pub nxm: &'static str,
-}
-
-/// `reg3`: the ingress rule that allowed the packet.
-pub const INGRESS_RULE_REG: RuleReg = RuleReg {
-    match_name: "reg3",
-    nxm: "NXM_NX_REG3",
-};
-/// `reg5`: the egress rule that allowed the packet.
-pub const EGRESS_RULE_REG: RuleReg = RuleReg {
-    match_name: "reg5",
-    nxm: "NXM_NX_REG5",
-};
-
-/// Priority of conjunction clauses and `conj_id` flows.
-pub const PRIORITY_CONJ: u16 = 200;
-/// Priority of the flows of a rule with a single dimension.
-pub const PRIORITY_PLAIN: u16 = 201;
-/// Priority of the node exemptions.
-pub const PRIORITY_NODE: u16 = 205;
-/// Priority of isolation drops and metric flows.
-pub const PRIORITY_DEFAULT: u16 = 200;
-
 /// The tables and register of one direction.
 struct Stage {
     rule: TableDef,
@@ -247,7 +190,7 @@ struct Stage {
     metric: TableDef,
     /// Where the metric table continues.
     next: TableDef,
-    reg: RuleReg,
+    reg: RegField,
 }
 
 fn stage(dir: Direction) -> Stage {
@@ -257,14 +200,14 @@ fn stage(dir: Direction) -> Stage {
             default: names::INGRESS_DEFAULT_RULE,
             metric: names::INGRESS_METRIC,
             next: names::CONNTRACK_COMMIT,
-            reg: INGRESS_RULE_REG,
+            reg: regs::INGRESS_RULE,
         },
         Direction::Egress => Stage {
             rule: names::EGRESS_RULE,
             default: names::EGRESS_DEFAULT_RULE,
             metric: names::EGRESS_METRIC,
             next: names::L3_FORWARDING,
-            reg: EGRESS_RULE_REG,
+            reg: regs::EGRESS_RULE,
         },
     }
 }
@@ -275,13 +218,14 @@ struct FlowMatch {
     conj_id: Option<u32>,
     /// `None`: `ip`.
     proto: Option<Protocol>,
-    reg: Option<(RuleReg, u32)>,
+    /// A rule register ([`Stage::reg`]) holding a rule id.
+    reg: Option<(Direction, u32)>,
     nw_src: Option<Ipv4Net>,
     nw_dst: Option<Ipv4Net>,
     /// `(value, mask)`; mask `0xffff` is an exact port.
     tp_dst: Option<(u16, u16)>,
-    /// Only packets that entered from the gateway (`reg0[0..3]` =
-    /// [`crate::flows::source::GATEWAY`]): the node's own traffic.
+    /// Only packets that entered from the gateway
+    /// ([`regs::FROM_GATEWAY`]): the node's own traffic.
     from_gateway: bool,
 }
 
@@ -299,8 +243,8 @@ impl fmt::Display for FlowMatch {
             write!(f, "conj_id={id}, ")?;
         }
         f.write_str(self.proto.map_or("ip", Protocol::keyword))?;
-        if let Some((reg, v)) = self.reg {
-            write!(f, ", {}={v:#x}", reg.match_name)?;
+        if let Some((dir, v)) = self.reg {
+            write!(f, ", {}", stage(dir).reg.matching(v))?;
         }
         if let Some(n) = &self.nw_src {
             fmt_net(f, "nw_src", n)?;
@@ -314,7 +258,7 @@ impl fmt::Display for FlowMatch {
             None => {}
         }
         if self.from_gateway {
-            write!(f, ", reg0={:#x}/0xf", crate::flows::source::GATEWAY)?;
+            write!(f, ", {}", regs::FROM_GATEWAY.matching())?;
         }
         Ok(())
     }
@@ -326,7 +270,7 @@ enum Act {
     /// A clause of one or more conjunctions: (id, k, n).
     Conj(BTreeSet<(u32, u8, u8)>),
     /// Rule `id` allowed the packet: load it, go to the metric table.
-    Allow { id: u32, reg: RuleReg, metric: u8 },
+    Allow { id: u32, reg: RegField, metric: u8 },
     /// Metric flow of rule `id`.
     Count { id: u32, next: u8 },
     /// Isolation drop of the pod on `ofport`.
@@ -355,7 +299,7 @@ impl Act {
                 .collect::<Vec<_>>()
                 .join(","),
             Act::Allow { id, reg, metric } => {
-                format!("load:{id:#x}->{}[],goto_table:{metric}", reg.nxm)
+                format!("{},goto_table:{metric}", reg.load(*id))
             }
             Act::Count { next, .. } | Act::Exempt { metric: next } => format!("goto_table:{next}"),
             Act::Drop { .. } => "drop".into(),
@@ -375,10 +319,10 @@ impl Act {
     }
 }
 
-/// The flows being built: (table, priority, match) -> (table name, actions).
+/// The flows being built: (table, priority, match) -> (table, actions).
 #[derive(Default)]
 struct FlowSet {
-    flows: BTreeMap<(u8, u16, FlowMatch), (&'static str, Act)>,
+    flows: BTreeMap<(u8, u16, FlowMatch), (TableDef, Act)>,
 }
 
 impl FlowSet {
@@ -386,7 +330,7 @@ impl FlowSet {
         match self.flows.entry((table.id, priority, m)) {
             std::collections::btree_map::Entry::Occupied(mut e) => e.get_mut().1.merge(act),
             std::collections::btree_map::Entry::Vacant(e) => {
-                e.insert((table.name, act));
+                e.insert((table, act));
             }
         }
     }
@@ -394,12 +338,11 @@ impl FlowSet {
     fn lines(self) -> Vec<String> {
         self.flows
             .into_iter()
-            .map(|((_, priority, m), (name, act))| {
-                format!(
-                    "table={name}, priority={priority}, cookie={:#x}, {m}, actions={}",
-                    act.cookie(),
-                    act.text()
-                )
+            .map(|((_, priority, m), (table, act))| {
+                FlowLine::new(table, priority, act.cookie())
+                    .matching(m.to_string())
+                    .action(act.text())
+                    .text()
             })
             .collect()
     }
@@ -666,14 +609,14 @@ fn emit_rule(out: &mut FlowSet, plan: RulePlan) {
     let n = dims.len() as u8;
     if n == 1 {
         for m in dims.into_iter().flatten() {
-            out.add(st.rule, PRIORITY_PLAIN, m, allow.clone());
+            out.add(st.rule, priority::policy_rule::PLAIN, m, allow.clone());
         }
     } else {
         for (k, dim) in (1u8..).zip(dims) {
             for m in dim {
                 out.add(
                     st.rule,
-                    PRIORITY_CONJ,
+                    priority::policy_rule::CONJUNCTION,
                     m,
                     Act::Conj(BTreeSet::from([(id, k, n)])),
                 );
@@ -683,15 +626,15 @@ fn emit_rule(out: &mut FlowSet, plan: RulePlan) {
             conj_id: Some(id),
             ..FlowMatch::default()
         };
-        out.add(st.rule, PRIORITY_CONJ, m, allow);
+        out.add(st.rule, priority::policy_rule::CONJUNCTION, m, allow);
     }
     let m = FlowMatch {
-        reg: Some((st.reg, id)),
+        reg: Some((dir, id)),
         ..FlowMatch::default()
     };
     out.add(
         st.metric,
-        PRIORITY_DEFAULT,
+        priority::policy_metric::RULE,
         m,
         Act::Count {
             id,
@@ -832,7 +775,7 @@ pub fn policy_flows_limited(
             };
             out.add(
                 st.rule,
-                PRIORITY_NODE,
+                priority::policy_rule::NODE_EXEMPTION,
                 m,
                 Act::Exempt {
                     metric: st.metric.id,
@@ -853,7 +796,12 @@ pub fn policy_flows_limited(
                 ..FlowMatch::default()
             },
         };
-        out.add(st.default, PRIORITY_DEFAULT, m, Act::Drop { ofport });
+        out.add(
+            st.default,
+            priority::policy_default_rule::ISOLATION,
+            m,
+            Act::Drop { ofport },
+        );
     }
     PolicyFlows {
         flows: out.lines(),

@@ -47,8 +47,8 @@
 //!
 //! ## Convergence
 //!
-//! The desired flows are a pure function of the node and the ready
-//! attachments ([`crate::flows::desired_flows`]). `reconcile` (on start and
+//! The desired flows are a pure function of the node, the ready
+//! attachments and the cluster ([`crate::desired::compute`]). `reconcile` (on start and
 //! whenever the switch's view drifts, e.g. after a switch restart) re-adds
 //! missing ports and sends `replace-flows`, which the switch applies as a
 //! diff in one atomic version: flows that did not change keep their
@@ -72,12 +72,13 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixListener;
 
+use crate::desired::{self, Inputs, Tunnel};
 use crate::flows::{self, NodeNet, PodPort, RemoteNode};
 use crate::ipam::Ipam;
 use crate::model::{ClusterState, ObjKey, Pod};
 use crate::nodes::{self, LocalNode, NodeProblem, RefusedNode};
 use crate::podnet::{self, PodIfaceSpec};
-use crate::policy::{self, LocalPod, Refusal, RuleRef};
+use crate::policy::{Refusal, RuleRef};
 use crate::source::PodLookup;
 use crate::state::{AttachState, Attachment, Store};
 
@@ -119,7 +120,7 @@ pub struct AgentConfig {
     /// than through the gateway (pod egress to outside the cluster).
     pub masquerade: bool,
     /// The most flows one NetworkPolicy may add on this node
-    /// ([`policy::DEFAULT_MAX_POLICY_FLOWS`]); a policy over it is refused.
+    /// ([`crate::policy::DEFAULT_MAX_POLICY_FLOWS`]); a policy over it is refused.
     pub max_policy_flows: usize,
 }
 
@@ -556,20 +557,7 @@ impl Agent {
     }
 
     fn pod_ports(&self) -> Vec<PodPort> {
-        let mut v: Vec<PodPort> = self
-            .attachments()
-            .iter()
-            .filter(|a| a.state == AttachState::Ready)
-            .filter_map(|a| {
-                Some(PodPort {
-                    ofport: a.ofport?,
-                    ip: a.ip,
-                    mac: flows::parse_mac(&a.mac)?,
-                })
-            })
-            .collect();
-        v.sort();
-        v
+        desired::pod_ports(&self.attachments())
     }
 
     /// The remote nodes with a pod CIDR and an underlay address that
@@ -652,12 +640,18 @@ impl Agent {
             }
             Err(_) => Vec::new(),
         };
+        let attachments = self.attachments();
+        let tunnel = self.tunnel_ofport.lock().ok().and_then(|t| *t);
+        let remotes = self.remote_nodes(&state);
         Inputs {
-            pods: self.pod_ports(),
-            tunnel: self.tunnel_ofport.lock().ok().and_then(|t| *t),
-            remotes: self.remote_nodes(&state),
-            node_ip: self.node_ip(),
-            attachments: self.attachments(),
+            pods: desired::pod_ports(&attachments),
+            tunnel: tunnel.map(|ofport| Tunnel {
+                ofport,
+                remotes,
+                node_ip: self.node_ip(),
+                guard: true,
+            }),
+            local: desired::local_pods(&attachments),
             admitted,
             state,
             node,
@@ -669,7 +663,7 @@ impl Agent {
     /// drift) with one `replace-flows`, then by sending only the difference
     /// as one atomic bundle. Also keeps the host routes to remote pod CIDRs.
     ///
-    /// The translation and the diff run on the blocking pool ([`compute`]
+    /// The translation and the diff run on the blocking pool ([`desired::compute`]
     /// is linear in the cluster, and a policy is capped at
     /// `max_policy_flows`), so a large policy never occupies a runtime
     /// thread: CNI requests, the API and metrics keep being served while
@@ -685,7 +679,7 @@ impl Agent {
         // Until the lines are back: a failed task means a full replace.
         applied.valid = false;
         let (desired, want, change, old) = blocking(move || {
-            let d = compute(inputs);
+            let d = desired::compute(&inputs);
             let want: HashSet<String> = d.lines.iter().cloned().collect();
             let change = if valid {
                 FlowChange::Bundle(diff_mods(&old, &want))
@@ -1440,7 +1434,7 @@ impl Agent {
                     mac: flows::pod_mac(a.ip),
                 },
             );
-            problems.extend(compare_flows(&want, &dump, flows::cookie::pod(ofport)));
+            problems.extend(compare_flows(&want, &dump, crate::cookie::pod(ofport)));
         }
         if problems.is_empty() {
             Ok(())
@@ -1584,88 +1578,12 @@ pub struct ReconcileReport {
     pub flow_changes: oxvs_api::FlowModResult,
 }
 
-/// What the node's flows are computed from ([`Agent::inputs`]).
-struct Inputs {
-    node: NodeNet,
-    pods: Vec<PodPort>,
-    tunnel: Option<u32>,
-    remotes: Vec<RemoteNode>,
-    /// This node's underlay address (the tunnel guard covers it too).
-    node_ip: Option<Ipv4Addr>,
-    state: Arc<ClusterState>,
-    /// Pods ADD read from the source that the snapshot lacks.
-    admitted: Vec<Pod>,
-    attachments: Vec<Attachment>,
-    max_policy_flows: usize,
-}
-
-/// The node's desired flows.
-struct Desired {
-    lines: Vec<String>,
-    rules: Vec<RuleRef>,
-    refused: Vec<Refusal>,
-}
-
 /// How the switch is brought to the desired flows.
 enum FlowChange {
     /// `replace-flows` with this text (first time, or after a failure).
     Replace(String),
     /// One atomic bundle of these mods (may be empty).
     Bundle(String),
-}
-
-/// Every flow the node should have, from the records and the cluster
-/// (pure; runs on the blocking pool).
-fn compute(inp: Inputs) -> Desired {
-    let node = &inp.node;
-    let mut lines = flows::node_flows(node);
-    for p in &inp.pods {
-        lines.extend(flows::pod_flows(node, p));
-    }
-    if let Some(tun) = inp.tunnel {
-        lines.extend(flows::tunnel_flows(node, tun, &inp.remotes));
-        let node_ips: Vec<Ipv4Addr> = inp
-            .remotes
-            .iter()
-            .map(|r| r.ip)
-            .chain(inp.node_ip)
-            .collect();
-        lines.extend(flows::tunnel_guard_flows(&node_ips, flows::VXLAN_UDP_PORT));
-    }
-    // Local pods for policy: the IP the pod has here is authoritative.
-    let mut state = (*inp.state).clone();
-    for p in inp.admitted {
-        state.pods.insert(p.key(), p);
-    }
-    let mut local = Vec::new();
-    for a in &inp.attachments {
-        let (Some(ofport), AttachState::Ready) = (a.ofport, a.state) else {
-            continue;
-        };
-        if a.pod_name.is_empty() {
-            continue;
-        }
-        if let Some(p) = state
-            .pods
-            .get_mut(&(a.pod_namespace.clone(), a.pod_name.clone()))
-        {
-            p.ip = Some(a.ip);
-        }
-        local.push(LocalPod {
-            namespace: a.pod_namespace.clone(),
-            name: a.pod_name.clone(),
-            ip: a.ip,
-            ofport,
-        });
-    }
-    let node_addrs = policy::local_node_addresses(&state, &local);
-    let pf = policy::policy_flows_limited(&state, &local, &node_addrs, inp.max_policy_flows);
-    lines.extend(pf.flows);
-    Desired {
-        lines,
-        rules: pf.rules,
-        refused: pf.refused,
-    }
 }
 
 /// The bundle that turns the flows `old` into `want`: deletes, then adds.
@@ -1932,7 +1850,7 @@ mod tests {
                 pod_tx_checksum_off: true,
                 switch_timeout: Duration::from_secs(1),
                 masquerade: false,
-                max_policy_flows: policy::DEFAULT_MAX_POLICY_FLOWS,
+                max_policy_flows: crate::policy::DEFAULT_MAX_POLICY_FLOWS,
             })
             .unwrap(),
         )
@@ -2274,9 +2192,9 @@ mod tests {
             lines: vec![],
             flows: entries,
         };
-        assert!(compare_flows(&want, &dump, flows::cookie::pod(3)).is_empty());
+        assert!(compare_flows(&want, &dump, crate::cookie::pod(3)).is_empty());
         dump.flows.pop();
-        let p = compare_flows(&want, &dump, flows::cookie::pod(3));
+        let p = compare_flows(&want, &dump, crate::cookie::pod(3));
         assert_eq!(
             p,
             vec!["1 of its flows are missing from the switch".to_string()]

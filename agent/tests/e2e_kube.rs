@@ -66,6 +66,7 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use kube_support::{ApiProxy, Cluster};
 use node::{run_plugin, CniOut, GW};
+use oxvs_agent::cookie::Feature;
 use serde_json::{json, Value};
 
 const NODE: &str = "n1";
@@ -467,20 +468,20 @@ fn probe(from: &KPod, ip: &str, want: bool, secs: f64, per: f64) -> (bool, Strin
     (out.status.success(), text)
 }
 
-/// The feature (high 16 bits) of a dump line's cookie.
-fn feature(line: &str) -> Option<u64> {
+/// The feature of a dump line's cookie.
+fn feature(line: &str) -> Option<Feature> {
     let i = line.find("cookie=0x")? + "cookie=0x".len();
     let hex: String = line[i..]
         .chars()
         .take_while(char::is_ascii_hexdigit)
         .collect();
-    u64::from_str_radix(&hex, 16).ok().map(|c| c >> 48)
+    u64::from_str_radix(&hex, 16).ok().and_then(Feature::of)
 }
 
-/// Dump lines of NetworkPolicy flows (cookie feature 4: rules, 5: isolation).
+/// Dump lines of NetworkPolicy flows (rules and isolation).
 fn policy_lines(dump: &str) -> Vec<&str> {
     dump.lines()
-        .filter(|l| matches!(feature(l), Some(4 | 5)))
+        .filter(|l| matches!(feature(l), Some(Feature::PolicyRule | Feature::Isolation)))
         .collect()
 }
 
@@ -782,7 +783,7 @@ fn agent_follows_the_kubernetes_api() {
         .ctl_ok(&["dump-flows", "--names", "--table", "IngressDefaultRule"]);
     assert!(
         out.lines().any(|l| l.contains("cookie=0x5")
-            && feature(l) == Some(5)
+            && feature(l) == Some(Feature::Isolation)
             && mentions(l, &format!("nw_dst={}", srv.ip))
             && l.contains("drop")),
         "no isolation drop for srv {} in IngressDefaultRule:\n{out}",
@@ -816,7 +817,8 @@ fn agent_follows_the_kubernetes_api() {
     assert!(
         rules
             .lines()
-            .any(|l| feature(l) == Some(4) && mentions(l, &format!("nw_src={}", cli.ip))),
+            .any(|l| feature(l) == Some(Feature::PolicyRule)
+                && mentions(l, &format!("nw_src={}", cli.ip))),
         "IngressRule does not match cli {}:\n{rules}",
         cli.ip
     );

@@ -7,8 +7,9 @@ mod policy_support;
 
 use std::collections::BTreeSet;
 
+use oxvs_agent::cookie;
 use oxvs_agent::model::*;
-use oxvs_agent::policy::{self, allowed, cookie, policy_flows, Direction, Endpoint, LocalPod, L4};
+use oxvs_agent::policy::{self, allowed, policy_flows, Direction, Endpoint, LocalPod, L4};
 use oxvs_pipeline::parse::{parse_flow_file, ParseContext};
 use policy_support::*;
 

@@ -37,8 +37,9 @@
 //!   OVS require (adding a second flow with the same match and priority
 //!   would replace the first).
 //!
-//! The table numbers come from [`oxvs_pipeline::names`]; register bits are
-//! named once, in [`reg`]. The text is plain `ovs-ofctl` syntax (numbers for
+//! The table numbers come from [`oxvs_pipeline::names`], the register
+//! fields and marks from [`oxvs_pipeline::regs`] (the agent's, so a rule id
+//! is in the same register here as on a node). The text is plain `ovs-ofctl` syntax (numbers for
 //! tables, so the same file also loads into Open vSwitch: `ovs-ofctl
 //! add-flows br file`).
 //!
@@ -65,7 +66,7 @@ pub mod policy_bench;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use oxvs_pipeline::names;
+use oxvs_pipeline::{names, regs};
 
 /// OpenFlow port of the VXLAN tunnel (Antrea: `antrea-tun0` = 1).
 pub const TUNNEL_PORT: u32 = 1;
@@ -79,32 +80,6 @@ pub const CT_ZONE: u16 = 65520;
 pub const VIRTUAL_MAC: [u8; 6] = [0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff];
 /// Priority of NetworkPolicy rule flows (Kubernetes policies share one).
 pub const POLICY_PRIORITY: u16 = 200;
-
-/// Register bits used by the generated pipeline (the only place they are named).
-pub mod reg {
-    /// `reg0[0..3]`: where the packet came from.
-    pub const PKT_SOURCE: &str = "NXM_NX_REG0[0..3]";
-    /// Value of [`PKT_SOURCE`]: from the tunnel.
-    pub const FROM_TUNNEL: u32 = 1;
-    /// Value of [`PKT_SOURCE`]: from the gateway.
-    pub const FROM_GATEWAY: u32 = 2;
-    /// Value of [`PKT_SOURCE`]: from a local pod.
-    pub const FROM_POD: u32 = 3;
-    /// `reg0[16]`: the output port in `reg1` is valid.
-    pub const OFPORT_FOUND: &str = "NXM_NX_REG0[16]";
-    /// Match value/mask of [`OFPORT_FOUND`].
-    pub const OFPORT_FOUND_MATCH: &str = "reg0=0x10000/0x10000";
-    /// `reg0[19]`: the packet was routed (MACs rewritten): decrement the TTL.
-    pub const REWRITE_MAC: &str = "NXM_NX_REG0[19]";
-    /// Match value/mask of [`REWRITE_MAC`].
-    pub const REWRITE_MAC_MATCH: &str = "reg0=0x80000/0x80000";
-    /// `reg1`: output OpenFlow port.
-    pub const TARGET_OFPORT: &str = "NXM_NX_REG1[]";
-    /// `reg3`: conjunction id of the egress rule that allowed the packet.
-    pub const EGRESS_RULE_ID: &str = "NXM_NX_REG3[]";
-    /// `reg6`: conjunction id of the ingress rule that allowed the packet.
-    pub const INGRESS_RULE_ID: &str = "NXM_NX_REG6[]";
-}
 
 /// A small, fast, seeded PRNG (SplitMix64). Deterministic across platforms.
 #[derive(Clone, Debug)]
@@ -511,7 +486,6 @@ impl Cluster {
         let gw_mac = fmt_mac(GATEWAY_MAC);
         let vmac = fmt_mac(VIRTUAL_MAC);
         let gw_ip = fmt_ip(gateway_ip(0));
-        let src = reg::PKT_SOURCE;
 
         // Classifier: where did the packet come from?
         f.add(
@@ -519,9 +493,9 @@ impl Cluster {
             200,
             &format!("in_port={TUNNEL_PORT}"),
             &format!(
-                "load:{:#x}->{src},load:0x1->{},{}",
-                reg::FROM_TUNNEL,
-                reg::REWRITE_MAC,
+                "{},{},{}",
+                regs::FROM_TUNNEL.load(),
+                regs::REWRITE_MAC_MARK.load(),
                 goto(CONNTRACK_ZONE)
             ),
         );
@@ -529,14 +503,14 @@ impl Cluster {
             CLASSIFIER,
             200,
             &format!("in_port={GATEWAY_PORT}"),
-            &format!("load:{:#x}->{src},{}", reg::FROM_GATEWAY, goto(SPOOF_GUARD)),
+            &format!("{},{}", regs::FROM_GATEWAY.load(), goto(SPOOF_GUARD)),
         );
         for p in self.local_pods() {
             f.add(
                 CLASSIFIER,
                 190,
                 &format!("in_port={}", p.ofport),
-                &format!("load:{:#x}->{src},{}", reg::FROM_POD, goto(SPOOF_GUARD)),
+                &format!("{},{}", regs::FROM_POD.load(), goto(SPOOF_GUARD)),
             );
         }
         f.add(CLASSIFIER, 0, "", "drop");
@@ -619,9 +593,9 @@ impl Cluster {
                 200,
                 &format!("ip,nw_dst={}", fmt_ip(p.ip)),
                 &format!(
-                    "set_field:{gw_mac}->eth_src,set_field:{}->eth_dst,load:0x1->{},{}",
+                    "set_field:{gw_mac}->eth_src,set_field:{}->eth_dst,{},{}",
                     fmt_mac(p.mac),
-                    reg::REWRITE_MAC,
+                    regs::REWRITE_MAC_MARK.load(),
                     goto(L3_DEC_TTL)
                 ),
             );
@@ -633,9 +607,9 @@ impl Cluster {
                 &format!("ip,nw_dst={}/24", fmt_ip(node_cidr(j))),
                 &format!(
                     "set_field:{gw_mac}->eth_src,set_field:{vmac}->eth_dst,\
-                     set_field:{}->tun_dst,load:0x1->{},{}",
+                     set_field:{}->tun_dst,{},{}",
                     fmt_ip(node_ip(j)),
-                    reg::REWRITE_MAC,
+                    regs::REWRITE_MAC_MARK.load(),
                     goto(L3_DEC_TTL)
                 ),
             );
@@ -646,13 +620,13 @@ impl Cluster {
         f.add(
             L3_DEC_TTL,
             210,
-            &format!("ip,reg0={:#x}/0xf", reg::FROM_GATEWAY),
+            &format!("ip,{}", regs::FROM_GATEWAY.matching()),
             &goto(L2_FORWARDING_CALC),
         );
         f.add(
             L3_DEC_TTL,
             200,
-            &format!("ip,{}", reg::REWRITE_MAC_MATCH),
+            &format!("ip,{}", regs::REWRITE_MAC_MARK.matching()),
             &format!("dec_ttl,{}", goto(L2_FORWARDING_CALC)),
         );
         f.add(L3_DEC_TTL, 0, "", &goto(L2_FORWARDING_CALC));
@@ -664,9 +638,9 @@ impl Cluster {
                 200,
                 &format!("dl_dst={mac}"),
                 &format!(
-                    "load:{port:#x}->{},load:0x1->{},{}",
-                    reg::TARGET_OFPORT,
-                    reg::OFPORT_FOUND,
+                    "{},{},{}",
+                    regs::TARGET_OFPORT.load(port),
+                    regs::OFPORT_FOUND_MARK.load(),
                     goto(INGRESS_RULE)
                 ),
             );
@@ -692,8 +666,8 @@ impl Cluster {
         f.add(
             OUTPUT,
             200,
-            reg::OFPORT_FOUND_MATCH,
-            &format!("output:{}", reg::TARGET_OFPORT),
+            &regs::OFPORT_FOUND_MARK.matching(),
+            &format!("output:{}", regs::TARGET_OFPORT.nxm()),
         );
         f.add(OUTPUT, 0, "", "drop");
         f.render()
@@ -732,7 +706,7 @@ impl Cluster {
                 f.add(
                     INGRESS_RULE,
                     prio,
-                    &format!("ip,reg1={:#x}", self.pods[a].ofport),
+                    &format!("ip,{}", regs::TARGET_OFPORT.matching(self.pods[a].ofport)),
                     &format!("conjunction({c},2/3)"),
                 );
                 if !isolated_in.contains(&a) {
@@ -751,16 +725,12 @@ impl Cluster {
                 INGRESS_RULE,
                 prio,
                 &format!("conj_id={c},ip"),
-                &format!(
-                    "load:{c:#x}->{},{}",
-                    reg::INGRESS_RULE_ID,
-                    goto(INGRESS_METRIC)
-                ),
+                &format!("{},{}", regs::INGRESS_RULE.load(c), goto(INGRESS_METRIC)),
             );
             f.add(
                 INGRESS_METRIC,
                 200,
-                &format!("ip,reg6={c:#x}"),
+                &format!("ip,{}", regs::INGRESS_RULE.matching(c)),
                 &goto(CONNTRACK_COMMIT),
             );
 
@@ -806,16 +776,12 @@ impl Cluster {
                 EGRESS_RULE,
                 prio,
                 &format!("conj_id={c},ip"),
-                &format!(
-                    "load:{c:#x}->{},{}",
-                    reg::EGRESS_RULE_ID,
-                    goto(EGRESS_METRIC)
-                ),
+                &format!("{},{}", regs::EGRESS_RULE.load(c), goto(EGRESS_METRIC)),
             );
             f.add(
                 EGRESS_METRIC,
                 200,
-                &format!("ip,reg3={c:#x}"),
+                &format!("ip,{}", regs::EGRESS_RULE.matching(c)),
                 &goto(L3_FORWARDING),
             );
         }
@@ -836,7 +802,7 @@ impl Cluster {
             f.add(
                 INGRESS_DEFAULT_RULE,
                 200,
-                &format!("ip,reg1={:#x}", self.pods[a].ofport),
+                &format!("ip,{}", regs::TARGET_OFPORT.matching(self.pods[a].ofport)),
                 "drop",
             );
         }

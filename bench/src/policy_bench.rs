@@ -37,9 +37,10 @@
 //!
 //! The node first holds its base flows (node, pods, tunnel: what
 //! `oxvs-agent` installs without policy). Then, as the agent and switch do
-//! when policies arrive: `translate` = [`oxvs_agent::policy::policy_flows`]
-//! for the node's local pods; `diff` = the agent's line-set difference
-//! against the installed lines and the bundle text; `parse` = the flow text
+//! when policies arrive: `translate` = [`desired::policy_flows`] (the
+//! policy part of the agent's [`desired::compute`]) for the node's local
+//! pods; `diff` = the agent's line-set difference against the installed
+//! lines and the bundle text; `parse` = the flow text
 //! of the new lines parsed ([`parse_flow_file`]); `install` = one atomic
 //! [`Pipeline::apply`] of the adds. `replace` is the other install path
 //! (first sync / agent restart): [`Pipeline::replace_all`] of base + policy
@@ -57,12 +58,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ipnet::Ipv4Net;
+use oxvs_agent::cookie::Feature;
+use oxvs_agent::desired::{self, Inputs, Tunnel};
 use oxvs_agent::flows::{self as aflows, NodeNet, PodPort, RemoteNode};
 use oxvs_agent::model::{
     ClusterState, ContainerPort, LabelSelector, Labels, Namespace, NetworkPolicy, Node, Peer,
     PolicyPort, PortRef, Protocol, Requirement, Rule, SelectorOp,
 };
-use oxvs_agent::policy::{self, cookie, LocalPod};
+use oxvs_agent::policy::{self, LocalPod};
 use oxvs_pipeline::conntrack::{Conntrack, CtConfig};
 use oxvs_pipeline::datapath::{CountingSink, Datapath, DatapathConfig, DpPacket, TunnelMeta};
 use oxvs_pipeline::flow::FlowMod;
@@ -108,33 +111,30 @@ pub struct NodeModel {
     pub ports: Vec<PodPort>,
     pub local: Vec<LocalPod>,
     pub remotes: Vec<RemoteNode>,
-    /// Every node's underlay address (this one's included): the tunnel
-    /// guard's flows, unless `tunnel_guard` is off.
-    pub node_ips: Vec<Ipv4Addr>,
-    /// Install the tunnel guard ([`aflows::tunnel_guard_flows`]), as the
-    /// agent does; off only to measure what it costs.
+    /// This node's underlay address (the tunnel guard covers it and every
+    /// remote node's).
+    pub node_ip: Option<Ipv4Addr>,
+    /// Install the tunnel guard ([`Tunnel::guard`]), as the agent does; off
+    /// only to measure what it costs.
     pub tunnel_guard: bool,
 }
 
 impl NodeModel {
-    /// The flows the agent installs on this node without any policy.
-    pub fn base_flows(&self) -> Vec<String> {
-        let mut v = aflows::node_flows(&self.net);
-        for p in &self.ports {
-            v.extend(aflows::pod_flows(&self.net, p));
+    /// What the agent of this node computes its flows from, in a cluster
+    /// `state`: [`desired::compute`] of it is the node's flow set.
+    pub fn inputs(&self, state: Arc<ClusterState>) -> Inputs {
+        Inputs {
+            pods: self.ports.clone(),
+            tunnel: Some(Tunnel {
+                ofport: TUNNEL_OFPORT,
+                remotes: self.remotes.clone(),
+                node_ip: self.node_ip,
+                guard: self.tunnel_guard,
+            }),
+            state,
+            local: self.local.clone(),
+            ..Inputs::for_node(self.net.clone())
         }
-        v.extend(aflows::tunnel_flows(
-            &self.net,
-            TUNNEL_OFPORT,
-            &self.remotes,
-        ));
-        if self.tunnel_guard {
-            v.extend(aflows::tunnel_guard_flows(
-                &self.node_ips,
-                aflows::VXLAN_UDP_PORT,
-            ));
-        }
-        v
     }
 }
 
@@ -342,7 +342,7 @@ impl Model {
                     ports: Vec::new(),
                     local: Vec::new(),
                     remotes: Vec::new(),
-                    node_ips: Vec::new(),
+                    node_ip: None,
                     tunnel_guard: true,
                 }
             })
@@ -423,7 +423,7 @@ impl Model {
             .collect();
         for n in &mut nodes {
             n.remotes = all.iter().filter(|r| r.name != n.name).cloned().collect();
-            n.node_ips = all.iter().map(|r| r.ip).collect();
+            n.node_ip = all.iter().find(|r| r.name == n.name).map(|r| r.ip);
         }
         for k in 0..spec.policies {
             let p = make_policy(k, n_ns, spec.pods_per_namespace);
@@ -451,9 +451,12 @@ impl Model {
 }
 
 /// Counts the flows of `lines` that belong to NetworkPolicy (rule and
-/// isolation cookies, feature 0x0004 / 0x0005).
+/// isolation cookies: [`Feature::PolicyRule`], [`Feature::Isolation`]).
 pub fn is_policy_cookie(c: u64) -> bool {
-    c >> 48 == cookie::RULE_FEATURE || c >> 48 == cookie::ISOLATION_FEATURE
+    matches!(
+        Feature::of(c),
+        Some(Feature::PolicyRule | Feature::Isolation)
+    )
 }
 
 /// Results for one node.
@@ -510,9 +513,11 @@ pub fn realise(
     live_bytes: Option<&dyn Fn() -> i64>,
 ) -> Result<Vec<NodeResult>, BenchError> {
     let ctx = ParseContext::default();
+    let state = Arc::new(model.state.clone());
     let mut out = Vec::with_capacity(model.nodes.len());
     for n in &model.nodes {
-        let base = n.base_flows();
+        let inputs = n.inputs(Arc::clone(&state));
+        let base = desired::base_flows(&inputs);
         let pipeline = pipeline_with(&n.name, &base)?;
         let mut r = NodeResult {
             node: n.name.clone(),
@@ -522,7 +527,7 @@ pub fn realise(
         };
 
         let t = Instant::now();
-        let pf = policy::policy_flows(&model.state, &n.local);
+        let pf = desired::policy_flows(&inputs);
         r.translate = t.elapsed();
         r.policy_flows = pf.flows.len();
         r.rules = pf.rules.len();
@@ -819,8 +824,7 @@ pub fn allowed_traffic(policies: &Model, n: usize) -> Result<Vec<DpPacket<Vec<u8
     let Some(node) = policies.nodes.first() else {
         return Err(BenchError::Spec("no node".into()));
     };
-    let mut lines = node.base_flows();
-    lines.extend(policy::policy_flows(&policies.state, &node.local).flows);
+    let lines = desired::compute(&node.inputs(Arc::new(policies.state.clone()))).lines;
     let pipeline = Arc::new(pipeline_with(&node.name, &lines)?);
     let mut ports = vec![TUNNEL_OFPORT, GATEWAY_OFPORT];
     ports.extend(node.ports.iter().map(|p| p.ofport));
@@ -859,8 +863,7 @@ pub fn datapath_pps(
     let Some(node) = model.nodes.first() else {
         return Err(BenchError::Spec("no node".into()));
     };
-    let mut lines = node.base_flows();
-    lines.extend(policy::policy_flows(&model.state, &node.local).flows);
+    let lines = desired::compute(&node.inputs(Arc::new(model.state.clone()))).lines;
     let pipeline = Arc::new(pipeline_with(&node.name, &lines)?);
     let mut ports = vec![TUNNEL_OFPORT, GATEWAY_OFPORT];
     ports.extend(node.ports.iter().map(|p| p.ofport));

@@ -20,6 +20,7 @@
 //! | [`cache`], [`datapath`], [`packet`] | exact-match and megaflow caches; batch processing; header rewrites |
 //! | [`trace`] | `ofproto/trace`-style explanations |
 //! | [`names`] | the oxvs table plan (numbers and names) |
+//! | [`regs`] | the table plan's register fields and marks, by name (`reg0[0..3]` = `PKT_SOURCE`...) |
 //!
 //! ## The packet's way
 //!
@@ -71,6 +72,7 @@ pub mod odp;
 pub mod packet;
 pub mod parse;
 pub mod print;
+pub mod regs;
 pub mod tables;
 pub mod trace;
 pub mod xlate;

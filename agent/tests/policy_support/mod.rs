@@ -6,6 +6,7 @@
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
+use oxvs_agent::desired::{self, Inputs, Tunnel};
 use oxvs_agent::flows::{self, NodeNet, PodPort, RemoteNode};
 use oxvs_agent::model::*;
 use oxvs_agent::policy::{policy_flows, Endpoint, LocalPod, PolicyFlows, L4};
@@ -155,7 +156,8 @@ pub fn local_pods(state: &ClusterState) -> Vec<LocalPod> {
         .collect()
 }
 
-/// The whole flow text of node "n1": node, pod and policy flows.
+/// The whole flow text of node "n1": node, pod and tunnel flows (the
+/// agent's [`desired::base_flows`], without the tunnel guard) and `pf`.
 pub fn node_text(local: &[LocalPod], pf: &PolicyFlows) -> String {
     let pods: Vec<PodPort> = local
         .iter()
@@ -165,12 +167,18 @@ pub fn node_text(local: &[LocalPod], pf: &PolicyFlows) -> String {
             mac: flows::pod_mac(l.ip),
         })
         .collect();
-    let mut text = flows::desired_flows(&node(), &pods);
-    for l in flows::tunnel_flows(&node(), TUNNEL_PORT, &[remote_node()]) {
-        text.push_str(&l);
-        text.push('\n');
-    }
-    for l in &pf.flows {
+    let base = desired::base_flows(&Inputs {
+        pods,
+        tunnel: Some(Tunnel {
+            ofport: TUNNEL_PORT,
+            remotes: vec![remote_node()],
+            node_ip: None,
+            guard: false,
+        }),
+        ..Inputs::for_node(node())
+    });
+    let mut text = String::new();
+    for l in base.iter().chain(&pf.flows) {
         text.push_str(l);
         text.push('\n');
     }

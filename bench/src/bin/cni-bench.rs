@@ -677,7 +677,7 @@ fn run_probe(dir: &Path, switch_sock: &Path, pods: &[String]) -> Result<Probe> {
         }
 
         // DEL, in the agent's teardown order.
-        let spec = format!("cookie={:#x}/-1", flows::cookie::pod(info.ofport));
+        let spec = format!("cookie={:#x}/-1", oxvs_agent::cookie::pod(info.ofport));
         timed(&mut probe, "DEL", "switch del-flows (by cookie)", || {
             switch_call(
                 switch_sock,

@@ -21,9 +21,9 @@ use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use oxvs_agent::api::{self, NodeView};
-use oxvs_agent::flows::{self, NodeNet, PodPort, RemoteNode};
+use oxvs_agent::desired::{self, Inputs, Tunnel};
+use oxvs_agent::flows::{self, NodeNet, RemoteNode};
 use oxvs_agent::model::{ClusterState, LabelSelector, NetworkPolicy, Node, Peer, Pod, Rule};
-use oxvs_agent::policy::{self, LocalPod};
 use oxvs_agent::state::{AttachState, Attachment};
 use oxvs_api::agent::{parse_agent_request, AgentRequest, Proto, TraceflowRequest, TunnelArrival};
 use oxvs_api::protocol::{Request, Response, TraceRequest, TraceResult};
@@ -170,32 +170,20 @@ fn fixture() -> &'static Fixture {
             ip: Ipv4Addr::new(192, 168, 77, 12),
         }];
         let node = node_net();
-        let pods: Vec<PodPort> = attachments
-            .iter()
-            .map(|a| PodPort {
-                ofport: a.ofport.unwrap_or_default(),
-                ip: a.ip,
-                mac: flows::parse_mac(&a.mac).expect("mac"),
-            })
-            .collect();
-        let local: Vec<LocalPod> = attachments
-            .iter()
-            .map(|a| LocalPod {
-                namespace: a.pod_namespace.clone(),
-                name: a.pod_name.clone(),
-                ip: a.ip,
-                ofport: a.ofport.unwrap_or_default(),
-            })
-            .collect();
-        let pf = policy::policy_flows(&cluster, &local);
-        let mut text = flows::desired_flows(&node, &pods);
-        for l in flows::tunnel_flows(&node, TUN, &remotes)
-            .iter()
-            .chain(&pf.flows)
-        {
-            text.push_str(l);
-            text.push('\n');
-        }
+        let cluster = Arc::new(cluster);
+        let desired = desired::compute(&Inputs {
+            pods: desired::pod_ports(&attachments),
+            tunnel: Some(Tunnel {
+                ofport: TUN,
+                remotes: remotes.clone(),
+                node_ip: None,
+                guard: false,
+            }),
+            state: Arc::clone(&cluster),
+            local: desired::local_pods(&attachments),
+            ..Inputs::for_node(node.clone())
+        });
+        let text = desired.text();
         let switch = crate::common::start_switch();
         let parsed =
             parse_flow_file(&text, &ParseContext::default()).expect("the agent's flows parse");
@@ -211,8 +199,8 @@ fn fixture() -> &'static Fixture {
             tunnel_ofport: Some(TUN),
             switchd_socket: "/nonexistent/switchd.sock".into(),
             attachments,
-            cluster: Arc::new(cluster),
-            rules: pf.rules,
+            cluster,
+            rules: desired.rules,
             remotes,
         };
         Fixture {

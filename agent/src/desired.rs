@@ -1,0 +1,193 @@
+//! The node's desired flow set: one pure function of what the agent knows.
+//!
+//! [`compute`] is the only place the flows a node should have are put
+//! together: the node's own flows, each pod's, the tunnel's and its guard,
+//! and NetworkPolicy. The agent calls it on every change (`Agent::sync`,
+//! on the blocking pool: it is linear in the cluster), the tests call it to
+//! get the flows they load into a pipeline (and compare them with the
+//! golden files of `agent/tests/golden/`), and the benchmarks call it to
+//! realise a synthetic cluster exactly as a node would.
+//!
+//! [`Inputs`] is everything the flows depend on, owned, so that the agent
+//! can clone it out of its locks and move it to another thread. The parts
+//! ([`base_flows`], [`policy_flows`]) are public for callers that time them
+//! separately; [`compute`] is their concatenation.
+
+use std::borrow::Cow;
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+
+use crate::flows::{self, NodeNet, PodPort, RemoteNode};
+use crate::model::{ClusterState, Pod};
+use crate::policy::{self, LocalPod, PolicyFlows, Refusal, RuleRef};
+use crate::state::{AttachState, Attachment};
+
+/// The tunnel port and the nodes behind it.
+#[derive(Clone, Debug)]
+pub struct Tunnel {
+    /// The tunnel's OpenFlow port.
+    pub ofport: u32,
+    /// The other nodes (already checked: `crate::nodes::check_remotes`).
+    pub remotes: Vec<RemoteNode>,
+    /// This node's underlay address (the tunnel guard covers it too).
+    pub node_ip: Option<Ipv4Addr>,
+    /// Install the tunnel guard ([`flows::tunnel_guard_flows`]). The agent
+    /// always does; off only to measure what the guard costs.
+    pub guard: bool,
+}
+
+/// Everything a node's flows are computed from.
+#[derive(Clone, Debug)]
+pub struct Inputs {
+    pub node: NodeNet,
+    /// The pods attached to this node's switch, sorted.
+    pub pods: Vec<PodPort>,
+    /// `None` until the switch has a tunnel port.
+    pub tunnel: Option<Tunnel>,
+    pub state: Arc<ClusterState>,
+    /// Pods read from the source for an ADD that the snapshot lacks yet.
+    pub admitted: Vec<Pod>,
+    /// The local pods NetworkPolicy applies to, with the address each has
+    /// here (authoritative over the snapshot's).
+    pub local: Vec<LocalPod>,
+    /// The cap on the flows one policy may add ([`policy::policy_flows_limited`]).
+    pub max_policy_flows: usize,
+}
+
+impl Inputs {
+    /// A node with no pod, no tunnel and an empty cluster: the start of
+    /// struct-update syntax in tests (`Inputs { pods, ..Inputs::for_node(n) }`).
+    pub fn for_node(node: NodeNet) -> Inputs {
+        Inputs {
+            node,
+            pods: Vec::new(),
+            tunnel: None,
+            state: Arc::new(ClusterState::default()),
+            admitted: Vec::new(),
+            local: Vec::new(),
+            max_policy_flows: policy::DEFAULT_MAX_POLICY_FLOWS,
+        }
+    }
+}
+
+/// The node's desired flows.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DesiredFlows {
+    /// Flow lines in `ovs-ofctl` syntax, in a fixed order.
+    pub lines: Vec<String>,
+    /// Every NetworkPolicy rule that has flows, by id.
+    pub rules: Vec<RuleRef>,
+    /// Policies refused on this node (too many flows).
+    pub refused: Vec<Refusal>,
+}
+
+impl DesiredFlows {
+    /// The lines as a flow file (each ends in a newline).
+    pub fn text(&self) -> String {
+        let mut out = String::with_capacity(self.lines.iter().map(|l| l.len() + 1).sum());
+        for l in &self.lines {
+            out.push_str(l);
+            out.push('\n');
+        }
+        out
+    }
+}
+
+/// Every flow the node should have (pure).
+pub fn compute(inp: &Inputs) -> DesiredFlows {
+    let mut lines = base_flows(inp);
+    let pf = policy_flows(inp);
+    lines.extend(pf.flows);
+    DesiredFlows {
+        lines,
+        rules: pf.rules,
+        refused: pf.refused,
+    }
+}
+
+/// The flows that do not depend on NetworkPolicy: the node's, each pod's,
+/// the tunnel's and its guard.
+pub fn base_flows(inp: &Inputs) -> Vec<String> {
+    let node = &inp.node;
+    let mut lines = flows::node_flows(node);
+    for p in &inp.pods {
+        lines.extend(flows::pod_flows(node, p));
+    }
+    if let Some(t) = &inp.tunnel {
+        lines.extend(flows::tunnel_flows(node, t.ofport, &t.remotes));
+        if t.guard {
+            let node_ips: Vec<Ipv4Addr> = t.remotes.iter().map(|r| r.ip).chain(t.node_ip).collect();
+            lines.extend(flows::tunnel_guard_flows(&node_ips, flows::VXLAN_UDP_PORT));
+        }
+    }
+    lines
+}
+
+/// The NetworkPolicy flows of the local pods. The cluster seen by the
+/// translator is the snapshot plus the admitted pods, with each local pod
+/// at the address it has here.
+pub fn policy_flows(inp: &Inputs) -> PolicyFlows {
+    let state = local_view(inp);
+    let node_addrs = policy::local_node_addresses(&state, &inp.local);
+    policy::policy_flows_limited(&state, &inp.local, &node_addrs, inp.max_policy_flows)
+}
+
+/// The snapshot with the admitted pods and the local pods' addresses
+/// (copied only when that changes anything).
+fn local_view(inp: &Inputs) -> Cow<'_, ClusterState> {
+    let differs = |lp: &LocalPod| {
+        inp.state
+            .pods
+            .get(&(lp.namespace.clone(), lp.name.clone()))
+            .is_some_and(|p| p.ip != Some(lp.ip))
+    };
+    if inp.admitted.is_empty() && !inp.local.iter().any(differs) {
+        return Cow::Borrowed(&inp.state);
+    }
+    let mut state = (*inp.state).clone();
+    for p in &inp.admitted {
+        state.pods.insert(p.key(), p.clone());
+    }
+    for lp in &inp.local {
+        if let Some(p) = state.pods.get_mut(&(lp.namespace.clone(), lp.name.clone())) {
+            p.ip = Some(lp.ip);
+        }
+    }
+    Cow::Owned(state)
+}
+
+/// The pod ports of the ready attachments, sorted.
+pub fn pod_ports(attachments: &[Attachment]) -> Vec<PodPort> {
+    let mut v: Vec<PodPort> = attachments
+        .iter()
+        .filter(|a| a.state == AttachState::Ready)
+        .filter_map(|a| {
+            Some(PodPort {
+                ofport: a.ofport?,
+                ip: a.ip,
+                mac: flows::parse_mac(&a.mac)?,
+            })
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// The local pods of the ready attachments that name their pod, in
+/// attachment order.
+pub fn local_pods(attachments: &[Attachment]) -> Vec<LocalPod> {
+    attachments
+        .iter()
+        .filter_map(|a| {
+            let (Some(ofport), AttachState::Ready) = (a.ofport, a.state) else {
+                return None;
+            };
+            (!a.pod_name.is_empty()).then(|| LocalPod {
+                namespace: a.pod_namespace.clone(),
+                name: a.pod_name.clone(),
+                ip: a.ip,
+                ofport,
+            })
+        })
+        .collect()
+}

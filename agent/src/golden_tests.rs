@@ -1,0 +1,435 @@
+//! Golden flow sets: the agent's complete desired flows for a few
+//! representative nodes, compared byte for byte with the files in
+//! `agent/tests/golden/`.
+//!
+//! A change that alters any flow the agent installs (text, order, cookie,
+//! priority) fails here, which is what a refactoring must not do. When a
+//! change of flows is intended, regenerate the files and review their diff:
+//!
+//! ```text
+//! OXVS_BLESS=1 cargo test -p oxvs-agent --lib golden
+//! git diff agent/tests/golden/
+//! ```
+//!
+//! Each file holds the flow lines in the order the agent computes them,
+//! then the rule ids it uses (`# rule`) and the policies it refused
+//! (`# refused`).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::desired::{compute, local_pods, pod_ports, Inputs, Tunnel};
+use crate::flows::{self, NodeNet, RemoteNode};
+use crate::model::*;
+use crate::state::{AttachState, Attachment};
+
+fn node() -> NodeNet {
+    NodeNet {
+        pod_cidr: "10.244.0.0/24".parse().unwrap(),
+        gateway_ip: "10.244.0.1".parse().unwrap(),
+        gateway_mac: [0x0a, 0x58, 10, 244, 0, 1],
+        gateway_ofport: 2,
+    }
+}
+
+fn remote(name: &str, cidr: &str, ip: &str) -> RemoteNode {
+    RemoteNode {
+        name: name.into(),
+        pod_cidr: cidr.parse().unwrap(),
+        ip: ip.parse().unwrap(),
+    }
+}
+
+/// A ready attachment of pod `ns/name` on `ofport`.
+fn att(ns: &str, name: &str, ip: &str, ofport: Option<u32>, state: AttachState) -> Attachment {
+    let ip: Ipv4Addr = ip.parse().unwrap();
+    Attachment {
+        container_id: format!("c-{ns}-{name}-{ip}"),
+        ifname: "eth0".into(),
+        netns: "/proc/1/ns/net".into(),
+        host_ifname: format!("h-{name}"),
+        pod_namespace: ns.into(),
+        pod_name: name.into(),
+        ip,
+        prefix_len: 24,
+        gateway: "10.244.0.1".parse().unwrap(),
+        mac: flows::mac_str(&flows::pod_mac(ip)),
+        mtu: 1450,
+        ofport,
+        state,
+    }
+}
+
+fn labels(kv: &[(&str, &str)]) -> Labels {
+    kv.iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn sel(kv: &[(&str, &str)]) -> LabelSelector {
+    LabelSelector {
+        match_labels: labels(kv),
+        match_expressions: vec![],
+    }
+}
+
+fn pod(
+    ns: &str,
+    name: &str,
+    node: &str,
+    ip: Option<&str>,
+    kv: &[(&str, &str)],
+    ports: &[(&str, u16, Protocol)],
+) -> Pod {
+    Pod {
+        namespace: ns.into(),
+        name: name.into(),
+        uid: format!("uid-{ns}-{name}"),
+        labels: labels(kv),
+        node_name: node.into(),
+        ip: ip.map(|s| s.parse().unwrap()),
+        host_network: false,
+        ports: ports
+            .iter()
+            .map(|(n, port, protocol)| ContainerPort {
+                name: Some(n.to_string()),
+                port: *port,
+                protocol: *protocol,
+            })
+            .collect(),
+    }
+}
+
+fn policy(ns: &str, name: &str, selector: LabelSelector) -> NetworkPolicy {
+    NetworkPolicy {
+        namespace: ns.into(),
+        name: name.into(),
+        uid: format!("uid-np-{ns}-{name}"),
+        pod_selector: selector,
+        ingress_isolation: false,
+        egress_isolation: false,
+        ingress: vec![],
+        egress: vec![],
+    }
+}
+
+fn port(protocol: Protocol, p: Option<PortRef>, end_port: Option<u16>) -> PolicyPort {
+    PolicyPort {
+        protocol,
+        port: p,
+        end_port,
+    }
+}
+
+fn pods_peer(ns: Option<LabelSelector>, pods: Option<LabelSelector>) -> Peer {
+    Peer::Pods {
+        namespace_selector: ns,
+        pod_selector: pods,
+    }
+}
+
+fn block(cidr: &str, except: &[&str]) -> Peer {
+    Peer::IpBlock {
+        cidr: cidr.parse().unwrap(),
+        except: except.iter().map(|e| e.parse().unwrap()).collect(),
+    }
+}
+
+/// Two namespaces, pods on this node ("n1") and on "n2", and policies
+/// with pod and namespace peers, ipBlocks with excepts, numbered, ranged
+/// and named ports, one-dimension rules, a deny-all.
+fn cluster() -> ClusterState {
+    let mut s = ClusterState::default();
+    for (name, kv) in [("x", [("team", "x")]), ("y", [("team", "y")])] {
+        s.namespaces.insert(
+            name.into(),
+            Namespace {
+                name: name.into(),
+                labels: labels(&kv),
+            },
+        );
+    }
+    for (name, cidr, ip) in [
+        ("n1", "10.244.0.0/24", "192.168.77.11"),
+        ("n2", "10.244.1.0/24", "192.168.77.12"),
+    ] {
+        s.nodes.insert(
+            name.into(),
+            Node {
+                name: name.into(),
+                pod_cidr: Some(cidr.parse().unwrap()),
+                internal_ip: Some(ip.parse().unwrap()),
+            },
+        );
+    }
+    let tcp = Protocol::Tcp;
+    let mut hostnet = pod("y", "hostnet", "n1", Some("192.168.77.11"), &[], &[]);
+    hostnet.host_network = true;
+    for p in [
+        pod(
+            "x",
+            "a",
+            "n1",
+            Some("10.244.0.3"),
+            &[("app", "web")],
+            &[("http", 8080, tcp)],
+        ),
+        pod(
+            "x",
+            "b",
+            "n1",
+            Some("10.244.0.4"),
+            &[("app", "db")],
+            &[("db", 5432, tcp)],
+        ),
+        // Its IP in the snapshot is stale: the attachment's wins.
+        pod(
+            "x",
+            "c",
+            "n1",
+            Some("10.244.0.99"),
+            &[("app", "web")],
+            &[("http", 9090, tcp)],
+        ),
+        pod(
+            "x",
+            "r",
+            "n2",
+            Some("10.244.1.3"),
+            &[("app", "web")],
+            &[("http", 8080, tcp)],
+        ),
+        pod(
+            "y",
+            "d",
+            "n2",
+            Some("10.244.1.4"),
+            &[("app", "client")],
+            &[],
+        ),
+        pod("y", "pending", "n2", None, &[("app", "client")], &[]),
+        hostnet,
+    ] {
+        s.pods.insert(p.key(), p);
+    }
+
+    let mut web = policy("x", "web-ingress", sel(&[("app", "web")]));
+    web.ingress_isolation = true;
+    web.ingress = vec![
+        Rule {
+            peers: vec![pods_peer(Some(sel(&[("team", "y")])), None)],
+            ports: vec![
+                port(tcp, Some(PortRef::Number(80)), None),
+                port(tcp, Some(PortRef::Name("http".into())), None),
+                port(tcp, Some(PortRef::Number(8000)), Some(8100)),
+            ],
+        },
+        Rule {
+            peers: vec![block("10.0.0.0/8", &["10.1.0.0/16", "10.2.3.0/24"])],
+            ports: vec![],
+        },
+    ];
+    let mut db = policy("x", "db-egress", sel(&[("app", "db")]));
+    db.egress_isolation = true;
+    db.ingress_isolation = true;
+    db.egress = vec![
+        Rule {
+            peers: vec![block("192.168.0.0/16", &["192.168.5.0/24"])],
+            ports: vec![
+                port(Protocol::Udp, Some(PortRef::Number(53)), None),
+                port(Protocol::Sctp, None, None),
+            ],
+        },
+        Rule {
+            peers: vec![pods_peer(None, Some(sel(&[("app", "web")])))],
+            ports: vec![port(tcp, Some(PortRef::Name("http".into())), None)],
+        },
+    ];
+    // Ingress from anyone on any port: one dimension (the selected pods).
+    db.ingress = vec![Rule::default()];
+    let mut deny = policy("y", "deny-all", sel(&[]));
+    deny.ingress_isolation = true;
+    deny.egress_isolation = true;
+    for p in [web, db, deny] {
+        s.policies.insert(p.key(), p);
+    }
+    s
+}
+
+/// The attachments of the policy scenarios: x/a, x/b, x/c and y/e
+/// (admitted, not yet in the snapshot) ready; one pending; one without a
+/// pod name.
+fn policy_attachments() -> Vec<Attachment> {
+    vec![
+        att("x", "a", "10.244.0.3", Some(3), AttachState::Ready),
+        att("x", "b", "10.244.0.4", Some(4), AttachState::Ready),
+        att("x", "c", "10.244.0.5", Some(5), AttachState::Ready),
+        att("y", "e", "10.244.0.6", Some(6), AttachState::Ready),
+        att("y", "f", "10.244.0.7", None, AttachState::Pending),
+        att("", "", "10.244.0.8", Some(8), AttachState::Ready),
+    ]
+}
+
+/// The tunnel on port 1 to `remotes`, this node being 192.168.77.11.
+fn tunnel(remotes: Vec<RemoteNode>) -> Tunnel {
+    Tunnel {
+        ofport: 1,
+        remotes,
+        node_ip: Some("192.168.77.11".parse().unwrap()),
+        guard: true,
+    }
+}
+
+fn scenarios() -> BTreeMap<&'static str, Inputs> {
+    let mut m = BTreeMap::new();
+    let pods_only = vec![
+        att("x", "a", "10.244.0.3", Some(3), AttachState::Ready),
+        att("x", "b", "10.244.0.4", Some(4), AttachState::Ready),
+    ];
+    m.insert(
+        "node",
+        Inputs {
+            node: node(),
+            pods: pod_ports(&pods_only),
+            tunnel: None,
+            state: Arc::new(ClusterState::default()),
+            admitted: vec![],
+            local: local_pods(&pods_only),
+            max_policy_flows: crate::policy::DEFAULT_MAX_POLICY_FLOWS,
+        },
+    );
+    let remotes = vec![
+        remote("n2", "10.244.1.0/24", "192.168.77.12"),
+        remote("n3", "10.244.2.0/24", "192.168.77.13"),
+        // A remote node claiming this node's pod CIDR: no flows of its own.
+        remote("n4", "10.244.0.0/24", "192.168.77.14"),
+    ];
+    m.insert(
+        "tunnel",
+        Inputs {
+            node: node(),
+            pods: pod_ports(&pods_only),
+            tunnel: Some(tunnel(remotes.clone())),
+            state: Arc::new(ClusterState::default()),
+            admitted: vec![],
+            local: local_pods(&pods_only),
+            max_policy_flows: crate::policy::DEFAULT_MAX_POLICY_FLOWS,
+        },
+    );
+    let admitted = vec![pod(
+        "y",
+        "e",
+        "n1",
+        Some("10.244.0.6"),
+        &[("app", "client")],
+        &[],
+    )];
+    for (name, max) in [
+        ("policies", crate::policy::DEFAULT_MAX_POLICY_FLOWS),
+        ("refused", 12),
+    ] {
+        let atts = policy_attachments();
+        m.insert(
+            name,
+            Inputs {
+                node: node(),
+                pods: pod_ports(&atts),
+                tunnel: Some(tunnel(remotes[..1].to_vec())),
+                state: Arc::new(cluster()),
+                admitted: admitted.clone(),
+                local: local_pods(&atts),
+                max_policy_flows: max,
+            },
+        );
+    }
+    m
+}
+
+fn render(inp: Inputs) -> String {
+    let d = compute(&inp);
+    let mut out = String::new();
+    for l in &d.lines {
+        out.push_str(l);
+        out.push('\n');
+    }
+    for r in &d.rules {
+        let _ = writeln!(
+            out,
+            "# rule {:#x} {}/{} {:?} {} uid={}",
+            r.id, r.policy.0, r.policy.1, r.direction, r.index, r.uid
+        );
+    }
+    for r in &d.refused {
+        let _ = writeln!(out, "# refused {r}");
+    }
+    out
+}
+
+fn golden_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
+}
+
+#[test]
+fn desired_flows_match_the_golden_files() {
+    let bless = std::env::var_os("OXVS_BLESS").is_some();
+    let mut failures = Vec::new();
+    for (name, inp) in scenarios() {
+        let got = render(inp);
+        let path = golden_dir().join(format!("{name}.flows"));
+        if bless {
+            std::fs::create_dir_all(golden_dir()).unwrap();
+            std::fs::write(&path, &got).unwrap();
+            continue;
+        }
+        let want = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+            panic!(
+                "{}: {e} (OXVS_BLESS=1 cargo test -p oxvs-agent --lib golden)",
+                path.display()
+            )
+        });
+        if got != want {
+            let first = got
+                .lines()
+                .zip(want.lines())
+                .position(|(g, w)| g != w)
+                .unwrap_or(got.lines().count().min(want.lines().count()));
+            failures.push(format!(
+                "{name}: differs from {} at line {}:\n  got:  {}\n  want: {}",
+                path.display(),
+                first + 1,
+                got.lines().nth(first).unwrap_or("<end>"),
+                want.lines().nth(first).unwrap_or("<end>"),
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{}\n(if intended: OXVS_BLESS=1 cargo test -p oxvs-agent --lib golden, then review git diff)",
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn golden_scenarios_cover_every_feature() {
+    // The files would prove little if a scenario lost its point.
+    let all: String = scenarios().into_values().map(render).collect();
+    for needle in [
+        "conjunction(",
+        "conj_id=",
+        "tp_dst=0x",
+        "nw_dst=10.244.0.3, tp_dst=8080",
+        "sctp",
+        "priority=201",
+        "priority=205",
+        "tun_src=",
+        "tp_dst=4789",
+        "# refused",
+        "table=IngressDefaultRule",
+        "table=EgressDefaultRule",
+    ] {
+        assert!(all.contains(needle), "no golden flow has {needle:?}");
+    }
+}
