@@ -567,6 +567,8 @@ pub struct XskPort {
     fill_target: usize,
     /// Full RX batches since the fill target was last adapted.
     full_batches: u32,
+    /// Packets received since the fill target was last adapted.
+    rx_since_adapt: u64,
     /// Adaptations in a row without a full batch.
     idle_rounds: u32,
     /// Frames queued for TX, not yet submitted.
@@ -831,6 +833,7 @@ impl XskPort {
                 FILL_TARGET.min(frames_total / 2)
             },
             full_batches: 0,
+            rx_since_adapt: 0,
             idle_rounds: 0,
             pending_tx: Vec::with_capacity(batch.max(1) * 4),
             in_flight: 0,
@@ -949,11 +952,11 @@ impl XskPort {
         if n == out.len() {
             self.full_batches += 1;
         }
-        for d in out.iter().take(n) {
-            self.counters.rx_packets += 1;
-            self.counters.rx_bytes += d.lengths().data() as u64;
-        }
-        self.mem.frames.borrow_mut().returned(&out[..n]);
+        let got = &out[..n];
+        self.rx_since_adapt += n as u64;
+        self.counters.rx_packets += n as u64;
+        self.counters.rx_bytes += got.iter().map(|d| d.lengths().data() as u64).sum::<u64>();
+        self.mem.frames.borrow_mut().returned(got);
         self.filled = self.filled.saturating_sub(n);
         n
     }
@@ -1060,13 +1063,18 @@ impl XskPort {
     }
 
     /// Adapts the fill target of a port on a shared UMEM to its load (called
-    /// every few tens of milliseconds): doubled after full RX batches or
-    /// fill-ring-empty drops while the UMEM has frames to spare, lowered
-    /// by a quarter (not below [`FILL_MIN`]) after a second without a full
-    /// batch. A lowered target gives frames back as packets arrive.
+    /// every few tens of milliseconds): a port is busy when it received a
+    /// full RX batch, lost packets to an empty fill ring, or received as
+    /// many packets as its fill ring holds since the last call. A busy
+    /// port's target doubles while the UMEM has frames to spare; after
+    /// twenty calls in a row without being busy it is lowered by a quarter
+    /// (not below [`FILL_MIN`]), and the fill ring gives frames back as
+    /// packets arrive.
     fn adapt_fill(&mut self, starved: bool) {
-        let busy = self.full_batches > 0 || starved;
+        let busy =
+            self.full_batches > 0 || starved || self.rx_since_adapt >= self.fill_target as u64;
         self.full_batches = 0;
+        self.rx_since_adapt = 0;
         if busy {
             self.idle_rounds = 0;
             let f = self.mem.frames.borrow();
