@@ -78,7 +78,7 @@
 //! /usr/lib/cni) installed; the four oxvs binaries built; a default route
 //! (its interface's address is the node's); no other kubelet running
 //! (k8s-local.sh allows one per host). It never starts a build. With
-//! `OXVS_REQUIRE_K8S=1` (set by `scripts/test.sh`, i.e. CI, whose setup
+//! `OXVS_TESTS_NO_SKIP=1` (set by `scripts/test.sh`, i.e. CI, whose setup
 //! builds the cache) a missing prerequisite fails the test instead.
 
 mod common;
