@@ -1125,4 +1125,5 @@ mod tests {
     }
 }
 pub mod plots;
+pub mod process;
 pub mod xbench;

@@ -61,16 +61,18 @@ use std::fs::File;
 use std::io::Write as _;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::{Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
+use clap::Parser;
 use oxvs_bench::cni_bench::{
     loadavg, parse_agent_log, parse_attached, parse_switch_log, summary_cells, table, Machine,
     Summary,
 };
+use oxvs_bench::process::{must, Proc};
 use serde_json::{json, Value};
 
 /// Set by SIGINT/SIGTERM.
@@ -87,120 +89,56 @@ const PROBE_CIDR: &str = "10.242.0.0/16";
 
 // ---------------------------------------------------------------- options
 
+/// CNI ADD/DEL latency of oxvs-cni against bridge + host-local (needs root).
+#[derive(Parser)]
+#[command(name = "cni-bench")]
 struct Opts {
-    n: usize,
-    concurrency: usize,
+    /// Pods per batch (at most 10000).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    n: u64,
+    /// Concurrent calls in the concurrent batches.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..))]
+    concurrency: u64,
+    /// Pods the step-by-step probe runs (at most --n).
+    #[arg(long, default_value_t = 30)]
     probe_n: usize,
+    /// Writes every summary, the machine and the date as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+    /// Draws the summaries as SVG plots into DIR.
+    #[arg(long, value_name = "DIR")]
     plots: Option<PathBuf>,
+    /// Where oxvs-cni, oxvs-agent and oxvs-switchd are (default: next to
+    /// cni-bench).
+    #[arg(long, value_name = "DIR")]
     bin_dir: Option<PathBuf>,
+    /// Where the reference plugins are.
+    #[arg(long, value_name = "DIR", default_value = "/usr/lib/cni")]
     cni_path: PathBuf,
+    /// Keeps the daemons' logs (their directory is printed).
+    #[arg(long)]
     keep_logs: bool,
-}
-
-const USAGE: &str =
-    "usage: cni-bench [--n PODS] [--concurrency C] [--probe-n K] [--json FILE] [--plots DIR] \
-[--bin-dir DIR (oxvs-cni, oxvs-agent, oxvs-switchd; default: next to cni-bench)] \
-[--cni-path DIR (reference plugins; default /usr/lib/cni)] [--keep-logs]";
-
-fn parse_opts() -> Result<Opts> {
-    let mut o = Opts {
-        n: 100,
-        concurrency: 8,
-        probe_n: 30,
-        json: None,
-        plots: None,
-        bin_dir: None,
-        cni_path: PathBuf::from("/usr/lib/cni"),
-        keep_logs: false,
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        let mut val = || {
-            args.next()
-                .ok_or_else(|| anyhow!("{a} needs a value\n{USAGE}"))
-        };
-        match a.as_str() {
-            "--n" => o.n = val()?.parse().context("--n")?,
-            "--concurrency" => o.concurrency = val()?.parse().context("--concurrency")?,
-            "--probe-n" => o.probe_n = val()?.parse().context("--probe-n")?,
-            "--json" => o.json = Some(val()?.into()),
-            "--plots" => o.plots = Some(val()?.into()),
-            "--bin-dir" => o.bin_dir = Some(val()?.into()),
-            "--cni-path" => o.cni_path = val()?.into(),
-            "--keep-logs" => o.keep_logs = true,
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                std::process::exit(0);
-            }
-            _ => bail!("unknown argument {a}\n{USAGE}"),
-        }
-    }
-    if o.n == 0 || o.concurrency == 0 {
-        bail!("--n and --concurrency must be positive");
-    }
-    if o.n > 10_000 {
-        bail!(
-            "--n {} is more pods than the bench's naming allows (10000)",
-            o.n
-        );
-    }
-    o.probe_n = o.probe_n.min(o.n);
-    Ok(o)
 }
 
 // ---------------------------------------------------------------- commands
 
-/// Runs a command that must succeed; returns its stdout.
-fn must(args: &[&str]) -> Result<String> {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| format!("cannot run {}", args[0]))?;
-    if !out.status.success() {
-        bail!(
-            "`{}` failed: {}{}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stdout).trim(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// A daemon, leader of its own process group (so Ctrl-C reaches only the
-/// bench, which stops it), stdout and stderr to `log`; SIGTERM, then
-/// SIGKILL after 3 s, and reaped on drop.
+/// A daemon (a [`Proc`] logging to `log`, stopped gently on drop) and its
+/// log, for start-up failures.
 struct Daemon {
-    child: Child,
-    what: String,
+    proc_: Proc,
     log: PathBuf,
 }
 
 impl Daemon {
     fn spawn(args: &[&str], what: &str, log: &Path) -> Result<Daemon> {
-        use std::os::unix::process::CommandExt;
-        let out = File::create(log).with_context(|| format!("cannot create {}", log.display()))?;
-        let err = out.try_clone().context("log file handle")?;
-        let child = Command::new(args[0])
-            .args(&args[1..])
-            .env("NO_COLOR", "1")
-            .process_group(0)
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .with_context(|| format!("cannot start {what} ({})", args.join(" ")))?;
         Ok(Daemon {
-            child,
-            what: what.to_owned(),
+            proc_: Proc::spawn_logged(args, &[("NO_COLOR", "1")], what, log)?,
             log: log.to_owned(),
         })
     }
 
     fn running(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
+        self.proc_.running()
     }
 
     fn log_tail(&self, lines: usize) -> String {
@@ -209,37 +147,9 @@ impl Daemon {
         v[v.len().saturating_sub(lines)..].join("\n")
     }
 
-    fn signal(&self, sig: nix::sys::signal::Signal) {
-        if let Ok(pid) = i32::try_from(self.child.id()) {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
-        }
-    }
-
-    /// SIGTERM, wait up to 3 s, then SIGKILL; reaps.
+    /// SIGTERM, then SIGKILL if it does not stop; reaps.
     fn stop(&mut self) {
-        if !self.running() {
-            return;
-        }
-        self.signal(nix::sys::signal::Signal::SIGTERM);
-        let end = Instant::now() + Duration::from_secs(3);
-        while Instant::now() < end {
-            if !self.running() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        eprintln!(
-            "cni-bench: {} did not stop on SIGTERM; killing it",
-            self.what
-        );
-        self.signal(nix::sys::signal::Signal::SIGKILL);
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        self.stop();
+        self.proc_.stop();
     }
 }
 
@@ -724,7 +634,10 @@ fn main() -> ExitCode {
 }
 
 fn real_main() -> Result<()> {
-    let o = parse_opts()?;
+    let o = Opts::parse();
+    // Bounded by clap (1..=10000, 1..): both fit a usize.
+    let (n, concurrency) = (o.n as usize, o.concurrency as usize);
+    let probe_n = o.probe_n.min(n);
     if !nix::unistd::geteuid().is_root() {
         bail!("needs root (network namespaces, veth, XDP)");
     }
@@ -751,7 +664,7 @@ fn real_main() -> Result<()> {
     let machine = Machine::probe();
     println!(
         "cni-bench: {} pods, concurrency {}; {} ({} CPUs), kernel {}, load {}",
-        o.n, o.concurrency, machine.cpu_model, machine.cores, machine.kernel, machine.loadavg
+        n, concurrency, machine.cpu_model, machine.cores, machine.kernel, machine.loadavg
     );
 
     // Declared first: dropped last (after the daemons).
@@ -878,19 +791,15 @@ fn real_main() -> Result<()> {
 
     // Pods, before any timing.
     let t = Instant::now();
-    let mut pods = Vec::with_capacity(o.n);
-    for i in 0..o.n {
+    let mut pods = Vec::with_capacity(n);
+    for i in 0..n {
         if stopped() {
             bail!("interrupted");
         }
         pods.push(lab.netns(&format!("p{i}"))?);
     }
     let warm = lab.netns("warm")?;
-    println!(
-        "{} pod namespaces in {:.1} s",
-        o.n,
-        t.elapsed().as_secs_f64()
-    );
+    println!("{} pod namespaces in {:.1} s", n, t.elapsed().as_secs_f64());
 
     // Warm-up: one untimed ADD + DEL each.
     let warm_mode = Mode {
@@ -910,7 +819,7 @@ fn real_main() -> Result<()> {
         },
         Mode {
             name: "concurrent",
-            concurrency: o.concurrency,
+            concurrency,
         },
     ];
     let mut results = Vec::new();
@@ -938,7 +847,7 @@ fn real_main() -> Result<()> {
     }
 
     // Plugin process costs.
-    let k = o.n.min(100);
+    let k = n.min(100);
     let baselines = vec![
         (
             "oxvs-cni VERSION (exec only)",
@@ -975,7 +884,7 @@ fn real_main() -> Result<()> {
     let attached = parse_attached(&log);
     let mut agent_steps = Vec::new();
     for mode in &modes {
-        let names = host_ifnames(&oxvs, mode, o.n);
+        let names = host_ifnames(&oxvs, mode, n);
         let mine: Vec<_> = attached
             .iter()
             .filter(|a| names.contains(&a.port))
@@ -1003,7 +912,7 @@ fn real_main() -> Result<()> {
     let attempts = parse_switch_log(&sw_log);
     let mut switch_side = Vec::new();
     for mode in &modes {
-        let names = host_ifnames(&oxvs, mode, o.n);
+        let names = host_ifnames(&oxvs, mode, n);
         let mine: Vec<_> = attempts
             .iter()
             .filter(|a| names.contains(&a.ifname))
@@ -1020,7 +929,7 @@ fn real_main() -> Result<()> {
         ));
     }
 
-    let probe = run_probe(&dir, Path::new(&sw_sock), &pods[..o.probe_n])?;
+    let probe = run_probe(&dir, Path::new(&sw_sock), &pods[..probe_n])?;
     if !switchd.running() {
         bail!(
             "oxvs-switchd died during the run:\n{}",
@@ -1103,8 +1012,8 @@ fn real_main() -> Result<()> {
             "bench": "cni-latency",
             "date": oxvs_bench::plots::now_date(),
             "bench_pid": std::process::id(),
-            "pods": o.n,
-            "concurrency": o.concurrency,
+            "pods": n,
+            "concurrency": concurrency,
             "machine": m,
             "timing": "plugin spawn to exit, ms",
             "results": results.iter().map(|(plugin, verb, mode, s)| {

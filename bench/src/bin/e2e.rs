@@ -42,12 +42,13 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
+use oxvs_bench::process::{must, must_in, run, Proc};
 use oxvs_bench::xbench::setup;
 use serde_json::{json, Value};
 
@@ -123,127 +124,17 @@ fn parse_opts() -> Result<Opts> {
 
 // ---------------------------------------------------------------- commands
 
-fn run(args: &[&str]) -> Result<Output> {
-    Command::new(args[0])
-        .args(&args[1..])
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| format!("cannot run {}", args[0]))
-}
-
-/// Runs a command that must succeed; returns its stdout.
-fn must(args: &[&str]) -> Result<String> {
-    let out = run(args)?;
-    if !out.status.success() {
-        bail!(
-            "`{}` failed: {}{}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stdout).trim(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// Runs a command in namespace `ns`.
-fn must_in(ns: &str, args: &[&str]) -> Result<String> {
-    let mut v = vec!["ip", "netns", "exec", ns];
-    v.extend_from_slice(args);
-    must(&v)
-}
-
-/// A child process, leader of its own process group, whose group is
-/// killed (SIGKILL, or SIGTERM first when `gentle`) and reaped on drop.
-struct Proc {
-    child: Child,
-    what: String,
-    gentle: bool,
-}
-
-impl Proc {
-    fn spawn(args: &[&str], what: &str, gentle: bool) -> Result<Proc> {
-        use std::os::unix::process::CommandExt;
-        // Own process group: Ctrl-C reaches only us (we clean up), and
-        // signals go to the child's whole group (trafgen forks workers and
-        // signals its group when it ends).
-        let child = Command::new(args[0])
-            .args(&args[1..])
-            .process_group(0)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .with_context(|| format!("cannot start {what}"))?;
-        Ok(Proc {
-            child,
-            what: what.to_owned(),
-            gentle,
-        })
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn signal(&self, sig: nix::sys::signal::Signal) {
-        let Ok(pid) = i32::try_from(self.child.id()) else {
-            return;
-        };
-        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), sig);
-    }
-
-    /// Kills and reaps; returns (stdout, stderr).
-    fn finish(mut self) -> (String, String) {
-        self.stop();
-        let mut out = String::new();
-        let mut err = String::new();
-        use std::io::Read;
-        if let Some(mut s) = self.child.stdout.take() {
-            let _ = s.read_to_string(&mut out);
+/// Waits (interruptibly) up to `limit` for `p` to exit by itself.
+fn wait_exit(p: &mut Proc, limit: Duration) -> Result<bool> {
+    let end = Instant::now() + limit;
+    loop {
+        if !p.running() {
+            return Ok(true);
         }
-        if let Some(mut s) = self.child.stderr.take() {
-            let _ = s.read_to_string(&mut err);
+        if Instant::now() >= end {
+            return Ok(false);
         }
-        (out, err)
-    }
-
-    /// Waits (interruptibly) up to `limit` for the process to exit by itself.
-    fn wait_exit(&mut self, limit: Duration) -> Result<bool> {
-        let end = Instant::now() + limit;
-        loop {
-            if self.child.try_wait()?.is_some() {
-                return Ok(true);
-            }
-            if Instant::now() >= end {
-                return Ok(false);
-            }
-            sleep(Duration::from_millis(20))?;
-        }
-    }
-
-    fn stop(&mut self) {
-        if let Ok(Some(_)) = self.child.try_wait() {
-            return;
-        }
-        if self.gentle {
-            self.signal(nix::sys::signal::Signal::SIGTERM);
-            let end = Instant::now() + Duration::from_secs(3);
-            while Instant::now() < end {
-                if let Ok(Some(_)) = self.child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            eprintln!("e2e: {} did not stop on SIGTERM; killing it", self.what);
-        }
-        self.signal(nix::sys::signal::Signal::SIGKILL);
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.stop();
+        sleep(Duration::from_millis(20))?;
     }
 }
 
@@ -570,8 +461,8 @@ fn load_trial_once(
     let c0 = switch_pid.map(proc_cpu_ns).transpose()?;
     let q0 = softirq_ns();
     let t0 = Instant::now();
-    let mut tg = Proc::spawn(&args, "trafgen", false)?;
-    if tg.wait_exit(Duration::from_secs(secs))? {
+    let mut tg = Proc::spawn_piped(&args, "trafgen", false)?;
+    if wait_exit(&mut tg, Duration::from_secs(secs))? {
         let (out, err) = tg.finish();
         let last = |t: &str| {
             t.lines()
@@ -603,7 +494,7 @@ fn load_trial_once(
 /// One iperf3 TCP run from `client_ns` to `server_ip` in `server_ns`;
 /// returns received Gbit/s.
 fn tcp_trial(client_ns: &str, server_ns: &str, server_ip: &str, secs: u64) -> Result<f64> {
-    let mut server = Proc::spawn(
+    let mut server = Proc::spawn_piped(
         &[
             "ip", "netns", "exec", server_ns, "iperf3", "-s", "-1", "-p", "5201",
         ],
@@ -612,7 +503,7 @@ fn tcp_trial(client_ns: &str, server_ns: &str, server_ip: &str, secs: u64) -> Re
     )?;
     sleep(Duration::from_millis(500))?;
     let t = secs.to_string();
-    let mut client = Proc::spawn(
+    let mut client = Proc::spawn_piped(
         &[
             "ip",
             "netns",
@@ -632,9 +523,9 @@ fn tcp_trial(client_ns: &str, server_ns: &str, server_ip: &str, secs: u64) -> Re
         "iperf3 client",
         false,
     )?;
-    let done = client.wait_exit(Duration::from_secs(secs + 15))?;
+    let done = wait_exit(&mut client, Duration::from_secs(secs + 15))?;
     let (out, err) = client.finish();
-    let _ = server.wait_exit(Duration::from_secs(2));
+    let _ = wait_exit(&mut server, Duration::from_secs(2));
     if !done {
         bail!("iperf3 client did not finish");
     }
@@ -733,13 +624,13 @@ fn start_switchd(bins: &Bins, lab: &mut Lab, ns: Option<&str>, sock: &str) -> Re
         "--ct-state-file",
         "",
     ]);
-    let mut p = Proc::spawn(&v, "oxvs-switchd", true)?;
+    let mut p = Proc::spawn_piped(&v, "oxvs-switchd", true)?;
     let end = Instant::now() + Duration::from_secs(10);
     loop {
         if ctl(bins, sock, ns, &["dump-ports"]).is_ok() {
             return Ok(p);
         }
-        if p.wait_exit(Duration::from_millis(100))? {
+        if wait_exit(&mut p, Duration::from_millis(100))? {
             let (_, err) = p.finish();
             bail!("oxvs-switchd exited: {}", err.trim());
         }
