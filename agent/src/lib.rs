@@ -1,13 +1,22 @@
 //! # oxvs-agent: the node agent
 //!
-//! - [`ipam`]: addresses from the node's pod CIDR, persisted on disk.
-//! - [`podnet`]: pod interfaces over netlink (veth, netns, address, routes).
+//! - [`server`]: the CNI server on `/run/oxvs/cni.sock` (ADD, DEL, CHECK,
+//!   GC, STATUS) and the node's convergence with the switch.
+//! - [`api`]: the API socket `/run/oxvs/agent.sock` (`info`, `pod`,
+//!   `traceflow`).
+//! - [`metrics`]: the agent's `/metrics`.
+//! - [`listen`]: the listeners' connection cap, busy answer and idle timeout.
+//! - [`source`]: where the cluster state comes from (the Kubernetes API or a
+//!   manifest directory); [`model`]: that state, reduced to what decides a
+//!   node's flows.
 //! - [`flows`]: the node's and each pod's flows (pure).
+//! - [`policy`]: NetworkPolicy -> flows (pure).
 //! - [`nodes`]: which Node objects are believed (pure checks of podCIDR
 //!   and InternalIP before they become routes and tunnel flows).
-//! - [`listen`]: the listeners' connection cap, busy answer and idle timeout.
-//! - [`server`]: the CNI server on `/run/oxvs/cni.sock` (ADD, DEL, CHECK,
-//!   GC, STATUS) and the state it keeps.
+//! - [`ipam`]: addresses from the node's pod CIDR, persisted on disk;
+//!   [`state`]: the records of attached pods, persisted on disk.
+//! - [`podnet`]: pod interfaces over netlink (veth, netns, address, routes);
+//!   [`hostnet`]: the host side of pod egress (forwarding, masquerade).
 
 pub mod api;
 pub mod flows;

@@ -1,5 +1,5 @@
-//! End to end, issue 13 ("hardening"): what the agent refuses to believe or
-//! to do, through the real `oxvs-cni` -> `oxvs-agent` -> `oxvs-switchd`.
+//! End to end, hardening: what the agent refuses to believe or to do,
+//! through the real `oxvs-cni` -> `oxvs-agent` -> `oxvs-switchd`.
 //!
 //! - A pod is never attached before its NetworkPolicy is in the switch:
 //!   with a cluster source (here a manifest directory), ADD for a pod the

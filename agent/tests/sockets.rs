@@ -6,7 +6,7 @@
 //! "Never, not even for an instant": each daemon runs under `umask 000`
 //! (what a careless init would leave) and under `strace`, which delays
 //! the return of every `bind(2)` by 300 ms. Binding first and `chmod`-ing
-//! after (what the daemons did before) leaves the new file `0777` for
+//! after leaves the new file `0777` for
 //! those 300 ms, and the watcher, which `lstat`s the paths every
 //! millisecond, sees it. A socket born `0600` (`fchmod` before `bind`,
 //! `oxvs_api::listen::bind_private_unix`) shows nothing else. Skipped

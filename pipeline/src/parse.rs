@@ -71,7 +71,7 @@ use crate::flow::{port, Flow, FlowMod, FlowModCommand, Match};
 use crate::key::FlowKey;
 use crate::names::TableNames;
 
-/// Names the parser resolves (table names; port names later).
+/// Names the parser resolves (table names).
 #[derive(Clone, Debug, Default)]
 pub struct ParseContext {
     pub tables: TableNames,

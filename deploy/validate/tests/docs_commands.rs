@@ -1,7 +1,7 @@
 //! Every command the documentation shows must still be one the project's
 //! binaries accept, and every repository path it names must exist, so the
-//! docs cannot rot silently (issue 6: "every doc command shown in docs/ is
-//! exercised by a test or the demo").
+//! docs cannot rot silently: every command shown in the docs is one a test
+//! or the demo can run.
 //!
 //! What is read: `README.md`, every `docs/*.md` and every `*/README.md`;
 //! in them, the lines of fenced code blocks (a `$ ` prompt stripped,
