@@ -866,68 +866,10 @@ fn real_main() -> Result<()> {
     // The agent's own time per request, then stop it (see the probe).
     agent.stop();
     let log = std::fs::read_to_string(&agent_log).unwrap_or_default();
-    let served = parse_agent_log(&log);
-    let mut agent_side = Vec::new();
-    for mode in &modes {
-        let prefix = format!("cnib-{}-oxvs-{}-", std::process::id(), mode.name);
-        for verb in ["ADD", "DEL"] {
-            let ms: Vec<f64> = served
-                .iter()
-                .filter(|r| r.verb == verb && r.container.starts_with(&prefix))
-                .map(|r| r.ms)
-                .collect();
-            agent_side.push((verb, *mode, Summary::of_ms(&ms)));
-        }
-    }
-
-    // The agent's ADD steps ("pod attached" netlink_ms, port_ms, flows_ms).
-    let attached = parse_attached(&log);
-    let mut agent_steps = Vec::new();
-    for mode in &modes {
-        let names = host_ifnames(&oxvs, mode, n);
-        let mine: Vec<_> = attached
-            .iter()
-            .filter(|a| names.contains(&a.port))
-            .collect();
-        let col = |f: fn(&oxvs_bench::cni_bench::Attached) -> f64| {
-            Summary::of_ms(&mine.iter().map(|a| f(a)).collect::<Vec<_>>())
-        };
-        agent_steps.push((
-            *mode,
-            "netlink (veth, addresses, routes)",
-            col(|a| a.netlink_ms),
-        ));
-        agent_steps.push((*mode, "switch add-port", col(|a| a.port_ms)));
-        agent_steps.push((*mode, "record save + flow sync", col(|a| a.flows_ms)));
-        agent_steps.push((
-            *mode,
-            "attach total (incl. gratuitous ARP)",
-            col(|a| a.total_ms),
-        ));
-    }
-
-    // switchd's own time per port: UMEM mapping and AF_XDP socket (XDP
-    // program load + attach, rings), for the timed pods' ports.
+    let agent_side = agent_side(&log, &modes);
+    let agent_steps = agent_steps(&log, &oxvs, &modes, n);
     let sw_log = std::fs::read_to_string(dir.join("switchd.log")).unwrap_or_default();
-    let attempts = parse_switch_log(&sw_log);
-    let mut switch_side = Vec::new();
-    for mode in &modes {
-        let names = host_ifnames(&oxvs, mode, n);
-        let mine: Vec<_> = attempts
-            .iter()
-            .filter(|a| names.contains(&a.ifname))
-            .collect();
-        let ok: Vec<_> = mine.iter().filter(|a| a.ok).collect();
-        let modes_used: std::collections::BTreeSet<&str> =
-            ok.iter().map(|a| a.mode.as_str()).collect();
-        switch_side.push((
-            *mode,
-            mine.len(),
-            modes_used.into_iter().collect::<Vec<_>>().join(","),
-            Summary::of_ms(&ok.iter().map(|a| a.umem_ms).collect::<Vec<_>>()),
-            Summary::of_ms(&ok.iter().map(|a| a.socket_ms).collect::<Vec<_>>()),
-        ));
-    }
+    let switch_side = switch_side(&sw_log, &oxvs, &modes, n);
 
     let probe = run_probe(&dir, Path::new(&sw_sock), &pods[..probe_n])?;
     if !switchd.running() {
@@ -937,10 +879,129 @@ fn real_main() -> Result<()> {
         );
     }
 
-    // ---- Report.
+    let measured = Measured {
+        results,
+        baselines,
+        agent_side,
+        agent_steps,
+        switch_side,
+        probe,
+    };
     let load_end = loadavg();
+    print_report(&measured, &machine, &load_end);
+    if o.json.is_some() || o.plots.is_some() {
+        write_outputs(&o, &measured, &machine, &load_end, n, concurrency)?;
+    }
+    drop(agent);
+    drop(switchd);
+    drop(lab);
+    Ok(())
+}
+
+/// Everything one run measured, for the report and the JSON.
+struct Measured {
+    /// (plugin, verb, mode, latency from spawn to exit).
+    results: Vec<(&'static str, &'static str, Mode, Summary)>,
+    /// Plugin process costs: (what, latency).
+    baselines: Vec<(&'static str, Summary)>,
+    /// The agent's own time per request: (verb, mode, time).
+    agent_side: Vec<(&'static str, Mode, Summary)>,
+    /// The agent's ADD steps: (mode, step, time).
+    agent_steps: Vec<(Mode, &'static str, Summary)>,
+    /// switchd per port: (mode, socket attempts, XDP modes used, UMEM map
+    /// time, XDP socket time).
+    switch_side: Vec<(Mode, usize, String, Summary, Summary)>,
+    probe: Probe,
+}
+
+/// The agent's own time per request (`CNI request served ... ms=` in its
+/// log), per mode and verb.
+fn agent_side(log: &str, modes: &[Mode]) -> Vec<(&'static str, Mode, Summary)> {
+    let served = parse_agent_log(log);
+    let mut out = Vec::new();
+    for mode in modes {
+        let prefix = format!("cnib-{}-oxvs-{}-", std::process::id(), mode.name);
+        for verb in ["ADD", "DEL"] {
+            let ms: Vec<f64> = served
+                .iter()
+                .filter(|r| r.verb == verb && r.container.starts_with(&prefix))
+                .map(|r| r.ms)
+                .collect();
+            out.push((verb, *mode, Summary::of_ms(&ms)));
+        }
+    }
+    out
+}
+
+/// The agent's ADD steps ("pod attached" netlink_ms, port_ms, flows_ms),
+/// per mode, for the timed pods of `oxvs`.
+fn agent_steps(
+    log: &str,
+    oxvs: &Plugin,
+    modes: &[Mode],
+    n: usize,
+) -> Vec<(Mode, &'static str, Summary)> {
+    let attached = parse_attached(log);
+    let mut out = Vec::new();
+    for mode in modes {
+        let names = host_ifnames(oxvs, mode, n);
+        let mine: Vec<_> = attached
+            .iter()
+            .filter(|a| names.contains(&a.port))
+            .collect();
+        let col = |f: fn(&oxvs_bench::cni_bench::Attached) -> f64| {
+            Summary::of_ms(&mine.iter().map(|a| f(a)).collect::<Vec<_>>())
+        };
+        out.push((
+            *mode,
+            "netlink (veth, addresses, routes)",
+            col(|a| a.netlink_ms),
+        ));
+        out.push((*mode, "switch add-port", col(|a| a.port_ms)));
+        out.push((*mode, "record save + flow sync", col(|a| a.flows_ms)));
+        out.push((
+            *mode,
+            "attach total (incl. gratuitous ARP)",
+            col(|a| a.total_ms),
+        ));
+    }
+    out
+}
+
+/// switchd's own time per port from its log: UMEM mapping and AF_XDP
+/// socket (XDP program load + attach, rings), for the timed pods' ports.
+fn switch_side(
+    sw_log: &str,
+    oxvs: &Plugin,
+    modes: &[Mode],
+    n: usize,
+) -> Vec<(Mode, usize, String, Summary, Summary)> {
+    let attempts = parse_switch_log(sw_log);
+    let mut out = Vec::new();
+    for mode in modes {
+        let names = host_ifnames(oxvs, mode, n);
+        let mine: Vec<_> = attempts
+            .iter()
+            .filter(|a| names.contains(&a.ifname))
+            .collect();
+        let ok: Vec<_> = mine.iter().filter(|a| a.ok).collect();
+        let modes_used: std::collections::BTreeSet<&str> =
+            ok.iter().map(|a| a.mode.as_str()).collect();
+        out.push((
+            *mode,
+            mine.len(),
+            modes_used.into_iter().collect::<Vec<_>>().join(","),
+            Summary::of_ms(&ok.iter().map(|a| a.umem_ms).collect::<Vec<_>>()),
+            Summary::of_ms(&ok.iter().map(|a| a.socket_ms).collect::<Vec<_>>()),
+        ));
+    }
+    out
+}
+
+/// The tables on stdout.
+fn print_report(m: &Measured, machine: &Machine, load_end: &str) {
     let mut rows = Vec::new();
-    for (plugin, verb, mode, s) in &results {
+    for (plugin, verb, mode, s) in &m.results {
         let mut r = vec![
             plugin.to_string(),
             verb.to_string(),
@@ -959,17 +1020,17 @@ fn real_main() -> Result<()> {
         )
     );
     let mut rows = Vec::new();
-    for (verb, mode, s) in &agent_side {
+    for (verb, mode, s) in &m.agent_side {
         let mut r = vec![format!("agent {verb} {}", mode.name), s.n.to_string()];
         r.extend(summary_cells(s));
         rows.push(r);
     }
-    for (mode, step, s) in &agent_steps {
+    for (mode, step, s) in &m.agent_steps {
         let mut r = vec![format!("agent ADD {}: {step}", mode.name), s.n.to_string()];
         r.extend(summary_cells(s));
         rows.push(r);
     }
-    for (mode, n_attempts, xdp_modes, umem, sock) in &switch_side {
+    for (mode, n_attempts, xdp_modes, umem, sock) in &m.switch_side {
         for (what, s) in [
             ("UMEM map", umem),
             ("XDP socket: prog load, attach, rings", sock),
@@ -985,12 +1046,12 @@ fn real_main() -> Result<()> {
             rows.push(r);
         }
     }
-    for (what, s) in &baselines {
+    for (what, s) in &m.baselines {
         let mut r = vec![what.to_string(), s.n.to_string()];
         r.extend(summary_cells(s));
         rows.push(r);
     }
-    for (verb, step, v) in &probe.steps {
+    for (verb, step, v) in &m.probe.steps {
         let s = Summary::of(v);
         let mut r = vec![format!("probe {verb}: {step}"), s.n.to_string()];
         r.extend(summary_cells(&s));
@@ -1004,71 +1065,76 @@ fn real_main() -> Result<()> {
         "load average: {} at start, {load_end} at end",
         machine.loadavg
     );
+}
 
-    if o.json.is_some() || o.plots.is_some() {
-        let mut m = machine.json();
-        m["loadavg_at_end"] = json!(load_end);
-        let doc = json!({
-            "bench": "cni-latency",
-            "date": oxvs_bench::plots::now_date(),
-            "bench_pid": std::process::id(),
-            "pods": n,
-            "concurrency": concurrency,
-            "machine": m,
-            "timing": "plugin spawn to exit, ms",
-            "results": results.iter().map(|(plugin, verb, mode, s)| {
-                let mut v = s.json();
-                v["plugin"] = json!(plugin);
-                v["verb"] = json!(verb);
-                v["mode"] = json!(mode.name);
-                v["concurrency"] = json!(mode.concurrency);
-                v
-            }).collect::<Vec<_>>(),
-            "agent_side": agent_side.iter().map(|(verb, mode, s)| {
-                let mut v = s.json();
-                v["verb"] = json!(verb);
-                v["mode"] = json!(mode.name);
-                v
-            }).collect::<Vec<_>>(),
-            "agent_add_steps": agent_steps.iter().map(|(mode, step, s)| {
-                let mut v = s.json();
-                v["mode"] = json!(mode.name);
-                v["step"] = json!(step);
-                v
-            }).collect::<Vec<_>>(),
-            "switch_side": switch_side.iter().map(|(mode, n_attempts, xdp_modes, umem, sock)| json!({
-                "mode": mode.name,
-                "socket_attempts": n_attempts,
-                "xdp_modes": xdp_modes,
-                "umem_map": umem.json(),
-                "xdp_socket": sock.json(),
-            })).collect::<Vec<_>>(),
-            "baselines": baselines.iter().map(|(what, s)| {
-                let mut v = s.json();
-                v["what"] = json!(what);
-                v
-            }).collect::<Vec<_>>(),
-            "probe": probe.steps.iter().map(|(verb, step, d)| {
-                let mut v = Summary::of(d).json();
-                v["verb"] = json!(verb);
-                v["step"] = json!(step);
-                v
-            }).collect::<Vec<_>>(),
-        });
-        if let Some(path) = &o.json {
-            std::fs::write(path, serde_json::to_string_pretty(&doc)? + "\n")
-                .with_context(|| format!("cannot write {}", path.display()))?;
-            println!("results: {}", path.display());
-        }
-        if let Some(dir) = &o.plots {
-            let stem = plot_stem(o.json.as_deref(), "cni-bench");
-            for f in oxvs_bench::plots::cni_plots(&doc, dir, &stem).context("plots")? {
-                println!("plot: {}", f.display());
-            }
+/// `--json FILE` and `--plots DIR`.
+fn write_outputs(
+    o: &Opts,
+    m: &Measured,
+    machine: &Machine,
+    load_end: &str,
+    n: usize,
+    concurrency: usize,
+) -> Result<()> {
+    let mut mach = machine.json();
+    mach["loadavg_at_end"] = json!(load_end);
+    let doc = json!({
+        "bench": "cni-latency",
+        "date": oxvs_bench::plots::now_date(),
+        "bench_pid": std::process::id(),
+        "pods": n,
+        "concurrency": concurrency,
+        "machine": mach,
+        "timing": "plugin spawn to exit, ms",
+        "results": m.results.iter().map(|(plugin, verb, mode, s)| {
+            let mut v = s.json();
+            v["plugin"] = json!(plugin);
+            v["verb"] = json!(verb);
+            v["mode"] = json!(mode.name);
+            v["concurrency"] = json!(mode.concurrency);
+            v
+        }).collect::<Vec<_>>(),
+        "agent_side": m.agent_side.iter().map(|(verb, mode, s)| {
+            let mut v = s.json();
+            v["verb"] = json!(verb);
+            v["mode"] = json!(mode.name);
+            v
+        }).collect::<Vec<_>>(),
+        "agent_add_steps": m.agent_steps.iter().map(|(mode, step, s)| {
+            let mut v = s.json();
+            v["mode"] = json!(mode.name);
+            v["step"] = json!(step);
+            v
+        }).collect::<Vec<_>>(),
+        "switch_side": m.switch_side.iter().map(|(mode, n_attempts, xdp_modes, umem, sock)| json!({
+            "mode": mode.name,
+            "socket_attempts": n_attempts,
+            "xdp_modes": xdp_modes,
+            "umem_map": umem.json(),
+            "xdp_socket": sock.json(),
+        })).collect::<Vec<_>>(),
+        "baselines": m.baselines.iter().map(|(what, s)| {
+            let mut v = s.json();
+            v["what"] = json!(what);
+            v
+        }).collect::<Vec<_>>(),
+        "probe": m.probe.steps.iter().map(|(verb, step, d)| {
+            let mut v = Summary::of(d).json();
+            v["verb"] = json!(verb);
+            v["step"] = json!(step);
+            v
+        }).collect::<Vec<_>>(),
+    });
+    if let Some(path) = &o.json {
+        std::fs::write(path, serde_json::to_string_pretty(&doc)? + "\n")
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        println!("results: {}", path.display());
+    }
+    if let Some(dir) = &o.plots {
+        let stem = plot_stem(o.json.as_deref(), "cni-bench");
+        for f in oxvs_bench::plots::cni_plots(&doc, dir, &stem).context("plots")? {
+            println!("plot: {}", f.display());
         }
     }
-    drop(agent);
-    drop(switchd);
-    drop(lab);
     Ok(())
 }
