@@ -680,69 +680,11 @@ fn real_main() -> Result<()> {
         s("host-local"),
     );
 
-    let sw_bin = switchd_bin.to_string_lossy().into_owned();
-    let mut switchd = Daemon::spawn(
-        &[
-            "ip",
-            "netns",
-            "exec",
-            &node,
-            &sw_bin,
-            "--socket",
-            &sw_sock,
-            "--gateway",
-            GATEWAY,
-            "--log-level",
-            "info,oxvs_switch::afxdp=debug",
-        ],
-        "oxvs-switchd",
-        &dir.join("switchd.log"),
-    )?;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if Path::new(&sw_sock).exists()
-            && switch_call(Path::new(&sw_sock), &oxvs_api::Request::Show).is_ok()
-        {
-            break;
-        }
-        if !switchd.running() {
-            bail!("oxvs-switchd exited at start-up:\n{}", switchd.log_tail(30));
-        }
-        if Instant::now() > deadline || stopped() {
-            bail!(
-                "oxvs-switchd not answering within 20 s:\n{}",
-                switchd.log_tail(30)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let mut switchd = start_switchd(&node, &switchd_bin, &sw_sock, &dir)?;
 
-    let ag_bin = agent_bin.to_string_lossy().into_owned();
     let agent_log = dir.join("agent.log");
-    let mut agent = Daemon::spawn(
-        &[
-            "ip",
-            "netns",
-            "exec",
-            &node,
-            &ag_bin,
-            "--pod-cidr",
-            OXVS_CIDR,
-            "--cni-socket",
-            &cni_sock,
-            "--switchd-socket",
-            &sw_sock,
-            "--state-dir",
-            &state_dir,
-            "--gateway",
-            GATEWAY,
-            "--mtu",
-            "1450",
-            "--log-level",
-            "oxvs_agent=debug,info",
-        ],
-        "oxvs-agent",
-        &agent_log,
+    let mut agent = start_agent(
+        &node, &agent_bin, &cni_sock, &sw_sock, &state_dir, &agent_log,
     )?;
     let oxvs_conf = |v: &str| {
         serde_json::to_vec(&json!({
@@ -770,24 +712,7 @@ fn real_main() -> Result<()> {
         config: ref_conf("1.0.0")?,
         config_v11: ref_conf("1.1.0")?,
     };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let st = oxvs.call("STATUS", "", "", "")?;
-        if st.ok {
-            break;
-        }
-        if !agent.running() {
-            bail!("oxvs-agent exited at start-up:\n{}", agent.log_tail(30));
-        }
-        if Instant::now() > deadline || stopped() {
-            bail!(
-                "oxvs-agent not ready within 30 s ({}):\n{}",
-                st.describe(),
-                agent.log_tail(30)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_agent_ready(&oxvs, &mut agent)?;
 
     // Pods, before any timing.
     let t = Instant::now();
@@ -896,6 +821,108 @@ fn real_main() -> Result<()> {
     drop(switchd);
     drop(lab);
     Ok(())
+}
+
+/// Starts oxvs-switchd in the node namespace and waits (20 s at most) until
+/// it answers on its socket.
+fn start_switchd(node: &str, bin: &Path, sock: &str, dir: &Path) -> Result<Daemon> {
+    let sw_bin = bin.to_string_lossy().into_owned();
+    let mut switchd = Daemon::spawn(
+        &[
+            "ip",
+            "netns",
+            "exec",
+            node,
+            &sw_bin,
+            "--socket",
+            sock,
+            "--gateway",
+            GATEWAY,
+            "--log-level",
+            "info,oxvs_switch::afxdp=debug",
+        ],
+        "oxvs-switchd",
+        &dir.join("switchd.log"),
+    )?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if Path::new(sock).exists()
+            && switch_call(Path::new(sock), &oxvs_api::Request::Show).is_ok()
+        {
+            return Ok(switchd);
+        }
+        if !switchd.running() {
+            bail!("oxvs-switchd exited at start-up:\n{}", switchd.log_tail(30));
+        }
+        if Instant::now() > deadline || stopped() {
+            bail!(
+                "oxvs-switchd not answering within 20 s:\n{}",
+                switchd.log_tail(30)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Starts oxvs-agent in the node namespace (debug log to `log`, for the
+/// agent-side times).
+fn start_agent(
+    node: &str,
+    bin: &Path,
+    cni_sock: &str,
+    sw_sock: &str,
+    state_dir: &str,
+    log: &Path,
+) -> Result<Daemon> {
+    let ag_bin = bin.to_string_lossy().into_owned();
+    Daemon::spawn(
+        &[
+            "ip",
+            "netns",
+            "exec",
+            node,
+            &ag_bin,
+            "--pod-cidr",
+            OXVS_CIDR,
+            "--cni-socket",
+            cni_sock,
+            "--switchd-socket",
+            sw_sock,
+            "--state-dir",
+            state_dir,
+            "--gateway",
+            GATEWAY,
+            "--mtu",
+            "1450",
+            "--log-level",
+            "oxvs_agent=debug,info",
+        ],
+        "oxvs-agent",
+        log,
+    )
+}
+
+/// Waits (30 s at most) until the plugin's STATUS succeeds, i.e. the agent
+/// is ready.
+fn wait_agent_ready(oxvs: &Plugin, agent: &mut Daemon) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let st = oxvs.call("STATUS", "", "", "")?;
+        if st.ok {
+            return Ok(());
+        }
+        if !agent.running() {
+            bail!("oxvs-agent exited at start-up:\n{}", agent.log_tail(30));
+        }
+        if Instant::now() > deadline || stopped() {
+            bail!(
+                "oxvs-agent not ready within 30 s ({}):\n{}",
+                st.describe(),
+                agent.log_tail(30)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// Everything one run measured, for the report and the JSON.
