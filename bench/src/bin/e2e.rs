@@ -48,6 +48,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
+use clap::Parser;
 use oxvs_bench::process::{must, must_in, run, Proc};
 use oxvs_bench::xbench::setup;
 use serde_json::{json, Value};
@@ -76,50 +77,31 @@ fn sleep(d: Duration) -> Result<()> {
 
 // ---------------------------------------------------------------- options
 
+/// oxvs-switchd against OVS (PMD and non-PMD), the Linux bridge and the
+/// kernel's VXLAN: offered and delivered rate, loss, CPU per packet, TCP
+/// throughput (needs root).
+#[derive(Parser)]
+#[command(name = "e2e")]
 struct Opts {
+    /// Seconds per trial.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
     duration: u64,
+    /// Trials per measurement.
+    #[arg(long, default_value_t = 3, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     trials: usize,
+    /// The fixed load, in packets per second.
+    #[arg(long, default_value_t = 50_000, value_parser = clap::value_parser!(u64).range(1..))]
     rate: u64,
+    /// Writes the results as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+    /// Draws the results as SVG plots into DIR.
+    #[arg(long, value_name = "DIR")]
     plots: Option<PathBuf>,
+    /// Only these setups (comma-separated): oxvs, ovs-pmd, ovs-nonpmd,
+    /// bridge, vxlan-oxvs, vxlan-kernel.
+    #[arg(long, value_delimiter = ',')]
     only: Option<Vec<String>>,
-}
-
-const USAGE: &str = "usage: e2e [--duration S] [--trials N] [--rate PPS] [--json FILE] [--plots DIR] [--only oxvs,ovs-pmd,ovs-nonpmd,bridge,vxlan-oxvs,vxlan-kernel]";
-
-fn parse_opts() -> Result<Opts> {
-    let mut o = Opts {
-        duration: 5,
-        trials: 3,
-        rate: 50_000,
-        json: None,
-        plots: None,
-        only: None,
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        let mut val = || {
-            args.next()
-                .ok_or_else(|| anyhow!("{a} needs a value\n{USAGE}"))
-        };
-        match a.as_str() {
-            "--duration" => o.duration = val()?.parse().context("--duration")?,
-            "--trials" => o.trials = val()?.parse().context("--trials")?,
-            "--rate" => o.rate = val()?.parse().context("--rate")?,
-            "--json" => o.json = Some(val()?.into()),
-            "--plots" => o.plots = Some(val()?.into()),
-            "--only" => o.only = Some(val()?.split(',').map(str::to_owned).collect()),
-            "-h" | "--help" => {
-                eprintln!("{USAGE}");
-                std::process::exit(0);
-            }
-            _ => bail!("unknown argument {a}\n{USAGE}"),
-        }
-    }
-    if o.duration == 0 || o.trials == 0 || o.rate == 0 {
-        bail!("--duration, --trials and --rate must be positive");
-    }
-    Ok(o)
 }
 
 // ---------------------------------------------------------------- commands
@@ -1027,7 +1009,7 @@ fn want(o: &Opts, key: &str) -> bool {
 }
 
 fn main() -> Result<()> {
-    let o = parse_opts()?;
+    let o = Opts::parse();
     let flag = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, Arc::clone(&flag)).context("signal handler")?;
