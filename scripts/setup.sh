@@ -28,6 +28,8 @@
 #                       the docs' `conntrack -L`; evidence on failure)
 #   dnsmasq-base        the cluster DNS server in a lab pod (kube_proxy test)
 #   tcpdump             a capture on the gateway when a Service probe fails
+#   strace              delays bind(2) in agent/tests/sockets.rs, which checks
+#                       that no socket file is ever open to others
 #   curl, ca-certificates  only if Rust is missing: to fetch rustup
 # Rust: the stable toolchain via rustup with rustfmt and clippy, if cargo is
 # missing (Debian 12's own cargo is too old for this workspace).
@@ -39,7 +41,7 @@ trap 'printf "\nFAILED at step: %s\n" "$current" >&2' ERR
 
 [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
 
-PKGS=(gcc libc6-dev openvswitch-switch clang llvm libelf-dev zlib1g-dev pkg-config m4 libpcap-dev iproute2 ethtool iputils-ping python3 containernetworking-plugins iptables conntrack dnsmasq-base tcpdump)
+PKGS=(gcc libc6-dev openvswitch-switch clang llvm libelf-dev zlib1g-dev pkg-config m4 libpcap-dev iproute2 ethtool iputils-ping python3 containernetworking-plugins iptables conntrack dnsmasq-base tcpdump strace)
 command -v cargo >/dev/null 2>&1 || PKGS+=(curl ca-certificates)
 missing=()
 for p in "${PKGS[@]}"; do

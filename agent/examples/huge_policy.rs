@@ -1,6 +1,6 @@
 //! How long one NetworkPolicy with very many `ipBlock.except` entries takes
-//! to translate, and what the per-policy cap makes of it (issue 13; the
-//! figures are in `docs/benchmarks.md`, "A policy with 20 000 excepts").
+//! to translate, and what the per-policy cap makes of it (the figures are
+//! in `docs/benchmarks.md`, "A policy with 20 000 excepts").
 //!
 //! ```sh
 //! cargo run --release -p oxvs-agent --example huge_policy

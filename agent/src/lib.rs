@@ -1,16 +1,25 @@
 //! # oxvs-agent: the node agent
 //!
-//! - [`ipam`]: addresses from the node's pod CIDR, persisted on disk.
-//! - [`podnet`]: pod interfaces over netlink (veth, netns, address, routes).
-//! - [`cookie`]: the cookie layout: which feature and object a flow is for.
+//! - [`server`]: the CNI server on `/run/oxvs/cni.sock` (ADD, DEL, CHECK,
+//!   GC, STATUS) and the node's convergence with the switch.
+//! - [`api`]: the API socket `/run/oxvs/agent.sock` (`info`, `pod`,
+//!   `traceflow`).
+//! - [`metrics`]: the agent's `/metrics`.
+//! - [`listen`]: the listeners' connection cap, busy answer and idle timeout.
+//! - [`source`]: where the cluster state comes from (the Kubernetes API or a
+//!   manifest directory); [`model`]: that state, reduced to what decides a
+//!   node's flows.
 //! - [`desired`]: the node's desired flow set, one pure function of its inputs.
 //! - [`flows`]: the node's and each pod's flows (pure).
+//! - [`policy`]: NetworkPolicy -> flows (pure).
+//! - [`cookie`]: the cookie layout: which feature and object a flow is for.
 //! - [`priority`]: the flow priorities of each table, by meaning.
 //! - [`nodes`]: which Node objects are believed (pure checks of podCIDR
 //!   and InternalIP before they become routes and tunnel flows).
-//! - [`listen`]: the listeners' connection cap, busy answer and idle timeout.
-//! - [`server`]: the CNI server on `/run/oxvs/cni.sock` (ADD, DEL, CHECK,
-//!   GC, STATUS) and the state it keeps.
+//! - [`ipam`]: addresses from the node's pod CIDR, persisted on disk;
+//!   [`state`]: the records of attached pods, persisted on disk.
+//! - [`podnet`]: pod interfaces over netlink (veth, netns, address, routes);
+//!   [`hostnet`]: the host side of pod egress (forwarding, masquerade).
 
 pub mod api;
 pub mod cookie;

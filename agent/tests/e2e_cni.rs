@@ -313,7 +313,9 @@ fn bad_calls_get_clear_errors_and_leak_nothing() {
 fn chained_with_portmap_a_host_port_reaches_the_pod() {
     skip_unless_capable!();
     if !std::path::Path::new("/usr/lib/cni/portmap").exists() {
-        eprintln!("SKIPPED: /usr/lib/cni/portmap missing (Debian containernetworking-plugins)");
+        oxvs_testutil::skip_or_fail(
+            "/usr/lib/cni/portmap missing (Debian containernetworking-plugins)",
+        );
         return;
     }
     let node = Node::start("npm", "10.231.7.0/24");

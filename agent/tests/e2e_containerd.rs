@@ -78,7 +78,7 @@ fn ctr_run(tools: &Path, env: &[(&str, String)], name: &str, cmd: &[&str]) -> Co
 fn containerd_runs_two_containers_that_reach_each_other_and_cleans_up() {
     skip_unless_capable!();
     let Some(tools) = tools_dir() else {
-        eprintln!("SKIPPED: ../shared/tools/ctr-cni.sh not found (set OXVS_SHARED_TOOLS)");
+        oxvs_testutil::skip_or_fail("../shared/tools/ctr-cni.sh not found (set OXVS_SHARED_TOOLS)");
         return;
     };
     let dir = std::env::temp_dir().join(unique("ctr"));

@@ -1,5 +1,5 @@
-//! End to end, issue 13 ("hardening"): what the agent refuses to believe or
-//! to do, through the real `oxvs-cni` -> `oxvs-agent` -> `oxvs-switchd`.
+//! End to end, hardening: what the agent refuses to believe or to do,
+//! through the real `oxvs-cni` -> `oxvs-agent` -> `oxvs-switchd`.
 //!
 //! - A pod is never attached before its NetworkPolicy is in the switch:
 //!   with a cluster source (here a manifest directory), ADD for a pod the
@@ -32,17 +32,10 @@ use std::time::{Duration, Instant};
 
 use common::{ping, unique, Netns};
 use metrics_support::scrape;
-use node::{Node, GW};
+use node::{Node, RmDir, GW};
 
 /// The agent's metrics inside a node's namespace (its default address).
 const METRICS: &str = "127.0.0.1:9531";
-
-struct RmDir(PathBuf);
-impl Drop for RmDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// A manifest directory and a node whose agent follows it (`--node-name
 /// n1`). Field order = drop order.

@@ -14,22 +14,14 @@ mod common;
 mod metrics_support;
 mod node;
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use common::{ping, ping_until_up, workspace_bin, Bg};
 use metrics_support::{scrape, Scrape};
-use node::{Node, GW};
+use node::{Node, RmDir, GW};
 
 const AGENT: &str = "127.0.0.1:9531";
 const CIDR: &str = "10.237.2.0/24";
-
-struct RmDir(PathBuf);
-impl Drop for RmDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// Field order = drop order: the agent goes before the node's namespace.
 struct PolicyNode {

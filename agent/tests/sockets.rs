@@ -6,11 +6,12 @@
 //! "Never, not even for an instant": each daemon runs under `umask 000`
 //! (what a careless init would leave) and under `strace`, which delays
 //! the return of every `bind(2)` by 300 ms. Binding first and `chmod`-ing
-//! after (what the daemons did before) leaves the new file `0777` for
+//! after leaves the new file `0777` for
 //! those 300 ms, and the watcher, which `lstat`s the paths every
 //! millisecond, sees it. A socket born `0600` (`fchmod` before `bind`,
 //! `oxvs_api::listen::bind_private_unix`) shows nothing else. Skipped
-//! (with a message) when `strace` is missing or cannot trace here.
+//! (with a message; a failure with `OXVS_TESTS_NO_SKIP=1`) when `strace` is
+//! missing or cannot trace here.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -161,7 +162,7 @@ fn assert_never_open(what: &str, seen: &[(PathBuf, Vec<u32>)]) {
 #[test]
 fn agent_sockets_are_never_accessible_to_others() {
     if !strace_works() {
-        eprintln!("SKIPPED: strace is not installed or cannot trace here");
+        oxvs_testutil::skip_or_fail("strace is not installed or cannot trace here");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -177,11 +178,11 @@ fn agent_sockets_are_never_accessible_to_others() {
 #[test]
 fn switchd_socket_is_never_accessible_to_others() {
     let Some(bin) = sibling_bin("oxvs-switchd") else {
-        eprintln!("SKIPPED: oxvs-switchd not built (cargo build -p oxvs-switch)");
+        oxvs_testutil::skip_or_fail("oxvs-switchd not built (cargo build -p oxvs-switch)");
         return;
     };
     if !strace_works() {
-        eprintln!("SKIPPED: strace is not installed or cannot trace here");
+        oxvs_testutil::skip_or_fail("strace is not installed or cannot trace here");
         return;
     }
     let dir = tempfile::tempdir().unwrap();

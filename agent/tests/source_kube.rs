@@ -64,7 +64,7 @@ fn kube_source_follows_the_api_server() {
     let tools = match prerequisites() {
         Ok(t) => t,
         Err(why) => {
-            println!("SKIPPED: {why}");
+            oxvs_testutil::skip_or_fail(why);
             return;
         }
     };

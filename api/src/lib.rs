@@ -1,22 +1,28 @@
-//! # oxvs-api: what travels on oxvs-switchd's control socket
+//! # oxvs-api: what travels between the oxvs processes
 //!
-//! Newline-delimited JSON over a Unix socket (default
-//! [`DEFAULT_SWITCHD_SOCKET`], mode 0600). Every request carries `"v": 1`;
-//! flows travel as text in the `ovs-ofctl` syntax.
+//! Newline-delimited JSON over Unix sockets (mode 0600). On oxvs-switchd's
+//! control socket (default [`DEFAULT_SWITCHD_SOCKET`]) every request carries
+//! `"v": 1`; flows travel as text in the `ovs-ofctl` syntax. A session on
+//! that socket is any number of request lines, each answered by exactly one
+//! response line, in order.
 //!
 //! - This file: the shared data types (ports and their counters).
-//! - [`protocol`]: the request/response envelope ([`Request`], [`Response`]),
-//!   one typed result per operation, and the strict request parser the
-//!   server uses ([`parse_request`]): bad JSON, a wrong version or an
-//!   unknown operation become a [`ProtocolError`] that the server answers
-//!   with, never a dropped connection.
-//! - [`client`]: a blocking [`Client`] with a deadline per call, used by
-//!   `oxvsctl` and the tests.
+//! - [`protocol`]: the switch's request/response envelope ([`Request`],
+//!   [`Response`]), one typed result per operation, and the strict request
+//!   parser the server uses ([`parse_request`]): bad JSON, a wrong version
+//!   or an unknown operation become a [`ProtocolError`] that the server
+//!   answers with, never a dropped connection.
+//! - [`client`]: a blocking [`Client`] of the switch with a deadline per
+//!   call, used by `oxvsctl` and the tests.
+//! - [`agent`]: oxvs-agent's API socket (the same envelope): the node
+//!   (`info`), where a pod is (`pod`) and one node's hop of a traceflow,
+//!   for `oxvsctl traceflow`.
+//! - [`cni`]: the agent's CNI socket, between `oxvs-cni` and `oxvs-agent`
+//!   (one request per connection, results in the CNI 1.1.0 shape).
+//! - [`metrics`]: the Prometheus text format both daemons serve on
+//!   `/metrics`, a writer and a strict reader, and the tiny HTTP exchange.
 //! - [`listen`]: how the daemons listen: socket files private from the
 //!   first instant, connection caps answered "busy, retry", idle timeouts.
-//!
-//! A session on the socket is any number of request lines, each answered by
-//! exactly one response line, in order.
 
 pub mod agent;
 pub mod client;

@@ -16,7 +16,7 @@ fn mode(p: &std::path::Path) -> u32 {
 fn born_private_under_a_permissive_umask() {
     let old = umask(Mode::empty());
     let dir = tempfile::tempdir().unwrap();
-    // What the daemons did before: bind, then chmod. Between the two the
+    // The naive way: bind, then chmod. Between the two the
     // file is 0777 & ~umask: here, world-writable (anyone may connect).
     let naive = dir.path().join("naive.sock");
     let _l = UnixListener::bind(&naive).unwrap();

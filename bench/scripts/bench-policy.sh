@@ -1,5 +1,5 @@
 #!/bin/sh
-# The committed NetworkPolicy benchmark run (issue 5, "Benchmarks"; results in
+# The committed NetworkPolicy benchmark run (results in
 # docs/benchmarks.md, section "NetworkPolicy realisation"):
 #
 #   matrix    in process: N = 10, 100, 1000 policies over P = 100, 1000 pods on

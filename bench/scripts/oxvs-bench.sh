@@ -1,5 +1,5 @@
 #!/bin/sh
-# The committed oxvs-bench runs (issue 7): oxvs vs OVS afxdp (PMD, non-PMD)
+# The committed oxvs-bench runs: oxvs vs OVS afxdp (PMD, non-PMD)
 # vs Linux bridge vs the kernel XDP redirect (the ceiling; simple only),
 # simple forwarding (port 1 <-> 2) and the Antrea-like
 # pipeline with $POLICIES NetworkPolicies (generator and sink are two pods

@@ -1091,4 +1091,5 @@ mod tests {
     }
 }
 pub mod plots;
+pub mod process;
 pub mod xbench;

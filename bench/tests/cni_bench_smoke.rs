@@ -3,8 +3,9 @@
 //! checks that its JSON has both plugins, both verbs, both modes, the
 //! agent-side times and the probe steps, and that it left no namespace.
 //!
-//! Root only; prints SKIPPED and passes when not root or when the reference
-//! plugins (`/usr/lib/cni/bridge`) are missing. Needs `oxvs-cni`,
+//! Root only; prints SKIPPED and passes (fails with `OXVS_TESTS_NO_SKIP=1`)
+//! when not root or when the reference plugins (`/usr/lib/cni/bridge`) are
+//! missing. Needs `oxvs-cni`,
 //! `oxvs-agent` and `oxvs-switchd` built in the same target directory
 //! (`cargo build -p oxvs-cni -p oxvs-agent -p oxvs-switch`; a workspace
 //! `cargo test` builds them).
@@ -15,13 +16,7 @@ use std::process::Command;
 use serde_json::Value;
 
 fn skip_reason() -> Option<String> {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let uid0 = status
-        .lines()
-        .find(|l| l.starts_with("Uid:"))
-        .and_then(|l| l.split_whitespace().nth(2))
-        == Some("0");
-    if !uid0 {
+    if !oxvs_testutil::is_root() {
         return Some("not root".into());
     }
     if !Path::new("/usr/lib/cni/bridge").exists() || !Path::new("/usr/lib/cni/host-local").exists()
@@ -36,7 +31,7 @@ fn skip_reason() -> Option<String> {
 #[test]
 fn cni_bench_runs_end_to_end() {
     if let Some(why) = skip_reason() {
-        eprintln!("SKIPPED: {why}");
+        oxvs_testutil::skip_or_fail(why);
         return;
     }
     let bench = Path::new(env!("CARGO_BIN_EXE_cni-bench"));

@@ -1,8 +1,9 @@
 //! Smoke tests of `policy-bench` (`oxvs_bench::policy_bench`): a tiny model
 //! through the in-process realisation and the datapath measurement, the
 //! lab manifests read back by the agent's own manifest parser, and (root
-//! and `OXVS_POLICY_BENCH_LAB=1` only, else skipped with a message) the
-//! end-to-end `policy-bench lab` on a 2-node `oxvs-lab` of 4 pods.
+//! only, else skipped with a message; a failure with `OXVS_TESTS_NO_SKIP=1`)
+//! the end-to-end `policy-bench lab` on a 2-node `oxvs-lab` of 4 pods, with
+//! the lab binaries of the same build (`cargo build --workspace`).
 
 use std::time::Duration;
 
@@ -139,20 +140,23 @@ impl Drop for LabGuard {
 
 #[test]
 fn lab_end_to_end_tiny() {
-    if !nix::unistd::Uid::effective().is_root()
-        || std::env::var_os("OXVS_POLICY_BENCH_LAB").is_none()
-    {
-        eprintln!("skipped: needs root and OXVS_POLICY_BENCH_LAB=1 (and `cargo build` of the lab binaries)");
+    if !oxvs_testutil::is_root() {
+        oxvs_testutil::skip_or_fail("needs root (a 2-node oxvs-lab)");
         return;
     }
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug");
-    let lab_bin = dir.join("oxvs-lab");
     let bench = std::path::PathBuf::from(env!("CARGO_BIN_EXE_policy-bench"));
-    assert!(
-        lab_bin.exists(),
-        "{} missing: cargo build first",
-        lab_bin.display()
-    );
+    let dir = bench
+        .parent()
+        .expect("the bench binary has a directory")
+        .to_path_buf();
+    let lab_bin = dir.join("oxvs-lab");
+    for b in ["oxvs-lab", "oxvs-switchd", "oxvs-agent", "oxvs-cni"] {
+        assert!(
+            dir.join(b).exists(),
+            "{} missing: cargo build --workspace (same profile) first",
+            dir.join(b).display()
+        );
+    }
     let name = format!("pbs{}", std::process::id() % 100_000);
     let guard = LabGuard {
         bin: lab_bin.clone(),

@@ -16,27 +16,15 @@
 //! Names carry the pid; the guards of `xbench::setup` remove everything,
 //! also when an assertion fails.
 
+mod common;
+
 use std::time::Duration;
 
+use common::root;
 use oxvs_bench::xbench::gen::GenConfig;
 use oxvs_bench::xbench::methods::{self, run_trial, TrialOpts};
 use oxvs_bench::xbench::pipeline::Plan;
 use oxvs_bench::xbench::setup::{self, must, Endpoint, Lab, SwitchKind};
-
-fn root() -> bool {
-    let ok = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(|l| l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false);
-    if !ok {
-        eprintln!("skipped: needs root");
-    }
-    ok
-}
 
 /// Two namespaces joined by one veth (`eth0` in each).
 fn veth_pair(lab: &mut Lab) -> (Endpoint, Endpoint) {
@@ -191,7 +179,7 @@ fn virtual_setup_smoke_each_method() {
     let mut kinds = vec![SwitchKind::Oxvs { threads: 1 }, SwitchKind::Bridge];
     match setup::xdp_redirect_unavailable() {
         None => kinds.push(SwitchKind::XdpRedirect),
-        Some(why) => eprintln!("xdp-redirect SKIPPED: {why}"),
+        Some(why) => oxvs_testutil::skip_or_fail(format!("xdp-redirect: {why}")),
     }
     for kind in kinds {
         let sw = setup::start_switch(&kind, &Plan::simple(setup::SIMPLE_FLOWS), Some(&bins))
@@ -257,7 +245,10 @@ fn paced_200kpps_on_veth_reaches_90_percent() {
     eprintln!("unpaced: {top:.0} pps");
     const TARGET: f64 = 200_000.0;
     if top < TARGET * 1.1 {
-        eprintln!("skipped: the generator does only {top:.0} pps unpaced here");
+        oxvs_testutil::skip_or_fail(format!(
+            "the generator does only {top:.0} pps unpaced here (needs {:.0})",
+            TARGET * 1.1
+        ));
         return;
     }
     let cfg = GenConfig {
@@ -377,7 +368,7 @@ fn vxlan_two_node_setup_with_ovs_pmd_delivers_pod_to_pod() {
         return;
     }
     if let Some(why) = setup::ovs_vxlan::ovs_vxlan_unavailable() {
-        eprintln!("SKIPPED: {why}");
+        oxvs_testutil::skip_or_fail(why);
         return;
     }
     // start_ovs_vxlan_pair checks every step with ofproto/trace first.

@@ -14,25 +14,13 @@
 //! Names carry the pid; the test's `Lab` removes the veths also when an
 //! assertion fails.
 
+mod common;
+
 use std::process::Command;
 
+use common::root;
 use oxvs_bench::xbench::setup::{self, must, Lab};
 use serde_json::Value;
-
-fn root() -> bool {
-    let ok = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(|l| l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false);
-    if !ok {
-        eprintln!("SKIPPED: needs root");
-    }
-    ok
-}
 
 /// The four "cabled" interfaces: (gen-if, sink-if, P1, P2).
 fn cables(lab: &mut Lab, tag: &str) -> [String; 4] {

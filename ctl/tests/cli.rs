@@ -1,34 +1,10 @@
 //! Black-box tests of the `oxvsctl` binary: exit codes, messages, output.
 
-use std::io::Write as _;
+mod common;
+
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
 
-fn oxvsctl(args: &[&str], stdin: Option<&str>) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_oxvsctl"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("oxvsctl runs");
-    {
-        let mut input = child.stdin.take().expect("stdin");
-        if let Some(text) = stdin {
-            // The command may exit (usage error) before reading its input.
-            let _ = input.write_all(text.as_bytes());
-        }
-    }
-    child.wait_with_output().expect("oxvsctl exits")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+use common::{oxvsctl, stderr, stdout};
 
 fn example() -> String {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -6,12 +6,15 @@
 //! runs `cargo build -p oxvs-switch --bin oxvs-switchd` (fast when up to
 //! date) into the same target directory as `oxvsctl`.
 
-use std::io::Write as _;
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+
+use common::{ok, oxvsctl, stderr as err};
 
 fn switchd_bin() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
@@ -133,38 +136,6 @@ fn spawn_switchd(sock: &Path) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .expect("oxvs-switchd runs")
-}
-
-fn oxvsctl(args: &[&str], stdin: Option<&str>) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_oxvsctl"))
-        .args(args)
-        .env_remove("OXVS_SWITCHD_SOCKET")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("oxvsctl runs");
-    {
-        let mut input = child.stdin.take().expect("stdin");
-        if let Some(text) = stdin {
-            let _ = input.write_all(text.as_bytes());
-        }
-    }
-    child.wait_with_output().expect("oxvsctl exits")
-}
-
-fn out(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn err(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-#[track_caller]
-fn ok(o: &Output) -> String {
-    assert_eq!(o.status.code(), Some(0), "stderr: {}", err(o));
-    out(o)
 }
 
 const FLOWS: &str = "\

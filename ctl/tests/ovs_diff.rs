@@ -667,7 +667,7 @@ struct Outcome {
 /// Runs one case; returns the failures as text (empty = pass).
 fn run_case(case: &str) -> Vec<String> {
     if let Err(reason) = ovs_ready() {
-        eprintln!("SKIPPED ovs_diff::{case}: {reason}");
+        oxvs_testutil::skip_or_fail(format!("ovs_diff::{case}: {reason}"));
         return Vec::new();
     }
     let flows = flows_path(case);

@@ -3,13 +3,16 @@
 //! next node's agent with the arrival it was given, prints, and exits.
 //! No root needed.
 
+mod common;
+
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::net::Ipv4Addr;
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 use std::sync::{Arc, Mutex};
 
+use common::{text, TempDir};
 use oxvs_api::agent::{
     parse_agent_request, AgentRequest, FlowOwner, PodInfo, TraceStep, TraceflowHop, TunnelArrival,
     Verdict,
@@ -23,17 +26,7 @@ type Handler = Box<dyn Fn(&AgentRequest) -> Response + Send>;
 struct FakeAgent {
     path: PathBuf,
     seen: Arc<Mutex<Vec<AgentRequest>>>,
-    _dir: tempdir::Dir,
-}
-
-mod tempdir {
-    /// A directory removed on drop.
-    pub struct Dir(pub std::path::PathBuf);
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
+    _dir: TempDir,
 }
 
 fn fake_agent(tag: &str, handler: Handler) -> FakeAgent {
@@ -67,7 +60,7 @@ fn fake_agent(tag: &str, handler: Handler) -> FakeAgent {
     FakeAgent {
         path,
         seen,
-        _dir: tempdir::Dir(dir),
+        _dir: TempDir(dir),
     }
 }
 
@@ -146,19 +139,7 @@ fn pod_info(node: &str, local: bool) -> PodInfo {
 }
 
 fn oxvsctl(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_oxvsctl"))
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+    common::oxvsctl(args, None)
 }
 
 #[test]

@@ -22,7 +22,6 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
-use serde::Deserialize as _;
 use serde_json::{json, Map, Value};
 
 use crate::state::{write_atomic, PortState};
@@ -132,12 +131,27 @@ fn is_dns_subdomain(s: &str) -> bool {
         && s.chars().last().is_some_and(alnum)
 }
 
-/// Parses every document of `text` (from `source`, for messages).
+/// How the lab reads YAML (serde-saphyr): YAML 1.2 scalars as
+/// `serde_yaml` read them, so `name: n` or `on` stays a string and so do
+/// `0755` and `1_000`.
+pub fn yaml_options() -> serde_saphyr::Options {
+    let mut o = serde_saphyr::Options::default();
+    o.strict_booleans = true;
+    o.leading_zero_numbers_as_strings = true;
+    o.underscored_numbers_as_strings = true;
+    o
+}
+
+/// Parses every non-empty document of `text` (from `source`, for
+/// messages).
 pub fn parse_documents(text: &str, source: &str) -> anyhow::Result<Vec<Object>> {
     let mut out = Vec::new();
-    for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+    let mut bytes = text.as_bytes();
+    for (i, doc) in
+        serde_saphyr::read_with_options::<_, Value>(&mut bytes, yaml_options()).enumerate()
+    {
         let where_ = format!("{source}#{}", i + 1);
-        let v = Value::deserialize(doc).with_context(|| format!("{where_}: invalid YAML"))?;
+        let v = doc.with_context(|| format!("{where_}: invalid YAML"))?;
         collect(v, &where_, &mut out)?;
     }
     Ok(out)
@@ -390,7 +404,7 @@ pub fn default_namespace(uid: &str) -> Value {
 
 /// Writes `value` as YAML to `dir/file` atomically.
 pub fn write(dir: &Path, file: &str, value: &Value) -> anyhow::Result<()> {
-    let text = serde_yaml::to_string(value).with_context(|| format!("cannot encode {file}"))?;
+    let text = serde_saphyr::to_string(value).with_context(|| format!("cannot encode {file}"))?;
     write_atomic(&dir.join(file), text.as_bytes())
 }
 
@@ -409,7 +423,8 @@ pub fn read(dir: &Path, file: &str) -> anyhow::Result<Value> {
     let p = dir.join(file);
     let text =
         std::fs::read_to_string(&p).with_context(|| format!("cannot read {}", p.display()))?;
-    serde_yaml::from_str(&text).with_context(|| format!("{} is not valid YAML", p.display()))
+    serde_saphyr::from_str_with_options(&text, yaml_options())
+        .with_context(|| format!("{} is not valid YAML", p.display()))
 }
 
 #[cfg(test)]

@@ -1,7 +1,6 @@
-//! Agent restarts and NetworkPolicy churn under live traffic (issue 5,
-//! "How we will know it works": allowed traffic is never dropped beyond the
-//! documented window, denied traffic never passes), on a real 2-node
-//! oxvs-lab (root + AF_XDP, real binaries).
+//! Agent restarts and NetworkPolicy churn under live traffic (allowed
+//! traffic is never dropped beyond the documented window, denied traffic
+//! never passes), on a real 2-node oxvs-lab (root + AF_XDP, real binaries).
 //!
 //! ## The cluster
 //!

@@ -1,5 +1,5 @@
 //! One pod flooding new UDP flows at full speed must not stop another pod
-//! on the same node from opening TCP connections (issue 13, "hardening").
+//! on the same node from opening TCP connections.
 //!
 //! One node whose switch has a small connection table and per-port limit
 //! (`--ct-max 4096 --ct-port-limit 1000`, so the test is quick): pod a

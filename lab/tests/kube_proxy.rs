@@ -37,9 +37,10 @@
 //! SCTP rules load, no SCTP traffic is sent); a malformed Service refused
 //! with the field named; `delete -f` of a Service removes its rules.
 //!
-//! Skips (prints SKIPPED, passes) only when not root (or without AF_XDP)
-//! or when the kube-proxy build (`$OXVS_K8S_CACHE/bin/kube-proxy`, default
-//! `/var/cache/oxvs-k8s`) is missing; anything else missing fails (`up
+//! Skips (prints SKIPPED, passes; fails with `OXVS_TESTS_NO_SKIP=1`) only
+//! when not root (or without AF_XDP) or when the kube-proxy build
+//! (`$OXVS_K8S_CACHE/bin/kube-proxy`, default `/var/cache/oxvs-k8s`) is
+//! missing; anything else missing fails (`up
 //! --kube-proxy` says what). On failure the table of every path is printed
 //! with evidence: `iptables-save -t nat`, `conntrack -L` of both nodes.
 
@@ -711,7 +712,7 @@ fn pod_ip(lab: &Lab, key: &str) -> String {
 fn every_kube_proxy_path_works_through_oxvs() {
     skip_unless_capable!();
     if let Some(why) = kube_proxy_build() {
-        eprintln!("SKIPPED: {why}");
+        oxvs_testutil::skip_or_fail(why);
         return;
     }
     let t0 = Instant::now();

@@ -105,15 +105,16 @@ fn one_node_lab_runs_pods_probes_execs_deletes_and_goes_down_clean() {
         );
     }
     // The pod's IP went back into its manifest, as the kubelet would.
-    let m = std::fs::read_to_string(lab.root().join("manifests/pod_x_a.yaml")).expect("manifest");
+    let m =
+        oxvs_lab::manifest::read(&lab.root().join("manifests"), "pod_x_a.yaml").expect("manifest");
     let xa_ip = pods
         .iter()
         .find(|p| p["namespace"] == "x" && p["name"] == "a")
         .and_then(|p| p["ip"].as_str())
         .expect("x/a has an ip")
         .to_string();
-    assert!(m.contains(&format!("podIP: {xa_ip}")), "{m}");
-    assert!(m.contains("nodeName: node-1"), "{m}");
+    assert_eq!(m["status"]["podIP"].as_str(), Some(xa_ip.as_str()), "{m}");
+    assert_eq!(m["spec"]["nodeName"].as_str(), Some("node-1"), "{m}");
 
     // TCP and UDP: everyone reaches everyone (no policy).
     let tcp = lab.probe("tcp", 80);

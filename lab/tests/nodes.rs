@@ -1,6 +1,6 @@
-//! Nodes joining and leaving a running cluster (issue 5, "Multi-node": a
-//! node added later is reachable; a node removed disappears from every
-//! other node's flows), on a real oxvs-lab (root + AF_XDP, real binaries).
+//! Nodes joining and leaving a running cluster (a node added later is
+//! reachable; a node removed disappears from every other node's flows), on
+//! a real oxvs-lab (root + AF_XDP, real binaries).
 //!
 //! A 2-node lab with a pod on each node; `oxvs-lab node add` makes node-3
 //! and a pod is put on it. Then, each within a bound:

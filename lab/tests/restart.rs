@@ -1,5 +1,5 @@
 //! Established TCP connections survive a switch restart, an agent restart
-//! and `flush-conntrack` (issue 12, part 3), with real packets on a real
+//! and `flush-conntrack`, with real packets on a real
 //! 2-node oxvs-lab (root + AF_XDP, real binaries; SKIPPED otherwise).
 //!
 //! ## The streams

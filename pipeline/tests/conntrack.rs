@@ -2,10 +2,14 @@
 //! `FlowKey::set` from the same parameters (the extractor is written in
 //! parallel), and the `ct_state` answers OVS gives for them.
 
+mod common;
+
 use oxvs_pipeline::conntrack::{Conntrack, CtConfig, CtParams, CtTimeouts, CtVerdict, TcpState};
 use oxvs_pipeline::field::{ct_state, tcp_flags as tf, write_flags, Field};
 use oxvs_pipeline::key::FlowKey;
 use proptest::prelude::*;
+
+use common::csum16;
 
 const SEC: u64 = 1_000_000_000;
 
@@ -31,18 +35,6 @@ fn eth(ethertype: u16, payload: &[u8]) -> Vec<u8> {
     f.extend_from_slice(&ethertype.to_be_bytes());
     f.extend_from_slice(payload);
     f
-}
-
-fn csum16(data: &[u8]) -> u16 {
-    let mut sum = 0u32;
-    for c in data.chunks(2) {
-        let w = u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]);
-        sum += u32::from(w);
-    }
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
 }
 
 fn ipv4(src: [u8; 4], dst: [u8; 4], proto: u8, l4: &[u8]) -> Vec<u8> {

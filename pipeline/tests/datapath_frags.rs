@@ -3,6 +3,8 @@
 //! leave with the actions' header rewrites (module doc of
 //! `oxvs_pipeline::datapath`, "Fragments").
 
+mod common;
+
 use std::sync::Arc;
 
 use oxvs_pipeline::conntrack::{Conntrack, CtConfig};
@@ -10,6 +12,8 @@ use oxvs_pipeline::datapath::{Datapath, DatapathConfig, DpPacket, RecordingSink}
 use oxvs_pipeline::parse::{parse_flow_file, ParseContext};
 use oxvs_pipeline::tables::Pipeline;
 use oxvs_pipeline::xlate::XlateEnv;
+
+use common::csum16;
 
 /// A policy-like pipeline: everything through `ct`; new UDP only to port
 /// 53 (committed), established in both directions; TTL decremented and
@@ -36,17 +40,6 @@ fn datapath() -> (Datapath, Conntrack) {
     )
 }
 
-fn csum(h: &[u8]) -> u16 {
-    let mut s: u32 = h
-        .chunks(2)
-        .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
-        .sum();
-    while s > 0xffff {
-        s = (s & 0xffff) + (s >> 16);
-    }
-    !(s as u16)
-}
-
 /// A UDP datagram from 10.0.0.1:5353 to 10.0.0.2:`dport` (UDP checksum 0:
 /// none) as IPv4 fragments of at most `chunk` payload bytes, and the
 /// datagram's IP payload.
@@ -70,7 +63,7 @@ fn udp_fragments(dport: u16, len: usize, chunk: usize, id: u16) -> (Vec<Vec<u8>>
         ip.extend_from_slice(&id.to_be_bytes());
         ip.extend_from_slice(&frag.to_be_bytes());
         ip.extend_from_slice(&[64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2]);
-        let c = csum(&ip);
+        let c = csum16(&ip);
         ip[10..12].copy_from_slice(&c.to_be_bytes());
         f.extend_from_slice(&ip);
         f.extend_from_slice(&l4[off..end]);
@@ -105,7 +98,7 @@ fn fragments_are_reassembled_for_ct_and_forwarded_as_they_came() {
         assert_eq!(&out[..12], &[2, 0, 0, 0, 0, 0xbb, 2, 0, 0, 0, 0, 0xaa]);
         let ip = &out[14..34];
         assert_eq!(ip[8], 63, "dec_ttl applied to each fragment");
-        assert_eq!(csum(ip), 0, "IPv4 header checksum valid");
+        assert_eq!(csum16(ip), 0, "IPv4 header checksum valid");
         assert_eq!(&ip[4..6], &0x1234u16.to_be_bytes(), "identification kept");
         assert_eq!(
             out.len(),
@@ -175,7 +168,7 @@ fn incomplete_and_overlapping_datagrams_go_nowhere() {
     let fo = u16::from_be_bytes([overlap[20], overlap[21]]);
     overlap[20..22].copy_from_slice(&(fo - 8).to_be_bytes());
     overlap[24..26].fill(0);
-    let c = csum(&overlap[14..34]);
+    let c = csum16(&overlap[14..34]);
     overlap[24..26].copy_from_slice(&c.to_be_bytes());
     let sink = send(&mut dp, &mut ct, &[overlap, frames[2].clone()], 1);
     assert!(sink.outputs.is_empty(), "{:?}", sink.outputs.len());

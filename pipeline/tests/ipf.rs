@@ -4,11 +4,15 @@
 //! exactly. Property tests add random cuts, orders, overlaps, garbage and
 //! mutations, checking the bounds and the counters' conservation law.
 
+mod common;
+
 use oxvs_pipeline::extract::extract;
 use oxvs_pipeline::field::{frag, Field};
 use oxvs_pipeline::ipf::{Completed, Ipf, IpfConfig, IpfDrop, IpfOutcome};
 use oxvs_pipeline::FlowKey;
 use proptest::prelude::*;
+
+use common::csum16;
 
 const SEC: u64 = 1_000_000_000;
 
@@ -23,17 +27,6 @@ fn permissive() -> IpfConfig {
 
 // ---------------------------------------------------------------------------
 // Datagrams and a fragmenter
-
-fn csum16(data: &[u8]) -> u16 {
-    let mut sum = 0u32;
-    for c in data.chunks(2) {
-        sum += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
-    }
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
-}
 
 fn l2(vlan: bool, ethertype: u16) -> Vec<u8> {
     let mut f = vec![0x02, 0, 0, 0, 0, 0x0b, 0x02, 0, 0, 0, 0, 0x0a];

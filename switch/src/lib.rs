@@ -12,7 +12,8 @@
 //! | [`control`] | the control socket server |
 //! | [`ctstate`] | the conntrack state file (saved at stop, restored at start) |
 //! | [`engine`] | the switch: datapath threads, port add/remove, packet-ins, inject, stats |
-//! | [`afxdp`] | AF_XDP sockets, each with its UMEM and frame pool (the only `unsafe`) |
+//! | [`afxdp`] | AF_XDP sockets, each with its UMEM and frame pool (the crate's only `unsafe`) |
+//! | [`metrics`] | `/metrics`: the switch's counters in the Prometheus text format |
 //! | [`netdev`] | interface helpers (veth pairs, up, MTU, delete) |
 //! | [`vxlan`] | the VXLAN tunnel port |
 

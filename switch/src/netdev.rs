@@ -2,9 +2,8 @@
 //! delete, existence, MTU.
 //!
 //! These shell out to iproute2's `ip` (synchronously) and read sysfs; each
-//! error names the command and what it printed. (A netlink-socket version
-//! behind the same functions is a later refinement: the callers would not
-//! change.) Nothing here runs on the datapath; all functions are blocking
+//! error names the command and what it printed. Nothing here runs on the
+//! datapath; all functions are blocking
 //! and may be called from any thread. They act in the caller's network
 //! namespace.
 

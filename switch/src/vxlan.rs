@@ -63,8 +63,9 @@
 //! ## Buffers and cost
 //!
 //! RX and TX each own [`MAX_BATCH`] preallocated slots; frames are copied
-//! into them, never allocated per packet. `recvmmsg` goes through `nix`,
-//! `sendmmsg` through `rustix` (so this module needs no `unsafe`). TX builds
+//! into them, never allocated per packet. Sockets, options and `recvmmsg` go
+//! through `nix`, `sendmmsg` through `rustix` (so this module needs no
+//! `unsafe`), the one call the switch makes through `rustix`. TX builds
 //! its `mmsghdr` array on the stack; RX has nix build its `mmsghdr` and
 //! control-message arrays per `recv_batch` call (a few small allocations per
 //! batch, none per packet): nix's `MultiHeaders` holds raw pointers, so
@@ -236,14 +237,15 @@ impl VxlanPort {
         // Room for a few batches of bursts; the kernel caps it at rmem_max.
         let _ =
             nix::sys::socket::setsockopt(&rx_sock, nix::sys::socket::sockopt::RcvBuf, &(4 << 20));
-        let tx_sock = rustix::net::socket_with(
-            rustix::net::AddressFamily::INET,
-            rustix::net::SocketType::RAW,
-            rustix::net::SocketFlags::CLOEXEC | rustix::net::SocketFlags::NONBLOCK,
-            Some(rustix::net::ipproto::RAW),
+        let tx_sock = nix::sys::socket::socket(
+            nix::sys::socket::AddressFamily::Inet,
+            nix::sys::socket::SockType::Raw,
+            nix::sys::socket::SockFlag::SOCK_CLOEXEC | nix::sys::socket::SockFlag::SOCK_NONBLOCK,
+            nix::sys::socket::SockProtocol::Raw,
         )
         .map_err(|e| VxlanError::RawSocket(e.into()))?;
-        let _ = rustix::net::sockopt::set_socket_send_buffer_size(&tx_sock, 4 << 20);
+        let _ =
+            nix::sys::socket::setsockopt(&tx_sock, nix::sys::socket::sockopt::SndBuf, &(4 << 20));
         // Report the kernel's drops on this socket (full receive buffer).
         nix::sys::socket::setsockopt(&rx_sock, nix::sys::socket::sockopt::RxqOvfl, &1)
             .map_err(|e| VxlanError::Socket(e.into()))?;

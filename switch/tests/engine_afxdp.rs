@@ -5,7 +5,9 @@
 //! Every namespace and link is named with the test's pid and tag, and a
 //! drop guard removes them even when an assertion fails.
 
-use std::process::{Child, Command, Output, Stdio};
+mod common;
+
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,33 +18,7 @@ use oxvs_pipeline::tables::Pipeline;
 use oxvs_switch::engine::{monotonic_ns, PollMode, Switch, SwitchConfig, SwitchError};
 use oxvs_switch::netdev;
 
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false)
-}
-
-fn run(args: &[&str]) -> Output {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {args:?}: {e}"));
-    out
-}
-
-fn must(args: &[&str]) -> String {
-    let out = run(args);
-    assert!(
-        out.status.success(),
-        "{args:?} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+use common::{must, run};
 
 /// Namespaces and links of one test, removed on drop.
 struct Lab {
@@ -247,8 +223,8 @@ for i in range(20):
 
 #[test]
 fn engine_two_pods_ping_udp_tcp_flow_changes_port_churn() {
-    if !is_root() {
-        eprintln!("skipped: needs root");
+    if !oxvs_testutil::is_root() {
+        oxvs_testutil::skip_or_fail("needs root");
         return;
     }
     let mut lab = Lab::new("e");
@@ -425,8 +401,8 @@ fn engine_two_pods_ping_udp_tcp_flow_changes_port_churn() {
 
 #[test]
 fn engine_packet_in_and_inject() {
-    if !is_root() {
-        eprintln!("skipped: needs root");
+    if !oxvs_testutil::is_root() {
+        oxvs_testutil::skip_or_fail("needs root");
         return;
     }
     let mut lab = Lab::new("i");
@@ -540,9 +516,12 @@ fn engine_starts_and_stops_without_ports() {
         },
         Arc::new(Pipeline::new()),
     );
-    let Ok(sw) = sw else {
-        eprintln!("skipped: cannot map a UMEM here");
-        return;
+    let sw = match sw {
+        Ok(sw) => sw,
+        Err(e) => {
+            oxvs_testutil::skip_or_fail(format!("cannot map a UMEM here: {e}"));
+            return;
+        }
     };
     assert!(sw.ports().is_empty());
     assert_eq!(sw.stats().threads, 2);
@@ -561,8 +540,8 @@ fn engine_starts_and_stops_without_ports() {
 
 #[test]
 fn engine_two_threads_forward_across_threads() {
-    if !is_root() {
-        eprintln!("skipped: needs root");
+    if !oxvs_testutil::is_root() {
+        oxvs_testutil::skip_or_fail("needs root");
         return;
     }
     let mut lab = Lab::new("t");

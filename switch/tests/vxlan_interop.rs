@@ -9,6 +9,8 @@
 //! The [`Lab`] guard deletes both namespaces — and with them the veth and
 //! `vx0` — also when a test fails.
 
+mod common;
+
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -24,22 +26,11 @@ const INNER_A: [u8; 4] = [10, 99, 0, 1];
 const INNER_B: [u8; 4] = [10, 99, 0, 2];
 const VNI: u64 = 42;
 
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-        .unwrap_or(false)
-}
-
+/// `ip <args>`, which must succeed.
 fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("run ip");
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let mut cmd = vec!["ip"];
+    cmd.extend_from_slice(args);
+    common::must(&cmd);
 }
 
 /// Two namespaces joined by a veth pair, with a kernel `vxlan` in B.
@@ -119,11 +110,7 @@ impl Drop for Lab {
     fn drop(&mut self) {
         // Every step runs, whatever failed before.
         for ns in [&self.a, &self.b] {
-            let ok = Command::new("ip")
-                .args(["netns", "del", ns])
-                .status()
-                .map(|s| s.success())
-                .unwrap_or(false);
+            let ok = common::run(&["ip", "netns", "del", ns]).status.success();
             if !ok {
                 eprintln!("cleanup: could not delete netns {ns}");
             }
@@ -232,8 +219,8 @@ fn is_echo_reply(s: &Seen, ident: u16) -> bool {
 
 #[test]
 fn kernel_vxlan_answers_our_packets() {
-    if !is_root() {
-        eprintln!("skipped: needs root (network namespaces)");
+    if !oxvs_testutil::is_root() {
+        oxvs_testutil::skip_or_fail("needs root (network namespaces)");
         return;
     }
     let lab = Lab::new("e");
@@ -318,8 +305,8 @@ fn kernel_vxlan_answers_our_packets() {
 
 #[test]
 fn other_underlay_traffic_stays_with_the_kernel() {
-    if !is_root() {
-        eprintln!("skipped: needs root (network namespaces)");
+    if !oxvs_testutil::is_root() {
+        oxvs_testutil::skip_or_fail("needs root (network namespaces)");
         return;
     }
     let lab = Lab::new("k");

@@ -17,6 +17,15 @@ use serde_json::{json, Value};
 
 use crate::common::{unique, workspace_bin, Bg, Netns, Switchd};
 
+/// A directory removed (with its contents) on drop.
+pub struct RmDir(pub PathBuf);
+
+impl Drop for RmDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// The gateway interface inside every test node.
 pub const GW: &str = "oxgw0";
 

@@ -61,16 +61,18 @@ use std::fs::File;
 use std::io::Write as _;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::{Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
+use clap::Parser;
 use oxvs_bench::cni_bench::{
     loadavg, parse_agent_log, parse_attached, parse_switch_log, summary_cells, table, Machine,
     Summary,
 };
+use oxvs_bench::process::{must, Proc};
 use serde_json::{json, Value};
 
 /// Set by SIGINT/SIGTERM.
@@ -87,120 +89,56 @@ const PROBE_CIDR: &str = "10.242.0.0/16";
 
 // ---------------------------------------------------------------- options
 
+/// CNI ADD/DEL latency of oxvs-cni against bridge + host-local (needs root).
+#[derive(Parser)]
+#[command(name = "cni-bench")]
 struct Opts {
-    n: usize,
-    concurrency: usize,
+    /// Pods per batch (at most 10000).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    n: u64,
+    /// Concurrent calls in the concurrent batches.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..))]
+    concurrency: u64,
+    /// Pods the step-by-step probe runs (at most --n).
+    #[arg(long, default_value_t = 30)]
     probe_n: usize,
+    /// Writes every summary, the machine and the date as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+    /// Draws the summaries as SVG plots into DIR.
+    #[arg(long, value_name = "DIR")]
     plots: Option<PathBuf>,
+    /// Where oxvs-cni, oxvs-agent and oxvs-switchd are (default: next to
+    /// cni-bench).
+    #[arg(long, value_name = "DIR")]
     bin_dir: Option<PathBuf>,
+    /// Where the reference plugins are.
+    #[arg(long, value_name = "DIR", default_value = "/usr/lib/cni")]
     cni_path: PathBuf,
+    /// Keeps the daemons' logs (their directory is printed).
+    #[arg(long)]
     keep_logs: bool,
-}
-
-const USAGE: &str =
-    "usage: cni-bench [--n PODS] [--concurrency C] [--probe-n K] [--json FILE] [--plots DIR] \
-[--bin-dir DIR (oxvs-cni, oxvs-agent, oxvs-switchd; default: next to cni-bench)] \
-[--cni-path DIR (reference plugins; default /usr/lib/cni)] [--keep-logs]";
-
-fn parse_opts() -> Result<Opts> {
-    let mut o = Opts {
-        n: 100,
-        concurrency: 8,
-        probe_n: 30,
-        json: None,
-        plots: None,
-        bin_dir: None,
-        cni_path: PathBuf::from("/usr/lib/cni"),
-        keep_logs: false,
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        let mut val = || {
-            args.next()
-                .ok_or_else(|| anyhow!("{a} needs a value\n{USAGE}"))
-        };
-        match a.as_str() {
-            "--n" => o.n = val()?.parse().context("--n")?,
-            "--concurrency" => o.concurrency = val()?.parse().context("--concurrency")?,
-            "--probe-n" => o.probe_n = val()?.parse().context("--probe-n")?,
-            "--json" => o.json = Some(val()?.into()),
-            "--plots" => o.plots = Some(val()?.into()),
-            "--bin-dir" => o.bin_dir = Some(val()?.into()),
-            "--cni-path" => o.cni_path = val()?.into(),
-            "--keep-logs" => o.keep_logs = true,
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                std::process::exit(0);
-            }
-            _ => bail!("unknown argument {a}\n{USAGE}"),
-        }
-    }
-    if o.n == 0 || o.concurrency == 0 {
-        bail!("--n and --concurrency must be positive");
-    }
-    if o.n > 10_000 {
-        bail!(
-            "--n {} is more pods than the bench's naming allows (10000)",
-            o.n
-        );
-    }
-    o.probe_n = o.probe_n.min(o.n);
-    Ok(o)
 }
 
 // ---------------------------------------------------------------- commands
 
-/// Runs a command that must succeed; returns its stdout.
-fn must(args: &[&str]) -> Result<String> {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| format!("cannot run {}", args[0]))?;
-    if !out.status.success() {
-        bail!(
-            "`{}` failed: {}{}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stdout).trim(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// A daemon, leader of its own process group (so Ctrl-C reaches only the
-/// bench, which stops it), stdout and stderr to `log`; SIGTERM, then
-/// SIGKILL after 3 s, and reaped on drop.
+/// A daemon (a [`Proc`] logging to `log`, stopped gently on drop) and its
+/// log, for start-up failures.
 struct Daemon {
-    child: Child,
-    what: String,
+    proc_: Proc,
     log: PathBuf,
 }
 
 impl Daemon {
     fn spawn(args: &[&str], what: &str, log: &Path) -> Result<Daemon> {
-        use std::os::unix::process::CommandExt;
-        let out = File::create(log).with_context(|| format!("cannot create {}", log.display()))?;
-        let err = out.try_clone().context("log file handle")?;
-        let child = Command::new(args[0])
-            .args(&args[1..])
-            .env("NO_COLOR", "1")
-            .process_group(0)
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .with_context(|| format!("cannot start {what} ({})", args.join(" ")))?;
         Ok(Daemon {
-            child,
-            what: what.to_owned(),
+            proc_: Proc::spawn_logged(args, &[("NO_COLOR", "1")], what, log)?,
             log: log.to_owned(),
         })
     }
 
     fn running(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
+        self.proc_.running()
     }
 
     fn log_tail(&self, lines: usize) -> String {
@@ -209,37 +147,9 @@ impl Daemon {
         v[v.len().saturating_sub(lines)..].join("\n")
     }
 
-    fn signal(&self, sig: nix::sys::signal::Signal) {
-        if let Ok(pid) = i32::try_from(self.child.id()) {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
-        }
-    }
-
-    /// SIGTERM, wait up to 3 s, then SIGKILL; reaps.
+    /// SIGTERM, then SIGKILL if it does not stop; reaps.
     fn stop(&mut self) {
-        if !self.running() {
-            return;
-        }
-        self.signal(nix::sys::signal::Signal::SIGTERM);
-        let end = Instant::now() + Duration::from_secs(3);
-        while Instant::now() < end {
-            if !self.running() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        eprintln!(
-            "cni-bench: {} did not stop on SIGTERM; killing it",
-            self.what
-        );
-        self.signal(nix::sys::signal::Signal::SIGKILL);
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        self.stop();
+        self.proc_.stop();
     }
 }
 
@@ -724,7 +634,10 @@ fn main() -> ExitCode {
 }
 
 fn real_main() -> Result<()> {
-    let o = parse_opts()?;
+    let o = Opts::parse();
+    // Bounded by clap (1..=10000, 1..): both fit a usize.
+    let (n, concurrency) = (o.n as usize, o.concurrency as usize);
+    let probe_n = o.probe_n.min(n);
     if !nix::unistd::geteuid().is_root() {
         bail!("needs root (network namespaces, veth, XDP)");
     }
@@ -751,7 +664,7 @@ fn real_main() -> Result<()> {
     let machine = Machine::probe();
     println!(
         "cni-bench: {} pods, concurrency {}; {} ({} CPUs), kernel {}, load {}",
-        o.n, o.concurrency, machine.cpu_model, machine.cores, machine.kernel, machine.loadavg
+        n, concurrency, machine.cpu_model, machine.cores, machine.kernel, machine.loadavg
     );
 
     // Declared first: dropped last (after the daemons).
@@ -767,69 +680,11 @@ fn real_main() -> Result<()> {
         s("host-local"),
     );
 
-    let sw_bin = switchd_bin.to_string_lossy().into_owned();
-    let mut switchd = Daemon::spawn(
-        &[
-            "ip",
-            "netns",
-            "exec",
-            &node,
-            &sw_bin,
-            "--socket",
-            &sw_sock,
-            "--gateway",
-            GATEWAY,
-            "--log-level",
-            "info,oxvs_switch::afxdp=debug",
-        ],
-        "oxvs-switchd",
-        &dir.join("switchd.log"),
-    )?;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if Path::new(&sw_sock).exists()
-            && switch_call(Path::new(&sw_sock), &oxvs_api::Request::Show).is_ok()
-        {
-            break;
-        }
-        if !switchd.running() {
-            bail!("oxvs-switchd exited at start-up:\n{}", switchd.log_tail(30));
-        }
-        if Instant::now() > deadline || stopped() {
-            bail!(
-                "oxvs-switchd not answering within 20 s:\n{}",
-                switchd.log_tail(30)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let mut switchd = start_switchd(&node, &switchd_bin, &sw_sock, &dir)?;
 
-    let ag_bin = agent_bin.to_string_lossy().into_owned();
     let agent_log = dir.join("agent.log");
-    let mut agent = Daemon::spawn(
-        &[
-            "ip",
-            "netns",
-            "exec",
-            &node,
-            &ag_bin,
-            "--pod-cidr",
-            OXVS_CIDR,
-            "--cni-socket",
-            &cni_sock,
-            "--switchd-socket",
-            &sw_sock,
-            "--state-dir",
-            &state_dir,
-            "--gateway",
-            GATEWAY,
-            "--mtu",
-            "1450",
-            "--log-level",
-            "oxvs_agent=debug,info",
-        ],
-        "oxvs-agent",
-        &agent_log,
+    let mut agent = start_agent(
+        &node, &agent_bin, &cni_sock, &sw_sock, &state_dir, &agent_log,
     )?;
     let oxvs_conf = |v: &str| {
         serde_json::to_vec(&json!({
@@ -857,40 +712,19 @@ fn real_main() -> Result<()> {
         config: ref_conf("1.0.0")?,
         config_v11: ref_conf("1.1.0")?,
     };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let st = oxvs.call("STATUS", "", "", "")?;
-        if st.ok {
-            break;
-        }
-        if !agent.running() {
-            bail!("oxvs-agent exited at start-up:\n{}", agent.log_tail(30));
-        }
-        if Instant::now() > deadline || stopped() {
-            bail!(
-                "oxvs-agent not ready within 30 s ({}):\n{}",
-                st.describe(),
-                agent.log_tail(30)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_agent_ready(&oxvs, &mut agent)?;
 
     // Pods, before any timing.
     let t = Instant::now();
-    let mut pods = Vec::with_capacity(o.n);
-    for i in 0..o.n {
+    let mut pods = Vec::with_capacity(n);
+    for i in 0..n {
         if stopped() {
             bail!("interrupted");
         }
         pods.push(lab.netns(&format!("p{i}"))?);
     }
     let warm = lab.netns("warm")?;
-    println!(
-        "{} pod namespaces in {:.1} s",
-        o.n,
-        t.elapsed().as_secs_f64()
-    );
+    println!("{} pod namespaces in {:.1} s", n, t.elapsed().as_secs_f64());
 
     // Warm-up: one untimed ADD + DEL each.
     let warm_mode = Mode {
@@ -910,7 +744,7 @@ fn real_main() -> Result<()> {
         },
         Mode {
             name: "concurrent",
-            concurrency: o.concurrency,
+            concurrency,
         },
     ];
     let mut results = Vec::new();
@@ -938,7 +772,7 @@ fn real_main() -> Result<()> {
     }
 
     // Plugin process costs.
-    let k = o.n.min(100);
+    let k = n.min(100);
     let baselines = vec![
         (
             "oxvs-cni VERSION (exec only)",
@@ -957,70 +791,12 @@ fn real_main() -> Result<()> {
     // The agent's own time per request, then stop it (see the probe).
     agent.stop();
     let log = std::fs::read_to_string(&agent_log).unwrap_or_default();
-    let served = parse_agent_log(&log);
-    let mut agent_side = Vec::new();
-    for mode in &modes {
-        let prefix = format!("cnib-{}-oxvs-{}-", std::process::id(), mode.name);
-        for verb in ["ADD", "DEL"] {
-            let ms: Vec<f64> = served
-                .iter()
-                .filter(|r| r.verb == verb && r.container.starts_with(&prefix))
-                .map(|r| r.ms)
-                .collect();
-            agent_side.push((verb, *mode, Summary::of_ms(&ms)));
-        }
-    }
-
-    // The agent's ADD steps ("pod attached" netlink_ms, port_ms, flows_ms).
-    let attached = parse_attached(&log);
-    let mut agent_steps = Vec::new();
-    for mode in &modes {
-        let names = host_ifnames(&oxvs, mode, o.n);
-        let mine: Vec<_> = attached
-            .iter()
-            .filter(|a| names.contains(&a.port))
-            .collect();
-        let col = |f: fn(&oxvs_bench::cni_bench::Attached) -> f64| {
-            Summary::of_ms(&mine.iter().map(|a| f(a)).collect::<Vec<_>>())
-        };
-        agent_steps.push((
-            *mode,
-            "netlink (veth, addresses, routes)",
-            col(|a| a.netlink_ms),
-        ));
-        agent_steps.push((*mode, "switch add-port", col(|a| a.port_ms)));
-        agent_steps.push((*mode, "record save + flow sync", col(|a| a.flows_ms)));
-        agent_steps.push((
-            *mode,
-            "attach total (incl. gratuitous ARP)",
-            col(|a| a.total_ms),
-        ));
-    }
-
-    // switchd's own time per port: UMEM mapping and AF_XDP socket (XDP
-    // program load + attach, rings), for the timed pods' ports.
+    let agent_side = agent_side(&log, &modes);
+    let agent_steps = agent_steps(&log, &oxvs, &modes, n);
     let sw_log = std::fs::read_to_string(dir.join("switchd.log")).unwrap_or_default();
-    let attempts = parse_switch_log(&sw_log);
-    let mut switch_side = Vec::new();
-    for mode in &modes {
-        let names = host_ifnames(&oxvs, mode, o.n);
-        let mine: Vec<_> = attempts
-            .iter()
-            .filter(|a| names.contains(&a.ifname))
-            .collect();
-        let ok: Vec<_> = mine.iter().filter(|a| a.ok).collect();
-        let modes_used: std::collections::BTreeSet<&str> =
-            ok.iter().map(|a| a.mode.as_str()).collect();
-        switch_side.push((
-            *mode,
-            mine.len(),
-            modes_used.into_iter().collect::<Vec<_>>().join(","),
-            Summary::of_ms(&ok.iter().map(|a| a.umem_ms).collect::<Vec<_>>()),
-            Summary::of_ms(&ok.iter().map(|a| a.socket_ms).collect::<Vec<_>>()),
-        ));
-    }
+    let switch_side = switch_side(&sw_log, &oxvs, &modes, n);
 
-    let probe = run_probe(&dir, Path::new(&sw_sock), &pods[..o.probe_n])?;
+    let probe = run_probe(&dir, Path::new(&sw_sock), &pods[..probe_n])?;
     if !switchd.running() {
         bail!(
             "oxvs-switchd died during the run:\n{}",
@@ -1028,10 +804,231 @@ fn real_main() -> Result<()> {
         );
     }
 
-    // ---- Report.
+    let measured = Measured {
+        results,
+        baselines,
+        agent_side,
+        agent_steps,
+        switch_side,
+        probe,
+    };
     let load_end = loadavg();
+    print_report(&measured, &machine, &load_end);
+    if o.json.is_some() || o.plots.is_some() {
+        write_outputs(&o, &measured, &machine, &load_end, n, concurrency)?;
+    }
+    drop(agent);
+    drop(switchd);
+    drop(lab);
+    Ok(())
+}
+
+/// Starts oxvs-switchd in the node namespace and waits (20 s at most) until
+/// it answers on its socket.
+fn start_switchd(node: &str, bin: &Path, sock: &str, dir: &Path) -> Result<Daemon> {
+    let sw_bin = bin.to_string_lossy().into_owned();
+    let mut switchd = Daemon::spawn(
+        &[
+            "ip",
+            "netns",
+            "exec",
+            node,
+            &sw_bin,
+            "--socket",
+            sock,
+            "--gateway",
+            GATEWAY,
+            "--log-level",
+            "info,oxvs_switch::afxdp=debug",
+        ],
+        "oxvs-switchd",
+        &dir.join("switchd.log"),
+    )?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if Path::new(sock).exists()
+            && switch_call(Path::new(sock), &oxvs_api::Request::Show).is_ok()
+        {
+            return Ok(switchd);
+        }
+        if !switchd.running() {
+            bail!("oxvs-switchd exited at start-up:\n{}", switchd.log_tail(30));
+        }
+        if Instant::now() > deadline || stopped() {
+            bail!(
+                "oxvs-switchd not answering within 20 s:\n{}",
+                switchd.log_tail(30)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Starts oxvs-agent in the node namespace (debug log to `log`, for the
+/// agent-side times).
+fn start_agent(
+    node: &str,
+    bin: &Path,
+    cni_sock: &str,
+    sw_sock: &str,
+    state_dir: &str,
+    log: &Path,
+) -> Result<Daemon> {
+    let ag_bin = bin.to_string_lossy().into_owned();
+    Daemon::spawn(
+        &[
+            "ip",
+            "netns",
+            "exec",
+            node,
+            &ag_bin,
+            "--pod-cidr",
+            OXVS_CIDR,
+            "--cni-socket",
+            cni_sock,
+            "--switchd-socket",
+            sw_sock,
+            "--state-dir",
+            state_dir,
+            "--gateway",
+            GATEWAY,
+            "--mtu",
+            "1450",
+            "--log-level",
+            "oxvs_agent=debug,info",
+        ],
+        "oxvs-agent",
+        log,
+    )
+}
+
+/// Waits (30 s at most) until the plugin's STATUS succeeds, i.e. the agent
+/// is ready.
+fn wait_agent_ready(oxvs: &Plugin, agent: &mut Daemon) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let st = oxvs.call("STATUS", "", "", "")?;
+        if st.ok {
+            return Ok(());
+        }
+        if !agent.running() {
+            bail!("oxvs-agent exited at start-up:\n{}", agent.log_tail(30));
+        }
+        if Instant::now() > deadline || stopped() {
+            bail!(
+                "oxvs-agent not ready within 30 s ({}):\n{}",
+                st.describe(),
+                agent.log_tail(30)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Everything one run measured, for the report and the JSON.
+struct Measured {
+    /// (plugin, verb, mode, latency from spawn to exit).
+    results: Vec<(&'static str, &'static str, Mode, Summary)>,
+    /// Plugin process costs: (what, latency).
+    baselines: Vec<(&'static str, Summary)>,
+    /// The agent's own time per request: (verb, mode, time).
+    agent_side: Vec<(&'static str, Mode, Summary)>,
+    /// The agent's ADD steps: (mode, step, time).
+    agent_steps: Vec<(Mode, &'static str, Summary)>,
+    /// switchd per port: (mode, socket attempts, XDP modes used, UMEM map
+    /// time, XDP socket time).
+    switch_side: Vec<(Mode, usize, String, Summary, Summary)>,
+    probe: Probe,
+}
+
+/// The agent's own time per request (`CNI request served ... ms=` in its
+/// log), per mode and verb.
+fn agent_side(log: &str, modes: &[Mode]) -> Vec<(&'static str, Mode, Summary)> {
+    let served = parse_agent_log(log);
+    let mut out = Vec::new();
+    for mode in modes {
+        let prefix = format!("cnib-{}-oxvs-{}-", std::process::id(), mode.name);
+        for verb in ["ADD", "DEL"] {
+            let ms: Vec<f64> = served
+                .iter()
+                .filter(|r| r.verb == verb && r.container.starts_with(&prefix))
+                .map(|r| r.ms)
+                .collect();
+            out.push((verb, *mode, Summary::of_ms(&ms)));
+        }
+    }
+    out
+}
+
+/// The agent's ADD steps ("pod attached" netlink_ms, port_ms, flows_ms),
+/// per mode, for the timed pods of `oxvs`.
+fn agent_steps(
+    log: &str,
+    oxvs: &Plugin,
+    modes: &[Mode],
+    n: usize,
+) -> Vec<(Mode, &'static str, Summary)> {
+    let attached = parse_attached(log);
+    let mut out = Vec::new();
+    for mode in modes {
+        let names = host_ifnames(oxvs, mode, n);
+        let mine: Vec<_> = attached
+            .iter()
+            .filter(|a| names.contains(&a.port))
+            .collect();
+        let col = |f: fn(&oxvs_bench::cni_bench::Attached) -> f64| {
+            Summary::of_ms(&mine.iter().map(|a| f(a)).collect::<Vec<_>>())
+        };
+        out.push((
+            *mode,
+            "netlink (veth, addresses, routes)",
+            col(|a| a.netlink_ms),
+        ));
+        out.push((*mode, "switch add-port", col(|a| a.port_ms)));
+        out.push((*mode, "record save + flow sync", col(|a| a.flows_ms)));
+        out.push((
+            *mode,
+            "attach total (incl. gratuitous ARP)",
+            col(|a| a.total_ms),
+        ));
+    }
+    out
+}
+
+/// switchd's own time per port from its log: UMEM mapping and AF_XDP
+/// socket (XDP program load + attach, rings), for the timed pods' ports.
+fn switch_side(
+    sw_log: &str,
+    oxvs: &Plugin,
+    modes: &[Mode],
+    n: usize,
+) -> Vec<(Mode, usize, String, Summary, Summary)> {
+    let attempts = parse_switch_log(sw_log);
+    let mut out = Vec::new();
+    for mode in modes {
+        let names = host_ifnames(oxvs, mode, n);
+        let mine: Vec<_> = attempts
+            .iter()
+            .filter(|a| names.contains(&a.ifname))
+            .collect();
+        let ok: Vec<_> = mine.iter().filter(|a| a.ok).collect();
+        let modes_used: std::collections::BTreeSet<&str> =
+            ok.iter().map(|a| a.mode.as_str()).collect();
+        out.push((
+            *mode,
+            mine.len(),
+            modes_used.into_iter().collect::<Vec<_>>().join(","),
+            Summary::of_ms(&ok.iter().map(|a| a.umem_ms).collect::<Vec<_>>()),
+            Summary::of_ms(&ok.iter().map(|a| a.socket_ms).collect::<Vec<_>>()),
+        ));
+    }
+    out
+}
+
+/// The tables on stdout.
+fn print_report(m: &Measured, machine: &Machine, load_end: &str) {
     let mut rows = Vec::new();
-    for (plugin, verb, mode, s) in &results {
+    for (plugin, verb, mode, s) in &m.results {
         let mut r = vec![
             plugin.to_string(),
             verb.to_string(),
@@ -1050,17 +1047,17 @@ fn real_main() -> Result<()> {
         )
     );
     let mut rows = Vec::new();
-    for (verb, mode, s) in &agent_side {
+    for (verb, mode, s) in &m.agent_side {
         let mut r = vec![format!("agent {verb} {}", mode.name), s.n.to_string()];
         r.extend(summary_cells(s));
         rows.push(r);
     }
-    for (mode, step, s) in &agent_steps {
+    for (mode, step, s) in &m.agent_steps {
         let mut r = vec![format!("agent ADD {}: {step}", mode.name), s.n.to_string()];
         r.extend(summary_cells(s));
         rows.push(r);
     }
-    for (mode, n_attempts, xdp_modes, umem, sock) in &switch_side {
+    for (mode, n_attempts, xdp_modes, umem, sock) in &m.switch_side {
         for (what, s) in [
             ("UMEM map", umem),
             ("XDP socket: prog load, attach, rings", sock),
@@ -1076,12 +1073,12 @@ fn real_main() -> Result<()> {
             rows.push(r);
         }
     }
-    for (what, s) in &baselines {
+    for (what, s) in &m.baselines {
         let mut r = vec![what.to_string(), s.n.to_string()];
         r.extend(summary_cells(s));
         rows.push(r);
     }
-    for (verb, step, v) in &probe.steps {
+    for (verb, step, v) in &m.probe.steps {
         let s = Summary::of(v);
         let mut r = vec![format!("probe {verb}: {step}"), s.n.to_string()];
         r.extend(summary_cells(&s));
@@ -1095,71 +1092,76 @@ fn real_main() -> Result<()> {
         "load average: {} at start, {load_end} at end",
         machine.loadavg
     );
+}
 
-    if o.json.is_some() || o.plots.is_some() {
-        let mut m = machine.json();
-        m["loadavg_at_end"] = json!(load_end);
-        let doc = json!({
-            "bench": "cni-latency",
-            "date": oxvs_bench::plots::now_date(),
-            "bench_pid": std::process::id(),
-            "pods": o.n,
-            "concurrency": o.concurrency,
-            "machine": m,
-            "timing": "plugin spawn to exit, ms",
-            "results": results.iter().map(|(plugin, verb, mode, s)| {
-                let mut v = s.json();
-                v["plugin"] = json!(plugin);
-                v["verb"] = json!(verb);
-                v["mode"] = json!(mode.name);
-                v["concurrency"] = json!(mode.concurrency);
-                v
-            }).collect::<Vec<_>>(),
-            "agent_side": agent_side.iter().map(|(verb, mode, s)| {
-                let mut v = s.json();
-                v["verb"] = json!(verb);
-                v["mode"] = json!(mode.name);
-                v
-            }).collect::<Vec<_>>(),
-            "agent_add_steps": agent_steps.iter().map(|(mode, step, s)| {
-                let mut v = s.json();
-                v["mode"] = json!(mode.name);
-                v["step"] = json!(step);
-                v
-            }).collect::<Vec<_>>(),
-            "switch_side": switch_side.iter().map(|(mode, n_attempts, xdp_modes, umem, sock)| json!({
-                "mode": mode.name,
-                "socket_attempts": n_attempts,
-                "xdp_modes": xdp_modes,
-                "umem_map": umem.json(),
-                "xdp_socket": sock.json(),
-            })).collect::<Vec<_>>(),
-            "baselines": baselines.iter().map(|(what, s)| {
-                let mut v = s.json();
-                v["what"] = json!(what);
-                v
-            }).collect::<Vec<_>>(),
-            "probe": probe.steps.iter().map(|(verb, step, d)| {
-                let mut v = Summary::of(d).json();
-                v["verb"] = json!(verb);
-                v["step"] = json!(step);
-                v
-            }).collect::<Vec<_>>(),
-        });
-        if let Some(path) = &o.json {
-            std::fs::write(path, serde_json::to_string_pretty(&doc)? + "\n")
-                .with_context(|| format!("cannot write {}", path.display()))?;
-            println!("results: {}", path.display());
-        }
-        if let Some(dir) = &o.plots {
-            let stem = plot_stem(o.json.as_deref(), "cni-bench");
-            for f in oxvs_bench::plots::cni_plots(&doc, dir, &stem).context("plots")? {
-                println!("plot: {}", f.display());
-            }
+/// `--json FILE` and `--plots DIR`.
+fn write_outputs(
+    o: &Opts,
+    m: &Measured,
+    machine: &Machine,
+    load_end: &str,
+    n: usize,
+    concurrency: usize,
+) -> Result<()> {
+    let mut mach = machine.json();
+    mach["loadavg_at_end"] = json!(load_end);
+    let doc = json!({
+        "bench": "cni-latency",
+        "date": oxvs_bench::plots::now_date(),
+        "bench_pid": std::process::id(),
+        "pods": n,
+        "concurrency": concurrency,
+        "machine": mach,
+        "timing": "plugin spawn to exit, ms",
+        "results": m.results.iter().map(|(plugin, verb, mode, s)| {
+            let mut v = s.json();
+            v["plugin"] = json!(plugin);
+            v["verb"] = json!(verb);
+            v["mode"] = json!(mode.name);
+            v["concurrency"] = json!(mode.concurrency);
+            v
+        }).collect::<Vec<_>>(),
+        "agent_side": m.agent_side.iter().map(|(verb, mode, s)| {
+            let mut v = s.json();
+            v["verb"] = json!(verb);
+            v["mode"] = json!(mode.name);
+            v
+        }).collect::<Vec<_>>(),
+        "agent_add_steps": m.agent_steps.iter().map(|(mode, step, s)| {
+            let mut v = s.json();
+            v["mode"] = json!(mode.name);
+            v["step"] = json!(step);
+            v
+        }).collect::<Vec<_>>(),
+        "switch_side": m.switch_side.iter().map(|(mode, n_attempts, xdp_modes, umem, sock)| json!({
+            "mode": mode.name,
+            "socket_attempts": n_attempts,
+            "xdp_modes": xdp_modes,
+            "umem_map": umem.json(),
+            "xdp_socket": sock.json(),
+        })).collect::<Vec<_>>(),
+        "baselines": m.baselines.iter().map(|(what, s)| {
+            let mut v = s.json();
+            v["what"] = json!(what);
+            v
+        }).collect::<Vec<_>>(),
+        "probe": m.probe.steps.iter().map(|(verb, step, d)| {
+            let mut v = Summary::of(d).json();
+            v["verb"] = json!(verb);
+            v["step"] = json!(step);
+            v
+        }).collect::<Vec<_>>(),
+    });
+    if let Some(path) = &o.json {
+        std::fs::write(path, serde_json::to_string_pretty(&doc)? + "\n")
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        println!("results: {}", path.display());
+    }
+    if let Some(dir) = &o.plots {
+        let stem = plot_stem(o.json.as_deref(), "cni-bench");
+        for f in oxvs_bench::plots::cni_plots(&doc, dir, &stem).context("plots")? {
+            println!("plot: {}", f.display());
         }
     }
-    drop(agent);
-    drop(switchd);
-    drop(lab);
     Ok(())
 }

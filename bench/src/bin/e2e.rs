@@ -42,12 +42,14 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
+use clap::Parser;
+use oxvs_bench::process::{must, must_in, run, Proc};
 use oxvs_bench::xbench::setup;
 use serde_json::{json, Value};
 
@@ -75,175 +77,46 @@ fn sleep(d: Duration) -> Result<()> {
 
 // ---------------------------------------------------------------- options
 
+/// oxvs-switchd against OVS (PMD and non-PMD), the Linux bridge and the
+/// kernel's VXLAN: offered and delivered rate, loss, CPU per packet, TCP
+/// throughput (needs root).
+#[derive(Parser)]
+#[command(name = "e2e")]
 struct Opts {
+    /// Seconds per trial.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
     duration: u64,
+    /// Trials per measurement.
+    #[arg(long, default_value_t = 3, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     trials: usize,
+    /// The fixed load, in packets per second.
+    #[arg(long, default_value_t = 50_000, value_parser = clap::value_parser!(u64).range(1..))]
     rate: u64,
+    /// Writes the results as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+    /// Draws the results as SVG plots into DIR.
+    #[arg(long, value_name = "DIR")]
     plots: Option<PathBuf>,
+    /// Only these setups (comma-separated): oxvs, ovs-pmd, ovs-nonpmd,
+    /// bridge, vxlan-oxvs, vxlan-kernel.
+    #[arg(long, value_delimiter = ',')]
     only: Option<Vec<String>>,
-}
-
-const USAGE: &str = "usage: e2e [--duration S] [--trials N] [--rate PPS] [--json FILE] [--plots DIR] [--only oxvs,ovs-pmd,ovs-nonpmd,bridge,vxlan-oxvs,vxlan-kernel]";
-
-fn parse_opts() -> Result<Opts> {
-    let mut o = Opts {
-        duration: 5,
-        trials: 3,
-        rate: 50_000,
-        json: None,
-        plots: None,
-        only: None,
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        let mut val = || {
-            args.next()
-                .ok_or_else(|| anyhow!("{a} needs a value\n{USAGE}"))
-        };
-        match a.as_str() {
-            "--duration" => o.duration = val()?.parse().context("--duration")?,
-            "--trials" => o.trials = val()?.parse().context("--trials")?,
-            "--rate" => o.rate = val()?.parse().context("--rate")?,
-            "--json" => o.json = Some(val()?.into()),
-            "--plots" => o.plots = Some(val()?.into()),
-            "--only" => o.only = Some(val()?.split(',').map(str::to_owned).collect()),
-            "-h" | "--help" => {
-                eprintln!("{USAGE}");
-                std::process::exit(0);
-            }
-            _ => bail!("unknown argument {a}\n{USAGE}"),
-        }
-    }
-    if o.duration == 0 || o.trials == 0 || o.rate == 0 {
-        bail!("--duration, --trials and --rate must be positive");
-    }
-    Ok(o)
 }
 
 // ---------------------------------------------------------------- commands
 
-fn run(args: &[&str]) -> Result<Output> {
-    Command::new(args[0])
-        .args(&args[1..])
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| format!("cannot run {}", args[0]))
-}
-
-/// Runs a command that must succeed; returns its stdout.
-fn must(args: &[&str]) -> Result<String> {
-    let out = run(args)?;
-    if !out.status.success() {
-        bail!(
-            "`{}` failed: {}{}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stdout).trim(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// Runs a command in namespace `ns`.
-fn must_in(ns: &str, args: &[&str]) -> Result<String> {
-    let mut v = vec!["ip", "netns", "exec", ns];
-    v.extend_from_slice(args);
-    must(&v)
-}
-
-/// A child process, leader of its own process group, whose group is
-/// killed (SIGKILL, or SIGTERM first when `gentle`) and reaped on drop.
-struct Proc {
-    child: Child,
-    what: String,
-    gentle: bool,
-}
-
-impl Proc {
-    fn spawn(args: &[&str], what: &str, gentle: bool) -> Result<Proc> {
-        use std::os::unix::process::CommandExt;
-        // Own process group: Ctrl-C reaches only us (we clean up), and
-        // signals go to the child's whole group (trafgen forks workers and
-        // signals its group when it ends).
-        let child = Command::new(args[0])
-            .args(&args[1..])
-            .process_group(0)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .with_context(|| format!("cannot start {what}"))?;
-        Ok(Proc {
-            child,
-            what: what.to_owned(),
-            gentle,
-        })
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn signal(&self, sig: nix::sys::signal::Signal) {
-        let Ok(pid) = i32::try_from(self.child.id()) else {
-            return;
-        };
-        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), sig);
-    }
-
-    /// Kills and reaps; returns (stdout, stderr).
-    fn finish(mut self) -> (String, String) {
-        self.stop();
-        let mut out = String::new();
-        let mut err = String::new();
-        use std::io::Read;
-        if let Some(mut s) = self.child.stdout.take() {
-            let _ = s.read_to_string(&mut out);
+/// Waits (interruptibly) up to `limit` for `p` to exit by itself.
+fn wait_exit(p: &mut Proc, limit: Duration) -> Result<bool> {
+    let end = Instant::now() + limit;
+    loop {
+        if !p.running() {
+            return Ok(true);
         }
-        if let Some(mut s) = self.child.stderr.take() {
-            let _ = s.read_to_string(&mut err);
+        if Instant::now() >= end {
+            return Ok(false);
         }
-        (out, err)
-    }
-
-    /// Waits (interruptibly) up to `limit` for the process to exit by itself.
-    fn wait_exit(&mut self, limit: Duration) -> Result<bool> {
-        let end = Instant::now() + limit;
-        loop {
-            if self.child.try_wait()?.is_some() {
-                return Ok(true);
-            }
-            if Instant::now() >= end {
-                return Ok(false);
-            }
-            sleep(Duration::from_millis(20))?;
-        }
-    }
-
-    fn stop(&mut self) {
-        if let Ok(Some(_)) = self.child.try_wait() {
-            return;
-        }
-        if self.gentle {
-            self.signal(nix::sys::signal::Signal::SIGTERM);
-            let end = Instant::now() + Duration::from_secs(3);
-            while Instant::now() < end {
-                if let Ok(Some(_)) = self.child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            eprintln!("e2e: {} did not stop on SIGTERM; killing it", self.what);
-        }
-        self.signal(nix::sys::signal::Signal::SIGKILL);
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.stop();
+        sleep(Duration::from_millis(20))?;
     }
 }
 
@@ -570,8 +443,8 @@ fn load_trial_once(
     let c0 = switch_pid.map(proc_cpu_ns).transpose()?;
     let q0 = softirq_ns();
     let t0 = Instant::now();
-    let mut tg = Proc::spawn(&args, "trafgen", false)?;
-    if tg.wait_exit(Duration::from_secs(secs))? {
+    let mut tg = Proc::spawn_piped(&args, "trafgen", false)?;
+    if wait_exit(&mut tg, Duration::from_secs(secs))? {
         let (out, err) = tg.finish();
         let last = |t: &str| {
             t.lines()
@@ -603,7 +476,7 @@ fn load_trial_once(
 /// One iperf3 TCP run from `client_ns` to `server_ip` in `server_ns`;
 /// returns received Gbit/s.
 fn tcp_trial(client_ns: &str, server_ns: &str, server_ip: &str, secs: u64) -> Result<f64> {
-    let mut server = Proc::spawn(
+    let mut server = Proc::spawn_piped(
         &[
             "ip", "netns", "exec", server_ns, "iperf3", "-s", "-1", "-p", "5201",
         ],
@@ -612,7 +485,7 @@ fn tcp_trial(client_ns: &str, server_ns: &str, server_ip: &str, secs: u64) -> Re
     )?;
     sleep(Duration::from_millis(500))?;
     let t = secs.to_string();
-    let mut client = Proc::spawn(
+    let mut client = Proc::spawn_piped(
         &[
             "ip",
             "netns",
@@ -632,9 +505,9 @@ fn tcp_trial(client_ns: &str, server_ns: &str, server_ip: &str, secs: u64) -> Re
         "iperf3 client",
         false,
     )?;
-    let done = client.wait_exit(Duration::from_secs(secs + 15))?;
+    let done = wait_exit(&mut client, Duration::from_secs(secs + 15))?;
     let (out, err) = client.finish();
-    let _ = server.wait_exit(Duration::from_secs(2));
+    let _ = wait_exit(&mut server, Duration::from_secs(2));
     if !done {
         bail!("iperf3 client did not finish");
     }
@@ -733,13 +606,13 @@ fn start_switchd(bins: &Bins, lab: &mut Lab, ns: Option<&str>, sock: &str) -> Re
         "--ct-state-file",
         "",
     ]);
-    let mut p = Proc::spawn(&v, "oxvs-switchd", true)?;
+    let mut p = Proc::spawn_piped(&v, "oxvs-switchd", true)?;
     let end = Instant::now() + Duration::from_secs(10);
     loop {
         if ctl(bins, sock, ns, &["dump-ports"]).is_ok() {
             return Ok(p);
         }
-        if p.wait_exit(Duration::from_millis(100))? {
+        if wait_exit(&mut p, Duration::from_millis(100))? {
             let (_, err) = p.finish();
             bail!("oxvs-switchd exited: {}", err.trim());
         }
@@ -1136,7 +1009,7 @@ fn want(o: &Opts, key: &str) -> bool {
 }
 
 fn main() -> Result<()> {
-    let o = parse_opts()?;
+    let o = Opts::parse();
     let flag = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, Arc::clone(&flag)).context("signal handler")?;

@@ -3,19 +3,20 @@
 //!
 //! Usage: `cargo run -p oxvs-bench --bin genflows -- [N]`
 
+use clap::Parser;
 use oxvs_bench::{count_flows, Cluster, ClusterSpec};
 
+/// Prints the Antrea-like flow table for about N flows.
+#[derive(Parser)]
+#[command(name = "genflows")]
+struct Args {
+    /// About how many flows.
+    #[arg(default_value_t = 10_000)]
+    n: usize,
+}
+
 fn main() {
-    let target = match std::env::args().nth(1) {
-        None => 10_000,
-        Some(a) => match a.parse::<usize>() {
-            Ok(n) => n,
-            Err(e) => {
-                eprintln!("genflows: bad flow count '{a}': {e}");
-                std::process::exit(2);
-            }
-        },
-    };
+    let target = Args::parse().n;
     let spec = ClusterSpec::for_flow_count(target);
     let text = Cluster::new(spec.clone()).flows();
     println!("# {spec:?}");

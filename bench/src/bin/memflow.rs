@@ -13,6 +13,7 @@
 
 use std::alloc::System;
 
+use clap::Parser;
 use oxvs_bench::{count_flows, Cluster, ClusterSpec};
 use oxvs_pipeline::flow::FlowMod;
 use oxvs_pipeline::parse::{parse_flow_file, ParseContext};
@@ -28,18 +29,17 @@ fn live(r: &Region<'_, System>) -> i64 {
     c.bytes_allocated as i64 - c.bytes_deallocated as i64
 }
 
+/// Heap bytes per installed flow, for tables of about N flows each.
+#[derive(Parser)]
+#[command(name = "memflow")]
+struct Args {
+    /// Table sizes (flows).
+    #[arg(default_values_t = [1_000, 10_000, 100_000])]
+    n: Vec<usize>,
+}
+
 fn main() {
-    let targets: Vec<usize> = {
-        let args: Vec<usize> = std::env::args()
-            .skip(1)
-            .filter_map(|a| a.parse().ok())
-            .collect();
-        if args.is_empty() {
-            vec![1_000, 10_000, 100_000]
-        } else {
-            args
-        }
-    };
+    let targets = Args::parse().n;
     println!(
         "{:>8} {:>16} {:>16} {:>16} {:>14}",
         "flows", "parsed B/flow", "installed B/flow", "installed MiB", "allocs/flow"

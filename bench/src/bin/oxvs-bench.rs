@@ -1,4 +1,4 @@
-//! # `oxvs-bench`: datapath benchmark (issue 7)
+//! # `oxvs-bench`: datapath benchmark
 //!
 //! Generator and sink on AF_XDP (`oxvs_bench::xbench`), switches under test
 //! side by side on the same topology, methods `fixed`, `throughput`

@@ -1,5 +1,5 @@
 //! # `policy-bench`: NetworkPolicy realisation time, flow count, memory, and
-//! datapath throughput with policies (issue 5, "Benchmarks")
+//! datapath throughput with policies
 //!
 //! Subcommands (model and method: `oxvs_bench::policy_bench`):
 //!

@@ -124,22 +124,20 @@ fn l4_payload(proto: u8, l4: &[u8]) -> Option<&[u8]> {
 /// CLOCK_MONOTONIC in ns (the vDSO: no syscall).
 #[inline]
 pub fn now_ns() -> u64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    (t.tv_sec as u64)
-        .wrapping_mul(1_000_000_000)
-        .wrapping_add(t.tv_nsec as u64)
+    // CLOCK_MONOTONIC cannot fail on Linux (0 if it ever did).
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).map_or(0, |t| {
+        (t.tv_sec() as u64)
+            .wrapping_mul(1_000_000_000)
+            .wrapping_add(t.tv_nsec() as u64)
+    })
 }
 
 /// Moves the calling thread into network namespace `name`
 /// (`/var/run/netns/NAME`, as `ip netns add` makes it).
 pub fn enter_netns(name: &str) -> anyhow::Result<()> {
     use anyhow::Context as _;
-    use std::os::fd::AsFd as _;
     let path = format!("/var/run/netns/{name}");
     let f = std::fs::File::open(&path).with_context(|| format!("cannot open {path}"))?;
-    rustix::thread::move_into_link_name_space(
-        f.as_fd(),
-        Some(rustix::thread::LinkNameSpaceType::Network),
-    )
-    .with_context(|| format!("cannot enter network namespace {name}"))
+    nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET)
+        .with_context(|| format!("cannot enter network namespace {name}"))
 }

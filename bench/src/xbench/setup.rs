@@ -64,7 +64,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -110,118 +110,7 @@ pub fn sleep(d: Duration) -> Result<()> {
     Ok(())
 }
 
-pub fn run(args: &[&str]) -> Result<Output> {
-    Command::new(args[0])
-        .args(&args[1..])
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| format!("cannot run {}", args[0]))
-}
-
-/// Runs a command that must succeed; returns its stdout.
-pub fn must(args: &[&str]) -> Result<String> {
-    let out = run(args)?;
-    if !out.status.success() {
-        bail!(
-            "`{}` failed: {}{}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stdout).trim(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// A child process, leader of its own process group, stopped (SIGTERM
-/// first when `gentle`, then SIGKILL) and reaped on drop.
-pub struct Proc {
-    child: Child,
-    what: String,
-    gentle: bool,
-}
-
-impl Proc {
-    pub fn spawn(args: &[&str], what: &str, gentle: bool) -> Result<Proc> {
-        Self::spawn_env(args, &[], what, gentle)
-    }
-
-    /// [`Proc::spawn`] with extra environment variables.
-    pub fn spawn_env(
-        args: &[&str],
-        env: &[(&str, &str)],
-        what: &str,
-        gentle: bool,
-    ) -> Result<Proc> {
-        use std::os::unix::process::CommandExt;
-        let child = Command::new(args[0])
-            .args(&args[1..])
-            .envs(env.iter().copied())
-            .process_group(0)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .with_context(|| format!("cannot start {what}"))?;
-        Ok(Proc {
-            child,
-            what: what.to_owned(),
-            gentle,
-        })
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn signal(&self, sig: nix::sys::signal::Signal) {
-        if let Ok(pid) = i32::try_from(self.child.id()) {
-            let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), sig);
-        }
-    }
-
-    /// Whether it has exited; its stderr if so.
-    pub fn exited(&mut self) -> Option<String> {
-        match self.child.try_wait() {
-            Ok(Some(_)) => {
-                let mut err = String::new();
-                if let Some(mut s) = self.child.stderr.take() {
-                    use std::io::Read;
-                    let _ = s.read_to_string(&mut err);
-                }
-                Some(err)
-            }
-            _ => None,
-        }
-    }
-
-    fn stop(&mut self) {
-        if let Ok(Some(_)) = self.child.try_wait() {
-            return;
-        }
-        if self.gentle {
-            self.signal(nix::sys::signal::Signal::SIGTERM);
-            let end = Instant::now() + Duration::from_secs(5);
-            while Instant::now() < end {
-                if let Ok(Some(_)) = self.child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            eprintln!(
-                "oxvs-bench: {} did not stop on SIGTERM; killing it",
-                self.what
-            );
-        }
-        self.signal(nix::sys::signal::Signal::SIGKILL);
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
+pub use crate::process::{must, run, Proc};
 
 static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 

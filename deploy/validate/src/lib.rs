@@ -21,7 +21,7 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::Value;
 
 /// One typed object of a manifest.
@@ -56,7 +56,7 @@ pub enum ManifestError {
     #[error("document {index}: not valid YAML: {source}")]
     Yaml {
         index: usize,
-        source: serde_yaml::Error,
+        source: serde_saphyr::Error,
     },
     #[error("document {index}: not a Kubernetes object (no string `apiVersion` and `kind`)")]
     NotAnObject { index: usize },
@@ -86,14 +86,24 @@ pub enum ManifestError {
     },
 }
 
+/// How a manifest is read (serde-saphyr): YAML 1.2 scalars as `serde_yaml`
+/// read them, so `on`, `n`, `0755` and `1_000` stay strings.
+pub fn yaml_options() -> serde_saphyr::Options {
+    let mut o = serde_saphyr::Options::default();
+    o.strict_booleans = true;
+    o.leading_zero_numbers_as_strings = true;
+    o.underscored_numbers_as_strings = true;
+    o
+}
+
 /// Parses every non-empty document of `text` as its typed Kubernetes
 /// object, rejecting fields the type does not know.
 pub fn parse_documents(text: &str) -> Result<Vec<Document>, ManifestError> {
     let mut docs = Vec::new();
-    for de in serde_yaml::Deserializer::from_str(text) {
+    let mut bytes = text.as_bytes();
+    for value in serde_saphyr::read_with_options::<_, Value>(&mut bytes, yaml_options()) {
         let index = docs.len();
-        let value =
-            Value::deserialize(de).map_err(|source| ManifestError::Yaml { index, source })?;
+        let value = value.map_err(|source| ManifestError::Yaml { index, source })?;
         if value.is_null() {
             continue;
         }

@@ -78,7 +78,7 @@
 //! /usr/lib/cni) installed; the four oxvs binaries built; a default route
 //! (its interface's address is the node's); no other kubelet running
 //! (k8s-local.sh allows one per host). It never starts a build. With
-//! `OXVS_REQUIRE_K8S=1` (set by `scripts/test.sh`, i.e. CI, whose setup
+//! `OXVS_TESTS_NO_SKIP=1` (set by `scripts/test.sh`, i.e. CI, whose setup
 //! builds the cache) a missing prerequisite fails the test instead.
 
 mod common;
@@ -93,7 +93,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_yaml::Value;
+use serde_json::Value;
 
 const BINS: [&str; 4] = ["oxvs-switchd", "oxvs-agent", "oxvsctl", "oxvs-cni"];
 /// The image the manifest names (kept: the test imports it under that name).
@@ -802,7 +802,7 @@ fn map_get<'a>(v: &'a mut Value, key: &str) -> &'a mut Value {
 }
 
 fn seq(v: &mut Value) -> &mut Vec<Value> {
-    v.as_sequence_mut().expect("manifest: a list")
+    v.as_array_mut().expect("manifest: a list")
 }
 
 /// `deploy/oxvs.yaml` with this test's substitutions; returns the new
@@ -810,8 +810,10 @@ fn seq(v: &mut Value) -> &mut Vec<Value> {
 /// is there, so the test fails if the manifest changes under it.
 fn substitute(manifest: &str, dir: &Path, n: &Names, metrics: (u16, u16)) -> String {
     let mut out = String::new();
-    for doc in serde_yaml::Deserializer::from_str(manifest) {
-        let mut v = Value::deserialize(doc).expect("manifest parses");
+    let mut bytes = manifest.as_bytes();
+    let options = oxvs_deploy_validate::yaml_options();
+    for doc in serde_saphyr::read_with_options::<_, Value>(&mut bytes, options) {
+        let mut v = doc.expect("manifest parses");
         if v.is_null() {
             continue;
         }
@@ -869,7 +871,7 @@ fn substitute(manifest: &str, dir: &Path, n: &Names, metrics: (u16, u16)) -> Str
                 // No KUBERNETES_SERVICE_HOST/PORT: the agent reaches the API
                 // server as in any cluster with kube-proxy, through the
                 // `kubernetes` Service's ClusterIP.
-                if let Some(env) = c.get("env").and_then(Value::as_sequence) {
+                if let Some(env) = c.get("env").and_then(Value::as_array) {
                     assert!(
                         !env.iter().any(|e| e["name"]
                             .as_str()
@@ -880,12 +882,10 @@ fn substitute(manifest: &str, dir: &Path, n: &Names, metrics: (u16, u16)) -> Str
             }
         }
         out.push_str("---\n");
-        out.push_str(&serde_yaml::to_string(&v).expect("serialise"));
+        out.push_str(&serde_saphyr::to_string(&v).expect("serialise"));
     }
     out
 }
-
-use serde::Deserialize as _;
 
 // -------------------------------------------------------------- test ----
 

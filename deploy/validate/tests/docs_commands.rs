@@ -1,7 +1,7 @@
 //! Every command the documentation shows must still be one the project's
 //! binaries accept, and every repository path it names must exist, so the
-//! docs cannot rot silently (issue 6: "every doc command shown in docs/ is
-//! exercised by a test or the demo").
+//! docs cannot rot silently: every command shown in the docs is one a test
+//! or the demo can run.
 //!
 //! What is read: `README.md`, every `docs/*.md` and every `*/README.md`;
 //! in them, the lines of fenced code blocks (a `$ ` prompt stripped,
@@ -23,7 +23,8 @@
 //! file and line.
 //!
 //! Needs the workspace built with the test's profile (`cargo test` builds
-//! every binary); prints SKIPPED otherwise.
+//! every binary); prints SKIPPED otherwise (a failure with
+//! `OXVS_TESTS_NO_SKIP=1`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::PermissionsExt;
@@ -392,14 +393,14 @@ fn repo_paths(snippet: &str, dirs: &BTreeSet<String>) -> Vec<String> {
 #[test]
 fn every_command_and_path_in_the_docs_exists() {
     let Some(dir) = built_binaries_dir() else {
-        println!("SKIPPED: cannot find the built binaries");
+        oxvs_testutil::skip_or_fail("cannot find the built binaries");
         return;
     };
     if !dir.join("oxvsctl").is_file() || !dir.join("oxvs-lab").is_file() {
-        println!(
-            "SKIPPED: the workspace's binaries are not built in {}",
+        oxvs_testutil::skip_or_fail(format!(
+            "the workspace's binaries are not built in {}",
             dir.display()
-        );
+        ));
         return;
     }
     let root = repo();
@@ -503,7 +504,7 @@ fn the_extraction_finds_commands_and_rejects_unknown_flags() {
     );
 
     let Some(dir) = built_binaries_dir().filter(|d| d.join("oxvsctl").is_file()) else {
-        println!("SKIPPED: oxvsctl not built");
+        oxvs_testutil::skip_or_fail("oxvsctl not built");
         return;
     };
     let mut cache = BTreeMap::new();

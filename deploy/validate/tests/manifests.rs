@@ -706,10 +706,10 @@ fn built() -> Option<PathBuf> {
     if missing.is_empty() {
         Some(dir)
     } else {
-        println!(
-            "SKIPPED: {missing:?} not built in {} (cargo build --workspace with this profile)",
+        oxvs_testutil::skip_or_fail(format!(
+            "{missing:?} not built in {} (cargo build --workspace with this profile)",
             dir.display()
-        );
+        ));
         None
     }
 }

@@ -16,7 +16,7 @@
 //! `/work/shared/tools`), a cached build (`$OXVS_K8S_CACHE`, default
 //! `/var/cache/oxvs-k8s`, with `bin/kube-apiserver` and `bin/kubelet`),
 //! `etcd` and `kubectl` installed. It never starts a build. With
-//! `OXVS_REQUIRE_K8S=1` (set by `scripts/test.sh`, whose setup builds the
+//! `OXVS_TESTS_NO_SKIP=1` (set by `scripts/test.sh`, whose setup builds the
 //! cache) a missing prerequisite fails the test instead.
 
 mod common;

@@ -74,9 +74,10 @@ pub fn run_up(global: &Global, args: &UpArgs) -> anyhow::Result<u8> {
         Some(p) => {
             let text = std::fs::read_to_string(p)
                 .with_context(|| format!("cannot read {}", p.display()))?;
-            serde_yaml::from_str(&text).with_context(|| {
-                format!("{}: not a cluster file (keys: name, nodes)", p.display())
-            })?
+            serde_saphyr::from_str_with_options(&text, crate::manifest::yaml_options())
+                .with_context(|| {
+                    format!("{}: not a cluster file (keys: name, nodes)", p.display())
+                })?
         }
         None => ClusterFile::default(),
     };

@@ -1,7 +1,8 @@
 //! Shared harness of the lab's end-to-end tests: a [`Lab`] guard that runs
 //! `down` when it drops (also on failure, printing the node logs when the
 //! test panicked), and the capability check. Root and AF_XDP are required;
-//! tests say SKIPPED and pass without them.
+//! tests say SKIPPED and pass without them, or fail with
+//! `OXVS_TESTS_NO_SKIP=1` (CI; [`oxvs_testutil::skip_or_fail`]).
 #![allow(dead_code)] // each test binary uses a different subset
 
 use std::path::{Path, PathBuf};
@@ -79,7 +80,7 @@ pub fn skip_reason() -> Option<String> {
 macro_rules! skip_unless_capable {
     () => {
         if let Some(why) = $crate::common::skip_reason() {
-            eprintln!("SKIPPED: {why}");
+            oxvs_testutil::skip_or_fail(why);
             return;
         }
     };

@@ -68,10 +68,14 @@
 //! limit was lowered across the restart) keeps its connections and has new
 //! ones refused until enough of them end.
 
+use super::packet::{icmp4_reverse_query, icmp6_reverse_query};
+use super::state::{
+    Conn, ConnKey, IcmpState, L4State, OtherState, TcpPeer, NO_OWNER, TCP_MAX_WSCALE, WS_FLAG,
+    WS_MASK, WS_UNKNOWN,
+};
+use super::table::Conntrack;
 use super::{
-    icmp4_reverse_query, icmp6_reverse_query, Conn, ConnKey, Conntrack, IcmpState, L4State,
-    OtherState, TcpPeer, TcpState, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_SCTP, IPPROTO_TCP,
-    IPPROTO_UDP, NO_OWNER, NS_PER_SEC, TCP_MAX_WSCALE, WS_FLAG, WS_MASK, WS_UNKNOWN,
+    TcpState, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_SCTP, IPPROTO_TCP, IPPROTO_UDP, NS_PER_SEC,
 };
 
 /// The format version [`Conntrack::save_state`] writes and
@@ -572,7 +576,8 @@ impl super::CtTimeouts {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{v4_mapped, CtConfig};
+    use super::super::packet::v4_mapped;
+    use super::super::CtConfig;
     use super::*;
 
     fn key(proto: u8, sport: u16, dport: u16) -> ConnKey {

@@ -28,6 +28,19 @@ pub fn pod(n: u8) -> ([u8; 6], [u8; 4]) {
     ([0x0a, 0x58, 0x0a, 0xf4, 0, n], [10, 244, 0, n])
 }
 
+/// The Internet checksum (RFC 1071) of `data` (an odd last byte padded
+/// with zero).
+pub fn csum16(data: &[u8]) -> u16 {
+    let mut sum = 0u32;
+    for c in data.chunks(2) {
+        sum += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
 /// An IPv4 frame from pod `from` to pod `to`'s address, sent to `dst_mac`.
 fn ipv4_frame(from: u8, to: u8, dst_mac: [u8; 6], proto: u8, l4: &[u8]) -> Vec<u8> {
     let (smac, sip) = pod(from);

@@ -14,7 +14,8 @@
 //!   tests may run in parallel and after a crashed run.
 //! - Traffic goes only to addresses inside the namespaces a test made.
 //! - A test skips (prints why and passes) only when it cannot run here: not
-//!   root, or AF_XDP sockets unavailable, or a needed tool missing.
+//!   root, or AF_XDP sockets unavailable, or a needed tool missing; with
+//!   `OXVS_TESTS_NO_SKIP=1` (CI) it fails instead ([`oxvs_testutil`]).
 //!
 //! Concurrency: the guards are plain values owned by one test thread.
 //!
@@ -63,16 +64,11 @@ pub fn example(name: &str) -> String {
 
 /// Why this machine cannot run the end-to-end tests, if it cannot.
 pub fn skip_reason() -> Option<String> {
-    let uid = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2).map(str::to_owned))
-        })
-        .unwrap_or_default();
-    if uid != "0" {
-        return Some(format!("not root (euid {uid:?})"));
+    if !oxvs_testutil::is_root() {
+        return Some(format!(
+            "not root (euid {})",
+            oxvs_testutil::euid().unwrap_or_default()
+        ));
     }
     for tool in ["ip", "ping", "python3", "ethtool"] {
         let found = Command::new("sh")
@@ -101,13 +97,14 @@ pub fn skip_reason() -> Option<String> {
     }
 }
 
-/// Returns from the test (which passes) with a printed reason when the
-/// machine cannot run end-to-end tests.
+/// Returns from the test when the machine cannot run end-to-end tests:
+/// [`oxvs_testutil::skip_or_fail`] prints the reason (the test passes), or
+/// fails the test with `OXVS_TESTS_NO_SKIP=1`.
 #[macro_export]
 macro_rules! skip_unless_capable {
     () => {
         if let Some(why) = $crate::common::skip_reason() {
-            eprintln!("SKIPPED: {why}");
+            oxvs_testutil::skip_or_fail(why);
             return;
         }
     };

@@ -1,4 +1,4 @@
-//! Semantics regressions found in review, each checked against OVS 3.1
+//! Pipeline semantics that must match OVS 3.1, each case checked against it
 //! (`ovs-ofctl add-flow` + `ovs-appctl ofproto/trace`).
 
 use std::sync::Arc;
