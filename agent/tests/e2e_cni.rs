@@ -20,7 +20,11 @@ fn base_links() -> Vec<String> {
     v
 }
 
+/// The node's links, sorted, without switchd's UMEM anchor device
+/// (`oxvs-umem`, a dummy or a veth pair `oxvs-umem`/`oxvs-umemp`,
+/// which is there whatever the pods do).
 fn sorted(mut v: Vec<String>) -> Vec<String> {
+    v.retain(|l| !l.starts_with("oxvs-umem"));
     v.sort();
     v
 }

@@ -417,24 +417,6 @@ impl Switch {
             counters: Counters::default(),
             umem_frames: config.umem_frames,
         });
-        let anchor = match &config.umem_sharing {
-            UmemSharing::PerThread { anchor } => {
-                match crate::netdev::create_quiet_device(anchor, nthreads as u32) {
-                    Ok(kind) => {
-                        tracing::debug!(anchor = %anchor, kind, "UMEM anchor device created");
-                        Some(anchor.clone())
-                    }
-                    Err(e) => {
-                        tracing::warn!(
-                            anchor = %anchor,
-                            "cannot create the UMEM anchor device; every port gets its own UMEM: {e}"
-                        );
-                        None
-                    }
-                }
-            }
-            UmemSharing::PerPort => None,
-        };
         let mut threads = Vec::new();
         let mut wake_rx = Vec::new();
         for i in 0..nthreads {
@@ -455,6 +437,26 @@ impl Switch {
             }));
             wake_rx.push(b);
         }
+        // Made last before the switch exists, so every later failure goes
+        // through `shutdown`, which deletes it.
+        let anchor = match &config.umem_sharing {
+            UmemSharing::PerThread { anchor } => {
+                match crate::netdev::create_quiet_device(anchor, nthreads as u32) {
+                    Ok(kind) => {
+                        tracing::debug!(anchor = %anchor, kind, "UMEM anchor device created");
+                        Some(anchor.clone())
+                    }
+                    Err(e) => {
+                        tracing::warn!(
+                            anchor = %anchor,
+                            "cannot create the UMEM anchor device; every port gets its own UMEM: {e}"
+                        );
+                        None
+                    }
+                }
+            }
+            UmemSharing::PerPort => None,
+        };
         let sw = Switch {
             pipeline: Arc::clone(&pipeline),
             shared: Arc::clone(&shared),
