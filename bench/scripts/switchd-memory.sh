@@ -118,7 +118,7 @@ for trial in $(seq "$TRIALS"); do
 done
 
 echo "oxvs-switchd memory per AF_XDP port ($(nproc) CPUs, kernel $(uname -r), $TRIALS trials: median (min-max))"
-echo "shared = default (one UMEM of 8192 frames per datapath thread, 1 thread)"
+echo "shared = default (one UMEM of 16384 frames per datapath thread, 1 thread)"
 echo "per-port = --umem-sharing port --umem-frames 4096 (the former default)"
 printf '%-6s %-9s %-28s %-24s\n' ports config "VmRSS MiB" "add-port ms"
 for n in $PORTS; do

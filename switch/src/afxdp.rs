@@ -33,9 +33,11 @@
 //! completion rings (sockets on different devices need their own); the
 //! free frames are one list for the thread ([`Frames`]). A fill ring
 //! holds frames nobody can take back until packets arrive, so an idle
-//! port must not hoard them: each port starts with [`FILL_MIN`] frames,
-//! gets them even from the TX reserve, and only a busy port grows its
-//! share (up to [`FILL_TARGET`]) while the UMEM has frames to spare.
+//! port must not hoard them: the first ports get full fill rings
+//! ([`FILL_TARGET`]) while half the UMEM stays free, later ones start with
+//! [`FILL_MIN`] frames (taken even from the TX reserve, so a new port can
+//! always receive), and only a busy port grows its share while the UMEM
+//! has frames to spare.
 //!
 //! The UMEM's *first* socket is special to libxdp: it is the UMEM's own
 //! fd, kept open until the UMEM goes, and every later socket names it to
@@ -101,11 +103,11 @@ pub const FRAME_SIZE: u32 = 4096;
 pub const RING_SIZE: u32 = 1024;
 /// Frames kept on a port's fill ring (at most).
 pub const FILL_TARGET: usize = 512;
-/// Frames a port on a shared UMEM starts with on its fill ring, and is
-/// topped up to even from the TX reserve: what one NAPI poll of a veth
-/// delivers (64 packets). A busy port's target doubles up to
-/// [`FILL_TARGET`] while the UMEM has frames to spare, and decays back when
-/// it is idle.
+/// Frames a port on a shared UMEM is topped up to even from the TX
+/// reserve, and starts with once half the UMEM is on rings: what one NAPI
+/// poll of a veth delivers (64 packets). A busy port's target doubles up
+/// to [`FILL_TARGET`] while the UMEM has frames to spare, and decays back
+/// when it is idle.
 pub const FILL_MIN: usize = 64;
 
 /// Why an AF_XDP operation failed.
@@ -808,7 +810,10 @@ impl XskPort {
             }
         };
         let slot = mem.frames.borrow_mut().attach(batch);
-        let frames_total = mem.frames.borrow().pristine.len();
+        let (frames_total, frames_free) = {
+            let f = mem.frames.borrow();
+            (f.pristine.len(), f.free.len())
+        };
         let Some(slot) = slot else {
             return Err(AfxdpError::Socket {
                 ifname,
@@ -827,10 +832,14 @@ impl XskPort {
             slot,
             shared: is_shared,
             filled: 0,
-            fill_target: if is_shared {
-                FILL_MIN
-            } else {
+            // A port on a shared UMEM gets a full fill ring while that
+            // leaves half the UMEM free (the first ports, as a node's
+            // first pods, absorb bursts as an own UMEM would), else the
+            // minimum, grown when busy.
+            fill_target: if !is_shared || frames_free >= frames_total / 2 + FILL_TARGET {
                 FILL_TARGET.min(frames_total / 2)
+            } else {
+                FILL_MIN
             },
             full_batches: 0,
             rx_since_adapt: 0,

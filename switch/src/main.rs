@@ -64,7 +64,7 @@ struct Args {
     /// UMEM frames (4 KiB each, pinned) per UMEM: each datapath thread has
     /// one its ports on virtual devices (veth) share; a port on a physical
     /// NIC, or every port with `--umem-sharing port`, has its own.
-    #[arg(long, value_name = "N", default_value_t = 8192,
+    #[arg(long, value_name = "N", default_value_t = 16384,
           value_parser = clap::value_parser!(u32).range(64..=1 << 20))]
     umem_frames: u32,
     /// Which AF_XDP ports share a UMEM: the ports of each datapath

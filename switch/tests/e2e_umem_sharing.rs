@@ -24,9 +24,9 @@ use common::*;
 
 const FLOWS: &str = "switch-three-pods.flows";
 const PORTS: usize = 12;
-/// UMEM frames of every switchd here (4 MiB per UMEM).
-const FRAMES: &str = "1024";
-const UMEM_BYTES: u64 = 1024 * 4096;
+/// UMEM frames of every switchd here (8 MiB per UMEM).
+const FRAMES: &str = "2048";
+const UMEM_BYTES: u64 = 2048 * 4096;
 
 fn rss_bytes(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("switchd status");
@@ -94,14 +94,14 @@ fn e2e_umem_sharing() {
     );
     assert!(
         own >= UMEM_BYTES * PORTS as u64 * 9 / 10,
-        "a UMEM per port should cost {PORTS} x 4 MiB: +{own} bytes"
+        "a UMEM per port should cost {PORTS} x 8 MiB: +{own} bytes"
     );
     assert!(
         shared < UMEM_BYTES * 2,
         "{PORTS} ports on a shared UMEM should cost their rings only: +{shared} bytes"
     );
     let (frames, _) = umem_stats(&sw1);
-    assert_eq!(frames, 1024, "one shared UMEM (one thread)");
+    assert_eq!(frames, 2048, "one shared UMEM (one thread)");
     // The last two ports, added after ten idle ones, still get frames to
     // receive into: the idle ports hold only their minimum.
     sw1.ctl_ok(&["add-flow", "priority=10,in_port=11,actions=output:12"]);
