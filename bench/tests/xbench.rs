@@ -225,9 +225,10 @@ fn virtual_setup_smoke_each_method() {
     assert!(left.is_empty(), "namespaces left: {left:?}");
 }
 
-/// The pacing holds a 200 kpps target on a plain veth (>= 90% sent),
-/// unless the machine cannot even send that fast unpaced (measured first;
-/// a debug build on a loaded 2-core VM often cannot: then skipped).
+/// The pacing holds a 200 kpps target on a plain veth (>= 90% sent, no
+/// overshoot); on a machine whose generator cannot send 220 kpps unpaced
+/// (a loaded 2-core VM, a debug build), the target is lowered to what it
+/// can (unpaced / 1.1) rather than the test skipped.
 #[test]
 fn paced_200kpps_on_veth_reaches_90_percent() {
     if !root() {
@@ -243,33 +244,30 @@ fn paced_200kpps_on_veth_reaches_90_percent() {
     let unpaced = run_trial(&g, &s, &base, &[], &TrialOpts::default()).expect("unpaced");
     let top = unpaced.gen.pps();
     eprintln!("unpaced: {top:.0} pps");
-    const TARGET: f64 = 200_000.0;
-    if top < TARGET * 1.1 {
-        oxvs_testutil::skip_or_fail(format!(
-            "the generator does only {top:.0} pps unpaced here (needs {:.0})",
-            TARGET * 1.1
-        ));
-        return;
-    }
+    let target: f64 = (top / 1.1).min(200_000.0);
+    assert!(
+        target >= 20_000.0,
+        "the generator does only {top:.0} pps unpaced: nothing to pace"
+    );
     let cfg = GenConfig {
-        rate_pps: TARGET as u64,
+        rate_pps: target as u64,
         duration: Duration::from_secs(2),
         ..base
     };
     let t = run_trial(&g, &s, &cfg, &[], &TrialOpts::default()).expect("paced");
     eprintln!(
-        "paced 200 kpps: sent {:.0} pps, delivered {:.0} pps",
+        "paced {target:.0} pps: sent {:.0} pps, delivered {:.0} pps",
         t.gen.pps(),
         t.delivered_pps()
     );
     assert!(
-        t.gen.pps() >= 0.9 * TARGET,
-        "asked 200 kpps, sent {:.0} pps (unpaced {top:.0})",
+        t.gen.pps() >= 0.9 * target,
+        "asked {target:.0} pps, sent {:.0} pps (unpaced {top:.0})",
         t.gen.pps()
     );
     assert!(
-        t.gen.pps() <= 1.02 * TARGET,
-        "asked 200 kpps, sent {:.0} pps: pacing overshoots",
+        t.gen.pps() <= 1.02 * target,
+        "asked {target:.0} pps, sent {:.0} pps: pacing overshoots",
         t.gen.pps()
     );
 }
