@@ -55,6 +55,8 @@ trap cleanup EXIT
 
 # measure CONFIG-ARGS... ; PORTS_N in $1: prints "rss_kib add_ms"
 measure() {
+  # Runs in a subshell (process substitution): its own trap cleans up.
+  trap cleanup EXIT
   local nports=$1; shift
   N=$((N + 1))
   NS=oxmem-$$-$N

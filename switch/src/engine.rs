@@ -95,12 +95,40 @@ pub enum UmemSharing {
 
 impl UmemSharing {
     /// Per thread, anchored on a device name no other switch of this
-    /// process or of another process uses.
+    /// process or of another process uses (`oxu<pid>.<n>`, hex); starting
+    /// a switch with one deletes the ones of processes that are gone.
     pub fn per_thread_unique() -> UmemSharing {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         UmemSharing::PerThread {
             anchor: format!("oxu{:x}.{:x}", std::process::id(), n & 0xffff),
+        }
+    }
+}
+
+/// Deletes the anchor devices [`UmemSharing::per_thread_unique`] made for
+/// processes that no longer exist (killed before they could delete them).
+fn delete_stale_unique_anchors() {
+    let Ok(dir) = std::fs::read_dir("/sys/class/net") else {
+        return;
+    };
+    for entry in dir.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix("oxu") else {
+            continue;
+        };
+        let Some((pid, n)) = rest.split_once('.') else {
+            continue;
+        };
+        let n = n.strip_suffix('p').unwrap_or(n);
+        let (Ok(pid), true) = (
+            u32::from_str_radix(pid, 16),
+            !n.is_empty() && n.bytes().all(|b| b.is_ascii_hexdigit()),
+        ) else {
+            continue;
+        };
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = crate::netdev::delete_link(&name);
         }
     }
 }
@@ -132,7 +160,9 @@ impl Default for SwitchConfig {
             threads: 1,
             poll_mode: PollMode::Interrupt,
             umem_frames: 2048,
-            umem_sharing: UmemSharing::per_thread_unique(),
+            // No device created as a side effect of a default config (the
+            // daemon's default, `--umem-sharing thread`, sets its own).
+            umem_sharing: UmemSharing::PerPort,
             batch: 32,
             conntrack: CtConfig::default(),
             icmp_src_ip: None,
@@ -441,6 +471,9 @@ impl Switch {
         // through `shutdown`, which deletes it.
         let anchor = match &config.umem_sharing {
             UmemSharing::PerThread { anchor } => {
+                if anchor.starts_with("oxu") {
+                    delete_stale_unique_anchors();
+                }
                 match crate::netdev::create_quiet_device(anchor, nthreads as u32) {
                     Ok(kind) => {
                         tracing::debug!(anchor = %anchor, kind, "UMEM anchor device created");

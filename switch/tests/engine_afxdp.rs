@@ -15,7 +15,7 @@ use oxvs_api::{PortKind, PortSpec, XdpModeRequest};
 use oxvs_pipeline::flow::{FlowMod, FlowModCommand};
 use oxvs_pipeline::parse::{parse_flow_file, parse_flow_mod, ParseContext};
 use oxvs_pipeline::tables::Pipeline;
-use oxvs_switch::engine::{monotonic_ns, PollMode, Switch, SwitchConfig, SwitchError};
+use oxvs_switch::engine::{monotonic_ns, PollMode, Switch, SwitchConfig, SwitchError, UmemSharing};
 use oxvs_switch::netdev;
 
 use common::{must, run};
@@ -234,7 +234,14 @@ fn engine_two_pods_ping_udp_tcp_flow_changes_port_churn() {
 
     let pipeline = Arc::new(Pipeline::new());
     load_flows(&pipeline, FLOWS);
-    let sw = Switch::start(SwitchConfig::default(), Arc::clone(&pipeline)).expect("start");
+    let sw = Switch::start(
+        SwitchConfig {
+            umem_sharing: UmemSharing::per_thread_unique(),
+            ..SwitchConfig::default()
+        },
+        Arc::clone(&pipeline),
+    )
+    .expect("start");
     let pa = sw.add_port(afxdp(&h_a, 1)).expect("add port a");
     let pb = sw.add_port(afxdp(&h_b, 2)).expect("add port b");
     eprintln!("ports: {} {} / {} {}", pa.name, pa.mode, pb.name, pb.mode);
@@ -417,6 +424,7 @@ fn engine_packet_in_and_inject() {
     let sw = Switch::start(
         SwitchConfig {
             poll_mode: PollMode::Interrupt,
+            umem_sharing: UmemSharing::per_thread_unique(),
             ..SwitchConfig::default()
         },
         Arc::clone(&pipeline),
@@ -552,6 +560,7 @@ fn engine_two_threads_forward_across_threads() {
     let sw = Switch::start(
         SwitchConfig {
             threads: 2,
+            umem_sharing: UmemSharing::per_thread_unique(),
             ..SwitchConfig::default()
         },
         Arc::clone(&pipeline),
