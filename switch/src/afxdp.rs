@@ -904,11 +904,6 @@ impl XskPort {
         self.mode
     }
 
-    /// Whether the port is on its thread's shared UMEM.
-    pub fn is_shared(&self) -> bool {
-        self.shared
-    }
-
     /// The interface.
     pub fn ifname(&self) -> &str {
         &self.ifname
@@ -1098,11 +1093,6 @@ impl XskPort {
                 self.fill_target = (self.fill_target - self.fill_target / 4).max(FILL_MIN);
             }
         }
-    }
-
-    /// Frames the fill ring is topped up to now.
-    pub fn fill_target(&self) -> usize {
-        self.fill_target
     }
 
     /// Frames on the fill ring now (0 right after opening: the UMEM had

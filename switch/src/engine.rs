@@ -1429,7 +1429,9 @@ impl Worker {
         self.ports = ports;
         *lock(&self.me.stats) = self.dp.stats();
         self.me.busy_ns.store(self.busy_ns, Ordering::Relaxed);
-        if let Some(u) = &self.umem {
+        // Read by the control side only: every publish with the kernel
+        // counters (~50 ms) is fresh enough.
+        if let (true, Some(u)) = (kernel, &self.umem) {
             let usage = u.mem().usage();
             self.me
                 .umem_frames
