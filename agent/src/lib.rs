@@ -20,6 +20,7 @@
 //!   [`state`]: the records of attached pods, persisted on disk.
 //! - [`podnet`]: pod interfaces over netlink (veth, netns, address, routes);
 //!   [`hostnet`]: the host side of pod egress (forwarding, masquerade).
+#![deny(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod api;
 pub mod cookie;

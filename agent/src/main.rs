@@ -11,6 +11,7 @@
 //! switch keeps forwarding, and the next agent picks up from the records.
 //!
 //! Exit codes: 0 after SIGTERM/SIGINT, 1 when startup failed, 2 for bad flags.
+#![deny(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
 use std::process::ExitCode;

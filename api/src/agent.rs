@@ -531,12 +531,12 @@ fn call_agent_once(
     line.push('\n');
     // An agent that turned the connection away (busy) may have closed it
     // already: its answer is still there to read.
-    let written = stream.write_all(line.as_bytes());
-    if let Err(e) = &written {
-        if !matches!(e.kind(), ErrorKind::BrokenPipe | ErrorKind::ConnectionReset) {
-            return Err(io(written.unwrap_err()));
+    let written = match stream.write_all(line.as_bytes()) {
+        Err(e) if !matches!(e.kind(), ErrorKind::BrokenPipe | ErrorKind::ConnectionReset) => {
+            return Err(io(e));
         }
-    }
+        other => other,
+    };
     let mut reader = BufReader::new(stream.take(MAX_AGENT_LINE as u64 + 1));
     let mut buf = String::new();
     match reader.read_line(&mut buf) {

@@ -23,6 +23,7 @@
 //!   `/metrics`, a writer and a strict reader, and the tiny HTTP exchange.
 //! - [`listen`]: how the daemons listen: socket files private from the
 //!   first instant, connection caps answered "busy, retry", idle timeouts.
+#![deny(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod agent;
 pub mod client;

@@ -59,6 +59,7 @@
 //! allowed elsewhere). Local pods send on their own port with the gateway
 //! MAC as destination (routed); remote pods' packets arrive decapsulated on
 //! the tunnel port with the tunnel's virtual MAC as destination.
+#![deny(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod cni_bench;
 pub mod policy_bench;

@@ -33,6 +33,7 @@
 //!
 //! Nothing here panics on any input; there is no global state, so [`run`]
 //! is testable in-process with a fake environment.
+#![deny(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod agent;
 pub mod config;

@@ -1,6 +1,7 @@
 //! `oxvs-cni`: the CNI plugin binary. All logic is in the library
 //! ([`oxvs_cni::run`]); this only wires the process's environment, stdin,
 //! stdout and exit status to it.
+#![deny(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{IsTerminal, Write};
 

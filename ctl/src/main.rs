@@ -13,6 +13,7 @@
 //! refused request), 2 usage (bad options), 3 the switch cannot be reached
 //! (the message names the socket and why); `traceflow` also exits 4
 //! (dropped) and 5 (incomplete).
+#![deny(clippy::unwrap_used, clippy::expect_used)]
 
 mod commands;
 mod flowfile;

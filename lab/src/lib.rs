@@ -51,6 +51,7 @@
 //! - [`service`]: Services checked, and their Endpoints computed (the lab
 //!   as endpoints controller, with `up --kube-proxy`).
 //! - [`commands`]: one module per CLI command.
+#![deny(clippy::unwrap_used, clippy::expect_used)]
 
 /// `println!` that ignores a closed stdout (`oxvs-lab probe | head`): a
 /// command must finish what it changes even when nobody reads its output.

@@ -5,6 +5,7 @@
 //! Exit codes: 0 success, 1 failure (or a probe that differs from
 //! `--expect`, or an unhealthy `status`), 2 bad flags; `exec` passes on
 //! the command's status.
+#![deny(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::ExitCode;
 

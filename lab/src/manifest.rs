@@ -305,28 +305,23 @@ pub fn pod_ports(body: &Value) -> anyhow::Result<Vec<PortState>> {
     Ok(out)
 }
 
+/// `v` as a JSON object, replacing whatever else it was by `{}`.
+fn object_mut(v: &mut Value) -> &mut Map<String, Value> {
+    if !v.is_object() {
+        *v = json!({});
+    }
+    match v {
+        Value::Object(m) => m,
+        _ => unreachable!("replaced by an object above"),
+    }
+}
+
 fn metadata_mut(body: &mut Value) -> &mut Map<String, Value> {
-    if !body.is_object() {
-        *body = json!({});
-    }
-    let obj = body.as_object_mut().expect("made an object above");
-    let md = obj.entry("metadata").or_insert_with(|| json!({}));
-    if !md.is_object() {
-        *md = json!({});
-    }
-    md.as_object_mut().expect("made an object above")
+    field_mut(body, "metadata")
 }
 
 fn field_mut<'a>(body: &'a mut Value, key: &str) -> &'a mut Map<String, Value> {
-    if !body.is_object() {
-        *body = json!({});
-    }
-    let obj = body.as_object_mut().expect("made an object above");
-    let f = obj.entry(key).or_insert_with(|| json!({}));
-    if !f.is_object() {
-        *f = json!({});
-    }
-    f.as_object_mut().expect("made an object above")
+    object_mut(object_mut(body).entry(key).or_insert_with(|| json!({})))
 }
 
 /// The stored form of a user object: uid and namespace filled in, and for

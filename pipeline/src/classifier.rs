@@ -433,10 +433,9 @@ impl Subtable {
                     })
                     .unwrap_or(v.len());
                 v.insert(at, entry.clone());
-                *bucket = if v.len() == 1 {
-                    Bucket::One(v.pop().expect("len 1"))
-                } else {
-                    Bucket::Many(v)
+                *bucket = match <[Entry; 1]>::try_from(v) {
+                    Ok([only]) => Bucket::One(only),
+                    Err(v) => Bucket::Many(v),
                 };
                 old
             }
@@ -477,8 +476,9 @@ impl Subtable {
                     .position(|e| e.priority == priority && e.rule.flow.matches.value == m.value)?;
                 let e = v.remove(i);
                 if v.len() == 1 {
-                    let last = v.pop().expect("len 1");
-                    *bucket = Bucket::One(last);
+                    if let Some(last) = v.pop() {
+                        *bucket = Bucket::One(last);
+                    }
                 }
                 Some(e)
             }

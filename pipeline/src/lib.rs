@@ -57,6 +57,7 @@
 //!   parsed with length checks before every access; malformed input becomes a
 //!   partial key or an error naming what was wrong.
 //! - **No allocation, lock or syscall per packet** on the cached path.
+#![deny(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod cache;
 pub mod classifier;

@@ -16,6 +16,7 @@
 //! | [`metrics`] | `/metrics`: the switch's counters in the Prometheus text format |
 //! | [`netdev`] | interface helpers (veth pairs, up, MTU, delete) |
 //! | [`vxlan`] | the VXLAN tunnel port |
+#![deny(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod afxdp;
 pub mod control;

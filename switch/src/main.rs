@@ -30,6 +30,7 @@
 //!
 //! Exit codes: 0 after a clean shutdown, 1 when startup or teardown failed,
 //! 2 for bad flags.
+#![deny(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -16,6 +16,7 @@
 //! naming the file and the field, and the exit status is then 1.
 //!
 //! Single-threaded; writes only under `--out`.
+#![deny(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

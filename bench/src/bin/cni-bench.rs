@@ -56,6 +56,7 @@
 //! Concurrency: the batch runner uses `--concurrency` scoped threads that
 //! take pod indices from an atomic counter; nothing else is shared. Needs
 //! root.
+#![deny(clippy::unwrap_used, clippy::expect_used)]
 
 use std::fs::File;
 use std::io::Write as _;

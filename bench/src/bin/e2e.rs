@@ -39,6 +39,7 @@
 //! pid, so concurrent runs and leftovers of other programs do not collide.
 //!
 //! Single-threaded apart from child processes; needs root.
+#![deny(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

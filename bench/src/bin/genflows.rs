@@ -2,6 +2,7 @@
 //! `ovs-ofctl add-flows` syntax, with the cluster shape as `#` comments.
 //!
 //! Usage: `cargo run -p oxvs-bench --bin genflows -- [N]`
+#![deny(clippy::unwrap_used, clippy::expect_used)]
 
 use clap::Parser;
 use oxvs_bench::{count_flows, Cluster, ClusterSpec};

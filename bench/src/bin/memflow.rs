@@ -10,6 +10,7 @@
 //! generated before the measurement starts and is not counted.
 //!
 //! Usage: `cargo run --release -p oxvs-bench --bin memflow [-- N ...]`
+#![deny(clippy::unwrap_used, clippy::expect_used)]
 
 use std::alloc::System;
 

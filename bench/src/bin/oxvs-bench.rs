@@ -8,6 +8,7 @@
 //!
 //! Needs root. Everything it creates is removed on exit, on errors and on
 //! SIGINT/SIGTERM (guards; see `xbench::setup`).
+#![deny(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

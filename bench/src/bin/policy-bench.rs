@@ -22,6 +22,7 @@
 //! Output: a text table on stdout; `--json FILE` writes the numbers (with
 //! the machine and the date), `--plots DIR` draws them as SVG
 //! (`oxvs_bench::plots`, the same charts as `bench-report`).
+#![deny(clippy::unwrap_used, clippy::expect_used)]
 
 use std::alloc::System;
 use std::collections::BTreeMap;

@@ -13,6 +13,7 @@
 //!
 //! Invariants: pure functions, no I/O except [`built_binaries_dir`]
 //! (reads the test executable's path); nothing here panics on bad input.
+#![deny(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
