@@ -89,6 +89,7 @@ use std::io::Write;
 use std::num::NonZeroU32;
 use std::os::fd::{AsRawFd, RawFd};
 use std::rc::Rc;
+use std::sync::Arc;
 
 use oxvs_api::XdpModeRequest;
 use oxvs_pipeline::packet::PacketRef;
@@ -96,6 +97,8 @@ use xsk_rs::config::{
     BindFlags, FrameSize, Interface, LibxdpFlags, QueueSize, SocketConfig, UmemConfig, XdpFlags,
 };
 use xsk_rs::{CompQueue, FillQueue, FrameDesc, RxQueue, Socket, TxQueue};
+
+use crate::xdpprog::{XdpAttachment, XdpProgram};
 
 /// Bytes per UMEM frame (one page: fits a 1500-byte MTU plus headroom).
 pub const FRAME_SIZE: u32 = 4096;
@@ -502,6 +505,9 @@ pub struct PreparedXsk {
     /// The port's own UMEM; `None` when the socket is on the shared UMEM
     /// it was prepared with.
     own: Option<UmemMem>,
+    /// The switch's XDP program on the interface, when it serves the port
+    /// (else libxdp's own program does).
+    xdp: Option<XdpAttachment>,
 }
 
 impl PreparedXsk {
@@ -534,6 +540,7 @@ pub struct ClosingXsk {
     _fq: FillQueue,
     _cq: CompQueue,
     _own: Option<UmemMem>,
+    _xdp: Option<XdpAttachment>,
     reclaim: Option<u16>,
 }
 
@@ -558,6 +565,7 @@ pub struct XskPort {
     fq: FillQueue,
     cq: CompQueue,
     mem: Rc<UmemMem>,
+    xdp: Option<XdpAttachment>,
     /// This port's tag on the frames its kernel rings hold.
     slot: u16,
     /// Whether `mem` is shared with other ports.
@@ -614,7 +622,7 @@ impl XskPort {
         batch: usize,
     ) -> Result<XskPort, AfxdpError> {
         XskPort::from_prepared(
-            XskPort::prepare(ifname, request, frames, None)?,
+            XskPort::prepare(ifname, request, frames, None, None)?,
             batch,
             None,
         )
@@ -640,6 +648,7 @@ impl XskPort {
         request: XdpModeRequest,
         frames: u32,
         shared: Option<&xsk_rs::Umem>,
+        prog: Option<&Arc<XdpProgram>>,
     ) -> Result<PreparedXsk, AfxdpError> {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
         // Virtual devices (veth, ...) have no `device` in sysfs and never do
@@ -650,7 +659,7 @@ impl XskPort {
             .exists();
         let mut shared = shared.filter(|_| !physical);
         loop {
-            match XskPort::prepare_once(ifname, request, frames, physical, shared) {
+            match XskPort::prepare_once(ifname, request, frames, physical, shared, prog) {
                 Err(AfxdpError::Socket { ref reason, .. })
                     if reason.contains("busy") && std::time::Instant::now() < deadline =>
                 {
@@ -675,6 +684,7 @@ impl XskPort {
         frames: u32,
         physical: bool,
         shared: Option<&xsk_rs::Umem>,
+        prog: Option<&Arc<XdpProgram>>,
     ) -> Result<PreparedXsk, AfxdpError> {
         let iface: Interface = ifname
             .parse()
@@ -684,6 +694,13 @@ impl XskPort {
             XdpModeRequest::Native => &[true],
             XdpModeRequest::Generic => &[false],
         };
+        if let Some(prog) = prog.filter(|_| !physical) {
+            if let Some(p) =
+                XskPort::prepare_with_program(ifname, &iface, request, frames, shared, prog)?
+            {
+                return Ok(p);
+            }
+        }
         let mut tried = Vec::new();
         let mut last_err = String::new();
         let copy_modes: &[bool] = if physical { &[true, false] } else { &[false] };
@@ -762,6 +779,7 @@ impl XskPort {
                             fq,
                             cq,
                             own,
+                            xdp: None,
                         });
                     }
                     Ok((_, _, None)) => {
@@ -773,6 +791,117 @@ impl XskPort {
                     }
                 }
             }
+        }
+        Err(AfxdpError::Socket {
+            ifname: ifname.into(),
+            tried: tried.join(", "),
+            reason: last_err,
+        })
+    }
+
+    /// [`XskPort::prepare_once`] with the switch's own XDP program
+    /// ([`crate::xdpprog`]): attach it (native, else generic as `request`
+    /// allows), bind a socket without libxdp loading anything, and put the
+    /// socket in the program's slot for the interface. `None` when the
+    /// interface has another XDP program attached already (the caller
+    /// falls back to libxdp, which takes that one over).
+    fn prepare_with_program(
+        ifname: &str,
+        iface: &Interface,
+        request: XdpModeRequest,
+        frames: u32,
+        shared: Option<&xsk_rs::Umem>,
+        prog: &Arc<XdpProgram>,
+    ) -> Result<Option<PreparedXsk>, AfxdpError> {
+        let natives: &[bool] = match request {
+            XdpModeRequest::Auto => &[true, false],
+            XdpModeRequest::Native => &[true],
+            XdpModeRequest::Generic => &[false],
+        };
+        let mut tried = Vec::new();
+        let mut last_err = String::new();
+        for &native in natives {
+            let mode = SocketMode {
+                native,
+                zero_copy: false,
+            };
+            tried.push(mode.name());
+            let t0 = std::time::Instant::now();
+            let xdp = match prog.attach(ifname, 0, native) {
+                Ok(a) => a,
+                Err(e) if e.is_busy() => {
+                    tracing::debug!(ifname, error = %e, "interface has an XDP program already; libxdp takes it over");
+                    return Ok(None);
+                }
+                Err(e) => {
+                    last_err = e.to_string();
+                    continue;
+                }
+            };
+            let qsize = QueueSize::new(RING_SIZE).map_err(|e| AfxdpError::Socket {
+                ifname: ifname.into(),
+                tried: mode.name().into(),
+                reason: e.to_string(),
+            })?;
+            let config = SocketConfig::builder()
+                .rx_queue_size(qsize)
+                .tx_queue_size(qsize)
+                .libxdp_flags(LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD)
+                .bind_flags(BindFlags::XDP_USE_NEED_WAKEUP | BindFlags::XDP_COPY)
+                .build();
+            let own = match shared {
+                Some(_) => None,
+                None => Some(map_umem(frames)?),
+            };
+            let Some(umem) = own.as_ref().map(|m| &m._umem).or(shared) else {
+                return Err(AfxdpError::Umem {
+                    frames,
+                    reason: "no UMEM to bind to".into(),
+                });
+            };
+            // SAFETY: INHIBIT_PROG_LOAD is set, so libxdp neither loads
+            // nor detaches a program for this socket, whichever sockets
+            // share the UMEM.
+            let r = unsafe { Socket::new(config, umem, iface, 0) };
+            let socket_err = |reason: String| AfxdpError::Socket {
+                ifname: ifname.into(),
+                tried: mode.name().into(),
+                reason,
+            };
+            let (tx, rx, fq, cq) = match r {
+                Ok((tx, rx, Some((fq, cq)))) => (tx, rx, fq, cq),
+                Ok((_, _, None)) => {
+                    return Err(socket_err(
+                        "libxdp returned no fill/completion rings".into(),
+                    ))
+                }
+                Err(e) => return Err(socket_err(chain(&e))),
+            };
+            xdp.insert_socket(rx.fd().as_raw_fd())
+                .map_err(|e| socket_err(e.to_string()))?;
+            tracing::debug!(
+                ifname,
+                mode = mode.name(),
+                shared = shared.is_some(),
+                ms = t0.elapsed().as_secs_f64() * 1e3,
+                "AF_XDP socket on the switch's XDP program"
+            );
+            if !native && request == XdpModeRequest::Auto {
+                tracing::warn!(
+                    ifname,
+                    "native XDP mode is not available; using generic (skb) mode ({last_err})"
+                );
+            }
+            return Ok(Some(PreparedXsk {
+                ifname: ifname.to_string(),
+                mode,
+                tx,
+                rx,
+                fq,
+                cq,
+                own,
+                xdp: Some(xdp),
+            }));
         }
         Err(AfxdpError::Socket {
             ifname: ifname.into(),
@@ -797,6 +926,7 @@ impl XskPort {
             fq,
             cq,
             own,
+            xdp,
         } = p;
         let (mem, is_shared) = match (own, shared) {
             (Some(m), _) => (Rc::new(m), false),
@@ -829,6 +959,7 @@ impl XskPort {
             fq,
             cq,
             mem,
+            xdp,
             slot,
             shared: is_shared,
             filled: 0,
@@ -866,6 +997,7 @@ impl XskPort {
             fq,
             cq,
             mem,
+            xdp,
             slot,
             shared,
             pending_tx,
@@ -890,6 +1022,7 @@ impl XskPort {
             _fq: fq,
             _cq: cq,
             _own: own,
+            _xdp: xdp,
             reclaim: shared.then_some(slot),
         }
     }

@@ -70,6 +70,7 @@ use oxvs_pipeline::xlate::XlateEnv;
 
 use crate::afxdp::{self, PreparedXsk, ThreadUmem, XskPort};
 use crate::vxlan::{self, TxError, VxlanPort};
+use crate::xdpprog::XdpProgram;
 
 /// How datapath threads wait for packets.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -152,6 +153,10 @@ pub struct SwitchConfig {
     pub icmp_src_ip: Option<Ipv4Addr>,
     /// Most packet-ins queued for the controller (more are dropped and counted).
     pub packet_in_queue: usize,
+    /// Serve ports on virtual devices with the switch's one XDP program
+    /// ([`crate::xdpprog`], loaded at start) instead of a program libxdp
+    /// loads per port.
+    pub shared_xdp_program: bool,
 }
 
 impl Default for SwitchConfig {
@@ -167,6 +172,7 @@ impl Default for SwitchConfig {
             conntrack: CtConfig::default(),
             icmp_src_ip: None,
             packet_in_queue: 1024,
+            shared_xdp_program: true,
         }
     }
 }
@@ -423,6 +429,8 @@ pub struct Switch {
     ports: Mutex<BTreeMap<u32, PortEntry>>,
     /// The device anchoring the threads' shared UMEMs.
     anchor: Option<String>,
+    /// The XDP program ports on virtual devices share.
+    xdp_prog: Option<Arc<XdpProgram>>,
 }
 
 impl std::fmt::Debug for Switch {
@@ -490,6 +498,19 @@ impl Switch {
             }
             UmemSharing::PerPort => None,
         };
+        let xdp_prog = if config.shared_xdp_program {
+            match XdpProgram::load() {
+                Ok(p) => Some(Arc::new(p)),
+                Err(e) => {
+                    tracing::warn!(
+                        "cannot load the switch's XDP program; libxdp loads one per port: {e}"
+                    );
+                    None
+                }
+            }
+        } else {
+            None
+        };
         let sw = Switch {
             pipeline: Arc::clone(&pipeline),
             shared: Arc::clone(&shared),
@@ -498,6 +519,7 @@ impl Switch {
             joins: Mutex::new(Vec::new()),
             ports: Mutex::new(BTreeMap::new()),
             anchor: anchor.clone(),
+            xdp_prog,
         };
         let mut sw = sw;
         for (idx, wake) in wake_rx.into_iter().enumerate() {
@@ -608,11 +630,17 @@ impl Switch {
                 }
                 let shared_umem = self.threads.get(thread).and_then(|t| t.umem.get());
                 Some(Box::new(
-                    XskPort::prepare(ifname, *xdp_mode, self.shared.umem_frames, shared_umem)
-                        .map_err(|e| SwitchError::PortOpen {
-                            name: spec.name.clone(),
-                            reason: e.to_string(),
-                        })?,
+                    XskPort::prepare(
+                        ifname,
+                        *xdp_mode,
+                        self.shared.umem_frames,
+                        shared_umem,
+                        self.xdp_prog.as_ref(),
+                    )
+                    .map_err(|e| SwitchError::PortOpen {
+                        name: spec.name.clone(),
+                        reason: e.to_string(),
+                    })?,
                 ))
             }
             PortKind::Vxlan { .. } => None,

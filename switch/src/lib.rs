@@ -25,3 +25,4 @@ pub mod engine;
 pub mod metrics;
 pub mod netdev;
 pub mod vxlan;
+pub mod xdpprog;

@@ -78,6 +78,12 @@ struct Args {
     /// when switchd stops.
     #[arg(long, value_name = "NAME", default_value = "oxvs-umem")]
     umem_anchor: String,
+    /// Which XDP program serves the ports on virtual devices: the
+    /// `switch`'s own, loaded once at start and attached to each port (a
+    /// BPF link; no program load per port), or one `libxdp` loads per
+    /// port. Ports on physical NICs always use libxdp's.
+    #[arg(long, value_enum, default_value_t = XdpProgramArg::Switch)]
+    xdp_program: XdpProgramArg,
     /// Frames per RX/TX batch.
     #[arg(long, value_name = "N", default_value_t = 32,
           value_parser = clap::value_parser!(u16).range(1..=256))]
@@ -174,6 +180,14 @@ enum Sharing {
     Thread,
     /// One UMEM per port.
     Port,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum XdpProgramArg {
+    /// The switch's own program, shared by every port.
+    Switch,
+    /// A program libxdp loads for each port.
+    Libxdp,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -280,6 +294,7 @@ fn run(args: Args) -> anyhow::Result<()> {
         },
         batch: usize::from(args.batch),
         conntrack,
+        shared_xdp_program: args.xdp_program == XdpProgramArg::Switch,
         ..SwitchConfig::default()
     };
     tracing::info!(?config, socket = %args.socket.display(), "starting oxvs-switchd");

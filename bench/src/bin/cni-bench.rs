@@ -119,6 +119,10 @@ struct Opts {
     /// Keeps the daemons' logs (their directory is printed).
     #[arg(long)]
     keep_logs: bool,
+    /// An extra argument for oxvs-switchd (repeat for more), e.g.
+    /// `--switchd-arg=--xdp-program --switchd-arg=libxdp`.
+    #[arg(long, value_name = "ARG", allow_hyphen_values = true)]
+    switchd_arg: Vec<String>,
 }
 
 // ---------------------------------------------------------------- commands
@@ -681,7 +685,7 @@ fn real_main() -> Result<()> {
         s("host-local"),
     );
 
-    let mut switchd = start_switchd(&node, &switchd_bin, &sw_sock, &dir)?;
+    let mut switchd = start_switchd(&node, &switchd_bin, &sw_sock, &dir, &o.switchd_arg)?;
 
     let agent_log = dir.join("agent.log");
     let mut agent = start_agent(
@@ -826,25 +830,29 @@ fn real_main() -> Result<()> {
 
 /// Starts oxvs-switchd in the node namespace and waits (20 s at most) until
 /// it answers on its socket.
-fn start_switchd(node: &str, bin: &Path, sock: &str, dir: &Path) -> Result<Daemon> {
+fn start_switchd(
+    node: &str,
+    bin: &Path,
+    sock: &str,
+    dir: &Path,
+    extra: &[String],
+) -> Result<Daemon> {
     let sw_bin = bin.to_string_lossy().into_owned();
-    let mut switchd = Daemon::spawn(
-        &[
-            "ip",
-            "netns",
-            "exec",
-            node,
-            &sw_bin,
-            "--socket",
-            sock,
-            "--gateway",
-            GATEWAY,
-            "--log-level",
-            "info,oxvs_switch::afxdp=debug",
-        ],
-        "oxvs-switchd",
-        &dir.join("switchd.log"),
-    )?;
+    let mut argv = vec![
+        "ip",
+        "netns",
+        "exec",
+        node,
+        &sw_bin,
+        "--socket",
+        sock,
+        "--gateway",
+        GATEWAY,
+        "--log-level",
+        "info,oxvs_switch::afxdp=debug",
+    ];
+    argv.extend(extra.iter().map(String::as_str));
+    let mut switchd = Daemon::spawn(&argv, "oxvs-switchd", &dir.join("switchd.log"))?;
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         if Path::new(sock).exists()
