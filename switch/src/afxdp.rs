@@ -849,6 +849,7 @@ impl XskPort {
                 .libxdp_flags(LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD)
                 .bind_flags(BindFlags::XDP_USE_NEED_WAKEUP | BindFlags::XDP_COPY)
                 .build();
+            let t_umem0 = std::time::Instant::now();
             let own = match shared {
                 Some(_) => None,
                 None => Some(map_umem(frames)?),
@@ -859,6 +860,7 @@ impl XskPort {
                     reason: "no UMEM to bind to".into(),
                 });
             };
+            let t_umem = t_umem0.elapsed();
             // SAFETY: INHIBIT_PROG_LOAD is set, so libxdp neither loads
             // nor detaches a program for this socket, whichever sockets
             // share the UMEM.
@@ -879,12 +881,17 @@ impl XskPort {
             };
             xdp.insert_socket(rx.fd().as_raw_fd())
                 .map_err(|e| socket_err(e.to_string()))?;
+            // The same line as libxdp's path (cni-bench reads it):
+            // socket_ms is the attach, bind and slot here.
             tracing::debug!(
                 ifname,
                 mode = mode.name(),
                 shared = shared.is_some(),
-                ms = t0.elapsed().as_secs_f64() * 1e3,
-                "AF_XDP socket on the switch's XDP program"
+                program = "switch",
+                umem_ms = t_umem.as_secs_f64() * 1e3,
+                socket_ms = (t0.elapsed() - t_umem).as_secs_f64() * 1e3,
+                ok = true,
+                "AF_XDP socket attempt"
             );
             if !native && request == XdpModeRequest::Auto {
                 tracing::warn!(
