@@ -43,14 +43,13 @@ use oxvs_api::agent::{
 };
 use oxvs_api::{Client, Request, Response, TraceRequest, TraceResult};
 use oxvs_pipeline::names;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::UnixListener;
 
+use crate::agent::Agent;
 use crate::cookie::{self, Feature};
 use crate::flows::{self, NodeNet, RemoteNode, VIRTUAL_MAC};
 use crate::model::{ClusterState, Labels};
 use crate::policy::{Direction, RuleRef};
-use crate::server::Agent;
+use crate::socket_server::{LineProtocol, Requests};
 use crate::state::{AttachState, Attachment};
 
 /// Why a request could not be answered.
@@ -771,50 +770,30 @@ pub async fn handle_line(agent: &Agent, line: &str) -> Response {
     })
 }
 
-/// Serves the API socket until the task is aborted.
-pub async fn serve(agent: Arc<Agent>, listener: UnixListener, gate: oxvs_api::listen::Gate) {
-    let max = gate.limits().max_connections;
-    let busy = Response::busy(format!(
-        "busy: the oxvs agent serves {max} API connections already (--api-max-connections); retry"
-    ));
-    let mut busy = busy.to_line().into_bytes();
-    busy.push(b'\n');
-    crate::listen::serve_gated(listener, gate, "api", busy, move |stream| {
-        let agent = agent.clone();
-        async move { serve_one(&agent, stream).await }
-    })
-    .await
-}
+/// The API socket's protocol, served by [`crate::socket_server`]: any
+/// number of request lines per connection, each answered by one
+/// [`Response`] line ([`handle_line`]).
+pub struct ApiSocket;
 
-async fn serve_one<S>(agent: &Agent, stream: S) -> std::io::Result<()>
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite,
-{
-    let (r, mut w) = tokio::io::split(stream);
-    let mut reader = BufReader::new(r);
-    loop {
-        let mut line = Vec::new();
-        let n = (&mut reader)
-            .take(MAX_AGENT_LINE as u64 + 1)
-            .read_until(b'\n', &mut line)
-            .await?;
-        if n == 0 {
-            return Ok(());
-        }
-        let resp = if line.len() > MAX_AGENT_LINE {
-            Response::error(format!("request line longer than {MAX_AGENT_LINE} bytes"))
-        } else {
-            match std::str::from_utf8(&line) {
-                Ok(s) => handle_line(agent, s.trim_end()).await,
-                Err(_) => Response::error("request is not UTF-8"),
-            }
-        };
-        let mut out = resp.to_line();
-        out.push('\n');
-        w.write_all(out.as_bytes()).await?;
-        if line.len() > MAX_AGENT_LINE || !line.ends_with(b"\n") {
-            return Ok(());
-        }
+impl LineProtocol for ApiSocket {
+    type State = Agent;
+    const NAME: &'static str = "api";
+    const MAX_LINE: usize = MAX_AGENT_LINE;
+    const REQUESTS: Requests = Requests::Many;
+
+    fn busy(max_connections: usize) -> String {
+        Response::busy(format!(
+            "busy: the oxvs agent serves {max_connections} API connections already (--api-max-connections); retry"
+        ))
+        .to_line()
+    }
+
+    fn refused(why: &str) -> String {
+        Response::error(why).to_line()
+    }
+
+    async fn handle(agent: &Agent, line: &str) -> String {
+        handle_line(agent, line).await.to_line()
     }
 }
 

@@ -1,11 +1,16 @@
 //! # oxvs-agent: the node agent
 //!
-//! - [`server`]: the CNI server on `/run/oxvs/cni.sock` (ADD, DEL, CHECK,
-//!   GC, STATUS) and the node's convergence with the switch.
+//! - [`agent`]: the agent's state ([`agent::Agent`]), the CNI verbs on
+//!   `/run/oxvs/cni.sock` (ADD, DEL, CHECK, GC, STATUS; [`agent::cni`])
+//!   and the node's convergence with the switch.
 //! - [`api`]: the API socket `/run/oxvs/agent.sock` (`info`, `pod`,
 //!   `traceflow`).
+//! - [`socket_server`]: the one server of both line sockets (CNI, API):
+//!   framing, size limits, one or many requests per connection; each
+//!   socket gives only its handler.
 //! - [`metrics`]: the agent's `/metrics`.
-//! - [`listen`]: the listeners' connection cap, busy answer and idle timeout.
+//! - [`listen`]: every listener's accept loop, connection cap, busy answer
+//!   and idle timeout (the line sockets' and `/metrics`).
 //! - [`source`]: where the cluster state comes from (the Kubernetes API or a
 //!   manifest directory); [`model`]: that state, reduced to what decides a
 //!   node's flows.
@@ -22,6 +27,7 @@
 //!   [`hostnet`]: the host side of pod egress (forwarding, masquerade).
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod agent;
 pub mod api;
 pub mod cookie;
 pub mod desired;
@@ -35,7 +41,7 @@ pub mod nodes;
 pub mod podnet;
 pub mod policy;
 pub mod priority;
-pub mod server;
+pub mod socket_server;
 pub mod source;
 pub mod state;
 

@@ -21,9 +21,11 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Parser;
 use ipnet::Ipv4Net;
+use oxvs_agent::agent::cni::CniSocket;
+use oxvs_agent::agent::{Agent, AgentConfig};
+use oxvs_agent::api::ApiSocket;
 use oxvs_agent::model::ClusterState;
-use oxvs_agent::server::{self, Agent, AgentConfig};
-use oxvs_agent::{podnet, source};
+use oxvs_agent::{podnet, socket_server, source};
 use oxvs_api::cni::DEFAULT_CNI_SOCKET;
 use oxvs_api::listen::{Gate, Limits, ListenError};
 use oxvs_api::DEFAULT_SWITCHD_SOCKET;
@@ -271,7 +273,11 @@ async fn run(args: Args, pod_mtu: u32) -> anyhow::Result<()> {
     let cni_gate = gate(args.cni_max_connections, args.cni_idle_timeout);
     let mut listeners = vec![("cni", cni_gate.stats())];
     tracing::info!(socket = %sock.display(), limits = ?cni_gate.limits(), "serving CNI");
-    let server = tokio::spawn(server::serve(agent.clone(), listener, cni_gate));
+    let server = tokio::spawn(socket_server::serve::<CniSocket, _>(
+        agent.clone(),
+        listener,
+        cni_gate,
+    ));
     let api_gate = gate(args.api_max_connections, args.api_idle_timeout);
     let api = serve_api(&agent, &args.api_socket, api_gate.clone());
     if api.is_some() {
@@ -370,7 +376,11 @@ fn serve_api(
     match bind_unix(sock) {
         Ok(l) => {
             tracing::info!(socket = %sock.display(), limits = ?gate.limits(), "serving the API");
-            Some(tokio::spawn(oxvs_agent::api::serve(agent.clone(), l, gate)))
+            Some(tokio::spawn(socket_server::serve::<ApiSocket, _>(
+                agent.clone(),
+                l,
+                gate,
+            )))
         }
         Err(e) => {
             tracing::error!("no API socket: {e:#}");

@@ -60,10 +60,10 @@ use oxvs_pipeline::names;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
 
+use crate::agent::Agent;
 use crate::cookie::{self, Feature, POD_TO_TUNNEL, TUNNEL_UNKNOWN_SOURCE};
 use crate::nodes::{NodeProblem, RefusedNode};
 use crate::policy::{Direction, Refusal, RuleRef};
-use crate::server::Agent;
 use crate::state::{AttachState, Attachment};
 
 /// Default listen address of `--metrics-addr`.

@@ -391,3 +391,91 @@ fn bad_limits_are_refused_naming_the_flag() {
         assert!(err.contains(says), "switchd {args:?}: {err}");
     }
 }
+
+/// Everything the server sends on a new connection that sends `req` and
+/// closes its side, until the server closes the connection. (A server
+/// that closes with part of the request unread resets the connection
+/// after its answer: the end too.)
+fn exchange_all(p: &Path, req: &[u8]) -> String {
+    let mut s = UnixStream::connect(p).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(req).unwrap();
+    let _ = s.shutdown(std::net::Shutdown::Write);
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(e) => panic!("the agent did not close the connection: {e}"),
+        }
+    }
+    String::from_utf8(out).unwrap()
+}
+
+/// Both line sockets (one server, `socket_server.rs`): an oversize line
+/// is answered, not read on, and closes the connection; a line that is
+/// not UTF-8 is refused in the socket's own protocol; the CNI socket takes
+/// one request per connection, the API socket many.
+#[test]
+fn agent_line_sockets_refuse_oversize_and_garbage_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_oxvs-agent"));
+    let _agent = spawn(&bin, &agent_args(dir.path(), &[]), false);
+    let cni = dir.path().join("cni.sock");
+    let api = dir.path().join("agent.sock");
+    wait_socket(&cni);
+    wait_socket(&api);
+
+    // CNI: one answer per connection, even to two requests.
+    let out = exchange_all(&cni, format!("{STATUS}{STATUS}").as_bytes());
+    assert_eq!(out.lines().count(), 1, "{out}");
+    let r: CniResponse = serde_json::from_str(&out).expect("a CNI answer");
+    assert!(!r.busy, "{r:?}");
+    let cni_error = |req: &[u8]| {
+        let out = exchange_all(&cni, req);
+        let r: CniResponse = serde_json::from_str(&out).expect("a CNI answer");
+        assert!(!r.ok, "{r:?}");
+        r.error.expect("an error")
+    };
+    let e = cni_error(b"\xff\xfe\n");
+    assert_eq!(
+        (e.code, e.msg.as_str()),
+        (code::DECODE_FAILURE, "request is not UTF-8")
+    );
+    let e = cni_error(b"{\"v\":1,\n");
+    assert_eq!(e.code, code::DECODE_FAILURE, "{e:?}");
+    assert!(e.msg.contains("bad request from the plugin"), "{e:?}");
+    let huge = vec![b'x'; (4 << 20) + 1];
+    let e = cni_error(&huge);
+    assert_eq!(e.code, code::DECODE_FAILURE, "{e:?}");
+    assert_eq!(e.msg, format!("request line longer than {} bytes", 4 << 20));
+
+    // API: many requests per connection, a bad line does not end it.
+    let out = exchange_all(&api, format!("{INFO}\u{0}\n{INFO}").as_bytes());
+    let answers: Vec<Response> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("an API answer"))
+        .collect();
+    assert_eq!(answers.len(), 3, "{out}");
+    assert!(answers[0].ok && !answers[1].ok && answers[2].ok, "{out}");
+    let mut req = b"\xff\n".to_vec();
+    req.extend_from_slice(INFO.as_bytes());
+    let out = exchange_all(&api, &req);
+    let answers: Vec<Response> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("an API answer"))
+        .collect();
+    assert_eq!(answers.len(), 2, "{out}");
+    assert_eq!(answers[0].error.as_deref(), Some("request is not UTF-8"));
+    assert!(answers[1].ok, "{out}");
+    let max = oxvs_api::agent::MAX_AGENT_LINE;
+    let huge = vec![b'x'; max + 1];
+    let out = exchange_all(&api, &huge);
+    let r: Response = serde_json::from_str(&out).expect("one API answer, then closed");
+    assert_eq!(
+        r.error.as_deref(),
+        Some(format!("request line longer than {max} bytes").as_str())
+    );
+}

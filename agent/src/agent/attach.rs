@@ -1,0 +1,141 @@
+//! One pod's attachment, made and undone.
+//!
+//! [`Agent::attach`] runs ADD's steps 2 to 6 (veth and pod interface,
+//! switch port, flows, gratuitous ARP, record `ready`; the list is in
+//! [`super::cni`]) once the address is allocated and the `pending` record
+//! written. [`Agent::teardown`] undoes everything of an attachment that
+//! exists, in the reverse order: for DEL, GC, a failed ADD, and
+//! [`Agent::reconcile`]'s rollback of interrupted ADDs and clean-up of
+//! pods whose sandbox vanished.
+
+use std::path::PathBuf;
+
+use oxvs_api::cni::{code, CniError};
+use oxvs_api::{Request, TraceRequest};
+
+use super::{blocking, err, Agent};
+use crate::flows::{self, NodeNet};
+use crate::podnet::{self, PodIfaceSpec};
+use crate::state::{AttachState, Attachment};
+
+impl Agent {
+    /// ADD's steps 2 to 6 for `a` (its address allocated, its `pending`
+    /// record written): the pod interface, the switch port, the flows, a
+    /// gratuitous ARP, the record `ready`. On failure the caller tears
+    /// `a` down.
+    pub(super) async fn attach(&self, node: &NodeNet, a: &mut Attachment) -> Result<(), CniError> {
+        let spec = PodIfaceSpec {
+            netns: PathBuf::from(&a.netns),
+            ifname: a.ifname.clone(),
+            host_ifname: a.host_ifname.clone(),
+            mac: flows::parse_mac(&a.mac).unwrap_or_default(),
+            ip: a.ip,
+            prefix_len: a.prefix_len,
+            gateway: a.gateway,
+            mtu: a.mtu,
+            tx_checksum_off: self.cfg.pod_tx_checksum_off,
+        };
+        let t0 = std::time::Instant::now();
+        let alias = podnet::owner_alias(&a.container_id, &a.ifname);
+        blocking(move || {
+            podnet::setup_pod_interface(&spec)?;
+            // Whose link this is, for a DEL without a record (see `del`, cni.rs).
+            podnet::set_link_alias(&spec.host_ifname, &alias)
+        })
+        .await?
+        .map_err(|e| match e {
+            podnet::PodnetError::NoNetns(p) => err(
+                code::INVALID_ENV,
+                format!("CNI_NETNS {} does not exist", p.display()),
+            ),
+            e => err(
+                code::INTERFACE_FAILURE,
+                format!("cannot set up the pod interface: {e}"),
+            ),
+        })?;
+        let t_netlink = t0.elapsed();
+        let ofport = self.add_port(&a.host_ifname, None).await?;
+        let t_port = t0.elapsed();
+        a.ofport = Some(ofport);
+        a.state = AttachState::Ready;
+        self.save_record(a.clone()).await?;
+        // The pod's flows and every policy flow that concerns it, before
+        // the pod can send anything: the desired state now includes it.
+        self.sync().await?;
+        let t_flows = t0.elapsed();
+        let mac = flows::pod_mac(a.ip);
+        let garp = flows::gratuitous_arp(mac, a.ip);
+        let hex: String = garp.iter().map(|b| format!("{b:02x}")).collect();
+        if let Err(e) = self
+            .switch(Request::Trace(TraceRequest {
+                packet_hex: Some(hex),
+                in_port: Some(ofport),
+                inject: true,
+                ..TraceRequest::default()
+            }))
+            .await
+        {
+            tracing::debug!(pod = %a.pod_ref(), error = %e, "gratuitous ARP not sent");
+        }
+        let _ = node;
+        tracing::info!(
+            pod = %a.pod_ref(),
+            ip = %a.ip,
+            port = %a.host_ifname,
+            ofport,
+            netlink_ms = t_netlink.as_secs_f64() * 1e3,
+            port_ms = (t_port - t_netlink).as_secs_f64() * 1e3,
+            flows_ms = (t_flows - t_port).as_secs_f64() * 1e3,
+            total_ms = t0.elapsed().as_secs_f64() * 1e3,
+            "pod attached"
+        );
+        Ok(())
+    }
+
+    /// Removes everything of `a` that exists, in order: its flows (the
+    /// pod is dropped from the desired state and the switch converged),
+    /// its port, its veth, its address, its record. Idempotent; on failure
+    /// the record stays, so a retry (or the next start) finishes the job.
+    pub(super) async fn teardown(&self, a: &Attachment) -> Result<(), CniError> {
+        if let Ok(mut r) = self.records.lock() {
+            r.remove(&a.key());
+        }
+        let r = self.teardown_steps(a).await;
+        if r.is_err() {
+            if let Ok(mut recs) = self.records.lock() {
+                recs.insert(a.key(), a.clone());
+            }
+        } else {
+            self.forget_admitted(&a.pod_namespace, &a.pod_name);
+        }
+        r
+    }
+
+    async fn teardown_steps(&self, a: &Attachment) -> Result<(), CniError> {
+        if a.ofport.is_some() && self.node().is_some() {
+            self.sync().await?;
+        }
+        self.del_port(&a.host_ifname).await?;
+        let host = a.host_ifname.clone();
+        blocking(move || podnet::delete_host_link(&host))
+            .await?
+            .map_err(|e| {
+                err(
+                    code::INTERFACE_FAILURE,
+                    format!("cannot delete {}: {e}", a.host_ifname),
+                )
+            })?;
+        let (cid, ifn) = a.key();
+        let (c, i) = (cid.clone(), ifn.clone());
+        match self.with_ipam(move |ipam| ipam.release(&c, &i)).await {
+            Ok(_) => {}
+            // No IPAM yet: nothing can have been allocated.
+            Err(e) if e.code == code::TRY_AGAIN_LATER => {}
+            Err(e) => return Err(e),
+        }
+        let store = self.store.clone();
+        blocking(move || store.remove(&cid, &ifn))
+            .await?
+            .map_err(|e| err(code::IO_FAILURE, e.to_string()))
+    }
+}

@@ -1,0 +1,386 @@
+//! The agent: its state ([`Agent`], [`AgentConfig`]) and the operations
+//! the CNI server, the API and the convergence loops run on it.
+//!
+//! - this file: the state, the attachment records and their per-key
+//!   locks, the IPAM store;
+//! - `node.rs`: the node's own network (pod CIDR, gateway, tunnel port,
+//!   underlay subnet) and the remote Nodes it believes;
+//! - `switch.rs`: the calls to oxvs-switchd (ports; its errors as CNI
+//!   codes);
+//! - `attach.rs`: one pod's interface, port and flows, made and undone;
+//! - `reconcile.rs`: convergence with the switch ([`Agent::sync`],
+//!   [`Agent::reconcile`], [`Agent::drifted`]);
+//! - [`cni`]: the CNI verbs (ADD, DEL, CHECK, GC, STATUS) and the CNI
+//!   socket's protocol ([`cni::CniSocket`]).
+//!
+//! The sockets themselves (accepting, the connection cap, line framing,
+//! timeouts) are [`crate::socket_server`]'s.
+//!
+//! ## Concurrency
+//!
+//! Requests run concurrently (one tokio task per connection). Operations
+//! on one (container id, ifname) are serialised by a per-key async mutex;
+//! the record map and the other small caches sit behind short `std`
+//! mutexes, never held across an `.await` or any I/O; blocking work
+//! (netlink, the switch's blocking client, fsync, the flow translation)
+//! runs in `spawn_blocking`. The IPAM store's `std` mutex is only ever
+//! taken on the blocking pool ([`Agent::with_ipam`]), since its operations
+//! fsync: a runtime thread never waits for a disk. [`Agent::reconcile`]
+//! and GC's address sweep take the `gate` for writing, so they never see
+//! an ADD or DEL half done (an address allocated whose record is not
+//! written yet); requests take it for reading.
+//!
+//! Lock order: `gate`, then the per-key lock, then `applied` (in
+//! [`Agent::sync`]); the `std` mutexes are leaves.
+
+mod attach;
+pub mod cni;
+mod node;
+mod reconcile;
+mod switch;
+#[cfg(test)]
+mod test_fixtures;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ipnet::Ipv4Net;
+use oxvs_api::cni::{code, CniError};
+
+use crate::flows::NodeNet;
+use crate::ipam::Ipam;
+use crate::model::{ClusterState, ObjKey, Pod};
+use crate::nodes::NodeProblem;
+use crate::policy::{Refusal, RuleRef};
+use crate::source::PodLookup;
+use crate::state::{Attachment, Store};
+
+pub use reconcile::ReconcileReport;
+
+/// How the agent is set up.
+#[derive(Clone, Debug)]
+pub struct AgentConfig {
+    /// This node's name (its Node object, and pods' `spec.nodeName`).
+    pub node_name: String,
+    /// The CNI socket to serve.
+    pub cni_socket: PathBuf,
+    /// oxvs-switchd's control socket.
+    pub switchd_socket: PathBuf,
+    /// Where records and IPAM state live (`/var/lib/oxvs`).
+    pub state_dir: PathBuf,
+    /// The node's pod CIDR; `None`: from the Node object's `spec.podCIDR`.
+    pub pod_cidr: Option<Ipv4Net>,
+    /// The node's underlay address; `None`: from the Node object's InternalIP.
+    pub node_ip: Option<Ipv4Addr>,
+    /// The host's gateway interface (switchd `--gateway NAME`); its switch
+    /// port has the same name (on the `NAME-p` end of the pair).
+    pub gateway: String,
+    /// The VXLAN tunnel port the agent adds to the switch.
+    pub tunnel: String,
+    /// MTU of pod interfaces.
+    pub pod_mtu: u32,
+    /// Turn TX checksum offload off in pods (the switch does not complete
+    /// partial checksums).
+    pub pod_tx_checksum_off: bool,
+    /// Deadline of one switch call.
+    pub switch_timeout: Duration,
+    /// Enable forwarding and masquerade pod traffic leaving the node other
+    /// than through the gateway (pod egress to outside the cluster).
+    pub masquerade: bool,
+    /// The most flows one NetworkPolicy may add on this node
+    /// ([`crate::policy::DEFAULT_MAX_POLICY_FLOWS`]); a policy over it is refused.
+    pub max_policy_flows: usize,
+}
+
+/// Serialises the operations on one (container id, ifname).
+type KeyLock = Arc<tokio::sync::Mutex<()>>;
+
+/// The flows the switch holds, as the agent last set them.
+#[derive(Default)]
+struct Applied {
+    /// False until a full `replace-flows` made the switch equal to `lines`.
+    valid: bool,
+    lines: HashSet<String>,
+}
+
+/// The IPAM store, once the pod CIDR is known. Locked only on the
+/// blocking pool ([`Agent::with_ipam`]): its operations fsync.
+type IpamSlot = Arc<Mutex<Option<Ipam>>>;
+
+/// The agent: its state and the operations the CNI server runs.
+pub struct Agent {
+    cfg: AgentConfig,
+    ipam: IpamSlot,
+    store: Store,
+    records: Mutex<BTreeMap<(String, String), Attachment>>,
+    locks: Mutex<HashMap<(String, String), KeyLock>>,
+    gate: tokio::sync::RwLock<()>,
+    node: Mutex<Option<NodeNet>>,
+    tunnel_ofport: Mutex<Option<u32>>,
+    cluster: Mutex<Arc<ClusterState>>,
+    applied: tokio::sync::Mutex<Applied>,
+    rules: Mutex<Vec<RuleRef>>,
+    routes: Mutex<BTreeMap<Ipv4Net, Ipv4Addr>>,
+    /// Reads a pod the snapshot lacks (`None`: no cluster source).
+    pods: Option<Arc<dyn PodLookup>>,
+    /// Pods read by ADD that the snapshot did not have yet; used by the
+    /// translation until the snapshot has them (same uid), dropped with
+    /// their attachment.
+    admitted: Mutex<BTreeMap<ObjKey, Pod>>,
+    /// The underlay subnet (the prefix of the interface with the node's
+    /// address), once found.
+    underlay: Mutex<Option<Ipv4Net>>,
+    /// Nodes refused ([`crate::nodes`]), by name, as last logged.
+    refused_nodes: Mutex<BTreeMap<String, NodeProblem>>,
+    /// This node's own Node refused as the IPAM range, as last logged.
+    refused_local: Mutex<Option<NodeProblem>>,
+    /// Policies refused by the translator, as last logged.
+    refused_policies: Mutex<Vec<Refusal>>,
+}
+
+fn err(code: u32, msg: impl Into<String>) -> CniError {
+    CniError::new(code, msg)
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, CniError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| err(code::IO_FAILURE, format!("internal task failed: {e}")))
+}
+
+impl Agent {
+    /// Opens the agent's on-disk state (records; IPAM once the pod CIDR is known).
+    pub fn open(cfg: AgentConfig) -> anyhow::Result<Agent> {
+        let (store, recs) = Store::open(&cfg.state_dir)?;
+        let records = recs.into_iter().map(|r| (r.key(), r)).collect();
+        let agent = Agent {
+            cfg,
+            ipam: Arc::new(Mutex::new(None)),
+            store,
+            records: Mutex::new(records),
+            locks: Mutex::new(HashMap::new()),
+            gate: tokio::sync::RwLock::new(()),
+            node: Mutex::new(None),
+            tunnel_ofport: Mutex::new(None),
+            cluster: Mutex::new(Arc::new(ClusterState::default())),
+            applied: tokio::sync::Mutex::new(Applied::default()),
+            rules: Mutex::new(Vec::new()),
+            routes: Mutex::new(BTreeMap::new()),
+            pods: None,
+            admitted: Mutex::new(BTreeMap::new()),
+            underlay: Mutex::new(None),
+            refused_nodes: Mutex::new(BTreeMap::new()),
+            refused_local: Mutex::new(None),
+            refused_policies: Mutex::new(Vec::new()),
+        };
+        if let Some(cidr) = agent.cfg.pod_cidr {
+            open_ipam_in(&agent.ipam, &agent.cfg.state_dir, cidr)?;
+        }
+        Ok(agent)
+    }
+
+    /// With `lookup`, CNI ADD admits a pod only once its Pod object is
+    /// known: from the snapshot, or read from the source (see
+    /// [`Agent::admit_pod`]). Without (CNI-only mode) there are no
+    /// policies, and every pod is admitted.
+    pub fn with_pod_lookup(mut self, lookup: Arc<dyn PodLookup>) -> Agent {
+        self.pods = Some(lookup);
+        self
+    }
+
+    /// Opens (or switches) the IPAM store for `cidr`, on the blocking pool.
+    async fn open_ipam(&self, cidr: Ipv4Net) -> anyhow::Result<()> {
+        let (slot, dir) = (self.ipam.clone(), self.cfg.state_dir.clone());
+        tokio::task::spawn_blocking(move || open_ipam_in(&slot, &dir, cidr))
+            .await
+            .map_err(|e| anyhow::anyhow!("IPAM task failed: {e}"))?
+    }
+
+    /// Runs `f` on the IPAM store on the blocking pool: its writes fsync,
+    /// and the store's lock is only ever taken there, so no runtime thread
+    /// waits for a disk (nor for another request's fsync).
+    async fn with_ipam<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Ipam) -> Result<T, crate::ipam::IpamError> + Send + 'static,
+    ) -> Result<T, CniError> {
+        let slot = self.ipam.clone();
+        blocking(move || {
+            let mut slot = slot
+                .lock()
+                .map_err(|_| err(code::IO_FAILURE, "IPAM lock poisoned"))?;
+            let Some(ipam) = slot.as_mut() else {
+                return Err(err(
+                    code::TRY_AGAIN_LATER,
+                    "the node's pod CIDR is not known yet (no --pod-cidr, and the Node object has no valid spec.podCIDR)",
+                ));
+            };
+            f(ipam).map_err(|e| match e {
+                crate::ipam::IpamError::Exhausted { .. } => err(code::IP_EXHAUSTED, e.to_string()),
+                _ => err(code::IO_FAILURE, e.to_string()),
+            })
+        })
+        .await?
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &AgentConfig {
+        &self.cfg
+    }
+
+    /// The attachments (ready and pending).
+    pub fn attachments(&self) -> Vec<Attachment> {
+        self.records
+            .lock()
+            .map(|r| r.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// The cluster state last given to [`Agent::set_cluster`].
+    pub fn cluster(&self) -> Arc<ClusterState> {
+        self.cluster.lock().map(|c| c.clone()).unwrap_or_default()
+    }
+
+    /// Takes a new cluster snapshot (call [`Agent::sync`] afterwards).
+    pub async fn set_cluster(&self, state: Arc<ClusterState>) {
+        if let Some(cidr) = self.pod_cidr_in(&state) {
+            if let Err(e) = self.open_ipam(cidr).await {
+                tracing::error!("{e:#}");
+            }
+        }
+        if let Ok(mut c) = self.cluster.lock() {
+            *c = state;
+        }
+    }
+
+    /// What each NetworkPolicy rule id stands for (as last installed).
+    pub fn rules(&self) -> Vec<RuleRef> {
+        self.rules.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+
+    // ---- Records and per-key locks -----------------------------------------
+
+    async fn save_record(&self, a: Attachment) -> Result<(), CniError> {
+        let store_rec = a.clone();
+        let store = self.store.clone();
+        blocking(move || store.save(&store_rec))
+            .await?
+            .map_err(|e| err(code::IO_FAILURE, e.to_string()))?;
+        if let Ok(mut r) = self.records.lock() {
+            r.insert(a.key(), a);
+        }
+        Ok(())
+    }
+
+    fn key_lock(&self, key: &(String, String)) -> Arc<tokio::sync::Mutex<()>> {
+        let mut m = match self.locks.lock() {
+            Ok(m) => m,
+            Err(p) => p.into_inner(),
+        };
+        m.entry(key.clone()).or_default().clone()
+    }
+
+    fn drop_key_lock(&self, key: &(String, String), lock: Arc<tokio::sync::Mutex<()>>) {
+        let mut m = match self.locks.lock() {
+            Ok(m) => m,
+            Err(p) => p.into_inner(),
+        };
+        // Ours and the map's: nobody else waits for it.
+        if Arc::strong_count(&lock) == 2 {
+            m.remove(key);
+        }
+    }
+
+    fn record(&self, key: &(String, String)) -> Option<Attachment> {
+        self.records.lock().ok().and_then(|r| r.get(key).cloned())
+    }
+}
+
+/// Opens (or switches to) the IPAM store of `cidr` in `slot` (blocking).
+fn open_ipam_in(slot: &Mutex<Option<Ipam>>, state_dir: &Path, cidr: Ipv4Net) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    let mut slot = slot
+        .lock()
+        .map_err(|_| anyhow::anyhow!("IPAM lock poisoned"))?;
+    match slot.as_ref() {
+        Some(i) if i.cidr() == cidr => return Ok(()),
+        Some(i) => {
+            tracing::warn!(old = %i.cidr(), new = %cidr, "the node's pod CIDR changed: new pods get addresses from the new one");
+        }
+        None => {}
+    }
+    let ipam = Ipam::open(&state_dir.join("ipam"), cidr)
+        .with_context(|| format!("cannot open the IPAM store for {cidr}"))?;
+    *slot = Some(ipam);
+    Ok(())
+}
+
+/// The gateway address of a pod CIDR: its first host address.
+pub fn gateway_of(cidr: Ipv4Net) -> Ipv4Addr {
+    Ipv4Addr::from(u32::from(cidr.network()).wrapping_add(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_fixtures::{gc_request, offline_agent};
+    use super::*;
+
+    /// The IPAM store is locked (and fsyncs) only on the blocking pool:
+    /// while another thread holds it (as a slow fsync would), a request
+    /// that needs it waits without occupying the runtime's thread, so the
+    /// runtime's other tasks keep running. On a one-thread runtime: a tick
+    /// task must run (and release the store) before GC completes. Without
+    /// the fix GC blocks the thread on the lock and the tick runs only
+    /// after the holder's 30 s hang guard let go.
+    #[test]
+    fn ipam_never_blocks_a_runtime_thread() {
+        let dir = tempfile::tempdir().unwrap();
+        let agent = offline_agent(dir.path());
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let (locked, is_locked) = std::sync::mpsc::channel::<()>();
+        let slot = agent.ipam.clone();
+        let holder = std::thread::spawn(move || {
+            let _g = slot.lock().unwrap();
+            locked.send(()).unwrap();
+            // Hang guard only: the test releases it long before.
+            let _ = released.recv_timeout(Duration::from_secs(30));
+        });
+        is_locked.recv().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        rt.block_on(async {
+            let (a, o) = (agent.clone(), order.clone());
+            let gc = tokio::spawn(async move {
+                let r = a.handle(gc_request(serde_json::json!([]))).await;
+                o.lock().unwrap().push("gc");
+                r
+            });
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            order.lock().unwrap().push("tick");
+            // (Without the fix the holder gave up waiting long ago.)
+            let _ = release.send(());
+            gc.await.unwrap().unwrap();
+        });
+        holder.join().unwrap();
+        assert_eq!(
+            *order.lock().unwrap(),
+            ["tick", "gc"],
+            "GC blocked the runtime's thread while the IPAM store was busy"
+        );
+    }
+
+    #[test]
+    fn gateway_is_the_first_address() {
+        assert_eq!(
+            gateway_of("10.244.3.0/24".parse().unwrap()),
+            Ipv4Addr::new(10, 244, 3, 1)
+        );
+    }
+}

@@ -1,0 +1,281 @@
+//! The node's own network, learned from the cluster, the host and the
+//! switch: its pod CIDR (`--pod-cidr`, or its Node object once
+//! [`crate::nodes`] accepts it as the IPAM range), the gateway port and
+//! address, the tunnel port, the underlay subnet; and the remote Nodes it
+//! believes ([`crate::nodes::check_remotes`]), refusals logged and counted
+//! once per change.
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+
+use ipnet::Ipv4Net;
+use oxvs_api::{PortKind, PortSpec, Request};
+
+use super::{gateway_of, Agent};
+use crate::flows::{self, NodeNet, RemoteNode};
+use crate::model::ClusterState;
+use crate::nodes::{self, LocalNode, NodeProblem, RefusedNode};
+use crate::podnet;
+
+impl Agent {
+    pub(super) fn pod_cidr_in(&self, state: &ClusterState) -> Option<Ipv4Net> {
+        let from_node = state
+            .nodes
+            .get(&self.cfg.node_name)
+            .and_then(|n| n.pod_cidr);
+        match (self.cfg.pod_cidr, from_node) {
+            (Some(c), Some(n)) if c != n => {
+                tracing::warn!(flag = %c, node = %n, "--pod-cidr differs from the Node's spec.podCIDR; using --pod-cidr");
+                Some(c)
+            }
+            (Some(c), _) => Some(c),
+            (None, Some(n)) => self.check_own_node(n, state),
+            (None, None) => None,
+        }
+    }
+
+    /// What this node knows of itself, for [`crate::nodes`].
+    fn local_node(&self, state: &ClusterState, pod_cidr: Option<Ipv4Net>) -> LocalNode {
+        LocalNode {
+            name: self.cfg.node_name.clone(),
+            pod_cidr,
+            node_ip: self.cfg.node_ip.or_else(|| {
+                state
+                    .nodes
+                    .get(&self.cfg.node_name)
+                    .and_then(|n| n.internal_ip)
+            }),
+            underlay: self.underlay.lock().ok().and_then(|u| *u),
+        }
+    }
+
+    /// This node's own Node's podCIDR, if it may be the IPAM range;
+    /// a refusal is logged and counted once per change.
+    fn check_own_node(&self, cidr: Ipv4Net, state: &ClusterState) -> Option<Ipv4Net> {
+        let r = nodes::check_local(cidr, &self.local_node(state, None));
+        let Ok(mut last) = self.refused_local.lock() else {
+            return r.ok();
+        };
+        match r {
+            Ok(c) => {
+                if last.take().is_some() {
+                    tracing::info!(node = %self.cfg.node_name, pod_cidr = %c, "this node's Node object is accepted again");
+                }
+                Some(c)
+            }
+            Err(p) => {
+                if last.as_ref() != Some(&p) {
+                    let refused = RefusedNode {
+                        name: self.cfg.node_name.clone(),
+                        problem: p.clone(),
+                    };
+                    tracing::error!(node = %refused.name, reason = p.reason(), "{refused}; not used as this node's pod CIDR (set --pod-cidr or fix the Node)");
+                    crate::metrics::record_node_refusal(p.reason());
+                    *last = Some(p);
+                }
+                None
+            }
+        }
+    }
+
+    pub(super) fn node_ip(&self) -> Option<Ipv4Addr> {
+        self.cfg.node_ip.or_else(|| {
+            self.cluster()
+                .nodes
+                .get(&self.cfg.node_name)
+                .and_then(|n| n.internal_ip)
+        })
+    }
+
+    pub(super) fn gateway_port(&self) -> String {
+        self.cfg.gateway.clone()
+    }
+
+    /// Learns the node's network from the switch and the host (gateway port
+    /// number and MAC), puts the gateway address on the gateway interface
+    /// with the pod MTU, and adds the tunnel port once the node's underlay
+    /// address is known. Fails while the switch, its gateway or the pod
+    /// CIDR is not there.
+    pub async fn discover_node(&self) -> anyhow::Result<NodeNet> {
+        let Some(cidr) = self.pod_cidr_in(&self.cluster()) else {
+            anyhow::bail!(
+                "the node's pod CIDR is not known (no --pod-cidr, and Node '{}' has no spec.podCIDR yet)",
+                self.cfg.node_name
+            );
+        };
+        self.open_ipam(cidr).await?;
+        if let Some(ip) = self.node_ip() {
+            match tokio::task::spawn_blocking(move || podnet::subnet_of(ip)).await {
+                Ok(Ok(subnet)) => {
+                    if let Ok(mut u) = self.underlay.lock() {
+                        *u = subnet;
+                    }
+                }
+                Ok(Err(e)) => tracing::warn!("cannot read the node subnet of {ip}: {e}"),
+                Err(e) => tracing::warn!("node subnet task failed: {e}"),
+            }
+        }
+        let gw_port = self.gateway_port();
+        let ports = self.switch_ports().await?;
+        let Some(p) = ports.iter().find(|p| p.name == gw_port) else {
+            anyhow::bail!(
+                "oxvs-switchd has no port '{gw_port}' (start it with --gateway {})",
+                self.cfg.gateway
+            );
+        };
+        let gateway_ofport = p.ofport;
+        let gw = self.cfg.gateway.clone();
+        let gateway_ip = gateway_of(cidr);
+        let mtu = self.cfg.pod_mtu;
+        let gateway_mac = tokio::task::spawn_blocking(move || {
+            podnet::ensure_address(&gw, gateway_ip, cidr.prefix_len())?;
+            podnet::set_mtu(&gw, mtu)?;
+            podnet::link_mac(&gw)
+        })
+        .await??;
+        let node = NodeNet {
+            pod_cidr: cidr,
+            gateway_ip,
+            gateway_mac,
+            gateway_ofport,
+        };
+        if let Ok(mut n) = self.node.lock() {
+            *n = Some(node.clone());
+        }
+        {
+            let gw = self.cfg.gateway.clone();
+            match tokio::task::spawn_blocking(move || crate::hostnet::disable_redirects(&gw)).await
+            {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::warn!(
+                    "Services without endpoints may answer a pod only after a retransmit: {e}"
+                ),
+                Err(e) => tracing::warn!("redirects task failed: {e}"),
+            }
+        }
+        if self.cfg.masquerade {
+            let gw = self.cfg.gateway.clone();
+            let r = tokio::task::spawn_blocking(move || {
+                crate::hostnet::enable_forwarding()?;
+                crate::hostnet::ensure_masquerade(cidr, &gw)
+            })
+            .await;
+            match r {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!("pod egress to outside the cluster will not work: {e}")
+                }
+                Err(e) => tracing::warn!("masquerade task failed: {e}"),
+            }
+        }
+        // The tunnel port.
+        match (
+            ports.iter().find(|p| p.name == self.cfg.tunnel),
+            self.node_ip(),
+        ) {
+            (Some(t), _) => {
+                if let Ok(mut o) = self.tunnel_ofport.lock() {
+                    *o = Some(t.ofport);
+                }
+            }
+            (None, Some(ip)) => {
+                let spec = PortSpec {
+                    name: self.cfg.tunnel.clone(),
+                    ofport: None,
+                    kind: PortKind::Vxlan {
+                        local_ip: ip,
+                        dst_port: Some(flows::VXLAN_UDP_PORT),
+                        underlay_mtu: None,
+                    },
+                };
+                let v = self.switch(Request::AddPort(spec)).await?;
+                let info: oxvs_api::PortInfo = serde_json::from_value(v)?;
+                tracing::info!(port = %self.cfg.tunnel, ofport = info.ofport, local_ip = %ip, "tunnel port added");
+                if let Ok(mut o) = self.tunnel_ofport.lock() {
+                    *o = Some(info.ofport);
+                }
+            }
+            (None, None) => {}
+        }
+        Ok(node)
+    }
+
+    pub(super) fn node(&self) -> Option<NodeNet> {
+        self.node.lock().ok().and_then(|n| n.clone())
+    }
+
+    /// The node's network facts, once discovered.
+    pub fn node_net(&self) -> Option<NodeNet> {
+        self.node()
+    }
+
+    /// The tunnel port's number, once added.
+    pub fn tunnel_ofport(&self) -> Option<u32> {
+        self.tunnel_ofport.lock().ok().and_then(|t| *t)
+    }
+
+    /// The remote nodes reachable through the tunnel (from the cluster).
+    pub fn remotes(&self) -> Vec<RemoteNode> {
+        self.remote_nodes(&self.cluster())
+    }
+
+    /// The remote nodes with a pod CIDR and an underlay address that
+    /// pass [`crate::nodes::check_remotes`]; a newly refused Node is
+    /// logged (naming it and why) and counted.
+    pub(super) fn remote_nodes(&self, state: &ClusterState) -> Vec<RemoteNode> {
+        let pod_cidr = self
+            .node()
+            .map(|n| n.pod_cidr)
+            .or_else(|| self.pod_cidr_in(state));
+        let checked = nodes::check_remotes(&self.local_node(state, pod_cidr), &state.nodes);
+        self.note_refused_nodes(&checked.refused);
+        checked.remotes
+    }
+
+    fn note_refused_nodes(&self, refused: &[RefusedNode]) {
+        let Ok(mut last) = self.refused_nodes.lock() else {
+            return;
+        };
+        let now: BTreeMap<String, NodeProblem> = refused
+            .iter()
+            .map(|r| (r.name.clone(), r.problem.clone()))
+            .collect();
+        if *last == now {
+            return;
+        }
+        for r in refused {
+            if last.get(&r.name) != Some(&r.problem) {
+                tracing::error!(node = %r.name, reason = r.problem.reason(), "{r}; no route or tunnel flow is installed for it");
+                crate::metrics::record_node_refusal(r.problem.reason());
+            }
+        }
+        for name in last.keys().filter(|n| !now.contains_key(*n)) {
+            tracing::info!(node = %name, "Node no longer refused");
+        }
+        *last = now;
+    }
+
+    /// The Nodes refused now (remote ones, and this node's own), by name.
+    pub fn refused_nodes(&self) -> Vec<RefusedNode> {
+        let mut v: Vec<RefusedNode> = self
+            .refused_nodes
+            .lock()
+            .map(|m| {
+                m.iter()
+                    .map(|(name, problem)| RefusedNode {
+                        name: name.clone(),
+                        problem: problem.clone(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        if let Some(p) = self.refused_local.lock().ok().and_then(|l| l.clone()) {
+            v.push(RefusedNode {
+                name: self.cfg.node_name.clone(),
+                problem: p,
+            });
+        }
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+        v
+    }
+}

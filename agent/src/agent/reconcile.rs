@@ -1,0 +1,367 @@
+//! Convergence with the switch: its flows and ports made what the
+//! records and the cluster say.
+//!
+//! The desired flows are a pure function of the node, the ready
+//! attachments and the cluster ([`crate::desired::compute`]).
+//! [`Agent::reconcile`] (on start and whenever the switch's view drifts,
+//! e.g. after a switch restart; [`Agent::drifted`] tells) re-adds missing
+//! ports and sends `replace-flows`, which the switch applies as a diff in
+//! one atomic version: flows that did not change keep their counters and
+//! never stop matching, so live pods are not disturbed.
+//!
+//! In between, [`Agent::sync`] (after every ADD, DEL and cluster change)
+//! sends only the difference from the set it last applied, deletes then
+//! adds, as one atomic `bundle` (after a reconcile or a failed bundle: one
+//! `replace-flows`).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::net::Ipv4Addr;
+
+use ipnet::Ipv4Net;
+use oxvs_api::cni::{code, CniError};
+use oxvs_api::Request;
+
+use super::{blocking, err, gateway_of, Agent};
+use crate::desired::{self, Inputs, Tunnel};
+use crate::flows::{NodeNet, PodPort};
+use crate::model::Pod;
+use crate::podnet;
+use crate::policy::Refusal;
+use crate::state::AttachState;
+
+impl Agent {
+    fn pod_ports(&self) -> Vec<PodPort> {
+        desired::pod_ports(&self.attachments())
+    }
+
+    /// The NetworkPolicies the translator refused (too many flows).
+    pub fn refused_policies(&self) -> Vec<Refusal> {
+        self.refused_policies
+            .lock()
+            .map(|r| r.clone())
+            .unwrap_or_default()
+    }
+
+    /// Everything the node's flows are computed from, cloned out of the
+    /// agent's locks (cheap: the cluster is an `Arc`).
+    fn inputs(&self, node: NodeNet) -> Inputs {
+        let state = self.cluster();
+        let admitted: Vec<Pod> = match self.admitted.lock() {
+            Ok(mut a) => {
+                // The snapshot caught up with a pod ADD read: it wins.
+                a.retain(|k, p| state.pods.get(k).is_none_or(|s| s.uid != p.uid));
+                a.values().cloned().collect()
+            }
+            Err(_) => Vec::new(),
+        };
+        let attachments = self.attachments();
+        let tunnel = self.tunnel_ofport.lock().ok().and_then(|t| *t);
+        let remotes = self.remote_nodes(&state);
+        Inputs {
+            pods: desired::pod_ports(&attachments),
+            tunnel: tunnel.map(|ofport| Tunnel {
+                ofport,
+                remotes,
+                node_ip: self.node_ip(),
+                guard: true,
+            }),
+            local: desired::local_pods(&attachments),
+            admitted,
+            state,
+            node,
+            max_policy_flows: self.cfg.max_policy_flows,
+        }
+    }
+
+    /// Makes the switch's flows the desired ones: the first time (and after
+    /// drift) with one `replace-flows`, then by sending only the difference
+    /// as one atomic bundle. Also keeps the host routes to remote pod CIDRs.
+    ///
+    /// The translation and the diff run on the blocking pool ([`desired::compute`]
+    /// is linear in the cluster, and a policy is capped at
+    /// `max_policy_flows`), so a large policy never occupies a runtime
+    /// thread: CNI requests, the API and metrics keep being served while
+    /// it is translated.
+    pub async fn sync(&self) -> Result<(), CniError> {
+        let Some(node) = self.node() else {
+            return Err(err(code::TRY_AGAIN_LATER, "the agent is not ready yet"));
+        };
+        let mut applied = self.applied.lock().await;
+        let inputs = self.inputs(node.clone());
+        let valid = applied.valid;
+        let old = std::mem::take(&mut applied.lines);
+        // Until the lines are back: a failed task means a full replace.
+        applied.valid = false;
+        let (desired, want, change, old) = blocking(move || {
+            let d = desired::compute(&inputs);
+            let want: HashSet<String> = d.lines.iter().cloned().collect();
+            let change = if valid {
+                FlowChange::Bundle(diff_mods(&old, &want))
+            } else {
+                FlowChange::Replace(d.lines.join("\n"))
+            };
+            (d, want, change, old)
+        })
+        .await?;
+        applied.lines = old;
+        applied.valid = valid;
+        self.note_refused_policies(&desired.refused);
+        match change {
+            FlowChange::Replace(text) => {
+                let r = self
+                    .switch(Request::ReplaceFlows { flows: text })
+                    .await
+                    .map_err(|e| Self::switch_err("cannot set the node's flows", e))?;
+                let r: oxvs_api::FlowModResult = serde_json::from_value(r).unwrap_or_default();
+                tracing::debug!(
+                    added = r.added,
+                    deleted = r.deleted,
+                    n_flows = r.n_flows,
+                    "flows replaced"
+                );
+                applied.lines = want;
+                applied.valid = true;
+            }
+            FlowChange::Bundle(mods) => {
+                if !mods.is_empty() {
+                    if let Err(e) = self.switch(Request::Bundle { mods }).await {
+                        // Next time, start over with a full replace.
+                        applied.valid = false;
+                        return Err(Self::switch_err("cannot update the node's flows", e));
+                    }
+                    applied.lines = want;
+                }
+            }
+        }
+        if let Ok(mut r) = self.rules.lock() {
+            *r = desired.rules;
+        }
+        drop(applied);
+        self.sync_routes(&node).await;
+        Ok(())
+    }
+
+    fn note_refused_policies(&self, refused: &[Refusal]) {
+        let Ok(mut last) = self.refused_policies.lock() else {
+            return;
+        };
+        if last.as_slice() == refused {
+            return;
+        }
+        for r in refused {
+            if !last.contains(r) {
+                tracing::error!(namespace = %r.policy.0, policy = %r.policy.1, flows = r.flows, limit = r.limit, "{r}");
+                crate::metrics::record_policy_refusal();
+            }
+        }
+        for r in last.iter() {
+            if !refused.iter().any(|x| x.policy == r.policy) {
+                tracing::info!(namespace = %r.policy.0, policy = %r.policy.1, "NetworkPolicy no longer refused");
+            }
+        }
+        *last = refused.to_vec();
+    }
+
+    /// Host routes: each remote pod CIDR via that node's gateway address,
+    /// onlink on the gateway interface (the switch answers ARP for it).
+    async fn sync_routes(&self, node: &NodeNet) {
+        let want: BTreeMap<Ipv4Net, Ipv4Addr> = self
+            .remote_nodes(&self.cluster())
+            .iter()
+            .filter(|r| r.pod_cidr != node.pod_cidr)
+            .map(|r| (r.pod_cidr, gateway_of(r.pod_cidr)))
+            .collect();
+        let have = self.routes.lock().map(|r| r.clone()).unwrap_or_default();
+        if want == have {
+            return;
+        }
+        let gw = self.cfg.gateway.clone();
+        let (w, h) = (want.clone(), have);
+        let r = tokio::task::spawn_blocking(move || -> Result<(), podnet::PodnetError> {
+            for (dst, _) in h.iter().filter(|(d, _)| !w.contains_key(*d)) {
+                podnet::remove_route(*dst, &gw)?;
+            }
+            for (dst, via) in &w {
+                podnet::ensure_route(*dst, *via, &gw)?;
+            }
+            Ok(())
+        })
+        .await;
+        match r {
+            Ok(Ok(())) => {
+                if let Ok(mut r) = self.routes.lock() {
+                    *r = want;
+                }
+            }
+            Ok(Err(e)) => tracing::warn!("cannot set the routes to remote pod CIDRs: {e}"),
+            Err(e) => tracing::warn!("route task failed: {e}"),
+        }
+    }
+
+    /// Brings the switch and the host in line with the records: rolls back
+    /// pending attachments, forgets pods whose interface is gone (the
+    /// sandbox was destroyed while the agent was away), re-adds ports the
+    /// switch lost, releases addresses no record holds, and makes the
+    /// switch's flows exactly the desired ones (`replace-flows`, a diff).
+    pub async fn reconcile(&self) -> anyhow::Result<ReconcileReport> {
+        let _gate = self.gate.write().await;
+        self.discover_node().await?;
+        let mut report = ReconcileReport::default();
+        let ports = self.switch_ports().await?;
+        let by_name: HashMap<String, u32> =
+            ports.iter().map(|p| (p.name.clone(), p.ofport)).collect();
+        for a in self.attachments() {
+            if a.state == AttachState::Pending {
+                tracing::info!(pod = %a.pod_ref(), "rolling back an interrupted ADD");
+                self.teardown(&a)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                report.rolled_back += 1;
+                continue;
+            }
+            let host = a.host_ifname.clone();
+            let exists = tokio::task::spawn_blocking(move || podnet::link_exists(&host)).await??;
+            if !exists {
+                tracing::info!(pod = %a.pod_ref(), ip = %a.ip, "pod interface is gone: releasing its port and address");
+                self.teardown(&a)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                report.gone += 1;
+                continue;
+            }
+            match by_name.get(&a.host_ifname) {
+                Some(&ofport) if Some(ofport) == a.ofport => {}
+                Some(&ofport) => {
+                    let mut b = a.clone();
+                    b.ofport = Some(ofport);
+                    self.save_record(b)
+                        .await
+                        .map_err(|e| anyhow::anyhow!("{e}"))?;
+                    report.ports_renumbered += 1;
+                }
+                None => {
+                    tracing::info!(pod = %a.pod_ref(), port = %a.host_ifname, "the switch lost the pod's port: re-adding it");
+                    let ofport = self
+                        .add_port(&a.host_ifname, a.ofport)
+                        .await
+                        .map_err(|e| anyhow::anyhow!("{e}"))?;
+                    let mut b = a.clone();
+                    b.ofport = Some(ofport);
+                    self.save_record(b)
+                        .await
+                        .map_err(|e| anyhow::anyhow!("{e}"))?;
+                    report.ports_readded += 1;
+                }
+            }
+        }
+        // Addresses no record holds.
+        let held: BTreeSet<(String, String)> = self.attachments().iter().map(|a| a.key()).collect();
+        let removed = self
+            .with_ipam(move |ipam| {
+                ipam.retain(|al| held.contains(&(al.container_id.clone(), al.ifname.clone())))
+            })
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        for al in &removed {
+            tracing::info!(ip = %al.ip, container = %al.container_id, "released an address no pod holds");
+        }
+        report.addresses_released = removed.len();
+        self.applied.lock().await.valid = false;
+        self.sync().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        report.pods = self.pod_ports().len();
+        Ok(report)
+    }
+
+    /// Whether the switch no longer holds what the agent set (a port
+    /// missing or renumbered, or a different number of flows: e.g.
+    /// oxvs-switchd restarted, or someone edited its flows), or the
+    /// node's facts changed.
+    pub async fn drifted(&self) -> anyhow::Result<bool> {
+        let Some(node) = self.node() else {
+            return Ok(true);
+        };
+        if self.pod_cidr_in(&self.cluster()) != Some(node.pod_cidr) {
+            return Ok(true);
+        }
+        let tunnel = self.tunnel_ofport.lock().ok().and_then(|t| *t);
+        if tunnel.is_none() && self.node_ip().is_some() {
+            return Ok(true);
+        }
+        let _gate = self.gate.write().await;
+        let applied = self.applied.lock().await;
+        if !applied.valid {
+            return Ok(true);
+        }
+        let v = self.switch(Request::Show).await?;
+        let show: oxvs_api::ShowResult = serde_json::from_value(v)?;
+        let ports: HashMap<&str, u32> = show
+            .ports
+            .iter()
+            .map(|p| (p.name.as_str(), p.ofport))
+            .collect();
+        if ports.get(self.gateway_port().as_str()) != Some(&node.gateway_ofport) {
+            return Ok(true);
+        }
+        if tunnel.is_some() && ports.get(self.cfg.tunnel.as_str()).copied() != tunnel {
+            return Ok(true);
+        }
+        for a in self.attachments() {
+            if a.state != AttachState::Ready
+                || ports.get(a.host_ifname.as_str()).copied() != a.ofport
+            {
+                return Ok(true);
+            }
+        }
+        Ok(show.n_flows != applied.lines.len())
+    }
+}
+
+/// What [`Agent::reconcile`] did.
+#[derive(Clone, Debug, Default)]
+pub struct ReconcileReport {
+    pub pods: usize,
+    pub rolled_back: usize,
+    pub gone: usize,
+    pub ports_readded: usize,
+    pub ports_renumbered: usize,
+    pub addresses_released: usize,
+    pub flow_changes: oxvs_api::FlowModResult,
+}
+
+/// How the switch is brought to the desired flows.
+enum FlowChange {
+    /// `replace-flows` with this text (first time, or after a failure).
+    Replace(String),
+    /// One atomic bundle of these mods (may be empty).
+    Bundle(String),
+}
+
+/// The bundle that turns the flows `old` into `want`: deletes, then adds.
+fn diff_mods(old: &HashSet<String>, want: &HashSet<String>) -> String {
+    let mut mods = String::new();
+    for line in old.difference(want) {
+        match strict_selector(line) {
+            Some(sel) => {
+                mods.push_str("delete_strict ");
+                mods.push_str(&sel);
+                mods.push('\n');
+            }
+            None => tracing::error!(flow = %line, "cannot parse a flow the agent made"),
+        }
+    }
+    for line in want.difference(old) {
+        mods.push_str("add ");
+        mods.push_str(line);
+        mods.push('\n');
+    }
+    mods
+}
+
+/// The `table=T,priority=P,MATCH` text that selects exactly `line`'s flow
+/// (for `delete_strict`).
+fn strict_selector(line: &str) -> Option<String> {
+    use oxvs_pipeline::parse::{parse_flow, ParseContext};
+    let f = parse_flow(line, &ParseContext::default()).ok()?;
+    let m = oxvs_pipeline::print::format_match_priority(&f.matches, f.priority);
+    Some(format!("table={},{m}", f.table))
+}

@@ -1,0 +1,104 @@
+//! The agent's calls to oxvs-switchd: one blocking client call each, on
+//! the blocking pool, within `--switch-timeout-ms`. The switch's errors
+//! become CNI errors ([`Agent::switch_err`]: an unreachable switch is "try
+//! again later", a refusal a switch failure). Adding and removing a pod's
+//! port tolerate what is already so (a taken port number, a port gone).
+
+use oxvs_api::cni::{code, CniError};
+use oxvs_api::{Client, DumpPortsResult, PortKind, PortSpec, Request, XdpModeRequest};
+use serde_json::Value;
+
+use super::{err, Agent};
+
+impl Agent {
+    pub(super) async fn switch(&self, req: Request) -> Result<Value, oxvs_api::ClientError> {
+        let path = self.cfg.switchd_socket.clone();
+        let timeout = self.cfg.switch_timeout;
+        match tokio::task::spawn_blocking(move || {
+            let mut c = Client::connect(&path)?;
+            c.set_timeout(timeout);
+            c.call(&req)
+        })
+        .await
+        {
+            Ok(r) => r,
+            Err(e) => Err(oxvs_api::ClientError::Refused(format!(
+                "internal task failed: {e}"
+            ))),
+        }
+    }
+
+    pub(super) async fn switch_ports(
+        &self,
+    ) -> Result<Vec<oxvs_api::PortInfo>, oxvs_api::ClientError> {
+        let v = self.switch(Request::DumpPorts).await?;
+        let r: DumpPortsResult = serde_json::from_value(v)
+            .map_err(|e| oxvs_api::ClientError::Refused(format!("bad dump-ports answer: {e}")))?;
+        Ok(r.ports)
+    }
+
+    pub(super) fn switch_err(what: &str, e: oxvs_api::ClientError) -> CniError {
+        if e.is_unreachable() {
+            err(code::TRY_AGAIN_LATER, format!("{what}: {e}"))
+        } else {
+            err(
+                code::SWITCH_FAILURE,
+                format!("{what}: the switch refused: {e}"),
+            )
+        }
+    }
+
+    pub(super) async fn add_port(&self, name: &str, ofport: Option<u32>) -> Result<u32, CniError> {
+        let spec = PortSpec {
+            name: name.to_string(),
+            ofport,
+            kind: PortKind::Afxdp {
+                ifname: None,
+                xdp_mode: XdpModeRequest::Auto,
+            },
+        };
+        let v = match self.switch(Request::AddPort(spec.clone())).await {
+            Ok(v) => v,
+            // The wanted number may be taken: take any.
+            Err(oxvs_api::ClientError::Refused(_)) if ofport.is_some() => self
+                .switch(Request::AddPort(PortSpec {
+                    ofport: None,
+                    ..spec
+                }))
+                .await
+                .map_err(|e| Self::switch_err(&format!("cannot attach {name} to the switch"), e))?,
+            Err(e) => {
+                return Err(Self::switch_err(
+                    &format!("cannot attach {name} to the switch"),
+                    e,
+                ))
+            }
+        };
+        let info: oxvs_api::PortInfo = serde_json::from_value(v)
+            .map_err(|e| err(code::SWITCH_FAILURE, format!("bad add-port answer: {e}")))?;
+        Ok(info.ofport)
+    }
+
+    pub(super) async fn del_port(&self, name: &str) -> Result<(), CniError> {
+        match self
+            .switch(Request::DelPort {
+                name: name.to_string(),
+            })
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e @ oxvs_api::ClientError::Refused(_)) => {
+                let ports = self
+                    .switch_ports()
+                    .await
+                    .map_err(|e| Self::switch_err("cannot list the switch's ports", e))?;
+                if ports.iter().any(|p| p.name == name) {
+                    Err(Self::switch_err(&format!("cannot remove port {name}"), e))
+                } else {
+                    Ok(())
+                }
+            }
+            Err(e) => Err(Self::switch_err(&format!("cannot remove port {name}"), e)),
+        }
+    }
+}
