@@ -15,18 +15,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{oxvsctl, unique, workspace_bin, workspace_root, Bg};
+use common::{oxvsctl, unique, workspace_bin, Bg};
 
 fn tools_dir() -> Option<PathBuf> {
-    let candidates = [
-        std::env::var_os("OXVS_SHARED_TOOLS").map(PathBuf::from),
-        Some(workspace_root().join("../shared/tools")),
-        Some(PathBuf::from("/work/shared/tools")),
-    ];
-    candidates
-        .into_iter()
-        .flatten()
-        .find(|d| d.join("ctr-cni.sh").exists())
+    oxvs_testutil::shared_tools_dir("ctr-cni.sh")
 }
 
 struct Host {

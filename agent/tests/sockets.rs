@@ -297,12 +297,7 @@ fn agent_sockets_are_capped_and_close_idle_connections() {
 }
 
 /// A free TCP port on 127.0.0.1.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
+use oxvs_testutil::free_port;
 
 fn http_get(addr: &str) -> String {
     let mut c = std::net::TcpStream::connect(addr).expect("connect");

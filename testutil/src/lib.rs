@@ -62,6 +62,42 @@ pub fn euid() -> Option<String> {
         .map(str::to_owned)
 }
 
+/// The workspace's root directory (this crate's parent).
+pub fn workspace_root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The directory of the shared test tools holding `script` (`k8s-local.sh`,
+/// `ctr-cni.sh`): `$OXVS_SHARED_TOOLS`, `<workspace>/../shared/tools` or
+/// `/work/shared/tools`, the first that has it.
+pub fn shared_tools_dir(script: &str) -> Option<std::path::PathBuf> {
+    [
+        std::env::var_os("OXVS_SHARED_TOOLS").map(std::path::PathBuf::from),
+        Some(workspace_root().join("../shared/tools")),
+        Some(std::path::PathBuf::from("/work/shared/tools")),
+    ]
+    .into_iter()
+    .flatten()
+    .find(|d| d.join(script).is_file())
+}
+
+/// `bin` as found on `$PATH`, if it is there.
+pub fn find_on_path(bin: &str) -> Option<std::path::PathBuf> {
+    std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join(bin))
+            .find(|f| f.is_file())
+    })
+}
+
+/// A TCP port free on 127.0.0.1 right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

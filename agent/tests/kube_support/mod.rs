@@ -33,20 +33,11 @@ fn workspace_root() -> PathBuf {
 }
 
 fn tools_dir() -> Option<PathBuf> {
-    [
-        std::env::var_os("OXVS_SHARED_TOOLS").map(PathBuf::from),
-        Some(workspace_root().join("../shared/tools")),
-        Some(PathBuf::from("/work/shared/tools")),
-    ]
-    .into_iter()
-    .flatten()
-    .find(|d| d.join("k8s-local.sh").exists())
+    oxvs_testutil::shared_tools_dir("k8s-local.sh")
 }
 
 fn on_path(bin: &str) -> bool {
-    std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join(bin).is_file()))
-        .unwrap_or(false)
+    oxvs_testutil::find_on_path(bin).is_some()
 }
 
 /// The tools directory, or why the apiserver cannot be run here: not
@@ -78,12 +69,7 @@ pub fn prerequisites() -> Result<PathBuf, String> {
     Ok(tools)
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
+use oxvs_testutil::free_port;
 
 /// A private etcd + apiserver; `down --purge` on drop.
 pub struct Cluster {

@@ -11,34 +11,12 @@ pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// The directory holding `k8s-local.sh`: `$OXVS_SHARED_TOOLS`,
-/// `<workspace>/../shared/tools` or `/work/shared/tools`.
+/// The directory holding `k8s-local.sh` ([`oxvs_testutil::shared_tools_dir`]).
 pub fn tools_dir() -> Option<PathBuf> {
-    [
-        std::env::var_os("OXVS_SHARED_TOOLS").map(PathBuf::from),
-        Some(workspace_root().join("../shared/tools")),
-        Some(PathBuf::from("/work/shared/tools")),
-    ]
-    .into_iter()
-    .flatten()
-    .find(|d| d.join("k8s-local.sh").is_file())
+    oxvs_testutil::shared_tools_dir("k8s-local.sh")
 }
 
-pub fn find_on_path(bin: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|p| {
-        std::env::split_paths(&p)
-            .map(|d| d.join(bin))
-            .find(|f| f.is_file())
-    })
-}
-
-/// A TCP port free on 127.0.0.1 right now.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
+pub use oxvs_testutil::{find_on_path, free_port};
 
 /// stdout then stderr of a finished command.
 pub fn text(out: &Output) -> String {
