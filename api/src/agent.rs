@@ -264,24 +264,26 @@ pub struct TunnelArrival {
     pub ttl: u8,
 }
 
-/// Which object a flow belongs to, decoded from its cookie.
+/// Which object a flow belongs to, decoded from its cookie. The cookie
+/// layout and the feature ids are declared once, in the agent's
+/// `cookie.rs` (`Feature`); the variants name the feature they decode.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum FlowOwner {
-    /// Feature 0x0001: the pipeline's defaults.
+    /// `Feature::Pipeline`: the pipeline's defaults.
     Pipeline,
-    /// Feature 0x0002: a local pod's flows.
+    /// `Feature::Pod`: a local pod's flows.
     Pod {
         ofport: u32,
         /// `namespace/name`, when known.
         #[serde(default)]
         pod: Option<String>,
     },
-    /// Feature 0x0003, object 1.
+    /// `Feature::Node`, the gateway's object.
     Gateway,
-    /// Feature 0x0003, object 2.
+    /// `Feature::Node`, the tunnel's object.
     Tunnel,
-    /// Feature 0x0004: a NetworkPolicy rule.
+    /// `Feature::PolicyRule`: a NetworkPolicy rule.
     PolicyRule {
         id: u32,
         /// `namespace/name`, when the rule id is known.
@@ -294,7 +296,7 @@ pub enum FlowOwner {
         #[serde(default)]
         index: Option<usize>,
     },
-    /// Feature 0x0005: the default drop of a pod isolated by policies.
+    /// `Feature::Isolation`: the default drop of a pod isolated by policies.
     Isolation {
         ofport: u32,
         #[serde(default)]
@@ -304,10 +306,10 @@ pub enum FlowOwner {
         /// The policies (`namespace/name`) that select the pod in that direction.
         policies: Vec<String>,
     },
-    /// Feature 0x0005, object 0: traffic between a pod and its own node
-    /// skips the policies (always allowed).
+    /// `Feature::Isolation`, the node exemption's object: traffic between
+    /// a pod and its own node skips the policies (always allowed).
     NodeExemption,
-    /// Feature 0x0006: flows towards a remote node.
+    /// `Feature::RemoteNode`: flows towards a remote node.
     RemoteNode {
         ip: Ipv4Addr,
         #[serde(default)]
