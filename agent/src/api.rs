@@ -10,18 +10,25 @@
 //! TCP, an echo request for ICMP) and asks the switch to `trace` it through
 //! the live flows, assuming a new connection at each `ct`. No traffic is
 //! sent unless `inject` is set. A trace that leaves through the tunnel is
-//! continued by the next node's agent with `from_tunnel`: the packet as the
-//! final flow of this node left it (MACs, TTL), arriving on that node's
+//! continued by the next node's agent with `from_tunnel`: the packet as
+//! this node's switch sent it into the tunnel (MACs, TTL), arriving on that node's
 //! tunnel port with the VXLAN metadata (`tun_src`, `tun_dst`).
 //!
-//! The trace text is parsed back into steps ([`parse_trace`]): every line
-//! `NN. TableName: MATCH, priority P, cookie 0xC` is a step, the action
-//! lines below it are its executed actions. Each step is annotated from its
-//! flow's cookie ([`annotate`], layout in [`crate::cookie`]): the
+//! The switch answers with the trace's text and its structure
+//! ([`oxvs_api::TraceReport`]); the hop is read from the structure only
+//! ([`hop`]): every table lookup of every pass is a step, with the flow
+//! that matched and the actions it executed. Each step is annotated from
+//! its flow's cookie ([`annotate`], layout in [`crate::cookie`]): the
 //! feature in the high 16 bits, the object in the low 48. The verdict comes
-//! from the `Datapath actions:` lines: an output to a local port
-//! (delivered), to the tunnel (sent to the node with that InternalIP), or
-//! none (dropped, by the object of the last step).
+//! from the passes' outputs: the first copy sent to a local port
+//! (delivered), or to the tunnel (sent to the node with that InternalIP,
+//! and the next hop is that copy as it is sent: MACs, addresses, TTL); with
+//! none, dropped, by the object of the step the switch says decided (the
+//! last lookup, the flow whose output went to a port that does not exist,
+//! or a translation error). The text is passed on for people.
+//!
+//! A switch too old to send the structure (text only) is refused with an
+//! error that says so: `docs/operations.md`, "Upgrade", has the order.
 //!
 //! Everything but the socket and the switch call is a pure function of a
 //! [`NodeView`] snapshot, tested with traces of real pipelines.
@@ -41,12 +48,14 @@ use oxvs_api::agent::{
     RemoteNodeInfo, TraceStep, TraceflowHop, TraceflowRequest, TunnelArrival, Verdict,
     DEFAULT_SPORT, MAX_AGENT_LINE,
 };
-use oxvs_api::{Client, Request, Response, TraceRequest, TraceResult};
+use oxvs_api::{
+    Client, Request, Response, TraceDropReason, TraceReport, TraceRequest, TraceResult,
+};
 use oxvs_pipeline::names;
 
 use crate::agent::Agent;
 use crate::cookie::{self, Feature};
-use crate::flows::{self, NodeNet, RemoteNode, VIRTUAL_MAC};
+use crate::flows::{self, NodeNet, RemoteNode};
 use crate::model::{ClusterState, Labels};
 use crate::policy::{Direction, RuleRef};
 use crate::socket_server::{LineProtocol, Requests};
@@ -317,126 +326,6 @@ pub fn build_packet(view: &NodeView, req: &TraceflowRequest) -> Result<String, A
     ))
 }
 
-/// A trace, parsed back.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ParsedTrace {
-    /// Steps without owner/annotation.
-    pub steps: Vec<TraceStep>,
-    /// `Datapath actions:` of each pass.
-    pub datapath_actions: Vec<String>,
-    /// The final flow of each pass (`Flow:` when unchanged), as printed.
-    pub final_flows: Vec<String>,
-    /// `Translation failed (...)` messages.
-    pub errors: Vec<String>,
-}
-
-/// Parses a step line: `NN. [Name:] MATCH, priority P[, cookie 0xC]` or
-/// `NN. [Name:] No match.`.
-fn parse_step_line(line: &str, pass: usize) -> Option<TraceStep> {
-    let (num, rest) = line.trim_start().split_once(". ")?;
-    let table: u8 = num.parse().ok()?;
-    let mut rest = rest.trim();
-    let mut table_name = None;
-    if let Some((first, after)) = rest.split_once(' ').or(Some((rest, ""))) {
-        if let Some(name) = first.strip_suffix(':') {
-            if !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-                table_name = Some(name.to_string());
-                rest = after.trim();
-            }
-        }
-    }
-    let mut step = TraceStep {
-        pass,
-        table,
-        table_name,
-        matched: false,
-        priority: None,
-        cookie: 0,
-        matches: String::new(),
-        actions: Vec::new(),
-        owner: None,
-        annotation: String::new(),
-    };
-    if rest == "No match." {
-        return Some(step);
-    }
-    let mut body = rest;
-    if let Some(i) = body.rfind(", cookie 0x") {
-        let hex = &body[i + ", cookie 0x".len()..];
-        step.cookie = u64::from_str_radix(hex, 16).ok()?;
-        body = &body[..i];
-    }
-    let (m, prio) = match body.rfind("priority ") {
-        Some(i) => (&body[..i], &body[i + "priority ".len()..]),
-        None => return None,
-    };
-    step.priority = Some(prio.trim().parse().ok()?);
-    step.matches = m.trim_end().trim_end_matches(',').to_string();
-    step.matched = true;
-    Some(step)
-}
-
-/// Parses the switch's trace text (see the module doc).
-pub fn parse_trace(text: &str) -> ParsedTrace {
-    let mut out = ParsedTrace::default();
-    let mut pass: Option<usize> = None;
-    let mut flow_line = String::new();
-    for raw in text.lines() {
-        let line = raw.trim();
-        if let Some(f) = line.strip_prefix("Flow: ") {
-            pass = Some(pass.map_or(0, |p| p + 1));
-            flow_line = f.to_string();
-            continue;
-        }
-        if let Some(f) = line.strip_prefix("Final flow: ") {
-            out.final_flows.push(if f == "unchanged" {
-                flow_line.clone()
-            } else {
-                f.to_string()
-            });
-            continue;
-        }
-        if let Some(a) = line.strip_prefix("Datapath actions: ") {
-            out.datapath_actions.push(a.to_string());
-            continue;
-        }
-        if let Some(e) = line.strip_prefix("Translation failed (") {
-            out.errors.push(
-                e.trim_end_matches(", packet is dropped.")
-                    .trim_end_matches(')')
-                    .to_string(),
-            );
-            continue;
-        }
-        let Some(p) = pass else { continue };
-        if line.is_empty()
-            || line.starts_with("->")
-            || line.starts_with(">>")
-            || line.starts_with("Megaflow:")
-            || line.starts_with("bridge(")
-            || line.starts_with("---")
-            || line.starts_with("===")
-            || line.starts_with("recirc(")
-            || line == "thaw"
-            || line.starts_with("Resuming from table")
-        {
-            continue;
-        }
-        if line.as_bytes().first().is_some_and(u8::is_ascii_digit) {
-            if let Some(step) = parse_step_line(line, p) {
-                out.steps.push(step);
-                continue;
-            }
-        }
-        if let Some(s) = out.steps.last_mut() {
-            if s.pass == p {
-                s.actions.push(line.to_string());
-            }
-        }
-    }
-    out
-}
-
 fn direction_of_table(table: u8) -> Option<Direction> {
     if (names::EGRESS_RULE.id..=names::EGRESS_METRIC.id).contains(&table) {
         Some(Direction::Egress)
@@ -595,40 +484,50 @@ pub fn annotate(view: &NodeView, step: &TraceStep) -> (Option<FlowOwner>, String
     }
 }
 
-/// Splits datapath actions at top-level commas.
-fn split_top(actions: &str) -> Vec<&str> {
-    let mut out = Vec::new();
-    let (mut depth, mut start) = (0i32, 0usize);
-    for (i, ch) in actions.char_indices() {
-        match ch {
-            '(' => depth += 1,
-            ')' => depth -= 1,
-            ',' if depth == 0 => {
-                out.push(actions[start..i].trim());
-                start = i + 1;
+/// The steps of `trace`, every pass in order (not annotated yet), and
+/// where each pass's steps start.
+fn steps_of(trace: &TraceReport) -> (Vec<TraceStep>, Vec<usize>) {
+    let mut steps = Vec::new();
+    let mut starts = Vec::new();
+    for (pass, p) in trace.passes.iter().enumerate() {
+        starts.push(steps.len());
+        for l in &p.steps {
+            let mut actions: Vec<String> = l.actions.iter().map(|a| a.action.clone()).collect();
+            if actions.is_empty() {
+                // A miss, or a flow without actions (the trace says `drop`).
+                actions.push("drop".into());
             }
-            _ => {}
+            steps.push(TraceStep {
+                pass,
+                table: l.table,
+                table_name: l.table_name.clone(),
+                matched: l.flow.is_some(),
+                priority: l.flow.as_ref().map(|f| f.priority),
+                cookie: l.flow.as_ref().map_or(0, |f| f.cookie),
+                matches: l
+                    .flow
+                    .as_ref()
+                    .map(|f| f.matches.clone())
+                    .unwrap_or_default(),
+                actions,
+                owner: None,
+                annotation: String::new(),
+            });
         }
     }
-    out.push(actions[start..].trim());
-    out.retain(|s| !s.is_empty());
-    out
+    (steps, starts)
 }
 
-/// `key=value` of a printed flow key.
-fn key_field<'a>(flow: &'a str, key: &str) -> Option<&'a str> {
-    flow.split(',').find_map(|kv| {
-        kv.split_once('=')
-            .filter(|(k, _)| *k == key)
-            .map(|(_, v)| v)
-    })
-}
-
-/// Parses the switch's trace of `packet` into a hop (steps annotated,
-/// verdict, next hop).
-pub fn hop(view: &NodeView, packet: &str, text: &str, injected: bool) -> TraceflowHop {
-    let parsed = parse_trace(text);
-    let mut steps = parsed.steps;
+/// The hop of the switch's trace of `packet` (`text` and its structure
+/// `trace`): steps annotated, verdict, next hop.
+pub fn hop(
+    view: &NodeView,
+    packet: &str,
+    text: &str,
+    trace: &TraceReport,
+    injected: bool,
+) -> TraceflowHop {
+    let (mut steps, starts) = steps_of(trace);
     for s in &mut steps {
         let (owner, ann) = annotate(view, s);
         s.owner = owner;
@@ -642,53 +541,38 @@ pub fn hop(view: &NodeView, packet: &str, text: &str, injected: bool) -> Tracefl
             allowed_by.push(s.annotation.clone());
         }
     }
-    // The first output port, and the pass that output it.
-    let output = parsed
-        .datapath_actions
-        .iter()
-        .enumerate()
-        .find_map(|(i, a)| {
-            split_top(a)
-                .into_iter()
-                .find_map(|t| t.parse::<u32>().ok())
-                .map(|p| (i, p))
-        });
     let mut next = None;
-    let verdict = match output {
-        Some((pass, port)) if Some(port) == view.tunnel_ofport => {
-            let fin = parsed
-                .final_flows
-                .get(pass)
-                .map(String::as_str)
-                .unwrap_or("");
-            let tun_dst = key_field(fin, "tun_dst").and_then(|v| v.parse::<Ipv4Addr>().ok());
+    let verdict = match trace.first_output() {
+        Some((_, out)) if Some(out.port) == view.tunnel_ofport => {
+            let tun_dst = out.tunnel.as_ref().map(|t| t.dst);
             let node = tun_dst.and_then(|ip| view.node_named_by_ip(ip));
-            let src_ip = key_field(fin, "nw_src").and_then(|v| v.parse().ok());
-            let dst_ip = key_field(fin, "nw_dst").and_then(|v| v.parse().ok());
-            let ttl = key_field(fin, "nw_ttl").and_then(|v| v.parse().ok());
-            if let (Some(tun_dst), Some(tun_src), Some(src_ip), Some(dst_ip), Some(ttl)) =
-                (tun_dst, view.node_ip, src_ip, dst_ip, ttl)
+            let h = &out.headers;
+            if let (
+                Some(tun_dst),
+                Some(tun_src),
+                Some(std::net::IpAddr::V4(src_ip)),
+                Some(std::net::IpAddr::V4(dst_ip)),
+            ) = (tun_dst, view.node_ip, h.nw_src, h.nw_dst)
             {
                 next = Some(TunnelArrival {
                     from_node: view.node_name.clone(),
                     tun_src,
                     tun_dst,
-                    src_mac: key_field(fin, "dl_src").unwrap_or_default().to_string(),
-                    dst_mac: key_field(fin, "dl_dst")
-                        .map(str::to_string)
-                        .unwrap_or_else(|| flows::mac_str(&VIRTUAL_MAC)),
+                    src_mac: h.dl_src.clone(),
+                    dst_mac: h.dl_dst.clone(),
                     src_ip,
                     dst_ip,
-                    ttl,
+                    ttl: h.nw_ttl,
                 });
             }
             Verdict::Tunnel {
-                ofport: port,
+                ofport: out.port,
                 tun_dst,
                 node,
             }
         }
-        Some((_, port)) => {
+        Some((_, out)) => {
+            let port = out.port;
             let to = if view.node.as_ref().map(|n| n.gateway_ofport) == Some(port) {
                 format!("gateway {}", view.gateway_name)
             } else if let Some(a) = view.attachment_on(port) {
@@ -698,28 +582,50 @@ pub fn hop(view: &NodeView, packet: &str, text: &str, injected: bool) -> Tracefl
             };
             Verdict::Delivered { ofport: port, to }
         }
-        None => match steps.last() {
-            Some(s) => Verdict::Dropped {
-                by: match parsed.errors.first() {
-                    Some(e) => format!("a translation error ({e})"),
-                    None => s.annotation.clone(),
-                },
-                table: Some(s.table),
-                table_name: s.table_name.clone(),
-            },
-            None => Verdict::Dropped {
-                by: "nothing (the trace has no steps)".into(),
-                table: None,
-                table_name: None,
-            },
-        },
+        None => {
+            // The step that decided: the switch's word for the last pass
+            // that dropped, else the last step.
+            let drop = trace.last_drop();
+            let decided = drop
+                .and_then(|(pass, d)| {
+                    // Only a step of that pass (the answer is not trusted).
+                    let step = d.step.filter(|&i| i < trace.passes[pass].steps.len())?;
+                    Some(starts.get(pass)? + step)
+                })
+                .and_then(|i| steps.get(i))
+                .or(steps.last());
+            let by = match (drop.map(|(_, d)| d), decided) {
+                (Some(d), _) if d.reason == TraceDropReason::Error => {
+                    format!("a translation error ({})", d.detail)
+                }
+                (Some(d), Some(s))
+                    if matches!(
+                        d.reason,
+                        TraceDropReason::NonexistentPort | TraceDropReason::OutputSkipped
+                    ) =>
+                {
+                    format!("{}: {}", s.annotation, d.detail)
+                }
+                (_, Some(s)) => s.annotation.clone(),
+                (_, None) => "nothing (the trace has no steps)".into(),
+            };
+            Verdict::Dropped {
+                by,
+                table: decided.map(|s| s.table),
+                table_name: decided.and_then(|s| s.table_name.clone()),
+            }
+        }
     };
     TraceflowHop {
         node: view.node_name.clone(),
         packet: packet.to_string(),
         text: text.to_string(),
         steps,
-        datapath_actions: parsed.datapath_actions,
+        datapath_actions: trace
+            .passes
+            .iter()
+            .map(|p| p.datapath_actions.clone())
+            .collect(),
         verdict,
         allowed_by,
         next,
@@ -747,7 +653,20 @@ async fn traceflow(agent: &Agent, req: TraceflowRequest) -> Result<TraceflowHop,
     .await
     .map_err(|e| ApiError::Switch(format!("internal task failed: {e}")))?
     .map_err(|e| ApiError::Switch(e.to_string()))?;
-    Ok(hop(&view, &packet, &r.text, r.injected))
+    hop_of(&view, &packet, &r)
+}
+
+/// [`hop`] of the switch's answer; refused when it has no structure (a
+/// switch older than this agent, which sends the text only).
+pub fn hop_of(view: &NodeView, packet: &str, r: &TraceResult) -> Result<TraceflowHop, ApiError> {
+    match &r.trace {
+        Some(trace) => Ok(hop(view, packet, &r.text, trace, r.injected)),
+        None => Err(ApiError::Switch(
+            "it sent the trace as text only: oxvs-switchd is older than this agent; \
+             upgrade it (docs/operations.md, \"Upgrade\")"
+                .into(),
+        )),
+    }
 }
 
 /// Answers one request line.
@@ -954,7 +873,9 @@ mod tests {
         text
     }
 
-    fn run_trace(spec: &str, with_policy: bool) -> String {
+    /// The switch's answer for `spec`: the trace through the node's flows
+    /// (as `trace` makes it: text and structure from one report).
+    fn run_trace(spec: &str, with_policy: bool) -> TraceResult {
         let flows = parse_flow_file(&flows_text(with_policy), &ParseContext::default()).unwrap();
         let p = Pipeline::new();
         p.replace_all(&flows, 0).unwrap();
@@ -969,7 +890,11 @@ mod tests {
         let env = XlateEnv {
             ports: vec![2, 3, 4, TUN],
         };
-        trace(&*p.snapshot(), &key, &env, &opts).to_string()
+        TraceResult::from_report(&trace(&*p.snapshot(), &key, &env, &opts), false)
+    }
+
+    fn hop_for(v: &NodeView, spec: &str, r: &TraceResult) -> TraceflowHop {
+        hop_of(v, spec, r).unwrap()
     }
 
     fn req(src: &str, dst: &str, proto: Proto, dport: Option<u16>) -> TraceflowRequest {
@@ -987,37 +912,113 @@ mod tests {
     fn traceflow_hop(r: &TraceflowRequest, with_policy: bool) -> TraceflowHop {
         let v = view();
         let spec = build_packet(&v, r).unwrap();
-        let text = run_trace(&spec, with_policy);
-        hop(&v, &spec, &text, false)
+        hop_for(&v, &spec, &run_trace(&spec, with_policy))
     }
 
+    /// Steps come from the switch's structure: each lookup with its own
+    /// actions (a resubmitted table's actions are not its caller's), misses
+    /// and flows without actions say `drop`, passes are numbered.
     #[test]
-    fn step_lines_parse() {
-        let s = parse_step_line(
-            "10. SpoofGuard: ip,in_port=3,dl_src=0a:58:0a:f4:00:03,nw_src=10.244.0.3, priority 200, cookie 0x2000000000003",
-            1,
+    fn steps_are_read_from_the_structure() {
+        let flows = parse_flow_file(
+            "table=0, priority=10, cookie=0x2000000000003, in_port=3, ip actions=resubmit(,5),load:0x1->NXM_NX_REG0[],goto_table:10
+             table=5, priority=7, ip actions=load:0x2->NXM_NX_REG1[]
+             table=10, priority=1, cookie=0x1000000000000, ip actions=ct(table=20,zone=1)
+             table=20, priority=5, ct_state=+new+trk, ip actions=drop",
+            &ParseContext::default(),
         )
         .unwrap();
-        assert_eq!(s.table, 10);
-        assert_eq!(s.table_name.as_deref(), Some("SpoofGuard"));
-        assert_eq!(s.priority, Some(200));
-        assert_eq!(s.cookie, 0x2000000000003);
+        let p = Pipeline::new();
+        p.replace_all(&flows, 0).unwrap();
+        let key = parse_packet_spec("in_port=3,ip", &ParseContext::default()).unwrap();
+        let opts = TraceOptions {
+            names: Some(TableNames::default()),
+            ..TraceOptions::default()
+        };
+        let env = XlateEnv {
+            ports: vec![2, 3, 4, TUN],
+        };
+        let r = TraceResult::from_report(&trace(&*p.snapshot(), &key, &env, &opts), false);
+        let h = hop_for(&view(), "in_port=3,ip", &r);
+        let at: Vec<(usize, u8, bool)> = h
+            .steps
+            .iter()
+            .map(|s| (s.pass, s.table, s.matched))
+            .collect();
         assert_eq!(
-            s.matches,
-            "ip,in_port=3,dl_src=0a:58:0a:f4:00:03,nw_src=10.244.0.3"
+            at,
+            vec![(0, 0, true), (0, 5, true), (0, 10, true), (1, 20, true)],
+            "{}",
+            h.text
         );
-        assert_eq!(s.pass, 1);
-        assert!(s.matched);
-        let s = parse_step_line(" 0. Classifier: priority 0, cookie 0x1000000000000", 0).unwrap();
-        assert_eq!((s.table, s.matches.as_str(), s.priority), (0, "", Some(0)));
-        let s = parse_step_line("71. priority 5", 0).unwrap();
-        assert_eq!((s.table_name, s.cookie, s.priority), (None, 0, Some(5)));
-        let s = parse_step_line("60. L2ForwardingCalc: No match.", 0).unwrap();
-        assert!(!s.matched);
-        assert!(parse_step_line("10. SpoofGuard: ip, priority x", 0).is_none());
-        assert!(parse_step_line("10. SpoofGuard: ip, priority 1, cookie 0xzz", 0).is_none());
-        assert!(parse_step_line("300. X: priority 1", 0).is_none());
-        assert!(parse_step_line("goto_table:10", 0).is_none());
+        let s0 = &h.steps[0];
+        assert_eq!(s0.table_name.as_deref(), Some("Classifier"));
+        assert_eq!((s0.priority, s0.cookie), (Some(10), 0x2000000000003));
+        assert_eq!(s0.matches, "ip,in_port=3");
+        assert_eq!(s0.annotation, "pod x/a (port 3)");
+        assert_eq!(
+            s0.actions,
+            vec![
+                "resubmit(,5)",
+                "load:0x1->NXM_NX_REG0[]",
+                "goto_table:SpoofGuard"
+            ],
+            "{}",
+            h.text
+        );
+        assert_eq!(h.steps[1].actions, vec!["load:0x2->NXM_NX_REG1[]"]);
+        assert_eq!((h.steps[1].cookie, h.steps[1].priority), (0, Some(7)));
+        assert_eq!(h.steps[3].actions, vec!["drop"]);
+        assert_eq!(h.datapath_actions.len(), 2);
+        assert_eq!(
+            h.verdict,
+            Verdict::Dropped {
+                by: "cookie 0x0 (no known feature)".into(),
+                table: Some(20),
+                table_name: Some("ARPResponder".into()),
+            },
+            "{}",
+            h.text
+        );
+    }
+
+    /// An output to a port the switch does not have sends nothing: the
+    /// packet is dropped by the flow that sent it there, and the hop says
+    /// why. A switch that sends only text is refused with a reason.
+    #[test]
+    fn outputs_to_missing_ports_drop_and_text_only_switches_are_refused() {
+        let flows = parse_flow_file(
+            "table=0, priority=10, cookie=0x2000000000003, in_port=3, ip actions=output:7",
+            &ParseContext::default(),
+        )
+        .unwrap();
+        let p = Pipeline::new();
+        p.replace_all(&flows, 0).unwrap();
+        let key = parse_packet_spec("in_port=3,ip", &ParseContext::default()).unwrap();
+        let env = XlateEnv {
+            ports: vec![2, 3, 4, TUN],
+        };
+        let r = TraceResult::from_report(
+            &trace(&*p.snapshot(), &key, &env, &TraceOptions::default()),
+            false,
+        );
+        let v = view();
+        let h = hop_for(&v, "in_port=3,ip", &r);
+        assert_eq!(
+            h.verdict,
+            Verdict::Dropped {
+                by: "pod x/a (port 3): output to nonexistent port 7".into(),
+                table: Some(0),
+                table_name: None,
+            },
+            "{}",
+            h.text
+        );
+        assert!(h.text.contains(" >> Nonexistent output port"), "{}", h.text);
+        assert_eq!(h.datapath_actions, vec!["drop".to_string()]);
+        let old = TraceResult { trace: None, ..r };
+        let e = hop_of(&v, "in_port=3,ip", &old).unwrap_err().to_string();
+        assert!(e.contains("older than this agent"), "{e}");
     }
 
     #[test]
@@ -1246,8 +1247,8 @@ mod tests {
             let env = XlateEnv {
                 ports: vec![2, 3, 4, TUN],
             };
-            let text = trace(&*p.snapshot(), &key, &env, &opts).to_string();
-            hop(&v, &spec, &text, false)
+            let r = TraceResult::from_report(&trace(&*p.snapshot(), &key, &env, &opts), false);
+            hop_for(&v, &spec, &r)
         };
         let h = run(&req("x/a", "x/b", Proto::Tcp, Some(80)));
         assert!(
@@ -1294,8 +1295,8 @@ mod tests {
         let env = XlateEnv {
             ports: vec![2, 3, 4, TUN],
         };
-        let text = trace(&*p.snapshot(), &key, &env, &opts).to_string();
-        let h = hop(&v, spec, &text, false);
+        let r = TraceResult::from_report(&trace(&*p.snapshot(), &key, &env, &opts), false);
+        let h = hop_for(&v, spec, &r);
         assert!(
             matches!(h.verdict, Verdict::Delivered { ofport: 4, .. }),
             "{}",
@@ -1315,7 +1316,7 @@ mod tests {
         let v = view();
         // A packet from a port nobody owns: the Classifier's default drop.
         let spec = "in_port=7,tcp,nw_src=10.244.0.3,nw_dst=10.244.0.4,tp_dst=80";
-        let h = hop(&v, spec, &run_trace(spec, false), false);
+        let h = hop_for(&v, spec, &run_trace(spec, false));
         assert_eq!(
             h.verdict,
             Verdict::Dropped {
@@ -1329,7 +1330,7 @@ mod tests {
         // A spoofed source: SpoofGuard's default drop.
         let spec =
             "in_port=3,tcp,dl_src=0a:58:0a:f4:00:03,nw_src=10.244.0.9,nw_dst=10.244.0.4,tp_dst=80";
-        let h = hop(&v, spec, &run_trace(spec, false), false);
+        let h = hop_for(&v, spec, &run_trace(spec, false));
         assert!(
             matches!(
                 &h.verdict,
@@ -1385,7 +1386,7 @@ mod tests {
             spec.starts_with("in_port=9,tcp,tun_src=192.168.77.12,tun_dst=192.168.77.11,"),
             "{spec}"
         );
-        let h = hop(&v, &spec, &run_trace(&spec, false), false);
+        let h = hop_for(&v, &spec, &run_trace(&spec, false));
         assert_eq!(
             h.verdict,
             Verdict::Delivered {
@@ -1420,26 +1421,5 @@ mod tests {
         let p = pod_info(&v, "x", "r").unwrap();
         assert!(!p.local && p.node == "n2" && p.ofport.is_none());
         assert!(pod_info(&v, "x", "nope").is_err());
-    }
-
-    #[test]
-    fn datapath_action_splitting_and_key_fields() {
-        assert_eq!(
-            split_top("set(tunnel(tun_id=0x0,dst=1.2.3.4)),set(eth(src=a,dst=b)),9"),
-            vec![
-                "set(tunnel(tun_id=0x0,dst=1.2.3.4))",
-                "set(eth(src=a,dst=b))",
-                "9"
-            ]
-        );
-        assert_eq!(split_top("drop"), vec!["drop"]);
-        assert_eq!(
-            key_field("recirc_id=0x1,tun_dst=1.2.3.4,ip", "tun_dst"),
-            Some("1.2.3.4")
-        );
-        assert_eq!(key_field("ip", "tun_dst"), None);
-        // Garbage never panics.
-        let p = parse_trace("Flow: x\n 12. \n99999. a\nDatapath actions: \n");
-        assert!(p.steps.is_empty());
     }
 }

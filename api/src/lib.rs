@@ -23,6 +23,10 @@
 //!   `/metrics`, a writer and a strict reader, and the tiny HTTP exchange.
 //! - [`listen`]: how the daemons listen: socket files private from the
 //!   first instant, connection caps answered "busy, retry", idle timeouts.
+//! - `trace` (feature `pipeline`): a pipeline trace as a [`TraceResult`]
+//!   (`TraceResult::from_report`): its text and its structured
+//!   [`TraceReport`], made together. oxvs-switchd and oxvsctl use it;
+//!   readers of the structure need only [`protocol`].
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod agent;
@@ -31,6 +35,8 @@ pub mod cni;
 pub mod listen;
 pub mod metrics;
 pub mod protocol;
+#[cfg(feature = "pipeline")]
+pub mod trace;
 
 pub use client::{Client, ClientError};
 pub use protocol::*;

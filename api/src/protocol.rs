@@ -405,12 +405,280 @@ pub struct DumpPortsResult {
 }
 
 /// `trace`.
+///
+/// `text` and `trace` say the same: both come from one trace of the
+/// pipeline, and `text` is its rendering (`oxvs_pipeline::trace`, the only
+/// place the text is made). Programs read `trace`; people read `text`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TraceResult {
     /// The `ofproto/trace`-style explanation.
     pub text: String,
     /// Whether the packet was also sent through the datapath.
     pub injected: bool,
+    /// The trace, structured. `None` from a switch older than the field
+    /// (it sent `text` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<TraceReport>,
+}
+
+/// A trace, structured: the packet as given, then each recirculation it
+/// led to (`ct(table=..)`), one [`TracePass`] each.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TraceReport {
+    pub passes: Vec<TracePass>,
+    /// Recirculations queued but not traced: the trace stopped at its limit.
+    #[serde(default)]
+    pub unprocessed: usize,
+}
+
+/// One translation: the packet, the table lookups, what it does.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TracePass {
+    /// The recirculation this pass resumes; `None` for the packet as given.
+    #[serde(default)]
+    pub recirc: Option<TraceRecirc>,
+    /// The packet's flow as it enters (`Flow:`), `ovs-ofctl` syntax.
+    pub flow: String,
+    /// The table lookups in the order they happened. A lookup reached by a
+    /// `resubmit` or `goto_table` names its parent step; its own actions
+    /// are its own, not the parent's.
+    #[serde(default)]
+    pub steps: Vec<TraceLookup>,
+    /// Notes outside any lookup (e.g. an unknown recirculation id).
+    #[serde(default)]
+    pub notes: Vec<TraceNote>,
+    /// The flow after the last action (`Final flow:`; the same as `flow`
+    /// when unchanged).
+    pub final_flow: String,
+    /// `Megaflow:`.
+    pub megaflow: String,
+    /// `Datapath actions:` (`drop` for none).
+    pub datapath_actions: String,
+    /// What the datapath actions do with the packet.
+    pub verdict: TraceVerdict,
+    /// Why translation failed (the packet is dropped).
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+/// Why a pass is traced: the recirculation after a `ct(table=T)`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TraceRecirc {
+    /// `recirc_id` (`T + 1`).
+    pub id: u32,
+    /// The table the packet resumes in.
+    #[serde(default)]
+    pub table: Option<u8>,
+    /// The conntrack state assumed (`trk|new`).
+    pub ct_state: String,
+    /// Whether it is the default (no `ct_next` left).
+    pub default_state: bool,
+}
+
+/// One table lookup of a pass.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TraceLookup {
+    pub table: u8,
+    /// When the trace names tables.
+    #[serde(default)]
+    pub table_name: Option<String>,
+    /// The step (index in the pass's `steps`) whose `resubmit` or
+    /// `goto_table` led here; `None` for the pass's first lookup.
+    #[serde(default)]
+    pub parent: Option<usize>,
+    /// The flow that matched; `None`: none did (the table-miss drop).
+    #[serde(default)]
+    pub flow: Option<TraceFlow>,
+    /// The actions the flow executed, in order (none after a miss).
+    #[serde(default)]
+    pub actions: Vec<TraceAction>,
+    /// Notes that follow no action of the step.
+    #[serde(default)]
+    pub notes: Vec<TraceNote>,
+}
+
+/// The flow a lookup matched.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TraceFlow {
+    pub cookie: u64,
+    pub priority: u16,
+    /// The match in `ovs-ofctl` syntax, without the priority (empty: it
+    /// matches everything).
+    #[serde(rename = "match")]
+    pub matches: String,
+    /// All its actions, as `dump-flows` prints them (`drop` for none).
+    pub actions: String,
+}
+
+/// An action a flow executed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TraceAction {
+    /// As the trace prints it (`resubmit(,SpoofGuard)`, `output:3`).
+    pub action: String,
+    /// What it did, or why it did nothing (`Nonexistent output port`).
+    #[serde(default)]
+    pub notes: Vec<TraceNote>,
+    /// A `resubmit` or `goto_table`: the step it led to.
+    #[serde(default)]
+    pub lookup: Option<usize>,
+}
+
+/// A ` -> `, ` >> ` or ` >>>> ` line of the trace.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TraceNote {
+    pub kind: TraceNoteKind,
+    pub text: String,
+}
+
+/// What a [`TraceNote`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TraceNoteKind {
+    /// ` -> ` what the action did.
+    Detail,
+    /// ` >> ` why the action did nothing.
+    Warning,
+    /// ` >>>> <<<<` translation failed here.
+    Error,
+    /// A kind this build does not know (a newer switch).
+    #[serde(other)]
+    Other,
+}
+
+/// What a pass's datapath actions do with the packet.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TraceVerdict {
+    /// Copies sent to ports, in order.
+    #[serde(default)]
+    pub outputs: Vec<TraceOutput>,
+    /// Copies sent to the controller (packet-ins).
+    #[serde(default)]
+    pub controller: Vec<TraceController>,
+    /// `ct(table=..)` recirculation ids (each traced as a later pass).
+    #[serde(default)]
+    pub recirculations: Vec<u32>,
+    /// Set when the pass sends the packet nowhere (no output, controller
+    /// or recirculation), with why.
+    #[serde(default)]
+    pub drop: Option<TraceDrop>,
+}
+
+/// A copy of the packet sent to a port.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TraceOutput {
+    pub port: u32,
+    /// The packet as it is sent (the pass's flow with the header writes
+    /// before this output), `ovs-ofctl` syntax.
+    pub packet: String,
+    /// Its headers.
+    pub headers: TraceHeaders,
+    /// The tunnel metadata it is sent with (to a tunnel port).
+    #[serde(default)]
+    pub tunnel: Option<TraceTunnel>,
+}
+
+/// The headers of a packet as it is sent.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TraceHeaders {
+    /// `aa:bb:cc:dd:ee:ff`.
+    pub dl_src: String,
+    pub dl_dst: String,
+    pub dl_type: u16,
+    /// The 802.1Q VLAN ID, when tagged.
+    #[serde(default)]
+    pub vlan: Option<u16>,
+    /// IPv4 or IPv6 addresses (IP packets only).
+    #[serde(default)]
+    pub nw_src: Option<std::net::IpAddr>,
+    #[serde(default)]
+    pub nw_dst: Option<std::net::IpAddr>,
+    /// IP protocol, TTL / hop limit (0 when not IP).
+    #[serde(default)]
+    pub nw_proto: u8,
+    #[serde(default)]
+    pub nw_ttl: u8,
+    /// L4 ports, or ICMP type and code.
+    #[serde(default)]
+    pub tp_src: u16,
+    #[serde(default)]
+    pub tp_dst: u16,
+}
+
+/// Tunnel metadata of an output.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TraceTunnel {
+    pub tun_id: u64,
+    /// Outer source (`None`: the port's local address).
+    #[serde(default)]
+    pub src: Option<std::net::Ipv4Addr>,
+    /// Outer destination.
+    pub dst: std::net::Ipv4Addr,
+}
+
+/// A copy of the packet sent to the controller.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TraceController {
+    /// `action`, `no_match` or `invalid_ttl`.
+    pub reason: String,
+    /// The flow that sent it.
+    pub table: u8,
+    pub cookie: u64,
+}
+
+/// Why a pass sends the packet nowhere.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TraceDrop {
+    pub reason: TraceDropReason,
+    /// The step that decided (index in the pass's `steps`): the one whose
+    /// output was refused, where translation failed, else the last one.
+    #[serde(default)]
+    pub step: Option<usize>,
+    /// The port of a refused output, when known.
+    #[serde(default)]
+    pub port: Option<u32>,
+    /// For people: `no flow matched in table 10 (SpoofGuard)`, `output to
+    /// nonexistent port 7`, the translation error...
+    pub detail: String,
+}
+
+/// The reason of a [`TraceDrop`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TraceDropReason {
+    /// The last table looked up had no matching flow (table-miss drop).
+    NoMatch,
+    /// The flows sent it nowhere (`drop`, or no output action).
+    NoOutput,
+    /// Its outputs went only to ports that do not exist (OVS:
+    /// "Nonexistent output port").
+    NonexistentPort,
+    /// Its outputs were skipped for another reason (`skipping output to
+    /// input port`).
+    OutputSkipped,
+    /// Translation failed.
+    Error,
+    /// A reason this build does not know (a newer switch).
+    #[serde(other)]
+    Other,
+}
+
+impl TraceReport {
+    /// The first copy sent to a port, and the pass that sent it.
+    pub fn first_output(&self) -> Option<(usize, &TraceOutput)> {
+        self.passes
+            .iter()
+            .enumerate()
+            .find_map(|(i, p)| p.verdict.outputs.first().map(|o| (i, o)))
+    }
+
+    /// The drop of the last pass that dropped the packet, and that pass.
+    pub fn last_drop(&self) -> Option<(usize, &TraceDrop)> {
+        self.passes
+            .iter()
+            .enumerate()
+            .rev()
+            .find_map(|(i, p)| p.verdict.drop.as_ref().map(|d| (i, d)))
+    }
 }
 
 /// One connection of `dump-conntrack`.
@@ -844,6 +1112,88 @@ mod tests {
         assert_eq!(line, r#"{"v":1,"ok":false,"error":"no port named 'x'"}"#);
         let back: Response = serde_json::from_str(&line).unwrap();
         assert_eq!(back.into_result().unwrap_err(), "no port named 'x'");
+    }
+
+    /// A switch before the structured trace sends `text` and `injected`
+    /// only; one after sends `trace` too, which an older reader ignores.
+    /// Kinds and reasons a newer switch adds read as `other`.
+    #[test]
+    fn trace_results_read_both_ways() {
+        let old: TraceResult =
+            serde_json::from_str(r#"{"text":"Flow: ip\nDatapath actions: drop","injected":false}"#)
+                .unwrap();
+        assert_eq!(old.trace, None);
+        assert_eq!(
+            serde_json::to_value(&old).unwrap(),
+            serde_json::json!({"text": "Flow: ip\nDatapath actions: drop", "injected": false})
+        );
+        let new = TraceResult {
+            text: "t".into(),
+            injected: true,
+            trace: Some(TraceReport {
+                passes: vec![TracePass {
+                    flow: "ip".into(),
+                    steps: vec![TraceLookup {
+                        table: 0,
+                        flow: Some(TraceFlow {
+                            cookie: 0x2,
+                            priority: 5,
+                            matches: "ip".into(),
+                            actions: "output:7".into(),
+                        }),
+                        actions: vec![TraceAction {
+                            action: "output:7".into(),
+                            notes: vec![TraceNote {
+                                kind: TraceNoteKind::Warning,
+                                text: "Nonexistent output port".into(),
+                            }],
+                            lookup: None,
+                        }],
+                        ..TraceLookup::default()
+                    }],
+                    datapath_actions: "drop".into(),
+                    verdict: TraceVerdict {
+                        drop: Some(TraceDrop {
+                            reason: TraceDropReason::NonexistentPort,
+                            step: Some(0),
+                            port: Some(7),
+                            detail: "output to nonexistent port 7".into(),
+                        }),
+                        ..TraceVerdict::default()
+                    },
+                    ..TracePass::default()
+                }],
+                unprocessed: 0,
+            }),
+        };
+        let v = serde_json::to_value(&new).unwrap();
+        assert_eq!(v["trace"]["passes"][0]["steps"][0]["flow"]["match"], "ip");
+        assert_eq!(
+            v["trace"]["passes"][0]["verdict"]["drop"]["reason"],
+            "nonexistent-port"
+        );
+        assert_eq!(
+            serde_json::from_value::<TraceResult>(v.clone()).unwrap(),
+            new
+        );
+        // The reader of the old shape (text and injected) is not disturbed.
+        #[derive(Deserialize)]
+        struct OldReader {
+            text: String,
+            injected: bool,
+        }
+        let o: OldReader = serde_json::from_value(v.clone()).unwrap();
+        assert_eq!((o.text.as_str(), o.injected), ("t", true));
+        let mut v = v;
+        v["trace"]["passes"][0]["verdict"]["drop"]["reason"] = "frobnicated".into();
+        v["trace"]["passes"][0]["steps"][0]["actions"][0]["notes"][0]["kind"] = "hint".into();
+        let r: TraceResult = serde_json::from_value(v).unwrap();
+        let p = &r.trace.unwrap().passes[0];
+        assert_eq!(
+            p.verdict.drop.as_ref().unwrap().reason,
+            TraceDropReason::Other
+        );
+        assert_eq!(p.steps[0].actions[0].notes[0].kind, TraceNoteKind::Other);
     }
 
     #[test]

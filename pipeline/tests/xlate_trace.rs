@@ -362,9 +362,9 @@ fn unknown_recirc_id_is_an_error_node() {
     k.set(Field::RecircId, 0x999);
     let report = trace(&tables, &k, &env(), &TraceOptions::default());
     let root = &report.passes[0].nodes[0];
-    assert_eq!(root.kind, NodeKind::Bridge);
+    assert_eq!(root.kind(), NodeKind::Bridge);
     assert_eq!(root.subs.len(), 1);
-    assert_eq!(root.subs[0].kind, NodeKind::Error);
+    assert_eq!(root.subs[0].kind(), NodeKind::Error);
 }
 
 #[test]

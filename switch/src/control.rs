@@ -760,17 +760,17 @@ fn trace(switch: &Switch, t: &TraceRequest) -> Result<TraceResult, String> {
         names: t.names.then(|| switch.pipeline().names().clone()),
         ..TraceOptions::default()
     };
+    // The switch's ports: an output to any other is "Nonexistent output
+    // port" and sends nothing, as in the datapath and in OVS. (A switch
+    // with no port at all traces as if its ports were unknown: an empty
+    // list means that to the translator.)
     let env = XlateEnv {
         ports: switch.ports().iter().map(|p| p.ofport).collect(),
     };
     let tables = switch.pipeline().snapshot();
     let report = ptrace::trace(&*tables, &key, &env, &opts);
-    let text = report.to_string();
     if !t.inject {
-        return Ok(TraceResult {
-            text,
-            injected: false,
-        });
+        return Ok(TraceResult::from_report(&report, false));
     }
     let frame = match frame {
         Some(f) => f,
@@ -781,10 +781,7 @@ fn trace(switch: &Switch, t: &TraceRequest) -> Result<TraceResult, String> {
         .inject(in_port, frame)
         .map_err(|e| format!("traced, but injecting the packet on port {in_port} failed: {e}"))?;
     tracing::info!(in_port, "packet injected");
-    Ok(TraceResult {
-        text,
-        injected: true,
-    })
+    Ok(TraceResult::from_report(&report, true))
 }
 
 fn stats(switch: &Switch) -> StatsResult {

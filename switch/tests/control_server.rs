@@ -295,6 +295,92 @@ fn trace_by_spec_and_by_packet() {
     }
 }
 
+/// The result carries the trace twice: the text and its structure, made
+/// from one report, so they agree. An output to a port the switch does not
+/// have sends nothing ("Nonexistent output port", as OVS says); port 0
+/// never exists, and once the switch has ports any number not among them
+/// does not either.
+#[test]
+fn trace_is_structured_and_outputs_to_missing_ports_send_nothing() {
+    use oxvs_api::{PortKind, PortSpec, TraceDropReason, TraceNoteKind};
+    let (_d, _s, mut c) = serve("trace-typed");
+    c.call(&Request::AddFlows {
+        flows: "table=0, priority=10, in_port=1, tcp actions=output:7,output:0,output:5\n\
+                table=0, priority=5, in_port=1 actions=resubmit(,3),output:0\n\
+                table=3, priority=1, cookie=0x33 actions=load:0x1->NXM_NX_REG0[]\n"
+            .into(),
+    })
+    .unwrap();
+    let trace = |c: &mut Client, spec: &str| -> TraceResult {
+        c.call_as(&Request::Trace(TraceRequest {
+            spec: Some(spec.into()),
+            ..TraceRequest::default()
+        }))
+        .unwrap()
+    };
+    // No port at all: port 0 still does not exist.
+    let r = trace(&mut c, "in_port=1,udp");
+    assert!(
+        r.text
+            .contains("    output:0\n     >> Nonexistent output port\n"),
+        "{}",
+        r.text
+    );
+    assert!(r.text.contains("Datapath actions: drop"), "{}", r.text);
+    let t = r.trace.as_ref().expect("a structured trace");
+    assert_eq!(t.passes.len(), 1);
+    let p = &t.passes[0];
+    assert_eq!(p.datapath_actions, "drop");
+    let tables: Vec<(u8, Option<usize>)> = p.steps.iter().map(|s| (s.table, s.parent)).collect();
+    assert_eq!(tables, vec![(0, None), (3, Some(0))]);
+    let first = &p.steps[0];
+    let flow = first.flow.as_ref().unwrap();
+    assert_eq!((flow.priority, flow.matches.as_str()), (5, "in_port=1"));
+    assert_eq!(flow.actions, "resubmit(,3),output:0");
+    let acts: Vec<&str> = first.actions.iter().map(|a| a.action.as_str()).collect();
+    assert_eq!(acts, vec!["resubmit(,3)", "output:0"]);
+    assert_eq!(first.actions[0].lookup, Some(1));
+    assert_eq!(first.actions[1].notes[0].kind, TraceNoteKind::Warning);
+    assert_eq!(first.actions[1].notes[0].text, "Nonexistent output port");
+    assert_eq!(p.steps[1].flow.as_ref().unwrap().cookie, 0x33);
+    let drop = p.verdict.drop.as_ref().expect("dropped");
+    assert_eq!(drop.reason, TraceDropReason::NonexistentPort);
+    assert_eq!((drop.step, drop.port), (Some(0), Some(0)));
+    assert!(p.verdict.outputs.is_empty());
+
+    // With ports (a VXLAN port needs a raw socket: root).
+    if !oxvs_testutil::is_root() {
+        oxvs_testutil::skip_or_fail("adding a VXLAN port needs root (CAP_NET_RAW)");
+        return;
+    }
+    c.call(&Request::AddPort(PortSpec {
+        name: "tun".into(),
+        ofport: Some(5),
+        kind: PortKind::Vxlan {
+            local_ip: std::net::Ipv4Addr::LOCALHOST,
+            dst_port: Some(0),
+            underlay_mtu: Some(1500),
+        },
+    }))
+    .unwrap();
+    let r = trace(&mut c, "in_port=1,tcp,nw_dst=10.0.0.2,tp_dst=80");
+    assert_eq!(
+        r.text.matches(" >> Nonexistent output port\n").count(),
+        2,
+        "{}",
+        r.text
+    );
+    assert!(r.text.ends_with("Datapath actions: 5"), "{}", r.text);
+    let v = &r.trace.as_ref().unwrap().passes[0].verdict;
+    assert_eq!(v.drop, None);
+    let ports: Vec<u32> = v.outputs.iter().map(|o| o.port).collect();
+    assert_eq!(ports, vec![5]);
+    assert_eq!(
+        v.outputs[0].headers.nw_dst,
+        Some("10.0.0.2".parse().unwrap())
+    );
+}
+
 #[test]
 fn bad_lines_get_an_answer_and_the_connection_lives_on() {
     let (_d, _s, mut c) = serve("bad");

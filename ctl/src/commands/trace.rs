@@ -16,6 +16,11 @@
 //! reach the ports given with `--ports` (none by default). With `--ports`,
 //! an output to a port not listed is "Nonexistent output port" and sends
 //! nothing, as in the switch and in OVS; without, only port 0 is.
+//!
+//! The text is the same online and offline: the pipeline's rendering of its
+//! trace (online, the switch's `text`). `--json` prints the `trace` result
+//! ([`oxvs_api::TraceResult`]: that text and the structured trace), online
+//! as the switch sent it, offline made the same way.
 
 use clap::Args;
 use oxvs_pipeline::trace::{self as ptrace, TraceOptions};
@@ -98,6 +103,10 @@ impl Trace {
         let env = XlateEnv { ports: self.ports };
         let tables = loaded.pipeline.snapshot();
         let report = ptrace::trace(&*tables, &key, &env, &opts);
+        if online.json {
+            let r = oxvs_api::TraceResult::from_report(&report, false);
+            return emit(&format!("{}\n", serde_json::to_value(&r)?));
+        }
         emit(&format!("{report}\n"))
     }
 

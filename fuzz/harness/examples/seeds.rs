@@ -245,8 +245,10 @@ fn agent_api() -> Vec<Vec<u8>> {
     let mut seeds: Vec<Vec<u8>> = reqs.iter().map(|r| line(&r.to_line())).collect();
     seeds.push(line(r#"{"v":1,"op":"traceflow","src":"x/r","dst":"x/b","proto":"tcp","dport":80,"from_tunnel":{"from_node":"n2","tun_src":"192.168.77.12","tun_dst":"192.168.77.11","src_mac":"0a:58:0a:f4:01:07","dst_mac":"aa:bb:cc:dd:ee:ff","src_ip":"10.244.1.7","dst_ip":"10.244.0.4","ttl":63}}"#));
     let mut trace = vec![0xff];
+    // The switch's answer: a structured trace (a tunnel output, then a
+    // pass whose drop names a step that is not there).
     trace.extend_from_slice(
-        b"Flow: in_port=3,tcp\n\nbridge(\"br\")\n------\n 0. Classifier: in_port=3, priority 190, cookie 0x2000000000003\n    load:0x3->NXM_NX_REG0[0..3]\n 70. IngressRule: tcp,reg1=0x4,nw_src=10.244.0.3,tp_dst=80, priority 200, cookie 0x4000000000007\n\nFinal flow: unchanged\nDatapath actions: 4\n",
+        br#"{"text":"Flow: in_port=3,tcp","injected":false,"trace":{"passes":[{"flow":"in_port=3,tcp","steps":[{"table":0,"table_name":"Classifier","flow":{"cookie":562949953421315,"priority":190,"match":"in_port=3","actions":"load:0x3->NXM_NX_REG0[0..3],goto_table:IngressRule"},"actions":[{"action":"load:0x3->NXM_NX_REG0[0..3]"},{"action":"goto_table:IngressRule","lookup":1}]},{"table":70,"table_name":"IngressRule","parent":0,"flow":{"cookie":1125899906842631,"priority":200,"match":"tcp,reg1=0x4,nw_src=10.244.0.3,tp_dst=80","actions":"output:9"},"actions":[{"action":"output:9"}]}],"final_flow":"in_port=3,tcp","megaflow":"recirc_id=0,tcp","datapath_actions":"set(tunnel(tun_id=0x0,dst=192.168.77.12)),9","verdict":{"outputs":[{"port":9,"packet":"in_port=3,tcp","headers":{"dl_src":"0a:58:0a:f4:00:01","dl_dst":"aa:bb:cc:dd:ee:ff","dl_type":2048,"nw_src":"10.244.0.3","nw_dst":"10.244.1.7","nw_proto":6,"nw_ttl":63,"tp_src":49152,"tp_dst":80},"tunnel":{"tun_id":0,"dst":"192.168.77.12"}}]}},{"flow":"recirc_id=0x15,in_port=3,tcp","steps":[],"final_flow":"","megaflow":"","datapath_actions":"drop","verdict":{"drop":{"reason":"no-match","step":7,"detail":"no flow matched"}}}],"unprocessed":0}}"#,
     );
     seeds.push(trace);
     seeds

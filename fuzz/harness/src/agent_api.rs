@@ -3,13 +3,14 @@
 //! each (`agent/src/api.rs`): [`api::info`], [`api::pod_info`], and for
 //! `traceflow` [`api::build_packet`], the switch's `trace` (a real control
 //! request to a running [`Switch`] holding this node's flows, made by the
-//! agent's own flow builders and policy translator) and [`api::hop`],
-//! which parses the trace text back and annotates each step from its
+//! agent's own flow builders and policy translator) and [`api::hop_of`],
+//! which reads the structured trace and annotates each step from its
 //! cookie. Only the socket and the tokio glue of `api::handle_line` are
 //! left out (it needs a whole `Agent`).
 //!
-//! Inputs starting with 0xff give [`api::hop`] arbitrary trace text
-//! instead (the switch's answer is not trusted either).
+//! Inputs starting with 0xff give [`api::hop_of`] an arbitrary switch
+//! answer instead (JSON read as a `TraceResult`: step and pass indices
+//! out of range, missing parts; the switch's answer is not trusted either).
 //!
 //! Checked: every answer encodes as one line of JSON; a request built by
 //! the harness survives `to_line` then `parse_agent_request`; the packet
@@ -289,15 +290,17 @@ fn answer(f: &Fixture, line: &str) -> Response {
             api::pod_info(&f.view, &namespace, &name).map(|p| Response::ok(&p))
         }
         AgentRequest::Traceflow(t) => api::build_packet(&f.view, &t).map(|packet| {
-            let text = switch_trace(f, &t, &packet);
-            Response::ok(&api::hop(&f.view, &packet, &text, false))
+            let tr = switch_trace(f, &t, &packet);
+            let h = api::hop_of(&f.view, &packet, &tr)
+                .unwrap_or_else(|e| panic!("the switch's trace of {packet:?}: {e}"));
+            Response::ok(&h)
         }),
     };
     r.unwrap_or_else(|e| Response::error(e.to_string()))
 }
 
 /// The switch's trace of the packet spec `build_packet` made.
-fn switch_trace(f: &Fixture, t: &TraceflowRequest, packet: &str) -> String {
+fn switch_trace(f: &Fixture, t: &TraceflowRequest, packet: &str) -> TraceResult {
     let key = parse_packet_spec(packet, &ParseContext::default())
         .unwrap_or_else(|e| panic!("build_packet made a bad spec {packet:?}: {}", e.msg));
     let want_port = match &t.from_tunnel {
@@ -325,8 +328,7 @@ fn switch_trace(f: &Fixture, t: &TraceflowRequest, packet: &str) -> String {
         .clone()
         .into_result()
         .unwrap_or_else(|e| panic!("the switch refused the trace of {packet:?}: {e}"));
-    let tr: TraceResult = serde_json::from_value(v).expect("a trace result");
-    tr.text
+    serde_json::from_value(v).expect("a trace result")
 }
 
 pub fn run(data: &[u8]) {
@@ -334,9 +336,13 @@ pub fn run(data: &[u8]) {
     let mut i = Input::new(data);
     if data.first() == Some(&0xff) {
         i.u8();
-        let text = String::from_utf8_lossy(i.rest());
-        let h = api::hop(&f.view, "in_port=3,tcp", &text, false);
-        json_line(&Response::ok(&h));
+        if let Ok(tr) = serde_json::from_slice::<TraceResult>(i.rest()) {
+            let r = match api::hop_of(&f.view, "in_port=3,tcp", &tr) {
+                Ok(h) => Response::ok(&h),
+                Err(e) => Response::error(e.to_string()),
+            };
+            json_line(&r);
+        }
         return;
     }
     let mut n = 0;
