@@ -7,10 +7,12 @@
 # binaries from --bin-dir (default target/release; build them with
 #   cargo build --release -p oxvs-switch -p oxvs-agent -p oxvsctl -p oxvs-cni),
 # the shared libraries `ldd` lists for them, busybox-static as /bin/sh and
-# the small tools (cp, mv, printf, ls, wc, kill, grep...), and the real
-# `ip` (iproute2), `ethtool` and `iptables` (xtables-nft-multi with its
-# extensions in /usr/lib/x86_64-linux-gnu/xtables) the daemons run, each
-# with its libraries. Then packs it with umoci and writes an archive with
+# the small tools (cp, mv, printf, ls, wc, kill, grep...), the real
+# `iptables` (xtables-nft-multi with its extensions in
+# /usr/lib/x86_64-linux-gnu/xtables) the agent runs, and the real `ip`
+# (iproute2) and `ethtool` to inspect the node from the container (no
+# daemon runs them: interfaces are configured over netlink), each with its
+# libraries. Then packs it with umoci and writes an archive with
 # skopeo (default: an OCI archive, --format docker: a docker-archive), the
 # image named REF (default localhost/oxvs:0.1.0, the name deploy/oxvs.yaml
 # uses). Load it on a node with

@@ -1,10 +1,13 @@
 //! Pod interfaces over netlink: the veth pair, its pod end configured inside
 //! the pod's network namespace.
 //!
-//! All functions are blocking (the agent calls them from `spawn_blocking`;
-//! calling them from inside an async task panics, as they run their own
-//! current-thread tokio runtime). Each opens its own rtnetlink socket(s);
-//! work inside a pod namespace runs on a short-lived OS thread that
+//! The netlink and ethtool requests themselves are `oxvs-netlink`'s (shared
+//! with oxvs-switchd); this module holds the pod logic: names, the netns
+//! handling, owner aliases, checks.
+//!
+//! All functions are blocking system calls, no runtime of their own (the
+//! agent calls them from `spawn_blocking`). Each opens its own netlink
+//! socket(s); work inside a pod namespace runs on a short-lived OS thread that
 //! `setns`es into it, opens its netlink socket there and exits, so the
 //! caller's thread never changes namespace and no thread is reused after a
 //! `setns`. Concurrent calls for different pods are independent.
@@ -22,10 +25,10 @@
 //!    host end is pipelined behind it on the same socket (the kernel handles
 //!    a socket's requests in order) to learn its index and MAC.
 //! 2. A thread enters the pod namespace and, if asked, clears TX checksum
-//!    offload (`SIOCETHTOOL`), then pipelines `lo` up, the pod end up, the
-//!    address and the
-//!    default route via the gateway (`onlink` when the gateway is outside the
-//!    pod's subnet) and waits for the three acks.
+//!    offload (`SIOCETHTOOL`), looks up the pod end's index, then pipelines
+//!    `lo` up, the pod end up, the address and the default route via the
+//!    gateway (`onlink` when the gateway is outside the pod's subnet) and
+//!    waits for the four acks.
 //!
 //! Measured (debug build, 2 shared cores, kernel 6.18, 50 iterations in
 //! fresh namespaces, `bench_setup_and_delete` in `tests/podnet.rs`): setup
@@ -40,20 +43,20 @@
 
 use std::fs::File;
 use std::net::{IpAddr, Ipv4Addr};
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
-use nix::errno::Errno;
-use rtnetlink::packet_route::link::{InfoData, InfoKind, InfoVeth};
-use rtnetlink::{LinkMessageBuilder, LinkUnspec, LinkVeth, RouteMessageBuilder};
+use ipnet::Ipv4Net;
+use oxvs_netlink::{
+    ethtool, Change, Errno, Ipv4Route, Link, LinkChange, LinkSpec, Netlink, NewLink,
+};
 
-mod ethtool;
 mod nl;
 
 /// Index of the loopback device, the same in every network namespace.
 const LOOPBACK_IFINDEX: u32 = 1;
 /// Longest interface name the kernel accepts (IFNAMSIZ - 1).
-const MAX_IFNAME_LEN: usize = 15;
+const MAX_IFNAME_LEN: usize = oxvs_netlink::MAX_IFNAME_LEN;
 /// The host name prefix when the pod name yields none.
 const FALLBACK_PREFIX: &str = "oxvs";
 /// How many hex digits of the hash end a host interface name.
@@ -169,14 +172,7 @@ impl Fnv1a64 {
 /// (`dev_valid_name`): 1..=15 bytes, not `.`/`..`, no `/`, `:`, NUL or
 /// whitespace.
 fn validate_ifname(what: &str, name: &str) -> Result<(), PodnetError> {
-    let bad = name.is_empty()
-        || name.len() > MAX_IFNAME_LEN
-        || name == "."
-        || name == ".."
-        || name
-            .bytes()
-            .any(|b| b == b'/' || b == b':' || b == 0 || b.is_ascii_whitespace());
-    if bad {
+    if !oxvs_netlink::valid_ifname(name) {
         return Err(PodnetError::Other(format!(
             "invalid {what} interface name '{}': 1 to 15 bytes, none of '/', ':', NUL or whitespace",
             name.escape_debug()
@@ -259,14 +255,11 @@ pub fn setup_pod_interface(spec: &PodIfaceSpec) -> Result<PodIface, PodnetError>
     match configure_pod_end(spec, &ns) {
         Ok(()) => Ok(host),
         Err(e) => {
-            let cleanup = nl::with_handle(|h| async move {
-                h.link()
-                    .del(host.host_ifindex)
-                    .execute()
-                    .await
-                    .map_err(|e| {
-                        nl::nl_err(format!("delete host link index {}", host.host_ifindex), &e)
-                    })
+            let index = host.host_ifindex;
+            let cleanup = nl::with_netlink(|nl| {
+                nl.delete_link_index(index)
+                    .map(drop)
+                    .map_err(nl::step(format!("delete host link index {index}")))
             });
             Err(match cleanup {
                 Ok(()) => e,
@@ -281,17 +274,19 @@ pub fn setup_pod_interface(spec: &PodIfaceSpec) -> Result<PodIface, PodnetError>
 
 /// Step 1: the veth pair, the peer made directly in the pod namespace.
 fn create_veth(spec: &PodIfaceSpec, ns: &File) -> Result<PodIface, PodnetError> {
-    let peer = LinkUnspec::new_with_name(&spec.ifname)
-        .address(spec.mac.to_vec())
-        .mtu(spec.mtu)
-        .setns_by_fd(ns.as_raw_fd())
-        .build();
-    let msg = LinkMessageBuilder::<LinkVeth>::new_with_info_kind(InfoKind::Veth)
-        .name(spec.host_ifname.clone())
-        .mtu(spec.mtu)
-        .up()
-        .set_info_data(InfoData::Veth(InfoVeth::Peer(peer)))
-        .build();
+    let new = NewLink::Veth {
+        end: LinkSpec {
+            mtu: Some(spec.mtu),
+            up: true,
+            ..LinkSpec::named(spec.host_ifname.as_str())
+        },
+        peer: LinkSpec {
+            mtu: Some(spec.mtu),
+            mac: Some(spec.mac),
+            netns: Some(ns.as_fd()),
+            ..LinkSpec::named(spec.ifname.as_str())
+        },
+    };
     let step = || {
         format!(
             "create veth '{}' with peer '{}' in {}",
@@ -300,41 +295,35 @@ fn create_veth(spec: &PodIfaceSpec, ns: &File) -> Result<PodIface, PodnetError> 
             spec.netns.display()
         )
     };
-    nl::with_handle(|h| async move {
-        // Both requests are sent before either answer is read; `join!`
-        // polls (and so sends) them in this order.
-        let add = h.link().add(msg).execute();
-        let get = nl::link_by_name(&h, &spec.host_ifname);
-        let (added, got) = futures::join!(add, get);
-        if let Err(e) = added {
-            if nl::errno(&e) == Some(Errno::EEXIST) {
-                return Err(
-                    if nl::link_by_name(&h, &spec.host_ifname).await?.is_some() {
-                        PodnetError::Exists(
-                            spec.host_ifname.clone(),
-                            "the host network namespace".into(),
-                        )
-                    } else {
-                        PodnetError::Exists(spec.ifname.clone(), spec.netns.display().to_string())
-                    },
-                );
+    nl::with_netlink(|nl| {
+        // The lookup of the host end is sent right behind the creation.
+        let link = match nl.add_link_and_get(&new) {
+            Ok(link) => link,
+            Err(e) if e.errno() == Some(Errno::EEXIST) => {
+                let host_taken = nl
+                    .link(&spec.host_ifname)
+                    .map_err(nl::step(format!("get link '{}'", spec.host_ifname)))?
+                    .is_some();
+                return Err(if host_taken {
+                    PodnetError::Exists(
+                        spec.host_ifname.clone(),
+                        "the host network namespace".into(),
+                    )
+                } else {
+                    PodnetError::Exists(spec.ifname.clone(), spec.netns.display().to_string())
+                });
             }
-            return Err(nl::nl_err(step(), &e));
-        }
-        let link = got?.ok_or_else(|| PodnetError::Netlink {
-            step: step(),
-            reason: format!(
-                "host link '{}' vanished right after creation",
-                spec.host_ifname
-            ),
-        })?;
-        let host_mac = nl::link_mac(&link).ok_or_else(|| PodnetError::Netlink {
+            // (ENODEV here may also be the host end deleted right after
+            // its creation, before the lookup behind it.)
+            Err(e) => return Err(nl::nl_err(step(), &e)),
+        };
+        let host_mac = link.mac.ok_or_else(|| PodnetError::Netlink {
             step: step(),
             reason: format!("host link '{}' has no Ethernet address", spec.host_ifname),
         })?;
         Ok(PodIface {
             host_ifname: spec.host_ifname.clone(),
-            host_ifindex: link.header.index,
+            host_ifindex: link.index,
             host_mac,
         })
     })
@@ -345,64 +334,60 @@ fn configure_pod_end(spec: &PodIfaceSpec, ns: &File) -> Result<(), PodnetError> 
     let in_ns = spec.netns.display().to_string();
     nl::in_netns(ns.as_fd(), &spec.netns, || {
         if spec.tx_checksum_off {
-            ethtool::set_tx_checksum(&spec.ifname, false).map_err(|e| PodnetError::Netlink {
-                step: format!(
-                    "turn TX checksum offload off on '{}' in {in_ns}",
-                    spec.ifname
-                ),
-                reason: e.to_string(),
-            })?;
+            ethtool::set_tx_checksum(&spec.ifname, false).map_err(nl::step(format!(
+                "turn TX checksum offload off on '{}' in {in_ns}",
+                spec.ifname
+            )))?;
         }
-        let index = nix::net::if_::if_nametoindex(spec.ifname.as_str()).map_err(|e| {
-            PodnetError::Netlink {
-                step: format!("find '{}' in {in_ns}", spec.ifname),
-                reason: e.desc().to_string(),
-            }
-        })?;
-        let mut route = RouteMessageBuilder::<Ipv4Addr>::new()
-            .gateway(spec.gateway)
-            .output_interface(index);
-        if !in_subnet(spec.ip, spec.prefix_len, spec.gateway) {
-            route = route.onlink();
-        }
-        let route = route.build();
-        nl::with_handle(|h| async move {
+        nl::with_netlink(|nl| {
+            let index = nl
+                .existing_link(&spec.ifname)
+                .map_err(nl::step(format!("find '{}' in {in_ns}", spec.ifname)))?
+                .index;
+            let route = Ipv4Route {
+                dst: Ipv4Net::default(),
+                gateway: Some(spec.gateway),
+                oif: Some(index),
+                onlink: !in_subnet(spec.ip, spec.prefix_len, spec.gateway),
+            };
             // Sent in this order, answered in this order: the address (and
             // its connected route) exists when the default route is added.
-            let lo = h
-                .link()
-                .set(LinkUnspec::new_with_index(LOOPBACK_IFINDEX).up().build())
-                .execute();
-            let up = h
-                .link()
-                .set(LinkUnspec::new_with_index(index).up().build())
-                .execute();
-            let addr = h
-                .address()
-                .add(index, IpAddr::V4(spec.ip), spec.prefix_len)
-                .execute();
-            let rt = h.route().add(route).execute();
-            let (lo, up, addr, rt) = futures::join!(lo, up, addr, rt);
-            lo.map_err(|e| nl::nl_err(format!("bring 'lo' up in {in_ns}"), &e))?;
-            up.map_err(|e| nl::nl_err(format!("bring '{}' up in {in_ns}", spec.ifname), &e))?;
-            addr.map_err(|e| {
-                nl::nl_err(
-                    format!(
-                        "add {}/{} to '{}' in {in_ns}",
-                        spec.ip, spec.prefix_len, spec.ifname
-                    ),
-                    &e,
-                )
-            })?;
-            rt.map_err(|e| {
-                nl::nl_err(
-                    format!(
-                        "add default route via {} dev '{}' in {in_ns}",
-                        spec.gateway, spec.ifname
-                    ),
-                    &e,
-                )
-            })?;
+            let results = nl
+                .pipeline(&[
+                    Change::SetLink {
+                        index: LOOPBACK_IFINDEX,
+                        change: LinkChange::up(),
+                    },
+                    Change::SetLink {
+                        index,
+                        change: LinkChange::up(),
+                    },
+                    Change::AddAddress {
+                        index,
+                        ip: IpAddr::V4(spec.ip),
+                        prefix_len: spec.prefix_len,
+                    },
+                    Change::AddRoute {
+                        route,
+                        replace: false,
+                    },
+                ])
+                .map_err(nl::step(format!("configure '{}' in {in_ns}", spec.ifname)))?;
+            let steps = [
+                format!("bring 'lo' up in {in_ns}"),
+                format!("bring '{}' up in {in_ns}", spec.ifname),
+                format!(
+                    "add {}/{} to '{}' in {in_ns}",
+                    spec.ip, spec.prefix_len, spec.ifname
+                ),
+                format!(
+                    "add default route via {} dev '{}' in {in_ns}",
+                    spec.gateway, spec.ifname
+                ),
+            ];
+            for (r, step) in results.into_iter().zip(steps) {
+                r.map_err(nl::step(step))?;
+            }
             Ok(())
         })
     })
@@ -411,13 +396,9 @@ fn configure_pod_end(spec: &PodIfaceSpec, ns: &File) -> Result<(), PodnetError> 
 /// Deletes the host end (and so its peer). `Ok(false)` if it did not exist.
 pub fn delete_host_link(host_ifname: &str) -> Result<bool, PodnetError> {
     validate_ifname("host", host_ifname)?;
-    nl::with_handle(|h| async move {
-        let msg = LinkUnspec::new_with_name(host_ifname).build();
-        match h.link().del_with_message(msg).execute().await {
-            Ok(()) => Ok(true),
-            Err(e) if nl::errno(&e) == Some(Errno::ENODEV) => Ok(false),
-            Err(e) => Err(nl::nl_err(format!("delete link '{host_ifname}'"), &e)),
-        }
+    nl::with_netlink(|nl| {
+        nl.delete_link(host_ifname)
+            .map_err(nl::step(format!("delete link '{host_ifname}'")))
     })
 }
 
@@ -428,14 +409,16 @@ pub fn check_pod_interface(spec: &PodIfaceSpec) -> Result<(), PodnetError> {
     validate_ifname("pod", &spec.ifname)?;
     let ns = open_netns(&spec.netns)?;
     let diffs = nl::in_netns(ns.as_fd(), &spec.netns, || {
-        let (mut diffs, exists) = nl::with_handle(|h| async move {
+        let (mut diffs, exists) = nl::with_netlink(|nl| {
             let mut diffs = Vec::new();
-            let Some(link) = nl::link_by_name(&h, &spec.ifname).await? else {
+            let Some(link) = nl
+                .link(&spec.ifname)
+                .map_err(nl::step(format!("get link '{}'", spec.ifname)))?
+            else {
                 diffs.push("the interface does not exist".to_string());
                 return Ok((diffs, false));
             };
-            let index = link.header.index;
-            match nl::link_mac(&link) {
+            match link.mac {
                 Some(mac) if mac == spec.mac => {}
                 Some(mac) => diffs.push(format!(
                     "MAC is {}, want {}",
@@ -444,15 +427,15 @@ pub fn check_pod_interface(spec: &PodIfaceSpec) -> Result<(), PodnetError> {
                 )),
                 None => diffs.push(format!("has no MAC, want {}", fmt_mac(&spec.mac))),
             }
-            match nl::link_mtu(&link) {
+            match link.mtu {
                 Some(mtu) if mtu == spec.mtu => {}
                 Some(mtu) => diffs.push(format!("MTU is {mtu}, want {}", spec.mtu)),
                 None => diffs.push(format!("has no MTU, want {}", spec.mtu)),
             }
-            if !nl::link_is_up(&link) {
+            if !link.up {
                 diffs.push("is down, want up".to_string());
             }
-            let addrs = nl::ipv4_addresses(&h, index).await?;
+            let addrs = ipv4_addresses(nl, Some(link.index))?;
             if !addrs.contains(&(spec.ip, spec.prefix_len)) {
                 let have: Vec<String> = addrs.iter().map(|(ip, p)| format!("{ip}/{p}")).collect();
                 diffs.push(format!(
@@ -462,10 +445,12 @@ pub fn check_pod_interface(spec: &PodIfaceSpec) -> Result<(), PodnetError> {
                     have.join(", ")
                 ));
             }
-            let routes = nl::ipv4_default_routes(&h).await?;
+            let routes = nl
+                .ipv4_default_routes()
+                .map_err(nl::step("list IPv4 routes"))?;
             let want = routes
                 .iter()
-                .any(|r| r.gateway == Some(spec.gateway) && r.oif == Some(index));
+                .any(|r| r.gateway == Some(spec.gateway) && r.oif == Some(link.index));
             if !want {
                 let have: Vec<String> = routes
                     .iter()
@@ -503,6 +488,27 @@ pub fn check_pod_interface(spec: &PodIfaceSpec) -> Result<(), PodnetError> {
     }
 }
 
+/// The IPv4 addresses (with prefix length) of link `index` (of every link
+/// for `None`).
+fn ipv4_addresses(
+    nl: &mut Netlink,
+    index: Option<u32>,
+) -> Result<Vec<(Ipv4Addr, u8)>, PodnetError> {
+    let step = match index {
+        Some(i) => format!("list addresses of link index {i}"),
+        None => "list IPv4 addresses".to_string(),
+    };
+    Ok(nl
+        .addresses(index)
+        .map_err(nl::step(step))?
+        .into_iter()
+        .filter_map(|a| match a.ip {
+            IpAddr::V4(ip) => Some((ip, a.prefix_len)),
+            IpAddr::V6(_) => None,
+        })
+        .collect())
+}
+
 /// The alias the agent puts on a pod's host link, naming the attachment
 /// that owns it (`oxvs:<ifname>:<container id>`, IFLA_IFALIAS). The host
 /// link's name is a 28-bit hash, so two attachments may derive the same
@@ -535,17 +541,14 @@ pub fn owner_alias(container_id: &str, ifname: &str) -> String {
 /// Sets `name`'s alias (IFLA_IFALIAS).
 pub fn set_link_alias(name: &str, alias: &str) -> Result<(), PodnetError> {
     validate_ifname("link", name)?;
-    nl::with_handle(|h| async move {
-        let link = existing_link(&h, name).await?;
-        h.link()
-            .set(
-                LinkUnspec::new_with_index(link.header.index)
-                    .alias(alias)
-                    .build(),
-            )
-            .execute()
-            .await
-            .map_err(|e| nl::nl_err(format!("set the alias of '{name}'"), &e))
+    nl::with_netlink(|nl| {
+        let link = existing_link(nl, name)?;
+        let change = LinkChange {
+            alias: Some(alias.to_string()),
+            ..Default::default()
+        };
+        nl.set_link(link.index, &change)
+            .map_err(nl::step(format!("set the alias of '{name}'")))
     })
 }
 
@@ -553,19 +556,19 @@ pub fn set_link_alias(name: &str, alias: &str) -> Result<(), PodnetError> {
 /// if it has no alias.
 pub fn link_alias(name: &str) -> Result<Option<Option<String>>, PodnetError> {
     validate_ifname("link", name)?;
-    nl::with_handle(|h| async move {
-        Ok(nl::link_by_name(&h, name)
-            .await?
-            .map(|m| nl::link_alias(&m)))
+    nl::with_netlink(|nl| {
+        Ok(nl
+            .link(name)
+            .map_err(nl::step(format!("get link '{name}'")))?
+            .map(|l| l.alias))
     })
 }
 
 /// The prefix of the address `ip` in the caller's namespace (the subnet
 /// of the interface holding it), if some interface holds it.
 pub fn subnet_of(ip: Ipv4Addr) -> Result<Option<ipnet::Ipv4Net>, PodnetError> {
-    nl::with_handle(|h| async move {
-        Ok(nl::all_ipv4_addresses(&h)
-            .await?
+    nl::with_netlink(|nl| {
+        Ok(ipv4_addresses(nl, None)?
             .into_iter()
             .find(|(a, _)| *a == ip)
             .and_then(|(a, len)| ipnet::Ipv4Net::new(a, len).ok())
@@ -576,32 +579,25 @@ pub fn subnet_of(ip: Ipv4Addr) -> Result<Option<ipnet::Ipv4Net>, PodnetError> {
 /// Whether `name` exists in the caller's namespace.
 pub fn link_exists(name: &str) -> Result<bool, PodnetError> {
     validate_ifname("link", name)?;
-    nl::with_handle(|h| async move { Ok(nl::link_by_name(&h, name).await?.is_some()) })
+    nl::with_netlink(|nl| {
+        Ok(nl
+            .link(name)
+            .map_err(nl::step(format!("get link '{name}'")))?
+            .is_some())
+    })
 }
 
-fn existing_link(
-    h: &rtnetlink::Handle,
-    name: &str,
-) -> impl std::future::Future<Output = Result<rtnetlink::packet_route::link::LinkMessage, PodnetError>>
-{
-    let h = h.clone();
-    let name = name.to_string();
-    async move {
-        nl::link_by_name(&h, &name)
-            .await?
-            .ok_or_else(|| PodnetError::Netlink {
-                step: format!("get link '{name}'"),
-                reason: "ENODEV: no such interface".into(),
-            })
-    }
+fn existing_link(nl: &mut Netlink, name: &str) -> Result<Link, PodnetError> {
+    nl.existing_link(name)
+        .map_err(nl::step(format!("get link '{name}'")))
 }
 
 /// The MAC address of `name` in the caller's namespace.
 pub fn link_mac(name: &str) -> Result<[u8; 6], PodnetError> {
     validate_ifname("link", name)?;
-    nl::with_handle(|h| async move {
-        let link = existing_link(&h, name).await?;
-        nl::link_mac(&link)
+    nl::with_netlink(|nl| {
+        existing_link(nl, name)?
+            .mac
             .ok_or_else(|| PodnetError::Other(format!("link '{name}' has no Ethernet address")))
     })
 }
@@ -609,9 +605,9 @@ pub fn link_mac(name: &str) -> Result<[u8; 6], PodnetError> {
 /// The MTU of `name` in the caller's namespace.
 pub fn link_mtu(name: &str) -> Result<u32, PodnetError> {
     validate_ifname("link", name)?;
-    nl::with_handle(|h| async move {
-        let link = existing_link(&h, name).await?;
-        nl::link_mtu(&link)
+    nl::with_netlink(|nl| {
+        existing_link(nl, name)?
+            .mtu
             .ok_or_else(|| PodnetError::Other(format!("link '{name}' reports no MTU")))
     })
 }
@@ -624,31 +620,19 @@ pub fn ensure_address(name: &str, ip: Ipv4Addr, prefix_len: u8) -> Result<(), Po
             "invalid prefix length /{prefix_len} for {ip} on '{name}': at most 32"
         )));
     }
-    nl::with_handle(|h| async move {
-        let link = existing_link(&h, name).await?;
-        let index = link.header.index;
-        if !nl::ipv4_addresses(&h, index)
-            .await?
-            .contains(&(ip, prefix_len))
-        {
-            match h
-                .address()
-                .add(index, IpAddr::V4(ip), prefix_len)
-                .execute()
-                .await
-            {
+    nl::with_netlink(|nl| {
+        let link = existing_link(nl, name)?;
+        if !ipv4_addresses(nl, Some(link.index))?.contains(&(ip, prefix_len)) {
+            match nl.add_address(link.index, IpAddr::V4(ip), prefix_len) {
                 Ok(()) => {}
                 // Lost a race with another writer: the address is there.
-                Err(e) if nl::errno(&e) == Some(Errno::EEXIST) => {}
+                Err(e) if e.errno() == Some(Errno::EEXIST) => {}
                 Err(e) => return Err(nl::nl_err(format!("add {ip}/{prefix_len} to '{name}'"), &e)),
             }
         }
-        if !nl::link_is_up(&link) {
-            h.link()
-                .set(LinkUnspec::new_with_index(index).up().build())
-                .execute()
-                .await
-                .map_err(|e| nl::nl_err(format!("bring '{name}' up"), &e))?;
+        if !link.up {
+            nl.set_link(link.index, &LinkChange::up())
+                .map_err(nl::step(format!("bring '{name}' up")))?;
         }
         Ok(())
     })
@@ -657,13 +641,18 @@ pub fn ensure_address(name: &str, ip: Ipv4Addr, prefix_len: u8) -> Result<(), Po
 /// The name of the interface holding the IPv4 default route, if any (the
 /// one with the lowest metric when there are several).
 pub fn default_route_interface() -> Result<Option<String>, PodnetError> {
-    nl::with_handle(|h| async move {
-        let mut routes = nl::ipv4_default_routes(&h).await?;
+    nl::with_netlink(|nl| {
+        let mut routes = nl
+            .ipv4_default_routes()
+            .map_err(nl::step("list IPv4 routes"))?;
         routes.sort_by_key(|r| r.metric);
         for r in routes {
             if let Some(oif) = r.oif {
-                if let Some(name) = nl::link_name_by_index(&h, oif).await? {
-                    return Ok(Some(name));
+                let link = nl
+                    .link_by_index(oif)
+                    .map_err(nl::step(format!("get link index {oif}")))?;
+                if let Some(link) = link {
+                    return Ok(Some(link.name));
                 }
             }
         }
@@ -687,64 +676,51 @@ pub fn netns_exists(path: &Path) -> bool {
 /// existing route to `dst`. Idempotent.
 pub fn ensure_route(dst: ipnet::Ipv4Net, via: Ipv4Addr, dev: &str) -> Result<(), PodnetError> {
     validate_ifname("link", dev)?;
-    nl::with_handle(|h| async move {
-        let link = existing_link(&h, dev).await?;
-        let route = RouteMessageBuilder::<Ipv4Addr>::new()
-            .destination_prefix(dst.network(), dst.prefix_len())
-            .gateway(via)
-            .output_interface(link.header.index)
-            .onlink()
-            .build();
-        h.route()
-            .add(route)
-            .replace()
-            .execute()
-            .await
-            .map_err(|e| nl::nl_err(format!("route {dst} via {via} dev {dev} onlink"), &e))
+    nl::with_netlink(|nl| {
+        let link = existing_link(nl, dev)?;
+        let route = Ipv4Route {
+            dst,
+            gateway: Some(via),
+            oif: Some(link.index),
+            onlink: true,
+        };
+        nl.add_route(&route, true)
+            .map_err(nl::step(format!("route {dst} via {via} dev {dev} onlink")))
     })
 }
 
 /// Removes the caller's namespace route to `dst` (if any) that goes out of `dev`.
 pub fn remove_route(dst: ipnet::Ipv4Net, dev: &str) -> Result<bool, PodnetError> {
     validate_ifname("link", dev)?;
-    nl::with_handle(|h| async move {
-        let Ok(link) = existing_link(&h, dev).await else {
+    nl::with_netlink(|nl| {
+        let Ok(link) = existing_link(nl, dev) else {
             return Ok(false);
         };
-        let route = RouteMessageBuilder::<Ipv4Addr>::new()
-            .destination_prefix(dst.network(), dst.prefix_len())
-            .output_interface(link.header.index)
-            .build();
-        match h.route().del(route).execute().await {
-            Ok(()) => Ok(true),
-            Err(e) if matches!(nl::errno(&e), Some(Errno::ESRCH) | Some(Errno::ENOENT)) => {
-                Ok(false)
-            }
-            Err(e) => Err(nl::nl_err(
-                format!("remove the route to {dst} on {dev}"),
-                &e,
-            )),
-        }
+        let route = Ipv4Route {
+            dst,
+            gateway: None,
+            oif: Some(link.index),
+            onlink: false,
+        };
+        nl.delete_route(&route)
+            .map_err(nl::step(format!("remove the route to {dst} on {dev}")))
     })
 }
 
 /// Sets the MTU of `name` in the caller's namespace (if it differs).
 pub fn set_mtu(name: &str, mtu: u32) -> Result<(), PodnetError> {
     validate_ifname("link", name)?;
-    nl::with_handle(|h| async move {
-        let link = existing_link(&h, name).await?;
-        if nl::link_mtu(&link) == Some(mtu) {
+    nl::with_netlink(|nl| {
+        let link = existing_link(nl, name)?;
+        if link.mtu == Some(mtu) {
             return Ok(());
         }
-        h.link()
-            .set(
-                LinkUnspec::new_with_index(link.header.index)
-                    .mtu(mtu)
-                    .build(),
-            )
-            .execute()
-            .await
-            .map_err(|e| nl::nl_err(format!("set the MTU of '{name}' to {mtu}"), &e))
+        let change = LinkChange {
+            mtu: Some(mtu),
+            ..Default::default()
+        };
+        nl.set_link(link.index, &change)
+            .map_err(nl::step(format!("set the MTU of '{name}' to {mtu}")))
     })
 }
 

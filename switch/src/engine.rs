@@ -110,11 +110,10 @@ impl UmemSharing {
 /// Deletes the anchor devices [`UmemSharing::per_thread_unique`] made for
 /// processes that no longer exist (killed before they could delete them).
 fn delete_stale_unique_anchors() {
-    let Ok(dir) = std::fs::read_dir("/sys/class/net") else {
+    let Ok(names) = crate::netdev::link_names() else {
         return;
     };
-    for entry in dir.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
+    for name in names {
         let Some(rest) = name.strip_prefix("oxu") else {
             continue;
         };

@@ -2,6 +2,10 @@
 //! host interface wired into the switch, so the node's own stack reaches
 //! pods (node -> pod and pod -> node, ping and TCP with data checked) with
 //! no NAT; SIGTERM removes the interface again.
+//! switchd runs with a `PATH` that has no program at all: it makes the
+//! gateway pair, its address, TX checksum offload off and the UMEM anchor
+//! over netlink and the ethtool ioctl, and needs neither `ip` nor
+//! `ethtool` (the test itself uses both to look).
 //! Runs as root only (skips otherwise); everything lives in fresh
 //! namespaces removed on drop.
 
@@ -20,8 +24,9 @@ fn e2e_gateway() {
     skip_unless_capable!();
     let node = Netns::new("gwnode");
     let pod = Netns::new("gwpod");
-    let mut sw = Switchd::start_with(
+    let mut sw = Switchd::start_with_env(
         &node,
+        &["PATH=/nonexistent"],
         &[
             "--gateway",
             "oxgw0",
@@ -33,6 +38,20 @@ fn e2e_gateway() {
     );
     let show = sw.ctl_ok(&["show"]);
     assert!(show.contains("oxgw0"), "gateway port not shown:\n{show}");
+    let addr = node.sh("ip -4 -br addr show dev oxgw0");
+    assert!(addr.contains("10.20.0.1/24"), "gateway address: {addr}");
+    let features = node.must(&["ethtool", "-k", "oxgw0"]);
+    assert!(
+        features.contains("tx-checksumming: off"),
+        "TX checksum offload left on:\n{features}"
+    );
+    assert!(
+        node.exec(&["ip", "link", "show", "oxvs-umem"])
+            .status
+            .success(),
+        "no UMEM anchor device:\n{}",
+        sw.log()
+    );
     add_pod(&sw, &node, &pod, "gp1", 1, "10.20.0.5/24", POD_MAC, 1500);
     sw.add_flows(&example("switch-gateway.flows"));
 

@@ -432,11 +432,19 @@ impl Switchd {
 
     /// [`Switchd::start`] with extra command-line arguments.
     pub fn start_with(ns: &Netns, extra: &[&str]) -> Switchd {
+        Switchd::start_with_env(ns, &[], extra)
+    }
+
+    /// [`Switchd::start_with`], switchd's environment also given `env`
+    /// (`NAME=VALUE` each, as `env(1)` takes them).
+    pub fn start_with_env(ns: &Netns, env: &[&str], extra: &[&str]) -> Switchd {
         let sock = PathBuf::from(format!("/tmp/{}.sock", unique("sw")));
         let bin = switchd_bin();
         let bin = bin.to_string_lossy();
         let sock_s = sock.to_string_lossy().into_owned();
-        let mut cmd = vec!["env", "RUST_LOG=info", &bin, "--socket", &sock_s];
+        let mut cmd = vec!["env", "RUST_LOG=info"];
+        cmd.extend_from_slice(env);
+        cmd.extend_from_slice(&[&bin, "--socket", &sock_s]);
         cmd.extend_from_slice(extra);
         let proc = Bg::spawn(Some(&ns.name), &cmd);
         let mut sw = Switchd {

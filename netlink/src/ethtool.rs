@@ -3,16 +3,17 @@
 //! netlink crates we use cannot set features.
 //!
 //! The ioctl acts on the network namespace of the socket it is issued on,
-//! which is opened by each call on the calling thread: call these from the
-//! thread that entered the pod's namespace. `ETHTOOL_STXCSUM` with 0 clears
+//! which is opened by each call on the calling thread: call these from a
+//! thread in the device's namespace. `ETHTOOL_STXCSUM` with 0 clears
 //! every checksum feature of the device (`tx-checksum-ip-generic`,
 //! `-ipv4`, `-ipv6`, and the FCoE/SCTP CRC ones) in its wanted features.
 #![allow(unsafe_code)]
 
-use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 
 use nix::sys::socket::{socket, AddressFamily, SockFlag, SockType};
+
+use crate::{check_ifname, Errno, Error};
 
 /// `ETHTOOL_GTXCSUM` from `<linux/ethtool.h>`.
 const ETHTOOL_GTXCSUM: u32 = 0x16;
@@ -26,8 +27,10 @@ struct EthtoolValue {
     data: u32,
 }
 
-/// Turns TX checksum offload of `ifname` on or off.
-pub(super) fn set_tx_checksum(ifname: &str, on: bool) -> io::Result<()> {
+/// Turns TX checksum offload of `ifname` on or off (`ethtool -K IFNAME tx
+/// on|off`). `ENODEV` if there is no such device, `EOPNOTSUPP` if its
+/// driver cannot change it.
+pub fn set_tx_checksum(ifname: &str, on: bool) -> Result<(), Error> {
     let mut v = EthtoolValue {
         cmd: ETHTOOL_STXCSUM,
         data: u32::from(on),
@@ -36,7 +39,7 @@ pub(super) fn set_tx_checksum(ifname: &str, on: bool) -> io::Result<()> {
 }
 
 /// Whether TX checksum offload of `ifname` is on.
-pub(super) fn tx_checksum(ifname: &str) -> io::Result<bool> {
+pub fn tx_checksum(ifname: &str) -> Result<bool, Error> {
     let mut v = EthtoolValue {
         cmd: ETHTOOL_GTXCSUM,
         data: 0,
@@ -45,20 +48,19 @@ pub(super) fn tx_checksum(ifname: &str) -> io::Result<bool> {
     Ok(v.data != 0)
 }
 
-fn ethtool_ioctl(ifname: &str, value: &mut EthtoolValue) -> io::Result<()> {
+fn ethtool_ioctl(ifname: &str, value: &mut EthtoolValue) -> Result<(), Error> {
+    check_ifname(ifname)?;
     let name = ifname.as_bytes();
-    if name.is_empty() || name.len() >= libc::IFNAMSIZ || name.contains(&0) {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("invalid interface name '{ifname}'"),
-        ));
-    }
+    // `check_ifname` bounds the length: the name and its NUL fit in
+    // `ifr_name` (IFNAMSIZ bytes).
+    debug_assert!(name.len() < libc::IFNAMSIZ);
     let sock: OwnedFd = socket(
         AddressFamily::Inet,
         SockType::Datagram,
         SockFlag::SOCK_CLOEXEC,
         None,
-    )?;
+    )
+    .map_err(|e| Error::Socket(e.into()))?;
     // SAFETY: `ifreq` is a C struct of a byte array and a union of plain
     // integers, socket addresses and raw pointers: all-zero is a valid value.
     let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
@@ -75,7 +77,7 @@ fn ethtool_ioctl(ifname: &str, value: &mut EthtoolValue) -> io::Result<()> {
     // of `struct ethtool_value`). Both outlive the call.
     let rc = unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCETHTOOL as _, &mut ifr) };
     if rc < 0 {
-        return Err(io::Error::last_os_error());
+        return Err(Error::Kernel(Errno::last()));
     }
     Ok(())
 }

@@ -1,0 +1,194 @@
+//! IPv4 routes of the main table: add or replace, delete, list the
+//! default routes.
+
+use std::net::Ipv4Addr;
+
+use ipnet::Ipv4Net;
+use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE};
+use netlink_packet_route::route::{
+    RouteAddress, RouteAttribute, RouteFlags, RouteHeader, RouteMessage, RouteProtocol, RouteScope,
+    RouteType,
+};
+use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
+
+use crate::conn::Request;
+use crate::{Errno, Error, Netlink};
+
+/// An IPv4 unicast route of the main table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ipv4Route {
+    /// `0.0.0.0/0` for the default route.
+    pub dst: Ipv4Net,
+    pub gateway: Option<Ipv4Addr>,
+    /// The output link's index.
+    pub oif: Option<u32>,
+    /// The gateway need not be in a connected subnet (`onlink`).
+    pub onlink: bool,
+}
+
+fn message(r: &Ipv4Route) -> RouteMessage {
+    let mut m = RouteMessage::default();
+    m.header.address_family = AddressFamily::Inet;
+    m.header.table = RouteHeader::RT_TABLE_MAIN;
+    m.header.destination_prefix_length = r.dst.prefix_len();
+    if r.dst.prefix_len() > 0 {
+        m.attributes
+            .push(RouteAttribute::Destination(RouteAddress::Inet(
+                r.dst.network(),
+            )));
+    }
+    if let Some(gw) = r.gateway {
+        m.attributes
+            .push(RouteAttribute::Gateway(RouteAddress::Inet(gw)));
+    }
+    if let Some(oif) = r.oif {
+        m.attributes.push(RouteAttribute::Oif(oif));
+    }
+    if r.onlink {
+        m.header.flags.insert(RouteFlags::Onlink);
+    }
+    m
+}
+
+pub(crate) fn add_request(r: &Ipv4Route, replace: bool) -> Request {
+    let mut m = message(r);
+    m.header.protocol = RouteProtocol::Static;
+    m.header.kind = RouteType::Unicast;
+    // Without a gateway the destination is on the link.
+    m.header.scope = if r.gateway.is_none() && r.oif.is_some() {
+        RouteScope::Link
+    } else {
+        RouteScope::Universe
+    };
+    let flags = NLM_F_CREATE | if replace { NLM_F_REPLACE } else { NLM_F_EXCL };
+    Request::acked(RouteNetlinkMessage::NewRoute(m), flags)
+}
+
+pub(crate) fn delete_request(r: &Ipv4Route) -> Request {
+    // As `ip route del`: any protocol, scope and type; the route's fields
+    // that are set must match.
+    let mut m = message(r);
+    m.header.protocol = RouteProtocol::Unspec;
+    m.header.scope = RouteScope::NoWhere;
+    m.header.kind = RouteType::Unspec;
+    Request::acked(RouteNetlinkMessage::DelRoute(m), 0)
+}
+
+/// An IPv4 default route of the main table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DefaultRoute {
+    pub gateway: Option<Ipv4Addr>,
+    /// The output link's index (the first next hop's for a multipath
+    /// route).
+    pub oif: Option<u32>,
+    pub metric: u32,
+}
+
+fn table(m: &RouteMessage) -> u32 {
+    m.attributes
+        .iter()
+        .find_map(|a| match a {
+            RouteAttribute::Table(t) => Some(*t),
+            _ => None,
+        })
+        .unwrap_or(u32::from(m.header.table))
+}
+
+impl Netlink {
+    /// Adds `route`; with `replace`, replaces a route to the same
+    /// destination (and is then idempotent), else `EEXIST` if there is one.
+    pub fn add_route(&mut self, route: &Ipv4Route, replace: bool) -> Result<(), Error> {
+        self.request(add_request(route, replace)).map(drop)
+    }
+
+    /// Deletes the route to `route.dst` that matches its gateway and output
+    /// link where those are set. `Ok(false)` if there was none.
+    pub fn delete_route(&mut self, route: &Ipv4Route) -> Result<bool, Error> {
+        match self.request(delete_request(route)) {
+            Ok(_) => Ok(true),
+            Err(e) if matches!(e.errno(), Some(Errno::ESRCH) | Some(Errno::ENOENT)) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Every IPv4 default route of the main table.
+    pub fn ipv4_default_routes(&mut self) -> Result<Vec<DefaultRoute>, Error> {
+        let mut req = RouteMessage::default();
+        req.header.address_family = AddressFamily::Inet;
+        let msgs = self.request(Request::dump(RouteNetlinkMessage::GetRoute(req)))?;
+        Ok(msgs
+            .iter()
+            .filter_map(|m| match m {
+                RouteNetlinkMessage::NewRoute(r) => Some(r),
+                _ => None,
+            })
+            .filter(|m| m.header.address_family == AddressFamily::Inet)
+            .filter(|m| m.header.destination_prefix_length == 0)
+            .filter(|m| table(m) == u32::from(RouteHeader::RT_TABLE_MAIN))
+            .map(|m| {
+                let mut r = DefaultRoute {
+                    gateway: None,
+                    oif: None,
+                    metric: 0,
+                };
+                for a in &m.attributes {
+                    match a {
+                        RouteAttribute::Gateway(RouteAddress::Inet(gw)) => r.gateway = Some(*gw),
+                        RouteAttribute::Oif(i) => r.oif = Some(*i),
+                        RouteAttribute::Priority(p) => r.metric = *p,
+                        RouteAttribute::MultiPath(hops) if r.oif.is_none() => {
+                            r.oif = hops.first().map(|nh| nh.interface_index);
+                        }
+                        _ => {}
+                    }
+                }
+                r
+            })
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn onlink_replace_route_message() {
+        let r = Ipv4Route {
+            dst: "10.244.2.0/24".parse().unwrap(),
+            gateway: Some(Ipv4Addr::new(10, 244, 2, 1)),
+            oif: Some(5),
+            onlink: true,
+        };
+        let req = add_request(&r, true);
+        let RouteNetlinkMessage::NewRoute(m) = req.msg_for_test() else {
+            panic!()
+        };
+        assert_eq!(m.header.destination_prefix_length, 24);
+        assert!(m.header.flags.contains(RouteFlags::Onlink));
+        assert_eq!(m.header.scope, RouteScope::Universe);
+        assert!(m
+            .attributes
+            .contains(&RouteAttribute::Destination(RouteAddress::Inet(
+                Ipv4Addr::new(10, 244, 2, 0)
+            ))));
+        assert_ne!(req.flags_for_test() & NLM_F_REPLACE, 0);
+        assert_eq!(req.flags_for_test() & NLM_F_EXCL, 0);
+
+        let default = Ipv4Route {
+            dst: Ipv4Net::default(),
+            gateway: Some(Ipv4Addr::new(10, 0, 0, 1)),
+            oif: Some(2),
+            onlink: false,
+        };
+        let RouteNetlinkMessage::NewRoute(m) = add_request(&default, false).msg_for_test().clone()
+        else {
+            panic!()
+        };
+        assert_eq!(m.header.destination_prefix_length, 0);
+        assert!(!m
+            .attributes
+            .iter()
+            .any(|a| matches!(a, RouteAttribute::Destination(_))));
+    }
+}

@@ -1,0 +1,292 @@
+//! oxvs-netlink against the real kernel (root).
+//!
+//! Isolation: each test runs on a thread that `unshare`s a fresh network
+//! namespace first, so everything it makes lives there and disappears with
+//! the thread; the machine's own namespace is never touched, and nothing
+//! runs `ip`.
+
+use std::fs::File;
+use std::net::{IpAddr, Ipv4Addr};
+use std::os::fd::AsFd;
+
+use nix::sched::{unshare, CloneFlags};
+use oxvs_netlink::{
+    ethtool, Change, Errno, Error, Ipv4Route, LinkChange, LinkSpec, Netlink, NewLink,
+};
+
+/// Runs `f` on a new thread in a new, empty network namespace; `None` (after
+/// a skip) when this process may not make one.
+fn in_fresh_netns<T: Send>(f: impl FnOnce() -> T + Send) -> Option<T> {
+    if !oxvs_testutil::is_root() {
+        oxvs_testutil::skip_or_fail("not root: cannot make a network namespace");
+        return None;
+    }
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            unshare(CloneFlags::CLONE_NEWNET).expect("unshare(CLONE_NEWNET)");
+            f()
+        })
+        .join()
+        .unwrap_or_else(|p| std::panic::resume_unwind(p))
+    })
+    .into()
+}
+
+fn veth<'a>(a: &str, b: &str) -> NewLink<'a> {
+    NewLink::Veth {
+        end: LinkSpec::named(a),
+        peer: LinkSpec::named(b),
+    }
+}
+
+#[test]
+fn veth_pair_lifecycle() {
+    in_fresh_netns(|| {
+        let mut nl = Netlink::open().unwrap();
+        assert_eq!(nl.link("va").unwrap(), None);
+        let made = nl
+            .add_link_and_get(&NewLink::Veth {
+                end: LinkSpec {
+                    mtu: Some(1400),
+                    queues: Some(3),
+                    ..LinkSpec::named("va")
+                },
+                peer: LinkSpec {
+                    mac: Some([0x02, 0, 0, 0, 0, 0x0b]),
+                    queues: Some(3),
+                    ..LinkSpec::named("vb")
+                },
+            })
+            .unwrap();
+        assert_eq!(made.name, "va");
+        assert_eq!(made.mtu, Some(1400));
+        assert_eq!(made.kind.as_deref(), Some("veth"));
+        assert!(!made.up && !made.xdp);
+        assert!(made.mac.is_some());
+        let vb = nl.existing_link("vb").unwrap();
+        assert_eq!(vb.mac, Some([0x02, 0, 0, 0, 0, 0x0b]));
+        assert_eq!(nl.link_by_index(made.index).unwrap().unwrap().name, "va");
+
+        // A taken name: EEXIST, worded like strerror.
+        let e = nl.add_link(&veth("va", "vc")).unwrap_err();
+        assert_eq!(e.errno(), Some(Errno::EEXIST), "{e}");
+        assert_eq!(e.to_string(), "File exists");
+        assert!(matches!(
+            nl.add_link(&veth("va", "no/pe")),
+            Err(Error::BadName(_))
+        ));
+
+        nl.set_link(
+            made.index,
+            &LinkChange {
+                up: Some(true),
+                mtu: Some(1300),
+                alias: Some("oxvs:test".into()),
+            },
+        )
+        .unwrap();
+        nl.set_link(vb.index, &LinkChange::up()).unwrap();
+        let va = nl.existing_link("va").unwrap();
+        assert!(va.up);
+        assert_eq!(va.mtu, Some(1300));
+        assert_eq!(va.alias.as_deref(), Some("oxvs:test"));
+        let names: Vec<String> = nl.links().unwrap().into_iter().map(|l| l.name).collect();
+        assert!(names.contains(&"lo".to_string()) && names.contains(&"vb".to_string()));
+
+        // Deleting one end deletes both; a second delete finds nothing.
+        assert!(nl.delete_link("va").unwrap());
+        assert_eq!(nl.link("vb").unwrap(), None);
+        assert!(!nl.delete_link("va").unwrap());
+        assert!(!nl.delete_link_index(made.index).unwrap());
+        assert_eq!(
+            nl.existing_link("va").unwrap_err().errno(),
+            Some(Errno::ENODEV)
+        );
+    });
+}
+
+#[test]
+fn addresses_routes_and_pipeline() {
+    in_fresh_netns(|| {
+        let mut nl = Netlink::open().unwrap();
+        let gw = nl.add_link_and_get(&veth("gw0", "gw0-p")).unwrap();
+        let peer = nl.existing_link("gw0-p").unwrap();
+        let ip = Ipv4Addr::new(10, 244, 0, 1);
+        let results = nl
+            .pipeline(&[
+                Change::SetLink {
+                    index: 1,
+                    change: LinkChange::up(),
+                },
+                Change::SetLink {
+                    index: gw.index,
+                    change: LinkChange::up(),
+                },
+                Change::SetLink {
+                    index: peer.index,
+                    change: LinkChange::up(),
+                },
+                Change::AddAddress {
+                    index: gw.index,
+                    ip: IpAddr::V4(ip),
+                    prefix_len: 24,
+                },
+                // The same address again: its own EEXIST, the rest goes on.
+                Change::AddAddress {
+                    index: gw.index,
+                    ip: IpAddr::V4(ip),
+                    prefix_len: 24,
+                },
+                Change::AddRoute {
+                    route: Ipv4Route {
+                        dst: "0.0.0.0/0".parse().unwrap(),
+                        gateway: Some(Ipv4Addr::new(10, 244, 0, 254)),
+                        oif: Some(gw.index),
+                        onlink: false,
+                    },
+                    replace: false,
+                },
+            ])
+            .unwrap();
+        assert_eq!(results.len(), 6);
+        for (i, r) in results.iter().enumerate() {
+            if i == 4 {
+                assert_eq!(r.as_ref().unwrap_err().errno(), Some(Errno::EEXIST));
+            } else {
+                assert!(r.is_ok(), "change {i}: {r:?}");
+            }
+        }
+        let addrs = nl.addresses(Some(gw.index)).unwrap();
+        assert!(
+            addrs
+                .iter()
+                .any(|a| a.ip == IpAddr::V4(ip) && a.prefix_len == 24),
+            "{addrs:?}"
+        );
+        // Up, the peer has an IPv6 link-local address, and no IPv4 one.
+        assert!(!nl
+            .addresses(Some(peer.index))
+            .unwrap()
+            .iter()
+            .any(|a| a.ip.is_ipv4()));
+        assert!(nl
+            .addresses(None)
+            .unwrap()
+            .iter()
+            .any(|a| a.ip == IpAddr::V4(Ipv4Addr::LOCALHOST)));
+        let defaults = nl.ipv4_default_routes().unwrap();
+        assert_eq!(defaults.len(), 1, "{defaults:?}");
+        assert_eq!(defaults[0].gateway, Some(Ipv4Addr::new(10, 244, 0, 254)));
+        assert_eq!(defaults[0].oif, Some(gw.index));
+
+        // An onlink route via a next hop outside every subnet; replace is
+        // idempotent; delete, then delete again finds none.
+        let r = Ipv4Route {
+            dst: "10.245.0.0/16".parse().unwrap(),
+            gateway: Some(Ipv4Addr::new(192, 0, 2, 7)),
+            oif: Some(gw.index),
+            onlink: true,
+        };
+        nl.add_route(&r, true).unwrap();
+        nl.add_route(&r, true).unwrap();
+        assert_eq!(
+            nl.add_route(&r, false).unwrap_err().errno(),
+            Some(Errno::EEXIST)
+        );
+        let del = Ipv4Route {
+            gateway: None,
+            onlink: false,
+            ..r.clone()
+        };
+        assert!(nl.delete_route(&del).unwrap());
+        assert!(!nl.delete_route(&del).unwrap());
+    });
+}
+
+#[test]
+fn tx_checksum_offload() {
+    in_fresh_netns(|| {
+        let mut nl = Netlink::open().unwrap();
+        nl.add_link(&veth("cs0", "cs1")).unwrap();
+        assert!(
+            ethtool::tx_checksum("cs0").unwrap(),
+            "veth starts with it on"
+        );
+        ethtool::set_tx_checksum("cs0", false).unwrap();
+        assert!(!ethtool::tx_checksum("cs0").unwrap());
+        assert!(
+            ethtool::tx_checksum("cs1").unwrap(),
+            "the peer is unchanged"
+        );
+        ethtool::set_tx_checksum("cs0", true).unwrap();
+        assert!(ethtool::tx_checksum("cs0").unwrap());
+        let e = ethtool::set_tx_checksum("nosuch0", false).unwrap_err();
+        assert_eq!(e.errno(), Some(Errno::ENODEV), "{e}");
+        assert!(matches!(
+            ethtool::tx_checksum("a/b"),
+            Err(Error::BadName(_))
+        ));
+    });
+}
+
+#[test]
+fn dummy_with_queues() {
+    in_fresh_netns(|| {
+        let mut nl = Netlink::open().unwrap();
+        let spec = LinkSpec {
+            queues: Some(4),
+            ..LinkSpec::named("anchor0")
+        };
+        match nl.add_link_and_get(&NewLink::Dummy(spec)) {
+            Ok(l) => {
+                assert_eq!(l.kind.as_deref(), Some("dummy"));
+                assert!(nl.delete_link("anchor0").unwrap());
+            }
+            // No dummy module in this kernel: what the switch falls back on.
+            Err(e) if e.errno() == Some(Errno::EOPNOTSUPP) => {
+                eprintln!("no dummy links here: {e}")
+            }
+            Err(e) => panic!("{e}"),
+        }
+    });
+}
+
+#[test]
+fn peer_made_in_another_namespace() {
+    in_fresh_netns(|| {
+        // The socket stays in namespace A; the thread moves on to B.
+        let mut in_a = Netlink::open().unwrap();
+        let a = File::open("/proc/thread-self/ns/net").unwrap();
+        unshare(CloneFlags::CLONE_NEWNET).unwrap();
+        let mut in_b = Netlink::open().unwrap();
+        let host = in_b
+            .add_link_and_get(&NewLink::Veth {
+                end: LinkSpec {
+                    up: true,
+                    ..LinkSpec::named("host0")
+                },
+                peer: LinkSpec {
+                    netns: Some(a.as_fd()),
+                    mtu: Some(1450),
+                    ..LinkSpec::named("eth0")
+                },
+            })
+            .unwrap();
+        assert!(host.up);
+        assert_eq!(in_b.link("eth0").unwrap(), None);
+        let eth0 = in_a.existing_link("eth0").unwrap();
+        assert_eq!(eth0.mtu, Some(1450));
+        // A name taken in the peer's namespace fails the whole message.
+        let e = in_b
+            .add_link(&NewLink::Veth {
+                end: LinkSpec::named("host1"),
+                peer: LinkSpec {
+                    netns: Some(a.as_fd()),
+                    ..LinkSpec::named("eth0")
+                },
+            })
+            .unwrap_err();
+        assert_eq!(e.errno(), Some(Errno::EEXIST));
+        assert_eq!(in_b.link("host1").unwrap(), None);
+    });
+}
