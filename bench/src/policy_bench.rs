@@ -1,4 +1,4 @@
-//! # NetworkPolicy realisation benchmark (issue 5, "Benchmarks")
+//! # NetworkPolicy realisation benchmark
 //!
 //! The library half of `policy-bench` (`src/bin/policy-bench.rs`): a
 //! synthetic app-tier cluster ([`Model`]), the in-process measurement of
