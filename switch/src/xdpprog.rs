@@ -83,10 +83,14 @@ pub enum XdpProgError {
 }
 
 impl XdpProgError {
-    /// Whether the interface refused the program because another one is
-    /// attached to it already (by netlink: libxdp, `ip link set xdp`).
+    /// Whether the program cannot serve this interface but libxdp can:
+    /// another program is attached to it already (by netlink: libxdp,
+    /// `ip link set xdp`; `EBUSY`), or its slot key is taken by an
+    /// interface of another network namespace with the same index
+    /// (`EEXIST`).
     pub fn is_busy(&self) -> bool {
-        matches!(self, XdpProgError::Bpf { source, .. } if source.raw_os_error() == Some(libc::EBUSY))
+        matches!(self, XdpProgError::Bpf { source, .. }
+            if matches!(source.raw_os_error(), Some(libc::EBUSY) | Some(libc::EEXIST)))
     }
 
     /// Whether the driver cannot run the program in the mode asked for
@@ -416,21 +420,29 @@ impl XdpProgram {
             .unwrap_or_else(|p| p.into_inner())
             .pop()
             .ok_or(XdpProgError::NoSlot)?;
-        let att = XdpAttachment {
-            prog: Arc::clone(self),
-            key: slot_key(ifindex, queue),
-            slot,
-            _link: link,
-        };
+        let key = slot_key(ifindex, queue);
         // NOEXIST: an interface of another network namespace with the
-        // same index must not take over this one's slot.
-        update(
+        // same index must not take over this one's slot (nor lose its
+        // own: nothing of it is deleted on this error).
+        if let Err(e) = update(
             &self.slots,
-            &att.key,
+            &key,
             &slot,
             BPF_NOEXIST,
             &format!("the XDP slot of '{ifname}'"),
-        )?;
+        ) {
+            self.free
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(slot);
+            return Err(e);
+        }
+        let att = XdpAttachment {
+            prog: Arc::clone(self),
+            key,
+            slot,
+            _link: link,
+        };
         Ok(att)
     }
 }
