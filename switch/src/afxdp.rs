@@ -641,8 +641,8 @@ impl XskPort {
     /// UMEM fails (with a warning).
     ///
     /// A queue whose previous socket was just closed stays busy until the
-    /// kernel's deferred release runs: "device or resource busy" is retried
-    /// for up to a second.
+    /// kernel's deferred release runs (longer on a loaded machine): "device
+    /// or resource busy" is retried for up to three seconds.
     pub fn prepare(
         ifname: &str,
         request: XdpModeRequest,
@@ -650,7 +650,7 @@ impl XskPort {
         shared: Option<&xsk_rs::Umem>,
         prog: Option<&Arc<XdpProgram>>,
     ) -> Result<PreparedXsk, AfxdpError> {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
         // Virtual devices (veth, ...) have no `device` in sysfs and never do
         // zero-copy: trying costs an XDP program load for nothing.
         let physical = std::path::Path::new("/sys/class/net")
