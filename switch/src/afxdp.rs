@@ -128,6 +128,40 @@ pub enum AfxdpError {
     },
 }
 
+/// A fresh UMEM of `frames` frames for a socket that does not bind to
+/// `shared`; `None` when it does.
+fn own_umem_unless(
+    shared: Option<&xsk_rs::Umem>,
+    frames: u32,
+) -> Result<Option<UmemMem>, AfxdpError> {
+    match shared {
+        Some(_) => Ok(None),
+        None => map_umem(frames).map(Some),
+    }
+}
+
+/// The ring sizes and flags every socket is made with.
+fn socket_config(
+    ifname: &str,
+    mode: SocketMode,
+    libxdp: LibxdpFlags,
+    xdp: XdpFlags,
+    bind: BindFlags,
+) -> Result<SocketConfig, AfxdpError> {
+    let qsize = QueueSize::new(RING_SIZE).map_err(|e| AfxdpError::Socket {
+        ifname: ifname.into(),
+        tried: mode.name().into(),
+        reason: e.to_string(),
+    })?;
+    Ok(SocketConfig::builder()
+        .rx_queue_size(qsize)
+        .tx_queue_size(qsize)
+        .libxdp_flags(libxdp)
+        .xdp_flags(xdp)
+        .bind_flags(bind)
+        .build())
+}
+
 /// Maps a UMEM of `frames` frames, all free.
 fn map_umem(frames: u32) -> Result<UmemMem, AfxdpError> {
     let err = |reason: String| AfxdpError::Umem { frames, reason };
@@ -722,25 +756,11 @@ impl XskPort {
                 } else {
                     XdpFlags::XDP_FLAGS_SKB_MODE
                 };
-                let qsize = QueueSize::new(RING_SIZE).map_err(|e| AfxdpError::Socket {
-                    ifname: ifname.into(),
-                    tried: mode.name().into(),
-                    reason: e.to_string(),
-                })?;
-                let config = SocketConfig::builder()
-                    .rx_queue_size(qsize)
-                    .tx_queue_size(qsize)
-                    .libxdp_flags(LibxdpFlags::empty())
-                    .xdp_flags(xdp)
-                    .bind_flags(bind)
-                    .build();
+                let config = socket_config(ifname, mode, LibxdpFlags::empty(), xdp, bind)?;
                 let t0 = std::time::Instant::now();
                 // A fresh own UMEM per attempt: a failed bind may leave
                 // libxdp state on the old one.
-                let own = match shared {
-                    Some(_) => None,
-                    None => Some(map_umem(frames)?),
-                };
+                let own = own_umem_unless(shared, frames)?;
                 let Some(umem) = own.as_ref().map(|m| &m._umem).or(shared) else {
                     return Err(AfxdpError::Umem {
                         frames,
@@ -838,22 +858,16 @@ impl XskPort {
                     continue;
                 }
             };
-            let qsize = QueueSize::new(RING_SIZE).map_err(|e| AfxdpError::Socket {
-                ifname: ifname.into(),
-                tried: mode.name().into(),
-                reason: e.to_string(),
-            })?;
-            let config = SocketConfig::builder()
-                .rx_queue_size(qsize)
-                .tx_queue_size(qsize)
-                .libxdp_flags(LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD)
-                .bind_flags(BindFlags::XDP_USE_NEED_WAKEUP | BindFlags::XDP_COPY)
-                .build();
+            // The XDP flags only matter to a program libxdp loads: none.
+            let config = socket_config(
+                ifname,
+                mode,
+                LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD,
+                XdpFlags::empty(),
+                BindFlags::XDP_USE_NEED_WAKEUP | BindFlags::XDP_COPY,
+            )?;
             let t_umem0 = std::time::Instant::now();
-            let own = match shared {
-                Some(_) => None,
-                None => Some(map_umem(frames)?),
-            };
+            let own = own_umem_unless(shared, frames)?;
             let Some(umem) = own.as_ref().map(|m| &m._umem).or(shared) else {
                 return Err(AfxdpError::Umem {
                     frames,

@@ -465,19 +465,13 @@ impl XdpAttachment {
             step: "put the socket in its XDP slot".into(),
             source: std::io::Error::from_raw_os_error(libc::EBADF),
         })?;
-        let mut attr = MapElemAttr {
-            map_fd: self.prog.xsks.as_raw_fd() as u32,
-            key: &self.slot as *const u32 as u64,
-            value: &fd as *const u32 as u64,
-            flags: BPF_ANY,
-            ..Default::default()
-        };
-        bpf(BPF_MAP_UPDATE_ELEM, &mut attr)
-            .map(drop)
-            .map_err(|source| XdpProgError::Bpf {
-                step: "put the socket in its XDP slot".into(),
-                source,
-            })
+        update(
+            &self.prog.xsks,
+            &self.slot.to_ne_bytes(),
+            &fd,
+            BPF_ANY,
+            "put the socket in its XDP slot",
+        )
     }
 }
 

@@ -19,13 +19,10 @@ use crate::podnet::{self, PodIfaceSpec};
 use crate::state::{AttachState, Attachment};
 
 impl Agent {
-    /// ADD's steps 2 to 6 for `a` (its address allocated, its `pending`
-    /// record written): the pod interface, the switch port, the flows, a
-    /// gratuitous ARP, the record `ready`. On failure the caller tears
-    /// `a` down.
-    pub(super) async fn attach(&self, node: &NodeNet, a: &mut Attachment) -> Result<(), CniError> {
-        let spec = PodIfaceSpec {
-            netns: PathBuf::from(&a.netns),
+    /// The pod interface `a` describes, in the namespace `netns`.
+    pub(super) fn iface_spec(&self, a: &Attachment, netns: &str) -> PodIfaceSpec {
+        PodIfaceSpec {
+            netns: PathBuf::from(netns),
             ifname: a.ifname.clone(),
             host_ifname: a.host_ifname.clone(),
             mac: flows::parse_mac(&a.mac).unwrap_or_default(),
@@ -34,7 +31,15 @@ impl Agent {
             gateway: a.gateway,
             mtu: a.mtu,
             tx_checksum_off: self.cfg.pod_tx_checksum_off,
-        };
+        }
+    }
+
+    /// ADD's steps 2 to 6 for `a` (its address allocated, its `pending`
+    /// record written): the pod interface, the switch port, the flows, a
+    /// gratuitous ARP, the record `ready`. On failure the caller tears
+    /// `a` down.
+    pub(super) async fn attach(&self, node: &NodeNet, a: &mut Attachment) -> Result<(), CniError> {
+        let spec = self.iface_spec(a, &a.netns);
         let t0 = std::time::Instant::now();
         let alias = podnet::owner_alias(&a.container_id, &a.ifname);
         blocking(move || {

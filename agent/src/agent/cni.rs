@@ -31,7 +31,7 @@
 //! [`podnet::owner_alias`], does): host names are 28-bit hashes.
 
 use std::collections::{BTreeSet, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use oxvs_api::cni::{
@@ -44,7 +44,7 @@ use serde_json::Value;
 use super::{blocking, err, Agent};
 use crate::flows::{self, PodPort};
 use crate::model::Pod;
-use crate::podnet::{self, PodIfaceSpec};
+use crate::podnet;
 use crate::socket_server::{LineProtocol, Requests};
 use crate::state::{AttachState, Attachment};
 
@@ -412,17 +412,7 @@ impl Agent {
             None => problems.push("no prevResult to check against".to_string()),
             Some(prev) => problems.extend(check_prev_result(prev, &a)),
         }
-        let spec = PodIfaceSpec {
-            netns: PathBuf::from(&req.netns),
-            ifname: a.ifname.clone(),
-            host_ifname: a.host_ifname.clone(),
-            mac: flows::parse_mac(&a.mac).unwrap_or_default(),
-            ip: a.ip,
-            prefix_len: a.prefix_len,
-            gateway: a.gateway,
-            mtu: a.mtu,
-            tx_checksum_off: self.cfg.pod_tx_checksum_off,
-        };
+        let spec = self.iface_spec(&a, &req.netns);
         if let Err(e) = blocking(move || podnet::check_pod_interface(&spec)).await? {
             problems.push(e.to_string());
         }
