@@ -21,12 +21,15 @@
 //! reply direction gets `+rpl`.
 //!
 //! The tuple comes from the flow key (`dl_type`, addresses, `nw_proto`,
-//! `tp_src`/`tp_dst`, `tcp_flags`, `nw_frag`); the frame is parsed (every
-//! access bounds-checked) only for what the key lacks: header lengths, TCP
-//! sequence/ack/window/window-scale option, the ICMP echo id, and the inner
-//! IP + L4 header of ICMP errors. The key must describe the frame: if the
-//! frame's ethertype or IP protocol disagrees with the key, the packet is
-//! `+inv`.
+//! `tp_src`/`tp_dst`, `tcp_flags`, `nw_frag`); the frame is parsed (through
+//! the wire layer's checked views, [`crate::wire`]) only for what the key
+//! lacks: header lengths, TCP sequence/ack/window/window-scale option, the
+//! ICMP echo id, and the inner IP + L4 header of ICMP errors. IPv6
+//! extension headers are walked by the wire layer's one chain walk (the
+//! flow key's set and bound); a chain it cannot finish, or one with a
+//! Fragment header (atomic fragments included), is `+inv`. The key must
+//! describe the frame: if the frame's ethertype or IP protocol disagrees
+//! with the key, the packet is `+inv`.
 //!
 //! # `ct_state`, as OVS computes it
 //!
@@ -224,6 +227,7 @@ use std::fmt;
 use std::net::IpAddr;
 
 use crate::ipf::IpfConfig;
+use crate::wire::ip_proto;
 
 mod packet;
 mod persist;
@@ -235,15 +239,6 @@ pub use state::NO_OWNER;
 pub use table::{Conntrack, CtPortLimit, CtRefusal};
 
 const NS_PER_SEC: u64 = 1_000_000_000;
-
-const ETH_TYPE_IPV4: u16 = 0x0800;
-const ETH_TYPE_IPV6: u16 = 0x86dd;
-
-const IPPROTO_ICMP: u8 = 1;
-const IPPROTO_TCP: u8 = 6;
-const IPPROTO_UDP: u8 = 17;
-const IPPROTO_ICMPV6: u8 = 58;
-const IPPROTO_SCTP: u8 = 132;
 
 /// Per-state timeouts in seconds. Field names and defaults are those of OVS's
 /// userspace timeout policy (`ovs-vsctl add-zone-tp`, `lib/conntrack-tp.c`).
@@ -523,14 +518,14 @@ impl fmt::Display for CtEntry {
 
 fn proto_name(proto: u8) -> Option<&'static str> {
     Some(match proto {
-        IPPROTO_ICMP => "icmp",
-        IPPROTO_ICMPV6 => "icmpv6",
-        IPPROTO_TCP => "tcp",
-        IPPROTO_UDP => "udp",
-        IPPROTO_SCTP => "sctp",
-        136 => "udplite",
-        33 => "dccp",
-        2 => "igmp",
+        ip_proto::ICMP => "icmp",
+        ip_proto::ICMPV6 => "icmpv6",
+        ip_proto::TCP => "tcp",
+        ip_proto::UDP => "udp",
+        ip_proto::SCTP => "sctp",
+        ip_proto::UDPLITE => "udplite",
+        ip_proto::DCCP => "dccp",
+        ip_proto::IGMP => "igmp",
         _ => return None,
     })
 }
@@ -539,8 +534,8 @@ fn proto_name(proto: u8) -> Option<&'static str> {
 mod tests {
     use super::packet::{tcp_wscale, v4_mapped};
     use super::state::{seq_geq, seq_gt, tcp_flags_invalid, ConnKey, WS_FLAG};
-    use super::{IPPROTO_ICMP, IPPROTO_TCP};
     use crate::field::tcp_flags as tf;
+    use crate::wire::ip_proto;
 
     #[test]
     fn canonical_is_direction_free() {
@@ -551,14 +546,14 @@ mod tests {
             dport: 1234,
             zone: 3,
             v6: false,
-            proto: IPPROTO_TCP,
+            proto: ip_proto::TCP,
             stype: 0,
             dtype: 0,
         };
         assert_eq!(k.canonical(), k.reverse().canonical());
         assert_eq!(k.reverse().reverse(), k);
         let icmp = ConnKey {
-            proto: IPPROTO_ICMP,
+            proto: ip_proto::ICMP,
             sport: 7,
             dport: 7,
             stype: 8,

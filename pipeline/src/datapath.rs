@@ -88,6 +88,7 @@ use crate::key::FlowKey;
 use crate::odp::DpAction;
 use crate::packet::{Layout, Packet, PacketBuf};
 use crate::tables::{Pipeline, TableSet};
+use crate::wire::ethertype;
 use crate::xlate::{translate, Translation, XlateEnv};
 
 /// The slow path's signature: [`translate`] unless a test or benchmark
@@ -796,7 +797,7 @@ fn rewrite_fragment(whole: &[u8], frag: &[u8], out: &mut Vec<u8>) -> bool {
     let ip = &mut out[wl3..];
     let wip = &whole[wl3..];
     match f.eth_type {
-        0x0800 => {
+        ethertype::IPV4 => {
             let ihl = usize::from(ip[0] & 0x0f) * 4;
             if ip.len() < ihl || ihl < 20 {
                 return false;
@@ -809,7 +810,7 @@ fn rewrite_fragment(whole: &[u8], frag: &[u8], out: &mut Vec<u8>) -> bool {
             ip[10..12].copy_from_slice(&sum.to_be_bytes());
             true
         }
-        0x86dd if ip.len() >= 40 => {
+        ethertype::IPV6 if ip.len() >= 40 => {
             ip[..4].copy_from_slice(&wip[..4]);
             ip[7] = wip[7];
             ip[8..40].copy_from_slice(&wip[8..40]);

@@ -8,8 +8,9 @@
 //! Conntrack needs whole datagrams: a later fragment has no ports, and a
 //! first fragment alone says nothing about what follows. [`Ipf::add`] takes
 //! one IPv4 or IPv6 fragment (a whole Ethernet frame, up to
-//! [`MAX_VLAN_HEADERS`] VLAN tags, its [`FlowKey`], the conntrack zone and
-//! the caller's monotonic time) and answers with an [`IpfOutcome`]:
+//! [`MAX_VLAN_TAGS`](crate::wire::ethernet::MAX_VLAN_TAGS) VLAN tags, its
+//! [`FlowKey`], the conntrack zone and the caller's monotonic time) and
+//! answers with an [`IpfOutcome`]:
 //!
 //! * [`IpfOutcome::Held`]: a copy of the frame is stored; the caller must not
 //!   forward the original now (it comes back inside [`Completed`]).
@@ -35,12 +36,16 @@
 //! (the first header of the fragmentable part, the same in every fragment;
 //! the flow key's `nw_proto` is 44 for later fragments and cannot be used).
 //!
-//! The frame is parsed here with a bounds check before every access; the key
-//! is only a filter (`nw_frag` must say "fragment") and a cross-check (its
-//! `dl_type` must be the frame's ethertype). IPv6 extension headers are
-//! walked up to [`MAX_IPV6_EXT_HEADERS`] before the Fragment header (the
-//! unfragmentable part) and again after it in the first fragment (the
-//! upper-layer header must be in the first fragment, RFC 7112).
+//! The frame is parsed here (`ipf/parse.rs`) through the wire layer's
+//! checked views ([`crate::wire`]); the key is only a filter (`nw_frag`
+//! must say "fragment") and a cross-check (its `dl_type` must be the
+//! frame's ethertype). IPv6 extension headers are walked by the wire
+//! layer's one chain walk ([`crate::wire::ipv6::walk_ext`], at most
+//! [`MAX_EXT_HEADERS`](crate::wire::ipv6::MAX_EXT_HEADERS) headers in all,
+//! the Fragment header included, the same set and bound as the flow key):
+//! the unfragmentable part up to the Fragment header, and in the first
+//! fragment on past it (the whole chain and the upper-layer header must be
+//! in the first fragment, RFC 7112).
 //!
 //! The reassembled frame is: the Ethernet header (with tags) of the fragment
 //! at offset 0, its IP header, then the fragment data in offset order.
@@ -177,9 +182,13 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use crate::extract::{MAX_IPV6_EXT_HEADERS, MAX_VLAN_HEADERS};
 use crate::field::{frag, Field};
 use crate::key::FlowKey;
+use crate::wire::{ipv4, ipv6};
+
+mod parse;
+
+use parse::{parse, Parsed};
 
 /// Largest per-datagram fragment count accepted in [`IpfConfig`]: 65535 bytes
 /// in fragments of at least 8 bytes.
@@ -192,40 +201,6 @@ const POOL_MAX: usize = 8;
 const POOL_BUF_MAX: usize = 128 * 1024;
 /// "No slot" in the expiry list.
 const NIL: u32 = u32::MAX;
-
-mod wire {
-    pub const ETH_LEN: usize = 14;
-    pub const VLAN_LEN: usize = 4;
-    pub const ETH_IPV4: u16 = 0x0800;
-    pub const ETH_IPV6: u16 = 0x86dd;
-    pub const ETH_VLAN: u16 = 0x8100;
-    pub const ETH_QINQ: u16 = 0x88a8;
-
-    pub const IPV4_LEN: usize = 20;
-    pub const IPV4_DF: u16 = 0x4000;
-    pub const IPV4_MF: u16 = 0x2000;
-    pub const IPV4_OFFSET: u16 = 0x1fff;
-    pub const IPV4_RESERVED: u8 = 0x80;
-
-    pub const IPV6_LEN: usize = 40;
-    pub const IPV6_FRAG_LEN: usize = 8;
-    pub const IPV6_FRAG_OFFSET: u16 = 0xfff8;
-    pub const IPV6_FRAG_M: u16 = 0x0001;
-
-    pub const HOPOPTS: u8 = 0;
-    pub const ICMP: u8 = 1;
-    pub const TCP: u8 = 6;
-    pub const UDP: u8 = 17;
-    pub const ROUTING: u8 = 43;
-    pub const FRAGMENT: u8 = 44;
-    pub const AH: u8 = 51;
-    pub const ICMPV6: u8 = 58;
-    pub const DSTOPTS: u8 = 60;
-    pub const MOBILITY: u8 = 135;
-    pub const HIP: u8 = 139;
-    pub const SHIM6: u8 = 140;
-    pub const SCTP: u8 = 132;
-}
 
 // ---------------------------------------------------------------------------
 // Public types
@@ -562,21 +537,6 @@ struct Datagram {
     /// Length-field base of the first fragment (IPv4 IHL, IPv6
     /// unfragmentable extension headers).
     first_base: Option<u32>,
-}
-
-/// A parsed fragment.
-#[derive(Clone, Copy, Debug)]
-struct Parsed {
-    key: DgramKey,
-    l3: u32,
-    data: u32,
-    nh_at: u32,
-    /// What the reassembled length field counts besides the data: IPv4 IHL,
-    /// IPv6 unfragmentable extension header bytes.
-    base: u32,
-    start: u32,
-    end: u32,
-    more: bool,
 }
 
 // ---------------------------------------------------------------------------
@@ -988,24 +948,29 @@ fn build(bufs: &Bufs, ipv6: bool, len: u32, out: &mut Vec<u8>) {
     let l3 = first.l3 as usize;
     let data = first.data as usize;
     if ipv6 {
-        let fh = data - wire::IPV6_FRAG_LEN;
+        let fh = data - ipv6::EXT_MIN_LEN;
         out.reserve(fh + len as usize);
         out.extend_from_slice(&f[..fh]);
         out[first.nh_at as usize] = f[fh];
-        let plen = (fh - l3 - wire::IPV6_LEN) as u32 + len;
-        out[l3 + 4..l3 + 6].copy_from_slice(&(plen as u16).to_be_bytes());
+        let plen = (fh - l3 - ipv6::HEADER_LEN) as u32 + len;
+        let at = l3 + ipv6::field::PAYLOAD_LEN.start;
+        out[at..at + 2].copy_from_slice(&(plen as u16).to_be_bytes());
     } else {
         out.reserve(data + len as usize);
         out.extend_from_slice(&f[..data]);
         let ihl = data - l3;
         let total = ihl as u32 + len;
-        out[l3 + 2..l3 + 4].copy_from_slice(&(total as u16).to_be_bytes());
-        out[l3 + 6] &= wire::IPV4_RESERVED;
-        out[l3 + 7] = 0;
-        out[l3 + 10] = 0;
-        out[l3 + 11] = 0;
+        let at = |r: core::ops::Range<usize>| l3 + r.start..l3 + r.end;
+        out[at(ipv4::field::TOTAL_LEN)].copy_from_slice(&(total as u16).to_be_bytes());
+        // Flags and offset cleared but for the reserved bit (a fragment
+        // with DF was refused as malformed).
+        let flags = at(ipv4::field::FLAGS_FRAG);
+        let kept =
+            u16::from_be_bytes([out[flags.start], out[flags.start + 1]]) & ipv4::FLAG_RESERVED;
+        out[flags].copy_from_slice(&kept.to_be_bytes());
+        out[at(ipv4::field::CHECKSUM)].fill(0);
         let c = checksum(&out[l3..data]);
-        out[l3 + 10..l3 + 12].copy_from_slice(&c.to_be_bytes());
+        out[at(ipv4::field::CHECKSUM)].copy_from_slice(&c.to_be_bytes());
     }
     for &i in &bufs.order {
         out.extend_from_slice(bufs.data_of(&bufs.frags[usize::from(i)]));
@@ -1027,233 +992,6 @@ fn checksum(data: &[u8]) -> u16 {
         sum = (sum & 0xffff) + (sum >> 16);
     }
     !(sum as u16)
-}
-
-// ---------------------------------------------------------------------------
-// Parsing (every access checked)
-
-fn be16(b: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_be_bytes(*b.get(at..)?.first_chunk::<2>()?))
-}
-
-fn be32(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_be_bytes(*b.get(at..)?.first_chunk::<4>()?))
-}
-
-fn be128(b: &[u8], at: usize) -> Option<u128> {
-    Some(u128::from_be_bytes(*b.get(at..)?.first_chunk::<16>()?))
-}
-
-/// Smallest L4 header a first fragment must hold (0: unchecked).
-fn l4_min(proto: u8) -> usize {
-    match proto {
-        wire::TCP => 20,
-        wire::UDP | wire::ICMP | wire::ICMPV6 => 8,
-        wire::SCTP => 12,
-        _ => 0,
-    }
-}
-
-fn parse(frame: &[u8], key: &FlowKey, zone: u16, cfg: &IpfConfig) -> Result<Parsed, IpfDrop> {
-    use IpfDrop::Malformed;
-
-    let mut l3 = wire::ETH_LEN;
-    let mut ty = be16(frame, 12).ok_or(Malformed)?;
-    let mut tags = 0;
-    while (ty == wire::ETH_VLAN || ty == wire::ETH_QINQ) && tags < MAX_VLAN_HEADERS {
-        ty = be16(frame, l3 + 2).ok_or(Malformed)?;
-        l3 += wire::VLAN_LEN;
-        tags += 1;
-    }
-    if key.get(Field::DlType) != u128::from(ty) {
-        return Err(Malformed);
-    }
-    let ip = frame.get(l3..).ok_or(Malformed)?;
-    let mut p = match ty {
-        wire::ETH_IPV4 => parse_ipv4(ip, zone, cfg)?,
-        wire::ETH_IPV6 => parse_ipv6(ip, zone)?,
-        _ => return Err(IpfDrop::NotAFragment),
-    };
-    let l3 = l3 as u32;
-    p.l3 = l3;
-    p.data += l3;
-    p.nh_at += l3;
-
-    let payload = (p.end - p.start) as usize;
-    if p.more && (!payload.is_multiple_of(8) || payload < cfg.min_frag_payload.max(8)) {
-        return Err(IpfDrop::TooSmall);
-    }
-    if payload == 0 {
-        return Err(Malformed);
-    }
-    Ok(p)
-}
-
-/// Parses an IPv4 fragment; offsets in the result are relative to `ip`.
-fn parse_ipv4(ip: &[u8], zone: u16, cfg: &IpfConfig) -> Result<Parsed, IpfDrop> {
-    use IpfDrop::Malformed;
-
-    let h = ip.first_chunk::<{ wire::IPV4_LEN }>().ok_or(Malformed)?;
-    if h[0] >> 4 != 4 {
-        return Err(Malformed);
-    }
-    let ihl = usize::from(h[0] & 0x0f) * 4;
-    let total = usize::from(u16::from_be_bytes([h[2], h[3]]));
-    if ihl < wire::IPV4_LEN || total < ihl || total > ip.len() {
-        return Err(Malformed);
-    }
-    let flags = u16::from_be_bytes([h[6], h[7]]);
-    let more = flags & wire::IPV4_MF != 0;
-    let start = u32::from(flags & wire::IPV4_OFFSET) * 8;
-    if !more && start == 0 {
-        return Err(IpfDrop::NotAFragment);
-    }
-    if cfg.verify_ipv4_checksum && checksum(&ip[..ihl]) != 0 {
-        return Err(IpfDrop::BadChecksum);
-    }
-    if flags & wire::IPV4_DF != 0 {
-        return Err(Malformed);
-    }
-    let proto = h[9];
-    let payload = total - ihl;
-    if (start == 0 && payload < l4_min(proto)) || (start == 8 && proto == wire::TCP) {
-        return Err(IpfDrop::TinyFirstFragment);
-    }
-    Ok(Parsed {
-        key: DgramKey {
-            src: u128::from(u32::from_be_bytes([h[12], h[13], h[14], h[15]])),
-            dst: u128::from(u32::from_be_bytes([h[16], h[17], h[18], h[19]])),
-            id: u32::from(u16::from_be_bytes([h[4], h[5]])),
-            zone,
-            proto,
-            ipv6: false,
-        },
-        l3: 0,
-        data: ihl as u32,
-        nh_at: 0,
-        base: ihl as u32,
-        start,
-        end: start + payload as u32,
-        more,
-    })
-}
-
-/// IPv6 extension headers with the generic layout (next header, length),
-/// which the chain walks step over.
-fn is_ext_header(nh: u8) -> bool {
-    matches!(
-        nh,
-        wire::HOPOPTS
-            | wire::ROUTING
-            | wire::DSTOPTS
-            | wire::AH
-            | wire::MOBILITY
-            | wire::HIP
-            | wire::SHIM6
-    )
-}
-
-/// Length of the extension header `nh` at the start of `data`, or `None`
-/// when `data` cannot hold it.
-fn ext_len(nh: u8, data: &[u8]) -> Option<usize> {
-    // Every extension header is at least 8 bytes.
-    let n = usize::from(*data.get(..8)?.get(1)?);
-    let len = if nh == wire::AH {
-        (n + 2) * 4
-    } else {
-        (n + 1) * 8
-    };
-    (len <= data.len()).then_some(len)
-}
-
-/// Parses an IPv6 fragment; offsets in the result are relative to `ip`.
-fn parse_ipv6(ip: &[u8], zone: u16) -> Result<Parsed, IpfDrop> {
-    use IpfDrop::Malformed;
-
-    let h = ip.first_chunk::<{ wire::IPV6_LEN }>().ok_or(Malformed)?;
-    if h[0] >> 4 != 6 {
-        return Err(Malformed);
-    }
-    let limit = wire::IPV6_LEN + usize::from(u16::from_be_bytes([h[4], h[5]]));
-    let ip = ip.get(..limit).ok_or(Malformed)?;
-
-    // The unfragmentable part, up to the Fragment header.
-    let mut nh = h[6];
-    let mut nh_at = 6;
-    let mut pos = wire::IPV6_LEN;
-    let mut walked = 0;
-    while nh != wire::FRAGMENT {
-        // What the flow key extractor walks: anything else ends the chain.
-        if !matches!(nh, wire::HOPOPTS | wire::ROUTING | wire::DSTOPTS | wire::AH) {
-            return Err(IpfDrop::NotAFragment);
-        }
-        if walked == MAX_IPV6_EXT_HEADERS {
-            return Err(Malformed);
-        }
-        let rest = ip.get(pos..).ok_or(Malformed)?;
-        let len = ext_len(nh, rest).ok_or(Malformed)?;
-        nh_at = pos;
-        nh = rest[0];
-        pos += len;
-        walked += 1;
-    }
-    let fh = ip.get(pos..pos + wire::IPV6_FRAG_LEN).ok_or(Malformed)?;
-    let next = fh[0];
-    let offlg = u16::from_be_bytes([fh[2], fh[3]]);
-    let id = be32(fh, 4).ok_or(Malformed)?;
-    let start = u32::from(offlg & wire::IPV6_FRAG_OFFSET);
-    let more = offlg & wire::IPV6_FRAG_M != 0;
-    if start == 0 && !more {
-        // An atomic fragment (RFC 6946) is a whole datagram.
-        return Err(IpfDrop::NotAFragment);
-    }
-    let data = pos + wire::IPV6_FRAG_LEN;
-    let frag_data = &ip[data..];
-
-    if start == 0 {
-        first_fragment_chain(next, frag_data)?;
-    } else if start == 8 && next == wire::TCP {
-        return Err(IpfDrop::TinyFirstFragment);
-    }
-
-    Ok(Parsed {
-        key: DgramKey {
-            src: be128(h, 8).ok_or(Malformed)?,
-            dst: be128(h, 24).ok_or(Malformed)?,
-            id,
-            zone,
-            proto: next,
-            ipv6: true,
-        },
-        l3: 0,
-        data: data as u32,
-        nh_at: nh_at as u32,
-        base: (pos - wire::IPV6_LEN) as u32,
-        start,
-        end: start + frag_data.len() as u32,
-        more,
-    })
-}
-
-/// RFC 7112: the first fragment holds the whole extension header chain and
-/// the upper-layer header.
-fn first_fragment_chain(mut nh: u8, mut data: &[u8]) -> Result<(), IpfDrop> {
-    for _ in 0..=MAX_IPV6_EXT_HEADERS {
-        if nh == wire::FRAGMENT {
-            return Err(IpfDrop::Malformed);
-        }
-        if !is_ext_header(nh) {
-            return if data.len() < l4_min(nh) {
-                Err(IpfDrop::TinyFirstFragment)
-            } else {
-                Ok(())
-            };
-        }
-        let len = ext_len(nh, data).ok_or(IpfDrop::TinyFirstFragment)?;
-        nh = data[0];
-        data = &data[len..];
-    }
-    Err(IpfDrop::Malformed)
 }
 
 // ---------------------------------------------------------------------------
@@ -1511,6 +1249,49 @@ mod tests {
             add(&mut ipf, &v4(5, 99, 0, true, &[0; 8]), 0),
             IpfOutcome::Held
         ));
+        // A Mobility header ends the chain, as in the flow key and
+        // conntrack (the wire layer's walk): it is the upper layer, not an
+        // extension header whose whole length must be in the fragment.
+        let mut d = vec![59, 3];
+        d.extend_from_slice(&[0; 14]);
+        let mobility = v6(6, 135, 0, true, &d);
+        assert_eq!(extract(&mobility, 1).get(Field::NwProto), 135);
+        assert!(matches!(add(&mut ipf, &mobility, 0), IpfOutcome::Held));
+    }
+
+    #[test]
+    fn ipv6_chain_bound_counts_the_fragment_header() {
+        // The wire layer's walk takes 8 extension headers in all: 7 before
+        // the Fragment header fit, 8 do not (the extractor refuses the
+        // chain too, so the key is forced).
+        let chain = |n: usize| {
+            let mut f = v6(9, 17, 0, true, &[0; 16]);
+            // Insert n destination-options headers before the Fragment
+            // header; the fixed header names the first.
+            let mut ext = Vec::new();
+            for i in 0..n {
+                ext.extend_from_slice(&[if i + 1 == n { 44 } else { 60 }, 0, 0, 0, 0, 0, 0, 0]);
+            }
+            f.splice(54..54, ext);
+            if n > 0 {
+                f[20] = 60;
+            }
+            let plen = u16::from_be_bytes([f[18], f[19]]) + 8 * n as u16;
+            f[18..20].copy_from_slice(&plen.to_be_bytes());
+            f
+        };
+        let mut ipf = Ipf::new(small());
+        let seven = chain(7);
+        assert_eq!(extract(&seven, 1).get(Field::NwFrag), u128::from(frag::ANY));
+        assert!(matches!(add(&mut ipf, &seven, 0), IpfOutcome::Held));
+        let eight = chain(8);
+        let mut key = extract(&eight, 1);
+        assert_eq!(key.get(Field::NwFrag), 0, "the extractor refuses it too");
+        key.set(Field::NwFrag, u128::from(frag::ANY));
+        assert_eq!(
+            dropped(ipf.add(&eight, &key, 0, 0)),
+            Some(IpfDrop::Malformed)
+        );
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //! | module | what |
 //! |---|---|
 //! | [`field`], [`key`] | the flow key: every header and metadata field as fixed 64-bit words; field names |
+//! | [`wire`] | the wire layer: ethertypes and protocol numbers, a checked view per header (Ethernet/VLAN, ARP, IPv4, IPv6, TCP, UDP/SCTP, ICMP, VXLAN), the one IPv6 extension header walk |
 //! | [`extract`] | raw Ethernet frame -> [`key::FlowKey`] (never panics; truncated frames give partial keys) |
 //! | [`flow`] | matches, actions, flows and flow mods (the OpenFlow model) |
 //! | [`parse`], [`print`] | the `ovs-ofctl` text dialect, both ways |
@@ -76,6 +77,7 @@ pub mod print;
 pub mod regs;
 pub mod tables;
 pub mod trace;
+pub mod wire;
 pub mod xlate;
 
 pub use field::Field;

@@ -56,7 +56,7 @@ use std::fmt;
 use crate::field::{format_value, Field, ValueFormat};
 use crate::flow::{port, PacketInReason};
 use crate::key::FlowKey;
-use crate::packet::{ethertype, ipproto};
+use crate::wire::{ethertype, ip_proto};
 
 /// The recirculation id used for `ct(table=T)`: `T + 1` (0 means "from a port").
 pub const fn recirc_id_for_table(table: u8) -> u32 {
@@ -308,14 +308,14 @@ fn write_set_group(out: &mut String, h: Hdr, group: &[DpAction], key: Option<&Fl
         _ => {
             let proto = key.map(|k| k.get(Field::NwProto) as u8);
             let name = match proto {
-                Some(ipproto::TCP) => "tcp",
-                Some(ipproto::UDP) => "udp",
-                Some(ipproto::SCTP) => "sctp",
-                Some(ipproto::ICMP) => "icmp",
-                Some(ipproto::ICMPV6) => "icmpv6",
+                Some(ip_proto::TCP) => "tcp",
+                Some(ip_proto::UDP) => "udp",
+                Some(ip_proto::SCTP) => "sctp",
+                Some(ip_proto::ICMP) => "icmp",
+                Some(ip_proto::ICMPV6) => "icmpv6",
                 _ => "tp",
             };
-            if matches!(proto, Some(ipproto::ICMP) | Some(ipproto::ICMPV6)) {
+            if matches!(proto, Some(ip_proto::ICMP) | Some(ip_proto::ICMPV6)) {
                 (
                     name,
                     &[

@@ -11,9 +11,11 @@
 //!
 //! The datapath's `set(...)` actions land here. [`Layout::parse`] finds the
 //! L2/L3/L4 offsets of the current bytes (Ethernet, up to two VLAN tags,
-//! IPv4 with options, IPv6 with extension headers, ARP, TCP/UDP/SCTP/ICMP),
-//! and each `set_*` method writes one field and fixes every checksum that
-//! covers it:
+//! IPv4 with options, IPv6 with extension headers, ARP, TCP/UDP/SCTP/ICMP)
+//! with the wire layer's views and walks ([`crate::wire`]: the same VLAN
+//! tag and IPv6 extension header rules as the flow key extractor), and each
+//! `set_*` method writes one field, at the wire layer's named offsets, and
+//! fixes every checksum that covers it:
 //!
 //! - IPv4 header checksum: incremental update (RFC 1624, eqn. 3).
 //! - TCP/UDP (and ICMPv6) checksums over the IPv4/IPv6 pseudo-header when an
@@ -24,38 +26,31 @@
 //!
 //! ## No-panic contract
 //!
-//! Frames are untrusted. Every access is bounds-checked; a write whose bytes
-//! are not all inside the frame (a truncated frame, or a frame of a
-//! different protocol) changes nothing and returns a [`WriteError`], which
-//! the datapath counts. L4 headers of non-first fragments are never touched.
-//! If a header is present but its checksum field is cut off, the field is
-//! written and the unreachable checksum is left alone.
+//! Frames are untrusted. Every access is bounds-checked (the module denies
+//! `clippy::indexing_slicing`); a write whose bytes are not all inside the
+//! frame (a truncated frame, or a frame of a different protocol) changes
+//! nothing and returns a [`WriteError`], which the datapath counts. L4
+//! headers of non-first fragments are never touched. If a header is
+//! present but its checksum field is cut off, the field is written and the
+//! unreachable checksum is left alone.
+
+#![deny(clippy::indexing_slicing, clippy::cast_possible_truncation)]
 
 use crate::field::Field;
+use crate::wire::arp::{self, ArpPacket};
+use crate::wire::ethernet::{self, vlan, EthernetFrame};
+use crate::wire::ipv4::{self, Ipv4Packet};
+use crate::wire::ipv6::{self, ExtEnd, Ipv6Packet};
+use crate::wire::udp::sctp;
+use crate::wire::{ethertype, icmp, ip_proto, tcp, udp};
 
 /// Headroom [`PacketBuf::from_frame`] reserves: room for VXLAN-over-IPv4
 /// encapsulation (50 bytes) plus two VLAN tags, rounded up.
 pub const DEFAULT_HEADROOM: usize = 128;
 
-/// Ethertypes this module understands.
-pub mod ethertype {
-    pub const IPV4: u16 = 0x0800;
-    pub const ARP: u16 = 0x0806;
-    pub const IPV6: u16 = 0x86dd;
-    /// 802.1Q customer tag.
-    pub const VLAN: u16 = 0x8100;
-    /// 802.1ad service tag.
-    pub const QINQ: u16 = 0x88a8;
-}
-
-/// IP protocol numbers this module understands.
-pub mod ipproto {
-    pub const ICMP: u8 = 1;
-    pub const TCP: u8 = 6;
-    pub const UDP: u8 = 17;
-    pub const ICMPV6: u8 = 58;
-    pub const SCTP: u8 = 132;
-}
+/// The `vlan_tci` "a tag is present" bit of the flow key (OVS `VLAN_CFI`),
+/// which is not written to the wire.
+const VLAN_CFI: u16 = crate::extract::VLAN_PRESENT;
 
 /// Why a header write (or push/pull) was skipped. Small and `Copy`: the
 /// datapath counts these, it never allocates for them.
@@ -227,47 +222,51 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Packet<B> {
 
     /// Sets the Ethernet source address.
     pub fn set_eth_src(&mut self, mac: [u8; 6]) -> Result<(), WriteError> {
-        self.write_at(6, &mac)
+        self.write_at(ethernet::field::SRC.start, &mac)
     }
 
     /// Sets the Ethernet destination address.
     pub fn set_eth_dst(&mut self, mac: [u8; 6]) -> Result<(), WriteError> {
-        self.write_at(0, &mac)
+        self.write_at(ethernet::field::DST.start, &mac)
     }
 
     /// Pushes an outermost VLAN tag (`tpid` is 0x8100 or 0x88a8) using 4
     /// bytes of headroom. `tci` is written as given (without the key's
     /// "tag present" bit 0x1000, which is not a wire bit).
     pub fn push_vlan(&mut self, tpid: u16, tci: u16) -> Result<(), WriteError> {
-        if self.len < 12 {
+        // The MAC addresses move 4 bytes to the front; the tag goes where
+        // the type field was.
+        let macs = ethernet::field::ETHERTYPE.start;
+        if self.len < macs {
             return Err(WriteError::Truncated {
-                need: 12,
+                need: macs,
                 len: self.len,
             });
         }
-        self.push_front(4)?;
-        let d = self.data_mut();
-        d.copy_within(4..16, 0);
-        d[12..14].copy_from_slice(&tpid.to_be_bytes());
-        d[14..16].copy_from_slice(&(tci & !0x1000).to_be_bytes());
-        Ok(())
+        self.push_front(vlan::HEADER_LEN)?;
+        // In range: the frame now has at least `macs + 4` bytes.
+        self.data_mut()
+            .copy_within(vlan::HEADER_LEN..vlan::HEADER_LEN + macs, 0);
+        let [t0, t1] = tpid.to_be_bytes();
+        let [c0, c1] = (tci & !VLAN_CFI).to_be_bytes();
+        self.write_at(macs, &[t0, t1, c0, c1])
     }
 
     /// Removes the outermost VLAN tag.
     pub fn pop_vlan(&mut self) -> Result<(), WriteError> {
+        let need = ethernet::HEADER_LEN + vlan::HEADER_LEN;
         let d = self.data();
-        if d.len() < 18 {
-            return Err(WriteError::Truncated {
-                need: 18,
-                len: d.len(),
-            });
+        if d.len() < need {
+            return Err(WriteError::Truncated { need, len: d.len() });
         }
-        let tpid = be16(d, 12).unwrap_or(0);
-        if tpid != ethertype::VLAN && tpid != ethertype::QINQ {
+        let tpid = EthernetFrame::new_checked(d).map_or(0, |e| e.ethertype());
+        if !ethernet::is_vlan_tpid(tpid) {
             return Err(WriteError::NoHeader("802.1Q"));
         }
-        self.data_mut().copy_within(0..12, 4);
-        self.pull_front(4)
+        // In range: the frame has at least 18 bytes.
+        self.data_mut()
+            .copy_within(0..ethernet::field::ETHERTYPE.start, vlan::HEADER_LEN);
+        self.pull_front(vlan::HEADER_LEN)
     }
 
     /// Rewrites the TCI of the outermost VLAN tag in place (bit 0x1000 ignored).
@@ -275,7 +274,10 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Packet<B> {
         if self.layout().vlan_tags == 0 {
             return Err(WriteError::NoHeader("802.1Q"));
         }
-        self.write_at(14, &(tci & !0x1000).to_be_bytes())
+        self.write_at(
+            ethernet::HEADER_LEN + vlan::field::TCI.start,
+            &(tci & !VLAN_CFI).to_be_bytes(),
+        )
     }
 
     // ---- ARP ---------------------------------------------------------------
@@ -291,31 +293,31 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Packet<B> {
     /// Sets the ARP opcode.
     pub fn set_arp_op(&mut self, op: u16) -> Result<(), WriteError> {
         let off = self.arp_offset()?;
-        self.write_at(off + 6, &op.to_be_bytes())
+        self.write_at(off + arp::field::OPER.start, &op.to_be_bytes())
     }
 
     /// Sets the ARP sender hardware address.
     pub fn set_arp_sha(&mut self, mac: [u8; 6]) -> Result<(), WriteError> {
         let off = self.arp_offset()?;
-        self.write_at(off + 8, &mac)
+        self.write_at(off + arp::field::SHA.start, &mac)
     }
 
     /// Sets the ARP sender protocol address.
     pub fn set_arp_spa(&mut self, ip: u32) -> Result<(), WriteError> {
         let off = self.arp_offset()?;
-        self.write_at(off + 14, &ip.to_be_bytes())
+        self.write_at(off + arp::field::SPA.start, &ip.to_be_bytes())
     }
 
     /// Sets the ARP target hardware address.
     pub fn set_arp_tha(&mut self, mac: [u8; 6]) -> Result<(), WriteError> {
         let off = self.arp_offset()?;
-        self.write_at(off + 18, &mac)
+        self.write_at(off + arp::field::THA.start, &mac)
     }
 
     /// Sets the ARP target protocol address.
     pub fn set_arp_tpa(&mut self, ip: u32) -> Result<(), WriteError> {
         let off = self.arp_offset()?;
-        self.write_at(off + 24, &ip.to_be_bytes())
+        self.write_at(off + arp::field::TPA.start, &ip.to_be_bytes())
     }
 
     // ---- IPv4 --------------------------------------------------------------
@@ -331,38 +333,61 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Packet<B> {
     /// Sets the IPv4 source address (header and L4 pseudo-header checksums).
     pub fn set_ipv4_src(&mut self, ip: u32) -> Result<(), WriteError> {
         let (l, off) = self.ipv4_layout()?;
-        self.write_csum(off + 12, &ip.to_be_bytes(), Some(off + 10), l.pseudo_csum())
+        self.write_csum(
+            off + ipv4::field::SRC.start,
+            &ip.to_be_bytes(),
+            Some(off + ipv4::field::CHECKSUM.start),
+            l.pseudo_csum(),
+        )
     }
 
     /// Sets the IPv4 destination address (header and L4 pseudo-header checksums).
     pub fn set_ipv4_dst(&mut self, ip: u32) -> Result<(), WriteError> {
         let (l, off) = self.ipv4_layout()?;
-        self.write_csum(off + 16, &ip.to_be_bytes(), Some(off + 10), l.pseudo_csum())
+        self.write_csum(
+            off + ipv4::field::DST.start,
+            &ip.to_be_bytes(),
+            Some(off + ipv4::field::CHECKSUM.start),
+            l.pseudo_csum(),
+        )
     }
 
     /// Sets the IPv4 TOS byte (DSCP and ECN).
     pub fn set_ipv4_tos(&mut self, tos: u8) -> Result<(), WriteError> {
         let (_, off) = self.ipv4_layout()?;
-        let old = self.data().get(off..off + 2).ok_or(WriteError::Truncated {
-            need: off + 2,
-            len: self.len,
-        })?;
-        let new = [old[0], tos];
-        self.write_csum(off, &new, Some(off + 10), None)
+        // The checksum covers 16-bit words: TOS shares one with VER_IHL.
+        let at = off + ipv4::field::VER_IHL;
+        let Some(&[vihl, _]) = self.data().get(at..at + 2) else {
+            return Err(WriteError::Truncated {
+                need: at + 2,
+                len: self.len,
+            });
+        };
+        self.write_csum(
+            at,
+            &[vihl, tos],
+            Some(off + ipv4::field::CHECKSUM.start),
+            None,
+        )
     }
 
     /// Sets the IPv4 TTL.
     pub fn set_ipv4_ttl(&mut self, ttl: u8) -> Result<(), WriteError> {
         let (_, off) = self.ipv4_layout()?;
-        let old = self
-            .data()
-            .get(off + 8..off + 10)
-            .ok_or(WriteError::Truncated {
-                need: off + 10,
+        // TTL shares a 16-bit word with the protocol.
+        let at = off + ipv4::field::TTL;
+        let Some(&[_, proto]) = self.data().get(at..at + 2) else {
+            return Err(WriteError::Truncated {
+                need: at + 2,
                 len: self.len,
-            })?;
-        let new = [ttl, old[1]];
-        self.write_csum(off + 8, &new, Some(off + 10), None)
+            });
+        };
+        self.write_csum(
+            at,
+            &[ttl, proto],
+            Some(off + ipv4::field::CHECKSUM.start),
+            None,
+        )
     }
 
     // ---- IPv6 --------------------------------------------------------------
@@ -378,78 +403,114 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Packet<B> {
     /// Sets the IPv6 source address (L4 pseudo-header checksum).
     pub fn set_ipv6_src(&mut self, ip: u128) -> Result<(), WriteError> {
         let (l, off) = self.ipv6_layout()?;
-        self.write_csum(off + 8, &ip.to_be_bytes(), None, l.pseudo_csum())
+        self.write_csum(
+            off + ipv6::field::SRC.start,
+            &ip.to_be_bytes(),
+            None,
+            l.pseudo_csum(),
+        )
     }
 
     /// Sets the IPv6 destination address (L4 pseudo-header checksum).
     pub fn set_ipv6_dst(&mut self, ip: u128) -> Result<(), WriteError> {
         let (l, off) = self.ipv6_layout()?;
-        self.write_csum(off + 24, &ip.to_be_bytes(), None, l.pseudo_csum())
+        self.write_csum(
+            off + ipv6::field::DST.start,
+            &ip.to_be_bytes(),
+            None,
+            l.pseudo_csum(),
+        )
+    }
+
+    /// Rewrites the bits `mask` of the first IPv6 header word
+    /// (version, traffic class, flow label) with those of `bits`.
+    fn set_ipv6_word(&mut self, mask: u32, bits: u32) -> Result<(), WriteError> {
+        let (_, off) = self.ipv6_layout()?;
+        let at = off + ipv6::field::VER_TC_FLOW.start;
+        let w = be32(self.data(), at).ok_or(WriteError::Truncated {
+            need: at + 4,
+            len: self.len,
+        })?;
+        self.write_at(at, &((w & !mask) | (bits & mask)).to_be_bytes())
     }
 
     /// Sets the IPv6 traffic class.
     pub fn set_ipv6_tclass(&mut self, tclass: u8) -> Result<(), WriteError> {
-        let (_, off) = self.ipv6_layout()?;
-        let w = be32(self.data(), off).ok_or(WriteError::Truncated {
-            need: off + 4,
-            len: self.len,
-        })?;
-        let w = (w & !0x0ff0_0000) | ((tclass as u32) << 20);
-        self.write_at(off, &w.to_be_bytes())
+        self.set_ipv6_word(0x0ff0_0000, u32::from(tclass) << 20)
     }
 
     /// Sets the IPv6 flow label (low 20 bits of `label`).
     pub fn set_ipv6_label(&mut self, label: u32) -> Result<(), WriteError> {
-        let (_, off) = self.ipv6_layout()?;
-        let w = be32(self.data(), off).ok_or(WriteError::Truncated {
-            need: off + 4,
-            len: self.len,
-        })?;
-        let w = (w & !0x000f_ffff) | (label & 0x000f_ffff);
-        self.write_at(off, &w.to_be_bytes())
+        self.set_ipv6_word(ipv6::FLOW_LABEL_MASK, label)
     }
 
     /// Sets the IPv6 hop limit.
     pub fn set_ipv6_hlimit(&mut self, hlimit: u8) -> Result<(), WriteError> {
         let (_, off) = self.ipv6_layout()?;
-        self.write_at(off + 7, &[hlimit])
+        self.write_at(off + ipv6::field::HOP_LIMIT, &[hlimit])
     }
 
     // ---- L4 ----------------------------------------------------------------
 
     /// Sets the TCP/UDP/SCTP source port, or the ICMP/ICMPv6 type (low 8 bits).
     pub fn set_tp_src(&mut self, v: u16) -> Result<(), WriteError> {
-        self.set_tp(0, v)
+        self.set_tp(false, v)
     }
 
     /// Sets the TCP/UDP/SCTP destination port, or the ICMP/ICMPv6 code (low 8 bits).
     pub fn set_tp_dst(&mut self, v: u16) -> Result<(), WriteError> {
-        self.set_tp(1, v)
+        self.set_tp(true, v)
     }
 
-    fn set_tp(&mut self, which: usize, v: u16) -> Result<(), WriteError> {
+    fn set_tp(&mut self, dst: bool, v: u16) -> Result<(), WriteError> {
         let l = self.layout();
         let Some(l4) = l.l4 else {
             return Err(WriteError::NoHeader("L4"));
         };
+        // TCP, UDP and SCTP all start with the two ports.
+        let port = l4
+            + if dst {
+                tcp::field::DST_PORT.start
+            } else {
+                tcp::field::SRC_PORT.start
+            };
         match l.nw_proto {
-            ipproto::TCP | ipproto::UDP => {
+            ip_proto::TCP | ip_proto::UDP => {
                 let csum = l.l4_csum();
-                self.write_csum(l4 + 2 * which, &v.to_be_bytes(), None, csum)
+                self.write_csum(port, &v.to_be_bytes(), None, csum)
             }
-            ipproto::SCTP => {
-                self.write_at(l4 + 2 * which, &v.to_be_bytes())?;
+            ip_proto::SCTP => {
+                self.write_at(port, &v.to_be_bytes())?;
                 let end = l.l3_end.min(self.len);
-                let d = self.data_mut();
-                if end >= l4 + 12 {
-                    d[l4 + 8..l4 + 12].fill(0);
-                    let crc = crc32c(&d[l4..end]);
-                    d[l4 + 8..l4 + 12].copy_from_slice(&crc.to_le_bytes());
+                let crc_at = l4 + sctp::field::CHECKSUM.start;
+                // The CRC covers the whole SCTP packet: recomputed when
+                // the packet (at least its common header) is in the frame.
+                if end >= l4 + sctp::HEADER_LEN {
+                    let d = self.data_mut();
+                    if let Some(c) = d.get_mut(crc_at..crc_at + 4) {
+                        c.fill(0);
+                    }
+                    let crc = d.get(l4..end).map_or(0, crc32c);
+                    if let Some(c) = d.get_mut(crc_at..crc_at + 4) {
+                        c.copy_from_slice(&crc.to_le_bytes());
+                    }
                 }
                 Ok(())
             }
-            ipproto::ICMP | ipproto::ICMPV6 => {
-                self.write_csum(l4 + which, &[v as u8], None, Some((l4 + 2, false)))
+            ip_proto::ICMP | ip_proto::ICMPV6 => {
+                let at = l4
+                    + if dst {
+                        icmp::field::CODE
+                    } else {
+                        icmp::field::TYPE
+                    };
+                let [_, v8] = v.to_be_bytes();
+                self.write_csum(
+                    at,
+                    &[v8],
+                    None,
+                    Some((l4 + icmp::field::CHECKSUM.start, false)),
+                )
             }
             _ => Err(WriteError::NoHeader("TCP/UDP/SCTP/ICMP")),
         }
@@ -461,10 +522,17 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Packet<B> {
     /// datapath `set(...)` actions. `NwSrc`/`NwDst`/`NwProto` mean the ARP
     /// SPA/TPA/opcode on ARP frames. `VlanTci` with the 0x1000 "present" bit
     /// rewrites the outer tag or pushes one; without it, pops the outer tag.
+    ///
+    /// `value` holds the field in its low bits (the key's representation):
+    /// the `as` casts below keep exactly the field's width.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "a key field holds no more bits than its width"
+    )]
     pub fn set_field(&mut self, field: Field, value: u128) -> Result<(), WriteError> {
         let mac = |v: u128| {
-            let b = (v as u64).to_be_bytes();
-            [b[2], b[3], b[4], b[5], b[6], b[7]]
+            let [_, _, m0, m1, m2, m3, m4, m5] = (v as u64).to_be_bytes();
+            [m0, m1, m2, m3, m4, m5]
         };
         let l = self.layout();
         let arp = l.eth_type == ethertype::ARP;
@@ -474,7 +542,7 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Packet<B> {
             Field::DlDst => self.set_eth_dst(mac(value)),
             Field::VlanTci => {
                 let tci = value as u16;
-                match (tci & 0x1000 != 0, l.vlan_tags > 0) {
+                match (tci & VLAN_CFI != 0, l.vlan_tags > 0) {
                     (true, true) => self.set_vlan_tci(tci),
                     (true, false) => self.push_vlan(ethertype::VLAN, tci),
                     (false, true) => self.pop_vlan(),
@@ -537,29 +605,34 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Packet<B> {
         } else {
             (off, off + n)
         };
-        let Some(old_span) = self.data().get(start..end) else {
-            return Err(WriteError::Truncated { need: end, len });
-        };
-        let mut old = [0u8; 16];
-        let w = end - start;
-        if w > old.len() {
-            return Err(WriteError::Truncated { need: end, len });
-        }
-        old[..w].copy_from_slice(old_span);
+        let mut old_buf = [0u8; 16];
+        let old = self
+            .data()
+            .get(start..end)
+            .and_then(|span| {
+                let o = old_buf.get_mut(..span.len())?;
+                o.copy_from_slice(span);
+                Some(&*o)
+            })
+            .ok_or(WriteError::Truncated { need: end, len })?;
         self.write_at(off, new)?;
-        let mut newb = [0u8; 16];
-        newb[..w].copy_from_slice(self.data().get(start..end).unwrap_or(&old[..w]));
+        let mut new_buf = [0u8; 16];
+        let w = old.len();
+        let newb = new_buf.get_mut(..w).unwrap_or(&mut []);
+        newb.copy_from_slice(self.data().get(start..end).unwrap_or(old));
         for (c, udp) in [csum1.map(|c| (c, false)), csum2].into_iter().flatten() {
             let d = self.data_mut();
             let Some(cur) = be16(d, c) else { continue };
             if udp && cur == 0 {
                 continue;
             }
-            let mut nc = checksum_update(cur, &old[..w], &newb[..w]);
+            let mut nc = checksum_update(cur, old, newb);
             if udp && nc == 0 {
                 nc = 0xffff;
             }
-            d[c..c + 2].copy_from_slice(&nc.to_be_bytes());
+            if let Some(dst) = d.get_mut(c..c + 2) {
+                dst.copy_from_slice(&nc.to_be_bytes());
+            }
         }
         Ok(())
     }
@@ -569,7 +642,8 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Packet<B> {
 /// offset is `Some` only if the fixed part of that header is inside the frame.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Layout {
-    /// Number of VLAN tags (0..=2; a third tag is treated as the ethertype).
+    /// Number of VLAN tags (0..=2; a third tag is treated as the ethertype,
+    /// and so is a tag cut short, as in the flow key).
     pub vlan_tags: u8,
     /// The ethertype after the VLAN tags (0 if the frame is shorter than 14 bytes).
     pub eth_type: u16,
@@ -579,9 +653,13 @@ pub struct Layout {
     /// End of the L3 datagram: the IP total length, clipped to the frame
     /// (excludes Ethernet padding).
     pub l3_end: usize,
-    /// IP protocol of the L4 header (after IPv6 extension headers).
+    /// IP protocol of the L4 header (after IPv6 extension headers; for an
+    /// IPv6 later fragment, its Fragment header's next header; 0 when the
+    /// IPv6 extension header chain is truncated or too long).
     pub nw_proto: u8,
-    /// Offset of the L4 header; `None` for later fragments and non-IP.
+    /// Offset of the L4 header; `None` for later fragments, non-IP, and
+    /// IPv6 packets whose extension header chain
+    /// ([`crate::wire::ipv6::walk_ext`]) is truncated or too long.
     pub l4: Option<usize>,
 }
 
@@ -589,86 +667,56 @@ impl Layout {
     /// Parses the header offsets of `d`. Never panics.
     pub fn parse(d: &[u8]) -> Layout {
         let mut l = Layout::default();
-        let mut off = 12;
-        let Some(mut et) = be16(d, off) else {
+        let Some(l2) = ethernet::l2_of(d) else {
             return l;
         };
-        while (et == ethertype::VLAN || et == ethertype::QINQ) && l.vlan_tags < 2 {
-            off += 4;
-            l.vlan_tags += 1;
-            match be16(d, off) {
-                Some(e) => et = e,
-                None => {
-                    l.eth_type = 0;
-                    return l;
-                }
-            }
-        }
-        l.eth_type = et;
-        let l3 = off + 2;
-        match et {
-            // htype 1 (Ethernet), ptype IPv4, hlen 6, plen 4.
-            ethertype::ARP
-                if d.len() >= l3 + 28
-                    && be16(d, l3) == Some(1)
-                    && be16(d, l3 + 2) == Some(ethertype::IPV4)
-                    && d[l3 + 4] == 6
-                    && d[l3 + 5] == 4 =>
-            {
+        // At most MAX_VLAN_TAGS (2).
+        l.vlan_tags = u8::try_from(l2.tags).unwrap_or(u8::MAX);
+        l.eth_type = l2.ethertype;
+        let l3 = l2.l3_offset;
+        let ip = l2.payload;
+        match l2.ethertype {
+            ethertype::ARP if ArpPacket::new_checked(ip).is_ok_and(|a| a.is_ethernet_ipv4()) => {
                 l.l3 = Some(l3);
-                l.l3_end = l3 + 28;
+                l.l3_end = l3 + arp::HEADER_LEN;
             }
             ethertype::IPV4 => {
-                let Some(&vihl) = d.get(l3) else { return l };
-                let ihl = (vihl & 0x0f) as usize * 4;
-                if vihl >> 4 != 4 || ihl < 20 || d.len() < l3 + ihl {
+                let Ok(p) = Ipv4Packet::new_checked(ip) else {
+                    return l;
+                };
+                let ihl = p.header_len();
+                if p.version() != 4 || p.header().is_none() {
                     return l;
                 }
                 l.l3 = Some(l3);
-                let total = be16(d, l3 + 2).unwrap_or(0) as usize;
+                let total = usize::from(p.total_len());
                 l.l3_end = (l3 + total.max(ihl)).min(d.len());
-                l.nw_proto = d[l3 + 9];
-                let frag_off = be16(d, l3 + 6).unwrap_or(0) & 0x1fff;
-                if frag_off == 0 {
+                l.nw_proto = p.protocol();
+                if p.flags_frag() & ipv4::FRAG_OFFSET_MASK == 0 {
                     l.l4 = Some(l3 + ihl);
                 }
             }
             ethertype::IPV6 => {
-                if d.len() < l3 + 40 || d[l3] >> 4 != 6 {
+                let Ok(p) = Ipv6Packet::new_checked(ip) else {
+                    return l;
+                };
+                if p.version() != 6 {
                     return l;
                 }
                 l.l3 = Some(l3);
-                let plen = be16(d, l3 + 4).unwrap_or(0) as usize;
-                l.l3_end = (l3 + 40 + plen).min(d.len());
-                let mut nh = d[l3 + 6];
-                let mut p = l3 + 40;
-                for _ in 0..8 {
-                    let hlen = match nh {
-                        0 | 43 | 60 => match d.get(p + 1) {
-                            Some(&n) => (n as usize + 1) * 8,
-                            None => return l,
-                        },
-                        44 => {
-                            let Some(fo) = be16(d, p + 2) else { return l };
-                            if fo >> 3 != 0 {
-                                l.nw_proto = d[p];
-                                return l;
-                            }
-                            8
-                        }
-                        51 => match d.get(p + 1) {
-                            Some(&n) => (n as usize + 2) * 4,
-                            None => return l,
-                        },
-                        _ => break,
-                    };
-                    let Some(&next) = d.get(p) else { return l };
-                    nh = next;
-                    p += hlen;
-                }
-                l.nw_proto = nh;
-                if p <= d.len() && !matches!(nh, 0 | 43 | 44 | 51 | 60) {
-                    l.l4 = Some(p);
+                l.l3_end = (l3 + ipv6::HEADER_LEN + usize::from(p.payload_len())).min(d.len());
+                // The payload as far as the frame holds it.
+                let payload = p.payload().unwrap_or(p.rest());
+                match ipv6::walk_ext(p.next_header(), payload).end {
+                    ExtEnd::Upper {
+                        next_header,
+                        offset,
+                    } => {
+                        l.nw_proto = next_header;
+                        l.l4 = Some(l3 + ipv6::HEADER_LEN + offset);
+                    }
+                    ExtEnd::LaterFragment { next_header, .. } => l.nw_proto = next_header,
+                    ExtEnd::Truncated { .. } | ExtEnd::TooLong { .. } => {}
                 }
             }
             _ => {}
@@ -679,8 +727,8 @@ impl Layout {
     /// The L4 checksum that covers the IP pseudo-header: `(offset, is_udp)`.
     fn pseudo_csum(&self) -> Option<(usize, bool)> {
         match self.nw_proto {
-            ipproto::ICMPV6 => self.l4.map(|o| (o + 2, false)),
-            ipproto::ICMP => None,
+            ip_proto::ICMPV6 => self.l4.map(|o| (o + icmp::field::CHECKSUM.start, false)),
+            ip_proto::ICMP => None,
             _ => self.l4_csum(),
         }
     }
@@ -689,40 +737,40 @@ impl Layout {
     fn l4_csum(&self) -> Option<(usize, bool)> {
         let l4 = self.l4?;
         match self.nw_proto {
-            ipproto::TCP => Some((l4 + 16, false)),
-            ipproto::UDP => Some((l4 + 6, true)),
+            ip_proto::TCP => Some((l4 + tcp::field::CHECKSUM.start, false)),
+            ip_proto::UDP => Some((l4 + udp::field::CHECKSUM.start, true)),
             _ => None,
         }
     }
 }
 
 fn be16(d: &[u8], off: usize) -> Option<u16> {
-    let b = d.get(off..off.checked_add(2)?)?;
-    Some(u16::from_be_bytes([b[0], b[1]]))
+    Some(u16::from_be_bytes(*d.get(off..)?.first_chunk::<2>()?))
 }
 
 fn be32(d: &[u8], off: usize) -> Option<u32> {
-    let b = d.get(off..off.checked_add(4)?)?;
-    Some(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    Some(u32::from_be_bytes(*d.get(off..)?.first_chunk::<4>()?))
 }
 
 fn fold(mut sum: u64) -> u16 {
     while sum >> 16 != 0 {
         sum = (sum & 0xffff) + (sum >> 16);
     }
-    sum as u16
+    #[allow(clippy::cast_possible_truncation, reason = "the loop leaves 16 bits")]
+    let folded = sum as u16;
+    folded
 }
 
 /// One's complement sum of `data` as big-endian 16-bit words (odd length
 /// padded with a zero byte), added to `initial`, not inverted.
 pub fn ones_sum(data: &[u8], initial: u64) -> u64 {
     let mut sum = initial;
-    let mut chunks = data.chunks_exact(2);
-    for c in &mut chunks {
-        sum += u16::from_be_bytes([c[0], c[1]]) as u64;
+    let (words, rest) = data.as_chunks::<2>();
+    for w in words {
+        sum += u64::from(u16::from_be_bytes(*w));
     }
-    if let [b] = chunks.remainder() {
-        sum += (*b as u64) << 8;
+    if let [b] = rest {
+        sum += u64::from(*b) << 8;
     }
     sum
 }
@@ -737,14 +785,19 @@ pub fn checksum(data: &[u8], initial: u64) -> u16 {
 /// for replacing the bytes `old` by `new` (same even length, at an even
 /// offset of the checksummed area).
 pub fn checksum_update(csum: u16, old: &[u8], new: &[u8]) -> u16 {
-    let mut sum = (!csum) as u64;
-    for c in old.chunks_exact(2) {
-        sum += (!u16::from_be_bytes([c[0], c[1]])) as u64;
+    let mut sum = u64::from(!csum);
+    for w in old.as_chunks::<2>().0 {
+        sum += u64::from(!u16::from_be_bytes(*w));
     }
     sum = ones_sum(new, sum);
     !fold(sum)
 }
 
+#[allow(
+    clippy::indexing_slicing,
+    clippy::cast_possible_truncation,
+    reason = "const evaluation: an index out of range is a compile error; i < 256"
+)]
 const CRC32C_TABLE: [u32; 256] = {
     let mut t = [0u32; 256];
     let mut i = 0;
@@ -769,14 +822,19 @@ const CRC32C_TABLE: [u32; 256] = {
 pub fn crc32c(data: &[u8]) -> u32 {
     let mut c = !0u32;
     for &b in data {
-        c = CRC32C_TABLE[((c ^ b as u32) & 0xff) as usize] ^ (c >> 8);
+        let [low, ..] = c.to_le_bytes();
+        // A byte indexes the 256-entry table: the fallback is dead code.
+        let t = CRC32C_TABLE.get(usize::from(low ^ b)).copied().unwrap_or(0);
+        c = t ^ (c >> 8);
     }
     !c
 }
 
 #[cfg(test)]
+#[allow(clippy::indexing_slicing, clippy::cast_possible_truncation)]
 mod tests {
     use super::*;
+    use crate::wire::{ethertype, ip_proto};
 
     const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
     const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];
@@ -863,11 +921,11 @@ mod tests {
         let l4 = l.l4?;
         let seg = &f[l4..l.l3_end];
         let (coff, pseudo) = match l.nw_proto {
-            ipproto::TCP => (16, true),
-            ipproto::UDP => (6, true),
-            ipproto::ICMPV6 => (2, true),
-            ipproto::ICMP => (2, false),
-            ipproto::SCTP => {
+            ip_proto::TCP => (16, true),
+            ip_proto::UDP => (6, true),
+            ip_proto::ICMPV6 => (2, true),
+            ip_proto::ICMP => (2, false),
+            ip_proto::SCTP => {
                 let mut s = seg.to_vec();
                 s[8..12].fill(0);
                 return Some((l4 + 8, 0)).map(|(o, _)| (o, crc32c(&s) as u16));
@@ -886,7 +944,7 @@ mod tests {
             init += l.nw_proto as u64 + seg.len() as u64;
         }
         let mut c = checksum(&s, init);
-        if l.nw_proto == ipproto::UDP && c == 0 {
+        if l.nw_proto == ip_proto::UDP && c == 0 {
             c = 0xffff;
         }
         Some((l4 + coff, c))
@@ -894,7 +952,7 @@ mod tests {
 
     fn fix_l4(f: &mut [u8]) {
         let l = Layout::parse(f);
-        if l.nw_proto == ipproto::SCTP {
+        if l.nw_proto == ip_proto::SCTP {
             let l4 = l.l4.unwrap();
             let mut s = f[l4..l.l3_end].to_vec();
             s[8..12].fill(0);
@@ -919,7 +977,7 @@ mod tests {
                 "IPv4 header checksum"
             );
         }
-        if l.nw_proto == ipproto::SCTP {
+        if l.nw_proto == ip_proto::SCTP {
             let l4 = l.l4.unwrap();
             let mut s = f[l4..l.l3_end].to_vec();
             s[8..12].fill(0);
@@ -953,7 +1011,7 @@ mod tests {
 
     #[test]
     fn layout_finds_headers() {
-        let f = ipv4(ipproto::TCP, 8, &tcp());
+        let f = ipv4(ip_proto::TCP, 8, &tcp());
         let l = Layout::parse(&f);
         assert_eq!(
             (l.eth_type, l.l3, l.l4, l.nw_proto),
@@ -967,23 +1025,33 @@ mod tests {
         assert_eq!((l.vlan_tags, l.l3, l.l4), (2, Some(22), Some(50)));
         // IPv6 with a hop-by-hop header then a destination-options header.
         let mut ext = vec![60, 0, 0, 0, 0, 0, 0, 0];
-        ext.extend_from_slice(&[ipproto::UDP, 1]);
+        ext.extend_from_slice(&[ip_proto::UDP, 1]);
         ext.extend_from_slice(&[0; 14]);
-        let f6 = ipv6(ipproto::UDP, &ext, &udp());
+        let f6 = ipv6(ip_proto::UDP, &ext, &udp());
         let l = Layout::parse(&f6);
         assert_eq!(
             (l.l3, l.l4, l.nw_proto),
-            (Some(14), Some(54 + 24), ipproto::UDP)
+            (Some(14), Some(54 + 24), ip_proto::UDP)
         );
         // Truncated frames never panic and report what is there.
         for n in 0..f6.len() {
             let _ = Layout::parse(&f6[..n]);
         }
+        // Extension headers must lie inside the payload length (the flow
+        // key's rule): bytes after it are padding, not headers.
+        let mut short = f6.clone();
+        short[18..20].copy_from_slice(&20u16.to_be_bytes());
+        let l = Layout::parse(&short);
+        assert_eq!((l.l3, l.l4, l.nw_proto), (Some(14), None, 0));
+        // A tag cut short is not a tag (as in the flow key).
+        let cut = [&f[..12], &[0x81, 0x00, 0x00][..]].concat();
+        let l = Layout::parse(&cut);
+        assert_eq!((l.vlan_tags, l.eth_type, l.l3), (0, ethertype::VLAN, None));
     }
 
     #[test]
     fn eth_and_vlan() {
-        let f = ipv4(ipproto::TCP, 0, &tcp());
+        let f = ipv4(ip_proto::TCP, 0, &tcp());
         let mut p = PacketBuf::from_frame(&f);
         p.set_eth_src(MAC_B).unwrap();
         p.set_eth_dst(MAC_A).unwrap();
@@ -1042,17 +1110,17 @@ mod tests {
         assert_eq!(&d[32..38], &MAC_A);
         assert_eq!(&d[38..42], &[10, 0, 0, 1]);
         // ARP fields on an IPv4 frame: refused.
-        let mut q = PacketBuf::from_frame(&ipv4(ipproto::UDP, 0, &udp()));
+        let mut q = PacketBuf::from_frame(&ipv4(ip_proto::UDP, 0, &udp()));
         assert_eq!(q.set_arp_op(2), Err(WriteError::NoHeader("ARP")));
     }
 
     #[test]
     fn ipv4_rewrites_keep_checksums() {
         for (proto, l4) in [
-            (ipproto::TCP, tcp()),
-            (ipproto::UDP, udp()),
-            (ipproto::ICMP, vec![8, 0, 0, 0, 0, 1, 0, 1, 0xde, 0xad]),
-            (ipproto::SCTP, {
+            (ip_proto::TCP, tcp()),
+            (ip_proto::UDP, udp()),
+            (ip_proto::ICMP, vec![8, 0, 0, 0, 0, 1, 0, 1, 0xde, 0xad]),
+            (ip_proto::SCTP, {
                 let mut s = vec![0u8; 12];
                 s[0..2].copy_from_slice(&7u16.to_be_bytes());
                 s[2..4].copy_from_slice(&9u16.to_be_bytes());
@@ -1081,7 +1149,7 @@ mod tests {
                 let d = p.data();
                 assert_eq!(&d[l3 + 12..l3 + 20], &[192, 168, 1, 1, 172, 16, 254, 1]);
                 assert_eq!((d[l3 + 1], d[l3 + 8]), (0xb8, 63));
-                if proto == ipproto::ICMP {
+                if proto == ip_proto::ICMP {
                     assert_eq!((d[l4o], d[l4o + 1]), (0x40, 0x90));
                 } else {
                     assert_eq!(be16(d, l4o), Some(40000));
@@ -1093,7 +1161,7 @@ mod tests {
 
     #[test]
     fn udp_zero_checksum_stays_zero() {
-        let mut f = ipv4(ipproto::UDP, 0, &udp());
+        let mut f = ipv4(ip_proto::UDP, 0, &udp());
         f[14 + 20 + 6..14 + 20 + 8].fill(0);
         let mut p = PacketBuf::from_frame(&f);
         p.set_ipv4_dst(0x0102_0304).unwrap();
@@ -1108,9 +1176,9 @@ mod tests {
     fn ipv6_rewrites_keep_checksums() {
         let icmp6 = vec![128, 0, 0, 0, 0, 1, 0, 1, 1, 2, 3];
         for (proto, l4) in [
-            (ipproto::TCP, tcp()),
-            (ipproto::UDP, udp()),
-            (ipproto::ICMPV6, icmp6),
+            (ip_proto::TCP, tcp()),
+            (ip_proto::UDP, udp()),
+            (ip_proto::ICMPV6, icmp6),
         ] {
             for ext in [vec![], {
                 let mut e = vec![proto, 0];
@@ -1144,7 +1212,7 @@ mod tests {
 
     #[test]
     fn later_fragment_has_no_l4() {
-        let mut f = ipv4(ipproto::UDP, 0, &udp());
+        let mut f = ipv4(ip_proto::UDP, 0, &udp());
         f[20..22].copy_from_slice(&0x0010u16.to_be_bytes()); // offset 128 bytes
         let c = {
             let mut h = f[14..34].to_vec();
@@ -1161,7 +1229,7 @@ mod tests {
 
     #[test]
     fn truncated_writes_are_skipped_not_panics() {
-        let f = ipv4(ipproto::TCP, 0, &tcp());
+        let f = ipv4(ip_proto::TCP, 0, &tcp());
         let fields: [(Field, u128); 15] = [
             (Field::DlSrc, 1),
             (Field::DlDst, 1),
@@ -1209,7 +1277,7 @@ mod tests {
 
     #[test]
     fn packet_ref_over_borrowed_memory() {
-        let f = ipv4(ipproto::UDP, 0, &udp());
+        let f = ipv4(ip_proto::UDP, 0, &udp());
         let mut umem = vec![0u8; 256];
         umem[64..64 + f.len()].copy_from_slice(&f);
         assert!(PacketRef::new(&mut umem, 250, 10).is_none());

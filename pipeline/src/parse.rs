@@ -77,22 +77,9 @@ pub struct ParseContext {
     pub tables: TableNames,
 }
 
-/// Ethertypes used by the protocol shorthands and prerequisites.
-pub(crate) mod eth_type {
-    pub const IPV4: u16 = 0x0800;
-    pub const ARP: u16 = 0x0806;
-    pub const RARP: u16 = 0x8035;
-    pub const IPV6: u16 = 0x86dd;
-}
-
-/// IP protocol numbers used by the shorthands and prerequisites.
-pub(crate) mod ip_proto {
-    pub const ICMP: u8 = 1;
-    pub const TCP: u8 = 6;
-    pub const UDP: u8 = 17;
-    pub const ICMPV6: u8 = 58;
-    pub const SCTP: u8 = 132;
-}
+/// Ethertypes and IP protocol numbers used by the protocol shorthands and
+/// prerequisites: the wire layer's.
+pub(crate) use crate::wire::{ethertype as eth_type, ip_proto};
 
 /// The protocol shorthands (`tcp` = `dl_type=0x0800,nw_proto=6`).
 pub(crate) const SHORTHANDS: &[(&str, u16, Option<u8>)] = &[

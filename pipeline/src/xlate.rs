@@ -65,21 +65,23 @@
 
 use std::sync::Arc;
 
+use crate::extract::VLAN_PRESENT;
 use crate::field::{frag, Field};
 use crate::flow::{port, Action, CtAction, CtZoneSrc, PacketInReason, SubField};
 use crate::key::FlowKey;
 use crate::odp::{recirc_id_for_table, table_for_recirc_id, DpAction};
 use crate::tables::{Rule, TableSet};
+use crate::wire::ethertype;
 
 /// Deepest resubmit nesting (OVS: 64).
 pub const MAX_DEPTH: u32 = 64;
 /// Most table lookups in one translation (OVS: 4096 resubmits).
 pub const MAX_LOOKUPS: u32 = 4096;
 
-const ETH_TYPE_IPV4: u128 = 0x0800;
-const ETH_TYPE_IPV6: u128 = 0x86dd;
+const ETH_TYPE_IPV4: u128 = ethertype::IPV4 as u128;
+const ETH_TYPE_IPV6: u128 = ethertype::IPV6 as u128;
 /// The "a tag is present" bit of `vlan_tci`.
-const VLAN_CFI: u128 = 0x1000;
+const VLAN_CFI: u128 = VLAN_PRESENT as u128;
 
 /// A classifier as translation sees it: the highest-priority flow of a
 /// table that matches a key, OR-ing every key bit it consulted into `wc`.

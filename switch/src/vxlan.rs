@@ -77,6 +77,14 @@
 //! `net.core.rmem_max`) was full — the symptom of a datapath thread that
 //! does not keep up.
 //!
+//! ## Code layout
+//!
+//! This file holds the sockets and the batches; `vxlan/frames.rs` the bytes:
+//! outer headers, the VXLAN header check, the inner frame's DF and flow
+//! hash, and the ICMP answers, all read through the pipeline's wire layer
+//! (`oxvs_pipeline::wire`: the flow key's VLAN tag walk and IPv6 extension
+//! header walk), with indexing and truncating casts denied.
+//!
 //! ## Concurrency
 //!
 //! A `VxlanPort` is `Send` and owned by one datapath thread; all methods take
@@ -96,19 +104,20 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use nix::sys::socket::{MsgFlags, MultiHeaders, SockaddrIn};
 use oxvs_api::PortStats;
 use oxvs_pipeline::datapath::TunnelMeta;
+use oxvs_pipeline::wire;
 use rustix::net::addr::SocketAddrArg;
 use rustix::net::{SendAncillaryBuffer, SendFlags};
-use smoltcp::phy::ChecksumCapabilities;
-use smoltcp::wire::{
-    Icmpv4Message, Icmpv4Packet, Icmpv6Message, Icmpv6Packet, IpProtocol, Ipv4Packet, Ipv4Repr,
-    Ipv6Packet, Ipv6Repr,
-};
 
+mod frames;
 #[doc(hidden)]
 pub mod fuzzing;
 
+pub use frames::icmp_too_big_reply;
+pub(crate) use frames::source_port;
+use frames::{encapsulate_fragments, fragment_count, may_fragment, parse_vxlan, OuterHeader};
+
 /// The IANA VXLAN port.
-pub const DEFAULT_DST_PORT: u16 = 4789;
+pub const DEFAULT_DST_PORT: u16 = wire::vxlan::UDP_PORT;
 /// Bytes encapsulation adds on the underlay wire (outer Ethernet, IPv4, UDP, VXLAN).
 pub const VXLAN_OVERHEAD: u32 = 50;
 /// Most datagrams one `recv_batch` or `flush` moves.
@@ -116,27 +125,16 @@ pub const MAX_BATCH: usize = 64;
 /// Largest inner frame received (jumbo 9000 + Ethernet + two VLAN tags, rounded).
 pub const MAX_INNER_RX: usize = 9200;
 
-const ETH_HLEN: usize = 14;
-const IPV4_HLEN: usize = 20;
-const UDP_HLEN: usize = 8;
-const VXLAN_HLEN: usize = 8;
+const ETH_HLEN: usize = wire::ethernet::HEADER_LEN;
+const IPV4_HLEN: usize = wire::ipv4::HEADER_LEN;
+const UDP_HLEN: usize = wire::udp::HEADER_LEN;
+const VXLAN_HLEN: usize = wire::vxlan::HEADER_LEN;
 /// Outer IPv4 + UDP + VXLAN: what we write in front of an inner frame.
 const OUTER_LEN: usize = IPV4_HLEN + UDP_HLEN + VXLAN_HLEN;
 const RX_SLOT: usize = VXLAN_HLEN + MAX_INNER_RX;
 /// A TX slot holds one outer IP packet (or fragment) up to this size; the
 /// effective underlay MTU is capped by it.
 const TX_SLOT: usize = OUTER_LEN + MAX_INNER_RX;
-/// The I flag: the VNI is valid.
-const VXLAN_FLAG_I: u8 = 0x08;
-/// UDP source port range (RFC 7348 section 5: dynamic/private ports).
-const SRC_PORT_MIN: u16 = 49152;
-const OUTER_TTL: u8 = 64;
-const ETHERTYPE_IPV4: u16 = 0x0800;
-const ETHERTYPE_IPV6: u16 = 0x86dd;
-const ETHERTYPE_VLAN: u16 = 0x8100;
-const ETHERTYPE_QINQ: u16 = 0x88a8;
-/// An ICMPv6 error must not make the packet exceed the IPv6 minimum MTU.
-const IPV6_MIN_MTU: usize = 1280;
 
 /// Why a VXLAN port could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -420,7 +418,7 @@ impl VxlanPort {
             dst: Ipv4Addr::from(meta.dst),
             src_port: source_port(inner),
             dst_port: self.dst_port,
-            vni: (meta.tun_id & 0x00ff_ffff) as u32,
+            vni: (meta.tun_id & u64::from(wire::vxlan::VNI_MASK)) as u32,
             ident: self.ident,
             df: !may_fragment(inner),
         };
@@ -527,262 +525,6 @@ impl VxlanPort {
     }
 }
 
-/// The outer headers of one encapsulated packet.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct OuterHeader {
-    src: Ipv4Addr,
-    dst: Ipv4Addr,
-    src_port: u16,
-    dst_port: u16,
-    /// 24 bits.
-    vni: u32,
-    ident: u16,
-    df: bool,
-}
-
-impl OuterHeader {
-    /// Writes outer IPv4 + UDP + VXLAN and `inner` into `slot`; returns the
-    /// outer packet's length. The caller checked that it fits `slot` and
-    /// 65535 bytes.
-    fn encapsulate(&self, inner: &[u8], slot: &mut [u8]) -> usize {
-        let total = OUTER_LEN + inner.len();
-        let Some(out) = slot.get_mut(..total) else {
-            return 0;
-        };
-        self.write_ipv4(out, total, false, 0, self.df);
-        write_udp_vxlan(
-            &mut out[IPV4_HLEN..OUTER_LEN],
-            self.src_port,
-            self.dst_port,
-            UDP_HLEN + VXLAN_HLEN + inner.len(),
-            self.vni,
-        );
-        out[OUTER_LEN..].copy_from_slice(inner);
-        total
-    }
-
-    /// Writes a 20-byte IPv4 header (no options, TTL 64, checksum filled)
-    /// at the start of `out`, which is at least 20 bytes long.
-    fn write_ipv4(&self, out: &mut [u8], total: usize, more: bool, offset: usize, df: bool) {
-        let mut p = Ipv4Packet::new_unchecked(&mut out[..IPV4_HLEN]);
-        p.set_version(4);
-        p.set_header_len(IPV4_HLEN as u8);
-        p.set_dscp(0);
-        p.set_ecn(0);
-        p.set_total_len(total as u16);
-        p.set_ident(self.ident);
-        p.clear_flags();
-        p.set_dont_frag(df);
-        p.set_more_frags(more);
-        p.set_frag_offset(offset as u16);
-        p.set_hop_limit(OUTER_TTL);
-        p.set_next_header(IpProtocol::Udp);
-        p.set_src_addr(self.src);
-        p.set_dst_addr(self.dst);
-        p.fill_checksum();
-    }
-}
-
-/// UDP header (checksum 0) + VXLAN header (I flag, `vni`) into 16 bytes.
-fn write_udp_vxlan(out: &mut [u8], src_port: u16, dst_port: u16, udp_len: usize, vni: u32) {
-    if out.len() < UDP_HLEN + VXLAN_HLEN {
-        return;
-    }
-    out[0..2].copy_from_slice(&src_port.to_be_bytes());
-    out[2..4].copy_from_slice(&dst_port.to_be_bytes());
-    out[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
-    out[6..8].copy_from_slice(&[0, 0]);
-    out[8..16].copy_from_slice(&vxlan_header(vni));
-}
-
-/// The 8-byte VXLAN header: I flag, VNI, everything else zero.
-fn vxlan_header(vni: u32) -> [u8; VXLAN_HLEN] {
-    let v = (vni & 0x00ff_ffff).to_be_bytes();
-    [VXLAN_FLAG_I, 0, 0, 0, v[1], v[2], v[3], 0]
-}
-
-/// Validates a VXLAN UDP payload; returns the VNI and the inner frame's
-/// length (the frame starts at byte 8). `None` when it is too short for the
-/// header and an Ethernet header, lacks the I flag, or has a reserved bit set.
-fn parse_vxlan(datagram: &[u8]) -> Option<(u32, usize)> {
-    if datagram.len() < VXLAN_HLEN + ETH_HLEN {
-        return None;
-    }
-    let h = &datagram[..VXLAN_HLEN];
-    if h[0] != VXLAN_FLAG_I || h[1] != 0 || h[2] != 0 || h[3] != 0 || h[7] != 0 {
-        return None;
-    }
-    let vni = u32::from_be_bytes([0, h[4], h[5], h[6]]);
-    Some((vni, datagram.len() - VXLAN_HLEN))
-}
-
-/// How many IPv4 fragments carry `payload` bytes of IP payload under `mtu`.
-fn fragment_count(payload: usize, mtu: usize) -> usize {
-    let per = fragment_payload(mtu);
-    payload.div_ceil(per)
-}
-
-/// IP payload bytes per fragment: a multiple of 8 (mtu is at least 576).
-fn fragment_payload(mtu: usize) -> usize {
-    ((mtu - IPV4_HLEN) / 8 * 8).max(8)
-}
-
-/// Writes the outer packet for `inner` as IPv4 fragments of at most `mtu`
-/// bytes, one per `TX_SLOT` of `area` (DF clear, shared identification);
-/// their lengths go to `lens`. Returns the number of fragments.
-fn encapsulate_fragments(
-    hdr: &OuterHeader,
-    inner: &[u8],
-    mtu: usize,
-    area: &mut [u8],
-    lens: &mut [usize],
-) -> usize {
-    let mut head = [0u8; UDP_HLEN + VXLAN_HLEN];
-    let total = head.len() + inner.len();
-    write_udp_vxlan(&mut head, hdr.src_port, hdr.dst_port, total, hdr.vni);
-    let per = fragment_payload(mtu);
-    let mut count = 0;
-    for ((k, slot), len_out) in area
-        .chunks_exact_mut(TX_SLOT)
-        .enumerate()
-        .zip(lens.iter_mut())
-    {
-        let off = k * per;
-        if off >= total {
-            break;
-        }
-        let len = per.min(total - off);
-        hdr.write_ipv4(slot, IPV4_HLEN + len, off + len < total, off, false);
-        copy_concat(&mut slot[IPV4_HLEN..IPV4_HLEN + len], &head, inner, off);
-        *len_out = IPV4_HLEN + len;
-        count += 1;
-    }
-    count
-}
-
-/// Fills `dst` with bytes `off..off + dst.len()` of `head ++ tail`.
-fn copy_concat(dst: &mut [u8], head: &[u8], tail: &[u8], off: usize) {
-    let mut written = 0;
-    if off < head.len() {
-        let n = (head.len() - off).min(dst.len());
-        dst[..n].copy_from_slice(&head[off..off + n]);
-        written = n;
-    }
-    let tail_off = (off + written).saturating_sub(head.len());
-    let rest = dst.len() - written;
-    if let Some(src) = tail.get(tail_off..tail_off + rest) {
-        dst[written..].copy_from_slice(src);
-    }
-}
-
-/// The L3 offset and ethertype of an Ethernet frame, through up to two
-/// VLAN tags.
-fn l3_of(frame: &[u8]) -> Option<(usize, u16)> {
-    let mut off = 12;
-    for _ in 0..3 {
-        let et = u16::from_be_bytes([*frame.get(off)?, *frame.get(off + 1)?]);
-        if et != ETHERTYPE_VLAN && et != ETHERTYPE_QINQ {
-            return Some((off + 2, et));
-        }
-        off += 4;
-    }
-    None
-}
-
-/// Whether the inner frame may be carried in fragments: not for IPv4 with
-/// DF, nor IPv6 (whose senders do their own path MTU discovery); yes for
-/// IPv4 without DF and non-IP frames. Also decides the outer DF bit
-/// (copied from the inner packet, like Linux `vxlan ... df inherit`).
-fn may_fragment(frame: &[u8]) -> bool {
-    match l3_of(frame) {
-        Some((off, ETHERTYPE_IPV4)) => !matches!(frame.get(off + 6), Some(f) if f & 0x40 != 0),
-        Some((_, ETHERTYPE_IPV6)) => false,
-        _ => true,
-    }
-}
-
-/// The outer UDP source port for an inner frame: a hash of its flow (IP
-/// addresses, protocol, L4 ports; MACs and ethertype for non-IP) scaled
-/// into 49152..=65535. All fragments of an inner flow get the same port.
-pub(crate) fn source_port(frame: &[u8]) -> u16 {
-    let h = u64::from(flow_hash(frame));
-    SRC_PORT_MIN + ((h * u64::from(u16::MAX - SRC_PORT_MIN + 1)) >> 32) as u16
-}
-
-fn has_ports(proto: u8) -> bool {
-    matches!(proto, 6 | 17 | 132 | 136)
-}
-
-fn flow_hash(frame: &[u8]) -> u32 {
-    let mut h = FlowHasher(0x9e37_79b9);
-    match l3_of(frame) {
-        Some((off, ETHERTYPE_IPV4)) => {
-            let ip = frame.get(off..).unwrap_or_default();
-            if let (Some(addrs), Some(&vihl), Some(&proto)) =
-                (ip.get(12..20), ip.first(), ip.get(9))
-            {
-                h.bytes(addrs);
-                h.word(u32::from(proto));
-                let frag = ip
-                    .get(6..8)
-                    .map_or(0, |f| u16::from_be_bytes([f[0], f[1]]) & 0x3fff);
-                let ihl = usize::from(vihl & 0x0f) * 4;
-                if frag == 0 && has_ports(proto) {
-                    if let Some(ports) = ip.get(ihl..ihl + 4) {
-                        h.bytes(ports);
-                    }
-                }
-                return h.finish();
-            }
-        }
-        Some((off, ETHERTYPE_IPV6)) => {
-            let ip = frame.get(off..).unwrap_or_default();
-            if let (Some(addrs), Some(&nh)) = (ip.get(8..40), ip.get(6)) {
-                h.bytes(addrs);
-                h.word(u32::from(nh));
-                if has_ports(nh) {
-                    if let Some(ports) = ip.get(40..44) {
-                        h.bytes(ports);
-                    }
-                }
-                return h.finish();
-            }
-        }
-        _ => {}
-    }
-    h.bytes(frame.get(..ETH_HLEN).unwrap_or(frame));
-    h.finish()
-}
-
-/// A small multiplicative hash (not cryptographic: the source port only
-/// spreads flows over ECMP paths).
-struct FlowHasher(u32);
-
-impl FlowHasher {
-    fn word(&mut self, w: u32) {
-        self.0 = (self.0 ^ w).wrapping_mul(0x85eb_ca6b).rotate_left(13);
-    }
-    fn bytes(&mut self, b: &[u8]) {
-        let mut chunks = b.chunks_exact(4);
-        for c in &mut chunks {
-            self.word(u32::from_be_bytes([c[0], c[1], c[2], c[3]]));
-        }
-        let mut last = [0u8; 4];
-        let rem = chunks.remainder();
-        last[..rem.len()].copy_from_slice(rem);
-        self.word(u32::from_be_bytes(last) ^ ((rem.len() as u32) << 24));
-    }
-    /// murmur3's finalizer: every input bit affects every output bit.
-    fn finish(&self) -> u32 {
-        let mut x = self.0;
-        x ^= x >> 16;
-        x = x.wrapping_mul(0x85eb_ca6b);
-        x ^= x >> 13;
-        x = x.wrapping_mul(0xc2b2_ae35);
-        x ^ (x >> 16)
-    }
-}
-
 /// The MTU of the interface holding `ip`, from `/sys/class/net/<if>/mtu`.
 pub(crate) fn interface_mtu_of(ip: Ipv4Addr) -> Option<u32> {
     let addrs = nix::ifaddrs::getifaddrs().ok()?;
@@ -798,192 +540,13 @@ pub(crate) fn interface_mtu_of(ip: Ipv4Addr) -> Option<u32> {
     None
 }
 
-/// Builds the answer to a sender whose packet did not fit the tunnel: a
-/// complete Ethernet frame back to it (Ethernet source/destination = the
-/// original's destination/source, VLAN tags kept).
-///
-/// - IPv4: ICMP type 3 code 4 "fragmentation needed", next-hop MTU = `mtu`
-///   (the inner MTU, underlay − 50, as [`TxError::TooBig`] reports it),
-///   quoting the original IP header + 8 bytes, from `src_ip` (the gateway's
-///   address), TTL 64.
-/// - IPv6: ICMPv6 Packet Too Big with MTU = `mtu`, quoting as much of the
-///   original as keeps the reply within 1280 bytes. The source is the
-///   EUI-64 link-local address of the MAC the sender addressed (the
-///   original Ethernet destination: the router it believes it talks to),
-///   since `src_ip` is IPv4; hosts accept a Packet Too Big from any source
-///   as long as the quote matches their packet.
-///
-/// `None` for what must not be answered: non-IP frames, truncated headers,
-/// ICMP/ICMPv6 error messages, IPv4 without DF or non-first fragments, and
-/// sources or destinations that are not unicast (RFC 1122 3.2.2, RFC 4443
-/// 2.4; a Packet Too Big may answer a multicast destination).
-pub fn icmp_too_big_reply(original_frame: &[u8], mtu: u32, src_ip: Ipv4Addr) -> Option<Vec<u8>> {
-    let (l3, ethertype) = l3_of(original_frame)?;
-    let eth_src = original_frame.get(6..12)?;
-    if eth_src[0] & 1 != 0 {
-        return None;
-    }
-    let ip = original_frame.get(l3..)?;
-    let mut reply = match ethertype {
-        ETHERTYPE_IPV4 => too_big_v4(l3, ip, mtu, src_ip)?,
-        ETHERTYPE_IPV6 => {
-            let mac = original_frame.get(0..6)?;
-            too_big_v6(l3, ip, mtu, link_local_of(mac))?
-        }
-        _ => return None,
-    };
-    // Ethernet header: the original's, with the addresses swapped.
-    reply[..l3].copy_from_slice(&original_frame[..l3]);
-    reply[0..6].copy_from_slice(&original_frame[6..12]);
-    reply[6..12].copy_from_slice(&original_frame[0..6]);
-    Some(reply)
-}
-
-/// The ICMPv4 part of [`icmp_too_big_reply`]: a frame with `l2` bytes left
-/// for the Ethernet header.
-fn too_big_v4(l2: usize, ip: &[u8], mtu: u32, src_ip: Ipv4Addr) -> Option<Vec<u8>> {
-    let orig = Ipv4Packet::new_checked(ip).ok()?;
-    if orig.version() != 4 || !orig.dont_frag() || orig.frag_offset() != 0 {
-        return None;
-    }
-    let (src, dst) = (orig.src_addr(), orig.dst_addr());
-    if src.is_unspecified() || src.is_multicast() || src.is_broadcast() || src.is_loopback() {
-        return None;
-    }
-    if dst.is_multicast() || dst.is_broadcast() {
-        return None;
-    }
-    if orig.next_header() == IpProtocol::Icmp {
-        let t = *orig.payload().first()?;
-        if matches!(t, 3 | 4 | 5 | 11 | 12) {
-            return None;
-        }
-    }
-    let quote_len = (usize::from(orig.header_len()) + 8).min(usize::from(orig.total_len()));
-    let quote = &ip[..quote_len];
-    let icmp_len = 8 + quote_len;
-    let ip_repr = Ipv4Repr {
-        src_addr: src_ip,
-        dst_addr: src,
-        next_header: IpProtocol::Icmp,
-        payload_len: icmp_len,
-        hop_limit: 64,
-    };
-    let mut frame = vec![0u8; l2 + ip_repr.buffer_len() + icmp_len];
-    let (_, l3) = frame.split_at_mut(l2);
-    ip_repr.emit(
-        &mut Ipv4Packet::new_unchecked(&mut *l3),
-        &ChecksumCapabilities::default(),
-    );
-    let icmp = &mut l3[IPV4_HLEN..];
-    icmp[6..8].copy_from_slice(&(mtu.min(u32::from(u16::MAX)) as u16).to_be_bytes());
-    icmp[8..].copy_from_slice(quote);
-    let mut p = Icmpv4Packet::new_unchecked(icmp);
-    p.set_msg_type(Icmpv4Message::DstUnreachable);
-    p.set_msg_code(4); // fragmentation needed and DF set
-    p.fill_checksum();
-    Some(frame)
-}
-
-/// The ICMPv6 part of [`icmp_too_big_reply`].
-fn too_big_v6(l2: usize, ip: &[u8], mtu: u32, src_addr: std::net::Ipv6Addr) -> Option<Vec<u8>> {
-    let orig = Ipv6Packet::new_checked(ip).ok()?;
-    if orig.version() != 6 {
-        return None;
-    }
-    let src = orig.src_addr();
-    if src.is_unspecified() || src.is_multicast() || src.is_loopback() {
-        return None;
-    }
-    if is_icmpv6_error(ip) {
-        return None;
-    }
-    const ICMP_HLEN: usize = 8;
-    let quote_len = (orig.total_len()).min(IPV6_MIN_MTU - 40 - ICMP_HLEN);
-    let quote = &ip[..quote_len];
-    let icmp_len = ICMP_HLEN + quote_len;
-    let ip_repr = Ipv6Repr {
-        src_addr,
-        dst_addr: src,
-        next_header: IpProtocol::Icmpv6,
-        payload_len: icmp_len,
-        hop_limit: 64,
-    };
-    let mut frame = vec![0u8; l2 + ip_repr.buffer_len() + icmp_len];
-    let (_, l3) = frame.split_at_mut(l2);
-    ip_repr.emit(&mut Ipv6Packet::new_unchecked(&mut *l3));
-    let icmp = &mut l3[40..];
-    icmp[ICMP_HLEN..].copy_from_slice(quote);
-    let mut p = Icmpv6Packet::new_unchecked(icmp);
-    p.set_msg_type(Icmpv6Message::PktTooBig);
-    p.set_msg_code(0);
-    p.set_pkt_too_big_mtu(mtu);
-    p.fill_checksum(&src_addr, &src);
-    Some(frame)
-}
-
-/// Whether an IPv6 packet (validated header) carries an ICMPv6 error
-/// message, looking through up to four hop-by-hop/routing/destination
-/// options/fragment headers.
-fn is_icmpv6_error(ip: &[u8]) -> bool {
-    let mut nh = ip[6];
-    let mut off = 40;
-    for _ in 0..4 {
-        match nh {
-            58 => return ip.get(off).is_some_and(|t| *t < 128),
-            0 | 43 | 60 => {
-                let (Some(&next), Some(&len)) = (ip.get(off), ip.get(off + 1)) else {
-                    return false;
-                };
-                nh = next;
-                off += (usize::from(len) + 1) * 8;
-            }
-            44 => {
-                let Some(&next) = ip.get(off) else {
-                    return false;
-                };
-                // A non-first fragment has no ICMPv6 header to look at.
-                let frag = ip
-                    .get(off + 2..off + 4)
-                    .map_or(0, |f| u16::from_be_bytes([f[0], f[1]]));
-                if frag & 0xfff8 != 0 {
-                    return false;
-                }
-                nh = next;
-                off += 8;
-            }
-            _ => return false,
-        }
-    }
-    false
-}
-
-/// The EUI-64 link-local address (fe80::/64) of a MAC address.
-fn link_local_of(mac: &[u8]) -> std::net::Ipv6Addr {
-    let m: [u8; 6] = mac.try_into().unwrap_or_default();
-    std::net::Ipv6Addr::from([
-        0xfe,
-        0x80,
-        0,
-        0,
-        0,
-        0,
-        0,
-        0,
-        m[0] ^ 0x02,
-        m[1],
-        m[2],
-        0xff,
-        0xfe,
-        m[3],
-        m[4],
-        m[5],
-    ])
-}
-
 #[cfg(test)]
 mod tests {
+    use super::frames::{IPV6_MIN_MTU, OUTER_TTL, SRC_PORT_MIN};
     use super::*;
+    use oxvs_pipeline::wire::ethertype;
+    use smoltcp::phy::ChecksumCapabilities;
+    use smoltcp::wire::{IpProtocol, Ipv4Packet, Ipv4Repr, Ipv6Packet, Ipv6Repr};
 
     /// A VXLAN packet as the Linux kernel's `vxlan` device sent it (captured
     /// with tcpdump on the underlay veth: `vxlan id 42 ... dstport 4789`,
@@ -1036,7 +599,7 @@ mod tests {
         let mut f = vec![0u8; len.max(14 + 28)];
         f[0..6].copy_from_slice(&GW_MAC);
         f[6..12].copy_from_slice(&HOST_MAC);
-        f[12..14].copy_from_slice(&ETHERTYPE_IPV4.to_be_bytes());
+        f[12..14].copy_from_slice(&ethertype::IPV4.to_be_bytes());
         let ip_len = f.len() - 14;
         let repr = Ipv4Repr {
             src_addr: Ipv4Addr::from(src),
@@ -1061,7 +624,7 @@ mod tests {
         let mut f = vec![0u8; len];
         f[0..6].copy_from_slice(&GW_MAC);
         f[6..12].copy_from_slice(&HOST_MAC);
-        f[12..14].copy_from_slice(&ETHERTYPE_IPV6.to_be_bytes());
+        f[12..14].copy_from_slice(&ethertype::IPV6.to_be_bytes());
         let repr = Ipv6Repr {
             src_addr: src,
             dst_addr: "2001:db8:2::9".parse().unwrap(),
@@ -1157,7 +720,7 @@ mod tests {
         d[4..7].copy_from_slice(&[0xff, 0xff, 0xff]);
         assert_eq!(parse_vxlan(&d), Some((0xff_ffff, d.len() - 8)));
         assert_eq!(
-            vxlan_header(0x1ab_cdef),
+            wire::vxlan::header(0x1ab_cdef),
             [0x08, 0, 0, 0, 0xab, 0xcd, 0xef, 0]
         );
     }
@@ -1233,7 +796,8 @@ mod tests {
         tagged.extend_from_slice(&[0x81, 0x00, 0x00, 0x64]);
         tagged.extend_from_slice(&plain[12..]);
         assert!(!may_fragment(&tagged));
-        assert_eq!(l3_of(&tagged), Some((18, ETHERTYPE_IPV4)));
+        let l2 = wire::ethernet::l2_of(&tagged).unwrap();
+        assert_eq!((l2.l3_offset, l2.ethertype), (18, ethertype::IPV4));
     }
 
     #[test]
@@ -1391,6 +955,20 @@ mod tests {
         hbh[55] = 0; // 8 bytes
         hbh[62] = 3; // time exceeded
         assert!(icmp_too_big_reply(&hbh, 1450, gw).is_none());
+        // Behind an authentication header ((1 + 2) * 4 = 12 bytes), too.
+        let mut ah = ipv6_frame(src, 51, 300);
+        ah[54] = 58;
+        ah[55] = 1;
+        ah[66] = 1; // destination unreachable
+        assert!(icmp_too_big_reply(&ah, 1450, gw).is_none());
+        ah[66] = 128;
+        assert!(icmp_too_big_reply(&ah, 1450, gw).is_some());
+        // An extension header chain that cannot be walked (a header longer
+        // than the payload) is not answered: it might hide an error.
+        let mut cut = ipv6_frame(src, 0, 300);
+        cut[54] = 58;
+        cut[55] = 255;
+        assert!(icmp_too_big_reply(&cut, 1450, gw).is_none());
         let m6 = ipv6_frame("ff02::1".parse().unwrap(), 17, 300);
         assert!(icmp_too_big_reply(&m6, 1450, gw).is_none());
         // Truncated frames of every length never panic.

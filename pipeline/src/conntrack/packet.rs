@@ -1,17 +1,23 @@
 //! Packet parsing for the tracker: a frame and its flow key into the
 //! connection key, TCP segment and ICMP error payload the tracker needs, or
-//! the reason the packet cannot be tracked (`+inv`). Every read is bounds
-//! checked; nothing here panics on a malformed frame.
+//! the reason the packet cannot be tracked (`+inv`). Every header is read
+//! through the wire layer's checked views ([`crate::wire`]), IPv6 extension
+//! headers with its one chain walk; the module denies
+//! `clippy::indexing_slicing`, and nothing here panics on a malformed frame.
+
+#![deny(clippy::indexing_slicing, clippy::cast_possible_truncation)]
 
 use std::net::Ipv4Addr;
 
 use super::state::{ConnKey, TCP_MAX_WSCALE, WS_FLAG};
-use super::{
-    ETH_TYPE_IPV4, ETH_TYPE_IPV6, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_SCTP, IPPROTO_TCP,
-    IPPROTO_UDP,
-};
 use crate::field::{tcp_flags as tf, Field};
 use crate::key::FlowKey;
+use crate::wire::icmp::{self, IcmpPacket};
+use crate::wire::ipv4::{self, Ipv4Packet};
+use crate::wire::ipv6::{self, ExtEnd, Ipv6Packet};
+use crate::wire::tcp::{self, TcpPacket};
+use crate::wire::udp::{self, SctpPacket, UdpPacket};
+use crate::wire::{ethernet, ethertype, ip_proto};
 
 /// Why a packet could not be tracked (kept for debugging; every one is `+inv`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,71 +64,64 @@ pub(super) struct Pkt {
     pub(super) kind: PktKind,
 }
 
-pub(super) fn be16(b: &[u8], off: usize) -> Option<u16> {
-    let s: [u8; 2] = b.get(off..off.checked_add(2)?)?.try_into().ok()?;
-    Some(u16::from_be_bytes(s))
-}
-
-pub(super) fn be32(b: &[u8], off: usize) -> Option<u32> {
-    let s: [u8; 4] = b.get(off..off.checked_add(4)?)?.try_into().ok()?;
-    Some(u32::from_be_bytes(s))
-}
-
-pub(super) fn byte(b: &[u8], off: usize) -> Option<u8> {
-    b.get(off).copied()
-}
-
-pub(super) fn addr16(b: &[u8], off: usize) -> Option<[u8; 16]> {
-    b.get(off..off.checked_add(16)?)?.try_into().ok()
-}
-
 pub(super) fn v4_mapped(a: u32) -> [u8; 16] {
     Ipv4Addr::from(a).to_ipv6_mapped().octets()
 }
 
-/// An IPv4 header at the start of `b`: (header length, protocol, src, dst,
-/// total length, fragment offset/flags word).
-pub(super) fn ipv4_header(b: &[u8]) -> Result<(usize, u8, u32, u32, usize, u16), Untrackable> {
-    let vihl = byte(b, 0).ok_or(Untrackable::Truncated)?;
-    if vihl >> 4 != 4 {
-        return Err(Untrackable::BadHeader);
+/// Key fields read at their width (`nw_proto` 8 bits, ports and TCP flags
+/// 16, IPv4 addresses 32). The key never holds more bits in a field than
+/// the field's width, so the casts lose nothing.
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "key fields are no wider than the type read"
+)]
+mod key_field {
+    use super::{Field, FlowKey};
+
+    pub(super) fn u8(key: &FlowKey, f: Field) -> u8 {
+        key.get(f) as u8
     }
-    let ihl = usize::from(vihl & 0x0f) * 4;
-    if ihl < 20 {
-        return Err(Untrackable::BadHeader);
+
+    pub(super) fn u16(key: &FlowKey, f: Field) -> u16 {
+        key.get(f) as u16
     }
-    if b.len() < ihl {
-        return Err(Untrackable::Truncated);
+
+    pub(super) fn u32(key: &FlowKey, f: Field) -> u32 {
+        key.get(f) as u32
     }
-    let tot = usize::from(be16(b, 2).ok_or(Untrackable::Truncated)?);
-    let frag = be16(b, 6).ok_or(Untrackable::Truncated)?;
-    let proto = byte(b, 9).ok_or(Untrackable::Truncated)?;
-    let src = be32(b, 12).ok_or(Untrackable::Truncated)?;
-    let dst = be32(b, 16).ok_or(Untrackable::Truncated)?;
-    Ok((ihl, proto, src, dst, tot, frag))
 }
 
-/// Skips IPv6 extension headers starting at `off` with next header `next`;
-/// returns the upper-layer protocol and its offset. Fragments are refused.
-pub(super) fn ipv6_upper(
-    b: &[u8],
-    mut next: u8,
-    mut off: usize,
-) -> Result<(u8, usize), Untrackable> {
-    loop {
-        let len = match next {
-            // Hop-by-hop, routing, destination options.
-            0 | 43 | 60 => (usize::from(byte(b, off + 1).ok_or(Untrackable::Truncated)?) + 1) * 8,
-            // Authentication header.
-            51 => (usize::from(byte(b, off + 1).ok_or(Untrackable::Truncated)?) + 2) * 4,
-            44 => return Err(Untrackable::Fragment),
-            _ => return Ok((next, off)),
-        };
-        next = byte(b, off).ok_or(Untrackable::Truncated)?;
-        off += len;
-        if off > b.len() {
-            return Err(Untrackable::Truncated);
-        }
+/// An IPv4 header at the start of `b` as the tracker needs it: version 4,
+/// IHL >= 5, the whole header (options included) in `b`.
+pub(super) fn ipv4_header(b: &[u8]) -> Result<Ipv4Packet<'_>, Untrackable> {
+    let ip = Ipv4Packet::new_checked(b).map_err(|_| Untrackable::Truncated)?;
+    if ip.version() != 4 || ip.header_len() < ipv4::HEADER_LEN {
+        return Err(Untrackable::BadHeader);
+    }
+    if ip.header().is_none() {
+        return Err(Untrackable::Truncated);
+    }
+    Ok(ip)
+}
+
+/// The upper-layer protocol after the IPv6 extension headers in `ext` (the
+/// bytes after the fixed header) and its offset in `ext`, by the wire
+/// layer's chain walk ([`ipv6::walk_ext`]). Any Fragment header is refused
+/// (atomic fragments included); a truncated chain is `Truncated`, one
+/// longer than the walk's bound `BadHeader`.
+pub(super) fn ipv6_upper(next: u8, ext: &[u8]) -> Result<(u8, usize), Untrackable> {
+    let chain = ipv6::walk_ext(next, ext);
+    if chain.fragment.is_some() {
+        return Err(Untrackable::Fragment);
+    }
+    match chain.end {
+        ExtEnd::Upper {
+            next_header,
+            offset,
+        } => Ok((next_header, offset)),
+        ExtEnd::LaterFragment { .. } => Err(Untrackable::Fragment),
+        ExtEnd::Truncated { .. } => Err(Untrackable::Truncated),
+        ExtEnd::TooLong { .. } => Err(Untrackable::BadHeader),
     }
 }
 
@@ -131,14 +130,14 @@ pub(super) fn tcp_wscale(opts: &[u8]) -> u8 {
     let mut i = 0;
     while let Some(&kind) = opts.get(i) {
         match kind {
-            0 => break,
-            1 => i += 1,
+            tcp::option::END => break,
+            tcp::option::NOP => i += 1,
             _ => {
                 let Some(&len) = opts.get(i + 1) else { break };
                 if len < 2 {
                     break;
                 }
-                if kind == 3 && len == 3 {
+                if kind == tcp::option::WINDOW_SCALE && len == tcp::option::WINDOW_SCALE_LEN {
                     if let Some(&shift) = opts.get(i + 2) {
                         return WS_FLAG | shift.min(TCP_MAX_WSCALE);
                     }
@@ -151,21 +150,23 @@ pub(super) fn tcp_wscale(opts: &[u8]) -> u8 {
 }
 
 pub(super) fn icmp4_reverse_query(t: u8) -> Option<u8> {
+    use icmp::v4::*;
     Some(match t {
-        8 => 0,
-        0 => 8,
-        13 => 14,
-        14 => 13,
-        15 => 16,
-        16 => 15,
+        ECHO_REQUEST => ECHO_REPLY,
+        ECHO_REPLY => ECHO_REQUEST,
+        TIMESTAMP => TIMESTAMP_REPLY,
+        TIMESTAMP_REPLY => TIMESTAMP,
+        INFO_REQUEST => INFO_REPLY,
+        INFO_REPLY => INFO_REQUEST,
         _ => return None,
     })
 }
 
 pub(super) fn icmp6_reverse_query(t: u8) -> Option<u8> {
+    use icmp::v6::*;
     Some(match t {
-        128 => 129,
-        129 => 128,
+        ECHO_REQUEST => ECHO_REPLY,
+        ECHO_REPLY => ECHO_REQUEST,
         _ => return None,
     })
 }
@@ -173,15 +174,12 @@ pub(super) fn icmp6_reverse_query(t: u8) -> Option<u8> {
 /// Parses the packet: the key comes from `key`, lengths and L4 details from
 /// `frame` (see the module doc).
 pub(super) fn parse(frame: &[u8], key: &FlowKey, zone: u16) -> Result<Pkt, Untrackable> {
-    let mut ethertype = be16(frame, 12).ok_or(Untrackable::Truncated)?;
-    let mut off = 14;
-    while matches!(ethertype, 0x8100 | 0x88a8 | 0x9100) {
-        ethertype = be16(frame, off + 2).ok_or(Untrackable::Truncated)?;
-        off += 4;
-    }
+    // The same VLAN tags the flow key extractor skipped.
+    let l2 = ethernet::l2_of(frame).ok_or(Untrackable::Truncated)?;
+    let ethertype = l2.ethertype;
     if u128::from(ethertype) != key.get(Field::DlType) {
         return Err(
-            if ethertype == ETH_TYPE_IPV4 || ethertype == ETH_TYPE_IPV6 {
+            if ethertype == ethertype::IPV4 || ethertype == ethertype::IPV6 {
                 Untrackable::KeyMismatch
             } else {
                 Untrackable::NotIp
@@ -191,36 +189,36 @@ pub(super) fn parse(frame: &[u8], key: &FlowKey, zone: u16) -> Result<Pkt, Untra
     if key.get(Field::NwFrag) != 0 {
         return Err(Untrackable::Fragment);
     }
-    let l3 = frame.get(off..).ok_or(Untrackable::Truncated)?;
-    let key_proto = key.get(Field::NwProto) as u8;
+    let l3 = l2.payload;
+    let key_proto = key_field::u8(key, Field::NwProto);
     let (v6, proto, l4, src, dst) = match ethertype {
-        ETH_TYPE_IPV4 => {
-            let (ihl, proto, _, _, tot, frag) = ipv4_header(l3)?;
-            if frag & 0x3fff != 0 {
+        ethertype::IPV4 => {
+            let ip = ipv4_header(l3)?;
+            if ip.flags_frag() & (ipv4::FLAG_MF | ipv4::FRAG_OFFSET_MASK) != 0 {
                 return Err(Untrackable::Fragment);
             }
+            let (ihl, tot) = (ip.header_len(), usize::from(ip.total_len()));
             if tot < ihl {
                 return Err(Untrackable::BadHeader);
             }
             // Bytes beyond the total length are Ethernet padding.
             let l4 = l3.get(ihl..tot).ok_or(Untrackable::Truncated)?;
-            let src = v4_mapped(key.get(Field::NwSrc) as u32);
-            let dst = v4_mapped(key.get(Field::NwDst) as u32);
-            (false, proto, l4, src, dst)
+            let src = v4_mapped(key_field::u32(key, Field::NwSrc));
+            let dst = v4_mapped(key_field::u32(key, Field::NwDst));
+            (false, ip.protocol(), l4, src, dst)
         }
-        ETH_TYPE_IPV6 => {
-            if byte(l3, 0).ok_or(Untrackable::Truncated)? >> 4 != 6 {
+        ethertype::IPV6 => {
+            let ip = Ipv6Packet::new_checked(l3).map_err(|_| Untrackable::Truncated)?;
+            if ip.version() != 6 {
                 return Err(Untrackable::BadHeader);
             }
-            let plen = usize::from(be16(l3, 4).ok_or(Untrackable::Truncated)?);
-            if plen == 0 {
+            if ip.payload_len() == 0 {
                 // Jumbogram or empty: nothing to track.
                 return Err(Untrackable::BadHeader);
             }
-            let ip = l3.get(..40 + plen).ok_or(Untrackable::Truncated)?;
-            let next = byte(ip, 6).ok_or(Untrackable::Truncated)?;
-            let (proto, l4off) = ipv6_upper(ip, next, 40)?;
-            let l4 = ip.get(l4off..).ok_or(Untrackable::Truncated)?;
+            let payload = ip.payload().ok_or(Untrackable::Truncated)?;
+            let (proto, l4off) = ipv6_upper(ip.next_header(), payload)?;
+            let l4 = payload.get(l4off..).ok_or(Untrackable::Truncated)?;
             let src = key.get(Field::Ipv6Src).to_be_bytes();
             let dst = key.get(Field::Ipv6Dst).to_be_bytes();
             (true, proto, l4, src, dst)
@@ -241,44 +239,45 @@ pub(super) fn parse(frame: &[u8], key: &FlowKey, zone: u16) -> Result<Pkt, Untra
         stype: 0,
         dtype: 0,
     };
-    let tp_src = key.get(Field::TpSrc) as u16;
-    let tp_dst = key.get(Field::TpDst) as u16;
+    let tp_src = key_field::u16(key, Field::TpSrc);
+    let tp_dst = key_field::u16(key, Field::TpDst);
     let kind = match proto {
-        IPPROTO_TCP => {
-            let doff = usize::from(byte(l4, 12).ok_or(Untrackable::Truncated)? >> 4) * 4;
-            if doff < 20 {
+        ip_proto::TCP => {
+            let t = TcpPacket::new_checked(l4).map_err(|_| Untrackable::Truncated)?;
+            if t.header_len() < tcp::HEADER_LEN {
                 return Err(Untrackable::BadHeader);
             }
-            let opts = l4.get(20..doff).ok_or(Untrackable::Truncated)?;
+            let opts = t.options().ok_or(Untrackable::Truncated)?;
+            let payload = t.payload().ok_or(Untrackable::Truncated)?;
             if tp_src == 0 || tp_dst == 0 {
                 return Err(Untrackable::ZeroPort);
             }
             ck.sport = tp_src;
             ck.dport = tp_dst;
-            let flags = key.get(Field::TcpFlags) as u16;
+            let flags = key_field::u16(key, Field::TcpFlags);
             PktKind::Tcp(TcpSeg {
                 flags,
-                seq: be32(l4, 4).ok_or(Untrackable::Truncated)?,
-                ack: be32(l4, 8).ok_or(Untrackable::Truncated)?,
-                win: be16(l4, 14).ok_or(Untrackable::Truncated)?,
+                seq: t.seq(),
+                ack: t.ack(),
+                win: t.window(),
                 wscale: if flags & tf::SYN != 0 {
                     tcp_wscale(opts)
                 } else {
                     0
                 },
-                payload: (l4.len() - doff) as u32,
+                // At most 65535: an IP length field bounds it.
+                payload: u32::try_from(payload.len()).unwrap_or(u32::MAX),
             })
         }
-        IPPROTO_UDP | IPPROTO_SCTP => {
-            let min = if proto == IPPROTO_UDP { 8 } else { 12 };
-            if l4.len() < min {
-                return Err(Untrackable::Truncated);
-            }
-            if proto == IPPROTO_UDP {
-                let ulen = usize::from(be16(l4, 4).ok_or(Untrackable::Truncated)?);
-                if ulen < 8 || ulen > l4.len() {
+        ip_proto::UDP | ip_proto::SCTP => {
+            if proto == ip_proto::UDP {
+                let u = UdpPacket::new_checked(l4).map_err(|_| Untrackable::Truncated)?;
+                let ulen = usize::from(u.len());
+                if ulen < udp::HEADER_LEN || ulen > l4.len() {
                     return Err(Untrackable::BadHeader);
                 }
+            } else {
+                SctpPacket::new_checked(l4).map_err(|_| Untrackable::Truncated)?;
             }
             if tp_src == 0 || tp_dst == 0 {
                 return Err(Untrackable::ZeroPort);
@@ -287,53 +286,60 @@ pub(super) fn parse(frame: &[u8], key: &FlowKey, zone: u16) -> Result<Pkt, Untra
             ck.dport = tp_dst;
             PktKind::Other
         }
-        IPPROTO_ICMP if !v6 => {
-            if l4.len() < 8 {
-                return Err(Untrackable::Truncated);
-            }
-            let (t, code) = (tp_src as u8, tp_dst as u8);
+        ip_proto::ICMP if !v6 => {
+            use icmp::v4::*;
+            let i = IcmpPacket::new_checked(l4).map_err(|_| Untrackable::Truncated)?;
+            // Type and code as the key has them (the frame's own, unless a
+            // flow rewrote them).
+            let (t, code) = (
+                key_field::u8(key, Field::TpSrc),
+                key_field::u8(key, Field::TpDst),
+            );
             match t {
-                0 | 8 | 13 | 14 | 15 | 16 => {
+                ECHO_REPLY | ECHO_REQUEST | TIMESTAMP | TIMESTAMP_REPLY | INFO_REQUEST
+                | INFO_REPLY => {
                     if code != 0 {
                         return Err(Untrackable::UnsupportedIcmp);
                     }
-                    let id = be16(l4, 4).ok_or(Untrackable::Truncated)?;
+                    let id = i.ident();
                     ck.sport = id;
                     ck.dport = id;
                     ck.stype = t;
                     ck.dtype = icmp4_reverse_query(t).ok_or(Untrackable::UnsupportedIcmp)?;
                     PktKind::IcmpQuery {
-                        may_start: matches!(t, 8 | 13 | 15),
+                        may_start: matches!(t, ECHO_REQUEST | TIMESTAMP | INFO_REQUEST),
                     }
                 }
-                3 | 4 | 5 | 11 | 12 => {
-                    ck = inner_key(l4.get(8..).ok_or(Untrackable::Truncated)?, &ck)?;
+                t if is_error(t) => {
+                    ck = inner_key(i.payload(), &ck)?;
                     PktKind::Related
                 }
                 _ => return Err(Untrackable::UnsupportedIcmp),
             }
         }
-        IPPROTO_ICMPV6 if v6 => {
-            if l4.len() < 8 {
-                return Err(Untrackable::Truncated);
-            }
-            let (t, code) = (tp_src as u8, tp_dst as u8);
+        ip_proto::ICMPV6 if v6 => {
+            use icmp::v6::*;
+            let i = IcmpPacket::new_checked(l4).map_err(|_| Untrackable::Truncated)?;
+            let (t, code) = (
+                key_field::u8(key, Field::TpSrc),
+                key_field::u8(key, Field::TpDst),
+            );
             match t {
-                128 | 129 => {
+                ECHO_REQUEST | ECHO_REPLY => {
                     if code != 0 {
                         return Err(Untrackable::UnsupportedIcmp);
                     }
-                    let id = be16(l4, 4).ok_or(Untrackable::Truncated)?;
+                    let id = i.ident();
                     ck.sport = id;
                     ck.dport = id;
                     ck.stype = t;
                     ck.dtype = icmp6_reverse_query(t).ok_or(Untrackable::UnsupportedIcmp)?;
                     PktKind::IcmpQuery {
-                        may_start: t == 128,
+                        may_start: t == ECHO_REQUEST,
                     }
                 }
-                1..=4 => {
-                    ck = inner_key(l4.get(8..).ok_or(Untrackable::Truncated)?, &ck)?;
+                DST_UNREACHABLE | PKT_TOO_BIG | TIME_EXCEEDED | PARAM_PROBLEM => {
+                    ck = inner_key(i.payload(), &ck)?;
                     PktKind::Related
                 }
                 _ => return Err(Untrackable::UnsupportedIcmp),
@@ -349,26 +355,32 @@ pub(super) fn parse(frame: &[u8], key: &FlowKey, zone: u16) -> Result<Pkt, Untra
 /// sender, which must be the error's destination). `outer` gives the zone,
 /// family and the error's destination.
 pub(super) fn inner_key(b: &[u8], outer: &ConnKey) -> Result<ConnKey, Untrackable> {
-    let bad = |_| Untrackable::BadInner;
+    fn bad<E>(_: E) -> Untrackable {
+        Untrackable::BadInner
+    }
     let (proto, l4, src, dst) = if outer.v6 {
-        if byte(b, 0).ok_or(Untrackable::BadInner)? >> 4 != 6 {
+        let ip = Ipv6Packet::new_checked(b).map_err(bad)?;
+        if ip.version() != 6 {
             return Err(Untrackable::BadInner);
         }
-        let next = byte(b, 6).ok_or(Untrackable::BadInner)?;
-        let src = addr16(b, 8).ok_or(Untrackable::BadInner)?;
-        let dst = addr16(b, 24).ok_or(Untrackable::BadInner)?;
-        let (proto, off) = ipv6_upper(b, next, 40).map_err(bad)?;
-        (proto, b.get(off..).ok_or(Untrackable::BadInner)?, src, dst)
+        // The quote is usually cut short: walk what there is of it.
+        let (proto, off) = ipv6_upper(ip.next_header(), ip.rest()).map_err(bad)?;
+        (
+            proto,
+            ip.rest().get(off..).ok_or(Untrackable::BadInner)?,
+            ip.src().to_be_bytes(),
+            ip.dst().to_be_bytes(),
+        )
     } else {
-        let (ihl, proto, src, dst, _, frag) = ipv4_header(b).map_err(bad)?;
-        if frag & 0x1fff != 0 {
+        let ip = ipv4_header(b).map_err(bad)?;
+        if ip.flags_frag() & ipv4::FRAG_OFFSET_MASK != 0 {
             return Err(Untrackable::BadInner);
         }
         (
-            proto,
-            b.get(ihl..).ok_or(Untrackable::BadInner)?,
-            v4_mapped(src),
-            v4_mapped(dst),
+            ip.protocol(),
+            b.get(ip.header_len()..).ok_or(Untrackable::BadInner)?,
+            v4_mapped(ip.src()),
+            v4_mapped(ip.dst()),
         )
     };
     if src != outer.dst {
@@ -387,38 +399,37 @@ pub(super) fn inner_key(b: &[u8], outer: &ConnKey) -> Result<ConnKey, Untrackabl
     };
     // The embedded L4 header: at least the 8 bytes an ICMPv4 error must
     // carry; IPv6 errors carry more, and OVS wants a whole TCP header there.
-    let min = if outer.v6 && proto == IPPROTO_TCP {
-        20
+    let min = if outer.v6 && proto == ip_proto::TCP {
+        tcp::HEADER_LEN
     } else {
         8
     };
     match proto {
-        IPPROTO_TCP | IPPROTO_UDP | IPPROTO_SCTP => {
+        ip_proto::TCP | ip_proto::UDP | ip_proto::SCTP => {
             if l4.len() < min {
                 return Err(Untrackable::BadInner);
             }
-            k.sport = be16(l4, 0).ok_or(Untrackable::BadInner)?;
-            k.dport = be16(l4, 2).ok_or(Untrackable::BadInner)?;
+            (k.sport, k.dport) = udp::ports(l4).ok_or(Untrackable::BadInner)?;
             if k.sport == 0 || k.dport == 0 {
                 return Err(Untrackable::BadInner);
             }
         }
-        IPPROTO_ICMP | IPPROTO_ICMPV6 => {
-            if (proto == IPPROTO_ICMPV6) != outer.v6 || l4.len() < 8 {
+        ip_proto::ICMP | ip_proto::ICMPV6 => {
+            if (proto == ip_proto::ICMPV6) != outer.v6 {
                 return Err(Untrackable::BadInner);
             }
-            let t = byte(l4, 0).ok_or(Untrackable::BadInner)?;
-            let code = byte(l4, 1).ok_or(Untrackable::BadInner)?;
+            let i = IcmpPacket::new_checked(l4).map_err(bad)?;
+            let t = i.msg_type();
             let rev = if outer.v6 {
                 icmp6_reverse_query(t)
             } else {
                 icmp4_reverse_query(t)
             };
             let rev = rev.ok_or(Untrackable::BadInner)?;
-            if code != 0 {
+            if i.code() != 0 {
                 return Err(Untrackable::BadInner);
             }
-            let id = be16(l4, 4).ok_or(Untrackable::BadInner)?;
+            let id = i.ident();
             k.sport = id;
             k.dport = id;
             k.stype = t;

@@ -74,9 +74,8 @@ use super::state::{
     WS_MASK, WS_UNKNOWN,
 };
 use super::table::Conntrack;
-use super::{
-    TcpState, IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_SCTP, IPPROTO_TCP, IPPROTO_UDP, NS_PER_SEC,
-};
+use super::{TcpState, NS_PER_SEC};
+use crate::wire::ip_proto;
 
 /// The format version [`Conntrack::save_state`] writes and
 /// [`Conntrack::restore_state`] reads.
@@ -299,8 +298,8 @@ fn decode_record(b: &[u8]) -> Result<(Conn, u64), String> {
             }
         }
     }
-    let icmp_query = (key.proto == IPPROTO_ICMP && !v6) || (key.proto == IPPROTO_ICMPV6 && v6);
-    let with_ports = matches!(key.proto, IPPROTO_TCP | IPPROTO_UDP | IPPROTO_SCTP);
+    let icmp_query = (key.proto == ip_proto::ICMP && !v6) || (key.proto == ip_proto::ICMPV6 && v6);
+    let with_ports = matches!(key.proto, ip_proto::TCP | ip_proto::UDP | ip_proto::SCTP);
     if icmp_query {
         let rev = if v6 {
             icmp6_reverse_query(key.stype)
@@ -332,7 +331,7 @@ fn decode_record(b: &[u8]) -> Result<(Conn, u64), String> {
     }
     let kind = r.u8(70);
     let sub = r.u8(71);
-    let want_kind = if key.proto == IPPROTO_TCP {
+    let want_kind = if key.proto == ip_proto::TCP {
         2
     } else if icmp_query {
         1
@@ -603,7 +602,7 @@ mod tests {
             state,
         };
         Conn {
-            orig: key(IPPROTO_TCP, 1234, 80),
+            orig: key(ip_proto::TCP, 1234, 80),
             mark: 0x11,
             expiration_ns: 0,
             label: 0x22 << 100,
@@ -691,7 +690,7 @@ mod tests {
     #[test]
     fn non_tcp_records_are_checked() {
         let udp = Conn {
-            orig: key(IPPROTO_UDP, 53, 5353),
+            orig: key(ip_proto::UDP, 53, 5353),
             mark: 0,
             expiration_ns: 0,
             label: 0,
@@ -702,7 +701,7 @@ mod tests {
         ping.orig = ConnKey {
             stype: 8,
             dtype: 0,
-            ..key(IPPROTO_ICMP, 9, 9)
+            ..key(ip_proto::ICMP, 9, 9)
         };
         ping.l4 = L4State::Icmp(IcmpState::Reply);
         let mut gre = udp;

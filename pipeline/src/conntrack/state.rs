@@ -7,8 +7,9 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use super::packet::TcpSeg;
-use super::{CtL4, CtTimeouts, CtTuple, TcpState, IPPROTO_ICMP, IPPROTO_ICMPV6, NS_PER_SEC};
+use super::{CtL4, CtTimeouts, CtTuple, TcpState, NS_PER_SEC};
 use crate::field::tcp_flags as tf;
+use crate::wire::ip_proto;
 
 /// One direction of a connection. Addresses are 16 bytes (IPv4 as
 /// IPv4-mapped IPv6); `stype`/`dtype` are the ICMP types of this direction
@@ -58,7 +59,7 @@ impl ConnKey {
                 IpAddr::V4(Ipv4Addr::new(a[12], a[13], a[14], a[15]))
             }
         };
-        let l4 = if self.proto == IPPROTO_ICMP || self.proto == IPPROTO_ICMPV6 {
+        let l4 = if self.proto == ip_proto::ICMP || self.proto == ip_proto::ICMPV6 {
             CtL4::Icmp {
                 id: self.sport,
                 icmp_type: self.stype,

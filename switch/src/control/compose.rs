@@ -8,17 +8,10 @@
 //! actually travel. Anything else is an error asking for the packet in hex.
 //! Pure function of the key; never panics.
 
+use oxvs_pipeline::extract::VLAN_PRESENT;
+use oxvs_pipeline::wire::{ethertype, icmp, ip_proto, tcp, udp};
 use oxvs_pipeline::{Field, FlowKey};
 
-const ETH_IPV4: u16 = 0x0800;
-const ETH_ARP: u16 = 0x0806;
-const ETH_IPV6: u16 = 0x86dd;
-const ETH_VLAN: u16 = 0x8100;
-const VLAN_PRESENT: u16 = 0x1000;
-const PROTO_ICMP: u8 = 1;
-const PROTO_TCP: u8 = 6;
-const PROTO_UDP: u8 = 17;
-const PROTO_ICMPV6: u8 = 58;
 /// Shortest Ethernet frame without FCS.
 const ETH_MIN: usize = 60;
 
@@ -41,12 +34,12 @@ pub fn frame_from_key(key: &FlowKey) -> Result<Vec<u8>, String> {
     f.extend_from_slice(&be_bytes::<6>(get(key, Field::DlSrc)));
     let tci = get(key, Field::VlanTci) as u16;
     if tci & VLAN_PRESENT != 0 {
-        f.extend_from_slice(&ETH_VLAN.to_be_bytes());
+        f.extend_from_slice(&ethertype::VLAN.to_be_bytes());
         f.extend_from_slice(&(tci & !VLAN_PRESENT).to_be_bytes());
     }
     f.extend_from_slice(&dl_type.to_be_bytes());
     match dl_type {
-        ETH_ARP => {
+        ethertype::ARP => {
             f.extend_from_slice(&[0, 1, 8, 0, 6, 4]);
             f.extend_from_slice(&(get(key, Field::NwProto) as u16).to_be_bytes());
             f.extend_from_slice(&be_bytes::<6>(get(key, Field::ArpSha)));
@@ -54,7 +47,7 @@ pub fn frame_from_key(key: &FlowKey) -> Result<Vec<u8>, String> {
             f.extend_from_slice(&be_bytes::<6>(get(key, Field::ArpTha)));
             f.extend_from_slice(&be_bytes::<4>(get(key, Field::NwDst)));
         }
-        ETH_IPV4 => {
+        ethertype::IPV4 => {
             let proto = get(key, Field::NwProto) as u8;
             let src = be_bytes::<4>(get(key, Field::NwSrc));
             let dst = be_bytes::<4>(get(key, Field::NwDst));
@@ -83,7 +76,7 @@ pub fn frame_from_key(key: &FlowKey) -> Result<Vec<u8>, String> {
             f.extend_from_slice(&ip);
             f.extend_from_slice(&l4);
         }
-        ETH_IPV6 => {
+        ethertype::IPV6 => {
             let proto = get(key, Field::NwProto) as u8;
             let src = be_bytes::<16>(get(key, Field::Ipv6Src));
             let dst = be_bytes::<16>(get(key, Field::Ipv6Dst));
@@ -126,7 +119,7 @@ fn l4_header(key: &FlowKey, proto: u8) -> Result<Vec<u8>, String> {
     let sport = get(key, Field::TpSrc) as u16;
     let dport = get(key, Field::TpDst) as u16;
     Ok(match proto {
-        PROTO_TCP => {
+        ip_proto::TCP => {
             let mut h = vec![0u8; 20];
             h[0..2].copy_from_slice(&sport.to_be_bytes());
             h[2..4].copy_from_slice(&dport.to_be_bytes());
@@ -135,7 +128,7 @@ fn l4_header(key: &FlowKey, proto: u8) -> Result<Vec<u8>, String> {
             h[14..16].copy_from_slice(&0xffffu16.to_be_bytes());
             h
         }
-        PROTO_UDP => {
+        ip_proto::UDP => {
             let mut h = vec![0u8; 8];
             h[0..2].copy_from_slice(&sport.to_be_bytes());
             h[2..4].copy_from_slice(&dport.to_be_bytes());
@@ -143,7 +136,7 @@ fn l4_header(key: &FlowKey, proto: u8) -> Result<Vec<u8>, String> {
             h
         }
         // Type and code live in tp_src / tp_dst; id and sequence are 0.
-        PROTO_ICMP | PROTO_ICMPV6 => vec![sport as u8, dport as u8, 0, 0, 0, 0, 0, 0],
+        ip_proto::ICMP | ip_proto::ICMPV6 => vec![sport as u8, dport as u8, 0, 0, 0, 0, 0, 0],
         _ => Vec::new(),
     })
 }
@@ -151,18 +144,18 @@ fn l4_header(key: &FlowKey, proto: u8) -> Result<Vec<u8>, String> {
 /// Writes the L4 checksum (`pseudo`: the pseudo-header; ICMPv4 has none).
 fn fill_l4_checksum(l4: &mut [u8], proto: u8, pseudo: &[u8]) {
     let at = match proto {
-        PROTO_TCP => 16,
-        PROTO_UDP => 6,
-        PROTO_ICMP | PROTO_ICMPV6 => 2,
+        ip_proto::TCP => tcp::field::CHECKSUM.start,
+        ip_proto::UDP => udp::field::CHECKSUM.start,
+        ip_proto::ICMP | ip_proto::ICMPV6 => icmp::field::CHECKSUM.start,
         _ => return,
     };
-    let sum = if proto == PROTO_ICMP {
+    let sum = if proto == ip_proto::ICMP {
         checksum(&[l4])
     } else {
         checksum(&[pseudo, l4])
     };
     // UDP sends an all-zero checksum as 0xffff.
-    let sum = if proto == PROTO_UDP && sum == 0 {
+    let sum = if proto == ip_proto::UDP && sum == 0 {
         0xffff
     } else {
         sum
