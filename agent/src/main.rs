@@ -76,8 +76,14 @@ struct Args {
     /// MTU of pod interfaces (default: the default-route interface's MTU minus 50 for VXLAN).
     #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(576..=65000))]
     mtu: Option<u32>,
-    /// Leave TX checksum offload on in pods (only if the datapath completes checksums).
+    /// Turn TX checksum offload off in pods (and with it their GSO). Only
+    /// needed with a switch started with `--trust-checksums`; by default
+    /// the switch completes the checksums pods leave partial.
     #[arg(long)]
+    pod_tx_checksum_off: bool,
+    /// Accepted for compatibility with older manifests: offload is on by
+    /// default now.
+    #[arg(long, hide = true, conflicts_with = "pod_tx_checksum_off")]
     pod_tx_checksum_on: bool,
     /// Deadline of one call to the switch, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 10_000)]
@@ -237,7 +243,7 @@ async fn run(args: Args, pod_mtu: u32) -> anyhow::Result<()> {
         pod_cidr: args.pod_cidr.map(|c| c.trunc()),
         gateway: args.gateway.clone(),
         pod_mtu,
-        pod_tx_checksum_off: !args.pod_tx_checksum_on,
+        pod_tx_checksum_off: args.pod_tx_checksum_off,
         switch_timeout: Duration::from_millis(args.switch_timeout_ms),
         masquerade: !args.no_masquerade,
         max_policy_flows: args.max_policy_flows,

@@ -46,13 +46,14 @@ fn pods_reach_each_other_and_the_node_and_del_leaves_nothing() {
     assert_eq!(a.result["interfaces"][0]["sandbox"], a.netns_path());
     assert_eq!(a.result["ips"][0]["interface"], 0);
     assert_eq!(a.result["ips"][0]["gateway"], "10.231.1.1");
-    // The pod sees the address others see, with MTU 1450 and TX csum off.
+    // The pod sees the address others see, with MTU 1450 and TX csum on (the
+    // switch completes checksums).
     let addr = a.ns.must(&["ip", "-4", "-o", "addr", "show", "eth0"]);
     assert!(addr.contains(&format!("{}/24", a.ip)), "{addr}");
     let link = a.ns.must(&["ip", "link", "show", "eth0"]);
     assert!(link.contains("mtu 1450"), "{link}");
     let k = a.ns.must(&["ethtool", "-k", "eth0"]);
-    assert!(k.contains("tx-checksumming: off"), "{k}");
+    assert!(k.contains("tx-checksumming: on"), "{k}");
 
     // Pod <-> pod, pod -> node (gateway), node -> pod.
     assert!(ping_until_up(&a.ns, &b.ip, 5).ok, "a -> b");

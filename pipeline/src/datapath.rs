@@ -822,14 +822,7 @@ fn rewrite_fragment(whole: &[u8], frag: &[u8], out: &mut Vec<u8>) -> bool {
 
 /// The IPv4 header checksum of `hdr` (its checksum field zeroed).
 fn ipv4_checksum(hdr: &[u8]) -> u16 {
-    let mut sum: u32 = hdr
-        .chunks(2)
-        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
+    crate::checksum::checksum(hdr, 0)
 }
 
 #[cfg(test)]

@@ -980,18 +980,7 @@ fn build(bufs: &Bufs, ipv6: bool, len: u32, out: &mut Vec<u8>) {
 /// The Internet checksum of `data` (0 when `data` already holds a valid
 /// checksum).
 fn checksum(data: &[u8]) -> u16 {
-    let mut sum = 0u32;
-    let mut chunks = data.chunks_exact(2);
-    for c in &mut chunks {
-        sum += u32::from(u16::from_be_bytes([c[0], c[1]]));
-    }
-    if let [b] = chunks.remainder() {
-        sum += u32::from(*b) << 8;
-    }
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
+    crate::checksum::checksum(data, 0)
 }
 
 // ---------------------------------------------------------------------------

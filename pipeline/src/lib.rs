@@ -19,6 +19,7 @@
 //! | [`odp`] | datapath actions |
 //! | [`conntrack`] | userspace connection tracking |
 //! | [`cache`], [`datapath`], [`packet`] | exact-match and megaflow caches; batch processing; header rewrites |
+//! | [`checksum`] | the Internet checksum; completing the TCP/UDP checksums a pod's offload left partial |
 //! | [`trace`] | `ofproto/trace`-style explanations |
 //! | [`names`] | the oxvs table plan (numbers and names) |
 //! | [`regs`] | the table plan's register fields and marks, by name (`reg0[0..3]` = `PKT_SOURCE`...) |
@@ -61,6 +62,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod cache;
+pub mod checksum;
 pub mod classifier;
 pub mod conntrack;
 pub mod datapath;

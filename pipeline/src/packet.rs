@@ -36,6 +36,7 @@
 
 #![deny(clippy::indexing_slicing, clippy::cast_possible_truncation)]
 
+pub use crate::checksum::{checksum, checksum_update, ones_sum};
 use crate::field::Field;
 use crate::wire::arp::{self, ArpPacket};
 use crate::wire::ethernet::{self, vlan, EthernetFrame};
@@ -750,47 +751,6 @@ fn be16(d: &[u8], off: usize) -> Option<u16> {
 
 fn be32(d: &[u8], off: usize) -> Option<u32> {
     Some(u32::from_be_bytes(*d.get(off..)?.first_chunk::<4>()?))
-}
-
-fn fold(mut sum: u64) -> u16 {
-    while sum >> 16 != 0 {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    #[allow(clippy::cast_possible_truncation, reason = "the loop leaves 16 bits")]
-    let folded = sum as u16;
-    folded
-}
-
-/// One's complement sum of `data` as big-endian 16-bit words (odd length
-/// padded with a zero byte), added to `initial`, not inverted.
-pub fn ones_sum(data: &[u8], initial: u64) -> u64 {
-    let mut sum = initial;
-    let (words, rest) = data.as_chunks::<2>();
-    for w in words {
-        sum += u64::from(u16::from_be_bytes(*w));
-    }
-    if let [b] = rest {
-        sum += u64::from(*b) << 8;
-    }
-    sum
-}
-
-/// The Internet checksum (RFC 1071) of `data` plus `initial` (a partial
-/// one's complement sum, e.g. of a pseudo-header).
-pub fn checksum(data: &[u8], initial: u64) -> u16 {
-    !fold(ones_sum(data, initial))
-}
-
-/// Incremental checksum update (RFC 1624 eqn. 3: `HC' = ~(~HC + ~m + m')`)
-/// for replacing the bytes `old` by `new` (same even length, at an even
-/// offset of the checksummed area).
-pub fn checksum_update(csum: u16, old: &[u8], new: &[u8]) -> u16 {
-    let mut sum = u64::from(!csum);
-    for w in old.as_chunks::<2>().0 {
-        sum += u64::from(!u16::from_be_bytes(*w));
-    }
-    sum = ones_sum(new, sum);
-    !fold(sum)
 }
 
 #[allow(

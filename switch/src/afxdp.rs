@@ -687,10 +687,7 @@ impl XskPort {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
         // Virtual devices (veth, ...) have no `device` in sysfs and never do
         // zero-copy: trying costs an XDP program load for nothing.
-        let physical = std::path::Path::new("/sys/class/net")
-            .join(ifname)
-            .join("device")
-            .exists();
+        let physical = crate::netdev::is_physical(ifname);
         let mut shared = shared.filter(|_| !physical);
         loop {
             match XskPort::prepare_once(ifname, request, frames, physical, shared, prog) {

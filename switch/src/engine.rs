@@ -58,6 +58,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use oxvs_api::{PortInfo, PortKind, PortSpec, PortStats};
+use oxvs_pipeline::checksum;
 use oxvs_pipeline::conntrack::{Conntrack, CtConfig};
 use oxvs_pipeline::datapath::{
     Datapath, DatapathConfig, DatapathSink, DatapathStats, DpPacket, PacketIn as DpPacketIn,
@@ -156,6 +157,12 @@ pub struct SwitchConfig {
     /// ([`crate::xdpprog`], loaded at start) instead of a program libxdp
     /// loads per port.
     pub shared_xdp_program: bool,
+    /// Complete the TCP/UDP checksums of frames from virtual interfaces
+    /// (pods, the gateway) and from VXLAN tunnels, so that their kernels
+    /// may keep TX checksum offload on
+    /// ([`oxvs_pipeline::checksum`] says why and what is covered).
+    /// Frames from physical NICs arrive complete and are never touched.
+    pub complete_checksums: bool,
 }
 
 impl Default for SwitchConfig {
@@ -172,6 +179,7 @@ impl Default for SwitchConfig {
             icmp_src_ip: None,
             packet_in_queue: 1024,
             shared_xdp_program: true,
+            complete_checksums: true,
         }
     }
 }
@@ -885,6 +893,9 @@ struct LocalPort {
     name: String,
     io: PortIo,
     stats: Arc<AtomicPortStats>,
+    /// Its frames' TCP/UDP checksums may be partial (a kernel with TX
+    /// offload on sent them): complete them on receive.
+    complete_checksums: bool,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -1096,6 +1107,7 @@ impl Worker {
             name: spec.name.clone(),
             reason,
         };
+        let mut complete_checksums = self.config.complete_checksums;
         let io = match &spec.kind {
             PortKind::Afxdp { ifname, xdp_mode } => {
                 let ifname = ifname.as_deref().unwrap_or(&spec.name);
@@ -1127,6 +1139,8 @@ impl Worker {
                          bypasses the switch (set `ethtool -L {ifname} combined 1`)"
                     );
                 }
+                complete_checksums =
+                    self.config.complete_checksums && !crate::netdev::is_physical(ifname);
                 PortIo::Xsk(x)
             }
             PortKind::Vxlan {
@@ -1149,6 +1163,7 @@ impl Worker {
             name: spec.name,
             io,
             stats,
+            complete_checksums,
         });
         self.ports_changed();
         // Until the topology broadcast arrives, route to it locally.
@@ -1285,6 +1300,7 @@ impl Worker {
     fn rx_port(&mut self, i: usize, now_ns: u64) -> usize {
         let batch = self.batch;
         let in_port = self.ports[i].ofport;
+        let complete_checksums = self.ports[i].complete_checksums;
         match &mut self.ports[i].io {
             PortIo::Xsk(x) => {
                 let n = x.recv(&mut self.rx_descs[..batch]);
@@ -1315,11 +1331,16 @@ impl Worker {
                     let mut pkts: Vec<DpPacket<&mut [u8]>> = Vec::with_capacity(n);
                     for d in rx_descs[..n].iter_mut() {
                         match mem.packet(d) {
-                            Some(p) => pkts.push(DpPacket {
-                                packet: p,
-                                in_port,
-                                tunnel: None,
-                            }),
+                            Some(mut p) => {
+                                if complete_checksums {
+                                    checksum::complete_l4(p.data_mut());
+                                }
+                                pkts.push(DpPacket {
+                                    packet: p,
+                                    in_port,
+                                    tunnel: None,
+                                })
+                            }
                             None => *bad_frames += 1,
                         }
                     }
@@ -1342,6 +1363,9 @@ impl Worker {
                     let mut pkts: Vec<DpPacket<&mut [u8]>> = Vec::with_capacity(n);
                     for (buf, meta) in v.rx_packets() {
                         let len = buf.len();
+                        if complete_checksums {
+                            checksum::complete_l4(buf);
+                        }
                         if let Some(p) = PacketRef::new(buf, 0, len) {
                             pkts.push(DpPacket {
                                 packet: p,

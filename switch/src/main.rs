@@ -84,6 +84,15 @@ struct Args {
     /// port. Ports on physical NICs always use libxdp's.
     #[arg(long, value_enum, default_value_t = XdpProgramArg::Switch)]
     xdp_program: XdpProgramArg,
+    /// Do not complete the TCP/UDP checksums of frames from virtual
+    /// interfaces and tunnels. By default the switch completes them, as a
+    /// NIC does, so that pods and the host keep TX checksum offload (and
+    /// with it GSO) on. With this flag the gateway's TX checksum offload is
+    /// turned off, and pods must run with theirs off (the agent's
+    /// `--pod-tx-checksum-off`), or their TCP and UDP is dropped as
+    /// corrupt by the receiver.
+    #[arg(long)]
+    trust_checksums: bool,
     /// Frames per RX/TX batch.
     #[arg(long, value_name = "N", default_value_t = 32,
           value_parser = clap::value_parser!(u16).range(1..=256))]
@@ -295,6 +304,7 @@ fn run(args: Args) -> anyhow::Result<()> {
         batch: usize::from(args.batch),
         conntrack,
         shared_xdp_program: args.xdp_program == XdpProgramArg::Switch,
+        complete_checksums: !args.trust_checksums,
         ..SwitchConfig::default()
     };
     tracing::info!(?config, socket = %args.socket.display(), "starting oxvs-switchd");
@@ -314,6 +324,7 @@ fn run(args: Args) -> anyhow::Result<()> {
             name,
             args.gateway_ofport,
             args.gateway_ip.as_deref(),
+            !args.trust_checksums,
         ) {
             Ok(g) => {
                 // The host is trusted, and its own conntrack saw the
@@ -425,7 +436,9 @@ struct Gateway {
 
 impl Gateway {
     /// Creates `name` <-> `name-p`, brings both up, puts `ip` on `name`, and
-    /// adds `name-p` as switch port `ofport` (named `name`). Undoes what it
+    /// adds `name-p` as switch port `ofport` (named `name`); turns TX
+    /// checksum offload off on `name` unless the switch completes
+    /// checksums. Undoes what it
     /// did on failure. Refuses an interface that already exists: the
     /// daemon leaves interfaces it did not create alone.
     fn create(
@@ -433,6 +446,7 @@ impl Gateway {
         name: &str,
         ofport: u32,
         ip: Option<&str>,
+        complete_checksums: bool,
     ) -> anyhow::Result<Gateway> {
         let peer = format!("{name}-p");
         for n in [name, peer.as_str()] {
@@ -452,11 +466,14 @@ impl Gateway {
             }
             netdev::set_up(name)?;
             netdev::set_up(&peer)?;
-            // The host stack would hand the switch TCP/UDP packets with
-            // partial checksums (TX offload); AF_XDP sees the raw frame, so
-            // the checksums must be complete when they leave the host.
-            if let Err(e) = netdev::tx_checksum_off(name) {
-                tracing::warn!(gateway = %name, "{e:#}; host TCP/UDP to pods may carry bad checksums");
+            // The host stack hands the switch TCP/UDP packets with partial
+            // checksums (TX offload) and AF_XDP sees the raw frame: the
+            // switch completes them, unless told not to, and then the host
+            // must finish them itself.
+            if !complete_checksums {
+                if let Err(e) = netdev::tx_checksum_off(name) {
+                    tracing::warn!(gateway = %name, "{e:#}; host TCP/UDP to pods may carry bad checksums");
+                }
             }
             let info = switch
                 .add_port(PortSpec {

@@ -62,6 +62,16 @@ fn with_netlink<T>(
         })
 }
 
+/// Whether `name` is a physical device (it has a `device` in sysfs; veth,
+/// dummy and the other virtual devices do not). A physical NIC may do
+/// zero-copy AF_XDP, and the frames it receives carry complete checksums.
+pub fn is_physical(name: &str) -> bool {
+    Path::new("/sys/class/net")
+        .join(name)
+        .join("device")
+        .exists()
+}
+
 /// The number of RX queues of `name` (from sysfs), if it can be read.
 pub fn rx_queue_count(name: &str) -> Option<usize> {
     check_name(name).ok()?;

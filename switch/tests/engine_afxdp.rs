@@ -61,9 +61,6 @@ impl Lab {
         ]);
         must(&["ip", "-n", &ns, "link", "set", "eth0", "up"]);
         must(&["ip", "-n", &ns, "link", "set", "lo", "up"]);
-        must(&[
-            "ip", "netns", "exec", &ns, "ethtool", "-K", "eth0", "tx", "off",
-        ]);
         // No IPv6 chatter from the host end.
         let _ = run(&[
             "sysctl",

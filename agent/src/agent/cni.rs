@@ -13,7 +13,8 @@
 //!    as `pending` on disk ([`crate::state`]).
 //! 2. Create the veth pair and configure the pod end in `CNI_NETNS`
 //!    ([`crate::podnet`]): MAC `0a:58:<ip>`, address, MTU, default route
-//!    via the gateway, TX checksum offload off, up.
+//!    via the gateway, up (TX checksum offload stays on: the switch
+//!    completes the checksums; off only with `--pod-tx-checksum-off`).
 //! 3. Attach the host end to oxvs-switchd as an AF_XDP port.
 //! 4. Install the pod's flows ([`crate::flows::pod_flows`]) and every
 //!    policy flow that concerns it as one bundle, and wait for the

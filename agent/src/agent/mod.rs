@@ -82,8 +82,8 @@ pub struct AgentConfig {
     pub tunnel: String,
     /// MTU of pod interfaces.
     pub pod_mtu: u32,
-    /// Turn TX checksum offload off in pods (the switch does not complete
-    /// partial checksums).
+    /// Turn TX checksum offload off in pods (only for a switch that does
+    /// not complete partial checksums: `oxvs-switchd --trust-checksums`).
     pub pod_tx_checksum_off: bool,
     /// Deadline of one switch call.
     pub switch_timeout: Duration,

@@ -26,7 +26,11 @@
 //! - **TCP**: `iperf3` from gen to sink through each switch, and across two
 //!   "nodes" (namespaces joined by an underlay veth) over VXLAN: two
 //!   `oxvs-switchd`s with VXLAN ports, and kernel `vxlan` devices in Linux
-//!   bridges as the reference.
+//!   bridges as the reference; with the pods' TX checksum offload on (the
+//!   kernel default; it brings GSO) and off (`--offloads`), 1 and 4
+//!   streams (`--streams`); received Gbit/s and the sender's retransmits.
+//!   A setting a switch cannot carry (OVS-afxdp does not complete partial
+//!   checksums) is reported as failed. `--tcp-only` skips the UDP loads.
 //!
 //! Output: a table on stdout; `--json FILE` writes every trial with the
 //! machine and the date; `--plots DIR` draws pps, CPU per packet and TCP
@@ -103,6 +107,32 @@ struct Opts {
     /// bridge, vxlan-oxvs, vxlan-kernel.
     #[arg(long, value_delimiter = ',')]
     only: Option<Vec<String>>,
+    /// TCP only: skip the 64-byte UDP max and fixed load measurements.
+    #[arg(long)]
+    tcp_only: bool,
+    /// The pods' TX checksum offload (and with it GSO) during the TCP
+    /// measurements, each in turn (comma-separated): `on` (the kernel's
+    /// default, what pods run with) and/or `off`.
+    #[arg(long, value_delimiter = ',', default_values = ["on", "off"])]
+    offloads: Vec<Offload>,
+    /// Parallel TCP streams (`iperf3 -P`), each count in turn.
+    #[arg(long, value_delimiter = ',', default_values_t = [1u32, 4])]
+    streams: Vec<u32>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Offload {
+    On,
+    Off,
+}
+
+impl Offload {
+    fn name(self) -> &'static str {
+        match self {
+            Offload::On => "on",
+            Offload::Off => "off",
+        }
+    }
 }
 
 // ---------------------------------------------------------------- commands
@@ -175,8 +205,8 @@ impl Lab {
         Ok(ns)
     }
 
-    /// A pod: `eth0` in `ns` with `addr` (CIDR) and `mtu`, transmit
-    /// checksum offload off (see the module doc of the engine tests); the
+    /// A pod: `eth0` in `ns` with `addr` (CIDR) and `mtu` (offloads as the
+    /// kernel sets them; the TCP measurements set TX checksum offload); the
     /// host end `host` stays in `host_ns` (None: the root namespace), up,
     /// without addresses.
     fn pod(
@@ -207,7 +237,6 @@ impl Lab {
         ])?;
         must(&["ip", "-n", ns, "addr", "add", addr, "dev", "eth0"])?;
         must(&["ip", "-n", ns, "link", "set", "eth0", "up"])?;
-        must_in(ns, &["ethtool", "-K", "eth0", "tx", "off"])?;
         match host_ns {
             None => {
                 let _ = run(&[
@@ -474,9 +503,22 @@ fn load_trial_once(
     })
 }
 
-/// One iperf3 TCP run from `client_ns` to `server_ip` in `server_ns`;
-/// returns received Gbit/s.
-fn tcp_trial(client_ns: &str, server_ns: &str, server_ip: &str, secs: u64) -> Result<f64> {
+/// One iperf3 TCP run.
+struct TcpTrial {
+    gbps: f64,
+    retransmits: u64,
+}
+
+/// One iperf3 TCP run of `streams` streams from `client_ns` to
+/// `server_ip` in `server_ns`: received Gbit/s and the sender's
+/// retransmitted segments.
+fn tcp_trial(
+    client_ns: &str,
+    server_ns: &str,
+    server_ip: &str,
+    secs: u64,
+    streams: u32,
+) -> Result<TcpTrial> {
     let mut server = Proc::spawn_piped(
         &[
             "ip", "netns", "exec", server_ns, "iperf3", "-s", "-1", "-p", "5201",
@@ -486,6 +528,7 @@ fn tcp_trial(client_ns: &str, server_ns: &str, server_ip: &str, secs: u64) -> Re
     )?;
     sleep(Duration::from_millis(500))?;
     let t = secs.to_string();
+    let p = streams.to_string();
     let mut client = Proc::spawn_piped(
         &[
             "ip",
@@ -499,6 +542,8 @@ fn tcp_trial(client_ns: &str, server_ns: &str, server_ip: &str, secs: u64) -> Re
             "5201",
             "-t",
             &t,
+            "-P",
+            &p,
             "-J",
             "--connect-timeout",
             "3000",
@@ -517,10 +562,59 @@ fn tcp_trial(client_ns: &str, server_ns: &str, server_ip: &str, secs: u64) -> Re
     if let Some(e) = v["error"].as_str() {
         bail!("iperf3: {e}");
     }
-    v["end"]["sum_received"]["bits_per_second"]
+    let gbps = v["end"]["sum_received"]["bits_per_second"]
         .as_f64()
         .map(|b| b / 1e9)
-        .ok_or_else(|| anyhow!("iperf3 JSON without end.sum_received"))
+        .ok_or_else(|| anyhow!("iperf3 JSON without end.sum_received"))?;
+    Ok(TcpTrial {
+        gbps,
+        retransmits: v["end"]["sum_sent"]["retransmits"].as_u64().unwrap_or(0),
+    })
+}
+
+/// The TCP measurements of one setup: for each offload setting of the
+/// pods and each stream count, `trials` iperf3 runs. A setting whose
+/// first run fails (no connection, say) is recorded with its error and
+/// not retried.
+fn tcp_runs(o: &Opts, name: &str, pods: [&str; 2], server_ip: &str) -> Result<Vec<TcpRun>> {
+    let mut runs = Vec::new();
+    for &offload in &o.offloads {
+        for pod in pods {
+            must_in(pod, &["ethtool", "-K", "eth0", "tx", offload.name()])?;
+        }
+        for &streams in &o.streams {
+            let mut run = TcpRun {
+                offload: Some(offload),
+                streams,
+                ..Default::default()
+            };
+            for i in 0..o.trials {
+                match tcp_trial(pods[0], pods[1], server_ip, o.duration, streams) {
+                    Ok(t) => {
+                        eprintln!(
+                            "e2e: {name} tcp offload {} x{streams} #{i}: {:.2} Gbit/s, {} retransmits",
+                            offload.name(),
+                            t.gbps,
+                            t.retransmits
+                        );
+                        run.gbps.push(t.gbps);
+                        run.retransmits.push(t.retransmits as f64);
+                    }
+                    Err(e) if stopped() => return Err(e),
+                    Err(e) => {
+                        eprintln!(
+                            "e2e: {name} tcp offload {} x{streams}: {e:#}",
+                            offload.name()
+                        );
+                        run.error = Some(format!("{e:#}"));
+                        break;
+                    }
+                }
+            }
+            runs.push(run);
+        }
+    }
+    Ok(runs)
 }
 
 fn ping_ok(ns: &str, dst: &str) -> bool {
@@ -787,6 +881,37 @@ fn fmt3(v: &[f64], scale: f64, prec: usize) -> String {
 
 // ---------------------------------------------------------------- scenarios
 
+/// The TCP trials of one (offload, streams) setting.
+#[derive(Default)]
+struct TcpRun {
+    offload: Option<Offload>,
+    streams: u32,
+    gbps: Vec<f64>,
+    retransmits: Vec<f64>,
+    error: Option<String>,
+}
+
+impl TcpRun {
+    fn to_json(&self) -> Value {
+        json!({
+            "pod_tx_offload": self.offload.map(Offload::name),
+            "streams": self.streams,
+            "gbps": summary(self.gbps.clone()),
+            "retransmits": summary(self.retransmits.clone()),
+            "error": self.error,
+        })
+    }
+
+    fn label(&self) -> String {
+        format!(
+            "offload {}, {} stream{}",
+            self.offload.map_or("?", Offload::name),
+            self.streams,
+            if self.streams == 1 { "" } else { "s" }
+        )
+    }
+}
+
 #[derive(Default)]
 struct SwitchResult {
     name: String,
@@ -794,7 +919,7 @@ struct SwitchResult {
     port_modes: BTreeMap<String, String>,
     max: Vec<LoadTrial>,
     fixed: Vec<LoadTrial>,
-    tcp_gbps: Vec<f64>,
+    tcp: Vec<TcpRun>,
     /// `/proc/loadavg` (1, 5, 15 min) before and after the scenario: other
     /// work on the machine skews everything here.
     loadavg: (String, String),
@@ -807,6 +932,13 @@ fn loadavg() -> String {
 }
 
 impl SwitchResult {
+    fn headline_tcp(&self) -> Option<&TcpRun> {
+        self.tcp
+            .iter()
+            .find(|r| r.offload == Some(Offload::On) && r.streams == 1)
+            .or(self.tcp.first())
+    }
+
     fn to_json(&self) -> Value {
         let max = |f: fn(&LoadTrial) -> f64| summary(self.max.iter().map(f).collect());
         let fixed = |f: fn(&LoadTrial) -> f64| summary(self.fixed.iter().map(f).collect());
@@ -827,7 +959,10 @@ impl SwitchResult {
                 "softirq_ns_per_pkt_machine": fixed(LoadTrial::softirq_per_pkt),
                 "raw": self.fixed.iter().map(|t| json!({"secs": t.secs, "offered": t.offered, "delivered": t.delivered, "switch_cpu_ns": t.cpu_ns, "softirq_ns": t.softirq_ns})).collect::<Vec<_>>(),
             },
-            "tcp_gbps": summary(self.tcp_gbps.clone()),
+            // The headline (plots): the pods' defaults, offload on, one
+            // stream (else the first setting measured).
+            "tcp_gbps": summary(self.headline_tcp().map(|r| r.gbps.clone()).unwrap_or_default()),
+            "tcp": self.tcp.iter().map(TcpRun::to_json).collect::<Vec<_>>(),
             "loadavg_before": self.loadavg.0,
             "loadavg_after": self.loadavg.1,
         })
@@ -855,7 +990,8 @@ fn single_node(
         bail!("{name}: gen cannot ping sink through the switch");
     }
     let conf = trafgen_conf(&mut p.lab, &mac_of(&p.gen, "eth0")?)?;
-    for i in 0..o.trials {
+    let load_trials = if o.tcp_only { 0 } else { o.trials };
+    for i in 0..load_trials {
         let t = load_trial(&p, &conf, o.duration, None, sw.pid)?;
         eprintln!(
             "e2e: {name} max load #{i}: offered {:.0} pps, delivered {:.0} pps",
@@ -864,7 +1000,7 @@ fn single_node(
         );
         r.max.push(t);
     }
-    for i in 0..o.trials {
+    for i in 0..load_trials {
         let t = load_trial(&p, &conf, o.duration, Some(o.rate), sw.pid)?;
         eprintln!(
             "e2e: {name} fixed load #{i}: delivered {:.0} pps, switch cpu {} ns/pkt, softirq {:.0} ns/pkt",
@@ -874,11 +1010,7 @@ fn single_node(
         );
         r.fixed.push(t);
     }
-    for i in 0..o.trials {
-        let g = tcp_trial(&p.gen, &p.sink, SINK_IP, o.duration)?;
-        eprintln!("e2e: {name} tcp #{i}: {g:.2} Gbit/s");
-        r.tcp_gbps.push(g);
-    }
+    r.tcp = tcp_runs(o, name, [&p.gen, &p.sink], SINK_IP)?;
     drop(sw);
     drop(p);
     r.loadavg = (load0, loadavg());
@@ -973,11 +1105,7 @@ fn vxlan(o: &Opts, bins: Option<&Bins>) -> Result<SwitchResult> {
     if !ping_ok(&pa, "10.201.0.2") {
         bail!("{name}: pod A cannot ping pod B");
     }
-    for i in 0..o.trials {
-        let g = tcp_trial(&pa, &pb, "10.201.0.2", o.duration)?;
-        eprintln!("e2e: {name} tcp #{i}: {g:.2} Gbit/s");
-        r.tcp_gbps.push(g);
-    }
+    r.tcp = tcp_runs(o, name, [&pa, &pb], "10.201.0.2")?;
     drop(procs);
     drop(lab);
     r.loadavg = (load0, loadavg());
@@ -1097,7 +1225,7 @@ fn main() -> Result<()> {
         "max: loss %",
         "fixed: kpps / switch ns/pkt",
         "softirq ns/pkt (all)",
-        "TCP Gbit/s"
+        "TCP Gbit/s (offload on, 1)"
     );
     for r in &results {
         if let Some(why) = &r.skipped {
@@ -1128,8 +1256,29 @@ fn main() -> Result<()> {
             } else {
                 fmt3(&f(&r.fixed, LoadTrial::softirq_per_pkt), 1.0, 0)
             },
-            fmt3(&r.tcp_gbps, 1.0, 2),
+            fmt3(r.headline_tcp().map_or(&[][..], |t| &t.gbps[..]), 1.0, 2),
         );
+    }
+    println!();
+    println!(
+        "TCP (iperf3, {} s per trial, {} trials): Gbit/s and sender retransmits, median [min-max]",
+        o.duration, o.trials
+    );
+    for r in results.iter().filter(|r| r.skipped.is_none()) {
+        for t in &r.tcp {
+            match &t.error {
+                Some(e) if t.gbps.is_empty() => {
+                    println!("{:<32} {:<24} failed: {e}", r.name, t.label());
+                }
+                _ => println!(
+                    "{:<32} {:<24} {:>20} Gbit/s {:>26} retransmits",
+                    r.name,
+                    t.label(),
+                    fmt3(&t.gbps, 1.0, 2),
+                    fmt3(&t.retransmits, 1.0, 0)
+                ),
+            }
+        }
     }
     println!();
     for r in &results {
@@ -1151,6 +1300,7 @@ fn main() -> Result<()> {
             "duration_s": o.duration,
             "trials": o.trials,
             "fixed_rate_pps": o.rate,
+            "tcp_only": o.tcp_only,
             "elapsed_s": started.elapsed().as_secs_f64(),
             "results": results.iter().map(SwitchResult::to_json).collect::<Vec<_>>(),
         });

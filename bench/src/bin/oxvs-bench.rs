@@ -156,6 +156,10 @@ struct Args {
     /// addresses.
     #[arg(long)]
     force: bool,
+    /// One more argument for every `oxvs-switchd` started (repeat it), as
+    /// in `--switchd-arg=--trust-checksums` to measure a switchd option.
+    #[arg(long, value_name = "ARG", allow_hyphen_values = true)]
+    switchd_arg: Vec<String>,
 }
 
 /// One measured case.
@@ -360,7 +364,7 @@ fn run_vxlan(a: &Args, cases: &mut Vec<Case>, skipped: &mut Vec<(String, String)
     }
     let plan = Plan::simple(setup::SIMPLE_FLOWS);
     let bins = if kinds.iter().any(|k| matches!(k, SwitchKind::Oxvs { .. })) {
-        Some(setup::oxvs_bins()?)
+        Some(setup::oxvs_bins()?.with_switchd_args(&a.switchd_arg))
     } else {
         None
     };
@@ -434,7 +438,7 @@ fn run_switches(
         .map(|s| SwitchKind::parse(s))
         .collect::<Result<_>>()?;
     let bins = if kinds.iter().any(|k| matches!(k, SwitchKind::Oxvs { .. })) {
-        Some(setup::oxvs_bins()?)
+        Some(setup::oxvs_bins()?.with_switchd_args(&a.switchd_arg))
     } else {
         None
     };

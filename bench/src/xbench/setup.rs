@@ -436,6 +436,16 @@ pub struct Running {
 pub struct Bins {
     pub switchd: PathBuf,
     pub ctl: PathBuf,
+    /// Extra arguments for every `oxvs-switchd` started.
+    pub switchd_args: Vec<String>,
+}
+
+impl Bins {
+    /// The same binaries, starting `oxvs-switchd` with `args` added.
+    pub fn with_switchd_args(mut self, args: &[String]) -> Bins {
+        self.switchd_args = args.to_vec();
+        self
+    }
 }
 
 /// Finds `oxvs-switchd` and `oxvsctl`: `$OXVS_BIN_DIR`, else next to this
@@ -457,6 +467,7 @@ pub fn oxvs_bins() -> Result<Bins> {
         dirs.iter()
             .map(|d| Bins {
                 switchd: d.join("oxvs-switchd"),
+                switchd_args: Vec::new(),
                 ctl: d.join("oxvsctl"),
             })
             .find(|b| b.switchd.exists() && b.ctl.exists())
@@ -524,6 +535,7 @@ fn spawn_switchd(
         "--ct-port-limit",
         "0",
     ]);
+    args.extend(bins.switchd_args.iter().map(String::as_str));
     let mut p = Proc::spawn(&args, "oxvs-switchd", true)?;
     let end = Instant::now() + Duration::from_secs(10);
     while ctl(bins, sock, &["dump-ports"]).is_err() {

@@ -8,6 +8,7 @@
 //! actually travel. Anything else is an error asking for the packet in hex.
 //! Pure function of the key; never panics.
 
+use oxvs_pipeline::checksum::ones_sum;
 use oxvs_pipeline::extract::VLAN_PRESENT;
 use oxvs_pipeline::wire::{ethertype, icmp, ip_proto, tcp, udp};
 use oxvs_pipeline::{Field, FlowKey};
@@ -168,20 +169,8 @@ fn fill_l4_checksum(l4: &mut [u8], proto: u8, pseudo: &[u8]) {
 /// Internet checksum over the concatenation of `parts` (each of even
 /// length except possibly the last).
 fn checksum(parts: &[&[u8]]) -> u16 {
-    let mut sum: u32 = 0;
-    for part in parts {
-        let mut chunks = part.chunks_exact(2);
-        for c in &mut chunks {
-            sum += u32::from(u16::from_be_bytes([c[0], c[1]]));
-        }
-        if let [last] = chunks.remainder() {
-            sum += u32::from(*last) << 8;
-        }
-    }
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
+    let sum = parts.iter().fold(0, |sum, part| ones_sum(part, sum));
+    !oxvs_pipeline::checksum::fold(sum)
 }
 
 #[cfg(test)]

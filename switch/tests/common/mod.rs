@@ -588,8 +588,8 @@ pub fn make_pod(node: &Netns, pod: &Netns, host_if: &str, cidr: &str, mac: &str,
     pod.must(&["ip", "link", "set", "eth0", "up"]);
     pod.must(&["ip", "addr", "add", cidr, "dev", "eth0"]);
     pod.must(&["ip", "route", "add", "default", "dev", "eth0"]);
-    // Partial checksums would leave the pod uncomputed through AF_XDP.
-    pod.must(&["ethtool", "-K", "eth0", "tx", "off"]);
+    // TX checksum offload stays on (the veth default): the switch
+    // completes the partial checksums (`e2e_checksums` shows it must).
     let host_mtu = mtu.parse::<u32>().unwrap_or(1500).max(1500).to_string();
     node.must(&["ip", "link", "set", host_if, "mtu", &host_mtu]);
 }
@@ -703,37 +703,58 @@ print(len(data), hashlib.sha256(data).hexdigest(), flush=True)
 /// Sends `bytes` over TCP from `client` to `server_ip:port` (a sink in
 /// `server`) and checks that the sink got exactly the data sent.
 pub fn tcp_transfer(client: &Netns, server: &Netns, server_ip: &str, port: u16, bytes: usize) {
+    if let Err(e) = try_tcp_transfer(client, server, server_ip, port, bytes, 15) {
+        panic!("{e}");
+    }
+}
+
+/// [`tcp_transfer`] with a deadline of `secs` for the client and the sink;
+/// says what went wrong instead of panicking.
+pub fn try_tcp_transfer(
+    client: &Netns,
+    server: &Netns,
+    server_ip: &str,
+    port: u16,
+    bytes: usize,
+    secs: u32,
+) -> Result<(), String> {
     let port = port.to_string();
-    let mut sink = server.spawn(&["python3", "-c", TCP_SINK, "0.0.0.0", &port, "15"]);
+    let limit = secs.to_string();
+    let mut sink = server.spawn(&["python3", "-c", TCP_SINK, "0.0.0.0", &port, &limit]);
     // Wait until the sink listens.
     let deadline = Instant::now() + Duration::from_secs(5);
     while !sink.stdout_text().contains("listening") {
-        assert!(
-            Instant::now() < deadline && sink.running(),
-            "TCP sink did not start: {}",
-            sink.stderr_text()
-        );
+        if Instant::now() >= deadline || !sink.running() {
+            return Err(format!("TCP sink did not start: {}", sink.stderr_text()));
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
     let n = bytes.to_string();
-    let src = client.exec(&["python3", "-c", TCP_SOURCE, server_ip, &port, &n, "15"]);
+    let src = client.exec(&["python3", "-c", TCP_SOURCE, server_ip, &port, &n, &limit]);
     let sent = String::from_utf8_lossy(&src.stdout).trim().to_owned();
-    let (ok, got, err) = sink.wait(Duration::from_secs(20));
-    assert!(
-        src.status.success(),
-        "TCP client {} -> {server_ip}:{port} failed: {}{}",
-        client.name,
-        sent,
-        String::from_utf8_lossy(&src.stderr)
-    );
-    assert!(ok, "TCP sink in {} failed: {got}{err}", server.name);
+    let (ok, got, err) = sink.wait(Duration::from_secs(u64::from(secs) + 5));
+    if !src.status.success() {
+        return Err(format!(
+            "TCP client {} -> {server_ip}:{port} failed: {}{}",
+            client.name,
+            sent,
+            String::from_utf8_lossy(&src.stderr)
+        ));
+    }
+    if !ok {
+        return Err(format!("TCP sink in {} failed: {got}{err}", server.name));
+    }
     let got = got.lines().last().unwrap_or_default().trim().to_owned();
-    assert_eq!(
-        got, sent,
-        "TCP data {} -> {server_ip}:{port} arrived different (len sha256)",
-        client.name
-    );
-    assert!(sent.starts_with(&format!("{bytes} ")), "sent {sent}");
+    if got != sent {
+        return Err(format!(
+            "TCP data {} -> {server_ip}:{port} arrived different (len sha256): sent {sent}, got {got}",
+            client.name
+        ));
+    }
+    if !sent.starts_with(&format!("{bytes} ")) {
+        return Err(format!("sent {sent}"));
+    }
+    Ok(())
 }
 
 /// A python3 UDP echo: binds PORT, waits TIMEOUT s for one datagram,

@@ -1,0 +1,474 @@
+//! # The Internet checksum, and completing the L4 checksums pods leave partial
+//!
+//! One implementation of RFC 1071's one's complement sum for the whole
+//! project (header rewrites, fragment reassembly, the switch's composed
+//! packets), and [`complete_l4`], which the switch runs on frames from
+//! ports whose kernel may have left the TCP/UDP checksum for the device to
+//! finish.
+//!
+//! ## Why the switch completes checksums
+//!
+//! A pod's kernel with TX checksum offload on (the default on a veth) hands
+//! TCP and UDP packets to the device with `CHECKSUM_PARTIAL`: the checksum
+//! field holds only the pseudo-header sum, and the device is trusted to
+//! fold in the L4 header and payload. A kernel device that forwards the skb
+//! keeps that promise (`ip_summed` travels with it), but AF_XDP sees bare
+//! bytes: the promise is lost, and the receiving kernel (a pod, the host
+//! behind the gateway, a kernel VXLAN peer) drops the segment as corrupt.
+//! Turning offload off in every pod (what oxvs did first) also turns off the
+//! pod's GSO, so its TCP stack builds one MTU-sized skb per segment; the
+//! Linux bridge keeps GSO, which is much of its TCP lead.
+//!
+//! So the switch is the device: [`complete_l4`] recomputes the TCP/UDP
+//! checksum of every unfragmented IPv4 or IPv6 (no extension headers)
+//! packet from such a port before the pipeline sees it. The switch cannot
+//! tell a partial checksum from a complete one (AF_XDP carries no skb
+//! metadata), so it always recomputes: a complete checksum is rewritten
+//! with the same value, a wrong one is corrected, exactly as a NIC does
+//! for a packet handed to it with offload. Left alone:
+//!
+//! - IPv4 UDP with checksum 0 ("no checksum", RFC 768; a partial checksum
+//!   is never 0, as it holds a non-zero pseudo-header sum);
+//! - fragments (the checksum covers the whole datagram; the kernel never
+//!   offloads the checksum of a datagram it fragments);
+//! - IPv6 with extension headers (a routing header changes the
+//!   pseudo-header's destination; pods do not offload them);
+//! - anything whose lengths do not add up (IPv4 header length, total
+//!   length or IPv6 payload length outside the frame, a TCP segment
+//!   shorter than its header, a UDP length that disagrees with the IP
+//!   length): such a frame is passed on untouched, as it was received.
+//!
+//! ## Speed
+//!
+//! The sum runs over 32-bit words in native byte order into a 64-bit
+//! accumulator (no carry is lost below 2^32 words) and is byte-swapped once
+//! at the end: the one's complement sum is independent of byte order
+//! (RFC 1071 section 2(B)), and the loop vectorises.
+//! `bench/benches/checksum.rs` measures it.
+
+#![deny(clippy::indexing_slicing, clippy::cast_possible_truncation)]
+
+use crate::wire::ethernet;
+use crate::wire::ip_proto;
+use crate::wire::ipv4::{self, Ipv4Packet};
+use crate::wire::ipv6::{self, Ipv6Packet};
+use crate::wire::{ethertype, tcp, udp};
+
+/// One's complement sum of `data` as big-endian 16-bit words (odd length
+/// padded with a zero byte), added to `initial`, not inverted and not
+/// folded. The value is congruent (mod 0xffff) to the plain sum of the
+/// words, which is all [`fold`] needs.
+#[inline]
+pub fn ones_sum(data: &[u8], initial: u64) -> u64 {
+    let (words, rest) = data.as_chunks::<4>();
+    let mut native = 0u64;
+    for w in words {
+        native += u64::from(u32::from_ne_bytes(*w));
+    }
+    // The sum of native-order 16-bit words, byte-swapped, is the sum of
+    // big-endian words (RFC 1071 2(B)).
+    let mut sum = initial + u64::from(u16::from_be(fold(native)));
+    let (pairs, last) = rest.as_chunks::<2>();
+    for p in pairs {
+        sum += u64::from(u16::from_be_bytes(*p));
+    }
+    if let [b] = last {
+        sum += u64::from(*b) << 8;
+    }
+    sum
+}
+
+/// Folds a one's complement sum to 16 bits (end-around carry).
+#[inline]
+pub fn fold(mut sum: u64) -> u16 {
+    while sum >> 16 != 0 {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    #[allow(clippy::cast_possible_truncation, reason = "the loop leaves 16 bits")]
+    let folded = sum as u16;
+    folded
+}
+
+/// The Internet checksum (RFC 1071) of `data` plus `initial` (a partial
+/// one's complement sum, e.g. of a pseudo-header). Over a header that
+/// already holds a correct checksum it is 0.
+#[inline]
+pub fn checksum(data: &[u8], initial: u64) -> u16 {
+    !fold(ones_sum(data, initial))
+}
+
+/// Incremental checksum update (RFC 1624 eqn. 3: `HC' = ~(~HC + ~m + m')`)
+/// for replacing the bytes `old` by `new` (same even length, at an even
+/// offset of the checksummed area).
+pub fn checksum_update(csum: u16, old: &[u8], new: &[u8]) -> u16 {
+    let mut sum = u64::from(!csum);
+    for w in old.as_chunks::<2>().0 {
+        sum += u64::from(!u16::from_be_bytes(*w));
+    }
+    sum = ones_sum(new, sum);
+    !fold(sum)
+}
+
+/// What [`complete_l4`] did with a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Completion {
+    /// The TCP or UDP checksum was recomputed and written.
+    Written,
+    /// Not an unfragmented TCP/UDP packet this covers (see the module doc),
+    /// or IPv4 UDP without a checksum: the frame is unchanged.
+    NotApplicable,
+    /// A TCP/UDP packet whose lengths do not add up: unchanged.
+    Malformed,
+}
+
+/// Where the L4 checksum of a frame goes and what it covers.
+struct L4Span {
+    /// Start of the L4 header in the frame.
+    start: usize,
+    /// End of the L4 data (the IP length, not the frame's: padding excluded).
+    end: usize,
+    /// Offset of the checksum field in the frame.
+    field: usize,
+    /// The pseudo-header's one's complement sum.
+    pseudo: u64,
+    /// UDP (a computed 0 is sent as all ones), else TCP.
+    udp: bool,
+}
+
+/// Recomputes the TCP/UDP checksum of `frame` (Ethernet, up to two VLAN
+/// tags) in place; see the module doc for what is covered and why. Never
+/// panics; reads and writes only inside `frame`.
+pub fn complete_l4(frame: &mut [u8]) -> Completion {
+    let span = match l4_span(frame) {
+        Ok(s) => s,
+        Err(c) => return c,
+    };
+    let Some(field) = frame.get_mut(span.field..span.field + 2) else {
+        return Completion::Malformed;
+    };
+    field.copy_from_slice(&[0, 0]);
+    let Some(l4) = frame.get(span.start..span.end) else {
+        return Completion::Malformed;
+    };
+    let mut c = checksum(l4, span.pseudo);
+    if c == 0 && span.udp {
+        // UDP sends a computed 0 as all ones (0 means "none").
+        c = 0xffff;
+    }
+    if let Some(field) = frame.get_mut(span.field..span.field + 2) {
+        field.copy_from_slice(&c.to_be_bytes());
+    }
+    Completion::Written
+}
+
+/// Finds the L4 span of an unfragmented TCP/UDP packet.
+fn l4_span(frame: &[u8]) -> Result<L4Span, Completion> {
+    let l2 = ethernet::l2_of(frame).ok_or(Completion::NotApplicable)?;
+    let l3 = l2.l3_offset;
+    let (proto, start, end, pseudo) = match l2.ethertype {
+        ethertype::IPV4 => {
+            let ip = Ipv4Packet::new_checked(l2.payload).map_err(|_| Completion::NotApplicable)?;
+            if ip.version() != 4 {
+                return Err(Completion::NotApplicable);
+            }
+            let proto = ip.protocol();
+            if proto != ip_proto::TCP && proto != ip_proto::UDP {
+                return Err(Completion::NotApplicable);
+            }
+            if ip.more_frags() || ip.frag_offset() != 0 {
+                return Err(Completion::NotApplicable);
+            }
+            let ihl = ip.header_len();
+            let total = usize::from(ip.total_len());
+            if ihl < ipv4::HEADER_LEN || total < ihl || total > l2.payload.len() {
+                return Err(Completion::Malformed);
+            }
+            let l4_len = total - ihl;
+            let pseudo = ones_sum(ip.addrs(), u64::from(proto) + l4_len as u64);
+            (proto, l3 + ihl, l3 + total, pseudo)
+        }
+        ethertype::IPV6 => {
+            let ip = Ipv6Packet::new_checked(l2.payload).map_err(|_| Completion::NotApplicable)?;
+            if ip.version() != 6 {
+                return Err(Completion::NotApplicable);
+            }
+            let proto = ip.next_header();
+            if proto != ip_proto::TCP && proto != ip_proto::UDP {
+                return Err(Completion::NotApplicable);
+            }
+            let l4_len = usize::from(ip.payload_len());
+            if ipv6::HEADER_LEN + l4_len > l2.payload.len() {
+                return Err(Completion::Malformed);
+            }
+            let pseudo = ones_sum(ip.addrs(), u64::from(proto) + l4_len as u64);
+            let start = l3 + ipv6::HEADER_LEN;
+            (proto, start, start + l4_len, pseudo)
+        }
+        _ => return Err(Completion::NotApplicable),
+    };
+    let l4 = frame.get(start..end).ok_or(Completion::Malformed)?;
+    let field = if proto == ip_proto::TCP {
+        let h = tcp::TcpPacket::new_checked(l4).map_err(|_| Completion::Malformed)?;
+        if h.header_len() < tcp::HEADER_LEN || h.header_len() > l4.len() {
+            return Err(Completion::Malformed);
+        }
+        start + tcp::field::CHECKSUM.start
+    } else {
+        let h = udp::UdpPacket::new_checked(l4).map_err(|_| Completion::Malformed)?;
+        if usize::from(h.len()) != l4.len() {
+            return Err(Completion::Malformed);
+        }
+        let ipv4 = l2.ethertype == ethertype::IPV4;
+        if ipv4 && h.checksum() == 0 {
+            return Err(Completion::NotApplicable);
+        }
+        start + udp::field::CHECKSUM.start
+    };
+    Ok(L4Span {
+        start,
+        end,
+        field,
+        pseudo,
+        udp: proto == ip_proto::UDP,
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::indexing_slicing, clippy::cast_possible_truncation)]
+mod tests {
+    use super::*;
+
+    /// The plain RFC 1071 sum, 16 bits at a time: the reference.
+    fn reference_sum(data: &[u8], initial: u64) -> u16 {
+        let mut s = initial;
+        for c in data.chunks(2) {
+            s += u64::from(c[0]) << 8 | u64::from(*c.get(1).unwrap_or(&0));
+        }
+        fold(s)
+    }
+
+    fn lcg(seed: &mut u64) -> u8 {
+        *seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (*seed >> 56) as u8
+    }
+
+    #[test]
+    fn fast_sum_agrees_with_the_reference_for_every_length_and_alignment() {
+        let mut seed = 7;
+        let buf: Vec<u8> = (0..2100).map(|_| lcg(&mut seed)).collect();
+        for start in 0..4 {
+            for len in 0..300 {
+                let d = &buf[start..start + len];
+                assert_eq!(fold(ones_sum(d, 0)), reference_sum(d, 0), "{start} {len}");
+                assert_eq!(fold(ones_sum(d, 0x1_2345)), reference_sum(d, 0x1_2345));
+            }
+        }
+        let all = [0xffu8; 2048];
+        assert_eq!(fold(ones_sum(&all, 0)), reference_sum(&all, 0));
+        assert_eq!(fold(ones_sum(&[], 0)), 0);
+        assert_eq!(fold(ones_sum(&[0; 64], 0)), 0);
+    }
+
+    #[test]
+    fn rfc1071_example() {
+        // RFC 1071 section 3: 00 01 f2 03 f4 f5 f6 f7 sums to ddf2.
+        let d = [0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7];
+        assert_eq!(fold(ones_sum(&d, 0)), 0xddf2);
+        assert_eq!(checksum(&d, 0), !0xddf2);
+    }
+
+    /// Ethernet + IPv4 (+ `vlan` tags) + TCP or UDP with `payload`, the
+    /// L4 checksum left as the kernel leaves it with offload (the
+    /// pseudo-header sum, not inverted).
+    fn frame_v4(proto: u8, payload: &[u8], vlan: usize) -> (Vec<u8>, usize) {
+        let mut f = vec![0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1];
+        for _ in 0..vlan {
+            f.extend_from_slice(&[0x81, 0x00, 0x00, 0x05]);
+        }
+        f.extend_from_slice(&[0x08, 0x00]);
+        let l3 = f.len();
+        let l4_hdr = if proto == ip_proto::TCP { 20 } else { 8 };
+        let total = 20 + l4_hdr + payload.len();
+        f.extend_from_slice(&[
+            0x45,
+            0,
+            (total >> 8) as u8,
+            total as u8,
+            0,
+            1,
+            0x40,
+            0,
+            64,
+            proto,
+            0,
+            0,
+        ]);
+        f.extend_from_slice(&[10, 0, 0, 1, 10, 0, 0, 2]);
+        let l4 = f.len();
+        if proto == ip_proto::TCP {
+            f.extend_from_slice(&[
+                0x30, 0x39, 0x00, 0x50, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x18, 0xff, 0xff, 0, 0, 0, 0,
+            ]);
+        } else {
+            let ul = 8 + payload.len();
+            f.extend_from_slice(&[0x30, 0x39, 0x00, 0x35, (ul >> 8) as u8, ul as u8, 0, 0]);
+        }
+        f.extend_from_slice(payload);
+        let pseudo = fold(ones_sum(
+            &f[l3 + 12..l3 + 20],
+            u64::from(proto) + (total - 20) as u64,
+        ));
+        let field = l4 + if proto == ip_proto::TCP { 16 } else { 6 };
+        f[field..field + 2].copy_from_slice(&pseudo.to_be_bytes());
+        let _ = l3;
+        (f, l4)
+    }
+
+    fn valid(f: &[u8], l3: usize, l4: usize, proto: u8, v6: bool) -> bool {
+        let (addrs, len) = if v6 {
+            (&f[l3 + 8..l3 + 40], f.len() - l4)
+        } else {
+            let total = usize::from(u16::from_be_bytes([f[l3 + 2], f[l3 + 3]]));
+            (&f[l3 + 12..l3 + 20], l3 + total - l4)
+        };
+        let pseudo = ones_sum(addrs, u64::from(proto) + len as u64);
+        checksum(&f[l4..l4 + len], pseudo) == 0
+    }
+
+    #[test]
+    fn partial_tcp_and_udp_checksums_are_completed() {
+        for proto in [ip_proto::TCP, ip_proto::UDP] {
+            for vlan in 0..=2 {
+                for len in [0, 1, 2, 3, 100, 1399, 1448] {
+                    let payload: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
+                    let (mut f, l4) = frame_v4(proto, &payload, vlan);
+                    let l3 = 14 + 4 * vlan;
+                    assert!(!valid(&f, l3, l4, proto, false) || len == 0);
+                    assert_eq!(complete_l4(&mut f), Completion::Written);
+                    assert!(valid(&f, l3, l4, proto, false), "{proto} {vlan} {len}");
+                    // Idempotent on a complete checksum.
+                    let before = f.clone();
+                    assert_eq!(complete_l4(&mut f), Completion::Written);
+                    assert_eq!(f, before);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn ethernet_padding_is_not_summed() {
+        let (mut f, l4) = frame_v4(ip_proto::UDP, &[1, 2, 3], 0);
+        f.extend_from_slice(&[0xaa; 20]);
+        assert_eq!(complete_l4(&mut f), Completion::Written);
+        let end = f.len() - 20;
+        assert!(valid(&f[..end], 14, l4, ip_proto::UDP, false));
+    }
+
+    #[test]
+    fn ipv4_udp_without_checksum_and_fragments_are_left_alone() {
+        let (mut f, _) = frame_v4(ip_proto::UDP, &[9; 30], 0);
+        f[14 + 20 + 6..14 + 20 + 8].copy_from_slice(&[0, 0]);
+        let before = f.clone();
+        assert_eq!(complete_l4(&mut f), Completion::NotApplicable);
+        assert_eq!(f, before);
+
+        for flags in [[0x20, 0x00], [0x00, 0x10], [0x20, 0x10]] {
+            let (mut f, _) = frame_v4(ip_proto::TCP, &[9; 30], 0);
+            f[14 + 6..14 + 8].copy_from_slice(&flags);
+            let before = f.clone();
+            assert_eq!(complete_l4(&mut f), Completion::NotApplicable);
+            assert_eq!(f, before);
+        }
+    }
+
+    #[test]
+    fn udp_checksum_computed_as_zero_is_sent_as_ones() {
+        // Find a payload whose checksum comes out 0.
+        for x in 0..=u16::MAX {
+            let (mut f, l4) = frame_v4(ip_proto::UDP, &x.to_be_bytes(), 0);
+            assert_eq!(complete_l4(&mut f), Completion::Written);
+            if f[l4 + 6..l4 + 8] == [0xff, 0xff] {
+                // The sum is zero either way: 0xffff is a valid encoding.
+                assert!(valid(&f, 14, l4, ip_proto::UDP, false));
+                return;
+            }
+            assert_ne!(f[l4 + 6..l4 + 8], [0, 0]);
+        }
+        panic!("no payload gave a zero checksum");
+    }
+
+    #[test]
+    fn lengths_that_do_not_add_up_leave_the_frame_alone() {
+        let (f, _) = frame_v4(ip_proto::TCP, &[5; 40], 0);
+        // Total length past the frame.
+        let mut g = f.clone();
+        g[16..18].copy_from_slice(&2000u16.to_be_bytes());
+        assert_eq!(complete_l4(&mut g.clone()), Completion::Malformed);
+        // IHL below 5, IHL past total.
+        for ihl in [0x44u8, 0x4f] {
+            let mut g = f.clone();
+            g[14] = ihl;
+            let before = g.clone();
+            assert_eq!(complete_l4(&mut g), Completion::Malformed);
+            assert_eq!(g, before);
+        }
+        // TCP data offset past the segment.
+        let mut g = f.clone();
+        g[14 + 20 + 12] = 0xf0;
+        g.truncate(14 + 20 + 40);
+        g[16..18].copy_from_slice(&60u16.to_be_bytes());
+        assert_eq!(complete_l4(&mut g), Completion::Malformed);
+        // UDP length disagreeing with the IP length.
+        let (mut u, l4) = frame_v4(ip_proto::UDP, &[5; 40], 0);
+        u[l4 + 4..l4 + 6].copy_from_slice(&20u16.to_be_bytes());
+        let before = u.clone();
+        assert_eq!(complete_l4(&mut u), Completion::Malformed);
+        assert_eq!(u, before);
+        // Every truncation of a valid frame: no panic, never Written past the end.
+        let (f, _) = frame_v4(ip_proto::UDP, &[5; 40], 1);
+        for n in 0..f.len() {
+            let mut g = f[..n].to_vec();
+            let _ = complete_l4(&mut g);
+        }
+        // Not IP, ICMP.
+        let mut arp = f.clone();
+        arp[16..18].copy_from_slice(&[0x08, 0x06]);
+        assert_eq!(complete_l4(&mut arp), Completion::NotApplicable);
+        let (mut icmp, _) = frame_v4(ip_proto::UDP, &[5; 40], 0);
+        icmp[14 + 9] = ip_proto::ICMP;
+        assert_eq!(complete_l4(&mut icmp), Completion::NotApplicable);
+    }
+
+    #[test]
+    fn ipv6_tcp_is_completed_and_extension_headers_are_left_alone() {
+        let payload = [0x42u8; 333];
+        let mut f = vec![0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1, 0x86, 0xdd];
+        let plen = 20 + payload.len();
+        f.extend_from_slice(&[
+            0x60,
+            0,
+            0,
+            0,
+            (plen >> 8) as u8,
+            plen as u8,
+            ip_proto::TCP,
+            64,
+        ]);
+        f.extend_from_slice(&[0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+        f.extend_from_slice(&[0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+        f.extend_from_slice(&[
+            0x30, 0x39, 0x00, 0x50, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x18, 0xff, 0xff, 0xab, 0xcd, 0,
+            0,
+        ]);
+        f.extend_from_slice(&payload);
+        assert_eq!(complete_l4(&mut f), Completion::Written);
+        assert!(valid(&f, 14, 54, ip_proto::TCP, true));
+        let mut h = f.clone();
+        h[14 + 6] = ip_proto::HOPOPTS;
+        let before = h.clone();
+        assert_eq!(complete_l4(&mut h), Completion::NotApplicable);
+        assert_eq!(h, before);
+    }
+}
