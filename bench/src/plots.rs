@@ -899,6 +899,8 @@ pub fn e2e_plots(doc: &Value, dir: &Path, stem: &str) -> Result<Vec<PathBuf>> {
         cpu: Option<Bar>,
         softirq: Option<Bar>,
         tcp: Option<Bar>,
+        /// One bar per TCP setting (`tcp[]`: pod offload x streams).
+        tcp_runs: Vec<(String, Option<Bar>)>,
     }
     /// Which bar of a row a series shows.
     type Pick = fn(&Row) -> Option<Bar>;
@@ -922,8 +924,22 @@ pub fn e2e_plots(doc: &Value, dir: &Path, stem: &str) -> Result<Vec<PathBuf>> {
                 cpu: None,
                 softirq: None,
                 tcp: None,
+                tcp_runs: Vec::new(),
             });
             continue;
+        }
+        let mut tcp_runs = Vec::new();
+        if let Some(Value::Array(runs)) = r.get("tcp") {
+            for (j, t) in runs.iter().enumerate() {
+                let tp = format!("{p}.tcp[{j}]");
+                let offload = t.get("pod_tx_offload").and_then(Value::as_str).unwrap_or("?");
+                let streams = t.get("streams").and_then(Value::as_u64).unwrap_or(1);
+                let label = format!(
+                    "offload {offload}, {streams} stream{}",
+                    if streams == 1 { "" } else { "s" }
+                );
+                tcp_runs.push((label, summary_bar(t, &tp, "gbps")?));
+            }
         }
         let sub = |key: &str, inner: &str| -> Result<Option<Bar>> {
             let v = field(r, &p, key)?;
@@ -940,6 +956,7 @@ pub fn e2e_plots(doc: &Value, dir: &Path, stem: &str) -> Result<Vec<PathBuf>> {
             cpu: sub("fixed_load", "switch_cpu_ns_per_pkt")?,
             softirq: sub("fixed_load", "softirq_ns_per_pkt_machine")?,
             tcp: summary_bar(r, &p, "tcp_gbps")?,
+            tcp_runs,
         });
     }
     // Categories: switches with data for this chart, and the skipped ones.
@@ -985,32 +1002,73 @@ pub fn e2e_plots(doc: &Value, dir: &Path, stem: &str) -> Result<Vec<PathBuf>> {
         written.push(r?);
         Ok(())
     };
-    run(chart(
-        "pps",
-        format!("64-byte UDP at maximum load{how}"),
-        "kpps (whiskers: min-max)",
-        vec![
-            ("delivered", |r: &Row| r.delivered),
-            ("offered", |r: &Row| r.offered),
-        ],
-    ))?;
-    run(chart(
-        "cpu",
-        format!("CPU per packet at fixed load{rate}"),
-        "ns per delivered packet (whiskers: min-max)",
-        vec![
-            ("switch process CPU", |r: &Row| r.cpu),
-            ("machine softirq (incl. generator, sink)", |r: &Row| {
-                r.softirq
-            }),
-        ],
-    ))?;
-    run(chart(
-        "tcp",
-        format!("TCP throughput, iperf3{how}"),
-        "Gbit/s (whiskers: min-max)",
-        vec![("TCP Gbit/s", |r: &Row| r.tcp)],
-    ))?;
+    // A `--tcp-only` run has no UDP load to draw.
+    if doc.get("tcp_only").and_then(Value::as_bool) != Some(true) {
+        run(chart(
+            "pps",
+            format!("64-byte UDP at maximum load{how}"),
+            "kpps (whiskers: min-max)",
+            vec![
+                ("delivered", |r: &Row| r.delivered),
+                ("offered", |r: &Row| r.offered),
+            ],
+        ))?;
+        run(chart(
+            "cpu",
+            format!("CPU per packet at fixed load{rate}"),
+            "ns per delivered packet (whiskers: min-max)",
+            vec![
+                ("switch process CPU", |r: &Row| r.cpu),
+                ("machine softirq (incl. generator, sink)", |r: &Row| {
+                    r.softirq
+                }),
+            ],
+        ))?;
+    }
+    // One series per TCP setting when the run has them (else the headline).
+    let mut labels: Vec<String> = Vec::new();
+    for r in &rows {
+        for (l, _) in &r.tcp_runs {
+            if !labels.contains(l) {
+                labels.push(l.clone());
+            }
+        }
+    }
+    if labels.is_empty() {
+        run(chart(
+            "tcp",
+            format!("TCP throughput, iperf3{how}"),
+            "Gbit/s (whiskers: min-max)",
+            vec![("TCP Gbit/s", |r: &Row| r.tcp)],
+        ))?;
+    } else {
+        let path = out(dir, stem, "tcp")?;
+        bar_chart(
+            &path,
+            &BarChart {
+                title: format!("TCP throughput, iperf3, pods' TX checksum offload on/off{how}"),
+                subtitle: meta.subtitle(),
+                value_label: "Gbit/s (whiskers: min-max; no bar: failed)".into(),
+                categories: rows.iter().map(|r| r.name.clone()).collect(),
+                series: labels
+                    .iter()
+                    .map(|l| {
+                        let bars = rows
+                            .iter()
+                            .map(|r| {
+                                r.tcp_runs
+                                    .iter()
+                                    .find(|(rl, _)| rl == l)
+                                    .and_then(|(_, b)| *b)
+                            })
+                            .collect();
+                        (l.clone(), bars)
+                    })
+                    .collect(),
+            },
+        )?;
+        written.push(path);
+    }
     Ok(written)
 }
 

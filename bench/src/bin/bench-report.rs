@@ -8,7 +8,8 @@
 //! ```
 //!
 //! Without files it reads the committed ones: `bench/results/cni-bench.json`,
-//! `bench/results/policy-*.json` and `docs/benchmarks-e2e.json` (paths from
+//! `bench/results/policy-*.json`, `bench/results/e2e-*.json` and
+//! `docs/benchmarks-e2e.json` (paths from
 //! the workspace root, found from this crate's manifest directory; `--root
 //! DIR` overrides it); `--out` defaults to `bench/results/plots`. A default
 //! file that does not exist is skipped with a message; a file that cannot
@@ -52,7 +53,9 @@ fn default_files(root: &Path) -> Result<Vec<PathBuf>> {
             .filter(|p| {
                 p.file_name()
                     .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with("policy-") && n.ends_with(".json"))
+                    .is_some_and(|n| {
+                        (n.starts_with("policy-") || n.starts_with("e2e-")) && n.ends_with(".json")
+                    })
             })
             .collect(),
         Err(e) => {
@@ -62,7 +65,7 @@ fn default_files(root: &Path) -> Result<Vec<PathBuf>> {
     policy.sort();
     if policy.is_empty() {
         eprintln!(
-            "bench-report: no policy-*.json in {}: no NetworkPolicy plots",
+            "bench-report: no policy-*.json or e2e-*.json in {}",
             results.display()
         );
     }
