@@ -102,10 +102,20 @@ use crate::xdpprog::{XdpAttachment, XdpProgram};
 
 /// Bytes per UMEM frame (one page: fits a 1500-byte MTU plus headroom).
 pub const FRAME_SIZE: u32 = 4096;
-/// Ring sizes (fill, completion, RX, TX) of every socket.
-pub const RING_SIZE: u32 = 1024;
-/// Frames kept on a port's fill ring (at most).
-pub const FILL_TARGET: usize = 512;
+/// Size of every socket's RX and fill rings: deep enough to absorb what a
+/// pod's TCP sends in one burst while the datapath thread is busy
+/// elsewhere (a GSO super-frame is ~44 segments, and several streams
+/// burst at once). With 1024 (and 512 frames on the fill ring) one iperf3
+/// stream through one thread lost ~12,000 segments in 5 s to an empty
+/// fill ring; with 4096, none (`docs/benchmarks.md`, "No drops under TCP
+/// bursts").
+pub const RX_RING_SIZE: u32 = 4096;
+/// Size of every socket's TX and completion rings (the completion ring
+/// must hold every frame in flight on the TX ring). The datapath drains
+/// the TX ring on every flush (copy mode) so it never fills at 1024.
+pub const TX_RING_SIZE: u32 = 1024;
+/// Frames kept on a busy port's fill ring (at most): all of it.
+pub const FILL_TARGET: usize = RX_RING_SIZE as usize;
 /// Frames a port on a shared UMEM is topped up to even from the TX
 /// reserve, and starts with once half the UMEM is on rings: what one NAPI
 /// poll of a veth delivers (64 packets). A busy port's target doubles up
@@ -148,14 +158,16 @@ fn socket_config(
     xdp: XdpFlags,
     bind: BindFlags,
 ) -> Result<SocketConfig, AfxdpError> {
-    let qsize = QueueSize::new(RING_SIZE).map_err(|e| AfxdpError::Socket {
-        ifname: ifname.into(),
-        tried: mode.name().into(),
-        reason: e.to_string(),
-    })?;
+    let qsize = |n: u32| {
+        QueueSize::new(n).map_err(|e| AfxdpError::Socket {
+            ifname: ifname.into(),
+            tried: mode.name().into(),
+            reason: e.to_string(),
+        })
+    };
     Ok(SocketConfig::builder()
-        .rx_queue_size(qsize)
-        .tx_queue_size(qsize)
+        .rx_queue_size(qsize(RX_RING_SIZE)?)
+        .tx_queue_size(qsize(TX_RING_SIZE)?)
         .libxdp_flags(libxdp)
         .xdp_flags(xdp)
         .bind_flags(bind)
@@ -168,8 +180,8 @@ fn map_umem(frames: u32) -> Result<UmemMem, AfxdpError> {
     let count = NonZeroU32::new(frames).ok_or_else(|| err("zero frames".into()))?;
     let config = UmemConfig::builder()
         .frame_size(FrameSize::new(FRAME_SIZE).map_err(|e| err(e.to_string()))?)
-        .fill_queue_size(QueueSize::new(RING_SIZE).map_err(|e| err(e.to_string()))?)
-        .comp_queue_size(QueueSize::new(RING_SIZE).map_err(|e| err(e.to_string()))?)
+        .fill_queue_size(QueueSize::new(RX_RING_SIZE).map_err(|e| err(e.to_string()))?)
+        .comp_queue_size(QueueSize::new(TX_RING_SIZE).map_err(|e| err(e.to_string()))?)
         .build()
         .map_err(|e| err(e.to_string()))?;
     let (umem, mut all) = xsk_rs::Umem::new(config, count, false).map_err(|e| err(chain(&e)))?;
@@ -449,10 +461,10 @@ impl ThreadUmem {
             tried: "anchor (generic/copy, no program)".into(),
             reason,
         };
-        let qsize = QueueSize::new(RING_SIZE).map_err(|e| sock_err(e.to_string()))?;
+        let qsize = |n: u32| QueueSize::new(n).map_err(|e| sock_err(e.to_string()));
         let config = SocketConfig::builder()
-            .rx_queue_size(qsize)
-            .tx_queue_size(qsize)
+            .rx_queue_size(qsize(RX_RING_SIZE)?)
+            .tx_queue_size(qsize(TX_RING_SIZE)?)
             .libxdp_flags(LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD)
             .xdp_flags(XdpFlags::XDP_FLAGS_SKB_MODE)
             .bind_flags(BindFlags::XDP_USE_NEED_WAKEUP | BindFlags::XDP_COPY)
@@ -995,7 +1007,7 @@ impl XskPort {
             idle_rounds: 0,
             pending_tx: Vec::with_capacity(batch.max(1) * 4),
             in_flight: 0,
-            scratch: Vec::with_capacity(RING_SIZE as usize),
+            scratch: Vec::with_capacity(RX_RING_SIZE as usize),
             counters: PortCounters::default(),
             kernel_seen: KernelDrops::default(),
         };
@@ -1137,7 +1149,7 @@ impl XskPort {
     /// and counts when no frame is free or the packet does not fit.
     #[inline]
     pub fn send(&mut self, bytes: &[u8]) {
-        if self.pending_tx.len() >= RING_SIZE as usize {
+        if self.pending_tx.len() >= TX_RING_SIZE as usize {
             self.counters.tx_dropped += 1;
             self.counters.tx_ring_full += 1;
             return;
@@ -1183,7 +1195,7 @@ impl XskPort {
         // (and completes them at once): kick until the ring is drained or
         // it stops asking, bounded.
         let mut kicks = 0;
-        while self.in_flight > 0 && self.tx.needs_wakeup() && kicks <= RING_SIZE / 32 {
+        while self.in_flight > 0 && self.tx.needs_wakeup() && kicks <= TX_RING_SIZE / 32 {
             if self.tx.wakeup().is_err() {
                 self.counters.tx_errors += 1;
                 break;
@@ -1205,7 +1217,7 @@ impl XskPort {
         }
         self.scratch.clear();
         self.scratch
-            .resize(self.in_flight.min(RING_SIZE as usize), FrameDesc::default());
+            .resize(self.in_flight.min(TX_RING_SIZE as usize), FrameDesc::default());
         // SAFETY: the completion ring hands back frames this socket
         // transmitted from its UMEM; they become *user* (then free) frames.
         let n = unsafe { self.cq.consume(&mut self.scratch) };
