@@ -932,7 +932,10 @@ pub fn e2e_plots(doc: &Value, dir: &Path, stem: &str) -> Result<Vec<PathBuf>> {
         if let Some(Value::Array(runs)) = r.get("tcp") {
             for (j, t) in runs.iter().enumerate() {
                 let tp = format!("{p}.tcp[{j}]");
-                let offload = t.get("pod_tx_offload").and_then(Value::as_str).unwrap_or("?");
+                let offload = t
+                    .get("pod_tx_offload")
+                    .and_then(Value::as_str)
+                    .unwrap_or("?");
                 let streams = t.get("streams").and_then(Value::as_u64).unwrap_or(1);
                 let label = format!(
                     "offload {offload}, {streams} stream{}",

@@ -33,11 +33,11 @@
 //! completion rings (sockets on different devices need their own); the
 //! free frames are one list for the thread ([`Frames`]). A fill ring
 //! holds frames nobody can take back until packets arrive, so an idle
-//! port must not hoard them: the first ports get full fill rings
-//! ([`FILL_TARGET`]) while half the UMEM stays free, later ones start with
-//! [`FILL_MIN`] frames (taken even from the TX reserve, so a new port can
-//! always receive), and only a busy port grows its share while the UMEM
-//! has frames to spare.
+//! port must not hoard them: the first ports start with [`FILL_START`]
+//! frames while half the UMEM stays free, later ones with [`FILL_MIN`]
+//! frames (taken even from the TX reserve, so a new port can always
+//! receive), and only a busy port grows its share, up to a full ring
+//! ([`FILL_TARGET`]), while the UMEM has frames to spare.
 //!
 //! The UMEM's *first* socket is special to libxdp: it is the UMEM's own
 //! fd, kept open until the UMEM goes, and every later socket names it to
@@ -116,6 +116,9 @@ pub const RX_RING_SIZE: u32 = 4096;
 pub const TX_RING_SIZE: u32 = 1024;
 /// Frames kept on a busy port's fill ring (at most): all of it.
 pub const FILL_TARGET: usize = RX_RING_SIZE as usize;
+/// Frames a thread's first ports on a shared UMEM start with (while half
+/// the UMEM stays free): enough for a burst before the first adaptation.
+pub const FILL_START: usize = 512;
 /// Frames a port on a shared UMEM is topped up to even from the TX
 /// reserve, and starts with once half the UMEM is on rings: what one NAPI
 /// poll of a veth delivers (64 packets). A busy port's target doubles up
@@ -993,12 +996,15 @@ impl XskPort {
             slot,
             shared: is_shared,
             filled: 0,
-            // A port on a shared UMEM gets a full fill ring while that
-            // leaves half the UMEM free (the first ports, as a node's
-            // first pods, absorb bursts as an own UMEM would), else the
-            // minimum, grown when busy.
-            fill_target: if !is_shared || frames_free >= frames_total / 2 + FILL_TARGET {
+            // A port with its own UMEM fills its ring (up to half the
+            // UMEM). A port on a shared UMEM starts with FILL_START frames
+            // while that leaves half the UMEM free (a node's first pods
+            // absorb bursts at once), else with the minimum; a busy one
+            // grows to FILL_TARGET.
+            fill_target: if !is_shared {
                 FILL_TARGET.min(frames_total / 2)
+            } else if frames_free >= frames_total / 2 + FILL_START {
+                FILL_START.min(frames_total / 2)
             } else {
                 FILL_MIN
             },
@@ -1116,15 +1122,20 @@ impl XskPort {
         if n == 0 {
             return 0;
         }
-        if n == out.len() {
-            self.full_batches += 1;
-        }
         let got = &out[..n];
         self.rx_since_adapt += n as u64;
         self.counters.rx_packets += n as u64;
         self.counters.rx_bytes += got.iter().map(|d| d.lengths().data() as u64).sum::<u64>();
         self.mem.frames.borrow_mut().returned(got);
         self.filled = self.filled.saturating_sub(n);
+        if n == out.len() {
+            self.full_batches += 1;
+            // A full batch with the fill ring nearly drained: a burst is
+            // under way, and the periodic adaptation would come too late.
+            if self.shared && self.filled < self.fill_target / 8 {
+                self.grow_fill(false);
+            }
+        }
         n
     }
 
@@ -1216,8 +1227,10 @@ impl XskPort {
             return;
         }
         self.scratch.clear();
-        self.scratch
-            .resize(self.in_flight.min(TX_RING_SIZE as usize), FrameDesc::default());
+        self.scratch.resize(
+            self.in_flight.min(TX_RING_SIZE as usize),
+            FrameDesc::default(),
+        );
         // SAFETY: the completion ring hands back frames this socket
         // transmitted from its UMEM; they become *user* (then free) frames.
         let n = unsafe { self.cq.consume(&mut self.scratch) };
@@ -1229,31 +1242,52 @@ impl XskPort {
         self.in_flight -= n.min(self.in_flight);
     }
 
+    /// Raises the fill target from the UMEM's spare frames: to a full ring
+    /// when `starved` (packets were lost to an empty fill ring: TCP bursts
+    /// do not wait for doublings), else doubled.
+    fn grow_fill(&mut self, starved: bool) {
+        let f = self.mem.frames.borrow();
+        let want = if starved {
+            FILL_TARGET
+        } else {
+            (self.fill_target * 2).min(FILL_TARGET)
+        };
+        let spare = f.free.len().saturating_sub(f.reserve);
+        let grown = want.min(self.fill_target + spare);
+        if grown > self.fill_target {
+            tracing::debug!(port = %self.ifname, from = self.fill_target, to = grown, starved, spare, "fill ring grows");
+            self.fill_target = grown;
+        }
+    }
+
     /// Adapts the fill target of a port on a shared UMEM to its load (called
     /// every few tens of milliseconds): a port is busy when it received a
-    /// full RX batch, lost packets to an empty fill ring, or received as
-    /// many packets as its fill ring holds since the last call. A busy
-    /// port's target doubles while the UMEM has frames to spare; after
+    /// full RX batch, lost packets to an empty fill ring, or received an
+    /// eighth of what its fill ring holds since the last call. A busy
+    /// port's target doubles (a starved one's goes to [`FILL_TARGET`] at
+    /// once) while the UMEM has frames to spare; after
     /// twenty calls in a row without being busy it is lowered by a quarter
     /// (not below [`FILL_MIN`]), and the fill ring gives frames back as
     /// packets arrive.
     fn adapt_fill(&mut self, starved: bool) {
-        let busy =
-            self.full_batches > 0 || starved || self.rx_since_adapt >= self.fill_target as u64;
+        // Busy: an eighth of the ring's worth since the last call (a
+        // port whose ring grew for a burst keeps it while traffic goes on;
+        // asking for a whole ring's worth per call made a full ring decay
+        // under a steady TCP stream, and the next burst found it short).
+        let busy = self.full_batches > 0
+            || starved
+            || self.rx_since_adapt >= (self.fill_target / 8) as u64;
         self.full_batches = 0;
         self.rx_since_adapt = 0;
         if busy {
             self.idle_rounds = 0;
-            let f = self.mem.frames.borrow();
-            let grown = (self.fill_target * 2).min(FILL_TARGET);
-            if f.free.len() >= f.reserve + (grown - self.fill_target) {
-                self.fill_target = grown;
-            }
+            self.grow_fill(starved);
         } else {
             self.idle_rounds = self.idle_rounds.saturating_add(1);
             if self.idle_rounds >= 20 {
                 self.idle_rounds = 0;
                 self.fill_target = (self.fill_target - self.fill_target / 4).max(FILL_MIN);
+                tracing::debug!(port = %self.ifname, to = self.fill_target, "fill ring shrinks (idle)");
             }
         }
     }

@@ -51,11 +51,9 @@ fn default_files(root: &Path) -> Result<Vec<PathBuf>> {
         Ok(rd) => rd
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| {
-                p.file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| {
-                        (n.starts_with("policy-") || n.starts_with("e2e-")) && n.ends_with(".json")
-                    })
+                p.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+                    (n.starts_with("policy-") || n.starts_with("e2e-")) && n.ends_with(".json")
+                })
             })
             .collect(),
         Err(e) => {

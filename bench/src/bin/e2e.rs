@@ -31,6 +31,10 @@
 //!   streams (`--streams`); received Gbit/s and the sender's retransmits.
 //!   A setting a switch cannot carry (OVS-afxdp does not complete partial
 //!   checksums) is reported as failed. `--tcp-only` skips the UDP loads.
+//! - **Request/response**: one 64-byte request outstanding over one TCP
+//!   connection (netperf TCP_RR's pattern; this binary is both ends, run
+//!   as `e2e --rr-server` / `e2e --rr-client IP SECS` in the pods):
+//!   transactions per second and p50/p99 latency, per offload setting.
 //!
 //! Output: a table on stdout; `--json FILE` writes every trial with the
 //! machine and the date; `--plots DIR` draws pps, CPU per packet and TCP
@@ -611,10 +615,165 @@ fn tcp_runs(o: &Opts, name: &str, pods: [&str; 2], server_ip: &str) -> Result<Ve
                     }
                 }
             }
+            if streams == o.streams.first().copied().unwrap_or(1) {
+                for i in 0..o.trials {
+                    match rr_trial(pods[0], pods[1], server_ip, o.duration) {
+                        Ok(t) => {
+                            eprintln!(
+                                "e2e: {name} request/response offload {} #{i}: {:.0}/s, p50 {:.1} us, p99 {:.1} us",
+                                offload.name(),
+                                t.tps,
+                                t.p50_us,
+                                t.p99_us
+                            );
+                            run.rr_tps.push(t.tps);
+                            run.rr_p50_us.push(t.p50_us);
+                            run.rr_p99_us.push(t.p99_us);
+                        }
+                        Err(e) if stopped() => return Err(e),
+                        Err(e) => {
+                            eprintln!(
+                                "e2e: {name} request/response offload {}: {e:#}",
+                                offload.name()
+                            );
+                            run.rr_error = Some(format!("{e:#}"));
+                            break;
+                        }
+                    }
+                }
+            }
             runs.push(run);
         }
     }
     Ok(runs)
+}
+
+// ---------------------------------------------------------------- request/response
+
+/// The port of the request/response server.
+const RR_PORT: u16 = 5202;
+/// Bytes per request and per response (netperf TCP_RR's default is 1).
+const RR_BYTES: usize = 64;
+
+/// `e2e --rr-server`: accepts one TCP connection on [`RR_PORT`] (10 s at
+/// most) and echoes [`RR_BYTES`]-byte requests until the client closes.
+fn rr_server() -> Result<()> {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind(("0.0.0.0", RR_PORT)).context("bind")?;
+    println!("listening");
+    let (mut c, _) = l.accept().context("accept")?;
+    c.set_nodelay(true)?;
+    c.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut buf = [0u8; RR_BYTES];
+    loop {
+        match c.read_exact(&mut buf) {
+            Ok(()) => c.write_all(&buf)?,
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(e) => return Err(e).context("read"),
+        }
+    }
+}
+
+/// `e2e --rr-client IP SECS`: one request outstanding at a time for SECS
+/// seconds; prints JSON: transactions per second and latency percentiles
+/// in microseconds.
+fn rr_client(ip: &str, secs: &str) -> Result<()> {
+    use std::io::{Read, Write};
+    let secs: f64 = secs.parse().context("seconds")?;
+    let mut c = std::net::TcpStream::connect_timeout(
+        &format!("{ip}:{RR_PORT}").parse().context("address")?,
+        Duration::from_secs(3),
+    )
+    .context("connect")?;
+    c.set_nodelay(true)?;
+    c.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let req = [0x5au8; RR_BYTES];
+    let mut resp = [0u8; RR_BYTES];
+    let mut lat_ns: Vec<u64> = Vec::with_capacity(1 << 20);
+    let start = Instant::now();
+    let end = start + Duration::from_secs_f64(secs);
+    while Instant::now() < end {
+        let t = Instant::now();
+        c.write_all(&req).context("write")?;
+        c.read_exact(&mut resp).context("read")?;
+        lat_ns.push(u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX));
+    }
+    let took = start.elapsed().as_secs_f64();
+    lat_ns.sort_unstable();
+    let pct = |p: f64| -> f64 {
+        let i = ((lat_ns.len() as f64 - 1.0) * p).round() as usize;
+        lat_ns.get(i).map_or(0.0, |v| *v as f64 / 1e3)
+    };
+    println!(
+        "{}",
+        json!({
+            "transactions": lat_ns.len(),
+            "tps": lat_ns.len() as f64 / took,
+            "p50_us": pct(0.5),
+            "p99_us": pct(0.99),
+        })
+    );
+    Ok(())
+}
+
+/// One request/response run from `client_ns` to `server_ip` in
+/// `server_ns` (this binary as both ends): transactions/s, p50, p99 µs.
+fn rr_trial(client_ns: &str, server_ns: &str, server_ip: &str, secs: u64) -> Result<RrTrial> {
+    let exe = std::env::current_exe().context("current_exe")?;
+    let exe = exe.to_string_lossy().into_owned();
+    let mut server = Proc::spawn_piped(
+        &["ip", "netns", "exec", server_ns, &exe, "--rr-server"],
+        "rr server",
+        false,
+    )?;
+    sleep(Duration::from_millis(300))?;
+    let t = secs.to_string();
+    let mut client = Proc::spawn_piped(
+        &[
+            "ip",
+            "netns",
+            "exec",
+            client_ns,
+            &exe,
+            "--rr-client",
+            server_ip,
+            &t,
+        ],
+        "rr client",
+        false,
+    )?;
+    let done = wait_exit(&mut client, Duration::from_secs(secs + 15))?;
+    let (out, err) = client.finish();
+    let _ = wait_exit(&mut server, Duration::from_secs(2));
+    if !done {
+        bail!("request/response client did not finish");
+    }
+    // The client's error, without the backtrace RUST_BACKTRACE may add.
+    let why = err
+        .split("Stack backtrace")
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    let v: Value = serde_json::from_str(out.trim())
+        .with_context(|| format!("request/response client: {why}"))?;
+    let num = |k: &str| {
+        v[k].as_f64()
+            .ok_or_else(|| anyhow!("request/response output without {k}"))
+    };
+    Ok(RrTrial {
+        tps: num("tps")?,
+        p50_us: num("p50_us")?,
+        p99_us: num("p99_us")?,
+    })
+}
+
+/// One request/response run.
+struct RrTrial {
+    tps: f64,
+    p50_us: f64,
+    p99_us: f64,
 }
 
 fn ping_ok(ns: &str, dst: &str) -> bool {
@@ -889,6 +1048,12 @@ struct TcpRun {
     gbps: Vec<f64>,
     retransmits: Vec<f64>,
     error: Option<String>,
+    /// Request/response (one 64-byte request outstanding), measured once
+    /// per offload setting (on its 1-stream run).
+    rr_tps: Vec<f64>,
+    rr_p50_us: Vec<f64>,
+    rr_p99_us: Vec<f64>,
+    rr_error: Option<String>,
 }
 
 impl TcpRun {
@@ -899,6 +1064,17 @@ impl TcpRun {
             "gbps": summary(self.gbps.clone()),
             "retransmits": summary(self.retransmits.clone()),
             "error": self.error,
+            "rr": if self.rr_tps.is_empty() && self.rr_error.is_none() {
+                Value::Null
+            } else {
+                json!({
+                    "request_bytes": RR_BYTES,
+                    "transactions_per_s": summary(self.rr_tps.clone()),
+                    "p50_us": summary(self.rr_p50_us.clone()),
+                    "p99_us": summary(self.rr_p99_us.clone()),
+                    "error": self.rr_error,
+                })
+            },
         })
     }
 
@@ -1138,6 +1314,19 @@ fn want(o: &Opts, key: &str) -> bool {
 }
 
 fn main() -> Result<()> {
+    // The two ends of the request/response test run this binary in the
+    // pods' namespaces.
+    let argv: Vec<String> = std::env::args().collect();
+    match argv.get(1).map(String::as_str) {
+        Some("--rr-server") => return rr_server(),
+        Some("--rr-client") => {
+            return rr_client(
+                argv.get(2).map_or("", String::as_str),
+                argv.get(3).map_or("5", String::as_str),
+            )
+        }
+        _ => {}
+    }
     let o = Opts::parse();
     let flag = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -1276,6 +1465,32 @@ fn main() -> Result<()> {
                     t.label(),
                     fmt3(&t.gbps, 1.0, 2),
                     fmt3(&t.retransmits, 1.0, 0)
+                ),
+            }
+        }
+    }
+    println!();
+    println!(
+        "TCP request/response ({RR_BYTES} bytes each way, one outstanding, {} s per trial): median [min-max]",
+        o.duration
+    );
+    for r in results.iter().filter(|r| r.skipped.is_none()) {
+        for t in r
+            .tcp
+            .iter()
+            .filter(|t| !t.rr_tps.is_empty() || t.rr_error.is_some())
+        {
+            let off = t.offload.map_or("?", Offload::name);
+            match &t.rr_error {
+                Some(e) if t.rr_tps.is_empty() => {
+                    println!("{:<32} offload {off:<4} failed: {e}", r.name);
+                }
+                _ => println!(
+                    "{:<32} offload {off:<4} {:>22} transactions/s   p50 {:>20} us   p99 {:>22} us",
+                    r.name,
+                    fmt3(&t.rr_tps, 1.0, 0),
+                    fmt3(&t.rr_p50_us, 1.0, 1),
+                    fmt3(&t.rr_p99_us, 1.0, 1)
                 ),
             }
         }

@@ -27,7 +27,7 @@ use super::setup::{stop_flag, Endpoint};
 use super::sink::{self, Accounting, SinkStats};
 
 /// UMEM frames per generator/sink socket.
-pub const UMEM_FRAMES: u32 = 4096;
+pub const UMEM_FRAMES: u32 = 16384;
 
 /// One trial's outcome.
 #[derive(Clone, Debug)]
