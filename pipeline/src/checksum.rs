@@ -21,7 +21,11 @@
 //!
 //! So the switch is the device: [`complete_l4`] recomputes the TCP/UDP
 //! checksum of every unfragmented IPv4 or IPv6 (no extension headers)
-//! packet from such a port before the pipeline sees it. The switch cannot
+//! packet from such a port before the pipeline sees it, and fills in the
+//! CRC32c of SCTP packets whose checksum field is 0 (a veth offers SCTP
+//! CRC offload too, and the kernel then leaves the field zeroed; a real
+//! CRC32c is 0 once in 2^32, and checking the others would cost a CRC per
+//! packet). The switch cannot
 //! tell a partial checksum from a complete one (AF_XDP carries no skb
 //! metadata), so it always recomputes: a complete checksum is rewritten
 //! with the same value, a wrong one is corrected, exactly as a NIC does
@@ -52,6 +56,7 @@ use crate::wire::ethernet;
 use crate::wire::ip_proto;
 use crate::wire::ipv4::{self, Ipv4Packet};
 use crate::wire::ipv6::{self, Ipv6Packet};
+use crate::wire::udp::sctp;
 use crate::wire::{ethertype, tcp, udp};
 
 /// One's complement sum of `data` as big-endian 16-bit words (odd length
@@ -112,7 +117,8 @@ pub fn checksum_update(csum: u16, old: &[u8], new: &[u8]) -> u16 {
 /// What [`complete_l4`] did with a frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Completion {
-    /// The TCP or UDP checksum was recomputed and written.
+    /// The TCP or UDP checksum was recomputed and written (or an SCTP
+    /// packet's zeroed CRC32c filled in).
     Written,
     /// Not an unfragmented TCP/UDP packet this covers (see the module doc),
     /// or IPv4 UDP without a checksum: the frame is unchanged.
@@ -131,8 +137,8 @@ struct L4Span {
     field: usize,
     /// The pseudo-header's one's complement sum.
     pseudo: u64,
-    /// UDP (a computed 0 is sent as all ones), else TCP.
-    udp: bool,
+    /// The L4 protocol (TCP, UDP or SCTP).
+    proto: u8,
 }
 
 /// Recomputes the TCP/UDP checksum of `frame` (Ethernet, up to two VLAN
@@ -146,12 +152,23 @@ pub fn complete_l4(frame: &mut [u8]) -> Completion {
     let Some(field) = frame.get_mut(span.field..span.field + 2) else {
         return Completion::Malformed;
     };
+    if span.proto == ip_proto::SCTP {
+        // The field is already 0 (else `l4_span` left the packet alone).
+        let Some(l4) = frame.get(span.start..span.end) else {
+            return Completion::Malformed;
+        };
+        let crc = crate::packet::crc32c(l4);
+        if let Some(field) = frame.get_mut(span.field..span.field + 4) {
+            field.copy_from_slice(&crc.to_le_bytes());
+        }
+        return Completion::Written;
+    }
     field.copy_from_slice(&[0, 0]);
     let Some(l4) = frame.get(span.start..span.end) else {
         return Completion::Malformed;
     };
     let mut c = checksum(l4, span.pseudo);
-    if c == 0 && span.udp {
+    if c == 0 && span.proto == ip_proto::UDP {
         // UDP sends a computed 0 as all ones (0 means "none").
         c = 0xffff;
     }
@@ -172,7 +189,7 @@ fn l4_span(frame: &[u8]) -> Result<L4Span, Completion> {
                 return Err(Completion::NotApplicable);
             }
             let proto = ip.protocol();
-            if proto != ip_proto::TCP && proto != ip_proto::UDP {
+            if !matches!(proto, ip_proto::TCP | ip_proto::UDP | ip_proto::SCTP) {
                 return Err(Completion::NotApplicable);
             }
             if ip.more_frags() || ip.frag_offset() != 0 {
@@ -193,7 +210,7 @@ fn l4_span(frame: &[u8]) -> Result<L4Span, Completion> {
                 return Err(Completion::NotApplicable);
             }
             let proto = ip.next_header();
-            if proto != ip_proto::TCP && proto != ip_proto::UDP {
+            if !matches!(proto, ip_proto::TCP | ip_proto::UDP | ip_proto::SCTP) {
                 return Err(Completion::NotApplicable);
             }
             let l4_len = usize::from(ip.payload_len());
@@ -207,7 +224,13 @@ fn l4_span(frame: &[u8]) -> Result<L4Span, Completion> {
         _ => return Err(Completion::NotApplicable),
     };
     let l4 = frame.get(start..end).ok_or(Completion::Malformed)?;
-    let field = if proto == ip_proto::TCP {
+    let field = if proto == ip_proto::SCTP {
+        let crc = l4.get(sctp::field::CHECKSUM).ok_or(Completion::Malformed)?;
+        if crc != [0, 0, 0, 0] {
+            return Err(Completion::NotApplicable);
+        }
+        start + sctp::field::CHECKSUM.start
+    } else if proto == ip_proto::TCP {
         let h = tcp::TcpPacket::new_checked(l4).map_err(|_| Completion::Malformed)?;
         if h.header_len() < tcp::HEADER_LEN || h.header_len() > l4.len() {
             return Err(Completion::Malformed);
@@ -229,7 +252,7 @@ fn l4_span(frame: &[u8]) -> Result<L4Span, Completion> {
         end,
         field,
         pseudo,
-        udp: proto == ip_proto::UDP,
+        proto,
     })
 }
 
@@ -470,5 +493,45 @@ mod tests {
         let before = h.clone();
         assert_eq!(complete_l4(&mut h), Completion::NotApplicable);
         assert_eq!(h, before);
+    }
+
+    #[test]
+    fn sctp_crc_left_zero_is_filled_and_a_set_one_is_left_alone() {
+        // Ethernet + IPv4 + SCTP common header + a 16-byte chunk.
+        let mut f = vec![0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1, 0x08, 0x00];
+        let total: u16 = 20 + 12 + 16;
+        f.extend_from_slice(&[0x45, 0]);
+        f.extend_from_slice(&total.to_be_bytes());
+        f.extend_from_slice(&[
+            0,
+            1,
+            0x40,
+            0,
+            64,
+            ip_proto::SCTP,
+            0,
+            0,
+            10,
+            0,
+            0,
+            1,
+            10,
+            0,
+            0,
+            2,
+        ]);
+        f.extend_from_slice(&[0x0b, 0xb8, 0x0b, 0xb8, 1, 2, 3, 4, 0, 0, 0, 0]);
+        f.extend_from_slice(&[0, 3, 0, 16, 9, 9, 9, 9, 8, 8, 8, 8, 7, 7, 7, 7]);
+        assert_eq!(complete_l4(&mut f), Completion::Written);
+        let l4 = 14 + 20;
+        let stored = u32::from_le_bytes(f[l4 + 8..l4 + 12].try_into().unwrap());
+        let mut z = f[l4..].to_vec();
+        z[8..12].fill(0);
+        assert_eq!(stored, crate::packet::crc32c(&z));
+        // A set CRC (right or wrong) is not checked.
+        f[l4 + 8] ^= 0xff;
+        let before = f.clone();
+        assert_eq!(complete_l4(&mut f), Completion::NotApplicable);
+        assert_eq!(f, before);
     }
 }
