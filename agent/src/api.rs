@@ -887,9 +887,7 @@ mod tests {
             ],
             ..TraceOptions::default()
         };
-        let env = XlateEnv {
-            ports: vec![2, 3, 4, TUN],
-        };
+        let env = XlateEnv::with_ports(vec![2, 3, 4, TUN]);
         TraceResult::from_report(&trace(&*p.snapshot(), &key, &env, &opts), false)
     }
 
@@ -935,9 +933,7 @@ mod tests {
             names: Some(TableNames::default()),
             ..TraceOptions::default()
         };
-        let env = XlateEnv {
-            ports: vec![2, 3, 4, TUN],
-        };
+        let env = XlateEnv::with_ports(vec![2, 3, 4, TUN]);
         let r = TraceResult::from_report(&trace(&*p.snapshot(), &key, &env, &opts), false);
         let h = hop_for(&view(), "in_port=3,ip", &r);
         let at: Vec<(usize, u8, bool)> = h
@@ -995,9 +991,7 @@ mod tests {
         let p = Pipeline::new();
         p.replace_all(&flows, 0).unwrap();
         let key = parse_packet_spec("in_port=3,ip", &ParseContext::default()).unwrap();
-        let env = XlateEnv {
-            ports: vec![2, 3, 4, TUN],
-        };
+        let env = XlateEnv::with_ports(vec![2, 3, 4, TUN]);
         let r = TraceResult::from_report(
             &trace(&*p.snapshot(), &key, &env, &TraceOptions::default()),
             false,
@@ -1244,9 +1238,7 @@ mod tests {
                 names: Some(TableNames::default()),
                 ..TraceOptions::default()
             };
-            let env = XlateEnv {
-                ports: vec![2, 3, 4, TUN],
-            };
+            let env = XlateEnv::with_ports(vec![2, 3, 4, TUN]);
             let r = TraceResult::from_report(&trace(&*p.snapshot(), &key, &env, &opts), false);
             hop_for(&v, &spec, &r)
         };
@@ -1292,9 +1284,7 @@ mod tests {
             names: Some(TableNames::default()),
             ..TraceOptions::default()
         };
-        let env = XlateEnv {
-            ports: vec![2, 3, 4, TUN],
-        };
+        let env = XlateEnv::with_ports(vec![2, 3, 4, TUN]);
         let r = TraceResult::from_report(&trace(&*p.snapshot(), &key, &env, &opts), false);
         let h = hop_for(&v, spec, &r);
         assert!(

@@ -255,6 +255,7 @@ mod tests {
         };
         let env = XlateEnv {
             ports: ports.to_vec(),
+            ..XlateEnv::default()
         };
         let report = pt::trace(&*p.snapshot(), &key, &env, &opts);
         let r = TraceResult::from_report(&report, false);

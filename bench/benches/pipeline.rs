@@ -117,7 +117,7 @@ fn workload(target: usize) -> Workload {
 fn xlate_env(c: &Cluster) -> XlateEnv {
     let mut ports = vec![oxvs_bench::TUNNEL_PORT, oxvs_bench::GATEWAY_PORT];
     ports.extend(c.local_pods().iter().map(|p| p.ofport));
-    XlateEnv { ports }
+    XlateEnv::with_ports(ports)
 }
 
 fn keys(packets: &[Packet]) -> Vec<FlowKey> {

@@ -828,7 +828,11 @@ pub fn allowed_traffic(policies: &Model, n: usize) -> Result<Vec<DpPacket<Vec<u8
     let pipeline = Arc::new(pipeline_with(&node.name, &lines)?);
     let mut ports = vec![TUNNEL_OFPORT, GATEWAY_OFPORT];
     ports.extend(node.ports.iter().map(|p| p.ofport));
-    let mut dp = Datapath::new(pipeline, XlateEnv { ports }, DatapathConfig::default());
+    let mut dp = Datapath::new(
+        pipeline,
+        XlateEnv::with_ports(ports),
+        DatapathConfig::default(),
+    );
     let mut ct = Conntrack::new(CtConfig::default());
     let mut out = Vec::with_capacity(n);
     for p in traffic(policies, 4 * n) {
@@ -875,7 +879,7 @@ pub fn datapath_pps(
         },
         ..DatapathConfig::default()
     };
-    let mut dp = Datapath::new(Arc::clone(&pipeline), XlateEnv { ports }, cfg);
+    let mut dp = Datapath::new(Arc::clone(&pipeline), XlateEnv::with_ports(ports), cfg);
     let mut ct = Conntrack::new(CtConfig::default());
     let mut sink = CountingSink::default();
     let now = 1_000_000_000u64;

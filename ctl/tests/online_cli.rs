@@ -224,13 +224,30 @@ fn trace_and_json() {
         "in_port=1,tcp,nw_dst=10.0.0.2,tp_dst=80",
     ]));
     assert!(t.contains("goto_table:SpoofGuard"), "{t}");
-    assert!(t.contains("Datapath actions: 2"), "{t}");
+    // The switch has no port at all: port 2 does not exist (OVS's words).
+    assert!(t.contains(">> Nonexistent output port"), "{t}");
+    assert!(t.trim_end().ends_with("Datapath actions: drop"), "{t}");
     let t = ok(&s.ctl(&["trace", "in_port=1,udp"]));
     assert!(t.trim_end().ends_with("Datapath actions: drop"), "{t}");
-    // Offline trace still works, with the same flows from a file.
+    // Offline trace: without --ports the ports are not known, and port 2
+    // is sent to.
     let off = ok(&oxvsctl(
         &[
             "trace",
+            "--flows",
+            &f,
+            "in_port=1,tcp,nw_dst=10.0.0.2,tp_dst=80",
+        ],
+        None,
+    ));
+    assert!(off.contains("Datapath actions: 2"), "{off}");
+    // With the switch's ports (none but one that is not 2), the same
+    // trace as the switch's own.
+    let off = ok(&oxvsctl(
+        &[
+            "trace",
+            "--ports",
+            "1",
             "--flows",
             &f,
             "in_port=1,tcp,nw_dst=10.0.0.2,tp_dst=80",

@@ -855,10 +855,12 @@ mod tests {
         p.snapshot()
     }
 
+    /// `ports` empty: not known (an offline trace without `--ports`).
     fn run(flows: &str, spec: &str, ports: &[u32]) -> TraceReport {
         let key = parse_packet_spec(spec, &ParseContext::default()).expect("spec parses");
         let env = XlateEnv {
             ports: ports.to_vec(),
+            ..XlateEnv::default()
         };
         trace(&*tables(flows), &key, &env, &TraceOptions::default())
     }

@@ -198,11 +198,31 @@ pub struct Translation {
 #[derive(Clone, Debug, Default)]
 pub struct XlateEnv {
     /// Every port's OpenFlow number (for `output:ALL` / `FLOOD`), in the
-    /// order copies are sent. When not empty, an output to a port that is
-    /// not listed sends nothing ("Nonexistent output port"); empty means
-    /// "not known" (an offline trace without `--ports`), and only port 0
-    /// and the unused reserved numbers are refused.
+    /// order copies are sent. When the ports are known
+    /// ([`XlateEnv::ports_known`]), an output to a port that is not listed
+    /// sends nothing ("Nonexistent output port"); when they are not (an
+    /// offline trace without `--ports`), only port 0 and the unused
+    /// reserved numbers are refused.
     pub ports: Vec<u32>,
+    /// `ports` is the whole list, even when empty (a switch with no port:
+    /// every output goes nowhere). A non-empty list counts as known either
+    /// way.
+    pub ports_known: bool,
+}
+
+impl XlateEnv {
+    /// The environment of a switch whose ports are exactly `ports`.
+    pub fn with_ports(ports: Vec<u32>) -> XlateEnv {
+        XlateEnv {
+            ports,
+            ports_known: true,
+        }
+    }
+
+    /// Whether an output to `port` (not a reserved port) has nowhere to go.
+    fn port_missing(&self, port: u32) -> bool {
+        (self.ports_known || !self.ports.is_empty()) && !self.ports.contains(&port)
+    }
 }
 
 /// One step of a translation, as recorded for [`crate::trace`].
@@ -662,10 +682,7 @@ impl<'a, L: FlowLookup + ?Sized> Xlate<'a, L> {
             // Port 0 is never a port; beyond the reserved range only LOCAL
             // is; and when the ports are known, one that is not among them
             // does not exist (OVS: "Nonexistent output port", nothing sent).
-            _ if p == 0
-                || (p > port::MAX && p != port::LOCAL)
-                || (!self.env.ports.is_empty() && !self.env.ports.contains(&p)) =>
-            {
+            _ if p == 0 || (p > port::MAX && p != port::LOCAL) || self.env.port_missing(p) => {
                 self.record(|| TraceEvent::Warn("Nonexistent output port".into()));
             }
             _ => self.emit_output(p),

@@ -347,9 +347,7 @@ struct Totals {
 fn run_case(seed: u64, totals: &mut Totals) {
     let mut r = Rng(seed);
     let pipeline = Arc::new(Pipeline::new());
-    let env = XlateEnv {
-        ports: PORTS.to_vec(),
-    };
+    let env = XlateEnv::with_ports(PORTS.to_vec());
     let mut full = Datapath::new(
         Arc::clone(&pipeline),
         env.clone(),

@@ -159,7 +159,7 @@ fn forwards_between_two_ports() {
     pipeline.apply(&mods, 1).expect("Pipeline::apply");
     let mut dp = Datapath::new(
         Arc::clone(&pipeline),
-        XlateEnv { ports: vec![1, 2] },
+        XlateEnv::with_ports(vec![1, 2]),
         DatapathConfig::default(),
     );
     let mut ct = Conntrack::default();
@@ -280,7 +280,7 @@ fn push_vlan_without_headroom_drops_the_packet() {
     pipeline.apply(&mods, 0).expect("install");
     let mut dp = Datapath::new(
         Arc::clone(&pipeline),
-        XlateEnv { ports: vec![1, 2] },
+        XlateEnv::with_ports(vec![1, 2]),
         DatapathConfig::default(),
     );
     let mut ct = Conntrack::default();

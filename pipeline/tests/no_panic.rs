@@ -349,7 +349,7 @@ proptest! {
     fn datapath_never_panics(frames in prop::collection::vec((frame(), 1u32..6), 1..8)) {
         let mut dp = Datapath::new(
             dp_pipeline(),
-            XlateEnv { ports: vec![1, 2, 3, 4] },
+            XlateEnv::with_ports(vec![1, 2, 3, 4]),
             DatapathConfig::default(),
         );
         let mut ct = Conntrack::default();
@@ -370,9 +370,7 @@ fn datapath_pipeline_reaches_every_action() {
     // The flows above parse and the valid seeds produce outputs.
     let mut dp = Datapath::new(
         dp_pipeline(),
-        XlateEnv {
-            ports: vec![1, 2, 3, 4],
-        },
+        XlateEnv::with_ports(vec![1, 2, 3, 4]),
         DatapathConfig::default(),
     );
     let mut ct = Conntrack::default();

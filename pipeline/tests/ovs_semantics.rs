@@ -26,9 +26,7 @@ fn pipeline(flows: &[&str]) -> Arc<Pipeline> {
 }
 
 fn env() -> XlateEnv {
-    XlateEnv {
-        ports: vec![1, 2, 3],
-    }
+    XlateEnv::with_ports(vec![1, 2, 3])
 }
 
 /// OVS: `set_field:7->vlan_vid` is `mod_vlan_vid:7` (OpenFlow 1.0/NXM; with

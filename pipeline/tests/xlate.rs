@@ -48,9 +48,7 @@ fn arp_key(in_port: u32) -> FlowKey {
 }
 
 fn env() -> XlateEnv {
-    XlateEnv {
-        ports: vec![1, 2, 3, port::LOCAL],
-    }
+    XlateEnv::with_ports(vec![1, 2, 3, port::LOCAL])
 }
 
 fn run(flows: Vec<Flow>, key: &FlowKey) -> Translation {

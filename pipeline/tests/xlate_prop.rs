@@ -290,9 +290,7 @@ fn check_sound<L: FlowLookup + ?Sized>(
     keys: &[FlowKey],
     seed: u64,
 ) -> Result<(), TestCaseError> {
-    let env = XlateEnv {
-        ports: vec![1, 2, 3, 4],
-    };
+    let env = XlateEnv::with_ports(vec![1, 2, 3, 4]);
     let mut seed = seed;
     for key in keys {
         let t = translate_with(tables, key, &env);
@@ -330,7 +328,7 @@ proptest! {
         let snapshot = p.snapshot();
         check_sound(&*snapshot, &keys, seed)?;
         // And through the production entry point.
-        let env = XlateEnv { ports: vec![1, 2, 3, 4] };
+        let env = XlateEnv::with_ports(vec![1, 2, 3, 4]);
         for key in &keys {
             prop_assert_eq!(
                 translate(&snapshot, key, &env).actions,
@@ -351,9 +349,7 @@ fn generator_reaches_interesting_translations() {
 
     let mut runner = TestRunner::new(Config::default());
     let strat = (proptest::collection::vec(flow(), 4..14), key());
-    let env = XlateEnv {
-        ports: vec![1, 2, 3, 4],
-    };
+    let env = XlateEnv::with_ports(vec![1, 2, 3, 4]);
     let mut seen = [false; 7];
     for _ in 0..2000 {
         let (flows, k) = strat.new_tree(&mut runner).unwrap().current();

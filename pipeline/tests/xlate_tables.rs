@@ -26,9 +26,7 @@ fn key(spec: &str) -> oxvs_pipeline::key::FlowKey {
 }
 
 fn env() -> XlateEnv {
-    XlateEnv {
-        ports: vec![1, 2, 3],
-    }
+    XlateEnv::with_ports(vec![1, 2, 3])
 }
 
 const SPEC: &str = "in_port=1,tcp,nw_src=10.0.0.1,nw_dst=10.0.0.2,tp_dst=80,nw_ttl=64";
@@ -221,7 +219,7 @@ fn output_to_a_port_that_does_not_exist_sends_nothing() {
     assert_eq!(text.matches("Nonexistent output port").count(), 2, "{text}");
     // The ports are not known (an offline trace without --ports): port 0
     // still never exists, any other number is sent to.
-    let none = XlateEnv { ports: Vec::new() };
+    let none = XlateEnv::default();
     let report = trace(&*t, &key("in_port=1,arp"), &none, &TraceOptions::default());
     assert_eq!(
         report.passes[0].actions,
@@ -234,4 +232,15 @@ fn output_to_a_port_that_does_not_exist_sends_nothing() {
             .count(),
         1
     );
+    // A switch with no port at all: the (empty) list is known, so every
+    // output goes nowhere.
+    let empty = XlateEnv::with_ports(Vec::new());
+    let report = trace(&*t, &key("in_port=1,arp"), &empty, &TraceOptions::default());
+    assert!(
+        report.passes[0].actions.is_empty(),
+        "{:?}",
+        report.passes[0].actions
+    );
+    let text = report.to_string();
+    assert_eq!(text.matches("Nonexistent output port").count(), 3, "{text}");
 }

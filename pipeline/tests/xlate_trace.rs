@@ -39,9 +39,7 @@ fn tcp_key(in_port: u32) -> FlowKey {
 }
 
 fn env() -> XlateEnv {
-    XlateEnv {
-        ports: vec![1, 2, 3],
-    }
+    XlateEnv::with_ports(vec![1, 2, 3])
 }
 
 fn resubmit(table: u8) -> Action {

@@ -761,12 +761,9 @@ fn trace(switch: &Switch, t: &TraceRequest) -> Result<TraceResult, String> {
         ..TraceOptions::default()
     };
     // The switch's ports: an output to any other is "Nonexistent output
-    // port" and sends nothing, as in the datapath and in OVS. (A switch
-    // with no port at all traces as if its ports were unknown: an empty
-    // list means that to the translator.)
-    let env = XlateEnv {
-        ports: switch.ports().iter().map(|p| p.ofport).collect(),
-    };
+    // port" and sends nothing, as in the datapath and in OVS (also on a
+    // switch with no port at all: the list is known to be empty).
+    let env = XlateEnv::with_ports(switch.ports().iter().map(|p| p.ofport).collect());
     let tables = switch.pipeline().snapshot();
     let report = ptrace::trace(&*tables, &key, &env, &opts);
     if !t.inject {

@@ -948,7 +948,7 @@ impl WorkerInit {
         let me = Arc::clone(&self.peers[self.idx]);
         let dp = Datapath::new(
             self.pipeline,
-            XlateEnv { ports: Vec::new() },
+            XlateEnv::with_ports(Vec::new()),
             DatapathConfig::default(),
         );
         let umem = self.anchor.as_deref().and_then(|anchor| {
@@ -1270,7 +1270,7 @@ impl Worker {
         let mut all: Vec<u32> = topo.iter().map(|(o, _)| *o).collect();
         all.sort_unstable();
         if self.dp.env().ports != all {
-            self.dp.set_env(XlateEnv { ports: all });
+            self.dp.set_env(XlateEnv::with_ports(all));
         }
     }
 

@@ -312,9 +312,7 @@ pub fn check_offline(plan: &Plan) -> Result<()> {
     p.apply(&mods, 0)
         .map_err(|e| anyhow::anyhow!("{} flows do not install: {e:?}", plan.kind.name()))?;
     let frame = plan.sample_frame()?;
-    let env = XlateEnv {
-        ports: vec![plan.gen_ofport, plan.sink_ofport],
-    };
+    let env = XlateEnv::with_ports(vec![plan.gen_ofport, plan.sink_ofport]);
     let r = trace_packet(
         &*p.snapshot(),
         &frame,

@@ -100,7 +100,11 @@ impl Trace {
             names: self.names.then(|| loaded.pipeline.names().clone()),
             ..TraceOptions::default()
         };
-        let env = XlateEnv { ports: self.ports };
+        // Without --ports the ports are not known (a non-empty list is).
+        let env = XlateEnv {
+            ports: self.ports,
+            ..XlateEnv::default()
+        };
         let tables = loaded.pipeline.snapshot();
         let report = ptrace::trace(&*tables, &key, &env, &opts);
         if online.json {

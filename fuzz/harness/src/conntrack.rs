@@ -308,7 +308,7 @@ pub fn run(data: &[u8]) {
     let mut ct = Conntrack::new(config.clone());
     let mut dp = Datapath::new(
         pipeline(),
-        XlateEnv { ports: vec![1, 2] },
+        XlateEnv::with_ports(vec![1, 2]),
         DatapathConfig::default(),
     );
     let mut seqs = Seqs::default();

@@ -93,9 +93,7 @@ pub fn datapath_target(data: &[u8]) {
         Some((p, rest)) => (u32::from(*p % 6) + 1, rest),
         None => (1, data),
     };
-    let env = XlateEnv {
-        ports: vec![1, 2, 3, 4, 5],
-    };
+    let env = XlateEnv::with_ports(vec![1, 2, 3, 4, 5]);
     let mut dp = Datapath::new(
         Arc::clone(datapath_pipeline()),
         env,

@@ -194,9 +194,7 @@ pub fn run_rx(data: &[u8]) {
     // Into the pipeline, as the datapath thread does.
     let mut dp = Datapath::new(
         crate::common::antrea_pipeline(),
-        XlateEnv {
-            ports: vec![1, 2, 3, 4, 5],
-        },
+        XlateEnv::with_ports(vec![1, 2, 3, 4, 5]),
         DatapathConfig::default(),
     );
     let mut ct = Conntrack::new(CtConfig::default());

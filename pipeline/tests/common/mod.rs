@@ -131,9 +131,7 @@ impl Node {
         Node {
             dp: Datapath::new(
                 pipeline,
-                XlateEnv {
-                    ports: vec![1, 2, 3, 4, 5],
-                },
+                XlateEnv::with_ports(vec![1, 2, 3, 4, 5]),
                 DatapathConfig::default(),
             ),
             ct: Conntrack::new(ct),
