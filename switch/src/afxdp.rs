@@ -107,8 +107,8 @@ pub const FRAME_SIZE: u32 = 4096;
 /// elsewhere (a GSO super-frame is ~44 segments, and several streams
 /// burst at once). With 1024 (and 512 frames on the fill ring) one iperf3
 /// stream through one thread lost ~12,000 segments in 5 s to an empty
-/// fill ring; with 4096, none (`docs/benchmarks.md`, "No drops under TCP
-/// bursts").
+/// fill ring; with 4096, none (`docs/benchmarks.md`, "TCP with the pods'
+/// offloads on").
 pub const RX_RING_SIZE: u32 = 4096;
 /// Size of every socket's TX and completion rings (the completion ring
 /// must hold every frame in flight on the TX ring). The datapath drains
@@ -1270,10 +1270,10 @@ impl XskPort {
     /// (not below [`FILL_MIN`]), and the fill ring gives frames back as
     /// packets arrive.
     fn adapt_fill(&mut self, starved: bool) {
-        // Busy: an eighth of the ring's worth since the last call (a
-        // port whose ring grew for a burst keeps it while traffic goes on;
-        // asking for a whole ring's worth per call made a full ring decay
-        // under a steady TCP stream, and the next burst found it short).
+        // Busy: an eighth of the ring's worth since the last call, so a
+        // port keeps a ring of about 400 ms of its traffic (50 ms per
+        // call), within the UMEM's spare frames: enough headroom for a
+        // burst on top of a steady stream.
         let busy = self.full_batches > 0
             || starved
             || self.rx_since_adapt >= (self.fill_target / 8) as u64;

@@ -7,10 +7,11 @@
 //!   netns gen (eth0 10.200.0.1) --veth-- [switch] --veth-- netns sink (eth0 10.200.0.2)
 //! ```
 //!
-//! Switches: `oxvs-switchd` (release build, interrupt mode, flows
-//! `in_port=1 actions=output:2` and back), Open vSwitch userspace
-//! (`datapath_type=netdev`) with `afxdp` ports (PMD threads) and with
-//! `afxdp-nonpmd` ports (polled by the main thread), and a Linux bridge.
+//! Switches: `oxvs-switchd` (release build, interrupt mode, or busy with
+//! `--oxvs-mode busy`; flows `in_port=1 actions=output:2` and back), Open
+//! vSwitch userspace (`datapath_type=netdev`) with `afxdp` ports (PMD
+//! threads) and with `afxdp-nonpmd` ports (polled by the main thread), and
+//! a Linux bridge.
 //! Each gets a fresh topology (its own namespaces and veth pairs).
 //!
 //! Measurements, each repeated `--trials` times (median and min-max):
@@ -119,9 +120,19 @@ struct Opts {
     /// default, what pods run with) and/or `off`.
     #[arg(long, value_delimiter = ',', default_values = ["on", "off"])]
     offloads: Vec<Offload>,
+    /// How the oxvs switches poll: `interrupt` (the default, against OVS
+    /// non-PMD) or `busy` (a spinning datapath thread, against OVS PMD).
+    #[arg(long, value_enum, default_value_t = OxvsMode::Interrupt)]
+    oxvs_mode: OxvsMode,
     /// Parallel TCP streams (`iperf3 -P`), each count in turn.
     #[arg(long, value_delimiter = ',', default_values_t = [1u32, 4])]
     streams: Vec<u32>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum OxvsMode {
+    Interrupt,
+    Busy,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -798,6 +809,8 @@ struct Running {
 struct Bins {
     switchd: PathBuf,
     ctl: PathBuf,
+    /// `--mode` of every oxvs-switchd started.
+    mode: &'static str,
 }
 
 /// Finds (building if needed) the release `oxvs-switchd` and `oxvsctl`.
@@ -809,6 +822,7 @@ fn oxvs_bins() -> Result<Bins> {
     let bins = Bins {
         switchd: dir.join("oxvs-switchd"),
         ctl: dir.join("oxvsctl"),
+        mode: "interrupt",
     };
     if !bins.switchd.exists() || !bins.ctl.exists() {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
@@ -853,7 +867,7 @@ fn start_switchd(bins: &Bins, lab: &mut Lab, ns: Option<&str>, sock: &str) -> Re
         "--socket",
         sock,
         "--mode",
-        "interrupt",
+        bins.mode,
         "--log-level",
         "warn",
         // Benchmarks need no connection table across restarts.
@@ -1197,10 +1211,10 @@ fn single_node(
 /// pod each (10.201.0.1/2, MTU 1450) on a veth whose host end is in the
 /// node; `oxvs` = switchds with VXLAN ports, else kernel vxlan + bridge.
 fn vxlan(o: &Opts, bins: Option<&Bins>) -> Result<SwitchResult> {
-    let name = if bins.is_some() {
-        "oxvs VXLAN (2 nodes)"
-    } else {
-        "kernel VXLAN + bridge (2 nodes)"
+    let name = match bins {
+        Some(b) if b.mode == "busy" => "oxvs VXLAN (2 nodes, busy)",
+        Some(_) => "oxvs VXLAN (2 nodes)",
+        None => "kernel VXLAN + bridge (2 nodes)",
     };
     eprintln!("e2e: == {name} == (load average {})", loadavg());
     let load0 = loadavg();
@@ -1351,7 +1365,10 @@ fn main() -> Result<()> {
             bail!("{tool} not found (scripts/bench-e2e.sh installs netsniff-ng and iperf3)");
         }
     }
-    let bins = oxvs_bins()?;
+    let mut bins = oxvs_bins()?;
+    if o.oxvs_mode == OxvsMode::Busy {
+        bins.mode = "busy";
+    }
     let mach = machine();
     eprintln!("e2e: machine {mach}");
     let started = Instant::now();
@@ -1372,9 +1389,15 @@ fn main() -> Result<()> {
         }
         Ok(())
     };
+    let busy = o.oxvs_mode == OxvsMode::Busy;
     if want(&o, "oxvs") {
-        let r = single_node(&o, "oxvs-switchd", "ox", |p| start_oxvs(&bins, p));
-        record("oxvs-switchd", r)?;
+        let name = if busy {
+            "oxvs-switchd (busy)"
+        } else {
+            "oxvs-switchd"
+        };
+        let r = single_node(&o, name, "ox", |p| start_oxvs(&bins, p));
+        record(name, r)?;
     }
     if want(&o, "ovs-nonpmd") {
         let r = single_node(&o, "OVS afxdp-nonpmd", "on", |p| {
@@ -1392,7 +1415,12 @@ fn main() -> Result<()> {
     }
     if want(&o, "vxlan-oxvs") {
         let r = vxlan(&o, Some(&bins));
-        record("oxvs VXLAN (2 nodes)", r)?;
+        let name = if busy {
+            "oxvs VXLAN (2 nodes, busy)"
+        } else {
+            "oxvs VXLAN (2 nodes)"
+        };
+        record(name, r)?;
     }
     if want(&o, "vxlan-kernel") {
         let r = vxlan(&o, None);
