@@ -518,6 +518,28 @@ fn load_trial_once(
     })
 }
 
+/// Starts `server` (argv, in its namespace), waits `settle`, runs `client`
+/// until it exits (at most `secs` + 15 s), then gives the server 2 s to
+/// exit; the client's stdout and stderr. `what` names the pair in errors.
+fn client_server(
+    what: &str,
+    server: &[&str],
+    settle: Duration,
+    client: &[&str],
+    secs: u64,
+) -> Result<(String, String)> {
+    let mut server = Proc::spawn_piped(server, &format!("{what} server"), false)?;
+    sleep(settle)?;
+    let mut client = Proc::spawn_piped(client, &format!("{what} client"), false)?;
+    let done = wait_exit(&mut client, Duration::from_secs(secs + 15))?;
+    let (out, err) = client.finish();
+    let _ = wait_exit(&mut server, Duration::from_secs(2));
+    if !done {
+        bail!("{what} client did not finish");
+    }
+    Ok((out, err))
+}
+
 /// One iperf3 TCP run.
 struct TcpTrial {
     gbps: f64,
@@ -534,17 +556,14 @@ fn tcp_trial(
     secs: u64,
     streams: u32,
 ) -> Result<TcpTrial> {
-    let mut server = Proc::spawn_piped(
+    let t = secs.to_string();
+    let p = streams.to_string();
+    let (out, err) = client_server(
+        "iperf3",
         &[
             "ip", "netns", "exec", server_ns, "iperf3", "-s", "-1", "-p", "5201",
         ],
-        "iperf3 server",
-        false,
-    )?;
-    sleep(Duration::from_millis(500))?;
-    let t = secs.to_string();
-    let p = streams.to_string();
-    let mut client = Proc::spawn_piped(
+        Duration::from_millis(500),
         &[
             "ip",
             "netns",
@@ -563,15 +582,8 @@ fn tcp_trial(
             "--connect-timeout",
             "3000",
         ],
-        "iperf3 client",
-        false,
+        secs,
     )?;
-    let done = wait_exit(&mut client, Duration::from_secs(secs + 15))?;
-    let (out, err) = client.finish();
-    let _ = wait_exit(&mut server, Duration::from_secs(2));
-    if !done {
-        bail!("iperf3 client did not finish");
-    }
     let v: Value = serde_json::from_str(&out)
         .with_context(|| format!("iperf3 output not JSON: {}", err.trim()))?;
     if let Some(e) = v["error"].as_str() {
@@ -585,6 +597,52 @@ fn tcp_trial(
         gbps,
         retransmits: v["end"]["sum_sent"]["retransmits"].as_u64().unwrap_or(0),
     })
+}
+
+/// `n` trials of one measurement, run by [`Trials::each`]: they stop at
+/// the first failure, which [`Trials::ended`] reports (an interruption is
+/// an error; any other failure is the setting's recorded error).
+struct Trials<F> {
+    n: usize,
+    trial: F,
+    failed: Option<anyhow::Error>,
+}
+
+fn trials<T, F: FnMut() -> Result<T>>(n: usize, trial: F) -> Trials<F> {
+    Trials {
+        n,
+        trial,
+        failed: None,
+    }
+}
+
+impl<T, F: FnMut() -> Result<T>> Trials<F> {
+    /// Runs the trials, handing each result and its number to `keep`.
+    fn each(mut self, mut keep: impl FnMut(usize, T)) -> Self {
+        for i in 0..self.n {
+            match (self.trial)() {
+                Ok(t) => keep(i, t),
+                Err(e) => {
+                    self.failed = Some(e);
+                    break;
+                }
+            }
+        }
+        self
+    }
+
+    /// `Ok(None)`: every trial ran; `Ok(Some(why))`: one failed (printed
+    /// under `what`); `Err`: interrupted.
+    fn ended(self, what: &str) -> Result<Option<String>> {
+        match self.failed {
+            None => Ok(None),
+            Some(e) if stopped() => Err(e),
+            Some(e) => {
+                eprintln!("e2e: {what}: {e:#}");
+                Ok(Some(format!("{e:#}")))
+            }
+        }
+    }
 }
 
 /// The TCP measurements of one setup: for each offload setting of the
@@ -603,55 +661,37 @@ fn tcp_runs(o: &Opts, name: &str, pods: [&str; 2], server_ip: &str) -> Result<Ve
                 streams,
                 ..Default::default()
             };
-            for i in 0..o.trials {
-                match tcp_trial(pods[0], pods[1], server_ip, o.duration, streams) {
-                    Ok(t) => {
-                        eprintln!(
-                            "e2e: {name} tcp offload {} x{streams} #{i}: {:.2} Gbit/s, {} retransmits",
-                            offload.name(),
-                            t.gbps,
-                            t.retransmits
-                        );
-                        run.gbps.push(t.gbps);
-                        run.retransmits.push(t.retransmits as f64);
-                    }
-                    Err(e) if stopped() => return Err(e),
-                    Err(e) => {
-                        eprintln!(
-                            "e2e: {name} tcp offload {} x{streams}: {e:#}",
-                            offload.name()
-                        );
-                        run.error = Some(format!("{e:#}"));
-                        break;
-                    }
-                }
-            }
+            run.error = trials(o.trials, || {
+                tcp_trial(pods[0], pods[1], server_ip, o.duration, streams)
+            })
+            .each(|i, t| {
+                eprintln!(
+                    "e2e: {name} tcp offload {} x{streams} #{i}: {:.2} Gbit/s, {} retransmits",
+                    offload.name(),
+                    t.gbps,
+                    t.retransmits
+                );
+                run.gbps.push(t.gbps);
+                run.retransmits.push(t.retransmits as f64);
+            })
+            .ended(&format!("{name} tcp offload {} x{streams}", offload.name()))?;
             if streams == o.streams.first().copied().unwrap_or(1) {
-                for i in 0..o.trials {
-                    match rr_trial(pods[0], pods[1], server_ip, o.duration) {
-                        Ok(t) => {
-                            eprintln!(
-                                "e2e: {name} request/response offload {} #{i}: {:.0}/s, p50 {:.1} us, p99 {:.1} us",
-                                offload.name(),
-                                t.tps,
-                                t.p50_us,
-                                t.p99_us
-                            );
-                            run.rr_tps.push(t.tps);
-                            run.rr_p50_us.push(t.p50_us);
-                            run.rr_p99_us.push(t.p99_us);
-                        }
-                        Err(e) if stopped() => return Err(e),
-                        Err(e) => {
-                            eprintln!(
-                                "e2e: {name} request/response offload {}: {e:#}",
-                                offload.name()
-                            );
-                            run.rr_error = Some(format!("{e:#}"));
-                            break;
-                        }
-                    }
-                }
+                run.rr_error = trials(o.trials, || {
+                    rr_trial(pods[0], pods[1], server_ip, o.duration)
+                })
+                .each(|i, t| {
+                    eprintln!(
+                        "e2e: {name} request/response offload {} #{i}: {:.0}/s, p50 {:.1} us, p99 {:.1} us",
+                        offload.name(),
+                        t.tps,
+                        t.p50_us,
+                        t.p99_us
+                    );
+                    run.rr_tps.push(t.tps);
+                    run.rr_p50_us.push(t.p50_us);
+                    run.rr_p99_us.push(t.p99_us);
+                })
+                .ended(&format!("{name} request/response offload {}", offload.name()))?;
             }
             runs.push(run);
         }
@@ -732,14 +772,11 @@ fn rr_client(ip: &str, secs: &str) -> Result<()> {
 fn rr_trial(client_ns: &str, server_ns: &str, server_ip: &str, secs: u64) -> Result<RrTrial> {
     let exe = std::env::current_exe().context("current_exe")?;
     let exe = exe.to_string_lossy().into_owned();
-    let mut server = Proc::spawn_piped(
-        &["ip", "netns", "exec", server_ns, &exe, "--rr-server"],
-        "rr server",
-        false,
-    )?;
-    sleep(Duration::from_millis(300))?;
     let t = secs.to_string();
-    let mut client = Proc::spawn_piped(
+    let (out, err) = client_server(
+        "request/response",
+        &["ip", "netns", "exec", server_ns, &exe, "--rr-server"],
+        Duration::from_millis(300),
         &[
             "ip",
             "netns",
@@ -750,15 +787,8 @@ fn rr_trial(client_ns: &str, server_ns: &str, server_ip: &str, secs: u64) -> Res
             server_ip,
             &t,
         ],
-        "rr client",
-        false,
+        secs,
     )?;
-    let done = wait_exit(&mut client, Duration::from_secs(secs + 15))?;
-    let (out, err) = client.finish();
-    let _ = wait_exit(&mut server, Duration::from_secs(2));
-    if !done {
-        bail!("request/response client did not finish");
-    }
     // The client's error, without the backtrace RUST_BACKTRACE may add.
     let why = err
         .split("Stack backtrace")
