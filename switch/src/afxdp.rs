@@ -119,6 +119,17 @@ pub const FILL_TARGET: usize = RX_RING_SIZE as usize;
 /// Frames a thread's first ports on a shared UMEM start with (while half
 /// the UMEM stays free): enough for a burst before the first adaptation.
 pub const FILL_START: usize = 512;
+/// The descriptor option saying the packet goes on in the next descriptor
+/// (multi-buffer AF_XDP, `XDP_USE_SG`).
+pub const XDP_PKT_CONTD: u32 = 1;
+/// The largest frame the switch receives or sends: an IP packet of 65535
+/// bytes behind an Ethernet header with two VLAN tags (a pod MTU of up to
+/// 65535 on a veth whose XDP program is frags-aware).
+pub const MAX_FRAME_LEN: usize = 65_535 + 14 + 8;
+/// Most descriptors one packet may span: a [`MAX_FRAME_LEN`] frame in
+/// received chunks (a frame minus the kernel's 256 bytes of headroom),
+/// which is also the kernel's limit on TX (`MAX_SKB_FRAGS` + 1).
+pub const MAX_CHAIN: usize = 18;
 /// Frames a port on a shared UMEM is topped up to even from the TX
 /// reserve, and starts with once half the UMEM is on rings: what one NAPI
 /// poll of a veth delivers (64 packets). A busy port's target doubles up
@@ -216,6 +227,7 @@ fn map_umem(frames: u32) -> Result<UmemMem, AfxdpError> {
         len,
         frame_size,
         frames: RefCell::new(Frames::new(all)),
+        sg: false,
     })
 }
 
@@ -240,6 +252,9 @@ pub struct UmemMem {
     /// Only the thread that owns the UMEM borrows it, never across a
     /// call that could borrow it again.
     frames: RefCell<Frames>,
+    /// Whether its first socket was bound with `XDP_USE_SG`, which every
+    /// socket sharing it inherits (the kernel takes no flags from those).
+    sg: bool,
 }
 
 // SAFETY: `base` points into the mapping `_umem` owns (xsk-rs's `Umem` is
@@ -280,23 +295,25 @@ impl UmemMem {
     }
 
     /// Copies `bytes` into the *user* frame `desc` as its packet data (at
-    /// the frame's data offset). False if it does not fit.
+    /// the frame's data offset): all of them, or as many as fit.
     #[inline]
-    fn write(&self, desc: &mut FrameDesc, bytes: &[u8]) -> bool {
+    fn write(&self, desc: &mut FrameDesc, bytes: &[u8]) -> Written {
         let start = desc.addr() & !(self.frame_size - 1);
         if start + self.frame_size > self.len {
-            return false;
+            return Written::Part(0);
         }
         // SAFETY: `desc` is a frame of this UMEM (bounds checked above) in
         // the *user* state, borrowed exclusively: nothing else reads or
         // writes its chunk while the returned `DataMut` lives.
         let mut data = unsafe { self._umem.data_mut(desc) };
         let mut cursor = data.cursor();
-        if cursor.buf_len() < bytes.len() {
-            return false;
-        }
+        let n = cursor.buf_len().min(bytes.len());
         cursor.set_pos(0);
-        cursor.write_all(bytes).is_ok()
+        match bytes.get(..n).map(|b| cursor.write_all(b)) {
+            Some(Ok(())) if n == bytes.len() => Written::All,
+            Some(Ok(())) => Written::Part(n),
+            _ => Written::Part(0),
+        }
     }
 
     /// Takes back the frames a closed port's kernel rings held (its fill
@@ -316,6 +333,14 @@ impl UmemMem {
             ports: f.ports,
         }
     }
+}
+
+/// What [`UmemMem::write`] copied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Written {
+    All,
+    /// Only this many bytes fit.
+    Part(usize),
 }
 
 /// How a UMEM is used (see [`UmemMem::usage`]).
@@ -458,30 +483,52 @@ impl ThreadUmem {
         let iface: Interface = anchor
             .parse()
             .map_err(|_| AfxdpError::BadName(anchor.to_string()))?;
-        let mem = map_umem(frames)?;
         let sock_err = |reason: String| AfxdpError::Socket {
             ifname: anchor.into(),
             tried: "anchor (generic/copy, no program)".into(),
             reason,
         };
         let qsize = |n: u32| QueueSize::new(n).map_err(|e| sock_err(e.to_string()));
-        let config = SocketConfig::builder()
-            .rx_queue_size(qsize(RX_RING_SIZE)?)
-            .tx_queue_size(qsize(TX_RING_SIZE)?)
-            .libxdp_flags(LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD)
-            .xdp_flags(XdpFlags::XDP_FLAGS_SKB_MODE)
-            .bind_flags(BindFlags::XDP_USE_NEED_WAKEUP | BindFlags::XDP_COPY)
-            .build();
-        // SAFETY: the UMEM is fresh, so (anchor, queue) is not bound to it;
-        // the program load is inhibited anyway.
-        match unsafe { Socket::new(config, &mem._umem, &iface, queue) } {
-            Ok((tx, rx, Some((fq, cq)))) => Ok(ThreadUmem {
-                _anchor: (tx, rx, fq, cq),
-                mem: Rc::new(mem),
-            }),
-            Ok((_, _, None)) => Err(sock_err("libxdp returned no fill/completion rings".into())),
-            Err(e) => Err(sock_err(chain(&e))),
+        // Multi-buffer first (kernel 6.6+), so every port on this UMEM can
+        // take frames larger than a page; without it where the kernel
+        // refuses the flag.
+        let mut last_err = String::new();
+        for sg in [true, false] {
+            let mut mem = map_umem(frames)?;
+            mem.sg = sg;
+            let bind = BindFlags::XDP_USE_NEED_WAKEUP
+                | BindFlags::XDP_COPY
+                | if sg {
+                    BindFlags::XDP_USE_SG
+                } else {
+                    BindFlags::empty()
+                };
+            let config = SocketConfig::builder()
+                .rx_queue_size(qsize(RX_RING_SIZE)?)
+                .tx_queue_size(qsize(TX_RING_SIZE)?)
+                .libxdp_flags(LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD)
+                .xdp_flags(XdpFlags::XDP_FLAGS_SKB_MODE)
+                .bind_flags(bind)
+                .build();
+            // SAFETY: the UMEM is fresh, so (anchor, queue) is not bound to
+            // it; the program load is inhibited anyway.
+            match unsafe { Socket::new(config, &mem._umem, &iface, queue) } {
+                Ok((tx, rx, Some((fq, cq)))) => {
+                    if !sg {
+                        tracing::info!(anchor, error = %last_err, "no multi-buffer AF_XDP (XDP_USE_SG): frames larger than a page are dropped");
+                    }
+                    return Ok(ThreadUmem {
+                        _anchor: (tx, rx, fq, cq),
+                        mem: Rc::new(mem),
+                    });
+                }
+                Ok((_, _, None)) => {
+                    return Err(sock_err("libxdp returned no fill/completion rings".into()))
+                }
+                Err(e) => last_err = chain(&e),
+            }
         }
+        Err(sock_err(last_err))
     }
 
     /// What sockets are created from ([`XskPort::prepare`], on any thread).
@@ -557,6 +604,9 @@ pub struct PreparedXsk {
     /// The switch's XDP program on the interface, when it serves the port
     /// (else libxdp's own program does).
     xdp: Option<XdpAttachment>,
+    /// Bound with `XDP_USE_SG` (on its own UMEM; a socket on a shared
+    /// UMEM has what the UMEM has).
+    sg: bool,
 }
 
 impl PreparedXsk {
@@ -639,6 +689,11 @@ pub struct XskPort {
     counters: PortCounters,
     /// The socket's kernel counters already reported.
     kernel_seen: KernelDrops,
+    /// Whether the socket takes and sends packets in several descriptors
+    /// (bound with `XDP_USE_SG`, or on a UMEM whose first socket was).
+    sg: bool,
+    /// Dropping the rest of a packet whose start a batch ended in.
+    rx_skipping: bool,
 }
 
 /// The kernel's drop counters of a socket (`XDP_STATISTICS`).
@@ -812,6 +867,7 @@ impl XskPort {
                             cq,
                             own,
                             xdp: None,
+                            sg: false,
                         });
                     }
                     Ok((_, _, None)) => {
@@ -870,40 +926,64 @@ impl XskPort {
                     continue;
                 }
             };
-            // The XDP flags only matter to a program libxdp loads: none.
-            let config = socket_config(
-                ifname,
-                mode,
-                LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD,
-                XdpFlags::empty(),
-                BindFlags::XDP_USE_NEED_WAKEUP | BindFlags::XDP_COPY,
-            )?;
-            let t_umem0 = std::time::Instant::now();
-            let own = own_umem_unless(shared, frames)?;
-            let Some(umem) = own.as_ref().map(|m| &m._umem).or(shared) else {
-                return Err(AfxdpError::Umem {
-                    frames,
-                    reason: "no UMEM to bind to".into(),
-                });
-            };
-            let t_umem = t_umem0.elapsed();
-            // SAFETY: INHIBIT_PROG_LOAD is set, so libxdp neither loads
-            // nor detaches a program for this socket, whichever sockets
-            // share the UMEM.
-            let r = unsafe { Socket::new(config, umem, iface, 0) };
             let socket_err = |reason: String| AfxdpError::Socket {
                 ifname: ifname.into(),
                 tried: mode.name().into(),
                 reason,
             };
-            let (tx, rx, fq, cq) = match r {
-                Ok((tx, rx, Some((fq, cq)))) => (tx, rx, fq, cq),
-                Ok((_, _, None)) => {
-                    return Err(socket_err(
-                        "libxdp returned no fill/completion rings".into(),
-                    ))
+            // On an own UMEM, multi-buffer first (kernel 6.6+), then
+            // without; a socket on the shared UMEM takes no bind flags.
+            let t_umem0 = std::time::Instant::now();
+            let mut t_umem = std::time::Duration::ZERO;
+            let mut bound = None;
+            let sgs: &[bool] = if shared.is_some() {
+                &[false]
+            } else {
+                &[true, false]
+            };
+            for &sg in sgs {
+                let bind = BindFlags::XDP_USE_NEED_WAKEUP
+                    | BindFlags::XDP_COPY
+                    | if sg {
+                        BindFlags::XDP_USE_SG
+                    } else {
+                        BindFlags::empty()
+                    };
+                // The XDP flags only matter to a program libxdp loads: none.
+                let config = socket_config(
+                    ifname,
+                    mode,
+                    LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD,
+                    XdpFlags::empty(),
+                    bind,
+                )?;
+                let own = own_umem_unless(shared, frames)?;
+                let Some(umem) = own.as_ref().map(|m| &m._umem).or(shared) else {
+                    return Err(AfxdpError::Umem {
+                        frames,
+                        reason: "no UMEM to bind to".into(),
+                    });
+                };
+                t_umem = t_umem0.elapsed();
+                // SAFETY: INHIBIT_PROG_LOAD is set, so libxdp neither loads
+                // nor detaches a program for this socket, whichever sockets
+                // share the UMEM.
+                let r = unsafe { Socket::new(config, umem, iface, 0) };
+                match r {
+                    Ok((tx, rx, Some((fq, cq)))) => {
+                        bound = Some((tx, rx, fq, cq, own, sg));
+                        break;
+                    }
+                    Ok((_, _, None)) => {
+                        return Err(socket_err(
+                            "libxdp returned no fill/completion rings".into(),
+                        ))
+                    }
+                    Err(e) => last_err = chain(&e),
                 }
-                Err(e) => return Err(socket_err(chain(&e))),
+            }
+            let Some((tx, rx, fq, cq, own, sg)) = bound else {
+                return Err(socket_err(std::mem::take(&mut last_err)));
             };
             xdp.insert_socket(rx.fd().as_raw_fd())
                 .map_err(|e| socket_err(e.to_string()))?;
@@ -934,6 +1014,7 @@ impl XskPort {
                 cq,
                 own,
                 xdp: Some(xdp),
+                sg,
             }));
         }
         Err(AfxdpError::Socket {
@@ -960,9 +1041,13 @@ impl XskPort {
             cq,
             own,
             xdp,
+            sg,
         } = p;
         let (mem, is_shared) = match (own, shared) {
-            (Some(m), _) => (Rc::new(m), false),
+            (Some(mut m), _) => {
+                m.sg = sg;
+                (Rc::new(m), false)
+            }
             (None, Some(m)) => (Rc::clone(m), true),
             (None, None) => {
                 return Err(AfxdpError::Socket {
@@ -972,6 +1057,7 @@ impl XskPort {
                 })
             }
         };
+        let sg = mem.sg;
         let slot = mem.frames.borrow_mut().attach(batch);
         let (frames_total, frames_free) = {
             let f = mem.frames.borrow();
@@ -1016,6 +1102,8 @@ impl XskPort {
             scratch: Vec::with_capacity(RX_RING_SIZE as usize),
             counters: PortCounters::default(),
             kernel_seen: KernelDrops::default(),
+            sg,
+            rx_skipping: false,
         };
         port.refill();
         Ok(port)
@@ -1113,18 +1201,41 @@ impl XskPort {
 
     /// Receives up to `out.len()` frames; they become *user* frames, to be
     /// handed back with [`XskPort::recycle`]. Returns how many.
+    ///
+    /// A packet spanning several descriptors (multi-buffer) is taken whole
+    /// when `out` has room: up to `out.len() - MAX_CHAIN` descriptors are
+    /// taken first, then the rest of a packet they end in the middle of
+    /// (the kernel publishes a packet's descriptors together).
+    /// [`XskPort::packets`] splits the result into packets.
     #[inline]
     pub fn recv(&mut self, out: &mut [FrameDesc]) -> usize {
+        let first = out.len().saturating_sub(MAX_CHAIN).max(1).min(out.len());
         // SAFETY: the descriptors in `out` are overwritten with frames the
         // kernel hands back on this socket's RX ring (this port's UMEM);
         // they become *user* frames.
-        let n = unsafe { self.rx.consume(out) };
+        let mut n = unsafe { self.rx.consume(&mut out[..first]) };
         if n == 0 {
             return 0;
         }
+        while out
+            .get(n - 1)
+            .is_some_and(|d| d.options() & XDP_PKT_CONTD != 0)
+        {
+            let Some(next) = out.get_mut(n) else { break };
+            // SAFETY: as above.
+            if unsafe { self.rx.consume_one(next) } == 0 {
+                break;
+            }
+            n += 1;
+        }
         let got = &out[..n];
         self.rx_since_adapt += n as u64;
-        self.counters.rx_packets += n as u64;
+        // Packets, not descriptors: a packet's last descriptor has no
+        // XDP_PKT_CONTD.
+        self.counters.rx_packets += got
+            .iter()
+            .filter(|d| d.options() & XDP_PKT_CONTD == 0)
+            .count() as u64;
         self.counters.rx_bytes += got.iter().map(|d| d.lengths().data() as u64).sum::<u64>();
         self.mem.frames.borrow_mut().returned(got);
         self.filled = self.filled.saturating_sub(n);
@@ -1137,6 +1248,39 @@ impl XskPort {
             }
         }
         n
+    }
+
+    /// Splits `descs` (what [`XskPort::recv`] returned) into packets: the
+    /// index ranges of their descriptors, in `out` (cleared first). A
+    /// packet whose descriptors did not all arrive in this batch, or that
+    /// spans more than [`MAX_CHAIN`] descriptors, is dropped (counted in
+    /// `rx_other`), and so is the rest of it in the next batch.
+    pub fn packets(&mut self, descs: &[FrameDesc], out: &mut Vec<std::ops::Range<usize>>) {
+        out.clear();
+        let mut dropped = 0;
+        let mut start = 0;
+        for (i, d) in descs.iter().enumerate() {
+            if d.options() & XDP_PKT_CONTD != 0 {
+                continue;
+            }
+            // `i` ends a packet that began at `start`.
+            if self.rx_skipping || i + 1 - start > MAX_CHAIN {
+                dropped += 1;
+            } else {
+                out.push(start..i + 1);
+            }
+            self.rx_skipping = false;
+            start = i + 1;
+        }
+        if start < descs.len() {
+            // A packet goes on past this batch: drop it, and its rest.
+            if !self.rx_skipping {
+                dropped += 1;
+            }
+            self.rx_skipping = true;
+        }
+        self.counters.rx_dropped += dropped;
+        self.counters.rx_other += dropped;
     }
 
     /// Gives received frames back to the fill ring (what it cannot take,
@@ -1158,6 +1302,9 @@ impl XskPort {
 
     /// Queues `bytes` for transmission (copied into a free frame). Drops
     /// and counts when no frame is free or the packet does not fit.
+    ///
+    /// A frame larger than a UMEM frame goes out in several descriptors
+    /// (multi-buffer, on a socket bound with `XDP_USE_SG`), all or none.
     #[inline]
     pub fn send(&mut self, bytes: &[u8]) {
         if self.pending_tx.len() >= TX_RING_SIZE as usize {
@@ -1171,12 +1318,50 @@ impl XskPort {
             self.counters.tx_no_frame += 1;
             return;
         };
-        if !self.mem.write(&mut d, bytes) {
-            f.free.push(d);
-            self.counters.tx_errors += 1;
-            return;
+        match self.mem.write(&mut d, bytes) {
+            Written::All => {
+                d.set_options(0);
+                self.pending_tx.push(d);
+            }
+            Written::Part(n) if bytes.len() <= MAX_FRAME_LEN && self.sg => {
+                d.set_options(XDP_PKT_CONTD);
+                let mark = self.pending_tx.len();
+                self.pending_tx.push(d);
+                let mut rest = bytes.get(n..).unwrap_or_default();
+                while !rest.is_empty() {
+                    let room = self.pending_tx.len() < TX_RING_SIZE as usize
+                        && self.pending_tx.len() - mark < MAX_CHAIN;
+                    let Some(mut d) = f.free.pop().filter(|_| room) else {
+                        // Take the chain back: all or nothing.
+                        f.free.extend(self.pending_tx.drain(mark..));
+                        self.counters.tx_dropped += 1;
+                        if room {
+                            self.counters.tx_no_frame += 1;
+                        } else {
+                            self.counters.tx_ring_full += 1;
+                        }
+                        return;
+                    };
+                    let n = match self.mem.write(&mut d, rest) {
+                        Written::All => rest.len(),
+                        Written::Part(n) if n > 0 => n,
+                        _ => {
+                            f.free.push(d);
+                            f.free.extend(self.pending_tx.drain(mark..));
+                            self.counters.tx_errors += 1;
+                            return;
+                        }
+                    };
+                    rest = rest.get(n..).unwrap_or_default();
+                    d.set_options(if rest.is_empty() { 0 } else { XDP_PKT_CONTD });
+                    self.pending_tx.push(d);
+                }
+            }
+            Written::Part(_) => {
+                f.free.push(d);
+                self.counters.tx_errors += 1;
+            }
         }
-        self.pending_tx.push(d);
     }
 
     /// Submits queued frames to the TX ring and kicks the kernel if it asks
@@ -1188,10 +1373,14 @@ impl XskPort {
             // and no longer borrowed.
             let done = unsafe { self.tx.produce(&self.pending_tx) };
             for d in &self.pending_tx[..done] {
-                self.counters.tx_packets += 1;
+                self.counters.tx_packets += u64::from(d.options() & XDP_PKT_CONTD == 0);
                 self.counters.tx_bytes += d.lengths().data() as u64;
             }
-            let refused = (self.pending_tx.len() - done) as u64;
+            // The ring takes all or nothing.
+            let refused = self.pending_tx[done..]
+                .iter()
+                .filter(|d| d.options() & XDP_PKT_CONTD == 0)
+                .count() as u64;
             self.counters.tx_dropped += refused;
             self.counters.tx_ring_full += refused;
             let mut f = self.mem.frames.borrow_mut();

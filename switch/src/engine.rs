@@ -69,7 +69,7 @@ use oxvs_pipeline::packet::PacketRef;
 use oxvs_pipeline::tables::Pipeline;
 use oxvs_pipeline::xlate::XlateEnv;
 
-use crate::afxdp::{self, PreparedXsk, ThreadUmem, XskPort};
+use crate::afxdp::{self, PreparedXsk, ThreadUmem, UmemMem, XskPort};
 use crate::vxlan::{self, TxError, VxlanPort};
 use crate::xdpprog::XdpProgram;
 
@@ -933,7 +933,14 @@ struct Worker {
     ports: Vec<LocalPort>,
     routes: HashMap<u32, Route>,
     dp: Datapath,
+    /// One RX batch's descriptors, with room to finish the packet the
+    /// batch ends in ([`afxdp::MAX_CHAIN`]).
     rx_descs: Vec<xsk_rs::FrameDesc>,
+    /// The packets of an RX batch (ranges of `rx_descs`).
+    rx_packets: Vec<std::ops::Range<usize>>,
+    /// Buffers a packet received in several descriptors is gathered into
+    /// (one per such packet of a batch; grown on demand, at most a batch).
+    jumbo: Vec<Box<[u8]>>,
     pollfds: Vec<libc::pollfd>,
     pollfds_dirty: bool,
     scratch: SinkScratch,
@@ -980,7 +987,9 @@ impl WorkerInit {
             ports: Vec::new(),
             routes: HashMap::new(),
             dp,
-            rx_descs: vec![xsk_rs::FrameDesc::default(); self.batch],
+            rx_descs: vec![xsk_rs::FrameDesc::default(); self.batch + afxdp::MAX_CHAIN],
+            rx_packets: Vec::with_capacity(self.batch + afxdp::MAX_CHAIN),
+            jumbo: Vec::new(),
             pollfds: Vec::new(),
             pollfds_dirty: true,
             scratch: SinkScratch {
@@ -1303,7 +1312,7 @@ impl Worker {
         let complete_checksums = self.ports[i].complete_checksums;
         match &mut self.ports[i].io {
             PortIo::Xsk(x) => {
-                let n = x.recv(&mut self.rx_descs[..batch]);
+                let n = x.recv(&mut self.rx_descs[..batch + afxdp::MAX_CHAIN]);
                 if n == 0 {
                     // A zero-copy driver that found the fill ring empty waits
                     // for a kick; `idle()` kicks only when the whole thread
@@ -1314,6 +1323,14 @@ impl Worker {
                     return 0;
                 }
                 let mem = x.mem();
+                x.packets(&self.rx_descs[..n], &mut self.rx_packets);
+                let multi = self.rx_packets.iter().filter(|r| r.len() > 1).count();
+                while self.jumbo.len() < multi {
+                    // At most a batch's worth, once (pages are touched only
+                    // when used).
+                    self.jumbo
+                        .push(vec![0u8; JUMBO_HEADROOM + afxdp::MAX_FRAME_LEN].into_boxed_slice());
+                }
                 {
                     let Worker {
                         ports,
@@ -1324,13 +1341,33 @@ impl Worker {
                         config,
                         has_tunnels,
                         rx_descs,
+                        rx_packets,
+                        jumbo,
                         bad_frames,
                         ..
                     } = self;
                     // One allocation per batch (the packets borrow the frames).
-                    let mut pkts: Vec<DpPacket<&mut [u8]>> = Vec::with_capacity(n);
-                    for d in rx_descs[..n].iter_mut() {
-                        match mem.packet(d) {
+                    let mut pkts: Vec<DpPacket<&mut [u8]>> = Vec::with_capacity(rx_packets.len());
+                    let mut descs = rx_descs[..n].iter_mut();
+                    let mut jumbo = jumbo.iter_mut();
+                    let mut at = 0;
+                    for r in rx_packets.iter() {
+                        // Skip the descriptors of dropped packets.
+                        let skip = r.start - at;
+                        at = r.end;
+                        let p = if r.len() == 1 {
+                            descs.nth(skip).and_then(|d| mem.packet(d))
+                        } else {
+                            let mut parts = descs.by_ref().skip(skip).take(r.len());
+                            match jumbo.next() {
+                                Some(buf) => gather(&mem, parts, buf),
+                                None => {
+                                    parts.by_ref().for_each(drop);
+                                    None
+                                }
+                            }
+                        };
+                        match p {
                             Some(mut p) => {
                                 if complete_checksums {
                                     checksum::complete_l4(p.data_mut());
@@ -1533,6 +1570,40 @@ impl<'a> Sink<'a> {
             icmp_src: config.icmp_src_ip,
         }
     }
+}
+
+/// Bytes in front of a gathered packet (see [`gather`]), so headers can be
+/// pushed in place as in a UMEM frame.
+const JUMBO_HEADROOM: usize = 256;
+
+/// Copies the parts of a packet received in several descriptors into
+/// `buf`, as one packet; `None` (and the packet is dropped) if a part is
+/// not a frame of `mem` or the whole does not fit.
+fn gather<'a, 'd>(
+    mem: &UmemMem,
+    parts: impl Iterator<Item = &'d mut xsk_rs::FrameDesc>,
+    buf: &'a mut [u8],
+) -> Option<PacketRef<'a>> {
+    let mut len = 0;
+    let mut whole = true;
+    // Every part is taken from `parts`, even after a failure: the caller's
+    // iterator must end up past this packet.
+    for d in parts {
+        let dst = mem.packet(d).and_then(|p| {
+            let part = p.data();
+            let dst = buf.get_mut(JUMBO_HEADROOM + len..JUMBO_HEADROOM + len + part.len())?;
+            dst.copy_from_slice(part);
+            Some(part.len())
+        });
+        match dst {
+            Some(n) => len += n,
+            None => whole = false,
+        }
+    }
+    if !whole {
+        return None;
+    }
+    PacketRef::new(buf, JUMBO_HEADROOM, len)
 }
 
 /// One batch through the datapath, the conntrack lock held for the batch.

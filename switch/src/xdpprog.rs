@@ -52,6 +52,10 @@ const BPF_LINK_CREATE: libc::c_int = 28;
 const BPF_MAP_TYPE_HASH: u32 = 1;
 const BPF_MAP_TYPE_XSKMAP: u32 = 17;
 const BPF_F_NO_PREALLOC: u32 = 1;
+/// The program handles frames in several buffers (`xdp.frags`): a veth
+/// then allows an MTU above a page, and AF_XDP sockets bound with
+/// `XDP_USE_SG` get such frames in several descriptors.
+const BPF_F_XDP_HAS_FRAGS: u32 = 1 << 5;
 const BPF_PROG_TYPE_XDP: u32 = 6;
 const BPF_XDP: u32 = 37;
 const BPF_ANY: u64 = 0;
@@ -331,6 +335,8 @@ pub struct XdpProgram {
     slots: OwnedFd,
     xsks: OwnedFd,
     free: Mutex<Vec<u32>>,
+    /// Loaded frags-aware (see [`XdpProgram::frags`]).
+    frags: bool,
 }
 
 impl std::fmt::Debug for XdpProgram {
@@ -349,19 +355,32 @@ impl XdpProgram {
         let insns = program(slots.as_raw_fd(), xsks.as_raw_fd());
         let license = CString::from(c"Apache-2.0");
         let mut log = vec![0u8; 16 * 1024];
-        let mut attr = ProgLoadAttr {
-            prog_type: BPF_PROG_TYPE_XDP,
-            insn_cnt: insns.len() as u32,
-            insns: insns.as_ptr() as u64,
-            license: license.as_ptr() as u64,
-            log_level: 1,
-            log_size: log.len() as u32,
-            log_buf: log.as_mut_ptr() as u64,
-            prog_name: name16("oxvs_xsk"),
-            expected_attach_type: BPF_XDP,
-            ..Default::default()
+        // Frags-aware where the kernel knows the flag (5.18+): the program
+        // only looks up the receive queue, never the packet's bytes.
+        let mut frags = true;
+        let loaded = loop {
+            let mut attr = ProgLoadAttr {
+                prog_type: BPF_PROG_TYPE_XDP,
+                insn_cnt: insns.len() as u32,
+                insns: insns.as_ptr() as u64,
+                license: license.as_ptr() as u64,
+                log_level: 1,
+                log_size: log.len() as u32,
+                log_buf: log.as_mut_ptr() as u64,
+                prog_name: name16("oxvs_xsk"),
+                expected_attach_type: BPF_XDP,
+                prog_flags: if frags { BPF_F_XDP_HAS_FRAGS } else { 0 },
+                ..Default::default()
+            };
+            match bpf(BPF_PROG_LOAD, &mut attr).and_then(owned) {
+                Err(e) if frags && e.raw_os_error() == Some(libc::EINVAL) => {
+                    tracing::info!("the kernel refuses a frags-aware XDP program ({e}): pods keep an MTU of at most a page");
+                    frags = false;
+                }
+                r => break r,
+            }
         };
-        let prog = match bpf(BPF_PROG_LOAD, &mut attr).and_then(owned) {
+        let prog = match loaded {
             Ok(fd) => fd,
             Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
                 let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
@@ -381,7 +400,14 @@ impl XdpProgram {
             slots,
             xsks,
             free: Mutex::new((0..MAX_SLOTS).rev().collect()),
+            frags,
         })
+    }
+
+    /// Whether the program is frags-aware (`xdp.frags`): interfaces it is
+    /// attached to may have an MTU above a page.
+    pub fn frags(&self) -> bool {
+        self.frags
     }
 
     /// Attaches the program to `ifname` in native (`native`) or generic
