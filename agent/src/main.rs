@@ -73,9 +73,18 @@ struct Args {
     /// The gateway interface oxvs-switchd made (`--gateway NAME`).
     #[arg(long, value_name = "NAME", default_value = "oxvs-gw0")]
     gateway: String,
-    /// MTU of pod interfaces (default: the default-route interface's MTU minus 50 for VXLAN).
+    /// MTU of paths leaving the node: of pod interfaces, or with a larger
+    /// --local-mtu of their default route and the host's routes to other
+    /// nodes' pods (default: the default-route interface's MTU minus 50
+    /// for VXLAN).
     #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(576..=65000))]
     mtu: Option<u32>,
+    /// MTU of pod interfaces and the gateway, for traffic that stays on the
+    /// node: `auto` (the largest the switch takes whole: 65535 with
+    /// multi-buffer AF_XDP, kernel 6.6+), `off` (--mtu everywhere), or
+    /// bytes. Above --mtu, routes leaving the node carry --mtu.
+    #[arg(long, value_name = "auto|off|BYTES", default_value = "auto")]
+    local_mtu: oxvs_agent::agent::LocalMtu,
     /// Turn TX checksum offload off in pods (and with it their GSO). Only
     /// needed with a switch started with `--trust-checksums`; by default
     /// the switch completes the checksums pods leave partial.
@@ -243,6 +252,7 @@ async fn run(args: Args, pod_mtu: u32) -> anyhow::Result<()> {
         pod_cidr: args.pod_cidr.map(|c| c.trunc()),
         gateway: args.gateway.clone(),
         pod_mtu,
+        local_mtu: args.local_mtu,
         pod_tx_checksum_off: args.pod_tx_checksum_off,
         switch_timeout: Duration::from_millis(args.switch_timeout_ms),
         masquerade: !args.no_masquerade,

@@ -77,6 +77,8 @@ pub struct PodIfaceSpec {
     /// Default route via this address.
     pub gateway: Ipv4Addr,
     pub mtu: u32,
+    /// The default route's MTU when below `mtu` (paths leaving the node).
+    pub route_mtu: Option<u32>,
     /// Turn TX checksum offload off on the pod end.
     pub tx_checksum_off: bool,
 }
@@ -349,6 +351,7 @@ fn configure_pod_end(spec: &PodIfaceSpec, ns: &File) -> Result<(), PodnetError> 
                 gateway: Some(spec.gateway),
                 oif: Some(index),
                 onlink: !in_subnet(spec.ip, spec.prefix_len, spec.gateway),
+                mtu: spec.route_mtu,
             };
             // Sent in this order, answered in this order: the address (and
             // its connected route) exists when the default route is added.
@@ -672,9 +675,14 @@ pub fn netns_exists(path: &Path) -> bool {
 }
 
 /// Makes the caller's namespace route `dst` via `via` on interface `dev`
-/// (`onlink`: the next hop need not be in a connected subnet). Replaces an
-/// existing route to `dst`. Idempotent.
-pub fn ensure_route(dst: ipnet::Ipv4Net, via: Ipv4Addr, dev: &str) -> Result<(), PodnetError> {
+/// (`onlink`: the next hop need not be in a connected subnet), with path
+/// MTU `mtu` if given. Replaces an existing route to `dst`. Idempotent.
+pub fn ensure_route(
+    dst: ipnet::Ipv4Net,
+    via: Ipv4Addr,
+    dev: &str,
+    mtu: Option<u32>,
+) -> Result<(), PodnetError> {
     validate_ifname("link", dev)?;
     nl::with_netlink(|nl| {
         let link = existing_link(nl, dev)?;
@@ -683,6 +691,7 @@ pub fn ensure_route(dst: ipnet::Ipv4Net, via: Ipv4Addr, dev: &str) -> Result<(),
             gateway: Some(via),
             oif: Some(link.index),
             onlink: true,
+            mtu,
         };
         nl.add_route(&route, true)
             .map_err(nl::step(format!("route {dst} via {via} dev {dev} onlink")))
@@ -701,6 +710,7 @@ pub fn remove_route(dst: ipnet::Ipv4Net, dev: &str) -> Result<bool, PodnetError>
             gateway: None,
             oif: Some(link.index),
             onlink: false,
+            mtu: None,
         };
         nl.delete_route(&route)
             .map_err(nl::step(format!("remove the route to {dst} on {dev}")))

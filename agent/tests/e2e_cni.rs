@@ -46,12 +46,21 @@ fn pods_reach_each_other_and_the_node_and_del_leaves_nothing() {
     assert_eq!(a.result["interfaces"][0]["sandbox"], a.netns_path());
     assert_eq!(a.result["ips"][0]["interface"], 0);
     assert_eq!(a.result["ips"][0]["gateway"], "10.231.1.1");
-    // The pod sees the address others see, with MTU 1450 and TX csum on (the
-    // switch completes checksums).
+    // The pod sees the address others see, with TX csum on (the switch
+    // completes checksums), and MTU 65535 on the node (`--local-mtu auto`:
+    // the switch takes large frames whole) while its default route, the
+    // way off the node, keeps the agent's --mtu 1450.
     let addr = a.ns.must(&["ip", "-4", "-o", "addr", "show", "eth0"]);
     assert!(addr.contains(&format!("{}/24", a.ip)), "{addr}");
     let link = a.ns.must(&["ip", "link", "show", "eth0"]);
-    assert!(link.contains("mtu 1450"), "{link}");
+    assert!(link.contains("mtu 65535"), "{link}");
+    let route = a.ns.must(&["ip", "-4", "route", "show", "default"]);
+    assert!(
+        route.contains("via 10.231.1.1") && route.contains("mtu 1450"),
+        "{route}"
+    );
+    let gw = node.ns.must(&["ip", "link", "show", GW]);
+    assert!(gw.contains("mtu 65535"), "{gw}");
     let k = a.ns.must(&["ethtool", "-k", "eth0"]);
     assert!(k.contains("tx-checksumming: on"), "{k}");
 
@@ -65,6 +74,23 @@ fn pods_reach_each_other_and_the_node_and_del_leaves_nothing() {
     tcp_transfer(&node.ns, &a.ns, &a.ip, 5002, 1_000_000);
     tcp_transfer(&a.ns, &node.ns, "10.231.1.1", 5003, 1_000_000);
     udp_exchange(&b.ns, &a.ns, &a.ip, 5004);
+    // Whole 60000-byte frames (DF) pod -> pod, pod -> node, node -> pod.
+    let big = ["-M", "do", "-s", "60000", "-W", "2"];
+    assert_eq!(
+        ping(&a.ns, &b.ip, 2, "0.2", &big).received,
+        2,
+        "a -> b, 60000 DF"
+    );
+    assert_eq!(
+        ping(&a.ns, "10.231.1.1", 2, "0.2", &big).received,
+        2,
+        "a -> node, 60000 DF"
+    );
+    assert_eq!(
+        ping(&node.ns, &a.ip, 2, "0.2", &big).received,
+        2,
+        "node -> a, 60000 DF"
+    );
 
     // CHECK with the ADD result as prevResult.
     let mut cfg = node.config("1.0.0");

@@ -102,6 +102,7 @@ fn spec(pod: &Netns, n: u8, host_ifname: &str) -> PodIfaceSpec {
         prefix_len: 24,
         gateway: Ipv4Addr::new(10, 250, n, 1),
         mtu: 1450,
+        route_mtu: None,
         tx_checksum_off: true,
     }
 }

@@ -252,6 +252,9 @@ pub struct CniRoute {
     pub dst: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gw: Option<String>,
+    /// The route's path MTU (CNI 1.1.0), when below the interface's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtu: Option<u32>,
 }
 
 /// `dns` of a result.
@@ -315,6 +318,7 @@ mod tests {
             routes: vec![CniRoute {
                 dst: "0.0.0.0/0".into(),
                 gw: Some("10.244.0.1".into()),
+                mtu: None,
             }],
             dns: CniDns::default(),
         };

@@ -353,6 +353,11 @@ pub struct ShowResult {
     pub n_flows: usize,
     /// By ofport.
     pub ports: Vec<PortInfo>,
+    /// The largest frame a pod port takes and sends whole (multi-buffer
+    /// AF_XDP): pods and the gateway may have an MTU up to this less the
+    /// 14-byte Ethernet header. 0 from a switch that does not say.
+    #[serde(default)]
+    pub max_frame_len: u32,
 }
 
 /// `add-flows`, `del-flows`, `mod-flows`, `replace-flows`.

@@ -6,8 +6,8 @@ use std::net::Ipv4Addr;
 use ipnet::Ipv4Net;
 use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE};
 use netlink_packet_route::route::{
-    RouteAddress, RouteAttribute, RouteFlags, RouteHeader, RouteMessage, RouteProtocol, RouteScope,
-    RouteType,
+    RouteAddress, RouteAttribute, RouteFlags, RouteHeader, RouteMessage, RouteMetric,
+    RouteProtocol, RouteScope, RouteType,
 };
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 
@@ -24,6 +24,10 @@ pub struct Ipv4Route {
     pub oif: Option<u32>,
     /// The gateway need not be in a connected subnet (`onlink`).
     pub onlink: bool,
+    /// The path MTU through this route (`ip route ... mtu N`), when lower
+    /// than the link's; `None`: the link's. Set on add only (a delete
+    /// matches any).
+    pub mtu: Option<u32>,
 }
 
 fn message(r: &Ipv4Route) -> RouteMessage {
@@ -52,6 +56,10 @@ fn message(r: &Ipv4Route) -> RouteMessage {
 
 pub(crate) fn add_request(r: &Ipv4Route, replace: bool) -> Request {
     let mut m = message(r);
+    if let Some(mtu) = r.mtu {
+        m.attributes
+            .push(RouteAttribute::Metrics(vec![RouteMetric::Mtu(mtu)]));
+    }
     m.header.protocol = RouteProtocol::Static;
     m.header.kind = RouteType::Unicast;
     // Without a gateway the destination is on the link.
@@ -159,6 +167,7 @@ mod tests {
             gateway: Some(Ipv4Addr::new(10, 244, 2, 1)),
             oif: Some(5),
             onlink: true,
+            mtu: Some(1450),
         };
         let req = add_request(&r, true);
         let RouteNetlinkMessage::NewRoute(m) = req.msg_for_test() else {
@@ -172,6 +181,9 @@ mod tests {
             .contains(&RouteAttribute::Destination(RouteAddress::Inet(
                 Ipv4Addr::new(10, 244, 2, 0)
             ))));
+        assert!(m
+            .attributes
+            .contains(&RouteAttribute::Metrics(vec![RouteMetric::Mtu(1450)])));
         assert_ne!(req.flags_for_test() & NLM_F_REPLACE, 0);
         assert_eq!(req.flags_for_test() & NLM_F_EXCL, 0);
 
@@ -180,6 +192,7 @@ mod tests {
             gateway: Some(Ipv4Addr::new(10, 0, 0, 1)),
             oif: Some(2),
             onlink: false,
+            mtu: None,
         };
         let RouteNetlinkMessage::NewRoute(m) = add_request(&default, false).msg_for_test().clone()
         else {

@@ -143,6 +143,7 @@ fn addresses_routes_and_pipeline() {
                         gateway: Some(Ipv4Addr::new(10, 244, 0, 254)),
                         oif: Some(gw.index),
                         onlink: false,
+                        mtu: None,
                     },
                     replace: false,
                 },
@@ -186,9 +187,17 @@ fn addresses_routes_and_pipeline() {
             gateway: Some(Ipv4Addr::new(192, 0, 2, 7)),
             oif: Some(gw.index),
             onlink: true,
+            mtu: Some(1400),
         };
         nl.add_route(&r, true).unwrap();
         nl.add_route(&r, true).unwrap();
+        // The route MTU took (a child process shares this thread's netns).
+        let shown = std::process::Command::new("ip")
+            .args(["route", "show", "10.245.0.0/16"])
+            .output()
+            .unwrap();
+        let shown = String::from_utf8_lossy(&shown.stdout);
+        assert!(shown.contains("mtu 1400"), "{shown}");
         assert_eq!(
             nl.add_route(&r, false).unwrap_err().errno(),
             Some(Errno::EEXIST)

@@ -119,6 +119,9 @@ pub const FILL_TARGET: usize = RX_RING_SIZE as usize;
 /// Frames a thread's first ports on a shared UMEM start with (while half
 /// the UMEM stays free): enough for a burst before the first adaptation.
 pub const FILL_START: usize = 512;
+/// Bytes the kernel leaves in front of a received packet in its frame
+/// (`XDP_PACKET_HEADROOM`).
+pub const XDP_HEADROOM: usize = 256;
 /// The descriptor option saying the packet goes on in the next descriptor
 /// (multi-buffer AF_XDP, `XDP_USE_SG`).
 pub const XDP_PKT_CONTD: u32 = 1;
@@ -322,6 +325,12 @@ impl UmemMem {
     /// many frames came back.
     pub fn reclaim(&self, slot: u16) -> usize {
         self.frames.borrow_mut().reclaim(slot)
+    }
+
+    /// Whether sockets on this UMEM take and send packets in several
+    /// descriptors (`XDP_USE_SG`).
+    pub fn multi_buffer(&self) -> bool {
+        self.sg
     }
 
     /// Frames in the UMEM, free frames, ports attached.

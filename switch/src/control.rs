@@ -482,6 +482,7 @@ fn show(switch: &Switch) -> ShowResult {
         n_tables: N_TABLES as u32,
         n_flows: switch.pipeline().snapshot().flow_count(),
         ports: switch.ports(),
+        max_frame_len: u32::try_from(switch.max_frame_len()).unwrap_or(u32::MAX),
     }
 }
 

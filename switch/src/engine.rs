@@ -403,6 +403,8 @@ struct ThreadShared {
     /// The shared UMEM's frames and free frames (published with the stats).
     umem_frames: AtomicU64,
     umem_free: AtomicU64,
+    /// Whether the shared UMEM takes packets in several descriptors.
+    umem_sg: AtomicBool,
 }
 
 impl ThreadShared {
@@ -479,6 +481,7 @@ impl Switch {
                 umem: OnceLock::new(),
                 umem_frames: AtomicU64::new(0),
                 umem_free: AtomicU64::new(0),
+                umem_sg: AtomicBool::new(false),
             }));
             wake_rx.push(b);
         }
@@ -570,6 +573,24 @@ impl Switch {
 
     pub fn pipeline(&self) -> &Arc<Pipeline> {
         &self.pipeline
+    }
+
+    /// The largest frame a pod port (a veth on the shared XDP program and
+    /// a thread's shared UMEM) takes and sends whole:
+    /// [`afxdp::MAX_FRAME_LEN`] when the program is frags-aware and every
+    /// thread's UMEM is multi-buffer, else what one UMEM frame holds.
+    /// Pods and the gateway may have an MTU up to this less 14.
+    pub fn max_frame_len(&self) -> usize {
+        let frags = self.xdp_prog.as_ref().is_some_and(|p| p.frags());
+        let sg = self
+            .threads
+            .iter()
+            .all(|t| t.umem.get().is_some() && t.umem_sg.load(Ordering::Relaxed));
+        if frags && sg {
+            afxdp::MAX_FRAME_LEN
+        } else {
+            afxdp::FRAME_SIZE as usize - afxdp::XDP_HEADROOM
+        }
     }
 
     fn send(&self, thread: usize, cmd: Cmd) -> Result<(), SwitchError> {
@@ -962,6 +983,7 @@ impl WorkerInit {
             match ThreadUmem::new(anchor, self.idx as u32, self.config.umem_frames) {
                 Ok(u) => {
                     let _ = me.umem.set(u.handle());
+                    me.umem_sg.store(u.mem().multi_buffer(), Ordering::Relaxed);
                     Some(u)
                 }
                 Err(e) => {

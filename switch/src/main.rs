@@ -487,7 +487,18 @@ impl Gateway {
                 .with_context(|| {
                     format!("cannot add the gateway port {name} ({peer}) as ofport {ofport}")
                 })?;
-            tracing::info!(gateway = %name, port = %peer, ofport = info.ofport, mode = %info.mode, "gateway ready");
+            // The switch's end takes whatever the host end's MTU lets the
+            // host send (the agent raises it for large frames on the node);
+            // the host end's MTU alone decides what the switch may send.
+            let max_mtu = u32::try_from(switch.max_frame_len().saturating_sub(14))
+                .unwrap_or(65_535)
+                .min(65_535);
+            if max_mtu > 1500 {
+                if let Err(e) = netdev::set_mtu(&peer, max_mtu) {
+                    tracing::warn!(gateway = %name, "{e:#}; the host cannot send the switch frames above 1500 bytes");
+                }
+            }
+            tracing::info!(gateway = %name, port = %peer, ofport = info.ofport, mode = %info.mode, max_mtu, "gateway ready");
             Ok(())
         };
         match setup() {

@@ -193,6 +193,24 @@ pub fn set_up(name: &str) -> Result<(), NetdevError> {
     )
 }
 
+/// Sets the MTU of `name`.
+pub fn set_mtu(name: &str, mtu: u32) -> Result<(), NetdevError> {
+    check_name(name)?;
+    with_netlink(
+        || format!("set the MTU of {name} to {mtu}"),
+        |nl| {
+            let link = nl.existing_link(name)?;
+            nl.set_link(
+                link.index,
+                &LinkChange {
+                    mtu: Some(mtu),
+                    ..LinkChange::default()
+                },
+            )
+        },
+    )
+}
+
 /// Deletes the link `name` (for a veth, its peer goes too).
 pub fn delete_link(name: &str) -> Result<(), NetdevError> {
     check_name(name)?;

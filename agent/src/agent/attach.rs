@@ -30,6 +30,7 @@ impl Agent {
             prefix_len: a.prefix_len,
             gateway: a.gateway,
             mtu: a.mtu,
+            route_mtu: self.route_mtu(a.mtu),
             tx_checksum_off: self.cfg.pod_tx_checksum_off,
         }
     }

@@ -216,7 +216,7 @@ impl Agent {
             prefix_len: node.pod_cidr.prefix_len(),
             gateway: node.gateway_ip,
             mac: flows::mac_str(&mac),
-            mtu: self.cfg.pod_mtu,
+            mtu: self.link_mtu(),
             ofport: None,
             state: AttachState::Pending,
         };
@@ -227,7 +227,10 @@ impl Agent {
             return Err(e);
         }
         match self.attach(&node, &mut a).await {
-            Ok(()) => Ok(serde_json::to_value(cni_result(&a)).unwrap_or(Value::Null)),
+            Ok(()) => {
+                Ok(serde_json::to_value(cni_result(&a, self.route_mtu(a.mtu)))
+                    .unwrap_or(Value::Null))
+            }
             Err(e) => {
                 tracing::warn!(pod = %a.pod_ref(), error = %e, "ADD failed: undoing it");
                 if let Err(u) = self.teardown(&a).await {
@@ -599,7 +602,9 @@ fn valid_container_id(s: &str) -> bool {
 }
 
 /// The CNI result of an attachment (1.1.0 shape).
-pub fn cni_result(a: &Attachment) -> CniResult {
+/// `route_mtu`: the default route's MTU when below the interface's (see
+/// [`AgentConfig::pod_mtu`](super::AgentConfig)).
+pub fn cni_result(a: &Attachment, route_mtu: Option<u32>) -> CniResult {
     CniResult {
         interfaces: vec![CniInterface {
             name: a.ifname.clone(),
@@ -615,6 +620,7 @@ pub fn cni_result(a: &Attachment) -> CniResult {
         routes: vec![CniRoute {
             dst: "0.0.0.0/0".into(),
             gw: Some(a.gateway.to_string()),
+            mtu: route_mtu,
         }],
         dns: Default::default(),
     }
@@ -921,7 +927,7 @@ mod tests {
 
     #[test]
     fn result_and_prev_result_check() {
-        let r = serde_json::to_value(cni_result(&att())).unwrap();
+        let r = serde_json::to_value(cni_result(&att(), None)).unwrap();
         assert!(check_prev_result(&r, &att()).is_empty());
         // A 0.4.0-style prevResult with "version" and a chained plugin's host interface first.
         let prev = serde_json::json!({

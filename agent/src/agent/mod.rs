@@ -80,8 +80,14 @@ pub struct AgentConfig {
     pub gateway: String,
     /// The VXLAN tunnel port the agent adds to the switch.
     pub tunnel: String,
-    /// MTU of pod interfaces.
+    /// The MTU of paths leaving the node (VXLAN: the underlay's less 50):
+    /// pod interfaces have it, or, with a larger `local_mtu`, their
+    /// default route and the host's routes to other nodes' pods do.
     pub pod_mtu: u32,
+    /// The MTU of pod interfaces and the gateway when above `pod_mtu`
+    /// (pods and the host on one node exchange frames that large; the
+    /// switch must take them whole, see [`LocalMtu`]).
+    pub local_mtu: LocalMtu,
     /// Turn TX checksum offload off in pods (only for a switch that does
     /// not complete partial checksums: `oxvs-switchd --trust-checksums`).
     pub pod_tx_checksum_off: bool,
@@ -93,6 +99,34 @@ pub struct AgentConfig {
     /// The most flows one NetworkPolicy may add on this node
     /// ([`crate::policy::DEFAULT_MAX_POLICY_FLOWS`]); a policy over it is refused.
     pub max_policy_flows: usize,
+}
+
+/// What MTU pods and the gateway get on the node (`--local-mtu`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LocalMtu {
+    /// The largest the switch takes whole (its `show` says: 65535 with
+    /// multi-buffer AF_XDP), else `pod_mtu`.
+    Auto,
+    /// `pod_mtu` everywhere.
+    Off,
+    /// This much (at least `pod_mtu`), if the switch takes it whole.
+    Fixed(u32),
+}
+
+impl std::str::FromStr for LocalMtu {
+    type Err = String;
+    fn from_str(s: &str) -> Result<LocalMtu, String> {
+        match s {
+            "auto" => Ok(LocalMtu::Auto),
+            "off" => Ok(LocalMtu::Off),
+            n => match n.parse::<u32>() {
+                Ok(m) if (576..=65535).contains(&m) => Ok(LocalMtu::Fixed(m)),
+                _ => Err(format!(
+                    "'{s}' is not a local MTU: auto, off, or 576 to 65535 bytes"
+                )),
+            },
+        }
+    }
 }
 
 /// Serialises the operations on one (container id, ifname).
@@ -133,6 +167,9 @@ pub struct Agent {
     /// The underlay subnet (the prefix of the interface with the node's
     /// address), once found.
     underlay: Mutex<Option<Ipv4Net>>,
+    /// The MTU new pod interfaces get, resolved from `cfg.local_mtu` once
+    /// the switch said what it takes (0 until then: `cfg.pod_mtu`).
+    link_mtu: std::sync::atomic::AtomicU32,
     /// Nodes refused ([`crate::nodes`]), by name, as last logged.
     refused_nodes: Mutex<BTreeMap<String, NodeProblem>>,
     /// This node's own Node refused as the IPAM range, as last logged.
@@ -174,6 +211,7 @@ impl Agent {
             pods: None,
             admitted: Mutex::new(BTreeMap::new()),
             underlay: Mutex::new(None),
+            link_mtu: std::sync::atomic::AtomicU32::new(0),
             refused_nodes: Mutex::new(BTreeMap::new()),
             refused_local: Mutex::new(None),
             refused_policies: Mutex::new(Vec::new()),
@@ -228,6 +266,44 @@ impl Agent {
     }
 
     /// The configuration.
+    /// The MTU a new pod interface gets (see [`AgentConfig::local_mtu`]).
+    pub fn link_mtu(&self) -> u32 {
+        match self.link_mtu.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => self.cfg.pod_mtu,
+            m => m.max(self.cfg.pod_mtu),
+        }
+    }
+
+    /// The MTU of the default route of a pod whose interface has `mtu`
+    /// (and of the host's routes to other nodes' pods): the path leaving
+    /// the node's, when below the interface's.
+    pub fn route_mtu(&self, mtu: u32) -> Option<u32> {
+        (mtu > self.cfg.pod_mtu).then_some(self.cfg.pod_mtu)
+    }
+
+    /// Resolves `cfg.local_mtu` against the largest frame the switch takes
+    /// whole (`max_frame_len`, from its `show`; 0 if it does not say).
+    pub(super) fn resolve_link_mtu(&self, max_frame_len: u32) -> u32 {
+        let can = max_frame_len.saturating_sub(14).min(65_535);
+        let want = match self.cfg.local_mtu {
+            LocalMtu::Off => self.cfg.pod_mtu,
+            LocalMtu::Auto => can.max(self.cfg.pod_mtu),
+            LocalMtu::Fixed(m) if m <= can || m <= self.cfg.pod_mtu => m.max(self.cfg.pod_mtu),
+            LocalMtu::Fixed(m) => {
+                tracing::warn!(
+                    local_mtu = m,
+                    switch_takes = can,
+                    "the switch cannot take frames that large whole (no multi-buffer AF_XDP: kernel 6.6+); pods keep the MTU {}",
+                    self.cfg.pod_mtu
+                );
+                self.cfg.pod_mtu
+            }
+        };
+        self.link_mtu
+            .store(want, std::sync::atomic::Ordering::Relaxed);
+        want
+    }
+
     pub fn config(&self) -> &AgentConfig {
         &self.cfg
     }

@@ -126,7 +126,16 @@ impl Agent {
         let gateway_ofport = p.ofport;
         let gw = self.cfg.gateway.clone();
         let gateway_ip = gateway_of(cidr);
-        let mtu = self.cfg.pod_mtu;
+        // Pods and the host exchange frames as large as the switch takes
+        // whole on the node (`--local-mtu`); paths leaving it keep pod_mtu.
+        let max_frame = self.switch_max_frame_len().await;
+        let mtu = self.resolve_link_mtu(max_frame);
+        tracing::info!(
+            link_mtu = mtu,
+            route_mtu = ?self.route_mtu(mtu),
+            switch_max_frame = max_frame,
+            "pod interface and gateway MTU"
+        );
         let gateway_mac = tokio::task::spawn_blocking(move || {
             podnet::ensure_address(&gw, gateway_ip, cidr.prefix_len())?;
             podnet::set_mtu(&gw, mtu)?;

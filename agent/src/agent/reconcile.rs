@@ -176,13 +176,14 @@ impl Agent {
             return;
         }
         let gw = self.cfg.gateway.clone();
+        let mtu = self.route_mtu(self.link_mtu());
         let (w, h) = (want.clone(), have);
         let r = tokio::task::spawn_blocking(move || -> Result<(), podnet::PodnetError> {
             for (dst, _) in h.iter().filter(|(d, _)| !w.contains_key(*d)) {
                 podnet::remove_route(*dst, &gw)?;
             }
             for (dst, via) in &w {
-                podnet::ensure_route(*dst, *via, &gw)?;
+                podnet::ensure_route(*dst, *via, &gw, mtu)?;
             }
             Ok(())
         })

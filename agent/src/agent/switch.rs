@@ -37,6 +37,22 @@ impl Agent {
         Ok(r.ports)
     }
 
+    /// The largest frame the switch's pod ports take whole (its `show`);
+    /// 0 when it does not say (an older switch) or cannot be asked.
+    pub(super) async fn switch_max_frame_len(&self) -> u32 {
+        match self.switch(Request::Show).await {
+            Ok(v) => v
+                .get("max_frame_len")
+                .and_then(serde_json::Value::as_u64)
+                .and_then(|n| u32::try_from(n).ok())
+                .unwrap_or(0),
+            Err(e) => {
+                tracing::warn!("cannot ask the switch which frames it takes whole: {e}");
+                0
+            }
+        }
+    }
+
     pub(super) fn switch_err(what: &str, e: oxvs_api::ClientError) -> CniError {
         if e.is_unreachable() {
             err(code::TRY_AGAIN_LATER, format!("{what}: {e}"))

@@ -518,6 +518,7 @@ fn run_probe(dir: &Path, switch_sock: &Path, pods: &[String]) -> Result<Probe> {
             prefix_len: cidr.prefix_len(),
             gateway: gateway_ip,
             mtu: 1450,
+            route_mtu: None,
             // As the agent does by default (the switch completes checksums).
             tx_checksum_off: false,
         };
