@@ -1663,15 +1663,23 @@ fn doc_commands(c: &Cluster, ip_b: &str, web: &WebService) {
         format!("L3Forwarding has pod b ({ip_b}):\n{l3}")
     });
 
-    // MTU: the underlay's minus 50
+    // MTU: 65535 on the node (the switch takes large frames whole,
+    // `--local-mtu auto`), the underlay's minus 50 on the way off it (each
+    // pod's default route; busybox's `ip` does not print route MTUs, so
+    // they are read from the node, as docs/operations.md does).
     let uplink_mtu: u32 = std::fs::read_to_string("/sys/class/net/eth0/mtu")
         .ok()
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(1500);
     let link = k.run(c, "kubectl exec -n default a -- ip link show eth0");
-    k.expect(link.contains(&format!("mtu {}", uplink_mtu - 50)), || {
-        format!("pod MTU = underlay {uplink_mtu} - 50:\n{link}")
+    k.expect(link.contains("mtu 65535"), || {
+        format!("pod interface MTU 65535 (large frames on the node):\n{link}")
     });
+    let routes = k.run(c, "ip -all netns exec ip -4 route show default");
+    k.expect(
+        routes.contains(&format!("mtu {}", uplink_mtu - 50)),
+        || format!("pod default routes: MTU = underlay {uplink_mtu} - 50:\n{routes}"),
+    );
 
     // IP exhaustion
     let ipam = k.run(c, &format!("{exec} ls /var/lib/oxvs/ipam/"));
