@@ -932,8 +932,11 @@ struct SinkScratch {
     remote: Vec<Vec<Handoff>>,
     spares: Vec<Vec<u8>>,
     packet_ins: Vec<PacketIn>,
-    /// Copy of the current packet as received (only with tunnel ports).
+    /// The first bytes of the current packet as received (only with
+    /// tunnel ports: what an ICMP "too big" reply needs, at most
+    /// [`vxlan::TOO_BIG_HEAD`]), and its whole length.
     cur_frame: Vec<u8>,
+    cur_len: usize,
     icmp_too_big: u64,
     output_no_port: u64,
     cross_thread: u64,
@@ -1687,7 +1690,8 @@ impl Sink<'_> {
         }
         let src = self.icmp_src.unwrap_or(local_ip);
         let frame = std::mem::take(&mut self.scratch.cur_frame);
-        if let Some(reply) = vxlan::icmp_too_big_reply(&frame, mtu, src) {
+        if let Some(reply) = vxlan::icmp_too_big_reply_head(&frame, self.scratch.cur_len, mtu, src)
+        {
             let in_port = self.cur_in_port;
             self.transmit(in_port, &reply, None);
             self.scratch.icmp_too_big += 1;
@@ -1721,7 +1725,10 @@ impl DatapathSink for Sink<'_> {
         self.cur_in_port = in_port;
         if self.keep_frame {
             self.scratch.cur_frame.clear();
-            self.scratch.cur_frame.extend_from_slice(frame);
+            self.scratch
+                .cur_frame
+                .extend_from_slice(frame.get(..vxlan::TOO_BIG_HEAD).unwrap_or(frame));
+            self.scratch.cur_len = frame.len();
         }
     }
 }

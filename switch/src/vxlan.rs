@@ -112,9 +112,9 @@ mod frames;
 #[doc(hidden)]
 pub mod fuzzing;
 
-pub use frames::icmp_too_big_reply;
 pub(crate) use frames::source_port;
 use frames::{encapsulate_fragments, fragment_count, may_fragment, parse_vxlan, OuterHeader};
+pub use frames::{icmp_too_big_reply, icmp_too_big_reply_head, TOO_BIG_HEAD};
 
 /// The IANA VXLAN port.
 pub const DEFAULT_DST_PORT: u16 = wire::vxlan::UDP_PORT;
@@ -874,6 +874,33 @@ mod tests {
         let r = icmp_too_big_reply(&tagged, 1450, Ipv4Addr::new(10, 0, 0, 1)).unwrap();
         assert_eq!(&r[12..18], &[0x81, 0x00, 0x20, 0x0a, 0x08, 0x00]);
         assert_eq!(&r[18..], &reply[14..]);
+    }
+
+    /// The switch keeps only the first TOO_BIG_HEAD bytes of a packet: the
+    /// reply made from them is the reply made from the whole frame, for
+    /// IPv4 and IPv6 frames of 9000 and 65000 bytes; a length on the wire
+    /// shorter than the headers say, or than the head, is refused.
+    #[test]
+    fn too_big_reply_from_the_head_equals_the_whole() {
+        let gw = Ipv4Addr::new(10, 0, 0, 1);
+        let src6: std::net::Ipv6Addr = "2001:db8:1::5".parse().unwrap();
+        for len in [9000, 65000] {
+            let v4 = ipv4_frame([10, 0, 0, 5], [10, 1, 0, 9], 6, (40000, 443), true, len);
+            let v6 = ipv6_frame(src6, 6, len);
+            for f in [v4, v6] {
+                let whole = icmp_too_big_reply(&f, 1450, gw).expect("a reply");
+                let head = &f[..TOO_BIG_HEAD];
+                assert_eq!(
+                    icmp_too_big_reply_head(head, f.len(), 1450, gw),
+                    Some(whole)
+                );
+                assert_eq!(icmp_too_big_reply_head(head, f.len() - 1, 1450, gw), None);
+                assert_eq!(
+                    icmp_too_big_reply_head(head, TOO_BIG_HEAD - 1, 1450, gw),
+                    None
+                );
+            }
+        }
     }
 
     #[test]

@@ -33,6 +33,10 @@ pub(super) const SRC_PORT_MIN: u16 = 49152;
 pub(super) const OUTER_TTL: u8 = 64;
 /// An ICMPv6 error must not make the packet exceed the IPv6 minimum MTU.
 pub(super) const IPV6_MIN_MTU: usize = 1280;
+/// The bytes of a frame [`icmp_too_big_reply_head`] needs at most: two
+/// VLAN tags, and the 1232 bytes an ICMPv6 Packet Too Big quotes (an
+/// ICMPv4 one quotes the IP header and 8 bytes).
+pub const TOO_BIG_HEAD: usize = 1536;
 
 /// A length that fits a 16-bit length field: the callers have checked it
 /// (`send` refuses outer packets over 65535 bytes; fragments are smaller).
@@ -342,6 +346,25 @@ impl FlowHasher {
 /// unicast (RFC 1122 3.2.2, RFC 4443 2.4; a Packet Too Big may answer a
 /// multicast destination).
 pub fn icmp_too_big_reply(original_frame: &[u8], mtu: u32, src_ip: Ipv4Addr) -> Option<Vec<u8>> {
+    icmp_too_big_reply_head(original_frame, original_frame.len(), mtu, src_ip)
+}
+
+/// [`icmp_too_big_reply`] from the first bytes of the frame (`head`) and
+/// its length on the wire (`wire_len`): the reply only needs the headers
+/// and what it quotes, so the switch keeps [`TOO_BIG_HEAD`] bytes of each
+/// packet rather than the whole (up to 64 KiB) frame. The length fields
+/// are checked against `wire_len`; an IPv6 extension header chain that
+/// runs past `head` is not answered.
+pub fn icmp_too_big_reply_head(
+    head: &[u8],
+    wire_len: usize,
+    mtu: u32,
+    src_ip: Ipv4Addr,
+) -> Option<Vec<u8>> {
+    let original_frame = head;
+    if wire_len < head.len() {
+        return None;
+    }
     let eth = EthernetFrame::new_checked(original_frame).ok()?;
     let [src0, ..] = eth.src_addr();
     if src0 & 1 != 0 {
@@ -349,9 +372,16 @@ pub fn icmp_too_big_reply(original_frame: &[u8], mtu: u32, src_ip: Ipv4Addr) -> 
     }
     let l2 = eth.skip_vlan_tags();
     let l3 = l2.l3_offset;
+    let ip_wire_len = wire_len.checked_sub(l3)?;
     let mut reply = match l2.ethertype {
-        ethertype::IPV4 => too_big_v4(l3, l2.payload, mtu, src_ip)?,
-        ethertype::IPV6 => too_big_v6(l3, l2.payload, mtu, link_local_of(eth.dst_addr()))?,
+        ethertype::IPV4 => too_big_v4(l3, l2.payload, ip_wire_len, mtu, src_ip)?,
+        ethertype::IPV6 => too_big_v6(
+            l3,
+            l2.payload,
+            ip_wire_len,
+            mtu,
+            link_local_of(eth.dst_addr()),
+        )?,
         _ => return None,
     };
     // Ethernet header: the original's (tags included), with the addresses
@@ -366,11 +396,23 @@ pub fn icmp_too_big_reply(original_frame: &[u8], mtu: u32, src_ip: Ipv4Addr) -> 
 }
 
 /// The ICMPv4 part of [`icmp_too_big_reply`]: a frame with `l2` bytes left
-/// for the Ethernet header.
-fn too_big_v4(l2: usize, ip: &[u8], mtu: u32, src_ip: Ipv4Addr) -> Option<Vec<u8>> {
+/// for the Ethernet header; `ip` is the packet's first bytes, `wire_len`
+/// bytes long on the wire.
+fn too_big_v4(
+    l2: usize,
+    ip: &[u8],
+    wire_len: usize,
+    mtu: u32,
+    src_ip: Ipv4Addr,
+) -> Option<Vec<u8>> {
     let orig = Ipv4Packet::new_checked(ip).ok()?;
-    // 20 <= IHL <= total length <= bytes present.
-    let payload = orig.payload()?;
+    // 20 <= IHL <= total length <= bytes on the wire; the payload's bytes
+    // present in `ip`.
+    let (ihl, total) = (orig.header_len(), usize::from(orig.total_len()));
+    if ihl < IPV4_HLEN || ihl > total || total > wire_len {
+        return None;
+    }
+    let payload = ip.get(ihl..total.min(ip.len()))?;
     if orig.version() != 4 || !orig.dont_frag() || orig.frag_offset() != 0 {
         return None;
     }
@@ -411,10 +453,21 @@ fn too_big_v4(l2: usize, ip: &[u8], mtu: u32, src_ip: Ipv4Addr) -> Option<Vec<u8
     Some(frame)
 }
 
-/// The ICMPv6 part of [`icmp_too_big_reply`].
-fn too_big_v6(l2: usize, ip: &[u8], mtu: u32, src_addr: Ipv6Addr) -> Option<Vec<u8>> {
+/// The ICMPv6 part of [`icmp_too_big_reply`] (`ip` and `wire_len` as for
+/// [`too_big_v4`]).
+fn too_big_v6(
+    l2: usize,
+    ip: &[u8],
+    wire_len: usize,
+    mtu: u32,
+    src_addr: Ipv6Addr,
+) -> Option<Vec<u8>> {
     let orig = Ipv6Packet::new_checked(ip).ok()?;
-    let payload = orig.payload()?;
+    let total = ipv6::HEADER_LEN + usize::from(orig.payload_len());
+    if total > wire_len {
+        return None;
+    }
+    let payload = ip.get(ipv6::HEADER_LEN..total.min(ip.len()))?;
     if orig.version() != 6 {
         return None;
     }
@@ -425,7 +478,6 @@ fn too_big_v6(l2: usize, ip: &[u8], mtu: u32, src_addr: Ipv6Addr) -> Option<Vec<
     if !may_answer_v6(orig.next_header(), payload) {
         return None;
     }
-    let total = ipv6::HEADER_LEN + payload.len();
     let quote_len = total.min(IPV6_MIN_MTU - ipv6::HEADER_LEN - icmp::HEADER_LEN);
     let quote = ip.get(..quote_len)?;
     let icmp_len = icmp::HEADER_LEN + quote_len;
