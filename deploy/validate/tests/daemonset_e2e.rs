@@ -1676,10 +1676,9 @@ fn doc_commands(c: &Cluster, ip_b: &str, web: &WebService) {
         format!("pod interface MTU 65535 (large frames on the node):\n{link}")
     });
     let routes = k.run(c, "ip -all netns exec ip -4 route show default");
-    k.expect(
-        routes.contains(&format!("mtu {}", uplink_mtu - 50)),
-        || format!("pod default routes: MTU = underlay {uplink_mtu} - 50:\n{routes}"),
-    );
+    k.expect(routes.contains(&format!("mtu {}", uplink_mtu - 50)), || {
+        format!("pod default routes: MTU = underlay {uplink_mtu} - 50:\n{routes}")
+    });
 
     // IP exhaustion
     let ipam = k.run(c, &format!("{exec} ls /var/lib/oxvs/ipam/"));
