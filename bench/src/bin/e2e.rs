@@ -127,12 +127,15 @@ struct Opts {
     /// Parallel TCP streams (`iperf3 -P`), each count in turn.
     #[arg(long, value_delimiter = ',', default_values_t = [1u32, 4])]
     streams: Vec<u32>,
-    /// The MTU of the two pods (and their host ends) on one node; the
-    /// two-node setups keep 1450 (a 1500-byte underlay). Above ~3.5k only
-    /// switches whose XDP program is frags-aware can attach (oxvs, the
-    /// bridge; OVS's libxdp program cannot).
-    #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u32).range(576..=65535))]
-    mtu: u32,
+    /// The MTU of the two pods (and their host ends) on one node, each in
+    /// turn (comma-separated; with more than one, each single-node result
+    /// is named with its MTU); the two-node setups keep 1450 (a 1500-byte
+    /// underlay). Above ~3.5k only switches whose XDP program is
+    /// frags-aware can attach (oxvs, the bridge; OVS's libxdp program
+    /// cannot).
+    #[arg(long, value_delimiter = ',', default_values_t = [1500u32],
+          value_parser = clap::value_parser!(u32).range(576..=65535))]
+    mtu: Vec<u32>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -1201,13 +1204,14 @@ impl SwitchResult {
 
 fn single_node(
     o: &Opts,
+    mtu: u32,
     name: &str,
     tag: &str,
     start: impl FnOnce(&mut Pair) -> Result<Running>,
 ) -> Result<SwitchResult> {
     eprintln!("e2e: == {name} == (load average {})", loadavg());
     let load0 = loadavg();
-    let mut p = Pair::new(tag, o.mtu)?;
+    let mut p = Pair::new(tag, mtu)?;
     let sw = start(&mut p)?;
     let mut r = SwitchResult {
         name: name.into(),
@@ -1430,28 +1434,38 @@ fn main() -> Result<()> {
         Ok(())
     };
     let busy = o.oxvs_mode == OxvsMode::Busy;
-    if want(&o, "oxvs") {
-        let name = if busy {
-            "oxvs-switchd (busy)"
-        } else {
-            "oxvs-switchd"
+    for &mtu in &o.mtu {
+        let named = |n: &str| -> String {
+            if o.mtu.len() > 1 {
+                format!("{n} (MTU {mtu})")
+            } else {
+                n.to_string()
+            }
         };
-        let r = single_node(&o, name, "ox", |p| start_oxvs(&bins, p));
-        record(name, r)?;
-    }
-    if want(&o, "ovs-nonpmd") {
-        let r = single_node(&o, "OVS afxdp-nonpmd", "on", |p| {
-            start_ovs(p, "afxdp-nonpmd")
-        });
-        record("OVS afxdp-nonpmd", r)?;
-    }
-    if want(&o, "ovs-pmd") {
-        let r = single_node(&o, "OVS afxdp (PMD)", "op", |p| start_ovs(p, "afxdp"));
-        record("OVS afxdp (PMD)", r)?;
-    }
-    if want(&o, "bridge") {
-        let r = single_node(&o, "Linux bridge", "lb", start_bridge);
-        record("Linux bridge", r)?;
+        if want(&o, "oxvs") {
+            let name = named(if busy {
+                "oxvs-switchd (busy)"
+            } else {
+                "oxvs-switchd"
+            });
+            let r = single_node(&o, mtu, &name, "ox", |p| start_oxvs(&bins, p));
+            record(&name, r)?;
+        }
+        if want(&o, "ovs-nonpmd") {
+            let name = named("OVS afxdp-nonpmd");
+            let r = single_node(&o, mtu, &name, "on", |p| start_ovs(p, "afxdp-nonpmd"));
+            record(&name, r)?;
+        }
+        if want(&o, "ovs-pmd") {
+            let name = named("OVS afxdp (PMD)");
+            let r = single_node(&o, mtu, &name, "op", |p| start_ovs(p, "afxdp"));
+            record(&name, r)?;
+        }
+        if want(&o, "bridge") {
+            let name = named("Linux bridge");
+            let r = single_node(&o, mtu, &name, "lb", start_bridge);
+            record(&name, r)?;
+        }
     }
     if want(&o, "vxlan-oxvs") {
         let r = vxlan(&o, Some(&bins));
