@@ -148,9 +148,6 @@ impl Agent {
             gateway_mac,
             gateway_ofport,
         };
-        if let Ok(mut n) = self.node.lock() {
-            *n = Some(node.clone());
-        }
         {
             let gw = self.cfg.gateway.clone();
             match tokio::task::spawn_blocking(move || crate::hostnet::disable_redirects(&gw)).await
@@ -205,6 +202,12 @@ impl Agent {
                 }
             }
             (None, None) => {}
+        }
+        // Published last: flows computed with the node known must also see
+        // its tunnel port (a restarted agent computing them in between
+        // would drop the tunnel's flows until its next convergence).
+        if let Ok(mut n) = self.node.lock() {
+            *n = Some(node.clone());
         }
         Ok(node)
     }
