@@ -1248,7 +1248,9 @@ impl XskPort {
         self.counters.rx_bytes += got.iter().map(|d| d.lengths().data() as u64).sum::<u64>();
         self.mem.frames.borrow_mut().returned(got);
         self.filled = self.filled.saturating_sub(n);
-        if n == out.len() {
+        // A full batch: as many as asked for first (the rest of a packet
+        // taken after them does not count).
+        if n >= first {
             self.full_batches += 1;
             // A full batch with the fill ring nearly drained: a burst is
             // under way, and the periodic adaptation would come too late.
