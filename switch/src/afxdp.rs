@@ -60,6 +60,17 @@
 //! packet once either way (from the RX frame, processed in place, into a
 //! free TX frame of the output port).
 //!
+//! ## Multi-buffer
+//!
+//! The anchor (and an own UMEM's socket) binds with `XDP_USE_SG` where the
+//! kernel has it (6.6+), and every socket sharing the UMEM inherits it: a
+//! packet larger than a frame arrives as several descriptors, all but the
+//! last flagged [`XDP_PKT_CONTD`]. [`XskPort::recv`] takes a packet's
+//! descriptors whole, [`XskPort::packets`] splits a batch into packets
+//! (the engine gathers a multi-descriptor one into a buffer of its own: a
+//! second copy, for those only), and [`XskPort::send`] writes a frame
+//! larger than a UMEM frame as a chain, all or none.
+//!
 //! ## Modes
 //!
 //! [`XskPort::open`] attaches the XDP program in native (driver) mode first
@@ -119,9 +130,6 @@ pub const FILL_TARGET: usize = RX_RING_SIZE as usize;
 /// Frames a thread's first ports on a shared UMEM start with (while half
 /// the UMEM stays free): enough for a burst before the first adaptation.
 pub const FILL_START: usize = 512;
-/// Bytes the kernel leaves in front of a received packet in its frame
-/// (`XDP_PACKET_HEADROOM`).
-pub const XDP_HEADROOM: usize = 256;
 /// The descriptor option saying the packet goes on in the next descriptor
 /// (multi-buffer AF_XDP, `XDP_USE_SG`).
 pub const XDP_PKT_CONTD: u32 = 1;
@@ -189,6 +197,17 @@ fn socket_config(
         .xdp_flags(xdp)
         .bind_flags(bind)
         .build())
+}
+
+/// Bind flags of a copy-mode socket with `need_wakeup`, multi-buffer
+/// (`XDP_USE_SG`) when `sg`.
+fn copy_bind_flags(sg: bool) -> BindFlags {
+    let flags = BindFlags::XDP_USE_NEED_WAKEUP | BindFlags::XDP_COPY;
+    if sg {
+        flags | BindFlags::XDP_USE_SG
+    } else {
+        flags
+    }
 }
 
 /// Maps a UMEM of `frames` frames, all free.
@@ -505,19 +524,12 @@ impl ThreadUmem {
         for sg in [true, false] {
             let mut mem = map_umem(frames)?;
             mem.sg = sg;
-            let bind = BindFlags::XDP_USE_NEED_WAKEUP
-                | BindFlags::XDP_COPY
-                | if sg {
-                    BindFlags::XDP_USE_SG
-                } else {
-                    BindFlags::empty()
-                };
             let config = SocketConfig::builder()
                 .rx_queue_size(qsize(RX_RING_SIZE)?)
                 .tx_queue_size(qsize(TX_RING_SIZE)?)
                 .libxdp_flags(LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD)
                 .xdp_flags(XdpFlags::XDP_FLAGS_SKB_MODE)
-                .bind_flags(bind)
+                .bind_flags(copy_bind_flags(sg))
                 .build();
             // SAFETY: the UMEM is fresh, so (anchor, queue) is not bound to
             // it; the program load is inhibited anyway.
@@ -703,6 +715,46 @@ pub struct XskPort {
     sg: bool,
     /// Dropping the rest of a packet whose start a batch ended in.
     rx_skipping: bool,
+}
+
+/// [`XskPort::packets`] on the descriptors' "continued" flags: the index
+/// ranges of whole packets of at most [`MAX_CHAIN`] descriptors go to
+/// `out` (cleared first); returns how many packets were dropped. A packet
+/// still going on at the end sets `skipping`, which drops the descriptors
+/// up to the end of the next packet (its rest) in the next batch.
+fn split_packets(
+    contd: impl Iterator<Item = bool>,
+    skipping: &mut bool,
+    out: &mut Vec<std::ops::Range<usize>>,
+) -> u64 {
+    out.clear();
+    let mut dropped = 0;
+    let mut start = 0;
+    let mut len = 0;
+    for (i, c) in contd.enumerate() {
+        len = i + 1;
+        if c {
+            continue;
+        }
+        // `i` ends a packet that began at `start` (or the rest of one
+        // dropped, and counted, when the last batch ended in it).
+        let rest_of_dropped = *skipping;
+        if i + 1 - start > MAX_CHAIN && !rest_of_dropped {
+            dropped += 1;
+        } else if !rest_of_dropped {
+            out.push(start..i + 1);
+        }
+        *skipping = false;
+        start = i + 1;
+    }
+    if start < len {
+        // A packet goes on past this batch: drop it, and its rest.
+        if !*skipping {
+            dropped += 1;
+        }
+        *skipping = true;
+    }
+    dropped
 }
 
 /// The kernel's drop counters of a socket (`XDP_STATISTICS`).
@@ -951,20 +1003,13 @@ impl XskPort {
                 &[true, false]
             };
             for &sg in sgs {
-                let bind = BindFlags::XDP_USE_NEED_WAKEUP
-                    | BindFlags::XDP_COPY
-                    | if sg {
-                        BindFlags::XDP_USE_SG
-                    } else {
-                        BindFlags::empty()
-                    };
                 // The XDP flags only matter to a program libxdp loads: none.
                 let config = socket_config(
                     ifname,
                     mode,
                     LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD,
                     XdpFlags::empty(),
-                    bind,
+                    copy_bind_flags(sg),
                 )?;
                 let own = own_umem_unless(shared, frames)?;
                 let Some(umem) = own.as_ref().map(|m| &m._umem).or(shared) else {
@@ -1267,29 +1312,8 @@ impl XskPort {
     /// spans more than [`MAX_CHAIN`] descriptors, is dropped (counted in
     /// `rx_other`), and so is the rest of it in the next batch.
     pub fn packets(&mut self, descs: &[FrameDesc], out: &mut Vec<std::ops::Range<usize>>) {
-        out.clear();
-        let mut dropped = 0;
-        let mut start = 0;
-        for (i, d) in descs.iter().enumerate() {
-            if d.options() & XDP_PKT_CONTD != 0 {
-                continue;
-            }
-            // `i` ends a packet that began at `start`.
-            if self.rx_skipping || i + 1 - start > MAX_CHAIN {
-                dropped += 1;
-            } else {
-                out.push(start..i + 1);
-            }
-            self.rx_skipping = false;
-            start = i + 1;
-        }
-        if start < descs.len() {
-            // A packet goes on past this batch: drop it, and its rest.
-            if !self.rx_skipping {
-                dropped += 1;
-            }
-            self.rx_skipping = true;
-        }
+        let contd = descs.iter().map(|d| d.options() & XDP_PKT_CONTD != 0);
+        let dropped = split_packets(contd, &mut self.rx_skipping, out);
         self.counters.rx_dropped += dropped;
         self.counters.rx_other += dropped;
     }
@@ -1561,4 +1585,64 @@ pub fn poll_readable(fds: &mut [libc::pollfd], timeout_ms: i32) -> std::io::Resu
         return Err(e);
     }
     Ok(r as usize)
+}
+
+#[cfg(test)]
+#[allow(clippy::single_range_in_vec_init)] // one packet's range is what is meant
+mod tests {
+    use super::*;
+
+    fn split(contd: &[bool], skipping: &mut bool) -> (Vec<std::ops::Range<usize>>, u64) {
+        let mut out = vec![0..0];
+        let dropped = split_packets(contd.iter().copied(), skipping, &mut out);
+        (out, dropped)
+    }
+
+    #[test]
+    fn whole_packets_are_split_by_the_continued_flag() {
+        let mut skipping = false;
+        // One-descriptor packets, a 3-descriptor one, one more.
+        let (out, dropped) = split(&[false, true, true, false, false], &mut skipping);
+        assert_eq!(out, vec![0..1, 1..4, 4..5]);
+        assert_eq!((dropped, skipping), (0, false));
+        let (out, dropped) = split(&[], &mut skipping);
+        assert!(out.is_empty());
+        assert_eq!((dropped, skipping), (0, false));
+    }
+
+    #[test]
+    fn a_packet_cut_by_the_batch_end_is_dropped_with_its_rest() {
+        let mut skipping = false;
+        let (out, dropped) = split(&[false, true, true], &mut skipping);
+        assert_eq!((out, dropped, skipping), (vec![0..1], 1, true));
+        // Its rest (still continued) drops nothing new and keeps skipping.
+        let (out, dropped) = split(&[true, true], &mut skipping);
+        assert_eq!((out, dropped, skipping), (vec![], 0, true));
+        // Its last descriptor ends the skip; the next packet is whole.
+        let (out, dropped) = split(&[false, false], &mut skipping);
+        assert_eq!((out, dropped, skipping), (vec![1..2], 0, false));
+    }
+
+    #[test]
+    fn a_chain_longer_than_max_chain_is_dropped() {
+        let mut skipping = false;
+        let mut at_max = vec![true; MAX_CHAIN - 1];
+        at_max.push(false);
+        let (out, dropped) = split(&at_max, &mut skipping);
+        assert_eq!((out, dropped), (vec![0..MAX_CHAIN], 0));
+        let mut over = vec![true; MAX_CHAIN];
+        over.push(false);
+        over.push(false);
+        let (out, dropped) = split(&over, &mut skipping);
+        assert_eq!((out, dropped), (vec![MAX_CHAIN + 1..MAX_CHAIN + 2], 1));
+    }
+
+    #[test]
+    fn copy_bind_flags_add_sg_only_when_asked() {
+        assert!(copy_bind_flags(true).contains(BindFlags::XDP_USE_SG));
+        assert!(!copy_bind_flags(false).contains(BindFlags::XDP_USE_SG));
+        assert!(
+            copy_bind_flags(false).contains(BindFlags::XDP_COPY | BindFlags::XDP_USE_NEED_WAKEUP)
+        );
+    }
 }

@@ -578,8 +578,10 @@ impl Switch {
     /// The largest frame a pod port (a veth on the shared XDP program and
     /// a thread's shared UMEM) takes and sends whole:
     /// [`afxdp::MAX_FRAME_LEN`] when the program is frags-aware and every
-    /// thread's UMEM is multi-buffer, else what one UMEM frame holds.
-    /// Pods and the gateway may have an MTU up to this less 14.
+    /// thread's UMEM is multi-buffer, else a 1500-byte MTU's frame (a veth
+    /// with a program that is not frags-aware refuses an MTU much above
+    /// 3.5k, so what one UMEM frame holds is not a safe promise). Pods and
+    /// the gateway may have an MTU up to this less 14.
     pub fn max_frame_len(&self) -> usize {
         let frags = self.xdp_prog.as_ref().is_some_and(|p| p.frags());
         let sg = self
@@ -589,7 +591,7 @@ impl Switch {
         if frags && sg {
             afxdp::MAX_FRAME_LEN
         } else {
-            afxdp::FRAME_SIZE as usize - afxdp::XDP_HEADROOM
+            1514
         }
     }
 

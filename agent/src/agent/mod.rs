@@ -287,7 +287,10 @@ impl Agent {
         let can = max_frame_len.saturating_sub(14).min(65_535);
         let want = match self.cfg.local_mtu {
             LocalMtu::Off => self.cfg.pod_mtu,
-            LocalMtu::Auto => can.max(self.cfg.pod_mtu),
+            // Only large frames are worth a second MTU (a switch without
+            // multi-buffer says 1514: pods keep --mtu as before).
+            LocalMtu::Auto if can > 1500 => can.max(self.cfg.pod_mtu),
+            LocalMtu::Auto => self.cfg.pod_mtu,
             LocalMtu::Fixed(m) if m <= can || m <= self.cfg.pod_mtu => m.max(self.cfg.pod_mtu),
             LocalMtu::Fixed(m) => {
                 tracing::warn!(
@@ -404,6 +407,36 @@ pub fn gateway_of(cidr: Ipv4Net) -> Ipv4Addr {
 mod tests {
     use super::test_fixtures::{gc_request, offline_agent};
     use super::*;
+
+    /// `--local-mtu`: auto, off, or 576..=65535 bytes; anything else is
+    /// refused naming what was given.
+    /// What `--local-mtu` resolves to against what the switch takes
+    /// (`pod_mtu` is 1450 in the fixture).
+    #[test]
+    fn local_mtu_resolves_against_the_switch() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = offline_agent(dir.path());
+        assert_eq!(a.link_mtu(), 1450, "before the switch said anything");
+        assert_eq!(a.resolve_link_mtu(65557), 65535);
+        assert_eq!(a.route_mtu(a.link_mtu()), Some(1450));
+        // No multi-buffer (1514), an older switch (0): --mtu, no route MTU.
+        for frame in [1514, 0] {
+            assert_eq!(a.resolve_link_mtu(frame), 1450);
+            assert_eq!(a.route_mtu(a.link_mtu()), None);
+        }
+    }
+
+    #[test]
+    fn local_mtu_parses_and_refuses_bad_values() {
+        assert_eq!("auto".parse::<LocalMtu>(), Ok(LocalMtu::Auto));
+        assert_eq!("off".parse::<LocalMtu>(), Ok(LocalMtu::Off));
+        assert_eq!("9000".parse::<LocalMtu>(), Ok(LocalMtu::Fixed(9000)));
+        assert_eq!("65535".parse::<LocalMtu>(), Ok(LocalMtu::Fixed(65535)));
+        for bad in ["575", "65536", "-1", "", "Auto", "9k", "99999999999"] {
+            let e = bad.parse::<LocalMtu>().unwrap_err();
+            assert!(e.contains(&format!("'{bad}'")), "{bad}: {e}");
+        }
+    }
 
     /// The IPAM store is locked (and fsyncs) only on the blocking pool:
     /// while another thread holds it (as a slow fsync would), a request

@@ -5,7 +5,7 @@
 //! port tolerate what is already so (a taken port number, a port gone).
 
 use oxvs_api::cni::{code, CniError};
-use oxvs_api::{Client, DumpPortsResult, PortKind, PortSpec, Request, XdpModeRequest};
+use oxvs_api::{Client, DumpPortsResult, PortKind, PortSpec, Request, ShowResult, XdpModeRequest};
 use serde_json::Value;
 
 use super::{err, Agent};
@@ -40,12 +40,12 @@ impl Agent {
     /// The largest frame the switch's pod ports take whole (its `show`);
     /// 0 when it does not say (an older switch) or cannot be asked.
     pub(super) async fn switch_max_frame_len(&self) -> u32 {
-        match self.switch(Request::Show).await {
-            Ok(v) => v
-                .get("max_frame_len")
-                .and_then(serde_json::Value::as_u64)
-                .and_then(|n| u32::try_from(n).ok())
-                .unwrap_or(0),
+        let show = self.switch(Request::Show).await.and_then(|v| {
+            serde_json::from_value::<ShowResult>(v)
+                .map_err(|e| oxvs_api::ClientError::Refused(format!("bad show answer: {e}")))
+        });
+        match show {
+            Ok(s) => s.max_frame_len,
             Err(e) => {
                 tracing::warn!("cannot ask the switch which frames it takes whole: {e}");
                 0
