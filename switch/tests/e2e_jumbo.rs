@@ -31,61 +31,6 @@ const MAC2: &str = "02:00:0a:0a:00:02";
 const IP1: &str = "10.11.0.1";
 const IP2: &str = "10.11.0.2";
 
-/// A python3 UDP exchange of one unfragmented datagram of N bytes (DF set
-/// with IP_PMTUDISC_DO, so a too-small path fails instead of fragmenting).
-const BIG_UDP_ECHO: &str = r#"
-import socket, sys
-port = int(sys.argv[1])
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("0.0.0.0", port)); s.settimeout(10)
-s.setsockopt(socket.IPPROTO_IP, 10, 2)  # IP_MTU_DISCOVER = IP_PMTUDISC_DO
-print("listening", flush=True)
-data, peer = s.recvfrom(65535)
-s.sendto(data, peer)
-print(len(data), flush=True)
-"#;
-
-const BIG_UDP_CLIENT: &str = r#"
-import socket, sys, time
-addr, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-msg = bytes(i % 251 for i in range(n))
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(0.3)
-s.setsockopt(socket.IPPROTO_IP, 10, 2)  # IP_MTU_DISCOVER = IP_PMTUDISC_DO
-deadline = time.time() + 8
-while time.time() < deadline:
-    s.sendto(msg, (addr, port))
-    try:
-        data, _ = s.recvfrom(65535)
-        print("ok" if data == msg else "different", flush=True); sys.exit(0)
-    except socket.timeout:
-        pass
-print("no echo", file=sys.stderr); sys.exit(1)
-"#;
-
-fn big_udp(client: &Netns, server: &Netns, server_ip: &str, port: u16, bytes: usize) {
-    let port = port.to_string();
-    let mut echo = server.spawn(&["python3", "-c", BIG_UDP_ECHO, &port]);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while !echo.stdout_text().contains("listening") {
-        assert!(
-            std::time::Instant::now() < deadline && echo.running(),
-            "UDP echo did not start: {}",
-            echo.stderr_text()
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    let n = bytes.to_string();
-    let out = client.exec(&["python3", "-c", BIG_UDP_CLIENT, server_ip, &port, &n]);
-    let (_, got, _) = echo.wait(std::time::Duration::from_secs(12));
-    assert!(
-        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("ok"),
-        "{bytes}-byte unfragmented UDP {} <-> {}: server got {got:?}, client said {}{}",
-        client.name,
-        server.name,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// A DF ping of `size` bytes of payload: `count` answered out of `count`.
 fn df_ping(from: &Netns, to: &str, size: u32) {
     let s = size.to_string();
@@ -191,8 +136,8 @@ fn e2e_jumbo() {
         p1 - p0
     );
     tcp_transfer(&pod2, &pod1, IP1, 5002, 8 << 20);
-    big_udp(&pod1, &pod2, IP2, 6001, 60_000);
-    big_udp(&pod2, &pod1, IP1, 6002, 60_000);
+    big_udp_exchange(&pod1, &pod2, IP2, 6001, 60_000, true);
+    big_udp_exchange(&pod2, &pod1, IP1, 6002, 60_000, true);
 
     // 2. 9000 <-> 65535.
     df_ping(&pod3, IP1, 8972);

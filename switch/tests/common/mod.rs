@@ -817,6 +817,85 @@ pub fn udp_exchange(client: &Netns, server: &Netns, server_ip: &str, port: u16) 
     );
 }
 
+/// A python3 UDP echo of one datagram of up to 64 KiB: ARGS port, df
+/// ("1": DF set, IP_PMTUDISC_DO, so a too-small path fails rather than
+/// fragments); prints the length it got.
+const BIG_UDP_ECHO: &str = r#"
+import socket, sys
+port, df = int(sys.argv[1]), sys.argv[2] == "1"
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("0.0.0.0", port)); s.settimeout(10)
+if df:
+    s.setsockopt(socket.IPPROTO_IP, 10, 2)  # IP_MTU_DISCOVER = IP_PMTUDISC_DO
+print("listening", flush=True)
+data, peer = s.recvfrom(65535)
+s.sendto(data, peer)
+print(len(data), flush=True)
+"#;
+
+/// Its client: ARGS addr port n df; sends n patterned bytes until the same
+/// bytes come back (8 s).
+const BIG_UDP_CLIENT: &str = r#"
+import socket, sys, time
+addr, port, n, df = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
+msg = bytes(i % 251 for i in range(n))
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(0.3)
+if df:
+    s.setsockopt(socket.IPPROTO_IP, 10, 2)  # IP_MTU_DISCOVER = IP_PMTUDISC_DO
+deadline = time.time() + 8
+while time.time() < deadline:
+    s.sendto(msg, (addr, port))
+    try:
+        data, _ = s.recvfrom(65535)
+        print("ok" if data == msg else "different", flush=True); sys.exit(0)
+    except socket.timeout:
+        pass
+print("no echo", file=sys.stderr); sys.exit(1)
+"#;
+
+/// One UDP datagram of `bytes` from `client` to `server_ip:port` in
+/// `server` and back, compared byte for byte; `df`: sent unfragmented
+/// (DF set) both ways, else the kernel fragments it at the MTU.
+pub fn big_udp_exchange(
+    client: &Netns,
+    server: &Netns,
+    server_ip: &str,
+    port: u16,
+    bytes: usize,
+    df: bool,
+) {
+    let port = port.to_string();
+    let df_arg = if df { "1" } else { "0" };
+    let mut echo = server.spawn(&["python3", "-c", BIG_UDP_ECHO, &port, df_arg]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !echo.stdout_text().contains("listening") {
+        assert!(
+            Instant::now() < deadline && echo.running(),
+            "UDP echo did not start: {}",
+            echo.stderr_text()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let n = bytes.to_string();
+    let out = client.exec(&[
+        "python3",
+        "-c",
+        BIG_UDP_CLIENT,
+        server_ip,
+        &port,
+        &n,
+        df_arg,
+    ]);
+    let (_, got, _) = echo.wait(Duration::from_secs(12));
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("ok"),
+        "{bytes}-byte UDP (DF {df}) {} <-> {}: server got {got:?}, client said {}{}",
+        client.name,
+        server.name,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Sum of every `key=N` number in `text` (e.g. `n_packets=` in dump-flows).
 pub fn sum_field(text: &str, key: &str) -> u64 {
     let mut total = 0;
