@@ -28,7 +28,13 @@
 //!    offload (`SIOCETHTOOL`), looks up the pod end's index, then pipelines
 //!    `lo` up, the pod end up, the address and the default route via the
 //!    gateway (`onlink` when the gateway is outside the pod's subnet) and
-//!    waits for the four acks.
+//!    waits for the four acks. With `tcp_full_mtu` (large frames on the
+//!    node, a default route of a lower MTU, and a switch that segments TCP
+//!    into the tunnel), three more in the same pipeline: the subnet and
+//!    the default route again in [`TCP_TABLE`] without the route MTU, and
+//!    the rule `ipproto tcp lookup` it, so that the pod's TCP (its MSS, its
+//!    segments) uses the interface's MTU everywhere while everything else
+//!    keeps the tunnel's (UDP is then fragmented by the pod, as before).
 //!
 //! Measured (debug build, 2 shared cores, kernel 6.18, 50 iterations in
 //! fresh namespaces, `bench_setup_and_delete` in `tests/podnet.rs`): setup
@@ -48,7 +54,7 @@ use std::path::{Path, PathBuf};
 
 use ipnet::Ipv4Net;
 use oxvs_netlink::{
-    ethtool, Change, Errno, Ipv4Route, Link, LinkChange, LinkSpec, Netlink, NewLink,
+    ethtool, Change, Errno, Ipv4Route, Ipv4Rule, Link, LinkChange, LinkSpec, Netlink, NewLink,
 };
 
 mod nl;
@@ -79,9 +85,21 @@ pub struct PodIfaceSpec {
     pub mtu: u32,
     /// The default route's MTU when below `mtu` (paths leaving the node).
     pub route_mtu: Option<u32>,
+    /// With `route_mtu`: TCP still takes `mtu` to every destination (the
+    /// switch segments it into the tunnel): a rule sends TCP to
+    /// [`TCP_TABLE`], the pod's subnet and default route without the
+    /// route MTU.
+    pub tcp_full_mtu: bool,
     /// Turn TX checksum offload off on the pod end.
     pub tx_checksum_off: bool,
 }
+
+/// The pod's routing table for TCP when `tcp_full_mtu` (any number: the
+/// pod's namespace is its own).
+pub const TCP_TABLE: u32 = 100;
+/// The priority of the rule sending TCP there (before `main`, 32766).
+pub const TCP_RULE_PRIORITY: u32 = 100;
+const IPPROTO_TCP: u8 = 6;
 
 /// What [`setup_pod_interface`] made.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -352,31 +370,65 @@ fn configure_pod_end(spec: &PodIfaceSpec, ns: &File) -> Result<(), PodnetError> 
                 oif: Some(index),
                 onlink: !in_subnet(spec.ip, spec.prefix_len, spec.gateway),
                 mtu: spec.route_mtu,
+                table: None,
             };
             // Sent in this order, answered in this order: the address (and
             // its connected route) exists when the default route is added.
-            let results = nl
-                .pipeline(&[
-                    Change::SetLink {
-                        index: LOOPBACK_IFINDEX,
-                        change: LinkChange::up(),
-                    },
-                    Change::SetLink {
-                        index,
-                        change: LinkChange::up(),
-                    },
-                    Change::AddAddress {
-                        index,
-                        ip: IpAddr::V4(spec.ip),
-                        prefix_len: spec.prefix_len,
-                    },
+            let mut changes = vec![
+                Change::SetLink {
+                    index: LOOPBACK_IFINDEX,
+                    change: LinkChange::up(),
+                },
+                Change::SetLink {
+                    index,
+                    change: LinkChange::up(),
+                },
+                Change::AddAddress {
+                    index,
+                    ip: IpAddr::V4(spec.ip),
+                    prefix_len: spec.prefix_len,
+                },
+                Change::AddRoute {
+                    route: route.clone(),
+                    replace: false,
+                },
+            ];
+            let tcp_table = spec.tcp_full_mtu && spec.route_mtu.is_some();
+            if tcp_table {
+                let subnet = Ipv4Net::new(spec.ip, spec.prefix_len)
+                    .map(|n| n.trunc())
+                    .unwrap_or_default();
+                changes.extend([
                     Change::AddRoute {
-                        route,
+                        route: Ipv4Route {
+                            dst: subnet,
+                            gateway: None,
+                            oif: Some(index),
+                            onlink: false,
+                            mtu: None,
+                            table: Some(TCP_TABLE),
+                        },
                         replace: false,
                     },
-                ])
+                    Change::AddRoute {
+                        route: Ipv4Route {
+                            mtu: None,
+                            table: Some(TCP_TABLE),
+                            ..route
+                        },
+                        replace: false,
+                    },
+                    Change::AddRule(Ipv4Rule {
+                        priority: TCP_RULE_PRIORITY,
+                        ip_proto: IPPROTO_TCP,
+                        table: TCP_TABLE,
+                    }),
+                ]);
+            }
+            let results = nl
+                .pipeline(&changes)
                 .map_err(nl::step(format!("configure '{}' in {in_ns}", spec.ifname)))?;
-            let steps = [
+            let mut steps = vec![
                 format!("bring 'lo' up in {in_ns}"),
                 format!("bring '{}' up in {in_ns}", spec.ifname),
                 format!(
@@ -388,6 +440,13 @@ fn configure_pod_end(spec: &PodIfaceSpec, ns: &File) -> Result<(), PodnetError> 
                     spec.gateway, spec.ifname
                 ),
             ];
+            if tcp_table {
+                steps.extend([
+                    format!("add the subnet route to table {TCP_TABLE} in {in_ns}"),
+                    format!("add the default route to table {TCP_TABLE} in {in_ns}"),
+                    format!("add the rule 'ipproto tcp lookup {TCP_TABLE}' in {in_ns}"),
+                ]);
+            }
             for (r, step) in results.into_iter().zip(steps) {
                 r.map_err(nl::step(step))?;
             }
@@ -692,6 +751,7 @@ pub fn ensure_route(
             oif: Some(link.index),
             onlink: true,
             mtu,
+            table: None,
         };
         nl.add_route(&route, true)
             .map_err(nl::step(format!("route {dst} via {via} dev {dev} onlink")))
@@ -711,6 +771,7 @@ pub fn remove_route(dst: ipnet::Ipv4Net, dev: &str) -> Result<bool, PodnetError>
             oif: Some(link.index),
             onlink: false,
             mtu: None,
+            table: None,
         };
         nl.delete_route(&route)
             .map_err(nl::step(format!("remove the route to {dst} on {dev}")))

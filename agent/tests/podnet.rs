@@ -103,6 +103,7 @@ fn spec(pod: &Netns, n: u8, host_ifname: &str) -> PodIfaceSpec {
         gateway: Ipv4Addr::new(10, 250, n, 1),
         mtu: 1450,
         route_mtu: None,
+        tcp_full_mtu: false,
         tx_checksum_off: true,
     }
 }
@@ -217,6 +218,49 @@ fn tx_checksum_left_on_when_not_asked() {
         err.to_string().contains("TX checksum offload is on"),
         "{err}"
     );
+}
+
+#[test]
+fn tcp_takes_the_interface_mtu_by_its_own_table() {
+    let host = Netns::new("h");
+    let pod = Netns::new("p");
+    let mut s = spec(&pod, 3, "tcp-table");
+    s.mtu = 9000;
+    s.route_mtu = Some(1450);
+    s.tcp_full_mtu = true;
+    host.run_in(|| podnet::setup_pod_interface(&s))
+        .expect("setup");
+    let route = pod.ip(&["-4", "route", "show", "default"]);
+    assert!(route.contains("mtu 1450"), "{route}");
+    let rules = pod.ip(&["-4", "rule", "show"]);
+    assert!(
+        rules.contains("100:\tfrom all ipproto tcp lookup 100"),
+        "{rules}"
+    );
+    let table = pod.ip(&["-4", "route", "show", "table", "100"]);
+    assert!(
+        table.contains("default via 10.250.3.1 dev eth0")
+            && table.contains("10.250.3.0/24 dev eth0")
+            && !table.contains("mtu"),
+        "{table}"
+    );
+    // TCP to another node's pod: no route MTU; UDP: the tunnel's.
+    let tcp = pod.ip(&["-4", "route", "get", "10.9.9.9", "ipproto", "tcp"]);
+    assert!(!tcp.contains("mtu"), "{tcp}");
+    let udp = pod.ip(&["-4", "route", "get", "10.9.9.9", "ipproto", "udp"]);
+    assert!(udp.contains("mtu 1450"), "{udp}");
+    // The pod's own subnet stays on the link for TCP too.
+    let near = pod.ip(&["-4", "route", "get", "10.250.3.7", "ipproto", "tcp"]);
+    assert!(!near.contains("via"), "{near}");
+
+    // Without a route MTU there is nothing to split: no rule.
+    let pod2 = Netns::new("p");
+    let mut s2 = spec(&pod2, 4, "tcp-none");
+    s2.tcp_full_mtu = true;
+    host.run_in(|| podnet::setup_pod_interface(&s2))
+        .expect("setup");
+    let rules = pod2.ip(&["-4", "rule", "show"]);
+    assert!(!rules.contains("ipproto tcp"), "{rules}");
 }
 
 #[test]

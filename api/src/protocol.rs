@@ -358,6 +358,12 @@ pub struct ShowResult {
     /// 14-byte Ethernet header. 0 from a switch that does not say.
     #[serde(default)]
     pub max_frame_len: u32,
+    /// Whether the switch's tunnel port segments TCP frames larger than
+    /// the tunnel's inner MTU (userspace TSO): pods may then send TCP to
+    /// other nodes in frames up to their MTU. False from a switch that
+    /// does not say, or has no tunnel port.
+    #[serde(default)]
+    pub tunnel_tso: bool,
 }
 
 /// `add-flows`, `del-flows`, `mod-flows`, `replace-flows`.

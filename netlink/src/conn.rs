@@ -97,6 +97,8 @@ pub enum Change {
     /// [`Netlink::delete_link_index`] (an absent link is an `ENODEV` error
     /// here).
     DeleteLink { index: u32 },
+    /// [`Netlink::add_rule`].
+    AddRule(crate::Ipv4Rule),
 }
 
 impl Change {
@@ -111,6 +113,7 @@ impl Change {
             Change::AddRoute { route, replace } => crate::route::add_request(route, *replace),
             Change::DeleteRoute(route) => crate::route::delete_request(route),
             Change::DeleteLink { index } => crate::link::delete_index_request(*index),
+            Change::AddRule(rule) => crate::route::add_rule_request(rule),
         }
     }
 }

@@ -1,5 +1,6 @@
-//! IPv4 routes of the main table: add or replace, delete, list the
-//! default routes.
+//! IPv4 routes (of the main table unless one is named): add or replace,
+//! delete, list the main table's default routes; IPv4 policy rules that
+//! send one IP protocol to a table: add or replace.
 
 use std::net::Ipv4Addr;
 
@@ -9,12 +10,13 @@ use netlink_packet_route::route::{
     RouteAddress, RouteAttribute, RouteFlags, RouteHeader, RouteMessage, RouteMetric,
     RouteProtocol, RouteScope, RouteType,
 };
-use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
+use netlink_packet_route::rule::{RuleAction, RuleAttribute, RuleMessage};
+use netlink_packet_route::{AddressFamily, IpProtocol, RouteNetlinkMessage};
 
 use crate::conn::Request;
 use crate::{Errno, Error, Netlink};
 
-/// An IPv4 unicast route of the main table.
+/// An IPv4 unicast route (of the main table unless `table` says another).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Ipv4Route {
     /// `0.0.0.0/0` for the default route.
@@ -28,12 +30,23 @@ pub struct Ipv4Route {
     /// than the link's; `None`: the link's. Set on add only (a delete
     /// matches any).
     pub mtu: Option<u32>,
+    /// The routing table; `None`: main.
+    pub table: Option<u32>,
 }
 
 fn message(r: &Ipv4Route) -> RouteMessage {
     let mut m = RouteMessage::default();
     m.header.address_family = AddressFamily::Inet;
-    m.header.table = RouteHeader::RT_TABLE_MAIN;
+    match r.table {
+        None => m.header.table = RouteHeader::RT_TABLE_MAIN,
+        Some(t) => match u8::try_from(t) {
+            Ok(small) => m.header.table = small,
+            Err(_) => {
+                m.header.table = RouteHeader::RT_TABLE_UNSPEC;
+                m.attributes.push(RouteAttribute::Table(t));
+            }
+        },
+    }
     m.header.destination_prefix_length = r.dst.prefix_len();
     if r.dst.prefix_len() > 0 {
         m.attributes
@@ -82,6 +95,27 @@ pub(crate) fn delete_request(r: &Ipv4Route) -> Request {
     Request::acked(RouteNetlinkMessage::DelRoute(m), 0)
 }
 
+/// An IPv4 policy rule: packets of IP protocol `ip_proto` look their route
+/// up in `table` (`ip rule add priority P ipproto N lookup T`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ipv4Rule {
+    pub priority: u32,
+    pub ip_proto: u8,
+    pub table: u32,
+}
+
+pub(crate) fn add_rule_request(r: &Ipv4Rule) -> Request {
+    let mut m = RuleMessage::default();
+    m.header.family = AddressFamily::Inet;
+    m.header.table = RouteHeader::RT_TABLE_UNSPEC;
+    m.header.action = RuleAction::ToTable;
+    m.attributes.push(RuleAttribute::Priority(r.priority));
+    m.attributes.push(RuleAttribute::Table(r.table));
+    m.attributes
+        .push(RuleAttribute::IpProtocol(IpProtocol::from(r.ip_proto)));
+    Request::acked(RouteNetlinkMessage::NewRule(m), NLM_F_CREATE | NLM_F_EXCL)
+}
+
 /// An IPv4 default route of the main table.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DefaultRoute {
@@ -117,6 +151,11 @@ impl Netlink {
             Err(e) if matches!(e.errno(), Some(Errno::ESRCH) | Some(Errno::ENOENT)) => Ok(false),
             Err(e) => Err(e),
         }
+    }
+
+    /// Adds `rule`; `EEXIST` if an identical one exists.
+    pub fn add_rule(&mut self, rule: &Ipv4Rule) -> Result<(), Error> {
+        self.request(add_rule_request(rule)).map(drop)
     }
 
     /// Every IPv4 default route of the main table.
@@ -168,6 +207,7 @@ mod tests {
             oif: Some(5),
             onlink: true,
             mtu: Some(1450),
+            table: None,
         };
         let req = add_request(&r, true);
         let RouteNetlinkMessage::NewRoute(m) = req.msg_for_test() else {
@@ -193,6 +233,7 @@ mod tests {
             oif: Some(2),
             onlink: false,
             mtu: None,
+            table: None,
         };
         let RouteNetlinkMessage::NewRoute(m) = add_request(&default, false).msg_for_test().clone()
         else {

@@ -11,7 +11,7 @@ use std::os::fd::AsFd;
 
 use nix::sched::{unshare, CloneFlags};
 use oxvs_netlink::{
-    ethtool, Change, Errno, Error, Ipv4Route, LinkChange, LinkSpec, Netlink, NewLink,
+    ethtool, Change, Errno, Error, Ipv4Route, Ipv4Rule, LinkChange, LinkSpec, Netlink, NewLink,
 };
 
 /// Runs `f` on a new thread in a new, empty network namespace; `None` (after
@@ -144,6 +144,7 @@ fn addresses_routes_and_pipeline() {
                         oif: Some(gw.index),
                         onlink: false,
                         mtu: None,
+                        table: None,
                     },
                     replace: false,
                 },
@@ -188,6 +189,7 @@ fn addresses_routes_and_pipeline() {
             oif: Some(gw.index),
             onlink: true,
             mtu: Some(1400),
+            table: None,
         };
         nl.add_route(&r, true).unwrap();
         nl.add_route(&r, true).unwrap();
@@ -209,6 +211,47 @@ fn addresses_routes_and_pipeline() {
         };
         assert!(nl.delete_route(&del).unwrap());
         assert!(!nl.delete_route(&del).unwrap());
+
+        // A route in another table and a rule sending TCP to it, as the
+        // agent gives a pod whose TCP takes the interface's MTU.
+        let t = Ipv4Route {
+            dst: "0.0.0.0/0".parse().unwrap(),
+            gateway: Some(Ipv4Addr::new(192, 0, 2, 7)),
+            oif: Some(gw.index),
+            onlink: true,
+            mtu: None,
+            table: Some(100),
+        };
+        nl.add_route(&t, false).unwrap();
+        let rule = Ipv4Rule {
+            priority: 100,
+            ip_proto: 6,
+            table: 100,
+        };
+        nl.add_rule(&rule).unwrap();
+        assert_eq!(nl.add_rule(&rule).unwrap_err().errno(), Some(Errno::EEXIST));
+        let show = |args: &[&str]| {
+            let o = std::process::Command::new("ip")
+                .args(args)
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&o.stdout).into_owned()
+        };
+        let rules = show(&["-4", "rule", "show"]);
+        assert!(
+            rules.contains("100:\tfrom all ipproto tcp lookup 100"),
+            "{rules}"
+        );
+        let table = show(&["-4", "route", "show", "table", "100"]);
+        assert!(table.contains("default via 192.0.2.7"), "{table}");
+        // A large table number goes in the attribute.
+        let big = Ipv4Route {
+            table: Some(1000),
+            ..t.clone()
+        };
+        nl.add_route(&big, false).unwrap();
+        let table = show(&["-4", "route", "show", "table", "1000"]);
+        assert!(table.contains("default via 192.0.2.7"), "{table}");
     });
 }
 

@@ -1342,6 +1342,13 @@ impl XskPort {
     /// (multi-buffer, on a socket bound with `XDP_USE_SG`), all or none.
     #[inline]
     pub fn send(&mut self, bytes: &[u8]) {
+        // A batch may output more than a ring's worth to one port (a
+        // tunnel's coalesced trains): hand what is queued to the kernel
+        // first (one per ring's worth), drop only if it takes nothing.
+        let descs = bytes.len() / (FRAME_SIZE as usize / 2) + 1;
+        if self.pending_tx.len() + descs > TX_RING_SIZE as usize {
+            self.flush();
+        }
         if self.pending_tx.len() >= TX_RING_SIZE as usize {
             self.counters.tx_dropped += 1;
             self.counters.tx_ring_full += 1;

@@ -483,6 +483,7 @@ fn show(switch: &Switch) -> ShowResult {
         n_flows: switch.pipeline().snapshot().flow_count(),
         ports: switch.ports(),
         max_frame_len: u32::try_from(switch.max_frame_len()).unwrap_or(u32::MAX),
+        tunnel_tso: switch.tunnel_tso(),
     }
 }
 

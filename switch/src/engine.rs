@@ -163,6 +163,10 @@ pub struct SwitchConfig {
     /// ([`oxvs_pipeline::checksum`] says why and what is covered).
     /// Frames from physical NICs arrive complete and are never touched.
     pub complete_checksums: bool,
+    /// Tunnel ports segment inner TCP frames larger than the tunnel's
+    /// inner MTU (userspace TSO, `vxlan/tso.rs`) instead of answering
+    /// "fragmentation needed".
+    pub tunnel_tso: bool,
 }
 
 impl Default for SwitchConfig {
@@ -180,6 +184,7 @@ impl Default for SwitchConfig {
             packet_in_queue: 1024,
             shared_xdp_program: true,
             complete_checksums: true,
+            tunnel_tso: true,
         }
     }
 }
@@ -405,6 +410,8 @@ struct ThreadShared {
     umem_free: AtomicU64,
     /// Whether the shared UMEM takes packets in several descriptors.
     umem_sg: AtomicBool,
+    /// Whether the thread's last tunnel port segments large TCP frames.
+    tunnel_tso: AtomicBool,
 }
 
 impl ThreadShared {
@@ -482,6 +489,7 @@ impl Switch {
                 umem_frames: AtomicU64::new(0),
                 umem_free: AtomicU64::new(0),
                 umem_sg: AtomicBool::new(false),
+                tunnel_tso: AtomicBool::new(false),
             }));
             wake_rx.push(b);
         }
@@ -593,6 +601,24 @@ impl Switch {
         } else {
             1514
         }
+    }
+
+    /// Whether the tunnel port (if any) segments inner TCP frames larger
+    /// than its inner MTU ([`SwitchConfig::tunnel_tso`]): pods may then
+    /// send TCP to other nodes in frames as large as their MTU.
+    pub fn tunnel_tso(&self) -> bool {
+        let ports = lock(&self.ports);
+        let tunnels: Vec<usize> = ports
+            .values()
+            .filter(|p| p.kind == "vxlan")
+            .map(|p| p.thread)
+            .collect();
+        !tunnels.is_empty()
+            && tunnels.iter().all(|&t| {
+                self.threads
+                    .get(t)
+                    .is_some_and(|t| t.tunnel_tso.load(Ordering::Relaxed))
+            })
     }
 
     fn send(&self, thread: usize, cmd: Cmd) -> Result<(), SwitchError> {
@@ -1184,8 +1210,18 @@ impl Worker {
                 dst_port,
                 underlay_mtu,
             } => {
-                let v = VxlanPort::open(*local_ip, dst_port.unwrap_or(4789), *underlay_mtu)
+                let mut v = VxlanPort::open(*local_ip, dst_port.unwrap_or(4789), *underlay_mtu)
                     .map_err(|e| err(e.to_string()))?;
+                if self.config.tunnel_tso {
+                    if let Err(e) = v.enable_tso() {
+                        tracing::warn!(
+                            port = %spec.name,
+                            "cannot open the tunnel's segmentation sockets; large TCP frames \
+                             get \"fragmentation needed\": {e}"
+                        );
+                    }
+                }
+                self.me.tunnel_tso.store(v.tso(), Ordering::Relaxed);
                 PortIo::Vxlan(Box::new(v), *local_ip)
             }
         };

@@ -93,6 +93,13 @@ struct Args {
     /// corrupt by the receiver.
     #[arg(long)]
     trust_checksums: bool,
+    /// Whether the VXLAN port segments inner TCP frames larger than the
+    /// tunnel's inner MTU (userspace TSO: pods on nodes with large frames
+    /// then send TCP to other nodes in 64 KiB segments; `show` says
+    /// `tunnel_tso`). `off`: such frames get "fragmentation needed".
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set,
+          num_args = 0..=1, default_missing_value = "true")]
+    tunnel_tso: bool,
     /// Frames per RX/TX batch.
     #[arg(long, value_name = "N", default_value_t = 32,
           value_parser = clap::value_parser!(u16).range(1..=256))]
@@ -305,6 +312,7 @@ fn run(args: Args) -> anyhow::Result<()> {
         conntrack,
         shared_xdp_program: args.xdp_program == XdpProgramArg::Switch,
         complete_checksums: !args.trust_checksums,
+        tunnel_tso: args.tunnel_tso,
         ..SwitchConfig::default()
     };
     tracing::info!(?config, socket = %args.socket.display(), "starting oxvs-switchd");

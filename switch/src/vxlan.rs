@@ -111,10 +111,12 @@ use rustix::net::{SendAncillaryBuffer, SendFlags};
 mod frames;
 #[doc(hidden)]
 pub mod fuzzing;
+mod tso;
 
 pub(crate) use frames::source_port;
 use frames::{encapsulate_fragments, fragment_count, may_fragment, parse_vxlan, OuterHeader};
 pub use frames::{icmp_too_big_reply, icmp_too_big_reply_head, TOO_BIG_HEAD};
+use tso::TcpCut;
 
 /// The IANA VXLAN port.
 pub const DEFAULT_DST_PORT: u16 = wire::vxlan::UDP_PORT;
@@ -122,8 +124,24 @@ pub const DEFAULT_DST_PORT: u16 = wire::vxlan::UDP_PORT;
 pub const VXLAN_OVERHEAD: u32 = 50;
 /// Most datagrams one `recv_batch` or `flush` moves.
 pub const MAX_BATCH: usize = 64;
-/// Largest inner frame received (jumbo 9000 + Ethernet + two VLAN tags, rounded).
+/// Largest inner frame one TX slot holds (jumbo 9000 + Ethernet + two
+/// VLAN tags, rounded); larger ones are segmented (TCP) or fragmented.
 pub const MAX_INNER_RX: usize = 9200;
+/// Bytes one receive slot takes: a datagram of up to 64 KiB, or a train
+/// of datagrams the kernel coalesced (`UDP_GRO`), which stays below 64 KiB.
+const RX_SLOT: usize = 65_536;
+/// Most VXLAN datagrams one receive slot holds (a coalesced train, see
+/// [`RX_SLOT`]; the kernel coalesces at most 64).
+const MAX_TRAIN: usize = 64;
+/// Sockets a port's segmented TCP leaves from (one source port each, the
+/// inner flow picks one: the underlay's ECMP entropy).
+const TSO_SOCKETS: usize = 16;
+/// Most datagrams one `UDP_SEGMENT` send carries (the kernel's
+/// `UDP_MAX_SEGMENTS` before 6.10).
+const TSO_MAX_SEGMENTS: usize = 64;
+/// Most UDP payload bytes one send carries (an IPv4 packet's 65535 less
+/// the IPv4 and UDP headers).
+const TSO_MAX_PAYLOAD: usize = 65_535 - IPV4_HLEN - UDP_HLEN;
 
 const ETH_HLEN: usize = wire::ethernet::HEADER_LEN;
 const IPV4_HLEN: usize = wire::ipv4::HEADER_LEN;
@@ -131,7 +149,6 @@ const UDP_HLEN: usize = wire::udp::HEADER_LEN;
 const VXLAN_HLEN: usize = wire::vxlan::HEADER_LEN;
 /// Outer IPv4 + UDP + VXLAN: what we write in front of an inner frame.
 const OUTER_LEN: usize = IPV4_HLEN + UDP_HLEN + VXLAN_HLEN;
-const RX_SLOT: usize = VXLAN_HLEN + MAX_INNER_RX;
 /// A TX slot holds one outer IP packet (or fragment) up to this size; the
 /// effective underlay MTU is capped by it.
 const TX_SLOT: usize = OUTER_LEN + MAX_INNER_RX;
@@ -165,10 +182,11 @@ pub enum TxError {
     NoDestination,
 }
 
-/// Receive-side bookkeeping of one RX slot.
+/// One received inner frame.
 #[derive(Clone, Copy, Debug, Default)]
 struct RxDesc {
-    /// Length of the inner frame (after the VXLAN header); 0 = skip.
+    /// Where the inner frame starts in `rx_buf`.
+    off: usize,
     len: usize,
     meta: TunnelMeta,
 }
@@ -191,9 +209,14 @@ pub struct VxlanPort {
     underlay_mtu: u32,
     rx_sock: UdpSocket,
     tx_sock: OwnedFd,
+    /// Whether the kernel coalesces received datagrams (`UDP_GRO`).
+    rx_gro: bool,
     rx_buf: Box<[u8]>,
-    rx_desc: [RxDesc; MAX_BATCH],
-    rx_n: usize,
+    /// The inner frames of the last batch, in `rx_buf` order.
+    rx_desc: Vec<RxDesc>,
+    /// Sockets and their source ports for segmented TCP (empty: TSO off).
+    tso: Vec<(UdpSocket, u16)>,
+    tso_buf: Box<[u8]>,
     tx_buf: Box<[u8]>,
     tx_desc: [TxDesc; MAX_BATCH],
     tx_n: usize,
@@ -208,6 +231,8 @@ impl std::fmt::Debug for VxlanPort {
             .field("local_ip", &self.local_ip)
             .field("dst_port", &self.dst_port)
             .field("underlay_mtu", &self.underlay_mtu)
+            .field("rx_gro", &self.rx_gro)
+            .field("tso", &self.tso.len())
             .field("stats", &self.stats)
             .finish_non_exhaustive()
     }
@@ -247,16 +272,23 @@ impl VxlanPort {
         // Report the kernel's drops on this socket (full receive buffer).
         nix::sys::socket::setsockopt(&rx_sock, nix::sys::socket::sockopt::RxqOvfl, &1)
             .map_err(|e| VxlanError::Socket(e.into()))?;
-        tracing::info!(%local_ip, dst_port, mtu, "vxlan port open (udp-socket)");
+        // Trains of datagrams (a peer's UDP_SEGMENT send) arrive as one
+        // buffer (Linux 5.0+); without it, one by one as before.
+        let rx_gro =
+            nix::sys::socket::setsockopt(&rx_sock, nix::sys::socket::sockopt::UdpGroSegment, &true)
+                .is_ok();
+        tracing::info!(%local_ip, dst_port, mtu, rx_gro, "vxlan port open (udp-socket)");
         Ok(VxlanPort {
             local_ip,
             dst_port,
             underlay_mtu: mtu,
             rx_sock,
             tx_sock,
+            rx_gro,
             rx_buf: vec![0u8; RX_SLOT * MAX_BATCH].into_boxed_slice(),
-            rx_desc: [RxDesc::default(); MAX_BATCH],
-            rx_n: 0,
+            rx_desc: Vec::with_capacity(MAX_BATCH * MAX_TRAIN),
+            tso: Vec::new(),
+            tso_buf: Box::default(),
             tx_buf: vec![0u8; TX_SLOT * MAX_BATCH].into_boxed_slice(),
             tx_desc: [TxDesc {
                 len: 0,
@@ -267,6 +299,48 @@ impl VxlanPort {
             ident: 1,
             stats: PortStats::default(),
         })
+    }
+
+    /// Segments inner TCP frames larger than the tunnel's inner MTU instead
+    /// of refusing them (see `vxlan/tso.rs`): opens [`TSO_SOCKETS`] UDP
+    /// sockets on `local_ip` (kernel-chosen source ports, DF set, the path
+    /// MTU cache not consulted, as the raw socket) that send each cut
+    /// segment's pieces with one `UDP_SEGMENT` `sendmsg`. The inner TCP
+    /// flows' other packets then leave from the same source port as their
+    /// segmented data. An error leaves TSO off.
+    pub fn enable_tso(&mut self) -> Result<(), VxlanError> {
+        if !self.tso.is_empty() {
+            return Ok(());
+        }
+        let mut socks = Vec::with_capacity(TSO_SOCKETS);
+        for _ in 0..TSO_SOCKETS {
+            let s = UdpSocket::bind(SocketAddrV4::new(self.local_ip, 0)).map_err(|source| {
+                VxlanError::Bind {
+                    addr: SocketAddrV4::new(self.local_ip, 0),
+                    source,
+                }
+            })?;
+            s.set_nonblocking(true).map_err(VxlanError::Socket)?;
+            rustix::net::sockopt::set_ip_mtu_discover(
+                &s,
+                rustix::net::sockopt::Ipv4PathMtuDiscovery::PROBE,
+            )
+            .map_err(|e| VxlanError::Socket(e.into()))?;
+            let _ = nix::sys::socket::setsockopt(&s, nix::sys::socket::sockopt::SndBuf, &(4 << 20));
+            // Nothing is read from these: take nothing in.
+            let _ = nix::sys::socket::setsockopt(&s, nix::sys::socket::sockopt::RcvBuf, &0);
+            let _ = nix::sys::socket::shutdown(s.as_raw_fd(), nix::sys::socket::Shutdown::Read);
+            let port = s.local_addr().map_err(VxlanError::Socket)?.port();
+            socks.push((s, port));
+        }
+        self.tso = socks;
+        self.tso_buf = vec![0u8; TSO_MAX_PAYLOAD].into_boxed_slice();
+        Ok(())
+    }
+
+    /// Whether [`enable_tso`](Self::enable_tso) succeeded.
+    pub fn tso(&self) -> bool {
+        !self.tso.is_empty()
     }
 
     /// The RX socket, for `poll`.
@@ -304,18 +378,19 @@ impl VxlanPort {
         self.stats
     }
 
-    /// Receives up to `max` (at most [`MAX_BATCH`]) datagrams with one
-    /// non-blocking `recvmmsg`; returns how many valid inner frames
+    /// Receives up to `max` (at most [`MAX_BATCH`]) datagrams, or trains
+    /// of datagrams the kernel coalesced, with one non-blocking `recvmmsg`;
+    /// returns how many valid inner frames
     /// [`rx_packets`](Self::rx_packets) now yields. Malformed datagrams are
     /// counted in `rx_errors` and skipped.
     pub fn recv_batch(&mut self, max: usize) -> usize {
-        self.rx_n = 0;
+        self.rx_desc.clear();
         let want = max.min(MAX_BATCH);
         if want == 0 {
             return 0;
         }
         let fd = self.rx_sock.as_raw_fd();
-        let cmsg = nix::cmsg_space!(u32);
+        let cmsg = nix::cmsg_space!(u32, i32);
         let mut headers = MultiHeaders::<SockaddrIn>::preallocate(want, Some(cmsg));
         let mut chunks = self.rx_buf.chunks_exact_mut(RX_SLOT);
         let mut iovs: [[IoSliceMut<'_>; 1]; MAX_BATCH] =
@@ -335,61 +410,81 @@ impl VxlanPort {
                 return 0;
             }
         };
+        // (slot, bytes, segment size, source) of each message.
+        let mut msgs = [(0usize, 0usize, 0usize, Ipv4Addr::UNSPECIFIED); MAX_BATCH];
         let mut n = 0;
-        for msg in results {
+        for (slot, msg) in results.enumerate() {
             let src = msg.address.map(|a| a.ip()).unwrap_or(Ipv4Addr::UNSPECIFIED);
-            // SO_RXQ_OVFL: the socket's drop count so far (buffer overflow).
+            let mut seg = 0;
             if let Ok(cmsgs) = msg.cmsgs() {
                 for c in cmsgs {
-                    if let nix::sys::socket::ControlMessageOwned::RxqOvfl(dropped) = c {
-                        self.stats.rx_dropped = u64::from(dropped);
+                    match c {
+                        // SO_RXQ_OVFL: the socket's drop count so far
+                        // (buffer overflow).
+                        nix::sys::socket::ControlMessageOwned::RxqOvfl(dropped) => {
+                            self.stats.rx_dropped = u64::from(dropped);
+                        }
+                        // UDP_GRO: a train of datagrams of this size (the
+                        // last may be shorter).
+                        nix::sys::socket::ControlMessageOwned::UdpGroSegments(s) => {
+                            seg = usize::try_from(s).unwrap_or(0);
+                        }
+                        _ => {}
                     }
                 }
             }
             // A truncated datagram is recorded as empty: parsing rejects it.
             let truncated = msg.flags.contains(MsgFlags::MSG_TRUNC);
-            self.rx_desc[n] = RxDesc {
-                len: if truncated { 0 } else { msg.bytes },
-                meta: TunnelMeta {
-                    tun_id: 0,
-                    src: u32::from(src),
-                    dst: u32::from(self.local_ip),
-                },
-            };
-            n += 1;
+            if let Some(m) = msgs.get_mut(n) {
+                *m = (slot, if truncated { 0 } else { msg.bytes }, seg, src);
+                n += 1;
+            }
         }
-        let mut valid = 0;
-        for (slot, d) in self
-            .rx_buf
-            .chunks_exact(RX_SLOT)
-            .zip(self.rx_desc[..n].iter_mut())
-        {
-            match slot.get(..d.len).and_then(parse_vxlan) {
-                Some((vni, inner_len)) => {
-                    d.meta.tun_id = u64::from(vni);
-                    d.len = inner_len;
-                    self.stats.rx_packets += 1;
-                    self.stats.rx_bytes += inner_len as u64;
-                    valid += 1;
-                }
-                None => {
-                    d.len = 0;
-                    self.stats.rx_errors += 1;
+        let local = u32::from(self.local_ip);
+        for &(slot, bytes, seg, src) in &msgs[..n] {
+            let base = slot * RX_SLOT;
+            let data = self.rx_buf.get(base..base + bytes).unwrap_or_default();
+            let seg = if seg == 0 { bytes.max(1) } else { seg };
+            if data.is_empty() {
+                self.stats.rx_errors += 1;
+                continue;
+            }
+            for (k, dgram) in data.chunks(seg).enumerate() {
+                match parse_vxlan(dgram) {
+                    Some((vni, inner_len)) => {
+                        self.rx_desc.push(RxDesc {
+                            off: base + k * seg + VXLAN_HLEN,
+                            len: inner_len,
+                            meta: TunnelMeta {
+                                tun_id: u64::from(vni),
+                                src: u32::from(src),
+                                dst: local,
+                            },
+                        });
+                        self.stats.rx_packets += 1;
+                        self.stats.rx_bytes += inner_len as u64;
+                    }
+                    None => self.stats.rx_errors += 1,
                 }
             }
         }
-        self.rx_n = n;
-        valid
+        self.rx_desc.len()
     }
 
     /// The inner Ethernet frames of the last [`recv_batch`](Self::recv_batch),
     /// in the port's own buffers, with their tunnel metadata.
     pub fn rx_packets(&mut self) -> impl Iterator<Item = (&mut [u8], TunnelMeta)> + '_ {
-        self.rx_buf
-            .chunks_exact_mut(RX_SLOT)
-            .zip(self.rx_desc[..self.rx_n].iter())
-            .filter(|(_, d)| d.len > 0)
-            .map(|(slot, d)| (&mut slot[VXLAN_HLEN..VXLAN_HLEN + d.len], d.meta))
+        let mut rest: &mut [u8] = &mut self.rx_buf;
+        let mut at = 0;
+        self.rx_desc.iter().filter_map(move |d| {
+            // Frames are in buffer order and do not overlap.
+            let skip = d.off.checked_sub(at)?;
+            let (_, tail) = std::mem::take(&mut rest).split_at_mut_checked(skip)?;
+            let (frame, tail) = tail.split_at_mut_checked(d.len)?;
+            rest = tail;
+            at = d.off + d.len;
+            Some((frame, d.meta))
+        })
     }
 
     /// Queues `inner` for `meta.dst` with VNI `meta.tun_id` (low 24 bits),
@@ -409,6 +504,15 @@ impl VxlanPort {
         let inner_mtu = (mtu - VXLAN_OVERHEAD as usize) as u32;
         let outer_len = OUTER_LEN + inner.len();
         let fragment = outer_len > mtu;
+        let flow_port = source_port(inner);
+        // A TCP flow leaves from its TSO socket's port, segmented or not.
+        let tso_sock = (!self.tso.is_empty() && tso::is_ipv4_tcp(inner))
+            .then(|| usize::from(flow_port) % self.tso.len());
+        if fragment {
+            if let Some(cut) = tso_sock.and_then(|_| TcpCut::of(inner, inner_mtu as usize)) {
+                return self.send_segmented(inner, &cut, meta, tso_sock.unwrap_or(0));
+            }
+        }
         if outer_len > usize::from(u16::MAX) || (fragment && !may_fragment(inner)) {
             self.stats.tx_dropped += 1;
             return Err(TxError::TooBig { mtu: inner_mtu });
@@ -416,7 +520,10 @@ impl VxlanPort {
         let hdr = OuterHeader {
             src: self.local_ip,
             dst: Ipv4Addr::from(meta.dst),
-            src_port: source_port(inner),
+            src_port: match tso_sock.and_then(|i| self.tso.get(i)) {
+                Some((_, port)) => *port,
+                None => flow_port,
+            },
             dst_port: self.dst_port,
             vni: (meta.tun_id & u64::from(wire::vxlan::VNI_MASK)) as u32,
             ident: self.ident,
@@ -514,6 +621,67 @@ impl VxlanPort {
             }
         }
         sent_inner
+    }
+
+    /// Sends a large TCP segment cut into pieces (see `vxlan/tso.rs`) from
+    /// TSO socket `sock`, as few `UDP_SEGMENT` sends as 64 KiB allows,
+    /// after what is queued (the flow's packets keep their order).
+    fn send_segmented(
+        &mut self,
+        inner: &[u8],
+        cut: &TcpCut,
+        meta: TunnelMeta,
+        sock: usize,
+    ) -> Result<(), TxError> {
+        self.flush();
+        let seg = cut.datagram_len();
+        let Ok(seg16) = u16::try_from(seg) else {
+            self.stats.tx_dropped += 1;
+            return Err(TxError::TooBig {
+                mtu: self.inner_mtu(),
+            });
+        };
+        let per_send = (TSO_MAX_PAYLOAD / seg).clamp(1, TSO_MAX_SEGMENTS);
+        let dst = SockaddrIn::from(SocketAddrV4::new(Ipv4Addr::from(meta.dst), self.dst_port));
+        let vni = (meta.tun_id & u64::from(wire::vxlan::VNI_MASK)) as u32;
+        let Some((s, _)) = self.tso.get(sock) else {
+            self.stats.tx_dropped += 1;
+            return Ok(());
+        };
+        let pieces = cut.pieces();
+        let mut k = 0;
+        while k < pieces {
+            let count = per_send.min(pieces - k);
+            let Some(len) = cut.write(inner, vni, k, count, &mut self.tso_buf) else {
+                self.stats.tx_errors += 1;
+                return Ok(());
+            };
+            let iov = [IoSlice::new(self.tso_buf.get(..len).unwrap_or_default())];
+            let gso = [nix::sys::socket::ControlMessage::UdpGsoSegments(&seg16)];
+            let cmsgs: &[nix::sys::socket::ControlMessage<'_>] = if count > 1 { &gso } else { &[] };
+            match nix::sys::socket::sendmsg(
+                s.as_raw_fd(),
+                &iov,
+                cmsgs,
+                MsgFlags::MSG_DONTWAIT,
+                Some(&dst),
+            ) {
+                Ok(_) => {}
+                Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::ENOBUFS) => {
+                    self.stats.tx_dropped += 1;
+                    return Ok(());
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, dst = %dst, "vxlan UDP_SEGMENT send refused");
+                    self.stats.tx_errors += 1;
+                    return Ok(());
+                }
+            }
+            k += count;
+        }
+        self.stats.tx_packets += 1;
+        self.stats.tx_bytes += inner.len() as u64;
+        Ok(())
     }
 
     fn count_tx_dropped(&mut self, from: usize, to: usize) {

@@ -31,6 +31,7 @@ impl Agent {
             gateway: a.gateway,
             mtu: a.mtu,
             route_mtu: self.route_mtu(a.mtu),
+            tcp_full_mtu: self.tcp_full_mtu(a.mtu),
             tx_checksum_off: self.cfg.pod_tx_checksum_off,
         }
     }

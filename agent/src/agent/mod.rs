@@ -170,6 +170,9 @@ pub struct Agent {
     /// The MTU new pod interfaces get, resolved from `cfg.local_mtu` once
     /// the switch said what it takes (0 until then: `cfg.pod_mtu`).
     link_mtu: std::sync::atomic::AtomicU32,
+    /// Whether the switch's tunnel port segments large TCP frames (its
+    /// `show`, asked once the tunnel port exists).
+    tunnel_tso: std::sync::atomic::AtomicBool,
     /// Nodes refused ([`crate::nodes`]), by name, as last logged.
     refused_nodes: Mutex<BTreeMap<String, NodeProblem>>,
     /// This node's own Node refused as the IPAM range, as last logged.
@@ -212,6 +215,7 @@ impl Agent {
             admitted: Mutex::new(BTreeMap::new()),
             underlay: Mutex::new(None),
             link_mtu: std::sync::atomic::AtomicU32::new(0),
+            tunnel_tso: std::sync::atomic::AtomicBool::new(false),
             refused_nodes: Mutex::new(BTreeMap::new()),
             refused_local: Mutex::new(None),
             refused_policies: Mutex::new(Vec::new()),
@@ -279,6 +283,14 @@ impl Agent {
     /// the node's, when below the interface's.
     pub fn route_mtu(&self, mtu: u32) -> Option<u32> {
         (mtu > self.cfg.pod_mtu).then_some(self.cfg.pod_mtu)
+    }
+
+    /// Whether a pod whose interface has `mtu` sends TCP at that MTU to
+    /// every destination (its default route keeping [`route_mtu`](Self::route_mtu)
+    /// for the rest): when the interface is above the tunnel's MTU and the
+    /// switch segments TCP into the tunnel.
+    pub fn tcp_full_mtu(&self, mtu: u32) -> bool {
+        self.route_mtu(mtu).is_some() && self.tunnel_tso.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Resolves `cfg.local_mtu` against the largest frame the switch takes

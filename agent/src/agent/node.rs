@@ -203,6 +203,14 @@ impl Agent {
             }
             (None, None) => {}
         }
+        let tso = self.switch_tunnel_tso().await;
+        self.tunnel_tso
+            .store(tso, std::sync::atomic::Ordering::Relaxed);
+        tracing::info!(
+            tunnel_tso = tso,
+            tcp_full_mtu = self.tcp_full_mtu(mtu),
+            "pods' TCP to other nodes: at the interface MTU when the tunnel segments it"
+        );
         // Published last: flows computed with the node known must also see
         // its tunnel port (a restarted agent computing them in between
         // would drop the tunnel's flows until its next convergence).

@@ -40,17 +40,32 @@ impl Agent {
     /// The largest frame the switch's pod ports take whole (its `show`);
     /// 0 when it does not say (an older switch) or cannot be asked.
     pub(super) async fn switch_max_frame_len(&self) -> u32 {
-        let show = self.switch(Request::Show).await.and_then(|v| {
-            serde_json::from_value::<ShowResult>(v)
-                .map_err(|e| oxvs_api::ClientError::Refused(format!("bad show answer: {e}")))
-        });
-        match show {
+        match self.switch_show().await {
             Ok(s) => s.max_frame_len,
             Err(e) => {
                 tracing::warn!("cannot ask the switch which frames it takes whole: {e}");
                 0
             }
         }
+    }
+
+    /// Whether the switch's tunnel port segments large TCP frames (its
+    /// `show`); false when it does not say or cannot be asked.
+    pub(super) async fn switch_tunnel_tso(&self) -> bool {
+        match self.switch_show().await {
+            Ok(s) => s.tunnel_tso,
+            Err(e) => {
+                tracing::warn!("cannot ask the switch whether its tunnel segments TCP: {e}");
+                false
+            }
+        }
+    }
+
+    async fn switch_show(&self) -> Result<ShowResult, oxvs_api::ClientError> {
+        self.switch(Request::Show).await.and_then(|v| {
+            serde_json::from_value::<ShowResult>(v)
+                .map_err(|e| oxvs_api::ClientError::Refused(format!("bad show answer: {e}")))
+        })
     }
 
     pub(super) fn switch_err(what: &str, e: oxvs_api::ClientError) -> CniError {

@@ -519,6 +519,7 @@ fn run_probe(dir: &Path, switch_sock: &Path, pods: &[String]) -> Result<Probe> {
             gateway: gateway_ip,
             mtu: 1450,
             route_mtu: None,
+            tcp_full_mtu: false,
             // As the agent does by default (the switch completes checksums).
             tx_checksum_off: false,
         };
