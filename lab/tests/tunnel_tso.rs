@@ -173,6 +173,20 @@ impl Drop for Server {
     }
 }
 
+/// The (rx_packets, rx_bytes) of a pod's `eth0`, as its kernel counts them.
+fn pod_rx(netns: &str) -> (u64, u64) {
+    let read = |what: &str| -> u64 {
+        in_ns(
+            netns,
+            &["cat", &format!("/sys/class/net/eth0/statistics/{what}")],
+        )
+        .trim()
+        .parse()
+        .unwrap_or(0)
+    };
+    (read("rx_packets"), read("rx_bytes"))
+}
+
 /// The tunnel port's (tx_packets, tx_bytes) on `node`.
 fn tunnel_tx(lab: &Lab, node: &str) -> (u64, u64) {
     let v: Value = serde_json::from_str(&lab.ctl(node, &["show", "--json"])).expect("show json");
@@ -261,8 +275,10 @@ fn pods_send_large_tcp_segments_across_nodes() {
     // 16 MB each way, both directions of segmentation (a -> c from
     // node-1, c -> a from node-2).
     let before = [tunnel_tx(&lab, "node-1"), tunnel_tx(&lab, "node-2")];
+    let rx_before = [pod_rx(&a_ns), pod_rx(&c_ns)];
     assert_eq!(transfer(&c_ns, &a_ns, &c_ip), "ok", "a -> c -> a");
     let after = [tunnel_tx(&lab, "node-1"), tunnel_tx(&lab, "node-2")];
+    let rx_after = [pod_rx(&a_ns), pod_rx(&c_ns)];
     for (i, node) in ["node-1", "node-2"].iter().enumerate() {
         let packets = after[i].0 - before[i].0;
         let bytes = after[i].1 - before[i].1;
@@ -272,6 +288,18 @@ fn pods_send_large_tcp_segments_across_nodes() {
         assert!(
             avg > 4000,
             "{node}: {packets} inner frames, {avg} bytes each: TCP was not segmented by the switch"
+        );
+    }
+    // The receiving switches merged the pieces again (userspace GRO): the
+    // pods' kernels took far fewer, larger frames than the tunnel's.
+    for (i, pod) in ["a", "c"].iter().enumerate() {
+        let packets = rx_after[i].0 - rx_before[i].0;
+        let bytes = rx_after[i].1 - rx_before[i].1;
+        let avg = bytes / packets.max(1);
+        eprintln!("pod {pod}: {packets} frames received, {avg} bytes each");
+        assert!(
+            avg > 4000,
+            "pod {pod}: {packets} frames of {avg} bytes: received TCP was not coalesced"
         );
     }
     assert_eq!(transfer(&a_ns, &c_ns, &a_ip), "ok", "c -> a -> c");

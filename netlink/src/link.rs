@@ -30,6 +30,10 @@ pub struct Link {
     /// An XDP program is attached (in any mode), what `ip link show`
     /// prints as `xdp`, `xdpgeneric`, ...
     pub xdp: bool,
+    /// The index of the link it is paired with or stacked on
+    /// (`IFLA_LINK`: a veth's peer) when that link is in the same
+    /// namespace (no `IFLA_LINK_NETNSID`).
+    pub peer_here: Option<u32>,
 }
 
 impl Link {
@@ -43,7 +47,9 @@ impl Link {
             alias: None,
             kind: None,
             xdp: false,
+            peer_here: None,
         };
+        let mut other_ns = false;
         for a in &m.attributes {
             match a {
                 LinkAttribute::IfName(n) => l.name = n.clone(),
@@ -61,8 +67,13 @@ impl Link {
                         .iter()
                         .any(|x| matches!(x, LinkXdp::Attached(a) if *a != XdpAttached::None))
                 }
+                LinkAttribute::Link(i) if *i != l.index && *i != 0 => l.peer_here = Some(*i),
+                LinkAttribute::LinkNetNsId(_) => other_ns = true,
                 _ => {}
             }
+        }
+        if other_ns {
+            l.peer_here = None;
         }
         l
     }
@@ -399,6 +410,7 @@ mod tests {
                 alias: Some("oxvs:eth0:c".into()),
                 kind: Some("dummy".into()),
                 xdp: true,
+                peer_here: None,
             }
         );
         m.attributes = vec![LinkAttribute::Xdp(vec![LinkXdp::Attached(

@@ -394,6 +394,9 @@ struct Shared {
     counters: Counters,
     /// UMEM frames per AF_XDP port.
     umem_frames: u32,
+    /// The largest frame a tunnel port merges received TCP segments into
+    /// (see [`Switch::gro_max`]; 0: none).
+    gro_max: std::sync::atomic::AtomicUsize,
 }
 
 /// The part of a datapath thread others can reach.
@@ -429,6 +432,8 @@ struct PortEntry {
     kind: &'static str,
     mode: String,
     stats: Arc<AtomicPortStats>,
+    /// The interface (AF_XDP ports).
+    ifname: Option<String>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -447,6 +452,8 @@ pub struct Switch {
     anchor: Option<String>,
     /// The XDP program ports on virtual devices share.
     xdp_prog: Option<Arc<XdpProgram>>,
+    /// [`SwitchConfig::complete_checksums`].
+    config_complete_checksums: bool,
 }
 
 impl std::fmt::Debug for Switch {
@@ -470,6 +477,7 @@ impl Switch {
             spares: Mutex::new(Vec::new()),
             counters: Counters::default(),
             umem_frames: config.umem_frames,
+            gro_max: std::sync::atomic::AtomicUsize::new(0),
         });
         let mut threads = Vec::new();
         let mut wake_rx = Vec::new();
@@ -538,6 +546,7 @@ impl Switch {
             ports: Mutex::new(BTreeMap::new()),
             anchor: anchor.clone(),
             xdp_prog,
+            config_complete_checksums: config.complete_checksums,
         };
         let mut sw = sw;
         for (idx, wake) in wake_rx.into_iter().enumerate() {
@@ -645,6 +654,42 @@ impl Switch {
         (0..load.len()).min_by_key(|&i| (load[i], i)).unwrap_or(0)
     }
 
+    /// Received tunnel TCP is merged into frames every AF_XDP port takes
+    /// (the smallest MTU + 14 of the ports' interfaces and, for a veth
+    /// with its peer here such as the gateway, of that peer; read now, in
+    /// one link dump), and only when the engine completes checksums
+    /// (merged frames need theirs computed). Pods of the agent's default
+    /// MTU 65535 get 64 KiB frames; one port of MTU 1500 keeps every frame
+    /// as received. Recomputed on every port change and by
+    /// [`Switch::refresh_gro_max`].
+    fn set_gro_max(&self, ports: &BTreeMap<u32, PortEntry>) {
+        let mtus = crate::netdev::receive_mtus().unwrap_or_default();
+        let min_mtu = ports
+            .values()
+            .filter_map(|p| p.ifname.as_ref())
+            .map(|n| mtus.get(n).copied().unwrap_or(0))
+            .min();
+        let max = match min_mtu {
+            Some(m) if self.config_complete_checksums => {
+                (m as usize + 14).min(afxdp::MAX_FRAME_LEN)
+            }
+            _ => 0,
+        };
+        self.shared.gro_max.store(max, Ordering::Relaxed);
+    }
+
+    /// Recomputes [`gro_max`](Self::gro_max) after an interface MTU
+    /// changed outside a port change (switchd after raising its gateway's).
+    pub fn refresh_gro_max(&self) {
+        self.set_gro_max(&lock(&self.ports));
+    }
+
+    /// The largest frame the tunnel port merges received TCP segments
+    /// into (0: it does not merge).
+    pub fn gro_max(&self) -> usize {
+        self.shared.gro_max.load(Ordering::Relaxed)
+    }
+
     fn broadcast_topology(&self, ports: &BTreeMap<u32, PortEntry>) {
         let topo: Vec<(u32, usize)> = ports.iter().map(|(o, e)| (*o, e.thread)).collect();
         for t in 0..self.cmds.len() {
@@ -735,9 +780,12 @@ impl Switch {
         let stats = Arc::new(AtomicPortStats::default());
         let (reply_tx, reply_rx) = mpsc::channel();
         let name = spec.name.clone();
-        let kind = match spec.kind {
-            PortKind::Afxdp { .. } => "afxdp",
-            PortKind::Vxlan { .. } => "vxlan",
+        let (kind, ifname) = match &spec.kind {
+            PortKind::Afxdp { ifname, .. } => (
+                "afxdp",
+                Some(ifname.clone().unwrap_or_else(|| spec.name.clone())),
+            ),
+            PortKind::Vxlan { .. } => ("vxlan", None),
         };
         self.send(
             thread,
@@ -760,9 +808,11 @@ impl Switch {
                 kind,
                 mode: mode.clone(),
                 stats: Arc::clone(&stats),
+                ifname,
             },
         );
         self.broadcast_topology(&ports);
+        self.set_gro_max(&ports);
         tracing::info!(port = %name, ofport, kind, mode = %mode, thread, "port added");
         Ok(PortInfo {
             name,
@@ -792,6 +842,7 @@ impl Switch {
         );
         ports.remove(&ofport);
         self.broadcast_topology(&ports);
+        self.set_gro_max(&ports);
         sent?;
         reply_rx
             .recv_timeout(REPLY_TIMEOUT)
@@ -1458,6 +1509,7 @@ impl Worker {
                 else {
                     return 0;
                 };
+                v.set_gro_max(self.shared.gro_max.load(Ordering::Relaxed));
                 let n = v.recv_batch(batch);
                 if n > 0 {
                     let mut pkts: Vec<DpPacket<&mut [u8]>> = Vec::with_capacity(n);

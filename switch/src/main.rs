@@ -506,6 +506,7 @@ impl Gateway {
                     tracing::warn!(gateway = %name, "{e:#}; the host cannot send the switch frames above 1500 bytes");
                 }
             }
+            switch.refresh_gro_max();
             tracing::info!(gateway = %name, port = %peer, ofport = info.ofport, mode = %info.mode, max_mtu, "gateway ready");
             Ok(())
         };

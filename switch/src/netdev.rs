@@ -255,6 +255,31 @@ pub fn has_xdp(name: &str) -> Result<bool, NetdevError> {
     )
 }
 
+/// The MTU each link of the calling thread's network namespace can
+/// receive from its port side: its own, and for a veth whose peer is in
+/// this namespace too (the gateway pair), the smaller of the two (a veth
+/// drops what exceeds its peer's MTU). By name.
+pub fn receive_mtus() -> Result<std::collections::HashMap<String, u32>, NetdevError> {
+    with_netlink(
+        || "list the links".to_string(),
+        |nl| {
+            let links = nl.links()?;
+            let by_index: std::collections::HashMap<u32, u32> = links
+                .iter()
+                .filter_map(|l| Some((l.index, l.mtu?)))
+                .collect();
+            Ok(links
+                .iter()
+                .filter_map(|l| {
+                    let own = l.mtu?;
+                    let peer = l.peer_here.and_then(|p| by_index.get(&p).copied());
+                    Some((l.name.clone(), peer.map_or(own, |p| p.min(own))))
+                })
+                .collect())
+        },
+    )
+}
+
 /// The names of every link in the calling thread's network namespace.
 pub fn link_names() -> Result<Vec<String>, NetdevError> {
     with_netlink(

@@ -53,6 +53,22 @@
 //!   fragments), as the Linux `vxlan` device lets its outer packets be
 //!   fragmented.
 //!
+//! ## Large TCP segments (userspace TSO) and coalesced receive
+//!
+//! With [`VxlanPort::enable_tso`] (switchd's default), an inner IPv4 TCP
+//! data segment too large for the tunnel is not refused: `vxlan/tso.rs`
+//! cuts it into pieces that fit the inner MTU, each a whole TCP segment
+//! with its own headers and checksums, and one `sendmsg` with
+//! `UDP_SEGMENT` per up to 64 KiB of VXLAN datagrams hands them to the
+//! kernel, which runs its stack once for the train (and over a veth or a
+//! NIC with UDP segmentation offload, segments it at the very end). The
+//! datagrams leave from one of [`TSO_SOCKETS`] UDP sockets bound to the
+//! local IP (the inner flow's hash picks it; the flow's other packets
+//! leave the raw socket with the same source port, so one flow is one
+//! outer 5-tuple). On receive, `UDP_GRO` lets the kernel hand over such a
+//! train as one buffer with its segment size; the 64 KiB receive slots
+//! take it, and [`VxlanPort::recv_batch`] splits it into its datagrams.
+//!
 //! ## Receive validation
 //!
 //! A datagram is skipped and counted in `rx_errors` when it is shorter than
@@ -111,6 +127,7 @@ use rustix::net::{SendAncillaryBuffer, SendFlags};
 mod frames;
 #[doc(hidden)]
 pub mod fuzzing;
+mod gro;
 mod tso;
 
 pub(crate) use frames::source_port;
@@ -183,7 +200,7 @@ pub enum TxError {
 }
 
 /// One received inner frame.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 struct RxDesc {
     /// Where the inner frame starts in `rx_buf`.
     off: usize,
@@ -214,6 +231,10 @@ pub struct VxlanPort {
     rx_buf: Box<[u8]>,
     /// The inner frames of the last batch, in `rx_buf` order.
     rx_desc: Vec<RxDesc>,
+    /// Largest frame consecutive TCP segments are merged into (0: none).
+    gro_max: usize,
+    /// Segments merged into others (counted in `rx_packets` each).
+    gro_merged: u64,
     /// Sockets and their source ports for segmented TCP (empty: TSO off).
     tso: Vec<(UdpSocket, u16)>,
     tso_buf: Box<[u8]>,
@@ -287,6 +308,8 @@ impl VxlanPort {
             rx_gro,
             rx_buf: vec![0u8; RX_SLOT * MAX_BATCH].into_boxed_slice(),
             rx_desc: Vec::with_capacity(MAX_BATCH * MAX_TRAIN),
+            gro_max: 0,
+            gro_merged: 0,
             tso: Vec::new(),
             tso_buf: Box::default(),
             tx_buf: vec![0u8; TX_SLOT * MAX_BATCH].into_boxed_slice(),
@@ -468,7 +491,23 @@ impl VxlanPort {
                 }
             }
         }
+        if self.gro_max > 0 && self.rx_desc.len() > 1 {
+            self.gro_merged +=
+                gro::coalesce(&mut self.rx_buf, &mut self.rx_desc, self.gro_max) as u64;
+        }
         self.rx_desc.len()
+    }
+
+    /// Merges consecutive inner TCP segments of a flow into frames of up
+    /// to `max_len` bytes on receive (`vxlan/gro.rs`); 0 turns it off. The
+    /// merged frames' TCP checksums are left for the caller to complete.
+    pub fn set_gro_max(&mut self, max_len: usize) {
+        self.gro_max = max_len;
+    }
+
+    /// How many received segments were merged into others so far.
+    pub fn gro_merged(&self) -> u64 {
+        self.gro_merged
     }
 
     /// The inner Ethernet frames of the last [`recv_batch`](Self::recv_batch),
