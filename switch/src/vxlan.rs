@@ -68,6 +68,10 @@
 //! outer 5-tuple). On receive, `UDP_GRO` lets the kernel hand over such a
 //! train as one buffer with its segment size; the 64 KiB receive slots
 //! take it, and [`VxlanPort::recv_batch`] splits it into its datagrams.
+//! With [`VxlanPort::set_gro_max`] it then merges a flow's consecutive
+//! TCP segments back into frames of up to that size (`vxlan/gro.rs`), in
+//! place in the receive buffer; their TCP checksums are left for the
+//! engine's completion.
 //!
 //! ## Receive validation
 //!

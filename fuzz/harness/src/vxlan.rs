@@ -360,11 +360,57 @@ pub fn run_tx(data: &[u8]) {
             }
         }
     }
+    // Any frame: cut as the tunnel's TSO cuts it, each piece a whole TCP
+    // segment within the MTU with valid checksums, and merged back as its
+    // GRO merges, the same payload in the same order.
+    let inner_mtu = (mtu - VXLAN_OVERHEAD) as usize;
+    if let Some(fuzzing::Roundtrip { pieces, merged }) =
+        fuzzing::tso_gro_roundtrip(&inner, inner_mtu, 65_549)
+    {
+        let whole = tcp_payload(&inner).expect("a frame TSO cuts has a TCP payload");
+        let mut again = Vec::new();
+        for p in &pieces {
+            let (ip, payload) = tcp_payload_at(p).expect("a piece is TCP");
+            assert!(p.len() - ip <= inner_mtu, "a piece over the inner MTU");
+            let total = be16(p, ip + 2) as usize;
+            let hl = usize::from(p[ip] & 15) * 4;
+            assert_eq!(fold(ones(&p[ip..ip + hl])), 0xffff, "piece IPv4 checksum");
+            let pseudo = ones(&p[ip + 12..ip + 20]) + 6 + (total - hl) as u32;
+            assert_eq!(
+                fold(pseudo + ones(&p[ip + hl..ip + total])),
+                0xffff,
+                "piece TCP checksum"
+            );
+            again.extend_from_slice(payload);
+        }
+        assert_eq!(again, whole, "pieces carry the payload");
+        let mut again = Vec::new();
+        for m in &merged {
+            again.extend_from_slice(tcp_payload_at(m).expect("a merged frame is TCP").1);
+        }
+        assert_eq!(again, whole, "merged frames carry the payload");
+        assert!(merged.len() <= pieces.len());
+    }
     // Any frame, whatever the send did: the reply is well-formed or absent.
     let m = 1000 + u32::from(i.u8());
     if let Some(r) = icmp_too_big_reply(&inner, m, Ipv4Addr::new(10, 244, 0, 1)) {
         check_too_big(&inner, &r, m, Ipv4Addr::new(10, 244, 0, 1));
     }
+}
+
+/// The TCP payload of an IPv4 frame (after any VLAN tags).
+fn tcp_payload(frame: &[u8]) -> Option<Vec<u8>> {
+    tcp_payload_at(frame).map(|(_, p)| p.to_vec())
+}
+
+/// Where the IPv4 header starts, and the TCP payload (IPv4 total length
+/// bounded), of a frame with up to two VLAN tags.
+fn tcp_payload_at(frame: &[u8]) -> Option<(usize, &[u8])> {
+    let (ip, _) = l3(frame)?;
+    let hl = usize::from(*frame.get(ip)? & 15) * 4;
+    let total = usize::from(be16(frame, ip + 2));
+    let thl = usize::from(*frame.get(ip + hl + 12)? >> 4) * 4;
+    Some((ip, frame.get(ip + hl + thl..ip + total)?))
 }
 
 fn be16(b: &[u8], at: usize) -> u16 {

@@ -9,6 +9,8 @@
 //!   (clamped to what [`VxlanPort::open`] accepts).
 //! - [`queued`] / [`discard_queued`]: the outer IP packets `send` queued,
 //!   and forgetting them instead of [`VxlanPort::flush`]ing them.
+//! - [`tso_gro_roundtrip`]: a frame cut as the TSO path cuts it, and the
+//!   pieces merged again as the GRO path merges them.
 
 use std::net::SocketAddrV4;
 
@@ -39,4 +41,39 @@ pub fn queued(port: &VxlanPort) -> Vec<&[u8]> {
 /// Forgets every queued packet without sending it.
 pub fn discard_queued(port: &mut VxlanPort) {
     port.tx_n = 0;
+}
+
+/// Cuts `frame` into pieces for `inner_mtu` as [`VxlanPort::send`]'s TSO
+/// path does (`None` if it does not cut it), and merges the pieces' inner
+/// frames again as [`VxlanPort::recv_batch`]'s GRO path does (frames up to
+/// `gro_max`).
+pub fn tso_gro_roundtrip(frame: &[u8], inner_mtu: usize, gro_max: usize) -> Option<Roundtrip> {
+    let cut = super::tso::TcpCut::of(frame, inner_mtu)?;
+    let mut out = vec![0u8; cut.pieces() * cut.datagram_len()];
+    let n = cut.write(frame, 42, 0, cut.pieces(), &mut out)?;
+    let mut pieces = Vec::new();
+    let mut descs = Vec::new();
+    for (k, d) in out[..n].chunks(cut.datagram_len()).enumerate() {
+        pieces.push(d[super::VXLAN_HLEN..].to_vec());
+        descs.push(super::RxDesc {
+            off: k * cut.datagram_len() + super::VXLAN_HLEN,
+            len: d.len() - super::VXLAN_HLEN,
+            meta: oxvs_pipeline::datapath::TunnelMeta::default(),
+        });
+    }
+    super::gro::coalesce(&mut out, &mut descs, gro_max);
+    let merged = descs
+        .iter()
+        .map(|d| out[d.off..d.off + d.len].to_vec())
+        .collect();
+    Some(Roundtrip { pieces, merged })
+}
+
+/// What [`tso_gro_roundtrip`] made.
+#[derive(Debug)]
+pub struct Roundtrip {
+    /// The pieces' inner frames, in order.
+    pub pieces: Vec<Vec<u8>>,
+    /// The frames the pieces were merged into, in order.
+    pub merged: Vec<Vec<u8>>,
 }
