@@ -661,7 +661,7 @@ impl Switch {
     /// (merged frames need theirs computed). Pods of the agent's default
     /// MTU 65535 get 64 KiB frames; one port of MTU 1500 keeps every frame
     /// as received. Recomputed on every port change and by
-    /// [`Switch::refresh_gro_max`].
+    /// [`Switch::refresh_gro_max`] (switchd: every 5 s).
     fn set_gro_max(&self, ports: &BTreeMap<u32, PortEntry>) {
         let mtus = crate::netdev::receive_mtus().unwrap_or_default();
         let min_mtu = ports
@@ -679,7 +679,8 @@ impl Switch {
     }
 
     /// Recomputes [`gro_max`](Self::gro_max) after an interface MTU
-    /// changed outside a port change (switchd after raising its gateway's).
+    /// changed outside a port change (switchd after raising its gateway's,
+    /// and every 5 s).
     pub fn refresh_gro_max(&self) {
         self.set_gro_max(&lock(&self.ports));
     }

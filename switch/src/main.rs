@@ -378,6 +378,24 @@ fn run(args: Args) -> anyhow::Result<()> {
         .map_err(|e| tracing::error!("no metrics: {e}"))
         .ok()
     });
+    // Interface MTUs also change outside port changes (an operator, the
+    // agent raising its gateway's): the tunnel's coalescing limit follows
+    // within seconds (one link dump each time).
+    {
+        let sw = Arc::downgrade(&switch);
+        let spawned = std::thread::Builder::new()
+            .name("oxvs-mtu".into())
+            .spawn(move || {
+                while let Some(s) = sw.upgrade() {
+                    s.refresh_gro_max();
+                    drop(s);
+                    std::thread::sleep(std::time::Duration::from_secs(5));
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!("MTU changes outside port changes are not followed: {e}");
+        }
+    }
     tracing::info!("ready: empty pipeline, nothing is forwarded until flows are loaded");
 
     let sig = signals.wait().context("waiting for a signal failed")?;

@@ -44,24 +44,6 @@ fn df_ping(from: &Netns, to: &str, size: u32) {
 }
 
 /// The switch's (rx_packets, rx_bytes) for port `name`.
-fn port_rx(sw: &Switchd, name: &str) -> (u64, u64) {
-    let out = sw.ctl_ok(&["--json", "dump-ports"]);
-    let v: serde_json::Value = serde_json::from_str(&out).expect("dump-ports --json");
-    let ports = v
-        .get("ports")
-        .and_then(|p| p.as_array())
-        .cloned()
-        .or_else(|| v.as_array().cloned())
-        .unwrap_or_default();
-    let p = ports
-        .iter()
-        .find(|p| p.get("name").and_then(|n| n.as_str()) == Some(name))
-        .unwrap_or_else(|| panic!("no port {name} in {out}"));
-    let stats = p.get("stats").unwrap_or(p);
-    let n = |k: &str| stats.get(k).and_then(|x| x.as_u64()).unwrap_or(0);
-    (n("rx_packets"), n("rx_bytes"))
-}
-
 #[test]
 fn e2e_jumbo() {
     skip_unless_capable!();
@@ -125,9 +107,9 @@ fn e2e_jumbo() {
     df_ping(&pod1, IP2, 8972);
     df_ping(&pod1, IP2, 65000);
     df_ping(&pod2, IP1, 65000);
-    let (p0, b0) = port_rx(&sw, "jb1");
+    let (p0, b0) = sw.port_counters("jb1").rx();
     tcp_transfer(&pod1, &pod2, IP2, 5001, 8 << 20);
-    let (p1, b1) = port_rx(&sw, "jb1");
+    let (p1, b1) = sw.port_counters("jb1").rx();
     let per_packet = (b1 - b0) / (p1 - p0).max(1);
     assert!(
         per_packet > 16_000,

@@ -480,6 +480,31 @@ impl Switchd {
         self.proc.as_ref().map(Bg::pid).unwrap_or(0)
     }
 
+    /// Port `name`'s packet and byte counters (`dump-ports`).
+    #[allow(dead_code)] // not every test binary reads counters
+    pub fn port_counters(&self, name: &str) -> PortCounters {
+        let out = self.ctl_ok(&["--json", "dump-ports"]);
+        let v: serde_json::Value = serde_json::from_str(&out).expect("dump-ports --json");
+        let ports = v
+            .get("ports")
+            .and_then(|p| p.as_array())
+            .cloned()
+            .or_else(|| v.as_array().cloned())
+            .unwrap_or_default();
+        let p = ports
+            .iter()
+            .find(|p| p.get("name").and_then(|n| n.as_str()) == Some(name))
+            .unwrap_or_else(|| panic!("no port {name} in {out}"));
+        let stats = p.get("stats").unwrap_or(p);
+        let n = |k: &str| stats.get(k).and_then(|x| x.as_u64()).unwrap_or(0);
+        PortCounters {
+            rx_packets: n("rx_packets"),
+            rx_bytes: n("rx_bytes"),
+            tx_packets: n("tx_packets"),
+            tx_bytes: n("tx_bytes"),
+        }
+    }
+
     /// `oxvsctl --socket SOCK ARGS`: raw output.
     pub fn ctl(&self, args: &[&str]) -> Output {
         oxvsctl(&self.sock, args)
@@ -608,6 +633,29 @@ pub fn add_pod(
 ) {
     make_pod(node, pod, host_if, cidr, mac, mtu);
     sw.add_port(host_if, ofport);
+}
+
+/// A port's packet and byte counters, as `dump-ports` reports them.
+#[derive(Clone, Copy, Debug, Default)]
+#[allow(dead_code)] // not every test binary reads every counter
+pub struct PortCounters {
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+}
+
+#[allow(dead_code)]
+impl PortCounters {
+    /// (rx_packets, rx_bytes).
+    pub fn rx(&self) -> (u64, u64) {
+        (self.rx_packets, self.rx_bytes)
+    }
+
+    /// (tx_packets, tx_bytes).
+    pub fn tx(&self) -> (u64, u64) {
+        (self.tx_packets, self.tx_bytes)
+    }
 }
 
 /// Result of a `ping`: transmitted, received, full output.
