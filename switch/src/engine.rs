@@ -670,7 +670,8 @@ impl Switch {
             .map(|n| mtus.get(n).copied().unwrap_or(0))
             .min();
         let max = match min_mtu {
-            Some(m) if self.config_complete_checksums => {
+            // 0: a port whose MTU could not be read.
+            Some(m) if m > 0 && self.config_complete_checksums => {
                 (m as usize + 14).min(afxdp::MAX_FRAME_LEN)
             }
             _ => 0,

@@ -151,9 +151,11 @@ pub const MAX_INNER_RX: usize = 9200;
 /// Bytes one receive slot takes: a datagram of up to 64 KiB, or a train
 /// of datagrams the kernel coalesced (`UDP_GRO`), which stays below 64 KiB.
 const RX_SLOT: usize = 65_536;
-/// Most VXLAN datagrams one receive slot holds (a coalesced train, see
-/// [`RX_SLOT`]; the kernel coalesces at most 64).
-const MAX_TRAIN: usize = 64;
+/// Most VXLAN datagrams taken from one receive slot (a coalesced train,
+/// see [`RX_SLOT`]; the kernel's `UDP_MAX_SEGMENTS` is 64, 128 since
+/// 6.10); any beyond are counted in `rx_errors`, so a train of tiny
+/// segments cannot make a batch's frame list grow without bound.
+const MAX_TRAIN: usize = 128;
 /// Sockets a port's segmented TCP leaves from (one source port each, the
 /// inner flow picks one: the underlay's ECMP entropy).
 const TSO_SOCKETS: usize = 16;
@@ -476,7 +478,9 @@ impl VxlanPort {
                 self.stats.rx_errors += 1;
                 continue;
             }
-            for (k, dgram) in data.chunks(seg).enumerate() {
+            let count = data.len().div_ceil(seg);
+            self.stats.rx_errors += count.saturating_sub(MAX_TRAIN) as u64;
+            for (k, dgram) in data.chunks(seg).take(MAX_TRAIN).enumerate() {
                 match parse_vxlan(dgram) {
                     Some((vni, inner_len)) => {
                         self.rx_desc.push(RxDesc {
@@ -1227,5 +1231,55 @@ mod tests {
             .unwrap();
         assert_eq!(interface_mtu_of(Ipv4Addr::LOCALHOST), Some(sysfs));
         assert_eq!(interface_mtu_of(Ipv4Addr::new(198, 51, 100, 254)), None);
+    }
+
+    /// A train of datagrams sent with `UDP_SEGMENT` (as a peer's TSO path
+    /// sends) over loopback arrives as one buffer (`UDP_GRO`) and is split
+    /// back into its datagrams, the last one shorter; a damaged one in the
+    /// middle is counted and skipped, the others kept.
+    #[test]
+    fn a_segmented_train_is_received_datagram_by_datagram() {
+        let mut port = VxlanPort::open(Ipv4Addr::LOCALHOST, 0, Some(1500)).expect("open");
+        let to = fuzzing::rx_addr(&port).expect("rx addr");
+        let seg = 100usize;
+        let mut train = Vec::new();
+        for k in 0..10u8 {
+            let len = if k == 9 { 60 } else { seg };
+            let mut d = vec![0x08, 0, 0, 0, 0, 0, 42, 0];
+            d.extend((0..len - 8).map(|i| k.wrapping_add(i as u8)));
+            if k == 4 {
+                d[0] = 0; // no I flag
+            }
+            train.extend_from_slice(&d);
+        }
+        let tx = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
+        let seg16 = seg as u16;
+        nix::sys::socket::sendmsg(
+            tx.as_raw_fd(),
+            &[IoSlice::new(&train)],
+            &[nix::sys::socket::ControlMessage::UdpGsoSegments(&seg16)],
+            MsgFlags::empty(),
+            Some(&SockaddrIn::from(to)),
+        )
+        .expect("UDP_SEGMENT send");
+        let mut got = Vec::new();
+        for _ in 0..100 {
+            port.recv_batch(64);
+            got.extend(port.rx_packets().map(|(f, m)| (f.to_vec(), m.tun_id)));
+            if got.len() >= 9 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(got.len(), 9, "{got:?}");
+        for (i, (f, vni)) in got.iter().enumerate() {
+            let k = if i < 4 { i } else { i + 1 } as u8;
+            let len = if k == 9 { 52 } else { seg - 8 };
+            assert_eq!(*vni, 42);
+            assert_eq!(f.len(), len, "datagram {k}");
+            assert_eq!(f[0], k, "datagram {k}");
+        }
+        assert_eq!(port.stats().rx_errors, 1);
+        assert_eq!(port.stats().rx_packets, 9);
     }
 }
