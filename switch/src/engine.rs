@@ -239,6 +239,11 @@ pub struct SwitchStats {
     pub cross_thread: u64,
     /// Received frames whose descriptor was unusable (dropped).
     pub bad_frames: u64,
+    /// Inner TCP frames the tunnel cut into pieces (userspace TSO).
+    pub tunnel_tso_frames: u64,
+    /// Received tunnel segments merged into the frame before them
+    /// (userspace GRO).
+    pub tunnel_gro_merged: u64,
     /// Frames of the threads' shared UMEMs, and how many are free (not
     /// on a ring, not being processed).
     pub umem_frames: u64,
@@ -382,6 +387,8 @@ struct Counters {
     output_no_port: AtomicU64,
     cross_thread: AtomicU64,
     bad_frames: AtomicU64,
+    tunnel_tso_frames: AtomicU64,
+    tunnel_gro_merged: AtomicU64,
 }
 
 /// What every thread and the control side share.
@@ -891,6 +898,8 @@ impl Switch {
         s.output_no_port = c.output_no_port.load(r);
         s.cross_thread = c.cross_thread.load(r);
         s.bad_frames = c.bad_frames.load(r);
+        s.tunnel_tso_frames = c.tunnel_tso_frames.load(r);
+        s.tunnel_gro_merged = c.tunnel_gro_merged.load(r);
         s
     }
 
@@ -1618,7 +1627,17 @@ impl Worker {
     fn publish_port(&mut self, p: &mut LocalPort, kernel: bool) {
         match &mut p.io {
             PortIo::Xsk(x) => p.stats.add(&x.take_counters(kernel)),
-            PortIo::Vxlan(v, _) => p.stats.store(&v.stats()),
+            PortIo::Vxlan(v, _) => {
+                p.stats.store(&v.stats());
+                let (merged, cut) = v.take_offload_counters();
+                let c = &self.shared.counters;
+                if merged > 0 {
+                    c.tunnel_gro_merged.fetch_add(merged, Ordering::Relaxed);
+                }
+                if cut > 0 {
+                    c.tunnel_tso_frames.fetch_add(cut, Ordering::Relaxed);
+                }
+            }
             PortIo::Busy => {}
         }
     }

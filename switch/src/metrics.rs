@@ -291,6 +291,8 @@ fn encode_datapath(e: &mut Exposition, s: &SwitchStats) {
         output_no_port,
         cross_thread,
         bad_frames,
+        tunnel_tso_frames,
+        tunnel_gro_merged,
         umem_frames,
         umem_free_frames,
     } = s;
@@ -332,7 +334,7 @@ fn encode_datapath(e: &mut Exposition, s: &SwitchStats) {
     )
     .int(&[("tier", "emc")], *emc_hits)
     .int(&[("tier", "megaflow")], *megaflow_hits);
-    let counters: [(&str, &str, u64); 21] = [
+    let counters: [(&str, &str, u64); 23] = [
         (
             "oxvs_datapath_packets_total",
             "Packets received by the datapath.",
@@ -397,6 +399,16 @@ fn encode_datapath(e: &mut Exposition, s: &SwitchStats) {
             "oxvs_datapath_packet_in_drops_total",
             "Packets to the controller dropped because the queue was full.",
             *packet_in_dropped,
+        ),
+        (
+            "oxvs_datapath_tunnel_tso_frames_total",
+            "Inner TCP frames the tunnel cut into pieces (userspace TSO).",
+            *tunnel_tso_frames,
+        ),
+        (
+            "oxvs_datapath_tunnel_gro_merged_total",
+            "Received tunnel TCP segments merged into the frame before them (userspace GRO).",
+            *tunnel_gro_merged,
         ),
         (
             "oxvs_datapath_icmp_too_big_total",
@@ -1009,9 +1021,9 @@ mod tests {
             .keys()
             .filter(|n| n.starts_with("oxvs_datapath_") && n.ends_with("_total"))
             .count();
-        // 18 DatapathStats fields (emc+megaflow in one family) + 5 engine
+        // 18 DatapathStats fields (emc+megaflow in one family) + 7 engine
         // counters + busy time.
-        assert_eq!(datapath, 17 + 5 + 1, "{text}");
+        assert_eq!(datapath, 17 + 7 + 1, "{text}");
         // The reassembler: 3 gauges, 4 counters, the drops by reason.
         assert_eq!(
             p.types

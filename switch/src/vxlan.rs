@@ -239,8 +239,11 @@ pub struct VxlanPort {
     rx_desc: Vec<RxDesc>,
     /// Largest frame consecutive TCP segments are merged into (0: none).
     gro_max: usize,
-    /// Segments merged into others (counted in `rx_packets` each).
+    /// Since the last [`take_offload_counters`](Self::take_offload_counters):
+    /// segments merged into others (each counted in `rx_packets`), and
+    /// frames cut into pieces.
     gro_merged: u64,
+    tso_frames: u64,
     /// Sockets and their source ports for segmented TCP (empty: TSO off).
     tso: Vec<(UdpSocket, u16)>,
     tso_buf: Box<[u8]>,
@@ -316,6 +319,7 @@ impl VxlanPort {
             rx_desc: Vec::with_capacity(MAX_BATCH * MAX_TRAIN),
             gro_max: 0,
             gro_merged: 0,
+            tso_frames: 0,
             tso: Vec::new(),
             tso_buf: Box::default(),
             tx_buf: vec![0u8; TX_SLOT * MAX_BATCH].into_boxed_slice(),
@@ -513,9 +517,13 @@ impl VxlanPort {
         self.gro_max = max_len;
     }
 
-    /// How many received segments were merged into others so far.
-    pub fn gro_merged(&self) -> u64 {
-        self.gro_merged
+    /// (received segments merged into others, frames sent cut into
+    /// pieces) since the last call.
+    pub fn take_offload_counters(&mut self) -> (u64, u64) {
+        (
+            std::mem::take(&mut self.gro_merged),
+            std::mem::take(&mut self.tso_frames),
+        )
     }
 
     /// The inner Ethernet frames of the last [`recv_batch`](Self::recv_batch),
@@ -728,6 +736,7 @@ impl VxlanPort {
         }
         self.stats.tx_packets += 1;
         self.stats.tx_bytes += inner.len() as u64;
+        self.tso_frames += 1;
         Ok(())
     }
 

@@ -10,8 +10,10 @@
 //! frames for oxvs's pod.
 
 mod common;
+mod metrics_support;
 
 use common::*;
+use metrics_support::scrape;
 
 const IPA: &str = "10.20.0.1";
 const IPB: &str = "10.20.0.2";
@@ -30,7 +32,9 @@ fn e2e_kernel_interop() {
     kernel_vxlan_node(&nb, "pb", 100, "192.0.2.2", "192.0.2.1");
 
     // Node A: oxvs.
-    let swa = Switchd::start(&na);
+    // /metrics inside node A's namespace (counts the cut and the merges).
+    const METRICS: &str = "127.0.0.1:9481";
+    let swa = Switchd::start_with(&na, &["--metrics-addr", METRICS]);
     swa.add_vxlan_port("tun0", 10, "192.0.2.1");
     make_pod(&na, &pa, "pa", "10.20.0.1/24", "02:00:0a:14:00:01", 1450);
     swa.add_port("pa", 1);
@@ -89,6 +93,7 @@ fn e2e_kernel_interop() {
         "65000",
     ]);
     let (p0, b0) = swa.port_counters("tun0").tx();
+    let cut0 = scrape(&na, METRICS).sum("oxvs_datapath_tunnel_tso_frames_total", &[]);
     tcp_transfer(&pa, &pb, IPB, 5003, 8 << 20);
     let (p1, b1) = swa.port_counters("tun0").tx();
     let avg = (b1 - b0) / (p1 - p0).max(1);
@@ -97,11 +102,17 @@ fn e2e_kernel_interop() {
         "{} inner frames of {avg} bytes into the tunnel: not cut by oxvs",
         p1 - p0
     );
+    // switchd counts the frames it cut (not every one was larger than
+    // the tunnel: ACK-clocked tails are sent whole).
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let cut = scrape(&na, METRICS).sum("oxvs_datapath_tunnel_tso_frames_total", &[]) - cut0;
+    assert!(cut >= 64.0, "only {cut} frames counted as cut");
 
     // And back: the kernel's 1410-byte segments are merged by oxvs (its
     // pod port's MTU now 65535, seen within 5 s) into large frames for A.
     std::thread::sleep(std::time::Duration::from_secs(6));
     let (r0, rb0) = swa.port_counters("pa").tx();
+    let merged0 = scrape(&na, METRICS).sum("oxvs_datapath_tunnel_gro_merged_total", &[]);
     tcp_transfer(&pb, &pa, IPA, 5004, 8 << 20);
     let (r1, rb1) = swa.port_counters("pa").tx();
     let avg = (rb1 - rb0) / (r1 - r0).max(1);
@@ -110,4 +121,7 @@ fn e2e_kernel_interop() {
         "{} frames of {avg} bytes to the pod: the kernel's segments were not merged",
         r1 - r0
     );
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let merged = scrape(&na, METRICS).sum("oxvs_datapath_tunnel_gro_merged_total", &[]) - merged0;
+    assert!(merged >= 1000.0, "only {merged} segments counted as merged");
 }
