@@ -71,46 +71,12 @@ spec:
     - {protocol: UDP, port: 80}
 "#;
 
-/// Sends one `size`-byte UDP datagram to `ip:port` and waits for the echo
-/// (the lab's pod server echoes UDP); prints the echoed length or `timeout`.
-const UDP_ECHO: &str = r#"
-import socket, sys
-ip, port, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.settimeout(1.0)
-data = bytes((i * 7 + 3) % 256 for i in range(size))
-for _ in range(3):
-    s.sendto(data, (ip, port))
-    try:
-        got, _ = s.recvfrom(65536)
-        print(len(got) if got == data else "corrupt %d" % len(got))
-        sys.exit(0)
-    except socket.timeout:
-        pass
-print("timeout")
-"#;
-
 fn ping(lab: &Lab, from: &str, ip: &str, size: &str) -> bool {
     lab.run(&[
         "exec", from, "--", "ping", "-c", "2", "-W", "2", "-s", size, ip,
     ])
     .status
     .success()
-}
-
-fn udp(lab: &Lab, from: &str, ip: &str, port: u16, size: usize) -> String {
-    let out = lab.run(&[
-        "exec",
-        from,
-        "--",
-        "python3",
-        "-c",
-        UDP_ECHO,
-        ip,
-        &port.to_string(),
-        &size.to_string(),
-    ]);
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 #[test]
@@ -128,7 +94,7 @@ fn fragments_pass_conntrack_and_policy_on_one_node_and_across_nodes() {
         assert!(ping(&lab, "fx/a", ip, "8000"), "ping -s 8000 {where_}");
         for port in [80, 81] {
             assert_eq!(
-                udp(&lab, "fx/a", ip, port, 4000),
+                lab.udp_echo("fx/a", ip, port, 4000),
                 "4000",
                 "4000-byte UDP to port {port}, {where_}"
             );
@@ -143,7 +109,7 @@ fn fragments_pass_conntrack_and_policy_on_one_node_and_across_nodes() {
     // on both nodes (each try is a new connection: a new source port).
     for ip in [&b, &c] {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        while udp(&lab, "fx/a", ip, 81, 100) != "timeout" {
+        while lab.udp_echo("fx/a", ip, 81, 100) != "timeout" {
             assert!(
                 std::time::Instant::now() < deadline,
                 "the policy never took effect for {ip}"
@@ -153,18 +119,18 @@ fn fragments_pass_conntrack_and_policy_on_one_node_and_across_nodes() {
     }
     for (ip, where_) in [(&b, "same node"), (&c, "across nodes")] {
         assert_eq!(
-            udp(&lab, "fx/a", ip, 80, 4000),
+            lab.udp_echo("fx/a", ip, 80, 4000),
             "4000",
             "allowed port, {where_}"
         );
         assert_eq!(
-            udp(&lab, "fx/a", ip, 81, 4000),
+            lab.udp_echo("fx/a", ip, 81, 4000),
             "timeout",
             "denied port, {where_}"
         );
         assert!(!ping(&lab, "fx/a", ip, "3000"), "ICMP denied, {where_}");
         // Small datagrams agree with the big ones.
-        assert_eq!(udp(&lab, "fx/a", ip, 80, 100), "100");
-        assert_eq!(udp(&lab, "fx/a", ip, 81, 100), "timeout");
+        assert_eq!(lab.udp_echo("fx/a", ip, 80, 100), "100");
+        assert_eq!(lab.udp_echo("fx/a", ip, 81, 100), "timeout");
     }
 }

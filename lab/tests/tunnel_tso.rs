@@ -120,24 +120,6 @@ ok = line == want.hexdigest() and got == size and back.digest() == expect.digest
 print("ok" if ok else "bad: hash %s got %d" % (line == want.hexdigest(), got))
 "#;
 
-/// Sends one `size`-byte UDP datagram and waits for the echo.
-const UDP_ECHO: &str = r#"
-import socket, sys
-ip, port, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.settimeout(1.0)
-data = bytes((i * 7 + 3) % 256 for i in range(size))
-for _ in range(3):
-    s.sendto(data, (ip, port))
-    try:
-        got, _ = s.recvfrom(65536)
-        print(len(got) if got == data else "corrupt %d" % len(got))
-        sys.exit(0)
-    except socket.timeout:
-        pass
-print("timeout")
-"#;
-
 fn netns_of(st: &Value, pod: &str) -> String {
     st["pods"]
         .as_array()
@@ -305,6 +287,9 @@ fn pods_send_large_tcp_segments_across_nodes() {
     assert_eq!(transfer(&a_ns, &c_ns, &a_ip), "ok", "c -> a -> c");
 
     // UDP keeps the route's 1450: the pod's kernel fragments, as before.
-    let out = in_ns(&a_ns, &["python3", "-c", UDP_ECHO, &c_ip, "80", "4000"]);
-    assert_eq!(out.trim(), "4000", "UDP 4000 bytes a -> c");
+    assert_eq!(
+        lab.udp_echo("tso/a", &c_ip, 80, 4000),
+        "4000",
+        "UDP 4000 bytes a -> c"
+    );
 }

@@ -153,6 +153,25 @@ impl Lab {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// Sends one `size`-byte UDP datagram from pod `from` (`ns/name`) to
+    /// `ip:port` and waits for the echo (the lab's pod server echoes UDP):
+    /// the echoed length, `corrupt N` or `timeout`.
+    #[allow(dead_code)] // not every test binary sends UDP
+    pub fn udp_echo(&self, from: &str, ip: &str, port: u16, size: usize) -> String {
+        let out = self.run(&[
+            "exec",
+            from,
+            "--",
+            "python3",
+            "-c",
+            UDP_ECHO,
+            ip,
+            &port.to_string(),
+            &size.to_string(),
+        ]);
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
     pub fn root(&self) -> PathBuf {
         PathBuf::from("/run/oxvs-lab").join(&self.name)
     }
@@ -223,3 +242,21 @@ impl Drop for Lab {
         }
     }
 }
+
+/// See [`Lab::udp_echo`].
+const UDP_ECHO: &str = r#"
+import socket, sys
+ip, port, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(1.0)
+data = bytes((i * 7 + 3) % 256 for i in range(size))
+for _ in range(3):
+    s.sendto(data, (ip, port))
+    try:
+        got, _ = s.recvfrom(65536)
+        print(len(got) if got == data else "corrupt %d" % len(got))
+        sys.exit(0)
+    except socket.timeout:
+        pass
+print("timeout")
+"#;

@@ -205,6 +205,19 @@ pub struct Bg {
 }
 
 impl Bg {
+    /// Waits (5 s at most) until the process printed `listening`; `what`
+    /// names it in the error, with its stderr.
+    pub fn wait_listening(&mut self, what: &str) -> Result<(), String> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !self.stdout_text().contains("listening") {
+            if Instant::now() >= deadline || !self.running() {
+                return Err(format!("{what} did not start: {}", self.stderr_text()));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+
     pub fn spawn(ns: Option<&str>, cmd: &[&str]) -> Bg {
         let base = std::env::temp_dir().join(unique("bg"));
         let stdout = base.with_extension("out");
@@ -769,14 +782,7 @@ pub fn try_tcp_transfer(
     let port = port.to_string();
     let limit = secs.to_string();
     let mut sink = server.spawn(&["python3", "-c", TCP_SINK, "0.0.0.0", &port, &limit]);
-    // Wait until the sink listens.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !sink.stdout_text().contains("listening") {
-        if Instant::now() >= deadline || !sink.running() {
-            return Err(format!("TCP sink did not start: {}", sink.stderr_text()));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    sink.wait_listening("TCP sink")?;
     let n = bytes.to_string();
     let src = client.exec(&["python3", "-c", TCP_SOURCE, server_ip, &port, &n, &limit]);
     let sent = String::from_utf8_lossy(&src.stdout).trim().to_owned();
@@ -838,14 +844,8 @@ print("no echo", file=sys.stderr); sys.exit(1)
 pub fn udp_exchange(client: &Netns, server: &Netns, server_ip: &str, port: u16) {
     let port_s = port.to_string();
     let mut echo = server.spawn(&["python3", "-c", UDP_ECHO, &port_s, "10"]);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !echo.stdout_text().contains("listening") {
-        assert!(
-            Instant::now() < deadline && echo.running(),
-            "UDP echo did not start: {}",
-            echo.stderr_text()
-        );
-        std::thread::sleep(Duration::from_millis(20));
+    if let Err(e) = echo.wait_listening("UDP echo") {
+        panic!("{e}");
     }
     let msg = format!("hello-from-{}", client.name);
     let out = client.exec(&["python3", "-c", UDP_CLIENT, server_ip, &port_s, &msg, "8"]);
@@ -914,14 +914,8 @@ pub fn big_udp_exchange(
     let port = port.to_string();
     let df_arg = if df { "1" } else { "0" };
     let mut echo = server.spawn(&["python3", "-c", BIG_UDP_ECHO, &port, df_arg]);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !echo.stdout_text().contains("listening") {
-        assert!(
-            Instant::now() < deadline && echo.running(),
-            "UDP echo did not start: {}",
-            echo.stderr_text()
-        );
-        std::thread::sleep(Duration::from_millis(20));
+    if let Err(e) = echo.wait_listening("UDP echo") {
+        panic!("{e}");
     }
     let n = bytes.to_string();
     let out = client.exec(&[
