@@ -78,6 +78,24 @@ pub struct PortStats {
     pub tx_ring_full: u64,
 }
 
+impl std::ops::AddAssign<&PortStats> for PortStats {
+    fn add_assign(&mut self, o: &PortStats) {
+        self.rx_packets += o.rx_packets;
+        self.rx_bytes += o.rx_bytes;
+        self.rx_dropped += o.rx_dropped;
+        self.rx_errors += o.rx_errors;
+        self.tx_packets += o.tx_packets;
+        self.tx_bytes += o.tx_bytes;
+        self.tx_dropped += o.tx_dropped;
+        self.tx_errors += o.tx_errors;
+        self.rx_ring_full += o.rx_ring_full;
+        self.rx_fill_empty += o.rx_fill_empty;
+        self.rx_other += o.rx_other;
+        self.tx_no_frame += o.tx_no_frame;
+        self.tx_ring_full += o.tx_ring_full;
+    }
+}
+
 /// What kind of port to add.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "kebab-case")]
@@ -89,6 +107,11 @@ pub enum PortKind {
         /// `auto` (native, falling back to generic), `native` or `generic`.
         #[serde(default)]
         xdp_mode: XdpModeRequest,
+        /// Receive queues served, from queue 0 (OVS's `options:n_rxq`):
+        /// a socket per queue, spread over the datapath threads. Default:
+        /// every receive queue the interface has.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        n_rxq: Option<u32>,
     },
     /// A VXLAN tunnel port (RFC 7348) over the node's underlay.
     Vxlan {
@@ -135,5 +158,18 @@ pub struct PortInfo {
     pub mode: String,
     /// `up`, or what is wrong.
     pub state: String,
+    pub stats: PortStats,
+    /// Per receive queue, for a port serving more than one (their
+    /// counters add up to `stats`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub queues: Vec<QueueInfo>,
+}
+
+/// One receive queue of a multi-queue port.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueInfo {
+    pub queue: u32,
+    /// The datapath thread serving it.
+    pub thread: usize,
     pub stats: PortStats,
 }

@@ -935,6 +935,7 @@ mod tests {
                 kind: PortKind::Afxdp {
                     ifname: Some("veth1".into()),
                     xdp_mode: XdpModeRequest::Native,
+                    n_rxq: None,
                 },
             }),
             Request::AddPort(PortSpec {
@@ -1054,7 +1055,8 @@ mod tests {
                 ofport: None,
                 kind: PortKind::Afxdp {
                     ifname: None,
-                    xdp_mode: XdpModeRequest::Auto
+                    xdp_mode: XdpModeRequest::Auto,
+                    n_rxq: None,
                 }
             })
         );

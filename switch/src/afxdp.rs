@@ -613,6 +613,7 @@ pub struct PortCounters {
 /// `Send`, so it can be made off the datapath thread.
 pub struct PreparedXsk {
     ifname: String,
+    queue: u32,
     mode: SocketMode,
     // Drop order: the rings (each holding the socket) before the UMEM.
     tx: TxQueue,
@@ -630,7 +631,21 @@ pub struct PreparedXsk {
     sg: bool,
 }
 
+/// One receive queue to prepare a socket for
+/// ([`XskPort::prepare_queues`]), and the shared UMEM (a
+/// [`ThreadUmem::handle`]) of the thread that will serve it.
+#[derive(Clone, Copy)]
+pub struct QueueTarget<'a> {
+    pub queue: u32,
+    pub shared: Option<&'a xsk_rs::Umem>,
+}
+
 impl PreparedXsk {
+    /// The receive queue the socket is bound to.
+    pub fn queue(&self) -> u32 {
+        self.queue
+    }
+
     /// The mode the socket got.
     pub fn mode(&self) -> SocketMode {
         self.mode
@@ -646,6 +661,7 @@ impl std::fmt::Debug for PreparedXsk {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PreparedXsk")
             .field("ifname", &self.ifname)
+            .field("queue", &self.queue)
             .field("mode", &self.mode)
             .field("shared", &self.is_shared())
             .finish()
@@ -673,10 +689,12 @@ impl ClosingXsk {
     }
 }
 
-/// One AF_XDP socket bound to queue 0 of an interface, on its own UMEM or
-/// on its datapath thread's shared one.
+/// One AF_XDP socket bound to one receive queue of an interface, on its
+/// own UMEM or on its datapath thread's shared one (a port on an interface
+/// with several queues is one `XskPort` per queue).
 pub struct XskPort {
     ifname: String,
+    queue: u32,
     mode: SocketMode,
     // Field order is drop order: the rings (each holding the socket) go
     // before the UMEM handles.
@@ -815,25 +833,60 @@ impl XskPort {
         shared: Option<&xsk_rs::Umem>,
         prog: Option<&Arc<XdpProgram>>,
     ) -> Result<PreparedXsk, AfxdpError> {
+        let mut v = XskPort::prepare_queues(
+            ifname,
+            request,
+            frames,
+            &[QueueTarget { queue: 0, shared }],
+            prog,
+        )?;
+        v.pop().ok_or_else(|| AfxdpError::Socket {
+            ifname: ifname.into(),
+            tried: String::new(),
+            reason: "no socket was made".into(),
+        })
+    }
+
+    /// [`XskPort::prepare`] for several receive queues of one interface: a
+    /// socket per target (in that order), each bound to its queue and on
+    /// its target's UMEM (shared ones may differ: the queues of one port
+    /// can be served by different datapath threads). All or none: the
+    /// interface's XDP program is attached once, in one mode every queue
+    /// gets.
+    pub fn prepare_queues(
+        ifname: &str,
+        request: XdpModeRequest,
+        frames: u32,
+        targets: &[QueueTarget<'_>],
+        prog: Option<&Arc<XdpProgram>>,
+    ) -> Result<Vec<PreparedXsk>, AfxdpError> {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
         // Virtual devices (veth, ...) have no `device` in sysfs and never do
         // zero-copy: trying costs an XDP program load for nothing.
         let physical = crate::netdev::is_physical(ifname);
-        let mut shared = shared.filter(|_| !physical);
+        let mut targets: Vec<QueueTarget<'_>> = targets
+            .iter()
+            .map(|t| QueueTarget {
+                queue: t.queue,
+                shared: t.shared.filter(|_| !physical),
+            })
+            .collect();
         loop {
-            match XskPort::prepare_once(ifname, request, frames, physical, shared, prog) {
+            match XskPort::prepare_once(ifname, request, frames, physical, &targets, prog) {
                 Err(AfxdpError::Socket { ref reason, .. })
                     if reason.contains("busy") && std::time::Instant::now() < deadline =>
                 {
                     std::thread::sleep(std::time::Duration::from_millis(20));
                 }
-                Err(e) if shared.is_some() => {
+                Err(e) if targets.iter().any(|t| t.shared.is_some()) => {
                     tracing::warn!(
                         ifname,
                         error = %e,
                         "cannot bind to the thread's shared UMEM; the port gets its own"
                     );
-                    shared = None;
+                    for t in &mut targets {
+                        t.shared = None;
+                    }
                 }
                 r => return r,
             }
@@ -845,9 +898,9 @@ impl XskPort {
         request: XdpModeRequest,
         frames: u32,
         physical: bool,
-        shared: Option<&xsk_rs::Umem>,
+        targets: &[QueueTarget<'_>],
         prog: Option<&Arc<XdpProgram>>,
-    ) -> Result<PreparedXsk, AfxdpError> {
+    ) -> Result<Vec<PreparedXsk>, AfxdpError> {
         let iface: Interface = ifname
             .parse()
             .map_err(|_| AfxdpError::BadName(ifname.to_string()))?;
@@ -858,7 +911,7 @@ impl XskPort {
         };
         if let Some(prog) = prog.filter(|_| !physical) {
             if let Some(p) =
-                XskPort::prepare_with_program(ifname, &iface, request, frames, shared, prog)?
+                XskPort::prepare_with_program(ifname, &iface, request, frames, targets, prog)?
             {
                 return Ok(p);
             }
@@ -867,7 +920,7 @@ impl XskPort {
         let mut last_err = String::new();
         let copy_modes: &[bool] = if physical { &[true, false] } else { &[false] };
         for &native in natives {
-            for &zero_copy in copy_modes {
+            'attempts: for &zero_copy in copy_modes {
                 let mode = SocketMode { native, zero_copy };
                 tried.push(mode.name());
                 // Ignored by the kernel for a socket on a shared UMEM
@@ -885,42 +938,40 @@ impl XskPort {
                     XdpFlags::XDP_FLAGS_SKB_MODE
                 };
                 let config = socket_config(ifname, mode, LibxdpFlags::empty(), xdp, bind)?;
-                let t0 = std::time::Instant::now();
-                // A fresh own UMEM per attempt: a failed bind may leave
-                // libxdp state on the old one.
-                let own = own_umem_unless(shared, frames)?;
-                let Some(umem) = own.as_ref().map(|m| &m._umem).or(shared) else {
-                    return Err(AfxdpError::Umem {
-                        frames,
-                        reason: "no UMEM to bind to".into(),
-                    });
-                };
-                let t_umem = t0.elapsed();
-                // SAFETY: (ifname, 0) is not bound to this UMEM: an own UMEM
-                // is fresh, and on the shared one the engine refuses an
-                // interface that is already a port (the anchor is a device
-                // no port uses), so the INHIBIT_PROG_LOAD requirement does
-                // not apply.
-                let r = unsafe { Socket::new(config, umem, &iface, 0) };
-                tracing::debug!(
-                    ifname,
-                    mode = mode.name(),
-                    shared = shared.is_some(),
-                    umem_ms = t_umem.as_secs_f64() * 1e3,
-                    socket_ms = (t0.elapsed() - t_umem).as_secs_f64() * 1e3,
-                    ok = r.is_ok(),
-                    "AF_XDP socket attempt"
-                );
-                match r {
-                    Ok((tx, rx, Some((fq, cq)))) => {
-                        if !native && request == XdpModeRequest::Auto {
-                            tracing::warn!(
-                                ifname,
-                                "native XDP mode is not available; using generic (skb) mode ({last_err})"
-                            );
-                        }
-                        return Ok(PreparedXsk {
+                let mut made = Vec::with_capacity(targets.len());
+                for t in targets {
+                    let t0 = std::time::Instant::now();
+                    // A fresh own UMEM per attempt: a failed bind may leave
+                    // libxdp state on the old one.
+                    let own = own_umem_unless(t.shared, frames)?;
+                    let Some(umem) = own.as_ref().map(|m| &m._umem).or(t.shared) else {
+                        return Err(AfxdpError::Umem {
+                            frames,
+                            reason: "no UMEM to bind to".into(),
+                        });
+                    };
+                    let t_umem = t0.elapsed();
+                    // SAFETY: (ifname, queue) is not bound to this UMEM: an
+                    // own UMEM is fresh, the targets name distinct queues,
+                    // and on a shared one the engine refuses an interface
+                    // that is already a port (the anchor is a device no
+                    // port uses), so the INHIBIT_PROG_LOAD requirement
+                    // does not apply.
+                    let r = unsafe { Socket::new(config, umem, &iface, t.queue) };
+                    tracing::debug!(
+                        ifname,
+                        queue = t.queue,
+                        mode = mode.name(),
+                        shared = t.shared.is_some(),
+                        umem_ms = t_umem.as_secs_f64() * 1e3,
+                        socket_ms = (t0.elapsed() - t_umem).as_secs_f64() * 1e3,
+                        ok = r.is_ok(),
+                        "AF_XDP socket attempt"
+                    );
+                    match r {
+                        Ok((tx, rx, Some((fq, cq)))) => made.push(PreparedXsk {
                             ifname: ifname.to_string(),
+                            queue: t.queue,
                             mode,
                             tx,
                             rx,
@@ -929,16 +980,26 @@ impl XskPort {
                             own,
                             xdp: None,
                             sg: false,
-                        });
-                    }
-                    Ok((_, _, None)) => {
-                        last_err = "libxdp returned no fill/completion rings".into();
-                    }
-                    Err(e) => {
-                        last_err = chain(&e);
-                        tracing::debug!(ifname, mode = mode.name(), error = %last_err, "AF_XDP bind attempt failed");
+                        }),
+                        Ok((_, _, None)) => {
+                            last_err = "libxdp returned no fill/completion rings".into();
+                            continue 'attempts;
+                        }
+                        Err(e) => {
+                            last_err = format!("queue {}: {}", t.queue, chain(&e));
+                            tracing::debug!(ifname, mode = mode.name(), error = %last_err, "AF_XDP bind attempt failed");
+                            // The sockets made so far close with `made`.
+                            continue 'attempts;
+                        }
                     }
                 }
+                if !native && request == XdpModeRequest::Auto {
+                    tracing::warn!(
+                        ifname,
+                        "native XDP mode is not available; using generic (skb) mode ({last_err})"
+                    );
+                }
+                return Ok(made);
             }
         }
         Err(AfxdpError::Socket {
@@ -949,9 +1010,9 @@ impl XskPort {
     }
 
     /// [`XskPort::prepare_once`] with the switch's own XDP program
-    /// ([`crate::xdpprog`]): attach it (native, else generic as `request`
-    /// allows), bind a socket without libxdp loading anything, and put the
-    /// socket in the program's slot for the interface. `None` when the
+    /// ([`crate::xdpprog`]): attach it once (native, else generic as
+    /// `request` allows), bind a socket per queue without libxdp loading
+    /// anything, and put each socket in its queue's slot. `None` when the
     /// interface has another XDP program attached already (the caller
     /// falls back to libxdp, which takes that one over).
     fn prepare_with_program(
@@ -959,24 +1020,25 @@ impl XskPort {
         iface: &Interface,
         request: XdpModeRequest,
         frames: u32,
-        shared: Option<&xsk_rs::Umem>,
+        targets: &[QueueTarget<'_>],
         prog: &Arc<XdpProgram>,
-    ) -> Result<Option<PreparedXsk>, AfxdpError> {
+    ) -> Result<Option<Vec<PreparedXsk>>, AfxdpError> {
         let natives: &[bool] = match request {
             XdpModeRequest::Auto => &[true, false],
             XdpModeRequest::Native => &[true],
             XdpModeRequest::Generic => &[false],
         };
+        let queues: Vec<u32> = targets.iter().map(|t| t.queue).collect();
         let mut tried = Vec::new();
         let mut last_err = String::new();
-        for &native in natives {
+        'modes: for &native in natives {
             let mode = SocketMode {
                 native,
                 zero_copy: false,
             };
             tried.push(mode.name());
             let t0 = std::time::Instant::now();
-            let xdp = match prog.attach(ifname, 0, native) {
+            let attachments = match prog.attach(ifname, &queues, native) {
                 Ok(a) => a,
                 Err(e) if e.is_busy() => {
                     tracing::debug!(ifname, error = %e, "interface has an XDP program already; libxdp takes it over");
@@ -992,61 +1054,82 @@ impl XskPort {
                 tried: mode.name().into(),
                 reason,
             };
-            // On an own UMEM, multi-buffer first (kernel 6.6+), then
-            // without; a socket on the shared UMEM takes no bind flags.
-            let t_umem0 = std::time::Instant::now();
+            let mut made = Vec::with_capacity(targets.len());
             let mut t_umem = std::time::Duration::ZERO;
-            let mut bound = None;
-            let sgs: &[bool] = if shared.is_some() {
-                &[false]
-            } else {
-                &[true, false]
-            };
-            for &sg in sgs {
-                // The XDP flags only matter to a program libxdp loads: none.
-                let config = socket_config(
-                    ifname,
-                    mode,
-                    LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD,
-                    XdpFlags::empty(),
-                    copy_bind_flags(sg),
-                )?;
-                let own = own_umem_unless(shared, frames)?;
-                let Some(umem) = own.as_ref().map(|m| &m._umem).or(shared) else {
-                    return Err(AfxdpError::Umem {
-                        frames,
-                        reason: "no UMEM to bind to".into(),
-                    });
+            for (t, xdp) in targets.iter().zip(attachments) {
+                // On an own UMEM, multi-buffer first (kernel 6.6+), then
+                // without; a socket on the shared UMEM takes no bind flags.
+                let t_umem0 = std::time::Instant::now();
+                let mut bound = None;
+                let sgs: &[bool] = if t.shared.is_some() {
+                    &[false]
+                } else {
+                    &[true, false]
                 };
-                t_umem = t_umem0.elapsed();
-                // SAFETY: INHIBIT_PROG_LOAD is set, so libxdp neither loads
-                // nor detaches a program for this socket, whichever sockets
-                // share the UMEM.
-                let r = unsafe { Socket::new(config, umem, iface, 0) };
-                match r {
-                    Ok((tx, rx, Some((fq, cq)))) => {
-                        bound = Some((tx, rx, fq, cq, own, sg));
-                        break;
+                for &sg in sgs {
+                    // The XDP flags only matter to a program libxdp loads: none.
+                    let config = socket_config(
+                        ifname,
+                        mode,
+                        LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD,
+                        XdpFlags::empty(),
+                        copy_bind_flags(sg),
+                    )?;
+                    let own = own_umem_unless(t.shared, frames)?;
+                    let Some(umem) = own.as_ref().map(|m| &m._umem).or(t.shared) else {
+                        return Err(AfxdpError::Umem {
+                            frames,
+                            reason: "no UMEM to bind to".into(),
+                        });
+                    };
+                    t_umem += t_umem0.elapsed();
+                    // SAFETY: INHIBIT_PROG_LOAD is set, so libxdp neither loads
+                    // nor detaches a program for this socket, whichever sockets
+                    // share the UMEM.
+                    let r = unsafe { Socket::new(config, umem, iface, t.queue) };
+                    match r {
+                        Ok((tx, rx, Some((fq, cq)))) => {
+                            bound = Some((tx, rx, fq, cq, own, sg));
+                            break;
+                        }
+                        Ok((_, _, None)) => {
+                            return Err(socket_err(
+                                "libxdp returned no fill/completion rings".into(),
+                            ))
+                        }
+                        Err(e) => last_err = format!("queue {}: {}", t.queue, chain(&e)),
                     }
-                    Ok((_, _, None)) => {
-                        return Err(socket_err(
-                            "libxdp returned no fill/completion rings".into(),
-                        ))
-                    }
-                    Err(e) => last_err = chain(&e),
                 }
+                let Some((tx, rx, fq, cq, own, sg)) = bound else {
+                    // The attachments and sockets made so far go with
+                    // `made` (the program is detached with the last).
+                    if native && request == XdpModeRequest::Auto {
+                        continue 'modes;
+                    }
+                    return Err(socket_err(std::mem::take(&mut last_err)));
+                };
+                xdp.insert_socket(rx.fd().as_raw_fd())
+                    .map_err(|e| socket_err(e.to_string()))?;
+                made.push(PreparedXsk {
+                    ifname: ifname.to_string(),
+                    queue: t.queue,
+                    mode,
+                    tx,
+                    rx,
+                    fq,
+                    cq,
+                    own,
+                    xdp: Some(xdp),
+                    sg,
+                });
             }
-            let Some((tx, rx, fq, cq, own, sg)) = bound else {
-                return Err(socket_err(std::mem::take(&mut last_err)));
-            };
-            xdp.insert_socket(rx.fd().as_raw_fd())
-                .map_err(|e| socket_err(e.to_string()))?;
             // The same line as libxdp's path (cni-bench reads it):
             // socket_ms is the attach, bind and slot here.
             tracing::debug!(
                 ifname,
+                queues = made.len(),
                 mode = mode.name(),
-                shared = shared.is_some(),
+                shared = targets.iter().any(|t| t.shared.is_some()),
                 program = "switch",
                 umem_ms = t_umem.as_secs_f64() * 1e3,
                 socket_ms = (t0.elapsed() - t_umem).as_secs_f64() * 1e3,
@@ -1059,17 +1142,7 @@ impl XskPort {
                     "native XDP mode is not available; using generic (skb) mode ({last_err})"
                 );
             }
-            return Ok(Some(PreparedXsk {
-                ifname: ifname.to_string(),
-                mode,
-                tx,
-                rx,
-                fq,
-                cq,
-                own,
-                xdp: Some(xdp),
-                sg,
-            }));
+            return Ok(Some(made));
         }
         Err(AfxdpError::Socket {
             ifname: ifname.into(),
@@ -1088,6 +1161,7 @@ impl XskPort {
     ) -> Result<XskPort, AfxdpError> {
         let PreparedXsk {
             ifname,
+            queue,
             mode,
             tx,
             rx,
@@ -1126,6 +1200,7 @@ impl XskPort {
         };
         let mut port = XskPort {
             ifname,
+            queue,
             mode,
             tx,
             rx,
@@ -1218,6 +1293,11 @@ impl XskPort {
     /// The interface.
     pub fn ifname(&self) -> &str {
         &self.ifname
+    }
+
+    /// The receive queue the socket is bound to.
+    pub fn queue(&self) -> u32 {
+        self.queue
     }
 
     /// The port's frames (received packets are read through this).

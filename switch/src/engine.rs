@@ -57,7 +57,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use oxvs_api::{PortInfo, PortKind, PortSpec, PortStats};
+use oxvs_api::{PortInfo, PortKind, PortSpec, PortStats, QueueInfo};
 use oxvs_pipeline::checksum;
 use oxvs_pipeline::conntrack::{Conntrack, CtConfig};
 use oxvs_pipeline::datapath::{
@@ -367,7 +367,8 @@ enum Cmd {
         ofport: u32,
         reply: Sender<()>,
     },
-    /// Every port number and the thread that owns it.
+    /// Every port number with a thread serving one of its queues (a port
+    /// with several queues on several threads is listed once per queue).
     Topology(Vec<(u32, usize)>),
     Inject {
         in_port: u32,
@@ -435,12 +436,110 @@ impl ThreadShared {
 #[derive(Debug)]
 struct PortEntry {
     name: String,
-    thread: usize,
     kind: &'static str,
     mode: String,
-    stats: Arc<AtomicPortStats>,
     /// The interface (AF_XDP ports).
     ifname: Option<String>,
+    /// The receive queues it serves (one socket each; a VXLAN port has
+    /// one), in queue order.
+    queues: Vec<QueueEntry>,
+}
+
+/// One receive queue of a port: the thread serving it and its counters.
+#[derive(Debug)]
+struct QueueEntry {
+    queue: u32,
+    thread: usize,
+    stats: Arc<AtomicPortStats>,
+}
+
+impl PortEntry {
+    /// The thread of its first queue (where injected packets enter).
+    fn thread(&self) -> usize {
+        self.queues.first().map_or(0, |q| q.thread)
+    }
+
+    /// The threads serving it, each once.
+    fn threads(&self) -> Vec<usize> {
+        let mut t: Vec<usize> = self.queues.iter().map(|q| q.thread).collect();
+        t.sort_unstable();
+        t.dedup();
+        t
+    }
+
+    fn info(&self, ofport: u32) -> PortInfo {
+        let mut stats = PortStats::default();
+        let mut queues = Vec::new();
+        for q in &self.queues {
+            let s = q.stats.get();
+            stats += &s;
+            if self.queues.len() > 1 {
+                queues.push(QueueInfo {
+                    queue: q.queue,
+                    thread: q.thread,
+                    stats: s,
+                });
+            }
+        }
+        PortInfo {
+            name: self.name.clone(),
+            ofport,
+            kind: self.kind.into(),
+            mode: self.mode.clone(),
+            state: "up".into(),
+            stats,
+            queues,
+        }
+    }
+}
+
+/// Most receive queues one port serves (a socket each; on a physical
+/// device each with its own UMEM).
+pub const MAX_PORT_QUEUES: u32 = 64;
+
+/// How many receive queues of `ifname` a port serves: `n_rxq`, else all
+/// the interface has (at most [`MAX_PORT_QUEUES`], with a warning when
+/// that leaves some out).
+fn port_queues(ifname: &str, n_rxq: Option<u32>) -> Result<u32, String> {
+    let have = crate::netdev::rx_queue_count(ifname)
+        .and_then(|n| u32::try_from(n).ok())
+        .filter(|&n| n > 0);
+    match (n_rxq, have) {
+        (Some(0), _) => Err("n_rxq must be at least 1".into()),
+        (Some(n), _) if n > MAX_PORT_QUEUES => Err(format!(
+            "n_rxq {n} is more than the {MAX_PORT_QUEUES} queues a port serves"
+        )),
+        (Some(n), Some(have)) if n > have => Err(format!(
+            "n_rxq {n}: interface '{ifname}' has {have} receive queue{}",
+            if have == 1 { "" } else { "s" }
+        )),
+        (Some(n), Some(have)) => {
+            if n < have {
+                tracing::warn!(
+                    ifname,
+                    n_rxq = n,
+                    rx_queues = have,
+                    "receive queues {n} to {} are not served: traffic the NIC steers there \
+                     bypasses the switch (`ethtool -L {ifname} combined {n}`, or steer it away)",
+                    have - 1
+                );
+            }
+            Ok(n)
+        }
+        // The queue count is unknown (no sysfs): what was asked for.
+        (Some(n), None) => Ok(n),
+        (None, None) => Ok(1),
+        (None, Some(have)) if have > MAX_PORT_QUEUES => {
+            tracing::warn!(
+                ifname,
+                rx_queues = have,
+                "only the first {MAX_PORT_QUEUES} receive queues are served: traffic the NIC \
+                 steers to the others bypasses the switch (`ethtool -L {ifname} combined {MAX_PORT_QUEUES}`)"
+            );
+            Ok(MAX_PORT_QUEUES)
+        }
+        (None, Some(have)) => Ok(have),
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -627,7 +726,7 @@ impl Switch {
         let tunnels: Vec<usize> = ports
             .values()
             .filter(|p| p.kind == "vxlan")
-            .map(|p| p.thread)
+            .map(|p| p.thread())
             .collect();
         !tunnels.is_empty()
             && tunnels.iter().all(|&t| {
@@ -649,12 +748,12 @@ impl Switch {
         Ok(())
     }
 
-    /// The thread with the fewest ports (a socket is prepared on its
-    /// shared UMEM, so the choice is made before).
+    /// The thread with the fewest port queues (a socket is prepared on
+    /// its shared UMEM, so the choice is made before).
     fn least_loaded(&self, ports: &BTreeMap<u32, PortEntry>) -> usize {
         let mut load = vec![0usize; self.threads.len()];
-        for e in ports.values() {
-            if let Some(l) = load.get_mut(e.thread) {
+        for q in ports.values().flat_map(|e| &e.queues) {
+            if let Some(l) = load.get_mut(q.thread) {
                 *l += 1;
             }
         }
@@ -700,13 +799,22 @@ impl Switch {
     }
 
     fn broadcast_topology(&self, ports: &BTreeMap<u32, PortEntry>) {
-        let topo: Vec<(u32, usize)> = ports.iter().map(|(o, e)| (*o, e.thread)).collect();
+        let topo: Vec<(u32, usize)> = ports
+            .iter()
+            .flat_map(|(o, e)| e.queues.iter().map(|q| (*o, q.thread)))
+            .collect();
         for t in 0..self.cmds.len() {
             let _ = self.send(t, Cmd::Topology(topo.clone()));
         }
     }
 
     /// Adds a port at run time without disturbing the others.
+    ///
+    /// An AF_XDP port on an interface with several receive queues gets a
+    /// socket per queue served (`n_rxq`, default all), spread over the
+    /// datapath threads from the least loaded one on: each thread receives
+    /// its queues and sends the port's frames on its own queue's socket
+    /// (threads without one hand them over).
     pub fn add_port(&self, spec: PortSpec) -> Result<PortInfo, SwitchError> {
         if self.shared.stop.load(Ordering::Relaxed) {
             return Err(SwitchError::ShutDown);
@@ -717,12 +825,21 @@ impl Switch {
                 reason: "empty name".into(),
             });
         }
-        // The slow part (UMEM, XDP program, socket) on the caller's thread,
-        // before taking the port table: datapath threads keep forwarding
-        // and other callers keep adding ports meanwhile.
-        let thread = self.least_loaded(&lock(&self.ports));
-        let prepared = match &spec.kind {
-            PortKind::Afxdp { ifname, xdp_mode } => {
+        let open_err = |reason: String| SwitchError::PortOpen {
+            name: spec.name.clone(),
+            reason,
+        };
+        // The slow part (UMEM, XDP program, sockets) on the caller's
+        // thread, before taking the port table: datapath threads keep
+        // forwarding and other callers keep adding ports meanwhile.
+        let first = self.least_loaded(&lock(&self.ports));
+        let nthreads = self.threads.len().max(1);
+        let (prepared, queue_threads) = match &spec.kind {
+            PortKind::Afxdp {
+                ifname,
+                xdp_mode,
+                n_rxq,
+            } => {
                 let ifname = ifname.as_deref().unwrap_or(&spec.name);
                 let ports = lock(&self.ports);
                 if ports.values().any(|p| p.name == spec.name) {
@@ -733,27 +850,32 @@ impl Switch {
                     .any(|p| p.mode != "udp-socket" && p.name == ifname);
                 drop(ports);
                 if taken {
-                    return Err(SwitchError::PortOpen {
-                        name: spec.name.clone(),
-                        reason: format!("interface '{ifname}' is already a port"),
-                    });
+                    return Err(open_err(format!("interface '{ifname}' is already a port")));
                 }
-                let shared_umem = self.threads.get(thread).and_then(|t| t.umem.get());
-                Some(Box::new(
-                    XskPort::prepare(
-                        ifname,
-                        *xdp_mode,
-                        self.shared.umem_frames,
-                        shared_umem,
-                        self.xdp_prog.as_ref(),
-                    )
-                    .map_err(|e| SwitchError::PortOpen {
-                        name: spec.name.clone(),
-                        reason: e.to_string(),
-                    })?,
-                ))
+                let n = port_queues(ifname, *n_rxq).map_err(open_err)?;
+                let threads: Vec<usize> = (0..n as usize).map(|q| (first + q) % nthreads).collect();
+                let targets: Vec<afxdp::QueueTarget<'_>> = threads
+                    .iter()
+                    .enumerate()
+                    .map(|(q, &t)| afxdp::QueueTarget {
+                        queue: q as u32,
+                        shared: self.threads.get(t).and_then(|t| t.umem.get()),
+                    })
+                    .collect();
+                let socks = XskPort::prepare_queues(
+                    ifname,
+                    *xdp_mode,
+                    self.shared.umem_frames,
+                    &targets,
+                    self.xdp_prog.as_ref(),
+                )
+                .map_err(|e| open_err(e.to_string()))?;
+                (
+                    socks.into_iter().map(|p| Some(Box::new(p))).collect(),
+                    threads,
+                )
             }
-            PortKind::Vxlan { .. } => None,
+            PortKind::Vxlan { .. } => (vec![None], vec![first]),
         };
         let mut ports = lock(&self.ports);
         if ports.values().any(|p| p.name == spec.name) {
@@ -780,14 +902,9 @@ impl Switch {
                 .values()
                 .any(|p| p.mode != "udp-socket" && p.name == ifname)
             {
-                return Err(SwitchError::PortOpen {
-                    name: spec.name.clone(),
-                    reason: format!("interface '{ifname}' is already a port"),
-                });
+                return Err(open_err(format!("interface '{ifname}' is already a port")));
             }
         }
-        let stats = Arc::new(AtomicPortStats::default());
-        let (reply_tx, reply_rx) = mpsc::channel();
         let name = spec.name.clone();
         let (kind, ifname) = match &spec.kind {
             PortKind::Afxdp { ifname, .. } => (
@@ -796,41 +913,101 @@ impl Switch {
             ),
             PortKind::Vxlan { .. } => ("vxlan", None),
         };
-        self.send(
-            thread,
-            Cmd::AddPort {
-                spec,
-                prepared,
-                ofport,
-                stats: Arc::clone(&stats),
-                reply: reply_tx,
-            },
-        )?;
-        let mode = reply_rx.recv_timeout(REPLY_TIMEOUT).map_err(|_| {
-            SwitchError::Other(format!("datapath thread {thread} did not answer"))
-        })??;
-        ports.insert(
-            ofport,
-            PortEntry {
-                name: name.clone(),
+        // Every queue to its thread, then every answer: all or none.
+        let mut queues = Vec::with_capacity(prepared.len());
+        let mut pending = Vec::with_capacity(prepared.len());
+        let mut failure = None;
+        for ((q, prepared), &thread) in prepared.into_iter().enumerate().zip(&queue_threads) {
+            let stats = Arc::new(AtomicPortStats::default());
+            let (reply_tx, reply_rx) = mpsc::channel();
+            let sent = self.send(
                 thread,
-                kind,
-                mode: mode.clone(),
-                stats: Arc::clone(&stats),
-                ifname,
-            },
-        );
+                Cmd::AddPort {
+                    spec: spec.clone(),
+                    prepared,
+                    ofport,
+                    stats: Arc::clone(&stats),
+                    reply: reply_tx,
+                },
+            );
+            if let Err(e) = sent {
+                failure = Some(e);
+                break;
+            }
+            queues.push(QueueEntry {
+                queue: q as u32,
+                thread,
+                stats,
+            });
+            pending.push((thread, reply_rx));
+        }
+        let mut mode = String::new();
+        let mut opened = Vec::new();
+        for (thread, reply) in pending {
+            match reply.recv_timeout(REPLY_TIMEOUT) {
+                Ok(Ok(m)) => {
+                    mode = m;
+                    opened.push(thread);
+                }
+                Ok(Err(e)) => {
+                    failure.get_or_insert(e);
+                }
+                Err(_) => {
+                    failure.get_or_insert(SwitchError::Other(format!(
+                        "datapath thread {thread} did not answer"
+                    )));
+                }
+            }
+        }
+        if let Some(e) = failure {
+            // The queues opened so far are closed again (a thread that
+            // did not answer closes its own once its reply goes unheard).
+            opened.sort_unstable();
+            opened.dedup();
+            if let Err(c) = self.close_on(&opened, ofport) {
+                tracing::warn!(port = %name, ofport, "closing the queues opened: {c}");
+            }
+            return Err(e);
+        }
+        let entry = PortEntry {
+            name: name.clone(),
+            kind,
+            mode,
+            ifname,
+            queues,
+        };
+        let info = entry.info(ofport);
+        let threads = entry.threads();
+        ports.insert(ofport, entry);
         self.broadcast_topology(&ports);
         self.set_gro_max(&ports);
-        tracing::info!(port = %name, ofport, kind, mode = %mode, thread, "port added");
-        Ok(PortInfo {
-            name,
-            ofport,
-            kind: kind.into(),
-            mode,
-            state: "up".into(),
-            stats: stats.get(),
-        })
+        tracing::info!(port = %name, ofport, kind, mode = %info.mode, ?threads, queues = queue_threads.len(), "port added");
+        Ok(info)
+    }
+
+    /// Has `threads` close their sockets of `ofport` and waits for them.
+    fn close_on(&self, threads: &[usize], ofport: u32) -> Result<(), SwitchError> {
+        let mut replies = Vec::with_capacity(threads.len());
+        let mut sent = Ok(());
+        for &thread in threads {
+            let (reply_tx, reply_rx) = mpsc::channel();
+            match self.send(
+                thread,
+                Cmd::DelPort {
+                    ofport,
+                    reply: reply_tx,
+                },
+            ) {
+                Ok(()) => replies.push((thread, reply_rx)),
+                Err(e) => sent = Err(e),
+            }
+        }
+        for (thread, reply) in replies {
+            reply.recv_timeout(REPLY_TIMEOUT).map_err(|_| {
+                SwitchError::Other(format!("datapath thread {thread} did not answer"))
+            })?;
+        }
+        sent
     }
 
     /// Removes a port (its XDP program is detached).
@@ -840,22 +1017,11 @@ impl Switch {
             .iter()
             .find(|(_, e)| e.name == name)
             .ok_or_else(|| SwitchError::NoSuchPort(name.into()))?;
-        let thread = entry.thread;
-        let (reply_tx, reply_rx) = mpsc::channel();
-        let sent = self.send(
-            thread,
-            Cmd::DelPort {
-                ofport,
-                reply: reply_tx,
-            },
-        );
+        let threads = entry.threads();
         ports.remove(&ofport);
         self.broadcast_topology(&ports);
         self.set_gro_max(&ports);
-        sent?;
-        reply_rx
-            .recv_timeout(REPLY_TIMEOUT)
-            .map_err(|_| SwitchError::Other(format!("datapath thread {thread} did not answer")))?;
+        self.close_on(&threads, ofport)?;
         tracing::info!(port = %name, ofport, "port removed");
         Ok(())
     }
@@ -864,14 +1030,7 @@ impl Switch {
     pub fn ports(&self) -> Vec<PortInfo> {
         lock(&self.ports)
             .iter()
-            .map(|(&ofport, e)| PortInfo {
-                name: e.name.clone(),
-                ofport,
-                kind: e.kind.into(),
-                mode: e.mode.clone(),
-                state: "up".into(),
-                stats: e.stats.get(),
-            })
+            .map(|(&ofport, e)| e.info(ofport))
             .collect()
     }
 
@@ -915,7 +1074,7 @@ impl Switch {
     pub fn inject(&self, in_port: u32, frame: Vec<u8>) -> Result<(), SwitchError> {
         let thread = lock(&self.ports)
             .get(&in_port)
-            .map(|e| e.thread)
+            .map(|e| e.thread())
             .ok_or(SwitchError::NoSuchOfport(in_port))?;
         self.send(thread, Cmd::Inject { in_port, frame })
     }
@@ -1233,7 +1392,9 @@ impl Worker {
         };
         let mut complete_checksums = self.config.complete_checksums;
         let io = match &spec.kind {
-            PortKind::Afxdp { ifname, xdp_mode } => {
+            PortKind::Afxdp {
+                ifname, xdp_mode, ..
+            } => {
                 let ifname = ifname.as_deref().unwrap_or(&spec.name);
                 let x = match prepared {
                     Some(p) => {
@@ -1252,15 +1413,6 @@ impl Worker {
                         free = usage.free,
                         "the UMEM has no frame to spare for this port's fill ring: it receives \
                          nothing until other ports give frames back; raise --umem-frames or --threads"
-                    );
-                }
-                if let Some(n) = crate::netdev::rx_queue_count(ifname).filter(|n| *n > 1) {
-                    tracing::warn!(
-                        port = %spec.name,
-                        ifname,
-                        rx_queues = n,
-                        "only RX queue 0 is attached: traffic the NIC steers to other queues \
-                         bypasses the switch (set `ethtool -L {ifname} combined 1`)"
                     );
                 }
                 complete_checksums =
@@ -1310,57 +1462,63 @@ impl Worker {
         self.close_port_then(ofport, None);
     }
 
-    /// Removes the port; `done` is told once its socket is closed (XDP
-    /// program detached, UMEM unmapped), so the interface can be bound again.
+    /// Removes the port (every queue of it this thread serves); `done` is
+    /// told once its sockets are closed (XDP program detached, UMEM
+    /// unmapped), so the interface can be bound again.
     fn close_port_then(&mut self, ofport: u32, done: Option<Sender<()>>) {
-        let Some(i) = self.ports.iter().position(|p| p.ofport == ofport) else {
+        let mut closing = Vec::new();
+        while let Some(i) = self.ports.iter().position(|p| p.ofport == ofport) {
+            let mut p = self.ports.remove(i);
+            self.publish_port(&mut p, true);
+            tracing::debug!(port = %p.name, ofport, "port closed");
+            if let PortIo::Xsk(x) = std::mem::replace(&mut p.io, PortIo::Busy) {
+                closing.push(x.into_closing());
+            }
+        }
+        self.routes.remove(&ofport);
+        self.ports_changed();
+        if closing.is_empty() {
             if let Some(d) = done {
                 let _ = d.send(());
             }
             return;
-        };
-        let mut p = self.ports.remove(i);
-        self.publish_port(&mut p, true);
-        // Dropping the port deletes its socket (libxdp detaches the XDP
-        // program) and unmaps its UMEM: tens of milliseconds, done on a
-        // short-lived thread so this one keeps forwarding.
-        tracing::debug!(port = %p.name, ofport, "port closed");
-        let mut done = done;
-        if let PortIo::Xsk(x) = std::mem::replace(&mut p.io, PortIo::Busy) {
-            let closing = x.into_closing();
-            let slot = closing.reclaim_slot();
-            let name = p.name.clone();
-            let d = done.take();
-            let tx = self.self_tx.clone();
-            let me = Arc::clone(&self.me);
-            if let Err(e) = std::thread::Builder::new()
-                .name("oxvs-port-close".into())
-                .spawn(move || {
+        }
+        // Dropping a socket deletes it (the XDP program is detached with
+        // the interface's last) and unmaps an own UMEM: tens of
+        // milliseconds, done on a short-lived thread so this one keeps
+        // forwarding.
+        let slots: Vec<u16> = closing.iter().filter_map(|c| c.reclaim_slot()).collect();
+        let tx = self.self_tx.clone();
+        let me = Arc::clone(&self.me);
+        // `done` goes into the closure: if the thread cannot start, the
+        // closure (sockets and reply) is dropped right here, which closes
+        // the sockets and tells the waiting side (its reply channel hangs
+        // up) -- then the frames are reclaimed here.
+        let spawned = std::thread::Builder::new()
+            .name("oxvs-port-close".into())
+            .spawn({
+                let slots = slots.clone();
+                move || {
                     drop(closing);
-                    if let Some(slot) = slot {
+                    for slot in slots {
                         if tx.send(Cmd::Reclaim { slot }).is_ok() {
                             me.wake();
                         }
                     }
-                    if let Some(d) = d {
+                    if let Some(d) = done {
                         let _ = d.send(());
                     }
-                })
-            {
-                // The closure (with the socket and the reply) was dropped
-                // here: the socket is closed.
-                tracing::warn!(port = %name, "cannot close the socket off the datapath thread: {e}");
-                if let Some(slot) = slot {
-                    self.reclaim(slot);
                 }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(
+                ofport,
+                "cannot close the sockets off the datapath thread: {e}"
+            );
+            for slot in slots {
+                self.reclaim(slot);
             }
         }
-        drop(p);
-        if let Some(d) = done {
-            let _ = d.send(());
-        }
-        self.routes.remove(&ofport);
-        self.ports_changed();
     }
 
     /// Takes back the frames of a closed port's socket (see
@@ -1395,14 +1553,25 @@ impl Worker {
 
     fn set_topology(&mut self, topo: &[(u32, usize)]) {
         self.routes.clear();
+        // A port served by several threads: this thread hands its frames
+        // to one of them, threads picking different ones (a thread
+        // serving a queue of it sends on that queue: `ports_changed`).
+        let mut serving: HashMap<u32, Vec<usize>> = HashMap::new();
         for &(ofport, thread) in topo {
-            if thread != self.idx {
-                self.routes.insert(ofport, Route::Remote(thread));
+            serving.entry(ofport).or_default().push(thread);
+        }
+        for (ofport, mut threads) in serving {
+            threads.sort_unstable();
+            threads.dedup();
+            threads.retain(|&t| t != self.idx);
+            if let Some(&t) = threads.get(self.idx % threads.len().max(1)) {
+                self.routes.insert(ofport, Route::Remote(t));
             }
         }
         self.ports_changed();
         let mut all: Vec<u32> = topo.iter().map(|(o, _)| *o).collect();
         all.sort_unstable();
+        all.dedup();
         if self.dp.env().ports != all {
             self.dp.set_env(XlateEnv::with_ports(all));
         }

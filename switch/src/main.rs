@@ -508,6 +508,7 @@ impl Gateway {
                     kind: PortKind::Afxdp {
                         ifname: Some(peer.clone()),
                         xdp_mode: XdpModeRequest::Auto,
+                        n_rxq: None,
                     },
                 })
                 .with_context(|| {

@@ -10,6 +10,8 @@
 //! |---|---|---|---|
 //! | `oxvs_port_{rx,tx}_{packets,bytes,drops,errors}_total` | counter | `port` | [`Switch::ports`] |
 //! | `oxvs_port_info` | gauge (1) | `port`, `ofport`, `kind`, `mode` | [`Switch::ports`] |
+//! | `oxvs_port_queue_rx_packets_total` | counter | `port`, `queue`, `thread` | [`Switch::ports`] (ports with several queues) |
+//! | `oxvs_port_queue_rx_drops_total` | counter | `port`, `queue` | [`Switch::ports`] (ports with several queues) |
 //! | `oxvs_datapath_*_total` | counter | | [`Switch::stats`] (summed over threads) |
 //! | `oxvs_datapath_cache_hits_total` | counter | `tier` = `emc`, `megaflow` | [`Switch::stats`] |
 //! | `oxvs_datapath_upcalls_total` | counter | | slow-path passes |
@@ -275,6 +277,31 @@ fn encode_ports(e: &mut Exposition, ports: &[PortInfo]) {
                 &[("port", &p.name), ("direction", dir), ("reason", reason)],
                 get(p),
             );
+        }
+    }
+    // Ports serving several receive queues: how the NIC spread the load.
+    let mut f = e.counter(
+        "oxvs_port_queue_rx_packets_total",
+        "Packets received on one receive queue of a switch port serving several (its thread \
+         in `thread`).",
+    );
+    for p in ports {
+        for q in &p.queues {
+            let (queue, thread) = (q.queue.to_string(), q.thread.to_string());
+            f.int(
+                &[("port", &p.name), ("queue", &queue), ("thread", &thread)],
+                q.stats.rx_packets,
+            );
+        }
+    }
+    let mut f = e.counter(
+        "oxvs_port_queue_rx_drops_total",
+        "Received packets one receive queue of a switch port dropped.",
+    );
+    for p in ports {
+        for q in &p.queues {
+            let queue = q.queue.to_string();
+            f.int(&[("port", &p.name), ("queue", &queue)], q.stats.rx_dropped);
         }
     }
 }
@@ -888,6 +915,25 @@ mod tests {
                     tx_dropped: 2,
                     ..PortStats::default()
                 },
+                queues: vec![
+                    oxvs_api::QueueInfo {
+                        queue: 0,
+                        thread: 0,
+                        stats: PortStats {
+                            rx_packets: 2,
+                            ..PortStats::default()
+                        },
+                    },
+                    oxvs_api::QueueInfo {
+                        queue: 1,
+                        thread: 1,
+                        stats: PortStats {
+                            rx_packets: 3,
+                            rx_dropped: 1,
+                            ..PortStats::default()
+                        },
+                    },
+                ],
             },
             PortInfo {
                 name: "weird\"name\\".into(),
@@ -896,6 +942,7 @@ mod tests {
                 mode: "udp".into(),
                 state: "up".into(),
                 stats: PortStats::default(),
+                queues: Vec::new(),
             },
         ];
         s.conntrack = CtStats {
@@ -949,6 +996,20 @@ mod tests {
         let p = prom::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
         let v = |n: &str, l: &[(&str, &str)]| p.value(n, l).unwrap_or(-1.0);
         assert_eq!(v("oxvs_port_rx_packets_total", &[("port", "p1")]), 5.0);
+        assert_eq!(
+            v(
+                "oxvs_port_queue_rx_packets_total",
+                &[("port", "p1"), ("queue", "1"), ("thread", "1")]
+            ),
+            3.0
+        );
+        assert_eq!(
+            v(
+                "oxvs_port_queue_rx_drops_total",
+                &[("port", "p1"), ("queue", "1")]
+            ),
+            1.0
+        );
         assert_eq!(v("oxvs_port_rx_bytes_total", &[("port", "p1")]), 500.0);
         assert_eq!(v("oxvs_port_tx_drops_total", &[("port", "p1")]), 2.0);
         assert_eq!(

@@ -20,10 +20,11 @@
 //! interface and queue it arrived on, so a stale entry can never leak a
 //! frame to another port.
 //!
-//! A port's attachment ([`XdpAttachment`]) is a BPF link (`BPF_LINK_CREATE`,
-//! kernel 5.9+) plus its slot: adding a port costs one link creation and
-//! two map updates, no program load. Dropping the attachment deletes the
-//! slot's entries and closes the link, which detaches the program; a
+//! A port's attachment is a BPF link (`BPF_LINK_CREATE`, kernel 5.9+)
+//! plus a slot per queue it serves ([`XdpAttachment`], sharing the link):
+//! adding a port costs one link creation and two map updates per queue, no
+//! program load. Dropping a queue's attachment deletes the slot's entries;
+//! the last one closes the link, which detaches the program; a
 //! switchd that dies loses its links with its file descriptors, so nothing
 //! of it stays on an interface. An interface that already has an XDP
 //! program attached the old way (netlink, e.g. by libxdp) refuses a link
@@ -411,14 +412,16 @@ impl XdpProgram {
     }
 
     /// Attaches the program to `ifname` in native (`native`) or generic
-    /// mode, with a slot for its `queue`; the socket goes in with
-    /// [`XdpAttachment::insert_socket`].
+    /// mode (one BPF link), with a slot for each of its `queues` (in that
+    /// order); each queue's socket goes in with
+    /// [`XdpAttachment::insert_socket`]. The program stays attached until
+    /// the last of them is dropped.
     pub fn attach(
         self: &Arc<Self>,
         ifname: &str,
-        queue: u32,
+        queues: &[u32],
         native: bool,
-    ) -> Result<XdpAttachment, XdpProgError> {
+    ) -> Result<Vec<XdpAttachment>, XdpProgError> {
         let ifindex = nix::net::if_::if_nametoindex(ifname)
             .map_err(|_| XdpProgError::NoIfindex(ifname.to_string()))?;
         let mut attr = LinkCreateAttr {
@@ -440,47 +443,53 @@ impl XdpProgram {
                 ),
                 source,
             })?;
-        let slot = self
-            .free
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .pop()
-            .ok_or(XdpProgError::NoSlot)?;
-        let key = slot_key(ifindex, queue);
-        // NOEXIST: an interface of another network namespace with the
-        // same index must not take over this one's slot (nor lose its
-        // own: nothing of it is deleted on this error).
-        if let Err(e) = update(
-            &self.slots,
-            &key,
-            &slot,
-            BPF_NOEXIST,
-            &format!("the XDP slot of '{ifname}'"),
-        ) {
-            self.free
+        let link = Arc::new(link);
+        let mut out = Vec::with_capacity(queues.len());
+        for &queue in queues {
+            let slot = self
+                .free
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .push(slot);
-            return Err(e);
+                .pop()
+                .ok_or(XdpProgError::NoSlot)?;
+            let key = slot_key(ifindex, queue);
+            // NOEXIST: an interface of another network namespace with the
+            // same index must not take over this one's slot (nor lose its
+            // own: nothing of it is deleted on this error). The queues
+            // attached so far are dropped with `out` (their slots freed,
+            // the link closed with the last).
+            if let Err(e) = update(
+                &self.slots,
+                &key,
+                &slot,
+                BPF_NOEXIST,
+                &format!("the XDP slot of '{ifname}' queue {queue}"),
+            ) {
+                self.free
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(slot);
+                return Err(e);
+            }
+            out.push(XdpAttachment {
+                prog: Arc::clone(self),
+                key,
+                slot,
+                _link: Arc::clone(&link),
+            });
         }
-        let att = XdpAttachment {
-            prog: Arc::clone(self),
-            key,
-            slot,
-            _link: link,
-        };
-        Ok(att)
+        Ok(out)
     }
 }
 
 /// The program attached to one interface queue, with its slot. Dropping it
-/// removes the slot and detaches the program.
+/// removes the slot; dropping the interface's last one detaches the program.
 pub struct XdpAttachment {
     prog: Arc<XdpProgram>,
     key: [u8; 8],
     slot: u32,
     // Dropped last: the program stays attached until the slot is gone.
-    _link: OwnedFd,
+    _link: Arc<OwnedFd>,
 }
 
 impl XdpAttachment {

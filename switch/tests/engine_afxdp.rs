@@ -92,6 +92,7 @@ fn afxdp(name: &str, ofport: u32) -> PortSpec {
         kind: PortKind::Afxdp {
             ifname: None,
             xdp_mode: XdpModeRequest::Auto,
+            n_rxq: None,
         },
     }
 }

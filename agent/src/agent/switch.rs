@@ -86,6 +86,8 @@ impl Agent {
             kind: PortKind::Afxdp {
                 ifname: None,
                 xdp_mode: XdpModeRequest::Auto,
+                // A pod's veth has one queue.
+                n_rxq: None,
             },
         };
         let v = match self.switch(Request::AddPort(spec.clone())).await {

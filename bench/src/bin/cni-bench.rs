@@ -542,6 +542,7 @@ fn run_probe(dir: &Path, switch_sock: &Path, pods: &[String]) -> Result<Probe> {
                         kind: PortKind::Afxdp {
                             ifname: None,
                             xdp_mode: XdpModeRequest::Auto,
+                            n_rxq: None,
                         },
                     }),
                 )?;

@@ -40,6 +40,10 @@ pub struct AddPort {
     /// afxdp: XDP attach mode.
     #[arg(long, value_enum, default_value_t = XdpMode::Auto)]
     xdp_mode: XdpMode,
+    /// afxdp: receive queues served, from queue 0 (OVS's
+    /// `options:n_rxq`; default: all the interface has).
+    #[arg(long, value_name = "N")]
+    n_rxq: Option<u32>,
     /// vxlan: local underlay IPv4 address.
     #[arg(long, value_name = "IP")]
     local_ip: Option<Ipv4Addr>,
@@ -69,11 +73,14 @@ impl AddPort {
                         XdpMode::Native => XdpModeRequest::Native,
                         XdpMode::Generic => XdpModeRequest::Generic,
                     },
+                    n_rxq: self.n_rxq,
                 }
             }
             PortType::Vxlan => {
-                if self.ifname.is_some() {
-                    return Err(UsageError("--ifname is for --type afxdp".into()).into());
+                if self.ifname.is_some() || self.n_rxq.is_some() {
+                    return Err(
+                        UsageError("--ifname and --n-rxq are for --type afxdp".into()).into(),
+                    );
                 }
                 let local_ip = self
                     .local_ip

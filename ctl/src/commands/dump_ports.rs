@@ -1,6 +1,8 @@
 //! `oxvsctl dump-ports`: port counters, like `ovs-ofctl dump-ports`:
 //! `  port  1: rx pkts=N, bytes=N, drop=N, errs=N` then a `tx` line, then,
-//! for a port that dropped anything, a line with the drops by reason.
+//! for a port that dropped anything, a line with the drops by reason; a
+//! port serving several receive queues adds a line per queue (its thread
+//! and its receive counters).
 
 use clap::Args;
 use oxvs_api::{DumpPortsResult, PortInfo, Request};
@@ -52,6 +54,17 @@ pub fn format(ports: &[PortInfo]) -> String {
                 st.rx_ring_full, st.rx_fill_empty, st.rx_other, st.tx_no_frame, st.tx_ring_full
             ));
         }
+        for q in &p.queues {
+            s.push_str(&format!(
+                "           queue {} (thread {}): rx pkts={}, bytes={}, drop={}; tx pkts={}\n",
+                q.queue,
+                q.thread,
+                q.stats.rx_packets,
+                q.stats.rx_bytes,
+                q.stats.rx_dropped,
+                q.stats.tx_packets
+            ));
+        }
     }
     s
 }
@@ -74,10 +87,44 @@ mod tests {
                 tx_bytes: 7,
                 ..PortStats::default()
             },
+            queues: Vec::new(),
         };
         assert_eq!(
             format(&[p]),
             "OFPST_PORT reply: 1 ports\n  port  1: rx pkts=5, bytes=0, drop=0, errs=0\n           tx pkts=0, bytes=7, drop=0, errs=0\n"
+        );
+    }
+
+    #[test]
+    fn a_line_per_queue() {
+        let q = |queue, rx_packets| oxvs_api::QueueInfo {
+            queue,
+            thread: queue as usize % 2,
+            stats: PortStats {
+                rx_packets,
+                ..PortStats::default()
+            },
+        };
+        let p = PortInfo {
+            name: "eth0".into(),
+            ofport: 3,
+            kind: "afxdp".into(),
+            mode: "native/copy".into(),
+            state: "up".into(),
+            stats: PortStats {
+                rx_packets: 9,
+                ..PortStats::default()
+            },
+            queues: vec![q(0, 4), q(1, 5)],
+        };
+        let out = format(&[p]);
+        assert!(
+            out.contains("           queue 0 (thread 0): rx pkts=4, bytes=0, drop=0; tx pkts=0\n"),
+            "{out}"
+        );
+        assert!(
+            out.ends_with("           queue 1 (thread 1): rx pkts=5, bytes=0, drop=0; tx pkts=0\n"),
+            "{out}"
         );
     }
 }

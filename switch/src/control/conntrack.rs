@@ -390,6 +390,7 @@ mod tests {
             mode: "generic/copy".into(),
             state: "up".into(),
             stats: Default::default(),
+            queues: Vec::new(),
         }];
         assert_eq!(resolve(&ports, "pod-a"), Ok(3));
         assert_eq!(resolve(&ports, "3"), Ok(3));

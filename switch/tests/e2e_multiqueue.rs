@@ -1,0 +1,247 @@
+//! End to end, a port on an interface with several receive queues (what a
+//! NIC with RSS is; here a veth pair made with 4 queues a side, where the
+//! sending side picks a queue per socket by its flow hash, as RSS does per
+//! flow).
+//!
+//! 1. switchd (`--threads 2`) serves every queue by default: `dump-ports`
+//!    lists 4 queues on both threads. From pod1 (behind the 4-queue
+//!    port), 64 UDP sockets exchange 20 rounds of datagrams with pod2
+//!    through the switch: every datagram and every answer arrives (none
+//!    lost in the switch), every queue received some, and the queues'
+//!    counters add up to the port's. TCP both ways arrives intact.
+//! 2. `--n-rxq` above the interface's queues or 0 is refused with a
+//!    reason; `--n-rxq 2` serves queues 0 and 1; deleting the port
+//!    detaches the XDP program (no `xdp` left on the interface) and it
+//!    can be added again.
+//!
+//! Flows: `examples/switch-three-pods.flows` (port 3 absent).
+
+mod common;
+
+use common::*;
+
+const QUEUES: usize = 4;
+const SOCKETS: usize = 64;
+const ROUNDS: usize = 20;
+
+/// Sends ROUNDS rounds: each of SOCKETS sockets sends one numbered
+/// datagram, then waits (up to 2 s) for every answer of the round; prints
+/// "sent N answered M".
+const CLIENT: &str = r#"
+import select, socket, sys, time
+addr, port, nsock, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+socks = []
+for i in range(nsock):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setblocking(False)
+    s.connect((addr, port))
+    socks.append(s)
+sent = answered = 0
+for r in range(rounds):
+    for i, s in enumerate(socks):
+        s.send(f"{i}:{r}".encode()); sent += 1
+    want = {f"{i}:{r}" for i in range(nsock)}
+    deadline = time.time() + 2
+    while want and time.time() < deadline:
+        ready, _, _ = select.select(socks, [], [], 0.2)
+        for s in ready:
+            try:
+                want.discard(s.recv(100).decode().removeprefix("echo:"))
+                answered += 1
+            except BlockingIOError:
+                pass
+print(f"sent {sent} answered {answered}", flush=True)
+"#;
+
+/// Answers every datagram with "echo:" + data until killed.
+const ECHO: &str = r#"
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+s.bind(("0.0.0.0", int(sys.argv[1])))
+print("listening", flush=True)
+while True:
+    data, peer = s.recvfrom(100)
+    s.sendto(b"echo:" + data, peer)
+"#;
+
+/// The port's entry of `dump-ports --json`.
+fn port_json(sw: &Switchd, name: &str) -> serde_json::Value {
+    let out = sw.ctl_ok(&["--json", "dump-ports"]);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("dump-ports --json");
+    let ports = v
+        .get("ports")
+        .and_then(|p| p.as_array())
+        .cloned()
+        .unwrap_or_default();
+    ports
+        .into_iter()
+        .find(|p| p.get("name").and_then(|n| n.as_str()) == Some(name))
+        .unwrap_or_else(|| panic!("no port {name} in {out}"))
+}
+
+/// (queue, thread, rx_packets) of each queue the port lists.
+fn queues(port: &serde_json::Value) -> Vec<(u64, u64, u64)> {
+    port.get("queues")
+        .and_then(|q| q.as_array())
+        .map(|qs| {
+            qs.iter()
+                .map(|q| {
+                    let n = |k: &str| q.get(k).and_then(|x| x.as_u64()).unwrap_or(u64::MAX);
+                    let rx = q
+                        .get("stats")
+                        .and_then(|s| s.get("rx_packets"))
+                        .and_then(|x| x.as_u64())
+                        .unwrap_or(u64::MAX);
+                    (n("queue"), n("thread"), rx)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn e2e_multiqueue_port() {
+    skip_unless_capable!();
+    let node = Netns::new("node");
+    let pod1 = Netns::new("pod1");
+    let pod2 = Netns::new("pod2");
+    let sw = Switchd::start_with(&node, &["--threads", "2"]);
+    sw.add_flows(&example("switch-three-pods.flows"));
+
+    // pod1 behind a 4-queue veth pair (both ends: native XDP on a veth
+    // needs as many receive queues as its peer has transmit queues).
+    let q = QUEUES.to_string();
+    must(&[
+        "ip",
+        "-n",
+        &node.name,
+        "link",
+        "add",
+        "mq1",
+        "numtxqueues",
+        &q,
+        "numrxqueues",
+        &q,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "eth0",
+        "numtxqueues",
+        &q,
+        "numrxqueues",
+        &q,
+        "netns",
+        &pod1.name,
+    ]);
+    node.must(&["ip", "link", "set", "mq1", "up"]);
+    pod1.sh(
+        "ip link set eth0 address 02:00:0a:0a:00:01 && ip addr add 10.10.0.1/24 dev eth0 \
+         && ip link set eth0 up",
+    );
+    sw.add_port("mq1", 1);
+    add_pod(
+        &sw,
+        &node,
+        &pod2,
+        "mq2",
+        2,
+        "10.10.0.2/24",
+        "02:00:0a:0a:00:02",
+        1500,
+    );
+
+    // 1. Every queue served, spread over both threads.
+    let port = port_json(&sw, "mq1");
+    let qs = queues(&port);
+    assert_eq!(
+        qs.iter().map(|q| q.0).collect::<Vec<_>>(),
+        (0..QUEUES as u64).collect::<Vec<_>>(),
+        "a socket per receive queue: {port}"
+    );
+    let mut threads: Vec<u64> = qs.iter().map(|q| q.1).collect();
+    threads.sort_unstable();
+    threads.dedup();
+    assert_eq!(threads, vec![0, 1], "the queues on both threads: {port}");
+
+    let ping = ping_until_up(&pod1, "10.10.0.2", 10);
+    assert!(ping.received > 0, "pod1 -> pod2: {}", ping.output);
+
+    let mut echo = pod2.spawn(&["python3", "-c", ECHO, "9000"]);
+    echo.wait_listening("UDP echo").expect("echo");
+    let before = port_json(&sw, "mq1");
+    let out = pod1.must(&[
+        "python3",
+        "-c",
+        CLIENT,
+        "10.10.0.2",
+        "9000",
+        &SOCKETS.to_string(),
+        &ROUNDS.to_string(),
+    ]);
+    let total = SOCKETS * ROUNDS;
+    assert_eq!(
+        out.trim(),
+        format!("sent {total} answered {total}"),
+        "every datagram through the 4-queue port and back\n{}",
+        sw.ctl_ok(&["dump-ports"])
+    );
+    let after = port_json(&sw, "mq1");
+    let (qb, qa) = (queues(&before), queues(&after));
+    eprintln!("queue rx packets before {qb:?} after {qa:?}");
+    for (b, a) in qb.iter().zip(&qa) {
+        assert!(
+            a.2 > b.2,
+            "queue {} received nothing from {SOCKETS} sockets: {after}",
+            a.0
+        );
+    }
+    let port_rx = after["stats"]["rx_packets"].as_u64().unwrap_or(0);
+    assert_eq!(
+        qa.iter().map(|q| q.2).sum::<u64>(),
+        port_rx,
+        "the queues add up to the port: {after}"
+    );
+    let drops = after["stats"]["rx_dropped"].as_u64().unwrap_or(u64::MAX)
+        + after["stats"]["tx_dropped"].as_u64().unwrap_or(u64::MAX);
+    assert_eq!(drops, 0, "no drop on the 4-queue port: {after}");
+    drop(echo);
+
+    tcp_transfer(&pod1, &pod2, "10.10.0.2", 9100, 8 << 20);
+    tcp_transfer(&pod2, &pod1, "10.10.0.1", 9101, 8 << 20);
+
+    let metrics = sw.ctl_ok(&["dump-ports"]);
+    assert!(
+        metrics.contains("queue 3 (thread"),
+        "dump-ports shows the queues: {metrics}"
+    );
+
+    // 2. n_rxq.
+    sw.ctl_ok(&["del-port", "mq1"]);
+    for (n, why) in [("5", "has 4 receive queues"), ("0", "at least 1")] {
+        let out = sw.ctl(&["add-port", "mq1", "--ofport", "1", "--n-rxq", n]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(why),
+            "--n-rxq {n} refused ({why}): {err}"
+        );
+    }
+    sw.ctl_ok(&["add-port", "mq1", "--ofport", "1", "--n-rxq", "2"]);
+    let port = port_json(&sw, "mq1");
+    assert_eq!(
+        queues(&port).iter().map(|q| q.0).collect::<Vec<_>>(),
+        vec![0, 1],
+        "--n-rxq 2: {port}"
+    );
+    sw.ctl_ok(&["del-port", "mq1"]);
+    let link = node.must(&["ip", "-d", "link", "show", "mq1"]);
+    assert!(
+        !link.contains("prog/xdp"),
+        "the XDP program is detached with the port's last queue: {link}"
+    );
+    sw.add_port("mq1", 1);
+    assert_eq!(queues(&port_json(&sw, "mq1")).len(), QUEUES);
+    let ping = ping_until_up(&pod1, "10.10.0.2", 10);
+    assert!(ping.received > 0, "pod1 -> pod2 again: {}", ping.output);
+}
