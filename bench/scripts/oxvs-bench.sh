@@ -8,7 +8,7 @@
 # pod to pod across two nodes over VXLAN (oxvs-switchd per node vs a
 # private OVS userspace instance per node, afxdp PMD); then scaling (oxvs with 1
 # and 2 datapath threads, and OVS PMD, over 1, 1k, 100k and 1M flows at a
-# fixed rate). Results:
+# fixed rate); then multi-queue ports (1, 2, 4 queues). Results:
 # bench/results/*.json and SVG plots under bench/results/plots/.
 #
 # Usage (root): bench/scripts/oxvs-bench.sh [extra oxvs-bench flags]
@@ -17,8 +17,9 @@
 # 1000), STEPS (search steps, default 6), SWITCHES (default
 # oxvs,ovs-pmd,ovs-nonpmd,bridge,xdp-redirect), VXLAN_SWITCHES (default
 # oxvs,ovs-pmd; ovs-nonpmd also runs there), SCALING_FLOWS (default
-# 1,1000,100000,1000000), SCALING_THREADS (oxvs, default 1,2), ONLY (fixed,
-# throughput, vxlan or scaling: run just that part).
+# 1,1000,100000,1000000), SCALING_THREADS (oxvs, default 1,2), QUEUES
+# (the queues part's queue counts, default 1 2 4), ONLY (fixed,
+# throughput, vxlan, scaling or queues: run just that part).
 set -eu
 cd "$(dirname "$0")/../.."
 cargo build --release -p oxvs-bench --bin oxvs-bench -p oxvs-switch -p oxvsctl
@@ -55,4 +56,13 @@ if [ "$O" = all ] || [ "$O" = scaling ]; then
     "$B" scaling --switches oxvs,ovs-pmd --flows "${SCALING_FLOWS:-1,1000,100000,1000000}" \
         --threads "${SCALING_THREADS:-1,2}" --rate "$R" --duration "$D" --trials "$T" \
         --json bench/results/oxvs-bench-scaling.json --plots bench/results/plots/scaling "$@"
+fi
+if [ "$O" = all ] || [ "$O" = queues ]; then
+    # Multi-queue ports (a socket per queue): oxvs 1 and 2 threads against
+    # OVS non-PMD, veths with 1, 2 and 4 queues.
+    for q in ${QUEUES:-1 2 4}; do
+        "$B" throughput --switches oxvs,ovs-nonpmd --threads 1,2 --queues "$q" --flows 1000 \
+            --duration "$D" --trials "$T" --loss 0.1 --steps "${STEPS:-6}" \
+            --json "bench/results/oxvs-bench-queues-$q.json" "$@"
+    done
 fi

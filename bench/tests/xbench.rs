@@ -43,10 +43,12 @@ fn veth_pair(lab: &mut Lab) -> (Endpoint, Endpoint) {
         Endpoint {
             netns: Some(a),
             ifname: "eth0".into(),
+            queues: 1,
         },
         Endpoint {
             netns: Some(b),
             ifname: "eth0".into(),
+            queues: 1,
         },
     )
 }
@@ -426,4 +428,60 @@ fn vxlan_two_node_setup_with_ovs_pmd_delivers_pod_to_pod() {
         })
         .unwrap_or_default();
     assert!(dirs.is_empty(), "OVS directories left: {dirs:?}");
+}
+
+#[test]
+fn multi_queue_generator_and_sink_through_oxvs() {
+    if !root() {
+        return;
+    }
+    let bins = setup::oxvs_bins().expect("oxvs binaries");
+    // 3 queues a veth; 7 flows: lanes of 3, 2 and 2 flows (flow i on
+    // queue i % 3), every one accounted, in order.
+    let topo = setup::Virtual::new("mq", 3).expect("3-queue topology");
+    assert_eq!((topo.gen.queues, topo.sink.queues), (3, 3));
+    let sw = setup::start_switch_on(
+        &SwitchKind::Oxvs { threads: 1 },
+        &Plan::simple(setup::SIMPLE_FLOWS),
+        Some(&bins),
+        topo,
+    )
+    .expect("oxvs-switchd");
+    let cfg = GenConfig {
+        flows: 7,
+        rate_pps: 20_000,
+        count: Some(7_000),
+        duration: Duration::from_secs(5),
+        ..GenConfig::default()
+    };
+    let t = run_trial(
+        &sw.topo.gen,
+        &sw.topo.sink,
+        &cfg,
+        &sw.pids,
+        &TrialOpts {
+            per_flow: true,
+            ..Default::default()
+        },
+    )
+    .expect("trial");
+    assert_eq!(t.gen.sent, 7_000);
+    assert_eq!(t.lost(), 0, "3 queues at 20 kpps lose nothing");
+    assert_eq!((t.reordered, t.duplicates), (0, 0));
+    let per = t.per_flow_received.clone().expect("per flow");
+    for (i, r) in per.iter().enumerate() {
+        assert_eq!(*r, t.gen.sent_for_flow(i as u32), "flow {i}");
+    }
+    // Every queue of the generator's port carried its lane.
+    let q = sw.oxvs_queue_rx().expect("per-queue counters");
+    let gen_port = q.split("; ").next().unwrap_or_default().to_owned();
+    for k in 0..3 {
+        let n: u64 = gen_port
+            .split(&format!(" q{k}(thread 0)="))
+            .nth(1)
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        assert!(n >= 2_000, "queue {k} of {gen_port}");
+    }
 }

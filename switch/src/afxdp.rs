@@ -804,11 +804,29 @@ impl XskPort {
         frames: u32,
         batch: usize,
     ) -> Result<XskPort, AfxdpError> {
-        XskPort::from_prepared(
-            XskPort::prepare(ifname, request, frames, None, None)?,
-            batch,
-            None,
-        )
+        XskPort::open_queue(ifname, 0, request, frames, batch)
+    }
+
+    /// [`XskPort::open`] on receive queue `queue`.
+    pub fn open_queue(
+        ifname: &str,
+        queue: u32,
+        request: XdpModeRequest,
+        frames: u32,
+        batch: usize,
+    ) -> Result<XskPort, AfxdpError> {
+        let target = QueueTarget {
+            queue,
+            shared: None,
+        };
+        let p = XskPort::prepare_queues(ifname, request, frames, &[target], None)?
+            .pop()
+            .ok_or_else(|| AfxdpError::Socket {
+                ifname: ifname.into(),
+                tried: String::new(),
+                reason: "no socket was made".into(),
+            })?;
+        XskPort::from_prepared(p, batch, None)
     }
 
     /// Makes the socket (the slow part: loading and attaching the XDP

@@ -167,6 +167,9 @@ pub struct SwitchConfig {
     /// inner MTU (userspace TSO, `vxlan/tso.rs`) instead of answering
     /// "fragmentation needed".
     pub tunnel_tso: bool,
+    /// CPUs the datapath threads are pinned to: thread `i` to
+    /// `datapath_cpus[i % len]` (empty: not pinned, the scheduler's choice).
+    pub datapath_cpus: Vec<usize>,
 }
 
 impl Default for SwitchConfig {
@@ -185,6 +188,7 @@ impl Default for SwitchConfig {
             shared_xdp_program: true,
             complete_checksums: true,
             tunnel_tso: true,
+            datapath_cpus: Vec::new(),
         }
     }
 }
@@ -491,6 +495,13 @@ impl PortEntry {
             queues,
         }
     }
+}
+
+/// Pins the calling thread to `cpu`.
+fn pin_to_cpu(cpu: usize) -> Result<(), String> {
+    let mut set = nix::sched::CpuSet::new();
+    set.set(cpu).map_err(|e| e.to_string())?;
+    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).map_err(|e| e.to_string())
 }
 
 /// Most receive queues one port serves (a socket each; on a physical
@@ -1225,6 +1236,20 @@ struct Worker {
 impl WorkerInit {
     fn run(self, ready: Sender<Result<(), SwitchError>>) {
         let nthreads = self.peers.len();
+        let cpus = &self.config.datapath_cpus;
+        if !cpus.is_empty() {
+            let cpu = cpus[self.idx % cpus.len()];
+            if let Err(e) = pin_to_cpu(cpu) {
+                // Refused up front would be better, but the CPU may have
+                // gone offline since the flags were read.
+                let _ = ready.send(Err(SwitchError::Other(format!(
+                    "cannot pin datapath thread {} to CPU {cpu}: {e}",
+                    self.idx
+                ))));
+                return;
+            }
+            tracing::info!(thread = self.idx, cpu, "datapath thread pinned");
+        }
         let me = Arc::clone(&self.peers[self.idx]);
         let dp = Datapath::new(
             self.pipeline,

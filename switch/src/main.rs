@@ -62,6 +62,12 @@ struct Args {
     #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u16).range(1..=256))]
     threads: u16,
+    /// CPUs to pin the datapath threads to, one each in order (`2,3`;
+    /// thread i takes the i-th, wrapping around), as OVS's
+    /// `pmd-cpu-mask`; put the NIC queues' interrupts elsewhere
+    /// (docs/operations.md, "Multi-queue NICs"). Default: not pinned.
+    #[arg(long, value_name = "CPU,...", value_delimiter = ',')]
+    datapath_cpus: Vec<usize>,
     /// UMEM frames (4 KiB each, pinned) per UMEM: each datapath thread has
     /// one its ports on virtual devices (veth) share; a port on a physical
     /// NIC, or every port with `--umem-sharing port`, has its own.
@@ -282,6 +288,16 @@ fn run(args: Args) -> anyhow::Result<()> {
         .thread_block()
         .context("cannot block SIGTERM/SIGINT")?;
 
+    if !args.datapath_cpus.is_empty() {
+        let allowed = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0))
+            .context("cannot read the CPUs this process may run on")?;
+        let ok: Vec<usize> = (0..nix::sched::CpuSet::count())
+            .filter(|&c| allowed.is_set(c).unwrap_or(false))
+            .collect();
+        if let Some(bad) = args.datapath_cpus.iter().find(|c| !ok.contains(c)) {
+            anyhow::bail!("--datapath-cpus: CPU {bad} is not one this process may run on ({ok:?})");
+        }
+    }
     let mut conntrack = CtConfig::default();
     if let Some(n) = args.ct_max {
         conntrack.max_entries = n;
@@ -297,6 +313,7 @@ fn run(args: Args) -> anyhow::Result<()> {
     };
     let config = SwitchConfig {
         threads: usize::from(args.threads),
+        datapath_cpus: args.datapath_cpus.clone(),
         poll_mode: match args.mode {
             Mode::Interrupt => PollMode::Interrupt,
             Mode::Busy => PollMode::Busy,

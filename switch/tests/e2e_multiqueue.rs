@@ -3,7 +3,8 @@
 //! sending side picks a queue per socket by its flow hash, as RSS does per
 //! flow).
 //!
-//! 1. switchd (`--threads 2`) serves every queue by default: `dump-ports`
+//! 1. switchd (`--threads 2 --datapath-cpus 1,0`: each thread pinned to
+//!    its CPU) serves every queue by default: `dump-ports`
 //!    lists 4 queues on both threads. From pod1 (behind the 4-queue
 //!    port), 64 UDP sockets exchange 20 rounds of datagrams with pod2
 //!    through the switch: every datagram and every answer arrives (none
@@ -65,6 +66,24 @@ while True:
     s.sendto(b"echo:" + data, peer)
 "#;
 
+/// `Cpus_allowed_list` of the thread named `name` of process `pid`.
+fn cpus_allowed(pid: u32, name: &str) -> Option<String> {
+    for t in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+    {
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if comm.trim() == name {
+            let status = std::fs::read_to_string(t.path().join("status")).ok()?;
+            return status
+                .lines()
+                .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+                .map(|v| v.trim().to_owned());
+        }
+    }
+    None
+}
+
 /// The port's entry of `dump-ports --json`.
 fn port_json(sw: &Switchd, name: &str) -> serde_json::Value {
     let out = sw.ctl_ok(&["--json", "dump-ports"]);
@@ -106,8 +125,16 @@ fn e2e_multiqueue_port() {
     let node = Netns::new("node");
     let pod1 = Netns::new("pod1");
     let pod2 = Netns::new("pod2");
-    let sw = Switchd::start_with(&node, &["--threads", "2"]);
+    let sw = Switchd::start_with(&node, &["--threads", "2", "--datapath-cpus", "1,0"]);
     sw.add_flows(&example("switch-three-pods.flows"));
+    // Thread i runs on the i-th CPU of --datapath-cpus.
+    for (thread, cpu) in [("oxvs-dp0", "1"), ("oxvs-dp1", "0")] {
+        assert_eq!(
+            cpus_allowed(sw.pid(), thread).as_deref(),
+            Some(cpu),
+            "{thread} pinned to CPU {cpu}"
+        );
+    }
 
     // pod1 behind a 4-queue veth pair (both ends: native XDP on a veth
     // needs as many receive queues as its peer has transmit queues).

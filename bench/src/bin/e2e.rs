@@ -1024,7 +1024,7 @@ fn start_ovs(p: &mut Pair, port_type: &str) -> Result<Running> {
     let mut modes = BTreeMap::new();
     for (host, ofport) in [(p.host_gen.clone(), "1"), (p.host_sink.clone(), "2")] {
         // Zero-copy first; veth has none, so the best the driver offers.
-        let got = setup::ovs_add_afxdp_port(&br, &host, port_type, ofport)?;
+        let got = setup::ovs_add_afxdp_port(&br, &host, port_type, ofport, 1)?;
         modes.insert(host, got);
     }
     must(&["ovs-ofctl", "del-flows", &br])?;

@@ -103,6 +103,12 @@ struct Args {
     /// oxvs datapath threads (list; `scaling`).
     #[arg(long, value_delimiter = ',', default_value = "1")]
     threads: Vec<u16>,
+    /// `virtual`: receive and transmit queues of every veth, as a
+    /// multi-queue NIC has (the generator spreads its flows over them,
+    /// flow `i` on queue `i % N`; the sink and every switch serve all).
+    /// `ports` uses every queue the interfaces have.
+    #[arg(long, default_value_t = 1)]
+    queues: u32,
     #[arg(long, value_enum, default_value_t = ProtoArg::Udp)]
     proto: ProtoArg,
     /// VXLAN-encapsulate the generated frames (outer UDP 4789, VNI 42).
@@ -172,6 +178,9 @@ struct Case {
     frame_size: usize,
     flows: u32,
     threads: u16,
+    queues: u32,
+    /// Per receive queue of oxvs's multi-queue ports, what each received.
+    queue_rx: Option<String>,
     trials: Vec<Trial>,
     searches: Vec<Search>,
 }
@@ -179,11 +188,15 @@ struct Case {
 impl Case {
     /// Switch and pipeline (`oxvs`, `oxvs antrea(1000 policies)`).
     fn label(&self) -> String {
-        if self.pipeline == "simple" {
+        let mut l = if self.pipeline == "simple" {
             self.switch.clone()
         } else {
             format!("{} {}", self.switch, self.pipeline)
+        };
+        if self.queues > 1 {
+            l.push_str(&format!(" {}q", self.queues));
         }
+        l
     }
 
     fn latency(&self) -> Histogram {
@@ -221,6 +234,8 @@ impl Case {
             "frame_size": self.frame_size,
             "flows": self.flows,
             "threads": self.threads,
+            "queues": self.queues,
+            "queue_rx_packets": self.queue_rx,
             "fixed": if self.trials.is_empty() { Value::Null } else { json!({
                 "sent_pps": f(|t| t.gen.pps()),
                 "delivered_pps": f(Trial::delivered_pps),
@@ -304,14 +319,18 @@ fn main() -> Result<()> {
             let g = Endpoint {
                 netns: None,
                 ifname: gi.clone(),
+                queues: setup::device_queues(gi),
             };
             let s = Endpoint {
                 netns: None,
                 ifname: si.clone(),
+                queues: setup::device_queues(si),
             };
             let plan = Plan::simple(&flows_text);
             let info = SwitchInfo {
                 name: "external",
+                running: None,
+                queues: g.queues,
                 modes: json!({}),
                 flows_loaded: 0,
                 threads: 0,
@@ -331,7 +350,7 @@ fn main() -> Result<()> {
             run_switches(
                 &a,
                 &plans,
-                &|k| setup::Virtual::new(k.tag()),
+                &|k| setup::Virtual::new(k.tag(), a.queues),
                 &mut cases,
                 &mut skipped,
             )?;
@@ -386,6 +405,8 @@ fn run_vxlan(a: &Args, cases: &mut Vec<Case>, skipped: &mut Vec<(String, String)
                 };
                 let info = SwitchInfo {
                     name: &sw.name,
+                    running: Some(&sw),
+                    queues: sw.topo.queues,
                     modes: json!(sw.port_modes),
                     flows_loaded: sw.flows,
                     threads,
@@ -469,6 +490,8 @@ fn run_switches(
                     };
                     let info = SwitchInfo {
                         name: &sw.name,
+                        running: Some(&sw),
+                        queues: sw.topo.queues,
                         modes: json!(sw.port_modes),
                         flows_loaded: sw.flows,
                         threads,
@@ -555,6 +578,10 @@ fn load_average() -> String {
 /// The switch under test and its pipeline, for [`run_cases`].
 struct SwitchInfo<'a> {
     name: &'a str,
+    /// The running switch (None: an external device under test).
+    running: Option<&'a setup::Running>,
+    /// Queues of the generator's and the sink's interfaces.
+    queues: u32,
     modes: Value,
     flows_loaded: usize,
     threads: u16,
@@ -614,6 +641,8 @@ fn run_cases(
                 frame_size: size,
                 flows,
                 threads: sw.threads,
+                queues: sw.queues,
+                queue_rx: None,
                 trials: Vec::new(),
                 searches: Vec::new(),
             };
@@ -636,6 +665,12 @@ fn run_cases(
                         )?);
                     }
                 }
+            }
+            // How the switch's multi-queue ports spread what they received
+            // (cumulative since the switch started).
+            case.queue_rx = sw.running.and_then(setup::Running::oxvs_queue_rx);
+            if let Some(q) = &case.queue_rx {
+                eprintln!("oxvs-bench: {name}: received per queue: {q}");
             }
             out.push(case);
         }

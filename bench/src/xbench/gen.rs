@@ -319,11 +319,17 @@ pub struct GenReport {
     pub backpressure: u64,
     /// AF_XDP mode of the socket (`native/copy`, ...).
     pub mode: String,
+    /// Frames each flow got, counted (modulo 2^32) by a run; empty: the
+    /// flows shared `sent` round-robin from flow 0.
+    pub per_flow_sent: Vec<u32>,
 }
 
 impl GenReport {
-    /// Frames flow `i` got (round-robin from flow 0).
+    /// Frames flow `i` got: as counted, else its round-robin share.
     pub fn sent_for_flow(&self, i: u32) -> u64 {
+        if let Some(&n) = self.per_flow_sent.get(i as usize) {
+            return u64::from(n);
+        }
         let n = u64::from(self.flows.max(1));
         self.sent / n + u64::from(u64::from(i) < self.sent % n)
     }
@@ -423,21 +429,24 @@ pub fn reorder(seq: u32, every: u32) -> u32 {
     }
 }
 
-/// Sends on `port` as configured until the duration/count is reached or
-/// `stop` is set.
-pub fn run(port: &mut XskPort, cfg: &GenConfig, stop: &AtomicBool) -> Result<GenReport> {
+/// Sends on `ports` as configured until the duration/count is reached or
+/// `stop` is set. With several sockets (one per queue of the interface),
+/// flow `i` always leaves on `ports[i % ports.len()]` (as RSS keeps a
+/// flow on one queue) and the batches go to the sockets in turn.
+pub fn run(ports: &mut [XskPort], cfg: &GenConfig, stop: &AtomicBool) -> Result<GenReport> {
     let mut fb = FrameBuilder::new(cfg)?;
     let flows = cfg.flows;
-    let mut seqs = vec![
-        0u32;
-        if cfg.seq == SeqMode::PerFlow {
-            flows as usize
-        } else {
-            0
-        }
-    ];
+    let lanes = ports.len() as u32;
+    if lanes == 0 || flows < lanes {
+        bail!("{flows} flows cannot use {lanes} queues (at least one flow per queue)");
+    }
+    // Per flow: frames sent (modulo 2^32), which in per-flow mode is also
+    // the next sequence number. One allocation per run.
+    let mut seqs = vec![0u32; flows as usize];
     let mut global: u32 = 0;
-    let mut cursor: u32 = 0;
+    // Each lane's next flow: lane k sends flows k, k + lanes, ...
+    let mut cursors: Vec<u32> = (0..lanes).collect();
+    let mut lane = 0usize;
     let mut sent: u64 = 0;
     let mut backpressure = 0;
     let limit = cfg.count.unwrap_or(u64::MAX);
@@ -445,7 +454,18 @@ pub fn run(port: &mut XskPort, cfg: &GenConfig, stop: &AtomicBool) -> Result<Gen
     let end = start.saturating_add(cfg.duration.as_nanos() as u64);
     let mut pacer = (cfg.rate_pps > 0).then(|| Pacer::new(cfg.rate_pps, cfg.batch, start));
     let mut now = start;
-    let _ = port.take_counters(false);
+    for port in ports.iter_mut() {
+        let _ = port.take_counters(false);
+    }
+    // The next flow of a lane after `f`.
+    let next = |f: u32, lane: u32| {
+        let n = f + lanes;
+        if n >= flows {
+            lane
+        } else {
+            n
+        }
+    };
     while now < end && sent < limit && !stop.load(Ordering::Relaxed) {
         let mut n = cfg
             .batch
@@ -460,15 +480,15 @@ pub fn run(port: &mut XskPort, cfg: &GenConfig, stop: &AtomicBool) -> Result<Gen
                 }
             }
         }
-        let first = cursor;
+        let port = &mut ports[lane];
+        let first = cursors[lane];
+        let mut cursor = first;
         for _ in 0..n {
+            let s = &mut seqs[cursor as usize];
+            let flow_seq = *s;
+            *s = flow_seq.wrapping_add(1);
             let seq = match cfg.seq {
-                SeqMode::PerFlow => {
-                    let s = &mut seqs[cursor as usize];
-                    let v = *s;
-                    *s = v.wrapping_add(1);
-                    v
-                }
+                SeqMode::PerFlow => flow_seq,
                 SeqMode::Global => {
                     let v = global;
                     global = global.wrapping_add(1);
@@ -477,30 +497,34 @@ pub fn run(port: &mut XskPort, cfg: &GenConfig, stop: &AtomicBool) -> Result<Gen
             };
             let seq = reorder(seq, cfg.reorder_every);
             port.send(fb.frame(cursor, seq, now_ns()));
-            cursor += 1;
-            if cursor == flows {
-                cursor = 0;
-            }
+            cursor = next(cursor, lane as u32);
         }
         port.flush();
         let c = port.take_counters(false);
         let ok = (c.tx_packets as usize).min(n);
         if ok < n {
             backpressure += 1;
-            // Roll back the frames the socket did not take (a suffix).
-            for k in ok..n {
-                let f = ((u64::from(first) + k as u64) % u64::from(flows)) as usize;
-                if let Some(s) = seqs.get_mut(f) {
+            // Roll back the frames the socket did not take (a suffix):
+            // the lane resumes at the first of them.
+            let mut f = first;
+            for _ in 0..ok {
+                f = next(f, lane as u32);
+            }
+            cursor = f;
+            for _ in ok..n {
+                if let Some(s) = seqs.get_mut(f as usize) {
                     *s = s.wrapping_sub(1);
                 }
+                f = next(f, lane as u32);
             }
             global = global.wrapping_sub((n - ok) as u32);
-            cursor = ((u64::from(first) + ok as u64) % u64::from(flows)) as u32;
             if ok == 0 {
                 // Let the kernel drain the ring.
                 std::thread::yield_now();
             }
         }
+        cursors[lane] = cursor;
+        lane = (lane + 1) % ports.len();
         sent += ok as u64;
         if let Some(p) = pacer.as_mut() {
             p.spent(ok);
@@ -508,9 +532,11 @@ pub fn run(port: &mut XskPort, cfg: &GenConfig, stop: &AtomicBool) -> Result<Gen
         now = now_ns();
     }
     let secs = (now_ns() - start) as f64 / 1e9;
-    // Let the kernel transmit what is on the ring (copy mode sends on kicks).
+    // Let the kernel transmit what is on the rings (copy mode sends on kicks).
     for _ in 0..20 {
-        port.flush();
+        for port in ports.iter_mut() {
+            port.flush();
+        }
         std::thread::sleep(Duration::from_millis(1));
     }
     Ok(GenReport {
@@ -518,7 +544,8 @@ pub fn run(port: &mut XskPort, cfg: &GenConfig, stop: &AtomicBool) -> Result<Gen
         flows,
         secs,
         backpressure,
-        mode: port.mode().name().to_owned(),
+        mode: ports[0].mode().name().to_owned(),
+        per_flow_sent: seqs,
     })
 }
 
@@ -701,6 +728,13 @@ mod tests {
         };
         let v: Vec<u64> = (0..4).map(|i| r.sent_for_flow(i)).collect();
         assert_eq!(v, [3, 3, 2, 2]);
+        // Counted (several queues: each lane has its own share).
+        let r = GenReport {
+            per_flow_sent: vec![4, 1, 3, 2],
+            ..r
+        };
+        let v: Vec<u64> = (0..4).map(|i| r.sent_for_flow(i)).collect();
+        assert_eq!(v, [4, 1, 3, 2]);
     }
 
     #[test]

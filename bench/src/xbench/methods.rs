@@ -175,27 +175,36 @@ fn enter(ep: &Endpoint) -> Result<()> {
 /// later trials go straight to `Auto` (generic) there.
 static NO_NATIVE: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
 
-/// Opens an AF_XDP socket on `ifname` (in the calling thread's
-/// namespace `ns`, for the cache key), native XDP mode first.
+/// Opens an AF_XDP socket on `ifname` queue `queue` (in the calling
+/// thread's namespace `ns`, for the cache key), native XDP mode first.
 ///
 /// The kernel releases the previous trial's socket and XDP program on the
-/// same interface asynchronously, so an open right after it can fail
-/// (EBUSY on the queue, or the driver slot still taken): with `Auto`, the
-/// latter would silently fall back to generic mode, and on a veth whose
-/// peer redirects frames with XDP (the `xdp-redirect` kind) generic mode
-/// receives nothing. So native is asked for and retried for up to 3 s;
-/// only then `Auto` (remembered for the interface, so an interface without
-/// native XDP pays the wait once).
-fn open_xsk(ns: &str, ifname: &str, batch: usize) -> Result<XskPort> {
+/// same interface asynchronously (the release waits for the RTNL lock,
+/// which namespace deletions elsewhere on the machine can hold for
+/// seconds), so an open right after it can fail with EBUSY: that is
+/// waited out, up to [`BUSY_WAIT`], without giving up native mode. Only
+/// another error (the driver slot still taken, no native XDP) counts
+/// against native: with `Auto` it would silently fall back to generic
+/// mode, and on a veth whose peer redirects frames with XDP (the
+/// `xdp-redirect` kind) generic mode receives nothing. So native is asked
+/// for and retried for up to 3 s; only then `Auto` (remembered for the
+/// interface, so an interface without native XDP pays the wait once).
+fn open_xsk(ns: &str, ifname: &str, queue: u32, batch: usize) -> Result<XskPort> {
     let key = format!("{ns}/{ifname}");
     let no_native = NO_NATIVE.lock().map(|v| v.contains(&key)).unwrap_or(false);
-    let end = std::time::Instant::now() + Duration::from_secs(3);
+    let start = std::time::Instant::now();
+    let busy_end = start + BUSY_WAIT;
+    let is_busy = |e: &oxvs_switch::afxdp::AfxdpError| format!("{e:#}").contains("busy");
     if !no_native {
+        let mut end = start + Duration::from_secs(3);
         loop {
-            match XskPort::open(ifname, XdpModeRequest::Native, UMEM_FRAMES, batch) {
+            match XskPort::open_queue(ifname, queue, XdpModeRequest::Native, UMEM_FRAMES, batch) {
                 Ok(p) => return Ok(p),
                 Err(e) => {
-                    if std::time::Instant::now() > end {
+                    let now = std::time::Instant::now();
+                    if is_busy(&e) && now < busy_end {
+                        end = end.max(now + Duration::from_secs(3)).min(busy_end);
+                    } else if now > end {
                         eprintln!(
                             "oxvs-bench: {ifname}: native XDP unavailable ({e}); using generic mode"
                         );
@@ -209,19 +218,32 @@ fn open_xsk(ns: &str, ifname: &str, batch: usize) -> Result<XskPort> {
             }
         }
     }
-    let end = std::time::Instant::now() + Duration::from_secs(3);
+    let end = std::time::Instant::now().max(busy_end);
     loop {
-        match XskPort::open(ifname, XdpModeRequest::Auto, UMEM_FRAMES, batch) {
+        match XskPort::open_queue(ifname, queue, XdpModeRequest::Auto, UMEM_FRAMES, batch) {
             Ok(p) => return Ok(p),
             Err(e) => {
-                let busy = format!("{e:#}").contains("busy");
-                if !busy || std::time::Instant::now() > end {
+                if !is_busy(&e) || std::time::Instant::now() > end {
                     return Err(e.into());
                 }
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
     }
+}
+
+/// How long an open waits for a queue the kernel has not released yet.
+const BUSY_WAIT: Duration = Duration::from_secs(20);
+
+/// A socket on each of the endpoint's queues (in the calling thread's
+/// namespace, which is the endpoint's).
+fn open_all(ep: &Endpoint, batch: usize) -> Result<Vec<XskPort>> {
+    (0..ep.queues.max(1))
+        .map(|q| {
+            open_xsk(ep.netns.as_deref().unwrap_or(""), &ep.ifname, q, batch)
+                .with_context(|| format!("socket on {} queue {q}", ep.ifname))
+        })
+        .collect()
 }
 
 /// One trial: `cfg` from `gen_ep` to `sink_ep`, CPU of `pids` measured.
@@ -246,12 +268,11 @@ pub fn run_trial(
         std::thread::Builder::new()
             .name("xbench-sink".into())
             .spawn(move || -> Result<(Accounting, SinkStats)> {
-                let open = || -> Result<XskPort> {
+                let open = || -> Result<Vec<XskPort>> {
                     enter(&ep)?;
-                    open_xsk(ep.netns.as_deref().unwrap_or(""), &ep.ifname, batch)
-                        .with_context(|| format!("sink socket on {}", ep.ifname))
+                    open_all(&ep, batch).context("sink")
                 };
-                let mut port = match open() {
+                let mut ports = match open() {
                     Ok(p) => {
                         let _ = ready_tx.send(Ok(()));
                         p
@@ -263,7 +284,7 @@ pub fn run_trial(
                     }
                 };
                 let mut acct = Accounting::new(flows);
-                let st = sink::run(&mut port, &mut acct, &stop, drain);
+                let st = sink::run(&mut ports, &mut acct, &stop, drain);
                 Ok((acct, st))
             })
             .context("spawn sink thread")?
@@ -296,9 +317,8 @@ pub fn run_trial(
             .name("xbench-gen".into())
             .spawn(move || -> Result<GenReport> {
                 enter(&ep)?;
-                let mut port = open_xsk(ep.netns.as_deref().unwrap_or(""), &ep.ifname, cfg.batch)
-                    .with_context(|| format!("generator socket on {}", ep.ifname))?;
-                gen::run(&mut port, &cfg, &sig)
+                let mut ports = open_all(&ep, cfg.batch).context("generator")?;
+                gen::run(&mut ports, &cfg, &sig)
             })
             .context("spawn generator thread")?
     };

@@ -487,11 +487,13 @@ pub fn start_ovs_vxlan_pair(port_type: &str) -> Result<Running> {
         _procs: switches,
         topo: Virtual {
             lab,
+            queues: 1,
             gen,
             sink,
             port1: ha,
             port2: hb,
         },
+        oxvs_ctl: None,
     })
 }
 

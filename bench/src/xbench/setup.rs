@@ -254,11 +254,16 @@ pub struct Endpoint {
     /// None: the root namespace.
     pub netns: Option<String>,
     pub ifname: String,
+    /// Receive queues it uses, from 0 (a socket each; the generator sends
+    /// flow `i` on queue `i % queues`, as RSS keeps a flow on a queue).
+    pub queues: u32,
 }
 
 /// The `virtual` topology (see the module doc).
 pub struct Virtual {
     pub lab: Lab,
+    /// Queues of every veth (1 but with `--queues`).
+    pub queues: u32,
     pub gen: Endpoint,
     pub sink: Endpoint,
     /// Host ends: switch ports 1 (gen side) and 2 (sink side).
@@ -273,7 +278,14 @@ pub const GEN_MAC: [u8; 6] = [0x02, 0x0b, 0x5e, 0x00, 0x00, 0x01];
 pub const DST_MAC: [u8; 6] = [0x02, 0x0b, 0x5e, 0x00, 0x00, 0x02];
 
 impl Virtual {
-    pub fn new(tag: &str) -> Result<Virtual> {
+    /// The topology with `queues` receive and transmit queues on every
+    /// veth (a multi-queue NIC's RSS: the generator spreads its flows
+    /// over them, each switch serves all of them).
+    pub fn new(tag: &str, queues: u32) -> Result<Virtual> {
+        if !(1..=64).contains(&queues) {
+            bail!("--queues must be 1 to 64, got {queues}");
+        }
+        let q = queues.to_string();
         let mut lab = Lab::default();
         let pid = std::process::id();
         // Several topologies may exist at once in one process (tests).
@@ -287,9 +299,17 @@ impl Virtual {
         for (role, host, mac) in [("gen", &port1, Some(GEN_MAC)), ("sink", &port2, None)] {
             let ns = lab.netns(&format!("{tag}{n}-{role}"))?;
             let peer = format!("{host}p");
-            must(&[
-                "ip", "link", "add", host, "type", "veth", "peer", "name", &peer, "netns", &ns,
-            ])?;
+            // One queue: the kernel's default pair, as before `--queues`.
+            let mut cmd = vec!["ip", "link", "add", host.as_str()];
+            if queues > 1 {
+                cmd.extend(["numtxqueues", &q, "numrxqueues", &q]);
+            }
+            cmd.extend(["type", "veth", "peer", "name", &peer]);
+            if queues > 1 {
+                cmd.extend(["numtxqueues", &q, "numrxqueues", &q]);
+            }
+            cmd.extend(["netns", &ns]);
+            must(&cmd)?;
             lab.links.push(host.clone());
             must(&["ip", "-n", &ns, "link", "set", &peer, "name", "eth0"])?;
             if let Some(m) = mac {
@@ -314,12 +334,14 @@ impl Virtual {
             eps.push(Endpoint {
                 netns: Some(ns),
                 ifname: "eth0".into(),
+                queues,
             });
         }
         let sink = eps.pop().ok_or_else(|| anyhow!("no sink endpoint"))?;
         let gen = eps.pop().ok_or_else(|| anyhow!("no gen endpoint"))?;
         Ok(Virtual {
             lab,
+            queues,
             gen,
             sink,
             port1,
@@ -351,15 +373,26 @@ impl Virtual {
         let ep = |i: &str| Endpoint {
             netns: None,
             ifname: i.to_owned(),
+            queues: device_queues(i),
         };
         Ok(Virtual {
             lab,
+            queues: device_queues(gen_if),
             gen: ep(gen_if),
             sink: ep(sink_if),
             port1: p1.to_owned(),
             port2: p2.to_owned(),
         })
     }
+}
+
+/// The receive queues of `ifname` (1 when unknown, at most 64): what a
+/// socket per queue serves.
+pub fn device_queues(ifname: &str) -> u32 {
+    oxvs_switch::netdev::rx_queue_count(ifname)
+        .and_then(|n| u32::try_from(n).ok())
+        .unwrap_or(1)
+        .clamp(1, 64)
 }
 
 /// The switch under test.
@@ -429,6 +462,37 @@ pub struct Running {
     pub note: String,
     _procs: Vec<Proc>,
     pub topo: Virtual,
+    /// oxvs-switchd's control socket (with the binaries), to read its
+    /// counters.
+    pub oxvs_ctl: Option<(Bins, String)>,
+}
+
+impl Running {
+    /// The received packets of each receive queue of each oxvs port that
+    /// serves several (`port q0=N q1=N ...`), or None (not oxvs, or no
+    /// such port).
+    pub fn oxvs_queue_rx(&self) -> Option<String> {
+        let (bins, sock) = self.oxvs_ctl.as_ref()?;
+        let out = ctl(bins, sock, &["--json", "dump-ports"]).ok()?;
+        let v: serde_json::Value = serde_json::from_str(&out).ok()?;
+        let mut parts = Vec::new();
+        for p in v.get("ports")?.as_array()? {
+            let Some(qs) = p.get("queues").and_then(|q| q.as_array()) else {
+                continue;
+            };
+            let mut s = p.get("name")?.as_str()?.to_owned();
+            for q in qs {
+                s.push_str(&format!(
+                    " q{}(thread {})={}",
+                    q.get("queue")?.as_u64()?,
+                    q.get("thread")?.as_u64()?,
+                    q.get("stats")?.get("rx_packets")?.as_u64()?
+                ));
+            }
+            parts.push(s);
+        }
+        (!parts.is_empty()).then(|| parts.join("; "))
+    }
 }
 
 /// Paths of `oxvs-switchd` and `oxvsctl`.
@@ -604,7 +668,7 @@ pub fn oxvs_trace_check(bins: &Bins, sock: &str, plan: &Plan) -> Result<()> {
 /// Builds the virtual topology and starts `kind` on it with `plan`'s
 /// flows and port numbers (the bridge and XDP redirect ignore both).
 pub fn start_switch(kind: &SwitchKind, plan: &Plan, bins: Option<&Bins>) -> Result<Running> {
-    start_switch_on(kind, plan, bins, Virtual::new(kind.tag())?)
+    start_switch_on(kind, plan, bins, Virtual::new(kind.tag(), 1)?)
 }
 
 /// The XDP redirect program's source (`bench/xdp/redirect.c`), compiled
@@ -692,6 +756,7 @@ pub fn start_switch_on(
     let flows = plan.flows.as_str();
     let nflows = crate::count_flows(flows);
     let (gp, sp) = (plan.gen_ofport.to_string(), plan.sink_ofport.to_string());
+    let mut oxvs_ctl = None;
     let (pids, modes, proc_) = match kind {
         SwitchKind::Oxvs { threads } => {
             let bins = bins.ok_or_else(|| anyhow!("oxvs binaries not given"))?;
@@ -707,6 +772,7 @@ pub fn start_switch_on(
             ctl(bins, &sock, &["add-flows", &f])?;
             oxvs_trace_check(bins, &sock, plan)?;
             let modes = oxvs_port_modes(bins, &sock)?;
+            oxvs_ctl = Some((bins.clone(), sock));
             (vec![p.pid()], modes, Some(p))
         }
         SwitchKind::OvsPmd | SwitchKind::OvsNonPmd => {
@@ -757,6 +823,7 @@ pub fn start_switch_on(
         note,
         _procs: proc_.into_iter().collect(),
         topo,
+        oxvs_ctl,
     })
 }
 
@@ -861,6 +928,7 @@ pub(crate) fn vxlan_nodes(tag: &str, addr_on_ul0: bool) -> Result<VxlanNodes> {
         eps.push(Endpoint {
             netns: Some(ns),
             ifname: "eth0".into(),
+            queues: 1,
         });
     }
     let sink = eps.pop().ok_or_else(|| anyhow!("no sink endpoint"))?;
@@ -960,11 +1028,13 @@ pub fn start_vxlan_pair(threads: u16, bins: &Bins) -> Result<Running> {
         _procs: procs,
         topo: Virtual {
             lab,
+            queues: 1,
             gen,
             sink,
             port1: hosts[0].clone(),
             port2: hosts[1].clone(),
         },
+        oxvs_ctl: None,
     })
 }
 
@@ -1020,7 +1090,7 @@ fn start_ovs(
         (topo.port1.clone(), ofports[0]),
         (topo.port2.clone(), ofports[1]),
     ] {
-        let got = ovs_add_afxdp_port(&br, &host, port_type, ofport)?;
+        let got = ovs_add_afxdp_port(&br, &host, port_type, ofport, device_queues(&host))?;
         modes.insert(host, format!("{port_type} {got}"));
     }
     // OpenFlow 1.5: goto_table, conjunctions and register loads of the
@@ -1036,7 +1106,13 @@ fn start_ovs(
 /// falling back to the best the driver offers; returns the mode it got
 /// (`native XDP (requested best-effort)`: OVS logs the mode, the database
 /// does not show it).
-pub fn ovs_add_afxdp_port(br: &str, host: &str, port_type: &str, ofport: &str) -> Result<String> {
+pub fn ovs_add_afxdp_port(
+    br: &str,
+    host: &str,
+    port_type: &str,
+    ofport: &str,
+    n_rxq: u32,
+) -> Result<String> {
     for mode in ["native-with-zerocopy", "best-effort"] {
         let _ = run(&[
             "ovs-vsctl",
@@ -1058,6 +1134,7 @@ pub fn ovs_add_afxdp_port(br: &str, host: &str, port_type: &str, ofport: &str) -
             host,
             &format!("type={port_type}"),
             &format!("options:xdp-mode={mode}"),
+            &format!("options:n_rxq={n_rxq}"),
             &format!("ofport_request={ofport}"),
         ])?;
         sleep(Duration::from_millis(500))?;

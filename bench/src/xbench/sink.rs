@@ -113,65 +113,85 @@ pub struct SinkStats {
 /// Frames per receive batch.
 pub const RX_BATCH: usize = 64;
 
-/// Receives on `port` into `acct` until `stop` is set and then nothing
-/// arrived for `drain` (or `2 * drain` passed since `stop`).
+/// Receives on `ports` (one socket per queue of the interface) into
+/// `acct` until `stop` is set and then nothing arrived for `drain` (or
+/// `2 * drain` passed since `stop`).
 pub fn run(
-    port: &mut XskPort,
+    ports: &mut [XskPort],
     acct: &mut Accounting,
     stop: &AtomicBool,
     drain: Duration,
 ) -> SinkStats {
-    let mem = port.mem();
+    let mems: Vec<_> = ports.iter().map(XskPort::mem).collect();
     let mut descs = vec![FrameDesc::default(); RX_BATCH];
-    let mut fds = [libc::pollfd {
-        fd: port.fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    }];
+    let mut fds: Vec<libc::pollfd> = ports
+        .iter()
+        .map(|p| libc::pollfd {
+            fd: p.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
     let mut stop_seen: Option<u64> = None;
     let mut last_rx = now_ns();
     let drain_ns = drain.as_nanos() as u64;
     // Drops before this run are not ours.
-    let _ = port.take_counters(true);
+    for port in ports.iter_mut() {
+        let _ = port.take_counters(true);
+    }
     loop {
-        let n = port.recv(&mut descs);
-        let now = now_ns();
-        if n == 0 {
-            if stop.load(Ordering::Relaxed) {
-                let s = *stop_seen.get_or_insert(now);
-                if now.saturating_sub(last_rx.max(s)) >= drain_ns
-                    || now.saturating_sub(s) >= 2 * drain_ns
-                {
-                    break;
+        let mut got = 0;
+        for (port, mem) in ports.iter_mut().zip(&mems) {
+            let n = port.recv(&mut descs);
+            if n == 0 {
+                if port.fill_needs_wakeup() {
+                    port.wake_fill();
+                }
+                continue;
+            }
+            got += n;
+            let now = now_ns();
+            for d in descs.iter_mut().take(n) {
+                let Some(p) = mem.packet(d) else {
+                    acct.foreign += 1;
+                    continue;
+                };
+                let data = p.data();
+                acct.bytes += data.len() as u64;
+                match find_trailer(data) {
+                    Some(t) => acct.record(&t, now),
+                    None => acct.foreign += 1,
                 }
             }
+            port.recycle(&descs[..n]);
             if port.fill_needs_wakeup() {
                 port.wake_fill();
             }
-            let _ = poll_readable(&mut fds, 10);
+        }
+        let now = now_ns();
+        if got > 0 {
+            last_rx = now;
             continue;
         }
-        last_rx = now;
-        for d in descs.iter_mut().take(n) {
-            let Some(p) = mem.packet(d) else {
-                acct.foreign += 1;
-                continue;
-            };
-            let data = p.data();
-            acct.bytes += data.len() as u64;
-            match find_trailer(data) {
-                Some(t) => acct.record(&t, now),
-                None => acct.foreign += 1,
+        if stop.load(Ordering::Relaxed) {
+            let s = *stop_seen.get_or_insert(now);
+            if now.saturating_sub(last_rx.max(s)) >= drain_ns
+                || now.saturating_sub(s) >= 2 * drain_ns
+            {
+                break;
             }
         }
-        port.recycle(&descs[..n]);
-        if port.fill_needs_wakeup() {
-            port.wake_fill();
-        }
+        let _ = poll_readable(&mut fds, 10);
     }
     SinkStats {
-        mode: port.mode().name().to_owned(),
-        ring_drops: port.take_counters(true).rx_dropped,
+        mode: ports
+            .first()
+            .map(|p| p.mode().name().to_owned())
+            .unwrap_or_default(),
+        ring_drops: ports
+            .iter_mut()
+            .map(|p| p.take_counters(true).rx_dropped)
+            .sum(),
     }
 }
 
