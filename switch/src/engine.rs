@@ -27,7 +27,8 @@
 //! 3. flush every port (one `sendto` per port when the ring asks for a
 //!    wakeup), drain completions, top fill rings up, publish counters;
 //! 4. if nothing happened: `poll(2)` on all sockets + the wakeup socket
-//!    (100 ms) in [`PollMode::Interrupt`]; spin in [`PollMode::Busy`].
+//!    (100 ms) in [`PollMode::Interrupt`] (after lingering
+//!    [`SwitchConfig::poll_linger`] since the last packet); spin in [`PollMode::Busy`].
 //!
 //! An output to a port owned by another thread is copied into a buffer and
 //! handed over through that thread's inbox (one lock per batch); that path
@@ -167,6 +168,11 @@ pub struct SwitchConfig {
     /// inner MTU (userspace TSO, `vxlan/tso.rs`) instead of answering
     /// "fragmentation needed".
     pub tunnel_tso: bool,
+    /// In [`PollMode::Interrupt`], how long a thread keeps polling its
+    /// rings after its last packet before it sleeps in `poll(2)` (zero:
+    /// sleep at once). A burst that follows within it is taken without a
+    /// wake-up; an idle switch still sleeps.
+    pub poll_linger: Duration,
     /// CPUs the datapath threads are pinned to: thread `i` to
     /// `datapath_cpus[i % len]` (empty: not pinned, the scheduler's choice).
     pub datapath_cpus: Vec<usize>,
@@ -188,6 +194,7 @@ impl Default for SwitchConfig {
             shared_xdp_program: true,
             complete_checksums: true,
             tunnel_tso: true,
+            poll_linger: Duration::ZERO,
             datapath_cpus: Vec::new(),
         }
     }
@@ -1312,6 +1319,8 @@ impl WorkerInit {
 impl Worker {
     fn run(&mut self) {
         let mut last_publish = Instant::now();
+        let linger = self.config.poll_linger;
+        let mut last_work = Instant::now();
         while !self.shared.stop.load(Ordering::Acquire) {
             self.commands();
             let t0 = Instant::now();
@@ -1331,25 +1340,36 @@ impl Worker {
                     last_publish = Instant::now();
                 }
             }
-            if work == 0 {
+            if work > 0 {
+                if !linger.is_zero() {
+                    last_work = Instant::now();
+                }
+            } else if !linger.is_zero() && last_work.elapsed() < linger {
+                // Adaptive polling: spin a while after work (as busy mode
+                // does), then sleep.
+                self.spin_once();
+            } else {
                 self.idle();
             }
         }
         self.publish(true);
     }
 
+    /// One idle round of busy polling: kick the fill rings that ask for it.
+    fn spin_once(&mut self) {
+        for p in &mut self.ports {
+            if let PortIo::Xsk(x) = &mut p.io {
+                if x.fill_needs_wakeup() {
+                    x.wake_fill();
+                }
+            }
+        }
+        std::hint::spin_loop();
+    }
+
     fn idle(&mut self) {
         match self.config.poll_mode {
-            PollMode::Busy => {
-                for p in &mut self.ports {
-                    if let PortIo::Xsk(x) = &mut p.io {
-                        if x.fill_needs_wakeup() {
-                            x.wake_fill();
-                        }
-                    }
-                }
-                std::hint::spin_loop();
-            }
+            PollMode::Busy => self.spin_once(),
             PollMode::Interrupt => {
                 if self.pollfds_dirty {
                     self.pollfds.clear();

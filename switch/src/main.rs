@@ -62,6 +62,13 @@ struct Args {
     #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u16).range(1..=256))]
     threads: u16,
+    /// `--mode interrupt`: microseconds a datapath thread keeps polling
+    /// its rings after its last packet before it sleeps in `poll(2)`
+    /// (adaptive polling: a burst right after work costs no wake-up; an
+    /// idle switch still sleeps). 0: sleep at once.
+    #[arg(long, value_name = "US", default_value_t = 0,
+          value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    poll_linger_us: u64,
     /// CPUs to pin the datapath threads to, one each in order (`2,3`;
     /// thread i takes the i-th, wrapping around), as OVS's
     /// `pmd-cpu-mask`; put the NIC queues' interrupts elsewhere
@@ -314,6 +321,7 @@ fn run(args: Args) -> anyhow::Result<()> {
     let config = SwitchConfig {
         threads: usize::from(args.threads),
         datapath_cpus: args.datapath_cpus.clone(),
+        poll_linger: std::time::Duration::from_micros(args.poll_linger_us),
         poll_mode: match args.mode {
             Mode::Interrupt => PollMode::Interrupt,
             Mode::Busy => PollMode::Busy,

@@ -272,3 +272,56 @@ fn e2e_multiqueue_port() {
     let ping = ping_until_up(&pod1, "10.10.0.2", 10);
     assert!(ping.received > 0, "pod1 -> pod2 again: {}", ping.output);
 }
+
+/// CPU time (user + system, in clock ticks) of process `pid`.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    // Fields after the command name (which may hold spaces) in parentheses.
+    let rest = &stat[stat.rfind(')').expect("comm") + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    f[11].parse::<u64>().unwrap_or(0) + f[12].parse::<u64>().unwrap_or(0)
+}
+
+/// Adaptive polling (`--poll-linger-us`): traffic passes, and once it
+/// stops the switch sleeps again (a thread that kept spinning would burn
+/// a whole core in the idle second measured).
+#[test]
+fn e2e_poll_linger_then_sleep() {
+    skip_unless_capable!();
+    let node = Netns::new("node");
+    let pod1 = Netns::new("pod1");
+    let pod2 = Netns::new("pod2");
+    let sw = Switchd::start_with(&node, &["--poll-linger-us", "500"]);
+    sw.add_flows(&example("switch-three-pods.flows"));
+    add_pod(
+        &sw,
+        &node,
+        &pod1,
+        "pl1",
+        1,
+        "10.10.0.1/24",
+        "02:00:0a:0a:00:01",
+        1500,
+    );
+    add_pod(
+        &sw,
+        &node,
+        &pod2,
+        "pl2",
+        2,
+        "10.10.0.2/24",
+        "02:00:0a:0a:00:02",
+        1500,
+    );
+    let up = ping_until_up(&pod1, "10.10.0.2", 10);
+    assert!(up.received > 0, "{}", up.output);
+    let p = ping(&pod1, "10.10.0.2", 50, "0.01", &[]);
+    assert_eq!(p.received, 50, "{}", p.output);
+    tcp_transfer(&pod1, &pod2, "10.10.0.2", 9200, 4 << 20);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let t0 = cpu_ticks(sw.pid());
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let used = cpu_ticks(sw.pid()) - t0;
+    // 100 ticks a second on one core: spinning would take ~100.
+    assert!(used <= 10, "idle switch used {used} ticks in 1 s");
+}

@@ -124,6 +124,10 @@ struct Opts {
     /// non-PMD) or `busy` (a spinning datapath thread, against OVS PMD).
     #[arg(long, value_enum, default_value_t = OxvsMode::Interrupt)]
     oxvs_mode: OxvsMode,
+    /// One more argument for every `oxvs-switchd` started (repeat it), as
+    /// in `--switchd-arg=--poll-linger-us=50` to measure a switchd option.
+    #[arg(long, value_name = "ARG", allow_hyphen_values = true)]
+    switchd_arg: Vec<String>,
     /// Parallel TCP streams (`iperf3 -P`), each count in turn.
     #[arg(long, value_delimiter = ',', default_values_t = [1u32, 4])]
     streams: Vec<u32>,
@@ -856,6 +860,8 @@ struct Bins {
     ctl: PathBuf,
     /// `--mode` of every oxvs-switchd started.
     mode: &'static str,
+    /// More arguments for every oxvs-switchd started.
+    extra: Vec<String>,
 }
 
 /// Finds (building if needed) the release `oxvs-switchd` and `oxvsctl`.
@@ -868,6 +874,7 @@ fn oxvs_bins() -> Result<Bins> {
         switchd: dir.join("oxvs-switchd"),
         ctl: dir.join("oxvsctl"),
         mode: "interrupt",
+        extra: Vec::new(),
     };
     if !bins.switchd.exists() || !bins.ctl.exists() {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
@@ -919,6 +926,7 @@ fn start_switchd(bins: &Bins, lab: &mut Lab, ns: Option<&str>, sock: &str) -> Re
         "--ct-state-file",
         "",
     ]);
+    v.extend(bins.extra.iter().map(String::as_str));
     let mut p = Proc::spawn_piped(&v, "oxvs-switchd", true)?;
     let end = Instant::now() + Duration::from_secs(10);
     loop {
@@ -1410,6 +1418,7 @@ fn main() -> Result<()> {
     if o.oxvs_mode == OxvsMode::Busy {
         bins.mode = "busy";
     }
+    bins.extra = o.switchd_arg.clone();
     let mach = machine();
     eprintln!("e2e: machine {mach}");
     let started = Instant::now();
