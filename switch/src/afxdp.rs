@@ -1049,7 +1049,7 @@ impl XskPort {
         let queues: Vec<u32> = targets.iter().map(|t| t.queue).collect();
         let mut tried = Vec::new();
         let mut last_err = String::new();
-        'modes: for &native in natives {
+        for &native in natives {
             let mode = SocketMode {
                 native,
                 zero_copy: false,
@@ -1120,10 +1120,8 @@ impl XskPort {
                 }
                 let Some((tx, rx, fq, cq, own, sg)) = bound else {
                     // The attachments and sockets made so far go with
-                    // `made` (the program is detached with the last).
-                    if native && request == XdpModeRequest::Auto {
-                        continue 'modes;
-                    }
+                    // `made` (the program is detached with the last); a
+                    // busy queue is retried by the caller.
                     return Err(socket_err(std::mem::take(&mut last_err)));
                 };
                 xdp.insert_socket(rx.fd().as_raw_fd())

@@ -1247,8 +1247,8 @@ impl WorkerInit {
         if !cpus.is_empty() {
             let cpu = cpus[self.idx % cpus.len()];
             if let Err(e) = pin_to_cpu(cpu) {
-                // Refused up front would be better, but the CPU may have
-                // gone offline since the flags were read.
+                // switchd checks its list at start; this catches a
+                // library caller's bad CPU, or one gone offline since.
                 let _ = ready.send(Err(SwitchError::Other(format!(
                     "cannot pin datapath thread {} to CPU {cpu}: {e}",
                     self.idx
