@@ -2063,3 +2063,28 @@ const _: fn() = || {
     fn is<T: Send + Sync>() {}
     is::<Switch>();
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn port_queues_refuses_what_cannot_be_served() {
+        // No such interface: its queue count is unknown.
+        let none = "oxvs-no-such0";
+        assert_eq!(port_queues(none, None), Ok(1));
+        assert_eq!(port_queues(none, Some(3)), Ok(3));
+        assert!(port_queues(none, Some(0))
+            .unwrap_err()
+            .contains("at least 1"));
+        assert!(port_queues(none, Some(MAX_PORT_QUEUES + 1))
+            .unwrap_err()
+            .contains("more than the 64 queues"));
+        // The loopback device has one receive queue.
+        if crate::netdev::rx_queue_count("lo") == Some(1) {
+            assert_eq!(port_queues("lo", None), Ok(1));
+            let e = port_queues("lo", Some(2)).unwrap_err();
+            assert!(e.contains("'lo' has 1 receive queue"), "{e}");
+        }
+    }
+}

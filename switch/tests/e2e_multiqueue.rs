@@ -84,21 +84,6 @@ fn cpus_allowed(pid: u32, name: &str) -> Option<String> {
     None
 }
 
-/// The port's entry of `dump-ports --json`.
-fn port_json(sw: &Switchd, name: &str) -> serde_json::Value {
-    let out = sw.ctl_ok(&["--json", "dump-ports"]);
-    let v: serde_json::Value = serde_json::from_str(&out).expect("dump-ports --json");
-    let ports = v
-        .get("ports")
-        .and_then(|p| p.as_array())
-        .cloned()
-        .unwrap_or_default();
-    ports
-        .into_iter()
-        .find(|p| p.get("name").and_then(|n| n.as_str()) == Some(name))
-        .unwrap_or_else(|| panic!("no port {name} in {out}"))
-}
-
 /// (queue, thread, rx_packets) of each queue the port lists.
 fn queues(port: &serde_json::Value) -> Vec<(u64, u64, u64)> {
     port.get("queues")
@@ -180,7 +165,7 @@ fn e2e_multiqueue_port() {
     );
 
     // 1. Every queue served, spread over both threads.
-    let port = port_json(&sw, "mq1");
+    let port = sw.port_json("mq1");
     let qs = queues(&port);
     assert_eq!(
         qs.iter().map(|q| q.0).collect::<Vec<_>>(),
@@ -197,7 +182,7 @@ fn e2e_multiqueue_port() {
 
     let mut echo = pod2.spawn(&["python3", "-c", ECHO, "9000"]);
     echo.wait_listening("UDP echo").expect("echo");
-    let before = port_json(&sw, "mq1");
+    let before = sw.port_json("mq1");
     let out = pod1.must(&[
         "python3",
         "-c",
@@ -214,7 +199,7 @@ fn e2e_multiqueue_port() {
         "every datagram through the 4-queue port and back\n{}",
         sw.ctl_ok(&["dump-ports"])
     );
-    let after = port_json(&sw, "mq1");
+    let after = sw.port_json("mq1");
     let (qb, qa) = (queues(&before), queues(&after));
     eprintln!("queue rx packets before {qb:?} after {qa:?}");
     for (b, a) in qb.iter().zip(&qa) {
@@ -255,7 +240,7 @@ fn e2e_multiqueue_port() {
         );
     }
     sw.ctl_ok(&["add-port", "mq1", "--ofport", "1", "--n-rxq", "2"]);
-    let port = port_json(&sw, "mq1");
+    let port = sw.port_json("mq1");
     assert_eq!(
         queues(&port).iter().map(|q| q.0).collect::<Vec<_>>(),
         vec![0, 1],
@@ -268,7 +253,7 @@ fn e2e_multiqueue_port() {
         "the XDP program is detached with the port's last queue: {link}"
     );
     sw.add_port("mq1", 1);
-    assert_eq!(queues(&port_json(&sw, "mq1")).len(), QUEUES);
+    assert_eq!(queues(&sw.port_json("mq1")).len(), QUEUES);
     let ping = ping_until_up(&pod1, "10.10.0.2", 10);
     assert!(ping.received > 0, "pod1 -> pod2 again: {}", ping.output);
 }
@@ -324,4 +309,22 @@ fn e2e_poll_linger_then_sleep() {
     let used = cpu_ticks(sw.pid()) - t0;
     // 100 ticks a second on one core: spinning would take ~100.
     assert!(used <= 10, "idle switch used {used} ticks in 1 s");
+}
+
+/// `--datapath-cpus` naming a CPU this process cannot run on is refused at
+/// start, naming the CPU.
+#[test]
+fn e2e_datapath_cpus_bad_cpu_refused() {
+    skip_unless_capable!();
+    let sock = format!("/tmp/{}.sock", unique("sw"));
+    let out = std::process::Command::new(switchd_bin())
+        .args(["--socket", &sock, "--datapath-cpus", "0,4095"])
+        .output()
+        .expect("run oxvs-switchd");
+    let _ = std::fs::remove_file(&sock);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("--datapath-cpus: CPU 4095"),
+        "refused with the CPU named: {err}"
+    );
 }

@@ -1,16 +1,17 @@
 //! The traffic generator: IPv4 UDP or TCP-SYN frames of a given size over
 //! N flows, optionally VXLAN-encapsulated, at a target rate, in batches
-//! through an AF_XDP socket.
+//! through one AF_XDP socket per queue of the interface.
 //!
 //! ## Flows
 //!
 //! Flow `i` (0-based) has source port `1024 + i % 64000`, destination
 //! port `dst_port + i / 64000` (`dst_port` 5000 by default), source address `src_ip + i % src_ips` and
 //! destination address `dst_ip + i % dst_ips` (the last octets counted
-//! up), so up to 1M flows are distinct 5-tuples. Frames go to the flows
-//! round-robin: after `S` frames, flow `i` got
-//! [`GenReport::sent_for_flow`] of them, sequence numbers `0..` that many
-//! (per-flow mode).
+//! up), so up to 1M flows are distinct 5-tuples. With N sockets, flow `i`
+//! leaves on socket `i % N` (a lane); the batches go to the lanes in turn
+//! and each lane sends its flows round-robin. [`GenReport::sent_for_flow`]
+//! is what flow `i` got, counted; its sequence numbers are `0..` that
+//! many (per-flow mode).
 //!
 //! ## Invariants
 //!

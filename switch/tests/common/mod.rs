@@ -493,9 +493,9 @@ impl Switchd {
         self.proc.as_ref().map(Bg::pid).unwrap_or(0)
     }
 
-    /// Port `name`'s packet and byte counters (`dump-ports`).
+    /// Port `name`'s entry of `dump-ports --json`.
     #[allow(dead_code)] // not every test binary reads counters
-    pub fn port_counters(&self, name: &str) -> PortCounters {
+    pub fn port_json(&self, name: &str) -> serde_json::Value {
         let out = self.ctl_ok(&["--json", "dump-ports"]);
         let v: serde_json::Value = serde_json::from_str(&out).expect("dump-ports --json");
         let ports = v
@@ -504,11 +504,17 @@ impl Switchd {
             .cloned()
             .or_else(|| v.as_array().cloned())
             .unwrap_or_default();
-        let p = ports
-            .iter()
+        ports
+            .into_iter()
             .find(|p| p.get("name").and_then(|n| n.as_str()) == Some(name))
-            .unwrap_or_else(|| panic!("no port {name} in {out}"));
-        let stats = p.get("stats").unwrap_or(p);
+            .unwrap_or_else(|| panic!("no port {name} in {out}"))
+    }
+
+    /// Port `name`'s packet and byte counters (`dump-ports`).
+    #[allow(dead_code)] // not every test binary reads counters
+    pub fn port_counters(&self, name: &str) -> PortCounters {
+        let p = self.port_json(name);
+        let stats = p.get("stats").unwrap_or(&p);
         let n = |k: &str| stats.get(k).and_then(|x| x.as_u64()).unwrap_or(0);
         PortCounters {
             rx_packets: n("rx_packets"),
