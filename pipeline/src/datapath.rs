@@ -698,6 +698,7 @@ impl Datapath {
                     force,
                     mark,
                     label,
+                    nat: _,
                 } => {
                     let params = CtParams {
                         zone: *zone,
@@ -882,6 +883,7 @@ mod tests {
                     force: false,
                     mark: None,
                     label: None,
+                    nat: None,
                 },
                 A::LoadMeta {
                     field: Field::Reg(0),

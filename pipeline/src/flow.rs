@@ -6,6 +6,8 @@
 //! outside the mask are zero), so two matches that mean the same thing are
 //! equal, and printing never depends on how the flow was written.
 
+use std::net::IpAddr;
+
 use crate::field::Field;
 use crate::key::FlowKey;
 
@@ -157,6 +159,46 @@ pub enum CtZoneSrc {
     Field(SubField),
 }
 
+/// Which side of a connection `nat` translates.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum NatKind {
+    /// Source NAT (`nat(src=...)`): the initiator's address and port.
+    Src,
+    /// Destination NAT (`nat(dst=...)`): the responder's address and port.
+    Dst,
+}
+
+/// The addresses (one family) and ports a `nat` may choose from.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct NatRange {
+    /// First address (inclusive).
+    pub addr_min: IpAddr,
+    /// Last address (inclusive; equal to `addr_min` for one address).
+    pub addr_max: IpAddr,
+    /// First and last port (inclusive); `None` keeps the packet's port
+    /// (SNAT may still change it to keep the connection unique).
+    pub ports: Option<(u16, u16)>,
+}
+
+/// `nat`, `nat(src=RANGE,...)`, `nat(dst=RANGE,...)` inside `ct`: on a
+/// connection's first packet, with `commit`, chooses the translation and
+/// stores it with the connection; on every later packet of a connection
+/// that has one (either direction), applies it (the reverse on replies).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
+pub struct NatAction {
+    /// `None`: bare `nat`, which only applies a connection's existing
+    /// translation.
+    pub kind: Option<NatKind>,
+    /// Where to translate to; `None` with a kind keeps the addresses.
+    pub range: Option<NatRange>,
+    /// `persistent`: the same client gets the same address.
+    pub persistent: bool,
+    /// `hash`: the port is chosen by a hash of the connection.
+    pub hash: bool,
+    /// `random`: the port is chosen at random.
+    pub random: bool,
+}
+
 /// `ct(commit,force,zone=...,table=...,exec(...))`.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct CtAction {
@@ -165,7 +207,10 @@ pub struct CtAction {
     pub zone: CtZoneSrc,
     /// Table to recirculate to after conntrack; `None` = no recirculation.
     pub table: Option<u8>,
-    /// Nested actions: only `SetField` to `ct_mark` / `ct_label`.
+    /// Nested actions, in order: `SetField` to `ct_mark` / `ct_label`, and
+    /// at most one [`Action::Nat`] (written `nat(...)` in the `ct`
+    /// arguments or inside `exec(...)`; printed outside `exec` when it is
+    /// first, as OVS does).
     pub exec: Vec<Action>,
 }
 
@@ -215,6 +260,10 @@ pub enum Action {
     Ct(CtAction),
     /// `ct_clear`.
     CtClear,
+    /// `nat(...)`: only inside a `ct` action's nested actions.
+    Nat(NatAction),
+    /// `group:ID`: the group's buckets (see [`crate::group`]).
+    Group(u32),
     /// `conjunction(ID,K/N)`: `clause` is K (1-based), `n_clauses` is N.
     Conjunction { id: u32, clause: u8, n_clauses: u8 },
     /// `note:XX.XX...` (bytes).
@@ -301,5 +350,15 @@ impl FlowMod {
             cookie_mask: 0,
             out_port: None,
         }
+    }
+}
+
+impl CtAction {
+    /// The `nat` among the nested actions, if any.
+    pub fn nat(&self) -> Option<&NatAction> {
+        self.exec.iter().find_map(|a| match a {
+            Action::Nat(n) => Some(n),
+            _ => None,
+        })
     }
 }

@@ -69,6 +69,7 @@ pub mod datapath;
 pub mod extract;
 pub mod field;
 pub mod flow;
+pub mod group;
 pub mod ipf;
 pub mod key;
 pub mod names;

@@ -54,7 +54,7 @@
 use std::fmt;
 
 use crate::field::{format_value, Field, ValueFormat};
-use crate::flow::{port, PacketInReason};
+use crate::flow::{port, NatAction, PacketInReason};
 use crate::key::FlowKey;
 use crate::wire::{ethertype, ip_proto};
 
@@ -95,6 +95,8 @@ pub enum DpAction {
         mark: Option<(u32, u32)>,
         /// `(value, mask)` to store as ct_label on commit.
         label: Option<(u128, u128)>,
+        /// `nat(...)`: translate (boxed: rare, and it keeps actions small).
+        nat: Option<Box<NatAction>>,
     },
     /// Clear the packet's conntrack state (`ct_clear`).
     CtClear,
@@ -408,6 +410,7 @@ impl fmt::Display for DpAction {
                 force,
                 mark,
                 label,
+                nat,
             } => {
                 f.write_str("ct")?;
                 let mut parts: Vec<String> = Vec::new();
@@ -424,6 +427,11 @@ impl fmt::Display for DpAction {
                 }
                 if let Some((v, m)) = label {
                     parts.push(format!("label={v:#x}/{m:#x}"));
+                }
+                if let Some(n) = nat {
+                    let mut s = String::new();
+                    crate::print::write_nat(&mut s, n);
+                    parts.push(s);
                 }
                 if !parts.is_empty() {
                     write!(f, "({})", parts.join(","))?;
@@ -591,6 +599,7 @@ mod tests {
                 force: false,
                 mark: Some((1, 0xffff_ffff)),
                 label: None,
+                nat: None,
             },
             DpAction::LoadMeta {
                 field: Field::Reg(0),
@@ -602,6 +611,7 @@ mod tests {
                 force: false,
                 mark: None,
                 label: None,
+                nat: None,
             },
             DpAction::Recirc(0x1f),
         ];
@@ -616,6 +626,7 @@ mod tests {
                 force: true,
                 mark: None,
                 label: Some((5, 0xff)),
+                nat: None,
             },
             DpAction::Ct {
                 zone: 0,
@@ -623,6 +634,7 @@ mod tests {
                 force: false,
                 mark: None,
                 label: None,
+                nat: None,
             },
             DpAction::CtClear,
         ];

@@ -33,8 +33,8 @@ use std::fmt::Write as _;
 
 use crate::field::{ct_state, frag, tcp_flags, Field, ValueFormat};
 use crate::flow::{
-    port, Action, ControllerAction, CtZoneSrc, Flow, Match, PacketInReason, SubField,
-    DEFAULT_PRIORITY,
+    port, Action, ControllerAction, CtZoneSrc, Flow, Match, NatAction, NatKind, PacketInReason,
+    SubField, DEFAULT_PRIORITY,
 };
 use crate::key::FlowKey;
 use crate::names::TableNames;
@@ -810,15 +810,27 @@ fn write_action(out: &mut String, a: &Action, names: Option<&TableNames>, m: Opt
                     parts.push(s);
                 }
             }
-            if !ct.exec.is_empty() {
+            // A nat that comes first prints outside `exec`, as OVS does.
+            let mut exec = &ct.exec[..];
+            if let Some((Action::Nat(n), rest)) = exec.split_first() {
+                let mut s = String::new();
+                write_nat(&mut s, n);
+                parts.push(s);
+                exec = rest;
+            }
+            if !exec.is_empty() {
                 let mut s = String::from("exec(");
-                write_actions(&mut s, &ct.exec, names, m);
+                write_actions(&mut s, exec, names, m);
                 s.push(')');
                 parts.push(s);
             }
             let _ = write!(out, "ct({})", parts.join(","));
         }
         Action::CtClear => out.push_str("ct_clear"),
+        Action::Nat(n) => write_nat(out, n),
+        Action::Group(id) => {
+            let _ = write!(out, "group:{id}");
+        }
         Action::Conjunction {
             id,
             clause,
@@ -830,6 +842,54 @@ fn write_action(out: &mut String, a: &Action, names: Option<&TableNames>, m: Opt
             let _ = write!(out, "note:{}", hex_bytes(bytes));
         }
     }
+}
+
+/// `nat`, `nat(dst=10.0.0.2-10.0.0.4:80-90,random)`, `nat(src=[fe80::1]:5)`:
+/// OVS's format (an IPv6 address in brackets only when a port follows;
+/// flags only with an address range).
+pub fn write_nat(out: &mut String, n: &NatAction) {
+    out.push_str("nat");
+    let Some(kind) = n.kind else {
+        return;
+    };
+    out.push('(');
+    out.push_str(match kind {
+        NatKind::Src => "src",
+        NatKind::Dst => "dst",
+    });
+    if let Some(r) = n.range {
+        out.push('=');
+        let bracket = r.ports.is_some();
+        let addr = |out: &mut String, a: std::net::IpAddr| match a {
+            std::net::IpAddr::V6(v6) if bracket => {
+                let _ = write!(out, "[{v6}]");
+            }
+            a => {
+                let _ = write!(out, "{a}");
+            }
+        };
+        addr(out, r.addr_min);
+        if r.addr_max != r.addr_min {
+            out.push('-');
+            addr(out, r.addr_max);
+        }
+        if let Some((lo, hi)) = r.ports {
+            let _ = write!(out, ":{lo}");
+            if hi != lo {
+                let _ = write!(out, "-{hi}");
+            }
+        }
+        for (on, name) in [
+            (n.persistent, ",persistent"),
+            (n.hash, ",hash"),
+            (n.random, ",random"),
+        ] {
+            if on {
+                out.push_str(name);
+            }
+        }
+    }
+    out.push(')');
 }
 
 fn write_actions(

@@ -56,7 +56,7 @@
 //! [`crate::classifier`] for how they behave). Matches are stored canonical
 //! (value bits outside the mask are cleared).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -64,6 +64,7 @@ use crate::classifier::Classifier;
 use crate::flow::{
     port, Action, CtAction, CtZoneSrc, Flow, FlowMod, FlowModCommand, Match, SubField, N_TABLES,
 };
+use crate::group::Group;
 use crate::key::FlowKey;
 use crate::names::TableNames;
 
@@ -141,6 +142,8 @@ pub struct TableSet {
     generation: u64,
     /// `N_TABLES` classifiers (empty tables share one empty classifier).
     tables: Vec<Arc<Classifier>>,
+    /// The group table, by id (shared between versions until changed).
+    groups: Arc<BTreeMap<u32, Arc<Group>>>,
 }
 
 impl Default for TableSet {
@@ -152,6 +155,7 @@ impl Default for TableSet {
                 let empty = Arc::new(Classifier::new());
                 vec![empty; N_TABLES]
             },
+            groups: Arc::default(),
         }
     }
 }
@@ -176,6 +180,16 @@ impl TableSet {
     #[inline]
     pub fn lookup(&self, table: u8, key: &FlowKey, wc: &mut FlowKey) -> Option<&Arc<Rule>> {
         self.tables.get(usize::from(table))?.lookup(key, wc)
+    }
+
+    /// The group with this id.
+    pub fn group(&self, id: u32) -> Option<&Group> {
+        self.groups.get(&id).map(|g| &**g)
+    }
+
+    /// Every group, by id.
+    pub fn groups(&self) -> impl Iterator<Item = &Arc<Group>> + '_ {
+        self.groups.values()
     }
 
     /// The classifier of one table (`None` for 255).

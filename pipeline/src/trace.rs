@@ -56,7 +56,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::field::{ct_state, Field};
-use crate::flow::{port, Action, Match, PacketInReason};
+use crate::flow::{port, Action, Match, NatAction, NatKind, PacketInReason};
 use crate::key::FlowKey;
 use crate::names::TableNames;
 use crate::odp::{format_dp_actions_for_key, DpAction};
@@ -550,12 +550,15 @@ pub fn trace<L: FlowLookup + ?Sized>(
         let mut events = Vec::new();
         let (t, final_flow) = translate_traced(tables, &flow, env, &mut events);
         for e in &events {
-            if let TraceEvent::Recirc { id, zone, key } = e {
+            if let TraceEvent::Recirc { id, zone, key, nat } = e {
                 let (state, default_state) = match ct_next.next() {
                     Some(s) => (*s, false),
                     None => (ct_state::TRK | ct_state::NEW, true),
                 };
                 let mut k = *key;
+                if let Some(n) = nat {
+                    simulate_nat(&mut k, n, state);
+                }
                 k.set(Field::RecircId, *id as u128);
                 k.set(Field::CtZone, *zone as u128);
                 k.set(Field::CtState, state as u128);
@@ -588,6 +591,30 @@ pub fn trace<L: FlowLookup + ?Sized>(
     TraceReport {
         passes,
         unprocessed,
+    }
+}
+
+/// What a trace assumes `nat` did, as `ofproto/trace` does ("Replacing
+/// src/dst IP/ports to simulate NAT"): with `snat` (`dnat`) in the assumed
+/// `ct_state` and a `nat(src=...)` (`nat(dst=...)`) range, the source
+/// (destination) becomes the range's first address and port.
+fn simulate_nat(k: &mut FlowKey, n: &NatAction, state: u32) {
+    let (Some(kind), Some(r)) = (n.kind, n.range) else {
+        return;
+    };
+    let (flag, v4, v6, tp) = match kind {
+        NatKind::Src => (ct_state::SNAT, Field::NwSrc, Field::Ipv6Src, Field::TpSrc),
+        NatKind::Dst => (ct_state::DNAT, Field::NwDst, Field::Ipv6Dst, Field::TpDst),
+    };
+    if state & flag == 0 {
+        return;
+    }
+    match r.addr_min {
+        std::net::IpAddr::V4(a) => k.set(v4, u128::from(u32::from(a))),
+        std::net::IpAddr::V6(a) => k.set(v6, u128::from(a)),
+    }
+    if let Some((lo, _)) = r.ports {
+        k.set(tp, u128::from(lo));
     }
 }
 

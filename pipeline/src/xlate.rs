@@ -67,7 +67,8 @@ use std::sync::Arc;
 
 use crate::extract::VLAN_PRESENT;
 use crate::field::{frag, Field};
-use crate::flow::{port, Action, CtAction, CtZoneSrc, PacketInReason, SubField};
+use crate::flow::{port, Action, CtAction, CtZoneSrc, NatAction, PacketInReason, SubField};
+use crate::group::{self, Group, GroupType, SelectionMethod};
 use crate::key::FlowKey;
 use crate::odp::{recirc_id_for_table, table_for_recirc_id, DpAction};
 use crate::tables::{Rule, TableSet};
@@ -92,17 +93,28 @@ pub trait FlowLookup {
     /// The highest-priority flow of `table` matching `key` (conjunctions
     /// resolved), OR-ing every key bit it consulted into `wc`.
     fn lookup(&self, table: u8, key: &FlowKey, wc: &mut FlowKey) -> Option<&Arc<Rule>>;
+
+    /// The group with this id, if any.
+    fn group(&self, id: u32) -> Option<&Group>;
 }
 
 impl FlowLookup for TableSet {
     fn lookup(&self, table: u8, key: &FlowKey, wc: &mut FlowKey) -> Option<&Arc<Rule>> {
         TableSet::lookup(self, table, key, wc)
     }
+
+    fn group(&self, id: u32) -> Option<&Group> {
+        TableSet::group(self, id)
+    }
 }
 
 impl<T: FlowLookup + ?Sized> FlowLookup for &T {
     fn lookup(&self, table: u8, key: &FlowKey, wc: &mut FlowKey) -> Option<&Arc<Rule>> {
         (**self).lookup(table, key, wc)
+    }
+
+    fn group(&self, id: u32) -> Option<&Group> {
+        (**self).group(id)
     }
 }
 
@@ -115,6 +127,7 @@ impl<T: FlowLookup + ?Sized> FlowLookup for &T {
 #[derive(Debug, Default, Clone)]
 pub struct LinearTables {
     tables: Vec<Vec<Arc<Rule>>>,
+    groups: std::collections::BTreeMap<u32, Group>,
 }
 
 impl LinearTables {
@@ -152,6 +165,11 @@ impl LinearTables {
         list.insert(at, Arc::clone(&rule));
         rule
     }
+
+    /// Adds (or replaces) a group.
+    pub fn add_group(&mut self, group: Group) {
+        self.groups.insert(group.id, group);
+    }
 }
 
 impl FlowLookup for LinearTables {
@@ -164,6 +182,10 @@ impl FlowLookup for LinearTables {
             }
         }
         None
+    }
+
+    fn group(&self, id: u32) -> Option<&Group> {
+        self.groups.get(&id)
     }
 }
 
@@ -250,8 +272,14 @@ pub enum TraceEvent {
     /// Translation failed here.
     Error(String),
     /// `ct(table=..)` sent a copy to conntrack, to come back with `id`;
-    /// `key` is the working key at that moment (ct fields not yet cleared).
-    Recirc { id: u32, zone: u16, key: FlowKey },
+    /// `key` is the working key at that moment (ct fields not yet cleared);
+    /// `nat` the `ct`'s `nat`, if any.
+    Recirc {
+        id: u32,
+        zone: u16,
+        key: FlowKey,
+        nat: Option<NatAction>,
+    },
 }
 
 /// Translates `key` (starting at table 0, or where its recirc_id says).
@@ -607,6 +635,11 @@ impl<'a, L: FlowLookup + ?Sized> Xlate<'a, L> {
                     return Flow::Stopped;
                 }
                 Action::Note(_) => {}
+                Action::Group(id) => self.group(*id, table, cookie),
+                Action::Nat(_) => {
+                    // Only inside `ct` (the parser refuses it elsewhere).
+                    self.record(|| TraceEvent::Warn("nat outside ct: skipped".into()));
+                }
             }
         }
         if self.error.is_some() {
@@ -630,6 +663,70 @@ impl<'a, L: FlowLookup + ?Sized> Xlate<'a, L> {
             self.key.set(Field::InPort, saved);
         }
         self.depth -= 1;
+    }
+
+    /// `group:ID` (the module doc of [`crate::group`]).
+    fn group(&mut self, id: u32, table: u8, cookie: u64) {
+        let tables = self.tables;
+        let Some(g) = tables.group(id) else {
+            self.record(|| TraceEvent::Warn(format!("group {id} does not exist: skipped")));
+            return;
+        };
+        match g.kind {
+            GroupType::All => {
+                for b in &g.buckets {
+                    self.bucket(b, table, cookie);
+                }
+            }
+            GroupType::Select => {
+                let hash = match g.method {
+                    SelectionMethod::Hash => {
+                        group::hash_fields(&self.key, &g.fields, g.basis, &mut self.wc)
+                    }
+                    SelectionMethod::Default | SelectionMethod::DpHash => {
+                        group::hash_symmetric_l4(&self.key, g.basis, &mut self.wc)
+                    }
+                };
+                match group::select_bucket(&g.buckets, hash) {
+                    Some(i) => {
+                        let b = &g.buckets[i];
+                        self.record(|| TraceEvent::Detail(format!("using bucket {}", b.id)));
+                        self.bucket(b, table, cookie);
+                    }
+                    None => self.record(|| TraceEvent::Warn("no live bucket".into())),
+                }
+            }
+            GroupType::Indirect | GroupType::FastFailover => match g.buckets.first() {
+                Some(b) => self.bucket(b, table, cookie),
+                None => self.record(|| TraceEvent::Warn("no live bucket".into())),
+            },
+        }
+    }
+
+    /// One bucket, as a clone: what it writes is undone after it.
+    fn bucket(&mut self, b: &group::Bucket, table: u8, cookie: u64) {
+        if self.depth >= MAX_DEPTH {
+            self.fail(XlateError::RecursionTooDeep(MAX_DEPTH));
+            return;
+        }
+        self.record(|| TraceEvent::Detail(format!("bucket {}", b.id)));
+        self.depth += 1;
+        let saved = self.key;
+        // A goto_table has no meaning in a bucket (the parser refuses it).
+        let _ = self.execute(&b.actions, table, cookie);
+        self.depth -= 1;
+        self.key = saved;
+        // The packet keeps what the bucket committed: every header field
+        // that now differs from the restored key is written back at the
+        // next commit.
+        for &f in Field::ALL {
+            if f.is_header() && self.key.get(f) != self.base.get(f) {
+                or_bits(&mut self.dirty, f, f.full_mask());
+            }
+        }
+        if tunnel_of(&self.key) != self.tun_sent {
+            self.tun_dirty = true;
+        }
     }
 
     /// `dec_ttl`; false = TTL exception (stop this action list).
@@ -744,9 +841,14 @@ impl<'a, L: FlowLookup + ?Sized> Xlate<'a, L> {
         };
         let mut mark: Option<(u32, u32)> = None;
         let mut label: Option<(u128, u128)> = None;
+        let mut nat: Option<NatAction> = None;
         for a in &ct.exec {
             self.record(|| TraceEvent::Action(a.clone()));
             let (field, value, mask) = match a {
+                Action::Nat(n) => {
+                    nat = Some(*n);
+                    continue;
+                }
                 Action::SetField { field, value, mask } => (*field, *value, *mask),
                 Action::Load { dst, value } => (dst.field, *value << dst.ofs, dst.mask()),
                 _ => {
@@ -778,6 +880,7 @@ impl<'a, L: FlowLookup + ?Sized> Xlate<'a, L> {
             force: ct.force,
             mark,
             label,
+            nat: nat.map(Box::new),
         });
         if let Some(t) = ct.table {
             let id = recirc_id_for_table(t);
@@ -801,7 +904,7 @@ impl<'a, L: FlowLookup + ?Sized> Xlate<'a, L> {
                      The forked pipeline will be resumed at table {t}."
                 ))
             });
-            self.record(|| TraceEvent::Recirc { id, zone, key });
+            self.record(|| TraceEvent::Recirc { id, zone, key, nat });
         }
         self.record(|| {
             TraceEvent::Detail(

@@ -675,7 +675,8 @@ fn ct_without_table_just_runs_conntrack() {
                 commit: true,
                 force: false,
                 mark: Some((1, 0xffff_ffff)),
-                label: None
+                label: None,
+                nat: None,
             },
             DpAction::Output(2)
         ]
@@ -732,7 +733,8 @@ fn ct_with_table_commits_loads_meta_and_recirculates() {
                 commit: false,
                 force: false,
                 mark: None,
-                label: None
+                label: None,
+                nat: None,
             },
             DpAction::LoadMeta {
                 field: Field::Metadata,
@@ -917,7 +919,8 @@ fn xreg_and_tunnel_writes_are_carried_per_field() {
                 commit: false,
                 force: false,
                 mark: None,
-                label: None
+                label: None,
+                nat: None,
             },
             load(Field::Reg(2), 0x1111_2222),
             load(Field::Reg(3), 0x3333_4444),

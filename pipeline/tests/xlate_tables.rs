@@ -106,7 +106,8 @@ fn ct_recirculation_like_ovs() {
                 commit: false,
                 force: false,
                 mark: None,
-                label: None
+                label: None,
+                nat: None,
             },
             DpAction::LoadMeta {
                 field: Field::Reg(0),
@@ -128,7 +129,8 @@ fn ct_recirculation_like_ovs() {
                 commit: true,
                 force: false,
                 mark: Some((1, 0xffff_ffff)),
-                label: None
+                label: None,
+                nat: None,
             },
             DpAction::Set {
                 field: Field::NwTtl,

@@ -12,8 +12,10 @@ use super::value::{
 use super::{eth_type, ParseContext};
 use crate::field::{lookup_name, Field, FieldName, ValueFormat};
 use crate::flow::{
-    port, Action, ControllerAction, CtAction, CtZoneSrc, Match, PacketInReason, SubField,
+    port, Action, ControllerAction, CtAction, CtZoneSrc, Match, NatAction, NatKind, NatRange,
+    PacketInReason, SubField,
 };
+use crate::group::GROUP_MAX;
 
 /// Parses a sub-field: `NAME`, `NAME[]`, `NAME[n]`, `NAME[a..b]`.
 pub(super) fn parse_subfield(src: &Src, tok: &str) -> PResult<(SubField, FieldName)> {
@@ -233,15 +235,23 @@ pub(super) fn parse_ct(src: &Src, args: &str, ac: &ActCtx) -> PResult<Action> {
                     let act = match a.key {
                         "set_field" => parse_set_field(src, arg, ac, true)?,
                         "load" => parse_load(src, arg, ac, true)?,
-                        _ => {
-                            return Err(src.err(
-                                a.whole,
-                                "ct exec only supports set_field/load to ct_mark or ct_label",
-                            ))
-                        }
+                        "nat" => parse_nat(src, &a, ac)?,
+                        _ => return Err(src.err(
+                            a.whole,
+                            "ct exec only supports set_field/load to ct_mark or ct_label, and nat",
+                        )),
                     };
+                    if matches!(act, Action::Nat(_)) && ct.nat().is_some() {
+                        return Err(src.err(a.whole, "only one nat action per ct"));
+                    }
                     ct.exec.push(act);
                 }
+            }
+            ("nat", _) => {
+                if ct.nat().is_some() {
+                    return Err(src.err(item.whole, "only one nat action per ct"));
+                }
+                ct.exec.push(parse_nat(src, &item, ac)?);
             }
             _ => return Err(src.err(item.whole, "unknown or unsupported ct argument")),
         }
@@ -251,10 +261,130 @@ pub(super) fn parse_ct(src: &Src, args: &str, ac: &ActCtx) -> PResult<Action> {
             return Err(src.err(t, "\"force\" flag requires \"commit\" flag"));
         }
     }
-    if !ct.exec.is_empty() && !ct.commit {
+    if ct.exec.iter().any(|a| !matches!(a, Action::Nat(_))) && !ct.commit {
         return Err(src.err(args, "ct exec requires commit"));
     }
     Ok(Action::Ct(ct))
+}
+
+/// Parses `nat`, `nat(src|dst[=ADDR[-ADDR][:PORT[-PORT]]][,persistent][,hash|random])`
+/// (an IPv6 address in brackets when a port follows), as OVS's `parse_NAT`.
+pub(super) fn parse_nat(src: &Src, item: &Item, ac: &ActCtx) -> PResult<Action> {
+    let mut nat = NatAction::default();
+    let args = match (item.value, item.paren) {
+        (None, _) => return Ok(Action::Nat(nat)),
+        (Some(v), true) => v,
+        (Some(_), false) => return Err(src.err(item.whole, "nat arguments go in parentheses")),
+    };
+    let mut lex = Lexer::new(*src, args);
+    while let Some(a) = lex.next_item()? {
+        match (a.key, a.value) {
+            ("src" | "dst", v) => {
+                if nat.kind.is_some() {
+                    return Err(src.err(a.whole, "nat: only one of src or dst"));
+                }
+                nat.kind = Some(if a.key == "src" {
+                    NatKind::Src
+                } else {
+                    NatKind::Dst
+                });
+                if let Some(v) = v {
+                    nat.range = Some(parse_nat_range(src, v, ac)?);
+                }
+            }
+            ("persistent", None) => nat.persistent = true,
+            ("hash", None) => nat.hash = true,
+            ("random", None) => nat.random = true,
+            _ => return Err(src.err(a.whole, "unknown nat argument")),
+        }
+    }
+    if nat.hash && nat.random {
+        return Err(src.err(args, "nat: hash and random are mutually exclusive"));
+    }
+    if nat.kind.is_none() && (nat.persistent || nat.hash || nat.random) {
+        return Err(src.err(args, "nat: flags need src or dst"));
+    }
+    Ok(Action::Nat(nat))
+}
+
+/// `ADDR[-ADDR][:PORT[-PORT]]`, IPv6 addresses in brackets if a port follows.
+fn parse_nat_range(src: &Src, v: &str, ac: &ActCtx) -> PResult<NatRange> {
+    use std::net::IpAddr;
+    // Split off the ports: after the last ']' for bracketed IPv6, else
+    // after the only ':' (an unbracketed IPv6 address has several).
+    let (addrs, ports) = if v.starts_with('[') {
+        match v.rfind(']') {
+            Some(close) => match v[close + 1..].strip_prefix(':') {
+                Some(p) => (&v[..=close], Some(p)),
+                None if close + 1 == v.len() => (v, None),
+                None => return Err(src.err(v, "nat: expected ':PORT' after the address")),
+            },
+            None => return Err(src.err(v, "nat: missing ']'")),
+        }
+    } else if v.matches(':').count() == 1 {
+        let (a, p) = v.split_once(':').unwrap_or((v, ""));
+        (a, Some(p))
+    } else {
+        (v, None)
+    };
+    let addr = |t: &str| -> PResult<IpAddr> {
+        let t = t.trim_start_matches('[').trim_end_matches(']');
+        t.parse::<IpAddr>()
+            .map_err(|_| src.err(t, "nat: invalid IP address"))
+    };
+    // A '-' between addresses: for IPv6 it cannot be inside an address.
+    let (min, max) = match addrs.split_once('-') {
+        Some((a, b)) => (addr(a)?, addr(b)?),
+        None => {
+            let a = addr(addrs)?;
+            (a, a)
+        }
+    };
+    if min.is_ipv4() != max.is_ipv4() {
+        return Err(src.err(addrs, "nat: the range mixes IPv4 and IPv6"));
+    }
+    if max < min {
+        return Err(src.err(addrs, "nat: the range ends before it starts"));
+    }
+    let (dl, _) = pinned(ac.m);
+    let want_v4 = match dl {
+        Some(eth_type::IPV4) => Some(true),
+        Some(eth_type::IPV6) => Some(false),
+        _ => None,
+    };
+    if want_v4.is_some_and(|v4| v4 != min.is_ipv4()) {
+        return Err(src.err(
+            addrs,
+            "nat: the address family does not match the flow's (ip or ipv6)",
+        ));
+    }
+    let ports = match ports {
+        None => None,
+        Some(p) => {
+            let port = |t: &str| -> PResult<u16> {
+                match parse_uint(t) {
+                    Some(n @ 1..=0xffff) => Ok(n as u16),
+                    _ => Err(src.err(t, "nat: invalid port (1-65535)")),
+                }
+            };
+            let (a, b) = match p.split_once('-') {
+                Some((a, b)) => (port(a)?, port(b)?),
+                None => {
+                    let a = port(p)?;
+                    (a, a)
+                }
+            };
+            if b < a {
+                return Err(src.err(p, "nat: the port range ends before it starts"));
+            }
+            Some((a, b))
+        }
+    };
+    Ok(NatRange {
+        addr_min: min,
+        addr_max: max,
+        ports,
+    })
 }
 
 pub(super) fn parse_controller(src: &Src, item: &Item) -> PResult<ControllerAction> {
@@ -484,6 +614,15 @@ pub(super) fn parse_action(src: &Src, item: &Item, ac: &ActCtx) -> PResult<Actio
             }
         }
         "ct_clear" => no_arg(Action::CtClear)?,
+        "nat" => return Err(src.err(key, "nat is only allowed inside ct")),
+        "group" => {
+            let v = need("group id")?;
+            let id = uint_bits(src, v, 32, "group id")? as u32;
+            if id > GROUP_MAX {
+                return Err(src.err(v, format!("group id must be at most {GROUP_MAX:#x}")));
+            }
+            Action::Group(id)
+        }
         "conjunction" => {
             let v = need("ID,K/N")?;
             let (id_tok, kn) = v
