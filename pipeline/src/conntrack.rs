@@ -226,9 +226,11 @@
 use std::fmt;
 use std::net::IpAddr;
 
+use crate::flow::NatAction;
 use crate::ipf::IpfConfig;
 use crate::wire::ip_proto;
 
+mod nat;
 mod packet;
 mod persist;
 mod state;
@@ -345,6 +347,9 @@ pub struct CtParams {
     pub mark: Option<(u32, u32)>,
     /// `(value, mask)` stored as ct_label on commit.
     pub label: Option<(u128, u128)>,
+    /// `nat(...)`: translate packets of translated connections, and with
+    /// `commit` choose a new connection's translation (module doc, "NAT").
+    pub nat: Option<NatAction>,
 }
 
 /// The tracker's answer: what goes into the key's ct fields.
@@ -355,6 +360,22 @@ pub struct CtVerdict {
     pub zone: u16,
     pub mark: u32,
     pub label: u128,
+    /// What the packet becomes when `nat` translated it.
+    pub rewrite: Option<CtRewrite>,
+}
+
+/// A packet's addresses and ports after NAT (the datapath writes the ones
+/// that differ, with their checksums).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CtRewrite {
+    /// IPv6 (`src`/`dst` are 128-bit) or IPv4 (the low 32 bits).
+    pub v6: bool,
+    pub src: u128,
+    pub dst: u128,
+    /// Whether the protocol has ports (TCP, UDP, SCTP); ICMP ids are kept.
+    pub ports: bool,
+    pub sport: u16,
+    pub dport: u16,
 }
 
 /// Counters of a tracker. `*_total` counters only grow.
@@ -384,6 +405,8 @@ pub struct CtStats {
     pub expired_total: u64,
     /// Connections removed by [`Conntrack::flush`], `force` or TCP reuse.
     pub deleted_total: u64,
+    /// New connections `nat` found no free address and port for.
+    pub nat_exhausted_total: u64,
 }
 
 /// TCP state of one side of a connection, in OVS order (`ct-dpif.h`).

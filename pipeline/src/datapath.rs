@@ -79,7 +79,7 @@
 use std::sync::Arc;
 
 use crate::cache::{CacheTier, FlowCaches, MegaflowEntry};
-use crate::conntrack::{Conntrack, CtParams};
+use crate::conntrack::{Conntrack, CtParams, CtRewrite};
 use crate::extract::{extract, extract_packet};
 use crate::field::Field;
 use crate::flow::{port, PacketInReason};
@@ -425,6 +425,7 @@ impl Datapath {
             self.stats.packets += 1;
             self.stats.bytes += p.packet.len() as u64;
             run.sink.begin_packet(p.in_port, p.packet.data());
+            run.ct.begin_packet();
             let delivered = self.stats.outputs + self.stats.packet_ins;
             self.pass(&mut run, &mut p.packet, &mut key, 0);
             // The packet's fate is known: its new connections enter the
@@ -573,6 +574,9 @@ impl Datapath {
         k.set(Field::CtZone, v.zone as u128);
         k.set(Field::CtMark, v.mark as u128);
         k.set(Field::CtLabel, v.label);
+        if let Some(rw) = v.rewrite {
+            self.nat_rewrite(&mut whole, &mut k, &rw);
+        }
         run.frags = Some(done);
         if let Some(id) = self.execute(run, rest, &mut whole, &mut k, depth) {
             if self.may_recirculate(depth) {
@@ -603,6 +607,39 @@ impl Datapath {
                 sink.output(port, &self.frag_out, tunnel);
             } else {
                 self.stats.write_errors += 1;
+            }
+        }
+    }
+
+    /// Writes the addresses and ports NAT gave the packet (those that
+    /// differ; each write updates the checksums) into the frame and the
+    /// key. Out of line: only NATed connections come here.
+    #[cold]
+    #[inline(never)]
+    fn nat_rewrite<B>(&mut self, pkt: &mut Packet<B>, key: &mut FlowKey, rw: &CtRewrite)
+    where
+        B: AsRef<[u8]> + AsMut<[u8]>,
+    {
+        let (src, dst) = if rw.v6 {
+            (Field::Ipv6Src, Field::Ipv6Dst)
+        } else {
+            (Field::NwSrc, Field::NwDst)
+        };
+        let mut writes = [
+            (src, rw.src),
+            (dst, rw.dst),
+            (Field::TpSrc, 0),
+            (Field::TpDst, 0),
+        ];
+        writes[2].1 = u128::from(rw.sport);
+        writes[3].1 = u128::from(rw.dport);
+        let n = if rw.ports { 4 } else { 2 };
+        for &(field, value) in &writes[..n] {
+            if key.get(field) != value {
+                if pkt.set_field(field, value).is_err() {
+                    self.stats.write_errors += 1;
+                }
+                key.set(field, value);
             }
         }
     }
@@ -698,7 +735,7 @@ impl Datapath {
                     force,
                     mark,
                     label,
-                    nat: _,
+                    nat,
                 } => {
                     let params = CtParams {
                         zone: *zone,
@@ -706,6 +743,7 @@ impl Datapath {
                         force: *force,
                         mark: *mark,
                         label: *label,
+                        nat: nat.as_deref().copied(),
                     };
                     if key.get(Field::NwFrag) != 0 {
                         self.ct_fragment(run, &params, &actions[i + 1..], pkt, key, depth);
@@ -719,8 +757,12 @@ impl Datapath {
                     key.set(Field::CtZone, v.zone as u128);
                     key.set(Field::CtMark, v.mark as u128);
                     key.set(Field::CtLabel, v.label);
+                    if let Some(rw) = v.rewrite {
+                        self.nat_rewrite(pkt, key, &rw);
+                    }
                 }
                 DpAction::CtClear => {
+                    run.ct.begin_packet();
                     key.set(Field::CtState, 0);
                     key.set(Field::CtZone, 0);
                     key.set(Field::CtMark, 0);
@@ -809,6 +851,19 @@ fn rewrite_fragment(whole: &[u8], frag: &[u8], out: &mut Vec<u8>) -> bool {
             ip[10..12].fill(0);
             let sum = ipv4_checksum(&ip[..ihl]);
             ip[10..12].copy_from_slice(&sum.to_be_bytes());
+            // The fragment's data as the datagram has it now: what the
+            // actions rewrote in the L4 header (ports, and the checksum
+            // that covers the addresses, e.g. after NAT) reaches the
+            // fragment that carries it.
+            let off = usize::from(u16::from_be_bytes([ip[6], ip[7]]) & 0x1fff) * 8;
+            let w_ihl = usize::from(wip[0] & 0x0f) * 4;
+            let w_end = w.l3_end.saturating_sub(wl3);
+            let data = ip.len() - ihl;
+            if let Some(now) = wip.get(w_ihl + off..(w_ihl + off + data).min(w_end)) {
+                if now.len() == data {
+                    ip[ihl..].copy_from_slice(now);
+                }
+            }
             true
         }
         ethertype::IPV6 if ip.len() >= 40 => {

@@ -555,7 +555,7 @@ pub fn trace<L: FlowLookup + ?Sized>(
                     Some(s) => (*s, false),
                     None => (ct_state::TRK | ct_state::NEW, true),
                 };
-                let mut k = *key;
+                let mut k = **key;
                 if let Some(n) = nat {
                     simulate_nat(&mut k, n, state);
                 }

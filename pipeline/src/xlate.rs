@@ -277,7 +277,7 @@ pub enum TraceEvent {
     Recirc {
         id: u32,
         zone: u16,
-        key: FlowKey,
+        key: Box<FlowKey>,
         nat: Option<NatAction>,
     },
 }
@@ -904,7 +904,12 @@ impl<'a, L: FlowLookup + ?Sized> Xlate<'a, L> {
                      The forked pipeline will be resumed at table {t}."
                 ))
             });
-            self.record(|| TraceEvent::Recirc { id, zone, key, nat });
+            self.record(|| TraceEvent::Recirc {
+                id,
+                zone,
+                key: Box::new(key),
+                nat,
+            });
         }
         self.record(|| {
             TraceEvent::Detail(

@@ -1218,7 +1218,7 @@ proptest! {
     fn random_bytes_never_panic(frame in proptest::collection::vec(any::<u8>(), 0..200), key in key_strategy(),
                                 commit in any::<bool>(), force in any::<bool>()) {
         let mut ct = Conntrack::new(CtConfig { max_entries: 4, ..Default::default() });
-        let p = CtParams { zone: 1, commit, force, mark: Some((1, 1)), label: None };
+        let p = CtParams { zone: 1, commit, force, mark: Some((1, 1)), label: None, nat: None };
         for i in 0..3 {
             let v = ct.execute(&frame, &key, &p, i * SEC);
             prop_assert!(v.state & ct_state::TRK != 0);

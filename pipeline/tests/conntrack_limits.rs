@@ -292,27 +292,34 @@ fn owners_and_limits_survive_a_save_and_restore() {
 }
 
 #[test]
-fn a_version_1_state_file_restores_owned_by_nobody() {
+fn older_state_files_restore() {
     let mut n = node(10_000, 100);
     assert_eq!(flood(&mut n, 3, 20_000), 3);
-    let v2 = n.ct.save_state(n.now, 0);
-    // The same table as version 1 wrote it: 100-byte records, no owner.
-    let mut v1 = v2[..32].to_vec();
-    v1[8..10].copy_from_slice(&1u16.to_le_bytes());
-    v1[12..16].copy_from_slice(&100u32.to_le_bytes());
-    for rec in v2[32..v2.len() - 8].chunks(104) {
-        v1.extend_from_slice(&rec[..100]);
+    let v3 = n.ct.save_state(n.now, 0);
+    // The same table as versions 1 (100-byte records, no owner) and 2
+    // (104 bytes, no NAT) wrote it.
+    for (version, len) in [(1u16, 100usize), (2, 104)] {
+        let mut old = v3[..32].to_vec();
+        old[8..10].copy_from_slice(&version.to_le_bytes());
+        old[12..16].copy_from_slice(&(len as u32).to_le_bytes());
+        for rec in v3[32..v3.len() - 8].chunks(144) {
+            old.extend_from_slice(&rec[..len]);
+        }
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in &old {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        old.extend_from_slice(&h.to_le_bytes());
+        let mut ct = Conntrack::new(CtConfig::default());
+        assert_eq!(ct.restore_state(&old, 0, 0).expect("old").restored, 3);
+        if version == 1 {
+            assert!(ct.entries().iter().all(|e| e.owner.is_none()));
+            assert_eq!(ct.port_limit(CLIENT).count, 0);
+        } else {
+            assert_eq!(ct.port_limit(CLIENT).count, 3);
+        }
     }
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in &v1 {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    v1.extend_from_slice(&h.to_le_bytes());
-    let mut ct = Conntrack::new(CtConfig::default());
-    assert_eq!(ct.restore_state(&v1, 0, 0).expect("v1").restored, 3);
-    assert!(ct.entries().iter().all(|e| e.owner.is_none()));
-    assert_eq!(ct.port_limit(CLIENT).count, 0);
 }
 
 /// A client-1 -> db-1 UDP datagram's key and frame, as the datapath would

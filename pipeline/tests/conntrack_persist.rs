@@ -144,6 +144,7 @@ fn params(zone: u16, commit: bool, mark: u32, label: u128) -> CtParams {
         force: false,
         mark: commit.then_some((mark, u32::MAX)),
         label: commit.then_some((label, u128::MAX)),
+        nat: None,
     }
 }
 

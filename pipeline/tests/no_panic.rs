@@ -399,7 +399,7 @@ proptest! {
         use oxvs_pipeline::extract::extract;
         let mut ct = Conntrack::default();
         for (i, (f, other, commit, force, zone)) in steps.iter().enumerate() {
-            let p = CtParams { zone: *zone, commit: *commit, force: *force, mark: Some((1, 1)), label: Some((1, 1)) };
+            let p = CtParams { zone: *zone, commit: *commit, force: *force, mark: Some((1, 1)), label: Some((1, 1)), nat: None };
             // The key of `other` over the bytes of `f`, then the honest pair.
             let _ = ct.execute(f, &extract(other, 1), &p, i as u64 * 1_000);
             let _ = ct.execute(f, &extract(f, 1), &p, i as u64 * 1_000 + 1);

@@ -502,6 +502,7 @@ fn encode_conntrack(e: &mut Exposition, s: &Snapshot) {
         commits_discarded_total,
         expired_total,
         deleted_total,
+        nat_exhausted_total,
     } = s.conntrack;
     e.gauge(
         "oxvs_conntrack_entries",
@@ -518,7 +519,12 @@ fn encode_conntrack(e: &mut Exposition, s: &Snapshot) {
         "Most connections a port without its own limit may own (0: no limit).",
     )
     .int(&[], u64::from(s.ct_default_port_limit));
-    let counters: [(&str, &str, u64); 9] = [
+    let counters: [(&str, &str, u64); 10] = [
+        (
+            "oxvs_conntrack_nat_exhausted_total",
+            "New connections refused because nat found no free address and port for them (the packet is dropped).",
+            nat_exhausted_total,
+        ),
         (
             "oxvs_conntrack_packets_total",
             "Packets given to the connection tracker.",

@@ -21,12 +21,14 @@
 //! offers the rest of the input to `restore_state` as a state file.
 
 use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::{Arc, OnceLock};
 
 use oxvs_pipeline::conntrack::{Conntrack, CtConfig, CtEntry, CtParams};
 use oxvs_pipeline::datapath::{Datapath, DatapathConfig, DpPacket, RecordingSink};
 use oxvs_pipeline::extract::extract;
 use oxvs_pipeline::field::ct_state::{EST, INV, NEW, REL, TRK};
+use oxvs_pipeline::flow::{NatAction, NatKind, NatRange};
 use oxvs_pipeline::parse::{parse_flow_file, ParseContext};
 use oxvs_pipeline::tables::Pipeline;
 use oxvs_pipeline::xlate::XlateEnv;
@@ -415,6 +417,42 @@ pub fn run(data: &[u8]) {
     );
 }
 
+/// A `nat` with a small IPv4 (or, rarely, IPv6) range, so that tuples
+/// collide and the port search runs out.
+fn nat(i: &mut Input<'_>) -> NatAction {
+    let b = i.u8();
+    let base = u32::from_be_bytes([10, 0, 0, b & 0x0f]);
+    let n = u32::from(b >> 4 & 3);
+    let (min, max): (IpAddr, IpAddr) = if b & 0x40 != 0 {
+        (
+            IpAddr::V6(Ipv6Addr::from(u128::from(base))),
+            IpAddr::V6(Ipv6Addr::from(u128::from(base + n))),
+        )
+    } else {
+        (
+            IpAddr::V4(Ipv4Addr::from(base)),
+            IpAddr::V4(Ipv4Addr::from(base + n)),
+        )
+    };
+    let lo = u16::from(i.u8()) + 1;
+    let hi = lo + u16::from(i.u8() & 3);
+    NatAction {
+        kind: match i.u8() % 3 {
+            0 => None,
+            1 => Some(NatKind::Src),
+            _ => Some(NatKind::Dst),
+        },
+        range: (b & 0x80 == 0).then_some(NatRange {
+            addr_min: min,
+            addr_max: max,
+            ports: (lo & 1 == 0).then_some((lo, hi)),
+        }),
+        persistent: lo & 2 != 0,
+        hash: false,
+        random: lo & 4 != 0,
+    }
+}
+
 /// One packet through [`Conntrack::execute`], with the invariants.
 fn direct(i: &mut Input<'_>, ct: &mut Conntrack, frame: &[u8], now: u64, max: usize) {
     let p = i.u8();
@@ -424,6 +462,7 @@ fn direct(i: &mut Input<'_>, ct: &mut Conntrack, frame: &[u8], now: u64, max: us
         force: p & 2 != 0 && p & 0x80 != 0,
         mark: (p & 8 != 0).then(|| (i.u32(), i.u32())),
         label: (p & 16 != 0).then(|| (u128::from(i.u32()) << 64 | 7, u128::MAX)),
+        nat: (p & 32 != 0).then(|| nat(i)),
     };
     let key = extract(frame, 1);
     let before = ct.len();

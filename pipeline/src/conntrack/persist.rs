@@ -6,7 +6,7 @@
 //! monotonic `now_ns`, which differs between processes, and the wall
 //! clock, which does not) and does the file I/O.
 //!
-//! # Format, version 2
+//! # Format, version 3
 //!
 //! All integers little-endian. A 32-byte header, `count` fixed-size
 //! records, an 8-byte trailer:
@@ -14,12 +14,12 @@
 //! | offset | size | what |
 //! |---|---|---|
 //! | 0 | 8 | magic `OXVS-CT\n` |
-//! | 8 | 2 | format version (2) |
+//! | 8 | 2 | format version (3) |
 //! | 10 | 2 | flags (0) |
-//! | 12 | 4 | record length (104) |
+//! | 12 | 4 | record length (144) |
 //! | 16 | 8 | `count`, the number of records |
 //! | 24 | 8 | wall-clock time of the save (ns since the Unix epoch) |
-//! | 32 | 104 x count | records |
+//! | 32 | 144 x count | records |
 //! | end - 8 | 8 | FNV-1a 64 of every byte before it |
 //!
 //! A record is one connection, in its original direction:
@@ -41,10 +41,15 @@
 //! | 72 | 14 | TCP original side: seqlo, seqhi, max_win (u32 each), wscale, state (u8 each) |
 //! | 86 | 14 | TCP reply side, the same (both sides all zero for other kinds) |
 //! | 100 | 4 | the OpenFlow port the connection counts against (`0xffffffff`: none) |
+//! | 104 | 1 | 1 if `nat` translated the connection, else 0 |
+//! | 105 | 16+16 | NAT: the reply direction's source and destination address |
+//! | 137 | 2+2 | NAT: the reply direction's source and destination port |
+//! | 141 | 3 | zero (all of 105..144 is zero without NAT) |
 //!
-//! Version 1 (written before per-port limits) is the same with 100-byte
-//! records, without the owner; it is still read, its connections then
-//! count against no port.
+//! Version 2 (written before NAT) is the same with 104-byte records, and
+//! version 1 (before per-port limits) with 100-byte records, without the
+//! owner; both are still read (no NAT; version 1's connections count
+//! against no port).
 //!
 //! # Restore
 //!
@@ -79,11 +84,13 @@ use crate::wire::ip_proto;
 
 /// The format version [`Conntrack::save_state`] writes and
 /// [`Conntrack::restore_state`] reads.
-pub const STATE_VERSION: u16 = 2;
+pub const STATE_VERSION: u16 = 3;
 
 const MAGIC: [u8; 8] = *b"OXVS-CT\n";
 const HEADER_LEN: usize = 32;
-const RECORD_LEN: usize = 104;
+const RECORD_LEN: usize = 144;
+/// Version 2 records: no NAT.
+const RECORD_LEN_V2: usize = 104;
 /// Version 1 records: no owner.
 const RECORD_LEN_V1: usize = 100;
 /// Where the TCP peers end (what follows is zero for other kinds).
@@ -206,7 +213,7 @@ fn encode_peer(out: &mut Vec<u8>, p: &TcpPeer) {
     out.push(p.state as u8);
 }
 
-fn encode_record(out: &mut Vec<u8>, c: &Conn, remaining_ns: u64) {
+fn encode_record(out: &mut Vec<u8>, c: &Conn, rev: Option<&ConnKey>, remaining_ns: u64) {
     let k = &c.orig;
     out.extend_from_slice(&k.src);
     out.extend_from_slice(&k.dst);
@@ -246,6 +253,17 @@ fn encode_record(out: &mut Vec<u8>, c: &Conn, remaining_ns: u64) {
         }
     }
     out.extend_from_slice(&c.owner.to_le_bytes());
+    match rev {
+        Some(r) => {
+            out.push(1);
+            out.extend_from_slice(&r.src);
+            out.extend_from_slice(&r.dst);
+            out.extend_from_slice(&r.sport.to_le_bytes());
+            out.extend_from_slice(&r.dport.to_le_bytes());
+            out.extend_from_slice(&[0; 3]);
+        }
+        None => out.extend_from_slice(&[0; RECORD_LEN - RECORD_LEN_V2]),
+    }
 }
 
 fn decode_peer(r: &Rd<'_>, off: usize, side: &str) -> Result<TcpPeer, String> {
@@ -267,8 +285,9 @@ fn decode_peer(r: &Rd<'_>, off: usize, side: &str) -> Result<TcpPeer, String> {
     })
 }
 
-/// One record -> (connection, remaining lifetime), or what is wrong with it.
-fn decode_record(b: &[u8]) -> Result<(Conn, u64), String> {
+/// One record -> (connection, its NAT reply key, remaining lifetime), or
+/// what is wrong with it.
+fn decode_record(b: &[u8]) -> Result<(Conn, Option<ConnKey>, u64), String> {
     // Version 1 records end at L4_END: no owner.
     let owner = match b.get(L4_END..L4_END + 4) {
         Some(o) => u32::from_le_bytes([o[0], o[1], o[2], o[3]]),
@@ -374,6 +393,42 @@ fn decode_record(b: &[u8]) -> Result<(Conn, u64), String> {
             }
         }
     };
+    let rev = match b.get(RECORD_LEN_V2..RECORD_LEN) {
+        None | Some([0, ..]) => {
+            if b.get(RECORD_LEN_V2..)
+                .is_some_and(|t| t.iter().any(|x| *x != 0))
+            {
+                return Err("NAT bytes set for a connection without NAT".into());
+            }
+            None
+        }
+        Some([1, rest @ ..]) => {
+            let t = Rd(rest);
+            let rev = ConnKey {
+                src: t.arr(0),
+                dst: t.arr(16),
+                sport: t.u16(32),
+                dport: t.u16(34),
+                ..key.reverse()
+            };
+            if rest.get(36..).is_none_or(|z| z.iter().any(|x| *x != 0)) {
+                return Err("NAT padding bytes are not zero".into());
+            }
+            if !v6 {
+                for (name, a) in [("source", rev.src), ("destination", rev.dst)] {
+                    if a[..12] != [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff] {
+                        return Err(format!("NAT reply {name} address is not IPv4-mapped"));
+                    }
+                }
+            }
+            if rev == key.reverse() {
+                return Err("NAT reply tuple is the plain reverse (no translation)".into());
+            }
+            Some(rev)
+        }
+        Some([v, ..]) => return Err(format!("NAT byte {v} (want 0 or 1)")),
+        Some([]) => None,
+    };
     let conn = Conn {
         orig: key,
         mark: r.u32(42),
@@ -381,8 +436,9 @@ fn decode_record(b: &[u8]) -> Result<(Conn, u64), String> {
         label: r.u128(46),
         l4,
         owner,
+        nat: rev.is_some(),
     };
-    Ok((conn, r.u64(62)))
+    Ok((conn, rev, r.u64(62)))
 }
 
 impl Conntrack {
@@ -394,8 +450,9 @@ impl Conntrack {
         let live = || {
             self.slots
                 .iter()
-                .flatten()
-                .filter(move |c| c.expiration_ns > now_ns)
+                .enumerate()
+                .filter_map(|(i, c)| Some((i as u32, c.as_ref()?)))
+                .filter(move |(_, c)| c.expiration_ns > now_ns)
         };
         let count = live().count();
         let mut out = Vec::with_capacity(HEADER_LEN + count * RECORD_LEN + TRAILER_LEN);
@@ -405,8 +462,9 @@ impl Conntrack {
         out.extend_from_slice(&(RECORD_LEN as u32).to_le_bytes());
         out.extend_from_slice(&(count as u64).to_le_bytes());
         out.extend_from_slice(&wall_ns.to_le_bytes());
-        for c in live() {
-            encode_record(&mut out, c, c.expiration_ns - now_ns);
+        for (idx, c) in live() {
+            let rev = c.nat.then(|| self.nat_revs.get(&idx)).flatten();
+            encode_record(&mut out, c, rev, c.expiration_ns - now_ns);
         }
         let sum = fnv1a(&out);
         out.extend_from_slice(&sum.to_le_bytes());
@@ -432,6 +490,7 @@ impl Conntrack {
             self.slots.clear();
             self.free.clear();
             self.map.clear();
+            self.nat_revs.clear();
             self.cursor = 0;
             for p in self.ports.values_mut() {
                 p.count = 0;
@@ -459,6 +518,7 @@ impl Conntrack {
         let version = h.u16(8);
         let record_len = match version {
             1 => RECORD_LEN_V1,
+            2 => RECORD_LEN_V2,
             STATE_VERSION => RECORD_LEN,
             _ => return Err(CtStateError::UnsupportedVersion { found: version }),
         };
@@ -521,10 +581,13 @@ impl Conntrack {
             ..CtRestored::default()
         };
         for (index, rec) in body[HEADER_LEN..].chunks_exact(record_len).enumerate() {
-            let (mut conn, remaining) =
+            let (mut conn, rev, remaining) =
                 decode_record(rec).map_err(|what| CtStateError::BadRecord { index, what })?;
             let canon = conn.orig.canonical();
-            if self.map.contains_key(&canon) {
+            let rev_canon = rev.map(|r| r.canonical());
+            if self.map.contains_key(&canon)
+                || rev_canon.is_some_and(|rc| rc == canon || self.map.contains_key(&rc))
+            {
                 return Err(CtStateError::BadRecord {
                     index,
                     what: format!(
@@ -543,6 +606,10 @@ impl Conntrack {
             let idx = self.slots.len() as u32;
             self.slots.push(Some(conn));
             self.map.insert(canon, idx);
+            if let (Some(rev), Some(rc)) = (rev, rev_canon) {
+                self.map.insert(rc, idx);
+                self.nat_revs.insert(idx, rev);
+            }
             // Counted against its port, never refused (module doc).
             self.charge(conn.owner);
             report.restored += 1;
@@ -608,6 +675,7 @@ mod tests {
             label: 0x22 << 100,
             l4: L4State::Tcp([peer(TcpState::Established), peer(TcpState::Established)]),
             owner: 3,
+            nat: false,
         }
     }
 
@@ -696,6 +764,7 @@ mod tests {
             label: 0,
             l4: L4State::Other(OtherState::Bidir),
             owner: NO_OWNER,
+            nat: false,
         };
         let mut ping = udp;
         ping.orig = ConnKey {

@@ -134,6 +134,9 @@ pub(super) struct Conn {
     /// The OpenFlow port whose packet committed it ([`NO_OWNER`]: none),
     /// charged against that port's limit while it lives.
     pub(super) owner: u32,
+    /// Whether `nat` translated it: its reply-direction key is then in
+    /// the tracker's `nat_revs`, not `orig.reverse()`.
+    pub(super) nat: bool,
 }
 
 impl Conn {

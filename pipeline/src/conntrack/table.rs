@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 
+use super::nat::{nat_flags, rewrite_to};
 use super::packet::{parse, Pkt, PktKind};
 use super::state::{
     icmp_update, other_update, tcp_flags_invalid, tcp_new, tcp_update, Conn, ConnKey, IcmpState,
@@ -22,6 +23,38 @@ pub enum CtRefusal {
     /// The table is full and nothing near the new connection's hash could
     /// be dropped early.
     TableFull,
+    /// `nat` found no free address and port for the new connection.
+    NatExhausted,
+}
+
+/// The connection the packet being processed already belongs to in a
+/// zone (an earlier `ct` of the same packet found or created it), as OVS
+/// keeps it in the packet's metadata: a later `ct` in that zone uses it
+/// without a lookup or a second state update (module doc, "NAT").
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Current {
+    pub(super) zone: u16,
+    pub(super) at: CurrentAt,
+    pub(super) reply: bool,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(super) enum CurrentAt {
+    Slot(u32),
+    Staged(usize),
+}
+
+/// What a lookup found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Found {
+    /// The connection in `slot`, in the reply direction or not.
+    Conn { slot: u32, reply: bool },
+    /// Nothing.
+    None,
+    /// A NATed connection's tuple in neither of its directions (the
+    /// un-translated reverse of one, or the translated forward of one seen
+    /// without its earlier `ct`): cannot be tracked.
+    Clash,
 }
 
 /// One port's connection limit, count and refusals
@@ -58,6 +91,8 @@ pub(super) struct Staged {
     pub(super) label: u128,
     /// The slot admission chose to drop early, if the table was full.
     pub(super) victim: Option<u32>,
+    /// The reply-direction key if `nat` translated it.
+    pub(super) rev: Option<ConnKey>,
 }
 
 /// Most commits one packet can stage; more are applied at once.
@@ -93,6 +128,12 @@ pub struct Conntrack {
     /// Reassembles IP fragments for the tracker (the datapath offers
     /// fragments here before `ct`; see [`crate::ipf`]).
     pub(super) ipf: Ipf,
+    /// The reply-direction keys of NATed connections, by slot.
+    pub(super) nat_revs: HashMap<u32, ConnKey>,
+    /// The state of `nat(...,random)`'s choices.
+    pub(super) nat_seed: u64,
+    /// The current packet's connection ([`Current`]).
+    pub(super) cur: Option<Current>,
 }
 
 impl Default for Conntrack {
@@ -114,7 +155,17 @@ impl Conntrack {
             ports: HashMap::new(),
             staged: [None; MAX_STAGED],
             n_staged: 0,
+            nat_revs: HashMap::new(),
+            nat_seed: 0x6f78_7673,
+            cur: None,
         }
+    }
+
+    /// A new packet starts: it belongs to no connection yet (the datapath
+    /// calls this per packet; [`Conntrack::execute`] on every call).
+    #[inline]
+    pub fn begin_packet(&mut self) {
+        self.cur = None;
     }
 
     /// The fragment reassembler that serves this tracker.
@@ -138,13 +189,13 @@ impl Conntrack {
     /// datapath's way). Never panics, never allocates except to store a
     /// newly committed connection.
     pub fn execute(&mut self, frame: &[u8], key: &FlowKey, p: &CtParams, now_ns: u64) -> CtVerdict {
+        self.cur = None;
         let v = match self.execute_staged(frame, key, p, now_ns) {
             Ok(v) => v,
             Err(_) => CtVerdict {
                 state: ct_state::TRK | ct_state::INV,
                 zone: p.zone,
-                mark: 0,
-                label: 0,
+                ..CtVerdict::default()
             },
         };
         self.commit_staged(now_ns);
@@ -157,10 +208,14 @@ impl Conntrack {
     /// pipeline, or never, at [`Conntrack::discard_staged`], when the
     /// pipeline dropped it (module doc, "Staged commits"). The verdict is
     /// the same either way. `Err` if the commit was refused (per-port
-    /// limit, or a full table with nothing to drop early): the packet is
-    /// `+trk+inv` and the datapath drops it, as Linux and the OVS kernel
-    /// datapath drop a packet whose connection cannot be created.
-    /// Commits of existing connections (mark, label) apply at once.
+    /// limit, a full table with nothing to drop early, no free NAT
+    /// tuple): the packet is `+trk+inv` and the datapath drops it, as
+    /// Linux and the OVS kernel datapath drop a packet whose connection
+    /// cannot be created. Commits of existing connections (mark, label)
+    /// apply at once. A packet that already went through `ct` in this zone
+    /// (since [`Conntrack::begin_packet`]) reuses the connection found
+    /// then, and a packet whose `key` says it was tracked in this zone
+    /// keeps its `ct_state` (module doc, "NAT").
     pub fn execute_staged(
         &mut self,
         frame: &[u8],
@@ -170,11 +225,20 @@ impl Conntrack {
     ) -> Result<CtVerdict, CtRefusal> {
         use ct_state::{EST, INV, NEW, REL, RPL, TRK};
         self.stats.packets_total += 1;
+        if let Some(cur) = self.cur {
+            let tracked_here = key.get(Field::CtState) as u32 & TRK != 0
+                && key.get(Field::CtZone) as u16 == p.zone;
+            if cur.zone == p.zone && tracked_here && !p.force {
+                if let Some(v) = self.execute_known(cur, key, p) {
+                    return Ok(v);
+                }
+            }
+        }
+        self.cur = None;
         let mut verdict = CtVerdict {
             state: TRK,
             zone: p.zone,
-            mark: 0,
-            label: 0,
+            ..CtVerdict::default()
         };
         let pkt = match parse(frame, key, p.zone) {
             Ok(pkt) => pkt,
@@ -187,7 +251,15 @@ impl Conntrack {
         let commit = p.commit || p.force;
         let related = matches!(pkt.kind, PktKind::Related);
 
-        let mut found = self.lookup(&pkt.key, now_ns);
+        let mut found = match self.lookup(&pkt.key, now_ns) {
+            Found::Conn { slot, reply } => Some((slot, reply)),
+            Found::None => None,
+            Found::Clash => {
+                verdict.state |= INV;
+                self.stats.invalid_total += 1;
+                return Ok(verdict);
+            }
+        };
         if let (true, Some((idx, true))) = (p.force, found) {
             self.remove(idx);
             self.stats.deleted_total += 1;
@@ -199,11 +271,11 @@ impl Conntrack {
         let mut create = false;
         match found {
             Some((idx, reply)) if related => {
-                conn_idx = Some(idx);
+                conn_idx = Some((idx, reply));
                 state = REL | if reply { RPL } else { 0 };
             }
             Some((idx, reply)) => {
-                conn_idx = Some(idx);
+                conn_idx = Some((idx, reply));
                 match self.update(idx, &pkt, reply, now_ns) {
                     Update::Valid => state = EST | if reply { RPL } else { 0 },
                     Update::ValidNew => state = NEW,
@@ -227,8 +299,15 @@ impl Conntrack {
                 state = NEW;
                 if commit {
                     let owner = key.get(Field::InPort) as u32;
-                    let victim = match self.admit(&pkt.key, owner, now_ns) {
-                        Ok(victim) => victim,
+                    let admitted = self.admit(&pkt.key, owner, now_ns).and_then(|victim| {
+                        let rev = match &p.nat {
+                            Some(n) => self.nat_choose(&pkt.key, n)?,
+                            None => None,
+                        };
+                        Ok((victim, rev))
+                    });
+                    let (victim, rev) = match admitted {
+                        Ok(x) => x,
                         Err(r) => {
                             self.stats.invalid_total += 1;
                             return Err(r);
@@ -240,39 +319,130 @@ impl Conntrack {
                         mark: p.mark.map_or(0, |(v, m)| v & m),
                         label: p.label.map_or(0, |(v, m)| v & m),
                         victim,
+                        rev,
                     };
                     verdict.mark = staged.mark;
                     verdict.label = staged.label;
+                    if let Some(rev) = rev {
+                        let fwd = rev.reverse();
+                        state |= nat_flags(&pkt.key, &fwd);
+                        verdict.rewrite = Some(rewrite_to(&fwd));
+                    }
                     if self.n_staged < MAX_STAGED {
                         self.staged[self.n_staged] = Some(staged);
+                        self.cur = Some(Current {
+                            zone: p.zone,
+                            at: CurrentAt::Staged(self.n_staged),
+                            reply: false,
+                        });
                         self.n_staged += 1;
                     } else {
                         self.apply(staged, now_ns);
+                        if let Some(&slot) = self.map.get(&pkt.key.canonical()) {
+                            self.cur = Some(Current {
+                                zone: p.zone,
+                                at: CurrentAt::Slot(slot),
+                                reply: false,
+                            });
+                        }
                     }
                 }
             }
         }
 
-        if let Some(conn) = conn_idx
-            .and_then(|i| self.slots.get_mut(i as usize))
-            .and_then(Option::as_mut)
-        {
-            if commit && state & INV == 0 {
-                if let Some((v, m)) = p.mark {
-                    conn.mark = (conn.mark & !m) | (v & m);
+        if let Some((idx, reply)) = conn_idx {
+            let rev = self.nat_revs.get(&idx).copied();
+            if let Some(conn) = self.slots.get_mut(idx as usize).and_then(Option::as_mut) {
+                if commit && state & INV == 0 {
+                    if let Some((v, m)) = p.mark {
+                        conn.mark = (conn.mark & !m) | (v & m);
+                    }
+                    if let Some((v, m)) = p.label {
+                        conn.label = (conn.label & !m) | (v & m);
+                    }
                 }
-                if let Some((v, m)) = p.label {
-                    conn.label = (conn.label & !m) | (v & m);
+                verdict.mark = conn.mark;
+                verdict.label = conn.label;
+                // Related packets (ICMP errors) are not translated: their
+                // embedded header would need it too.
+                if let (Some(rev), Some(_), false) = (rev, &p.nat, related) {
+                    let to = if reply {
+                        conn.orig.reverse()
+                    } else {
+                        rev.reverse()
+                    };
+                    state |= nat_flags(&pkt.key, &to);
+                    verdict.rewrite = Some(rewrite_to(&to));
+                }
+                if state & INV == 0 {
+                    self.cur = Some(Current {
+                        zone: p.zone,
+                        at: CurrentAt::Slot(idx),
+                        reply,
+                    });
                 }
             }
-            verdict.mark = conn.mark;
-            verdict.label = conn.label;
         }
         if state & INV != 0 {
             self.stats.invalid_total += 1;
         }
         verdict.state |= state;
         Ok(verdict)
+    }
+
+    /// A `ct` in a zone the packet already went through ([`Current`]): no
+    /// lookup, no state update (the packet keeps its `ct_state`); a commit
+    /// sets mark and label, a `nat` translates if no earlier `ct` in the
+    /// zone did. `None` if the connection is gone.
+    fn execute_known(&mut self, cur: Current, key: &FlowKey, p: &CtParams) -> Option<CtVerdict> {
+        let mut state = key.get(Field::CtState) as u32;
+        let commit = p.commit || p.force;
+        let (orig, rev, mark, label) = match cur.at {
+            CurrentAt::Slot(idx) => {
+                let rev = self.nat_revs.get(&idx).copied();
+                let conn = self.slots.get_mut(idx as usize)?.as_mut()?;
+                if commit && state & ct_state::INV == 0 {
+                    if let Some((v, m)) = p.mark {
+                        conn.mark = (conn.mark & !m) | (v & m);
+                    }
+                    if let Some((v, m)) = p.label {
+                        conn.label = (conn.label & !m) | (v & m);
+                    }
+                }
+                (conn.orig, rev, conn.mark, conn.label)
+            }
+            CurrentAt::Staged(i) => {
+                let s = self.staged.get_mut(i)?.as_mut()?;
+                if commit && state & ct_state::INV == 0 {
+                    if let Some((v, m)) = p.mark {
+                        s.mark = (s.mark & !m) | (v & m);
+                    }
+                    if let Some((v, m)) = p.label {
+                        s.label = (s.label & !m) | (v & m);
+                    }
+                }
+                (s.pkt.key, s.rev, s.mark, s.label)
+            }
+        };
+        let mut verdict = CtVerdict {
+            state: 0,
+            zone: p.zone,
+            mark,
+            label,
+            rewrite: None,
+        };
+        let natted = state & (ct_state::SNAT | ct_state::DNAT) != 0;
+        if let (Some(rev), Some(_), false) = (rev, &p.nat, natted) {
+            let (from, to) = if cur.reply {
+                (rev, orig.reverse())
+            } else {
+                (orig, rev.reverse())
+            };
+            state |= nat_flags(&from, &to);
+            verdict.rewrite = Some(rewrite_to(&to));
+        }
+        verdict.state = state;
+        Some(verdict)
     }
 
     /// Whether commits wait for [`Conntrack::commit_staged`] or
@@ -285,6 +455,7 @@ impl Conntrack {
     /// The packet that staged commits left the pipeline (was output or
     /// sent to the controller): its new connections enter the table.
     pub fn commit_staged(&mut self, now_ns: u64) {
+        self.cur = None;
         for i in 0..std::mem::take(&mut self.n_staged) {
             if let Some(s) = self.staged[i].take() {
                 self.apply(s, now_ns);
@@ -295,6 +466,7 @@ impl Conntrack {
     /// The packet that staged commits was dropped: its new connections are
     /// forgotten (counted in [`CtStats::commits_discarded_total`]).
     pub fn discard_staged(&mut self) {
+        self.cur = None;
         for i in 0..std::mem::take(&mut self.n_staged) {
             if self.staged[i].take().is_some() {
                 self.stats.commits_discarded_total += 1;
@@ -329,7 +501,7 @@ impl Conntrack {
                 }
             }
         }
-        if self.map.len() + self.n_staged < self.config.max_entries {
+        if self.count() + self.n_staged < self.config.max_entries {
             return Ok(None);
         }
         match self.early_drop_candidate(key, now_ns) {
@@ -397,7 +569,7 @@ impl Conntrack {
             }
             return;
         }
-        if self.map.len() >= self.config.max_entries {
+        if self.count() >= self.config.max_entries {
             let victim = s
                 .victim
                 .filter(|&v| {
@@ -413,7 +585,12 @@ impl Conntrack {
                 }
             }
         }
-        if let Some(idx) = self.insert(&s.pkt, s.owner, now_ns) {
+        if s.rev.is_some_and(|r| self.map.contains_key(&r.canonical())) {
+            // Its translated tuple was taken since it was chosen.
+            self.stats.nat_exhausted_total += 1;
+            return;
+        }
+        if let Some(idx) = self.insert(&s.pkt, s.rev, s.owner, now_ns) {
             if let Some(Some(c)) = self.slots.get_mut(idx as usize) {
                 c.mark = s.mark;
                 c.label = s.label;
@@ -436,18 +613,40 @@ impl Conntrack {
         }
     }
 
-    /// Finds the live connection `key` belongs to: (slot, is reply direction).
+    /// Finds the live connection `key` belongs to, and in which direction.
     /// An expired connection met here is removed.
-    pub(super) fn lookup(&mut self, key: &ConnKey, now_ns: u64) -> Option<(u32, bool)> {
-        let idx = *self.map.get(&key.canonical())?;
-        let conn = self.slots.get(idx as usize)?.as_ref()?;
-        let reply = conn.orig != *key;
+    pub(super) fn lookup(&mut self, key: &ConnKey, now_ns: u64) -> Found {
+        let Some(&idx) = self.map.get(&key.canonical()) else {
+            return Found::None;
+        };
+        let Some(Some(conn)) = self.slots.get(idx as usize) else {
+            return Found::None;
+        };
+        let reply = if conn.orig == *key {
+            false
+        } else if !conn.nat || self.nat_revs.get(&idx) == Some(key) {
+            true
+        } else {
+            return Found::Clash;
+        };
         if now_ns >= conn.expiration_ns {
             self.remove(idx);
             self.stats.expired_total += 1;
-            return None;
+            return Found::None;
         }
-        Some((idx, reply))
+        Found::Conn { slot: idx, reply }
+    }
+
+    /// The reply-direction key of the connection in `idx`.
+    pub(super) fn reply_key(&self, idx: u32, conn: &Conn) -> ConnKey {
+        match conn.nat {
+            true => self
+                .nat_revs
+                .get(&idx)
+                .copied()
+                .unwrap_or(conn.orig.reverse()),
+            false => conn.orig.reverse(),
+        }
     }
 
     pub(super) fn valid_new(&self, pkt: &Pkt) -> bool {
@@ -505,8 +704,14 @@ impl Conntrack {
 
     /// Stores a new connection with `pkt` as its original direction, owned
     /// by `owner`, or `None` if the table is full (the caller made room).
-    pub(super) fn insert(&mut self, pkt: &Pkt, owner: u32, now_ns: u64) -> Option<u32> {
-        if self.map.len() >= self.config.max_entries {
+    pub(super) fn insert(
+        &mut self,
+        pkt: &Pkt,
+        rev: Option<ConnKey>,
+        owner: u32,
+        now_ns: u64,
+    ) -> Option<u32> {
+        if self.count() >= self.config.max_entries {
             return None;
         }
         let (l4, tm) = match pkt.kind {
@@ -523,9 +728,14 @@ impl Conntrack {
             label: 0,
             l4,
             owner,
+            nat: rev.is_some(),
         };
         let idx = self.store(conn)?;
         self.map.insert(pkt.key.canonical(), idx);
+        if let Some(rev) = rev {
+            self.map.insert(rev.canonical(), idx);
+            self.nat_revs.insert(idx, rev);
+        }
         self.charge(owner);
         self.stats.committed_total += 1;
         Some(idx)
@@ -568,6 +778,11 @@ impl Conntrack {
     pub(super) fn remove(&mut self, idx: u32) {
         if let Some(conn) = self.slots.get_mut(idx as usize).and_then(Option::take) {
             self.map.remove(&conn.orig.canonical());
+            if conn.nat {
+                if let Some(rev) = self.nat_revs.remove(&idx) {
+                    self.map.remove(&rev.canonical());
+                }
+            }
             self.free.push(idx);
             if let Some(p) = self.ports.get_mut(&conn.owner) {
                 p.count = p.count.saturating_sub(1);
@@ -577,18 +792,24 @@ impl Conntrack {
 
     /// Number of stored connections (expired ones not yet removed included).
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.count()
     }
 
     /// Whether no connection is stored.
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.count() == 0
+    }
+
+    /// Connections stored (a NATed one has two map entries, one slot).
+    #[inline]
+    pub(super) fn count(&self) -> usize {
+        self.slots.len() - self.free.len()
     }
 
     /// Counters.
     pub fn stats(&self) -> CtStats {
         CtStats {
-            entries: self.map.len(),
+            entries: self.count(),
             ..self.stats
         }
     }
@@ -694,8 +915,7 @@ impl Conntrack {
     /// (Linux's `gc_worker` early drop), so that a commit rarely meets a
     /// full table. Returns how many it removed.
     pub fn sweep(&mut self, now_ns: u64, max_slots: usize) -> usize {
-        let crowded =
-            self.map.len().saturating_mul(20) > self.config.max_entries.saturating_mul(19);
+        let crowded = self.count().saturating_mul(20) > self.config.max_entries.saturating_mul(19);
         self.scan(now_ns, max_slots, crowded)
     }
 
@@ -802,9 +1022,10 @@ impl Conntrack {
         out.extend(
             slots
                 .iter()
-                .flatten()
-                .filter(|c| zone.is_none() || zone == Some(c.orig.zone))
-                .map(|c| {
+                .enumerate()
+                .filter_map(|(i, c)| Some(((start + i) as u32, c.as_ref()?)))
+                .filter(|(_, c)| zone.is_none() || zone == Some(c.orig.zone))
+                .map(|(idx, c)| {
                     let tcp_states = match c.l4 {
                         L4State::Tcp([o, r]) => Some((o.state, r.state)),
                         _ => None,
@@ -812,7 +1033,7 @@ impl Conntrack {
                     CtEntry {
                         proto: c.orig.proto,
                         orig: c.orig.tuple(),
-                        reply: c.orig.reverse().tuple(),
+                        reply: self.reply_key(idx, c).tuple(),
                         zone: c.orig.zone,
                         mark: c.mark,
                         label: c.label,

@@ -610,7 +610,51 @@ fn action_errors() {
         "reg0[0..7]",
         "16 bits",
     );
-    err_at("ip,actions=ct(nat)", "nat", "ct argument");
+    err_at("ip,actions=ct(alg=ftp)", "alg=ftp", "ct argument");
+    err_at("ip,actions=nat", "nat", "only allowed inside ct");
+    err_at("ip,actions=ct(nat,nat)", "nat", "only one nat");
+    err_at(
+        "ip,actions=ct(nat(src,dst))",
+        "dst",
+        "only one of src or dst",
+    );
+    err_at(
+        "ip,actions=ct(commit,nat(dst=[fe80::1]))",
+        "[fe80::1]",
+        "address family",
+    );
+    err_at(
+        "ip,actions=ct(commit,nat(dst=10.0.0.9-10.0.0.1))",
+        "10.0.0.9-10.0.0.1",
+        "ends before it starts",
+    );
+    err_at(
+        "ip,actions=ct(commit,nat(dst=10.0.0.1:0))",
+        "0",
+        "invalid port",
+    );
+    err_at(
+        "ip,actions=ct(commit,nat(dst=10.0.0.1:90-80))",
+        "90-80",
+        "ends before it starts",
+    );
+    err_at(
+        "ip,actions=ct(commit,nat(dst=10.0.0.1,hash,random))",
+        "dst=10.0.0.1,hash,random",
+        "mutually exclusive",
+    );
+    err_at("ip,actions=ct(commit,nat(hash))", "hash", "need src or dst");
+    err_at(
+        "ip,actions=ct(commit,nat(dst=10.0.0.x))",
+        "10.0.0.x",
+        "invalid IP",
+    );
+    err_at(
+        "ip,actions=ct(exec(set_field:1->ct_mark))",
+        "exec(set_field:1->ct_mark)",
+        "requires commit",
+    );
+    err_at("ip,actions=group:0xffffff01", "0xffffff01", "at most");
     err_at("actions=ct(commit)", "ct", "IP match");
     err_at("actions=dec_ttl", "dec_ttl", "IP match");
     err_at("actions=mod_nw_src:1.2.3.4", "mod_nw_src", "IPv4");
@@ -789,4 +833,56 @@ fn never_panics_on_garbage() {
         let _ = parse_packet_spec(s, &ctx());
         let _ = parse_flow_file(s, &ctx());
     }
+}
+
+#[test]
+fn actions_nat_and_group_print_as_ovs_does() {
+    // Each printed as `ovs-ofctl -O OpenFlow15 parse-flows` (OVS 3.1)
+    // prints it.
+    for (text, printed) in [
+        (
+            "ip,actions=ct(commit,table=5,zone=7,nat(dst=10.0.0.2:80))",
+            "ip actions=ct(commit,table=5,zone=7,nat(dst=10.0.0.2:80))",
+        ),
+        ("ip,actions=ct(nat,table=5)", "ip actions=ct(table=5,nat)"),
+        (
+            "ip,actions=ct(commit,nat(src=10.0.0.1-10.0.0.9:1000-2000,random))",
+            "ip actions=ct(commit,nat(src=10.0.0.1-10.0.0.9:1000-2000,random))",
+        ),
+        // A nat after other nested actions stays inside exec.
+        (
+            "tcp,actions=ct(commit,exec(set_field:0x1->ct_mark),nat(dst=10.0.0.2),table=3)",
+            "tcp actions=ct(commit,table=3,exec(set_field:0x1->ct_mark,nat(dst=10.0.0.2)))",
+        ),
+        (
+            "ipv6,actions=ct(commit,nat(dst=[fe80::1]-[fe80::5]:80,persistent,hash))",
+            "ipv6 actions=ct(commit,nat(dst=[fe80::1]-[fe80::5]:80,persistent,hash))",
+        ),
+        (
+            "ipv6,actions=ct(commit,nat(dst=fe80::1-fe80::5))",
+            "ipv6 actions=ct(commit,nat(dst=fe80::1-fe80::5))",
+        ),
+        ("ip,actions=group:5", "ip actions=group:5"),
+    ] {
+        let f = parse_flow(text, &ctx()).unwrap_or_else(|e| panic!("{text}: {e}"));
+        assert_eq!(crate::print::format_flow(&f, None), printed, "{text}");
+    }
+    let a = acts("ip,actions=ct(commit,nat(dst=10.0.0.2-10.0.0.4:80-90,random))");
+    let Action::Ct(ct) = &a[0] else {
+        panic!("{a:?}")
+    };
+    assert_eq!(
+        ct.nat(),
+        Some(&crate::flow::NatAction {
+            kind: Some(crate::flow::NatKind::Dst),
+            range: Some(crate::flow::NatRange {
+                addr_min: "10.0.0.2".parse().unwrap(),
+                addr_max: "10.0.0.4".parse().unwrap(),
+                ports: Some((80, 90)),
+            }),
+            persistent: false,
+            hash: false,
+            random: true,
+        })
+    );
 }
