@@ -47,17 +47,21 @@ pub enum Feature {
     Isolation = 0x0005,
     /// `0x0006`: a remote node's flows (object: its underlay IPv4 address).
     RemoteNode = 0x0006,
+    /// `0x0007`: a Service port's flows and group (object: the group id,
+    /// [`crate::proxy`]).
+    Service = 0x0007,
 }
 
 impl Feature {
     /// Every feature, in id order.
-    pub const ALL: [Feature; 6] = [
+    pub const ALL: [Feature; 7] = [
         Feature::Pipeline,
         Feature::Pod,
         Feature::Node,
         Feature::PolicyRule,
         Feature::Isolation,
         Feature::RemoteNode,
+        Feature::Service,
     ];
 
     /// The feature id (the cookie's high 16 bits).
@@ -85,6 +89,7 @@ impl Feature {
             Feature::PolicyRule => "policy_rule",
             Feature::Isolation => "policy_isolation",
             Feature::RemoteNode => "remote_node",
+            Feature::Service => "service",
         }
     }
 
@@ -101,6 +106,11 @@ pub const fn object(cookie: u64) -> u64 {
 
 /// The pipeline defaults.
 pub const DEFAULTS: u64 = Feature::Pipeline.cookie(0);
+
+/// The flows of the Service port whose group is `group_id` ([`crate::proxy`]).
+pub const fn service(group_id: u32) -> u64 {
+    Feature::Service.cookie(group_id as u64)
+}
 /// The gateway's flows.
 pub const GATEWAY: u64 = Feature::Node.cookie(NODE_GATEWAY);
 /// The tunnel port's flows.

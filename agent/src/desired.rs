@@ -52,6 +52,8 @@ pub struct Inputs {
     pub local: Vec<LocalPod>,
     /// The cap on the flows one policy may add ([`policy::policy_flows_limited`]).
     pub max_policy_flows: usize,
+    /// Load-balance Services in the switch ([`crate::proxy`]).
+    pub proxy: bool,
 }
 
 impl Inputs {
@@ -66,6 +68,7 @@ impl Inputs {
             admitted: Vec::new(),
             local: Vec::new(),
             max_policy_flows: policy::DEFAULT_MAX_POLICY_FLOWS,
+            proxy: false,
         }
     }
 }
@@ -75,6 +78,8 @@ impl Inputs {
 pub struct DesiredFlows {
     /// Flow lines in `ovs-ofctl` syntax, in a fixed order.
     pub lines: Vec<String>,
+    /// Group lines (`add-group` syntax), by id: the proxy's.
+    pub groups: Vec<String>,
     /// Every NetworkPolicy rule that has flows, by id.
     pub rules: Vec<RuleRef>,
     /// Policies refused on this node (too many flows).
@@ -98,8 +103,15 @@ pub fn compute(inp: &Inputs) -> DesiredFlows {
     let mut lines = base_flows(inp);
     let pf = policy_flows(inp);
     lines.extend(pf.flows);
+    let mut groups = Vec::new();
+    if inp.proxy {
+        let p = crate::proxy::proxy_flows(&inp.state);
+        lines.extend(p.flows);
+        groups = p.groups;
+    }
     DesiredFlows {
         lines,
+        groups,
         rules: pf.rules,
         refused: pf.refused,
     }
@@ -109,7 +121,7 @@ pub fn compute(inp: &Inputs) -> DesiredFlows {
 /// the tunnel's and its guard.
 pub fn base_flows(inp: &Inputs) -> Vec<String> {
     let node = &inp.node;
-    let mut lines = flows::node_flows(node);
+    let mut lines = flows::node_flows(node, inp.proxy);
     for p in &inp.pods {
         lines.extend(flows::pod_flows(node, p));
     }

@@ -147,13 +147,15 @@ fn default_drop(table: TableDef) -> FlowLine {
 
 /// The flows every node has: pipeline defaults and the gateway's flows, one
 /// function per table, in pipeline order.
-pub fn node_flows(node: &NodeNet) -> Vec<String> {
+/// With `proxy`, ConntrackZone translates NATed connections and new
+/// connections meet ServiceLB before egress policy ([`crate::proxy`]).
+pub fn node_flows(node: &NodeNet, proxy: bool) -> Vec<String> {
     [
         classifier(node),
         spoof_guard(node),
         arp_responder(node),
-        conntrack_zone(),
-        conntrack_state(),
+        conntrack_zone(proxy),
+        conntrack_state(proxy),
         egress_defaults(),
         l3_forwarding(node),
         l3_dec_ttl(),
@@ -193,7 +195,11 @@ fn arp_responder(node: &NodeNet) -> Vec<FlowLine> {
 }
 
 /// ConntrackZone: every IP packet through conntrack; nothing else passes.
-fn conntrack_zone() -> Vec<FlowLine> {
+fn conntrack_zone(proxy: bool) -> Vec<FlowLine> {
+    let ct = match proxy {
+        true => crate::proxy::conntrack_zone_action(),
+        false => format!("ct(table={},zone={CT_ZONE})", CONNTRACK_STATE.id),
+    };
     vec![
         FlowLine::new(
             CONNTRACK_ZONE,
@@ -201,14 +207,14 @@ fn conntrack_zone() -> Vec<FlowLine> {
             cookie::DEFAULTS,
         )
         .matching("ip")
-        .action(format!("ct(table={},zone={CT_ZONE})", CONNTRACK_STATE.id)),
+        .action(ct),
         default_drop(CONNTRACK_ZONE),
     ]
 }
 
 /// ConntrackState: invalid drops, established and related skip egress
-/// policy, new connections meet it.
-fn conntrack_state() -> Vec<FlowLine> {
+/// policy, new connections meet it (with the proxy: ServiceLB first).
+fn conntrack_state(proxy: bool) -> Vec<FlowLine> {
     let mut v = vec![FlowLine::new(
         CONNTRACK_STATE,
         priority::conntrack_state::INVALID,
@@ -222,7 +228,12 @@ fn conntrack_state() -> Vec<FlowLine> {
         priority::conntrack_state::ESTABLISHED,
         L3_FORWARDING,
     ));
-    v.push(default_goto(CONNTRACK_STATE, EGRESS_RULE));
+    if proxy {
+        v.push(default_goto(CONNTRACK_STATE, SERVICE_LB));
+        v.push(default_goto(SERVICE_LB, EGRESS_RULE));
+    } else {
+        v.push(default_goto(CONNTRACK_STATE, EGRESS_RULE));
+    }
     v
 }
 
@@ -683,7 +694,7 @@ mod tests {
         let flows = parse_flow_file(&text, &ParseContext::default()).unwrap();
         assert_eq!(
             flows.len(),
-            node_flows(&node()).len() + 2 * pod_flows(&node(), &pod(3, 3)).len()
+            node_flows(&node(), false).len() + 2 * pod_flows(&node(), &pod(3, 3)).len()
         );
         for f in &flows {
             assert!(

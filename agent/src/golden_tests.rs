@@ -299,6 +299,7 @@ fn scenarios() -> BTreeMap<&'static str, Inputs> {
             admitted: vec![],
             local: local_pods(&pods_only),
             max_policy_flows: crate::policy::DEFAULT_MAX_POLICY_FLOWS,
+            proxy: false,
         },
     );
     let remotes = vec![
@@ -317,6 +318,7 @@ fn scenarios() -> BTreeMap<&'static str, Inputs> {
             admitted: vec![],
             local: local_pods(&pods_only),
             max_policy_flows: crate::policy::DEFAULT_MAX_POLICY_FLOWS,
+            proxy: false,
         },
     );
     let admitted = vec![pod(
@@ -342,6 +344,7 @@ fn scenarios() -> BTreeMap<&'static str, Inputs> {
                 admitted: admitted.clone(),
                 local: local_pods(&atts),
                 max_policy_flows: max,
+                proxy: false,
             },
         );
     }

@@ -41,6 +41,7 @@ pub mod nodes;
 pub mod podnet;
 pub mod policy;
 pub mod priority;
+pub mod proxy;
 pub mod socket_server;
 pub mod source;
 pub mod state;

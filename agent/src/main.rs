@@ -105,6 +105,12 @@ struct Args {
     #[arg(long, value_name = "N", default_value_t = oxvs_agent::policy::DEFAULT_MAX_POLICY_FLOWS,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=10_000_000))]
     max_policy_flows: usize,
+    /// Load-balance Services (ClusterIP) in the switch instead of leaving
+    /// them to kube-proxy, which must then not run (docs/operations.md,
+    /// "The Service proxy"). Watches Services and Endpoints (or takes them
+    /// from the manifests).
+    #[arg(long)]
+    proxy: bool,
     /// Seconds between checks that the switch still holds what the records say.
     #[arg(long, value_name = "S", default_value_t = 5)]
     resync_interval: u64,
@@ -257,6 +263,7 @@ async fn run(args: Args, pod_mtu: u32) -> anyhow::Result<()> {
         switch_timeout: Duration::from_millis(args.switch_timeout_ms),
         masquerade: !args.no_masquerade,
         max_policy_flows: args.max_policy_flows,
+        proxy: args.proxy,
     };
     tracing::info!(node = %cfg.node_name, pod_cidr = ?cfg.pod_cidr, mtu = cfg.pod_mtu, state = %cfg.state_dir.display(), "starting");
     oxvs_agent::hostnet::set_proc_sys(args.proc_sys.clone());
@@ -334,9 +341,10 @@ async fn run(args: Args, pod_mtu: u32) -> anyhow::Result<()> {
         }
         (None, _, _) if kube.is_some() => {
             let client = kube.clone().context("the Kubernetes client")?;
+            let proxy = args.proxy;
             tracing::info!("cluster source: the Kubernetes API");
             Some(tokio::spawn(async move {
-                if let Err(e) = source::watch_kube(client, tx).await {
+                if let Err(e) = source::watch_kube(client, tx, proxy).await {
                     tracing::error!("Kubernetes source stopped: {e:#}");
                 }
             }))

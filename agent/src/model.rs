@@ -213,6 +213,69 @@ impl NetworkPolicy {
     }
 }
 
+/// One `spec.ports[]` entry of a Service.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServicePort {
+    /// `name` (empty when the Service has one unnamed port).
+    pub name: String,
+    pub protocol: Protocol,
+    pub port: u16,
+    /// `nodePort`, if allocated.
+    pub node_port: Option<u16>,
+}
+
+/// A Service (v1), after API defaulting, as the proxy needs it. A headless
+/// Service (`clusterIP: None`) or an `ExternalName` one has no
+/// `cluster_ip` and is not proxied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Service {
+    pub namespace: String,
+    pub name: String,
+    /// `spec.clusterIP` (IPv4).
+    pub cluster_ip: Option<Ipv4Addr>,
+    pub ports: Vec<ServicePort>,
+    /// `sessionAffinity: ClientIP`: its `timeoutSeconds` (default 10800).
+    pub affinity_timeout: Option<u32>,
+}
+
+impl Service {
+    pub fn key(&self) -> ObjKey {
+        (self.namespace.clone(), self.name.clone())
+    }
+}
+
+/// One port of an endpoint (`ports[]` of an Endpoints subset or an
+/// EndpointSlice): the Service port it serves, by name.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct EndpointPort {
+    /// The Service port's name (empty for an unnamed one).
+    pub name: String,
+    pub protocol: Protocol,
+    /// The port on the endpoint (a named `targetPort` already resolved).
+    pub port: u16,
+}
+
+/// One backend address of a Service.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Endpoint {
+    pub ip: Ipv4Addr,
+    /// Whether it may receive traffic (`addresses` of an Endpoints
+    /// subset, `conditions.ready` of a slice; unset counts as ready).
+    pub ready: bool,
+    /// The node it runs on, if known.
+    pub node_name: Option<String>,
+    pub ports: Vec<EndpointPort>,
+}
+
+/// Where a Service's endpoints came from: the Service's Endpoints object,
+/// or one EndpointSlice of it (`kubernetes.io/service-name`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EndpointSet {
+    /// The Service's namespace and name.
+    pub service: ObjKey,
+    pub endpoints: Vec<Endpoint>,
+}
+
 /// Everything the agent knows about the cluster.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ClusterState {
@@ -220,9 +283,34 @@ pub struct ClusterState {
     pub pods: BTreeMap<ObjKey, Pod>,
     pub nodes: BTreeMap<String, Node>,
     pub policies: BTreeMap<ObjKey, NetworkPolicy>,
+    pub services: BTreeMap<ObjKey, Service>,
+    /// Endpoints objects, by (namespace, name) (= their Service's).
+    pub endpoints: BTreeMap<ObjKey, EndpointSet>,
+    /// EndpointSlices, by (namespace, slice name).
+    pub endpoint_slices: BTreeMap<ObjKey, EndpointSet>,
 }
 
 impl ClusterState {
+    /// A Service's endpoints: from its EndpointSlices when it has any (the
+    /// API's current source), else from its Endpoints object; sorted and
+    /// without duplicates (an address in two slices counts once).
+    pub fn service_endpoints(&self, svc: &ObjKey) -> Vec<Endpoint> {
+        let mut v: Vec<Endpoint> = self
+            .endpoint_slices
+            .values()
+            .filter(|s| &s.service == svc)
+            .flat_map(|s| s.endpoints.iter().cloned())
+            .collect();
+        if v.is_empty() && !self.endpoint_slices.values().any(|s| &s.service == svc) {
+            if let Some(e) = self.endpoints.get(svc) {
+                v = e.endpoints.clone();
+            }
+        }
+        v.sort();
+        v.dedup_by(|a, b| a.ip == b.ip && a.ports == b.ports);
+        v
+    }
+
     /// Labels of namespace `name` (empty if unknown).
     pub fn namespace_labels(&self, name: &str) -> Labels {
         self.namespaces

@@ -115,3 +115,9 @@ pub mod output {
     /// The output port is known: output.
     pub const KNOWN_PORT: u16 = 200;
 }
+
+/// ServiceLB (the proxy).
+pub mod service_lb {
+    /// A new connection to a Service port: its group (or a drop).
+    pub const SERVICE: u16 = 200;
+}

@@ -85,7 +85,7 @@ fn kube_source_follows_the_api_server() {
         .block_on(kube_client(Some(kubeconfig)))
         .expect("client from the kubeconfig");
     let (tx, mut rx) = watch::channel(Arc::new(ClusterState::default()));
-    let source = rt.spawn(watch_kube(client.clone(), tx));
+    let source = rt.spawn(watch_kube(client.clone(), tx, true));
 
     let tag = std::process::id();
     let ns_name = format!("oxvs-src-{tag}");
@@ -184,6 +184,44 @@ fn kube_source_follows_the_api_server() {
                 && s.nodes[&node_name].internal_ip == Some("192.168.77.3".parse().expect("ip"))
         })
         .await;
+
+        // A Service and its Endpoints (the proxy's objects; the source
+        // watches them because it was started for the proxy).
+        let svcs: Api<core::Service> = Api::namespaced(client.clone(), &ns_name);
+        let eps: Api<core::Endpoints> = Api::namespaced(client.clone(), &ns_name);
+        let svc: core::Service = serde_json::from_value(json!({
+            "metadata": {"name": "web"},
+            "spec": {"selector": {"app": "web"},
+                     "sessionAffinity": "ClientIP",
+                     "ports": [{"name": "http", "port": 80, "targetPort": "http"},
+                               {"name": "dns", "port": 53, "protocol": "UDP"}]}
+        }))
+        .expect("service");
+        svcs.create(&pp, &svc).await.expect("create service");
+        let ep: core::Endpoints = serde_json::from_value(json!({
+            "metadata": {"name": "web"},
+            "subsets": [{"addresses": [{"ip": "10.244.7.9", "nodeName": node_name}],
+                         "notReadyAddresses": [{"ip": "10.244.7.10"}],
+                         "ports": [{"name": "http", "port": 8080},
+                                   {"name": "dns", "port": 53, "protocol": "UDP"}]}]
+        }))
+        .expect("endpoints");
+        eps.create(&pp, &ep).await.expect("create endpoints");
+        let st = wait_for(&mut rx, "Service and Endpoints", 20, |s| {
+            s.services.contains_key(&key(&ns_name, "web"))
+                && s.endpoints.contains_key(&key(&ns_name, "web"))
+        })
+        .await;
+        let s = &st.services[&key(&ns_name, "web")];
+        assert!(s.cluster_ip.is_some(), "the API server allocated a ClusterIP");
+        assert_eq!(s.affinity_timeout, Some(10_800));
+        assert_eq!((s.ports[1].port, s.ports[1].protocol), (53, Protocol::Udp));
+        let e = st.service_endpoints(&key(&ns_name, "web"));
+        assert_eq!(e.len(), 2);
+        assert!(e[0].ready && !e[1].ready, "{e:?}");
+        assert_eq!(e[0].node_name.as_deref(), Some(node_name.as_str()));
+        assert_eq!(e[0].ports[0].port, 53);
+        assert_eq!(e[0].ports[1].port, 8080);
 
         // Relabel the pod and the namespace.
         pods.patch("web", &ps, &Patch::Merge(json!({"metadata": {"labels": {"app": "db"}}})))

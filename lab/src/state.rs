@@ -236,6 +236,22 @@ pub struct LabState {
     /// `up --kube-proxy` (absent otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kube: Option<KubeState>,
+    /// The Services of a lab started with `up --proxy` (absent otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<ProxyState>,
+}
+
+/// What `up --proxy` keeps: the Services applied (with their ClusterIP)
+/// and the Endpoints the lab wrote for them, both also in the manifest
+/// directory ([`crate::commands::proxy`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProxyState {
+    /// `ns/name` -> the Service as written.
+    #[serde(default)]
+    pub services: BTreeMap<String, serde_json::Value>,
+    /// `ns/name` -> the Endpoints the lab wrote (Services with a selector).
+    #[serde(default)]
+    pub endpoints: BTreeMap<String, serde_json::Value>,
 }
 
 /// What `up --kube-proxy` runs: an etcd + kube-apiserver from

@@ -28,6 +28,7 @@ tables! {
     ARP_RESPONDER = 20, "ARPResponder";
     CONNTRACK_ZONE = 30, "ConntrackZone";
     CONNTRACK_STATE = 31, "ConntrackState";
+    SERVICE_LB = 35, "ServiceLB";
     EGRESS_RULE = 40, "EgressRule";
     EGRESS_DEFAULT_RULE = 41, "EgressDefaultRule";
     EGRESS_METRIC = 45, "EgressMetric";

@@ -99,6 +99,9 @@ pub struct AgentConfig {
     /// The most flows one NetworkPolicy may add on this node
     /// ([`crate::policy::DEFAULT_MAX_POLICY_FLOWS`]); a policy over it is refused.
     pub max_policy_flows: usize,
+    /// Load-balance Services in the switch ([`crate::proxy`]); kube-proxy
+    /// must then not run.
+    pub proxy: bool,
 }
 
 /// What MTU pods and the gateway get on the node (`--local-mtu`).
@@ -138,6 +141,8 @@ struct Applied {
     /// False until a full `replace-flows` made the switch equal to `lines`.
     valid: bool,
     lines: HashSet<String>,
+    /// The groups (the proxy's), as group lines.
+    groups: HashSet<String>,
 }
 
 /// The IPAM store, once the pod CIDR is known. Locked only on the

@@ -70,6 +70,7 @@ impl Agent {
             state,
             node,
             max_policy_flows: self.cfg.max_policy_flows,
+            proxy: self.cfg.proxy,
         }
     }
 
@@ -90,20 +91,28 @@ impl Agent {
         let inputs = self.inputs(node.clone());
         let valid = applied.valid;
         let old = std::mem::take(&mut applied.lines);
+        let old_groups = std::mem::take(&mut applied.groups);
+        // With groups (the proxy's, or left over from it) the full
+        // replace carries them too, in the same version.
+        let with_groups = self.cfg.proxy || !old_groups.is_empty();
         // Until the lines are back: a failed task means a full replace.
         applied.valid = false;
-        let (desired, want, change, old) = blocking(move || {
+        let (desired, want, want_groups, change, old, old_groups) = blocking(move || {
             let d = desired::compute(&inputs);
             let want: HashSet<String> = d.lines.iter().cloned().collect();
+            let want_groups: HashSet<String> = d.groups.iter().cloned().collect();
             let change = if valid {
-                FlowChange::Bundle(diff_mods(&old, &want))
+                FlowChange::Bundle(diff_mods(&old, &want, &old_groups, &want_groups))
+            } else if with_groups || !d.groups.is_empty() {
+                FlowChange::ReplaceWithGroups(d.groups.join("\n"), d.lines.join("\n"))
             } else {
                 FlowChange::Replace(d.lines.join("\n"))
             };
-            (d, want, change, old)
+            (d, want, want_groups, change, old, old_groups)
         })
         .await?;
         applied.lines = old;
+        applied.groups = old_groups;
         applied.valid = valid;
         self.note_refused_policies(&desired.refused);
         match change {
@@ -120,6 +129,24 @@ impl Agent {
                     "flows replaced"
                 );
                 applied.lines = want;
+                applied.groups = want_groups;
+                applied.valid = true;
+            }
+            FlowChange::ReplaceWithGroups(groups, flows) => {
+                let r = self
+                    .switch(Request::ReplaceGroups { groups, flows })
+                    .await
+                    .map_err(|e| Self::switch_err("cannot set the node's flows and groups", e))?;
+                let r: oxvs_api::ReplaceResult = serde_json::from_value(r).unwrap_or_default();
+                tracing::debug!(
+                    added = r.flows.added,
+                    deleted = r.flows.deleted,
+                    n_flows = r.flows.n_flows,
+                    n_groups = r.groups.n_groups,
+                    "flows and groups replaced"
+                );
+                applied.lines = want;
+                applied.groups = want_groups;
                 applied.valid = true;
             }
             FlowChange::Bundle(mods) => {
@@ -130,6 +157,7 @@ impl Agent {
                         return Err(Self::switch_err("cannot update the node's flows", e));
                     }
                     applied.lines = want;
+                    applied.groups = want_groups;
                 }
             }
         }
@@ -333,13 +361,35 @@ pub struct ReconcileReport {
 enum FlowChange {
     /// `replace-flows` with this text (first time, or after a failure).
     Replace(String),
+    /// `replace-groups` with these groups and flows (the proxy's way).
+    ReplaceWithGroups(String, String),
     /// One atomic bundle of these mods (may be empty).
     Bundle(String),
 }
 
-/// The bundle that turns the flows `old` into `want`: deletes, then adds.
-fn diff_mods(old: &HashSet<String>, want: &HashSet<String>) -> String {
+/// The bundle that turns the flows `old` into `want` and the groups
+/// `old_groups` into `want_groups`: new and changed groups first (flows
+/// may name them), then flow deletes and adds, then the groups no longer
+/// wanted (no flow names them by then).
+fn diff_mods(
+    old: &HashSet<String>,
+    want: &HashSet<String>,
+    old_groups: &HashSet<String>,
+    want_groups: &HashSet<String>,
+) -> String {
     let mut mods = String::new();
+    let group_id = |line: &str| -> Option<String> {
+        line.split(',')
+            .next()
+            .and_then(|f| f.strip_prefix("group_id="))
+            .map(str::to_string)
+    };
+    let want_ids: HashSet<String> = want_groups.iter().filter_map(|g| group_id(g)).collect();
+    for g in want_groups.difference(old_groups) {
+        mods.push_str("group add_or_mod ");
+        mods.push_str(g);
+        mods.push('\n');
+    }
     for line in old.difference(want) {
         match strict_selector(line) {
             Some(sel) => {
@@ -354,6 +404,17 @@ fn diff_mods(old: &HashSet<String>, want: &HashSet<String>) -> String {
         mods.push_str("add ");
         mods.push_str(line);
         mods.push('\n');
+    }
+    for g in old_groups.difference(want_groups) {
+        match group_id(g) {
+            Some(id) if !want_ids.contains(&id) => {
+                mods.push_str("group delete group_id=");
+                mods.push_str(&id);
+                mods.push('\n');
+            }
+            Some(_) => {}
+            None => tracing::error!(group = %g, "cannot read a group the agent made"),
+        }
     }
     mods
 }

@@ -46,6 +46,7 @@ pub(super) fn offline_agent(dir: &Path) -> Arc<Agent> {
             pod_tx_checksum_off: true,
             switch_timeout: Duration::from_secs(1),
             masquerade: false,
+            proxy: false,
             max_policy_flows: crate::policy::DEFAULT_MAX_POLICY_FLOWS,
         })
         .unwrap(),

@@ -709,5 +709,8 @@ pub fn network_policy(np: &net::NetworkPolicy) -> Result<NetworkPolicy, ConvertE
     )
 }
 
+mod service;
+pub use service::{endpoint_slice, endpoints, service, SERVICE_NAME_LABEL};
+
 #[cfg(test)]
 mod tests;

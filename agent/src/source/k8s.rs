@@ -127,6 +127,30 @@ impl Kind for net::NetworkPolicy {
     }
 }
 
+impl Kind for core::Service {
+    const KIND: &'static str = "Service";
+    type Key = ObjKey;
+    type Model = model::Service;
+    fn key(&self) -> Option<ObjKey> {
+        ns_key(&self.metadata)
+    }
+    fn convert(&self) -> Result<model::Service, ConvertError> {
+        convert::service(self)
+    }
+}
+
+impl Kind for core::Endpoints {
+    const KIND: &'static str = "Endpoints";
+    type Key = ObjKey;
+    type Model = model::EndpointSet;
+    fn key(&self) -> Option<ObjKey> {
+        ns_key(&self.metadata)
+    }
+    fn convert(&self) -> Result<model::EndpointSet, ConvertError> {
+        convert::endpoints(self)
+    }
+}
+
 /// The converted objects of one kind.
 struct Store<K: Kind> {
     items: BTreeMap<K::Key, K::Model>,
@@ -207,6 +231,8 @@ enum Ev {
     Pod(Event<core::Pod>),
     Node(Event<core::Node>),
     Policy(Event<net::NetworkPolicy>),
+    Service(Event<core::Service>),
+    Endpoints(Event<core::Endpoints>),
 }
 
 #[derive(Default)]
@@ -215,6 +241,8 @@ struct State {
     pods: Store<core::Pod>,
     nodes: Store<core::Node>,
     policies: Store<net::NetworkPolicy>,
+    /// Watched only with the proxy on (`Some` then).
+    services: Option<(Store<core::Service>, Store<core::Endpoints>)>,
 }
 
 impl State {
@@ -224,11 +252,20 @@ impl State {
             Ev::Pod(e) => self.pods.apply(e),
             Ev::Node(e) => self.nodes.apply(e),
             Ev::Policy(e) => self.policies.apply(e),
+            Ev::Service(e) => self.services.as_mut().is_some_and(|s| s.0.apply(e)),
+            Ev::Endpoints(e) => self.services.as_mut().is_some_and(|s| s.1.apply(e)),
         }
     }
 
     fn synced(&self) -> bool {
-        self.namespaces.synced && self.pods.synced && self.nodes.synced && self.policies.synced
+        self.namespaces.synced
+            && self.pods.synced
+            && self.nodes.synced
+            && self.policies.synced
+            && self
+                .services
+                .as_ref()
+                .is_none_or(|(s, e)| s.synced && e.synced)
     }
 
     fn snapshot(&self) -> ClusterState {
@@ -237,6 +274,17 @@ impl State {
             pods: self.pods.items.clone(),
             nodes: self.nodes.items.clone(),
             policies: self.policies.items.clone(),
+            services: self
+                .services
+                .as_ref()
+                .map(|s| s.0.items.clone())
+                .unwrap_or_default(),
+            endpoints: self
+                .services
+                .as_ref()
+                .map(|s| s.1.items.clone())
+                .unwrap_or_default(),
+            endpoint_slices: Default::default(),
         }
     }
 }
@@ -301,14 +349,21 @@ where
 pub async fn watch_kube(
     client: Client,
     tx: watch::Sender<Arc<ClusterState>>,
+    services: bool,
 ) -> anyhow::Result<()> {
-    let mut events = futures::stream::select_all([
+    let mut streams = vec![
         stream::<core::Namespace>(&client, Ev::Namespace),
         stream::<core::Pod>(&client, Ev::Pod),
         stream::<core::Node>(&client, Ev::Node),
         stream::<net::NetworkPolicy>(&client, Ev::Policy),
-    ]);
+    ];
     let mut state = State::default();
+    if services {
+        streams.push(stream::<core::Service>(&client, Ev::Service));
+        streams.push(stream::<core::Endpoints>(&client, Ev::Endpoints));
+        state.services = Some(Default::default());
+    }
+    let mut events = futures::stream::select_all(streams);
     let mut last: Option<Arc<ClusterState>> = None;
     let mut deadline: Option<Instant> = None;
     loop {

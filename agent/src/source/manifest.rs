@@ -4,8 +4,9 @@
 //!
 //! - A file holds one or more documents (YAML `---`-separated; JSON values
 //!   one after the other), each an object or a `kind: List` (or `*List`)
-//!   with `items`. Kinds Namespace, Pod, Node and NetworkPolicy are used,
-//!   others are ignored (debug log). Namespaced objects without a namespace
+//!   with `items`. Kinds Namespace, Pod, Node, NetworkPolicy, Service,
+//!   Endpoints and EndpointSlice (discovery.k8s.io/v1) are used, others
+//!   are ignored (debug log). Namespaced objects without a namespace
 //!   are in `default`.
 //! - Invalid objects (see [`super::convert`]) are left out, with a warning.
 //! - Duplicates: the object of the last file (sorted by name) wins, and
@@ -26,13 +27,16 @@ use std::time::Duration;
 
 use anyhow::Context;
 use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::discovery::v1 as discovery;
 use k8s_openapi::api::networking::v1 as net;
 use serde_json::Value;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use super::convert;
-use crate::model::{ClusterState, Namespace, NetworkPolicy, Node, Pod};
+use crate::model::{
+    ClusterState, EndpointSet, Namespace, NetworkPolicy, Node, ObjKey, Pod, Service,
+};
 
 /// How often [`watch_manifest_dir`] looks at the directory.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(200);
@@ -47,6 +51,10 @@ pub enum Object {
     Pod(Pod),
     Node(Node),
     NetworkPolicy(NetworkPolicy),
+    Service(Service),
+    Endpoints(EndpointSet),
+    /// An EndpointSlice: its own (namespace, name), and its endpoints.
+    EndpointSlice(ObjKey, EndpointSet),
 }
 
 impl Object {
@@ -57,6 +65,9 @@ impl Object {
             Object::Pod(p) => format!("Pod {}/{}", p.namespace, p.name),
             Object::Node(n) => format!("Node {}", n.name),
             Object::NetworkPolicy(p) => format!("NetworkPolicy {}/{}", p.namespace, p.name),
+            Object::Service(s) => format!("Service {}/{}", s.namespace, s.name),
+            Object::Endpoints(e) => format!("Endpoints {}/{}", e.service.0, e.service.1),
+            Object::EndpointSlice(k, _) => format!("EndpointSlice {}/{}", k.0, k.1),
         }
     }
 }
@@ -201,8 +212,9 @@ fn add_doc(
         return;
     }
     let want_api = match kind {
-        "Namespace" | "Pod" | "Node" => "v1",
+        "Namespace" | "Pod" | "Node" | "Service" | "Endpoints" => "v1",
         "NetworkPolicy" => "networking.k8s.io/v1",
+        "EndpointSlice" => "discovery.k8s.io/v1",
         "" => {
             warnings.push(format!("{place}: no kind"));
             return;
@@ -230,6 +242,17 @@ fn add_doc(
         "Node" => typed::<core::Node>(doc, raw, kind, false)
             .and_then(|o| convert::node(&o).map_err(|e| e.to_string()))
             .map(Object::Node),
+        "Service" => typed::<core::Service>(doc, raw, kind, true)
+            .and_then(|o| convert::service(&o).map_err(|e| e.to_string()))
+            .map(Object::Service),
+        "Endpoints" => typed::<core::Endpoints>(doc, raw, kind, true)
+            .and_then(|o| convert::endpoints(&o).map_err(|e| e.to_string()))
+            .map(Object::Endpoints),
+        "EndpointSlice" => typed::<discovery::EndpointSlice>(doc, raw, kind, true).and_then(|o| {
+            let set = convert::endpoint_slice(&o).map_err(|e| e.to_string())?;
+            let name = o.metadata.name.clone().unwrap_or_default();
+            Ok(Object::EndpointSlice((set.service.0.clone(), name), set))
+        }),
         _ => typed::<net::NetworkPolicy>(doc, raw, kind, true)
             .and_then(|o| convert::network_policy(&o).map_err(|e| e.to_string()))
             .map(Object::NetworkPolicy),
@@ -290,6 +313,15 @@ fn merge<'a>(
                 }
                 Object::NetworkPolicy(p) => {
                     st.policies.insert(p.key(), p);
+                }
+                Object::Service(svc) => {
+                    st.services.insert(svc.key(), svc);
+                }
+                Object::Endpoints(e) => {
+                    st.endpoints.insert(e.service.clone(), e);
+                }
+                Object::EndpointSlice(k, e) => {
+                    st.endpoint_slices.insert(k, e);
                 }
             }
         }

@@ -80,6 +80,7 @@ fn run_restart(global: &Global, args: &AgentRestartArgs) -> anyhow::Result<u8> {
             agent_argv(
                 &ctx,
                 st.agent_mode,
+                st.proxy.is_some(),
                 &node,
                 &bins.agent.display().to_string(),
                 "info",

@@ -644,6 +644,16 @@ pub fn services_json(ctx: &Ctx, st: &LabState) -> anyhow::Result<Value> {
 
 /// The `kind/name` line of kubectl apply's output for an object:
 /// `created`, `configured` or `unchanged`.
+/// `created`, `configured` or `unchanged`, for an object the lab writes
+/// itself.
+pub(crate) fn apply_word_local(existed: bool, unchanged: bool) -> &'static str {
+    match (existed, unchanged) {
+        (false, _) => "created",
+        (true, true) => "unchanged",
+        (true, false) => "configured",
+    }
+}
+
 fn apply_word(out: &str, kind: &str, name: &str) -> &'static str {
     let prefix = format!("{kind}/{name} ");
     let line = out.lines().find(|l| l.starts_with(&prefix)).unwrap_or("");
@@ -672,6 +682,9 @@ fn api_object(obj: &Object) -> Value {
 /// `apply` of a Service: checked ([`service::parse_service`]), sent to the
 /// API server with its Namespace, remembered for the Endpoints sync.
 pub fn apply_service(ctx: &Ctx, st: &mut LabState, obj: &Object) -> anyhow::Result<&'static str> {
+    if super::proxy::serves_services(st) {
+        return super::proxy::apply_service(ctx, st, obj);
+    }
     let spec = service::parse_service(obj)?;
     let k = kube(st)?.clone();
     let body = api_object(obj);
@@ -692,6 +705,9 @@ pub fn apply_service(ctx: &Ctx, st: &mut LabState, obj: &Object) -> anyhow::Resu
 
 /// `apply` of an Endpoints object, for a Service without a selector.
 pub fn apply_endpoints(ctx: &Ctx, st: &mut LabState, obj: &Object) -> anyhow::Result<&'static str> {
+    if super::proxy::serves_services(st) {
+        return super::proxy::apply_endpoints(ctx, st, obj);
+    }
     service::check_endpoints(obj)?;
     let k = kube(st)?.clone();
     let key = format!("{}/{}", obj.namespace, obj.name);
@@ -712,6 +728,9 @@ pub fn apply_endpoints(ctx: &Ctx, st: &mut LabState, obj: &Object) -> anyhow::Re
 
 /// `delete` of a Service (and its Endpoints). Whether it existed.
 pub fn delete_service(ctx: &Ctx, st: &mut LabState, ns: &str, name: &str) -> anyhow::Result<bool> {
+    if super::proxy::serves_services(st) {
+        return super::proxy::delete_service(ctx, st, ns, name);
+    }
     let k = kube(st)?.clone();
     let out = kubectl_ok(
         ctx,
@@ -741,6 +760,9 @@ pub fn delete_service(ctx: &Ctx, st: &mut LabState, ns: &str, name: &str) -> any
 
 /// `delete` of an Endpoints object. Whether it existed.
 pub fn delete_endpoints(ctx: &Ctx, st: &LabState, ns: &str, name: &str) -> anyhow::Result<bool> {
+    if super::proxy::serves_services(st) {
+        return super::proxy::delete_endpoints(ctx, ns, name);
+    }
     let k = kube(st)?;
     let out = kubectl_ok(
         ctx,
@@ -759,17 +781,20 @@ pub fn delete_endpoints(ctx: &Ctx, st: &LabState, ns: &str, name: &str) -> anyho
 
 /// Deleting a Namespace: its Services go too. The failures.
 pub fn delete_namespace_services(ctx: &Ctx, st: &mut LabState, ns: &str) -> Vec<String> {
-    let keys: Vec<String> = st
-        .kube
-        .as_ref()
-        .map(|k| {
-            k.services
-                .keys()
-                .filter(|key| key.split_once('/').is_some_and(|(n, _)| n == ns))
-                .cloned()
-                .collect()
-        })
-        .unwrap_or_default();
+    let keys: Vec<String> = if super::proxy::serves_services(st) {
+        super::proxy::namespace_services(st, ns)
+    } else {
+        st.kube
+            .as_ref()
+            .map(|k| {
+                k.services
+                    .keys()
+                    .filter(|key| key.split_once('/').is_some_and(|(n, _)| n == ns))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
     let mut errs = Vec::new();
     for key in keys {
         let name = key.split_once('/').map(|(_, n)| n).unwrap_or("");
@@ -834,6 +859,10 @@ pub fn endpoints_line(key: &str, n: usize) -> String {
 /// call. Returns each changed Service (`ns/name`) with its number of
 /// addresses. A lab without an API server: nothing to do.
 pub fn sync_endpoints_keys(ctx: &Ctx, st: &mut LabState) -> anyhow::Result<Vec<(String, usize)>> {
+    if super::proxy::serves_services(st) {
+        let pods = backends(ctx, st);
+        return super::proxy::sync_endpoints(ctx, st, &pods);
+    }
     let Some(k) = st.kube.clone() else {
         return Ok(Vec::new());
     };

@@ -9,6 +9,7 @@ pub mod exec;
 pub mod kube;
 pub mod node;
 pub mod probe;
+pub mod proxy;
 pub mod runtime;
 pub mod serve;
 pub mod status;

@@ -200,6 +200,7 @@ fn add_node(
     let argv = agent_argv(
         ctx,
         st.agent_mode,
+        st.proxy.is_some(),
         node,
         &bins.agent.display().to_string(),
         &args.log_level,

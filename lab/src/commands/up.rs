@@ -54,6 +54,11 @@ pub struct UpArgs {
     /// Needs the cached Kubernetes build with kube-proxy.
     #[arg(long)]
     pub kube_proxy: bool,
+    /// Load-balance Services in the switch (`oxvs-agent --proxy`): no
+    /// kube-proxy, no API server; `apply` writes Services and their
+    /// Endpoints for the agents to read.
+    #[arg(long, conflicts_with = "kube_proxy")]
+    pub proxy: bool,
     /// One more argument for every node's oxvs-switchd, e.g.
     /// `--switchd-arg=--ct-max=4096` (repeatable; `switch restart` keeps
     /// them, nodes added later by `node add` do not get them).
@@ -133,6 +138,7 @@ pub fn run_up(global: &Global, args: &UpArgs) -> anyhow::Result<u8> {
     let mut st = LabState {
         name: ctx.name().to_string(),
         agent_mode: mode,
+        proxy: args.proxy.then(Default::default),
         ..LabState::default()
     };
     bins.record(&mut st);
@@ -312,6 +318,7 @@ fn build(
         let argv = agent_argv(
             ctx,
             st.agent_mode,
+            st.proxy.is_some(),
             &node,
             &agent_bin,
             &args.log_level,
@@ -360,6 +367,7 @@ fn build(
 pub(crate) fn agent_argv(
     ctx: &Ctx,
     mode: AgentMode,
+    proxy: bool,
     node: &NodeState,
     bin: &str,
     log_level: &str,
@@ -400,6 +408,9 @@ pub(crate) fn agent_argv(
         }
     }
     push("--log-level", log_level.to_string());
+    if proxy {
+        v.push("--proxy".to_string());
+    }
     v
 }
 

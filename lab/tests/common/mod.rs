@@ -5,6 +5,8 @@
 //! `OXVS_TESTS_NO_SKIP=1` (CI; [`oxvs_testutil::skip_or_fail`]).
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub mod paths;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
