@@ -291,10 +291,52 @@ impl std::fmt::Display for Group {
                 let _ = write!(s, "watch_group:{g},");
             }
             s.push_str("actions=");
-            s.push_str(&crate::print::format_actions(&b.actions, None));
+            s.push_str(&crate::print::format_actions(
+                &of15_actions(&b.actions),
+                None,
+            ));
         }
         f.write_str(&s)
     }
+}
+
+/// Bucket actions as OVS prints them after a round trip through OpenFlow
+/// 1.5 (a group mod needs OpenFlow 1.1+): the OpenFlow 1.0 and Nicira
+/// header writes become `set_field` (`mod_dl_dst:M` is
+/// `set_field:M->eth_dst`, `mod_nw_src`, `set_tunnel` and `load` likewise)
+/// and a `note` is padded with zeros as its encoding is (to 6 bytes, then
+/// by 8). One difference remains: a write to an L4 port is named `tp_src`/
+/// `tp_dst` where OVS knows which protocol's (`tcp_dst`), since a bucket has
+/// no match to tell.
+fn of15_actions(actions: &[Action]) -> Vec<Action> {
+    let set = |field: Field, value: u128| Action::SetField {
+        field,
+        value,
+        mask: field.full_mask(),
+    };
+    actions
+        .iter()
+        .map(|a| match a {
+            Action::ModDlSrc(m) => set(Field::DlSrc, u128::from(*m)),
+            Action::ModDlDst(m) => set(Field::DlDst, u128::from(*m)),
+            Action::ModNwSrc(ip) => set(Field::NwSrc, u128::from(*ip)),
+            Action::ModNwDst(ip) => set(Field::NwDst, u128::from(*ip)),
+            Action::SetTunnel(id) => set(Field::TunId, u128::from(*id)),
+            Action::Load { dst, value } => Action::SetField {
+                field: dst.field,
+                value: value << dst.ofs,
+                mask: dst.mask(),
+            },
+            Action::Note(bytes) => {
+                // NXAST_NOTE: a 10-byte header, then the bytes, padded to 8.
+                let len = (bytes.len() + 10).div_ceil(8) * 8 - 10;
+                let mut padded = bytes.clone();
+                padded.resize(len, 0);
+                Action::Note(padded)
+            }
+            other => other.clone(),
+        })
+        .collect()
 }
 
 /// One `fields(...)` entry as OVS prints it: the name, and `=MASK` (in the

@@ -404,13 +404,44 @@ mod tests {
         ParseContext::default()
     }
 
-    /// Parses and prints; the printed text must also parse back to the same group.
+    /// Parses and prints; the printed text parses back to a group that
+    /// prints the same (and is the same group when OVS's OpenFlow 1.5
+    /// rewriting of the actions changed nothing).
     fn round(text: &str) -> String {
         let g = parse_group(text, &ctx()).unwrap_or_else(|e| panic!("{text}: {e}"));
         let printed = g.to_string();
         let again = parse_group(&printed, &ctx()).unwrap_or_else(|e| panic!("{printed}: {e}"));
-        assert_eq!(g, again, "{printed}");
+        assert_eq!(again.to_string(), printed);
+        if of15_same(&g) {
+            assert_eq!(g, again, "{printed}");
+        }
         printed
+    }
+
+    fn of15_same(g: &Group) -> bool {
+        g.buckets.iter().all(|b| {
+            !b.actions.iter().any(|a| {
+                matches!(
+                    a,
+                    Action::ModDlSrc(_)
+                        | Action::ModDlDst(_)
+                        | Action::ModNwSrc(_)
+                        | Action::ModNwDst(_)
+                        | Action::SetTunnel(_)
+                        | Action::Load { .. }
+                        | Action::Note(_)
+                )
+            })
+        })
+    }
+
+    #[test]
+    fn actions_print_as_openflow_15() {
+        // What ovs-ofctl -O OpenFlow15 dump-groups printed (Open vSwitch 3.1).
+        assert_eq!(
+            round("group_id=1,type=all,bucket=strip_vlan,push_vlan:0x8100,set_tunnel:0x10,mod_nw_dst:1.2.3.4,mod_dl_dst:02:00:00:00:00:09,load:0x1->NXM_NX_REG0[],load:0x5->NXM_NX_REG1[0..7],move:NXM_OF_ETH_SRC[]->NXM_OF_ETH_DST[],ct(commit,exec(load:0x1->NXM_NX_CT_MARK[])),note:aa,note:01.02.03.04.05.06.07,output:1"),
+            "group_id=1,type=all,bucket=bucket_id:0,actions=pop_vlan,push_vlan:0x8100,set_field:0x10->tun_id,set_field:1.2.3.4->ip_dst,set_field:02:00:00:00:00:09->eth_dst,set_field:0x1->reg0,set_field:0x5/0xff->reg1,move:NXM_OF_ETH_SRC[]->NXM_OF_ETH_DST[],ct(commit,exec(set_field:0x1->ct_mark)),note:aa.00.00.00.00.00,note:01.02.03.04.05.06.07.00.00.00.00.00.00.00,output:1"
+        );
     }
 
     #[test]
