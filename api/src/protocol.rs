@@ -83,6 +83,12 @@ pub enum Request {
         #[serde(default)]
         spec: Option<String>,
     },
+    /// Makes the switch hold exactly these groups (a group file) and flows
+    /// (a flow file), as one atomic version (`oxvsctl replace-flows
+    /// --groups`): identical groups and flows are kept as they are. An
+    /// error about the group file starts with `groups: `. Answers a
+    /// [`ReplaceResult`].
+    ReplaceGroups { groups: String, flows: String },
     /// Dumps the groups (one, or all by id).
     DumpGroups {
         #[serde(default)]
@@ -168,6 +174,7 @@ pub const OPS: &[&str] = &[
     "add-groups",
     "mod-groups",
     "del-groups",
+    "replace-groups",
     "dump-groups",
     "dump-flows",
     "dump-ports",
@@ -221,6 +228,7 @@ impl Request {
             Request::AddGroups { .. } => "add-groups",
             Request::ModGroups { .. } => "mod-groups",
             Request::DelGroups { .. } => "del-groups",
+            Request::ReplaceGroups { .. } => "replace-groups",
             Request::DumpGroups { .. } => "dump-groups",
             Request::DumpFlows { .. } => "dump-flows",
             Request::DumpPorts => "dump-ports",
@@ -420,6 +428,13 @@ pub struct GroupModResult {
     pub flows_deleted: usize,
     /// Groups afterwards.
     pub n_groups: usize,
+}
+
+/// `replace-groups`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplaceResult {
+    pub flows: FlowModResult,
+    pub groups: GroupModResult,
 }
 
 /// `dump-groups`.
@@ -1041,6 +1056,10 @@ mod tests {
                 spec: Some("group_id=1".into()),
             },
             Request::DelGroups { spec: None },
+            Request::ReplaceGroups {
+                groups: "group_id=1,type=all".into(),
+                flows: "actions=group:1".into(),
+            },
             Request::DumpGroups { group_id: Some(1) },
             Request::Bundle {
                 mods: "delete_strict table=0,priority=5\nadd actions=drop".into(),

@@ -114,7 +114,8 @@ pub fn load_with_groups(src: &Source, groups: Option<&Source>) -> Result<Loaded,
     if let Err(err) = pipeline.apply_bundle(&mods, loaded_at_ns) {
         let (index, err) = match err {
             FlowModError::InBundle { index, error } => (Some(index), *error),
-            other => (None, other),
+            // A bundle of one is not wrapped: it is that one.
+            other => ((mods.len() == 1).then_some(0), other),
         };
         // The failing mod: a group (of the group file) or a flow.
         let (file, lines, index, n) = match (groups, index) {

@@ -64,8 +64,8 @@ use std::time::{Duration, Instant};
 use oxvs_api::listen::{self, Gate, Limits, ListenError, ListenStats};
 use oxvs_api::protocol::{
     self, DumpFlowsResult, DumpGroupsResult, DumpPortsResult, FlowEntry, FlowModResult, GroupEntry,
-    GroupModResult, PacketInEntry, PacketInResult, Request, Response, ShowResult, StatsResult,
-    TraceRequest, TraceResult, VersionResult, MAX_LINE, MAX_PACKET_IN_WAIT_MS,
+    GroupModResult, PacketInEntry, PacketInResult, ReplaceResult, Request, Response, ShowResult,
+    StatsResult, TraceRequest, TraceResult, VersionResult, MAX_LINE, MAX_PACKET_IN_WAIT_MS,
 };
 use oxvs_pipeline::field::ct_state;
 use oxvs_pipeline::flow::{Flow, FlowMod, FlowModCommand, N_TABLES};
@@ -458,6 +458,9 @@ fn dispatch(switch: &Switch, req: Request) -> Result<Response, String> {
             Response::ok(&add_groups(switch, &groups, Some(may_create))?)
         }
         Request::DelGroups { spec } => Response::ok(&del_groups(switch, spec.as_deref())?),
+        Request::ReplaceGroups { groups, flows } => {
+            Response::ok(&replace_groups(switch, &groups, &flows)?)
+        }
         Request::DumpGroups { group_id } => Response::ok(&dump_groups(switch, group_id)),
         Request::DumpFlows {
             table,
@@ -739,6 +742,37 @@ fn add_groups(switch: &Switch, text: &str, modify: Option<bool>) -> Result<Group
         "groups changed"
     );
     Ok(group_result(switch, r))
+}
+
+/// `replace-groups`: exactly these groups and flows, one version.
+fn replace_groups(switch: &Switch, groups: &str, flows: &str) -> Result<ReplaceResult, String> {
+    let group_list = parse_groups(switch, groups).map_err(|e| format!("groups: {e}"))?;
+    let flow_list = parse_flows(switch, flows)?;
+    let r = switch
+        .pipeline()
+        .replace_all_with_groups(&flow_list, Some(&group_list), monotonic_ns())
+        .map_err(|e| match e {
+            FlowModError::BadGroup { .. } => format!("groups: {e}"),
+            other => table_error(flows, other),
+        })?;
+    tracing::info!(
+        flows_added = r.added,
+        flows_deleted = r.deleted,
+        groups_added = r.groups_added,
+        groups_modified = r.groups_modified,
+        groups_deleted = r.groups_deleted,
+        "groups and flows replaced"
+    );
+    Ok(ReplaceResult {
+        flows: mod_result(switch, r),
+        groups: GroupModResult {
+            added: r.groups_added,
+            modified: r.groups_modified,
+            deleted: r.groups_deleted,
+            flows_deleted: 0,
+            n_groups: switch.pipeline().snapshot().groups().count(),
+        },
+    })
 }
 
 fn del_groups(switch: &Switch, spec: Option<&str>) -> Result<GroupModResult, String> {

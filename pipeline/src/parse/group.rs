@@ -586,6 +586,74 @@ mod tests {
         assert_eq!(gs.iter().map(|g| g.id).collect::<Vec<_>>(), vec![1, 2]);
     }
 
+    /// Random groups from pieces of the syntax: never a panic, and what
+    /// parses prints text that parses back and prints the same.
+    #[test]
+    fn random_groups_print_stably() {
+        const PIECES: &[&str] = &[
+            "group_id=1",
+            "group_id=4294967040",
+            "type=all",
+            "type=select",
+            "type=indirect",
+            "type=ff",
+            "selection_method=hash",
+            "selection_method=dp_hash",
+            "selection_method_param=9",
+            "fields(ip_src,tcp_dst=0xff)",
+            "fields=eth_dst",
+            "fields(ipv6_src=ffff::,nw_proto)",
+            "bucket=output:1",
+            "bucket=bucket_id:3",
+            "bucket=weight:0",
+            "bucket=actions=drop",
+            "bucket=watch_port:2",
+            "watch_group:5",
+            "weight:7",
+            "bucket_id:0",
+            "actions=output:2",
+            "output:3",
+            "mod_dl_dst:02:00:00:00:00:01",
+            "load:0x1->NXM_NX_REG0[0..3]",
+            "note:aa",
+            "ct(commit,nat(src=10.0.0.1-10.0.0.9:1-9))",
+            "group:2",
+            "dec_ttl",
+            "set_field:1.2.3.4->ip_dst",
+            "resubmit(,3)",
+            "goto_table:4",
+            ",",
+            " ",
+            "=",
+            "(",
+        ];
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            x = crate::group::mix64(x);
+            x
+        };
+        let mut parsed = 0;
+        for _ in 0..20_000 {
+            // Mostly a group id and a type first, so that many parse.
+            let kinds = ["type=all", "type=select", "type=indirect", "type=ff"];
+            let mut text = vec!["group_id=1", kinds[(next() % 4) as usize]];
+            if next() % 8 == 0 {
+                text.clear();
+            }
+            let n = next() % 8;
+            text.extend((0..n).map(|_| PIECES[(next() % PIECES.len() as u64) as usize]));
+            let text = text.join(",");
+            if let Ok(g) = parse_group(&text, &ctx()) {
+                parsed += 1;
+                let printed = g.to_string();
+                let again = parse_group(&printed, &ctx())
+                    .unwrap_or_else(|e| panic!("{text} -> {printed}: {e}"));
+                assert_eq!(again.to_string(), printed, "{text}");
+            }
+        }
+        assert!(parsed > 2_000, "only {parsed} parsed");
+    }
+
     #[test]
     fn never_panics_on_junk() {
         for text in [
