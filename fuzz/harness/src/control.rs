@@ -87,7 +87,7 @@ fn opt_text(i: &mut Input<'_>) -> Option<String> {
 }
 
 fn built_request(i: &mut Input<'_>) -> Request {
-    match i.u8() % 19 {
+    match i.u8() % 20 {
         0 => Request::Show,
         1 => Request::DelPort { name: text(i) },
         2 => Request::AddFlows { flows: text(i) },
@@ -150,6 +150,10 @@ fn built_request(i: &mut Input<'_>) -> Request {
             may_create: i.bool(),
         },
         16 => Request::DelGroups { spec: opt_text(i) },
+        18 => Request::ReplaceGroups {
+            groups: text(i),
+            flows: text(i),
+        },
         17 => Request::DumpGroups {
             group_id: i.bool().then(|| u32::from(i.u8() % 4)),
         },
