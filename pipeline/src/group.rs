@@ -96,7 +96,8 @@ pub struct Group {
     /// order (the order it prints them in).
     pub fields: Vec<(Field, u128)>,
     /// The OVS name of each of `fields` (`ip_src` for `nw_src`, `tcp_src`
-    /// for `tp_src`), same order: what a dump prints.
+    /// for `tp_src`), same order: what a dump prints (a field without a
+    /// name prints as the key field's own name).
     pub field_names: Vec<&'static str>,
     pub buckets: Vec<Bucket>,
 }
@@ -261,11 +262,16 @@ impl std::fmt::Display for Group {
             if self.basis != 0 {
                 let _ = write!(s, ",selection_method_param={}", self.basis);
             }
+            // A group built in code may leave the names out: the key
+            // field's own name then.
             let fields: Vec<String> = self
                 .fields
                 .iter()
-                .zip(&self.field_names)
-                .map(|(&(_, mask), &name)| select_field_text(name, mask))
+                .enumerate()
+                .map(|(i, &(f, mask))| {
+                    let name = self.field_names.get(i).copied().unwrap_or_else(|| f.name());
+                    select_field_text(name, mask)
+                })
                 .collect();
             match fields.len() {
                 0 => {}
@@ -509,6 +515,19 @@ mod tests {
                 assert_eq!(before, after);
             }
         }
+    }
+
+    #[test]
+    fn a_group_built_in_code_prints() {
+        let mut g = Group::new(3, GroupType::Select);
+        g.method = SelectionMethod::Hash;
+        g.fields = vec![(Field::NwSrc, 0xffff_ff00), (Field::TpDst, 0xffff)];
+        g.buckets = buckets(&[(0, 1), (4, 2)]);
+        assert_eq!(
+            g.to_string(),
+            "group_id=3,type=select,selection_method=hash,fields(nw_src=255.255.255.0,tp_dst),\
+             bucket=bucket_id:0,actions=drop,bucket=bucket_id:4,weight:2,actions=drop"
+        );
     }
 
     #[test]

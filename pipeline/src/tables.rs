@@ -589,9 +589,6 @@ fn validate_group(g: &Group) -> Result<(), FlowModError> {
     if g.kind == GroupType::Indirect && g.buckets.len() > 1 {
         return Err(bad("indirect groups can have at most one bucket".into()));
     }
-    if g.fields.len() != g.field_names.len() {
-        return Err(bad("fields and field_names differ in length".into()));
-    }
     let mut ids = std::collections::BTreeSet::new();
     for b in &g.buckets {
         if !ids.insert(b.id) {
