@@ -193,3 +193,17 @@ fn a_group_change_reaches_the_next_batch() {
     assert_eq!(p.snapshot().flow_count(), 0);
     assert_eq!(run(&mut dp, &mut ct, 6_000), Vec::<u32>::new());
 }
+
+#[test]
+fn a_group_loop_is_a_translation_error_not_a_hang() {
+    let p = pipeline(
+        &[
+            "group_id=1,type=all,bucket=group:2,bucket=output:3",
+            "group_id=2,type=indirect,bucket=group:1",
+        ],
+        "in_port=1,ip actions=group:1\n",
+    );
+    let t = translate(&p.snapshot(), &tcp(1, 2, 3, 4), &XlateEnv::default());
+    assert!(t.error.is_some(), "{:?}", t.actions);
+    assert!(t.actions.is_empty());
+}
