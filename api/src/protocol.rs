@@ -62,8 +62,38 @@ pub enum Request {
     ReplaceFlows { flows: String },
     /// Applies flow mods as one atomic bundle, in the `ovs-ofctl bundle`
     /// file format: one per line, `add|modify|modify_strict|delete|delete_strict FLOW`
-    /// (a line without a command is an add). All or nothing.
+    /// (a line without a command is an add; `flow` may precede the
+    /// command), and group mods, `group add|modify|add_or_mod|delete
+    /// GROUP` (as `ovs-ofctl bundle`). All or nothing.
     Bundle { mods: String },
+    /// Adds groups (a group file: one `ovs-ofctl add-group` group per
+    /// line, `#` comments) as one atomic bundle; an existing id fails the
+    /// whole bundle. Answers a [`GroupModResult`].
+    AddGroups { groups: String },
+    /// Replaces groups (a group file) as one atomic bundle; a missing id
+    /// fails it unless `may_create` (`ovs-ofctl mod-group --may-create`).
+    ModGroups {
+        groups: String,
+        #[serde(default)]
+        may_create: bool,
+    },
+    /// Deletes one group (`group_id=N`) or all (`None`, `group_id=all`),
+    /// and every flow that names a deleted group.
+    DelGroups {
+        #[serde(default)]
+        spec: Option<String>,
+    },
+    /// Makes the switch hold exactly these groups (a group file) and flows
+    /// (a flow file), as one atomic version (`oxvsctl replace-flows
+    /// --groups`): identical groups and flows are kept as they are. An
+    /// error about the group file starts with `groups: `. Answers a
+    /// [`ReplaceResult`].
+    ReplaceGroups { groups: String, flows: String },
+    /// Dumps the groups (one, or all by id).
+    DumpGroups {
+        #[serde(default)]
+        group_id: Option<u32>,
+    },
     /// Dumps flows; `table` is a number or a table name.
     DumpFlows {
         #[serde(default)]
@@ -141,6 +171,11 @@ pub const OPS: &[&str] = &[
     "mod-flows",
     "replace-flows",
     "bundle",
+    "add-groups",
+    "mod-groups",
+    "del-groups",
+    "replace-groups",
+    "dump-groups",
     "dump-flows",
     "dump-ports",
     "trace",
@@ -190,6 +225,11 @@ impl Request {
             Request::ModFlows { .. } => "mod-flows",
             Request::ReplaceFlows { .. } => "replace-flows",
             Request::Bundle { .. } => "bundle",
+            Request::AddGroups { .. } => "add-groups",
+            Request::ModGroups { .. } => "mod-groups",
+            Request::DelGroups { .. } => "del-groups",
+            Request::ReplaceGroups { .. } => "replace-groups",
+            Request::DumpGroups { .. } => "dump-groups",
             Request::DumpFlows { .. } => "dump-flows",
             Request::DumpPorts => "dump-ports",
             Request::Trace(_) => "trace",
@@ -375,6 +415,47 @@ pub struct FlowModResult {
     pub modified: usize,
     pub deleted: usize,
     /// Flows in all tables afterwards.
+    pub n_flows: usize,
+}
+
+/// `add-groups`, `mod-groups`, `del-groups`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupModResult {
+    pub added: usize,
+    pub modified: usize,
+    pub deleted: usize,
+    /// Flows deleted because they named a deleted group.
+    pub flows_deleted: usize,
+    /// Groups afterwards.
+    pub n_groups: usize,
+}
+
+/// `replace-groups`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplaceResult {
+    pub flows: FlowModResult,
+    pub groups: GroupModResult,
+}
+
+/// `dump-groups`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DumpGroupsResult {
+    /// `ovs-ofctl -O OpenFlow15 dump-groups` lines (without the leading
+    /// space), by group id.
+    pub lines: Vec<String>,
+    pub groups: Vec<GroupEntry>,
+}
+
+/// One group of a dump.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupEntry {
+    pub group_id: u32,
+    /// `all`, `select`, `indirect` or `ff`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Bucket ids in order.
+    pub buckets: Vec<u32>,
+    /// Flows whose actions name the group.
     pub n_flows: usize,
 }
 
@@ -964,6 +1045,22 @@ mod tests {
                 strict: false,
             },
             Request::ReplaceFlows { flows: "".into() },
+            Request::AddGroups {
+                groups: "group_id=1,type=all,bucket=output:1".into(),
+            },
+            Request::ModGroups {
+                groups: "group_id=1,type=all".into(),
+                may_create: true,
+            },
+            Request::DelGroups {
+                spec: Some("group_id=1".into()),
+            },
+            Request::DelGroups { spec: None },
+            Request::ReplaceGroups {
+                groups: "group_id=1,type=all".into(),
+                flows: "actions=group:1".into(),
+            },
+            Request::DumpGroups { group_id: Some(1) },
             Request::Bundle {
                 mods: "delete_strict table=0,priority=5\nadd actions=drop".into(),
             },

@@ -11,6 +11,9 @@
 //!    conjunction whose clauses disagree). The bundle error names the
 //!    failing flow mod by its index, which maps back to a line of the file.
 //!
+//! A group file (`--groups`, `ovs-ofctl add-groups` text) goes into the
+//! same bundle, before the flows, so flows may name its groups.
+//!
 //! Errors print as `FILE:LINE:COLUMN: message (token 'x')`, the format
 //! editors and CI logs link to.
 
@@ -18,8 +21,9 @@ use std::io::Read as _;
 
 use anyhow::Context as _;
 use oxvs_pipeline::flow::{Flow, FlowMod, FlowModCommand};
+use oxvs_pipeline::group::GroupMod;
 use oxvs_pipeline::parse::{self, FileError, ParseContext};
-use oxvs_pipeline::tables::{FlowModError, Pipeline};
+use oxvs_pipeline::tables::{FlowModError, Pipeline, TableMod};
 
 /// Flow text plus the name to use for it in messages.
 #[derive(Debug)]
@@ -82,28 +86,54 @@ pub fn parse_context() -> ParseContext {
     ParseContext::default()
 }
 
-/// Parses `src` and loads it into a fresh pipeline (see the module doc).
-pub fn load(src: &Source) -> Result<Loaded, LoadError> {
+/// Parses `src` and loads it into a fresh pipeline (see the module doc),
+/// with the groups of a group file, if given, in the same bundle before
+/// the flows.
+pub fn load_with_groups(src: &Source, groups: Option<&Source>) -> Result<Loaded, LoadError> {
     let ctx = parse_context();
+    let group_list = match groups {
+        Some(g) => parse::parse_group_file(&g.text, &ctx).map_err(|err| LoadError::Parse {
+            file: g.name.clone(),
+            err,
+        })?,
+        None => Vec::new(),
+    };
     let flows = parse::parse_flow_file(&src.text, &ctx).map_err(|err| LoadError::Parse {
         file: src.name.clone(),
         err,
     })?;
     let pipeline = Pipeline::new();
-    let mods: Vec<FlowMod> = flows.iter().cloned().map(add_mod).collect();
+    let n_groups = group_list.len();
+    let mut mods: Vec<TableMod> = group_list
+        .into_iter()
+        .map(|g| TableMod::Group(GroupMod::Add(g)))
+        .collect();
+    mods.extend(flows.iter().cloned().map(|f| TableMod::Flow(add_mod(f))));
     // Offline there is no clock worth reading: time starts at 0.
     let loaded_at_ns = 0;
-    if let Err(err) = pipeline.apply(&mods, loaded_at_ns) {
+    if let Err(err) = pipeline.apply_bundle(&mods, loaded_at_ns) {
         let (index, err) = match err {
             FlowModError::InBundle { index, error } => (Some(index), *error),
-            other => (None, other),
+            // A bundle of one is not wrapped: it is that one.
+            other => ((mods.len() == 1).then_some(0), other),
         };
-        let lines = parse::flow_lines(&src.text);
+        // The failing mod: a group (of the group file) or a flow.
+        let (file, lines, index, n) = match (groups, index) {
+            (Some(g), Some(i)) if i < n_groups => {
+                (g, parse::flow_lines(&g.text), Some(i), n_groups)
+            }
+            (_, i) => (
+                src,
+                parse::flow_lines(&src.text),
+                i.map(|i| i.saturating_sub(n_groups)),
+                flows.len(),
+            ),
+        };
         let line = index
-            .filter(|_| lines.len() == mods.len())
+            .filter(|_| lines.len() == n)
             .and_then(|i| lines.get(i).copied());
         return Err(LoadError::Table {
-            file: src.name.clone(),
+            file: file.name.clone(),
             line,
             err,
         });

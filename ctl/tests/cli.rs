@@ -163,3 +163,68 @@ fn check_flows_reports_table_errors_with_their_line() {
     assert!(err.starts_with("<stdin>:4: "), "{err}");
     assert!(err.contains("check_overlap"), "{err}");
 }
+
+#[test]
+fn group_files_offline() {
+    let dir = common::TempDir(
+        std::env::temp_dir().join(format!("oxvsctl-groups-{}", std::process::id())),
+    );
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let write = |name: &str, text: &str| {
+        let p = dir.0.join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_string_lossy().into_owned()
+    };
+    let groups = write(
+        "a.groups",
+        "# mirror\ngroup_id=1,type=all,bucket=output:2,bucket=output:3\n",
+    );
+    let flows = write("a.flows", "in_port=1 actions=group:1\n");
+    // Without the groups the flow names a missing group: its line says so.
+    let o = oxvsctl(&["check-flows", &flows], None);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).starts_with(&format!("{flows}:1: ")),
+        "{}",
+        stderr(&o)
+    );
+    assert!(stderr(&o).contains("group 1"), "{}", stderr(&o));
+    let o = oxvsctl(&["check-flows", &flows, "--groups", &groups], None);
+    assert_eq!(stdout(&o), "1 flow in 1 table OK\n", "{}", stderr(&o));
+    let o = oxvsctl(
+        &[
+            "trace",
+            "--flows",
+            &flows,
+            "--groups",
+            &groups,
+            "in_port=1,ip",
+        ],
+        None,
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stdout(&o).trim_end().ends_with("Datapath actions: 2,3"),
+        "{}",
+        stdout(&o)
+    );
+    let o = oxvsctl(&["dump-groups", "--groups", &groups], None);
+    assert_eq!(
+        stdout(&o),
+        " group_id=1,type=all,bucket=bucket_id:0,actions=output:2,bucket=bucket_id:1,actions=output:3\n"
+    );
+    // A bad group file: FILE:LINE:COLUMN and the token.
+    let bad = write(
+        "bad.groups",
+        "group_id=1,type=all\ngroup_id=2,type=all,bucket=goto_table:3\n",
+    );
+    let o = oxvsctl(&["dump-groups", "--groups", &bad], None);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        stderr(&o).trim(),
+        format!("{bad}:2:28: goto_table is not allowed in a group bucket (token 'goto_table:3')")
+    );
+    // --groups is offline only for trace (it needs --flows).
+    let o = oxvsctl(&["trace", "--groups", &groups, "in_port=1"], None);
+    assert_eq!(o.status.code(), Some(2));
+}

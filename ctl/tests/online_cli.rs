@@ -411,3 +411,114 @@ fn conntrack_limits() {
     let st = ok(&s.ctl(&["stats"]));
     assert!(st.contains("early drops: 0"), "{st}");
 }
+
+const GROUPS: &str = "# a mirror and a next hop\n\
+group_id=1,type=all,bucket=output:2,bucket=output:3\n\
+group_id=2,type=indirect,bucket=actions=mod_dl_dst:aa:bb:cc:dd:ee:ff,output:4\n";
+
+#[test]
+fn groups_add_dump_modify_delete() {
+    let s = Switchd::start("groups");
+    assert_eq!(ok(&s.ctl(&["dump-groups"])), "");
+    let g = s.file("a.groups", GROUPS);
+    assert_eq!(ok(&s.ctl(&["add-groups", &g])), "");
+    assert_eq!(
+        ok(&s.ctl(&["dump-groups"])),
+        " group_id=1,type=all,bucket=bucket_id:0,actions=output:2,bucket=bucket_id:1,actions=output:3\n \
+         group_id=2,type=indirect,bucket=bucket_id:0,actions=set_field:aa:bb:cc:dd:ee:ff->eth_dst,output:4\n"
+    );
+    assert_eq!(ok(&s.ctl(&["dump-groups", "2"])).lines().count(), 1);
+    // An existing id: the whole file is refused, naming the line.
+    let o = s.ctl(&["add-groups", &g]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(err(&o).contains("already exists"), "{}", err(&o));
+    assert!(err(&o).contains(&format!("{g}:2")), "{}", err(&o));
+    let o = s.ctl(&[
+        "add-group",
+        "group_id=3,type=indirect,bucket=output:1,bucket=output:2",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(err(&o).contains("at most one bucket"), "{}", err(&o));
+    // Flows may name the groups; a missing group is refused.
+    ok(&s.ctl(&["add-flow", "priority=5,in_port=1 actions=group:1"]));
+    ok(&s.ctl(&["add-flow", "priority=6,in_port=5 actions=group:2"]));
+    let o = s.ctl(&["add-flow", "priority=7,in_port=6 actions=group:9"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(err(&o).contains("group 9"), "{}", err(&o));
+    // The trace runs every bucket of the all group.
+    let t = ok(&s.ctl(&["trace", "in_port=1,ip"]));
+    assert!(t.contains("group:1"), "{t}");
+    // mod-group replaces; a missing one needs --may-create.
+    ok(&s.ctl(&["mod-group", "group_id=1,type=select,bucket=output:5"]));
+    assert!(ok(&s.ctl(&["dump-groups", "1"])).contains("type=select"));
+    let o = s.ctl(&["mod-group", "group_id=7,type=all,bucket=output:5"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(err(&o).contains("does not exist"), "{}", err(&o));
+    ok(&s.ctl(&[
+        "mod-group",
+        "--may-create",
+        "group_id=7,type=all,bucket=output:5",
+    ]));
+    // --json: structured entries, with the flows that name each group.
+    let j: serde_json::Value =
+        serde_json::from_str(&ok(&s.ctl(&["--json", "dump-groups"]))).unwrap();
+    assert_eq!(j["groups"][0]["group_id"], 1);
+    assert_eq!(j["groups"][0]["n_flows"], 1);
+    assert_eq!(j["groups"].as_array().unwrap().len(), 3);
+    // del-groups: the flows naming the group go with it.
+    let j: serde_json::Value =
+        serde_json::from_str(&ok(&s.ctl(&["--json", "del-groups", "group_id=1"]))).unwrap();
+    assert_eq!(
+        (j["deleted"].as_u64(), j["flows_deleted"].as_u64()),
+        (Some(1), Some(1))
+    );
+    assert_eq!(ok(&s.ctl(&["dump-flows", "--no-stats"])).lines().count(), 1);
+    ok(&s.ctl(&["del-groups"]));
+    assert_eq!(ok(&s.ctl(&["dump-groups"])), "");
+    assert_eq!(ok(&s.ctl(&["dump-flows"])), "");
+}
+
+#[test]
+fn replace_flows_with_groups_is_one_version() {
+    let s = Switchd::start("replace-groups");
+    let g = s.file("a.groups", GROUPS);
+    ok(&s.ctl(&["add-groups", &g]));
+    ok(&s.ctl(&["add-group", "group_id=9,type=all"]));
+    let flows = s.file(
+        "a.flows",
+        "in_port=1 actions=group:1\nin_port=2 actions=group:3\n",
+    );
+    let groups = s.file(
+        "b.groups",
+        "group_id=1,type=all,bucket=output:2,bucket=output:3\ngroup_id=3,type=indirect,bucket=output:4\n",
+    );
+    // Without --groups, group 3 does not exist: refused, naming the flow's line.
+    let o = s.ctl(&["replace-flows", &flows]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(err(&o).contains(&format!("{flows}:2: ")), "{}", err(&o));
+    let j: serde_json::Value = serde_json::from_str(&ok(&s.ctl(&[
+        "--json",
+        "replace-flows",
+        &flows,
+        "--groups",
+        &groups,
+    ])))
+    .unwrap();
+    assert_eq!(j["groups"]["added"], 1);
+    assert_eq!(j["groups"]["deleted"], 2);
+    assert_eq!(j["groups"]["n_groups"], 2);
+    assert_eq!(j["flows"]["added"], 2);
+    let dump = ok(&s.ctl(&["dump-groups"]));
+    assert!(dump.starts_with(" group_id=1,type=all,"), "{dump}");
+    assert!(dump.contains(" group_id=3,type=indirect,"), "{dump}");
+    assert_eq!(dump.lines().count(), 2);
+    // A bad group file: located in it, and nothing changes.
+    let bad = s.file(
+        "bad.groups",
+        "group_id=1,type=all\n\ngroup_id=3,type=nope\n",
+    );
+    let o = s.ctl(&["replace-flows", &flows, "--groups", &bad]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(err(&o).contains(&format!("{bad}:3:17: ")), "{}", err(&o));
+    assert_eq!(ok(&s.ctl(&["dump-groups"])), dump);
+}

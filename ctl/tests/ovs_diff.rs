@@ -554,6 +554,13 @@ fn flows_path(case: &str) -> PathBuf {
     cases_dir().join(format!("{case}.flows"))
 }
 
+/// The group file of a case (`NAME.groups`), if it has one: loaded with
+/// `ovs-ofctl -O OpenFlow15 add-groups` before the flows, and given to
+/// `oxvsctl trace --groups`.
+fn groups_path(case: &str) -> Option<PathBuf> {
+    Some(cases_dir().join(format!("{case}.groups"))).filter(|p| p.is_file())
+}
+
 fn run(cmd: &str, args: &[&str]) -> Result<Output, String> {
     Command::new(cmd)
         .args(args)
@@ -675,6 +682,7 @@ fn run_case(case: &str) -> Vec<String> {
     let packets_text =
         std::fs::read_to_string(cases_dir().join(format!("{case}.packets"))).expect("packets file");
     let packets = parse_packets(&packets_text).expect("packets parse");
+    let groups = groups_path(case).map(|p| p.to_str().expect("utf-8 path").to_string());
 
     // OVS side: only one bridge setup at a time (ovsdb transactions are
     // cheap, but concurrent port creation makes dpif numbering racy to read).
@@ -682,6 +690,13 @@ fn run_case(case: &str) -> Vec<String> {
     let (bridge, ports) = {
         let _g = SETUP.lock().unwrap_or_else(|e| e.into_inner());
         let bridge = Bridge::create(5).expect("create OVS bridge");
+        if let Some(g) = &groups {
+            run_ok(
+                "ovs-ofctl",
+                &["-O", "OpenFlow15", "add-groups", &bridge.name, g],
+            )
+            .expect("OVS loads the group file");
+        }
         run_ok(
             "ovs-ofctl",
             &["-O", "OpenFlow15", "add-flows", &bridge.name, flows_s],
@@ -695,6 +710,9 @@ fn run_case(case: &str) -> Vec<String> {
     for p in &packets {
         let mut ovs_args = vec!["ofproto/trace", bridge.name.as_str(), p.spec.as_str()];
         let mut ox_args = vec!["trace", "--flows", flows_s];
+        if let Some(g) = &groups {
+            ox_args.extend(["--groups", g.as_str()]);
+        }
         for s in &p.ct_next {
             ovs_args.extend(["--ct-next", s.as_str()]);
             ox_args.extend(["--ct-next", s.as_str()]);
@@ -784,4 +802,43 @@ cases! {
     ovs_vlan => "vlan",
     ovs_drops => "drops",
     ovs_antrea_like => "antrea-like",
+    ovs_groups => "groups",
+}
+
+/// `oxvsctl dump-groups --groups FILE` prints what
+/// `ovs-ofctl -O OpenFlow15 dump-groups` prints for the same file (OVS
+/// dumps in hash order: the lines are compared sorted).
+#[test]
+fn dump_groups_matches_ovs() {
+    if let Err(reason) = ovs_ready() {
+        oxvs_testutil::skip_or_fail(format!("ovs_diff::dump_groups: {reason}"));
+        return;
+    }
+    let file = cases_dir().join("dump.groups");
+    let file_s = file.to_str().expect("utf-8 path");
+    let ovs = {
+        let bridge = Bridge::create(0).expect("create OVS bridge");
+        run_ok(
+            "ovs-ofctl",
+            &["-O", "OpenFlow15", "add-groups", &bridge.name, file_s],
+        )
+        .expect("OVS loads the group file");
+        run_ok(
+            "ovs-ofctl",
+            &["-O", "OpenFlow15", "dump-groups", &bridge.name],
+        )
+        .expect("OVS dumps the groups")
+    };
+    let oxvs = run_ok(
+        env!("CARGO_BIN_EXE_oxvsctl"),
+        &["dump-groups", "--groups", file_s],
+    )
+    .expect("oxvsctl dumps the groups");
+    // OVS's first line is the reply header.
+    let mut ovs: Vec<&str> = ovs.lines().skip(1).collect();
+    let mut oxvs: Vec<&str> = oxvs.lines().collect();
+    ovs.sort_unstable();
+    oxvs.sort_unstable();
+    assert!(ovs.len() >= 10, "{ovs:?}");
+    assert_eq!(oxvs, ovs);
 }

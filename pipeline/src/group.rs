@@ -92,8 +92,13 @@ pub struct Group {
     /// `selection_method_param=` (the hash basis).
     pub basis: u64,
     /// `fields(...)` of `selection_method=hash`: each field with its mask
-    /// (the whole field when no mask was given), in the order written.
+    /// (the whole field when no mask was given), in Open vSwitch's field
+    /// order (the order it prints them in).
     pub fields: Vec<(Field, u128)>,
+    /// The OVS name of each of `fields` (`ip_src` for `nw_src`, `tcp_src`
+    /// for `tp_src`), same order: what a dump prints (a field without a
+    /// name prints as the key field's own name).
+    pub field_names: Vec<&'static str>,
     pub buckets: Vec<Bucket>,
 }
 
@@ -106,8 +111,27 @@ impl Group {
             method: SelectionMethod::Default,
             basis: 0,
             fields: Vec::new(),
+            field_names: Vec::new(),
             buckets: Vec::new(),
         }
+    }
+
+    /// A bucket's weight when `weight:` is not given: 1 in a select group,
+    /// 0 in the others (as OVS, which prints a weight only when it differs).
+    pub fn default_weight(kind: GroupType) -> u16 {
+        match kind {
+            GroupType::Select => 1,
+            _ => 0,
+        }
+    }
+
+    /// Every group id the buckets name (`group:ID` in a bucket).
+    pub fn chained(&self) -> Vec<u32> {
+        let mut out = Vec::new();
+        for b in &self.buckets {
+            Group::referenced(&b.actions, &mut out);
+        }
+        out
     }
 
     /// Every group id a flow's (or bucket's) actions name, nested `ct`
@@ -121,6 +145,255 @@ impl Group {
             }
         }
     }
+}
+
+impl GroupType {
+    /// The name `dump-groups` prints (`ff` for fast failover, as OVS).
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupType::All => "all",
+            GroupType::Select => "select",
+            GroupType::Indirect => "indirect",
+            GroupType::FastFailover => "ff",
+        }
+    }
+}
+
+/// The fields `fields(...)` accepts, in Open vSwitch's field order (its
+/// `mf_field_id`, which is the order it prints them in): the name OVS
+/// prints, then the other names it accepts.
+pub const SELECT_FIELDS: &[(&str, &[&str])] = &[
+    ("tun_id", &["tunnel_id"]),
+    ("tun_src", &[]),
+    ("tun_dst", &[]),
+    ("metadata", &[]),
+    ("in_port", &[]),
+    ("pkt_mark", &[]),
+    ("ct_state", &[]),
+    ("ct_zone", &[]),
+    ("ct_mark", &[]),
+    ("ct_label", &[]),
+    ("reg0", &[]),
+    ("reg1", &[]),
+    ("reg2", &[]),
+    ("reg3", &[]),
+    ("reg4", &[]),
+    ("reg5", &[]),
+    ("reg6", &[]),
+    ("reg7", &[]),
+    ("reg8", &[]),
+    ("reg9", &[]),
+    ("reg10", &[]),
+    ("reg11", &[]),
+    ("reg12", &[]),
+    ("reg13", &[]),
+    ("reg14", &[]),
+    ("reg15", &[]),
+    ("xreg0", &[]),
+    ("xreg1", &[]),
+    ("xreg2", &[]),
+    ("xreg3", &[]),
+    ("xreg4", &[]),
+    ("xreg5", &[]),
+    ("xreg6", &[]),
+    ("xreg7", &[]),
+    ("eth_src", &["dl_src"]),
+    ("eth_dst", &["dl_dst"]),
+    ("eth_type", &["dl_type"]),
+    ("vlan_tci", &[]),
+    ("dl_vlan", &[]),
+    ("vlan_vid", &[]),
+    ("dl_vlan_pcp", &[]),
+    ("vlan_pcp", &[]),
+    ("ip_src", &["nw_src"]),
+    ("ip_dst", &["nw_dst"]),
+    ("ipv6_src", &[]),
+    ("ipv6_dst", &[]),
+    ("ipv6_label", &[]),
+    ("nw_proto", &["ip_proto"]),
+    ("nw_tos", &[]),
+    ("ip_dscp", &[]),
+    ("nw_ecn", &["ip_ecn"]),
+    ("nw_ttl", &[]),
+    ("ip_frag", &["nw_frag"]),
+    ("arp_op", &[]),
+    ("arp_spa", &[]),
+    ("arp_tpa", &[]),
+    ("arp_sha", &[]),
+    ("arp_tha", &[]),
+    ("tcp_src", &["tp_src"]),
+    ("tcp_dst", &["tp_dst"]),
+    ("tcp_flags", &[]),
+    ("udp_src", &[]),
+    ("udp_dst", &[]),
+    ("sctp_src", &[]),
+    ("sctp_dst", &[]),
+    ("icmp_type", &["icmpv4_type"]),
+    ("icmp_code", &["icmpv4_code"]),
+    ("icmpv6_type", &[]),
+    ("icmpv6_code", &[]),
+];
+
+/// The position of a `fields(...)` name in [`SELECT_FIELDS`] and the name
+/// OVS prints for it.
+pub fn select_field(name: &str) -> Option<(usize, &'static str)> {
+    SELECT_FIELDS
+        .iter()
+        .position(|(n, aliases)| *n == name || aliases.contains(&name))
+        .map(|i| (i, SELECT_FIELDS[i].0))
+}
+
+impl std::fmt::Display for Group {
+    /// The group as `ovs-ofctl -O OpenFlow15 dump-groups` prints it (without
+    /// the leading space): `group_id=6,type=select,selection_method=hash,
+    /// fields(ip_src,tcp_src),bucket=bucket_id:0,weight:100,actions=output:2`.
+    /// A bucket's weight is printed only when it is not the type's default,
+    /// `selection_method_param` only when not 0, `fields=F` for one field.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use std::fmt::Write as _;
+        let mut s = format!("group_id={},type={}", self.id, self.kind.name());
+        let method = match self.method {
+            SelectionMethod::Default => None,
+            SelectionMethod::Hash => Some("hash"),
+            SelectionMethod::DpHash => Some("dp_hash"),
+        };
+        if let Some(m) = method {
+            let _ = write!(s, ",selection_method={m}");
+            if self.basis != 0 {
+                let _ = write!(s, ",selection_method_param={}", self.basis);
+            }
+            // A group built in code may leave the names out: the key
+            // field's own name then.
+            let fields: Vec<String> = self
+                .fields
+                .iter()
+                .enumerate()
+                .map(|(i, &(f, mask))| {
+                    let name = self.field_names.get(i).copied().unwrap_or_else(|| f.name());
+                    select_field_text(name, mask)
+                })
+                .collect();
+            match fields.len() {
+                0 => {}
+                1 => {
+                    let _ = write!(s, ",fields={}", fields[0]);
+                }
+                _ => {
+                    let _ = write!(s, ",fields({})", fields.join(","));
+                }
+            }
+        }
+        for b in &self.buckets {
+            let _ = write!(s, ",bucket=bucket_id:{},", b.id);
+            if b.weight != Group::default_weight(self.kind) {
+                let _ = write!(s, "weight:{},", b.weight);
+            }
+            if let Some(p) = b.watch_port {
+                s.push_str("watch_port:");
+                crate::print::write_port(&mut s, p);
+                s.push(',');
+            }
+            if let Some(g) = b.watch_group {
+                let _ = write!(s, "watch_group:{g},");
+            }
+            s.push_str("actions=");
+            s.push_str(&crate::print::format_actions(
+                &of15_actions(&b.actions),
+                None,
+            ));
+        }
+        f.write_str(&s)
+    }
+}
+
+/// Bucket actions as OVS prints them after a round trip through OpenFlow
+/// 1.5 (a group mod needs OpenFlow 1.1+): the OpenFlow 1.0 and Nicira
+/// header writes become `set_field` (`mod_dl_dst:M` is
+/// `set_field:M->eth_dst`, `mod_nw_src`, `set_tunnel` and `load` likewise)
+/// and a `note` is padded with zeros as its encoding is (to 6 bytes, then
+/// by 8). One difference remains: a write to an L4 port is named `tp_src`/
+/// `tp_dst` where OVS knows which protocol's (`tcp_dst`), since a bucket has
+/// no match to tell.
+fn of15_actions(actions: &[Action]) -> Vec<Action> {
+    let set = |field: Field, value: u128| Action::SetField {
+        field,
+        value,
+        mask: field.full_mask(),
+    };
+    actions
+        .iter()
+        .map(|a| match a {
+            Action::ModDlSrc(m) => set(Field::DlSrc, u128::from(*m)),
+            Action::ModDlDst(m) => set(Field::DlDst, u128::from(*m)),
+            Action::ModNwSrc(ip) => set(Field::NwSrc, u128::from(*ip)),
+            Action::ModNwDst(ip) => set(Field::NwDst, u128::from(*ip)),
+            Action::SetTunnel(id) => set(Field::TunId, u128::from(*id)),
+            Action::Load { dst, value } => Action::SetField {
+                field: dst.field,
+                value: value << dst.ofs,
+                mask: dst.mask(),
+            },
+            Action::Note(bytes) => {
+                // NXAST_NOTE: a 10-byte header, then the bytes, padded to 8.
+                let len = (bytes.len() + 10).div_ceil(8) * 8 - 10;
+                let mut padded = bytes.clone();
+                padded.resize(len, 0);
+                Action::Note(padded)
+            }
+            other => other.clone(),
+        })
+        .collect()
+}
+
+/// One `fields(...)` entry as OVS prints it: the name, and `=MASK` (in the
+/// field's own format) unless the mask is the whole field.
+fn select_field_text(name: &'static str, mask: u128) -> String {
+    use crate::field::ValueFormat;
+    let Some(n) = crate::field::lookup_name(name) else {
+        return name.to_string();
+    };
+    let bits = u32::from(n.bits);
+    let full = if bits >= 128 {
+        u128::MAX
+    } else {
+        (1u128 << bits) - 1
+    };
+    let m = (mask >> n.ofs) & full;
+    if m == full {
+        return name.to_string();
+    }
+    let v = match n.format {
+        ValueFormat::Mac => {
+            let b = (m as u64).to_be_bytes();
+            format!(
+                "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+                b[2], b[3], b[4], b[5], b[6], b[7]
+            )
+        }
+        ValueFormat::Ipv4 => std::net::Ipv4Addr::from(m as u32).to_string(),
+        ValueFormat::Ipv6 => std::net::Ipv6Addr::from(m).to_string(),
+        ValueFormat::Decimal => m.to_string(),
+        _ => format!("{m:#x}"),
+    };
+    format!("{name}={v}")
+}
+
+/// A change to the group table (`add-group`, `mod-group`, `del-groups`),
+/// applied by [`crate::tables::Pipeline::apply_bundle`] alone or with flow
+/// mods in one atomic bundle.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GroupMod {
+    /// `add-group`: refused if the id exists (OpenFlow's
+    /// `OFPGMFC_GROUP_EXISTS`).
+    Add(Group),
+    /// `mod-group`: replaces the group of this id; refused if there is none
+    /// (`OFPGMFC_UNKNOWN_GROUP`) unless `may_create` (`--may-create`,
+    /// OpenFlow's `ADD_OR_MOD`), which adds it.
+    Modify { group: Group, may_create: bool },
+    /// `del-groups`: one group (`Some`, nothing if it does not exist) or
+    /// every group (`None`); every flow whose actions name a deleted group
+    /// is deleted with it, as OVS does.
+    Delete(Option<u32>),
 }
 
 /// A 64-bit mix (the SplitMix64 finaliser): deterministic across runs,
@@ -242,6 +515,19 @@ mod tests {
                 assert_eq!(before, after);
             }
         }
+    }
+
+    #[test]
+    fn a_group_built_in_code_prints() {
+        let mut g = Group::new(3, GroupType::Select);
+        g.method = SelectionMethod::Hash;
+        g.fields = vec![(Field::NwSrc, 0xffff_ff00), (Field::TpDst, 0xffff)];
+        g.buckets = buckets(&[(0, 1), (4, 2)]);
+        assert_eq!(
+            g.to_string(),
+            "group_id=3,type=select,selection_method=hash,fields(nw_src=255.255.255.0,tp_dst),\
+             bucket=bucket_id:0,actions=drop,bucket=bucket_id:4,weight:2,actions=drop"
+        );
     }
 
     #[test]

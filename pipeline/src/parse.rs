@@ -52,6 +52,7 @@
 
 mod actions;
 mod error;
+mod group;
 mod lexer;
 mod match_fields;
 #[cfg(test)]
@@ -60,6 +61,7 @@ mod value;
 
 pub use actions::parse_actions;
 pub use error::{FileError, ParseError};
+pub use group::{parse_group, parse_group_id, BUCKET_MAX};
 
 use self::actions::parse_actions_in;
 use self::error::{PResult, Src};
@@ -350,6 +352,24 @@ pub fn flow_lines(text: &str) -> Vec<usize> {
 /// Parses a flow file: one flow per line, `#` comments and blank lines
 /// ignored, a trailing `\` joins a line with the next.
 pub fn parse_flow_file(text: &str, ctx: &ParseContext) -> Result<Vec<Flow>, FileError> {
+    parse_lines(text, |line| parse_flow(line, ctx))
+}
+
+/// Parses a group file (`ovs-ofctl add-groups`): one group per line in
+/// [`parse_group`] syntax, comments and continuations as in a flow file.
+pub fn parse_group_file(
+    text: &str,
+    ctx: &ParseContext,
+) -> Result<Vec<crate::group::Group>, FileError> {
+    parse_lines(text, |line| parse_group(line, ctx))
+}
+
+/// Parses each logical line of a file with `parse`, turning an error's byte
+/// offset into the physical line and column it is on.
+fn parse_lines<T>(
+    text: &str,
+    mut parse: impl FnMut(&str) -> Result<T, ParseError>,
+) -> Result<Vec<T>, FileError> {
     let mut flows = Vec::new();
     // The logical line being built: text plus (offset in it, line no, column offset) per piece.
     let mut joined = String::new();
@@ -374,7 +394,7 @@ pub fn parse_flow_file(text: &str, ctx: &ParseContext) -> Result<Vec<Flow>, File
         }
         let t = joined.trim_start();
         if !t.is_empty() && !t.starts_with('#') {
-            match parse_flow(&joined, ctx) {
+            match parse(&joined) {
                 Ok(f) => flows.push(f),
                 Err(error) => {
                     let (start, line, _) = pieces

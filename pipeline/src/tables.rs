@@ -64,7 +64,7 @@ use crate::classifier::Classifier;
 use crate::flow::{
     port, Action, CtAction, CtZoneSrc, Flow, FlowMod, FlowModCommand, Match, SubField, N_TABLES,
 };
-use crate::group::Group;
+use crate::group::{Group, GroupMod, GroupType, GROUP_MAX};
 use crate::key::FlowKey;
 use crate::names::TableNames;
 
@@ -251,6 +251,17 @@ pub enum FlowModError {
         action: String,
         reason: &'static str,
     },
+    #[error("group {0} already exists (OFPGMFC_GROUP_EXISTS)")]
+    GroupExists(u32),
+    #[error("group {0} does not exist (OFPGMFC_UNKNOWN_GROUP)")]
+    UnknownGroup(u32),
+    /// A flow's actions name a group that does not exist once the bundle
+    /// is applied (OpenFlow's `OFPBAC_BAD_OUT_GROUP`).
+    #[error("the actions name group {0}, which does not exist (OFPBAC_BAD_OUT_GROUP)")]
+    BadOutGroup(u32),
+    /// A group that cannot be installed (built in code rather than parsed).
+    #[error("group {id}: {reason}")]
+    BadGroup { id: u32, reason: String },
     #[error("flow mod #{index} of the bundle: {error}")]
     InBundle {
         /// 0-based position of the failing mod in the bundle.
@@ -270,6 +281,30 @@ pub struct ApplyReport {
     /// Flows whose actions were changed by modify.
     pub modified: usize,
     pub deleted: usize,
+    /// Groups added (`add-group`, `mod-group --may-create` of a new id,
+    /// `replace_all_with_groups`).
+    pub groups_added: usize,
+    /// Groups replaced (`mod-group`, `replace_all_with_groups`).
+    pub groups_modified: usize,
+    /// Groups deleted (the flows deleted with them are in `deleted`).
+    pub groups_deleted: usize,
+}
+
+/// One change of a bundle for [`Pipeline::apply_bundle`].
+// A bundle is built once per control request; boxing the flow mod would
+// only cost every caller an allocation per flow.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TableMod {
+    Flow(FlowMod),
+    Group(GroupMod),
+}
+
+/// A borrowed [`TableMod`] (so [`Pipeline::apply`] does not copy flows).
+#[derive(Clone, Copy)]
+enum ModRef<'a> {
+    Flow(&'a FlowMod),
+    Group(&'a GroupMod),
 }
 
 /// The flow tables of one switch: the current version plus the writer side.
@@ -307,21 +342,69 @@ impl Pipeline {
     /// version. With several mods, an error is wrapped in
     /// [`FlowModError::InBundle`] naming the failing mod.
     pub fn apply(&self, mods: &[FlowMod], now_ns: u64) -> Result<ApplyReport, FlowModError> {
+        self.apply_refs(mods.iter().map(ModRef::Flow), mods.len(), now_ns)
+    }
+
+    /// Applies a bundle of flow and group mods atomically, in order: all or
+    /// none, one new version (the generation bumps once). Deleting a group
+    /// deletes the flows that name it; a flow added or modified by the
+    /// bundle that names a group missing once the whole bundle is applied
+    /// fails the bundle ([`FlowModError::BadOutGroup`]). With several mods,
+    /// an error is wrapped in [`FlowModError::InBundle`] naming the failing
+    /// mod.
+    pub fn apply_bundle(
+        &self,
+        mods: &[TableMod],
+        now_ns: u64,
+    ) -> Result<ApplyReport, FlowModError> {
+        let refs = mods.iter().map(|m| match m {
+            TableMod::Flow(f) => ModRef::Flow(f),
+            TableMod::Group(g) => ModRef::Group(g),
+        });
+        self.apply_refs(refs, mods.len(), now_ns)
+    }
+
+    fn apply_refs<'a>(
+        &self,
+        mods: impl Iterator<Item = ModRef<'a>>,
+        n_mods: usize,
+        now_ns: u64,
+    ) -> Result<ApplyReport, FlowModError> {
+        let wrap = |index: usize, error: FlowModError| {
+            if n_mods > 1 {
+                FlowModError::InBundle {
+                    index,
+                    error: Box::new(error),
+                }
+            } else {
+                error
+            }
+        };
         let _w = self.lock();
         let cur = self.current.load_full();
         let mut next = TableSet::clone(&cur);
         let mut report = ApplyReport::default();
-        for (index, fm) in mods.iter().enumerate() {
-            apply_one(&mut next, fm, now_ns, &mut report).map_err(|error| {
-                if mods.len() > 1 {
-                    FlowModError::InBundle {
-                        index,
-                        error: Box::new(error),
+        // (group id, index of the flow mod that names it).
+        let mut named: Vec<(u32, usize)> = Vec::new();
+        for (index, m) in mods.enumerate() {
+            match m {
+                ModRef::Flow(fm) => {
+                    apply_one(&mut next, fm, now_ns, &mut report).map_err(|e| wrap(index, e))?;
+                    if !matches!(fm.command, FlowModCommand::Delete { .. }) {
+                        let mut ids = Vec::new();
+                        Group::referenced(&fm.flow.actions, &mut ids);
+                        named.extend(ids.into_iter().map(|id| (id, index)));
                     }
-                } else {
-                    error
                 }
-            })?;
+                ModRef::Group(gm) => {
+                    apply_group(&mut next, gm, &mut report).map_err(|e| wrap(index, e))?;
+                }
+            }
+        }
+        // As OVS, an add or modify naming a missing group is refused even
+        // if it changed nothing.
+        if let Some(&(id, index)) = named.iter().find(|(id, _)| !next.groups.contains_key(id)) {
+            return Err(wrap(index, FlowModError::BadOutGroup(id)));
         }
         next.generation = cur.generation + 1;
         self.current.store(Arc::new(next));
@@ -337,6 +420,27 @@ impl Pipeline {
     /// counters and age). If `flows` lists the same match and priority twice
     /// in a table, the last one wins.
     pub fn replace_all(&self, flows: &[Flow], now_ns: u64) -> Result<ApplyReport, FlowModError> {
+        self.replace_all_with_groups(flows, None, now_ns)
+    }
+
+    /// [`Pipeline::replace_all`], and with `groups` the group table too, in
+    /// the same atomic version: groups not listed are deleted, new ones
+    /// added, changed ones replaced, identical ones kept (the same object).
+    /// Every group a flow names must exist afterwards (flow `index` of
+    /// `flows` fails with [`FlowModError::BadOutGroup`] inside
+    /// [`FlowModError::InBundle`]); with `groups` `None` the group table
+    /// is left as it is. Two groups with one id: the last wins.
+    pub fn replace_all_with_groups(
+        &self,
+        flows: &[Flow],
+        groups: Option<&[Group]>,
+        now_ns: u64,
+    ) -> Result<ApplyReport, FlowModError> {
+        if let Some(gs) = groups {
+            for g in gs {
+                validate_group(g)?;
+            }
+        }
         let mut per_table: Vec<Vec<Flow>> = vec![Vec::new(); N_TABLES];
         for (index, f) in flows.iter().enumerate() {
             let wrap = |error| FlowModError::InBundle {
@@ -356,6 +460,39 @@ impl Pipeline {
         let cur = self.current.load_full();
         let mut next = TableSet::clone(&cur);
         let mut report = ApplyReport::default();
+        if let Some(gs) = groups {
+            let mut want: BTreeMap<u32, Arc<Group>> = BTreeMap::new();
+            for g in gs {
+                let g = match cur.groups.get(&g.id) {
+                    Some(old) if **old == *g => Arc::clone(old),
+                    _ => Arc::new(g.clone()),
+                };
+                want.insert(g.id, g);
+            }
+            for (id, g) in &want {
+                match cur.groups.get(id) {
+                    Some(old) if Arc::ptr_eq(old, g) => {}
+                    Some(_) => report.groups_modified += 1,
+                    None => report.groups_added += 1,
+                }
+            }
+            report.groups_deleted = cur
+                .groups
+                .keys()
+                .filter(|id| !want.contains_key(id))
+                .count();
+            next.groups = Arc::new(want);
+        }
+        for (index, f) in flows.iter().enumerate() {
+            let mut ids = Vec::new();
+            Group::referenced(&f.actions, &mut ids);
+            if let Some(id) = ids.into_iter().find(|id| !next.groups.contains_key(id)) {
+                return Err(FlowModError::InBundle {
+                    index,
+                    error: Box::new(FlowModError::BadOutGroup(id)),
+                });
+            }
+        }
         for (t, wanted) in per_table.into_iter().enumerate() {
             let Some(slot) = next.tables.get_mut(t) else {
                 continue;
@@ -432,6 +569,107 @@ impl Pipeline {
         }
         gone
     }
+}
+
+/// Whether `actions` name group `id` (nested `ct` actions included).
+fn names_group(actions: &[Action], id: u32) -> bool {
+    let mut ids = Vec::new();
+    Group::referenced(actions, &mut ids);
+    ids.contains(&id)
+}
+
+/// Checks a group as the parser would (for groups built in code): its id,
+/// one bucket at most if indirect, unique bucket ids, bucket actions valid
+/// in a table (no `goto_table`, no `conjunction`).
+fn validate_group(g: &Group) -> Result<(), FlowModError> {
+    let bad = |reason: String| FlowModError::BadGroup { id: g.id, reason };
+    if g.id > GROUP_MAX {
+        return Err(bad(format!("group ids go up to {GROUP_MAX:#x}")));
+    }
+    if g.kind == GroupType::Indirect && g.buckets.len() > 1 {
+        return Err(bad("indirect groups can have at most one bucket".into()));
+    }
+    let mut ids = std::collections::BTreeSet::new();
+    for b in &g.buckets {
+        if !ids.insert(b.id) {
+            return Err(bad(format!("duplicate bucket id {}", b.id)));
+        }
+        for a in &b.actions {
+            match a {
+                Action::GotoTable(_) => {
+                    return Err(bad("goto_table is not allowed in a group bucket".into()))
+                }
+                Action::Conjunction { .. } => {
+                    return Err(bad("conjunction is not allowed in a group bucket".into()))
+                }
+                _ => check_sub_fields(a).map_err(|e| bad(e.to_string()))?,
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Applies one group mod to `next`.
+fn apply_group(
+    next: &mut TableSet,
+    gm: &GroupMod,
+    report: &mut ApplyReport,
+) -> Result<(), FlowModError> {
+    match gm {
+        GroupMod::Add(g) => {
+            validate_group(g)?;
+            if next.groups.contains_key(&g.id) {
+                return Err(FlowModError::GroupExists(g.id));
+            }
+            Arc::make_mut(&mut next.groups).insert(g.id, Arc::new(g.clone()));
+            report.groups_added += 1;
+        }
+        GroupMod::Modify { group, may_create } => {
+            validate_group(group)?;
+            let exists = next.groups.contains_key(&group.id);
+            if !exists && !may_create {
+                return Err(FlowModError::UnknownGroup(group.id));
+            }
+            Arc::make_mut(&mut next.groups).insert(group.id, Arc::new(group.clone()));
+            if exists {
+                report.groups_modified += 1;
+            } else {
+                report.groups_added += 1;
+            }
+        }
+        GroupMod::Delete(which) => {
+            let gone: Vec<u32> = match which {
+                Some(id) => next.groups.get(id).map(|g| g.id).into_iter().collect(),
+                None => next.groups.keys().copied().collect(),
+            };
+            if gone.is_empty() {
+                return Ok(());
+            }
+            let groups = Arc::make_mut(&mut next.groups);
+            for id in &gone {
+                groups.remove(id);
+            }
+            report.groups_deleted += gone.len();
+            // The flows that name a deleted group go with it.
+            for slot in next.tables.iter_mut() {
+                let dead: Vec<(Match, u16)> = slot
+                    .iter()
+                    .filter(|r| gone.iter().any(|id| names_group(&r.flow.actions, *id)))
+                    .map(|r| (r.flow.matches, r.flow.priority))
+                    .collect();
+                if dead.is_empty() {
+                    continue;
+                }
+                let cls = Arc::make_mut(slot);
+                for (m, p) in dead {
+                    if cls.remove(&m, p).is_some() {
+                        report.deleted += 1;
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `m` with value bits outside the mask cleared.

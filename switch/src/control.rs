@@ -63,15 +63,16 @@ use std::time::{Duration, Instant};
 
 use oxvs_api::listen::{self, Gate, Limits, ListenError, ListenStats};
 use oxvs_api::protocol::{
-    self, DumpFlowsResult, DumpPortsResult, FlowEntry, FlowModResult, PacketInEntry,
-    PacketInResult, Request, Response, ShowResult, StatsResult, TraceRequest, TraceResult,
-    VersionResult, MAX_LINE, MAX_PACKET_IN_WAIT_MS,
+    self, DumpFlowsResult, DumpGroupsResult, DumpPortsResult, FlowEntry, FlowModResult, GroupEntry,
+    GroupModResult, PacketInEntry, PacketInResult, ReplaceResult, Request, Response, ShowResult,
+    StatsResult, TraceRequest, TraceResult, VersionResult, MAX_LINE, MAX_PACKET_IN_WAIT_MS,
 };
 use oxvs_pipeline::field::ct_state;
 use oxvs_pipeline::flow::{Flow, FlowMod, FlowModCommand, N_TABLES};
+use oxvs_pipeline::group::{Group, GroupMod};
 use oxvs_pipeline::parse::{self, ParseContext, ParseError};
 use oxvs_pipeline::print::{self, DumpOptions, FlowStats};
-use oxvs_pipeline::tables::{ApplyReport, FlowModError};
+use oxvs_pipeline::tables::{ApplyReport, FlowModError, TableMod};
 use oxvs_pipeline::trace::{self as ptrace, TraceOptions};
 use oxvs_pipeline::xlate::XlateEnv;
 use oxvs_pipeline::Field;
@@ -452,6 +453,15 @@ fn dispatch(switch: &Switch, req: Request) -> Result<Response, String> {
         Request::ModFlows { flows, strict } => Response::ok(&mod_flows(switch, &flows, strict)?),
         Request::Bundle { mods } => Response::ok(&bundle(switch, &mods)?),
         Request::ReplaceFlows { flows } => Response::ok(&replace_flows(switch, &flows)?),
+        Request::AddGroups { groups } => Response::ok(&add_groups(switch, &groups, None)?),
+        Request::ModGroups { groups, may_create } => {
+            Response::ok(&add_groups(switch, &groups, Some(may_create))?)
+        }
+        Request::DelGroups { spec } => Response::ok(&del_groups(switch, spec.as_deref())?),
+        Request::ReplaceGroups { groups, flows } => {
+            Response::ok(&replace_groups(switch, &groups, &flows)?)
+        }
+        Request::DumpGroups { group_id } => Response::ok(&dump_groups(switch, group_id)),
         Request::DumpFlows {
             table,
             names,
@@ -596,6 +606,42 @@ fn bundle(switch: &Switch, text: &str) -> Result<FlowModResult, String> {
     let mut mods = Vec::new();
     for (line, text) in parse::logical_lines(text) {
         let t = text.trim_start();
+        // `group CMD GROUP` lines (as ovs-ofctl bundle files), `flow` optional.
+        if let Some(g) = t.strip_prefix("group ") {
+            let g = g.trim_start();
+            let (cmd, rest) = g
+                .split_once(|c: char| c.is_ascii_whitespace())
+                .unwrap_or((g, ""));
+            let skipped = text.len() - rest.len();
+            let at = |e: ParseError| {
+                format!(
+                    "line {line}, column {}: {}",
+                    e.pos + skipped + 1,
+                    parse_msg(&e)
+                )
+            };
+            let gm = match cmd {
+                "delete" => GroupMod::Delete(parse::parse_group_id(rest).map_err(at)?),
+                "add" | "modify" | "add_or_mod" => {
+                    let group = parse::parse_group(rest, &ctx).map_err(at)?;
+                    match cmd {
+                        "add" => GroupMod::Add(group),
+                        _ => GroupMod::Modify {
+                            group,
+                            may_create: cmd == "add_or_mod",
+                        },
+                    }
+                }
+                other => {
+                    return Err(format!(
+                        "line {line}: unknown group command '{other}' (add, modify, add_or_mod or delete)"
+                    ))
+                }
+            };
+            mods.push(TableMod::Group(gm));
+            continue;
+        }
+        let t = t.strip_prefix("flow ").map_or(t, str::trim_start);
         let (command, rest) = match t.split_once(|c: char| c.is_ascii_whitespace()) {
             Some(("add", r)) => (FlowModCommand::Add, r),
             Some(("modify", r)) => (FlowModCommand::Modify { strict: false }, r),
@@ -612,19 +658,20 @@ fn bundle(switch: &Switch, text: &str) -> Result<FlowModResult, String> {
                 parse_msg(&e)
             )
         })?;
-        mods.push(fm);
+        mods.push(TableMod::Flow(fm));
     }
     if mods.is_empty() {
         return Ok(mod_result(switch, ApplyReport::default()));
     }
     let r = switch
         .pipeline()
-        .apply(&mods, monotonic_ns())
+        .apply_bundle(&mods, monotonic_ns())
         .map_err(|e| table_error(text, e))?;
     tracing::debug!(
         added = r.added,
         modified = r.modified,
         deleted = r.deleted,
+        groups_added = r.groups_added,
         "bundle applied"
     );
     Ok(mod_result(switch, r))
@@ -643,6 +690,132 @@ fn replace_flows(switch: &Switch, text: &str) -> Result<FlowModResult, String> {
         "flows replaced"
     );
     Ok(mod_result(switch, r))
+}
+
+/// Parses group-file text, errors as `line L, column C: msg`.
+fn parse_groups(switch: &Switch, text: &str) -> Result<Vec<Group>, String> {
+    parse::parse_group_file(text, &parse_context(switch)).map_err(|e| {
+        format!(
+            "line {}, column {}: {}",
+            e.line,
+            e.column,
+            parse_msg(&e.error)
+        )
+    })
+}
+
+fn group_result(switch: &Switch, r: ApplyReport) -> GroupModResult {
+    GroupModResult {
+        added: r.groups_added,
+        modified: r.groups_modified,
+        deleted: r.groups_deleted,
+        flows_deleted: r.deleted,
+        n_groups: switch.pipeline().snapshot().groups().count(),
+    }
+}
+
+/// `add-groups` (`modify: None`) and `mod-groups` (`Some(may_create)`):
+/// every group of the file in one atomic bundle.
+fn add_groups(switch: &Switch, text: &str, modify: Option<bool>) -> Result<GroupModResult, String> {
+    let mods: Vec<TableMod> = parse_groups(switch, text)?
+        .into_iter()
+        .map(|g| {
+            TableMod::Group(match modify {
+                None => GroupMod::Add(g),
+                Some(may_create) => GroupMod::Modify {
+                    group: g,
+                    may_create,
+                },
+            })
+        })
+        .collect();
+    if mods.is_empty() {
+        return Ok(group_result(switch, ApplyReport::default()));
+    }
+    let r = switch
+        .pipeline()
+        .apply_bundle(&mods, monotonic_ns())
+        .map_err(|e| table_error(text, e))?;
+    tracing::info!(
+        added = r.groups_added,
+        modified = r.groups_modified,
+        "groups changed"
+    );
+    Ok(group_result(switch, r))
+}
+
+/// `replace-groups`: exactly these groups and flows, one version.
+fn replace_groups(switch: &Switch, groups: &str, flows: &str) -> Result<ReplaceResult, String> {
+    let group_list = parse_groups(switch, groups).map_err(|e| format!("groups: {e}"))?;
+    let flow_list = parse_flows(switch, flows)?;
+    let r = switch
+        .pipeline()
+        .replace_all_with_groups(&flow_list, Some(&group_list), monotonic_ns())
+        .map_err(|e| match e {
+            FlowModError::BadGroup { .. } => format!("groups: {e}"),
+            other => table_error(flows, other),
+        })?;
+    tracing::info!(
+        flows_added = r.added,
+        flows_deleted = r.deleted,
+        groups_added = r.groups_added,
+        groups_modified = r.groups_modified,
+        groups_deleted = r.groups_deleted,
+        "groups and flows replaced"
+    );
+    Ok(ReplaceResult {
+        flows: mod_result(switch, r),
+        groups: GroupModResult {
+            added: r.groups_added,
+            modified: r.groups_modified,
+            deleted: r.groups_deleted,
+            flows_deleted: 0,
+            n_groups: switch.pipeline().snapshot().groups().count(),
+        },
+    })
+}
+
+fn del_groups(switch: &Switch, spec: Option<&str>) -> Result<GroupModResult, String> {
+    let spec = spec.unwrap_or("");
+    let which = parse::parse_group_id(spec)
+        .map_err(|e| format!("bad group spec '{spec}': {}", parse_msg(&e)))?;
+    let r = switch
+        .pipeline()
+        .apply_bundle(&[TableMod::Group(GroupMod::Delete(which))], monotonic_ns())
+        .map_err(|e| e.to_string())?;
+    tracing::info!(
+        deleted = r.groups_deleted,
+        flows_deleted = r.deleted,
+        "groups deleted"
+    );
+    Ok(group_result(switch, r))
+}
+
+fn dump_groups(switch: &Switch, group_id: Option<u32>) -> DumpGroupsResult {
+    let tables = switch.pipeline().snapshot();
+    let mut out = DumpGroupsResult::default();
+    let mut n_flows: HashMap<u32, usize> = HashMap::new();
+    for rule in tables.flows() {
+        let mut ids = Vec::new();
+        Group::referenced(&rule.flow.actions, &mut ids);
+        ids.dedup();
+        for id in ids {
+            *n_flows.entry(id).or_default() += 1;
+        }
+    }
+    for g in tables
+        .groups()
+        .filter(|g| group_id.is_none_or(|id| g.id == id))
+    {
+        out.lines.push(g.to_string());
+        out.groups.push(GroupEntry {
+            group_id: g.id,
+            kind: g.kind.name().to_string(),
+            buckets: g.buckets.iter().map(|b| b.id).collect(),
+            n_flows: n_flows.get(&g.id).copied().unwrap_or(0),
+        });
+    }
+    out
 }
 
 fn parse_table(switch: &Switch, text: &str) -> Result<u8, String> {

@@ -530,3 +530,88 @@ fn bundle_deletes_and_adds_in_one_version() {
     assert!(e.starts_with("line 2, column 15:"), "{e}");
     assert_eq!(dump(&mut c), before);
 }
+
+fn groups(c: &mut Client) -> Vec<String> {
+    let r: oxvs_api::DumpGroupsResult = c.call_as(&Request::DumpGroups { group_id: None }).unwrap();
+    r.lines
+}
+
+#[test]
+fn groups_in_bundles_with_flows() {
+    let (_d, _s, mut c) = serve("groups");
+    // A flow and the group it names, in one bundle, the group after it.
+    let r: FlowModResult = c
+        .call_as(&Request::Bundle {
+            mods: "flow add table=0, priority=5, in_port=1 actions=group:1\n\
+                   group add group_id=1,type=all,bucket=output:2,bucket=output:3\n"
+                .into(),
+        })
+        .unwrap();
+    assert_eq!(r.added, 1, "{r:?}");
+    assert_eq!(
+        groups(&mut c),
+        vec!["group_id=1,type=all,bucket=bucket_id:0,actions=output:2,bucket=bucket_id:1,actions=output:3"]
+    );
+    // A flow naming a missing group fails the whole bundle, naming its line.
+    let before = (dump(&mut c), groups(&mut c));
+    let e = c
+        .call(&Request::Bundle {
+            mods: "group add group_id=2,type=indirect,bucket=output:4\n\
+                   add table=0, priority=6, in_port=2 actions=group:3\n"
+                .into(),
+        })
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("line 2: ") && e.contains("group 3"), "{e}");
+    assert_eq!((dump(&mut c), groups(&mut c)), before);
+    // A bad group line: its line and column (past `group add `).
+    let e = c
+        .call(&Request::Bundle {
+            mods: "group add group_id=2,type=bogus\n".into(),
+        })
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("line 1, column 27:"), "{e}");
+    // add-groups: an existing id refuses the file; mod-groups replaces.
+    let e = c
+        .call(&Request::AddGroups {
+            groups: "group_id=5,type=all\ngroup_id=1,type=all\n".into(),
+        })
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("line 2: ") && e.contains("already exists"),
+        "{e}"
+    );
+    let r: oxvs_api::GroupModResult = c
+        .call_as(&Request::ModGroups {
+            groups: "group_id=1,type=indirect,bucket=output:4\n".into(),
+            may_create: false,
+        })
+        .unwrap();
+    assert_eq!((r.modified, r.n_groups), (1, 1));
+    // Deleting it deletes its flow; `group delete` in a bundle too.
+    c.call(&Request::Bundle {
+        mods: "group add group_id=7,type=all\nadd table=0, in_port=7 actions=group:7\n".into(),
+    })
+    .unwrap();
+    let r: oxvs_api::GroupModResult = c
+        .call_as(&Request::DelGroups {
+            spec: Some("group_id=1".into()),
+        })
+        .unwrap();
+    assert_eq!((r.deleted, r.flows_deleted, r.n_groups), (1, 1, 1));
+    c.call(&Request::Bundle {
+        mods: "group delete group_id=7\n".into(),
+    })
+    .unwrap();
+    assert!(groups(&mut c).is_empty());
+    assert!(dump(&mut c).is_empty());
+    let e = c
+        .call(&Request::DelGroups {
+            spec: Some("group_id=x".into()),
+        })
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("bad group spec"), "{e}");
+}

@@ -17,12 +17,17 @@ use crate::flowfile::{self, Source};
 pub struct CheckFlows {
     /// The flow file (`ovs-ofctl add-flows` syntax); `-` reads standard input.
     file: String,
+    /// A group file (`ovs-ofctl add-groups` text) the flows' `group:ID`
+    /// actions may name, loaded in the same bundle.
+    #[arg(long, value_name = "FILE")]
+    groups: Option<String>,
 }
 
 impl CheckFlows {
     pub fn exec(self) -> anyhow::Result<()> {
         let src = Source::read(&self.file)?;
-        let loaded = match flowfile::load(&src) {
+        let groups = self.groups.as_deref().map(Source::read).transpose()?;
+        let loaded = match flowfile::load_with_groups(&src, groups.as_ref()) {
             Ok(l) => l,
             Err(e) => {
                 eprintln!("{e}");

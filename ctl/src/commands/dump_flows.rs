@@ -24,6 +24,9 @@ pub struct DumpFlows {
     /// switch is asked.
     #[arg(long, value_name = "FILE")]
     flows: Option<String>,
+    /// Offline: a group file the flows' `group:ID` actions may name.
+    #[arg(long, value_name = "FILE", requires = "flows")]
+    groups: Option<String>,
     /// Print table names (`table=SpoofGuard`) instead of numbers.
     #[arg(long)]
     names: bool,
@@ -46,7 +49,8 @@ impl DumpFlows {
             return self.exec_online(online, table);
         };
         let src = Source::read(flows)?;
-        let loaded = match flowfile::load(&src) {
+        let groups = self.groups.as_deref().map(Source::read).transpose()?;
+        let loaded = match flowfile::load_with_groups(&src, groups.as_ref()) {
             Ok(l) => l,
             Err(e) => {
                 eprintln!("{e}");

@@ -4,18 +4,23 @@
 
 mod add_flow;
 mod add_flows;
+mod add_group;
+mod add_groups;
 mod add_port;
 mod check_flows;
 mod ct_del_limits;
 mod ct_get_limits;
 mod ct_set_limits;
 mod del_flows;
+mod del_groups;
 mod del_port;
 mod dump_conntrack;
 mod dump_flows;
+mod dump_groups;
 mod dump_ports;
 mod flush_conntrack;
 mod mod_flows;
+mod mod_group;
 pub mod online;
 mod packet_in;
 mod replace_flows;
@@ -51,6 +56,16 @@ pub enum Command {
     ModFlows(mod_flows::ModFlows),
     /// Make the switch hold exactly the flows of a file (atomic).
     ReplaceFlows(replace_flows::ReplaceFlows),
+    /// Add one group (`ovs-ofctl add-group` syntax).
+    AddGroup(add_group::AddGroup),
+    /// Add the groups of a file (`-`: stdin) as one atomic bundle.
+    AddGroups(add_groups::AddGroups),
+    /// Replace a group (`--may-create`: add it if missing).
+    ModGroup(mod_group::ModGroup),
+    /// Delete a group (`group_id=N`) or all, with the flows that name them.
+    DelGroups(del_groups::DelGroups),
+    /// Print groups like `ovs-ofctl -O OpenFlow15 dump-groups`: the switch's, or a group file's (--groups).
+    DumpGroups(dump_groups::DumpGroups),
     /// Port counters, like `ovs-ofctl dump-ports`.
     DumpPorts(dump_ports::DumpPorts),
     /// Tracked connections, like `ovs-appctl dpctl/dump-conntrack`.
@@ -85,6 +100,11 @@ impl Command {
             Command::DelFlows(c) => c.exec(ctx),
             Command::ModFlows(c) => c.exec(ctx),
             Command::ReplaceFlows(c) => c.exec(ctx),
+            Command::AddGroup(c) => c.exec(ctx),
+            Command::AddGroups(c) => c.exec(ctx),
+            Command::ModGroup(c) => c.exec(ctx),
+            Command::DelGroups(c) => c.exec(ctx),
+            Command::DumpGroups(c) => c.exec(ctx),
             Command::DumpPorts(c) => c.exec(ctx),
             Command::DumpConntrack(c) => c.exec(ctx),
             Command::FlushConntrack(c) => c.exec(ctx),

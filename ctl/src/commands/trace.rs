@@ -12,6 +12,9 @@
 //! pass resumes at table T with the conntrack state taken from the next
 //! `--ct-next` (default `trk,new`, as in OVS).
 //!
+//! Offline, `--groups FILE` loads a group file with the flows (groups
+//! first, in one bundle), for their `group:ID` actions.
+//!
 //! Offline, the switch's port list is not known: `output:ALL` and `FLOOD`
 //! reach the ports given with `--ports` (none by default). With `--ports`,
 //! an output to a port not listed is "Nonexistent output port" and sends
@@ -38,6 +41,10 @@ pub struct Trace {
     /// switch traces through its own flows.
     #[arg(long, value_name = "FILE")]
     flows: Option<String>,
+    /// Offline: a group file (`ovs-ofctl add-groups` text) loaded with the
+    /// flows, for their `group:ID` actions.
+    #[arg(long, value_name = "FILE", requires = "flows")]
+    groups: Option<String>,
     /// Online: also send the packet through the switch's datapath.
     #[arg(long, conflicts_with = "flows")]
     inject: bool,
@@ -88,7 +95,8 @@ impl Trace {
             }
         };
         let src = Source::read(self.flows.as_deref().unwrap_or("-"))?;
-        let loaded = match flowfile::load(&src) {
+        let groups = self.groups.as_deref().map(Source::read).transpose()?;
+        let loaded = match flowfile::load_with_groups(&src, groups.as_ref()) {
             Ok(l) => l,
             Err(e) => {
                 eprintln!("{e}");

@@ -56,6 +56,11 @@ const FLOW_BITS: &[&str] = &[
     "in_port=3,tcp,nw_src=10.244.0.3,nw_dst=10.244.0.4,tp_dst=80,tcp_flags=+syn",
     "in_port=2,ip,tun_src=192.168.77.12,nw_src=10.244.1.7,nw_dst=10.244.0.4,dl_dst=0a:58:0a:f4:00:04",
     "arp,in_port=3,arp_tpa=10.244.0.1,arp_op=1",
+    "group_id=1,type=select,selection_method=hash,fields(ip_src,tcp_dst),bucket=weight:3,output:2,bucket=output:3",
+    "group add group_id=2,type=indirect,bucket=actions=ct(commit,nat(dst=10.0.0.2:80))",
+    "group delete group_id=1",
+    "table=0,priority=3,in_port=1,actions=group:1",
+    "group_id=all",
     "\n",
     " # comment\n",
     "\\\n",
@@ -82,7 +87,7 @@ fn opt_text(i: &mut Input<'_>) -> Option<String> {
 }
 
 fn built_request(i: &mut Input<'_>) -> Request {
-    match i.u8() % 15 {
+    match i.u8() % 20 {
         0 => Request::Show,
         1 => Request::DelPort { name: text(i) },
         2 => Request::AddFlows { flows: text(i) },
@@ -138,6 +143,19 @@ fn built_request(i: &mut Input<'_>) -> Request {
         13 => Request::PacketIn {
             max: i.below(4),
             wait_ms: 0,
+        },
+        14 => Request::AddGroups { groups: text(i) },
+        15 => Request::ModGroups {
+            groups: text(i),
+            may_create: i.bool(),
+        },
+        16 => Request::DelGroups { spec: opt_text(i) },
+        18 => Request::ReplaceGroups {
+            groups: text(i),
+            flows: text(i),
+        },
+        17 => Request::DumpGroups {
+            group_id: i.bool().then(|| u32::from(i.u8() % 4)),
         },
         _ => Request::Version,
     }

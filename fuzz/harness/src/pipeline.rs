@@ -57,6 +57,14 @@ pub fn parse_flow_target(data: &[u8]) {
         let a = format_actions(&flow.actions, None);
         std::hint::black_box((m, a));
     }
+    // The same text as a group (`add-group` syntax): what prints parses
+    // back and prints the same.
+    if let Ok(g) = oxvs_pipeline::parse::parse_group(text, &ctx) {
+        let printed = g.to_string();
+        let again = oxvs_pipeline::parse::parse_group(&printed, &ctx)
+            .unwrap_or_else(|e| panic!("printed group does not parse: {printed}: {e}"));
+        assert_eq!(again.to_string(), printed, "group printing is not stable");
+    }
 }
 
 const EXTRA: &str = "

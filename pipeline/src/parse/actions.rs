@@ -69,6 +69,9 @@ pub(super) struct ActCtx<'m, 'c> {
     pub(super) m: &'m Match,
     pub(super) table: u8,
     pub(super) ctx: &'c ParseContext,
+    /// A group bucket's actions: they run on whatever packet reaches the
+    /// group, so no prerequisite is checked (as OVS).
+    pub(super) any_packet: bool,
 }
 
 impl ActCtx<'_, '_> {
@@ -79,7 +82,7 @@ impl ActCtx<'_, '_> {
         name: &FieldName,
         verb: &str,
     ) -> PResult<()> {
-        if prereq_ok(self.m, name) {
+        if self.any_packet || prereq_ok(self.m, name) {
             Ok(())
         } else {
             Err(src.err(
@@ -573,7 +576,7 @@ pub(super) fn parse_action(src: &Src, item: &Item, ac: &ActCtx) -> PResult<Actio
             let v = need("IP")?;
             let ip = parse_ipv4(v).ok_or_else(|| src.err(v, "invalid IPv4 address"))? as u32;
             let (dl, _) = pinned(ac.m);
-            if dl != Some(eth_type::IPV4) {
+            if dl != Some(eth_type::IPV4) && !ac.any_packet {
                 return Err(src.err(key, format!("{key} needs an IPv4 match (ip)")));
             }
             if key == "mod_nw_src" {
@@ -584,7 +587,7 @@ pub(super) fn parse_action(src: &Src, item: &Item, ac: &ActCtx) -> PResult<Actio
         }
         "dec_ttl" => {
             let (dl, _) = pinned(ac.m);
-            if !matches!(dl, Some(eth_type::IPV4) | Some(eth_type::IPV6)) {
+            if !matches!(dl, Some(eth_type::IPV4) | Some(eth_type::IPV6)) && !ac.any_packet {
                 return Err(src.err(key, "dec_ttl needs an IP match (ip or ipv6)"));
             }
             no_arg(Action::DecTtl)?
@@ -604,7 +607,7 @@ pub(super) fn parse_action(src: &Src, item: &Item, ac: &ActCtx) -> PResult<Actio
         }
         "ct" => {
             let (dl, _) = pinned(ac.m);
-            if !matches!(dl, Some(eth_type::IPV4) | Some(eth_type::IPV6)) {
+            if !matches!(dl, Some(eth_type::IPV4) | Some(eth_type::IPV6)) && !ac.any_packet {
                 return Err(src.err(key, "ct needs an IP match (ip or ipv6)"));
             }
             match item.value {
@@ -681,7 +684,12 @@ pub(super) fn parse_actions_in(
     table: u8,
     ctx: &ParseContext,
 ) -> PResult<Vec<Action>> {
-    let ac = ActCtx { m, table, ctx };
+    let ac = ActCtx {
+        m,
+        table,
+        ctx,
+        any_packet: false,
+    };
     let mut out = Vec::new();
     let mut toks: Vec<&str> = Vec::new();
     let mut drop_tok = None;

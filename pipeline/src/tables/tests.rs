@@ -3,6 +3,7 @@
 use super::*;
 use crate::field::Field;
 use crate::flow::{ControllerAction, FlowFlags};
+use crate::group::GroupMod;
 
 const S: u64 = 1_000_000_000;
 
@@ -533,7 +534,8 @@ fn replace_all_diffs_and_keeps_counters() {
             added: 1,
             replaced: 1,
             modified: 0,
-            deleted: 1
+            deleted: 1,
+            ..ApplyReport::default()
         }
     );
     let ts = p.snapshot();
@@ -764,4 +766,238 @@ fn conjunction_misuse_through_parsed_flows() {
         );
         assert!(err.to_string().contains(&format!("{clause}/{n_clauses}")));
     }
+}
+
+// ---------------------------------------------------------------------------
+// Groups
+
+fn group(id: u32, ports: &[u32]) -> Group {
+    let mut g = Group::new(id, GroupType::All);
+    for (i, p) in ports.iter().enumerate() {
+        g.buckets.push(crate::group::Bucket {
+            id: i as u32,
+            weight: 0,
+            watch_port: None,
+            watch_group: None,
+            actions: vec![Action::Output(*p)],
+        });
+    }
+    g
+}
+
+fn gadd(g: Group) -> TableMod {
+    TableMod::Group(GroupMod::Add(g))
+}
+
+fn to_group(table: u8, priority: u16, id: u32) -> Flow {
+    flow(table, priority, &[port1()], vec![Action::Group(id)])
+}
+
+#[test]
+fn group_mods_follow_openflow() {
+    let p = Pipeline::new();
+    let r = p.apply_bundle(&[gadd(group(1, &[2]))], 0).unwrap();
+    assert_eq!(r.groups_added, 1);
+    assert_eq!(p.snapshot().generation(), 1);
+    // Add of an existing id: refused, nothing changes.
+    let e = p.apply_bundle(&[gadd(group(1, &[3]))], 0).unwrap_err();
+    assert_eq!(e, FlowModError::GroupExists(1));
+    assert_eq!(p.snapshot().generation(), 1);
+    assert_eq!(
+        p.snapshot().group(1).unwrap().buckets[0].actions,
+        vec![Action::Output(2)]
+    );
+    // Modify replaces; a missing id is refused unless may_create.
+    let modify = |g, may_create| {
+        TableMod::Group(GroupMod::Modify {
+            group: g,
+            may_create,
+        })
+    };
+    let r = p.apply_bundle(&[modify(group(1, &[3]), false)], 0).unwrap();
+    assert_eq!(r.groups_modified, 1);
+    assert_eq!(
+        p.snapshot().group(1).unwrap().buckets[0].actions,
+        vec![Action::Output(3)]
+    );
+    assert_eq!(
+        p.apply_bundle(&[modify(group(2, &[3]), false)], 0)
+            .unwrap_err(),
+        FlowModError::UnknownGroup(2)
+    );
+    let r = p.apply_bundle(&[modify(group(2, &[3]), true)], 0).unwrap();
+    assert_eq!(r.groups_added, 1);
+    assert_eq!(p.snapshot().groups().count(), 2);
+    assert_eq!(p.snapshot().generation(), 3);
+    // Delete of a missing group is no error; delete all empties the table.
+    p.apply_bundle(&[TableMod::Group(GroupMod::Delete(Some(9)))], 0)
+        .unwrap();
+    let r = p
+        .apply_bundle(&[TableMod::Group(GroupMod::Delete(None))], 0)
+        .unwrap();
+    assert_eq!(r.groups_deleted, 2);
+    assert_eq!(p.snapshot().groups().count(), 0);
+}
+
+#[test]
+fn flows_naming_a_missing_group_are_refused() {
+    let p = Pipeline::new();
+    let e = p.apply(&[add(to_group(0, 5, 7))], 0).unwrap_err();
+    assert_eq!(e, FlowModError::BadOutGroup(7));
+    assert!(e.to_string().contains("group 7"), "{e}");
+    assert_eq!(p.snapshot().flow_count(), 0);
+    assert_eq!(p.snapshot().generation(), 0);
+    // Inside ct too.
+    let ct = Action::Ct(CtAction {
+        commit: true,
+        force: false,
+        zone: CtZoneSrc::Imm(0),
+        table: None,
+        exec: vec![Action::Group(8)],
+    });
+    let e = p
+        .apply(&[add(flow(0, 5, &[port1()], vec![ct]))], 0)
+        .unwrap_err();
+    assert_eq!(e, FlowModError::BadOutGroup(8));
+    // In a bundle: the group may come after the flow; the index names the flow.
+    p.apply_bundle(
+        &[TableMod::Flow(add(to_group(0, 5, 7))), gadd(group(7, &[2]))],
+        0,
+    )
+    .unwrap();
+    assert_eq!(p.snapshot().flow_count(), 1);
+    let e = p
+        .apply_bundle(
+            &[gadd(group(8, &[2])), TableMod::Flow(add(to_group(0, 6, 9)))],
+            0,
+        )
+        .unwrap_err();
+    assert_eq!(
+        e,
+        FlowModError::InBundle {
+            index: 1,
+            error: Box::new(FlowModError::BadOutGroup(9))
+        }
+    );
+    // All or nothing: group 8 was not added.
+    assert!(p.snapshot().group(8).is_none());
+    // Modify naming a missing group: refused too.
+    let m = cmd(
+        FlowModCommand::Modify { strict: false },
+        None,
+        to_group(0, 0, 9),
+    );
+    assert_eq!(p.apply(&[m], 0).unwrap_err(), FlowModError::BadOutGroup(9));
+}
+
+#[test]
+fn deleting_a_group_deletes_the_flows_naming_it() {
+    let p = Pipeline::new();
+    p.apply_bundle(
+        &[
+            gadd(group(1, &[2])),
+            gadd(group(2, &[3])),
+            TableMod::Flow(add(to_group(0, 5, 1))),
+            TableMod::Flow(add(to_group(3, 5, 2))),
+            TableMod::Flow(add(flow(4, 5, &[port1()], vec![Action::Output(1)]))),
+        ],
+        0,
+    )
+    .unwrap();
+    let gen = p.snapshot().generation();
+    let r = p
+        .apply_bundle(&[TableMod::Group(GroupMod::Delete(Some(1)))], 0)
+        .unwrap();
+    assert_eq!((r.groups_deleted, r.deleted), (1, 1));
+    let ts = p.snapshot();
+    assert_eq!(ts.generation(), gen + 1);
+    assert_eq!(ts.flow_count(), 2);
+    assert!(ts.flows_in(0).is_empty());
+    // Delete then re-add in one bundle: the flows are gone, the group back.
+    let r = p
+        .apply_bundle(
+            &[
+                TableMod::Group(GroupMod::Delete(Some(2))),
+                gadd(group(2, &[4])),
+            ],
+            0,
+        )
+        .unwrap();
+    assert_eq!((r.groups_deleted, r.groups_added, r.deleted), (1, 1, 1));
+    assert_eq!(p.snapshot().flow_count(), 1);
+    // Modifying a group keeps its flows.
+    p.apply_bundle(&[TableMod::Flow(add(to_group(3, 5, 2)))], 0)
+        .unwrap();
+    p.apply_bundle(
+        &[TableMod::Group(GroupMod::Modify {
+            group: group(2, &[5]),
+            may_create: false,
+        })],
+        0,
+    )
+    .unwrap();
+    assert_eq!(p.snapshot().flow_count(), 2);
+}
+
+#[test]
+fn bad_groups_built_in_code_are_refused() {
+    let p = Pipeline::new();
+    let mut g = group(1, &[2, 3]);
+    g.kind = GroupType::Indirect;
+    assert!(matches!(
+        p.apply_bundle(&[gadd(g)], 0),
+        Err(FlowModError::BadGroup { id: 1, .. })
+    ));
+    let mut g = group(1, &[2, 3]);
+    g.buckets[1].id = 0;
+    assert!(matches!(
+        p.apply_bundle(&[gadd(g)], 0),
+        Err(FlowModError::BadGroup { .. })
+    ));
+    let mut g = group(1, &[2]);
+    g.buckets[0].actions.push(Action::GotoTable(3));
+    assert!(matches!(
+        p.apply_bundle(&[gadd(g)], 0),
+        Err(FlowModError::BadGroup { .. })
+    ));
+    assert!(matches!(
+        p.apply_bundle(&[gadd(group(GROUP_MAX + 1, &[]))], 0),
+        Err(FlowModError::BadGroup { .. })
+    ));
+    assert_eq!(p.snapshot().generation(), 0);
+}
+
+#[test]
+fn replace_all_with_groups_is_one_version() {
+    let p = Pipeline::new();
+    p.apply_bundle(&[gadd(group(1, &[2])), gadd(group(2, &[3]))], 0)
+        .unwrap();
+    let kept = Arc::clone(p.snapshot().groups().next().unwrap());
+    // Without groups: the group table stays; a flow naming a missing group fails.
+    let e = p
+        .replace_all(&[to_group(0, 1, 1), to_group(0, 2, 5)], 0)
+        .unwrap_err();
+    assert_eq!(
+        e,
+        FlowModError::InBundle {
+            index: 1,
+            error: Box::new(FlowModError::BadOutGroup(5))
+        }
+    );
+    let r = p
+        .replace_all_with_groups(
+            &[to_group(0, 1, 1), to_group(0, 2, 5)],
+            Some(&[group(1, &[2]), group(5, &[9])]),
+            0,
+        )
+        .unwrap();
+    assert_eq!(
+        (r.groups_added, r.groups_modified, r.groups_deleted),
+        (1, 0, 1)
+    );
+    let ts = p.snapshot();
+    assert_eq!(ts.groups().map(|g| g.id).collect::<Vec<_>>(), vec![1, 5]);
+    // The unchanged group is the same object.
+    assert!(Arc::ptr_eq(ts.groups().next().unwrap(), &kept));
+    assert_eq!(ts.flow_count(), 2);
 }
