@@ -46,9 +46,7 @@
 
 mod common;
 
-use std::collections::BTreeSet;
-use std::io::{ErrorKind, Read as _, Write as _};
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream, UdpSocket};
+use std::io::Read as _;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 

@@ -94,6 +94,15 @@ spec:
 ---
 apiVersion: v1
 kind: Service
+metadata: {name: svc-echo, namespace: web}
+spec:
+  clusterIP: 10.96.1.15
+  selector: {pod: a1}
+  ports:
+  - {port: 90, targetPort: 9000}
+---
+apiVersion: v1
+kind: Service
 metadata: {name: svc-empty, namespace: web}
 spec:
   selector: {app: nothing}
@@ -118,13 +127,30 @@ spec:
   - from: [{podSelector: {matchLabels: {role: client}}}]
 "#;
 
+/// A TCP echo server (the lab's own server greets and closes).
+const ECHO_SERVER: &str = "import socket, threading
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(('0.0.0.0', 9000))
+s.listen(8)
+def echo(c):
+    while True:
+        d = c.recv(4096)
+        if not d:
+            return
+        c.sendall(d)
+while True:
+    c, _ = s.accept()
+    threading.Thread(target=echo, args=(c,), daemon=True).start()
+";
+
 /// What the test shows at the first failure: both switches' Service flows,
 /// groups and connections.
 fn evidence(lab: &Lab) -> String {
     let mut s = String::new();
     for node in ["node-1", "node-2"] {
         for args in [
-            &["dump-flows", "table=35"][..],
+            &["dump-flows", "--table", "35"][..],
             &["dump-groups"][..],
             &["dump-conntrack"][..],
         ] {
@@ -149,7 +175,7 @@ fn wait_services(lab: &Lab, n: usize, empty: usize) {
     loop {
         let mut ok = true;
         for node in ["node-1", "node-2"] {
-            let flows = lab.ctl(node, &["dump-flows", "table=35"]);
+            let flows = lab.ctl(node, &["dump-flows", "--table", "35"]);
             let groups = flows
                 .lines()
                 .filter(|l| l.contains("actions=group:"))
@@ -189,10 +215,11 @@ fn services_are_load_balanced_in_the_switch() {
     ] {
         assert!(out.contains(line), "{line:?} not in:\n{out}");
     }
-    // svc-a1 tcp+udp, svc-a2 tcp+udp, svc-ab, svc-aff; svc-empty drops.
-    wait_services(&lab, 6, 1);
+    // svc-a1 tcp+udp, svc-a2 tcp+udp, svc-ab, svc-aff, svc-echo;
+    // svc-empty drops.
+    wait_services(&lab, 7, 1);
     // The lab allocated svc-empty's ClusterIP (the first free from .10).
-    let flows = lab.ctl("node-1", &["dump-flows", "table=35"]);
+    let flows = lab.ctl("node-1", &["dump-flows", "--table", "35"]);
     assert!(
         flows.contains("nw_dst=10.96.0.10,tp_dst=80 actions=drop"),
         "{flows}"
@@ -299,8 +326,18 @@ fn services_are_load_balanced_in_the_switch() {
     }
 
     // A connection through the ClusterIP that lives across the changes
-    // below (the lab's server echoes what it gets after its greeting).
-    let mut long = LongConn::open(&c2, "10.96.1.11:80");
+    // below: an echo server in a1 (`down` kills it with the pod).
+    let script = lab.file("echo.py", ECHO_SERVER);
+    lab.ok(&[
+        "exec",
+        "web/a1",
+        "--",
+        "sh",
+        "-c",
+        &format!("python3 {script} >/dev/null 2>&1 &"),
+    ]);
+    let mut long = LongConn::open(&c2, "10.96.1.15:90");
+    long.check("just opened");
 
     // NetworkPolicy applies to the endpoint after DNAT.
     lab.ok(&["apply", "-f", &lab.file("deny.yaml", DENY_ALL)]);
@@ -354,9 +391,13 @@ fn services_are_load_balanced_in_the_switch() {
     lab.ok(&["delete", "-f", &lab.file("allow.yaml", ALLOW_CLIENTS)]);
 
     // Endpoints follow pods: a2 goes.
-    let out = lab.ok(&["delete", "pod", "web/a2"]);
+    let out = lab.ok(&[
+        "delete",
+        "-f",
+        &lab.file("a2.yaml", &pod("web", "a2", "node-2", "{app: ab, pod: a2}", true)),
+    ]);
     assert!(out.contains("Endpoints web/svc-ab: 1 address"), "{out}");
-    wait_services(&lab, 4, 3);
+    wait_services(&lab, 5, 3);
     report.check(
         &lab,
         "a2 deleted",
@@ -384,43 +425,48 @@ fn services_are_load_balanced_in_the_switch() {
 /// A TCP connection held open through a ClusterIP from a pod.
 struct LongConn {
     stream: TcpStream,
-    greeting: String,
 }
 
 impl LongConn {
+    /// Connects from pod namespace `netns` (the server may still be
+    /// starting: retried for 5 s).
     fn open(netns: &str, dst: &str) -> LongConn {
         let netns = netns.to_string();
-        let dst = dst.to_string();
+        let dst: std::net::SocketAddr = dst.parse().expect("addr");
         // Connect from the pod's namespace in a thread of its own; the
         // socket keeps its namespace after the thread ends.
-        let (stream, greeting) = std::thread::spawn(move || {
+        let stream = std::thread::spawn(move || {
             common::paths::enter(&netns).expect("enter the client pod");
-            let mut s =
-                TcpStream::connect_timeout(&dst.parse().expect("addr"), Duration::from_secs(3))
-                    .expect("connect through the ClusterIP");
-            s.set_read_timeout(Some(Duration::from_secs(3)))
-                .expect("timeout");
-            let mut buf = [0u8; 64];
-            let n = s.read(&mut buf).expect("greeting");
-            (s, String::from_utf8_lossy(&buf[..n]).trim().to_string())
+            let deadline = Instant::now() + Duration::from_secs(5);
+            loop {
+                match TcpStream::connect_timeout(&dst, Duration::from_secs(2)) {
+                    Ok(s) => return s,
+                    Err(e) if Instant::now() < deadline => {
+                        eprintln!("connect {dst}: {e}; retrying");
+                        std::thread::sleep(Duration::from_millis(200));
+                    }
+                    Err(e) => panic!("connect {dst} through the ClusterIP: {e}"),
+                }
+            }
         })
         .join()
         .expect("connect thread");
-        assert_eq!(greeting, "web/a1", "the long connection's backend");
-        LongConn { stream, greeting }
+        stream
+            .set_read_timeout(Some(Duration::from_secs(3)))
+            .expect("timeout");
+        LongConn { stream }
     }
 
     /// The connection still carries data both ways.
     fn check(&mut self, when: &str) {
-        let msg = b"still there?\n";
+        let msg = format!("still there {when}?\n");
         self.stream
-            .write_all(msg)
+            .write_all(msg.as_bytes())
             .unwrap_or_else(|e| panic!("{when}: write: {e}"));
-        let mut buf = [0u8; 64];
-        let n = self
-            .stream
-            .read(&mut buf)
-            .unwrap_or_else(|e| panic!("{when}: read: {e}"));
-        assert_eq!(&buf[..n], msg, "{when}: the echo from {}", self.greeting);
+        let mut got = vec![0u8; msg.len()];
+        self.stream
+            .read_exact(&mut got)
+            .unwrap_or_else(|e| panic!("{when}: read the echo: {e}"));
+        assert_eq!(got, msg.as_bytes(), "{when}: the echo");
     }
 }
