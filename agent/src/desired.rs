@@ -107,6 +107,10 @@ pub fn compute(inp: &Inputs) -> DesiredFlows {
     if inp.proxy {
         let p = crate::proxy::proxy_flows(&inp.state);
         lines.extend(p.flows);
+        lines.extend(crate::proxy::hairpin_node_flows());
+        for pod in &inp.pods {
+            lines.extend(crate::proxy::hairpin_pod_flows(&inp.node, pod));
+        }
         groups = p.groups;
     }
     DesiredFlows {

@@ -41,6 +41,8 @@ pub mod arp_responder {
 
 /// Table `ConntrackZone` (30).
 pub mod conntrack_zone {
+    /// Hairpin answers: un-SNATed first ([`crate::proxy`]).
+    pub const HAIRPIN: u16 = 210;
     /// IP traffic goes through conntrack.
     pub const TRACK: u16 = 200;
 }
@@ -82,6 +84,8 @@ pub mod policy_metric {
 
 /// Table `L3Forwarding` (50).
 pub mod l3_forwarding {
+    /// A pod reaching itself through a Service: SNATed ([`crate::proxy`]).
+    pub const HAIRPIN: u16 = 205;
     /// Replies of connections that entered from the gateway: back to it.
     pub const REPLY_TO_GATEWAY: u16 = 210;
     /// Routed to a local pod or a remote node's pod CIDR.
@@ -104,6 +108,8 @@ pub mod l2_forwarding_calc {
 
 /// Table `ConntrackCommit` (80).
 pub mod conntrack_commit {
+    /// Hairpin packets, committed in both zones already ([`crate::proxy`]).
+    pub const HAIRPIN: u16 = 220;
     /// New connections from the gateway: committed with the from-gateway mark.
     pub const FROM_GATEWAY: u16 = 210;
     /// Other new connections: committed.
@@ -112,6 +118,8 @@ pub mod conntrack_commit {
 
 /// Table `Output` (90).
 pub mod output {
+    /// The output port is the input port (hairpin, [`crate::proxy`]).
+    pub const HAIRPIN: u16 = 210;
     /// The output port is known: output.
     pub const KNOWN_PORT: u16 = 200;
 }

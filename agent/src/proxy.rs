@@ -21,6 +21,23 @@
 //! `timeoutSeconds` is not applied: a client sticks until its endpoint
 //! goes).
 //!
+//! ## Hairpin
+//!
+//! A pod that reaches itself through its Service would get its own packet
+//! with its own address as source, and answer itself inside its network
+//! namespace: the reply would never come back to the switch to be
+//! un-DNATed. So, as kube-proxy masquerades hairpin traffic, the switch
+//! SNATs it, in a zone of its own ([`HAIRPIN_ZONE`]), to
+//! [`HAIRPIN_IP`] (link-local: the pod routes its answer to the gateway,
+//! i.e. back to the switch):
+//!
+//! | table | flow |
+//! |---|---|
+//! | 30 ConntrackZone | untracked IP to `HAIRPIN_IP` -> `ct(table=30,zone=65521,nat)`: the answer is un-SNATed first, then goes round ConntrackZone again to be un-DNATed |
+//! | 50 L3Forwarding | per pod: `nw_src=POD,nw_dst=POD` (after DNAT) -> routed to the pod and `ct(commit,table=55,zone=65521,nat(src=HAIRPIN_IP))` |
+//! | 80 ConntrackCommit | packets last tracked in the hairpin zone skip the commit (both zones have the connection already) |
+//! | 90 Output | per pod: to its own port -> `in_port` (OpenFlow never outputs to the input port otherwise) |
+//!
 //! ## Ids
 //!
 //! A Service port's group id (and the object of its cookie,
@@ -35,12 +52,22 @@
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
 
-use oxvs_pipeline::names::{CONNTRACK_STATE, EGRESS_RULE, SERVICE_LB};
+use oxvs_pipeline::names::{
+    CONNTRACK_COMMIT, CONNTRACK_STATE, CONNTRACK_ZONE, EGRESS_RULE, L3_DEC_TTL, L3_FORWARDING,
+    OUTPUT, SERVICE_LB,
+};
+use oxvs_pipeline::regs;
 
 use crate::cookie;
-use crate::flows::{FlowLine, CT_ZONE};
+use crate::flows::{mac_str, FlowLine, NodeNet, PodPort, CT_ZONE};
 use crate::model::{ClusterState, ObjKey, Protocol};
 use crate::priority;
+
+/// The conntrack zone of hairpin SNAT (module doc, "Hairpin").
+pub const HAIRPIN_ZONE: u16 = 65521;
+
+/// The address hairpin traffic is SNATed to (link-local, never a pod's).
+pub const HAIRPIN_IP: Ipv4Addr = Ipv4Addr::new(169, 254, 169, 252);
 
 /// One Service port the proxy serves.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -167,6 +194,58 @@ fn group_line(sp: &ServicePortFlows) -> String {
         ));
     }
     g
+}
+
+/// The node's hairpin flows (module doc, "Hairpin").
+pub fn hairpin_node_flows() -> Vec<String> {
+    vec![
+        FlowLine::new(
+            CONNTRACK_ZONE,
+            priority::conntrack_zone::HAIRPIN,
+            cookie::DEFAULTS,
+        )
+        .matching("ct_state=-trk")
+        .matching("ip")
+        .matching(format!("nw_dst={HAIRPIN_IP}"))
+        .action(format!(
+            "ct(table={},zone={HAIRPIN_ZONE},nat)",
+            CONNTRACK_ZONE.id
+        ))
+        .into(),
+        FlowLine::new(
+            CONNTRACK_COMMIT,
+            priority::conntrack_commit::HAIRPIN,
+            cookie::DEFAULTS,
+        )
+        .matching("ip")
+        .matching(format!("ct_zone={HAIRPIN_ZONE}"))
+        .goto(OUTPUT)
+        .into(),
+    ]
+}
+
+/// One local pod's hairpin flows (module doc, "Hairpin").
+pub fn hairpin_pod_flows(node: &NodeNet, pod: &PodPort) -> Vec<String> {
+    let c = cookie::pod(pod.ofport);
+    vec![
+        FlowLine::new(L3_FORWARDING, priority::l3_forwarding::HAIRPIN, c)
+            .matching("ip")
+            .matching(format!("nw_src={}", pod.ip))
+            .matching(format!("nw_dst={}", pod.ip))
+            .action(format!("set_field:{}->eth_src", mac_str(&node.gateway_mac)))
+            .action(format!("set_field:{}->eth_dst", mac_str(&pod.mac)))
+            .action(format!(
+                "ct(commit,table={},zone={HAIRPIN_ZONE},nat(src={HAIRPIN_IP}))",
+                L3_DEC_TTL.id
+            ))
+            .into(),
+        FlowLine::new(OUTPUT, priority::output::HAIRPIN, c)
+            .matching(format!("in_port={}", pod.ofport))
+            .matching(regs::TARGET_OFPORT.matching(pod.ofport))
+            .mark(regs::OFPORT_FOUND_MARK)
+            .action("IN_PORT")
+            .into(),
+    ]
 }
 
 /// ConntrackZone with the proxy: NATed connections are translated.

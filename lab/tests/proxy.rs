@@ -9,6 +9,8 @@
 //! - a Service with backends on both nodes: 24 connections reach both;
 //!   `sessionAffinity: ClientIP`: 12 connections from one client reach
 //!   one backend;
+//! - hairpin: a pod reaching itself through its Service, TCP and UDP
+//!   (SNATed to the hairpin address so that its answer comes back);
 //! - a Service without endpoints: no answer (dropped in ServiceLB);
 //! - the switch's view: the Service flows and groups on both nodes, the
 //!   NATed connection in `dump-conntrack` (reply from the endpoint), no
@@ -47,6 +49,7 @@ fn pods_yaml() -> String {
     let mut y = String::from("apiVersion: v1\nkind: Namespace\nmetadata: {name: web}\n");
     y += &pod("web", "a1", "node-1", "{app: ab, pod: a1}", true);
     y += &pod("web", "a2", "node-2", "{app: ab, pod: a2}", true);
+    y += &pod("web", "h1", "node-2", "{pod: h1}", true);
     y += &pod("web", "c1", "node-1", "{role: client}", false);
     y += &pod("web", "c2", "node-2", "{role: client}", false);
     y
@@ -91,6 +94,16 @@ spec:
   selector: {app: ab}
   ports:
   - {port: 80, targetPort: 8080}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: svc-hair, namespace: web}
+spec:
+  clusterIP: 10.96.1.16
+  selector: {pod: h1}
+  ports:
+  - {name: tcp, port: 80, targetPort: 8080}
+  - {name: udp, port: 80, protocol: UDP, targetPort: 8080}
 ---
 apiVersion: v1
 kind: Service
@@ -215,9 +228,9 @@ fn services_are_load_balanced_in_the_switch() {
     ] {
         assert!(out.contains(line), "{line:?} not in:\n{out}");
     }
-    // svc-a1 tcp+udp, svc-a2 tcp+udp, svc-ab, svc-aff, svc-echo;
-    // svc-empty drops.
-    wait_services(&lab, 7, 1);
+    // svc-a1 tcp+udp, svc-a2 tcp+udp, svc-ab, svc-aff, svc-hair
+    // tcp+udp, svc-echo; svc-empty drops.
+    wait_services(&lab, 9, 1);
     // The lab allocated svc-empty's ClusterIP (the first free from .10).
     let flows = lab.ctl("node-1", &["dump-flows", "--table", "35"]);
     assert!(
@@ -225,7 +238,7 @@ fn services_are_load_balanced_in_the_switch() {
         "{flows}"
     );
 
-    let (c1, c2) = (ns("web-c1"), ns("web-c2"));
+    let (c1, c2, h1) = (ns("web-c1"), ns("web-c2"), ns("web-h1"));
     let a = |x: &'static str| Want::Answer(vec![x]);
     use Proto::*;
     let mut report = Report::new(evidence);
@@ -394,10 +407,13 @@ fn services_are_load_balanced_in_the_switch() {
     let out = lab.ok(&[
         "delete",
         "-f",
-        &lab.file("a2.yaml", &pod("web", "a2", "node-2", "{app: ab, pod: a2}", true)),
+        &lab.file(
+            "a2.yaml",
+            &pod("web", "a2", "node-2", "{app: ab, pod: a2}", true),
+        ),
     ]);
     assert!(out.contains("Endpoints web/svc-ab: 1 address"), "{out}");
-    wait_services(&lab, 5, 3);
+    wait_services(&lab, 7, 3);
     report.check(
         &lab,
         "a2 deleted",
