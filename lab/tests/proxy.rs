@@ -316,6 +316,27 @@ fn services_are_load_balanced_in_the_switch() {
                 Tcp,
                 Want::Silent,
             ),
+            path(
+                "h1 -> svc-hair TCP (hairpin)",
+                &h1,
+                ("10.96.1.16", 80),
+                Tcp,
+                a("web/h1"),
+            ),
+            path(
+                "h1 -> svc-hair UDP (hairpin)",
+                &h1,
+                ("10.96.1.16", 80),
+                Udp,
+                Want::Answer(vec![]),
+            ),
+            path(
+                "c1 -> svc-hair TCP (other node)",
+                &c1,
+                ("10.96.1.16", 80),
+                Tcp,
+                a("web/h1"),
+            ),
         ],
     );
 
