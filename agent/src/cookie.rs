@@ -215,7 +215,8 @@ mod tests {
             assert_eq!(f.object(f.cookie(123)), Some(123));
         }
         assert_eq!(Feature::of(0), None);
-        assert_eq!(Feature::of(0x0007 << 48), None);
+        assert_eq!(Feature::of(0x0008 << 48), None);
+        assert_eq!(service(0x1234), 0x0007_0000_0000_1234);
     }
 
     /// The cookie table of `docs/pipeline.md` has a row for every feature.

@@ -348,6 +348,83 @@ fn scenarios() -> BTreeMap<&'static str, Inputs> {
             },
         );
     }
+    // The Service proxy: two Services (one with affinity and a named
+    // target port), one without a ready endpoint, two local pods (hairpin).
+    let mut proxied = ClusterState::default();
+    let svc = |name: &str, ip: &str, affinity: bool, ports: Vec<ServicePort>| Service {
+        namespace: "shop".into(),
+        name: name.into(),
+        cluster_ip: Some(ip.parse().unwrap()),
+        ports,
+        affinity_timeout: affinity.then_some(10_800),
+    };
+    let sport = |name: &str, protocol, port| ServicePort {
+        name: name.into(),
+        protocol,
+        port,
+        node_port: None,
+    };
+    let ep = |ip: &str, ready: bool, ports: &[(&str, Protocol, u16)]| Endpoint {
+        ip: ip.parse().unwrap(),
+        ready,
+        node_name: None,
+        ports: ports
+            .iter()
+            .map(|(n, protocol, port)| EndpointPort {
+                name: n.to_string(),
+                protocol: *protocol,
+                port: *port,
+            })
+            .collect(),
+    };
+    for s in [
+        svc(
+            "web",
+            "10.96.0.20",
+            false,
+            vec![sport("http", Protocol::Tcp, 80), sport("dns", Protocol::Udp, 53)],
+        ),
+        svc("sticky", "10.96.0.21", true, vec![sport("", Protocol::Tcp, 443)]),
+        svc("idle", "10.96.0.22", false, vec![sport("", Protocol::Tcp, 80)]),
+    ] {
+        proxied.services.insert(s.key(), s);
+    }
+    let web_ports = [("http", Protocol::Tcp, 8080), ("dns", Protocol::Udp, 5353)];
+    proxied.endpoints.insert(
+        ("shop".into(), "web".into()),
+        EndpointSet {
+            service: ("shop".into(), "web".into()),
+            endpoints: vec![
+                ep("10.244.0.3", true, &web_ports),
+                ep("10.244.1.7", true, &web_ports),
+                ep("10.244.1.8", false, &web_ports),
+            ],
+        },
+    );
+    proxied.endpoint_slices.insert(
+        ("shop".into(), "sticky-abc".into()),
+        EndpointSet {
+            service: ("shop".into(), "sticky".into()),
+            endpoints: vec![ep("10.244.0.4", true, &[("", Protocol::Tcp, 8443)])],
+        },
+    );
+    proxied.endpoints.insert(
+        ("shop".into(), "idle".into()),
+        EndpointSet {
+            service: ("shop".into(), "idle".into()),
+            endpoints: vec![ep("10.244.0.5", false, &[("", Protocol::Tcp, 80)])],
+        },
+    );
+    m.insert(
+        "proxy",
+        Inputs {
+            pods: pod_ports(&pods_only),
+            state: Arc::new(proxied),
+            local: local_pods(&pods_only),
+            proxy: true,
+            ..Inputs::for_node(node())
+        },
+    );
     m
 }
 
@@ -367,6 +444,9 @@ fn render(inp: Inputs) -> String {
     }
     for r in &d.refused {
         let _ = writeln!(out, "# refused {r}");
+    }
+    for g in &d.groups {
+        let _ = writeln!(out, "# group {g}");
     }
     out
 }
@@ -432,6 +512,11 @@ fn golden_scenarios_cover_every_feature() {
         "# refused",
         "table=IngressDefaultRule",
         "table=EgressDefaultRule",
+        "group:",
+        "nat(dst=10.244.1.7:8080)",
+        "selection_method=hash,fields(ip_src)",
+        "nat(src=169.254.169.252)",
+        "nw_dst=10.96.0.22, tp_dst=80, actions=drop",
     ] {
         assert!(all.contains(needle), "no golden flow has {needle:?}");
     }

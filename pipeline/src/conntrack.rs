@@ -180,6 +180,46 @@
 //! finds its connection. What is not staged: changes to existing
 //! connections (mark, label, TCP state, a `force` or TCP-reuse removal).
 //!
+//! # NAT
+//!
+//! A `ct` action with `nat` ([`CtParams::nat`]) translates, as OVS's
+//! userspace conntrack does:
+//!
+//! * **Choosing.** A new connection committed with `nat(src=RANGE)` or
+//!   `nat(dst=RANGE)` gets an address of the range and a port (of the
+//!   range's ports; without them the packet's own, and for SNAT, when that
+//!   is taken, one of 1024-65535) such that its reply-direction tuple is
+//!   not in use: the start is a hash of the connection (`persistent`: of
+//!   the addresses only; `random`: a fresh number), at most 8 addresses x
+//!   32 ports are tried, then the commit is refused
+//!   ([`CtRefusal::NatExhausted`], counted in
+//!   [`CtStats::nat_exhausted_total`]; the datapath drops the packet). A
+//!   translation that changes nothing is no translation.
+//! * **Storing.** The connection keeps its original key and, in a side
+//!   table, its reply-direction key (what a reply really looks like); the
+//!   key map finds it by both, so a reply is found in one probe. A packet
+//!   that matches a translated connection's map entry but is neither of its
+//!   directions (the untranslated reverse, or a translated tuple seen
+//!   without its earlier `ct`) is `+inv`.
+//! * **Applying.** Every packet of a translated connection through a `ct`
+//!   with `nat` (bare `nat` included) is translated: the original direction
+//!   to the reply key's reverse, the reply direction to the original key's
+//!   reverse. The verdict carries the new addresses and ports
+//!   ([`CtVerdict::rewrite`]) and `ct_state` gets `+snat` when the packet's
+//!   source changed, `+dnat` when its destination did (so a reply of a
+//!   DNATed connection is `+snat`, as OVS marks it). ICMP errors about a
+//!   translated connection are not translated (their embedded header
+//!   would have to be too).
+//! * **One connection per zone per packet.** A packet that already went
+//!   through `ct` in a zone (since [`Conntrack::begin_packet`]) and whose
+//!   key says so (`+trk`, that `ct_zone`) uses the connection found or
+//!   created then: no second lookup, no second state update, its
+//!   `ct_state` kept; a commit adds mark and label, a `nat` translates if
+//!   no earlier `ct` in the zone did. This is how OVS (the connection
+//!   cached in the packet's metadata) and Linux (the skb's conntrack) make
+//!   `ct(nat)` ... `ct(commit,nat(dst=...))` ... `ct(commit)` in one zone
+//!   work on one connection, whose translated tuple no lookup would find.
+//!
 //! # Differences from OVS
 //!
 //! * A refused commit (port limit, full table) is `+trk+inv` (and counted)
@@ -189,7 +229,9 @@
 //! * A commit takes effect only if the packet is not dropped later in the
 //!   pipeline ("Staged commits"); OVS commits at once.
 //! * Checksums are not verified (OVS userspace verifies them unless the NIC
-//!   did); no NAT, ALGs or timeout policies per zone.
+//!   did); no ALGs or timeout policies per zone; NAT as above, without
+//!   the translation of ICMP errors and without OVS's NAT address/port
+//!   selection order (which tuple a new connection gets differs).
 //!   Fragments are reassembled by [`crate::ipf`] as OVS userspace's `ipf`
 //!   does, with the limits and drop reasons listed there.
 //! * TCP needs a SYN to start a connection unless `tcp_loose` is set (OVS

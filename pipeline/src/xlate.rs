@@ -675,6 +675,7 @@ impl<'a, L: FlowLookup + ?Sized> Xlate<'a, L> {
         match g.kind {
             GroupType::All => {
                 for b in &g.buckets {
+                    self.record(|| TraceEvent::Detail(format!("bucket {}", b.id)));
                     self.bucket(b, table, cookie);
                 }
             }
@@ -709,7 +710,6 @@ impl<'a, L: FlowLookup + ?Sized> Xlate<'a, L> {
             self.fail(XlateError::RecursionTooDeep(MAX_DEPTH));
             return;
         }
-        self.record(|| TraceEvent::Detail(format!("bucket {}", b.id)));
         self.depth += 1;
         let saved = self.key;
         // A goto_table has no meaning in a bucket (the parser refuses it).

@@ -221,6 +221,9 @@ fn cluster_role_grants_exactly_the_read_verbs_the_agent_needs() {
         ("", "pods"),
         ("", "namespaces"),
         ("", "nodes"),
+        // The Service proxy's (`--proxy`).
+        ("", "services"),
+        ("", "endpoints"),
         ("networking.k8s.io", "networkpolicies"),
     ] {
         for v in ["get", "list", "watch"] {
