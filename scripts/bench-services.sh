@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Pod -> ClusterIP against pod -> pod, same node and across nodes, through the
-# REAL kube-proxy (iptables mode) on a fresh 2-node `oxvs-lab up --kube-proxy`.
-# Root only. See docs/benchmarks.md, "Services through kube-proxy".
+# REAL kube-proxy (iptables mode) on a fresh 2-node `oxvs-lab up --kube-proxy`,
+# or with --proxy through oxvs's own Service proxy (`oxvs-lab up --proxy`:
+# `oxvs-agent --proxy`, no kube-proxy). Root only. See docs/benchmarks.md,
+# "Services through kube-proxy" and "The Service proxy".
 #
-# Usage: scripts/bench-services.sh [--trials N] [--duration S] [--json FILE]
+# Usage: scripts/bench-services.sh [--proxy] [--trials N] [--duration S] [--json FILE]
 #                                  [--rr-count N] [--crr-count N] [--keep-work]
+#   --proxy         the Services through oxvs's proxy instead of kube-proxy
 #   --trials N      trials per path, interleaved (default 3, at least 1)
 #   --duration S    iperf3 -t S (default 5)
 #   --json FILE     every trial plus machine info (FILE relative to the
@@ -47,7 +50,8 @@ JSON=
 RR_COUNT=2000
 CRR_COUNT=500
 KEEP_WORK=0
-usage() { sed -n '6,14p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '8,17p' "$0" | sed 's/^# \{0,1\}//'; }
+PROXY=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --trials) TRIALS=${2:?--trials N}; shift 2 ;;
@@ -56,6 +60,7 @@ while [ $# -gt 0 ]; do
     --rr-count) RR_COUNT=${2:?--rr-count N}; shift 2 ;;
     --crr-count) CRR_COUNT=${2:?--crr-count N}; shift 2 ;;
     --keep-work) KEEP_WORK=1; shift ;;
+    --proxy) PROXY=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "bench-services.sh: unknown argument $1" >&2; usage >&2; exit 2 ;;
   esac
@@ -76,8 +81,9 @@ PY=$(command -v python3) || die "python3 not found"
 TOOLS=$(realpath -m "${OXVS_SHARED_TOOLS:-$REPO/../shared/tools}")
 CACHE=${OXVS_K8S_CACHE:-/var/cache/oxvs-k8s}
 BUILD_CMD="OXVS_K8S_EXTRA_COMPONENTS=\"kube-proxy\" $TOOLS/k8s-local.sh build"
-[ -x "$TOOLS/k8s-local.sh" ] || die "k8s-local.sh not found in $TOOLS (set OXVS_SHARED_TOOLS)"
+[ $PROXY = 1 ] || [ -x "$TOOLS/k8s-local.sh" ] || die "k8s-local.sh not found in $TOOLS (set OXVS_SHARED_TOOLS)"
 for b in kube-apiserver kubelet kube-proxy; do
+  [ $PROXY = 1 ] && break   # no Kubernetes at all
   [ -x "$CACHE/bin/$b" ] || die "no Kubernetes build with kube-proxy ($CACHE/bin/$b missing); build it once (~10 min cold) with:
     $BUILD_CMD"
 done
@@ -160,9 +166,10 @@ lab() { "${LABCMD[@]}" "$@"; }
 
 START_EPOCH=$(date +%s)
 echo "==> $(date -u +%FT%TZ) load: $(cut -d' ' -f1-3 /proc/loadavg); lab $LAB, $TRIALS trials, iperf3 -t $DURATION"
-echo "==> oxvs-lab up --nodes 2 --kube-proxy"
+if [ $PROXY = 1 ]; then MODE_FLAG=--proxy; else MODE_FLAG=--kube-proxy; fi
+echo "==> oxvs-lab up --nodes 2 $MODE_FLAG"
 LAB_STARTED=1   # down is safe on a half-built lab
-lab up --nodes 2 --kube-proxy >"$WORK/up.log" 2>&1 || { cat "$WORK/up.log" >&2; die "oxvs-lab up failed"; }
+lab up --nodes 2 $MODE_FLAG >"$WORK/up.log" 2>&1 || { cat "$WORK/up.log" >&2; die "oxvs-lab up failed"; }
 
 cat >"$WORK/bench.yaml" <<'EOF'
 apiVersion: v1
@@ -435,14 +442,15 @@ meta = {
     "software": {
         "iperf3": sh("iperf3 --version | head -1"),
         "python": platform.python_version(),
-        "kube_proxy": sh("$CACHE/bin/kube-proxy --version"),
+        "kube_proxy": "none" if $PROXY else sh("$CACHE/bin/kube-proxy --version"),
         "git": sh("git -C $REPO rev-parse --short HEAD") + (" (dirty)" if sh("git -C $REPO status --porcelain --untracked-files=no") else ""),
         "oxvs_switchd_mtime": sh("date -u -r $BIN/oxvs-switchd +%FT%TZ"),
     },
     "topology": {
         "client": "bench/cl on node-1", "s1": "$S1 (node-1)", "s2": "$S2 (node-2)",
         "svc-s1": "$SVC1", "svc-s2": "$SVC2", "pod_mtu": "$POD_MTU",
-        "kube_proxy": "iptables mode, one per node (oxvs-lab up --kube-proxy)",
+        "kube_proxy": "none: oxvs-agent --proxy (oxvs-lab up --proxy)" if $PROXY else "iptables mode, one per node (oxvs-lab up --kube-proxy)",
+        "services": "oxvs proxy" if $PROXY else "kube-proxy",
     },
     "paths": paths,
     "pairs": [["pod -> pod, same node", "pod -> ClusterIP, same node"],
@@ -453,7 +461,8 @@ json.dump(meta, open(sys.argv[1], "w"), indent=1)
 EOF
 
 echo
-echo "## Services through kube-proxy: $(date -u -d "@$START_EPOCH" +%FT%TZ), $(nproc) CPUs, kernel $(uname -r), load $(printf '%s ' "${LOADS[@]}")"
+if [ $PROXY = 1 ]; then WHO="oxvs's Service proxy"; else WHO=kube-proxy; fi
+echo "## Services through $WHO: $(date -u -d "@$START_EPOCH" +%FT%TZ), $(nproc) CPUs, kernel $(uname -r), load $(printf '%s ' "${LOADS[@]}")"
 echo "## median [min–max] of $TRIALS trials; iperf3 -t $DURATION; RR $RR_COUNT round trips; CRR $CRR_COUNT connections; runtime $((END_EPOCH - START_EPOCH)) s"
 echo
 report=("$PY" "$HELPER" report --dir "$RES" --meta "$WORK/meta.json")

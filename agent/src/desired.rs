@@ -80,6 +80,10 @@ pub struct DesiredFlows {
     pub lines: Vec<String>,
     /// Group lines (`add-group` syntax), by id: the proxy's.
     pub groups: Vec<String>,
+    /// The proxy's UDP endpoints (address, port), sorted: when one goes,
+    /// its connections are flushed (a UDP "connection" would otherwise
+    /// keep its dead endpoint until it idles out).
+    pub udp_endpoints: Vec<(Ipv4Addr, u16)>,
     /// Every NetworkPolicy rule that has flows, by id.
     pub rules: Vec<RuleRef>,
     /// Policies refused on this node (too many flows).
@@ -104,8 +108,17 @@ pub fn compute(inp: &Inputs) -> DesiredFlows {
     let pf = policy_flows(inp);
     lines.extend(pf.flows);
     let mut groups = Vec::new();
+    let mut udp_endpoints = Vec::new();
     if inp.proxy {
         let p = crate::proxy::proxy_flows(&inp.state);
+        udp_endpoints = p
+            .ports
+            .iter()
+            .filter(|sp| sp.protocol == crate::model::Protocol::Udp)
+            .flat_map(|sp| sp.endpoints.iter().copied())
+            .collect();
+        udp_endpoints.sort();
+        udp_endpoints.dedup();
         lines.extend(p.flows);
         lines.extend(crate::proxy::hairpin_node_flows());
         for pod in &inp.pods {
@@ -116,6 +129,7 @@ pub fn compute(inp: &Inputs) -> DesiredFlows {
     DesiredFlows {
         lines,
         groups,
+        udp_endpoints,
         rules: pf.rules,
         refused: pf.refused,
     }

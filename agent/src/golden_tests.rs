@@ -382,10 +382,23 @@ fn scenarios() -> BTreeMap<&'static str, Inputs> {
             "web",
             "10.96.0.20",
             false,
-            vec![sport("http", Protocol::Tcp, 80), sport("dns", Protocol::Udp, 53)],
+            vec![
+                sport("http", Protocol::Tcp, 80),
+                sport("dns", Protocol::Udp, 53),
+            ],
         ),
-        svc("sticky", "10.96.0.21", true, vec![sport("", Protocol::Tcp, 443)]),
-        svc("idle", "10.96.0.22", false, vec![sport("", Protocol::Tcp, 80)]),
+        svc(
+            "sticky",
+            "10.96.0.21",
+            true,
+            vec![sport("", Protocol::Tcp, 443)],
+        ),
+        svc(
+            "idle",
+            "10.96.0.22",
+            false,
+            vec![sport("", Protocol::Tcp, 80)],
+        ),
     ] {
         proxied.services.insert(s.key(), s);
     }

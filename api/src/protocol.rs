@@ -114,10 +114,21 @@ pub enum Request {
         #[serde(default)]
         zone: Option<u16>,
     },
-    /// Removes connections, all or of one zone.
+    /// Removes connections: all, or those every given condition selects
+    /// (`oxvsctl flush-conntrack --zone Z --proto P --reply-src IP[:PORT]`).
     FlushConntrack {
         #[serde(default)]
         zone: Option<u16>,
+        /// Only this IP protocol (number).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        proto: Option<u8>,
+        /// Only connections whose reply comes from this address (a
+        /// translated connection's endpoint).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reply_src: Option<std::net::IpAddr>,
+        /// ... and this port.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reply_sport: Option<u16>,
     },
     /// Changes connection limits (`ovs-appctl dpctl/ct-set-limits` for
     /// ports): the default of every port without its own, and ports' own
@@ -1082,7 +1093,18 @@ mod tests {
                 ..TraceRequest::default()
             }),
             Request::DumpConntrack { zone: Some(5) },
-            Request::FlushConntrack { zone: None },
+            Request::FlushConntrack {
+                zone: None,
+                proto: None,
+                reply_src: None,
+                reply_sport: None,
+            },
+            Request::FlushConntrack {
+                zone: Some(65520),
+                proto: Some(17),
+                reply_src: Some("10.244.1.2".parse().unwrap()),
+                reply_sport: Some(53),
+            },
             Request::CtSetLimits {
                 default: Some(100),
                 ports: vec![

@@ -18,7 +18,8 @@
 //! - NetworkPolicy after DNAT: deny-all ingress in `web` blocks
 //!   pod -> ClusterIP; allowing the clients lets them through;
 //! - Endpoints following pods: deleting a2 leaves svc-ab on a1 only, and
-//!   svc-a2 without endpoints;
+//!   svc-a2 without endpoints; the UDP connections translated to a2 are
+//!   flushed (as kube-proxy does);
 //! - a long-lived TCP connection through the ClusterIP keeps working
 //!   while an unrelated endpoint goes.
 //!
@@ -424,7 +425,19 @@ fn services_are_load_balanced_in_the_switch() {
     lab.ok(&["delete", "-f", &lab.file("deny.yaml", DENY_ALL)]);
     lab.ok(&["delete", "-f", &lab.file("allow.yaml", ALLOW_CLIENTS)]);
 
-    // Endpoints follow pods: a2 goes.
+    // Endpoints follow pods: a2 goes, and with it the UDP connections
+    // node-1 translated to it (c1 -> svc-a2 above).
+    let a2 = common::pod_ip(&lab.status(), "web", "a2");
+    let udp_to_a2 = |ct: &str| {
+        ct.lines()
+            .filter(|l| l.starts_with("udp,") && l.contains(&format!("reply=(src={a2},")))
+            .count()
+    };
+    let ct = lab.ctl("node-1", &["dump-conntrack"]);
+    assert!(
+        udp_to_a2(&ct) > 0,
+        "no UDP connection to a2 on node-1:\n{ct}"
+    );
     let out = lab.ok(&[
         "delete",
         "-f",
@@ -435,10 +448,43 @@ fn services_are_load_balanced_in_the_switch() {
     ]);
     assert!(out.contains("Endpoints web/svc-ab: 1 address"), "{out}");
     wait_services(&lab, 7, 3);
-    report.check(
+    // Each Endpoints object is its own update (in Kubernetes too): wait
+    // until no group on either node still has a2.
+    let t = Instant::now();
+    for node in ["node-1", "node-2"] {
+        while lab
+            .ctl(node, &["dump-groups"])
+            .contains(&format!("nat(dst={a2}:"))
+        {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "a group on {node} still sends to the deleted a2:\n{}",
+                evidence(&lab)
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let t = Instant::now();
+    while udp_to_a2(&lab.ctl("node-1", &["dump-conntrack"])) > 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "node-1 kept UDP connections to the deleted endpoint a2:\n{}",
+            lab.ctl("node-1", &["dump-conntrack"])
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Converged when svc-ab answers from a1 (at most 8 s), then checked.
+    report.converge(
         &lab,
         "a2 deleted",
-        &[
+        path(
+            "c1 -> svc-ab TCP: a1",
+            &c1,
+            ("10.96.1.13", 80),
+            Tcp,
+            a("web/a1"),
+        ),
+        vec![
             path(
                 "c1 -> svc-ab TCP x12: a1 only",
                 &c1,

@@ -420,6 +420,34 @@ pub struct CtRewrite {
     pub dport: u16,
 }
 
+/// Which connections a flush removes: every condition given must hold.
+/// The reply direction's source is, for a DNATed connection, the endpoint
+/// it was translated to (how a Service proxy ends the connections of an
+/// endpoint that went, as kube-proxy does for UDP).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CtFilter {
+    pub zone: Option<u16>,
+    /// IP protocol number.
+    pub proto: Option<u8>,
+    /// The reply direction's source address.
+    pub reply_src: Option<IpAddr>,
+    /// The reply direction's source port (TCP, UDP, SCTP).
+    pub reply_sport: Option<u16>,
+}
+
+impl CtFilter {
+    /// Whether a connection of `zone` and `proto` whose reply direction is
+    /// `reply` is selected.
+    pub fn selects(&self, zone: u16, proto: u8, reply: &CtTuple) -> bool {
+        self.zone.is_none_or(|z| z == zone)
+            && self.proto.is_none_or(|p| p == proto)
+            && self.reply_src.is_none_or(|a| a == reply.src)
+            && self
+                .reply_sport
+                .is_none_or(|p| matches!(reply.l4, CtL4::Ports { src, .. } if src == p))
+    }
+}
+
 /// Counters of a tracker. `*_total` counters only grow.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CtStats {

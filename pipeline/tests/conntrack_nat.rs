@@ -7,7 +7,7 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
-use oxvs_pipeline::conntrack::{Conntrack, CtConfig, CtL4};
+use oxvs_pipeline::conntrack::{Conntrack, CtConfig, CtFilter, CtL4};
 use oxvs_pipeline::datapath::{Datapath, DatapathConfig, DpPacket, RecordingSink};
 use oxvs_pipeline::flow::FlowMod;
 use oxvs_pipeline::parse::{parse_flow_file, ParseContext};
@@ -295,6 +295,24 @@ fn udp_spreads_over_the_range_and_keeps_each_flow() {
         );
     }
     assert_eq!(n.ct.len(), 64);
+    // An endpoint goes: its connections are flushed by their reply source,
+    // the other endpoint's stay.
+    let filter = CtFilter {
+        zone: Some(5),
+        proto: Some(17),
+        reply_src: Some(IpAddr::V4(Ipv4Addr::from(EP2))),
+        reply_sport: Some(5353),
+    };
+    let on_ep2 = seen.values().filter(|(p, _)| *p == 3).count();
+    let (flushed, next) = n.ct.flush_slice_filtered(&filter, 0, usize::MAX);
+    assert_eq!((flushed, next), (on_ep2, None));
+    assert_eq!(n.ct.len(), 64 - on_ep2);
+    let wrong_port = CtFilter {
+        reply_src: Some(IpAddr::V4(Ipv4Addr::from(EP1))),
+        reply_sport: Some(53),
+        ..filter
+    };
+    assert_eq!(n.ct.flush_slice_filtered(&wrong_port, 0, usize::MAX).0, 0);
 }
 
 #[test]

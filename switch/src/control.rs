@@ -472,7 +472,20 @@ fn dispatch(switch: &Switch, req: Request) -> Result<Response, String> {
         }),
         Request::Trace(t) => Response::ok(&trace(switch, &t)?),
         Request::DumpConntrack { zone } => Response::ok(&conntrack::dump(switch, zone)),
-        Request::FlushConntrack { zone } => Response::ok(&conntrack::flush(switch, zone)),
+        Request::FlushConntrack {
+            zone,
+            proto,
+            reply_src,
+            reply_sport,
+        } => {
+            let filter = oxvs_pipeline::conntrack::CtFilter {
+                zone,
+                proto,
+                reply_src,
+                reply_sport,
+            };
+            Response::ok(&conntrack::flush(switch, &filter))
+        }
         Request::CtSetLimits { default, ports } => {
             Response::ok(&conntrack::set_limits(switch, default, &ports)?)
         }

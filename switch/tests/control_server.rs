@@ -426,7 +426,13 @@ fn show_stats_conntrack_packet_in() {
         .call_as(&Request::DumpConntrack { zone: Some(1) })
         .unwrap();
     assert!(ct.entries.is_empty());
-    c.call(&Request::FlushConntrack { zone: None }).unwrap();
+    c.call(&Request::FlushConntrack {
+        zone: None,
+        proto: None,
+        reply_src: None,
+        reply_sport: None,
+    })
+    .unwrap();
     let t0 = Instant::now();
     let p: PacketInResult = c
         .call_as(&Request::PacketIn {

@@ -41,7 +41,7 @@ mod switch;
 #[cfg(test)]
 mod test_fixtures;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -143,6 +143,8 @@ struct Applied {
     lines: HashSet<String>,
     /// The groups (the proxy's), as group lines.
     groups: HashSet<String>,
+    /// The proxy's UDP endpoints the switch serves.
+    udp_endpoints: BTreeSet<(Ipv4Addr, u16)>,
 }
 
 /// The IPAM store, once the pod CIDR is known. Locked only on the

@@ -161,10 +161,35 @@ impl Agent {
                 }
             }
         }
+        // Endpoints gone: their UDP connections end now (kube-proxy's
+        // conntrack flush), or clients keep sending to a dead endpoint.
+        let udp_now: BTreeSet<(Ipv4Addr, u16)> = desired.udp_endpoints.iter().copied().collect();
+        let gone: Vec<(Ipv4Addr, u16)> = applied
+            .udp_endpoints
+            .difference(&udp_now)
+            .copied()
+            .collect();
+        applied.udp_endpoints = udp_now;
         if let Ok(mut r) = self.rules.lock() {
             *r = desired.rules;
         }
         drop(applied);
+        for (ip, port) in gone {
+            let req = Request::FlushConntrack {
+                zone: Some(crate::flows::CT_ZONE),
+                proto: Some(17),
+                reply_src: Some(ip.into()),
+                reply_sport: Some(port),
+            };
+            match self.switch(req).await {
+                Ok(_) => {
+                    tracing::info!(endpoint = %format!("{ip}:{port}"), "UDP connections of a removed endpoint flushed")
+                }
+                Err(e) => {
+                    tracing::warn!(endpoint = %format!("{ip}:{port}"), "cannot flush the UDP connections of a removed endpoint: {e}")
+                }
+            }
+        }
         self.sync_routes(&node).await;
         Ok(())
     }

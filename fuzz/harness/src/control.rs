@@ -138,6 +138,11 @@ fn built_request(i: &mut Input<'_>) -> Request {
         },
         11 => Request::FlushConntrack {
             zone: i.bool().then(|| i.u16()),
+            proto: i.bool().then(|| i.u8()),
+            reply_src: i
+                .bool()
+                .then(|| std::net::IpAddr::V4(std::net::Ipv4Addr::from(i.u32()))),
+            reply_sport: i.bool().then(|| i.u16()),
         },
         12 => Request::Stats,
         13 => Request::PacketIn {

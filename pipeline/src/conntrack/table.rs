@@ -10,7 +10,7 @@ use super::state::{
     icmp_update, other_update, tcp_flags_invalid, tcp_new, tcp_update, Conn, ConnKey, IcmpState,
     L4State, OtherState, Tm, Update, NO_OWNER,
 };
-use super::{CtConfig, CtEntry, CtParams, CtStats, CtVerdict, TcpState};
+use super::{CtConfig, CtEntry, CtFilter, CtParams, CtStats, CtVerdict, TcpState};
 use crate::field::{ct_state, tcp_flags as tf, Field};
 use crate::ipf::Ipf;
 use crate::key::FlowKey;
@@ -975,11 +975,28 @@ impl Conntrack {
         start: usize,
         max_slots: usize,
     ) -> (usize, Option<usize>) {
+        let filter = CtFilter {
+            zone,
+            ..CtFilter::default()
+        };
+        self.flush_slice_filtered(&filter, start, max_slots)
+    }
+
+    /// [`Conntrack::flush_slice`] of the connections `filter` selects.
+    pub fn flush_slice_filtered(
+        &mut self,
+        filter: &CtFilter,
+        start: usize,
+        max_slots: usize,
+    ) -> (usize, Option<usize>) {
         let end = start.saturating_add(max_slots).min(self.slots.len());
         let mut removed = 0;
         for idx in start..end {
             let hit = match self.slots.get(idx) {
-                Some(Some(conn)) => zone.is_none() || zone == Some(conn.orig.zone),
+                Some(Some(conn)) => {
+                    let reply = self.reply_key(idx as u32, conn);
+                    filter.selects(conn.orig.zone, conn.orig.proto, &reply.tuple())
+                }
                 _ => false,
             };
             if hit {

@@ -30,7 +30,7 @@ use oxvs_api::protocol::{
     FlushConntrackResult,
 };
 use oxvs_api::PortInfo;
-use oxvs_pipeline::conntrack::{Conntrack, CtEntry};
+use oxvs_pipeline::conntrack::{Conntrack, CtEntry, CtFilter};
 
 use super::monotonic_ns;
 use crate::engine::Switch;
@@ -102,13 +102,13 @@ pub fn dump(switch: &Switch, zone: Option<u16>) -> DumpConntrackResult {
 }
 
 /// Removes the connections (of one zone) in slices; how many.
-pub fn flush_entries<L>(lock: L, zone: Option<u16>) -> usize
+pub fn flush_entries<L>(lock: L, filter: &CtFilter) -> usize
 where
     L: Fn(&mut dyn FnMut(&mut Conntrack)),
 {
     let mut flushed = 0;
     in_slices(lock, |ct, start| {
-        let (n, next) = ct.flush_slice(zone, start, CT_SLICE);
+        let (n, next) = ct.flush_slice_filtered(filter, start, CT_SLICE);
         flushed += n;
         next
     });
@@ -116,9 +116,9 @@ where
 }
 
 /// `flush-conntrack`.
-pub fn flush(switch: &Switch, zone: Option<u16>) -> FlushConntrackResult {
-    let flushed = flush_entries(switch_lock(switch), zone);
-    tracing::info!(?zone, flushed, "conntrack flushed");
+pub fn flush(switch: &Switch, filter: &CtFilter) -> FlushConntrackResult {
+    let flushed = flush_entries(switch_lock(switch), filter);
+    tracing::info!(?filter, flushed, "conntrack flushed");
     FlushConntrackResult { flushed }
 }
 
@@ -376,8 +376,12 @@ mod tests {
         let lock = |f: &mut dyn FnMut(&mut Conntrack)| f(&mut ct.lock().unwrap());
         assert_eq!(dump_entries(lock, None).len(), 10_000);
         assert!(dump_entries(lock, Some(9)).is_empty());
-        assert_eq!(flush_entries(lock, Some(9)), 0);
-        assert_eq!(flush_entries(lock, None), 10_000);
+        let zone = |z| CtFilter {
+            zone: z,
+            ..CtFilter::default()
+        };
+        assert_eq!(flush_entries(lock, &zone(Some(9))), 0);
+        assert_eq!(flush_entries(lock, &zone(None)), 10_000);
         assert!(ct.lock().unwrap().is_empty());
     }
 
