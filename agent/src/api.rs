@@ -477,6 +477,32 @@ pub fn annotate(view: &NodeView, step: &TraceStep) -> (Option<FlowOwner>, String
             };
             (Some(FlowOwner::RemoteNode { ip, node }), text)
         }
+        Some(Feature::Service) => {
+            let group_id = u32::try_from(obj).unwrap_or(0);
+            let service = crate::proxy::service_ports(&view.cluster)
+                .into_iter()
+                .find(|sp| sp.group_id == group_id)
+                .map(|sp| {
+                    let port = if sp.port_name.is_empty() {
+                        sp.port.to_string()
+                    } else {
+                        format!("{} ({})", sp.port, sp.port_name)
+                    };
+                    format!(
+                        "{}/{} {}:{port}/{} ({} ready endpoints)",
+                        sp.service.0,
+                        sp.service.1,
+                        sp.cluster_ip,
+                        sp.protocol.keyword(),
+                        sp.endpoints.len()
+                    )
+                });
+            let text = match &service {
+                Some(s) => format!("Service {s}"),
+                None => format!("Service port of group {group_id}"),
+            };
+            (Some(FlowOwner::Service { group_id, service }), text)
+        }
         _ => (
             Some(FlowOwner::Unknown { cookie: c }),
             format!("cookie {c:#x} (no known feature)"),

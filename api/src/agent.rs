@@ -315,6 +315,13 @@ pub enum FlowOwner {
         #[serde(default)]
         node: Option<String>,
     },
+    /// `Feature::Service`: a Service port's flows and group (the proxy).
+    Service {
+        group_id: u32,
+        /// `namespace/name:port/protocol`, when the agent knows it.
+        #[serde(default)]
+        service: Option<String>,
+    },
     /// A cookie of no known feature (or 0).
     Unknown { cookie: u64 },
 }

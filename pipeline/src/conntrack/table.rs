@@ -351,8 +351,13 @@ impl Conntrack {
         }
 
         if let Some((idx, reply)) = conn_idx {
-            let rev = self.nat_revs.get(&idx).copied();
             if let Some(conn) = self.slots.get_mut(idx as usize).and_then(Option::as_mut) {
+                // The side table only for translated connections: the
+                // common case pays no lookup.
+                let rev = match (conn.nat, &p.nat) {
+                    (true, Some(_)) => self.nat_revs.get(&idx).copied(),
+                    _ => None,
+                };
                 if commit && state & INV == 0 {
                     if let Some((v, m)) = p.mark {
                         conn.mark = (conn.mark & !m) | (v & m);
@@ -399,8 +404,11 @@ impl Conntrack {
         let commit = p.commit || p.force;
         let (orig, rev, mark, label) = match cur.at {
             CurrentAt::Slot(idx) => {
-                let rev = self.nat_revs.get(&idx).copied();
                 let conn = self.slots.get_mut(idx as usize)?.as_mut()?;
+                let rev = match (conn.nat, &p.nat) {
+                    (true, Some(_)) => self.nat_revs.get(&idx).copied(),
+                    _ => None,
+                };
                 if commit && state & ct_state::INV == 0 {
                     if let Some((v, m)) = p.mark {
                         conn.mark = (conn.mark & !m) | (v & m);
