@@ -21,7 +21,9 @@
 //!   svc-a2 without endpoints; the UDP connections translated to a2 are
 //!   flushed (as kube-proxy does);
 //! - a long-lived TCP connection through the ClusterIP keeps working
-//!   while an unrelated endpoint goes.
+//!   while an unrelated endpoint goes, and across a restart of the agent
+//!   and of the switch on its client's node (the translation is saved and
+//!   restored with the connection table), after which Services still work.
 //!
 //! Skips only when not root or without AF_XDP (SKIPPED; fails with
 //! `OXVS_TESTS_NO_SKIP=1`).
@@ -502,6 +504,45 @@ fn services_are_load_balanced_in_the_switch() {
         ],
     );
     long.check("after the policy changes and a2's deletion");
+
+    // A rolling update of the network on the client's node: the agent,
+    // then the switch restart. The long connection's translation (made on
+    // node-2, where its client is) is saved and restored with the
+    // connection table, the agent's Service flows and groups converge
+    // without a change, and new connections are balanced as before.
+    lab.ok(&["agent", "restart", "node-2"]);
+    long.check("after node-2's agent restarted");
+    let out = lab.ok(&["switch", "restart", "node-2"]);
+    assert!(out.contains("conntrack state restored"), "{out}");
+    long.check("after node-2's switch restarted");
+    wait_services(&lab, 7, 3);
+    report.check(
+        &lab,
+        "after node-2's restarts",
+        &[
+            path(
+                "c2 -> svc-a1 TCP (other node)",
+                &c2,
+                ("10.96.1.11", 80),
+                Tcp,
+                a("web/a1"),
+            ),
+            path(
+                "c2 -> svc-a1 UDP (other node)",
+                &c2,
+                ("10.96.1.11", 80),
+                Udp,
+                Want::Answer(vec![]),
+            ),
+            path(
+                "c2 -> svc-ab TCP x6: a1",
+                &c2,
+                ("10.96.1.13", 80),
+                Tcp,
+                Want::Spread(6, vec!["web/a1"]),
+            ),
+        ],
+    );
     report.finish();
 }
 

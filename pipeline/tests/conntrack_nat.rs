@@ -429,3 +429,78 @@ fn fnv1a(b: &[u8]) -> u64 {
     }
     h
 }
+
+/// Closes the connection `a` <-> `b` (client `a`): FIN from the server, ACK
+/// and FIN from the client, the last ACK.
+fn close(
+    n: &mut Node,
+    a: ([u8; 4], u16),
+    b: ([u8; 4], u16),
+    a_port: u32,
+    b_port: u32,
+    seq: (u32, u32),
+) {
+    const FIN_ACK: u8 = 0x11;
+    let (ca, cb) = seq;
+    n.send(&tcp(b, a, FIN_ACK, cb, ca), b_port);
+    n.send(&tcp(a, b, FIN_ACK, ca, cb + 1), a_port);
+    n.send(&tcp(b, a, ACK, cb + 1, ca + 1), b_port);
+}
+
+#[test]
+fn a_closed_connection_gives_its_tuple_to_a_new_one() {
+    let mut n = Node::new();
+    let client = (CLIENT, 42000);
+    // The client talks to the endpoint directly, and closes.
+    assert_eq!(n.one(&tcp(client, (EP1, 8080), SYN, 100, 0), 1).0, 2);
+    n.one(&tcp((EP1, 8080), client, SYN_ACK, 500, 101), 2);
+    n.one(&tcp(client, (EP1, 8080), ACK, 101, 501), 1);
+    close(&mut n, client, (EP1, 8080), 1, 2, (105, 501));
+    // Its kernel may reuse the port for the ClusterIP at once: the
+    // translated connection needs the closed one's tuple, and takes it.
+    let (p, h) = n.one(&tcp(client, (VIP, 80), SYN, 7000, 0), 1);
+    assert_eq!(
+        (p, h),
+        (
+            2,
+            Hdr {
+                src: client,
+                dst: (EP1, 8080)
+            }
+        )
+    );
+    let (p, h) = n.one(&tcp((EP1, 8080), client, SYN_ACK, 9000, 7001), 2);
+    assert_eq!(
+        (p, h),
+        (
+            1,
+            Hdr {
+                src: (VIP, 80),
+                dst: client
+            }
+        )
+    );
+    // And the other way round: the translated connection closes, the
+    // port goes to the endpoint directly.
+    n.one(&tcp(client, (VIP, 80), ACK, 7001, 9001), 1);
+    const FIN_ACK: u8 = 0x11;
+    n.one(&tcp((EP1, 8080), client, FIN_ACK, 9001, 7001), 2);
+    n.one(&tcp(client, (VIP, 80), FIN_ACK, 7001, 9002), 1);
+    n.one(&tcp((EP1, 8080), client, ACK, 9002, 7002), 2);
+    let (p, h) = n.one(&tcp(client, (EP1, 8080), SYN, 1, 0), 1);
+    assert_eq!(
+        (p, h),
+        (
+            2,
+            Hdr {
+                src: client,
+                dst: (EP1, 8080)
+            }
+        )
+    );
+    // An open translated connection keeps its tuple: a direct SYN that
+    // would collide with it is dropped.
+    let other = (CLIENT, 42001);
+    n.one(&tcp(other, (VIP, 80), SYN, 100, 0), 1);
+    assert!(n.send(&tcp(other, (EP1, 8080), SYN, 5, 0), 1).is_empty());
+}

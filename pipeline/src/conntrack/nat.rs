@@ -87,6 +87,7 @@ impl Conntrack {
         &mut self,
         key: &ConnKey,
         nat: &NatAction,
+        now_ns: u64,
     ) -> Result<Option<ConnKey>, CtRefusal> {
         let (Some(kind), Some(range)) = (nat.kind, nat.range) else {
             return Ok(None);
@@ -149,7 +150,7 @@ impl Conntrack {
                         return Ok(None);
                     }
                     let rev = fwd.reverse();
-                    if self.key_free(&rev) {
+                    if self.take_key(&rev, now_ns) {
                         return Ok(Some(rev));
                     }
                 }
@@ -159,12 +160,29 @@ impl Conntrack {
         Err(CtRefusal::NatExhausted)
     }
 
-    /// Whether no stored or staged connection uses `k` (either way).
-    fn key_free(&self, k: &ConnKey) -> bool {
+    /// Whether `k` (either way) is free for a new connection: no staged
+    /// connection uses it, and the stored one that does, if any, is over
+    /// (closed TCP, or expired), which is then removed: the ends reuse
+    /// ports as soon as their own stacks let them (a client port whose
+    /// connection to the pod directly was closed, now to the ClusterIP),
+    /// and Linux's NAT lets a new connection evict such an entry too.
+    fn take_key(&mut self, k: &ConnKey, now_ns: u64) -> bool {
         let canon = k.canonical();
-        !self.map.contains_key(&canon)
-            && !self.staged[..self.n_staged].iter().flatten().any(|s| {
-                s.pkt.key.canonical() == canon || s.rev.is_some_and(|r| r.canonical() == canon)
-            })
+        if self.staged[..self.n_staged].iter().flatten().any(|s| {
+            s.pkt.key.canonical() == canon || s.rev.is_some_and(|r| r.canonical() == canon)
+        }) {
+            return false;
+        }
+        let Some(&idx) = self.map.get(&canon) else {
+            return true;
+        };
+        match self.slots.get(idx as usize) {
+            Some(Some(c)) if c.closed() || now_ns >= c.expiration_ns => {
+                self.remove(idx);
+                self.stats.deleted_total += 1;
+                true
+            }
+            _ => false,
+        }
     }
 }

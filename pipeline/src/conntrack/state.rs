@@ -153,6 +153,18 @@ impl Conn {
         }
     }
 
+    /// Whether its tuples may be taken by a new connection, as the TCP
+    /// stacks at both ends already reuse the ports: a TCP connection
+    /// closed on both sides (`FIN_WAIT_2` or later; the rule by which a
+    /// new SYN replaces it), as Linux's NAT lets a new connection evict a
+    /// `TIME_WAIT` one whose reply tuple it needs.
+    pub(super) fn closed(&self) -> bool {
+        match self.l4 {
+            L4State::Tcp([o, r]) => o.state >= TcpState::FinWait2 && r.state >= TcpState::FinWait2,
+            _ => false,
+        }
+    }
+
     /// Whether it may go when the table is nearly full: not assured, or a
     /// TCP connection that is closing (Linux's `gc_worker_can_early_drop`).
     pub(super) fn reclaimable(&self) -> bool {

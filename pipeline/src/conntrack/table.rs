@@ -301,7 +301,7 @@ impl Conntrack {
                     let owner = key.get(Field::InPort) as u32;
                     let admitted = self.admit(&pkt.key, owner, now_ns).and_then(|victim| {
                         let rev = match &p.nat {
-                            Some(n) => self.nat_choose(&pkt.key, n)?,
+                            Some(n) => self.nat_choose(&pkt.key, n, now_ns)?,
                             None => None,
                         };
                         Ok((victim, rev))
@@ -634,6 +634,12 @@ impl Conntrack {
             false
         } else if !conn.nat || self.nat_revs.get(&idx) == Some(key) {
             true
+        } else if conn.closed() || now_ns >= conn.expiration_ns {
+            // A translated connection that is over holds a tuple the
+            // endpoints reuse: the new connection takes it.
+            self.remove(idx);
+            self.stats.deleted_total += 1;
+            return Found::None;
         } else {
             return Found::Clash;
         };
