@@ -195,6 +195,9 @@ fn the_agent_may_read_the_cluster_and_nothing_more() {
         "pods",
         "namespaces",
         "nodes",
+        // The Service proxy's (`--proxy`).
+        "services",
+        "endpoints",
         "networkpolicies.networking.k8s.io",
     ] {
         for verb in ["get", "list", "watch"] {
@@ -212,7 +215,9 @@ fn the_agent_may_read_the_cluster_and_nothing_more() {
         ("update", "nodes"),
         ("create", "networkpolicies.networking.k8s.io"),
         ("get", "secrets"),
-        ("list", "services"),
+        ("create", "services"),
+        ("update", "endpoints"),
+        ("list", "endpointslices.discovery.k8s.io"),
         ("get", "configmaps"),
     ] {
         assert!(
