@@ -1104,8 +1104,8 @@ mod tests {
                 .keys()
                 .filter(|n| n.starts_with("oxvs_conntrack_"))
                 .count(),
-            // entries, size, default limit, 9 counters, 3 per-port families
-            15
+            // entries, size, default limit, 10 counters, 3 per-port families
+            16
         );
     }
 
