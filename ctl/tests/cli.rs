@@ -25,6 +25,26 @@ fn usage_errors_exit_2() {
     let o = oxvsctl(&["dump-flows", "--flows", "-", "--table", "Nope"], Some(""));
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("'Nope'"), "{}", stderr(&o));
+    // flush-conntrack's filters are checked before the switch is asked.
+    for (args, what) in [
+        (
+            &["flush-conntrack", "--proto", "tcpx"][..],
+            "not a protocol",
+        ),
+        (&["flush-conntrack", "--proto", "300"][..], "not a protocol"),
+        (
+            &["flush-conntrack", "--reply-src", "10.0.0.1:x"][..],
+            "not IP or IP:PORT",
+        ),
+        (
+            &["flush-conntrack", "--reply-src", "10.0.0.1:70000"][..],
+            "not IP or IP:PORT",
+        ),
+    ] {
+        let o = oxvsctl(args, None);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(what), "{args:?}: {}", stderr(&o));
+    }
 }
 
 #[test]

@@ -438,6 +438,49 @@ pub fn address_count(endpoints: &Value) -> usize {
         .sum()
 }
 
+/// The endpoints controller's pass over `services` (`ns/name` -> the
+/// Service as stored): the Endpoints object of every Service with a
+/// selector whose computed Endpoints differ from `current`'s, by key.
+pub fn changed_endpoints(
+    services: &BTreeMap<String, Value>,
+    current: &BTreeMap<String, Value>,
+    backends: &[Backend],
+) -> Vec<(String, Value)> {
+    let mut changed = Vec::new();
+    for (key, body) in services {
+        let Some((ns, name)) = key.split_once('/') else {
+            continue;
+        };
+        let obj = Object {
+            kind: crate::manifest::Kind::Service,
+            namespace: ns.to_string(),
+            name: name.to_string(),
+            body: body.clone(),
+            source: format!("Service {key}"),
+        };
+        let Ok(spec) = parse_service(&obj) else {
+            continue;
+        };
+        if spec.selector.is_none() {
+            continue;
+        }
+        let ep = endpoints_object(&spec, backends);
+        if current.get(key) != Some(&ep) {
+            changed.push((key.clone(), ep));
+        }
+    }
+    changed
+}
+
+/// The keys (`ns/name`) of `services` in namespace `ns`.
+pub fn keys_in_namespace(services: &BTreeMap<String, Value>, ns: &str) -> Vec<String> {
+    services
+        .keys()
+        .filter(|key| key.split_once('/').is_some_and(|(n, _)| n == ns))
+        .cloned()
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

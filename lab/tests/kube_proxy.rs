@@ -50,7 +50,7 @@ use std::io::Read as _;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::paths::{path, Proto, Report, Want};
+use common::paths::{path, pod, Proto, Report, Want};
 use common::{lab_bin, Lab};
 use oxvs_lab::commands::kube::programmed;
 
@@ -69,17 +69,6 @@ fn kube_proxy_build() -> Option<String> {
             kp.display()
         ))
     }
-}
-
-fn pod(ns: &str, name: &str, node: &str, labels: &str, ports: bool) -> String {
-    let ports = if ports {
-        "    ports:\n    - {containerPort: 8080, name: http}\n    - {containerPort: 8080, protocol: UDP, name: http-udp}\n"
-    } else {
-        ""
-    };
-    format!(
-        "---\napiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {ns}, labels: {labels}}}\nspec:\n  nodeName: {node}\n  containers:\n  - name: c\n{ports}"
-    )
 }
 
 fn pods_yaml() -> String {

@@ -34,19 +34,8 @@ use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::paths::{path, Proto, Report, Want};
+use common::paths::{path, pod, Proto, Report, Want};
 use common::Lab;
-
-fn pod(ns: &str, name: &str, node: &str, labels: &str, ports: bool) -> String {
-    let ports = if ports {
-        "    ports:\n    - {containerPort: 8080, name: http}\n    - {containerPort: 8080, protocol: UDP, name: http-udp}\n"
-    } else {
-        ""
-    };
-    format!(
-        "---\napiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {ns}, labels: {labels}}}\nspec:\n  nodeName: {node}\n  containers:\n  - name: c\n{ports}"
-    )
-}
 
 fn pods_yaml() -> String {
     let mut y = String::from("apiVersion: v1\nkind: Namespace\nmetadata: {name: web}\n");

@@ -786,13 +786,7 @@ pub fn delete_namespace_services(ctx: &Ctx, st: &mut LabState, ns: &str) -> Vec<
     } else {
         st.kube
             .as_ref()
-            .map(|k| {
-                k.services
-                    .keys()
-                    .filter(|key| key.split_once('/').is_some_and(|(n, _)| n == ns))
-                    .cloned()
-                    .collect()
-            })
+            .map(|k| service::keys_in_namespace(&k.services, ns))
             .unwrap_or_default()
     };
     let mut errs = Vec::new();
@@ -866,34 +860,7 @@ pub fn sync_endpoints_keys(ctx: &Ctx, st: &mut LabState) -> anyhow::Result<Vec<(
     let Some(k) = st.kube.clone() else {
         return Ok(Vec::new());
     };
-    let pods = backends(ctx, st);
-    let mut changed: Vec<(String, Value)> = Vec::new();
-    for (key, body) in &k.services {
-        let Some((ns, _)) = key.split_once('/') else {
-            continue;
-        };
-        let obj = Object {
-            kind: manifest::Kind::Service,
-            namespace: ns.to_string(),
-            name: body
-                .pointer("/metadata/name")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string(),
-            body: body.clone(),
-            source: format!("Service {key}"),
-        };
-        let Ok(spec) = service::parse_service(&obj) else {
-            continue;
-        };
-        if spec.selector.is_none() {
-            continue;
-        }
-        let ep = service::endpoints_object(&spec, &pods);
-        if k.endpoints.get(key) != Some(&ep) {
-            changed.push((key.clone(), ep));
-        }
-    }
+    let changed = service::changed_endpoints(&k.services, &k.endpoints, &backends(ctx, st));
     if changed.is_empty() {
         return Ok(Vec::new());
     }

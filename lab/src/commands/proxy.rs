@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 
 use super::kube::{apply_word_local, SERVICE_CIDR};
 use super::Ctx;
-use crate::manifest::{self, Kind, Object};
+use crate::manifest::{self, Object};
 use crate::service::{self, Backend};
 use crate::state::{LabState, ProxyState};
 
@@ -196,13 +196,7 @@ pub fn delete_endpoints(ctx: &Ctx, ns: &str, name: &str) -> anyhow::Result<bool>
 pub fn namespace_services(st: &LabState, ns: &str) -> Vec<String> {
     st.proxy
         .as_ref()
-        .map(|p| {
-            p.services
-                .keys()
-                .filter(|key| key.split_once('/').is_some_and(|(n, _)| n == ns))
-                .cloned()
-                .collect()
-        })
+        .map(|p| service::keys_in_namespace(&p.services, ns))
         .unwrap_or_default()
 }
 
@@ -219,34 +213,18 @@ pub fn sync_endpoints(
     };
     let dir = ctx.paths.manifests();
     let mut out = Vec::new();
-    for (key, body) in &p.services {
+    for (key, ep) in service::changed_endpoints(&p.services, &p.endpoints, pods) {
         let Some((ns, name)) = key.split_once('/') else {
             continue;
         };
-        let obj = Object {
-            kind: Kind::Service,
-            namespace: ns.to_string(),
-            name: name.to_string(),
-            body: body.clone(),
-            source: format!("Service {key}"),
-        };
-        let Ok(spec) = service::parse_service(&obj) else {
-            continue;
-        };
-        if spec.selector.is_none() {
-            continue;
-        }
-        let ep = service::endpoints_object(&spec, pods);
-        if p.endpoints.get(key) != Some(&ep) {
-            manifest::write(
-                &dir,
-                &manifest::object_file_name("Endpoints", ns, name),
-                &ep,
-            )?;
-            out.push((key.clone(), service::address_count(&ep)));
-            if let Some(pp) = st.proxy.as_mut() {
-                pp.endpoints.insert(key.clone(), ep);
-            }
+        manifest::write(
+            &dir,
+            &manifest::object_file_name("Endpoints", ns, name),
+            &ep,
+        )?;
+        out.push((key.clone(), service::address_count(&ep)));
+        if let Some(pp) = st.proxy.as_mut() {
+            pp.endpoints.insert(key, ep);
         }
     }
     if !out.is_empty() {

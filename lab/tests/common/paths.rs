@@ -11,6 +11,20 @@ use std::time::{Duration, Instant};
 
 use super::Lab;
 
+/// A Pod manifest on `node` with `labels` (a YAML flow map); with
+/// `ports`, the lab's server answers on 8080 TCP (`http`) and UDP
+/// (`http-udp`).
+pub fn pod(ns: &str, name: &str, node: &str, labels: &str, ports: bool) -> String {
+    let ports = if ports {
+        "    ports:\n    - {containerPort: 8080, name: http}\n    - {containerPort: 8080, protocol: UDP, name: http-udp}\n"
+    } else {
+        ""
+    };
+    format!(
+        "---\napiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {ns}, labels: {labels}}}\nspec:\n  nodeName: {node}\n  containers:\n  - name: c\n{ports}"
+    )
+}
+
 /// How long a probe that must succeed may take (one SYN retransmission).
 pub const OK_TIMEOUT: Duration = Duration::from_millis(2500);
 /// How long a probe that must not be answered is given.

@@ -244,3 +244,106 @@ pub fn endpoint_slice(slice: &discovery::EndpointSlice) -> Result<EndpointSet, C
         },
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Protocol;
+    use serde_json::json;
+
+    fn svc(v: serde_json::Value) -> core::Service {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn services_are_defaulted_and_bad_fields_named() {
+        let s = service(&svc(json!({
+            "metadata": {"name": "web", "namespace": "shop"},
+            "spec": {"clusterIP": "10.96.0.20", "sessionAffinity": "ClientIP",
+                     "ports": [{"port": 80}, {"name": "dns", "port": 53, "protocol": "UDP"}]}
+        })))
+        .unwrap();
+        assert_eq!(s.cluster_ip, Some("10.96.0.20".parse().unwrap()));
+        assert_eq!(s.affinity_timeout, Some(DEFAULT_AFFINITY_TIMEOUT));
+        assert_eq!(
+            (s.ports[0].protocol, s.ports[0].name.as_str()),
+            (Protocol::Tcp, "")
+        );
+        // Headless and ExternalName Services are not proxied, not errors.
+        for spec in [
+            json!({"clusterIP": "None", "ports": [{"port": 80}]}),
+            json!({"type": "ExternalName", "externalName": "x.example", "clusterIP": "1.2.3.4"}),
+        ] {
+            let s = service(&svc(json!({"metadata": {"name": "h"}, "spec": spec}))).unwrap();
+            assert_eq!(s.cluster_ip, None);
+        }
+        for (spec, field) in [
+            (json!({"clusterIP": "10.96.0.x"}), "spec.clusterIP"),
+            (json!({"ports": [{"port": 0}]}), "spec.ports[0].port"),
+            (json!({"ports": [{"port": 70000}]}), "spec.ports[0].port"),
+            (
+                json!({"ports": [{"port": 80, "protocol": "ICMP"}]}),
+                "spec.ports[0].protocol",
+            ),
+            (
+                json!({"ports": [{"port": 80, "nodePort": -1}]}),
+                "spec.ports[0].nodePort",
+            ),
+            (json!({"sessionAffinity": "Cookie"}), "spec.sessionAffinity"),
+            (
+                json!({"sessionAffinity": "ClientIP",
+                       "sessionAffinityConfig": {"clientIP": {"timeoutSeconds": 0}}}),
+                "spec.sessionAffinityConfig.clientIP.timeoutSeconds",
+            ),
+        ] {
+            let e = service(&svc(
+                json!({"metadata": {"name": "b", "namespace": "n"}, "spec": spec}),
+            ))
+            .unwrap_err()
+            .to_string();
+            assert!(e.starts_with("Service n/b: ") && e.contains(field), "{e}");
+        }
+    }
+
+    #[test]
+    fn endpoints_and_slices_keep_readiness_and_refuse_bad_fields() {
+        let ep: core::Endpoints = serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "shop"},
+            "subsets": [{"addresses": [{"ip": "10.244.0.3", "nodeName": "n1"}, {"ip": "fd00::1"}],
+                         "notReadyAddresses": [{"ip": "10.244.0.4"}],
+                         "ports": [{"name": "http", "port": 8080}]}]
+        }))
+        .unwrap();
+        let set = endpoints(&ep).unwrap();
+        assert_eq!(set.service, ("shop".into(), "web".into()));
+        assert_eq!(set.endpoints.len(), 2, "IPv6 skipped");
+        assert!(set.endpoints[0].ready && !set.endpoints[1].ready);
+        let bad: core::Endpoints = serde_json::from_value(json!({
+            "metadata": {"name": "web"},
+            "subsets": [{"addresses": [{"ip": "10.244.0.300"}], "ports": [{"port": 0}]}]
+        }))
+        .unwrap();
+        let e = endpoints(&bad).unwrap_err().to_string();
+        assert!(
+            e.contains("subsets[0].ports[0].port") && e.contains("subsets[0].addresses[0].ip"),
+            "{e}"
+        );
+
+        let slice = |labels: serde_json::Value| -> discovery::EndpointSlice {
+            serde_json::from_value(json!({
+                "metadata": {"name": "web-abc", "namespace": "shop", "labels": labels},
+                "addressType": "IPv4",
+                "endpoints": [{"addresses": ["10.244.0.3"]},
+                              {"addresses": ["10.244.0.4"], "conditions": {"ready": false}}],
+                "ports": [{"name": "http", "port": 8080}]
+            }))
+            .unwrap()
+        };
+        let set = endpoint_slice(&slice(json!({SERVICE_NAME_LABEL: "web"}))).unwrap();
+        assert_eq!(set.service, ("shop".into(), "web".into()));
+        assert!(set.endpoints[0].ready, "unset ready counts as ready");
+        assert!(!set.endpoints[1].ready);
+        let e = endpoint_slice(&slice(json!({}))).unwrap_err().to_string();
+        assert!(e.contains(SERVICE_NAME_LABEL), "{e}");
+    }
+}
