@@ -479,7 +479,7 @@ pub fn annotate(view: &NodeView, step: &TraceStep) -> (Option<FlowOwner>, String
         }
         Some(Feature::Service) => {
             let group_id = u32::try_from(obj).unwrap_or(0);
-            let service = crate::proxy::service_ports(&view.cluster)
+            let service = crate::proxy::service_ports(&view.cluster, &view.node_name)
                 .into_iter()
                 .find(|sp| sp.group_id == group_id)
                 .map(|sp| {

@@ -54,6 +54,8 @@ pub struct Inputs {
     pub max_policy_flows: usize,
     /// Load-balance Services in the switch ([`crate::proxy`]).
     pub proxy: bool,
+    /// This node's name (the proxy's local endpoints are those on it).
+    pub node_name: String,
 }
 
 impl Inputs {
@@ -69,6 +71,7 @@ impl Inputs {
             local: Vec::new(),
             max_policy_flows: policy::DEFAULT_MAX_POLICY_FLOWS,
             proxy: false,
+            node_name: String::new(),
         }
     }
 }
@@ -110,7 +113,7 @@ pub fn compute(inp: &Inputs) -> DesiredFlows {
     let mut groups = Vec::new();
     let mut udp_endpoints = Vec::new();
     if inp.proxy {
-        let p = crate::proxy::proxy_flows(&inp.state);
+        let p = crate::proxy::proxy_flows(&inp.state, &inp.node_name, &inp.node);
         udp_endpoints = p
             .ports
             .iter()
@@ -121,6 +124,7 @@ pub fn compute(inp: &Inputs) -> DesiredFlows {
         udp_endpoints.dedup();
         lines.extend(p.flows);
         lines.extend(crate::proxy::hairpin_node_flows());
+        lines.extend(crate::proxy::outside_node_flows(&inp.node));
         for pod in &inp.pods {
             lines.extend(crate::proxy::hairpin_pod_flows(&inp.node, pod));
         }

@@ -158,7 +158,7 @@ pub fn node_flows(node: &NodeNet, proxy: bool) -> Vec<String> {
         conntrack_state(proxy),
         egress_defaults(),
         l3_forwarding(node),
-        l3_dec_ttl(),
+        l3_dec_ttl(proxy),
         l2_forwarding_calc(node),
         ingress_defaults(),
         conntrack_commit(),
@@ -256,8 +256,12 @@ fn l3_forwarding(node: &NodeNet) -> Vec<FlowLine> {
 }
 
 /// L3DecTTL: routed packets lose one TTL, except those the host (the
-/// gateway) already routed.
-fn l3_dec_ttl() -> Vec<FlowLine> {
+/// gateway) already routed. With the proxy, ServiceSNAT comes next.
+fn l3_dec_ttl(proxy: bool) -> Vec<FlowLine> {
+    let next = match proxy {
+        true => SERVICE_SNAT,
+        false => L2_FORWARDING_CALC,
+    };
     vec![
         FlowLine::new(
             L3_DEC_TTL,
@@ -266,12 +270,12 @@ fn l3_dec_ttl() -> Vec<FlowLine> {
         )
         .matching("ip")
         .mark(regs::FROM_GATEWAY)
-        .goto(L2_FORWARDING_CALC),
+        .goto(next),
         FlowLine::new(L3_DEC_TTL, priority::l3_dec_ttl::DEC_TTL, cookie::DEFAULTS)
             .matching("ip")
             .action("dec_ttl")
-            .goto(L2_FORWARDING_CALC),
-        default_goto(L3_DEC_TTL, L2_FORWARDING_CALC),
+            .goto(next),
+        default_goto(L3_DEC_TTL, next),
     ]
 }
 

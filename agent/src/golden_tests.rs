@@ -300,6 +300,7 @@ fn scenarios() -> BTreeMap<&'static str, Inputs> {
             local: local_pods(&pods_only),
             max_policy_flows: crate::policy::DEFAULT_MAX_POLICY_FLOWS,
             proxy: false,
+            node_name: "node-a".into(),
         },
     );
     let remotes = vec![
@@ -319,6 +320,7 @@ fn scenarios() -> BTreeMap<&'static str, Inputs> {
             local: local_pods(&pods_only),
             max_policy_flows: crate::policy::DEFAULT_MAX_POLICY_FLOWS,
             proxy: false,
+            node_name: "node-a".into(),
         },
     );
     let admitted = vec![pod(
@@ -345,6 +347,7 @@ fn scenarios() -> BTreeMap<&'static str, Inputs> {
                 local: local_pods(&atts),
                 max_policy_flows: max,
                 proxy: false,
+                node_name: "node-a".into(),
             },
         );
     }
@@ -357,6 +360,9 @@ fn scenarios() -> BTreeMap<&'static str, Inputs> {
         cluster_ip: Some(ip.parse().unwrap()),
         ports,
         affinity_timeout: affinity.then_some(10_800),
+        external_ips: Vec::new(),
+        external_local: false,
+        internal_local: false,
     };
     let sport = |name: &str, protocol, port| ServicePort {
         name: name.into(),
@@ -399,6 +405,34 @@ fn scenarios() -> BTreeMap<&'static str, Inputs> {
             false,
             vec![sport("", Protocol::Tcp, 80)],
         ),
+        // From outside: a NodePort and an external address, both
+        // policies; internalTrafficPolicy: Local.
+        Service {
+            external_ips: vec!["192.0.2.10".parse().unwrap()],
+            ..svc(
+                "front",
+                "10.96.0.23",
+                false,
+                vec![ServicePort {
+                    node_port: Some(30080),
+                    ..sport("", Protocol::Tcp, 80)
+                }],
+            )
+        },
+        Service {
+            external_ips: vec!["192.0.2.11".parse().unwrap()],
+            external_local: true,
+            internal_local: true,
+            ..svc(
+                "front-local",
+                "10.96.0.24",
+                false,
+                vec![ServicePort {
+                    node_port: Some(30081),
+                    ..sport("", Protocol::Tcp, 80)
+                }],
+            )
+        },
     ] {
         proxied.services.insert(s.key(), s);
     }
@@ -421,6 +455,24 @@ fn scenarios() -> BTreeMap<&'static str, Inputs> {
             endpoints: vec![ep("10.244.0.4", true, &[("", Protocol::Tcp, 8443)])],
         },
     );
+    for name in ["front", "front-local"] {
+        proxied.endpoints.insert(
+            ("shop".into(), name.into()),
+            EndpointSet {
+                service: ("shop".into(), name.into()),
+                endpoints: vec![
+                    Endpoint {
+                        node_name: Some("node-a".into()),
+                        ..ep("10.244.0.3", true, &[("", Protocol::Tcp, 8080)])
+                    },
+                    Endpoint {
+                        node_name: Some("node-b".into()),
+                        ..ep("10.244.1.7", true, &[("", Protocol::Tcp, 8080)])
+                    },
+                ],
+            },
+        );
+    }
     proxied.endpoints.insert(
         ("shop".into(), "idle".into()),
         EndpointSet {
@@ -435,6 +487,7 @@ fn scenarios() -> BTreeMap<&'static str, Inputs> {
             state: Arc::new(proxied),
             local: local_pods(&pods_only),
             proxy: true,
+            node_name: "node-a".into(),
             ..Inputs::for_node(node())
         },
     );

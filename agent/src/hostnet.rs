@@ -1,5 +1,6 @@
 //! The host side of pod egress: forwarding on, and masquerade for pod
-//! traffic that leaves the node other than through the gateway.
+//! traffic that leaves the node other than through the gateway; and, for
+//! the Service proxy, the NodePorts the host DNATs into the switch.
 //!
 //! Pod traffic to another pod (local, or remote through the tunnel) never
 //! leaves through a host interface other than the gateway, so it is never
@@ -149,6 +150,100 @@ pub fn remove_masquerade(pod_cidr: Ipv4Net, gateway: &str) -> Result<(), Hostnet
     Ok(())
 }
 
+/// The `nat` chain the Service proxy DNATs NodePorts in.
+pub const NODE_PORTS_CHAIN: &str = "OXVS-NODEPORTS";
+
+/// The jump into [`NODE_PORTS_CHAIN`] from `hook` (PREROUTING: traffic
+/// arriving at the node; OUTPUT: the node's own): packets to any of the
+/// node's addresses but loopback ones.
+fn node_ports_jump(hook: &str) -> Vec<String> {
+    [
+        hook,
+        "-m",
+        "comment",
+        "--comment",
+        "oxvs: Service NodePorts",
+        "-m",
+        "addrtype",
+        "--dst-type",
+        "LOCAL",
+        "!",
+        "-d",
+        "127.0.0.0/8",
+        "-j",
+        NODE_PORTS_CHAIN,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// One NodePort the host sends into the switch: protocol keyword (`tcp`,
+/// `udp`), port, and the Service port it belongs to (a comment).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct NodePort {
+    pub protocol: &'static str,
+    pub port: u16,
+    pub service: String,
+}
+
+/// The `iptables-restore --noflush` input that makes [`NODE_PORTS_CHAIN`]
+/// exactly `ports`, each DNATed to `vip` (its port kept).
+fn node_ports_restore(ports: &[NodePort], vip: std::net::Ipv4Addr) -> String {
+    let mut s = format!("*nat\n:{NODE_PORTS_CHAIN} - [0:0]\n");
+    for p in ports {
+        // A comment is one word of iptables-restore's line syntax when quoted;
+        // Service names cannot hold a quote.
+        let comment: String = p
+            .service
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric() || "-./:_".contains(*c))
+            .collect();
+        s.push_str(&format!(
+            "-A {NODE_PORTS_CHAIN} -p {proto} -m {proto} --dport {port} -m comment --comment \"{comment}\" -j DNAT --to-destination {vip}\n",
+            proto = p.protocol,
+            port = p.port,
+        ));
+    }
+    s.push_str("COMMIT\n");
+    s
+}
+
+/// Makes the host DNAT each of `ports` on every node address to `vip`
+/// (which it routes into the switch), replacing the chain's previous
+/// rules in one `iptables-restore`, and makes sure PREROUTING and OUTPUT
+/// jump to it. Idempotent.
+pub fn sync_node_ports(ports: &[NodePort], vip: std::net::Ipv4Addr) -> Result<(), HostnetError> {
+    use std::io::Write as _;
+    let input = node_ports_restore(ports, vip);
+    let mut child = Command::new("iptables-restore")
+        .args(["-w", "5", "--noflush"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(HostnetError::Spawn)?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(input.as_bytes())
+            .map_err(HostnetError::Spawn)?;
+    }
+    let out = child.wait_with_output().map_err(HostnetError::Spawn)?;
+    if !out.status.success() {
+        return Err(HostnetError::Iptables {
+            args: format!("-restore --noflush ({} NodePorts)", ports.len()),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    for hook in ["PREROUTING", "OUTPUT"] {
+        let rule = node_ports_jump(hook);
+        if !iptables("-C", &rule)? {
+            iptables("-I", &rule)?;
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,6 +254,39 @@ mod tests {
         assert_eq!(
             r,
             "POSTROUTING -s 10.244.1.0/24 ! -o oxvs-gw0 -m comment --comment oxvs: pod egress -j MASQUERADE"
+        );
+    }
+
+    #[test]
+    fn node_ports_replace_the_chain_and_keep_the_port() {
+        let ports = [
+            NodePort {
+                protocol: "tcp",
+                port: 30080,
+                service: "web/front:http \"x\"".into(),
+            },
+            NodePort {
+                protocol: "udp",
+                port: 30053,
+                service: "kube-system/dns:dns".into(),
+            },
+        ];
+        let r = node_ports_restore(&ports, "169.254.169.253".parse().unwrap());
+        assert_eq!(
+            r,
+            "*nat\n:OXVS-NODEPORTS - [0:0]\n\
+             -A OXVS-NODEPORTS -p tcp -m tcp --dport 30080 -m comment --comment \"web/front:httpx\" -j DNAT --to-destination 169.254.169.253\n\
+             -A OXVS-NODEPORTS -p udp -m udp --dport 30053 -m comment --comment \"kube-system/dns:dns\" -j DNAT --to-destination 169.254.169.253\n\
+             COMMIT\n"
+        );
+        // None: the chain is emptied (still declared, so it exists).
+        assert_eq!(
+            node_ports_restore(&[], "169.254.169.253".parse().unwrap()),
+            "*nat\n:OXVS-NODEPORTS - [0:0]\nCOMMIT\n"
+        );
+        assert_eq!(
+            node_ports_jump("PREROUTING").join(" "),
+            "PREROUTING -m comment --comment oxvs: Service NodePorts -m addrtype --dst-type LOCAL ! -d 127.0.0.0/8 -j OXVS-NODEPORTS"
         );
     }
 }

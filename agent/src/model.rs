@@ -220,7 +220,7 @@ pub struct ServicePort {
     pub name: String,
     pub protocol: Protocol,
     pub port: u16,
-    /// `nodePort`, if allocated.
+    /// `nodePort`, if allocated (NodePort and LoadBalancer Services only).
     pub node_port: Option<u16>,
 }
 
@@ -236,6 +236,18 @@ pub struct Service {
     pub ports: Vec<ServicePort>,
     /// `sessionAffinity: ClientIP`: its `timeoutSeconds` (default 10800).
     pub affinity_timeout: Option<u32>,
+    /// Addresses traffic arriving at a node is load-balanced for, besides
+    /// the NodePorts: `spec.externalIPs` and the Service's load balancer
+    /// addresses (`status.loadBalancer.ingress[].ip`), IPv4, sorted, no
+    /// duplicates.
+    pub external_ips: Vec<Ipv4Addr>,
+    /// `externalTrafficPolicy: Local`: traffic arriving at a node (its
+    /// NodePorts, external and load balancer addresses) goes only to that
+    /// node's endpoints, with its client address kept.
+    pub external_local: bool,
+    /// `internalTrafficPolicy: Local`: ClusterIP traffic goes only to
+    /// endpoints on the client's node.
+    pub internal_local: bool,
 }
 
 impl Service {

@@ -734,11 +734,12 @@ pub fn netns_exists(path: &Path) -> bool {
 }
 
 /// Makes the caller's namespace route `dst` via `via` on interface `dev`
-/// (`onlink`: the next hop need not be in a connected subnet), with path
-/// MTU `mtu` if given. Replaces an existing route to `dst`. Idempotent.
+/// (`onlink`: the next hop need not be in a connected subnet), or, without
+/// `via`, straight onto the link (scope link), with path MTU `mtu` if
+/// given. Replaces an existing route to `dst`. Idempotent.
 pub fn ensure_route(
     dst: ipnet::Ipv4Net,
-    via: Ipv4Addr,
+    via: Option<Ipv4Addr>,
     dev: &str,
     mtu: Option<u32>,
 ) -> Result<(), PodnetError> {
@@ -747,14 +748,17 @@ pub fn ensure_route(
         let link = existing_link(nl, dev)?;
         let route = Ipv4Route {
             dst,
-            gateway: Some(via),
+            gateway: via,
             oif: Some(link.index),
-            onlink: true,
+            onlink: via.is_some(),
             mtu,
             table: None,
         };
-        nl.add_route(&route, true)
-            .map_err(nl::step(format!("route {dst} via {via} dev {dev} onlink")))
+        let what = match via {
+            Some(via) => format!("route {dst} via {via} dev {dev} onlink"),
+            None => format!("route {dst} dev {dev}"),
+        };
+        nl.add_route(&route, true).map_err(nl::step(what))
     })
 }
 

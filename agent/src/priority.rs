@@ -43,6 +43,9 @@ pub mod arp_responder {
 pub mod conntrack_zone {
     /// Hairpin answers: un-SNATed first ([`crate::proxy`]).
     pub const HAIRPIN: u16 = 210;
+    /// Packets to the gateway address: un-SNATed first, if they answer a
+    /// connection from outside the node SNATed to it ([`crate::proxy`]).
+    pub const SNAT_REPLY: u16 = 210;
     /// IP traffic goes through conntrack.
     pub const TRACK: u16 = 200;
 }
@@ -126,6 +129,16 @@ pub mod output {
 
 /// ServiceLB (the proxy).
 pub mod service_lb {
+    /// `externalTrafficPolicy: Local`: a connection from this node's own
+    /// pods to a NodePort or external address may go to any endpoint
+    /// (beats the local-endpoints flow).
+    pub const FROM_LOCAL_PODS: u16 = 210;
     /// A new connection to a Service port: its group (or a drop).
     pub const SERVICE: u16 = 200;
+}
+
+/// Table `ServiceSNAT` (57).
+pub mod service_snat {
+    /// A new connection marked for SNAT: to the gateway address.
+    pub const SNAT: u16 = 200;
 }

@@ -38,6 +38,26 @@
 //! | 80 ConntrackCommit | packets last tracked in the hairpin zone skip the commit (both zones have the connection already) |
 //! | 90 Output | per pod: to its own port -> `in_port` (OpenFlow never outputs to the input port otherwise) |
 //!
+//! ## From outside the node
+//!
+//! NodePorts, external and load balancer addresses: the host sends their
+//! traffic into the switch through the gateway. It DNATs each NodePort to
+//! [`SERVICE_VIP`] (`crate::hostnet::sync_node_ports`) and routes every
+//! Service address via [`SERVICE_VIP`] (for which the switch answers ARP
+//! with the gateway's MAC, so the packets look routed). ServiceLB sends
+//! them to the Service port's groups:
+//!
+//! | `externalTrafficPolicy` | |
+//! |---|---|
+//! | Cluster | every endpoint; `reg0[20]` asks ServiceSNAT (57) to SNAT the connection to the gateway address (zone [`HAIRPIN_ZONE`], ports [`SNAT_PORTS`]), so that the answer comes back through this node whichever node the endpoint is on |
+//! | Local | this node's endpoints, no SNAT (the client's address is kept); this node's own pods reach every endpoint |
+//!
+//! NodePort groups ([`GroupKind::NodePort`]) commit with the from-gateway
+//! `ct_mark`, so replies go back to the host, which undoes its DNAT.
+//! `internalTrafficPolicy: Local` gives the ClusterIP this node's
+//! endpoints only. External addresses that belong to the cluster (a node,
+//! a pod network) are refused ([`external_ip_allowed`]).
+//!
 //! ## Ids
 //!
 //! A Service port's group id (and the object of its cookie,
@@ -53,8 +73,8 @@ use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
 
 use oxvs_pipeline::names::{
-    CONNTRACK_COMMIT, CONNTRACK_STATE, CONNTRACK_ZONE, EGRESS_RULE, L3_DEC_TTL, L3_FORWARDING,
-    OUTPUT, SERVICE_LB,
+    ARP_RESPONDER, CONNTRACK_COMMIT, CONNTRACK_STATE, CONNTRACK_ZONE, EGRESS_RULE,
+    L2_FORWARDING_CALC, L3_DEC_TTL, L3_FORWARDING, OUTPUT, SERVICE_LB, SERVICE_SNAT,
 };
 use oxvs_pipeline::regs;
 
@@ -63,11 +83,65 @@ use crate::flows::{mac_str, FlowLine, NodeNet, PodPort, CT_ZONE};
 use crate::model::{ClusterState, ObjKey, Protocol};
 use crate::priority;
 
-/// The conntrack zone of hairpin SNAT (module doc, "Hairpin").
+/// The conntrack zone of hairpin SNAT (module doc, "Hairpin") and of the
+/// SNAT of traffic from outside (module doc, "From outside the node").
 pub const HAIRPIN_ZONE: u16 = 65521;
 
 /// The address hairpin traffic is SNATed to (link-local, never a pod's).
 pub const HAIRPIN_IP: Ipv4Addr = Ipv4Addr::new(169, 254, 169, 252);
+
+/// The host's next hop into the switch for Service addresses, and the
+/// address NodePort traffic is DNATed to on the host (module doc, "From
+/// outside the node"). Link-local: no pod or node has it.
+pub const SERVICE_VIP: Ipv4Addr = Ipv4Addr::new(169, 254, 169, 253);
+
+/// The ports traffic from outside is SNATed to on the gateway address:
+/// above Linux's default ephemeral range (32768-60999), so a SNATed
+/// connection never takes the tuple of one of the host's own connections
+/// from that address.
+pub const SNAT_PORTS: (u16, u16) = (61000, 65535);
+
+/// Which endpoints a group balances over, and whether its connections are
+/// marked as entered from the gateway.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum GroupKind {
+    /// Every ready endpoint.
+    Cluster,
+    /// The ready endpoints on this node.
+    Local,
+    /// Every ready endpoint, for NodePort traffic: the connection is
+    /// committed with the from-gateway `ct_mark`, so its replies go back
+    /// through the host that DNATed the node's address.
+    NodePort,
+    /// This node's ready endpoints, for NodePort traffic.
+    NodePortLocal,
+}
+
+impl GroupKind {
+    const ALL: [GroupKind; 4] = [
+        GroupKind::Cluster,
+        GroupKind::Local,
+        GroupKind::NodePort,
+        GroupKind::NodePortLocal,
+    ];
+
+    fn suffix(self) -> &'static str {
+        match self {
+            GroupKind::Cluster => "",
+            GroupKind::Local => "/local",
+            GroupKind::NodePort => "/nodeport",
+            GroupKind::NodePortLocal => "/nodeport-local",
+        }
+    }
+
+    fn local(self) -> bool {
+        matches!(self, GroupKind::Local | GroupKind::NodePortLocal)
+    }
+
+    fn node_port(self) -> bool {
+        matches!(self, GroupKind::NodePort | GroupKind::NodePortLocal)
+    }
+}
 
 /// One Service port the proxy serves.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -77,11 +151,33 @@ pub struct ServicePortFlows {
     pub protocol: Protocol,
     pub cluster_ip: Ipv4Addr,
     pub port: u16,
-    /// Its group (and cookie object).
+    /// Its group (and cookie object): the one over every ready endpoint.
     pub group_id: u32,
+    /// The ids of its groups by [`GroupKind`] (`ALL` order).
+    pub group_ids: [u32; 4],
     /// The ready endpoints (address, port), sorted.
     pub endpoints: Vec<(Ipv4Addr, u16)>,
+    /// Those on this node.
+    pub local_endpoints: Vec<(Ipv4Addr, u16)>,
     pub affinity: bool,
+    pub node_port: Option<u16>,
+    /// External and load balancer addresses.
+    pub external_ips: Vec<Ipv4Addr>,
+    pub external_local: bool,
+    pub internal_local: bool,
+}
+
+impl ServicePortFlows {
+    fn group(&self, kind: GroupKind) -> u32 {
+        self.group_ids[kind as usize]
+    }
+
+    fn endpoints_of(&self, kind: GroupKind) -> &[(Ipv4Addr, u16)] {
+        match kind.local() {
+            true => &self.local_endpoints,
+            false => &self.endpoints,
+        }
+    }
 }
 
 /// The proxy's flows and groups.
@@ -105,9 +201,9 @@ fn fnv1a32(s: &str) -> u32 {
 /// Group ids live in 1..=0x7fff_ffff (well below OpenFlow's reserved range).
 const GROUP_ID_SPACE: u32 = 0x7fff_ffff;
 
-/// The Service ports the proxy serves, with their group ids and ready
-/// endpoints, sorted by Service and port.
-pub fn service_ports(state: &ClusterState) -> Vec<ServicePortFlows> {
+/// The Service ports the proxy serves on node `node_name`, with their
+/// group ids and ready endpoints, sorted by Service and port.
+pub fn service_ports(state: &ClusterState, node_name: &str) -> Vec<ServicePortFlows> {
     let mut out = Vec::new();
     let mut used = BTreeSet::new();
     for (key, svc) in &state.services {
@@ -116,84 +212,333 @@ pub fn service_ports(state: &ClusterState) -> Vec<ServicePortFlows> {
         };
         let endpoints = state.service_endpoints(key);
         for p in &svc.ports {
-            let mut eps: Vec<(Ipv4Addr, u16)> = endpoints
-                .iter()
-                .filter(|e| e.ready)
-                .filter_map(|e| {
-                    e.ports
-                        .iter()
-                        .find(|ep| ep.name == p.name && ep.protocol == p.protocol)
-                        .map(|ep| (e.ip, ep.port))
-                })
-                .collect();
-            eps.sort();
-            eps.dedup();
+            let ready = |local: bool| -> Vec<(Ipv4Addr, u16)> {
+                let mut eps: Vec<(Ipv4Addr, u16)> = endpoints
+                    .iter()
+                    .filter(|e| e.ready)
+                    .filter(|e| !local || e.node_name.as_deref() == Some(node_name))
+                    .filter_map(|e| {
+                        e.ports
+                            .iter()
+                            .find(|ep| ep.name == p.name && ep.protocol == p.protocol)
+                            .map(|ep| (e.ip, ep.port))
+                    })
+                    .collect();
+                eps.sort();
+                eps.dedup();
+                eps
+            };
             let name = format!("{}/{}/{}/{}", key.0, key.1, p.name, p.protocol.keyword());
-            let mut id = fnv1a32(&name) % GROUP_ID_SPACE + 1;
-            while !used.insert(id) {
-                id = id % GROUP_ID_SPACE + 1;
+            let mut group_ids = [0u32; 4];
+            for kind in GroupKind::ALL {
+                let mut id = fnv1a32(&format!("{name}{}", kind.suffix())) % GROUP_ID_SPACE + 1;
+                while !used.insert(id) {
+                    id = id % GROUP_ID_SPACE + 1;
+                }
+                group_ids[kind as usize] = id;
             }
+            let external_ips = svc
+                .external_ips
+                .iter()
+                .copied()
+                .filter(|ip| external_ip_allowed(state, *ip))
+                .collect();
             out.push(ServicePortFlows {
                 service: key.clone(),
                 port_name: p.name.clone(),
                 protocol: p.protocol,
                 cluster_ip,
                 port: p.port,
-                group_id: id,
-                endpoints: eps,
+                group_id: group_ids[GroupKind::Cluster as usize],
+                group_ids,
+                endpoints: ready(false),
+                local_endpoints: ready(true),
                 affinity: svc.affinity_timeout.is_some(),
+                node_port: p.node_port,
+                external_ips,
+                external_local: svc.external_local,
+                internal_local: svc.internal_local,
             });
         }
     }
     out
 }
 
-/// The proxy's flows and groups for the cluster (see the module doc).
-pub fn proxy_flows(state: &ClusterState) -> ProxyFlows {
-    let ports = service_ports(state);
-    let mut flows: Vec<String> = Vec::new();
-    let mut groups: Vec<(u32, String)> = Vec::new();
-    for sp in &ports {
-        let c = cookie::service(sp.group_id);
-        let lb = FlowLine::new(SERVICE_LB, priority::service_lb::SERVICE, c)
-            .matching("ct_state=+new+trk")
-            .matching(sp.protocol.keyword())
-            .matching(format!("nw_dst={}", sp.cluster_ip))
-            .matching(format!("tp_dst={}", sp.port));
-        if sp.endpoints.is_empty() {
-            flows.push(lb.drop_packet().into());
+/// Whether an external or load balancer address may be taken over by a
+/// Service on this node. Not: an address of the cluster's pod networks or
+/// nodes (a Service would capture traffic meant for a pod or a node: the
+/// "man in the middle" of CVE-2020-8554), nor a special-purpose one
+/// (unspecified, loopback, link-local, multicast, broadcast).
+pub fn external_ip_allowed(state: &ClusterState, ip: Ipv4Addr) -> bool {
+    let special = ip.is_unspecified()
+        || ip.is_loopback()
+        || ip.is_link_local()
+        || ip.is_multicast()
+        || ip.is_broadcast();
+    let cluster = state
+        .nodes
+        .values()
+        .any(|n| n.internal_ip == Some(ip) || n.pod_cidr.is_some_and(|c| c.contains(&ip)));
+    !special && !cluster
+}
+
+/// The NodePorts the host must send into the switch (TCP and UDP; SCTP
+/// NodePorts are not served), sorted.
+pub fn node_ports(state: &ClusterState) -> Vec<crate::hostnet::NodePort> {
+    let mut out = Vec::new();
+    for (key, svc) in &state.services {
+        if svc.cluster_ip.is_none() {
             continue;
         }
-        flows.push(lb.action(format!("group:{}", sp.group_id)).into());
-        groups.push((sp.group_id, group_line(sp)));
+        for p in &svc.ports {
+            let (Some(port), Some(protocol)) = (p.node_port, host_protocol(p.protocol)) else {
+                continue;
+            };
+            out.push(crate::hostnet::NodePort {
+                protocol,
+                port,
+                service: format!("{}/{}:{}", key.0, key.1, p.name),
+            });
+        }
     }
-    groups.sort();
+    out.sort();
+    out.dedup_by(|a, b| a.protocol == b.protocol && a.port == b.port);
+    out
+}
+
+fn host_protocol(p: Protocol) -> Option<&'static str> {
+    match p {
+        Protocol::Tcp => Some("tcp"),
+        Protocol::Udp => Some("udp"),
+        Protocol::Sctp => None,
+    }
+}
+
+/// The addresses the host routes into the switch (via [`SERVICE_VIP`]):
+/// every ClusterIP, external and load balancer address the proxy serves,
+/// sorted.
+pub fn host_routes(state: &ClusterState) -> Vec<Ipv4Addr> {
+    let mut out: Vec<Ipv4Addr> = Vec::new();
+    for svc in state.services.values() {
+        let Some(ip) = svc.cluster_ip else {
+            continue;
+        };
+        out.push(ip);
+        out.extend(
+            svc.external_ips
+                .iter()
+                .filter(|ip| external_ip_allowed(state, **ip)),
+        );
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Where a ServiceLB flow sends a new connection.
+struct Frontend<'a> {
+    sp: &'a ServicePortFlows,
+    nw_dst: Ipv4Addr,
+    tp_dst: u16,
+}
+
+impl Frontend<'_> {
+    fn flow(&self, priority: u16) -> FlowLine {
+        FlowLine::new(SERVICE_LB, priority, cookie::service(self.sp.group_id))
+            .matching("ct_state=+new+trk")
+            .matching(self.sp.protocol.keyword())
+            .matching(format!("nw_dst={}", self.nw_dst))
+            .matching(format!("tp_dst={}", self.tp_dst))
+    }
+}
+
+/// Collects flows and the groups they use.
+#[derive(Default)]
+struct Builder {
+    flows: Vec<String>,
+    groups: Vec<(u32, String)>,
+    made: BTreeSet<u32>,
+}
+
+impl Builder {
+    /// `flow` to `kind`'s group (made once), or a drop without endpoints.
+    fn send_to_group(&mut self, flow: FlowLine, sp: &ServicePortFlows, kind: GroupKind) {
+        if sp.endpoints_of(kind).is_empty() {
+            self.flows.push(flow.drop_packet().into());
+            return;
+        }
+        let id = sp.group(kind);
+        self.flows.push(flow.action(format!("group:{id}")).into());
+        if self.made.insert(id) {
+            self.groups.push((id, group_line(sp, kind)));
+        }
+    }
+}
+
+/// The proxy's flows and groups for the cluster on this node (see the
+/// module doc).
+pub fn proxy_flows(state: &ClusterState, node_name: &str, node: &NodeNet) -> ProxyFlows {
+    let ports = service_ports(state, node_name);
+    let mut b = Builder::default();
+    for sp in &ports {
+        let cluster = Frontend {
+            sp,
+            nw_dst: sp.cluster_ip,
+            tp_dst: sp.port,
+        };
+        let kind = match sp.internal_local {
+            true => GroupKind::Local,
+            false => GroupKind::Cluster,
+        };
+        b.send_to_group(cluster.flow(priority::service_lb::SERVICE), sp, kind);
+        // Traffic arriving at the node: its NodePort (DNATed to the
+        // Service VIP by the host, so only from the gateway) and its
+        // external addresses.
+        let mut outside: Vec<(Frontend, bool)> = Vec::new();
+        if let Some(np) = sp.node_port {
+            let f = Frontend {
+                sp,
+                nw_dst: SERVICE_VIP,
+                tp_dst: np,
+            };
+            outside.push((f, true));
+        }
+        for ip in &sp.external_ips {
+            let f = Frontend {
+                sp,
+                nw_dst: *ip,
+                tp_dst: sp.port,
+            };
+            outside.push((f, false));
+        }
+        for (f, node_port) in outside {
+            let (all, local) = match node_port {
+                true => (GroupKind::NodePort, GroupKind::NodePortLocal),
+                false => (GroupKind::Cluster, GroupKind::Local),
+            };
+            let flow = |prio: u16| {
+                let fl = f.flow(prio);
+                match node_port {
+                    true => fl.mark(regs::FROM_GATEWAY),
+                    false => fl,
+                }
+            };
+            if sp.external_local {
+                // This node's endpoints, the client's address kept; this
+                // node's own pods reach every endpoint (as kube-proxy).
+                b.send_to_group(flow(priority::service_lb::SERVICE), sp, local);
+                let from_pods = flow(priority::service_lb::FROM_LOCAL_PODS)
+                    .matching(format!("nw_src={}", node.pod_cidr));
+                b.send_to_group(from_pods, sp, all);
+            } else {
+                let snat = flow(priority::service_lb::SERVICE).set_mark(regs::SERVICE_SNAT_MARK);
+                b.send_to_group(snat, sp, all);
+            }
+        }
+    }
+    b.groups.sort();
     ProxyFlows {
-        flows,
-        groups: groups.into_iter().map(|(_, g)| g).collect(),
+        flows: b.flows,
+        groups: b.groups.into_iter().map(|(_, g)| g).collect(),
         ports,
     }
 }
 
-/// The select group of one Service port.
-fn group_line(sp: &ServicePortFlows) -> String {
-    let mut g = format!("group_id={},type=select", sp.group_id);
+/// The select group of one Service port for `kind`'s endpoints.
+fn group_line(sp: &ServicePortFlows, kind: GroupKind) -> String {
+    let mut g = format!("group_id={},type=select", sp.group(kind));
     if sp.affinity {
         g.push_str(",selection_method=hash,fields(ip_src)");
     }
+    let exec = match kind.node_port() {
+        true => format!(",exec({})", regs::FROM_GATEWAY_CT_MARK.load()),
+        false => String::new(),
+    };
     let mut ids = BTreeSet::new();
-    for (ip, port) in &sp.endpoints {
+    for (ip, port) in sp.endpoints_of(kind) {
         // Bucket ids stop below OpenFlow 1.5's reserved 0xffffff00.
         let mut id = fnv1a32(&format!("{ip}:{port}")) % 0xffff_ff00;
         while !ids.insert(id) {
             id = (id + 1) % 0xffff_ff00;
         }
         g.push_str(&format!(
-            ",bucket=bucket_id:{id},weight:100,actions=ct(commit,table={},zone={CT_ZONE},nat(dst={ip}:{port}))",
+            ",bucket=bucket_id:{id},weight:100,actions=ct(commit,table={},zone={CT_ZONE}{exec},nat(dst={ip}:{port}))",
             EGRESS_RULE.id
         ));
     }
     g
+}
+
+/// The node's flows for traffic from outside (module doc, "From outside
+/// the node"): the switch answers ARP for [`SERVICE_VIP`] with the
+/// gateway's MAC (the host routes Service addresses to it), ServiceSNAT
+/// SNATs marked connections to the gateway address, and ConntrackZone
+/// un-SNATs their replies first.
+pub fn outside_node_flows(node: &NodeNet) -> Vec<String> {
+    let gw = node.gateway_ip;
+    let mac = mac_str(&node.gateway_mac);
+    vec![
+        FlowLine::new(
+            ARP_RESPONDER,
+            priority::arp_responder::ANSWER,
+            cookie::GATEWAY,
+        )
+        .matching("arp")
+        .matching("arp_op=1")
+        .matching(format!("arp_tpa={SERVICE_VIP}"))
+        .action("move:NXM_OF_ETH_SRC[]->NXM_OF_ETH_DST[]")
+        .action(format!("set_field:{mac}->eth_src"))
+        .action("load:0x2->NXM_OF_ARP_OP[]")
+        .action("move:NXM_NX_ARP_SHA[]->NXM_NX_ARP_THA[]")
+        .action(format!("set_field:{mac}->arp_sha"))
+        .action("move:NXM_OF_ARP_SPA[]->NXM_OF_ARP_TPA[]")
+        .action(format!("set_field:{SERVICE_VIP}->arp_spa"))
+        .action("output:IN_PORT")
+        .into(),
+        FlowLine::new(
+            CONNTRACK_ZONE,
+            priority::conntrack_zone::SNAT_REPLY,
+            cookie::DEFAULTS,
+        )
+        .matching("ct_state=-trk")
+        .matching("ip")
+        .matching(format!("nw_dst={gw}"))
+        .action(format!(
+            "ct(table={},zone={HAIRPIN_ZONE},nat)",
+            CONNTRACK_ZONE.id
+        ))
+        .into(),
+        // A new connection: marked SNATed in the pod traffic zone, then
+        // SNATed.
+        FlowLine::new(SERVICE_SNAT, priority::service_snat::SNAT, cookie::DEFAULTS)
+            .matching("ct_state=+new+trk")
+            .matching("ip")
+            .matching(format!("ct_zone={CT_ZONE}"))
+            .mark(regs::SERVICE_SNAT_MARK)
+            .action(format!(
+                "ct(commit,zone={CT_ZONE},exec({}))",
+                regs::SERVICE_SNAT_CT_MARK.load()
+            ))
+            .action(format!(
+                "ct(commit,table={},zone={HAIRPIN_ZONE},nat(src={gw}:{}-{}))",
+                L2_FORWARDING_CALC.id, SNAT_PORTS.0, SNAT_PORTS.1
+            ))
+            .into(),
+        // Its later packets the client's way: SNATed as the first.
+        FlowLine::new(SERVICE_SNAT, priority::service_snat::SNAT, cookie::DEFAULTS)
+            .matching("ct_state=-new-rpl+trk")
+            .matching("ip")
+            .matching(format!("ct_zone={CT_ZONE}"))
+            .mark(regs::SERVICE_SNAT_CT_MARK)
+            .action(format!(
+                "ct(table={},zone={HAIRPIN_ZONE},nat)",
+                L2_FORWARDING_CALC.id
+            ))
+            .into(),
+        FlowLine::new(SERVICE_SNAT, priority::DEFAULT, cookie::DEFAULTS)
+            .goto(L2_FORWARDING_CALC)
+            .into(),
+    ]
 }
 
 /// The node's hairpin flows (module doc, "Hairpin").
@@ -251,4 +596,162 @@ pub fn hairpin_pod_flows(node: &NodeNet, pod: &PodPort) -> Vec<String> {
 /// ConntrackZone with the proxy: NATed connections are translated.
 pub fn conntrack_zone_action() -> String {
     format!("ct(table={},zone={CT_ZONE},nat)", CONNTRACK_STATE.id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Endpoint, EndpointPort, EndpointSet, Node, Service, ServicePort};
+
+    fn state() -> ClusterState {
+        let mut st = ClusterState::default();
+        for (name, cidr, ip) in [
+            ("n1", "10.244.1.0/24", "192.168.77.11"),
+            ("n2", "10.244.2.0/24", "192.168.77.12"),
+        ] {
+            st.nodes.insert(
+                name.into(),
+                Node {
+                    name: name.into(),
+                    pod_cidr: Some(cidr.parse().unwrap()),
+                    internal_ip: Some(ip.parse().unwrap()),
+                },
+            );
+        }
+        let svc = Service {
+            namespace: "web".into(),
+            name: "front".into(),
+            cluster_ip: Some("10.96.0.30".parse().unwrap()),
+            ports: vec![
+                ServicePort {
+                    name: "http".into(),
+                    protocol: Protocol::Tcp,
+                    port: 80,
+                    node_port: Some(30080),
+                },
+                ServicePort {
+                    name: "sctp".into(),
+                    protocol: Protocol::Sctp,
+                    port: 90,
+                    node_port: Some(30090),
+                },
+            ],
+            affinity_timeout: None,
+            // A pod's address, a node's, loopback: refused; one good.
+            external_ips: ["10.244.2.7", "192.168.77.12", "127.0.0.1", "192.0.2.5"]
+                .iter()
+                .map(|s| s.parse().unwrap())
+                .collect(),
+            external_local: true,
+            internal_local: false,
+        };
+        st.services.insert(svc.key(), svc);
+        let ep = |ip: &str, node: &str| Endpoint {
+            ip: ip.parse().unwrap(),
+            ready: true,
+            node_name: Some(node.into()),
+            ports: vec![EndpointPort {
+                name: "http".into(),
+                protocol: Protocol::Tcp,
+                port: 8080,
+            }],
+        };
+        st.endpoints.insert(
+            ("web".into(), "front".into()),
+            EndpointSet {
+                service: ("web".into(), "front".into()),
+                endpoints: vec![ep("10.244.1.2", "n1"), ep("10.244.2.2", "n2")],
+            },
+        );
+        st
+    }
+
+    fn node() -> NodeNet {
+        NodeNet {
+            pod_cidr: "10.244.1.0/24".parse().unwrap(),
+            gateway_ip: "10.244.1.1".parse().unwrap(),
+            gateway_mac: [0x0a, 0x58, 10, 244, 1, 1],
+            gateway_ofport: 2,
+        }
+    }
+
+    #[test]
+    fn external_addresses_of_the_cluster_are_refused() {
+        let st = state();
+        let ports = service_ports(&st, "n1");
+        assert_eq!(
+            ports[0].external_ips,
+            ["192.0.2.5".parse::<Ipv4Addr>().unwrap()]
+        );
+        assert_eq!(
+            host_routes(&st),
+            ["10.96.0.30", "192.0.2.5"]
+                .map(|s| s.parse::<Ipv4Addr>().unwrap())
+                .to_vec()
+        );
+        assert!(external_ip_allowed(&st, "203.0.113.9".parse().unwrap()));
+        for bad in [
+            "10.244.1.200",
+            "192.168.77.11",
+            "169.254.169.253",
+            "224.0.0.1",
+            "0.0.0.0",
+        ] {
+            assert!(!external_ip_allowed(&st, bad.parse().unwrap()), "{bad}");
+        }
+    }
+
+    #[test]
+    fn node_ports_leave_out_sctp_on_the_host() {
+        let np = node_ports(&state());
+        assert_eq!(np.len(), 1);
+        assert_eq!((np[0].protocol, np[0].port), ("tcp", 30080));
+        assert_eq!(np[0].service, "web/front:http");
+    }
+
+    #[test]
+    fn local_traffic_policy_keeps_to_this_nodes_endpoints() {
+        let st = state();
+        let p = proxy_flows(&st, "n1", &node());
+        let sp = &p.ports[0];
+        assert_eq!(sp.local_endpoints, [("10.244.1.2".parse().unwrap(), 8080)]);
+        assert_eq!(sp.endpoints.len(), 2);
+        // NodePort, Local: this node's endpoint, no SNAT mark; from this
+        // node's pods: every endpoint.
+        let np: Vec<&String> = p
+            .flows
+            .iter()
+            .filter(|f| f.contains("tp_dst=30080"))
+            .collect();
+        assert_eq!(np.len(), 2, "{np:?}");
+        assert!(np.iter().all(|f| !f.contains("REG0[20]")), "{np:?}");
+        let local_group = sp.group(GroupKind::NodePortLocal);
+        assert!(np
+            .iter()
+            .any(|f| f.ends_with(&format!("group:{local_group}"))));
+        assert!(np.iter().any(|f| f.contains("nw_src=10.244.1.0/24")
+            && f.ends_with(&format!("group:{}", sp.group(GroupKind::NodePort)))));
+        let g = p
+            .groups
+            .iter()
+            .find(|g| g.starts_with(&format!("group_id={local_group},")))
+            .unwrap();
+        assert!(
+            g.contains("exec(load:0x1->NXM_NX_CT_MARK[0])") && !g.contains("10.244.2.2"),
+            "{g}"
+        );
+        // On a node without endpoints, the Local frontends drop.
+        let p2 = proxy_flows(&st, "n3", &node());
+        assert!(p2
+            .flows
+            .iter()
+            .any(|f| f.contains("tp_dst=30080") && f.ends_with("actions=drop")));
+        // Every flow and group parses.
+        let text = format!("{}\n", p.flows.join("\n"));
+        let ctx = oxvs_pipeline::parse::ParseContext::default();
+        oxvs_pipeline::parse::parse_flow_file(&text, &ctx).expect("flows parse");
+        for g in &p.groups {
+            oxvs_pipeline::parse::parse_group(g, &ctx).expect("group parses");
+        }
+    }
 }

@@ -4,9 +4,11 @@
 //! `up --kube-proxy`. Pure: no processes, no files.
 //!
 //! Checked here (each error names the field and the offending value):
-//! `spec.type` (ClusterIP or NodePort), `spec.clusterIP`, `spec.selector`,
-//! `spec.ports[]` (`port`, `protocol`, `name`, `targetPort`, `nodePort`),
-//! `spec.sessionAffinity` and `spec.externalTrafficPolicy`. Everything else
+//! `spec.type` (ClusterIP, NodePort or LoadBalancer), `spec.clusterIP`,
+//! `spec.selector`, `spec.ports[]` (`port`, `protocol`, `name`,
+//! `targetPort`, `nodePort`), `spec.sessionAffinity`,
+//! `spec.externalTrafficPolicy`, `spec.internalTrafficPolicy`,
+//! `spec.externalIPs` and `spec.loadBalancerIP`. Everything else
 //! is passed to the API server unchanged, which validates it again.
 //!
 //! Endpoints, as the endpoints controller makes them: the ready pods (the
@@ -52,11 +54,22 @@ pub struct ServicePort {
 pub struct ServiceSpec {
     pub namespace: String,
     pub name: String,
-    /// `ClusterIP` or `NodePort`.
+    /// `ClusterIP`, `NodePort` or `LoadBalancer`.
     pub service_type: String,
     /// `None` when the Service has no selector (the user's Endpoints).
     pub selector: Option<BTreeMap<String, String>>,
     pub ports: Vec<ServicePort>,
+    /// `spec.externalIPs`.
+    pub external_ips: Vec<Ipv4Addr>,
+    /// `spec.loadBalancerIP` (LoadBalancer only).
+    pub load_balancer_ip: Option<Ipv4Addr>,
+}
+
+impl ServiceSpec {
+    /// Whether its ports get NodePorts (NodePort and LoadBalancer).
+    pub fn has_node_ports(&self) -> bool {
+        matches!(self.service_type.as_str(), "NodePort" | "LoadBalancer")
+    }
 }
 
 impl ServiceSpec {
@@ -142,10 +155,54 @@ pub fn parse_service(obj: &Object) -> anyhow::Result<ServiceSpec> {
         }
     };
     let service_type = str_field("type")?.unwrap_or_else(|| "ClusterIP".into());
-    if !matches!(service_type.as_str(), "ClusterIP" | "NodePort") {
+    if !matches!(
+        service_type.as_str(),
+        "ClusterIP" | "NodePort" | "LoadBalancer"
+    ) {
         return Err(bad(format!(
-            "spec.type {service_type:?} is not supported by the lab (ClusterIP or NodePort; there is no load balancer and no external DNS)"
+            "spec.type {service_type:?} is not supported by the lab (ClusterIP, NodePort or LoadBalancer; there is no external DNS)"
         )));
+    }
+    let node_ports = matches!(service_type.as_str(), "NodePort" | "LoadBalancer");
+    let external_ips = match spec.get("externalIPs") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(a)) => a
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                v.as_str()
+                    .and_then(|s| s.parse::<Ipv4Addr>().ok())
+                    .ok_or_else(|| {
+                        bad(format!(
+                            "spec.externalIPs[{i}] must be an IPv4 address, got {v}"
+                        ))
+                    })
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?,
+        Some(v) => return Err(bad(format!("spec.externalIPs must be a list, got {v}"))),
+    };
+    let load_balancer_ip = match str_field("loadBalancerIP")? {
+        None => None,
+        Some(s) if s.is_empty() => None,
+        Some(s) => {
+            if service_type != "LoadBalancer" {
+                return Err(bad(format!(
+                    "spec.loadBalancerIP applies to LoadBalancer Services only (this one is {service_type})"
+                )));
+            }
+            Some(s.parse::<Ipv4Addr>().map_err(|_| {
+                bad(format!(
+                    "spec.loadBalancerIP must be an IPv4 address, got {s:?}"
+                ))
+            })?)
+        }
+    };
+    if let Some(p) = str_field("internalTrafficPolicy")? {
+        if !matches!(p.as_str(), "Cluster" | "Local") {
+            return Err(bad(format!(
+                "spec.internalTrafficPolicy must be Cluster or Local, got {p:?}"
+            )));
+        }
     }
     if let Some(ip) = str_field("clusterIP")? {
         if !(ip.is_empty() || ip == "None" || ip.parse::<Ipv4Addr>().is_ok()) {
@@ -180,9 +237,9 @@ pub fn parse_service(obj: &Object) -> anyhow::Result<ServiceSpec> {
                 "spec.externalTrafficPolicy must be Cluster or Local, got {p:?}"
             )));
         }
-        if service_type != "NodePort" {
+        if !node_ports && external_ips.is_empty() {
             return Err(bad(format!(
-                "spec.externalTrafficPolicy applies to NodePort Services only (this one is {service_type})"
+                "spec.externalTrafficPolicy applies to traffic from outside only: NodePort and LoadBalancer Services, or with spec.externalIPs (this one is {service_type})"
             )));
         }
     }
@@ -243,9 +300,9 @@ pub fn parse_service(obj: &Object) -> anyhow::Result<ServiceSpec> {
         let node_port = match p.get("nodePort") {
             None | Some(Value::Null) => None,
             Some(v) => {
-                if service_type != "NodePort" {
+                if !node_ports {
                     return Err(bad(format!(
-                        "{f}.nodePort needs spec.type NodePort (this one is {service_type})"
+                        "{f}.nodePort needs spec.type NodePort or LoadBalancer (this one is {service_type})"
                     )));
                 }
                 let n = v
@@ -290,6 +347,8 @@ pub fn parse_service(obj: &Object) -> anyhow::Result<ServiceSpec> {
         service_type,
         selector,
         ports: out,
+        external_ips,
+        load_balancer_ip,
     })
 }
 
@@ -608,8 +667,28 @@ spec:
                 "30000-32767",
             ),
             (
-                "spec: {type: LoadBalancer, ports: [{port: 80}]}\n",
+                "spec: {type: ExternalName, ports: [{port: 80}]}\n",
                 "not supported",
+            ),
+            (
+                "spec: {externalIPs: [192.0.2.300], ports: [{port: 80}]}\n",
+                "spec.externalIPs[0]",
+            ),
+            (
+                "spec: {externalIPs: 192.0.2.3, ports: [{port: 80}]}\n",
+                "spec.externalIPs must be a list",
+            ),
+            (
+                "spec: {loadBalancerIP: 192.0.2.3, ports: [{port: 80}]}\n",
+                "LoadBalancer Services only",
+            ),
+            (
+                "spec: {type: LoadBalancer, loadBalancerIP: x, ports: [{port: 80}]}\n",
+                "spec.loadBalancerIP",
+            ),
+            (
+                "spec: {internalTrafficPolicy: Near, ports: [{port: 80}]}\n",
+                "spec.internalTrafficPolicy",
             ),
             (
                 "spec: {type: [x], ports: [{port: 80}]}\n",
@@ -637,7 +716,7 @@ spec:
             ),
             (
                 "spec: {externalTrafficPolicy: Local, ports: [{port: 80}]}\n",
-                "NodePort Services only",
+                "traffic from outside only",
             ),
         ] {
             let e = svc(&format!("{base}{spec}")).expect_err(spec).to_string();

@@ -34,6 +34,7 @@ tables! {
     EGRESS_METRIC = 45, "EgressMetric";
     L3_FORWARDING = 50, "L3Forwarding";
     L3_DEC_TTL = 55, "L3DecTTL";
+    SERVICE_SNAT = 57, "ServiceSNAT";
     L2_FORWARDING_CALC = 60, "L2ForwardingCalc";
     INGRESS_RULE = 70, "IngressRule";
     INGRESS_DEFAULT_RULE = 71, "IngressDefaultRule";

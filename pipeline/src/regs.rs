@@ -219,6 +219,27 @@ pub const REWRITE_MAC_MARK: RegMark = RegMark {
     doc: "routed",
 };
 
+/// `reg0[20]`: the packet opens a connection to a Service from outside
+/// the node's pods (a NodePort, external or load balancer address with
+/// `externalTrafficPolicy: Cluster`): ServiceSNAT SNATs it to the node's
+/// gateway address, so that the endpoint's reply comes back through this
+/// node (the Service proxy's, `agent/src/proxy.rs`).
+pub const SERVICE_SNAT: RegField = RegField {
+    name: "SERVICE_SNAT",
+    store: Store::Reg(0),
+    lo: 20,
+    hi: 20,
+    doc: "a new Service connection from outside the node that ServiceSNAT SNATs to the gateway address",
+    load_format: LoadFormat::Hex,
+};
+/// [`SERVICE_SNAT`] = 1 (ServiceLB sets it, ServiceSNAT matches it).
+pub const SERVICE_SNAT_MARK: RegMark = RegMark {
+    name: "SERVICE_SNAT_MARK",
+    field: SERVICE_SNAT,
+    value: 1,
+    doc: "SNAT it",
+};
+
 /// `reg1`: the output port (L2ForwardingCalc writes it, Output reads it).
 pub const TARGET_OFPORT: RegField = RegField {
     name: "TARGET_OFPORT",
@@ -267,15 +288,36 @@ pub const FROM_GATEWAY_CT_MARK: RegMark = RegMark {
     doc: "from the gateway",
 };
 
+/// `ct_mark[1]`: the connection is SNATed in the SNAT zone (the Service
+/// proxy's ServiceSNAT sets it on the pod traffic zone's connection, so
+/// that every later packet of the connection is SNATed too).
+pub const CT_SERVICE_SNAT: RegField = RegField {
+    name: "CT_SERVICE_SNAT",
+    store: Store::CtMark,
+    lo: 1,
+    hi: 1,
+    doc: "the connection is SNATed by ServiceSNAT (its later packets are too)",
+    load_format: LoadFormat::Hex,
+};
+/// [`CT_SERVICE_SNAT`] = 1.
+pub const SERVICE_SNAT_CT_MARK: RegMark = RegMark {
+    name: "SERVICE_SNAT_CT_MARK",
+    field: CT_SERVICE_SNAT,
+    value: 1,
+    doc: "SNATed",
+};
+
 /// Every field, in register order.
 pub const FIELDS: &[RegField] = &[
     PKT_SOURCE,
     OFPORT_FOUND,
     REWRITE_MAC,
+    SERVICE_SNAT,
     TARGET_OFPORT,
     INGRESS_RULE,
     EGRESS_RULE,
     CT_FROM_GATEWAY,
+    CT_SERVICE_SNAT,
 ];
 
 /// Every mark, in field order.
@@ -285,7 +327,9 @@ pub const MARKS: &[RegMark] = &[
     FROM_POD,
     OFPORT_FOUND_MARK,
     REWRITE_MAC_MARK,
+    SERVICE_SNAT_MARK,
     FROM_GATEWAY_CT_MARK,
+    SERVICE_SNAT_CT_MARK,
 ];
 
 /// The register table of `docs/pipeline.md`: one row per field, with its

@@ -164,7 +164,10 @@ pub struct Agent {
     cluster: Mutex<Arc<ClusterState>>,
     applied: tokio::sync::Mutex<Applied>,
     rules: Mutex<Vec<RuleRef>>,
-    routes: Mutex<BTreeMap<Ipv4Net, Ipv4Addr>>,
+    /// Host routes set: destination, next hop (`None`: onto the link).
+    routes: Mutex<BTreeMap<Ipv4Net, Option<Ipv4Addr>>>,
+    /// The proxy's NodePorts as last set on the host.
+    node_ports: Mutex<Option<Vec<crate::hostnet::NodePort>>>,
     /// Reads a pod the snapshot lacks (`None`: no cluster source).
     pods: Option<Arc<dyn PodLookup>>,
     /// Pods read by ADD that the snapshot did not have yet; used by the
@@ -218,6 +221,7 @@ impl Agent {
             applied: tokio::sync::Mutex::new(Applied::default()),
             rules: Mutex::new(Vec::new()),
             routes: Mutex::new(BTreeMap::new()),
+            node_ports: Mutex::new(None),
             pods: None,
             admitted: Mutex::new(BTreeMap::new()),
             underlay: Mutex::new(None),

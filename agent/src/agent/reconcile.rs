@@ -71,6 +71,7 @@ impl Agent {
             node,
             max_policy_flows: self.cfg.max_policy_flows,
             proxy: self.cfg.proxy,
+            node_name: self.cfg.node_name.clone(),
         }
     }
 
@@ -191,7 +192,38 @@ impl Agent {
             }
         }
         self.sync_routes(&node).await;
+        if self.cfg.proxy {
+            self.sync_node_ports().await;
+        }
         Ok(())
+    }
+
+    /// The proxy's NodePorts on the host: DNATed to the Service VIP (which
+    /// the host routes into the switch), when they changed.
+    async fn sync_node_ports(&self) {
+        let want = crate::proxy::node_ports(&self.cluster());
+        if self
+            .node_ports
+            .lock()
+            .is_ok_and(|h| h.as_ref() == Some(&want))
+        {
+            return;
+        }
+        let w = want.clone();
+        let r = tokio::task::spawn_blocking(move || {
+            crate::hostnet::sync_node_ports(&w, crate::proxy::SERVICE_VIP)
+        })
+        .await;
+        match r {
+            Ok(Ok(())) => {
+                tracing::info!(node_ports = want.len(), "NodePorts set on the host");
+                if let Ok(mut h) = self.node_ports.lock() {
+                    *h = Some(want);
+                }
+            }
+            Ok(Err(e)) => tracing::warn!("cannot set the NodePorts on the host: {e}"),
+            Err(e) => tracing::warn!("NodePort task failed: {e}"),
+        }
     }
 
     fn note_refused_policies(&self, refused: &[Refusal]) {
@@ -217,13 +249,23 @@ impl Agent {
 
     /// Host routes: each remote pod CIDR via that node's gateway address,
     /// onlink on the gateway interface (the switch answers ARP for it).
+    /// With the proxy, also the Service VIP onto the gateway link and every
+    /// Service address via it ([`crate::proxy`], "From outside the node").
     async fn sync_routes(&self, node: &NodeNet) {
-        let want: BTreeMap<Ipv4Net, Ipv4Addr> = self
-            .remote_nodes(&self.cluster())
+        let cluster = self.cluster();
+        let mut want: BTreeMap<Ipv4Net, Option<Ipv4Addr>> = self
+            .remote_nodes(&cluster)
             .iter()
             .filter(|r| r.pod_cidr != node.pod_cidr)
-            .map(|r| (r.pod_cidr, gateway_of(r.pod_cidr)))
+            .map(|r| (r.pod_cidr, Some(gateway_of(r.pod_cidr))))
             .collect();
+        if self.cfg.proxy {
+            let vip = crate::proxy::SERVICE_VIP;
+            want.insert(Ipv4Net::from(vip), None);
+            for ip in crate::proxy::host_routes(&cluster) {
+                want.entry(Ipv4Net::from(ip)).or_insert(Some(vip));
+            }
+        }
         let have = self.routes.lock().map(|r| r.clone()).unwrap_or_default();
         if want == have {
             return;
@@ -236,7 +278,9 @@ impl Agent {
                 podnet::remove_route(*dst, &gw)?;
             }
             for (dst, via) in &w {
-                podnet::ensure_route(*dst, *via, &gw, mtu)?;
+                if h.get(dst) != Some(via) {
+                    podnet::ensure_route(*dst, *via, &gw, mtu)?;
+                }
             }
             Ok(())
         })

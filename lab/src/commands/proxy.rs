@@ -7,8 +7,11 @@
 //!
 //! ClusterIPs: `spec.clusterIP` if given (inside [`SERVICE_CIDR`], not
 //! taken), else the lowest free address from `10.96.0.10` (an
-//! allocator's job in Kubernetes). A Service without a selector gets the
-//! Endpoints the user applies.
+//! allocator's job in Kubernetes); NodePorts likewise, from 30000. A
+//! LoadBalancer Service gets its `spec.loadBalancerIP` as its load
+//! balancer address (`status.loadBalancer.ingress`), as MetalLB would
+//! give it. A Service without a selector gets the Endpoints the user
+//! applies.
 
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
@@ -123,6 +126,18 @@ pub fn apply_service(ctx: &Ctx, st: &mut LabState, obj: &Object) -> anyhow::Resu
     if let Some(spec) = body.get_mut("spec").and_then(Value::as_object_mut) {
         spec.insert("clusterIP".into(), json!(ip.to_string()));
     }
+    allocate_node_ports(&spec, &mut body, &p, &key)?;
+    // The lab's load balancer: it gives a LoadBalancer Service the address
+    // asked for in spec.loadBalancerIP (as MetalLB does); without one the
+    // Service waits for an address, as on a cluster without a controller.
+    if let Some(lb) = spec.load_balancer_ip {
+        if let Some(o) = body.as_object_mut() {
+            o.insert(
+                "status".into(),
+                json!({"loadBalancer": {"ingress": [{"ip": lb.to_string()}]}}),
+            );
+        }
+    }
     if let Some(md) = body.get_mut("metadata").and_then(Value::as_object_mut) {
         md.insert("namespace".into(), json!(obj.namespace));
     }
@@ -140,6 +155,87 @@ pub fn apply_service(ctx: &Ctx, st: &mut LabState, obj: &Object) -> anyhow::Resu
     }
     ctx.paths.save(st)?;
     Ok(apply_word_local(existed, unchanged))
+}
+
+fn node_ports_of(body: &Value) -> Vec<u64> {
+    body.pointer("/spec/ports")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p.get("nodePort").and_then(Value::as_u64))
+        .collect()
+}
+
+/// Gives each port of a NodePort or LoadBalancer Service without a
+/// `nodePort` the lowest free one of the range (the API server's
+/// allocator's job); a re-apply keeps those allocated before. A `nodePort`
+/// another Service holds is refused.
+fn allocate_node_ports(
+    spec: &service::ServiceSpec,
+    body: &mut Value,
+    p: &ProxyState,
+    key: &str,
+) -> anyhow::Result<()> {
+    if !spec.has_node_ports() {
+        return Ok(());
+    }
+    let mut taken: BTreeSet<u64> = p
+        .services
+        .iter()
+        .filter(|(k, _)| k.as_str() != key)
+        .flat_map(|(_, b)| node_ports_of(b))
+        .collect();
+    let before: Vec<Value> = p
+        .services
+        .get(key)
+        .and_then(|b| b.pointer("/spec/ports"))
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let Some(ports) = body
+        .pointer_mut("/spec/ports")
+        .and_then(Value::as_array_mut)
+    else {
+        return Ok(());
+    };
+    for port in ports.iter() {
+        if let Some(n) = port.get("nodePort").and_then(Value::as_u64) {
+            if taken.contains(&n) {
+                anyhow::bail!("{key}: nodePort {n} is already allocated to another Service");
+            }
+        }
+    }
+    let given: Vec<u64> = ports
+        .iter()
+        .filter_map(|p| p.get("nodePort").and_then(Value::as_u64))
+        .collect();
+    taken.extend(given);
+    for port in ports.iter_mut() {
+        if port.get("nodePort").is_some_and(|n| !n.is_null()) {
+            continue;
+        }
+        // The same port (number and protocol) applied before keeps its NodePort.
+        let same = |b: &&Value| {
+            b.get("port") == port.get("port") && b.get("protocol") == port.get("protocol")
+        };
+        let kept = before
+            .iter()
+            .find(same)
+            .and_then(|b| b.get("nodePort").and_then(Value::as_u64))
+            .filter(|n| !taken.contains(n));
+        let n = match kept {
+            Some(n) => n,
+            None => service::NODE_PORT_RANGE
+                .clone()
+                .find(|n| !taken.contains(n))
+                .context("the lab's NodePort range is full")?,
+        };
+        taken.insert(n);
+        if let Some(o) = port.as_object_mut() {
+            o.insert("nodePort".into(), json!(n));
+        }
+    }
+    Ok(())
 }
 
 /// `apply` of an Endpoints object, for a Service without a selector.

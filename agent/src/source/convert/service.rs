@@ -1,8 +1,10 @@
 //! Services, Endpoints and EndpointSlices into the model (what the
 //! in-pipeline proxy needs), with the API server's defaulting: port
 //! `protocol` TCP, `sessionAffinityConfig.clientIP.timeoutSeconds` 10800,
-//! an endpoint's `conditions.ready` unset counting as ready. IPv6 cluster
-//! IPs and endpoint addresses are skipped (the model is IPv4).
+//! an endpoint's `conditions.ready` unset counting as ready,
+//! `externalTrafficPolicy` and `internalTrafficPolicy` Cluster. IPv6
+//! cluster IPs, external IPs and endpoint addresses are skipped (the model
+//! is IPv4).
 
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::discovery::v1 as discovery;
@@ -36,6 +38,9 @@ pub fn service(svc: &core::Service) -> Result<Service, ConvertError> {
             Err(m) => errs.push("spec.clusterIP", m),
         },
     }
+    // NodePorts are allocated for NodePort and LoadBalancer Services only
+    // (a `nodePort` elsewhere is left over from an earlier type).
+    let has_node_ports = matches!(spec.type_.as_deref(), Some("NodePort" | "LoadBalancer"));
     let mut ports = Vec::new();
     for (i, p) in spec.ports.iter().flatten().enumerate() {
         let Some(port) = port_number(p.port) else {
@@ -67,7 +72,7 @@ pub fn service(svc: &core::Service) -> Result<Service, ConvertError> {
             name: p.name.clone().unwrap_or_default(),
             protocol: proto,
             port,
-            node_port,
+            node_port: node_port.filter(|_| has_node_ports),
         });
     }
     let affinity_timeout = match spec.session_affinity.as_deref() {
@@ -98,6 +103,57 @@ pub fn service(svc: &core::Service) -> Result<Service, ConvertError> {
             None
         }
     };
+    let mut external_ips = Vec::new();
+    if !external_name {
+        for (i, ip) in spec.external_ips.iter().flatten().enumerate() {
+            match parse_ip(ip) {
+                Ok(Some(a)) => external_ips.push(a),
+                Ok(None) => {}
+                Err(m) => errs.push(format!("spec.externalIPs[{i}]"), m),
+            }
+        }
+        // The load balancer's addresses (its controller writes them).
+        if spec.type_.as_deref() == Some("LoadBalancer") {
+            let ingress = svc
+                .status
+                .as_ref()
+                .and_then(|s| s.load_balancer.as_ref())
+                .and_then(|l| l.ingress.as_ref());
+            for (i, ing) in ingress.into_iter().flatten().enumerate() {
+                let Some(ip) = ing.ip.as_deref() else {
+                    continue; // a hostname: nothing to match on
+                };
+                match parse_ip(ip) {
+                    Ok(Some(a)) => external_ips.push(a),
+                    Ok(None) => {}
+                    Err(m) => errs.push(format!("status.loadBalancer.ingress[{i}].ip"), m),
+                }
+            }
+        }
+    }
+    external_ips.sort();
+    external_ips.dedup();
+    let local_policy = |field: &str, v: Option<&str>, errs: &mut Errs| match v {
+        None | Some("Cluster") => false,
+        Some("Local") => true,
+        Some(other) => {
+            errs.push(
+                format!("spec.{field}"),
+                format!("unsupported value {other:?} (Cluster or Local)"),
+            );
+            false
+        }
+    };
+    let external_local = local_policy(
+        "externalTrafficPolicy",
+        spec.external_traffic_policy.as_deref(),
+        &mut errs,
+    );
+    let internal_local = local_policy(
+        "internalTrafficPolicy",
+        spec.internal_traffic_policy.as_deref(),
+        &mut errs,
+    );
     let object = format!("{namespace}/{name}");
     errs.finish(
         "Service",
@@ -108,6 +164,9 @@ pub fn service(svc: &core::Service) -> Result<Service, ConvertError> {
             cluster_ip,
             ports,
             affinity_timeout,
+            external_ips,
+            external_local,
+            internal_local,
         },
     )
 }
@@ -302,6 +361,54 @@ mod tests {
             .unwrap_err()
             .to_string();
             assert!(e.starts_with("Service n/b: ") && e.contains(field), "{e}");
+        }
+    }
+
+    #[test]
+    fn traffic_from_outside_fields() {
+        let s = service(&svc(json!({
+            "metadata": {"name": "lb", "namespace": "shop"},
+            "spec": {"type": "LoadBalancer", "clusterIP": "10.96.0.30",
+                     "externalIPs": ["192.0.2.9", "2001:db8::1", "192.0.2.5"],
+                     "externalTrafficPolicy": "Local", "internalTrafficPolicy": "Local",
+                     "ports": [{"port": 80, "nodePort": 30080}]},
+            "status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.5"}, {"hostname": "lb.example"}, {"ip": "198.51.100.7"}]}}
+        })))
+        .unwrap();
+        let ips: Vec<String> = s.external_ips.iter().map(|i| i.to_string()).collect();
+        assert_eq!(ips, ["192.0.2.5", "192.0.2.9", "198.51.100.7"]);
+        assert!(s.external_local && s.internal_local);
+        assert_eq!(s.ports[0].node_port, Some(30080));
+        // A ClusterIP Service has no NodePort (a leftover nodePort is
+        // ignored) and no load balancer address; policies default to Cluster.
+        let s = service(&svc(json!({
+            "metadata": {"name": "c", "namespace": "shop"},
+            "spec": {"clusterIP": "10.96.0.31", "ports": [{"port": 80, "nodePort": 30081}]},
+            "status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.5"}]}}
+        })))
+        .unwrap();
+        assert_eq!(s.ports[0].node_port, None);
+        assert!(s.external_ips.is_empty() && !s.external_local && !s.internal_local);
+        for (spec, field) in [
+            (
+                json!({"externalIPs": ["192.0.2.300"]}),
+                "spec.externalIPs[0]",
+            ),
+            (
+                json!({"externalTrafficPolicy": "Nearest"}),
+                "spec.externalTrafficPolicy",
+            ),
+            (
+                json!({"internalTrafficPolicy": "Node"}),
+                "spec.internalTrafficPolicy",
+            ),
+        ] {
+            let e = service(&svc(
+                json!({"metadata": {"name": "b", "namespace": "n"}, "spec": spec}),
+            ))
+            .unwrap_err()
+            .to_string();
+            assert!(e.contains(field), "{e}");
         }
     }
 
