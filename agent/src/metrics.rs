@@ -17,6 +17,8 @@
 //! | `oxvs_networkpolicy_refusals_total` | counter | | [`record_policy_refusal`]: a policy newly refused |
 //! | `oxvs_agent_nodes_refused` | gauge | `node`, `reason` | Node objects refused ([`crate::nodes`]), 1 each |
 //! | `oxvs_agent_node_refusals_total` | counter | `reason` | [`record_node_refusal`]: a Node newly refused (or for a new reason) |
+//! | `oxvs_service_connections_total` | counter | `namespace`, `service`, `port`, `protocol`, `result` (`balanced`, `no_endpoints`) | the Service proxy's ServiceLB flows: new connections sent to an endpoint, or refused for want of one |
+//! | `oxvs_service_ready_endpoints` | gauge | `namespace`, `service`, `port`, `protocol` | the Service proxy's view of each Service port (all nodes' ready endpoints) |
 //! | `oxvs_agent_switch_up` | gauge | | 1 if this scrape read the switch |
 //! | `oxvs_agent_switch_scrape_errors_total` | counter | | scrapes that could not read the switch |
 //!
@@ -187,16 +189,49 @@ pub struct AgentView {
     pub policies: usize,
     pub refused_policies: Vec<Refusal>,
     pub refused_nodes: Vec<RefusedNode>,
+    /// The Service ports the proxy serves (empty without `--proxy`).
+    pub services: Vec<ServicePortRef>,
+}
+
+/// A Service port as the metrics name it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServicePortRef {
+    /// Its group id (the object of its flows' cookie).
+    pub group_id: u32,
+    pub namespace: String,
+    pub service: String,
+    pub port: String,
+    pub protocol: &'static str,
+    pub ready_endpoints: usize,
 }
 
 impl AgentView {
     pub fn take(agent: &Agent) -> AgentView {
+        let cluster = agent.cluster();
+        let services = match agent.config().proxy {
+            true => crate::proxy::service_ports(&cluster, &agent.config().node_name)
+                .into_iter()
+                .map(|sp| ServicePortRef {
+                    group_id: sp.group_id,
+                    namespace: sp.service.0,
+                    service: sp.service.1,
+                    port: match sp.port_name.is_empty() {
+                        true => sp.port.to_string(),
+                        false => sp.port_name,
+                    },
+                    protocol: sp.protocol.keyword(),
+                    ready_endpoints: sp.endpoints.len(),
+                })
+                .collect(),
+            false => Vec::new(),
+        };
         AgentView {
             attachments: agent.attachments(),
             rules: agent.rules(),
-            policies: agent.cluster().policies.len(),
+            policies: cluster.policies.len(),
             refused_policies: agent.refused_policies(),
             refused_nodes: agent.refused_nodes(),
+            services,
         }
     }
 }
@@ -269,6 +304,23 @@ pub fn encode(cni: &[CniSeries], view: &AgentView, flows: Option<&[FlowEntry]>) 
         "NetworkPolicies in the cluster snapshot the agent follows.",
     )
     .int(&[], view.policies as u64);
+    {
+        let mut g = e.gauge(
+            "oxvs_service_ready_endpoints",
+            "Ready endpoints of a Service port the Service proxy serves (on every node).",
+        );
+        for sp in &view.services {
+            g.int(
+                &[
+                    ("namespace", &sp.namespace),
+                    ("service", &sp.service),
+                    ("port", &sp.port),
+                    ("protocol", sp.protocol),
+                ],
+                sp.ready_endpoints as u64,
+            );
+        }
+    }
     {
         let mut f = e.gauge(
             "oxvs_networkpolicy_rules",
@@ -343,7 +395,18 @@ fn encode_flows(e: &mut Exposition, view: &AgentView, flows: &[FlowEntry]) {
         ("unknown_source", TUNNEL_UNKNOWN_SOURCE, 0),
         ("pod_to_tunnel_port", POD_TO_TUNNEL, 0),
     ];
+    // Service port group id -> (balanced, no endpoints) new connections.
+    let mut service_conns: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
     for f in flows {
+        if f.table == names::SERVICE_LB.id {
+            if let Some(g) = Feature::Service.object(f.cookie) {
+                let c = service_conns.entry(g as u32).or_default();
+                match f.actions.contains("group:") {
+                    true => c.0 += f.n_packets,
+                    false => c.1 += f.n_packets,
+                }
+            }
+        }
         for (_, cookie, n) in &mut tunnel_drops {
             if f.cookie == *cookie {
                 *n += f.n_packets;
@@ -392,6 +455,28 @@ fn encode_flows(e: &mut Exposition, view: &AgentView, flows: &[FlowEntry]) {
         );
         for (feature, n) in &by_feature {
             g.int(&[("feature", feature)], *n);
+        }
+    }
+
+    {
+        let mut c = e.counter(
+            "oxvs_service_connections_total",
+            "New connections to a Service port through the Service proxy (its ServiceLB flows' n_packets): sent to an endpoint (balanced), or refused for want of a ready endpoint (no_endpoints).",
+        );
+        for sp in &view.services {
+            let (ok, none) = service_conns.get(&sp.group_id).copied().unwrap_or_default();
+            for (result, n) in [("balanced", ok), ("no_endpoints", none)] {
+                c.int(
+                    &[
+                        ("namespace", &sp.namespace),
+                        ("service", &sp.service),
+                        ("port", &sp.port),
+                        ("protocol", sp.protocol),
+                        ("result", result),
+                    ],
+                    n,
+                );
+            }
         }
     }
 
@@ -697,6 +782,14 @@ mod tests {
             policies: 2,
             refused_policies: vec![],
             refused_nodes: vec![],
+            services: vec![ServicePortRef {
+                group_id: 77,
+                namespace: "shop".into(),
+                service: "web".into(),
+                port: "http".into(),
+                protocol: "tcp",
+                ready_endpoints: 2,
+            }],
         }
     }
 
@@ -709,6 +802,42 @@ mod tests {
             buckets: b,
             sum_ns,
         }
+    }
+
+    #[test]
+    fn service_counters_come_from_the_service_lb_flows() {
+        let mut balanced = flow(names::SERVICE_LB.id, cookie::service(77), 9);
+        balanced.actions = "group:77".into();
+        let mut nodeport = flow(names::SERVICE_LB.id, cookie::service(77), 3);
+        nodeport.actions = "load:0x1->NXM_NX_REG0[20],group:78".into();
+        let mut refused = flow(names::SERVICE_LB.id, cookie::service(77), 2);
+        refused.actions = "drop".into();
+        // Another table's flow with the cookie does not count.
+        let other = flow(names::EGRESS_RULE.id, cookie::service(77), 50);
+        let text = encode(&[], &view(), Some(&[balanced, nodeport, refused, other]));
+        let p = prom::parse(&text).unwrap();
+        let labels = |result| {
+            [
+                ("namespace", "shop"),
+                ("service", "web"),
+                ("port", "http"),
+                ("protocol", "tcp"),
+                ("result", result),
+            ]
+        };
+        let v = |name: &str, l: &[(&str, &str)]| p.find(name, l).next().unwrap().value;
+        assert_eq!(
+            v("oxvs_service_connections_total", &labels("balanced")),
+            12.0
+        );
+        assert_eq!(
+            v("oxvs_service_connections_total", &labels("no_endpoints")),
+            2.0
+        );
+        assert_eq!(
+            v("oxvs_service_ready_endpoints", &labels("balanced")[..4]),
+            2.0
+        );
     }
 
     #[test]
