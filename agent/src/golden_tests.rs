@@ -582,7 +582,9 @@ fn golden_scenarios_cover_every_feature() {
         "nat(dst=10.244.1.7:8080)",
         "selection_method=hash,fields(ip_src)",
         "nat(src=169.254.169.252)",
-        "nw_dst=10.96.0.22, tp_dst=80, actions=drop",
+        "nw_dst=10.96.0.22, tp_dst=80, actions=controller(userdata=72.65.6a.65.63.74)",
+        "nat(src=10.244.0.1:61000-65535)",
+        "nw_src=10.244.0.0/24, actions=group:",
     ] {
         assert!(all.contains(needle), "no golden flow has {needle:?}");
     }

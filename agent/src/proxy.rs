@@ -8,7 +8,7 @@
 //! |---|---|
 //! | 30 ConntrackZone | `ct(table=31,zone=65520,nat)`: packets of translated connections are translated (to the endpoint; replies back from the ClusterIP) before anything else looks at them |
 //! | 31 ConntrackState | new connections go to ServiceLB (not straight to egress policy) |
-//! | 35 ServiceLB | a new connection to `ClusterIP:port/protocol` -> `group:G`, the Service port's group; a Service port without a ready endpoint drops; anything else -> EgressRule |
+//! | 35 ServiceLB | a new connection to `ClusterIP:port/protocol` -> `group:G`, the Service port's group; a Service port without a ready endpoint is rejected ([`reject_action`]: the switch answers ICMP port unreachable, as kube-proxy's `REJECT`); anything else -> EgressRule |
 //!
 //! Group G (`type=select`) has a bucket per ready endpoint:
 //! `ct(commit,table=40,zone=65520,nat(dst=IP:PORT))`: the connection is
@@ -361,8 +361,15 @@ struct Builder {
 }
 
 impl Builder {
-    /// `flow` to `kind`'s group (made once), or a drop without endpoints.
+    /// `flow` to `kind`'s group (made once). Without endpoints: rejected
+    /// if the Service port has none at all (as kube-proxy rejects it), else
+    /// (none on this node for a `Local` policy) dropped, as kube-proxy
+    /// drops it.
     fn send_to_group(&mut self, flow: FlowLine, sp: &ServicePortFlows, kind: GroupKind) {
+        if sp.endpoints.is_empty() {
+            self.flows.push(flow.action(reject_action()).into());
+            return;
+        }
         if sp.endpoints_of(kind).is_empty() {
             self.flows.push(flow.drop_packet().into());
             return;
@@ -431,8 +438,12 @@ pub fn proxy_flows(state: &ClusterState, node_name: &str, node: &NodeNet) -> Pro
                     .matching(format!("nw_src={}", node.pod_cidr));
                 b.send_to_group(from_pods, sp, all);
             } else {
-                let snat = flow(priority::service_lb::SERVICE).set_mark(regs::SERVICE_SNAT_MARK);
-                b.send_to_group(snat, sp, all);
+                let f = flow(priority::service_lb::SERVICE);
+                let f = match sp.endpoints.is_empty() {
+                    true => f,
+                    false => f.set_mark(regs::SERVICE_SNAT_MARK),
+                };
+                b.send_to_group(f, sp, all);
             }
         }
     }
@@ -442,6 +453,17 @@ pub fn proxy_flows(state: &ClusterState, node_name: &str, node: &NodeNet) -> Pro
         groups: b.groups.into_iter().map(|(_, g)| g).collect(),
         ports,
     }
+}
+
+/// The action that rejects a packet: to the controller with the reject
+/// userdata, which the switch answers itself with an ICMP "port
+/// unreachable" (`switch/src/reject.rs`).
+pub fn reject_action() -> String {
+    let hex: Vec<String> = oxvs_pipeline::flow::REJECT_USERDATA
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("controller(userdata={})", hex.join("."))
 }
 
 /// The select group of one Service port for `kind`'s endpoints.

@@ -11,7 +11,8 @@
 //!   one backend;
 //! - hairpin: a pod reaching itself through its Service, TCP and UDP
 //!   (SNATed to the hairpin address so that its answer comes back);
-//! - a Service without endpoints: no answer (dropped in ServiceLB);
+//! - a Service without endpoints: rejected at once (the switch answers
+//!   ICMP port unreachable, as kube-proxy's REJECT);
 //! - the switch's view: the Service flows and groups on both nodes, the
 //!   NATed connection in `dump-conntrack` (reply from the endpoint), no
 //!   kube-proxy rules in the node namespaces;
@@ -187,7 +188,7 @@ fn wait_services(lab: &Lab, n: usize, empty: usize) {
                 .count();
             let drops = flows
                 .lines()
-                .filter(|l| l.contains("nw_dst=10.96.") && l.contains("actions=drop"))
+                .filter(|l| l.contains("nw_dst=10.96.") && l.contains("actions=controller("))
                 .count();
             ok &= groups == n && drops == empty;
         }
@@ -221,12 +222,13 @@ fn services_are_load_balanced_in_the_switch() {
         assert!(out.contains(line), "{line:?} not in:\n{out}");
     }
     // svc-a1 tcp+udp, svc-a2 tcp+udp, svc-ab, svc-aff, svc-hair
-    // tcp+udp, svc-echo; svc-empty drops.
+    // tcp+udp, svc-echo; svc-empty rejects.
     wait_services(&lab, 9, 1);
     // The lab allocated svc-empty's ClusterIP (the first free from .10).
     let flows = lab.ctl("node-1", &["dump-flows", "--table", "35"]);
     assert!(
-        flows.contains("nw_dst=10.96.0.10,tp_dst=80 actions=drop"),
+        flows
+            .contains("nw_dst=10.96.0.10,tp_dst=80 actions=controller(userdata=72.65.6a.65.63.74)"),
         "{flows}"
     );
 
@@ -302,11 +304,11 @@ fn services_are_load_balanced_in_the_switch() {
                 Want::Sticky(12),
             ),
             path(
-                "c1 -> svc-empty TCP: dropped",
+                "c1 -> svc-empty TCP: rejected at once",
                 &c1,
                 ("10.96.0.10", 80),
                 Tcp,
-                Want::Silent,
+                Want::Refused,
             ),
             path(
                 "h1 -> svc-hair TCP (hairpin)",
@@ -484,11 +486,11 @@ fn services_are_load_balanced_in_the_switch() {
                 Want::Spread(12, vec!["web/a1"]),
             ),
             path(
-                "c2 -> svc-a2 TCP: no endpoint",
+                "c2 -> svc-a2 TCP: no endpoint, rejected",
                 &c2,
                 ("10.96.1.12", 80),
                 Tcp,
-                Want::Silent,
+                Want::Refused,
             ),
         ],
     );

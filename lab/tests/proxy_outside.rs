@@ -22,6 +22,9 @@
 //!   balancer address routed to node-2 reaches only node-2's endpoint;
 //! - `internalTrafficPolicy: Local`: each node's clients reach only their
 //!   own node's endpoint;
+//! - a NodePort Service without endpoints: rejected at once (ICMP port
+//!   unreachable from the switch, relayed by the host's conntrack to the
+//!   outside client), TCP and UDP, from outside, a pod and a node;
 //! - node-1's host -> a ClusterIP (the host routes Service addresses into
 //!   the switch);
 //! - the host side: NodePort DNAT rules in the nodes' `nat` table, routes
@@ -100,6 +103,17 @@ spec:
 ---
 apiVersion: v1
 kind: Service
+metadata: {name: np-empty, namespace: web}
+spec:
+  type: NodePort
+  clusterIP: 10.96.2.16
+  selector: {app: nothing}
+  ports:
+  - {name: tcp, port: 80, nodePort: 30082}
+  - {name: udp, port: 80, protocol: UDP, nodePort: 30082}
+---
+apiVersion: v1
+kind: Service
 metadata: {name: itp, namespace: web}
 spec:
   internalTrafficPolicy: Local
@@ -172,10 +186,15 @@ fn wait_programmed(lab: &Lab) {
         let mut ok = true;
         for node in ["node-1", "node-2"] {
             let flows = lab.ctl(node, &["dump-flows", "--table", "35"]);
+            // Every Service with its endpoints: only np-empty's four
+            // frontends reject (a Service seen before its Endpoints
+            // rejects too, for a moment).
+            let rejects = flows.lines().filter(|l| l.contains("controller(")).count();
             ok &= flows.contains(&format!("nw_dst={LB_IP}"))
                 && flows.contains(&format!("nw_dst={EXT_IP}"))
                 && flows.contains("tp_dst=30081")
-                && flows.contains("nw_dst=10.96.2.15");
+                && flows.contains("nw_dst=10.96.2.15")
+                && rejects == 4;
             let ns = format!("{}-{node}", lab.name);
             let nat = run(&["ip", "netns", "exec", &ns, "iptables-save", "-t", "nat"]);
             ok &= nat.contains("--dport 30081") && nat.contains("-j OXVS-NODEPORTS");
@@ -319,6 +338,34 @@ fn services_are_reached_from_outside_the_node() {
                 Want::Spread(8, vec!["web/a2"]),
             ),
             path(
+                "no endpoints: NodePort TCP, outside -> node-1, rejected",
+                &ul,
+                (N1, 30082),
+                Tcp,
+                Want::Refused,
+            ),
+            path(
+                "no endpoints: NodePort UDP, outside -> node-2, rejected",
+                &ul,
+                (N2, 30082),
+                Udp,
+                Want::Refused,
+            ),
+            path(
+                "no endpoints: ClusterIP UDP, pod c1, rejected",
+                &c1,
+                ("10.96.2.16", 80),
+                Udp,
+                Want::Refused,
+            ),
+            path(
+                "no endpoints: ClusterIP TCP, node-2's host, rejected",
+                &n2,
+                ("10.96.2.16", 80),
+                Tcp,
+                Want::Refused,
+            ),
+            path(
                 "node-1's host -> ClusterIP (endpoint on node-1)",
                 &n1,
                 ("10.96.2.11", 80),
@@ -341,6 +388,19 @@ fn services_are_reached_from_outside_the_node() {
             ),
         ],
     );
+
+    // The rejections were the switch's (a host without the NodePort rule
+    // would refuse the TCP connection itself): the reject flows counted them.
+    for (node, proto) in [("node-1", "tcp"), ("node-2", "udp")] {
+        let flows = lab.ctl(node, &["dump-flows", "--table", "35"]);
+        let hit = flows.lines().any(|l| {
+            l.contains(&format!(",{proto},"))
+                && l.contains("tp_dst=30082")
+                && l.contains("controller(userdata=72.65.6a.65.63.74)")
+                && !l.contains("n_packets=0,")
+        });
+        assert!(hit, "no {proto} rejection counted on {node}:\n{flows}");
+    }
 
     // externalTrafficPolicy: Local keeps the client's address: node-1's
     // switch has the outside client's connection to the NodePort,

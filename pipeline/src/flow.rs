@@ -141,6 +141,12 @@ pub enum PacketInReason {
     InvalidTtl,
 }
 
+/// The userdata of a `controller` action whose packet the switch answers
+/// itself with an ICMP "port unreachable" instead of queueing it as a
+/// packet-in (a Service without endpoints, as kube-proxy rejects it):
+/// `controller(userdata=72.65.6a.65.63.74)`, "reject" in ASCII.
+pub const REJECT_USERDATA: &[u8] = b"reject";
+
 /// `controller(reason=...,userdata=...,max_len=...,id=...)`.
 #[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
 pub struct ControllerAction {

@@ -244,6 +244,11 @@ pub struct SwitchStats {
     /// ICMP "fragmentation needed" / "packet too big" replies sent for
     /// packets that did not fit a tunnel.
     pub icmp_too_big: u64,
+    /// ICMP "port unreachable" answers to rejected packets
+    /// ([`crate::reject`]).
+    pub rejects: u64,
+    /// Rejected packets not answered: over the rate limit.
+    pub rejects_limited: u64,
     /// Outputs to a port number no port has (dropped).
     pub output_no_port: u64,
     /// Outputs handed to another datapath thread.
@@ -396,6 +401,8 @@ enum Cmd {
 struct Counters {
     packet_in_dropped: AtomicU64,
     icmp_too_big: AtomicU64,
+    rejects: AtomicU64,
+    rejects_limited: AtomicU64,
     output_no_port: AtomicU64,
     cross_thread: AtomicU64,
     bad_frames: AtomicU64,
@@ -1072,6 +1079,8 @@ impl Switch {
         let r = Ordering::Relaxed;
         s.packet_in_dropped = c.packet_in_dropped.load(r);
         s.icmp_too_big = c.icmp_too_big.load(r);
+        s.rejects = c.rejects.load(r);
+        s.rejects_limited = c.rejects_limited.load(r);
         s.output_no_port = c.output_no_port.load(r);
         s.cross_thread = c.cross_thread.load(r);
         s.bad_frames = c.bad_frames.load(r);
@@ -1205,6 +1214,9 @@ struct SinkScratch {
     cur_frame: Vec<u8>,
     cur_len: usize,
     icmp_too_big: u64,
+    rejects: u64,
+    rejects_limited: u64,
+    reject_budget: crate::reject::RejectBudget,
     output_no_port: u64,
     cross_thread: u64,
 }
@@ -1640,7 +1652,7 @@ impl Worker {
             has_tunnels,
             ..
         } = self;
-        let mut sink = Sink::new(ports, routes, scratch, *has_tunnels, config);
+        let mut sink = Sink::new(ports, routes, scratch, *has_tunnels, config, now_ns);
         run_batch(dp, shared, pkts, now_ns, &mut sink);
     }
 
@@ -1720,7 +1732,7 @@ impl Worker {
                             None => *bad_frames += 1,
                         }
                     }
-                    let mut sink = Sink::new(ports, routes, scratch, *has_tunnels, config);
+                    let mut sink = Sink::new(ports, routes, scratch, *has_tunnels, config, now_ns);
                     run_batch(dp, shared, &mut pkts, now_ns, &mut sink);
                 }
                 if let PortIo::Xsk(x) = &mut self.ports[i].io {
@@ -1883,6 +1895,9 @@ impl Worker {
         let s = &mut self.scratch;
         c.icmp_too_big
             .fetch_add(std::mem::take(&mut s.icmp_too_big), r);
+        c.rejects.fetch_add(std::mem::take(&mut s.rejects), r);
+        c.rejects_limited
+            .fetch_add(std::mem::take(&mut s.rejects_limited), r);
         c.output_no_port
             .fetch_add(std::mem::take(&mut s.output_no_port), r);
         c.cross_thread
@@ -1901,6 +1916,8 @@ struct Sink<'a> {
     keep_frame: bool,
     cur_in_port: u32,
     icmp_src: Option<Ipv4Addr>,
+    /// The batch's time (the reject rate limit's clock).
+    now_ns: u64,
 }
 
 impl<'a> Sink<'a> {
@@ -1910,6 +1927,7 @@ impl<'a> Sink<'a> {
         scratch: &'a mut SinkScratch,
         keep_frame: bool,
         config: &SwitchConfig,
+        now_ns: u64,
     ) -> Sink<'a> {
         Sink {
             ports,
@@ -1918,6 +1936,7 @@ impl<'a> Sink<'a> {
             keep_frame,
             cur_in_port: 0,
             icmp_src: config.icmp_src_ip,
+            now_ns,
         }
     }
 }
@@ -2008,6 +2027,20 @@ impl Sink<'_> {
         }
     }
 
+    /// A flow rejected the current packet: answer its sender with an ICMP
+    /// "port unreachable" out of its input port, within the rate limit.
+    fn reject(&mut self, frame: &[u8]) {
+        if !self.scratch.reject_budget.take(self.now_ns) {
+            self.scratch.rejects_limited += 1;
+            return;
+        }
+        if let Some(reply) = crate::reject::port_unreachable(frame) {
+            let in_port = self.cur_in_port;
+            self.transmit(in_port, &reply, None);
+            self.scratch.rejects += 1;
+        }
+    }
+
     /// The current packet does not fit a tunnel: answer its sender.
     fn too_big(&mut self, mtu: u32, local_ip: Ipv4Addr) {
         if !self.keep_frame {
@@ -2031,6 +2064,10 @@ impl DatapathSink for Sink<'_> {
     }
 
     fn packet_in(&mut self, p: DpPacketIn<'_>) {
+        if p.userdata == oxvs_pipeline::flow::REJECT_USERDATA {
+            self.reject(p.frame);
+            return;
+        }
         self.scratch.packet_ins.push(PacketIn {
             in_port: self.cur_in_port,
             table: p.table,

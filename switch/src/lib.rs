@@ -24,5 +24,6 @@ pub mod ctstate;
 pub mod engine;
 pub mod metrics;
 pub mod netdev;
+pub mod reject;
 pub mod vxlan;
 pub mod xdpprog;

@@ -315,6 +315,8 @@ fn encode_datapath(e: &mut Exposition, s: &SwitchStats) {
         busy_ns,
         packet_in_dropped,
         icmp_too_big,
+        rejects,
+        rejects_limited,
         output_no_port,
         cross_thread,
         bad_frames,
@@ -361,7 +363,7 @@ fn encode_datapath(e: &mut Exposition, s: &SwitchStats) {
     )
     .int(&[("tier", "emc")], *emc_hits)
     .int(&[("tier", "megaflow")], *megaflow_hits);
-    let counters: [(&str, &str, u64); 23] = [
+    let counters: [(&str, &str, u64); 25] = [
         (
             "oxvs_datapath_packets_total",
             "Packets received by the datapath.",
@@ -441,6 +443,16 @@ fn encode_datapath(e: &mut Exposition, s: &SwitchStats) {
             "oxvs_datapath_icmp_too_big_total",
             "ICMP fragmentation-needed replies sent for packets too big for a tunnel.",
             *icmp_too_big,
+        ),
+        (
+            "oxvs_datapath_rejects_total",
+            "ICMP port-unreachable answers to packets a flow rejected (a Service without endpoints).",
+            *rejects,
+        ),
+        (
+            "oxvs_datapath_rejects_limited_total",
+            "Rejected packets not answered: over the rate limit.",
+            *rejects_limited,
         ),
         (
             "oxvs_datapath_output_no_port_total",
@@ -1088,9 +1100,9 @@ mod tests {
             .keys()
             .filter(|n| n.starts_with("oxvs_datapath_") && n.ends_with("_total"))
             .count();
-        // 18 DatapathStats fields (emc+megaflow in one family) + 7 engine
+        // 18 DatapathStats fields (emc+megaflow in one family) + 9 engine
         // counters + busy time.
-        assert_eq!(datapath, 17 + 7 + 1, "{text}");
+        assert_eq!(datapath, 17 + 9 + 1, "{text}");
         // The reassembler: 3 gauges, 4 counters, the drops by reason.
         assert_eq!(
             p.types
