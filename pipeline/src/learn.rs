@@ -571,7 +571,7 @@ pub fn delete_learned_keys(actions: &[Action]) -> impl Iterator<Item = (u8, u64)
 /// The port numbers OVS gives reserved 16-bit ports, for `is_in_port16`
 /// constants (`in_port=LOCAL`).
 pub fn port_to_ofp10(p: u32) -> Option<u16> {
-    if p <= 0xffff && p < 0xff00 {
+    if p < 0xff00 {
         Some(p as u16)
     } else if p >= port::MAX {
         Some((p & 0xffff) as u16)
