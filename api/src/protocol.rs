@@ -932,6 +932,30 @@ pub struct StatsResult {
     /// Of those, the frames free now (on no ring, in no batch).
     #[serde(default)]
     pub umem_free_frames: u64,
+    /// Learned flows (`learn` actions) the datapath handed on.
+    #[serde(default)]
+    pub learns: u64,
+    /// Learned flows added to the tables (new match and priority).
+    #[serde(default)]
+    pub learned_added: u64,
+    /// Learned flows that replaced an installed flow with other actions,
+    /// cookie or timeouts.
+    #[serde(default)]
+    pub learned_replaced: u64,
+    /// Learned flows identical to an installed one (its hard timeout
+    /// started again).
+    #[serde(default)]
+    pub learned_refreshed: u64,
+    /// Learned flows dropped because the learn queue was full.
+    #[serde(default)]
+    pub learn_dropped: u64,
+    /// Learned flows the tables refused.
+    #[serde(default)]
+    pub learn_failed: u64,
+    /// Flows removed by their idle or hard timeout (and with a
+    /// `delete_learned` learner).
+    #[serde(default)]
+    pub flows_expired: u64,
 }
 
 /// One packet sent to the controller.

@@ -803,6 +803,7 @@ cases! {
     ovs_drops => "drops",
     ovs_antrea_like => "antrea-like",
     ovs_groups => "groups",
+    ovs_learn => "learn",
 }
 
 /// `oxvsctl dump-groups --groups FILE` prints what

@@ -507,6 +507,9 @@ pub struct Classifier {
     order: Vec<(u16, u32)>,
     n_rules: usize,
     next_seq: u64,
+    /// Rules whose actions hold a `learn` with `delete_learned` (so the
+    /// tables know when to look for the flows they learned).
+    n_delete_learned: usize,
 }
 
 impl Classifier {
@@ -523,6 +526,11 @@ impl Classifier {
     /// Whether there are no rules.
     pub fn is_empty(&self) -> bool {
         self.n_rules == 0
+    }
+
+    /// Whether a rule's actions hold a `learn` with `delete_learned`.
+    pub fn has_delete_learned(&self) -> bool {
+        self.n_delete_learned > 0
     }
 
     /// Number of subtables (distinct masks).
@@ -586,10 +594,17 @@ impl Classifier {
                 i
             }
         };
+        if crate::learn::has_delete_learned(&entry.rule.flow.actions) {
+            self.n_delete_learned += 1;
+        }
         let st = Arc::make_mut(&mut self.subtables[idx as usize]);
         let old = st.insert(entry);
-        if old.is_none() {
-            self.n_rules += 1;
+        match &old {
+            None => self.n_rules += 1,
+            Some(e) if crate::learn::has_delete_learned(&e.rule.flow.actions) => {
+                self.n_delete_learned -= 1;
+            }
+            Some(_) => {}
         }
         self.reorder(idx);
         old.map(|e| e.rule)
@@ -611,6 +626,9 @@ impl Classifier {
         let st = Arc::make_mut(self.subtables.get_mut(idx as usize)?);
         let e = st.remove(m, priority)?;
         self.n_rules -= 1;
+        if crate::learn::has_delete_learned(&e.rule.flow.actions) {
+            self.n_delete_learned -= 1;
+        }
         if st.n_rules == 0 {
             self.remove_subtable(idx);
         } else {

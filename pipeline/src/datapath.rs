@@ -82,9 +82,10 @@ use crate::cache::{CacheTier, FlowCaches, MegaflowEntry};
 use crate::conntrack::{Conntrack, CtParams, CtRewrite};
 use crate::extract::{extract, extract_packet};
 use crate::field::Field;
-use crate::flow::{port, PacketInReason};
+use crate::flow::{port, Flow, PacketInReason};
 use crate::ipf::{Completed, IpfOutcome};
 use crate::key::FlowKey;
+use crate::learn::Learned;
 use crate::odp::DpAction;
 use crate::packet::{Layout, Packet, PacketBuf};
 use crate::tables::{Pipeline, TableSet};
@@ -156,6 +157,11 @@ pub trait DatapathSink {
     /// (e.g. an ICMP "fragmentation needed" when an output does not fit a
     /// tunnel). The default does nothing.
     fn begin_packet(&mut self, _in_port: u32, _frame: &[u8]) {}
+    /// A `learn` action's flow, for the switch to add or refresh
+    /// ([`crate::tables::Pipeline::learn`]). A cached translation hands on
+    /// each of its learned flows at most every [`Learned::RESEND_NS`]. The
+    /// default forgets it (sinks that only forward or count).
+    fn learn(&mut self, _flow: &Arc<Learned>) {}
 }
 
 /// A packet-in as recorded by [`RecordingSink`].
@@ -175,6 +181,8 @@ pub struct RecordingSink {
     /// `(port, frame, tunnel)` in output order.
     pub outputs: Vec<(u32, Vec<u8>, Option<TunnelMeta>)>,
     pub packet_ins: Vec<OwnedPacketIn>,
+    /// Learned flows, in order.
+    pub learned: Vec<Flow>,
 }
 
 impl DatapathSink for RecordingSink {
@@ -190,6 +198,9 @@ impl DatapathSink for RecordingSink {
             frame: p.frame.to_vec(),
             in_port: p.key.get(Field::InPort) as u32,
         });
+    }
+    fn learn(&mut self, flow: &Arc<Learned>) {
+        self.learned.push(flow.flow.clone());
     }
 }
 
@@ -279,6 +290,8 @@ pub struct DatapathStats {
     pub outputs: u64,
     /// Packet-ins handed to [`DatapathSink::packet_in`].
     pub packet_ins: u64,
+    /// Learned flows handed to [`DatapathSink::learn`].
+    pub learns: u64,
     /// Fragments a `ct` action handed to the reassembler that did not
     /// complete their datagram (held until the rest arrives).
     pub frags_held: u64,
@@ -769,6 +782,12 @@ impl Datapath {
                     key.set(Field::CtLabel, 0);
                 }
                 DpAction::LoadMeta { field, value } => key.set(*field, *value),
+                DpAction::Learn(l) => {
+                    if l.due(run.now_ns) {
+                        self.stats.learns += 1;
+                        run.sink.learn(l);
+                    }
+                }
                 DpAction::Recirc(id) => {
                     if i + 1 == n {
                         return Some(*id);

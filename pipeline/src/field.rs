@@ -31,7 +31,7 @@ pub struct Slot {
 }
 
 /// How a field's value is written in flow text.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ValueFormat {
     /// Plain decimal (`in_port=1`, `tp_dst=80`, `nw_ttl=64`); masked values
     /// are printed in hex (`tp_dst=0x1000/0xf000`).
@@ -186,7 +186,7 @@ pub mod tcp_flags {
 }
 
 /// Which kind of packet a field needs before it can be matched (OVS "prerequisites").
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Prereq {
     None,
     /// `dl_type` is IPv4 or IPv6.

@@ -10,6 +10,7 @@ use std::net::IpAddr;
 
 use crate::field::Field;
 use crate::key::FlowKey;
+pub use crate::learn::{LearnAction, LearnSpec, LearnSrc, LearnSubField, OvsField};
 
 /// OpenFlow reserved port numbers (32-bit, OpenFlow 1.1+ numbering).
 pub mod port {
@@ -274,6 +275,9 @@ pub enum Action {
     Conjunction { id: u32, clause: u8, n_clauses: u8 },
     /// `note:XX.XX...` (bytes).
     Note(Vec<u8>),
+    /// `learn(...)`: adds a flow made from the packet (see [`crate::learn`];
+    /// boxed: it is large and rare).
+    Learn(Box<LearnAction>),
 }
 
 /// Flow flags from `ovs-ofctl` (`send_flow_rem`, `check_overlap`, ...).

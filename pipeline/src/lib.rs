@@ -13,6 +13,7 @@
 //! | [`wire`] | the wire layer: ethertypes and protocol numbers, a checked view per header (Ethernet/VLAN, ARP, IPv4, IPv6, TCP, UDP/SCTP, ICMP, VXLAN), the one IPv6 extension header walk |
 //! | [`extract`] | raw Ethernet frame -> [`key::FlowKey`] (never panics; truncated frames give partial keys) |
 //! | [`flow`] | matches, actions, flows and flow mods (the OpenFlow model) |
+//! | [`learn`] | the `learn` action: its specs, OVS's field names for them, and the flow it learns from a packet |
 //! | [`parse`], [`print`] | the `ovs-ofctl` text dialect, both ways |
 //! | [`classifier`], [`tables`] | tuple-space classifier per table; versioned tables; flow mods and bundles |
 //! | [`xlate`] | the slow path: key -> datapath actions + megaflow mask |
@@ -72,6 +73,7 @@ pub mod flow;
 pub mod group;
 pub mod ipf;
 pub mod key;
+pub mod learn;
 pub mod names;
 pub mod odp;
 pub mod packet;

@@ -52,10 +52,12 @@
 //! an IPv6 address or label is, else IPv4; ports print as `tp(...)`).
 
 use std::fmt;
+use std::sync::Arc;
 
 use crate::field::{format_value, Field, ValueFormat};
 use crate::flow::{port, NatAction, PacketInReason};
 use crate::key::FlowKey;
+use crate::learn::Learned;
 use crate::wire::{ethertype, ip_proto};
 
 /// The recirculation id used for `ct(table=T)`: `T + 1` (0 means "from a port").
@@ -105,6 +107,11 @@ pub enum DpAction {
     LoadMeta { field: Field, value: u128 },
     /// Re-inject a copy of the packet into the pipeline with this recirc_id.
     Recirc(u32),
+    /// A `learn` action's flow, to be added (or refreshed) by the switch
+    /// ([`crate::learn`]). Not printed: it changes neither the packet nor
+    /// the key (OVS executes learns during translation; its datapath never
+    /// sees them).
+    Learn(Arc<Learned>),
     /// Send the packet to the controller's packet-in queue.
     Userspace {
         reason: PacketInReason,
@@ -160,7 +167,7 @@ fn format_actions(actions: &[DpAction], key: Option<&FlowKey>) -> String {
     while i < actions.len() {
         let a = &actions[i];
         match a {
-            DpAction::LoadMeta { .. } => {
+            DpAction::LoadMeta { .. } | DpAction::Learn(_) => {
                 i += 1;
                 continue;
             }
@@ -448,6 +455,7 @@ impl fmt::Display for DpAction {
                 )
             }
             DpAction::Recirc(id) => write!(f, "recirc({id:#x})"),
+            DpAction::Learn(l) => write!(f, "learn({})", crate::print::format_flow(&l.flow, None)),
             DpAction::Userspace {
                 reason,
                 userdata,

@@ -53,6 +53,7 @@
 mod actions;
 mod error;
 mod group;
+mod learn;
 mod lexer;
 mod match_fields;
 #[cfg(test)]

@@ -33,8 +33,8 @@ use std::fmt::Write as _;
 
 use crate::field::{ct_state, frag, tcp_flags, Field, ValueFormat};
 use crate::flow::{
-    port, Action, ControllerAction, CtZoneSrc, Flow, Match, NatAction, NatKind, PacketInReason,
-    SubField, DEFAULT_PRIORITY,
+    port, Action, ControllerAction, CtZoneSrc, Flow, LearnAction, LearnSpec, LearnSrc,
+    LearnSubField, Match, NatAction, NatKind, OvsField, PacketInReason, SubField, DEFAULT_PRIORITY,
 };
 use crate::key::FlowKey;
 use crate::names::TableNames;
@@ -841,6 +841,132 @@ fn write_action(out: &mut String, a: &Action, names: Option<&TableNames>, m: Opt
         Action::Note(bytes) => {
             let _ = write!(out, "note:{}", hex_bytes(bytes));
         }
+        Action::Learn(l) => write_learn(out, l, names),
+    }
+}
+
+/// A learn sub-field as OVS prints it: `NXM_OF_TCP_DST[]`, `NXM_NX_REG0[20]`,
+/// `NXM_NX_REG4[0..15]`.
+fn write_learn_subfield(out: &mut String, sf: &LearnSubField) {
+    out.push_str(sf.field.nxm);
+    if sf.is_whole() {
+        out.push_str("[]");
+    } else if sf.n_bits == 1 {
+        let _ = write!(out, "[{}]", sf.ofs);
+    } else {
+        let _ = write!(
+            out,
+            "[{}..{}]",
+            sf.ofs,
+            u32::from(sf.ofs) + u32::from(sf.n_bits) - 1
+        );
+    }
+}
+
+/// A learn constant as OVS's `ds_put_hex` prints it: `0x12`, `0`.
+fn write_learn_hex(out: &mut String, v: u128) {
+    c_hex(out, v);
+}
+
+/// `learn(...)`, as OVS's `learn_format` prints it.
+fn write_learn(out: &mut String, l: &LearnAction, names: Option<&TableNames>) {
+    out.push_str("learn(table=");
+    write_table(out, l.table, names);
+    for (v, name) in [
+        (l.idle_timeout, "idle_timeout"),
+        (l.hard_timeout, "hard_timeout"),
+        (l.fin_idle_timeout, "fin_idle_timeout"),
+        (l.fin_hard_timeout, "fin_hard_timeout"),
+    ] {
+        if v != 0 {
+            let _ = write!(out, ",{name}={v}");
+        }
+    }
+    if l.priority != DEFAULT_PRIORITY {
+        let _ = write!(out, ",priority={}", l.priority);
+    }
+    if l.send_flow_rem {
+        out.push_str(",send_flow_rem");
+    }
+    if l.delete_learned {
+        out.push_str(",delete_learned");
+    }
+    if l.cookie != 0 {
+        let _ = write!(out, ",cookie={:#x}", l.cookie);
+    }
+    if l.limit != 0 {
+        let _ = write!(out, ",limit={}", l.limit);
+    }
+    if let Some(r) = &l.result_dst {
+        out.push_str(",result_dst=");
+        write_learn_subfield(out, r);
+    }
+    for spec in &l.specs {
+        out.push(',');
+        match spec {
+            LearnSpec::Match {
+                dst,
+                src: LearnSrc::Imm(v),
+            } => {
+                if dst.is_whole() {
+                    let _ = write!(out, "{}=", dst.field.name);
+                    write_learn_value(out, &dst.field, *v);
+                } else {
+                    write_learn_subfield(out, dst);
+                    out.push('=');
+                    write_learn_hex(out, *v);
+                }
+            }
+            LearnSpec::Match {
+                dst,
+                src: LearnSrc::Field(s),
+            } => {
+                write_learn_subfield(out, dst);
+                if s.field.nxm != dst.field.nxm || s.ofs != dst.ofs {
+                    out.push('=');
+                    write_learn_subfield(out, s);
+                }
+            }
+            LearnSpec::Load { dst, src } => {
+                out.push_str("load:");
+                match src {
+                    LearnSrc::Imm(v) => write_learn_hex(out, *v),
+                    LearnSrc::Field(s) => write_learn_subfield(out, s),
+                }
+                out.push_str("->");
+                write_learn_subfield(out, dst);
+            }
+            LearnSpec::Output { src } => {
+                out.push_str("output:");
+                write_learn_subfield(out, src);
+            }
+        }
+    }
+    out.push(')');
+}
+
+/// A constant for a whole field, as OVS's `mf_format` writes it.
+fn write_learn_value(out: &mut String, f: &OvsField, v: u128) {
+    match f.format {
+        _ if f.field == Field::InPort => {
+            let p = if f.is_in_port16() {
+                crate::learn::port_from_ofp10(v as u16)
+            } else {
+                v as u32
+            };
+            write_port(out, p);
+        }
+        ValueFormat::Mac => mac(out, v),
+        ValueFormat::Ipv4 => {
+            let _ = write!(out, "{}", std::net::Ipv4Addr::from(v as u32));
+        }
+        ValueFormat::Ipv6 => {
+            let _ = write!(out, "{}", std::net::Ipv6Addr::from(v));
+        }
+        ValueFormat::Decimal => {
+            let _ = write!(out, "{v}");
+        }
+        _ => c_hex(out, v),
     }
 }
 

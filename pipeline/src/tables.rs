@@ -75,6 +75,10 @@ pub struct RuleStats {
     pub n_bytes: AtomicU64,
     /// Time of the last hit (ns, the caller's clock); 0 = never.
     pub last_used_ns: AtomicU64,
+    /// When a `learn` last learned this very flow again (ns, the caller's
+    /// clock; 0 = never): its hard timeout counts from then, as OVS's
+    /// `modified` ([`Pipeline::learn`]).
+    pub refreshed_ns: AtomicU64,
 }
 
 impl RuleStats {
@@ -84,6 +88,7 @@ impl RuleStats {
             n_packets: AtomicU64::new(self.n_packets.load(Ordering::Relaxed)),
             n_bytes: AtomicU64::new(self.n_bytes.load(Ordering::Relaxed)),
             last_used_ns: AtomicU64::new(self.last_used_ns.load(Ordering::Relaxed)),
+            refreshed_ns: AtomicU64::new(self.refreshed_ns.load(Ordering::Relaxed)),
         }
     }
 }
@@ -115,11 +120,14 @@ impl Rule {
     }
 
     /// When the flow expires at the latest given its timeouts and last use
-    /// (`None` = never).
+    /// (`None` = never). The hard timeout counts from its creation or its
+    /// last refresh by a `learn`, the idle timeout from its last hit (or
+    /// its creation).
     pub fn expires_at(&self) -> Option<u64> {
         const NS: u64 = 1_000_000_000;
         let hard = (self.flow.hard_timeout > 0).then(|| {
             self.created_ns
+                .max(self.stats.refreshed_ns.load(Ordering::Relaxed))
                 .saturating_add(u64::from(self.flow.hard_timeout) * NS)
         });
         let last = self
@@ -251,6 +259,9 @@ pub enum FlowModError {
         action: String,
         reason: &'static str,
     },
+    /// A `learn` the tables cannot run (built in code rather than parsed).
+    #[error("{0}")]
+    BadLearn(&'static str),
     #[error("group {0} already exists (OFPGMFC_GROUP_EXISTS)")]
     GroupExists(u32),
     #[error("group {0} does not exist (OFPGMFC_UNKNOWN_GROUP)")]
@@ -288,6 +299,22 @@ pub struct ApplyReport {
     pub groups_modified: usize,
     /// Groups deleted (the flows deleted with them are in `deleted`).
     pub groups_deleted: usize,
+}
+
+/// What [`Pipeline::learn`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LearnReport {
+    /// New flows.
+    pub added: usize,
+    /// Flows that replaced one of the same match and priority with other
+    /// actions, cookie, timeouts or flags (counters kept).
+    pub replaced: usize,
+    /// Identical flows whose hard timeout started again.
+    pub refreshed: usize,
+    /// Flows the tables refused.
+    pub failed: usize,
+    /// Flows deleted with a replaced flow's `delete_learned`.
+    pub deleted: usize,
 }
 
 /// One change of a bundle for [`Pipeline::apply_bundle`].
@@ -406,6 +433,7 @@ impl Pipeline {
         if let Some(&(id, index)) = named.iter().find(|(id, _)| !next.groups.contains_key(id)) {
             return Err(wrap(index, FlowModError::BadOutGroup(id)));
         }
+        report.deleted += delete_orphaned_learned(&cur, &mut next).len();
         next.generation = cur.generation + 1;
         self.current.store(Arc::new(next));
         Ok(report)
@@ -533,9 +561,69 @@ impl Pipeline {
                 add_rule(cls, f.clone(), now_ns, &mut report);
             }
         }
+        report.deleted += delete_orphaned_learned(&cur, &mut next).len();
         next.generation = cur.generation + 1;
         self.current.store(Arc::new(next));
         Ok(report)
+    }
+
+    /// Adds the flows `learn` actions learned ([`crate::learn`]), as OVS's
+    /// `ofproto_flow_mod_learn`: a flow identical to an installed one
+    /// (match, priority, actions, cookie, timeouts, flags) only refreshes
+    /// it (its hard timeout counts again from `now_ns`; no new version, so
+    /// no cache is flushed); any other is added as one atomic version,
+    /// replacing a flow of the same match and priority and keeping its
+    /// counters (modify semantics). A flow the tables refuse (which a
+    /// parsed `learn` cannot produce) is counted in `failed` and skipped.
+    pub fn learn<'a>(&self, flows: impl IntoIterator<Item = &'a Flow>, now_ns: u64) -> LearnReport {
+        let _w = self.lock();
+        let cur = self.current.load_full();
+        let mut report = LearnReport::default();
+        let mut changes: Vec<Flow> = Vec::new();
+        for f in flows {
+            match cur.find_strict(f.table, &f.matches, f.priority) {
+                Some(r) if same_version(&r.flow, f) && r.flow.flags == f.flags => {
+                    r.stats.refreshed_ns.fetch_max(now_ns, Ordering::Relaxed);
+                    report.refreshed += 1;
+                }
+                _ => {
+                    if validate_actions(f.table, &f.actions).is_err()
+                        || usize::from(f.table) >= N_TABLES
+                    {
+                        report.failed += 1;
+                        continue;
+                    }
+                    let mut f = f.clone();
+                    f.matches = canonical(&f.matches);
+                    changes.push(f);
+                }
+            }
+        }
+        if changes.is_empty() {
+            return report;
+        }
+        let mut next = TableSet::clone(&cur);
+        let mut applied = ApplyReport::default();
+        for f in changes {
+            let Some(slot) = next.tables.get_mut(usize::from(f.table)) else {
+                report.failed += 1;
+                continue;
+            };
+            // The same flow twice in one call: the second only refreshes.
+            if let Some(r) = slot.find_exact(&f.matches, f.priority) {
+                if same_version(&r.flow, &f) && r.flow.flags == f.flags {
+                    report.refreshed += 1;
+                    continue;
+                }
+            }
+            add_rule(Arc::make_mut(slot), f, now_ns, &mut applied);
+        }
+        report.added = applied.added;
+        report.replaced = applied.replaced;
+        report.deleted = delete_orphaned_learned(&cur, &mut next).len();
+        next.generation = cur.generation + 1;
+        self.current.store(Arc::new(next));
+        report
     }
 
     /// Removes every flow whose idle timeout (since its last hit, or its
@@ -563,12 +651,63 @@ impl Pipeline {
                 }
             }
         }
+        gone.extend(
+            delete_orphaned_learned(&cur, &mut next)
+                .into_iter()
+                .map(|r| r.flow.clone()),
+        );
         if !gone.is_empty() {
             next.generation = cur.generation + 1;
             self.current.store(Arc::new(next));
         }
         gone
     }
+}
+
+/// `delete_learned` (OVS's `learned_cookies`): every (table, cookie) that
+/// a `learn` with `delete_learned` of `cur` names and none of `next` does
+/// any more loses its flows in `next`, which are returned. Only tables
+/// that hold such a `learn` are looked at, and only when one of them
+/// changed.
+fn delete_orphaned_learned(cur: &TableSet, next: &mut TableSet) -> Vec<Arc<Rule>> {
+    let changed = cur
+        .tables
+        .iter()
+        .zip(&next.tables)
+        .any(|(a, b)| a.has_delete_learned() && !Arc::ptr_eq(a, b));
+    if !changed {
+        return Vec::new();
+    }
+    let keys = |ts: &TableSet| -> std::collections::BTreeSet<(u8, u64)> {
+        ts.tables
+            .iter()
+            .filter(|c| c.has_delete_learned())
+            .flat_map(|c| c.iter())
+            .flat_map(|r| crate::learn::delete_learned_keys(&r.flow.actions))
+            .collect()
+    };
+    let alive = keys(next);
+    let mut gone = Vec::new();
+    for (t, cookie) in keys(cur).difference(&alive) {
+        let Some(slot) = next.tables.get_mut(usize::from(*t)) else {
+            continue;
+        };
+        let dead: Vec<(Match, u16)> = slot
+            .iter()
+            .filter(|r| r.flow.cookie == *cookie)
+            .map(|r| (r.flow.matches, r.flow.priority))
+            .collect();
+        if dead.is_empty() {
+            continue;
+        }
+        let cls = Arc::make_mut(slot);
+        for (m, p) in dead {
+            if let Some(r) = cls.remove(&m, p) {
+                gone.push(r);
+            }
+        }
+    }
+    gone
 }
 
 /// Whether `actions` name group `id` (nested `ct` actions included).
@@ -743,6 +882,12 @@ fn validate_actions(table: u8, actions: &[Action]) -> Result<(), FlowModError> {
                 }
             }
             Action::Note(_) => {}
+            Action::Learn(l) => {
+                if let Some(why) = l.invalid() {
+                    return Err(FlowModError::BadLearn(why));
+                }
+                other = other.or(Some(a));
+            }
             Action::OutputReg(_) | Action::Load { .. } | Action::Move { .. } | Action::Ct(_) => {
                 check_sub_fields(a)?;
                 other = other.or(Some(a));

@@ -67,9 +67,12 @@ use std::sync::Arc;
 
 use crate::extract::VLAN_PRESENT;
 use crate::field::{frag, Field};
-use crate::flow::{port, Action, CtAction, CtZoneSrc, NatAction, PacketInReason, SubField};
+use crate::flow::{
+    port, Action, CtAction, CtZoneSrc, LearnAction, NatAction, PacketInReason, SubField,
+};
 use crate::group::{self, Group, GroupType, SelectionMethod};
 use crate::key::FlowKey;
+use crate::learn;
 use crate::odp::{recirc_id_for_table, table_for_recirc_id, DpAction};
 use crate::tables::{Rule, TableSet};
 use crate::wire::ethertype;
@@ -635,6 +638,7 @@ impl<'a, L: FlowLookup + ?Sized> Xlate<'a, L> {
                     return Flow::Stopped;
                 }
                 Action::Note(_) => {}
+                Action::Learn(l) => self.learn(l),
                 Action::Group(id) => self.group(*id, table, cookie),
                 Action::Nat(_) => {
                     // Only inside `ct` (the parser refuses it elsewhere).
@@ -646,6 +650,16 @@ impl<'a, L: FlowLookup + ?Sized> Xlate<'a, L> {
             return Flow::Stopped;
         }
         Flow::Done(goto)
+    }
+
+    /// `learn(...)`: the flow it adds for this packet, from the working key
+    /// (every source bit read is un-wildcarded, as OVS's `learn_mask`), as
+    /// a datapath action so that every packet of the megaflow learns it.
+    fn learn(&mut self, l: &LearnAction) {
+        let flow = learn::learned_flow(l, |sf| self.read_sub(&sf));
+        self.record(|| TraceEvent::Detail(learn::describe(&flow)));
+        self.actions
+            .push(DpAction::Learn(Arc::new(learn::Learned::new(flow))));
     }
 
     fn resubmit(&mut self, in_port: Option<u32>, table: u8) {

@@ -1006,6 +1006,13 @@ fn stats(switch: &Switch) -> StatsResult {
         ct_commits_discarded: ct.commits_discarded_total,
         umem_frames: s.umem_frames,
         umem_free_frames: s.umem_free_frames,
+        learns: d.learns,
+        learned_added: s.learn.learned,
+        learned_replaced: s.learn.learn_replaced,
+        learned_refreshed: s.learn.learn_refreshed,
+        learn_dropped: s.learn.learn_dropped,
+        learn_failed: s.learn.learn_failed,
+        flows_expired: s.learn.flows_expired,
     }
 }
 

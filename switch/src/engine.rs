@@ -40,6 +40,9 @@
 //! - flow tables: `Arc<Pipeline>`, a lock-free snapshot per batch;
 //! - conntrack: one `Mutex<Conntrack>`, taken once per batch;
 //! - packet-ins: a bounded `Mutex<VecDeque>`, one lock per batch that has any;
+//! - learned flows: a bounded queue ([`crate::learn::LearnQueue`]), one lock
+//!   per batch that learned anything; the flow keeper thread (`oxvs-flows`)
+//!   applies them to the tables and expires flows by their timeouts;
 //! - per-thread stats: a `Mutex` updated once per loop; port counters are
 //!   atomics added once per loop;
 //! - the port registry (`Mutex<BTreeMap>`), only on the control side.
@@ -66,6 +69,9 @@ use oxvs_pipeline::datapath::{
     TunnelMeta,
 };
 use oxvs_pipeline::flow::PacketInReason;
+use oxvs_pipeline::learn::Learned;
+
+use crate::learn::{FlowKeeper, LearnQueue, LearnStats};
 use oxvs_pipeline::packet::PacketRef;
 use oxvs_pipeline::tables::Pipeline;
 use oxvs_pipeline::xlate::XlateEnv;
@@ -154,6 +160,9 @@ pub struct SwitchConfig {
     pub icmp_src_ip: Option<Ipv4Addr>,
     /// Most packet-ins queued for the controller (more are dropped and counted).
     pub packet_in_queue: usize,
+    /// Most learned flows queued for the flow keeper (more are dropped
+    /// and counted; [`crate::learn`]).
+    pub learn_queue: usize,
     /// Serve ports on virtual devices with the switch's one XDP program
     /// ([`crate::xdpprog`], loaded at start) instead of a program libxdp
     /// loads per port.
@@ -191,6 +200,7 @@ impl Default for SwitchConfig {
             conntrack: CtConfig::default(),
             icmp_src_ip: None,
             packet_in_queue: 1024,
+            learn_queue: crate::learn::DEFAULT_LEARN_QUEUE,
             shared_xdp_program: true,
             complete_checksums: true,
             tunnel_tso: true,
@@ -264,6 +274,8 @@ pub struct SwitchStats {
     /// on a ring, not being processed).
     pub umem_frames: u64,
     pub umem_free_frames: u64,
+    /// Learned flows (`learn` actions) and flow expiry.
+    pub learn: LearnStats,
 }
 
 /// Nanoseconds on the engine's monotonic clock (the clock the datapath
@@ -416,6 +428,8 @@ struct Shared {
     stop: AtomicBool,
     packet_ins: Mutex<VecDeque<PacketIn>>,
     packet_in_max: usize,
+    /// Learned flows on their way to the flow keeper.
+    learns: Arc<LearnQueue>,
     spares: Mutex<Vec<Vec<u8>>>,
     counters: Counters,
     /// UMEM frames per AF_XDP port.
@@ -585,6 +599,8 @@ pub struct Switch {
     xdp_prog: Option<Arc<XdpProgram>>,
     /// [`SwitchConfig::complete_checksums`].
     config_complete_checksums: bool,
+    /// The flow keeper thread ([`crate::learn`]).
+    keeper: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for Switch {
@@ -605,6 +621,7 @@ impl Switch {
             stop: AtomicBool::new(false),
             packet_ins: Mutex::new(VecDeque::new()),
             packet_in_max: config.packet_in_queue,
+            learns: Arc::new(LearnQueue::new(config.learn_queue)),
             spares: Mutex::new(Vec::new()),
             counters: Counters::default(),
             umem_frames: config.umem_frames,
@@ -678,8 +695,17 @@ impl Switch {
             anchor: anchor.clone(),
             xdp_prog,
             config_complete_checksums: config.complete_checksums,
+            keeper: Mutex::new(None),
         };
         let mut sw = sw;
+        {
+            let keeper = FlowKeeper::new(Arc::clone(&shared.learns), Arc::clone(&pipeline));
+            let h = std::thread::Builder::new()
+                .name("oxvs-flows".into())
+                .spawn(move || keeper.run(monotonic_ns))
+                .map_err(|e| SwitchError::Other(format!("cannot spawn the flow keeper: {e}")))?;
+            *lock(&sw.keeper) = Some(h);
+        }
         for (idx, wake) in wake_rx.into_iter().enumerate() {
             let (tx, rx) = mpsc::channel();
             let (ready_tx, ready_rx) = mpsc::channel();
@@ -1086,6 +1112,7 @@ impl Switch {
         s.bad_frames = c.bad_frames.load(r);
         s.tunnel_tso_frames = c.tunnel_tso_frames.load(r);
         s.tunnel_gro_merged = c.tunnel_gro_merged.load(r);
+        s.learn = self.shared.learns.stats();
         s
     }
 
@@ -1109,6 +1136,12 @@ impl Switch {
     /// Stops the threads, detaches XDP programs, removes ports.
     pub fn shutdown(&self) {
         self.shared.stop.store(true, Ordering::Release);
+        self.shared.learns.stop();
+        if let Some(k) = lock(&self.keeper).take() {
+            if k.join().is_err() {
+                tracing::error!("the flow keeper thread panicked");
+            }
+        }
         for t in &self.threads {
             t.wake();
         }
@@ -1157,6 +1190,7 @@ fn add_stats(a: &mut DatapathStats, b: &DatapathStats) {
     a.frag_drops += b.frag_drops;
     a.reassembled += b.reassembled;
     a.ct_refused_drops += b.ct_refused_drops;
+    a.learns += b.learns;
 }
 
 // ---------------------------------------------------------------------------
@@ -1208,6 +1242,8 @@ struct SinkScratch {
     remote: Vec<Vec<Handoff>>,
     spares: Vec<Vec<u8>>,
     packet_ins: Vec<PacketIn>,
+    /// Learned flows of the batch (moved to the learn queue after it).
+    learns: Vec<Arc<Learned>>,
     /// The first bytes of the current packet as received (only with
     /// tunnel ports: what an ICMP "too big" reply needs, at most
     /// [`vxlan::TOO_BIG_HEAD`]), and its whole length.
@@ -1835,6 +1871,8 @@ impl Worker {
             let at = spares.len() - take;
             self.scratch.spares.extend(spares.drain(at..));
         }
+        // Learned flows: one lock per loop that learned anything.
+        self.shared.learns.push_batch(&mut self.scratch.learns);
         if !self.scratch.packet_ins.is_empty() {
             let mut q = lock(&self.shared.packet_ins);
             for p in self.scratch.packet_ins.drain(..) {
@@ -2081,6 +2119,10 @@ impl DatapathSink for Sink<'_> {
             userdata: p.userdata.to_vec(),
             frame: p.frame.to_vec(),
         });
+    }
+
+    fn learn(&mut self, flow: &Arc<Learned>) {
+        self.scratch.learns.push(Arc::clone(flow));
     }
 
     fn begin_packet(&mut self, in_port: u32, frame: &[u8]) {

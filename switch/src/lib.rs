@@ -12,6 +12,7 @@
 //! | [`control`] | the control socket server |
 //! | [`ctstate`] | the conntrack state file (saved at stop, restored at start) |
 //! | [`engine`] | the switch: datapath threads, port add/remove, packet-ins, inject, stats |
+//! | [`learn`] | learned flows from the datapath to the tables; the flow keeper (learning, expiry) |
 //! | [`afxdp`] | AF_XDP sockets, each with its UMEM and frame pool (the crate's only `unsafe`) |
 //! | [`metrics`] | `/metrics`: the switch's counters in the Prometheus text format |
 //! | [`netdev`] | interface helpers (veth pairs, up, MTU, delete) |
@@ -22,6 +23,7 @@ pub mod afxdp;
 pub mod control;
 pub mod ctstate;
 pub mod engine;
+pub mod learn;
 pub mod metrics;
 pub mod netdev;
 pub mod reject;

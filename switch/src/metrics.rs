@@ -324,6 +324,7 @@ fn encode_datapath(e: &mut Exposition, s: &SwitchStats) {
         tunnel_gro_merged,
         umem_frames,
         umem_free_frames,
+        learn,
     } = s;
     let DatapathStats {
         packets,
@@ -344,7 +345,16 @@ fn encode_datapath(e: &mut Exposition, s: &SwitchStats) {
         frag_drops,
         reassembled,
         ct_refused_drops,
+        learns,
     } = datapath;
+    let crate::learn::LearnStats {
+        learned,
+        learn_replaced,
+        learn_refreshed,
+        learn_dropped,
+        learn_failed,
+        flows_expired,
+    } = learn;
     e.gauge("oxvs_datapath_threads", "Datapath threads.")
         .int(&[], *threads as u64);
     e.gauge(
@@ -363,7 +373,23 @@ fn encode_datapath(e: &mut Exposition, s: &SwitchStats) {
     )
     .int(&[("tier", "emc")], *emc_hits)
     .int(&[("tier", "megaflow")], *megaflow_hits);
-    let counters: [(&str, &str, u64); 25] = [
+    e.counter(
+        "oxvs_learned_flows_total",
+        "Flows learned by learn actions, by what became of them (added: new; replaced: \
+         changed an installed flow; refreshed: identical to an installed one, whose hard \
+         timeout started again; dropped: the learn queue was full; failed: refused by the tables).",
+    )
+    .int(&[("result", "added")], *learned)
+    .int(&[("result", "replaced")], *learn_replaced)
+    .int(&[("result", "refreshed")], *learn_refreshed)
+    .int(&[("result", "dropped")], *learn_dropped)
+    .int(&[("result", "failed")], *learn_failed);
+    e.counter(
+        "oxvs_flows_expired_total",
+        "Flows removed by their idle or hard timeout, or with the learn that learned them (delete_learned).",
+    )
+    .int(&[], *flows_expired);
+    let counters: [(&str, &str, u64); 26] = [
         (
             "oxvs_datapath_packets_total",
             "Packets received by the datapath.",
@@ -483,6 +509,11 @@ fn encode_datapath(e: &mut Exposition, s: &SwitchStats) {
             "oxvs_datapath_ct_refused_drops_total",
             "Packets dropped because conntrack refused to commit their new connection (see oxvs_conntrack_limit_refusals_total and oxvs_conntrack_table_full_drops_total).",
             *ct_refused_drops,
+        ),
+        (
+            "oxvs_datapath_learns_total",
+            "Learned flows the datapath handed to the flow keeper (at most one per megaflow per 100 ms).",
+            *learns,
         ),
         (
             "oxvs_datapath_bad_frames_total",
@@ -1100,9 +1131,12 @@ mod tests {
             .keys()
             .filter(|n| n.starts_with("oxvs_datapath_") && n.ends_with("_total"))
             .count();
-        // 18 DatapathStats fields (emc+megaflow in one family) + 9 engine
+        // 19 DatapathStats fields (emc+megaflow in one family) + 9 engine
         // counters + busy time.
-        assert_eq!(datapath, 17 + 9 + 1, "{text}");
+        assert_eq!(datapath, 18 + 9 + 1, "{text}");
+        for family in ["oxvs_learned_flows_total", "oxvs_flows_expired_total"] {
+            assert!(p.types.contains_key(family), "{family}\n{text}");
+        }
         // The reassembler: 3 gauges, 4 counters, the drops by reason.
         assert_eq!(
             p.types

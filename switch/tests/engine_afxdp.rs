@@ -513,6 +513,71 @@ d = s.recv(2000); print(d[14:].decode())
     assert!(!netdev::has_xdp(&h_a).unwrap());
 }
 
+/// `learn` through the real engine: a datapath thread queues the learned
+/// flow, the flow keeper thread adds it, and expires it after its hard
+/// timeout; the counters say so.
+#[test]
+fn engine_learns_and_expires_a_flow() {
+    if !oxvs_testutil::is_root() {
+        oxvs_testutil::skip_or_fail("needs root");
+        return;
+    }
+    let mut lab = Lab::new("l");
+    let (_ns_a, h_a) = lab.pod("a", "10.77.2.1");
+    let pipeline = Arc::new(Pipeline::new());
+    load_flows(
+        &pipeline,
+        "priority=20,udp,tp_dst=9999 actions=learn(table=5,hard_timeout=1,cookie=0x5,eth_type=0x800,nw_proto=17,NXM_OF_IP_SRC[],NXM_OF_UDP_DST[],output:NXM_OF_IN_PORT[])\n",
+    );
+    let sw = Switch::start(
+        SwitchConfig {
+            poll_mode: PollMode::Interrupt,
+            umem_sharing: UmemSharing::per_thread_unique(),
+            ..SwitchConfig::default()
+        },
+        Arc::clone(&pipeline),
+    )
+    .expect("start");
+    sw.add_port(afxdp(&h_a, 1)).expect("a");
+    // A UDP datagram 10.77.2.1 -> 10.77.2.9:9999, injected as from port 1.
+    let mut f = vec![0x02, 0, 0, 0, 0, 9, 0x02, 0, 0, 0, 0, 1, 0x08, 0x00];
+    f.extend_from_slice(&[0x45, 0, 0, 32, 0, 1, 0x40, 0, 64, 17, 0, 0]);
+    f.extend_from_slice(&[10, 77, 2, 1, 10, 77, 2, 9]);
+    f.extend_from_slice(&[0x30, 0x39, 0x27, 0x0f, 0, 12, 0, 0]);
+    f.extend_from_slice(b"lrn!");
+    sw.inject(1, f).expect("inject");
+    let learned = |p: &Pipeline| p.snapshot().flows_in(5).len();
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while learned(&pipeline) == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let flows = pipeline.snapshot();
+    let got: Vec<String> = flows
+        .flows_in(5)
+        .iter()
+        .map(|r| oxvs_pipeline::print::format_flow(&r.flow, None))
+        .collect();
+    assert_eq!(
+        got,
+        vec!["cookie=0x5, table=5, hard_timeout=1, udp,nw_src=10.77.2.1,tp_dst=9999 actions=output:1"]
+    );
+    assert_eq!(sw.stats().learn.learned, 1);
+    // The datapath thread publishes its counters once per loop.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while sw.stats().datapath.learns == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(sw.stats().datapath.learns, 1);
+    // Gone within its hard timeout plus the keeper's expiry interval.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while learned(&pipeline) > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(learned(&pipeline), 0, "expired");
+    assert_eq!(sw.stats().learn.flows_expired, 1);
+    sw.shutdown();
+}
+
 #[test]
 fn engine_starts_and_stops_without_ports() {
     let sw = Switch::start(

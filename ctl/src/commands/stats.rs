@@ -50,6 +50,16 @@ pub fn format(r: &StatsResult) -> String {
         None => s.push_str("  avg. processing time per packet: -\n"),
     }
     s.push_str(&format!("flows: {}\n", r.n_flows));
+    s.push_str(&format!(
+        "  learned: {} handed on, {} added, {} replaced, {} refreshed, {} dropped (queue full), {} refused\n",
+        r.learns,
+        r.learned_added,
+        r.learned_replaced,
+        r.learned_refreshed,
+        r.learn_dropped,
+        r.learn_failed
+    ));
+    s.push_str(&format!("  expired: {}\n", r.flows_expired));
     s.push_str(&format!("conntrack entries: {}\n", r.conntrack_entries));
     s.push_str(&format!(
         "  refused commits: {} over a port's limit, {} table full ({} packets dropped)\n",

@@ -617,6 +617,11 @@ pub(super) fn parse_action(src: &Src, item: &Item, ac: &ActCtx) -> PResult<Actio
             }
         }
         "ct_clear" => no_arg(Action::CtClear)?,
+        "learn" => match item.value {
+            Some(v) if item.paren => super::learn::parse_learn(src, v, ac)?,
+            None => super::learn::parse_learn(src, "", ac)?,
+            Some(_) => return Err(src.err(item.whole, "learn arguments go in parentheses")),
+        },
         "nat" => return Err(src.err(key, "nat is only allowed inside ct")),
         "group" => {
             let v = need("group id")?;
