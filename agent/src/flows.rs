@@ -229,7 +229,8 @@ fn conntrack_state(proxy: bool) -> Vec<FlowLine> {
         L3_FORWARDING,
     ));
     if proxy {
-        v.push(default_goto(CONNTRACK_STATE, SERVICE_LB));
+        v.push(crate::proxy::conntrack_state_default());
+        v.push(crate::proxy::session_affinity_default());
         v.push(default_goto(SERVICE_LB, EGRESS_RULE));
     } else {
         v.push(default_goto(CONNTRACK_STATE, EGRESS_RULE));

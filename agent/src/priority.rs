@@ -135,6 +135,28 @@ pub mod service_lb {
     pub const FROM_LOCAL_PODS: u16 = 210;
     /// A new connection to a Service port: its group (or a drop).
     pub const SERVICE: u16 = 200;
+    /// Session affinity, added to the frontend flow's priority: the
+    /// client's learned endpoint (`reg7[16..18]=1`).
+    pub const AFFINITY_HIT: u16 = 2;
+    /// Session affinity, added: the endpoint the group just chose
+    /// (`reg7[16..18]=2`), learned.
+    pub const AFFINITY_LEARN: u16 = 1;
+}
+
+/// Table `SessionAffinity` (34).
+pub mod session_affinity {
+    /// A learned flow: this client's endpoint.
+    pub const LEARNED: u16 = 200;
+}
+
+/// Table `EndpointDNAT` (36).
+pub mod endpoint_dnat {
+    /// The endpoint, for a connection from the gateway (marked).
+    pub const FROM_GATEWAY: u16 = 210;
+    /// The endpoint.
+    pub const ENDPOINT: u16 = 200;
+    /// A learned endpoint that is gone: choose again.
+    pub const STALE: u16 = 100;
 }
 
 /// Table `ServiceSNAT` (57).

@@ -15,11 +15,20 @@
 //! committed with its translation and goes on, DNATed, to egress policy
 //! (NetworkPolicy applies to the chosen endpoint, as Kubernetes wants),
 //! routing, ingress policy and ConntrackCommit, whose own commit in the
-//! same zone finds the same connection. `sessionAffinity: ClientIP` hashes
-//! the client address only (`selection_method=hash,fields(ip_src)`), so a
-//! client keeps its endpoint while the endpoints stay (the Service's
-//! `timeoutSeconds` is not applied: a client sticks until its endpoint
-//! goes).
+//! same zone finds the same connection.
+//!
+//! ## Session affinity
+//!
+//! `sessionAffinity: ClientIP`: the group hashes the client address only
+//! (`selection_method=hash,fields(ip_src)`), and its buckets do not DNAT
+//! but put the endpoint into `reg6`/`reg7[0..15]` and go back to
+//! ServiceLB, which learns it ([`learn_action`]: a SessionAffinity (34)
+//! flow for the client and frontend, `hard_timeout` = `timeoutSeconds`,
+//! refreshed by every new connection) and sends the packet to EndpointDNAT
+//! (36), which translates it. The next connection finds the learned flow
+//! (ConntrackState resubmits to SessionAffinity, then to ServiceLB) and
+//! goes straight to EndpointDNAT; a learned endpoint that is gone is
+//! chosen again (EndpointDNAT's priority-100 flow).
 //!
 //! ## Hairpin
 //!
@@ -73,8 +82,9 @@ use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
 
 use oxvs_pipeline::names::{
-    ARP_RESPONDER, CONNTRACK_COMMIT, CONNTRACK_STATE, CONNTRACK_ZONE, EGRESS_RULE,
+    ARP_RESPONDER, CONNTRACK_COMMIT, CONNTRACK_STATE, CONNTRACK_ZONE, EGRESS_RULE, ENDPOINT_DNAT,
     L2_FORWARDING_CALC, L3_DEC_TTL, L3_FORWARDING, OUTPUT, SERVICE_LB, SERVICE_SNAT,
+    SESSION_AFFINITY,
 };
 use oxvs_pipeline::regs;
 
@@ -159,7 +169,8 @@ pub struct ServicePortFlows {
     pub endpoints: Vec<(Ipv4Addr, u16)>,
     /// Those on this node.
     pub local_endpoints: Vec<(Ipv4Addr, u16)>,
-    pub affinity: bool,
+    /// `sessionAffinity: ClientIP`: its timeout in seconds.
+    pub affinity: Option<u32>,
     pub node_port: Option<u16>,
     /// External and load balancer addresses.
     pub external_ips: Vec<Ipv4Addr>,
@@ -253,7 +264,7 @@ pub fn service_ports(state: &ClusterState, node_name: &str) -> Vec<ServicePortFl
                 group_ids,
                 endpoints: ready(false),
                 local_endpoints: ready(true),
-                affinity: svc.affinity_timeout.is_some(),
+                affinity: svc.affinity_timeout,
                 node_port: p.node_port,
                 external_ips,
                 external_local: svc.external_local,
@@ -358,6 +369,9 @@ struct Builder {
     flows: Vec<String>,
     groups: Vec<(u32, String)>,
     made: BTreeSet<u32>,
+    /// Endpoints of Services with session affinity: their EndpointDNAT
+    /// flows.
+    dnat: BTreeSet<(Protocol, Ipv4Addr, u16)>,
 }
 
 impl Builder {
@@ -375,11 +389,105 @@ impl Builder {
             return;
         }
         let id = sp.group(kind);
+        if let Some(timeout) = sp.affinity {
+            // Session affinity (module doc): a learned endpoint first,
+            // then the choice of the group, learned.
+            let hit = flow
+                .clone()
+                .with_priority(flow.priority() + priority::service_lb::AFFINITY_HIT)
+                .mark(regs::AFFINITY_HIT)
+                .goto(ENDPOINT_DNAT);
+            let learn = flow
+                .clone()
+                .with_priority(flow.priority() + priority::service_lb::AFFINITY_LEARN)
+                .mark(regs::AFFINITY_LEARN)
+                .action(learn_action(sp, timeout))
+                .goto(ENDPOINT_DNAT);
+            self.flows.push(hit.into());
+            self.flows.push(learn.into());
+            for (ip, port) in sp.endpoints_of(kind) {
+                self.dnat.insert((sp.protocol, *ip, *port));
+            }
+        }
         self.flows.push(flow.action(format!("group:{id}")).into());
         if self.made.insert(id) {
             self.groups.push((id, group_line(sp, kind)));
         }
     }
+
+    /// EndpointDNAT: the endpoint in `reg6`/`reg7[0..15]`, DNATed (with
+    /// the from-gateway mark when the connection entered from the host);
+    /// a learned endpoint that is gone: chosen again by ServiceLB.
+    fn endpoint_dnat_flows(&mut self) {
+        let mut v: Vec<String> = Vec::new();
+        for (proto, ip, port) in &self.dnat {
+            let base = |prio: u16| {
+                FlowLine::new(ENDPOINT_DNAT, prio, cookie::DEFAULTS)
+                    .matching(proto.keyword())
+                    .matching(regs::ENDPOINT_IP.matching(u32::from(*ip)))
+                    .matching(regs::ENDPOINT_PORT.matching(u32::from(*port)))
+            };
+            v.push(
+                base(priority::endpoint_dnat::FROM_GATEWAY)
+                    .mark(regs::FROM_GATEWAY)
+                    .action(format!(
+                        "ct(commit,table={},zone={CT_ZONE},exec({}),nat(dst={ip}:{port}))",
+                        EGRESS_RULE.id,
+                        regs::FROM_GATEWAY_CT_MARK.load()
+                    ))
+                    .into(),
+            );
+            v.push(
+                base(priority::endpoint_dnat::ENDPOINT)
+                    .action(format!(
+                        "ct(commit,table={},zone={CT_ZONE},nat(dst={ip}:{port}))",
+                        EGRESS_RULE.id
+                    ))
+                    .into(),
+            );
+        }
+        v.push(
+            FlowLine::new(
+                ENDPOINT_DNAT,
+                priority::endpoint_dnat::STALE,
+                cookie::DEFAULTS,
+            )
+            .mark(regs::AFFINITY_HIT)
+            .action(regs::AFFINITY.load(0))
+            .action(format!("resubmit(,{})", SERVICE_LB.id))
+            .into(),
+        );
+        v.push(
+            FlowLine::new(ENDPOINT_DNAT, priority::DEFAULT, cookie::DEFAULTS)
+                .drop_packet()
+                .into(),
+        );
+        self.flows.extend(v);
+    }
+}
+
+/// The `learn` of a Service port with session affinity: a SessionAffinity
+/// flow for this client and frontend (address, port), for `timeout`
+/// seconds from the last new connection, that gives the endpoint just
+/// chosen (`reg6`, `reg7[0..15]`) and marks the packet [`regs::AFFINITY_HIT`].
+/// It carries the Service port's cookie and goes with its ServiceLB flows
+/// (`delete_learned`).
+fn learn_action(sp: &ServicePortFlows, timeout: u32) -> String {
+    let (proto, l4_dst) = match sp.protocol {
+        Protocol::Tcp => (6, "NXM_OF_TCP_DST[]"),
+        Protocol::Udp => (17, "NXM_OF_UDP_DST[]"),
+        Protocol::Sctp => (132, "OXM_OF_SCTP_DST[]"),
+    };
+    format!(
+        "learn(table={},hard_timeout={timeout},priority={},delete_learned,cookie={:#x},eth_type=0x800,nw_proto={proto},NXM_OF_IP_SRC[],NXM_OF_IP_DST[],{l4_dst},load:{ip}->{ip},load:{port}->{port},load:{hit:#x}->{aff})",
+        SESSION_AFFINITY.id,
+        priority::session_affinity::LEARNED,
+        cookie::service(sp.group_id),
+        ip = regs::ENDPOINT_IP.nxm(),
+        port = regs::ENDPOINT_PORT.nxm(),
+        hit = regs::AFFINITY_HIT.value,
+        aff = regs::AFFINITY.nxm(),
+    )
 }
 
 /// The proxy's flows and groups for the cluster on this node (see the
@@ -447,6 +555,7 @@ pub fn proxy_flows(state: &ClusterState, node_name: &str, node: &NodeNet) -> Pro
             }
         }
     }
+    b.endpoint_dnat_flows();
     b.groups.sort();
     ProxyFlows {
         flows: b.flows,
@@ -469,7 +578,7 @@ pub fn reject_action() -> String {
 /// The select group of one Service port for `kind`'s endpoints.
 fn group_line(sp: &ServicePortFlows, kind: GroupKind) -> String {
     let mut g = format!("group_id={},type=select", sp.group(kind));
-    if sp.affinity {
+    if sp.affinity.is_some() {
         g.push_str(",selection_method=hash,fields(ip_src)");
     }
     let exec = match kind.node_port() {
@@ -483,12 +592,41 @@ fn group_line(sp: &ServicePortFlows, kind: GroupKind) -> String {
         while !ids.insert(id) {
             id = (id + 1) % 0xffff_ff00;
         }
+        let actions = match sp.affinity {
+            // The endpoint in registers, back to ServiceLB to learn it.
+            Some(_) => format!(
+                "{},{},{},resubmit(,{})",
+                regs::ENDPOINT_IP.load(u32::from(*ip)),
+                regs::ENDPOINT_PORT.load(u32::from(*port)),
+                regs::AFFINITY_LEARN.load(),
+                SERVICE_LB.id
+            ),
+            None => format!(
+                "ct(commit,table={},zone={CT_ZONE}{exec},nat(dst={ip}:{port}))",
+                EGRESS_RULE.id
+            ),
+        };
         g.push_str(&format!(
-            ",bucket=bucket_id:{id},weight:100,actions=ct(commit,table={},zone={CT_ZONE}{exec},nat(dst={ip}:{port}))",
-            EGRESS_RULE.id
+            ",bucket=bucket_id:{id},weight:100,actions={actions}"
         ));
     }
     g
+}
+
+/// The way in (with the proxy): ConntrackState's new connections look for
+/// a learned endpoint first (SessionAffinity, whose learned flows only
+/// load registers: hence `resubmit`, which comes back), then meet
+/// ServiceLB.
+pub fn conntrack_state_default() -> FlowLine {
+    FlowLine::new(CONNTRACK_STATE, priority::DEFAULT, cookie::DEFAULTS)
+        .action(format!("resubmit(,{})", SESSION_AFFINITY.id))
+        .action(format!("resubmit(,{})", SERVICE_LB.id))
+}
+
+/// SessionAffinity without a learned flow for the packet: no endpoint known.
+pub fn session_affinity_default() -> FlowLine {
+    FlowLine::new(SESSION_AFFINITY, priority::DEFAULT, cookie::DEFAULTS)
+        .action(regs::AFFINITY.load(0))
 }
 
 /// The node's flows for traffic from outside (module doc, "From outside
@@ -721,6 +859,74 @@ mod tests {
         ] {
             assert!(!external_ip_allowed(&st, bad.parse().unwrap()), "{bad}");
         }
+    }
+
+    /// A trace of `spec` through node n1's flows with `state` and `extra`
+    /// flows (a learned one, say).
+    fn trace_proxy(state: &ClusterState, extra: &str, spec: &str) -> String {
+        use oxvs_pipeline::names::TableNames;
+        use oxvs_pipeline::parse::{
+            parse_flow_file, parse_group_file, parse_packet_spec, ParseContext,
+        };
+        use oxvs_pipeline::tables::Pipeline;
+        use oxvs_pipeline::trace::{trace, TraceOptions};
+        use oxvs_pipeline::xlate::XlateEnv;
+        let d = crate::desired::compute(&crate::desired::Inputs {
+            pods: vec![PodPort {
+                ofport: 4,
+                ip: "10.244.1.3".parse().unwrap(),
+                mac: [0x0a, 0x58, 10, 244, 1, 3],
+            }],
+            state: std::sync::Arc::new(state.clone()),
+            proxy: true,
+            node_name: "n1".into(),
+            ..crate::desired::Inputs::for_node(node())
+        });
+        let ctx = ParseContext::default();
+        let mut flows = parse_flow_file(&d.text(), &ctx).unwrap();
+        flows.extend(parse_flow_file(extra, &ctx).unwrap());
+        let groups = parse_group_file(&d.groups.join("\n"), &ctx).unwrap();
+        let p = Pipeline::new();
+        p.replace_all_with_groups(&flows, Some(&groups), 0).unwrap();
+        let key = parse_packet_spec(spec, &ctx).unwrap();
+        let opts = TraceOptions {
+            names: Some(TableNames::default()),
+            ..TraceOptions::default()
+        };
+        format!(
+            "{}",
+            trace(&*p.snapshot(), &key, &XlateEnv::default(), &opts)
+        )
+    }
+
+    #[test]
+    fn session_affinity_learns_follows_and_forgets_a_gone_endpoint() {
+        let mut st = state();
+        if let Some(s) = st.services.values_mut().next() {
+            s.affinity_timeout = Some(30);
+        }
+        let syn = "in_port=4,tcp,dl_src=0a:58:0a:f4:01:03,dl_dst=0a:58:0a:f4:01:01,nw_src=10.244.1.3,nw_dst=10.96.0.30,tp_src=40000,tp_dst=80,tcp_flags=+syn";
+        // First connection: the group chooses, ServiceLB learns it, and
+        // EndpointDNAT translates.
+        let t = trace_proxy(&st, "", syn);
+        assert!(t.contains("SessionAffinity"), "{t}");
+        assert!(
+            t.contains("-> table=34") && t.contains("hard=30"),
+            "learns:\n{t}"
+        );
+        assert!(t.contains("EndpointDNAT"), "{t}");
+        assert!(t.contains("nat(dst=10.244."), "{t}");
+        // A learned endpoint: straight to EndpointDNAT, no group, no learn.
+        let learned = "table=34,priority=200,tcp,nw_src=10.244.1.3,nw_dst=10.96.0.30,tp_dst=80 actions=load:0xaf40202->NXM_NX_REG6[],load:0x1f90->NXM_NX_REG7[0..15],load:0x1->NXM_NX_REG7[16..18]\n";
+        let t = trace_proxy(&st, learned, syn);
+        assert!(!t.contains("group:") && !t.contains("-> table=34"), "{t}");
+        assert!(t.contains("nat(dst=10.244.2.2:8080)"), "{t}");
+        // A learned endpoint that is gone (10.244.2.99): chosen again,
+        // learned anew.
+        let stale = learned.replace("0xaf40202", "0xaf40263");
+        let t = trace_proxy(&st, &stale, syn);
+        assert!(t.contains("group:") && t.contains("-> table=34"), "{t}");
+        assert!(!t.contains("10.244.2.99"), "{t}");
     }
 
     #[test]

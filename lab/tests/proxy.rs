@@ -8,7 +8,9 @@
 //!   port;
 //! - a Service with backends on both nodes: 24 connections reach both;
 //!   `sessionAffinity: ClientIP`: 12 connections from one client reach
-//!   one backend;
+//!   one backend, learned as a SessionAffinity flow that expires with the
+//!   Service's `timeoutSeconds` (2 s); after the learned endpoint goes,
+//!   the client is balanced again;
 //! - hairpin: a pod reaching itself through its Service, TCP and UDP
 //!   (SNATed to the hairpin address so that its answer comes back);
 //! - a Service without endpoints: rejected at once (the switch answers
@@ -84,6 +86,17 @@ metadata: {name: svc-aff, namespace: web}
 spec:
   clusterIP: 10.96.1.14
   sessionAffinity: ClientIP
+  selector: {app: ab}
+  ports:
+  - {port: 80, targetPort: 8080}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: svc-aff-short, namespace: web}
+spec:
+  clusterIP: 10.96.1.17
+  sessionAffinity: ClientIP
+  sessionAffinityConfig: {clientIP: {timeoutSeconds: 2}}
   selector: {app: ab}
   ports:
   - {port: 80, targetPort: 8080}
@@ -221,9 +234,9 @@ fn services_are_load_balanced_in_the_switch() {
     ] {
         assert!(out.contains(line), "{line:?} not in:\n{out}");
     }
-    // svc-a1 tcp+udp, svc-a2 tcp+udp, svc-ab, svc-aff, svc-hair
-    // tcp+udp, svc-echo; svc-empty rejects.
-    wait_services(&lab, 9, 1);
+    // svc-a1 tcp+udp, svc-a2 tcp+udp, svc-ab, svc-aff, svc-aff-short,
+    // svc-hair tcp+udp, svc-echo; svc-empty rejects.
+    wait_services(&lab, 10, 1);
     // The lab allocated svc-empty's ClusterIP (the first free from .10).
     let flows = lab.ctl("node-1", &["dump-flows", "--table", "35"]);
     assert!(
@@ -304,6 +317,13 @@ fn services_are_load_balanced_in_the_switch() {
                 Want::Sticky(12),
             ),
             path(
+                "c1 -> svc-aff-short TCP x6: one backend",
+                &c1,
+                ("10.96.1.17", 80),
+                Tcp,
+                Want::Sticky(6),
+            ),
+            path(
                 "c1 -> svc-empty TCP: rejected at once",
                 &c1,
                 ("10.96.0.10", 80),
@@ -332,6 +352,50 @@ fn services_are_load_balanced_in_the_switch() {
                 a("web/h1"),
             ),
         ],
+    );
+
+    // Session affinity is learned: node-1 has a SessionAffinity flow for
+    // c1 and svc-aff-short, with the Service's timeout, which expires
+    // (the keeper checks once a second).
+    let c1_ip = common::pod_ip(&lab.status(), "web", "c1");
+    let learned = |lab: &Lab| {
+        lab.ctl("node-1", &["dump-flows", "--table", "34"])
+            .lines()
+            .filter(|l| {
+                l.contains(&format!("nw_src={c1_ip},nw_dst=10.96.1.17,"))
+                    && l.contains("hard_timeout=2,")
+                    && l.contains("load:")
+            })
+            .count()
+    };
+    assert_eq!(
+        learned(&lab),
+        1,
+        "no learned affinity flow for c1 on node-1:\n{}",
+        lab.ctl("node-1", &["dump-flows", "--table", "34"])
+    );
+    let t = Instant::now();
+    while learned(&lab) > 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(6),
+            "c1's affinity flow outlived its 2 s timeout:\n{}",
+            lab.ctl("node-1", &["dump-flows", "--table", "34"])
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    eprintln!(
+        "c1's affinity flow expired {} ms after the check",
+        t.elapsed().as_millis()
+    );
+    // A learned flow is the switch's, not drift: c2's svc-aff flow (3 h
+    // timeout) is still on node-2 after the agent's resync (every 5 s)
+    // compared its flows with the switch's.
+    std::thread::sleep(Duration::from_millis(5500));
+    let c2_ip = common::pod_ip(&lab.status(), "web", "c2");
+    let t34 = lab.ctl("node-2", &["dump-flows", "--table", "34"]);
+    assert!(
+        t34.contains(&format!("nw_src={c2_ip},nw_dst=10.96.1.14,")),
+        "c2's learned svc-aff flow is gone from node-2:\n{t34}"
     );
 
     // The switch's view: the connection is NATed, nothing of kube-proxy.
@@ -440,7 +504,7 @@ fn services_are_load_balanced_in_the_switch() {
         ),
     ]);
     assert!(out.contains("Endpoints web/svc-ab: 1 address"), "{out}");
-    wait_services(&lab, 7, 3);
+    wait_services(&lab, 8, 3);
     // Each Endpoints object is its own update (in Kubernetes too): wait
     // until no group on either node still has a2.
     let t = Instant::now();
@@ -486,6 +550,20 @@ fn services_are_load_balanced_in_the_switch() {
                 Want::Spread(12, vec!["web/a1"]),
             ),
             path(
+                "c1 -> svc-aff TCP x6: a1 (a learned a2 is chosen again)",
+                &c1,
+                ("10.96.1.14", 80),
+                Tcp,
+                Want::Spread(6, vec!["web/a1"]),
+            ),
+            path(
+                "c2 -> svc-aff TCP x6: a1 (a learned a2 is chosen again)",
+                &c2,
+                ("10.96.1.14", 80),
+                Tcp,
+                Want::Spread(6, vec!["web/a1"]),
+            ),
+            path(
                 "c2 -> svc-a2 TCP: no endpoint, rejected",
                 &c2,
                 ("10.96.1.12", 80),
@@ -506,7 +584,7 @@ fn services_are_load_balanced_in_the_switch() {
     let out = lab.ok(&["switch", "restart", "node-2"]);
     assert!(out.contains("conntrack state restored"), "{out}");
     long.check("after node-2's switch restarted");
-    wait_services(&lab, 7, 3);
+    wait_services(&lab, 8, 3);
     report.check(
         &lab,
         "after node-2's restarts",

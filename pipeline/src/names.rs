@@ -28,7 +28,9 @@ tables! {
     ARP_RESPONDER = 20, "ARPResponder";
     CONNTRACK_ZONE = 30, "ConntrackZone";
     CONNTRACK_STATE = 31, "ConntrackState";
+    SESSION_AFFINITY = 34, "SessionAffinity";
     SERVICE_LB = 35, "ServiceLB";
+    ENDPOINT_DNAT = 36, "EndpointDNAT";
     EGRESS_RULE = 40, "EgressRule";
     EGRESS_DEFAULT_RULE = 41, "EgressDefaultRule";
     EGRESS_METRIC = 45, "EgressMetric";

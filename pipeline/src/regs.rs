@@ -288,6 +288,52 @@ pub const FROM_GATEWAY_CT_MARK: RegMark = RegMark {
     doc: "from the gateway",
 };
 
+/// `reg6`: the endpoint address a Service connection goes to (the Service
+/// proxy's session affinity: a group bucket or a learned SessionAffinity
+/// flow writes it, EndpointDNAT reads it).
+pub const ENDPOINT_IP: RegField = RegField {
+    name: "ENDPOINT_IP",
+    store: Store::Reg(6),
+    lo: 0,
+    hi: 31,
+    doc: "the endpoint address a Service connection goes to (session affinity)",
+    load_format: LoadFormat::Hex,
+};
+
+/// `reg7[0..15]`: the endpoint port, with [`ENDPOINT_IP`].
+pub const ENDPOINT_PORT: RegField = RegField {
+    name: "ENDPOINT_PORT",
+    store: Store::Reg(7),
+    lo: 0,
+    hi: 15,
+    doc: "the endpoint port a Service connection goes to (session affinity)",
+    load_format: LoadFormat::Hex,
+};
+
+/// `reg7[16..18]`: where session affinity stands for the packet.
+pub const AFFINITY: RegField = RegField {
+    name: "AFFINITY",
+    store: Store::Reg(7),
+    lo: 16,
+    hi: 18,
+    doc: "session affinity: the client's endpoint is known, or just chosen",
+    load_format: LoadFormat::Hex,
+};
+/// [`AFFINITY`] = 1: a learned SessionAffinity flow knew the endpoint.
+pub const AFFINITY_HIT: RegMark = RegMark {
+    name: "AFFINITY_HIT",
+    field: AFFINITY,
+    value: 1,
+    doc: "the client's endpoint was learned",
+};
+/// [`AFFINITY`] = 2: a group bucket chose the endpoint; ServiceLB learns it.
+pub const AFFINITY_LEARN: RegMark = RegMark {
+    name: "AFFINITY_LEARN",
+    field: AFFINITY,
+    value: 2,
+    doc: "the endpoint was just chosen: learn it",
+};
+
 /// `ct_mark[1]`: the connection is SNATed in the SNAT zone (the Service
 /// proxy's ServiceSNAT sets it on the pod traffic zone's connection, so
 /// that every later packet of the connection is SNATed too).
@@ -316,6 +362,9 @@ pub const FIELDS: &[RegField] = &[
     TARGET_OFPORT,
     INGRESS_RULE,
     EGRESS_RULE,
+    ENDPOINT_IP,
+    ENDPOINT_PORT,
+    AFFINITY,
     CT_FROM_GATEWAY,
     CT_SERVICE_SNAT,
 ];
@@ -328,6 +377,8 @@ pub const MARKS: &[RegMark] = &[
     OFPORT_FOUND_MARK,
     REWRITE_MAC_MARK,
     SERVICE_SNAT_MARK,
+    AFFINITY_HIT,
+    AFFINITY_LEARN,
     FROM_GATEWAY_CT_MARK,
     SERVICE_SNAT_CT_MARK,
 ];

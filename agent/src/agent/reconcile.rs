@@ -410,7 +410,28 @@ impl Agent {
                 return Ok(true);
             }
         }
-        Ok(show.n_flows != applied.lines.len())
+        // Learned flows (the proxy's session affinity, in SessionAffinity)
+        // are the switch's own: not drift.
+        let mut n_flows = show.n_flows;
+        if self.cfg.proxy {
+            let table = oxvs_pipeline::names::SESSION_AFFINITY;
+            let v = self
+                .switch(Request::DumpFlows {
+                    table: Some(table.id.to_string()),
+                    names: false,
+                    stats: false,
+                })
+                .await?;
+            let dump: oxvs_api::DumpFlowsResult = serde_json::from_value(v)?;
+            let prefix = format!("table={},", table.name);
+            let ours = applied
+                .lines
+                .iter()
+                .filter(|l| l.starts_with(&prefix))
+                .count();
+            n_flows = n_flows.saturating_sub(dump.flows.len().saturating_sub(ours));
+        }
+        Ok(n_flows != applied.lines.len())
     }
 }
 

@@ -43,6 +43,17 @@ impl FlowLine {
         }
     }
 
+    /// The flow's priority.
+    pub fn priority(&self) -> u16 {
+        self.priority
+    }
+
+    /// The same flow at another priority.
+    pub fn with_priority(mut self, priority: u16) -> FlowLine {
+        self.priority = priority;
+        self
+    }
+
     /// Adds a match (`ip`, `in_port=3`, `nw_dst=10.0.0.0/8`), in order.
     pub fn matching(mut self, m: impl Into<String>) -> FlowLine {
         self.matches.push(m.into());
