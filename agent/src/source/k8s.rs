@@ -1,5 +1,9 @@
 //! The Kubernetes API source: watchers on Namespaces, Pods, Nodes and
-//! NetworkPolicies (all namespaces) feeding one model state.
+//! NetworkPolicies (all namespaces) feeding one model state; with the
+//! Service proxy also Services and their endpoints: EndpointSlices
+//! (`discovery.k8s.io/v1`) where the API server serves them, else
+//! Endpoints (a v1.20 server's slices are `v1beta1`, which the agent does
+//! not read), decided once at start ([`slices_served`]).
 //!
 //! - Each kind has a `kube::runtime::watcher` with the runtime's default
 //!   backoff. A (re-)list (`Init` .. `InitDone`) is buffered and replaces
@@ -27,6 +31,7 @@ use std::time::Duration;
 use anyhow::Context;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::discovery::v1 as discovery;
 use k8s_openapi::api::networking::v1 as net;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::watcher::{self, watcher, Event};
@@ -151,6 +156,47 @@ impl Kind for core::Endpoints {
     }
 }
 
+impl Kind for discovery::EndpointSlice {
+    const KIND: &'static str = "EndpointSlice";
+    type Key = ObjKey;
+    type Model = model::EndpointSet;
+    fn key(&self) -> Option<ObjKey> {
+        ns_key(&self.metadata)
+    }
+    fn convert(&self) -> Result<model::EndpointSet, ConvertError> {
+        convert::endpoint_slice(self)
+    }
+}
+
+/// Whether the API server serves EndpointSlices as `discovery.k8s.io/v1`
+/// (Kubernetes 1.21 and later). An error other than "not found" is
+/// returned: the caller retries rather than guess.
+pub async fn slices_served(client: &Client) -> Result<bool, kube::Error> {
+    match client.list_api_group_resources("discovery.k8s.io/v1").await {
+        Ok(list) => Ok(list.resources.iter().any(|r| r.name == "endpointslices")),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Where a Service's endpoints are read from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EndpointsFrom {
+    /// `discovery.k8s.io/v1` EndpointSlices.
+    Slices,
+    /// v1 Endpoints (no v1 EndpointSlices on this API server).
+    Endpoints,
+}
+
+/// The Service proxy's stores.
+#[derive(Default)]
+struct ServiceStores {
+    services: Store<core::Service>,
+    /// Watched when the server has no v1 EndpointSlices.
+    endpoints: Option<Store<core::Endpoints>>,
+    slices: Option<Store<discovery::EndpointSlice>>,
+}
+
 /// The converted objects of one kind.
 struct Store<K: Kind> {
     items: BTreeMap<K::Key, K::Model>,
@@ -233,6 +279,7 @@ enum Ev {
     Policy(Event<net::NetworkPolicy>),
     Service(Event<core::Service>),
     Endpoints(Event<core::Endpoints>),
+    Slice(Event<discovery::EndpointSlice>),
 }
 
 #[derive(Default)]
@@ -242,7 +289,7 @@ struct State {
     nodes: Store<core::Node>,
     policies: Store<net::NetworkPolicy>,
     /// Watched only with the proxy on (`Some` then).
-    services: Option<(Store<core::Service>, Store<core::Endpoints>)>,
+    services: Option<ServiceStores>,
 }
 
 impl State {
@@ -252,8 +299,17 @@ impl State {
             Ev::Pod(e) => self.pods.apply(e),
             Ev::Node(e) => self.nodes.apply(e),
             Ev::Policy(e) => self.policies.apply(e),
-            Ev::Service(e) => self.services.as_mut().is_some_and(|s| s.0.apply(e)),
-            Ev::Endpoints(e) => self.services.as_mut().is_some_and(|s| s.1.apply(e)),
+            Ev::Service(e) => self.services.as_mut().is_some_and(|s| s.services.apply(e)),
+            Ev::Endpoints(e) => self
+                .services
+                .as_mut()
+                .and_then(|s| s.endpoints.as_mut())
+                .is_some_and(|s| s.apply(e)),
+            Ev::Slice(e) => self
+                .services
+                .as_mut()
+                .and_then(|s| s.slices.as_mut())
+                .is_some_and(|s| s.apply(e)),
         }
     }
 
@@ -262,10 +318,11 @@ impl State {
             && self.pods.synced
             && self.nodes.synced
             && self.policies.synced
-            && self
-                .services
-                .as_ref()
-                .is_none_or(|(s, e)| s.synced && e.synced)
+            && self.services.as_ref().is_none_or(|s| {
+                s.services.synced
+                    && s.endpoints.as_ref().is_none_or(|e| e.synced)
+                    && s.slices.as_ref().is_none_or(|e| e.synced)
+            })
     }
 
     fn snapshot(&self) -> ClusterState {
@@ -277,14 +334,20 @@ impl State {
             services: self
                 .services
                 .as_ref()
-                .map(|s| s.0.items.clone())
+                .map(|s| s.services.items.clone())
                 .unwrap_or_default(),
             endpoints: self
                 .services
                 .as_ref()
-                .map(|s| s.1.items.clone())
+                .and_then(|s| s.endpoints.as_ref())
+                .map(|e| e.items.clone())
                 .unwrap_or_default(),
-            endpoint_slices: Default::default(),
+            endpoint_slices: self
+                .services
+                .as_ref()
+                .and_then(|s| s.slices.as_ref())
+                .map(|e| e.items.clone())
+                .unwrap_or_default(),
         }
     }
 }
@@ -359,9 +422,22 @@ pub async fn watch_kube(
     ];
     let mut state = State::default();
     if services {
+        let from = endpoints_from(&client, &tx).await;
         streams.push(stream::<core::Service>(&client, Ev::Service));
-        streams.push(stream::<core::Endpoints>(&client, Ev::Endpoints));
-        state.services = Some(Default::default());
+        let mut stores = ServiceStores::default();
+        match from {
+            Some(EndpointsFrom::Slices) => {
+                streams.push(stream::<discovery::EndpointSlice>(&client, Ev::Slice));
+                stores.slices = Some(Store::default());
+            }
+            Some(EndpointsFrom::Endpoints) => {
+                streams.push(stream::<core::Endpoints>(&client, Ev::Endpoints));
+                stores.endpoints = Some(Store::default());
+            }
+            None => return Ok(()),
+        }
+        info!(from = ?from, "Service endpoints read from");
+        state.services = Some(stores);
     }
     let mut events = futures::stream::select_all(streams);
     let mut last: Option<Arc<ClusterState>> = None;
@@ -396,6 +472,29 @@ pub async fn watch_kube(
                     if tx.send(st).is_err() {
                         return Ok(());
                     }
+                }
+            }
+        }
+    }
+}
+
+/// Asks the API server whether it serves v1 EndpointSlices, retrying with
+/// backoff while it cannot be asked (`None`: every receiver went).
+async fn endpoints_from(
+    client: &Client,
+    tx: &watch::Sender<Arc<ClusterState>>,
+) -> Option<EndpointsFrom> {
+    let mut backoff = CappedBackoff::default();
+    loop {
+        match slices_served(client).await {
+            Ok(true) => return Some(EndpointsFrom::Slices),
+            Ok(false) => return Some(EndpointsFrom::Endpoints),
+            Err(e) => {
+                let d = backoff.next().unwrap_or(CappedBackoff::MAX);
+                warn!("cannot ask the API server for EndpointSlices: {e}; retrying in {d:?}");
+                tokio::select! {
+                    _ = tx.closed() => return None,
+                    _ = tokio::time::sleep(d) => {}
                 }
             }
         }
@@ -485,6 +584,85 @@ mod tests {
         assert!(!st.synced());
         st.apply(Ev::Policy(Event::InitDone));
         assert!(st.synced());
+    }
+
+    fn slice(name: &str, service: &str, ip: &str, ready: bool) -> discovery::EndpointSlice {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "shop",
+                         "labels": {"kubernetes.io/service-name": service}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [ip], "conditions": {"ready": ready}}],
+            "ports": [{"name": "http", "port": 8080}]
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn slices_feed_the_snapshot_when_the_server_has_them() {
+        let mut st = State {
+            services: Some(ServiceStores {
+                slices: Some(Store::default()),
+                ..ServiceStores::default()
+            }),
+            ..State::default()
+        };
+        for e in [
+            Ev::Namespace(Event::InitDone),
+            Ev::Pod(Event::InitDone),
+            Ev::Node(Event::InitDone),
+            Ev::Policy(Event::InitDone),
+            Ev::Service(Event::InitDone),
+        ] {
+            st.apply(e);
+        }
+        assert!(!st.synced(), "waits for the slices' first list");
+        st.apply(Ev::Slice(Event::Init));
+        st.apply(Ev::Slice(Event::InitApply(slice(
+            "web-a",
+            "web",
+            "10.244.1.2",
+            true,
+        ))));
+        st.apply(Ev::Slice(Event::InitApply(slice(
+            "web-b",
+            "web",
+            "10.244.2.2",
+            false,
+        ))));
+        st.apply(Ev::Slice(Event::InitDone));
+        assert!(st.synced());
+        let snap = st.snapshot();
+        assert_eq!(snap.endpoint_slices.len(), 2);
+        let eps = snap.service_endpoints(&("shop".into(), "web".into()));
+        assert_eq!(eps.iter().filter(|e| e.ready).count(), 1);
+        // Endpoints events are not watched then: ignored.
+        assert!(!st.apply(Ev::Endpoints(Event::InitDone)));
+    }
+
+    /// A client whose API server answers discovery of
+    /// `discovery.k8s.io/v1` with `status` and `body`.
+    fn fake_server(status: u16, body: &'static str) -> Client {
+        let svc = tower::service_fn(move |req: http::Request<kube::client::Body>| async move {
+            assert_eq!(req.uri().path(), "/apis/discovery.k8s.io/v1");
+            Ok::<_, std::convert::Infallible>(
+                http::Response::builder()
+                    .status(status)
+                    .header("content-type", "application/json")
+                    .body(kube::client::Body::from(body.as_bytes().to_vec()))
+                    .unwrap(),
+            )
+        });
+        Client::new(svc, "default")
+    }
+
+    #[tokio::test]
+    async fn slices_are_used_where_served_else_endpoints() {
+        let v121 = r#"{"kind":"APIResourceList","apiVersion":"v1","groupVersion":"discovery.k8s.io/v1","resources":[{"name":"endpointslices","singularName":"endpointslice","namespaced":true,"kind":"EndpointSlice","verbs":["get","list","watch"]}]}"#;
+        assert!(slices_served(&fake_server(200, v121)).await.unwrap());
+        let v120 = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"the server could not find the requested resource","reason":"NotFound","details":{},"code":404}"#;
+        assert!(!slices_served(&fake_server(404, v120)).await.unwrap());
+        let broken = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"etcd is down","reason":"InternalError","code":500}"#;
+        assert!(slices_served(&fake_server(500, broken)).await.is_err());
     }
 }
 

@@ -224,6 +224,7 @@ fn cluster_role_grants_exactly_the_read_verbs_the_agent_needs() {
         // The Service proxy's (`--proxy`).
         ("", "services"),
         ("", "endpoints"),
+        ("discovery.k8s.io", "endpointslices"),
         ("networking.k8s.io", "networkpolicies"),
     ] {
         for v in ["get", "list", "watch"] {

@@ -198,6 +198,7 @@ fn the_agent_may_read_the_cluster_and_nothing_more() {
         // The Service proxy's (`--proxy`).
         "services",
         "endpoints",
+        "endpointslices.discovery.k8s.io",
         "networkpolicies.networking.k8s.io",
     ] {
         for verb in ["get", "list", "watch"] {
@@ -217,7 +218,7 @@ fn the_agent_may_read_the_cluster_and_nothing_more() {
         ("get", "secrets"),
         ("create", "services"),
         ("update", "endpoints"),
-        ("list", "endpointslices.discovery.k8s.io"),
+        ("create", "endpointslices.discovery.k8s.io"),
         ("get", "configmaps"),
     ] {
         assert!(
