@@ -293,8 +293,7 @@ pub fn external_ip_allowed(state: &ClusterState, ip: Ipv4Addr) -> bool {
     !special && !cluster
 }
 
-/// The NodePorts the host must send into the switch (TCP and UDP; SCTP
-/// NodePorts are not served), sorted.
+/// The NodePorts the host must send into the switch, sorted.
 pub fn node_ports(state: &ClusterState) -> Vec<crate::hostnet::NodePort> {
     let mut out = Vec::new();
     for (key, svc) in &state.services {
@@ -321,7 +320,7 @@ fn host_protocol(p: Protocol) -> Option<&'static str> {
     match p {
         Protocol::Tcp => Some("tcp"),
         Protocol::Udp => Some("udp"),
-        Protocol::Sctp => None,
+        Protocol::Sctp => Some("sctp"),
     }
 }
 
@@ -930,11 +929,19 @@ mod tests {
     }
 
     #[test]
-    fn node_ports_leave_out_sctp_on_the_host() {
+    fn node_ports_of_every_protocol_go_to_the_host() {
         let np = node_ports(&state());
-        assert_eq!(np.len(), 1);
-        assert_eq!((np[0].protocol, np[0].port), ("tcp", 30080));
-        assert_eq!(np[0].service, "web/front:http");
+        let got: Vec<(&str, u16, &str)> = np
+            .iter()
+            .map(|p| (p.protocol, p.port, p.service.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("sctp", 30090, "web/front:sctp"),
+                ("tcp", 30080, "web/front:http")
+            ]
+        );
     }
 
     #[test]
