@@ -762,6 +762,19 @@ pub fn ensure_route(
     })
 }
 
+/// The destinations the caller's namespace routes via `via` out of `dev`
+/// (none if `dev` does not exist).
+pub fn routes_via(via: Ipv4Addr, dev: &str) -> Result<Vec<ipnet::Ipv4Net>, PodnetError> {
+    validate_ifname("link", dev)?;
+    nl::with_netlink(|nl| {
+        let Ok(link) = existing_link(nl, dev) else {
+            return Ok(Vec::new());
+        };
+        nl.ipv4_routes_via(via, link.index)
+            .map_err(nl::step(format!("list the routes via {via} dev {dev}")))
+    })
+}
+
 /// Removes the caller's namespace route to `dst` (if any) that goes out of `dev`.
 pub fn remove_route(dst: ipnet::Ipv4Net, dev: &str) -> Result<bool, PodnetError> {
     validate_ifname("link", dev)?;

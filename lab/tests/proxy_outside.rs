@@ -28,7 +28,9 @@
 //! - node-1's host -> a ClusterIP (the host routes Service addresses into
 //!   the switch);
 //! - the host side: NodePort DNAT rules in the nodes' `nat` table, routes
-//!   for Service addresses; no kube-proxy chain.
+//!   for Service addresses; no kube-proxy chain; a deleted Service's rule
+//!   and route go; a Service route left by an earlier run of the agent
+//!   goes when the agent restarts.
 //!
 //! Skips only when not root or without AF_XDP (SKIPPED; fails with
 //! `OXVS_TESTS_NO_SKIP=1`).
@@ -487,6 +489,43 @@ fn services_are_reached_from_outside_the_node() {
                 a("web/a1"),
             ),
         ],
+    );
+    // A Service route a previous run of the agent left (its Service
+    // deleted while the agent was down): removed when the agent starts.
+    let out = run(&[
+        "ip",
+        "-n",
+        &n1,
+        "route",
+        "add",
+        "10.96.9.9",
+        "via",
+        "169.254.169.253",
+        "dev",
+        "oxvs-gw0",
+        "onlink",
+    ]);
+    assert!(out.trim().is_empty(), "add a stale route: {out}");
+    lab.ok(&["agent", "restart", "node-1"]);
+    let t = Instant::now();
+    while run(&["ip", "-n", &n1, "route"]).contains("10.96.9.9 ") {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the restarted agent kept a Service route no Service has:\n{}",
+            run(&["ip", "-n", &n1, "route"])
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    report.check(
+        &lab,
+        "after node-1's agent restarted",
+        &[path(
+            "NodePort Cluster TCP, outside -> node-1",
+            &ul,
+            (N1, 30080),
+            Tcp,
+            a("web/a1"),
+        )],
     );
     report.finish();
 }

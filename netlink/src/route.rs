@@ -158,6 +158,36 @@ impl Netlink {
         self.request(add_rule_request(rule)).map(drop)
     }
 
+    /// The destinations of the main table's IPv4 routes through `gateway`
+    /// on link `oif` (what an owner of that next hop set, to reconcile
+    /// after a restart).
+    pub fn ipv4_routes_via(&mut self, gateway: Ipv4Addr, oif: u32) -> Result<Vec<Ipv4Net>, Error> {
+        let mut req = RouteMessage::default();
+        req.header.address_family = AddressFamily::Inet;
+        let msgs = self.request(Request::dump(RouteNetlinkMessage::GetRoute(req)))?;
+        Ok(msgs
+            .iter()
+            .filter_map(|m| match m {
+                RouteNetlinkMessage::NewRoute(r) => Some(r),
+                _ => None,
+            })
+            .filter(|m| m.header.address_family == AddressFamily::Inet)
+            .filter(|m| table(m) == u32::from(RouteHeader::RT_TABLE_MAIN))
+            .filter(|m| {
+                m.attributes
+                    .contains(&RouteAttribute::Gateway(RouteAddress::Inet(gateway)))
+                    && m.attributes.contains(&RouteAttribute::Oif(oif))
+            })
+            .filter_map(|m| {
+                let dst = m.attributes.iter().find_map(|a| match a {
+                    RouteAttribute::Destination(RouteAddress::Inet(d)) => Some(*d),
+                    _ => None,
+                })?;
+                Ipv4Net::new(dst, m.header.destination_prefix_length).ok()
+            })
+            .collect())
+    }
+
     /// Every IPv4 default route of the main table.
     pub fn ipv4_default_routes(&mut self) -> Result<Vec<DefaultRoute>, Error> {
         let mut req = RouteMessage::default();

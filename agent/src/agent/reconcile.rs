@@ -266,11 +266,24 @@ impl Agent {
                 want.entry(Ipv4Net::from(ip)).or_insert(Some(vip));
             }
         }
-        let have = self.routes.lock().map(|r| r.clone()).unwrap_or_default();
+        let mut have = self.routes.lock().map(|r| r.clone()).unwrap_or_default();
+        let gw = self.cfg.gateway.clone();
+        if self.cfg.proxy && have.is_empty() {
+            // First sync since the agent started: Service routes a previous
+            // run left (Services deleted meanwhile) are ours to remove.
+            let vip = crate::proxy::SERVICE_VIP;
+            let g = gw.clone();
+            if let Ok(Ok(left)) =
+                tokio::task::spawn_blocking(move || podnet::routes_via(vip, &g)).await
+            {
+                for dst in left {
+                    have.entry(dst).or_insert(Some(vip));
+                }
+            }
+        }
         if want == have {
             return;
         }
-        let gw = self.cfg.gateway.clone();
         let mtu = self.route_mtu(self.link_mtu());
         let (w, h) = (want.clone(), have);
         let r = tokio::task::spawn_blocking(move || -> Result<(), podnet::PodnetError> {
