@@ -23,8 +23,8 @@
 //! Service `i` is `sb/s<i>` (namespace `sb`), ClusterIP `10.96.16.0 + i`,
 //! port `http` TCP 80 -> 8080; every `udp_every`-th (i % udp_every == 0)
 //! also `dns` UDP 53 -> 5353; every `node_port_every`-th has NodePort
-//! `30000 + i / node_port_every` on `http` (type NodePort,
-//! `externalTrafficPolicy: Cluster`). Its `endpoints` ready endpoints are
+//! on each of its ports (`30000 + 2 * (i / node_port_every)` on `http`, the
+//! next on `dns`; type NodePort, `externalTrafficPolicy: Cluster`). Its `endpoints` ready endpoints are
 //! pool pods `base + j * (pool / endpoints + 1)` (mod pool, `base` a hash
 //! of `i`), all distinct and, with 10 nodes and 10 endpoints, one per node.
 //! No selector: the Endpoints object lists the addresses (the lab applies
@@ -88,7 +88,7 @@ use oxvs_pipeline::datapath::{
     Datapath, DatapathConfig, DatapathSink, DpPacket, PacketIn, RecordingSink, TunnelMeta,
 };
 use oxvs_pipeline::flow::{FlowMod, FlowModCommand};
-use oxvs_pipeline::group::{Group, GroupMod, mix64};
+use oxvs_pipeline::group::{mix64, Group, GroupMod};
 use oxvs_pipeline::parse::{
     logical_lines, parse_flow, parse_flow_file, parse_flow_mod, parse_group, parse_group_file,
     parse_group_id, ParseContext,
@@ -165,21 +165,24 @@ impl ModelSpec {
         self.udp_every > 0 && i % self.udp_every == 0
     }
 
-    fn node_port(&self, i: usize) -> Option<u16> {
+    /// Service `i`'s NodePort for its port `k` (0 = `http`, 1 = `dns`):
+    /// every port of a NodePort Service has one, as the API server gives.
+    fn node_port(&self, i: usize, k: usize) -> Option<u16> {
         if self.node_port_every == 0 || i % self.node_port_every != 0 {
             return None;
         }
-        u16::try_from(i / self.node_port_every)
+        u16::try_from(2 * (i / self.node_port_every) + k)
             .ok()
-            .map(|k| FIRST_NODE_PORT + k)
+            .map(|n| FIRST_NODE_PORT + n)
     }
 
     /// Service ports in the model: (TCP, UDP, NodePorts).
     pub fn port_counts(&self) -> (usize, usize, usize) {
         let udp = (0..self.services).filter(|&i| self.has_udp(i)).count();
         let np = (0..self.services)
-            .filter(|&i| self.node_port(i).is_some())
-            .count();
+            .filter(|&i| self.node_port(i, 0).is_some())
+            .map(|i| 1 + usize::from(self.has_udp(i)))
+            .sum();
         (self.services, udp, np)
     }
 }
@@ -262,10 +265,10 @@ impl Model {
                 spec.services
             )));
         }
-        if spec.node_port_every > 0 && spec.services.div_ceil(spec.node_port_every) > NODE_PORTS
+        if spec.node_port_every > 0 && 2 * spec.services.div_ceil(spec.node_port_every) > NODE_PORTS
         {
             return Err(BenchError::Spec(format!(
-                "{} NodePorts do not fit 30000-32767",
+                "{} NodePort Services do not fit 30000-32767",
                 spec.services.div_ceil(spec.node_port_every)
             )));
         }
@@ -348,14 +351,14 @@ impl Model {
             name: "http".into(),
             protocol: Protocol::Tcp,
             port: 80,
-            node_port: self.spec.node_port(i),
+            node_port: self.spec.node_port(i, 0),
         }];
         if self.spec.has_udp(i) {
             ports.push(ServicePort {
                 name: "dns".into(),
                 protocol: Protocol::Udp,
                 port: 53,
-                node_port: None,
+                node_port: self.spec.node_port(i, 1),
             });
         }
         Service {
@@ -442,7 +445,7 @@ impl Model {
     /// in the benchmark: the first with one TCP port and no NodePort.
     pub fn changed_service(&self) -> usize {
         (1..self.spec.services)
-            .find(|&i| !self.spec.has_udp(i) && self.spec.node_port(i).is_none())
+            .find(|&i| !self.spec.has_udp(i) && self.spec.node_port(i, 0).is_none())
             .unwrap_or(0)
     }
 
@@ -1125,7 +1128,10 @@ pub fn established(
             .ok_or_else(|| BenchError::Spec(format!("no connection {c} to {target:?}")))?;
         // SYN: where does it go?
         let mut rec = RecordingSink::default();
-        let mut b = vec![DpPacket::from_frame(&tcp_frame(&syn), client_port(node, syn.src))];
+        let mut b = vec![DpPacket::from_frame(
+            &tcp_frame(&syn),
+            client_port(node, syn.src),
+        )];
         dp.process_batch(&mut b, &mut ct, now, &mut rec);
         let Some((port, frame, _)) = rec.outputs.first() else {
             return Err(BenchError::Datapath(format!(
@@ -1170,17 +1176,16 @@ pub fn established(
                 });
                 p
             } else {
-                let port = node.ports.iter().find(|p| p.ip == ep).map_or(0, |p| p.ofport);
+                let port = node
+                    .ports
+                    .iter()
+                    .find(|p| p.ip == ep)
+                    .map_or(0, |p| p.ofport);
                 DpPacket::from_frame(&tcp_frame(s), port)
             }
         };
         let cport = client_port(node, syn.src);
-        let synack = reply_pkt(&reply_seg(
-            TCP_SYN | TCP_ACK,
-            SERVER_ISN,
-            CLIENT_ISN + 1,
-            0,
-        ));
+        let synack = reply_pkt(&reply_seg(TCP_SYN | TCP_ACK, SERVER_ISN, CLIENT_ISN + 1, 0));
         let ack_seg = Seg {
             flags: TCP_ACK,
             seq: CLIENT_ISN + 1,
@@ -1193,10 +1198,7 @@ pub fn established(
             ..ack_seg
         };
         let mut cnt = Count::default();
-        let mut b = vec![
-            synack,
-            DpPacket::from_frame(&tcp_frame(&ack_seg), cport),
-        ];
+        let mut b = vec![synack, DpPacket::from_frame(&tcp_frame(&ack_seg), cport)];
         dp.process_batch(&mut b, &mut ct, now, &mut cnt);
         if cnt.outputs != 2 {
             return Err(BenchError::Datapath(format!(
@@ -1268,7 +1270,10 @@ pub fn established(
 }
 
 fn client_port(node: &NodeModel, ip: Ipv4Addr) -> u32 {
-    node.ports.iter().find(|p| p.ip == ip).map_or(0, |p| p.ofport)
+    node.ports
+        .iter()
+        .find(|p| p.ip == ip)
+        .map_or(0, |p| p.ofport)
 }
 
 /// The IPv4 destination and TCP destination port of an Ethernet frame.
@@ -1300,7 +1305,10 @@ pub fn new_connections(
             .map(|c| {
                 let s = conn(model, target, c, trial * per_pod)
                     .ok_or_else(|| BenchError::Spec(format!("no connection to {target:?}")))?;
-                Ok(DpPacket::from_frame(&tcp_frame(&s), client_port(node, s.src)))
+                Ok(DpPacket::from_frame(
+                    &tcp_frame(&s),
+                    client_port(node, s.src),
+                ))
             })
             .collect()
     };

@@ -38,7 +38,7 @@ fn realises_services_with_their_flows_and_groups() {
     let r = realise(&m, 3, Some(&live)).expect("realise");
     assert_eq!(r.len(), 3);
     let (tcp, udp, np) = m.spec.port_counts();
-    assert_eq!((tcp, udp, np), (20, 4, 2));
+    assert_eq!((tcp, udp, np), (20, 4, 4));
     for n in &r {
         // One ServiceLB flow per Service port and NodePort.
         assert_eq!(n.flows - n.base_flows, tcp + udp + np, "{n:?}");
@@ -57,7 +57,7 @@ fn realises_services_with_their_flows_and_groups() {
     };
     assert_eq!(s.row().len(), Summary::HEADER.len());
     // kube-proxy: 2 + 3 rules per endpoint per port, 2 per NodePort.
-    assert_eq!(kube_proxy_expected(&m.spec), (24 * (2 + 12) + 4, 24 * 5));
+    assert_eq!(kube_proxy_expected(&m.spec), (24 * (2 + 12) + 8, 24 * 5));
 }
 
 #[test]

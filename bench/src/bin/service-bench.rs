@@ -295,10 +295,7 @@ fn main() -> Result<()> {
                     3
                 )
             );
-            write_out(
-                &json,
-                json!({"machine": machine.json(), "datapath": out}),
-            )?;
+            write_out(&json, json!({"machine": machine.json(), "datapath": out}))?;
         }
         Cmd::Lab {
             mode,
@@ -383,7 +380,11 @@ fn lab_node1(a: &LabArgs) -> Result<LabNode> {
     };
     Ok(LabNode {
         netns: n["netns"].as_str().unwrap_or_default().to_string(),
-        sock: a.state_root.join(&a.lab).join("node-1").join("switchd.sock"),
+        sock: a
+            .state_root
+            .join(&a.lab)
+            .join("node-1")
+            .join("switchd.sock"),
         agent_pid: pid(&n["agent_pid"]),
         switchd_pid: pid(&n["switchd_pid"]),
         kube_proxy_pid: pid(&v["kube"]["kube_proxy"]["node-1"]),
@@ -453,11 +454,41 @@ fn nat_counts(ns: &str) -> Result<(NatCounts, String)> {
     Ok((c, text))
 }
 
+/// Whether the Service port whose `KUBE-SERVICES` jump carries `comment`
+/// has a `KUBE-SEP-*` chain with `to` (`--to-destination IP:`) in
+/// `iptables-save` text (kube-proxy 1.20 writes comments only on the
+/// `KUBE-SERVICES` rules, so the chains are followed).
+fn svc_has_endpoint(text: &str, comment: &str, to: &str) -> bool {
+    let jump = |l: &str| l.rsplit_once("-j ").map(|(_, c)| c.trim().to_string());
+    let Some(svc) = text
+        .lines()
+        .filter(|l| l.starts_with("-A KUBE-SERVICES ") && l.contains(comment))
+        .filter_map(jump)
+        .find(|c| c.starts_with("KUBE-SVC-"))
+    else {
+        return false;
+    };
+    let prefix = format!("-A {svc} ");
+    let seps: Vec<String> = text
+        .lines()
+        .filter(|l| l.starts_with(&prefix))
+        .filter_map(jump)
+        .collect();
+    text.lines()
+        .any(|l| l.contains(to) && seps.iter().any(|s| l.starts_with(&format!("-A {s} "))))
+}
+
 /// kube-proxy's `kubeproxy_sync_proxy_rules_duration_seconds` (sum, count).
 fn sync_metrics(ns: &str) -> Result<(f64, u64)> {
     let text = in_netns(
         ns,
-        &["curl", "-s", "--max-time", "10", "http://127.0.0.1:10249/metrics"],
+        &[
+            "curl",
+            "-s",
+            "--max-time",
+            "10",
+            "http://127.0.0.1:10249/metrics",
+        ],
     )?;
     let get = |name: &str| -> Option<f64> {
         text.lines()
@@ -546,7 +577,10 @@ fn lab_run(a: &LabArgs, mode: Mode, spec: ModelSpec) -> Result<Value> {
             );
             let start = Instant::now();
             let (t_create, _) = oxvs_lab(a, &["kubectl", "--", "create", "-f", &file_s])?;
-            eprintln!("kubectl create returned after {:.1} s", t_create.as_secs_f64());
+            eprintln!(
+                "kubectl create returned after {:.1} s",
+                t_create.as_secs_f64()
+            );
             let mut last = NatCounts::default();
             let done = poll(start, a.timeout, every, || match nat_counts(&node.netns) {
                 Ok((c, _)) => {
@@ -562,11 +596,14 @@ fn lab_run(a: &LabArgs, mode: Mode, spec: ModelSpec) -> Result<Value> {
             let (after, _) = nat_counts(&node.netns)?;
             let rss1 = rss_kib(node.kube_proxy_pid);
             // One Service's endpoints change.
+            // The new endpoint's DNAT rule in the changed Service's own
+            // chain (pool pods back many Services).
             let ep_rule = format!("--to-destination {new_ep}:");
+            let comment = format!("\"{}/{}:http cluster IP\"", key.0, key.1);
             let start = Instant::now();
             oxvs_lab(a, &["kubectl", "--", "apply", "-f", &change_s])?;
             let t_change = poll(start, a.timeout, Duration::from_millis(100), || {
-                nat_counts(&node.netns).is_ok_and(|(_, t)| t.contains(&ep_rule))
+                nat_counts(&node.netns).is_ok_and(|(_, t)| svc_has_endpoint(&t, &comment, &ep_rule))
             });
             std::thread::sleep(Duration::from_secs(2));
             let (sum2, count2) = sync_metrics(&node.netns)?;
@@ -613,21 +650,36 @@ fn lab_run(a: &LabArgs, mode: Mode, spec: ModelSpec) -> Result<Value> {
             );
             let start = Instant::now();
             let (t_apply, _) = oxvs_lab(a, &["apply", "-f", &file_s])?;
-            eprintln!("oxvs-lab apply returned after {:.1} s", t_apply.as_secs_f64());
+            eprintln!(
+                "oxvs-lab apply returned after {:.1} s",
+                t_apply.as_secs_f64()
+            );
             let mut last = (0, 0);
-            let done = poll(start, a.timeout, every, || match switch_counts(&node.sock) {
-                Ok((f, g, _)) => {
-                    last = (f, g);
-                    f == want_f && g == want_g
+            let done = poll(start, a.timeout, every, || {
+                match switch_counts(&node.sock) {
+                    Ok((f, g, _)) => {
+                        last = (f, g);
+                        f == want_f && g == want_g
+                    }
+                    Err(_) => false,
                 }
-                Err(_) => false,
             });
             let rss1 = (rss_kib(node.agent_pid), rss_kib(node.switchd_pid));
+            // The new endpoint in the changed Service's own group (pool
+            // pods back many Services).
             let ep = format!("nat(dst={new_ep}:");
+            let gid = oxvs_agent::proxy::service_ports(&changed.state, &n1.node_name)
+                .iter()
+                .find(|sp| sp.service == key && sp.port_name == "http")
+                .map(|sp| sp.group_id)
+                .context("the changed Service has no http port")?;
+            let prefix = format!("group_id={gid},");
             let start = Instant::now();
             oxvs_lab(a, &["apply", "-f", &change_s])?;
             let t_change = poll(start, a.timeout, Duration::from_millis(100), || {
-                switch_counts(&node.sock).is_ok_and(|(_, _, g)| g.contains(&ep))
+                switch_counts(&node.sock).is_ok_and(|(_, _, g)| {
+                    g.lines().any(|l| l.starts_with(&prefix) && l.contains(&ep))
+                })
             });
             let v = json!({
                 "mode": "proxy", "services": spec.services, "service_ports": ports,
