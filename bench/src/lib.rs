@@ -63,6 +63,7 @@
 
 pub mod cni_bench;
 pub mod policy_bench;
+pub mod service_bench;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
