@@ -214,7 +214,9 @@ pub struct CtAction {
     pub zone: CtZoneSrc,
     /// Table to recirculate to after conntrack; `None` = no recirculation.
     pub table: Option<u8>,
-    /// Nested actions, in order: `SetField` to `ct_mark` / `ct_label`, and
+    /// Nested actions, in order: `SetField` (a parsed `load` is one too) or
+    /// `Move` (the packet's bits, read when the `ct` runs) to `ct_mark` /
+    /// `ct_label`, and
     /// at most one [`Action::Nat`] (written `nat(...)` in the `ct`
     /// arguments or inside `exec(...)`; printed outside `exec` when it is
     /// first, as OVS does).

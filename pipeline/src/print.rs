@@ -1208,6 +1208,9 @@ mod tests {
          " table=7, priority=11,ip actions=resubmit(,8),output:NXM_NX_REG0[0..15],output:NXM_NX_REG0[0..3]"),
         ("table=7,priority=12,ip,actions=ct(zone=5,table=8),ct(zone=reg0[0..15]),ct(commit,exec(set_field:1->ct_mark)),ct",
          " table=7, priority=12,ip actions=ct(table=8,zone=5),ct(zone=NXM_NX_REG0[0..15]),ct(commit,exec(set_field:0x1->ct_mark)),ct()"),
+        // ovs-ofctl -O OpenFlow15 dump-flows (OVS 3.1).
+        ("table=1,priority=10,tcp actions=ct(commit,exec(move:NXM_NX_REG0[0..3]->NXM_NX_CT_MARK[0..3],move:NXM_NX_REG1[]->NXM_NX_CT_LABEL[0..31])),output:1",
+         " table=1, priority=10,tcp actions=ct(commit,exec(move:NXM_NX_REG0[0..3]->NXM_NX_CT_MARK[0..3],move:NXM_NX_REG1[]->NXM_NX_CT_LABEL[0..31])),output:1"),
         ("tcp,tp_src=5,actions=set_field:5->tcp_src", " tcp,tp_src=5 actions=set_field:5->tcp_src"),
         ("actions=drop", " actions=drop"),
         // Our spellings (see the module doc): load, mod_*, resubmit, set_tunnel, note.

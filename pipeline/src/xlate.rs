@@ -865,6 +865,18 @@ impl<'a, L: FlowLookup + ?Sized> Xlate<'a, L> {
                 }
                 Action::SetField { field, value, mask } => (*field, *value, *mask),
                 Action::Load { dst, value } => (dst.field, *value << dst.ofs, dst.mask()),
+                // The source bits are the packet's (as the actions so far made
+                // them): read, so un-wildcarded, and carried to conntrack as
+                // a constant of this megaflow, like a load's.
+                Action::Move { src, dst } => {
+                    let v = self.read_sub(src);
+                    if matches!(dst.field, Field::CtMark | Field::CtLabel) {
+                        self.record(|| {
+                            TraceEvent::Detail(format!("{} is now {v:#x}", format_subfield(dst)))
+                        });
+                    }
+                    (dst.field, v << dst.ofs, dst.mask())
+                }
                 _ => {
                     self.record(|| TraceEvent::Warn("not allowed inside ct exec: skipped".into()));
                     continue;

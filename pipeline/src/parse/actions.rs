@@ -197,6 +197,29 @@ pub(super) fn parse_load(src: &Src, arg: &str, ac: &ActCtx, in_ct: bool) -> PRes
     Ok(Action::Load { dst, value: v })
 }
 
+/// Parses `SRC[a..b]->DST[c..d]` for `move`. Inside `ct(exec(...))`
+/// (`in_ct`) the destination must be `ct_mark` or `ct_label`, as in OVS.
+pub(super) fn parse_move(src: &Src, arg: &str, ac: &ActCtx, in_ct: bool) -> PResult<Action> {
+    let (stok, dtok) = arg
+        .split_once("->")
+        .ok_or_else(|| src.err(arg, "move needs SRC->DST"))?;
+    let (s, sname) = parse_subfield(src, stok)?;
+    let (d, dname) = parse_subfield(src, dtok)?;
+    ac.check_writable(src, dtok, &dname, in_ct)?;
+    ac.check_prereq(src, stok, &sname, "move")?;
+    ac.check_prereq(src, dtok, &dname, "move")?;
+    if s.n_bits != d.n_bits {
+        return Err(src.err(
+            arg,
+            format!(
+                "source field is {} bits wide but destination is {} bits wide",
+                s.n_bits, d.n_bits
+            ),
+        ));
+    }
+    Ok(Action::Move { src: s, dst: d })
+}
+
 pub(super) fn parse_ct(src: &Src, args: &str, ac: &ActCtx) -> PResult<Action> {
     let mut ct = CtAction {
         commit: false,
@@ -238,11 +261,18 @@ pub(super) fn parse_ct(src: &Src, args: &str, ac: &ActCtx) -> PResult<Action> {
                     let act = match a.key {
                         "set_field" => parse_set_field(src, arg, ac, true)?,
                         "load" => parse_load(src, arg, ac, true)?,
+                        "move" => parse_move(src, arg, ac, true)?,
                         "nat" => parse_nat(src, &a, ac)?,
-                        _ => return Err(src.err(
-                            a.whole,
-                            "ct exec only supports set_field/load to ct_mark or ct_label, and nat",
-                        )),
+                        _ => {
+                            return Err(src.err(
+                                a.whole,
+                                format!(
+                                    "ct action doesn't support nested action {} \
+                                 (only set_field, load and move to ct_mark or ct_label, and nat)",
+                                    a.key
+                                ),
+                            ))
+                        }
                     };
                     if matches!(act, Action::Nat(_)) && ct.nat().is_some() {
                         return Err(src.err(a.whole, "only one nat action per ct"));
@@ -542,27 +572,7 @@ pub(super) fn parse_action(src: &Src, item: &Item, ac: &ActCtx) -> PResult<Actio
         }
         "set_field" => parse_set_field(src, need("VALUE->FIELD")?, ac, false)?,
         "load" => parse_load(src, need("VALUE->DST")?, ac, false)?,
-        "move" => {
-            let arg = need("SRC->DST")?;
-            let (stok, dtok) = arg
-                .split_once("->")
-                .ok_or_else(|| src.err(arg, "move needs SRC->DST"))?;
-            let (s, sname) = parse_subfield(src, stok)?;
-            let (d, dname) = parse_subfield(src, dtok)?;
-            ac.check_writable(src, dtok, &dname, false)?;
-            ac.check_prereq(src, stok, &sname, "move")?;
-            ac.check_prereq(src, dtok, &dname, "move")?;
-            if s.n_bits != d.n_bits {
-                return Err(src.err(
-                    arg,
-                    format!(
-                        "source field is {} bits wide but destination is {} bits wide",
-                        s.n_bits, d.n_bits
-                    ),
-                ));
-            }
-            Action::Move { src: s, dst: d }
-        }
+        "move" => parse_move(src, need("SRC->DST")?, ac, false)?,
         "mod_dl_src" | "mod_dl_dst" => {
             let v = need("MAC")?;
             let mac = parse_mac(v).ok_or_else(|| src.err(v, "invalid Ethernet address"))? as u64;
