@@ -10,7 +10,7 @@ use super::value::{
     ones, parse_ipv4, parse_mac, parse_port, parse_table, parse_uint, parse_value_mask, uint_bits,
 };
 use super::{eth_type, ParseContext};
-use crate::field::{lookup_name, Field, FieldName, ValueFormat};
+use crate::field::{is_nxm_name, lookup_name, lookup_subfield_name, Field, FieldName, ValueFormat};
 use crate::flow::{
     port, Action, ControllerAction, CtAction, CtZoneSrc, Match, NatAction, NatKind, NatRange,
     PacketInReason, SubField,
@@ -28,7 +28,16 @@ pub(super) fn parse_subfield(src: &Src, tok: &str) -> PResult<(SubField, FieldNa
         }
         None => (tok, None),
     };
-    let name = lookup_name(name_tok).ok_or_else(|| src.err(name_tok, "unknown field"))?;
+    let name = lookup_subfield_name(name_tok).ok_or_else(|| {
+        if is_nxm_name(name_tok) {
+            src.err(
+                name_tok,
+                "unknown field (or an NXM/OXM field oxvs does not have)",
+            )
+        } else {
+            src.err(name_tok, "unknown field")
+        }
+    })?;
     let fbits = u32::from(name.bits);
     let (ofs, n) = match range {
         None | Some("") => (0u32, fbits),
@@ -133,6 +142,17 @@ pub(super) fn parse_set_field(src: &Src, arg: &str, ac: &ActCtx, in_ct: bool) ->
     let (vtok, ftok) = arg
         .split_once("->")
         .ok_or_else(|| src.err(arg, "set_field needs VALUE->FIELD"))?;
+    // OVS's set_field takes field names (`vlan_vid`, `reg0`), not NXM/OXM
+    // names, and says so in these words.
+    if is_nxm_name(ftok) {
+        return Err(src.err(
+            ftok,
+            format!(
+                "{ftok} is not a valid OXM field name (set_field takes a field name such as \
+                 reg0 or eth_src; NXM/OXM names go in load and move)"
+            ),
+        ));
+    }
     let name = lookup_name(ftok).ok_or_else(|| src.err(ftok, "unknown field"))?;
     ac.check_writable(src, ftok, &name, in_ct)?;
     ac.check_prereq(src, ftok, &name, "set_field")?;
@@ -506,7 +526,7 @@ pub(super) fn parse_action(src: &Src, item: &Item, ac: &ActCtx) -> PResult<Actio
             };
             if let Some(p) = port {
                 output_port(src, v, p)?
-            } else if v.contains('[') || lookup_name(v).is_some() {
+            } else if v.contains('[') || lookup_subfield_name(v).is_some() {
                 let (sf, _) = parse_subfield(src, v)?;
                 if sf.n_bits > 32 {
                     return Err(src.err(v, "output sub-field must be at most 32 bits wide"));

@@ -638,6 +638,42 @@ fn action_errors() {
         "output:1",
         "doesn't support nested action output",
     );
+    // OXM names: OVS's widths, prerequisites and set_field refusal.
+    err_at(
+        "actions=move:OXM_OF_VLAN_VID[]->NXM_NX_REG0[0..12]",
+        "OXM_OF_VLAN_VID[]->NXM_NX_REG0[0..12]",
+        "source field is 12 bits wide but destination is 13 bits wide",
+    );
+    err_at(
+        "actions=move:OXM_OF_VLAN_VID[12]->NXM_NX_REG0[0]",
+        "OXM_OF_VLAN_VID[12]",
+        "ending bit 12 is not valid because field vlan_vid is only 12 bits wide",
+    );
+    err_at(
+        "tcp,actions=move:OXM_OF_UDP_SRC[]->NXM_NX_REG0[0..15]",
+        "OXM_OF_UDP_SRC[]",
+        "prerequisites",
+    );
+    err_at(
+        "udp,actions=move:NXM_OF_TCP_SRC[]->NXM_NX_REG0[0..15]",
+        "NXM_OF_TCP_SRC[]",
+        "prerequisites",
+    );
+    err_at(
+        "actions=move:OXM_OF_VLAN_PCP[]->NXM_NX_REG0[0..2]",
+        "OXM_OF_VLAN_PCP[]",
+        "prerequisites",
+    );
+    err_at(
+        "actions=set_field:5->OXM_OF_VLAN_VID",
+        "OXM_OF_VLAN_VID",
+        "not a valid OXM field name",
+    );
+    err_at(
+        "actions=move:OXM_OF_MPLS_LABEL[]->NXM_NX_REG0[0..19]",
+        "OXM_OF_MPLS_LABEL",
+        "oxvs does not have",
+    );
     // move inside exec: only into ct_mark / ct_label, equal widths (OVS).
     err_at(
         "tcp,actions=ct(commit,exec(move:NXM_NX_REG0[0..3]->NXM_NX_REG1[0..3]))",
