@@ -839,7 +839,7 @@ const SUBFIELD_NAMES: &[(&[&str], Field, Prereq)] = &[
 
 /// Looks up a field name as a sub-field writes it (`NXM_NX_REG1`,
 /// `OXM_OF_VLAN_VID`, `NXM_OF_UDP_SRC`, `reg1`, `eth_src`...): the OVS
-/// identities of [`SUBFIELD_NAMES`] first (so widths, prerequisites and
+/// identities of `SUBFIELD_NAMES` first (so widths, prerequisites and
 /// the printed name are OVS's), then every name [`lookup_name`] knows.
 pub fn lookup_subfield_name(name: &str) -> Option<FieldName> {
     let nxm = is_nxm_name(name);

@@ -273,6 +273,9 @@ pub enum Action {
     Nat(NatAction),
     /// `group:ID`: the group's buckets (see [`crate::group`]).
     Group(u32),
+    /// `meter:ID`: the packet is metered; over the meter's rate it is
+    /// dropped here (see [`crate::meter`]).
+    Meter(u32),
     /// `conjunction(ID,K/N)`: `clause` is K (1-based), `n_clauses` is N.
     Conjunction { id: u32, clause: u8, n_clauses: u8 },
     /// `note:XX.XX...` (bytes).

@@ -56,6 +56,7 @@ mod group;
 mod learn;
 mod lexer;
 mod match_fields;
+mod meter;
 #[cfg(test)]
 mod tests;
 mod value;
@@ -63,6 +64,7 @@ mod value;
 pub use actions::parse_actions;
 pub use error::{FileError, ParseError};
 pub use group::{parse_group, parse_group_id, BUCKET_MAX};
+pub use meter::{parse_meter, parse_meter_id};
 
 use self::actions::parse_actions_in;
 use self::error::{PResult, Src};

@@ -827,6 +827,9 @@ fn write_action(out: &mut String, a: &Action, names: Option<&TableNames>, m: Opt
             let _ = write!(out, "ct({})", parts.join(","));
         }
         Action::CtClear => out.push_str("ct_clear"),
+        Action::Meter(id) => {
+            let _ = write!(out, "meter:{id}");
+        }
         Action::Nat(n) => write_nat(out, n),
         Action::Group(id) => {
             let _ = write!(out, "group:{id}");
@@ -1236,6 +1239,7 @@ mod tests {
          " ip actions=learn(table=1,eth_type=0x800,NXM_OF_IP_SRC[],NXM_OF_IP_DST[]=NXM_OF_IP_SRC[],load:NXM_OF_IP_DST[]->NXM_NX_REG0[])"),
         ("tcp,actions=learn(table=1,eth_type=0x800,nw_proto=6,OXM_OF_TCP_DST[],OXM_OF_VLAN_VID[]=0x5)",
          " tcp actions=learn(table=1,eth_type=0x800,nw_proto=6,NXM_OF_TCP_DST[],vlan_vid=5)"),
+        ("priority=500,in_port=1,actions=meter:1,output:2", " priority=500,in_port=1 actions=meter:1,output:2"),
         // ovs-ofctl -O OpenFlow15 dump-flows (OVS 3.1).
         ("table=1,priority=10,tcp actions=ct(commit,exec(move:NXM_NX_REG0[0..3]->NXM_NX_CT_MARK[0..3],move:NXM_NX_REG1[]->NXM_NX_CT_LABEL[0..31])),output:1",
          " table=1, priority=10,tcp actions=ct(commit,exec(move:NXM_NX_REG0[0..3]->NXM_NX_CT_MARK[0..3],move:NXM_NX_REG1[]->NXM_NX_CT_LABEL[0..31])),output:1"),

@@ -661,6 +661,12 @@ pub(super) fn parse_action(src: &Src, item: &Item, ac: &ActCtx) -> PResult<Actio
             }
             Action::Group(id)
         }
+        "meter" => {
+            if ac.any_packet {
+                return Err(src.err(key, "meter is not allowed in a group bucket"));
+            }
+            Action::Meter(super::meter::meter_action(src, need("meter id")?)?)
+        }
         "conjunction" => {
             let v = need("ID,K/N")?;
             let (id_tok, kn) = v

@@ -638,6 +638,8 @@ fn action_errors() {
         "output:1",
         "doesn't support nested action output",
     );
+    err_at("actions=meter:0", "0", "invalid meter id");
+    err_at("actions=meter:0xffff0001", "0xffff0001", "invalid meter id");
     // OXM names: OVS's widths, prerequisites and set_field refusal.
     err_at(
         "actions=move:OXM_OF_VLAN_VID[]->NXM_NX_REG0[0..12]",
