@@ -346,6 +346,7 @@ fn encode_datapath(e: &mut Exposition, s: &SwitchStats) {
         reassembled,
         ct_refused_drops,
         learns,
+        meter_drops,
     } = datapath;
     let crate::learn::LearnStats {
         learned,
@@ -389,7 +390,12 @@ fn encode_datapath(e: &mut Exposition, s: &SwitchStats) {
         "Flows removed by their idle or hard timeout, or with the learn that learned them (delete_learned).",
     )
     .int(&[], *flows_expired);
-    let counters: [(&str, &str, u64); 26] = [
+    let counters: [(&str, &str, u64); 27] = [
+        (
+            "oxvs_datapath_meter_drops_total",
+            "Packets a meter dropped (over its rate; per meter and band in meter-stats).",
+            *meter_drops,
+        ),
         (
             "oxvs_datapath_packets_total",
             "Packets received by the datapath.",
