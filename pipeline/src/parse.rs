@@ -367,6 +367,12 @@ pub fn parse_group_file(
     parse_lines(text, |line| parse_group(line, ctx))
 }
 
+/// Parses a meter file (`oxvsctl add-meters`): one meter per line in
+/// [`parse_meter`] syntax, comments and continuations as in a flow file.
+pub fn parse_meter_file(text: &str) -> Result<Vec<crate::meter::MeterConfig>, FileError> {
+    parse_lines(text, parse_meter)
+}
+
 /// Parses each logical line of a file with `parse`, turning an error's byte
 /// offset into the physical line and column it is on.
 fn parse_lines<T>(

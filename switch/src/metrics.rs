@@ -1137,9 +1137,9 @@ mod tests {
             .keys()
             .filter(|n| n.starts_with("oxvs_datapath_") && n.ends_with("_total"))
             .count();
-        // 19 DatapathStats fields (emc+megaflow in one family) + 9 engine
+        // 20 DatapathStats fields (emc+megaflow in one family) + 9 engine
         // counters + busy time.
-        assert_eq!(datapath, 18 + 9 + 1, "{text}");
+        assert_eq!(datapath, 19 + 9 + 1, "{text}");
         for family in ["oxvs_learned_flows_total", "oxvs_flows_expired_total"] {
             assert!(p.types.contains_key(family), "{family}\n{text}");
         }
