@@ -94,6 +94,31 @@ pub enum Request {
         #[serde(default)]
         group_id: Option<u32>,
     },
+    /// Adds meters (a meter file: one `ovs-ofctl add-meter` meter per
+    /// line, `#` comments) as one atomic bundle; an existing id fails the
+    /// whole bundle (`OFPMMFC_METER_EXISTS`). Answers a [`MeterModResult`].
+    AddMeters { meters: String },
+    /// Replaces meters (a meter file) as one atomic bundle; a missing id
+    /// fails it (`OFPMMFC_UNKNOWN_METER`). Buckets and counters start again.
+    ModMeters { meters: String },
+    /// Deletes one meter (`meter=N`) or all (`None`, `meter=all`), and
+    /// every flow that names a deleted meter.
+    DelMeters {
+        #[serde(default)]
+        spec: Option<String>,
+    },
+    /// The meters' configuration (one, or all by id). Answers a
+    /// [`DumpMetersResult`].
+    DumpMeters {
+        #[serde(default)]
+        meter_id: Option<u32>,
+    },
+    /// The meters' counters (one, or all by id). Answers a
+    /// [`MeterStatsResult`].
+    MeterStats {
+        #[serde(default)]
+        meter_id: Option<u32>,
+    },
     /// Dumps flows; `table` is a number or a table name.
     DumpFlows {
         #[serde(default)]
@@ -187,6 +212,11 @@ pub const OPS: &[&str] = &[
     "del-groups",
     "replace-groups",
     "dump-groups",
+    "add-meters",
+    "mod-meters",
+    "del-meters",
+    "dump-meters",
+    "meter-stats",
     "dump-flows",
     "dump-ports",
     "trace",
@@ -241,6 +271,11 @@ impl Request {
             Request::DelGroups { .. } => "del-groups",
             Request::ReplaceGroups { .. } => "replace-groups",
             Request::DumpGroups { .. } => "dump-groups",
+            Request::AddMeters { .. } => "add-meters",
+            Request::ModMeters { .. } => "mod-meters",
+            Request::DelMeters { .. } => "del-meters",
+            Request::DumpMeters { .. } => "dump-meters",
+            Request::MeterStats { .. } => "meter-stats",
             Request::DumpFlows { .. } => "dump-flows",
             Request::DumpPorts => "dump-ports",
             Request::Trace(_) => "trace",
@@ -468,6 +503,61 @@ pub struct GroupEntry {
     pub buckets: Vec<u32>,
     /// Flows whose actions name the group.
     pub n_flows: usize,
+}
+
+/// `add-meters`, `mod-meters`, `del-meters`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MeterModResult {
+    pub added: usize,
+    pub modified: usize,
+    pub deleted: usize,
+    /// Flows deleted because they named a deleted meter.
+    pub flows_deleted: usize,
+    /// Meters afterwards.
+    pub n_meters: usize,
+}
+
+/// `dump-meters`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DumpMetersResult {
+    /// Per meter, by id, what `ovs-ofctl -O OpenFlow15 dump-meters` prints
+    /// for it (`meter=1 pktps burst stats bands=` and a line per band).
+    pub lines: Vec<String>,
+    pub meters: Vec<MeterEntry>,
+}
+
+/// One meter of a dump.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MeterEntry {
+    pub meter_id: u32,
+    /// `kbps` or `pktps`.
+    pub unit: String,
+    pub burst: bool,
+    pub stats: bool,
+    /// Drop bands: (rate, burst_size).
+    pub bands: Vec<(u32, u32)>,
+    /// Flows whose actions name the meter.
+    pub n_flows: usize,
+}
+
+/// `meter-stats`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MeterStatsResult {
+    /// Per meter, by id, what `ovs-ofctl -O OpenFlow15 meter-stats` prints.
+    pub lines: Vec<String>,
+    pub meters: Vec<MeterStatsEntry>,
+}
+
+/// One meter's counters.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MeterStatsEntry {
+    pub meter_id: u32,
+    pub flow_count: u64,
+    pub packet_in_count: u64,
+    pub byte_in_count: u64,
+    pub duration_ns: u64,
+    /// Per band: packets and bytes it dropped.
+    pub bands: Vec<(u64, u64)>,
 }
 
 /// One flow of a dump.
@@ -1096,6 +1186,17 @@ mod tests {
                 flows: "actions=group:1".into(),
             },
             Request::DumpGroups { group_id: Some(1) },
+            Request::AddMeters {
+                meters: "meter=1,pktps,band=type=drop,rate=10".into(),
+            },
+            Request::ModMeters {
+                meters: "meter=1,pktps,band=type=drop,rate=20".into(),
+            },
+            Request::DelMeters {
+                spec: Some("meter=1".into()),
+            },
+            Request::DumpMeters { meter_id: Some(1) },
+            Request::MeterStats { meter_id: None },
             Request::Bundle {
                 mods: "delete_strict table=0,priority=5\nadd actions=drop".into(),
             },

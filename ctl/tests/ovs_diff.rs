@@ -804,6 +804,7 @@ cases! {
     ovs_antrea_like => "antrea-like",
     ovs_groups => "groups",
     ovs_learn => "learn",
+    ovs_oxm => "oxm",
 }
 
 /// `oxvsctl dump-groups --groups FILE` prints what

@@ -284,6 +284,9 @@ pub struct DatapathStats {
     pub drops: u64,
     /// Packets dropped because they recirculated more than the limit.
     pub recirc_limit_drops: u64,
+    /// Packets a meter dropped (over its rate; also in the meter's band
+    /// counters).
+    pub meter_drops: u64,
     /// Header writes skipped because the frame did not fit them (per write).
     pub write_errors: u64,
     /// Frames handed to [`DatapathSink::output`].
@@ -782,6 +785,12 @@ impl Datapath {
                     key.set(Field::CtLabel, 0);
                 }
                 DpAction::LoadMeta { field, value } => key.set(*field, *value),
+                DpAction::Meter(m) => {
+                    if !m.admit(run.now_ns, pkt.data().len()) {
+                        self.stats.meter_drops += 1;
+                        return None;
+                    }
+                }
                 DpAction::Learn(l) => {
                     if l.due(run.now_ns) {
                         self.stats.learns += 1;

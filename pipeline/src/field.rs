@@ -12,6 +12,21 @@
 //! protocol-specific alias that covers the same key bits (`tcp_dst`,
 //! `icmp_type`, `arp_spa`). Aliases that cover only *part* of a field
 //! (`dl_vlan`, `ip_dscp`) are [`FieldName`] entries with a bit offset.
+//!
+//! ## Views
+//!
+//! Open vSwitch has fields that oxvs keeps inside another key field: the
+//! 12-bit `vlan_vid` and `vlan_pcp` (in `vlan_tci`), `ip_dscp` and `nw_ecn`
+//! (in `nw_tos`), UDP and SCTP ports (in `tp_src`/`tp_dst`), ARP addresses
+//! and opcode, ICMP type and code, the 32-bit `OXM_OF_IN_PORT`. In
+//! sub-fields (`move:OXM_OF_VLAN_VID[]->...`) OVS keeps their identity: its
+//! width, its prerequisite and the name it prints (the NXM name if there
+//! is one, else the OXM name). A *view* (`Field::VlanVid`, `Field::UdpSrc`...,
+//! [`Field::is_view`]) is that identity: a [`Slot`] over the same key bits,
+//! with its own names. Views are never in [`Field::ALL`]: matches, masks
+//! and datapath writes see only the key fields, so a write through a view
+//! is a write of the key field's bits. [`lookup_subfield_name`] resolves
+//! sub-field names to views; [`lookup_name`] (matches, `set_field`) never does.
 
 use std::fmt::Write as _;
 
@@ -119,6 +134,42 @@ pub enum Field {
     CtLabel,
     /// IPv6 flow label (20 bits).
     Ipv6Label,
+    // Views: Open vSwitch fields that are (part of) one of the key fields
+    // above under another identity (see "Views" in the module doc). Never
+    // in [`Field::ALL`]: matches and datapath writes use the key fields.
+    /// `OXM_OF_VLAN_VID`: `vlan_tci` bits 0..11 (12 bits, as OVS's `vlan_vid`).
+    VlanVid,
+    /// `OXM_OF_VLAN_PCP`: `vlan_tci` bits 13..15.
+    VlanPcp,
+    /// `OXM_OF_IP_DSCP`: `nw_tos` bits 2..7.
+    IpDscp,
+    /// `NXM_NX_IP_ECN` / `OXM_OF_IP_ECN`: `nw_tos` bits 0..1.
+    IpEcn,
+    /// `OXM_OF_IN_PORT`: `in_port` (OpenFlow 1.1+ 32-bit port numbers).
+    InPortOxm,
+    /// `NXM_OF_UDP_SRC` / `OXM_OF_UDP_SRC`: `tp_src` of UDP.
+    UdpSrc,
+    /// `NXM_OF_UDP_DST` / `OXM_OF_UDP_DST`: `tp_dst` of UDP.
+    UdpDst,
+    /// `OXM_OF_SCTP_SRC`: `tp_src` of SCTP.
+    SctpSrc,
+    /// `OXM_OF_SCTP_DST`: `tp_dst` of SCTP.
+    SctpDst,
+    /// `NXM_OF_ARP_SPA` / `OXM_OF_ARP_SPA`: `nw_src` of ARP.
+    ArpSpa,
+    /// `NXM_OF_ARP_TPA` / `OXM_OF_ARP_TPA`: `nw_dst` of ARP.
+    ArpTpa,
+    /// `NXM_OF_ARP_OP` / `OXM_OF_ARP_OP`: `nw_proto` of ARP (oxvs keeps the
+    /// opcode's low 8 bits; OVS's field is 16 bits).
+    ArpOp,
+    /// `NXM_OF_ICMP_TYPE` / `OXM_OF_ICMPV4_TYPE`: `tp_src` bits 0..7 of ICMP.
+    IcmpType,
+    /// `NXM_OF_ICMP_CODE` / `OXM_OF_ICMPV4_CODE`: `tp_dst` bits 0..7 of ICMP.
+    IcmpCode,
+    /// `NXM_NX_ICMPV6_TYPE` / `OXM_OF_ICMPV6_TYPE`.
+    Icmpv6Type,
+    /// `NXM_NX_ICMPV6_CODE` / `OXM_OF_ICMPV6_CODE`.
+    Icmpv6Code,
 }
 
 /// Bits of `ct_state`, as in OVS.
@@ -298,6 +349,18 @@ impl Field {
             Field::ArpTha => s(24, 0, 48),
             Field::CtLabel => s(25, 0, 128),
             Field::Ipv6Label => s(27, 0, 20),
+            Field::VlanVid => s(14, 32, 12),
+            Field::VlanPcp => s(14, 45, 3),
+            Field::IpDscp => s(22, 18, 6),
+            Field::IpEcn => s(22, 16, 2),
+            Field::InPortOxm => s(0, 32, 32),
+            Field::UdpSrc | Field::SctpSrc => s(22, 48, 16),
+            Field::UdpDst | Field::SctpDst => s(22, 32, 16),
+            Field::ArpSpa => s(17, 32, 32),
+            Field::ArpTpa => s(17, 0, 32),
+            Field::ArpOp => s(22, 24, 8),
+            Field::IcmpType | Field::Icmpv6Type => s(22, 48, 8),
+            Field::IcmpCode | Field::Icmpv6Code => s(22, 32, 8),
         }
     }
 
@@ -358,6 +421,22 @@ impl Field {
             Field::ArpTha => "arp_tha",
             Field::CtLabel => "ct_label",
             Field::Ipv6Label => "ipv6_label",
+            Field::VlanVid => "vlan_vid",
+            Field::VlanPcp => "vlan_pcp",
+            Field::IpDscp => "ip_dscp",
+            Field::IpEcn => "nw_ecn",
+            Field::InPortOxm => "in_port_oxm",
+            Field::UdpSrc => "udp_src",
+            Field::UdpDst => "udp_dst",
+            Field::SctpSrc => "sctp_src",
+            Field::SctpDst => "sctp_dst",
+            Field::ArpSpa => "arp_spa",
+            Field::ArpTpa => "arp_tpa",
+            Field::ArpOp => "arp_op",
+            Field::IcmpType => "icmp_type",
+            Field::IcmpCode => "icmp_code",
+            Field::Icmpv6Type => "icmpv6_type",
+            Field::Icmpv6Code => "icmpv6_code",
         }
     }
 
@@ -424,6 +503,22 @@ impl Field {
             Field::ArpTha => "NXM_NX_ARP_THA",
             Field::CtLabel => "NXM_NX_CT_LABEL",
             Field::Ipv6Label => "NXM_NX_IPV6_LABEL",
+            Field::VlanVid => "OXM_OF_VLAN_VID",
+            Field::VlanPcp => "OXM_OF_VLAN_PCP",
+            Field::IpDscp => "OXM_OF_IP_DSCP",
+            Field::IpEcn => "NXM_NX_IP_ECN",
+            Field::InPortOxm => "OXM_OF_IN_PORT",
+            Field::UdpSrc => "NXM_OF_UDP_SRC",
+            Field::UdpDst => "NXM_OF_UDP_DST",
+            Field::SctpSrc => "OXM_OF_SCTP_SRC",
+            Field::SctpDst => "OXM_OF_SCTP_DST",
+            Field::ArpSpa => "NXM_OF_ARP_SPA",
+            Field::ArpTpa => "NXM_OF_ARP_TPA",
+            Field::ArpOp => "NXM_OF_ARP_OP",
+            Field::IcmpType => "NXM_OF_ICMP_TYPE",
+            Field::IcmpCode => "NXM_OF_ICMP_CODE",
+            Field::Icmpv6Type => "NXM_NX_ICMPV6_TYPE",
+            Field::Icmpv6Code => "NXM_NX_ICMPV6_CODE",
         }
     }
 
@@ -437,7 +532,22 @@ impl Field {
             | Field::TpDst
             | Field::NwProto
             | Field::NwTos
-            | Field::NwTtl => ValueFormat::Decimal,
+            | Field::NwTtl
+            | Field::VlanVid
+            | Field::VlanPcp
+            | Field::IpDscp
+            | Field::IpEcn
+            | Field::InPortOxm
+            | Field::UdpSrc
+            | Field::UdpDst
+            | Field::SctpSrc
+            | Field::SctpDst
+            | Field::ArpOp
+            | Field::IcmpType
+            | Field::IcmpCode
+            | Field::Icmpv6Type
+            | Field::Icmpv6Code => ValueFormat::Decimal,
+            Field::ArpSpa | Field::ArpTpa => ValueFormat::Ipv4,
             Field::DlSrc | Field::DlDst | Field::ArpSha | Field::ArpTha => ValueFormat::Mac,
             Field::NwSrc | Field::NwDst | Field::TunSrc | Field::TunDst => ValueFormat::Ipv4,
             Field::Ipv6Src | Field::Ipv6Dst => ValueFormat::Ipv6,
@@ -477,6 +587,30 @@ impl Field {
                 | Field::ArpSha
                 | Field::ArpTha
                 | Field::NwProto
+        ) || (self.is_view() && self != Field::InPortOxm)
+    }
+
+    /// Whether this is a view: an OVS field identity over (part of) another
+    /// key field, used only in sub-fields (`move`, `load`, `output`...).
+    pub fn is_view(self) -> bool {
+        matches!(
+            self,
+            Field::VlanVid
+                | Field::VlanPcp
+                | Field::IpDscp
+                | Field::IpEcn
+                | Field::InPortOxm
+                | Field::UdpSrc
+                | Field::UdpDst
+                | Field::SctpSrc
+                | Field::SctpDst
+                | Field::ArpSpa
+                | Field::ArpTpa
+                | Field::ArpOp
+                | Field::IcmpType
+                | Field::IcmpCode
+                | Field::Icmpv6Type
+                | Field::Icmpv6Code
         )
     }
 
@@ -489,6 +623,13 @@ impl Field {
             Field::NwTos | Field::NwTtl | Field::NwFrag => Prereq::Ip,
             Field::TpSrc | Field::TpDst => Prereq::L4Ports,
             Field::TcpFlags => Prereq::Tcp,
+            Field::VlanPcp => Prereq::Vlan,
+            Field::IpDscp | Field::IpEcn => Prereq::Ip,
+            Field::UdpSrc | Field::UdpDst => Prereq::Udp,
+            Field::SctpSrc | Field::SctpDst => Prereq::Sctp,
+            Field::ArpSpa | Field::ArpTpa | Field::ArpOp => Prereq::Arp,
+            Field::IcmpType | Field::IcmpCode => Prereq::Icmp,
+            Field::Icmpv6Type | Field::Icmpv6Code => Prereq::Icmpv6,
             _ => Prereq::None,
         }
     }
@@ -665,6 +806,66 @@ pub fn lookup_name(name: &str) -> Option<FieldName> {
         _ => return None,
     };
     Some(whole_dyn(alias))
+}
+
+/// The names a sub-field (`move`, `load`, `output:F[]`, `ct(zone=F[])`)
+/// may use for a field whose Open vSwitch identity differs from the key
+/// field's, with the prerequisite OVS gives that identity: OVS prints a
+/// sub-field by its NXM name if it has one and by its OXM name otherwise
+/// (`OXM_OF_UDP_SRC[]` prints as `NXM_OF_UDP_SRC[]`, `OXM_OF_VLAN_VID[]` as
+/// itself), which [`Field::nxm_name`] of the field given here does.
+/// NXM/OXM names are matched case-insensitively, the others exactly.
+#[rustfmt::skip]
+const SUBFIELD_NAMES: &[(&[&str], Field, Prereq)] = &[
+    (&["OXM_OF_VLAN_VID", "vlan_vid"], Field::VlanVid, P::None),
+    (&["OXM_OF_VLAN_PCP", "vlan_pcp"], Field::VlanPcp, P::Vlan),
+    (&["OXM_OF_IP_DSCP", "ip_dscp"], Field::IpDscp, P::Ip),
+    (&["NXM_NX_IP_ECN", "OXM_OF_IP_ECN", "nw_ecn", "ip_ecn"], Field::IpEcn, P::Ip),
+    (&["OXM_OF_IN_PORT", "in_port_oxm"], Field::InPortOxm, P::None),
+    (&["NXM_OF_TCP_SRC", "OXM_OF_TCP_SRC", "tcp_src"], Field::TpSrc, P::Tcp),
+    (&["NXM_OF_TCP_DST", "OXM_OF_TCP_DST", "tcp_dst"], Field::TpDst, P::Tcp),
+    (&["NXM_OF_UDP_SRC", "OXM_OF_UDP_SRC", "udp_src"], Field::UdpSrc, P::Udp),
+    (&["NXM_OF_UDP_DST", "OXM_OF_UDP_DST", "udp_dst"], Field::UdpDst, P::Udp),
+    (&["OXM_OF_SCTP_SRC", "sctp_src"], Field::SctpSrc, P::Sctp),
+    (&["OXM_OF_SCTP_DST", "sctp_dst"], Field::SctpDst, P::Sctp),
+    (&["NXM_OF_ARP_SPA", "OXM_OF_ARP_SPA", "arp_spa"], Field::ArpSpa, P::Arp),
+    (&["NXM_OF_ARP_TPA", "OXM_OF_ARP_TPA", "arp_tpa"], Field::ArpTpa, P::Arp),
+    (&["NXM_OF_ARP_OP", "OXM_OF_ARP_OP", "arp_op"], Field::ArpOp, P::Arp),
+    (&["NXM_OF_ICMP_TYPE", "OXM_OF_ICMPV4_TYPE", "icmp_type", "icmpv4_type"], Field::IcmpType, P::Icmp),
+    (&["NXM_OF_ICMP_CODE", "OXM_OF_ICMPV4_CODE", "icmp_code", "icmpv4_code"], Field::IcmpCode, P::Icmp),
+    (&["NXM_NX_ICMPV6_TYPE", "OXM_OF_ICMPV6_TYPE", "icmpv6_type"], Field::Icmpv6Type, P::Icmpv6),
+    (&["NXM_NX_ICMPV6_CODE", "OXM_OF_ICMPV6_CODE", "icmpv6_code"], Field::Icmpv6Code, P::Icmpv6),
+];
+
+/// Looks up a field name as a sub-field writes it (`NXM_NX_REG1`,
+/// `OXM_OF_VLAN_VID`, `NXM_OF_UDP_SRC`, `reg1`, `eth_src`...): the OVS
+/// identities of `SUBFIELD_NAMES` first (so widths, prerequisites and
+/// the printed name are OVS's), then every name [`lookup_name`] knows.
+pub fn lookup_subfield_name(name: &str) -> Option<FieldName> {
+    let nxm = is_nxm_name(name);
+    let hit = SUBFIELD_NAMES.iter().find(|(names, _, _)| {
+        names.iter().any(|n| {
+            if nxm {
+                n.eq_ignore_ascii_case(name)
+            } else {
+                *n == name
+            }
+        })
+    });
+    if let Some(&(_, field, prereq)) = hit {
+        return Some(FieldName {
+            prereq,
+            ..whole_dyn(field)
+        });
+    }
+    lookup_name(name)
+}
+
+/// Whether a name is an NXM/OXM name (`NXM_NX_REG0`, `OXM_OF_VLAN_VID`),
+/// which OVS takes only in sub-fields, never as a `set_field` destination.
+pub fn is_nxm_name(name: &str) -> bool {
+    name.get(..4)
+        .is_some_and(|p| p.eq_ignore_ascii_case("nxm_") || p.eq_ignore_ascii_case("oxm_"))
 }
 
 fn whole_dyn(field: Field) -> FieldName {

@@ -214,7 +214,9 @@ pub struct CtAction {
     pub zone: CtZoneSrc,
     /// Table to recirculate to after conntrack; `None` = no recirculation.
     pub table: Option<u8>,
-    /// Nested actions, in order: `SetField` to `ct_mark` / `ct_label`, and
+    /// Nested actions, in order: `SetField` (a parsed `load` is one too) or
+    /// `Move` (the packet's bits, read when the `ct` runs) to `ct_mark` /
+    /// `ct_label`, and
     /// at most one [`Action::Nat`] (written `nat(...)` in the `ct`
     /// arguments or inside `exec(...)`; printed outside `exec` when it is
     /// first, as OVS does).
@@ -271,6 +273,9 @@ pub enum Action {
     Nat(NatAction),
     /// `group:ID`: the group's buckets (see [`crate::group`]).
     Group(u32),
+    /// `meter:ID`: the packet is metered; over the meter's rate it is
+    /// dropped here (see [`crate::meter`]).
+    Meter(u32),
     /// `conjunction(ID,K/N)`: `clause` is K (1-based), `n_clauses` is N.
     Conjunction { id: u32, clause: u8, n_clauses: u8 },
     /// `note:XX.XX...` (bytes).

@@ -25,7 +25,9 @@
 //! Differences from OVS: `arp_op` is 8 bits (oxvs keeps the low byte of the
 //! opcode), `NXM_OF_IN_PORT` is OVS's 16-bit OpenFlow 1.0 port (reserved
 //! ports 0xfff8.. map to oxvs's 32-bit ones), partial names without an NXM
-//! header (`dl_vlan`, `vlan_pcp`) are refused as OVS refuses them.
+//! header nor an OXM one (`dl_vlan`, `dl_vlan_pcp`) are refused as OVS
+//! refuses them; `vlan_vid` and `vlan_pcp` are OVS's OXM fields
+//! (`OXM_OF_VLAN_VID`, 12 bits, and `OXM_OF_VLAN_PCP`).
 //!
 //! ## Semantics (as `learn_execute`, `learn_mask`)
 //!
@@ -121,6 +123,8 @@ const FIELDS: &[(OvsField, &[&str])] = &[
     (f("NXM_NX_CT_LABEL", "ct_label", Field::CtLabel, 0, 128, P::None, V::Hex), &[]),
     (f("NXM_NX_CONJ_ID", "conj_id", Field::ConjId, 0, 32, P::None, V::Decimal), &[]),
     (f("NXM_OF_VLAN_TCI", "vlan_tci", Field::VlanTci, 0, 16, P::None, V::Hex), &[]),
+    (f("OXM_OF_VLAN_VID", "vlan_vid", Field::VlanTci, 0, 12, P::None, V::Decimal), &[]),
+    (f("OXM_OF_VLAN_PCP", "vlan_pcp", Field::VlanTci, 13, 3, P::Vlan, V::Decimal), &[]),
     (f("NXM_OF_ETH_SRC", "eth_src", Field::DlSrc, 0, 48, P::None, V::Mac), &["dl_src", "OXM_OF_ETH_SRC"]),
     (f("NXM_OF_ETH_DST", "eth_dst", Field::DlDst, 0, 48, P::None, V::Mac), &["dl_dst", "OXM_OF_ETH_DST"]),
     (f("NXM_OF_ETH_TYPE", "eth_type", Field::DlType, 0, 16, P::None, V::Hex), &["dl_type", "OXM_OF_ETH_TYPE"]),

@@ -74,6 +74,7 @@ pub mod group;
 pub mod ipf;
 pub mod key;
 pub mod learn;
+pub mod meter;
 pub mod names;
 pub mod odp;
 pub mod packet;

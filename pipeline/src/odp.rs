@@ -58,6 +58,7 @@ use crate::field::{format_value, Field, ValueFormat};
 use crate::flow::{port, NatAction, PacketInReason};
 use crate::key::FlowKey;
 use crate::learn::Learned;
+use crate::meter::Meter;
 use crate::wire::{ethertype, ip_proto};
 
 /// The recirculation id used for `ct(table=T)`: `T + 1` (0 means "from a port").
@@ -112,6 +113,11 @@ pub enum DpAction {
     /// the key (OVS executes learns during translation; its datapath never
     /// sees them).
     Learn(Arc<Learned>),
+    /// Meter the packet ([`crate::meter`]): over the meter's rate, the
+    /// packet is dropped here and the actions after this one do not run.
+    /// Printed `meter(ID)` with the OpenFlow meter id (OVS prints its
+    /// datapath meter id).
+    Meter(Arc<Meter>),
     /// Send the packet to the controller's packet-in queue.
     Userspace {
         reason: PacketInReason,
@@ -455,6 +461,7 @@ impl fmt::Display for DpAction {
                 )
             }
             DpAction::Recirc(id) => write!(f, "recirc({id:#x})"),
+            DpAction::Meter(m) => write!(f, "meter({})", m.config.id),
             DpAction::Learn(l) => write!(f, "learn({})", crate::print::format_flow(&l.flow, None)),
             DpAction::Userspace {
                 reason,

@@ -56,6 +56,7 @@ mod group;
 mod learn;
 mod lexer;
 mod match_fields;
+mod meter;
 #[cfg(test)]
 mod tests;
 mod value;
@@ -63,6 +64,7 @@ mod value;
 pub use actions::parse_actions;
 pub use error::{FileError, ParseError};
 pub use group::{parse_group, parse_group_id, BUCKET_MAX};
+pub use meter::{parse_meter, parse_meter_id};
 
 use self::actions::parse_actions_in;
 use self::error::{PResult, Src};
@@ -363,6 +365,12 @@ pub fn parse_group_file(
     ctx: &ParseContext,
 ) -> Result<Vec<crate::group::Group>, FileError> {
     parse_lines(text, |line| parse_group(line, ctx))
+}
+
+/// Parses a meter file (`oxvsctl add-meters`): one meter per line in
+/// [`parse_meter`] syntax, comments and continuations as in a flow file.
+pub fn parse_meter_file(text: &str) -> Result<Vec<crate::meter::MeterConfig>, FileError> {
+    parse_lines(text, parse_meter)
 }
 
 /// Parses each logical line of a file with `parse`, turning an error's byte

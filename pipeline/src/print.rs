@@ -827,6 +827,9 @@ fn write_action(out: &mut String, a: &Action, names: Option<&TableNames>, m: Opt
             let _ = write!(out, "ct({})", parts.join(","));
         }
         Action::CtClear => out.push_str("ct_clear"),
+        Action::Meter(id) => {
+            let _ = write!(out, "meter:{id}");
+        }
         Action::Nat(n) => write_nat(out, n),
         Action::Group(id) => {
             let _ = write!(out, "group:{id}");
@@ -1208,6 +1211,38 @@ mod tests {
          " table=7, priority=11,ip actions=resubmit(,8),output:NXM_NX_REG0[0..15],output:NXM_NX_REG0[0..3]"),
         ("table=7,priority=12,ip,actions=ct(zone=5,table=8),ct(zone=reg0[0..15]),ct(commit,exec(set_field:1->ct_mark)),ct",
          " table=7, priority=12,ip actions=ct(table=8,zone=5),ct(zone=NXM_NX_REG0[0..15]),ct(commit,exec(set_field:0x1->ct_mark)),ct()"),
+        // OXM names in sub-fields: `ovs-ofctl -O OpenFlow13 parse-flows`
+        // (OVS 3.1; OpenFlow 1.3 still prints load as load).
+        ("vlan_tci=0x1000/0x1000,actions=move:OXM_OF_VLAN_VID[]->NXM_NX_REG0[0..11],move:OXM_OF_VLAN_PCP[]->NXM_NX_REG0[12..14],load:0x5->OXM_OF_VLAN_VID[],move:NXM_NX_REG1[0..2]->OXM_OF_VLAN_PCP[]",
+         " vlan_tci=0x1000/0x1000 actions=move:OXM_OF_VLAN_VID[]->NXM_NX_REG0[0..11],move:OXM_OF_VLAN_PCP[]->NXM_NX_REG0[12..14],load:0x5->OXM_OF_VLAN_VID[],move:NXM_NX_REG1[0..2]->OXM_OF_VLAN_PCP[]"),
+        ("actions=move:OXM_OF_METADATA[]->OXM_OF_PKT_REG0[],move:OXM_OF_IN_PORT[]->NXM_NX_REG1[],load:0x5->OXM_OF_METADATA[0..7],move:OXM_OF_ETH_SRC[]->OXM_OF_ETH_DST[],output:OXM_OF_IN_PORT[]",
+         " actions=move:OXM_OF_METADATA[]->OXM_OF_PKT_REG0[],move:OXM_OF_IN_PORT[]->NXM_NX_REG1[],load:0x5->OXM_OF_METADATA[0..7],move:NXM_OF_ETH_SRC[]->NXM_OF_ETH_DST[],output:OXM_OF_IN_PORT[]"),
+        ("ip,actions=move:OXM_OF_IPV4_SRC[]->OXM_OF_IPV4_DST[],move:OXM_OF_IP_DSCP[]->NXM_NX_REG0[0..5],move:OXM_OF_IP_ECN[]->NXM_NX_REG0[6..7],move:OXM_OF_IP_PROTO[]->NXM_NX_REG3[0..7]",
+         " ip actions=move:NXM_OF_IP_SRC[]->NXM_OF_IP_DST[],move:OXM_OF_IP_DSCP[]->NXM_NX_REG0[0..5],move:NXM_NX_IP_ECN[]->NXM_NX_REG0[6..7],move:NXM_OF_IP_PROTO[]->NXM_NX_REG3[0..7]"),
+        ("tcp,actions=move:OXM_OF_TCP_DST[]->NXM_NX_REG2[0..15],load:80->OXM_OF_TCP_SRC[]",
+         " tcp actions=move:NXM_OF_TCP_DST[]->NXM_NX_REG2[0..15],load:0x50->NXM_OF_TCP_SRC[]"),
+        ("udp,actions=move:OXM_OF_UDP_SRC[]->NXM_NX_REG2[0..15],move:udp_dst[]->NXM_NX_REG3[0..15]",
+         " udp actions=move:NXM_OF_UDP_SRC[]->NXM_NX_REG2[0..15],move:NXM_OF_UDP_DST[]->NXM_NX_REG3[0..15]"),
+        ("sctp,actions=move:OXM_OF_SCTP_DST[]->NXM_NX_REG2[0..15]",
+         " sctp actions=move:OXM_OF_SCTP_DST[]->NXM_NX_REG2[0..15]"),
+        ("arp,actions=move:OXM_OF_ARP_SPA[]->OXM_OF_ARP_TPA[],move:OXM_OF_ARP_SHA[]->OXM_OF_ARP_THA[]",
+         " arp actions=move:NXM_OF_ARP_SPA[]->NXM_OF_ARP_TPA[],move:NXM_NX_ARP_SHA[]->NXM_NX_ARP_THA[]"),
+        ("icmp,actions=move:OXM_OF_ICMPV4_TYPE[]->NXM_NX_REG0[0..7],move:OXM_OF_ICMPV4_CODE[]->NXM_NX_REG0[8..15]",
+         " icmp actions=move:NXM_OF_ICMP_TYPE[]->NXM_NX_REG0[0..7],move:NXM_OF_ICMP_CODE[]->NXM_NX_REG0[8..15]"),
+        ("ipv6,actions=move:OXM_OF_IPV6_SRC[]->OXM_OF_IPV6_DST[],move:OXM_OF_IPV6_FLABEL[]->NXM_NX_REG0[0..19]",
+         " ipv6 actions=move:NXM_NX_IPV6_SRC[]->NXM_NX_IPV6_DST[],move:NXM_NX_IPV6_LABEL[]->NXM_NX_REG0[0..19]"),
+        ("ip,actions=ct(zone=OXM_OF_METADATA[0..15]),move:OXM_OF_TUNNEL_ID[0..31]->NXM_NX_REG0[],move:OXM_OF_ETH_TYPE[]->NXM_NX_REG1[0..15]",
+         " ip actions=ct(zone=OXM_OF_METADATA[0..15]),move:NXM_NX_TUN_ID[0..31]->NXM_NX_REG0[],move:NXM_OF_ETH_TYPE[]->NXM_NX_REG1[0..15]"),
+        ("actions=learn(table=1,OXM_OF_VLAN_VID[],OXM_OF_ETH_SRC[],load:OXM_OF_METADATA[]->OXM_OF_METADATA[],load:OXM_OF_IN_PORT[]->NXM_NX_REG1[],output:OXM_OF_IN_PORT[])",
+         " actions=learn(table=1,OXM_OF_VLAN_VID[],NXM_OF_ETH_SRC[],load:OXM_OF_METADATA[]->OXM_OF_METADATA[],load:OXM_OF_IN_PORT[]->NXM_NX_REG1[],output:OXM_OF_IN_PORT[])"),
+        ("ip,actions=learn(table=1,eth_type=0x800,OXM_OF_IPV4_SRC[],OXM_OF_IPV4_DST[]=OXM_OF_IPV4_SRC[],load:OXM_OF_IPV4_DST[]->NXM_NX_REG0[])",
+         " ip actions=learn(table=1,eth_type=0x800,NXM_OF_IP_SRC[],NXM_OF_IP_DST[]=NXM_OF_IP_SRC[],load:NXM_OF_IP_DST[]->NXM_NX_REG0[])"),
+        ("tcp,actions=learn(table=1,eth_type=0x800,nw_proto=6,OXM_OF_TCP_DST[],OXM_OF_VLAN_VID[]=0x5)",
+         " tcp actions=learn(table=1,eth_type=0x800,nw_proto=6,NXM_OF_TCP_DST[],vlan_vid=5)"),
+        ("priority=500,in_port=1,actions=meter:1,output:2", " priority=500,in_port=1 actions=meter:1,output:2"),
+        // ovs-ofctl -O OpenFlow15 dump-flows (OVS 3.1).
+        ("table=1,priority=10,tcp actions=ct(commit,exec(move:NXM_NX_REG0[0..3]->NXM_NX_CT_MARK[0..3],move:NXM_NX_REG1[]->NXM_NX_CT_LABEL[0..31])),output:1",
+         " table=1, priority=10,tcp actions=ct(commit,exec(move:NXM_NX_REG0[0..3]->NXM_NX_CT_MARK[0..3],move:NXM_NX_REG1[]->NXM_NX_CT_LABEL[0..31])),output:1"),
         ("tcp,tp_src=5,actions=set_field:5->tcp_src", " tcp,tp_src=5 actions=set_field:5->tcp_src"),
         ("actions=drop", " actions=drop"),
         // Our spellings (see the module doc): load, mod_*, resubmit, set_tunnel, note.

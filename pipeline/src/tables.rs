@@ -66,6 +66,7 @@ use crate::flow::{
 };
 use crate::group::{Group, GroupMod, GroupType, GROUP_MAX};
 use crate::key::FlowKey;
+use crate::meter::{self, Meter, MeterConfig, MeterMod};
 use crate::names::TableNames;
 
 /// Counters of one flow, shared by every table version that holds it.
@@ -152,6 +153,9 @@ pub struct TableSet {
     tables: Vec<Arc<Classifier>>,
     /// The group table, by id (shared between versions until changed).
     groups: Arc<BTreeMap<u32, Arc<Group>>>,
+    /// The meter table, by id (shared between versions until changed; a
+    /// meter keeps its bucket and counters while it is not changed).
+    meters: Arc<BTreeMap<u32, Arc<Meter>>>,
 }
 
 impl Default for TableSet {
@@ -164,6 +168,7 @@ impl Default for TableSet {
                 vec![empty; N_TABLES]
             },
             groups: Arc::default(),
+            meters: Arc::default(),
         }
     }
 }
@@ -201,6 +206,24 @@ impl TableSet {
     }
 
     /// The classifier of one table (`None` for 255).
+    /// The meter with this id.
+    pub fn meter(&self, id: u32) -> Option<&Arc<Meter>> {
+        self.meters.get(&id)
+    }
+
+    /// Every meter, by id.
+    pub fn meters(&self) -> impl Iterator<Item = &Arc<Meter>> + '_ {
+        self.meters.values()
+    }
+
+    /// The number of flows whose actions name meter `id` (`meter-stats`'
+    /// `flow_count`).
+    pub fn meter_flow_count(&self, id: u32) -> u64 {
+        self.flows()
+            .filter(|r| r.flow.actions.contains(&Action::Meter(id)))
+            .count() as u64
+    }
+
     pub fn table(&self, table: u8) -> Option<&Classifier> {
         self.tables.get(usize::from(table)).map(|c| &**c)
     }
@@ -273,6 +296,17 @@ pub enum FlowModError {
     /// A group that cannot be installed (built in code rather than parsed).
     #[error("group {id}: {reason}")]
     BadGroup { id: u32, reason: String },
+    #[error("meter {0} already exists (OFPMMFC_METER_EXISTS)")]
+    MeterExists(u32),
+    #[error("meter {0} does not exist (OFPMMFC_UNKNOWN_METER)")]
+    UnknownMeter(u32),
+    /// A flow's actions name a meter that does not exist once the bundle
+    /// is applied (OpenFlow's `OFPMMFC_INVALID_METER`, as OVS answers).
+    #[error("the actions name meter {0}, which does not exist (OFPMMFC_INVALID_METER)")]
+    InvalidMeter(u32),
+    /// A meter that cannot be installed (built in code rather than parsed).
+    #[error("meter {id}: {reason}")]
+    BadMeter { id: u32, reason: String },
     #[error("flow mod #{index} of the bundle: {error}")]
     InBundle {
         /// 0-based position of the failing mod in the bundle.
@@ -299,6 +333,10 @@ pub struct ApplyReport {
     pub groups_modified: usize,
     /// Groups deleted (the flows deleted with them are in `deleted`).
     pub groups_deleted: usize,
+    pub meters_added: usize,
+    pub meters_modified: usize,
+    /// Meters deleted (the flows deleted with them are in `deleted`).
+    pub meters_deleted: usize,
 }
 
 /// What [`Pipeline::learn`] did.
@@ -325,6 +363,7 @@ pub struct LearnReport {
 pub enum TableMod {
     Flow(FlowMod),
     Group(GroupMod),
+    Meter(MeterMod),
 }
 
 /// A borrowed [`TableMod`] (so [`Pipeline::apply`] does not copy flows).
@@ -332,6 +371,7 @@ pub enum TableMod {
 enum ModRef<'a> {
     Flow(&'a FlowMod),
     Group(&'a GroupMod),
+    Meter(&'a MeterMod),
 }
 
 /// The flow tables of one switch: the current version plus the writer side.
@@ -387,6 +427,7 @@ impl Pipeline {
         let refs = mods.iter().map(|m| match m {
             TableMod::Flow(f) => ModRef::Flow(f),
             TableMod::Group(g) => ModRef::Group(g),
+            TableMod::Meter(m) => ModRef::Meter(m),
         });
         self.apply_refs(refs, mods.len(), now_ns)
     }
@@ -411,8 +452,9 @@ impl Pipeline {
         let cur = self.current.load_full();
         let mut next = TableSet::clone(&cur);
         let mut report = ApplyReport::default();
-        // (group id, index of the flow mod that names it).
+        // (group id, index of the flow mod that names it), and meters.
         let mut named: Vec<(u32, usize)> = Vec::new();
+        let mut metered: Vec<(u32, usize)> = Vec::new();
         for (index, m) in mods.enumerate() {
             match m {
                 ModRef::Flow(fm) => {
@@ -421,10 +463,16 @@ impl Pipeline {
                         let mut ids = Vec::new();
                         Group::referenced(&fm.flow.actions, &mut ids);
                         named.extend(ids.into_iter().map(|id| (id, index)));
+                        let mut ids = Vec::new();
+                        meter::referenced(&fm.flow.actions, &mut ids);
+                        metered.extend(ids.into_iter().map(|id| (id, index)));
                     }
                 }
                 ModRef::Group(gm) => {
                     apply_group(&mut next, gm, &mut report).map_err(|e| wrap(index, e))?;
+                }
+                ModRef::Meter(mm) => {
+                    apply_meter(&mut next, mm, now_ns, &mut report).map_err(|e| wrap(index, e))?;
                 }
             }
         }
@@ -432,6 +480,9 @@ impl Pipeline {
         // if it changed nothing.
         if let Some(&(id, index)) = named.iter().find(|(id, _)| !next.groups.contains_key(id)) {
             return Err(wrap(index, FlowModError::BadOutGroup(id)));
+        }
+        if let Some(&(id, index)) = metered.iter().find(|(id, _)| !next.meters.contains_key(id)) {
+            return Err(wrap(index, FlowModError::InvalidMeter(id)));
         }
         report.deleted += delete_orphaned_learned(&cur, &mut next).len();
         next.generation = cur.generation + 1;
@@ -518,6 +569,16 @@ impl Pipeline {
                 return Err(FlowModError::InBundle {
                     index,
                     error: Box::new(FlowModError::BadOutGroup(id)),
+                });
+            }
+            // Meters are not replaced here: the flows may name the meters
+            // the tables have.
+            let mut ids = Vec::new();
+            meter::referenced(&f.actions, &mut ids);
+            if let Some(id) = ids.into_iter().find(|id| !next.meters.contains_key(id)) {
+                return Err(FlowModError::InBundle {
+                    index,
+                    error: Box::new(FlowModError::InvalidMeter(id)),
                 });
             }
         }
@@ -742,6 +803,79 @@ fn validate_group(g: &Group) -> Result<(), FlowModError> {
                     return Err(bad("conjunction is not allowed in a group bucket".into()))
                 }
                 _ => check_sub_fields(a).map_err(|e| bad(e.to_string()))?,
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Applies one meter mod to `next`: a new or changed meter is a new
+/// [`Meter`] (bucket full, counters at 0); deleting one deletes the flows
+/// that name it (as OVS).
+fn apply_meter(
+    next: &mut TableSet,
+    mm: &MeterMod,
+    now_ns: u64,
+    report: &mut ApplyReport,
+) -> Result<(), FlowModError> {
+    let check = |c: &MeterConfig| match meter::invalid(c) {
+        Some(reason) => Err(FlowModError::BadMeter { id: c.id, reason }),
+        None => Ok(()),
+    };
+    match mm {
+        MeterMod::Add(c) => {
+            check(c)?;
+            if next.meters.contains_key(&c.id) {
+                return Err(FlowModError::MeterExists(c.id));
+            }
+            Arc::make_mut(&mut next.meters).insert(c.id, Arc::new(Meter::new(c.clone(), now_ns)));
+            report.meters_added += 1;
+        }
+        MeterMod::Modify(c) => {
+            check(c)?;
+            if !next.meters.contains_key(&c.id) {
+                return Err(FlowModError::UnknownMeter(c.id));
+            }
+            Arc::make_mut(&mut next.meters).insert(c.id, Arc::new(Meter::new(c.clone(), now_ns)));
+            report.meters_modified += 1;
+        }
+        MeterMod::Delete(which) => {
+            let gone: Vec<u32> = match which {
+                Some(id) => next
+                    .meters
+                    .get(id)
+                    .map(|m| m.config.id)
+                    .into_iter()
+                    .collect(),
+                None => next.meters.keys().copied().collect(),
+            };
+            if gone.is_empty() {
+                return Ok(());
+            }
+            let meters = Arc::make_mut(&mut next.meters);
+            for id in &gone {
+                meters.remove(id);
+            }
+            report.meters_deleted += gone.len();
+            for slot in next.tables.iter_mut() {
+                let dead: Vec<(Match, u16)> = slot
+                    .iter()
+                    .filter(|r| {
+                        let mut ids = Vec::new();
+                        meter::referenced(&r.flow.actions, &mut ids);
+                        ids.iter().any(|id| gone.contains(id))
+                    })
+                    .map(|r| (r.flow.matches, r.flow.priority))
+                    .collect();
+                if dead.is_empty() {
+                    continue;
+                }
+                let cls = Arc::make_mut(slot);
+                for (m, p) in dead {
+                    if cls.remove(&m, p).is_some() {
+                        report.deleted += 1;
+                    }
+                }
             }
         }
     }

@@ -400,7 +400,7 @@ impl TracePass {
                 }
                 // The connection tracker's verdict is not known here (the
                 // next pass assumes one).
-                DpAction::Ct { .. } | DpAction::Learn(_) => {}
+                DpAction::Ct { .. } | DpAction::Learn(_) | DpAction::Meter(_) => {}
                 DpAction::Recirc(id) => o.recirculations.push(*id),
                 DpAction::Userspace {
                     reason,

@@ -73,6 +73,7 @@ use crate::flow::{
 use crate::group::{self, Group, GroupType, SelectionMethod};
 use crate::key::FlowKey;
 use crate::learn;
+use crate::meter::Meter;
 use crate::odp::{recirc_id_for_table, table_for_recirc_id, DpAction};
 use crate::tables::{Rule, TableSet};
 use crate::wire::ethertype;
@@ -99,6 +100,11 @@ pub trait FlowLookup {
 
     /// The group with this id, if any.
     fn group(&self, id: u32) -> Option<&Group>;
+
+    /// The meter with this id, if any (none by default).
+    fn meter(&self, _id: u32) -> Option<&Arc<Meter>> {
+        None
+    }
 }
 
 impl FlowLookup for TableSet {
@@ -109,6 +115,10 @@ impl FlowLookup for TableSet {
     fn group(&self, id: u32) -> Option<&Group> {
         TableSet::group(self, id)
     }
+
+    fn meter(&self, id: u32) -> Option<&Arc<Meter>> {
+        TableSet::meter(self, id)
+    }
 }
 
 impl<T: FlowLookup + ?Sized> FlowLookup for &T {
@@ -118,6 +128,10 @@ impl<T: FlowLookup + ?Sized> FlowLookup for &T {
 
     fn group(&self, id: u32) -> Option<&Group> {
         (**self).group(id)
+    }
+
+    fn meter(&self, id: u32) -> Option<&Arc<Meter>> {
+        (**self).meter(id)
     }
 }
 
@@ -640,6 +654,20 @@ impl<'a, L: FlowLookup + ?Sized> Xlate<'a, L> {
                 Action::Note(_) => {}
                 Action::Learn(l) => self.learn(l),
                 Action::Group(id) => self.group(*id, table, cookie),
+                Action::Meter(id) => {
+                    // The meter decides per packet in the datapath; header
+                    // writes so far happen before it (as in OVS).
+                    let tables = self.tables;
+                    match tables.meter(*id) {
+                        Some(m) => {
+                            self.commit();
+                            self.actions.push(DpAction::Meter(Arc::clone(m)));
+                        }
+                        None => self.record(|| {
+                            TraceEvent::Warn(format!("meter {id} does not exist: skipped"))
+                        }),
+                    }
+                }
                 Action::Nat(_) => {
                     // Only inside `ct` (the parser refuses it elsewhere).
                     self.record(|| TraceEvent::Warn("nat outside ct: skipped".into()));
@@ -865,6 +893,18 @@ impl<'a, L: FlowLookup + ?Sized> Xlate<'a, L> {
                 }
                 Action::SetField { field, value, mask } => (*field, *value, *mask),
                 Action::Load { dst, value } => (dst.field, *value << dst.ofs, dst.mask()),
+                // The source bits are the packet's (as the actions so far made
+                // them): read, so un-wildcarded, and carried to conntrack as
+                // a constant of this megaflow, like a load's.
+                Action::Move { src, dst } => {
+                    let v = self.read_sub(src);
+                    if matches!(dst.field, Field::CtMark | Field::CtLabel) {
+                        self.record(|| {
+                            TraceEvent::Detail(format!("{} is now {v:#x}", format_subfield(dst)))
+                        });
+                    }
+                    (dst.field, v << dst.ofs, dst.mask())
+                }
                 _ => {
                     self.record(|| TraceEvent::Warn("not allowed inside ct exec: skipped".into()));
                     continue;

@@ -63,13 +63,15 @@ use std::time::{Duration, Instant};
 
 use oxvs_api::listen::{self, Gate, Limits, ListenError, ListenStats};
 use oxvs_api::protocol::{
-    self, DumpFlowsResult, DumpGroupsResult, DumpPortsResult, FlowEntry, FlowModResult, GroupEntry,
-    GroupModResult, PacketInEntry, PacketInResult, ReplaceResult, Request, Response, ShowResult,
+    self, DumpFlowsResult, DumpGroupsResult, DumpMetersResult, DumpPortsResult, FlowEntry,
+    FlowModResult, GroupEntry, GroupModResult, MeterEntry, MeterModResult, MeterStatsEntry,
+    MeterStatsResult, PacketInEntry, PacketInResult, ReplaceResult, Request, Response, ShowResult,
     StatsResult, TraceRequest, TraceResult, VersionResult, MAX_LINE, MAX_PACKET_IN_WAIT_MS,
 };
 use oxvs_pipeline::field::ct_state;
 use oxvs_pipeline::flow::{Flow, FlowMod, FlowModCommand, N_TABLES};
 use oxvs_pipeline::group::{Group, GroupMod};
+use oxvs_pipeline::meter::{self, MeterMod, MeterUnit};
 use oxvs_pipeline::parse::{self, ParseContext, ParseError};
 use oxvs_pipeline::print::{self, DumpOptions, FlowStats};
 use oxvs_pipeline::tables::{ApplyReport, FlowModError, TableMod};
@@ -462,6 +464,11 @@ fn dispatch(switch: &Switch, req: Request) -> Result<Response, String> {
             Response::ok(&replace_groups(switch, &groups, &flows)?)
         }
         Request::DumpGroups { group_id } => Response::ok(&dump_groups(switch, group_id)),
+        Request::AddMeters { meters } => Response::ok(&add_meters(switch, &meters, false)?),
+        Request::ModMeters { meters } => Response::ok(&add_meters(switch, &meters, true)?),
+        Request::DelMeters { spec } => Response::ok(&del_meters(switch, spec.as_deref())?),
+        Request::DumpMeters { meter_id } => Response::ok(&dump_meters(switch, meter_id)),
+        Request::MeterStats { meter_id } => Response::ok(&meter_stats(switch, meter_id)),
         Request::DumpFlows {
             table,
             names,
@@ -826,6 +833,115 @@ fn dump_groups(switch: &Switch, group_id: Option<u32>) -> DumpGroupsResult {
             kind: g.kind.name().to_string(),
             buckets: g.buckets.iter().map(|b| b.id).collect(),
             n_flows: n_flows.get(&g.id).copied().unwrap_or(0),
+        });
+    }
+    out
+}
+
+fn meter_result(switch: &Switch, r: ApplyReport) -> MeterModResult {
+    MeterModResult {
+        added: r.meters_added,
+        modified: r.meters_modified,
+        deleted: r.meters_deleted,
+        flows_deleted: r.deleted,
+        n_meters: switch.pipeline().snapshot().meters().count(),
+    }
+}
+
+/// `add-meters` and `mod-meters`: every meter of the file in one atomic
+/// bundle.
+fn add_meters(switch: &Switch, text: &str, modify: bool) -> Result<MeterModResult, String> {
+    let list = parse::parse_meter_file(text).map_err(|e| {
+        format!(
+            "line {}, column {}: {}",
+            e.line,
+            e.column,
+            parse_msg(&e.error)
+        )
+    })?;
+    let mods: Vec<TableMod> = list
+        .into_iter()
+        .map(|m| {
+            TableMod::Meter(if modify {
+                MeterMod::Modify(m)
+            } else {
+                MeterMod::Add(m)
+            })
+        })
+        .collect();
+    if mods.is_empty() {
+        return Ok(meter_result(switch, ApplyReport::default()));
+    }
+    let r = switch
+        .pipeline()
+        .apply_bundle(&mods, monotonic_ns())
+        .map_err(|e| e.to_string())?;
+    tracing::info!(
+        added = r.meters_added,
+        modified = r.meters_modified,
+        "meters changed"
+    );
+    Ok(meter_result(switch, r))
+}
+
+fn del_meters(switch: &Switch, spec: Option<&str>) -> Result<MeterModResult, String> {
+    let spec = spec.unwrap_or("");
+    let which = parse::parse_meter_id(spec)
+        .map_err(|e| format!("bad meter spec '{spec}': {}", parse_msg(&e)))?;
+    let r = switch
+        .pipeline()
+        .apply_bundle(&[TableMod::Meter(MeterMod::Delete(which))], monotonic_ns())
+        .map_err(|e| e.to_string())?;
+    tracing::info!(
+        deleted = r.meters_deleted,
+        flows_deleted = r.deleted,
+        "meters deleted"
+    );
+    Ok(meter_result(switch, r))
+}
+
+fn dump_meters(switch: &Switch, meter_id: Option<u32>) -> DumpMetersResult {
+    let tables = switch.pipeline().snapshot();
+    let mut out = DumpMetersResult::default();
+    for m in tables
+        .meters()
+        .filter(|m| meter_id.is_none_or(|id| m.config.id == id))
+    {
+        let c = &m.config;
+        out.lines.push(meter::format_config(c));
+        out.meters.push(MeterEntry {
+            meter_id: c.id,
+            unit: match c.unit {
+                MeterUnit::Kbps => "kbps",
+                MeterUnit::Pktps => "pktps",
+            }
+            .to_string(),
+            burst: c.burst,
+            stats: c.stats,
+            bands: c.bands.iter().map(|b| (b.rate, b.burst_size)).collect(),
+            n_flows: tables.meter_flow_count(c.id) as usize,
+        });
+    }
+    out
+}
+
+fn meter_stats(switch: &Switch, meter_id: Option<u32>) -> MeterStatsResult {
+    let tables = switch.pipeline().snapshot();
+    let now = monotonic_ns();
+    let mut out = MeterStatsResult::default();
+    for m in tables
+        .meters()
+        .filter(|m| meter_id.is_none_or(|id| m.config.id == id))
+    {
+        let st = m.stats(tables.meter_flow_count(m.config.id), now);
+        out.lines.push(meter::format_stats(&st));
+        out.meters.push(MeterStatsEntry {
+            meter_id: st.id,
+            flow_count: st.flow_count,
+            packet_in_count: st.packets_in,
+            byte_in_count: st.bytes_in,
+            duration_ns: st.duration_ns,
+            bands: st.bands.iter().map(|b| (b.packets, b.bytes)).collect(),
         });
     }
     out

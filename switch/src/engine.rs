@@ -1191,6 +1191,7 @@ fn add_stats(a: &mut DatapathStats, b: &DatapathStats) {
     a.reassembled += b.reassembled;
     a.ct_refused_drops += b.ct_refused_drops;
     a.learns += b.learns;
+    a.meter_drops += b.meter_drops;
 }
 
 // ---------------------------------------------------------------------------

@@ -346,6 +346,7 @@ fn encode_datapath(e: &mut Exposition, s: &SwitchStats) {
         reassembled,
         ct_refused_drops,
         learns,
+        meter_drops,
     } = datapath;
     let crate::learn::LearnStats {
         learned,
@@ -389,7 +390,12 @@ fn encode_datapath(e: &mut Exposition, s: &SwitchStats) {
         "Flows removed by their idle or hard timeout, or with the learn that learned them (delete_learned).",
     )
     .int(&[], *flows_expired);
-    let counters: [(&str, &str, u64); 26] = [
+    let counters: [(&str, &str, u64); 27] = [
+        (
+            "oxvs_datapath_meter_drops_total",
+            "Packets a meter dropped (over its rate; per meter and band in meter-stats).",
+            *meter_drops,
+        ),
         (
             "oxvs_datapath_packets_total",
             "Packets received by the datapath.",
@@ -1131,9 +1137,9 @@ mod tests {
             .keys()
             .filter(|n| n.starts_with("oxvs_datapath_") && n.ends_with("_total"))
             .count();
-        // 19 DatapathStats fields (emc+megaflow in one family) + 9 engine
+        // 20 DatapathStats fields (emc+megaflow in one family) + 9 engine
         // counters + busy time.
-        assert_eq!(datapath, 18 + 9 + 1, "{text}");
+        assert_eq!(datapath, 19 + 9 + 1, "{text}");
         for family in ["oxvs_learned_flows_total", "oxvs_flows_expired_total"] {
             assert!(p.types.contains_key(family), "{family}\n{text}");
         }

@@ -6,6 +6,8 @@ mod add_flow;
 mod add_flows;
 mod add_group;
 mod add_groups;
+mod add_meter;
+mod add_meters;
 mod add_port;
 mod check_flows;
 mod ct_del_limits;
@@ -13,14 +15,18 @@ mod ct_get_limits;
 mod ct_set_limits;
 mod del_flows;
 mod del_groups;
+mod del_meters;
 mod del_port;
 mod dump_conntrack;
 mod dump_flows;
 mod dump_groups;
+mod dump_meters;
 mod dump_ports;
 mod flush_conntrack;
+mod meter_stats;
 mod mod_flows;
 mod mod_group;
+mod mod_meter;
 pub mod online;
 mod packet_in;
 mod replace_flows;
@@ -66,6 +72,18 @@ pub enum Command {
     DelGroups(del_groups::DelGroups),
     /// Print groups like `ovs-ofctl -O OpenFlow15 dump-groups`: the switch's, or a group file's (--groups).
     DumpGroups(dump_groups::DumpGroups),
+    /// Add one meter (`ovs-ofctl add-meter` syntax).
+    AddMeter(add_meter::AddMeter),
+    /// Add the meters of a file (`-`: stdin) as one atomic bundle.
+    AddMeters(add_meters::AddMeters),
+    /// Replace a meter (its bucket and counters start again).
+    ModMeter(mod_meter::ModMeter),
+    /// Delete a meter (`meter=N`) or all, with the flows that name them.
+    DelMeters(del_meters::DelMeters),
+    /// Print meters like `ovs-ofctl -O OpenFlow15 dump-meters`.
+    DumpMeters(dump_meters::DumpMeters),
+    /// Print meter counters like `ovs-ofctl -O OpenFlow15 meter-stats`.
+    MeterStats(meter_stats::MeterStats),
     /// Port counters, like `ovs-ofctl dump-ports`.
     DumpPorts(dump_ports::DumpPorts),
     /// Tracked connections, like `ovs-appctl dpctl/dump-conntrack`.
@@ -105,6 +123,12 @@ impl Command {
             Command::ModGroup(c) => c.exec(ctx),
             Command::DelGroups(c) => c.exec(ctx),
             Command::DumpGroups(c) => c.exec(ctx),
+            Command::AddMeter(c) => c.exec(ctx),
+            Command::AddMeters(c) => c.exec(ctx),
+            Command::ModMeter(c) => c.exec(ctx),
+            Command::DelMeters(c) => c.exec(ctx),
+            Command::DumpMeters(c) => c.exec(ctx),
+            Command::MeterStats(c) => c.exec(ctx),
             Command::DumpPorts(c) => c.exec(ctx),
             Command::DumpConntrack(c) => c.exec(ctx),
             Command::FlushConntrack(c) => c.exec(ctx),

@@ -10,7 +10,7 @@ use super::value::{
     ones, parse_ipv4, parse_mac, parse_port, parse_table, parse_uint, parse_value_mask, uint_bits,
 };
 use super::{eth_type, ParseContext};
-use crate::field::{lookup_name, Field, FieldName, ValueFormat};
+use crate::field::{is_nxm_name, lookup_name, lookup_subfield_name, Field, FieldName, ValueFormat};
 use crate::flow::{
     port, Action, ControllerAction, CtAction, CtZoneSrc, Match, NatAction, NatKind, NatRange,
     PacketInReason, SubField,
@@ -28,7 +28,16 @@ pub(super) fn parse_subfield(src: &Src, tok: &str) -> PResult<(SubField, FieldNa
         }
         None => (tok, None),
     };
-    let name = lookup_name(name_tok).ok_or_else(|| src.err(name_tok, "unknown field"))?;
+    let name = lookup_subfield_name(name_tok).ok_or_else(|| {
+        if is_nxm_name(name_tok) {
+            src.err(
+                name_tok,
+                "unknown field (or an NXM/OXM field oxvs does not have)",
+            )
+        } else {
+            src.err(name_tok, "unknown field")
+        }
+    })?;
     let fbits = u32::from(name.bits);
     let (ofs, n) = match range {
         None | Some("") => (0u32, fbits),
@@ -133,6 +142,17 @@ pub(super) fn parse_set_field(src: &Src, arg: &str, ac: &ActCtx, in_ct: bool) ->
     let (vtok, ftok) = arg
         .split_once("->")
         .ok_or_else(|| src.err(arg, "set_field needs VALUE->FIELD"))?;
+    // OVS's set_field takes field names (`vlan_vid`, `reg0`), not NXM/OXM
+    // names, and says so in these words.
+    if is_nxm_name(ftok) {
+        return Err(src.err(
+            ftok,
+            format!(
+                "{ftok} is not a valid OXM field name (set_field takes a field name such as \
+                 reg0 or eth_src; NXM/OXM names go in load and move)"
+            ),
+        ));
+    }
     let name = lookup_name(ftok).ok_or_else(|| src.err(ftok, "unknown field"))?;
     ac.check_writable(src, ftok, &name, in_ct)?;
     ac.check_prereq(src, ftok, &name, "set_field")?;
@@ -197,6 +217,29 @@ pub(super) fn parse_load(src: &Src, arg: &str, ac: &ActCtx, in_ct: bool) -> PRes
     Ok(Action::Load { dst, value: v })
 }
 
+/// Parses `SRC[a..b]->DST[c..d]` for `move`. Inside `ct(exec(...))`
+/// (`in_ct`) the destination must be `ct_mark` or `ct_label`, as in OVS.
+pub(super) fn parse_move(src: &Src, arg: &str, ac: &ActCtx, in_ct: bool) -> PResult<Action> {
+    let (stok, dtok) = arg
+        .split_once("->")
+        .ok_or_else(|| src.err(arg, "move needs SRC->DST"))?;
+    let (s, sname) = parse_subfield(src, stok)?;
+    let (d, dname) = parse_subfield(src, dtok)?;
+    ac.check_writable(src, dtok, &dname, in_ct)?;
+    ac.check_prereq(src, stok, &sname, "move")?;
+    ac.check_prereq(src, dtok, &dname, "move")?;
+    if s.n_bits != d.n_bits {
+        return Err(src.err(
+            arg,
+            format!(
+                "source field is {} bits wide but destination is {} bits wide",
+                s.n_bits, d.n_bits
+            ),
+        ));
+    }
+    Ok(Action::Move { src: s, dst: d })
+}
+
 pub(super) fn parse_ct(src: &Src, args: &str, ac: &ActCtx) -> PResult<Action> {
     let mut ct = CtAction {
         commit: false,
@@ -238,11 +281,18 @@ pub(super) fn parse_ct(src: &Src, args: &str, ac: &ActCtx) -> PResult<Action> {
                     let act = match a.key {
                         "set_field" => parse_set_field(src, arg, ac, true)?,
                         "load" => parse_load(src, arg, ac, true)?,
+                        "move" => parse_move(src, arg, ac, true)?,
                         "nat" => parse_nat(src, &a, ac)?,
-                        _ => return Err(src.err(
-                            a.whole,
-                            "ct exec only supports set_field/load to ct_mark or ct_label, and nat",
-                        )),
+                        _ => {
+                            return Err(src.err(
+                                a.whole,
+                                format!(
+                                    "ct action doesn't support nested action {} \
+                                 (only set_field, load and move to ct_mark or ct_label, and nat)",
+                                    a.key
+                                ),
+                            ))
+                        }
                     };
                     if matches!(act, Action::Nat(_)) && ct.nat().is_some() {
                         return Err(src.err(a.whole, "only one nat action per ct"));
@@ -476,7 +526,7 @@ pub(super) fn parse_action(src: &Src, item: &Item, ac: &ActCtx) -> PResult<Actio
             };
             if let Some(p) = port {
                 output_port(src, v, p)?
-            } else if v.contains('[') || lookup_name(v).is_some() {
+            } else if v.contains('[') || lookup_subfield_name(v).is_some() {
                 let (sf, _) = parse_subfield(src, v)?;
                 if sf.n_bits > 32 {
                     return Err(src.err(v, "output sub-field must be at most 32 bits wide"));
@@ -542,27 +592,7 @@ pub(super) fn parse_action(src: &Src, item: &Item, ac: &ActCtx) -> PResult<Actio
         }
         "set_field" => parse_set_field(src, need("VALUE->FIELD")?, ac, false)?,
         "load" => parse_load(src, need("VALUE->DST")?, ac, false)?,
-        "move" => {
-            let arg = need("SRC->DST")?;
-            let (stok, dtok) = arg
-                .split_once("->")
-                .ok_or_else(|| src.err(arg, "move needs SRC->DST"))?;
-            let (s, sname) = parse_subfield(src, stok)?;
-            let (d, dname) = parse_subfield(src, dtok)?;
-            ac.check_writable(src, dtok, &dname, false)?;
-            ac.check_prereq(src, stok, &sname, "move")?;
-            ac.check_prereq(src, dtok, &dname, "move")?;
-            if s.n_bits != d.n_bits {
-                return Err(src.err(
-                    arg,
-                    format!(
-                        "source field is {} bits wide but destination is {} bits wide",
-                        s.n_bits, d.n_bits
-                    ),
-                ));
-            }
-            Action::Move { src: s, dst: d }
-        }
+        "move" => parse_move(src, need("SRC->DST")?, ac, false)?,
         "mod_dl_src" | "mod_dl_dst" => {
             let v = need("MAC")?;
             let mac = parse_mac(v).ok_or_else(|| src.err(v, "invalid Ethernet address"))? as u64;
@@ -630,6 +660,12 @@ pub(super) fn parse_action(src: &Src, item: &Item, ac: &ActCtx) -> PResult<Actio
                 return Err(src.err(v, format!("group id must be at most {GROUP_MAX:#x}")));
             }
             Action::Group(id)
+        }
+        "meter" => {
+            if ac.any_packet {
+                return Err(src.err(key, "meter is not allowed in a group bucket"));
+            }
+            Action::Meter(super::meter::meter_action(src, need("meter id")?)?)
         }
         "conjunction" => {
             let v = need("ID,K/N")?;

@@ -371,6 +371,22 @@ mod tests {
             "learn(table=36,idle_timeout=10800,priority=200,delete_learned,cookie=0x7000000000002,eth_type=0x800,nw_proto=17,NXM_OF_UDP_DST[],NXM_OF_IP_DST[],NXM_OF_IP_SRC[],load:NXM_NX_REG3[]->NXM_NX_REG3[],load:NXM_NX_REG4[0..15]->NXM_NX_REG4[0..15],load:0x2->NXM_NX_REG4[16..18])",
         ),
         (
+            "priority=5 actions=learn(table=1,OXM_OF_VLAN_VID[],OXM_OF_ETH_SRC[],load:OXM_OF_METADATA[]->OXM_OF_METADATA[],load:OXM_OF_IN_PORT[]->NXM_NX_REG1[],output:OXM_OF_IN_PORT[])",
+            "learn(table=1,OXM_OF_VLAN_VID[],NXM_OF_ETH_SRC[],load:OXM_OF_METADATA[]->OXM_OF_METADATA[],load:OXM_OF_IN_PORT[]->NXM_NX_REG1[],output:OXM_OF_IN_PORT[])",
+        ),
+        (
+            "ip actions=learn(table=1,eth_type=0x800,OXM_OF_IPV4_SRC[],OXM_OF_IPV4_DST[]=OXM_OF_IPV4_SRC[],load:OXM_OF_IPV4_DST[]->NXM_NX_REG0[])",
+            "learn(table=1,eth_type=0x800,NXM_OF_IP_SRC[],NXM_OF_IP_DST[]=NXM_OF_IP_SRC[],load:NXM_OF_IP_DST[]->NXM_NX_REG0[])",
+        ),
+        (
+            "tcp actions=learn(table=1,eth_type=0x800,nw_proto=6,OXM_OF_TCP_DST[],OXM_OF_VLAN_VID[]=0x5)",
+            "learn(table=1,eth_type=0x800,nw_proto=6,NXM_OF_TCP_DST[],vlan_vid=5)",
+        ),
+        (
+            "priority=5 actions=learn(table=1,OXM_OF_VLAN_VID[0..3]=0x5,load:0x5->OXM_OF_VLAN_VID[])",
+            "learn(table=1,OXM_OF_VLAN_VID[0..3]=0x5,load:0x5->OXM_OF_VLAN_VID[])",
+        ),
+        (
             "sctp actions=learn(table=36,eth_type=0x800,nw_proto=132,OXM_OF_SCTP_DST[],ip_src[])",
             "learn(table=36,eth_type=0x800,nw_proto=132,OXM_OF_SCTP_DST[],NXM_OF_IP_SRC[])",
         ),

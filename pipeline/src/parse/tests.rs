@@ -378,6 +378,40 @@ fn actions_misc() {
 }
 
 #[test]
+fn actions_ct_exec_move() {
+    let sf = |field, ofs, n_bits| SubField { field, ofs, n_bits };
+    let a = acts(
+        "tcp,actions=ct(commit,exec(move:NXM_NX_REG0[0..3]->NXM_NX_CT_MARK[0..3],move:NXM_NX_REG1[]->NXM_NX_CT_LABEL[0..31],move:NXM_NX_CT_STATE[]->NXM_NX_CT_MARK[])),output:1",
+    );
+    assert_eq!(
+        a,
+        vec![
+            Action::Ct(CtAction {
+                commit: true,
+                force: false,
+                zone: CtZoneSrc::Imm(0),
+                table: None,
+                exec: vec![
+                    Action::Move {
+                        src: sf(Field::Reg(0), 0, 4),
+                        dst: sf(Field::CtMark, 0, 4),
+                    },
+                    Action::Move {
+                        src: sf(Field::Reg(1), 0, 32),
+                        dst: sf(Field::CtLabel, 0, 32),
+                    },
+                    Action::Move {
+                        src: sf(Field::CtState, 0, 32),
+                        dst: sf(Field::CtMark, 0, 32),
+                    },
+                ],
+            }),
+            Action::Output(1),
+        ]
+    );
+}
+
+#[test]
 fn actions_ct() {
     let a = acts(
         "ip,actions=ct(commit,force,zone=5,table=7,exec(set_field:0x1/0xff->ct_mark,set_field:0x5->ct_label,load:0x3->NXM_NX_CT_MARK[0..3])),ct(zone=NXM_NX_REG0[0..15]),ct,ct(table=ConntrackState)",
@@ -602,7 +636,71 @@ fn action_errors() {
     err_at(
         "ip,actions=ct(commit,exec(output:1))",
         "output:1",
-        "ct exec",
+        "doesn't support nested action output",
+    );
+    err_at("actions=meter:0", "0", "invalid meter id");
+    err_at("actions=meter:0xffff0001", "0xffff0001", "invalid meter id");
+    // OXM names: OVS's widths, prerequisites and set_field refusal.
+    err_at(
+        "actions=move:OXM_OF_VLAN_VID[]->NXM_NX_REG0[0..12]",
+        "OXM_OF_VLAN_VID[]->NXM_NX_REG0[0..12]",
+        "source field is 12 bits wide but destination is 13 bits wide",
+    );
+    err_at(
+        "actions=move:OXM_OF_VLAN_VID[12]->NXM_NX_REG0[0]",
+        "OXM_OF_VLAN_VID[12]",
+        "ending bit 12 is not valid because field vlan_vid is only 12 bits wide",
+    );
+    err_at(
+        "tcp,actions=move:OXM_OF_UDP_SRC[]->NXM_NX_REG0[0..15]",
+        "OXM_OF_UDP_SRC[]",
+        "prerequisites",
+    );
+    err_at(
+        "udp,actions=move:NXM_OF_TCP_SRC[]->NXM_NX_REG0[0..15]",
+        "NXM_OF_TCP_SRC[]",
+        "prerequisites",
+    );
+    err_at(
+        "actions=move:OXM_OF_VLAN_PCP[]->NXM_NX_REG0[0..2]",
+        "OXM_OF_VLAN_PCP[]",
+        "prerequisites",
+    );
+    err_at(
+        "actions=set_field:5->OXM_OF_VLAN_VID",
+        "OXM_OF_VLAN_VID",
+        "not a valid OXM field name",
+    );
+    err_at(
+        "actions=move:OXM_OF_MPLS_LABEL[]->NXM_NX_REG0[0..19]",
+        "OXM_OF_MPLS_LABEL",
+        "oxvs does not have",
+    );
+    // move inside exec: only into ct_mark / ct_label, equal widths (OVS).
+    err_at(
+        "tcp,actions=ct(commit,exec(move:NXM_NX_REG0[0..3]->NXM_NX_REG1[0..3]))",
+        "NXM_NX_REG1[0..3]",
+        "ct action doesn't support nested modification of reg1",
+    );
+    err_at(
+        "tcp,actions=ct(commit,exec(move:NXM_NX_REG0[0..3]->NXM_NX_CT_MARK[0..4]))",
+        "NXM_NX_REG0[0..3]->NXM_NX_CT_MARK[0..4]",
+        "source field is 4 bits wide but destination is 5 bits wide",
+    );
+    err_at(
+        "tcp,actions=ct(exec(move:NXM_NX_REG0[]->NXM_NX_CT_MARK[]))",
+        "exec(move:NXM_NX_REG0[]->NXM_NX_CT_MARK[])",
+        "requires commit",
+    );
+    err_at(
+        "tcp,actions=move:NXM_NX_REG0[]->NXM_NX_CT_MARK[]",
+        "NXM_NX_CT_MARK[]",
+        "outside of ct",
+    );
+    err_at(
+        "ip,actions=ct(commit,exec(move:NXM_OF_TCP_SRC[]->NXM_NX_CT_MARK[0..15]))",
+        "NXM_OF_TCP_SRC[]",
+        "prerequisites",
     );
     err_at("ip,actions=ct(force)", "force", "requires \"commit\"");
     err_at(
