@@ -309,7 +309,11 @@ impl Field {
         Field::TcpFlags,
     ];
 
-    /// Where the field lives in the key.
+    /// Where the field lives in the key. Inlined: every key read and
+    /// write of the datapath goes through it, and with the views its match
+    /// grew past what the compiler inlines by itself (a call per access
+    /// cost the datapath ~18% per packet).
+    #[inline(always)]
     pub const fn slot(self) -> Slot {
         const fn s(word: u8, shift: u8, bits: u8) -> Slot {
             Slot { word, shift, bits }
