@@ -225,3 +225,34 @@ pub fn local_pods(attachments: &[Attachment]) -> Vec<LocalPod> {
         })
         .collect()
 }
+
+/// The `ofproto/trace`-style trace of packet `spec` (`ovs-ofctl` packet
+/// syntax) through the node's desired flows and groups for `inp`, plus
+/// `extra` flow lines (a learned flow, say). For tests: panics on bad input.
+#[cfg(test)]
+pub(crate) fn trace_desired(inp: &Inputs, extra: &str, spec: &str) -> String {
+    use oxvs_pipeline::names::TableNames;
+    use oxvs_pipeline::parse::{
+        parse_flow_file, parse_group_file, parse_packet_spec, ParseContext,
+    };
+    use oxvs_pipeline::tables::Pipeline;
+    use oxvs_pipeline::trace::{trace, TraceOptions};
+    use oxvs_pipeline::xlate::XlateEnv;
+    let d = compute(inp);
+    let ctx = ParseContext::default();
+    let mut flows = parse_flow_file(&d.text(), &ctx).expect("desired flows parse");
+    flows.extend(parse_flow_file(extra, &ctx).expect("extra flows parse"));
+    let groups = parse_group_file(&d.groups.join("\n"), &ctx).expect("groups parse");
+    let p = Pipeline::new();
+    p.replace_all_with_groups(&flows, Some(&groups), 0)
+        .expect("desired flows install");
+    let key = parse_packet_spec(spec, &ctx).expect("packet spec parses");
+    let opts = TraceOptions {
+        names: Some(TableNames::default()),
+        ..TraceOptions::default()
+    };
+    format!(
+        "{}",
+        trace(&*p.snapshot(), &key, &XlateEnv::default(), &opts)
+    )
+}

@@ -660,10 +660,8 @@ pub fn gratuitous_arp(mac: [u8; 6], ip: Ipv4Addr) -> Vec<u8> {
 mod tests {
     use super::*;
     use crate::desired::{self, Inputs, Tunnel};
-    use oxvs_pipeline::names::TableNames;
-    use oxvs_pipeline::parse::{parse_flow_file, parse_packet_spec, ParseContext};
+    use oxvs_pipeline::parse::{parse_flow_file, ParseContext};
     use oxvs_pipeline::tables::Pipeline;
-    use oxvs_pipeline::trace::{trace, TraceOptions};
     use oxvs_pipeline::xlate::XlateEnv;
 
     fn node() -> NodeNet {
@@ -737,17 +735,11 @@ mod tests {
     }
 
     fn trace_text(spec: &str) -> String {
-        let text = desired_flows(&node(), &[pod(3, 3), pod(4, 4)]);
-        let flows = parse_flow_file(&text, &ParseContext::default()).unwrap();
-        let p = Pipeline::new();
-        p.replace_all(&flows, 0).unwrap();
-        let key = parse_packet_spec(spec, &ParseContext::default()).unwrap();
-        let opts = TraceOptions {
-            names: Some(TableNames::default()),
-            ..TraceOptions::default()
+        let inp = Inputs {
+            pods: vec![pod(3, 3), pod(4, 4)],
+            ..Inputs::for_node(node())
         };
-        let report = trace(&*p.snapshot(), &key, &XlateEnv::default(), &opts);
-        format!("{report}")
+        desired::trace_desired(&inp, "", spec)
     }
 
     fn trace_with_tunnel(spec: &str) -> String {
@@ -756,7 +748,7 @@ mod tests {
             pod_cidr: "10.244.1.0/24".parse().unwrap(),
             ip: "192.168.77.12".parse().unwrap(),
         }];
-        let text = desired::compute(&Inputs {
+        let inp = Inputs {
             pods: vec![pod(3, 3)],
             tunnel: Some(Tunnel {
                 ofport: 9,
@@ -765,20 +757,8 @@ mod tests {
                 guard: true,
             }),
             ..Inputs::for_node(node())
-        })
-        .text();
-        let flows = parse_flow_file(&text, &ParseContext::default()).unwrap();
-        let p = Pipeline::new();
-        p.replace_all(&flows, 0).unwrap();
-        let key = parse_packet_spec(spec, &ParseContext::default()).unwrap();
-        let opts = TraceOptions {
-            names: Some(TableNames::default()),
-            ..TraceOptions::default()
         };
-        format!(
-            "{}",
-            trace(&*p.snapshot(), &key, &XlateEnv::default(), &opts)
-        )
+        desired::trace_desired(&inp, "", spec)
     }
 
     #[test]

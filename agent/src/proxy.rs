@@ -863,14 +863,7 @@ mod tests {
     /// A trace of `spec` through node n1's flows with `state` and `extra`
     /// flows (a learned one, say).
     fn trace_proxy(state: &ClusterState, extra: &str, spec: &str) -> String {
-        use oxvs_pipeline::names::TableNames;
-        use oxvs_pipeline::parse::{
-            parse_flow_file, parse_group_file, parse_packet_spec, ParseContext,
-        };
-        use oxvs_pipeline::tables::Pipeline;
-        use oxvs_pipeline::trace::{trace, TraceOptions};
-        use oxvs_pipeline::xlate::XlateEnv;
-        let d = crate::desired::compute(&crate::desired::Inputs {
+        let inp = crate::desired::Inputs {
             pods: vec![PodPort {
                 ofport: 4,
                 ip: "10.244.1.3".parse().unwrap(),
@@ -880,22 +873,8 @@ mod tests {
             proxy: true,
             node_name: "n1".into(),
             ..crate::desired::Inputs::for_node(node())
-        });
-        let ctx = ParseContext::default();
-        let mut flows = parse_flow_file(&d.text(), &ctx).unwrap();
-        flows.extend(parse_flow_file(extra, &ctx).unwrap());
-        let groups = parse_group_file(&d.groups.join("\n"), &ctx).unwrap();
-        let p = Pipeline::new();
-        p.replace_all_with_groups(&flows, Some(&groups), 0).unwrap();
-        let key = parse_packet_spec(spec, &ctx).unwrap();
-        let opts = TraceOptions {
-            names: Some(TableNames::default()),
-            ..TraceOptions::default()
         };
-        format!(
-            "{}",
-            trace(&*p.snapshot(), &key, &XlateEnv::default(), &opts)
-        )
+        crate::desired::trace_desired(&inp, extra, spec)
     }
 
     #[test]

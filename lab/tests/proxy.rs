@@ -166,25 +166,15 @@ while True:
 /// What the test shows at the first failure: both switches' Service flows,
 /// groups and connections.
 fn evidence(lab: &Lab) -> String {
-    let mut s = String::new();
-    for node in ["node-1", "node-2"] {
-        for args in [
-            &["dump-flows", "--table", "35"][..],
-            &["dump-groups"][..],
-            &["dump-conntrack"][..],
-        ] {
-            let sock = lab.root().join(node).join("switchd.sock");
-            let out = std::process::Command::new(common::oxvsctl())
-                .arg("--socket")
-                .arg(&sock)
-                .args(args)
-                .output()
-                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-                .unwrap_or_default();
-            s += &format!("--- {node}: oxvsctl {} ---\n{out}", args.join(" "));
-        }
-    }
-    s
+    common::paths::switch_evidence(
+        lab,
+        &["node-1", "node-2"],
+        &[
+            &["dump-flows", "--table", "35"],
+            &["dump-groups"],
+            &["dump-conntrack"],
+        ],
+    )
 }
 
 /// Waits until both switches have `n` Service ports with a group (and

@@ -143,29 +143,18 @@ fn run(args: &[&str]) -> String {
 /// flows, groups and connections, and the hosts' NodePort rules and
 /// routes.
 fn evidence(lab: &Lab) -> String {
-    let mut s = String::new();
-    for node in ["node-1", "node-2"] {
-        for args in [
-            &["dump-flows", "--table", "35"][..],
-            &["dump-flows", "--table", "57"][..],
-            &["dump-groups"][..],
-            &["dump-conntrack"][..],
-        ] {
-            let sock = lab.root().join(node).join("switchd.sock");
-            let out = run(&[
-                &common::oxvsctl().display().to_string(),
-                "--socket",
-                &sock.display().to_string(),
-            ]
-            .into_iter()
-            .chain(args.iter().copied())
-            .map(str::to_string)
-            .collect::<Vec<_>>()
-            .iter()
-            .map(String::as_str)
-            .collect::<Vec<_>>());
-            s += &format!("--- {node}: oxvsctl {} ---\n{out}", args.join(" "));
-        }
+    let nodes = ["node-1", "node-2"];
+    let mut s = common::paths::switch_evidence(
+        lab,
+        &nodes,
+        &[
+            &["dump-flows", "--table", "35"],
+            &["dump-flows", "--table", "57"],
+            &["dump-groups"],
+            &["dump-conntrack"],
+        ],
+    );
+    for node in nodes {
         let ns = format!("{}-{node}", lab.name);
         s += &format!(
             "--- {node}: iptables-save -t nat ---\n{}",

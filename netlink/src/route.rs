@@ -158,21 +158,29 @@ impl Netlink {
         self.request(add_rule_request(rule)).map(drop)
     }
 
-    /// The destinations of the main table's IPv4 routes through `gateway`
-    /// on link `oif` (what an owner of that next hop set, to reconcile
-    /// after a restart).
-    pub fn ipv4_routes_via(&mut self, gateway: Ipv4Addr, oif: u32) -> Result<Vec<Ipv4Net>, Error> {
+    /// Every IPv4 route of the main table (a dump).
+    fn main_ipv4_routes(&mut self) -> Result<Vec<RouteMessage>, Error> {
         let mut req = RouteMessage::default();
         req.header.address_family = AddressFamily::Inet;
         let msgs = self.request(Request::dump(RouteNetlinkMessage::GetRoute(req)))?;
         Ok(msgs
-            .iter()
+            .into_iter()
             .filter_map(|m| match m {
                 RouteNetlinkMessage::NewRoute(r) => Some(r),
                 _ => None,
             })
             .filter(|m| m.header.address_family == AddressFamily::Inet)
             .filter(|m| table(m) == u32::from(RouteHeader::RT_TABLE_MAIN))
+            .collect())
+    }
+
+    /// The destinations of the main table's IPv4 routes through `gateway`
+    /// on link `oif` (what an owner of that next hop set, to reconcile
+    /// after a restart).
+    pub fn ipv4_routes_via(&mut self, gateway: Ipv4Addr, oif: u32) -> Result<Vec<Ipv4Net>, Error> {
+        Ok(self
+            .main_ipv4_routes()?
+            .into_iter()
             .filter(|m| {
                 m.attributes
                     .contains(&RouteAttribute::Gateway(RouteAddress::Inet(gateway)))
@@ -190,18 +198,10 @@ impl Netlink {
 
     /// Every IPv4 default route of the main table.
     pub fn ipv4_default_routes(&mut self) -> Result<Vec<DefaultRoute>, Error> {
-        let mut req = RouteMessage::default();
-        req.header.address_family = AddressFamily::Inet;
-        let msgs = self.request(Request::dump(RouteNetlinkMessage::GetRoute(req)))?;
-        Ok(msgs
-            .iter()
-            .filter_map(|m| match m {
-                RouteNetlinkMessage::NewRoute(r) => Some(r),
-                _ => None,
-            })
-            .filter(|m| m.header.address_family == AddressFamily::Inet)
+        Ok(self
+            .main_ipv4_routes()?
+            .into_iter()
             .filter(|m| m.header.destination_prefix_length == 0)
-            .filter(|m| table(m) == u32::from(RouteHeader::RT_TABLE_MAIN))
             .map(|m| {
                 let mut r = DefaultRoute {
                     gateway: None,

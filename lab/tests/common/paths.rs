@@ -385,3 +385,24 @@ impl Report {
         }
     }
 }
+
+/// The switches' view for a test's evidence: `oxvsctl ARGS` on each of
+/// `nodes` for each of `commands`, headed by node and command (a command
+/// that fails shows nothing: the evidence must not fail the test itself).
+pub fn switch_evidence(lab: &Lab, nodes: &[&str], commands: &[&[&str]]) -> String {
+    let mut s = String::new();
+    for node in nodes {
+        for args in commands {
+            let sock = lab.root().join(node).join("switchd.sock");
+            let out = std::process::Command::new(super::oxvsctl())
+                .arg("--socket")
+                .arg(&sock)
+                .args(*args)
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default();
+            s += &format!("--- {node}: oxvsctl {} ---\n{out}", args.join(" "));
+        }
+    }
+    s
+}
