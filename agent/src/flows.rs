@@ -511,7 +511,7 @@ fn spoof_guard_pod_arp(pod: &PodPort) -> FlowLine {
 }
 
 /// ARPResponder: "who has `ip`" is answered in place with `mac`.
-fn arp_answer(cookie: u64, ip: Ipv4Addr, mac: &[u8; 6]) -> FlowLine {
+pub(crate) fn arp_answer(cookie: u64, ip: Ipv4Addr, mac: &[u8; 6]) -> FlowLine {
     let mac = mac_str(mac);
     FlowLine::new(ARP_RESPONDER, priority::arp_responder::ANSWER, cookie)
         .matching("arp")

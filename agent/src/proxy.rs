@@ -82,7 +82,7 @@ use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
 
 use oxvs_pipeline::names::{
-    ARP_RESPONDER, CONNTRACK_COMMIT, CONNTRACK_STATE, CONNTRACK_ZONE, EGRESS_RULE, ENDPOINT_DNAT,
+    CONNTRACK_COMMIT, CONNTRACK_STATE, CONNTRACK_ZONE, EGRESS_RULE, ENDPOINT_DNAT,
     L2_FORWARDING_CALC, L3_DEC_TTL, L3_FORWARDING, OUTPUT, SERVICE_LB, SERVICE_SNAT,
     SESSION_AFFINITY,
 };
@@ -635,25 +635,8 @@ pub fn session_affinity_default() -> FlowLine {
 /// un-SNATs their replies first.
 pub fn outside_node_flows(node: &NodeNet) -> Vec<String> {
     let gw = node.gateway_ip;
-    let mac = mac_str(&node.gateway_mac);
     vec![
-        FlowLine::new(
-            ARP_RESPONDER,
-            priority::arp_responder::ANSWER,
-            cookie::GATEWAY,
-        )
-        .matching("arp")
-        .matching("arp_op=1")
-        .matching(format!("arp_tpa={SERVICE_VIP}"))
-        .action("move:NXM_OF_ETH_SRC[]->NXM_OF_ETH_DST[]")
-        .action(format!("set_field:{mac}->eth_src"))
-        .action("load:0x2->NXM_OF_ARP_OP[]")
-        .action("move:NXM_NX_ARP_SHA[]->NXM_NX_ARP_THA[]")
-        .action(format!("set_field:{mac}->arp_sha"))
-        .action("move:NXM_OF_ARP_SPA[]->NXM_OF_ARP_TPA[]")
-        .action(format!("set_field:{SERVICE_VIP}->arp_spa"))
-        .action("output:IN_PORT")
-        .into(),
+        crate::flows::arp_answer(cookie::GATEWAY, SERVICE_VIP, &node.gateway_mac).into(),
         FlowLine::new(
             CONNTRACK_ZONE,
             priority::conntrack_zone::SNAT_REPLY,
