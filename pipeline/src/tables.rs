@@ -857,29 +857,36 @@ fn apply_meter(
                 meters.remove(id);
             }
             report.meters_deleted += gone.len();
-            for slot in next.tables.iter_mut() {
-                let dead: Vec<(Match, u16)> = slot
-                    .iter()
-                    .filter(|r| {
-                        let mut ids = Vec::new();
-                        meter::referenced(&r.flow.actions, &mut ids);
-                        ids.iter().any(|id| gone.contains(id))
-                    })
-                    .map(|r| (r.flow.matches, r.flow.priority))
-                    .collect();
-                if dead.is_empty() {
-                    continue;
-                }
-                let cls = Arc::make_mut(slot);
-                for (m, p) in dead {
-                    if cls.remove(&m, p).is_some() {
-                        report.deleted += 1;
-                    }
-                }
-            }
+            delete_flows_where(next, report, |f| {
+                let mut ids = Vec::new();
+                meter::referenced(&f.actions, &mut ids);
+                ids.iter().any(|id| gone.contains(id))
+            });
         }
     }
     Ok(())
+}
+
+/// Deletes from `next` every flow `dead` says must go (those naming a
+/// deleted group or meter), counting them in `report`. Tables without one
+/// are not copied.
+fn delete_flows_where(next: &mut TableSet, report: &mut ApplyReport, dead: impl Fn(&Flow) -> bool) {
+    for slot in next.tables.iter_mut() {
+        let gone: Vec<(Match, u16)> = slot
+            .iter()
+            .filter(|r| dead(&r.flow))
+            .map(|r| (r.flow.matches, r.flow.priority))
+            .collect();
+        if gone.is_empty() {
+            continue;
+        }
+        let cls = Arc::make_mut(slot);
+        for (m, p) in gone {
+            if cls.remove(&m, p).is_some() {
+                report.deleted += 1;
+            }
+        }
+    }
 }
 
 /// Applies one group mod to `next`.
@@ -924,22 +931,9 @@ fn apply_group(
             }
             report.groups_deleted += gone.len();
             // The flows that name a deleted group go with it.
-            for slot in next.tables.iter_mut() {
-                let dead: Vec<(Match, u16)> = slot
-                    .iter()
-                    .filter(|r| gone.iter().any(|id| names_group(&r.flow.actions, *id)))
-                    .map(|r| (r.flow.matches, r.flow.priority))
-                    .collect();
-                if dead.is_empty() {
-                    continue;
-                }
-                let cls = Arc::make_mut(slot);
-                for (m, p) in dead {
-                    if cls.remove(&m, p).is_some() {
-                        report.deleted += 1;
-                    }
-                }
-            }
+            delete_flows_where(next, report, |f| {
+                gone.iter().any(|id| names_group(&f.actions, *id))
+            });
         }
     }
     Ok(())
