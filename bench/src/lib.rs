@@ -1095,3 +1095,15 @@ mod tests {
 pub mod plots;
 pub mod process;
 pub mod xbench;
+
+/// A comma-separated list of counts (`100,1000`), for the benchmarks'
+/// command lines; the error names the item that is not a count.
+pub fn parse_counts(s: &str) -> Result<Vec<usize>, String> {
+    s.split(',')
+        .map(|x| {
+            x.trim()
+                .parse::<usize>()
+                .map_err(|e| format!("{x:?} is not a count: {e}"))
+        })
+        .collect()
+}

@@ -58,23 +58,13 @@ struct Cli {
     cmd: Cmd,
 }
 
-fn list(s: &str) -> Result<Vec<usize>, String> {
-    s.split(',')
-        .map(|x| {
-            x.trim()
-                .parse::<usize>()
-                .map_err(|e| format!("{x:?} is not a count: {e}"))
-        })
-        .collect()
-}
-
 #[derive(Subcommand)]
 enum Cmd {
     /// In-process realisation for every (pods, policies) pair.
     Matrix {
-        #[arg(long, value_parser = list, default_value = "100,1000")]
+        #[arg(long, value_parser = oxvs_bench::parse_counts, default_value = "100,1000")]
         pods: std::vec::Vec<usize>,
-        #[arg(long, value_parser = list, default_value = "10,100,1000")]
+        #[arg(long, value_parser = oxvs_bench::parse_counts, default_value = "10,100,1000")]
         policies: std::vec::Vec<usize>,
         #[arg(long, default_value_t = 10)]
         nodes: usize,
@@ -126,7 +116,7 @@ enum Cmd {
         bin_dir: PathBuf,
         #[arg(long, default_value_t = 40)]
         pods: usize,
-        #[arg(long, value_parser = list, default_value = "10,100,1000")]
+        #[arg(long, value_parser = oxvs_bench::parse_counts, default_value = "10,100,1000")]
         policies: std::vec::Vec<usize>,
         #[arg(long, default_value_t = 20)]
         pods_per_namespace: usize,

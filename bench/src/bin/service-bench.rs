@@ -61,16 +61,6 @@ struct Cli {
     cmd: Cmd,
 }
 
-fn list(s: &str) -> Result<Vec<usize>, String> {
-    s.split(',')
-        .map(|x| {
-            x.trim()
-                .parse::<usize>()
-                .map_err(|e| format!("{x:?} is not a count: {e}"))
-        })
-        .collect()
-}
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Mode {
     KubeProxy,
@@ -112,7 +102,7 @@ impl Shape {
 enum Cmd {
     /// In-process realisation for every number of Services.
     Matrix {
-        #[arg(long, value_parser = list, default_value = "0,1000,10000")]
+        #[arg(long, value_parser = oxvs_bench::parse_counts, default_value = "0,1000,10000")]
         services: std::vec::Vec<usize>,
         #[command(flatten)]
         shape: Shape,
@@ -127,7 +117,7 @@ enum Cmd {
     },
     /// Per-packet cost on node 1 at every number of Services.
     Datapath {
-        #[arg(long, value_parser = list, default_value = "0,1000,10000")]
+        #[arg(long, value_parser = oxvs_bench::parse_counts, default_value = "0,1000,10000")]
         services: std::vec::Vec<usize>,
         #[command(flatten)]
         shape: Shape,
