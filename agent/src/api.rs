@@ -844,6 +844,7 @@ mod tests {
                 Node {
                     name: n.into(),
                     pod_cidr: Some(cidr.parse().unwrap()),
+                    pod_cidr6: None,
                     internal_ip: Some(ip.parse().unwrap()),
                 },
             );

@@ -161,6 +161,7 @@ fn cluster() -> ClusterState {
             Node {
                 name: name.into(),
                 pod_cidr: Some(cidr.parse().unwrap()),
+                pod_cidr6: None,
                 internal_ip: Some(ip.parse().unwrap()),
             },
         );

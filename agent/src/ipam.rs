@@ -1,8 +1,15 @@
-//! Node IPAM: addresses for pods from the node's pod CIDR.
+//! Node IPAM: addresses for pods from the node's pod CIDR, one [`Ipam`]
+//! per address family (`Ipam<Ipv4Addr>`, `Ipam<Ipv6Addr>`: a dual-stack
+//! node has both, each with its own store).
 //!
 //! # Address plan
 //!
-//! For a pod CIDR such as `10.244.0.0/24` (IPv4 only):
+//! For an IPv6 pod CIDR such as `fd00:10:244:1::/64` the plan is the same
+//! as below: the network address (the subnet-router anycast address) is
+//! never allocated, the gateway is `::1`, pods get `::2` up to the last
+//! address but one; a `/126` holds one pod, `/127` and `/128` are refused.
+//!
+//! For an IPv4 pod CIDR such as `10.244.0.0/24`:
 //!
 //! - the network address (`10.244.0.0`) and the broadcast address
 //!   (`10.244.0.255`) are never allocated;
@@ -78,19 +85,90 @@
 //! [`Ipam::open`] of the same store fail until the first is dropped.
 
 use std::collections::{BTreeMap, HashMap};
+use std::fmt::{Debug, Display};
 use std::fs::{self, File, OpenOptions};
+use std::hash::Hash;
 use std::io::{self, Write};
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
 
-use ipnet::Ipv4Net;
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 
+/// An address family the allocator serves: IPv4 ([`Ipv4Addr`]) or IPv6
+/// ([`Ipv6Addr`]). The allocator works on addresses as integers; this
+/// says how a family's addresses and CIDRs map to them.
+pub trait PodFamily: Copy + Ord + Hash + Display + Debug + FromStr + Send + 'static {
+    /// The family's CIDR type.
+    type Net: Copy + Display + Debug + PartialEq + Into<IpNet> + Send;
+    /// The longest prefix that still holds a gateway and one pod address.
+    const MAX_POD_PREFIX: u8;
+    fn to_int(self) -> u128;
+    fn from_int(v: u128) -> Self;
+    /// `net` normalised to its network address.
+    fn trunc(net: Self::Net) -> Self::Net;
+    fn network(net: Self::Net) -> Self;
+    fn prefix_len(net: Self::Net) -> u8;
+    /// The pod range of a normalised `net`: its network address plus 2 up
+    /// to its last address minus 1 (IPv4's broadcast address is never a
+    /// pod's; IPv6 has none, and the last address stays out too, for one
+    /// rule in both families).
+    fn pod_range(net: Self::Net) -> (u128, u128);
+}
+
+impl PodFamily for Ipv4Addr {
+    type Net = Ipv4Net;
+    const MAX_POD_PREFIX: u8 = 30;
+    fn to_int(self) -> u128 {
+        u128::from(u32::from(self))
+    }
+    fn from_int(v: u128) -> Self {
+        // Only values inside a pod range (so below 2^32) are converted.
+        Ipv4Addr::from(v as u32)
+    }
+    fn trunc(net: Ipv4Net) -> Ipv4Net {
+        net.trunc()
+    }
+    fn network(net: Ipv4Net) -> Self {
+        net.network()
+    }
+    fn prefix_len(net: Ipv4Net) -> u8 {
+        net.prefix_len()
+    }
+    fn pod_range(net: Ipv4Net) -> (u128, u128) {
+        (net.network().to_int() + 2, net.broadcast().to_int() - 1)
+    }
+}
+
+impl PodFamily for Ipv6Addr {
+    type Net = Ipv6Net;
+    const MAX_POD_PREFIX: u8 = 126;
+    fn to_int(self) -> u128 {
+        u128::from(self)
+    }
+    fn from_int(v: u128) -> Self {
+        Ipv6Addr::from(v)
+    }
+    fn trunc(net: Ipv6Net) -> Ipv6Net {
+        net.trunc()
+    }
+    fn network(net: Ipv6Net) -> Self {
+        net.network()
+    }
+    fn prefix_len(net: Ipv6Net) -> u8 {
+        net.prefix_len()
+    }
+    fn pod_range(net: Ipv6Net) -> (u128, u128) {
+        (net.network().to_int() + 2, net.broadcast().to_int() - 1)
+    }
+}
+
 /// One allocation.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Allocation {
-    pub ip: Ipv4Addr,
+pub struct Allocation<A = Ipv4Addr> {
+    pub ip: A,
     pub container_id: String,
     pub ifname: String,
 }
@@ -99,11 +177,11 @@ pub struct Allocation {
 #[derive(Debug, thiserror::Error)]
 pub enum IpamError {
     #[error("pod CIDR {cidr} has no free address ({allocated} allocated)")]
-    Exhausted { cidr: Ipv4Net, allocated: usize },
+    Exhausted { cidr: IpNet, allocated: usize },
     #[error(
-        "pod CIDR {0} is too small (needs at least a gateway and one pod address: /30 or larger)"
+        "pod CIDR {0} is too small (needs at least a gateway and one pod address: /30 or larger for IPv4, /126 for IPv6)"
     )]
-    CidrTooSmall(Ipv4Net),
+    CidrTooSmall(IpNet),
     #[error("IPAM store {path}: {source}")]
     Io {
         path: PathBuf,
@@ -137,27 +215,27 @@ enum Record {
 
 /// The node's address allocator.
 #[derive(Debug)]
-pub struct Ipam {
+pub struct Ipam<A: PodFamily = Ipv4Addr> {
     /// The store directory of this CIDR (`dir/<network>-<prefix>`).
     dir: PathBuf,
     /// The store directory, open for fsync.
     dir_handle: File,
     /// Exclusive lock on `dir/lock`, released on drop.
     _lock: Flock<File>,
-    cidr: Ipv4Net,
+    cidr: A::Net,
     /// First and last pod address (as integers), inclusive.
-    first: u32,
-    last: u32,
+    first: u128,
+    last: u128,
     /// Every record in the store, by address.
-    records: BTreeMap<Ipv4Addr, Record>,
+    records: BTreeMap<A, Record>,
     /// Readable records by key. Normally one address per key; more only if
     /// the store was edited by hand (kept so that `release` frees them all).
-    by_key: HashMap<Key, Vec<Ipv4Addr>>,
+    by_key: HashMap<Key, Vec<A>>,
     /// The address handed out last, if known.
-    last_reserved: Option<Ipv4Addr>,
+    last_reserved: Option<A>,
 }
 
-impl Ipam {
+impl<A: PodFamily> Ipam<A> {
     /// Opens (creating if needed) the store for `cidr` under `dir` and loads
     /// its allocations.
     ///
@@ -166,15 +244,14 @@ impl Ipam {
     /// unreadable records keep their address taken (see the module doc).
     /// Fails if the store is open elsewhere (it is locked), or if it cannot
     /// be created or listed.
-    pub fn open(dir: &Path, cidr: Ipv4Net) -> Result<Ipam, IpamError> {
-        let cidr = cidr.trunc();
-        if cidr.prefix_len() > 30 {
-            return Err(IpamError::CidrTooSmall(cidr));
+    pub fn open(dir: &Path, cidr: A::Net) -> Result<Ipam<A>, IpamError> {
+        let cidr = A::trunc(cidr);
+        if A::prefix_len(cidr) > A::MAX_POD_PREFIX {
+            return Err(IpamError::CidrTooSmall(cidr.into()));
         }
-        let first = u32::from(cidr.network()) + 2;
-        let last = u32::from(cidr.broadcast()) - 1;
+        let (first, last) = A::pod_range(cidr);
 
-        let store = dir.join(format!("{}-{}", cidr.network(), cidr.prefix_len()));
+        let store = dir.join(format!("{}-{}", A::network(cidr), A::prefix_len(cidr)));
         if store.exists() && !store.is_dir() {
             return Err(IpamError::Corrupt {
                 path: store,
@@ -255,7 +332,7 @@ impl Ipam {
                 last_reserved_text = Some(fs::read_to_string(&path).map_err(|e| (path, e)));
                 continue;
             }
-            let Ok(ip) = name.parse::<Ipv4Addr>() else {
+            let Ok(ip) = name.parse::<A>() else {
                 tracing::warn!(path = %path.display(), "IPAM store: ignoring an unknown file");
                 continue;
             };
@@ -304,7 +381,7 @@ impl Ipam {
                 tracing::warn!(path = %path.display(), error = %e, "IPAM store: cannot read the round-robin cursor; starting from the first address");
                 None
             }
-            Some(Ok(text)) => match text.trim().parse::<Ipv4Addr>() {
+            Some(Ok(text)) => match text.trim().parse::<A>() {
                 Ok(ip) if self.in_range(ip) => Some(ip),
                 _ => {
                     tracing::warn!(
@@ -319,13 +396,13 @@ impl Ipam {
     }
 
     /// The pod CIDR.
-    pub fn cidr(&self) -> Ipv4Net {
+    pub fn cidr(&self) -> A::Net {
         self.cidr
     }
 
     /// The gateway address (the CIDR's first host address).
-    pub fn gateway(&self) -> Ipv4Addr {
-        Ipv4Addr::from(u32::from(self.cidr.network()) + 1)
+    pub fn gateway(&self) -> A {
+        A::from_int(A::network(self.cidr).to_int() + 1)
     }
 
     /// The store directory of this CIDR.
@@ -341,12 +418,12 @@ impl Ipam {
 
     /// Allocates an address for (container_id, ifname); if that key already
     /// holds one, returns it (idempotent).
-    pub fn allocate(&mut self, container_id: &str, ifname: &str) -> Result<Ipv4Addr, IpamError> {
+    pub fn allocate(&mut self, container_id: &str, ifname: &str) -> Result<A, IpamError> {
         if let Some(ip) = self.get(container_id, ifname) {
             return Ok(ip);
         }
         let ip = self.next_free().ok_or(IpamError::Exhausted {
-            cidr: self.cidr,
+            cidr: self.cidr.into(),
             allocated: self.records.len(),
         })?;
         let key = Key {
@@ -374,11 +451,7 @@ impl Ipam {
     }
 
     /// Releases the address of (container_id, ifname); `Ok(None)` if it had none.
-    pub fn release(
-        &mut self,
-        container_id: &str,
-        ifname: &str,
-    ) -> Result<Option<Ipv4Addr>, IpamError> {
+    pub fn release(&mut self, container_id: &str, ifname: &str) -> Result<Option<A>, IpamError> {
         let key = Key {
             container_id: container_id.to_owned(),
             ifname: ifname.to_owned(),
@@ -394,7 +467,7 @@ impl Ipam {
 
     /// Releases whatever record holds `ip`: its allocation, or an unreadable
     /// record (then `Ok(None)` is returned, as when nothing held `ip`).
-    pub fn release_ip(&mut self, ip: Ipv4Addr) -> Result<Option<Allocation>, IpamError> {
+    pub fn release_ip(&mut self, ip: A) -> Result<Option<Allocation<A>>, IpamError> {
         let Some(record) = self.records.get(&ip).cloned() else {
             return Ok(None);
         };
@@ -416,11 +489,11 @@ impl Ipam {
     /// Every removal is attempted; if some fail, the first error is returned
     /// (each is logged) and the allocations whose removal succeeded are gone
     /// (memory and disk agree, as always).
-    pub fn retain<F>(&mut self, mut keep: F) -> Result<Vec<Allocation>, IpamError>
+    pub fn retain<F>(&mut self, mut keep: F) -> Result<Vec<Allocation<A>>, IpamError>
     where
-        F: FnMut(&Allocation) -> bool,
+        F: FnMut(&Allocation<A>) -> bool,
     {
-        let doomed: Vec<Allocation> = self
+        let doomed: Vec<Allocation<A>> = self
             .allocations()
             .into_iter()
             .filter(|a| !keep(a))
@@ -443,7 +516,7 @@ impl Ipam {
     }
 
     /// The address of (container_id, ifname), if any.
-    pub fn get(&self, container_id: &str, ifname: &str) -> Option<Ipv4Addr> {
+    pub fn get(&self, container_id: &str, ifname: &str) -> Option<A> {
         // A borrowed look-up would need a custom Borrow impl; the key is
         // small and `get` is not hot.
         let key = Key {
@@ -454,7 +527,7 @@ impl Ipam {
     }
 
     /// Every allocation, by address.
-    pub fn allocations(&self) -> Vec<Allocation> {
+    pub fn allocations(&self) -> Vec<Allocation<A>> {
         self.records
             .iter()
             .filter_map(|(ip, record)| match record {
@@ -470,7 +543,7 @@ impl Ipam {
 
     /// Addresses held by unreadable records, with the reason each could not
     /// be read. They stay taken until [`Ipam::release_ip`].
-    pub fn unreadable(&self) -> Vec<(Ipv4Addr, String)> {
+    pub fn unreadable(&self) -> Vec<(A, String)> {
         self.records
             .iter()
             .filter_map(|(ip, record)| match record {
@@ -482,22 +555,23 @@ impl Ipam {
 
     /// Number of pod addresses in the CIDR.
     fn range_len(&self) -> usize {
-        // At most 2^32 - 2 (a /0), which fits usize on every 64-bit target;
-        // saturate elsewhere.
+        // An IPv4 range fits usize on every 64-bit target; an IPv6 /64 has
+        // 2^64 - 3 addresses, which still does; larger ones saturate (no
+        // node ever holds that many records).
         usize::try_from(self.last - self.first + 1).unwrap_or(usize::MAX)
     }
 
     /// Whether `ip` is a pod address of this CIDR.
-    fn in_range(&self, ip: Ipv4Addr) -> bool {
-        (self.first..=self.last).contains(&u32::from(ip))
+    fn in_range(&self, ip: A) -> bool {
+        (self.first..=self.last).contains(&ip.to_int())
     }
 
     /// The first free address at or after the one following the cursor,
     /// wrapping around the pod range once. Walks the records in order from
     /// the cursor, so its cost is the run of taken addresses it skips.
-    fn next_free(&self) -> Option<Ipv4Addr> {
+    fn next_free(&self) -> Option<A> {
         let start = match self.last_reserved {
-            Some(ip) if self.in_range(ip) && u32::from(ip) < self.last => u32::from(ip) + 1,
+            Some(ip) if self.in_range(ip) && ip.to_int() < self.last => ip.to_int() + 1,
             _ => self.first,
         };
         self.first_gap(start, self.last)
@@ -505,27 +579,28 @@ impl Ipam {
     }
 
     /// The lowest address of `from..=to` without a record.
-    fn first_gap(&self, from: u32, to: u32) -> Option<Ipv4Addr> {
+    fn first_gap(&self, from: u128, to: u128) -> Option<A> {
         if from > to {
             return None;
         }
         let mut expected = from;
         for ip in self
             .records
-            .range(Ipv4Addr::from(from)..=Ipv4Addr::from(to))
-            .map(|(ip, _)| u32::from(*ip))
+            .range(A::from_int(from)..=A::from_int(to))
+            .map(|(ip, _)| ip.to_int())
         {
             if ip != expected {
-                return Some(Ipv4Addr::from(expected));
+                return Some(A::from_int(expected));
             }
-            // `ip <= to < u32::MAX`, so this does not overflow.
+            // `ip <= to < the family's last address`, so this does not
+            // overflow.
             expected = ip + 1;
         }
-        (expected <= to).then(|| Ipv4Addr::from(expected))
+        (expected <= to).then(|| A::from_int(expected))
     }
 
     /// Removes the record of `ip` from disk, then from memory.
-    fn remove_record(&mut self, ip: Ipv4Addr) -> Result<(), IpamError> {
+    fn remove_record(&mut self, ip: A) -> Result<(), IpamError> {
         let path = self.dir.join(ip.to_string());
         match fs::remove_file(&path) {
             Ok(()) => {}
@@ -611,6 +686,57 @@ mod tests {
     }
 
     #[test]
+    fn ipv6_allocation_store_and_bounds() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cidr: Ipv6Net = "fd00:10:244:1::7/64".parse().unwrap();
+        let mut ipam = Ipam::<Ipv6Addr>::open(tmp.path(), cidr).expect("open");
+        assert_eq!(
+            ipam.cidr(),
+            "fd00:10:244:1::/64".parse::<Ipv6Net>().unwrap()
+        );
+        assert_eq!(
+            ipam.gateway(),
+            "fd00:10:244:1::1".parse::<Ipv6Addr>().unwrap()
+        );
+        let a = ipam.allocate("a", "eth0").unwrap();
+        assert_eq!(a, "fd00:10:244:1::2".parse::<Ipv6Addr>().unwrap());
+        assert_eq!(ipam.allocate("a", "eth0").unwrap(), a, "idempotent");
+        let b = ipam.allocate("b", "eth0").unwrap();
+        assert_eq!(b, "fd00:10:244:1::3".parse::<Ipv6Addr>().unwrap());
+        assert_eq!(
+            ipam.free_count(),
+            usize::MAX - 2 - 2,
+            "2^64 - 3 addresses, 2 taken"
+        );
+        assert!(ipam.store_dir().ends_with("fd00:10:244:1::-64"));
+        drop(ipam);
+        // Persisted, and the cursor is kept.
+        let mut ipam = Ipam::<Ipv6Addr>::open(tmp.path(), cidr).expect("reopen");
+        assert_eq!(ipam.get("b", "eth0"), Some(b));
+        assert_eq!(ipam.release("a", "eth0").unwrap(), Some(a));
+        assert_eq!(
+            ipam.allocate("c", "eth0").unwrap(),
+            "fd00:10:244:1::4".parse::<Ipv6Addr>().unwrap()
+        );
+        // The last address of the range is never handed out; a /126 holds
+        // one pod (::2), a /127 none.
+        let tiny = Ipam::<Ipv6Addr>::open(tmp.path(), "fd00::/126".parse().unwrap());
+        let mut tiny = tiny.expect("a /126 opens");
+        assert_eq!(
+            tiny.allocate("x", "eth0").unwrap(),
+            "fd00::2".parse::<Ipv6Addr>().unwrap()
+        );
+        assert!(matches!(
+            tiny.allocate("y", "eth0"),
+            Err(IpamError::Exhausted { .. })
+        ));
+        assert!(matches!(
+            Ipam::<Ipv6Addr>::open(tmp.path(), "fd01::/127".parse().unwrap()),
+            Err(IpamError::CidrTooSmall(_))
+        ));
+    }
+
+    #[test]
     fn allocation_order_and_round_robin_after_release() {
         let tmp = tempfile::tempdir().unwrap();
         let mut ipam = open(tmp.path(), "10.244.0.0/24");
@@ -683,8 +809,8 @@ mod tests {
             "pod CIDR 192.168.5.4/30 has no free address (1 allocated)"
         );
         for small in ["192.168.5.4/31", "192.168.5.4/32"] {
-            let err = Ipam::open(tmp.path(), net(small)).unwrap_err();
-            assert!(matches!(err, IpamError::CidrTooSmall(c) if c == net(small)));
+            let err = Ipam::<Ipv4Addr>::open(tmp.path(), net(small)).unwrap_err();
+            assert!(matches!(err, IpamError::CidrTooSmall(c) if c == IpNet::V4(net(small))));
             assert!(err.to_string().contains(small), "{err}");
         }
     }
@@ -770,7 +896,7 @@ mod tests {
     fn store_is_locked_while_open() {
         let tmp = tempfile::tempdir().unwrap();
         let ipam = open(tmp.path(), "10.0.0.0/24");
-        let err = Ipam::open(tmp.path(), net("10.0.0.0/24")).unwrap_err();
+        let err = Ipam::<Ipv4Addr>::open(tmp.path(), net("10.0.0.0/24")).unwrap_err();
         assert!(matches!(err, IpamError::Io { .. }));
         assert!(err.to_string().contains("locked"), "{err}");
         drop(ipam);
@@ -1020,11 +1146,12 @@ mod tests {
                 container_id: format!("m{k}"),
                 ifname: "eth0".into(),
             };
-            ipam.records.insert(Ipv4Addr::from(k), Record::Held(key));
+            ipam.records
+                .insert(Ipv4Addr::from_int(k), Record::Held(key));
         }
-        let hole = Ipv4Addr::from(ipam.first + 5);
+        let hole = Ipv4Addr::from_int(ipam.first + 5);
         ipam.records.remove(&hole);
-        ipam.last_reserved = Some(Ipv4Addr::from(ipam.first + 6));
+        ipam.last_reserved = Some(Ipv4Addr::from_int(ipam.first + 6));
         let t = std::time::Instant::now();
         assert_eq!(ipam.next_free(), Some(hole));
         println!("worst-case scan of a /16: {:?}", t.elapsed());

@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 
-use ipnet::Ipv4Net;
+use ipnet::{Ipv4Net, Ipv6Net};
 
 /// Labels of an object.
 pub type Labels = BTreeMap<String, String>;
@@ -100,8 +100,11 @@ impl Pod {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Node {
     pub name: String,
-    /// `spec.podCIDR` (IPv4), if set.
+    /// The first IPv4 CIDR of `spec.podCIDR`/`spec.podCIDRs`, if any.
     pub pod_cidr: Option<Ipv4Net>,
+    /// The first IPv6 CIDR of `spec.podCIDRs`, if any (dual-stack and
+    /// IPv6 nodes).
+    pub pod_cidr6: Option<Ipv6Net>,
     /// The `InternalIP` address (the VXLAN underlay address), if set.
     pub internal_ip: Option<Ipv4Addr>,
 }

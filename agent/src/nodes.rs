@@ -380,6 +380,7 @@ mod tests {
             Node {
                 name: name.to_string(),
                 pod_cidr: Some(cidr.parse().unwrap()),
+                pod_cidr6: None,
                 internal_ip: Some(ip.parse().unwrap()),
             },
         )

@@ -756,6 +756,7 @@ mod tests {
                 Node {
                     name: name.into(),
                     pod_cidr: Some(cidr.parse().unwrap()),
+                    pod_cidr6: None,
                     internal_ip: Some(ip.parse().unwrap()),
                 },
             );

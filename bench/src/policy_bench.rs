@@ -353,6 +353,7 @@ impl Model {
                 Node {
                     name: n.name.clone(),
                     pod_cidr: Some(n.net.pod_cidr),
+                    pod_cidr6: None,
                     internal_ip: Some(Ipv4Addr::new(192, 168, 77, 11 + ni as u8)),
                 },
             );
@@ -1106,6 +1107,7 @@ pub fn expected_policy_flows(model: &Model, facts: &LabFacts) -> BTreeMap<String
                 Node {
                     name: n.clone(),
                     pod_cidr: Some(*cidr),
+                    pod_cidr6: None,
                     internal_ip: Some(*ip),
                 },
             )

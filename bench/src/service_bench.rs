@@ -299,6 +299,7 @@ impl Model {
                 Node {
                     name: n.name.clone(),
                     pod_cidr: Some(n.net.pod_cidr),
+                    pod_cidr6: None,
                     internal_ip: Some(n.ip),
                 },
             );

@@ -3,7 +3,7 @@
 use std::net::IpAddr;
 
 use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL};
-use netlink_packet_route::address::{AddressAttribute, AddressMessage};
+use netlink_packet_route::address::{AddressAttribute, AddressHeaderFlags, AddressMessage};
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 
 use crate::conn::Request;
@@ -30,6 +30,13 @@ pub(crate) fn add_request(index: u32, ip: IpAddr, prefix_len: u8) -> Request {
     };
     m.attributes.push(AddressAttribute::Local(ip));
     m.attributes.push(AddressAttribute::Address(ip));
+    if ip.is_ipv6() {
+        // No duplicate address detection (`ip address add ... nodad`): the
+        // address is usable at once, not tentative for a second; the
+        // addresses oxvs adds are its own allocations, unique by
+        // construction.
+        m.header.flags = AddressHeaderFlags::Nodad;
+    }
     if let IpAddr::V4(v4) = ip {
         if prefix_len < 31 {
             let host = u32::MAX.checked_shr(u32::from(prefix_len)).unwrap_or(0);

@@ -92,6 +92,11 @@ pub enum Change {
     },
     /// [`Netlink::add_route`].
     AddRoute { route: Ipv4Route, replace: bool },
+    /// [`Netlink::add_ipv6_route`].
+    AddIpv6Route {
+        route: crate::Ipv6Route,
+        replace: bool,
+    },
     /// [`Netlink::delete_route`] (an absent route is an `ESRCH` error here).
     DeleteRoute(Ipv4Route),
     /// [`Netlink::delete_link_index`] (an absent link is an `ENODEV` error
@@ -110,8 +115,13 @@ impl Change {
                 ip,
                 prefix_len,
             } => crate::addr::add_request(*index, *ip, *prefix_len),
-            Change::AddRoute { route, replace } => crate::route::add_request(route, *replace),
-            Change::DeleteRoute(route) => crate::route::delete_request(route),
+            Change::AddRoute { route, replace } => {
+                crate::route::add_request(&route.into(), *replace)
+            }
+            Change::AddIpv6Route { route, replace } => {
+                crate::route::add_request(&route.into(), *replace)
+            }
+            Change::DeleteRoute(route) => crate::route::delete_request(&route.into()),
             Change::DeleteLink { index } => crate::link::delete_index_request(*index),
             Change::AddRule(rule) => crate::route::add_rule_request(rule),
         }

@@ -38,7 +38,7 @@ pub use addr::Address;
 pub use conn::{Change, Netlink};
 pub use link::{Link, LinkChange, LinkSpec, NewLink};
 pub use nix::errno::Errno;
-pub use route::{DefaultRoute, Ipv4Route, Ipv4Rule};
+pub use route::{DefaultRoute, Ipv4Route, Ipv4Rule, Ipv6Route};
 
 /// Longest interface name the kernel accepts (`IFNAMSIZ` - 1).
 pub const MAX_IFNAME_LEN: usize = 15;

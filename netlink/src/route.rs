@@ -1,10 +1,10 @@
-//! IPv4 routes (of the main table unless one is named): add or replace,
-//! delete, list the main table's default routes; IPv4 policy rules that
-//! send one IP protocol to a table: add or replace.
+//! IPv4 and IPv6 routes (of the main table unless one is named): add or
+//! replace, delete, list the main table's IPv4 default routes; IPv4 policy
+//! rules that send one IP protocol to a table: add or replace.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
-use ipnet::Ipv4Net;
+use ipnet::{Ipv4Net, Ipv6Net};
 use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE};
 use netlink_packet_route::route::{
     RouteAddress, RouteAttribute, RouteFlags, RouteHeader, RouteMessage, RouteMetric,
@@ -34,9 +34,63 @@ pub struct Ipv4Route {
     pub table: Option<u32>,
 }
 
-fn message(r: &Ipv4Route) -> RouteMessage {
+/// An IPv6 unicast route: the same fields as [`Ipv4Route`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ipv6Route {
+    /// `::/0` for the default route.
+    pub dst: Ipv6Net,
+    pub gateway: Option<Ipv6Addr>,
+    pub oif: Option<u32>,
+    pub onlink: bool,
+    pub mtu: Option<u32>,
+    pub table: Option<u32>,
+}
+
+/// A route of either family, as the request builders see it.
+pub(crate) struct Spec {
+    family: AddressFamily,
+    prefix_len: u8,
+    dst: RouteAddress,
+    gateway: Option<RouteAddress>,
+    oif: Option<u32>,
+    onlink: bool,
+    mtu: Option<u32>,
+    table: Option<u32>,
+}
+
+impl From<&Ipv4Route> for Spec {
+    fn from(r: &Ipv4Route) -> Spec {
+        Spec {
+            family: AddressFamily::Inet,
+            prefix_len: r.dst.prefix_len(),
+            dst: RouteAddress::Inet(r.dst.network()),
+            gateway: r.gateway.map(RouteAddress::Inet),
+            oif: r.oif,
+            onlink: r.onlink,
+            mtu: r.mtu,
+            table: r.table,
+        }
+    }
+}
+
+impl From<&Ipv6Route> for Spec {
+    fn from(r: &Ipv6Route) -> Spec {
+        Spec {
+            family: AddressFamily::Inet6,
+            prefix_len: r.dst.prefix_len(),
+            dst: RouteAddress::Inet6(r.dst.network()),
+            gateway: r.gateway.map(RouteAddress::Inet6),
+            oif: r.oif,
+            onlink: r.onlink,
+            mtu: r.mtu,
+            table: r.table,
+        }
+    }
+}
+
+fn message(r: &Spec) -> RouteMessage {
     let mut m = RouteMessage::default();
-    m.header.address_family = AddressFamily::Inet;
+    m.header.address_family = r.family;
     match r.table {
         None => m.header.table = RouteHeader::RT_TABLE_MAIN,
         Some(t) => match u8::try_from(t) {
@@ -47,16 +101,13 @@ fn message(r: &Ipv4Route) -> RouteMessage {
             }
         },
     }
-    m.header.destination_prefix_length = r.dst.prefix_len();
-    if r.dst.prefix_len() > 0 {
+    m.header.destination_prefix_length = r.prefix_len;
+    if r.prefix_len > 0 {
         m.attributes
-            .push(RouteAttribute::Destination(RouteAddress::Inet(
-                r.dst.network(),
-            )));
+            .push(RouteAttribute::Destination(r.dst.clone()));
     }
-    if let Some(gw) = r.gateway {
-        m.attributes
-            .push(RouteAttribute::Gateway(RouteAddress::Inet(gw)));
+    if let Some(gw) = &r.gateway {
+        m.attributes.push(RouteAttribute::Gateway(gw.clone()));
     }
     if let Some(oif) = r.oif {
         m.attributes.push(RouteAttribute::Oif(oif));
@@ -67,7 +118,7 @@ fn message(r: &Ipv4Route) -> RouteMessage {
     m
 }
 
-pub(crate) fn add_request(r: &Ipv4Route, replace: bool) -> Request {
+pub(crate) fn add_request(r: &Spec, replace: bool) -> Request {
     let mut m = message(r);
     if let Some(mtu) = r.mtu {
         m.attributes
@@ -85,7 +136,7 @@ pub(crate) fn add_request(r: &Ipv4Route, replace: bool) -> Request {
     Request::acked(RouteNetlinkMessage::NewRoute(m), flags)
 }
 
-pub(crate) fn delete_request(r: &Ipv4Route) -> Request {
+pub(crate) fn delete_request(r: &Spec) -> Request {
     // As `ip route del`: any protocol, scope and type; the route's fields
     // that are set must match.
     let mut m = message(r);
@@ -140,12 +191,26 @@ impl Netlink {
     /// Adds `route`; with `replace`, replaces a route to the same
     /// destination (and is then idempotent), else `EEXIST` if there is one.
     pub fn add_route(&mut self, route: &Ipv4Route, replace: bool) -> Result<(), Error> {
-        self.request(add_request(route, replace)).map(drop)
+        self.request(add_request(&route.into(), replace)).map(drop)
+    }
+
+    /// [`Netlink::add_route`] for IPv6.
+    pub fn add_ipv6_route(&mut self, route: &Ipv6Route, replace: bool) -> Result<(), Error> {
+        self.request(add_request(&route.into(), replace)).map(drop)
     }
 
     /// Deletes the route to `route.dst` that matches its gateway and output
     /// link where those are set. `Ok(false)` if there was none.
     pub fn delete_route(&mut self, route: &Ipv4Route) -> Result<bool, Error> {
+        self.delete_spec(&route.into())
+    }
+
+    /// [`Netlink::delete_route`] for IPv6.
+    pub fn delete_ipv6_route(&mut self, route: &Ipv6Route) -> Result<bool, Error> {
+        self.delete_spec(&route.into())
+    }
+
+    fn delete_spec(&mut self, route: &Spec) -> Result<bool, Error> {
         match self.request(delete_request(route)) {
             Ok(_) => Ok(true),
             Err(e) if matches!(e.errno(), Some(Errno::ESRCH) | Some(Errno::ENOENT)) => Ok(false),
@@ -239,7 +304,7 @@ mod tests {
             mtu: Some(1450),
             table: None,
         };
-        let req = add_request(&r, true);
+        let req = add_request(&(&r).into(), true);
         let RouteNetlinkMessage::NewRoute(m) = req.msg_for_test() else {
             panic!()
         };
@@ -265,7 +330,9 @@ mod tests {
             mtu: None,
             table: None,
         };
-        let RouteNetlinkMessage::NewRoute(m) = add_request(&default, false).msg_for_test().clone()
+        let RouteNetlinkMessage::NewRoute(m) = add_request(&(&default).into(), false)
+            .msg_for_test()
+            .clone()
         else {
             panic!()
         };
@@ -274,5 +341,34 @@ mod tests {
             .attributes
             .iter()
             .any(|a| matches!(a, RouteAttribute::Destination(_))));
+    }
+
+    #[test]
+    fn ipv6_route_message() {
+        let r = Ipv6Route {
+            dst: "fd00:10:244:2::/64".parse().unwrap(),
+            gateway: Some("fd00:10:244:2::1".parse().unwrap()),
+            oif: Some(5),
+            onlink: true,
+            mtu: None,
+            table: None,
+        };
+        let req = add_request(&(&r).into(), false);
+        let RouteNetlinkMessage::NewRoute(m) = req.msg_for_test() else {
+            panic!()
+        };
+        assert_eq!(m.header.address_family, AddressFamily::Inet6);
+        assert_eq!(m.header.destination_prefix_length, 64);
+        assert!(m.header.flags.contains(RouteFlags::Onlink));
+        assert!(m
+            .attributes
+            .contains(&RouteAttribute::Gateway(RouteAddress::Inet6(
+                "fd00:10:244:2::1".parse().unwrap()
+            ))));
+        assert!(m
+            .attributes
+            .contains(&RouteAttribute::Destination(RouteAddress::Inet6(
+                "fd00:10:244:2::".parse().unwrap()
+            ))));
     }
 }

@@ -22,7 +22,7 @@
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr};
 
-use ipnet::{IpNet, Ipv4Net};
+use ipnet::IpNet;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::networking::v1 as net;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
@@ -165,14 +165,11 @@ pub fn namespace(ns: &core::Namespace) -> Result<Namespace, ConvertError> {
     })
 }
 
-/// Parses a CIDR the way Go's `net.ParseCIDR` does (host bits allowed,
-/// masked off). `Ok(None)` for a valid IPv6 CIDR.
-fn parse_cidr(s: &str) -> Result<Option<Ipv4Net>, String> {
-    match s.parse::<IpNet>() {
-        Ok(IpNet::V4(n)) => Ok(Some(n.trunc())),
-        Ok(IpNet::V6(_)) => Ok(None),
-        Err(_) => Err(format!("invalid CIDR {s:?}")),
-    }
+/// Parses a CIDR of either family, host bits masked off.
+fn parse_any_cidr(s: &str) -> Result<IpNet, String> {
+    s.parse::<IpNet>()
+        .map(|n| n.trunc())
+        .map_err(|_| format!("invalid CIDR {s:?}"))
 }
 
 /// Parses an IP address. `Ok(None)` for a valid IPv6 address.
@@ -184,12 +181,13 @@ fn parse_ip(s: &str) -> Result<Option<Ipv4Addr>, String> {
     }
 }
 
-/// Converts a Node: the first IPv4 pod CIDR (`spec.podCIDR`, then
-/// `spec.podCIDRs`) and the first IPv4 `InternalIP` address.
+/// Converts a Node: the first pod CIDR of each family (`spec.podCIDR`,
+/// then `spec.podCIDRs`) and the first IPv4 `InternalIP` address.
 pub fn node(node: &core::Node) -> Result<Node, ConvertError> {
     let name = cluster_name("Node", &node.metadata)?;
     let mut errs = Errs::default();
     let mut pod_cidr = None;
+    let mut pod_cidr6 = None;
     if let Some(spec) = &node.spec {
         let cidrs = spec
             .pod_cidr
@@ -206,11 +204,13 @@ pub fn node(node: &core::Node) -> Result<Node, ConvertError> {
             if c.is_empty() {
                 continue;
             }
-            match parse_cidr(c) {
-                Ok(Some(n)) => {
+            match parse_any_cidr(c) {
+                Ok(IpNet::V4(n)) => {
                     pod_cidr.get_or_insert(n);
                 }
-                Ok(None) => {}
+                Ok(IpNet::V6(n)) => {
+                    pod_cidr6.get_or_insert(n);
+                }
                 Err(m) => errs.push(field, m),
             }
         }
@@ -236,6 +236,7 @@ pub fn node(node: &core::Node) -> Result<Node, ConvertError> {
         Node {
             name,
             pod_cidr,
+            pod_cidr6,
             internal_ip,
         },
     )

@@ -50,6 +50,7 @@ pub fn add_nodes(state: &mut ClusterState) {
             Node {
                 name: name.into(),
                 pod_cidr: Some(cidr.parse().unwrap()),
+                pod_cidr6: None,
                 internal_ip: Some(ip.parse().unwrap()),
             },
         );

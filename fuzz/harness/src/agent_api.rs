@@ -148,6 +148,7 @@ fn cluster() -> ClusterState {
             Node {
                 name: n.into(),
                 pod_cidr: Some(cidr.parse().expect("cidr")),
+                pod_cidr6: None,
                 internal_ip: Some(ip.parse().expect("ip")),
             },
         );

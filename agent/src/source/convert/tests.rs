@@ -656,16 +656,18 @@ fn node_conversion() {
         Node {
             name: "n1".into(),
             pod_cidr: Some("10.10.1.0/24".parse().expect("cidr")),
+            pod_cidr6: Some("fd00:1::/64".parse().expect("cidr")),
             internal_ip: Some(Ipv4Addr::new(192, 168, 1, 10)),
         }
     );
-    // IPv6 first, IPv4 second.
-    let n = node_of(json!({"metadata": {"name": "n2"}, "spec": {"podCIDR": "fd00:2::/64", "podCIDRs": ["fd00:2::/64", "10.10.2.0/24"]}}))
+    // IPv6 first, IPv4 second; host bits masked off.
+    let n = node_of(json!({"metadata": {"name": "n2"}, "spec": {"podCIDR": "fd00:2::5/64", "podCIDRs": ["fd00:2::5/64", "10.10.2.0/24"]}}))
         .expect("valid");
     assert_eq!(n.pod_cidr, Some("10.10.2.0/24".parse().expect("cidr")));
+    assert_eq!(n.pod_cidr6, Some("fd00:2::/64".parse().expect("cidr")));
     assert_eq!(n.internal_ip, None);
     let n = node_of(json!({"metadata": {"name": "n3"}})).expect("valid");
-    assert_eq!((n.pod_cidr, n.internal_ip), (None, None));
+    assert_eq!((n.pod_cidr, n.pod_cidr6, n.internal_ip), (None, None, None));
 }
 
 #[test]
@@ -675,6 +677,14 @@ fn node_validation() {
     assert_eq!(
         e.to_string(),
         r#"Node n1: spec.podCIDR: invalid CIDR "10.10.1.0""#
+    );
+    let e = node_of(
+        json!({"metadata": {"name": "n1"}, "spec": {"podCIDRs": ["10.10.1.0/24", "fd00::/129"]}}),
+    )
+    .expect_err("bad v6 cidr");
+    assert_eq!(
+        e.to_string(),
+        r#"Node n1: spec.podCIDRs[1]: invalid CIDR "fd00::/129""#
     );
     let e = node_of(json!({"metadata": {"name": "n1"}, "status": {"addresses": [{"type": "InternalIP", "address": "x"}]}}))
         .expect_err("bad ip");
