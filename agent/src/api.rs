@@ -761,6 +761,7 @@ mod tests {
             gateway_ip: "10.244.0.1".parse().unwrap(),
             gateway_mac: [0x0a, 0x58, 10, 244, 0, 1],
             gateway_ofport: 2,
+            ipv6: None,
         }
     }
 
@@ -780,6 +781,7 @@ mod tests {
             mtu: 1450,
             ofport: Some(ofport),
             state: AttachState::Ready,
+            ipv6: None,
         }
     }
 
@@ -869,6 +871,7 @@ mod tests {
                 name: "n2".into(),
                 pod_cidr: "10.244.1.0/24".parse().unwrap(),
                 ip: "192.168.77.12".parse().unwrap(),
+                pod_cidr6: None,
             }],
         }
     }

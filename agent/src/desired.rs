@@ -200,6 +200,7 @@ pub fn pod_ports(attachments: &[Attachment]) -> Vec<PodPort> {
                 ofport: a.ofport?,
                 ip: a.ip,
                 mac: flows::parse_mac(&a.mac)?,
+                ip6: a.ipv6.map(|v6| v6.ip),
             })
         })
         .collect();

@@ -57,11 +57,12 @@
 //! other Kubernetes networks do: stable across restarts and re-attachments,
 //! and readable in dumps.
 
+pub mod ipv6;
 mod line;
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
-use ipnet::Ipv4Net;
+use ipnet::{Ipv4Net, Ipv6Net};
 use oxvs_pipeline::names::*;
 use oxvs_pipeline::regs;
 
@@ -84,6 +85,27 @@ pub struct NodeNet {
     pub gateway_ip: Ipv4Addr,
     pub gateway_mac: [u8; 6],
     pub gateway_ofport: u32,
+    /// A dual-stack node's IPv6 side ([`ipv6`]).
+    pub ipv6: Option<NodeNet6>,
+}
+
+/// The IPv6 pod CIDR of a dual-stack node and its gateway address (on the
+/// same gateway interface and MAC as the IPv4 one).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeNet6 {
+    pub pod_cidr: Ipv6Net,
+    pub gateway_ip: Ipv6Addr,
+}
+
+impl NodeNet6 {
+    /// The IPv6 side of a node whose IPv6 pod CIDR is `cidr`.
+    pub fn of(cidr: Ipv6Net) -> NodeNet6 {
+        let cidr = cidr.trunc();
+        NodeNet6 {
+            pod_cidr: cidr,
+            gateway_ip: ipv6::gateway_of(cidr),
+        }
+    }
 }
 
 /// A pod attached to this node's switch.
@@ -92,6 +114,8 @@ pub struct PodPort {
     pub ofport: u32,
     pub ip: Ipv4Addr,
     pub mac: [u8; 6],
+    /// Its IPv6 address, on a dual-stack node.
+    pub ip6: Option<Ipv6Addr>,
 }
 
 /// Another node: its pod CIDR is reached through the tunnel to `ip`.
@@ -100,6 +124,8 @@ pub struct RemoteNode {
     pub name: String,
     pub pod_cidr: Ipv4Net,
     pub ip: Ipv4Addr,
+    /// Its IPv6 pod CIDR, on a dual-stack node.
+    pub pod_cidr6: Option<Ipv6Net>,
 }
 
 /// The MAC that routed packets towards a remote node carry as destination
@@ -149,6 +175,7 @@ fn default_drop(table: TableDef) -> FlowLine {
 /// function per table, in pipeline order.
 /// With `proxy`, ConntrackZone translates NATed connections and new
 /// connections meet ServiceLB before egress policy ([`crate::proxy`]).
+/// A dual-stack node also has [`ipv6::node_flows`].
 pub fn node_flows(node: &NodeNet, proxy: bool) -> Vec<String> {
     [
         classifier(node),
@@ -163,11 +190,31 @@ pub fn node_flows(node: &NodeNet, proxy: bool) -> Vec<String> {
         ingress_defaults(),
         conntrack_commit(),
         output(),
+        node.ipv6
+            .as_ref()
+            .map(|v6| ipv6::node_flows(node, v6, proxy))
+            .unwrap_or_default(),
     ]
     .into_iter()
     .flatten()
     .map(String::from)
     .collect()
+}
+
+/// The conntrack action of ConntrackZone (both families).
+fn conntrack_action(proxy: bool) -> String {
+    match proxy {
+        true => crate::proxy::conntrack_zone_action(),
+        false => format!("ct(table={},zone={CT_ZONE})", CONNTRACK_STATE.id),
+    }
+}
+
+/// Where L3DecTTL goes next: ServiceSNAT with the proxy.
+fn after_dec_ttl(proxy: bool) -> TableDef {
+    match proxy {
+        true => SERVICE_SNAT,
+        false => L2_FORWARDING_CALC,
+    }
 }
 
 /// Classifier: the gateway port is the host; any other unknown port drops.
@@ -196,10 +243,7 @@ fn arp_responder(node: &NodeNet) -> Vec<FlowLine> {
 
 /// ConntrackZone: every IP packet through conntrack; nothing else passes.
 fn conntrack_zone(proxy: bool) -> Vec<FlowLine> {
-    let ct = match proxy {
-        true => crate::proxy::conntrack_zone_action(),
-        false => format!("ct(table={},zone={CT_ZONE})", CONNTRACK_STATE.id),
-    };
+    let ct = conntrack_action(proxy);
     vec![
         FlowLine::new(
             CONNTRACK_ZONE,
@@ -227,6 +271,7 @@ fn conntrack_state(proxy: bool) -> Vec<FlowLine> {
         CONNTRACK_STATE,
         priority::conntrack_state::ESTABLISHED,
         L3_FORWARDING,
+        "ip",
     ));
     if proxy {
         v.push(crate::proxy::conntrack_state_default());
@@ -259,10 +304,7 @@ fn l3_forwarding(node: &NodeNet) -> Vec<FlowLine> {
 /// L3DecTTL: routed packets lose one TTL, except those the host (the
 /// gateway) already routed. With the proxy, ServiceSNAT comes next.
 fn l3_dec_ttl(proxy: bool) -> Vec<FlowLine> {
-    let next = match proxy {
-        true => SERVICE_SNAT,
-        false => L2_FORWARDING_CALC,
-    };
+    let next = after_dec_ttl(proxy);
     vec![
         FlowLine::new(
             L3_DEC_TTL,
@@ -296,6 +338,7 @@ fn ingress_defaults() -> Vec<FlowLine> {
         INGRESS_RULE,
         priority::policy_rule::ESTABLISHED,
         CONNTRACK_COMMIT,
+        "ip",
     );
     v.extend([
         default_goto(INGRESS_RULE, INGRESS_DEFAULT_RULE),
@@ -346,9 +389,15 @@ fn output() -> Vec<FlowLine> {
     ]
 }
 
-/// The flows of one pod (all with cookie [`cookie::pod`] of its port).
+/// The flows of one pod (all with cookie [`cookie::pod`] of its port); a
+/// pod with an IPv6 address on a dual-stack node also has
+/// [`ipv6::pod_flows`].
 pub fn pod_flows(node: &NodeNet, pod: &PodPort) -> Vec<String> {
     let c = cookie::pod(pod.ofport);
+    let v6 = match (&node.ipv6, pod.ip6) {
+        (Some(_), Some(ip6)) => ipv6::pod_flows(node, pod, ip6),
+        _ => Vec::new(),
+    };
     [
         classify_pod(pod),
         spoof_guard_pod_ip(pod),
@@ -359,6 +408,7 @@ pub fn pod_flows(node: &NodeNet, pod: &PodPort) -> Vec<String> {
         l2_to_port(c, &pod.mac, pod.ofport),
     ]
     .into_iter()
+    .chain(v6)
     .map(String::from)
     .collect()
 }
@@ -392,6 +442,11 @@ pub fn tunnel_flows(node: &NodeNet, tunnel_ofport: u32, remotes: &[RemoteNode]) 
         v.push(classify_from_node(node, tunnel_ofport, r));
         v.push(arp_answer(c, remote_gateway, &VIRTUAL_MAC));
         v.push(route_to_remote_node(node, r));
+        if let (Some(own), Some(cidr)) = (&node.ipv6, r.pod_cidr6) {
+            if own.pod_cidr != cidr {
+                v.extend(ipv6::remote_flows(node, r, cidr));
+            }
+        }
     }
     v.into_iter().map(String::from).collect()
 }
@@ -549,14 +604,15 @@ fn arp_gratuitous_to_host(node: &NodeNet, pod: &PodPort) -> FlowLine {
     .action(format!("output:{}", node.gateway_ofport))
 }
 
-/// `+est` and `+rel` packets of `table` go on to `next`.
-fn skip_established(table: TableDef, priority: u16, next: TableDef) -> Vec<FlowLine> {
+/// `+est` and `+rel` packets of `table` (of the family `ip`/`ipv6`) go on
+/// to `next`.
+fn skip_established(table: TableDef, priority: u16, next: TableDef, family: &str) -> Vec<FlowLine> {
     ["ct_state=+est+trk", "ct_state=+rel+trk"]
         .into_iter()
         .map(|state| {
             FlowLine::new(table, priority, cookie::DEFAULTS)
                 .matching(state)
-                .matching("ip")
+                .matching(family)
                 .goto(next)
         })
         .collect()
@@ -670,6 +726,7 @@ mod tests {
             gateway_ip: "10.244.0.1".parse().unwrap(),
             gateway_mac: [0x0a, 0x58, 10, 244, 0, 1],
             gateway_ofport: 2,
+            ipv6: None,
         }
     }
 
@@ -688,6 +745,7 @@ mod tests {
             ofport,
             ip,
             mac: pod_mac(ip),
+            ip6: None,
         }
     }
 
@@ -747,6 +805,7 @@ mod tests {
             name: "n2".into(),
             pod_cidr: "10.244.1.0/24".parse().unwrap(),
             ip: "192.168.77.12".parse().unwrap(),
+            pod_cidr6: None,
         }];
         let inp = Inputs {
             pods: vec![pod(3, 3)],

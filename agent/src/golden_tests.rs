@@ -32,6 +32,7 @@ fn node() -> NodeNet {
         gateway_ip: "10.244.0.1".parse().unwrap(),
         gateway_mac: [0x0a, 0x58, 10, 244, 0, 1],
         gateway_ofport: 2,
+        ipv6: None,
     }
 }
 
@@ -40,6 +41,7 @@ fn remote(name: &str, cidr: &str, ip: &str) -> RemoteNode {
         name: name.into(),
         pod_cidr: cidr.parse().unwrap(),
         ip: ip.parse().unwrap(),
+        pod_cidr6: None,
     }
 }
 
@@ -60,6 +62,7 @@ fn att(ns: &str, name: &str, ip: &str, ofport: Option<u32>, state: AttachState) 
         mtu: 1450,
         ofport,
         state,
+        ipv6: None,
     }
 }
 

@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
-use ipnet::Ipv4Net;
+use ipnet::IpNet;
 
 /// Where the host's `/proc/sys` is, set once at start (`--proc-sys`).
 ///
@@ -46,7 +46,7 @@ fn sysctl_path(rel: &str) -> String {
 /// Why a host setting could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum HostnetError {
-    #[error("cannot enable IPv4 forwarding ({path}): {err}")]
+    #[error("cannot enable forwarding ({path}): {err}")]
     Forwarding { path: String, err: std::io::Error },
     #[error("cannot turn off ICMP redirects ({path}): {err}")]
     Redirects { path: String, err: std::io::Error },
@@ -58,7 +58,21 @@ pub enum HostnetError {
 
 /// Turns IPv4 forwarding on in the caller's network namespace.
 pub fn enable_forwarding() -> Result<(), HostnetError> {
-    let path = sysctl_path("net/ipv4/ip_forward");
+    ensure_sysctl_one("net/ipv4/ip_forward")
+}
+
+/// Turns IPv6 forwarding on in the caller's network namespace (for a node
+/// with an IPv6 pod CIDR; Kubernetes asks nodes for it in dual-stack).
+/// Linux then stops taking router advertisements on interfaces whose
+/// `accept_ra` is 1: a host that configures its own IPv6 default route by
+/// SLAAC must set `accept_ra=2` on its uplink, as every dual-stack
+/// Kubernetes node must.
+pub fn enable_ipv6_forwarding() -> Result<(), HostnetError> {
+    ensure_sysctl_one("net/ipv6/conf/all/forwarding")
+}
+
+fn ensure_sysctl_one(rel: &str) -> Result<(), HostnetError> {
+    let path = sysctl_path(rel);
     if std::fs::read_to_string(&path)
         .map(|s| s.trim() == "1")
         .unwrap_or(false)
@@ -92,7 +106,7 @@ pub fn disable_redirects(gateway: &str) -> Result<(), HostnetError> {
     Ok(())
 }
 
-fn masquerade_rule(pod_cidr: Ipv4Net, gateway: &str) -> Vec<String> {
+fn masquerade_rule(pod_cidr: IpNet, gateway: &str) -> Vec<String> {
     [
         "POSTROUTING",
         "-s",
@@ -112,8 +126,20 @@ fn masquerade_rule(pod_cidr: Ipv4Net, gateway: &str) -> Vec<String> {
     .collect()
 }
 
+/// The iptables command of `cidr`'s family.
+fn iptables_of(cidr: IpNet) -> &'static str {
+    match cidr {
+        IpNet::V4(_) => "iptables",
+        IpNet::V6(_) => "ip6tables",
+    }
+}
+
 fn iptables(op: &str, rule: &[String]) -> Result<bool, HostnetError> {
-    let out = Command::new("iptables")
+    iptables_cmd("iptables", op, rule)
+}
+
+fn iptables_cmd(cmd: &str, op: &str, rule: &[String]) -> Result<bool, HostnetError> {
+    let out = Command::new(cmd)
         .args(["-w", "5", "-t", "nat", op])
         .args(rule)
         .output()
@@ -126,26 +152,30 @@ fn iptables(op: &str, rule: &[String]) -> Result<bool, HostnetError> {
         return Ok(false);
     }
     Err(HostnetError::Iptables {
-        args: format!("-t nat {op} {}", rule.join(" ")),
+        args: format!("{cmd} -t nat {op} {}", rule.join(" ")),
         stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
     })
 }
 
 /// Masquerades traffic from `pod_cidr` that leaves through an interface
 /// other than `gateway`. Idempotent.
-pub fn ensure_masquerade(pod_cidr: Ipv4Net, gateway: &str) -> Result<(), HostnetError> {
-    let rule = masquerade_rule(pod_cidr, gateway);
-    if !iptables("-C", &rule)? {
-        iptables("-A", &rule)?;
+/// IPv6 pod CIDRs (usually unique local addresses) are masqueraded by
+/// `ip6tables` the same way.
+pub fn ensure_masquerade(pod_cidr: impl Into<IpNet>, gateway: &str) -> Result<(), HostnetError> {
+    let pod_cidr = pod_cidr.into();
+    let (cmd, rule) = (iptables_of(pod_cidr), masquerade_rule(pod_cidr, gateway));
+    if !iptables_cmd(cmd, "-C", &rule)? {
+        iptables_cmd(cmd, "-A", &rule)?;
     }
     Ok(())
 }
 
 /// Removes the rule [`ensure_masquerade`] made, if present.
-pub fn remove_masquerade(pod_cidr: Ipv4Net, gateway: &str) -> Result<(), HostnetError> {
-    let rule = masquerade_rule(pod_cidr, gateway);
-    while iptables("-C", &rule)? {
-        iptables("-D", &rule)?;
+pub fn remove_masquerade(pod_cidr: impl Into<IpNet>, gateway: &str) -> Result<(), HostnetError> {
+    let pod_cidr = pod_cidr.into();
+    let (cmd, rule) = (iptables_of(pod_cidr), masquerade_rule(pod_cidr, gateway));
+    while iptables_cmd(cmd, "-C", &rule)? {
+        iptables_cmd(cmd, "-D", &rule)?;
     }
     Ok(())
 }

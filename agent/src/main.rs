@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
-use ipnet::Ipv4Net;
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use oxvs_agent::agent::cni::CniSocket;
 use oxvs_agent::agent::{Agent, AgentConfig};
 use oxvs_agent::api::ApiSocket;
@@ -37,10 +37,12 @@ struct Args {
     /// This node's name (its Node object; pods' spec.nodeName). Default: the host name.
     #[arg(long, value_name = "NAME")]
     node_name: Option<String>,
-    /// The node's pod CIDR (IPv4), e.g. 10.244.0.0/24; the gateway gets its
-    /// first address. Default: the Node object's spec.podCIDR.
+    /// The node's pod CIDR, e.g. 10.244.0.0/24; the gateway gets its
+    /// first address. Give it twice, an IPv4 and an IPv6 CIDR (e.g.
+    /// fd00:10:244:1::/64), for a dual-stack node. Default: the Node
+    /// object's spec.podCIDRs.
     #[arg(long, value_name = "CIDR")]
-    pod_cidr: Option<Ipv4Net>,
+    pod_cidr: Vec<IpNet>,
     /// The node's underlay address for VXLAN. Default: the Node object's InternalIP.
     #[arg(long, value_name = "IP")]
     node_ip: Option<std::net::Ipv4Addr>,
@@ -236,12 +238,37 @@ fn pod_mtu(args: &Args) -> u32 {
     underlay.saturating_sub(50).max(576)
 }
 
-async fn run(args: Args, pod_mtu: u32) -> anyhow::Result<()> {
-    if let Some(c) = args.pod_cidr {
-        if c.prefix_len() > 30 {
-            anyhow::bail!("--pod-cidr {c} is too small (at most /30)");
+/// The `--pod-cidr`s by family: at most one of each, large enough.
+fn pod_cidrs(given: &[IpNet]) -> anyhow::Result<(Option<Ipv4Net>, Option<Ipv6Net>)> {
+    let (mut v4, mut v6) = (None, None);
+    for c in given {
+        match c.trunc() {
+            IpNet::V4(n) => {
+                if n.prefix_len() > 30 {
+                    anyhow::bail!("--pod-cidr {c} is too small (at most /30)");
+                }
+                if v4.replace(n).is_some() {
+                    anyhow::bail!("--pod-cidr is given two IPv4 CIDRs; a node has one per family");
+                }
+            }
+            IpNet::V6(n) => {
+                if n.prefix_len() > 126 {
+                    anyhow::bail!("--pod-cidr {c} is too small (at most /126)");
+                }
+                if v6.replace(n).is_some() {
+                    anyhow::bail!("--pod-cidr is given two IPv6 CIDRs; a node has one per family");
+                }
+            }
         }
     }
+    if v6.is_some() && v4.is_none() {
+        anyhow::bail!("--pod-cidr: an IPv6 pod CIDR needs an IPv4 one too (dual-stack; IPv6-only nodes are not supported yet)");
+    }
+    Ok((v4, v6))
+}
+
+async fn run(args: Args, pod_mtu: u32) -> anyhow::Result<()> {
+    let (pod_cidr, pod_cidr6) = pod_cidrs(&args.pod_cidr)?;
     let node_name = match &args.node_name {
         Some(n) => n.clone(),
         None => nix::unistd::gethostname()
@@ -255,7 +282,8 @@ async fn run(args: Args, pod_mtu: u32) -> anyhow::Result<()> {
         cni_socket: args.cni_socket.clone(),
         switchd_socket: args.switchd_socket.clone(),
         state_dir: args.state_dir.clone(),
-        pod_cidr: args.pod_cidr.map(|c| c.trunc()),
+        pod_cidr,
+        pod_cidr6,
         gateway: args.gateway.clone(),
         pod_mtu,
         local_mtu: args.local_mtu,
@@ -265,7 +293,7 @@ async fn run(args: Args, pod_mtu: u32) -> anyhow::Result<()> {
         max_policy_flows: args.max_policy_flows,
         proxy: args.proxy,
     };
-    tracing::info!(node = %cfg.node_name, pod_cidr = ?cfg.pod_cidr, mtu = cfg.pod_mtu, state = %cfg.state_dir.display(), "starting");
+    tracing::info!(node = %cfg.node_name, pod_cidr = ?cfg.pod_cidr, pod_cidr6 = ?cfg.pod_cidr6, mtu = cfg.pod_mtu, state = %cfg.state_dir.display(), "starting");
     oxvs_agent::hostnet::set_proc_sys(args.proc_sys.clone());
     let kube = match (&args.manifests, &args.kubeconfig, args.in_cluster) {
         (None, kubeconfig, in_cluster) if kubeconfig.is_some() || in_cluster => Some(

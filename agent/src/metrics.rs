@@ -753,6 +753,7 @@ mod tests {
             mtu: 1450,
             ofport: Some(ofport),
             state,
+            ipv6: None,
         }
     }
 

@@ -47,9 +47,9 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
-use ipnet::Ipv4Net;
+use ipnet::{Ipv4Net, Ipv6Net};
 
 use crate::flows::RemoteNode;
 use crate::model::Node;
@@ -186,6 +186,8 @@ pub struct LocalNode {
     pub name: String,
     /// The pod CIDR in use (flag or own Node object), once known.
     pub pod_cidr: Option<Ipv4Net>,
+    /// The IPv6 pod CIDR in use, on a dual-stack node.
+    pub pod_cidr6: Option<Ipv6Net>,
     /// The underlay address.
     pub node_ip: Option<Ipv4Addr>,
     /// The prefix of the host interface holding `node_ip`, if found.
@@ -267,6 +269,44 @@ pub fn check_local(cidr: Ipv4Net, local: &LocalNode) -> Result<Ipv4Net, NodeProb
     }
 }
 
+/// Whether an IPv6 pod CIDR may be routed: a unicast range (not loopback,
+/// link-local, multicast or unspecified) that holds a gateway and a pod.
+fn usable_ipv6_cidr(c: &Ipv6Net) -> bool {
+    let net = c.network();
+    let special = net.is_loopback()
+        || net.is_multicast()
+        || net.is_unspecified()
+        || (u128::from(net) >> 118) == 0x3fa; // fe80::/10
+    !special && c.prefix_len() >= 8 && c.prefix_len() <= 126
+}
+
+/// Takes the IPv6 pod CIDR away from an accepted remote whose CIDR is not
+/// usable or overlaps this node's or an earlier one's (by name); the Node
+/// stays for IPv4. Logged at each computation that finds it (rare: a
+/// misconfigured cluster).
+fn drop_bad_ipv6_cidrs(local: &LocalNode, remotes: &mut [RemoteNode]) {
+    // Accepted ranges by network address; pairwise disjoint, so a range
+    // overlaps one of them exactly when the one before its end contains
+    // its network address or starts inside it.
+    let mut taken: BTreeMap<Ipv6Addr, Ipv6Net> = BTreeMap::new();
+    if let Some(l) = local.pod_cidr6 {
+        taken.insert(l.network(), l);
+    }
+    for r in remotes.iter_mut() {
+        let Some(c) = r.pod_cidr6 else { continue };
+        let overlaps = taken
+            .range(..=c.broadcast())
+            .next_back()
+            .is_some_and(|(_, t)| t.contains(&c.network()) || c.contains(&t.network()));
+        if !usable_ipv6_cidr(&c) || overlaps {
+            tracing::warn!(node = %r.name, pod_cidr = %c, "a Node's IPv6 pod CIDR is not usable or overlaps another's; its pods are reached over IPv4 only");
+            r.pod_cidr6 = None;
+        } else {
+            taken.insert(c.network(), c);
+        }
+    }
+}
+
 /// Checks every remote Node of `nodes` (see the module doc).
 pub fn check_remotes(local: &LocalNode, nodes: &BTreeMap<String, Node>) -> Checked {
     let mut refused: BTreeMap<String, NodeProblem> = BTreeMap::new();
@@ -293,6 +333,7 @@ pub fn check_remotes(local: &LocalNode, nodes: &BTreeMap<String, Node>) -> Check
                 name: n.name.clone(),
                 pod_cidr: cidr,
                 ip,
+                pod_cidr6: n.pod_cidr6.map(|c| c.trunc()),
             }),
         }
     }
@@ -361,6 +402,7 @@ pub fn check_remotes(local: &LocalNode, nodes: &BTreeMap<String, Node>) -> Check
         .filter(|r| !refused.contains_key(&r.name))
         .collect();
     remotes.sort_by(|a, b| a.name.cmp(&b.name));
+    drop_bad_ipv6_cidrs(local, &mut remotes);
     Checked {
         remotes,
         refused: refused
@@ -392,6 +434,7 @@ mod tests {
             pod_cidr: Some("10.244.1.0/24".parse().unwrap()),
             node_ip: Some("192.168.77.11".parse().unwrap()),
             underlay: Some("192.168.77.0/24".parse().unwrap()),
+            pod_cidr6: None,
         }
     }
 

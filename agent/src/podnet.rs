@@ -52,9 +52,10 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
-use ipnet::Ipv4Net;
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use oxvs_netlink::{
-    ethtool, Change, Errno, Ipv4Route, Ipv4Rule, Link, LinkChange, LinkSpec, Netlink, NewLink,
+    ethtool, Change, Errno, Ipv4Route, Ipv4Rule, Ipv6Route, Link, LinkChange, LinkSpec, Netlink,
+    NewLink,
 };
 
 mod nl;
@@ -92,6 +93,9 @@ pub struct PodIfaceSpec {
     pub tcp_full_mtu: bool,
     /// Turn TX checksum offload off on the pod end.
     pub tx_checksum_off: bool,
+    /// The pod's IPv6 address, prefix and gateway (a default route via
+    /// it), on a dual-stack node.
+    pub ipv6: Option<crate::state::PodIpv6>,
 }
 
 /// The pod's routing table for TCP when `tcp_full_mtu` (any number: the
@@ -359,6 +363,9 @@ fn configure_pod_end(spec: &PodIfaceSpec, ns: &File) -> Result<(), PodnetError> 
                 spec.ifname
             )))?;
         }
+        if spec.ipv6.is_some() {
+            pod_ipv6_sysctls(&spec.ifname, &in_ns)?;
+        }
         nl::with_netlink(|nl| {
             let index = nl
                 .existing_link(&spec.ifname)
@@ -425,6 +432,37 @@ fn configure_pod_end(spec: &PodIfaceSpec, ns: &File) -> Result<(), PodnetError> 
                     }),
                 ]);
             }
+            let mut v6_steps = Vec::new();
+            if let Some(v6) = spec.ipv6 {
+                changes.extend([
+                    Change::AddAddress {
+                        index,
+                        ip: IpAddr::V6(v6.ip),
+                        prefix_len: v6.prefix_len,
+                    },
+                    Change::AddIpv6Route {
+                        route: Ipv6Route {
+                            dst: Ipv6Net::default(),
+                            gateway: Some(v6.gateway),
+                            oif: Some(index),
+                            onlink: false,
+                            mtu: spec.route_mtu,
+                            table: None,
+                        },
+                        replace: false,
+                    },
+                ]);
+                v6_steps = vec![
+                    format!(
+                        "add {}/{} to '{}' in {in_ns}",
+                        v6.ip, v6.prefix_len, spec.ifname
+                    ),
+                    format!(
+                        "add default route via {} dev '{}' in {in_ns}",
+                        v6.gateway, spec.ifname
+                    ),
+                ];
+            }
             let results = nl
                 .pipeline(&changes)
                 .map_err(nl::step(format!("configure '{}' in {in_ns}", spec.ifname)))?;
@@ -447,12 +485,35 @@ fn configure_pod_end(spec: &PodIfaceSpec, ns: &File) -> Result<(), PodnetError> 
                     format!("add the rule 'ipproto tcp lookup {TCP_TABLE}' in {in_ns}"),
                 ]);
             }
+            steps.extend(v6_steps);
             for (r, step) in results.into_iter().zip(steps) {
                 r.map_err(nl::step(step))?;
             }
             Ok(())
         })
     })
+}
+
+/// IPv6 settings of the pod's interface `ifname`, made in the pod's
+/// namespace (the caller's thread is in it) before the link comes up:
+/// IPv6 on; the link-local address the modified EUI-64 of the MAC (what
+/// SpoofGuard allows it, [`crate::flows::ipv6::link_local`], whatever the
+/// namespace's default generation mode); no duplicate address detection
+/// (addresses are the agent's, unique, and usable at once); no router
+/// advertisements taken (the switch drops pods' anyway; the default route
+/// is set here).
+fn pod_ipv6_sysctls(ifname: &str, in_ns: &str) -> Result<(), PodnetError> {
+    for (name, value) in [
+        ("disable_ipv6", "0"),
+        ("addr_gen_mode", "0"),
+        ("accept_dad", "0"),
+        ("accept_ra", "0"),
+    ] {
+        let path = format!("/proc/sys/net/ipv6/conf/{ifname}/{name}");
+        std::fs::write(&path, value)
+            .map_err(|e| PodnetError::Other(format!("set {path} to {value} in {in_ns}: {e}")))?;
+    }
+    Ok(())
 }
 
 /// Deletes the host end (and so its peer). `Ok(false)` if it did not exist.
@@ -675,17 +736,28 @@ pub fn link_mtu(name: &str) -> Result<u32, PodnetError> {
 }
 
 /// Makes sure `name` holds `ip/prefix_len` (adds it if missing) and is up.
-pub fn ensure_address(name: &str, ip: Ipv4Addr, prefix_len: u8) -> Result<(), PodnetError> {
+pub fn ensure_address(
+    name: &str,
+    ip: impl Into<IpAddr>,
+    prefix_len: u8,
+) -> Result<(), PodnetError> {
     validate_ifname("link", name)?;
-    if prefix_len > 32 {
+    let ip = ip.into();
+    let max = if ip.is_ipv4() { 32 } else { 128 };
+    if prefix_len > max {
         return Err(PodnetError::Other(format!(
-            "invalid prefix length /{prefix_len} for {ip} on '{name}': at most 32"
+            "invalid prefix length /{prefix_len} for {ip} on '{name}': at most {max}"
         )));
     }
     nl::with_netlink(|nl| {
         let link = existing_link(nl, name)?;
-        if !ipv4_addresses(nl, Some(link.index))?.contains(&(ip, prefix_len)) {
-            match nl.add_address(link.index, IpAddr::V4(ip), prefix_len) {
+        let has = nl
+            .addresses(Some(link.index))
+            .map_err(nl::step(format!("list the addresses of '{name}'")))?
+            .iter()
+            .any(|a| a.ip == ip && a.prefix_len == prefix_len);
+        if !has {
+            match nl.add_address(link.index, ip, prefix_len) {
                 Ok(()) => {}
                 // Lost a race with another writer: the address is there.
                 Err(e) if e.errno() == Some(Errno::EEXIST) => {}
@@ -738,27 +810,54 @@ pub fn netns_exists(path: &Path) -> bool {
 /// `via`, straight onto the link (scope link), with path MTU `mtu` if
 /// given. Replaces an existing route to `dst`. Idempotent.
 pub fn ensure_route(
-    dst: ipnet::Ipv4Net,
-    via: Option<Ipv4Addr>,
+    dst: IpNet,
+    via: Option<IpAddr>,
     dev: &str,
     mtu: Option<u32>,
 ) -> Result<(), PodnetError> {
     validate_ifname("link", dev)?;
+    let what = match via {
+        Some(via) => format!("route {dst} via {via} dev {dev} onlink"),
+        None => format!("route {dst} dev {dev}"),
+    };
     nl::with_netlink(|nl| {
-        let link = existing_link(nl, dev)?;
-        let route = Ipv4Route {
-            dst,
-            gateway: via,
-            oif: Some(link.index),
-            onlink: via.is_some(),
-            mtu,
-            table: None,
-        };
-        let what = match via {
-            Some(via) => format!("route {dst} via {via} dev {dev} onlink"),
-            None => format!("route {dst} dev {dev}"),
-        };
-        nl.add_route(&route, true).map_err(nl::step(what))
+        let oif = Some(existing_link(nl, dev)?.index);
+        let onlink = via.is_some();
+        match (dst, via) {
+            (IpNet::V4(dst), None | Some(IpAddr::V4(_))) => {
+                let gateway = via.and_then(|v| match v {
+                    IpAddr::V4(v) => Some(v),
+                    IpAddr::V6(_) => None,
+                });
+                let route = Ipv4Route {
+                    dst,
+                    gateway,
+                    oif,
+                    onlink,
+                    mtu,
+                    table: None,
+                };
+                nl.add_route(&route, true).map_err(nl::step(what))
+            }
+            (IpNet::V6(dst), None | Some(IpAddr::V6(_))) => {
+                let gateway = via.and_then(|v| match v {
+                    IpAddr::V6(v) => Some(v),
+                    IpAddr::V4(_) => None,
+                });
+                let route = Ipv6Route {
+                    dst,
+                    gateway,
+                    oif,
+                    onlink,
+                    mtu,
+                    table: None,
+                };
+                nl.add_ipv6_route(&route, true).map_err(nl::step(what))
+            }
+            _ => Err(PodnetError::Other(format!(
+                "{what}: the next hop is not of the destination's family"
+            ))),
+        }
     })
 }
 
@@ -776,22 +875,32 @@ pub fn routes_via(via: Ipv4Addr, dev: &str) -> Result<Vec<ipnet::Ipv4Net>, Podne
 }
 
 /// Removes the caller's namespace route to `dst` (if any) that goes out of `dev`.
-pub fn remove_route(dst: ipnet::Ipv4Net, dev: &str) -> Result<bool, PodnetError> {
+pub fn remove_route(dst: IpNet, dev: &str) -> Result<bool, PodnetError> {
     validate_ifname("link", dev)?;
     nl::with_netlink(|nl| {
         let Ok(link) = existing_link(nl, dev) else {
             return Ok(false);
         };
-        let route = Ipv4Route {
-            dst,
-            gateway: None,
-            oif: Some(link.index),
-            onlink: false,
-            mtu: None,
-            table: None,
+        let oif = Some(link.index);
+        let removed = match dst {
+            IpNet::V4(dst) => nl.delete_route(&Ipv4Route {
+                dst,
+                gateway: None,
+                oif,
+                onlink: false,
+                mtu: None,
+                table: None,
+            }),
+            IpNet::V6(dst) => nl.delete_ipv6_route(&Ipv6Route {
+                dst,
+                gateway: None,
+                oif,
+                onlink: false,
+                mtu: None,
+                table: None,
+            }),
         };
-        nl.delete_route(&route)
-            .map_err(nl::step(format!("remove the route to {dst} on {dev}")))
+        removed.map_err(nl::step(format!("remove the route to {dst} on {dev}")))
     })
 }
 

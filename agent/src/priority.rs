@@ -25,6 +25,13 @@ pub mod classifier {
 
 /// Table `SpoofGuard` (10).
 pub mod spoof_guard {
+    /// IPv6 Neighbour Discovery that may pass (to the responder): the
+    /// gateway's, a pod's solicitations from its own addresses and
+    /// advertisements of its own addresses with its own MAC.
+    pub const ND_ALLOW: u16 = 220;
+    /// Any other Neighbour Discovery, router solicitation/advertisement or
+    /// redirect from a pod: dropped, whatever its source address.
+    pub const ND_DENY: u16 = 210;
     /// Traffic that may pass: the gateway's, a pod's own MAC and IP.
     pub const ALLOW: u16 = 200;
 }
@@ -63,7 +70,8 @@ pub mod conntrack_state {
 
 /// Tables `EgressRule` (40) and `IngressRule` (70).
 pub mod policy_rule {
-    /// `+est`, `+rel` skip the ingress rules (IngressRule only).
+    /// `+est`, `+rel` skip the ingress rules (IngressRule only); so does
+    /// IPv6 Neighbour Discovery (never tracked, as ARP is not IP).
     pub const ESTABLISHED: u16 = 210;
     /// Traffic between a pod and its own node: exempt from policy.
     pub const NODE_EXEMPTION: u16 = 205;

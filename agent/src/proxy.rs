@@ -815,6 +815,7 @@ mod tests {
             gateway_ip: "10.244.1.1".parse().unwrap(),
             gateway_mac: [0x0a, 0x58, 10, 244, 1, 1],
             gateway_ofport: 2,
+            ipv6: None,
         }
     }
 
@@ -852,6 +853,7 @@ mod tests {
                 ofport: 4,
                 ip: "10.244.1.3".parse().unwrap(),
                 mac: [0x0a, 0x58, 10, 244, 1, 3],
+                ip6: None,
             }],
             state: std::sync::Arc::new(state.clone()),
             proxy: true,

@@ -24,7 +24,7 @@
 
 use std::fs;
 use std::io::Write as _;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -62,6 +62,18 @@ pub struct Attachment {
     #[serde(default)]
     pub ofport: Option<u32>,
     pub state: AttachState,
+    /// The pod's IPv6 address, on a dual-stack node (absent in records
+    /// made before dual-stack, and on IPv4 nodes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipv6: Option<PodIpv6>,
+}
+
+/// A pod's IPv6 address, its prefix and its gateway.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodIpv6 {
+    pub ip: Ipv6Addr,
+    pub prefix_len: u8,
+    pub gateway: Ipv6Addr,
 }
 
 impl Attachment {
@@ -211,6 +223,7 @@ mod tests {
             mtu: 1450,
             ofport: None,
             state: AttachState::Pending,
+            ipv6: None,
         }
     }
 

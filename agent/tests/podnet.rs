@@ -105,6 +105,7 @@ fn spec(pod: &Netns, n: u8, host_ifname: &str) -> PodIfaceSpec {
         route_mtu: None,
         tcp_full_mtu: false,
         tx_checksum_off: true,
+        ipv6: None,
     }
 }
 

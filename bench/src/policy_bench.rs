@@ -338,6 +338,7 @@ impl Model {
                         gateway_ip: gw,
                         gateway_mac: aflows::pod_mac(gw),
                         gateway_ofport: GATEWAY_OFPORT,
+                        ipv6: None,
                     },
                     ports: Vec::new(),
                     local: Vec::new(),
@@ -402,6 +403,7 @@ impl Model {
                 ofport,
                 ip,
                 mac: aflows::pod_mac(ip),
+                ip6: None,
             });
             node.local.push(LocalPod {
                 namespace: ns.clone(),
@@ -419,6 +421,7 @@ impl Model {
                     name: n.name.clone(),
                     pod_cidr: n.pod_cidr?,
                     ip: n.internal_ip?,
+                    pod_cidr6: None,
                 })
             })
             .collect();

@@ -286,6 +286,7 @@ impl Model {
                         gateway_ip: gw,
                         gateway_mac: aflows::pod_mac(gw),
                         gateway_ofport: GATEWAY_OFPORT,
+                        ipv6: None,
                     },
                     ip: Ipv4Addr::new(192, 168, 77, 10 + n8),
                     ports: Vec::new(),
@@ -314,6 +315,7 @@ impl Model {
                 ofport: 3 + k,
                 ip,
                 mac: aflows::pod_mac(ip),
+                ip6: None,
             });
             pool.push((ni, ip));
         }
@@ -323,6 +325,7 @@ impl Model {
                 name: n.name.clone(),
                 pod_cidr: n.net.pod_cidr,
                 ip: n.ip,
+                pod_cidr6: None,
             })
             .collect();
         for n in &mut nodes {

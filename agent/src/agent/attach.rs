@@ -33,6 +33,7 @@ impl Agent {
             route_mtu: self.route_mtu(a.mtu),
             tcp_full_mtu: self.tcp_full_mtu(a.mtu),
             tx_checksum_off: self.cfg.pod_tx_checksum_off,
+            ipv6: a.ipv6,
         }
     }
 
@@ -133,13 +134,7 @@ impl Agent {
                 )
             })?;
         let (cid, ifn) = a.key();
-        let (c, i) = (cid.clone(), ifn.clone());
-        match self.with_ipam(move |ipam| ipam.release(&c, &i)).await {
-            Ok(_) => {}
-            // No IPAM yet: nothing can have been allocated.
-            Err(e) if e.code == code::TRY_AGAIN_LATER => {}
-            Err(e) => return Err(e),
-        }
+        self.release_addresses(&cid, &ifn).await?;
         let store = self.store.clone();
         blocking(move || store.remove(&cid, &ifn))
             .await?

@@ -47,7 +47,7 @@ use crate::flows::{self, PodPort};
 use crate::model::Pod;
 use crate::podnet;
 use crate::socket_server::{LineProtocol, Requests};
-use crate::state::{AttachState, Attachment};
+use crate::state::{AttachState, Attachment, PodIpv6};
 
 /// Longest request line accepted from the plugin (its newline included).
 const MAX_REQUEST: usize = 4 << 20;
@@ -204,6 +204,23 @@ impl Agent {
                 return Err(e);
             }
         };
+        let (cid, ifn) = (req.container_id.clone(), req.ifname.clone());
+        let ip6 = match self.with_ipam6(move |ipam| ipam.allocate(&cid, &ifn)).await {
+            Ok(ip6) => ip6,
+            Err(e) => {
+                let _ = self.release_addresses(&req.container_id, &req.ifname).await;
+                self.forget_admitted(pod_ns, pod_name);
+                return Err(e);
+            }
+        };
+        let ipv6 = match (ip6, &node.ipv6) {
+            (Some(ip), Some(v6)) => Some(PodIpv6 {
+                ip,
+                prefix_len: v6.pod_cidr.prefix_len(),
+                gateway: v6.gateway_ip,
+            }),
+            _ => None,
+        };
         let mac = flows::pod_mac(ip);
         let mut a = Attachment {
             container_id: req.container_id.clone(),
@@ -219,10 +236,10 @@ impl Agent {
             mtu: self.link_mtu(),
             ofport: None,
             state: AttachState::Pending,
+            ipv6,
         };
         if let Err(e) = self.save_record(a.clone()).await {
-            let (cid, ifn) = (req.container_id.clone(), req.ifname.clone());
-            let _ = self.with_ipam(move |ipam| ipam.release(&cid, &ifn)).await;
+            let _ = self.release_addresses(&req.container_id, &req.ifname).await;
             self.forget_admitted(pod_ns, pod_name);
             return Err(e);
         }
@@ -382,12 +399,8 @@ impl Agent {
                             )
                         })?;
                 }
-                let (cid, ifn) = (req.container_id.clone(), req.ifname.clone());
-                match self.with_ipam(move |ipam| ipam.release(&cid, &ifn)).await {
-                    Ok(_) => {}
-                    Err(e) if e.code == code::TRY_AGAIN_LATER => {}
-                    Err(e) => return Err(e),
-                }
+                self.release_addresses(&req.container_id, &req.ifname)
+                    .await?;
             }
         }
         Ok(())
@@ -449,6 +462,7 @@ impl Agent {
                     ofport,
                     ip: a.ip,
                     mac: flows::pod_mac(a.ip),
+                    ip6: a.ipv6.map(|v6| v6.ip),
                 },
             );
             problems.extend(compare_flows(&want, &dump, crate::cookie::pod(ofport)));
@@ -531,20 +545,13 @@ impl Agent {
         // written, is never taken for stale.
         let gate = self.gate.write().await;
         let held: BTreeSet<(String, String)> = self.attachments().iter().map(|a| a.key()).collect();
+        let valid = std::sync::Arc::new(valid);
+        let held = std::sync::Arc::new(held);
         let r = self
-            .with_ipam(move |ipam| {
-                ipam.retain(|al| {
-                    let k = (al.container_id.clone(), al.ifname.clone());
-                    valid.contains(&k) || held.contains(&k)
-                })
-            })
+            .retain_addresses(move |k| valid.contains(k) || held.contains(k))
             .await;
         drop(gate);
-        match r {
-            Ok(_) => {}
-            Err(e) if e.code == code::TRY_AGAIN_LATER => {}
-            Err(e) => return Err(e),
-        }
+        r?;
         if failures.is_empty() {
             Ok(())
         } else {
@@ -612,16 +619,28 @@ pub fn cni_result(a: &Attachment, route_mtu: Option<u32>) -> CniResult {
             mtu: Some(a.mtu),
             sandbox: a.netns.clone(),
         }],
-        ips: vec![CniIp {
+        ips: std::iter::once(CniIp {
             address: format!("{}/{}", a.ip, a.prefix_len),
             gateway: Some(a.gateway.to_string()),
             interface: Some(0),
-        }],
-        routes: vec![CniRoute {
+        })
+        .chain(a.ipv6.map(|v6| CniIp {
+            address: format!("{}/{}", v6.ip, v6.prefix_len),
+            gateway: Some(v6.gateway.to_string()),
+            interface: Some(0),
+        }))
+        .collect(),
+        routes: std::iter::once(CniRoute {
             dst: "0.0.0.0/0".into(),
             gw: Some(a.gateway.to_string()),
             mtu: route_mtu,
-        }],
+        })
+        .chain(a.ipv6.map(|v6| CniRoute {
+            dst: "::/0".into(),
+            gw: Some(v6.gateway.to_string()),
+            mtu: route_mtu,
+        }))
+        .collect(),
         dns: Default::default(),
     }
 }
@@ -652,21 +671,24 @@ fn check_prev_result(prev: &Value, a: &Attachment) -> Vec<String> {
             problems.push(format!("prevResult MAC {mac} differs from {}", a.mac));
         }
     }
-    let want = format!("{}/{}", a.ip, a.prefix_len);
     let ips = prev
         .get("ips")
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
-    let found = ips.iter().any(|ip| {
-        ip.get("address").and_then(Value::as_str) == Some(want.as_str())
-            && ip
-                .get("interface")
-                .and_then(Value::as_u64)
-                .is_none_or(|i| i as usize == idx)
-    });
-    if !found {
-        problems.push(format!("prevResult has no address {want} on {}", a.ifname));
+    let wanted = std::iter::once(format!("{}/{}", a.ip, a.prefix_len))
+        .chain(a.ipv6.map(|v6| format!("{}/{}", v6.ip, v6.prefix_len)));
+    for want in wanted {
+        let found = ips.iter().any(|ip| {
+            ip.get("address").and_then(Value::as_str) == Some(want.as_str())
+                && ip
+                    .get("interface")
+                    .and_then(Value::as_u64)
+                    .is_none_or(|i| i as usize == idx)
+        });
+        if !found {
+            problems.push(format!("prevResult has no address {want} on {}", a.ifname));
+        }
     }
     problems
 }
@@ -959,11 +981,13 @@ mod tests {
             gateway_ip: "10.244.0.1".parse().unwrap(),
             gateway_mac: [2, 0, 0, 0, 0, 1],
             gateway_ofport: 2,
+            ipv6: None,
         };
         let pod = PodPort {
             ofport: 3,
             ip: "10.244.0.5".parse().unwrap(),
             mac: flows::pod_mac("10.244.0.5".parse().unwrap()),
+            ip6: None,
         };
         let want = flows::pod_flows(&node, &pod);
         // Build a dump from the wanted flows through the pipeline's printer.

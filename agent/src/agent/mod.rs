@@ -42,12 +42,12 @@ mod switch;
 mod test_fixtures;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ipnet::Ipv4Net;
+use ipnet::{Ipv4Net, Ipv6Net};
 use oxvs_api::cni::{code, CniError};
 
 use crate::flows::NodeNet;
@@ -73,6 +73,9 @@ pub struct AgentConfig {
     pub state_dir: PathBuf,
     /// The node's pod CIDR; `None`: from the Node object's `spec.podCIDR`.
     pub pod_cidr: Option<Ipv4Net>,
+    /// The node's IPv6 pod CIDR (dual-stack); `None`: from the Node
+    /// object's `spec.podCIDRs`, if it has one.
+    pub pod_cidr6: Option<Ipv6Net>,
     /// The node's underlay address; `None`: from the Node object's InternalIP.
     pub node_ip: Option<Ipv4Addr>,
     /// The host's gateway interface (switchd `--gateway NAME`); its switch
@@ -149,12 +152,14 @@ struct Applied {
 
 /// The IPAM store, once the pod CIDR is known. Locked only on the
 /// blocking pool ([`Agent::with_ipam`]): its operations fsync.
-type IpamSlot = Arc<Mutex<Option<Ipam>>>;
+type IpamSlot<A = Ipv4Addr> = Arc<Mutex<Option<Ipam<A>>>>;
 
 /// The agent: its state and the operations the CNI server runs.
 pub struct Agent {
     cfg: AgentConfig,
     ipam: IpamSlot,
+    /// The IPv6 store, on a dual-stack node.
+    ipam6: IpamSlot<Ipv6Addr>,
     store: Store,
     records: Mutex<BTreeMap<(String, String), Attachment>>,
     locks: Mutex<HashMap<(String, String), KeyLock>>,
@@ -165,7 +170,7 @@ pub struct Agent {
     applied: tokio::sync::Mutex<Applied>,
     rules: Mutex<Vec<RuleRef>>,
     /// Host routes set: destination, next hop (`None`: onto the link).
-    routes: Mutex<BTreeMap<Ipv4Net, Option<Ipv4Addr>>>,
+    routes: Mutex<BTreeMap<ipnet::IpNet, Option<std::net::IpAddr>>>,
     /// The proxy's NodePorts as last set on the host.
     node_ports: Mutex<Option<Vec<crate::hostnet::NodePort>>>,
     /// Reads a pod the snapshot lacks (`None`: no cluster source).
@@ -211,6 +216,7 @@ impl Agent {
         let agent = Agent {
             cfg,
             ipam: Arc::new(Mutex::new(None)),
+            ipam6: Arc::new(Mutex::new(None)),
             store,
             records: Mutex::new(records),
             locks: Mutex::new(HashMap::new()),
@@ -234,6 +240,9 @@ impl Agent {
         if let Some(cidr) = agent.cfg.pod_cidr {
             open_ipam_in(&agent.ipam, &agent.cfg.state_dir, cidr)?;
         }
+        if let Some(cidr) = agent.cfg.pod_cidr6 {
+            open_ipam_in(&agent.ipam6, &agent.cfg.state_dir, cidr)?;
+        }
         Ok(agent)
     }
 
@@ -252,6 +261,82 @@ impl Agent {
         tokio::task::spawn_blocking(move || open_ipam_in(&slot, &dir, cidr))
             .await
             .map_err(|e| anyhow::anyhow!("IPAM task failed: {e}"))?
+    }
+
+    /// Releases the addresses (both families) of (container id, ifname);
+    /// none allocated, or no IPAM yet, is not an error.
+    async fn release_addresses(&self, cid: &str, ifn: &str) -> Result<(), CniError> {
+        let (c, i) = (cid.to_owned(), ifn.to_owned());
+        match self.with_ipam(move |ipam| ipam.release(&c, &i)).await {
+            Ok(_) => {}
+            // No IPAM yet: nothing can have been allocated.
+            Err(e) if e.code == code::TRY_AGAIN_LATER => {}
+            Err(e) => return Err(e),
+        }
+        let (c, i) = (cid.to_owned(), ifn.to_owned());
+        self.with_ipam6(move |ipam| ipam.release(&c, &i))
+            .await
+            .map(drop)
+    }
+
+    /// Releases every allocation (both families) whose key `keep` refuses;
+    /// returns the addresses released. No IPAM yet: nothing.
+    async fn retain_addresses(
+        &self,
+        keep: impl Fn(&(String, String)) -> bool + Clone + Send + 'static,
+    ) -> Result<Vec<(std::net::IpAddr, String)>, CniError> {
+        let k = keep.clone();
+        let mut gone: Vec<(std::net::IpAddr, String)> = match self
+            .with_ipam(move |ipam| {
+                ipam.retain(|al| k(&(al.container_id.clone(), al.ifname.clone())))
+            })
+            .await
+        {
+            Ok(v) => v
+                .into_iter()
+                .map(|al| (al.ip.into(), al.container_id))
+                .collect(),
+            Err(e) if e.code == code::TRY_AGAIN_LATER => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        let v6 = self
+            .with_ipam6(move |ipam| {
+                ipam.retain(|al| keep(&(al.container_id.clone(), al.ifname.clone())))
+            })
+            .await?
+            .unwrap_or_default();
+        gone.extend(v6.into_iter().map(|al| (al.ip.into(), al.container_id)));
+        Ok(gone)
+    }
+
+    /// [`Agent::open_ipam`] for the IPv6 pod CIDR.
+    async fn open_ipam6(&self, cidr: Ipv6Net) -> anyhow::Result<()> {
+        let (slot, dir) = (self.ipam6.clone(), self.cfg.state_dir.clone());
+        tokio::task::spawn_blocking(move || open_ipam_in(&slot, &dir, cidr))
+            .await
+            .map_err(|e| anyhow::anyhow!("IPAM task failed: {e}"))?
+    }
+
+    /// Runs `f` on the IPv6 IPAM store, if the node has one (`Ok(None)`
+    /// on an IPv4-only node); see [`Agent::with_ipam`].
+    async fn with_ipam6<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Ipam<Ipv6Addr>) -> Result<T, crate::ipam::IpamError> + Send + 'static,
+    ) -> Result<Option<T>, CniError> {
+        let slot = self.ipam6.clone();
+        blocking(move || {
+            let mut slot = slot
+                .lock()
+                .map_err(|_| err(code::IO_FAILURE, "IPAM lock poisoned"))?;
+            let Some(ipam) = slot.as_mut() else {
+                return Ok(None);
+            };
+            f(ipam).map(Some).map_err(|e| match e {
+                crate::ipam::IpamError::Exhausted { .. } => err(code::IP_EXHAUSTED, e.to_string()),
+                _ => err(code::IO_FAILURE, e.to_string()),
+            })
+        })
+        .await?
     }
 
     /// Runs `f` on the IPAM store on the blocking pool: its writes fsync,
@@ -354,6 +439,11 @@ impl Agent {
                 tracing::error!("{e:#}");
             }
         }
+        if let Some(cidr) = self.pod_cidr6_in(&state) {
+            if let Err(e) = self.open_ipam6(cidr).await {
+                tracing::error!("{e:#}");
+            }
+        }
         if let Ok(mut c) = self.cluster.lock() {
             *c = state;
         }
@@ -403,7 +493,11 @@ impl Agent {
 }
 
 /// Opens (or switches to) the IPAM store of `cidr` in `slot` (blocking).
-fn open_ipam_in(slot: &Mutex<Option<Ipam>>, state_dir: &Path, cidr: Ipv4Net) -> anyhow::Result<()> {
+fn open_ipam_in<A: crate::ipam::PodFamily>(
+    slot: &Mutex<Option<Ipam<A>>>,
+    state_dir: &Path,
+    cidr: A::Net,
+) -> anyhow::Result<()> {
     use anyhow::Context as _;
     let mut slot = slot
         .lock()
@@ -415,7 +509,7 @@ fn open_ipam_in(slot: &Mutex<Option<Ipam>>, state_dir: &Path, cidr: Ipv4Net) -> 
         }
         None => {}
     }
-    let ipam = Ipam::open(&state_dir.join("ipam"), cidr)
+    let ipam = Ipam::<A>::open(&state_dir.join("ipam"), cidr)
         .with_context(|| format!("cannot open the IPAM store for {cidr}"))?;
     *slot = Some(ipam);
     Ok(())

@@ -8,11 +8,11 @@
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 
-use ipnet::Ipv4Net;
+use ipnet::{Ipv4Net, Ipv6Net};
 use oxvs_api::{PortKind, PortSpec, Request};
 
 use super::{gateway_of, Agent};
-use crate::flows::{self, NodeNet, RemoteNode};
+use crate::flows::{self, NodeNet, NodeNet6, RemoteNode};
 use crate::model::ClusterState;
 use crate::nodes::{self, LocalNode, NodeProblem, RefusedNode};
 use crate::podnet;
@@ -34,11 +34,26 @@ impl Agent {
         }
     }
 
+    /// The node's IPv6 pod CIDR: `--pod-cidr` (IPv6), else its Node
+    /// object's first IPv6 `spec.podCIDRs` entry, if usable.
+    pub(super) fn pod_cidr6_in(&self, state: &ClusterState) -> Option<Ipv6Net> {
+        if let Some(c) = self.cfg.pod_cidr6 {
+            return Some(c);
+        }
+        let c = state.nodes.get(&self.cfg.node_name)?.pod_cidr6?;
+        if c.prefix_len() > 126 {
+            tracing::error!(node = %self.cfg.node_name, pod_cidr = %c, "the Node's IPv6 pod CIDR is too small (at most /126); pods get IPv4 only");
+            return None;
+        }
+        Some(c)
+    }
+
     /// What this node knows of itself, for [`crate::nodes`].
     fn local_node(&self, state: &ClusterState, pod_cidr: Option<Ipv4Net>) -> LocalNode {
         LocalNode {
             name: self.cfg.node_name.clone(),
             pod_cidr,
+            pod_cidr6: self.pod_cidr6_in(state),
             node_ip: self.cfg.node_ip.or_else(|| {
                 state
                     .nodes
@@ -104,6 +119,10 @@ impl Agent {
             );
         };
         self.open_ipam(cidr).await?;
+        let ipv6 = self.pod_cidr6_in(&self.cluster()).map(NodeNet6::of);
+        if let Some(v6) = &ipv6 {
+            self.open_ipam6(v6.pod_cidr).await?;
+        }
         if let Some(ip) = self.node_ip() {
             match tokio::task::spawn_blocking(move || podnet::subnet_of(ip)).await {
                 Ok(Ok(subnet)) => {
@@ -136,8 +155,12 @@ impl Agent {
             switch_max_frame = max_frame,
             "pod interface and gateway MTU"
         );
+        let v6 = ipv6.clone();
         let gateway_mac = tokio::task::spawn_blocking(move || {
             podnet::ensure_address(&gw, gateway_ip, cidr.prefix_len())?;
+            if let Some(v6) = v6 {
+                podnet::ensure_address(&gw, v6.gateway_ip, v6.pod_cidr.prefix_len())?;
+            }
             podnet::set_mtu(&gw, mtu)?;
             podnet::link_mac(&gw)
         })
@@ -147,7 +170,27 @@ impl Agent {
             gateway_ip,
             gateway_mac,
             gateway_ofport,
+            ipv6,
         };
+        if let Some(v6) = &node.ipv6 {
+            // The host routes pods' IPv6 traffic between the gateway and
+            // its other interfaces, as it does IPv4's.
+            let cidr6 = v6.pod_cidr;
+            let (gw, masquerade) = (self.cfg.gateway.clone(), self.cfg.masquerade);
+            let r = tokio::task::spawn_blocking(move || {
+                crate::hostnet::enable_ipv6_forwarding()?;
+                if masquerade {
+                    crate::hostnet::ensure_masquerade(cidr6, &gw)?;
+                }
+                Ok::<(), crate::hostnet::HostnetError>(())
+            })
+            .await;
+            match r {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::warn!("pods' IPv6 beyond the node will not work: {e}"),
+                Err(e) => tracing::warn!("IPv6 forwarding task failed: {e}"),
+            }
+        }
         {
             let gw = self.cfg.gateway.clone();
             match tokio::task::spawn_blocking(move || crate::hostnet::disable_redirects(&gw)).await

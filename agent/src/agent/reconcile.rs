@@ -15,15 +15,15 @@
 //! `replace-flows`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 
-use ipnet::Ipv4Net;
+use ipnet::{IpNet, Ipv4Net};
 use oxvs_api::cni::{code, CniError};
 use oxvs_api::Request;
 
 use super::{blocking, err, gateway_of, Agent};
 use crate::desired::{self, Inputs, Tunnel};
-use crate::flows::{NodeNet, PodPort};
+use crate::flows::{self, NodeNet, PodPort};
 use crate::model::Pod;
 use crate::podnet;
 use crate::policy::Refusal;
@@ -253,17 +253,25 @@ impl Agent {
     /// Service address via it ([`crate::proxy`], "From outside the node").
     async fn sync_routes(&self, node: &NodeNet) {
         let cluster = self.cluster();
-        let mut want: BTreeMap<Ipv4Net, Option<Ipv4Addr>> = self
-            .remote_nodes(&cluster)
+        let remotes = self.remote_nodes(&cluster);
+        let mut want: BTreeMap<IpNet, Option<IpAddr>> = remotes
             .iter()
             .filter(|r| r.pod_cidr != node.pod_cidr)
-            .map(|r| (r.pod_cidr, Some(gateway_of(r.pod_cidr))))
+            .map(|r| (r.pod_cidr.into(), Some(gateway_of(r.pod_cidr).into())))
             .collect();
+        if let Some(own) = &node.ipv6 {
+            for c in remotes.iter().filter_map(|r| r.pod_cidr6) {
+                if c != own.pod_cidr {
+                    want.insert(c.into(), Some(flows::ipv6::gateway_of(c).into()));
+                }
+            }
+        }
         if self.cfg.proxy {
             let vip = crate::proxy::SERVICE_VIP;
-            want.insert(Ipv4Net::from(vip), None);
+            want.insert(Ipv4Net::from(vip).into(), None);
             for ip in crate::proxy::host_routes(&cluster) {
-                want.entry(Ipv4Net::from(ip)).or_insert(Some(vip));
+                want.entry(Ipv4Net::from(ip).into())
+                    .or_insert(Some(vip.into()));
             }
         }
         let mut have = self.routes.lock().map(|r| r.clone()).unwrap_or_default();
@@ -277,7 +285,7 @@ impl Agent {
                 tokio::task::spawn_blocking(move || podnet::routes_via(vip, &g)).await
             {
                 for dst in left {
-                    have.entry(dst).or_insert(Some(vip));
+                    have.entry(dst.into()).or_insert(Some(vip.into()));
                 }
             }
         }
@@ -367,14 +375,13 @@ impl Agent {
         }
         // Addresses no record holds.
         let held: BTreeSet<(String, String)> = self.attachments().iter().map(|a| a.key()).collect();
+        let held = std::sync::Arc::new(held);
         let removed = self
-            .with_ipam(move |ipam| {
-                ipam.retain(|al| held.contains(&(al.container_id.clone(), al.ifname.clone())))
-            })
+            .retain_addresses(move |k| held.contains(k))
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        for al in &removed {
-            tracing::info!(ip = %al.ip, container = %al.container_id, "released an address no pod holds");
+        for (ip, container) in &removed {
+            tracing::info!(%ip, %container, "released an address no pod holds");
         }
         report.addresses_released = removed.len();
         self.applied.lock().await.valid = false;

@@ -26,6 +26,7 @@ pub(super) fn att() -> Attachment {
         mtu: 1450,
         ofport: Some(3),
         state: AttachState::Ready,
+        ipv6: None,
     }
 }
 
@@ -38,6 +39,7 @@ pub(super) fn offline_agent(dir: &Path) -> Arc<Agent> {
             switchd_socket: dir.join("no-switchd.sock"),
             state_dir: dir.join("state"),
             pod_cidr: Some("10.244.0.0/24".parse().unwrap()),
+            pod_cidr6: None,
             node_ip: None,
             gateway: "gw".into(),
             tunnel: "tun".into(),

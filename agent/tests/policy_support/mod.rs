@@ -26,6 +26,7 @@ pub fn remote_node() -> RemoteNode {
         name: "n2".into(),
         pod_cidr: "10.244.1.0/24".parse().unwrap(),
         ip: "192.168.77.12".parse().unwrap(),
+        pod_cidr6: None,
     }
 }
 
@@ -35,6 +36,7 @@ pub fn node() -> NodeNet {
         gateway_ip: "10.244.0.1".parse().unwrap(),
         gateway_mac: [0x0a, 0x58, 10, 244, 0, 1],
         gateway_ofport: GW_PORT,
+        ipv6: None,
     }
 }
 
@@ -166,6 +168,7 @@ pub fn node_text(local: &[LocalPod], pf: &PolicyFlows) -> String {
             ofport: l.ofport,
             ip: l.ip,
             mac: flows::pod_mac(l.ip),
+            ip6: None,
         })
         .collect();
     let base = desired::base_flows(&Inputs {

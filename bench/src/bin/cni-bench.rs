@@ -479,6 +479,7 @@ fn run_probe(dir: &Path, switch_sock: &Path, pods: &[String]) -> Result<Probe> {
         gateway_ip,
         gateway_mac: flows::pod_mac(gateway_ip),
         gateway_ofport: gw_ofport,
+        ipv6: None,
     };
     let mut probe = Probe { steps: Vec::new() };
     for (i, pod) in pods.iter().enumerate() {
@@ -505,6 +506,7 @@ fn run_probe(dir: &Path, switch_sock: &Path, pods: &[String]) -> Result<Probe> {
             mtu: 1450,
             ofport: None,
             state: state::AttachState::Pending,
+            ipv6: None,
         };
         timed(&mut probe, "ADD", "record save x2 (fsync)", || {
             store.save(&rec).context("probe save")
@@ -522,6 +524,7 @@ fn run_probe(dir: &Path, switch_sock: &Path, pods: &[String]) -> Result<Probe> {
             tcp_full_mtu: false,
             // As the agent does by default (the switch completes checksums).
             tx_checksum_off: false,
+            ipv6: None,
         };
         timed(
             &mut probe,
@@ -558,6 +561,7 @@ fn run_probe(dir: &Path, switch_sock: &Path, pods: &[String]) -> Result<Probe> {
             ofport: info.ofport,
             ip,
             mac,
+            ip6: None,
         };
         let text = flows::pod_flows(&node, &pod_port).join("\n");
         timed(&mut probe, "ADD", "switch add-flows (pod flows)", || {

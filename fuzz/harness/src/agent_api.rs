@@ -44,6 +44,7 @@ fn node_net() -> NodeNet {
         gateway_ip: Ipv4Addr::new(10, 244, 0, 1),
         gateway_mac: [0x0a, 0x58, 10, 244, 0, 1],
         gateway_ofport: 2,
+        ipv6: None,
     }
 }
 
@@ -63,6 +64,7 @@ fn attachment(name: &str, ofport: u32, last: u8) -> Attachment {
         mtu: 1450,
         ofport: Some(ofport),
         state: AttachState::Ready,
+        ipv6: None,
     }
 }
 
@@ -170,6 +172,7 @@ fn fixture() -> &'static Fixture {
             name: "n2".into(),
             pod_cidr: "10.244.1.0/24".parse().expect("cidr"),
             ip: Ipv4Addr::new(192, 168, 77, 12),
+            pod_cidr6: None,
         }];
         let node = node_net();
         let cluster = Arc::new(cluster);
