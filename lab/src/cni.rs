@@ -50,13 +50,22 @@ impl CniOut {
 
     /// The first IPv4 address of an ADD result.
     pub fn ip(&self) -> Option<String> {
+        self.address_where(|a| a.is_ipv4())
+    }
+
+    /// The first IPv6 address of an ADD result.
+    pub fn ip6(&self) -> Option<String> {
+        self.address_where(|a| a.is_ipv6())
+    }
+
+    fn address_where(&self, want: impl Fn(&std::net::IpAddr) -> bool) -> Option<String> {
         self.json
             .get("ips")?
             .as_array()?
             .iter()
             .filter_map(|i| i.get("address").and_then(Value::as_str))
             .filter_map(|a| a.split('/').next())
-            .find(|a| a.parse::<std::net::Ipv4Addr>().is_ok())
+            .find(|a| a.parse::<std::net::IpAddr>().is_ok_and(|ip| want(&ip)))
             .map(str::to_string)
     }
 }

@@ -344,16 +344,19 @@ pub fn stored_object(obj: &Object, uid: &str) -> Value {
 
 /// A Pod's stored form: [`stored_object`] plus `spec.nodeName` and, once
 /// the runtime gave it an address, `status`.
-pub fn pod_object(obj: &Object, uid: &str, node: &str, ips: Option<(&str, &str)>) -> Value {
+/// `ips`: the pod's addresses (IPv4 first, as the kubelet lists them) and
+/// its node's.
+pub fn pod_object(obj: &Object, uid: &str, node: &str, ips: Option<(&[&str], &str)>) -> Value {
     let mut body = stored_object(obj, uid);
     field_mut(&mut body, "spec").insert("nodeName".into(), json!(node));
     let status = field_mut(&mut body, "status");
     match ips {
-        Some((pod_ip, host_ip)) => {
+        Some((pod_ips, host_ip)) => {
             status.insert("phase".into(), json!("Running"));
             status.insert("hostIP".into(), json!(host_ip));
-            status.insert("podIP".into(), json!(pod_ip));
-            status.insert("podIPs".into(), json!([{ "ip": pod_ip }]));
+            status.insert("podIP".into(), json!(pod_ips.first()));
+            let list: Vec<Value> = pod_ips.iter().map(|ip| json!({ "ip": ip })).collect();
+            status.insert("podIPs".into(), json!(list));
         }
         None => {
             status.insert("phase".into(), json!("Pending"));
@@ -364,8 +367,8 @@ pub fn pod_object(obj: &Object, uid: &str, node: &str, ips: Option<(&str, &str)>
     body
 }
 
-/// The Node object of a lab node.
-pub fn node_object(name: &str, uid: &str, pod_cidr: &str, internal_ip: &str) -> Value {
+/// The Node object of a lab node (`pod_cidrs`: IPv4 first).
+pub fn node_object(name: &str, uid: &str, pod_cidrs: &[&str], internal_ip: &str) -> Value {
     json!({
         "apiVersion": "v1",
         "kind": "Node",
@@ -374,7 +377,7 @@ pub fn node_object(name: &str, uid: &str, pod_cidr: &str, internal_ip: &str) -> 
             "uid": uid,
             "labels": { "kubernetes.io/hostname": name, "kubernetes.io/os": "linux" },
         },
-        "spec": { "podCIDR": pod_cidr, "podCIDRs": [pod_cidr] },
+        "spec": { "podCIDR": pod_cidrs.first(), "podCIDRs": pod_cidrs },
         "status": {
             "addresses": [
                 { "type": "InternalIP", "address": internal_ip },
@@ -541,12 +544,13 @@ items:
             &objs[1],
             "u-a",
             "node-1",
-            Some(("10.244.1.2", "192.168.77.11")),
+            Some((&["10.244.1.2", "fd00:10:244:1::2"], "192.168.77.11")),
         );
         write(dir.path(), &objs[1].file_name(), &running).expect("write");
         let back = read(dir.path(), "pod_x_a.yaml").expect("read");
         assert_eq!(back["status"]["podIP"], "10.244.1.2");
         assert_eq!(back["status"]["podIPs"][0]["ip"], "10.244.1.2");
+        assert_eq!(back["status"]["podIPs"][1]["ip"], "fd00:10:244:1::2");
         assert_eq!(back["status"]["hostIP"], "192.168.77.11");
         assert_eq!(back["metadata"]["namespace"], "x");
         assert_eq!(
@@ -557,7 +561,7 @@ items:
         let pol = stored_object(&objs[2], "u-p");
         assert_eq!(pol["metadata"]["namespace"], "default");
         // Node.
-        let node = node_object("node-1", "u-n", "10.244.1.0/24", "192.168.77.11");
+        let node = node_object("node-1", "u-n", &["10.244.1.0/24"], "192.168.77.11");
         write(dir.path(), "node_node-1.yaml", &node).expect("write");
         let back = read(dir.path(), "node_node-1.yaml").expect("read");
         assert_eq!(back["spec"]["podCIDR"], "10.244.1.0/24");

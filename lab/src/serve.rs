@@ -33,6 +33,9 @@ pub struct ServeConfig {
     pub tcp: Vec<u16>,
     pub udp: Vec<u16>,
     pub sctp: Vec<u16>,
+    /// TCP and UDP on one dual-stack socket on `::` (IPv4 clients seen as
+    /// IPv4-mapped addresses).
+    pub dual: bool,
 }
 
 fn any(port: u16) -> SocketAddr {
@@ -46,6 +49,28 @@ impl ServeConfig {
             None => any(port),
         }
     }
+
+    /// A bound socket of type `ty` for `port`: dual-stack on `::` when
+    /// asked, else on [`ServeConfig::at`].
+    fn bind(&self, ty: Type, port: u16) -> std::io::Result<Socket> {
+        let (domain, at) = match self.dual {
+            true => (
+                Domain::IPV6,
+                SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port)),
+            ),
+            false => (Domain::IPV4, self.at(port)),
+        };
+        let s = Socket::new(domain, ty, None)?;
+        if self.dual {
+            s.set_only_v6(false)?;
+        }
+        // As std's `TcpListener::bind` (a restarted server rebinds at once).
+        if ty == Type::STREAM {
+            s.set_reuse_address(true)?;
+        }
+        s.bind(&at.into())?;
+        Ok(s)
+    }
 }
 
 /// Binds everything, says `ready`, and serves forever. Fails only when no
@@ -54,7 +79,11 @@ pub fn serve(cfg: &ServeConfig) -> anyhow::Result<()> {
     let mut threads = Vec::new();
     let greeting = format!("{}\n", cfg.id).into_bytes();
     for &port in &cfg.tcp {
-        match TcpListener::bind(cfg.at(port)) {
+        let listener = cfg.bind(Type::STREAM, port).and_then(|s| {
+            s.listen(128)?;
+            Ok(TcpListener::from(s))
+        });
+        match listener {
             Ok(l) => {
                 let g = greeting.clone();
                 threads.push(std::thread::spawn(move || {
@@ -67,7 +96,7 @@ pub fn serve(cfg: &ServeConfig) -> anyhow::Result<()> {
         }
     }
     for &port in &cfg.udp {
-        match UdpSocket::bind(cfg.at(port)) {
+        match cfg.bind(Type::DGRAM, port).map(UdpSocket::from) {
             Ok(u) => threads.push(std::thread::spawn(move || {
                 // Large enough for any datagram: the fragment tests echo 4000+ bytes.
                 let mut buf = vec![0u8; 65536];

@@ -180,8 +180,47 @@ pub struct NodeState {
     /// Underlay (InternalIP) address.
     pub ip: String,
     pub pod_cidr: String,
+    /// The IPv6 pod CIDR of a dual-stack lab.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_cidr6: Option<String>,
     pub switchd_pid: Option<u32>,
     pub agent_pid: Option<u32>,
+}
+
+impl NodeState {
+    /// Node `index` of a lab whose node namespaces are named by
+    /// `netns`: underlay address `UNDERLAY.(10+index)`, pod CIDR
+    /// `10.244.<index>.0/24` and, dual-stack, `fd00:10:244:<index>::/64`.
+    pub fn new(index: u32, netns: String, family: IpFamily) -> NodeState {
+        NodeState {
+            name: format!("node-{index}"),
+            index,
+            netns,
+            ip: format!("{}.{}", crate::commands::up::UNDERLAY, 10 + index),
+            pod_cidr: format!("10.244.{index}.0/24"),
+            pod_cidr6: (family == IpFamily::Dual).then(|| format!("fd00:10:244:{index:x}::/64")),
+            switchd_pid: None,
+            agent_pid: None,
+        }
+    }
+
+    /// Its pod CIDRs, IPv4 first.
+    pub fn pod_cidrs(&self) -> Vec<&str> {
+        std::iter::once(self.pod_cidr.as_str())
+            .chain(self.pod_cidr6.as_deref())
+            .collect()
+    }
+}
+
+/// The lab's address families (`up --ip-family`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum IpFamily {
+    /// IPv4 pods.
+    #[default]
+    Ipv4,
+    /// Dual-stack pods: an IPv4 and an IPv6 address each.
+    Dual,
 }
 
 /// One declared container port.
@@ -203,6 +242,9 @@ pub struct PodState {
     pub netns: String,
     pub container_id: String,
     pub ip: Option<String>,
+    /// Its IPv6 address, in a dual-stack lab.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip6: Option<String>,
     pub ports: Vec<PortState>,
     pub server_pid: Option<u32>,
 }
@@ -221,6 +263,8 @@ impl PodState {
 pub struct LabState {
     pub name: String,
     pub agent_mode: AgentMode,
+    #[serde(default)]
+    pub ip_family: IpFamily,
     /// The binaries the lab runs (absolute paths), for liveness checks.
     pub bins: BTreeMap<String, String>,
     pub nodes: Vec<NodeState>,

@@ -336,7 +336,7 @@ fn put_nodes(ctx: &Ctx, st: &LabState, nodes: &[NodeState]) -> anyhow::Result<()
     let items: Vec<Value> = nodes
         .iter()
         .map(|n| {
-            let mut v = manifest::node_object(&n.name, "", &n.pod_cidr, &n.ip);
+            let mut v = manifest::node_object(&n.name, "", &n.pod_cidrs(), &n.ip);
             if let Some(md) = v.get_mut("metadata").and_then(Value::as_object_mut) {
                 md.remove("uid");
             }
@@ -1083,6 +1083,7 @@ mod tests {
             netns: "l-node-2".into(),
             ip: "192.168.77.12".into(),
             pod_cidr: "10.244.2.0/24".into(),
+            pod_cidr6: None,
             switchd_pid: None,
             agent_pid: None,
         };

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 
 use super::runtime::{cni_status, destroy_pod, wait_for_socket};
-use super::up::{agent_argv, MAX_NODES, UNDERLAY};
+use super::up::{agent_argv, MAX_NODES};
 use super::{Bins, Ctx, Global, GATEWAY};
 use crate::manifest;
 use crate::netns;
@@ -97,15 +97,7 @@ fn run_add(global: &Global, args: &NodeAddArgs) -> anyhow::Result<u8> {
             ctx.name()
         );
     }
-    let node = NodeState {
-        name: format!("node-{i}"),
-        index: i,
-        netns: ctx.paths.node_netns(i),
-        ip: format!("{UNDERLAY}.{}", 10 + i),
-        pod_cidr: format!("10.244.{i}.0/24"),
-        switchd_pid: None,
-        agent_pid: None,
-    };
+    let node = NodeState::new(i, ctx.paths.node_netns(i), st.ip_family);
     if netns::exists(&node.netns) {
         anyhow::bail!(
             "namespace {} already exists but the lab has no {}: remove it (`ip netns del {}`) or run `oxvs-lab down`",
@@ -128,7 +120,7 @@ fn run_add(global: &Global, args: &NodeAddArgs) -> anyhow::Result<u8> {
         started.elapsed().as_millis(),
         node.netns,
         node.ip,
-        node.pod_cidr
+        node.pod_cidrs().join(",")
     );
     Ok(0)
 }
@@ -165,7 +157,7 @@ fn add_node(
     manifest::write(
         &ctx.paths.manifests(),
         &file,
-        &manifest::node_object(&node.name, &uid, &node.pod_cidr, &node.ip),
+        &manifest::node_object(&node.name, &uid, &node.pod_cidrs(), &node.ip),
     )?;
     ctx.paths.save(st)?;
 

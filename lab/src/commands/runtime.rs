@@ -94,6 +94,9 @@ fn server_argv(bins: &Bins, pod: &PodState) -> Vec<String> {
         v.push(flag.to_string());
         v.push(p.port.to_string());
     }
+    if pod.ip6.is_some() {
+        v.push("--dual".to_string());
+    }
     v
 }
 
@@ -187,6 +190,7 @@ pub fn create_pod(ctx: &Ctx, bins: &Bins, st: &mut LabState, obj: &Object) -> an
         netns: pod_netns_name(ctx.name(), &obj.namespace, &obj.name, &st.netns),
         container_id: random_hex(32),
         ip: None,
+        ip6: None,
         ports,
         server_pid: None,
     };
@@ -205,11 +209,20 @@ pub fn create_pod(ctx: &Ctx, bins: &Bins, st: &mut LabState, obj: &Object) -> an
         if !out.ok {
             anyhow::bail!("CNI ADD failed: {}", out.describe());
         }
-        out.ip()
-            .with_context(|| format!("CNI ADD gave no IPv4 address: {}", out.stdout.trim()))
+        let ip = out
+            .ip()
+            .with_context(|| format!("CNI ADD gave no IPv4 address: {}", out.stdout.trim()))?;
+        let ip6 = out.ip6();
+        if node.pod_cidr6.is_some() && ip6.is_none() {
+            anyhow::bail!(
+                "CNI ADD gave no IPv6 address on a dual-stack node: {}",
+                out.stdout.trim()
+            );
+        }
+        Ok((ip, ip6))
     });
-    let ip = match made {
-        Ok(ip) => ip,
+    let (ip, ip6) = match made {
+        Ok(ips) => ips,
         Err(e) => {
             let undo = destroy_pod(ctx, bins, st, &obj.namespace, &obj.name);
             let mut msg = format!("{} on {}: {e:#}", obj.display_name(), node.name);
@@ -222,14 +235,16 @@ pub fn create_pod(ctx: &Ctx, bins: &Bins, st: &mut LabState, obj: &Object) -> an
     manifest::write(
         &dir,
         &obj.file_name(),
-        &manifest::pod_object(obj, &uid, &node.name, Some((&ip, &node.ip))),
+        &manifest::pod_object(obj, &uid, &node.name, Some((&pod_ips(&ip, &ip6), &node.ip))),
     )?;
     if let Some(p) = st.pod_mut(&obj.namespace, &obj.name) {
         p.ip = Some(ip.clone());
+        p.ip6 = ip6.clone();
     }
     ctx.paths.save(st)?;
     let mut with_ip = pod;
     with_ip.ip = Some(ip);
+    with_ip.ip6 = ip6;
     let pid = start_server(ctx, bins, &with_ip);
     // Record a started server even if it then failed to get ready.
     if let Ok(Some(pid)) = pid {
@@ -239,6 +254,11 @@ pub fn create_pod(ctx: &Ctx, bins: &Bins, st: &mut LabState, obj: &Object) -> an
         ctx.paths.save(st)?;
     }
     pid.map(|_| ())
+}
+
+/// A pod's addresses as `status.podIPs` lists them: IPv4 first.
+fn pod_ips<'a>(ip: &'a str, ip6: &'a Option<String>) -> Vec<&'a str> {
+    std::iter::once(ip).chain(ip6.as_deref()).collect()
 }
 
 /// Updates an existing pod from `obj`: labels and other metadata go to the
@@ -264,7 +284,8 @@ pub fn update_pod(ctx: &Ctx, bins: &Bins, st: &mut LabState, obj: &Object) -> an
     let ports = manifest::pod_ports(&obj.body)
         .with_context(|| format!("{} ({})", obj.display_name(), obj.source))?;
     let host_ip = st.node(&old.node).map(|n| n.ip.clone()).unwrap_or_default();
-    let ips = old.ip.as_deref().map(|ip| (ip, host_ip.as_str()));
+    let list = old.ip.as_ref().map(|ip| pod_ips(ip, &old.ip6));
+    let ips = list.as_deref().map(|l| (l, host_ip.as_str()));
     let new = manifest::pod_object(obj, &old.uid, &old.node, ips);
     let dir = ctx.paths.manifests();
     let before = manifest::read(&dir, &obj.file_name()).ok();

@@ -16,6 +16,10 @@ pub struct ServeArgs {
     pub udp: Vec<u16>,
     #[arg(long, value_name = "PORT")]
     pub sctp: Vec<u16>,
+    /// Serve TCP and UDP on IPv6 too (one dual-stack socket on `::`; a
+    /// dual-stack pod).
+    #[arg(long, conflicts_with = "address")]
+    pub dual: bool,
 }
 
 pub fn run_serve(args: &ServeArgs) -> anyhow::Result<u8> {
@@ -25,6 +29,7 @@ pub fn run_serve(args: &ServeArgs) -> anyhow::Result<u8> {
         tcp: args.tcp.clone(),
         udp: args.udp.clone(),
         sctp: args.sctp.clone(),
+        dual: args.dual,
     })?;
     Ok(0)
 }

@@ -78,6 +78,7 @@ pub fn run_status(global: &Global, args: &StatusArgs) -> anyhow::Result<u8> {
         .map(|n| {
             let mut v = json!({
                 "name": n.name, "netns": n.netns, "ip": n.ip, "podCIDR": n.pod_cidr,
+                "podCIDRs": n.pod_cidrs(),
                 "netnsExists": netns::exists(&n.netns),
                 "switchd": {"pid": n.switchd_pid, "running": alive(n.switchd_pid, "oxvs-switchd")},
                 "agent": {"pid": n.agent_pid, "running": alive(n.agent_pid, "oxvs-agent")},
@@ -104,6 +105,7 @@ pub fn run_status(global: &Global, args: &StatusArgs) -> anyhow::Result<u8> {
         .map(|p| {
             json!({
                 "namespace": p.namespace, "name": p.name, "node": p.node, "ip": p.ip,
+                "ip6": p.ip6,
                 "netns": p.netns, "netnsExists": netns::exists(&p.netns),
                 "ports": p.ports.iter().map(|x| format!("{}/{}", x.port, x.protocol)).collect::<Vec<_>>(),
                 "server": {"pid": p.server_pid, "running": alive(p.server_pid, SERVER_NEEDLE)},
@@ -165,11 +167,16 @@ pub fn run_status(global: &Global, args: &StatusArgs) -> anyhow::Result<u8> {
             } else {
                 word(alive(p.server_pid, SERVER_NEEDLE))
             };
+            let ip = match (&p.ip, &p.ip6) {
+                (Some(ip), Some(ip6)) => format!("{ip},{ip6}"),
+                (Some(ip), None) => ip.clone(),
+                _ => "<none>".to_string(),
+            };
             crate::say!(
                 "{:<20} {:<10} {:<16} {:<8} {}",
                 p.key(),
                 p.node,
-                p.ip.as_deref().unwrap_or("<none>"),
+                ip,
                 server,
                 ports
             );

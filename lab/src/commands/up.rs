@@ -26,7 +26,7 @@ use super::{Bins, Ctx, Global, GATEWAY};
 use crate::manifest;
 use crate::netns::{self, run};
 use crate::procs;
-use crate::state::{random_uid, AgentMode, LabState, NodeState};
+use crate::state::{random_uid, AgentMode, IpFamily, LabState, NodeState};
 
 /// Underlay prefix: the bridge is .1, node N is .(10+N).
 pub(crate) const UNDERLAY: &str = "192.168.77";
@@ -64,6 +64,11 @@ pub struct UpArgs {
     /// them, nodes added later by `node add` do not get them).
     #[arg(long = "switchd-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub switchd_args: Vec<String>,
+    /// Pods' address families: `ipv4`, or `dual` (an IPv4 and an IPv6
+    /// address per pod, IPv6 pod CIDRs fd00:10:244:N::/64; the underlay
+    /// stays IPv4).
+    #[arg(long, value_enum, default_value_t = IpFamily::Ipv4)]
+    pub ip_family: IpFamily,
 }
 
 /// The cluster file.
@@ -138,6 +143,7 @@ pub fn run_up(global: &Global, args: &UpArgs) -> anyhow::Result<u8> {
     let mut st = LabState {
         name: ctx.name().to_string(),
         agent_mode: mode,
+        ip_family: args.ip_family,
         proxy: args.proxy.then(Default::default),
         ..LabState::default()
     };
@@ -178,7 +184,7 @@ pub fn run_up(global: &Global, args: &UpArgs) -> anyhow::Result<u8> {
             n.name,
             n.netns,
             n.ip,
-            n.pod_cidr
+            n.pod_cidrs().join(",")
         );
     }
     if let Some(k) = &st.kube {
@@ -246,15 +252,7 @@ fn build(
     )?;
 
     for i in 1..=n_nodes {
-        let node = NodeState {
-            name: format!("node-{i}"),
-            index: i,
-            netns: ctx.paths.node_netns(i),
-            ip: format!("{UNDERLAY}.{}", 10 + i),
-            pod_cidr: format!("10.244.{i}.0/24"),
-            switchd_pid: None,
-            agent_pid: None,
-        };
+        let node = NodeState::new(i, ctx.paths.node_netns(i), args.ip_family);
         st.note_netns(&node.netns);
         st.nodes.push(node.clone());
         ctx.paths.save(st)?;
@@ -268,7 +266,7 @@ fn build(
         manifest::write(
             &mdir,
             &file,
-            &manifest::node_object(&node.name, &uid, &node.pod_cidr, &node.ip),
+            &manifest::node_object(&node.name, &uid, &node.pod_cidrs(), &node.ip),
         )?;
         let dir = ctx.paths.node_dir(i);
         std::fs::create_dir_all(&dir)
@@ -386,7 +384,9 @@ pub(crate) fn agent_argv(
             push("--manifests", ctx.paths.manifests().display().to_string());
         }
         AgentMode::Legacy => {
-            push("--pod-cidr", node.pod_cidr.clone());
+            for c in node.pod_cidrs() {
+                push("--pod-cidr", c.to_string());
+            }
             push("--mtu", "1450".to_string());
         }
     }
@@ -398,7 +398,9 @@ pub(crate) fn agent_argv(
         // Redundant with the Node object, but lets an agent whose manifest
         // source is not ready yet still serve pods on its own node.
         if help.contains("--pod-cidr") {
-            push("--pod-cidr", node.pod_cidr.clone());
+            for c in node.pod_cidrs() {
+                push("--pod-cidr", c.to_string());
+            }
         }
         if help.contains("--node-ip") {
             push("--node-ip", node.ip.clone());
