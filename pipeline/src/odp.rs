@@ -147,6 +147,10 @@ enum Hdr {
     Eth,
     Vlan,
     L3,
+    /// OVS's `nd_ext`: `nd_reserved`, `nd_options_type`.
+    NdExt,
+    /// OVS's `nd`: target and link-layer addresses.
+    Nd,
     L4,
 }
 
@@ -154,6 +158,8 @@ fn hdr_of(field: Field) -> Hdr {
     match field {
         Field::DlSrc | Field::DlDst => Hdr::Eth,
         Field::VlanTci => Hdr::Vlan,
+        Field::NdReserved | Field::NdOptionsType => Hdr::NdExt,
+        Field::NdTarget | Field::NdSll | Field::NdTll => Hdr::Nd,
         Field::TpSrc | Field::TpDst => Hdr::L4,
         _ => Hdr::L3,
     }
@@ -273,6 +279,25 @@ fn write_set_group(out: &mut String, h: Hdr, group: &[DpAction], key: Option<&Fl
             &[
                 (Field::DlSrc, "src", ValueFormat::Mac),
                 (Field::DlDst, "dst", ValueFormat::Mac),
+            ],
+        ),
+        Hdr::NdExt => (
+            "nd_ext",
+            &[
+                (Field::NdReserved, "nd_reserved", ValueFormat::Hex),
+                (
+                    Field::NdOptionsType,
+                    "nd_options_type",
+                    ValueFormat::Decimal,
+                ),
+            ],
+        ),
+        Hdr::Nd => (
+            "nd",
+            &[
+                (Field::NdTarget, "target", ValueFormat::Ipv6),
+                (Field::NdSll, "sll", ValueFormat::Mac),
+                (Field::NdTll, "tll", ValueFormat::Mac),
             ],
         ),
         Hdr::L3 => {

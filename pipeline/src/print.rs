@@ -434,6 +434,12 @@ fn write_match(out: &mut String, m: &Match, priority: u16) {
     };
     dec_field(out, m, Field::TpSrc, src, 0xffff);
     dec_field(out, m, Field::TpDst, dst, 0xffff);
+    // ND fields: only in ICMPv6 flows (their prerequisites), in OVS's order.
+    addr_field(out, m, Field::NdTarget, "nd_target");
+    addr_field(out, m, Field::NdSll, "nd_sll");
+    addr_field(out, m, Field::NdTll, "nd_tll");
+    dec_field(out, m, Field::NdReserved, "nd_reserved", 0xffff_ffff);
+    dec_field(out, m, Field::NdOptionsType, "nd_options_type", 0xff);
     if m.has(Field::TcpFlags) {
         let (v, mask) = m.get(Field::TcpFlags);
         out.push_str("tcp_flags=");
@@ -442,6 +448,24 @@ fn write_match(out: &mut String, m: &Match, priority: u16) {
     }
     if out.len() > start && out.ends_with(',') {
         out.pop();
+    }
+}
+
+/// The ND fields of an ND packet's key, as OVS's `flow_format` shows them:
+/// target and link-layer addresses always, the flags word and option type
+/// when not zero.
+fn nd_key_fields(m: &mut Match, k: &FlowKey) {
+    let (ty, code) = (k.get(Field::TpSrc) as u8, k.get(Field::TpDst) as u8);
+    if !crate::wire::nd::is_nd(ty, code) {
+        return;
+    }
+    for f in [Field::NdTarget, Field::NdSll, Field::NdTll] {
+        m.set_exact(f, k.get(f));
+    }
+    for f in [Field::NdReserved, Field::NdOptionsType] {
+        if k.get(f) != 0 {
+            m.set_exact(f, k.get(f));
+        }
     }
 }
 
@@ -526,6 +550,9 @@ pub fn format_key(k: &FlowKey) -> String {
             exact(&mut m, Field::TpDst);
             if proto == ip_proto::TCP {
                 exact(&mut m, Field::TcpFlags);
+            }
+            if proto == ip_proto::ICMPV6 {
+                nd_key_fields(&mut m, k);
             }
         }
     } else if dl == eth_type::ARP || dl == eth_type::RARP {
