@@ -557,6 +557,50 @@ mod tests {
                 ),
             },
             Fixture {
+                name: "nd_solicit_sll",
+                frame: hex(&format!(
+                    "{ETH} 86dd | 60000000 0020 3a ff {V6_SRC} {V6_DST} \
+                     | 8700 0000 00000000 {V6_DST} | 0101 020000000001"
+                )),
+                l3_end: 86,
+                fields: with(
+                    l2(0x86dd),
+                    &[
+                        (F::Ipv6Src, V6_1),
+                        (F::Ipv6Dst, V6_2),
+                        (F::NwTtl, 255),
+                        (F::NwProto, 58),
+                        (F::TpSrc, 135),
+                        (F::NdTarget, V6_2),
+                        (F::NdSll, MAC1),
+                        (F::NdOptionsType, 1),
+                    ],
+                ),
+            },
+            Fixture {
+                name: "nd_advert_flags_nonce_then_tll",
+                frame: hex(&format!(
+                    "{ETH} 86dd | 60000000 0030 3a ff {V6_SRC} {V6_DST} \
+                     | 8800 0000 60000000 {V6_SRC} | 0e02 0000 0000 0000 0000 0000 0000 0000 \
+                     | 0201 020000000001"
+                )),
+                l3_end: 102,
+                fields: with(
+                    l2(0x86dd),
+                    &[
+                        (F::Ipv6Src, V6_1),
+                        (F::Ipv6Dst, V6_2),
+                        (F::NwTtl, 255),
+                        (F::NwProto, 58),
+                        (F::TpSrc, 136),
+                        (F::NdTarget, V6_1),
+                        (F::NdTll, MAC1),
+                        (F::NdReserved, 0x6000_0000),
+                        (F::NdOptionsType, 2),
+                    ],
+                ),
+            },
+            Fixture {
                 name: "icmp6_dest_unreach",
                 frame: hex(&format!("{ETH} 86dd | 60000000 0008 3a ff {V6_SRC} {V6_DST} | 0104 0000 00000000")),
                 l3_end: 62,
