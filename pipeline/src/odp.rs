@@ -27,9 +27,10 @@
 //!
 //! - Output ports are our OpenFlow port numbers; OVS prints datapath port
 //!   numbers (which differ from the OpenFlow numbers).
-//! - OVS prints partial header writes as masked sets (`tos=0x10/0xfc`) and
-//!   some headers whole (`set(icmp(type=1,code=0))`); we print only the
-//!   fields written, unmasked (`tos=0x10`, `icmp(type=1)`).
+//! - OVS prints partial header writes as masked sets (`tos=0x10/0xfc`);
+//!   we print only the fields written, unmasked (`tos=0x10`). ICMP type
+//!   and code are committed together, as OVS does
+//!   (`set(icmpv6(type=136,code=0))`).
 //! - Tunnel metadata prints as `set(tunnel(tun_id=..,src=..,dst=..))`; OVS's
 //!   userspace datapath prints a full `tnl_push(...)` header instead, its
 //!   kernel datapath a `set(tunnel(...))` with more fields.

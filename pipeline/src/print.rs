@@ -1206,6 +1206,10 @@ mod tests {
         ("table=6,ip,nw_frag=yes,nw_dst=10.0.0.0/255.255.0.255,actions=drop", " table=6, ip,nw_dst=10.0.0.0/255.255.0.255,nw_frag=yes actions=drop"),
         ("table=6,ipv6,ipv6_dst=2001:db8::1,ipv6_label=0x12,actions=drop", " table=6, ipv6,ipv6_dst=2001:db8::1,ipv6_label=0x00012 actions=drop"),
         ("table=7,arp,arp_op=1,arp_sha=00:11:22:33:44:55,arp_tpa=1.2.3.0/24,actions=drop", " table=7, arp,arp_tpa=1.2.3.0/24,arp_op=1,arp_sha=00:11:22:33:44:55 actions=drop"),
+        // As OVS 3.1 dumps them (nd_reserved in decimal).
+        ("priority=190,icmp6,icmp_type=136,nd_target=fd00:10:244:1::5,nd_tll=0a:00:00:00:00:05,actions=output:2", " priority=190,icmp6,icmp_type=136,nd_target=fd00:10:244:1::5,nd_tll=0a:00:00:00:00:05 actions=output:2"),
+        ("icmp6,icmp_type=136,nd_reserved=0x60000000,nd_options_type=2,actions=drop", " icmp6,icmp_type=136,nd_reserved=1610612736,nd_options_type=2 actions=drop"),
+        ("icmp6,icmp_type=135,nd_sll=0a:00:00:00:00:05,nd_target=fd00::/16,actions=drop", " icmp6,icmp_type=135,nd_target=fd00::/16,nd_sll=0a:00:00:00:00:05 actions=drop"),
         ("table=7,icmp,icmp_type=8,icmp_code=0,nw_ttl=3,actions=drop", " table=7, icmp,nw_ttl=3,icmp_type=8,icmp_code=0 actions=drop"),
         ("table=7,icmp6,icmpv6_type=135,actions=drop", " table=7, icmp6,icmp_type=135 actions=drop"),
         ("table=7,udp6,udp_dst=53,actions=drop", " table=7, udp6,tp_dst=53 actions=drop"),
