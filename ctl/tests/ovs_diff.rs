@@ -805,6 +805,7 @@ cases! {
     ovs_groups => "groups",
     ovs_learn => "learn",
     ovs_oxm => "oxm",
+    ovs_nd => "nd",
 }
 
 /// `oxvsctl dump-groups --groups FILE` prints what

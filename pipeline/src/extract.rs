@@ -47,8 +47,13 @@
 //!   UDP (8) and SCTP (12) ports; ICMP (8), ICMPv6 (8) and IGMP (8) put the
 //!   type in `tp_src` and the code in `tp_dst`.
 //!
-//! Deliberate differences from OVS: no MPLS, NSH or IPv6 neighbour discovery
-//! fields (the key has no slots for them), only the outer VLAN tag is kept,
+//! - **ND.** An ICMPv6 message of type 135/136 and code 0 (the hop limit is
+//!   not checked, as in OVS) also gives `nd_target`, `nd_sll`, `nd_tll`,
+//!   `nd_reserved` and `nd_options_type` ([`wire::nd::parse`] has OVS's
+//!   rules: a repeated link-layer option zeroes target/SLL/TLL).
+//!
+//! Deliberate differences from OVS: no MPLS or NSH fields (the key has no
+//! slots for them), only the outer VLAN tag is kept,
 //! at most [`MAX_IPV6_EXT_HEADERS`] IPv6 extension headers (OVS has no
 //! bound), and any amount of trailing Ethernet padding is accepted (OVS
 //! gives up on IP packets followed by more than 255 bytes of padding).
@@ -103,7 +108,7 @@ pub const MAX_IPV6_EXT_HEADERS: usize = wire::ipv6::MAX_EXT_HEADERS;
 
 /// The fields [`extract_packet`] writes (and clears first). Every other field
 /// of the key is metadata and is left alone.
-pub const PACKET_FIELDS: [Field; 18] = [
+pub const PACKET_FIELDS: [Field; 23] = [
     Field::VlanTci,
     Field::DlType,
     Field::TcpFlags,
@@ -122,6 +127,11 @@ pub const PACKET_FIELDS: [Field; 18] = [
     Field::NwFrag,
     Field::ArpSha,
     Field::ArpTha,
+    Field::NdTarget,
+    Field::NdSll,
+    Field::NdTll,
+    Field::NdReserved,
+    Field::NdOptionsType,
 ];
 
 /// Key bits of [`PACKET_FIELDS`], computed from the field registry at compile time.
@@ -336,14 +346,36 @@ fn parse_l4(nw_proto: u8, data: &[u8], key: &mut FlowKey) {
                 put(key, Field::TpDst, u128::from(dp));
             }
         }
-        ip_proto::ICMP | ip_proto::ICMPV6 | ip_proto::IGMP => {
+        ip_proto::ICMP | ip_proto::IGMP => {
             if let Ok(i) = IcmpPacket::new_checked(data) {
                 let (t, code) = (i.msg_type(), i.code());
                 put(key, Field::TpSrc, u128::from(t));
                 put(key, Field::TpDst, u128::from(code));
             }
         }
+        ip_proto::ICMPV6 => parse_icmpv6(data, key),
         _ => {}
+    }
+}
+
+/// ICMPv6: type and code, and for Neighbour Discovery messages the ND
+/// fields ([`wire::nd::parse`]). Out of line: only ICMPv6 packets pay
+/// for the ND parser, and the TCP/UDP paths stay small.
+#[inline(never)]
+fn parse_icmpv6(data: &[u8], key: &mut FlowKey) {
+    let Ok(i) = IcmpPacket::new_checked(data) else {
+        return;
+    };
+    let (t, code) = (i.msg_type(), i.code());
+    put(key, Field::TpSrc, u128::from(t));
+    put(key, Field::TpDst, u128::from(code));
+    if wire::nd::is_nd(t, code) {
+        let nd = wire::nd::parse(data);
+        put(key, Field::NdTarget, nd.target);
+        put(key, Field::NdSll, u128::from(nd.sll));
+        put(key, Field::NdTll, u128::from(nd.tll));
+        put(key, Field::NdReserved, u128::from(nd.reserved));
+        put(key, Field::NdOptionsType, u128::from(nd.options_type));
     }
 }
 
@@ -522,6 +554,50 @@ mod tests {
                         &[(F::TpSrc, 8), (F::TpDst, 0)],
                     ]
                     .concat(),
+                ),
+            },
+            Fixture {
+                name: "nd_solicit_sll",
+                frame: hex(&format!(
+                    "{ETH} 86dd | 60000000 0020 3a ff {V6_SRC} {V6_DST} \
+                     | 8700 0000 00000000 {V6_DST} | 0101 020000000001"
+                )),
+                l3_end: 86,
+                fields: with(
+                    l2(0x86dd),
+                    &[
+                        (F::Ipv6Src, V6_1),
+                        (F::Ipv6Dst, V6_2),
+                        (F::NwTtl, 255),
+                        (F::NwProto, 58),
+                        (F::TpSrc, 135),
+                        (F::NdTarget, V6_2),
+                        (F::NdSll, MAC1),
+                        (F::NdOptionsType, 1),
+                    ],
+                ),
+            },
+            Fixture {
+                name: "nd_advert_flags_nonce_then_tll",
+                frame: hex(&format!(
+                    "{ETH} 86dd | 60000000 0030 3a ff {V6_SRC} {V6_DST} \
+                     | 8800 0000 60000000 {V6_SRC} | 0e02 0000 0000 0000 0000 0000 0000 0000 \
+                     | 0201 020000000001"
+                )),
+                l3_end: 102,
+                fields: with(
+                    l2(0x86dd),
+                    &[
+                        (F::Ipv6Src, V6_1),
+                        (F::Ipv6Dst, V6_2),
+                        (F::NwTtl, 255),
+                        (F::NwProto, 58),
+                        (F::TpSrc, 136),
+                        (F::NdTarget, V6_1),
+                        (F::NdTll, MAC1),
+                        (F::NdReserved, 0x6000_0000),
+                        (F::NdOptionsType, 2),
+                    ],
                 ),
             },
             Fixture {
@@ -1006,7 +1082,7 @@ mod tests {
         #[test]
         fn random_frames_never_panic_and_keep_metadata(
             frame in frames(),
-            meta in proptest::array::uniform28(any::<u64>()),
+            meta in proptest::array::uniform32(any::<u64>()),
         ) {
             let mut k = FlowKey { w: meta };
             extract_packet(&frame, &mut k);

@@ -31,7 +31,7 @@
 use std::fmt::Write as _;
 
 /// Number of 64-bit words in a [`FlowKey`](crate::key::FlowKey).
-pub const KEY_WORDS: usize = 28;
+pub const KEY_WORDS: usize = 32;
 
 /// Where a field lives in the key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -134,6 +134,18 @@ pub enum Field {
     CtLabel,
     /// IPv6 flow label (20 bits).
     Ipv6Label,
+    /// Neighbour Discovery target address (solicitations and advertisements).
+    NdTarget,
+    /// ND source link-layer address option of a solicitation.
+    NdSll,
+    /// ND target link-layer address option of an advertisement.
+    NdTll,
+    /// The 32-bit word after the ICMPv6 checksum of an ND message (the
+    /// advertisement's R/S/O flags), OVS's `nd_reserved`.
+    NdReserved,
+    /// The type of the first link-layer address option of an ND message
+    /// (1 = source, 2 = target; 0 = none), OVS's `nd_options_type`.
+    NdOptionsType,
     // Views: Open vSwitch fields that are (part of) one of the key fields
     // above under another identity (see "Views" in the module doc). Never
     // in [`Field::ALL`]: matches and datapath writes use the key fields.
@@ -254,6 +266,13 @@ pub enum Prereq {
     Icmpv6,
     /// `dl_type` is IPv4 or IPv6 and `nw_proto` is TCP, UDP or SCTP.
     L4Ports,
+    /// ICMPv6 Neighbour Discovery (OVS `MFP_ND`): ICMPv6 with `icmp_type`
+    /// 135 or 136 and `icmp_code` 0 (or not matched).
+    Nd,
+    /// An ND solicitation (OVS `MFP_ND_SOLICIT`): [`Prereq::Nd`] with type 135.
+    NdSolicit,
+    /// An ND advertisement (OVS `MFP_ND_ADVERT`): [`Prereq::Nd`] with type 136.
+    NdAdvert,
     /// A VLAN tag is present.
     Vlan,
 }
@@ -304,6 +323,13 @@ impl Field {
         Field::NwFrag,
         Field::ArpSha,
         Field::ArpTha,
+        // OVS commits `nd_ext` before `nd` and both before `icmpv6`; the
+        // datapath writes the fields in this order.
+        Field::NdReserved,
+        Field::NdOptionsType,
+        Field::NdTarget,
+        Field::NdSll,
+        Field::NdTll,
         Field::TpSrc,
         Field::TpDst,
         Field::TcpFlags,
@@ -353,6 +379,11 @@ impl Field {
             Field::ArpTha => s(24, 0, 48),
             Field::CtLabel => s(25, 0, 128),
             Field::Ipv6Label => s(27, 0, 20),
+            Field::NdOptionsType => s(27, 24, 8),
+            Field::NdReserved => s(27, 32, 32),
+            Field::NdTarget => s(28, 0, 128),
+            Field::NdSll => s(30, 0, 48),
+            Field::NdTll => s(31, 0, 48),
             Field::VlanVid => s(14, 32, 12),
             Field::VlanPcp => s(14, 45, 3),
             Field::IpDscp => s(22, 18, 6),
@@ -425,6 +456,11 @@ impl Field {
             Field::ArpTha => "arp_tha",
             Field::CtLabel => "ct_label",
             Field::Ipv6Label => "ipv6_label",
+            Field::NdTarget => "nd_target",
+            Field::NdSll => "nd_sll",
+            Field::NdTll => "nd_tll",
+            Field::NdReserved => "nd_reserved",
+            Field::NdOptionsType => "nd_options_type",
             Field::VlanVid => "vlan_vid",
             Field::VlanPcp => "vlan_pcp",
             Field::IpDscp => "ip_dscp",
@@ -507,6 +543,11 @@ impl Field {
             Field::ArpTha => "NXM_NX_ARP_THA",
             Field::CtLabel => "NXM_NX_CT_LABEL",
             Field::Ipv6Label => "NXM_NX_IPV6_LABEL",
+            Field::NdTarget => "NXM_NX_ND_TARGET",
+            Field::NdSll => "NXM_NX_ND_SLL",
+            Field::NdTll => "NXM_NX_ND_TLL",
+            Field::NdReserved => "ERICOXM_OF_ICMPV6_ND_RESERVED",
+            Field::NdOptionsType => "ERICOXM_OF_ICMPV6_ND_OPTIONS_TYPE",
             Field::VlanVid => "OXM_OF_VLAN_VID",
             Field::VlanPcp => "OXM_OF_VLAN_PCP",
             Field::IpDscp => "OXM_OF_IP_DSCP",
@@ -550,11 +591,18 @@ impl Field {
             | Field::IcmpType
             | Field::IcmpCode
             | Field::Icmpv6Type
-            | Field::Icmpv6Code => ValueFormat::Decimal,
+            | Field::Icmpv6Code
+            | Field::NdReserved
+            | Field::NdOptionsType => ValueFormat::Decimal,
             Field::ArpSpa | Field::ArpTpa => ValueFormat::Ipv4,
-            Field::DlSrc | Field::DlDst | Field::ArpSha | Field::ArpTha => ValueFormat::Mac,
+            Field::DlSrc
+            | Field::DlDst
+            | Field::ArpSha
+            | Field::ArpTha
+            | Field::NdSll
+            | Field::NdTll => ValueFormat::Mac,
             Field::NwSrc | Field::NwDst | Field::TunSrc | Field::TunDst => ValueFormat::Ipv4,
-            Field::Ipv6Src | Field::Ipv6Dst => ValueFormat::Ipv6,
+            Field::Ipv6Src | Field::Ipv6Dst | Field::NdTarget => ValueFormat::Ipv6,
             Field::CtState => ValueFormat::CtState,
             Field::TcpFlags => ValueFormat::TcpFlags,
             Field::NwFrag => ValueFormat::Frag,
@@ -591,6 +639,11 @@ impl Field {
                 | Field::ArpSha
                 | Field::ArpTha
                 | Field::NwProto
+                | Field::NdTarget
+                | Field::NdSll
+                | Field::NdTll
+                | Field::NdReserved
+                | Field::NdOptionsType
         ) || (self.is_view() && self != Field::InPortOxm)
     }
 
@@ -634,6 +687,9 @@ impl Field {
             Field::ArpSpa | Field::ArpTpa | Field::ArpOp => Prereq::Arp,
             Field::IcmpType | Field::IcmpCode => Prereq::Icmp,
             Field::Icmpv6Type | Field::Icmpv6Code => Prereq::Icmpv6,
+            Field::NdTarget | Field::NdReserved | Field::NdOptionsType => Prereq::Nd,
+            Field::NdSll => Prereq::NdSolicit,
+            Field::NdTll => Prereq::NdAdvert,
             _ => Prereq::None,
         }
     }
@@ -752,6 +808,11 @@ pub const NAMES: &[FieldName] = &[
     part("icmpv4_code", Field::TpDst, 0, 8, P::Icmp, V::Decimal),
     part("icmpv6_type", Field::TpSrc, 0, 8, P::Icmpv6, V::Decimal),
     part("icmpv6_code", Field::TpDst, 0, 8, P::Icmpv6, V::Decimal),
+    whole("nd_target", Field::NdTarget, P::Nd, V::Ipv6),
+    whole("nd_sll", Field::NdSll, P::NdSolicit, V::Mac),
+    whole("nd_tll", Field::NdTll, P::NdAdvert, V::Mac),
+    whole("nd_reserved", Field::NdReserved, P::Nd, V::Decimal),
+    whole("nd_options_type", Field::NdOptionsType, P::Nd, V::Decimal),
 ];
 
 /// Looks up a field name as written in flow text (`reg3`, `xreg1`,
@@ -807,6 +868,11 @@ pub fn lookup_name(name: &str) -> Option<FieldName> {
         "NXM_NX_ARP_THA" | "OXM_OF_ARP_THA" => Field::ArpTha,
         "NXM_NX_CONJ_ID" => Field::ConjId,
         "NXM_NX_RECIRC_ID" => Field::RecircId,
+        "NXM_NX_ND_TARGET" | "OXM_OF_IPV6_ND_TARGET" => Field::NdTarget,
+        "NXM_NX_ND_SLL" | "OXM_OF_IPV6_ND_SLL" => Field::NdSll,
+        "NXM_NX_ND_TLL" | "OXM_OF_IPV6_ND_TLL" => Field::NdTll,
+        "ERICOXM_OF_ICMPV6_ND_RESERVED" => Field::NdReserved,
+        "ERICOXM_OF_ICMPV6_ND_OPTIONS_TYPE" => Field::NdOptionsType,
         _ => return None,
     };
     Some(whole_dyn(alias))
@@ -870,6 +936,9 @@ pub fn lookup_subfield_name(name: &str) -> Option<FieldName> {
 pub fn is_nxm_name(name: &str) -> bool {
     name.get(..4)
         .is_some_and(|p| p.eq_ignore_ascii_case("nxm_") || p.eq_ignore_ascii_case("oxm_"))
+        || name
+            .get(..8)
+            .is_some_and(|p| p.eq_ignore_ascii_case("ericoxm_"))
 }
 
 fn whole_dyn(field: Field) -> FieldName {

@@ -155,6 +155,11 @@ const FIELDS: &[(OvsField, &[&str])] = &[
     (f("NXM_OF_ICMP_CODE", "icmp_code", Field::TpDst, 0, 8, P::Icmp, V::Decimal), &["icmpv4_code", "OXM_OF_ICMPV4_CODE"]),
     (f("NXM_NX_ICMPV6_TYPE", "icmpv6_type", Field::TpSrc, 0, 8, P::Icmpv6, V::Decimal), &["OXM_OF_ICMPV6_TYPE"]),
     (f("NXM_NX_ICMPV6_CODE", "icmpv6_code", Field::TpDst, 0, 8, P::Icmpv6, V::Decimal), &["OXM_OF_ICMPV6_CODE"]),
+    (f("NXM_NX_ND_TARGET", "nd_target", Field::NdTarget, 0, 128, P::Nd, V::Ipv6), &["OXM_OF_IPV6_ND_TARGET"]),
+    (f("NXM_NX_ND_SLL", "nd_sll", Field::NdSll, 0, 48, P::NdSolicit, V::Mac), &["OXM_OF_IPV6_ND_SLL"]),
+    (f("NXM_NX_ND_TLL", "nd_tll", Field::NdTll, 0, 48, P::NdAdvert, V::Mac), &["OXM_OF_IPV6_ND_TLL"]),
+    (f("ERICOXM_OF_ICMPV6_ND_RESERVED", "nd_reserved", Field::NdReserved, 0, 32, P::Nd, V::Decimal), &[]),
+    (f("ERICOXM_OF_ICMPV6_ND_OPTIONS_TYPE", "nd_options_type", Field::NdOptionsType, 0, 8, P::Nd, V::Decimal), &[]),
 ];
 
 #[rustfmt::skip]

@@ -27,9 +27,10 @@
 //!
 //! - Output ports are our OpenFlow port numbers; OVS prints datapath port
 //!   numbers (which differ from the OpenFlow numbers).
-//! - OVS prints partial header writes as masked sets (`tos=0x10/0xfc`) and
-//!   some headers whole (`set(icmp(type=1,code=0))`); we print only the
-//!   fields written, unmasked (`tos=0x10`, `icmp(type=1)`).
+//! - OVS prints partial header writes as masked sets (`tos=0x10/0xfc`);
+//!   we print only the fields written, unmasked (`tos=0x10`). ICMP type
+//!   and code are committed together, as OVS does
+//!   (`set(icmpv6(type=136,code=0))`).
 //! - Tunnel metadata prints as `set(tunnel(tun_id=..,src=..,dst=..))`; OVS's
 //!   userspace datapath prints a full `tnl_push(...)` header instead, its
 //!   kernel datapath a `set(tunnel(...))` with more fields.
@@ -147,6 +148,10 @@ enum Hdr {
     Eth,
     Vlan,
     L3,
+    /// OVS's `nd_ext`: `nd_reserved`, `nd_options_type`.
+    NdExt,
+    /// OVS's `nd`: target and link-layer addresses.
+    Nd,
     L4,
 }
 
@@ -154,6 +159,8 @@ fn hdr_of(field: Field) -> Hdr {
     match field {
         Field::DlSrc | Field::DlDst => Hdr::Eth,
         Field::VlanTci => Hdr::Vlan,
+        Field::NdReserved | Field::NdOptionsType => Hdr::NdExt,
+        Field::NdTarget | Field::NdSll | Field::NdTll => Hdr::Nd,
         Field::TpSrc | Field::TpDst => Hdr::L4,
         _ => Hdr::L3,
     }
@@ -273,6 +280,25 @@ fn write_set_group(out: &mut String, h: Hdr, group: &[DpAction], key: Option<&Fl
             &[
                 (Field::DlSrc, "src", ValueFormat::Mac),
                 (Field::DlDst, "dst", ValueFormat::Mac),
+            ],
+        ),
+        Hdr::NdExt => (
+            "nd_ext",
+            &[
+                (Field::NdReserved, "nd_reserved", ValueFormat::Hex),
+                (
+                    Field::NdOptionsType,
+                    "nd_options_type",
+                    ValueFormat::Decimal,
+                ),
+            ],
+        ),
+        Hdr::Nd => (
+            "nd",
+            &[
+                (Field::NdTarget, "target", ValueFormat::Ipv6),
+                (Field::NdSll, "sll", ValueFormat::Mac),
+                (Field::NdTll, "tll", ValueFormat::Mac),
             ],
         ),
         Hdr::L3 => {

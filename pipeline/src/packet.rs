@@ -43,7 +43,7 @@ use crate::wire::ethernet::{self, vlan, EthernetFrame};
 use crate::wire::ipv4::{self, Ipv4Packet};
 use crate::wire::ipv6::{self, ExtEnd, Ipv6Packet};
 use crate::wire::udp::sctp;
-use crate::wire::{ethertype, icmp, ip_proto, tcp, udp};
+use crate::wire::{ethertype, icmp, ip_proto, nd, tcp, udp};
 
 /// Headroom [`PacketBuf::from_frame`] reserves: room for VXLAN-over-IPv4
 /// encapsulation (50 bytes) plus two VLAN tags, rounded up.
@@ -517,6 +517,107 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Packet<B> {
         }
     }
 
+    // ---- ICMPv6 Neighbour Discovery ----------------------------------------
+
+    /// The ND message's offset and end (`l3_end`): an ICMPv6 message with
+    /// at least the 24 bytes up to the end of the target (OVS
+    /// `packet_set_nd`/`packet_set_nd_ext` do nothing on shorter ones; like
+    /// them, the message type is not checked: the flow's match did that).
+    fn nd_layout(&self) -> Result<(usize, usize), WriteError> {
+        let l = self.layout();
+        match l.l4 {
+            Some(at) if l.nw_proto == ip_proto::ICMPV6 && at + nd::MSG_LEN <= l.l3_end => {
+                Ok((at, l.l3_end))
+            }
+            _ => Err(WriteError::NoHeader("ICMPv6 ND")),
+        }
+    }
+
+    /// Sets the ND target address (incremental ICMPv6 checksum update).
+    pub fn set_nd_target(&mut self, target: u128) -> Result<(), WriteError> {
+        let (at, _) = self.nd_layout()?;
+        self.write_csum(
+            at + nd::field::TARGET.start,
+            &target.to_be_bytes(),
+            None,
+            Some((at + icmp::field::CHECKSUM.start, false)),
+        )
+    }
+
+    /// Sets the address of the message's first Ethernet link-layer option
+    /// if that option has type `opt_type` (SLL for `nd_sll`, TLL for
+    /// `nd_tll`). As OVS's `packet_set_nd`: no option is ever added, and
+    /// an option of the other type is left alone.
+    pub fn set_nd_lla(&mut self, opt_type: u8, mac: [u8; 6]) -> Result<(), WriteError> {
+        let (at, end) = self.nd_layout()?;
+        let opts = at + nd::MSG_LEN;
+        let found = self.data().get(opts..end).and_then(nd::first_lla_option);
+        match found {
+            Some((off, ty)) if ty == opt_type => self.write_csum(
+                opts + off + nd::field::OPT_MAC.start,
+                &mac,
+                None,
+                Some((at + icmp::field::CHECKSUM.start, false)),
+            ),
+            _ => Err(WriteError::NoHeader("ND link-layer option")),
+        }
+    }
+
+    /// Sets the ND flags word (`nd_reserved`), then recomputes the ICMPv6
+    /// checksum in full, as OVS's `packet_set_nd_ext` does.
+    pub fn set_nd_reserved(&mut self, reserved: u32) -> Result<(), WriteError> {
+        let (at, end) = self.nd_layout()?;
+        self.write_at(at + nd::field::RESERVED.start, &reserved.to_be_bytes())?;
+        self.recompute_icmpv6_csum(at, end);
+        Ok(())
+    }
+
+    /// Sets the type byte of the message's first option, whatever it is
+    /// (`nd_options_type`; turning a source link-layer option into a target
+    /// one is how a solicitation becomes an advertisement), then recomputes
+    /// the ICMPv6 checksum, as OVS's `packet_set_nd_ext`. A message without
+    /// options is left alone (OVS would write past its end).
+    pub fn set_nd_options_type(&mut self, opt_type: u8) -> Result<(), WriteError> {
+        let (at, end) = self.nd_layout()?;
+        let opt = at + nd::MSG_LEN + nd::field::OPT_TYPE;
+        if opt >= end {
+            return Err(WriteError::Truncated {
+                need: opt + 1,
+                len: end,
+            });
+        }
+        self.write_at(opt, &[opt_type])?;
+        self.recompute_icmpv6_csum(at, end);
+        Ok(())
+    }
+
+    /// Recomputes the ICMPv6 checksum of the message `at..end` over the
+    /// IPv6 pseudo-header (addresses, upper-layer length, next header 58).
+    fn recompute_icmpv6_csum(&mut self, at: usize, end: usize) {
+        let Some(l3) = self.layout().l3 else {
+            return;
+        };
+        let csum_at = at + icmp::field::CHECKSUM.start;
+        let d = self.data_mut();
+        let (Some(addrs), Some(len)) = (
+            d.get(l3 + ipv6::field::SRC.start..l3 + ipv6::field::DST.end),
+            u32::try_from(end.saturating_sub(at)).ok(),
+        ) else {
+            return;
+        };
+        let pseudo = ones_sum(addrs, u64::from(len) + u64::from(ip_proto::ICMPV6));
+        if let Some(c) = d.get_mut(csum_at..csum_at + 2) {
+            c.fill(0);
+        }
+        let Some(msg) = d.get(at..end) else {
+            return;
+        };
+        let csum = checksum(msg, pseudo);
+        if let Some(c) = d.get_mut(csum_at..csum_at + 2) {
+            c.copy_from_slice(&csum.to_be_bytes());
+        }
+    }
+
     // ---- by field ----------------------------------------------------------
 
     /// Writes a header field of the flow key into the packet: the executor of
@@ -566,6 +667,11 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Packet<B> {
             Field::TpDst => self.set_tp_dst(value as u16),
             Field::ArpSha => self.set_arp_sha(mac(value)),
             Field::ArpTha => self.set_arp_tha(mac(value)),
+            Field::NdTarget => self.set_nd_target(value),
+            Field::NdSll => self.set_nd_lla(nd::OPT_SLL, mac(value)),
+            Field::NdTll => self.set_nd_lla(nd::OPT_TLL, mac(value)),
+            Field::NdReserved => self.set_nd_reserved(value as u32),
+            Field::NdOptionsType => self.set_nd_options_type(value as u8),
             other => Err(WriteError::Unsupported(other)),
         }
     }

@@ -434,6 +434,12 @@ fn write_match(out: &mut String, m: &Match, priority: u16) {
     };
     dec_field(out, m, Field::TpSrc, src, 0xffff);
     dec_field(out, m, Field::TpDst, dst, 0xffff);
+    // ND fields: only in ICMPv6 flows (their prerequisites), in OVS's order.
+    addr_field(out, m, Field::NdTarget, "nd_target");
+    addr_field(out, m, Field::NdSll, "nd_sll");
+    addr_field(out, m, Field::NdTll, "nd_tll");
+    dec_field(out, m, Field::NdReserved, "nd_reserved", 0xffff_ffff);
+    dec_field(out, m, Field::NdOptionsType, "nd_options_type", 0xff);
     if m.has(Field::TcpFlags) {
         let (v, mask) = m.get(Field::TcpFlags);
         out.push_str("tcp_flags=");
@@ -442,6 +448,24 @@ fn write_match(out: &mut String, m: &Match, priority: u16) {
     }
     if out.len() > start && out.ends_with(',') {
         out.pop();
+    }
+}
+
+/// The ND fields of an ND packet's key, as OVS's `flow_format` shows them:
+/// target and link-layer addresses always, the flags word and option type
+/// when not zero.
+fn nd_key_fields(m: &mut Match, k: &FlowKey) {
+    let (ty, code) = (k.get(Field::TpSrc) as u8, k.get(Field::TpDst) as u8);
+    if !crate::wire::nd::is_nd(ty, code) {
+        return;
+    }
+    for f in [Field::NdTarget, Field::NdSll, Field::NdTll] {
+        m.set_exact(f, k.get(f));
+    }
+    for f in [Field::NdReserved, Field::NdOptionsType] {
+        if k.get(f) != 0 {
+            m.set_exact(f, k.get(f));
+        }
     }
 }
 
@@ -526,6 +550,9 @@ pub fn format_key(k: &FlowKey) -> String {
             exact(&mut m, Field::TpDst);
             if proto == ip_proto::TCP {
                 exact(&mut m, Field::TcpFlags);
+            }
+            if proto == ip_proto::ICMPV6 {
+                nd_key_fields(&mut m, k);
             }
         }
     } else if dl == eth_type::ARP || dl == eth_type::RARP {
@@ -1179,6 +1206,10 @@ mod tests {
         ("table=6,ip,nw_frag=yes,nw_dst=10.0.0.0/255.255.0.255,actions=drop", " table=6, ip,nw_dst=10.0.0.0/255.255.0.255,nw_frag=yes actions=drop"),
         ("table=6,ipv6,ipv6_dst=2001:db8::1,ipv6_label=0x12,actions=drop", " table=6, ipv6,ipv6_dst=2001:db8::1,ipv6_label=0x00012 actions=drop"),
         ("table=7,arp,arp_op=1,arp_sha=00:11:22:33:44:55,arp_tpa=1.2.3.0/24,actions=drop", " table=7, arp,arp_tpa=1.2.3.0/24,arp_op=1,arp_sha=00:11:22:33:44:55 actions=drop"),
+        // As OVS 3.1 dumps them (nd_reserved in decimal).
+        ("priority=190,icmp6,icmp_type=136,nd_target=fd00:10:244:1::5,nd_tll=0a:00:00:00:00:05,actions=output:2", " priority=190,icmp6,icmp_type=136,nd_target=fd00:10:244:1::5,nd_tll=0a:00:00:00:00:05 actions=output:2"),
+        ("icmp6,icmp_type=136,nd_reserved=0x60000000,nd_options_type=2,actions=drop", " icmp6,icmp_type=136,nd_reserved=1610612736,nd_options_type=2 actions=drop"),
+        ("icmp6,icmp_type=135,nd_sll=0a:00:00:00:00:05,nd_target=fd00::/16,actions=drop", " icmp6,icmp_type=135,nd_target=fd00::/16,nd_sll=0a:00:00:00:00:05 actions=drop"),
         ("table=7,icmp,icmp_type=8,icmp_code=0,nw_ttl=3,actions=drop", " table=7, icmp,nw_ttl=3,icmp_type=8,icmp_code=0 actions=drop"),
         ("table=7,icmp6,icmpv6_type=135,actions=drop", " table=7, icmp6,icmp_type=135 actions=drop"),
         ("table=7,udp6,udp_dst=53,actions=drop", " table=7, udp6,tp_dst=53 actions=drop"),

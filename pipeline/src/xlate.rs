@@ -76,7 +76,7 @@ use crate::learn;
 use crate::meter::Meter;
 use crate::odp::{recirc_id_for_table, table_for_recirc_id, DpAction};
 use crate::tables::{Rule, TableSet};
-use crate::wire::ethertype;
+use crate::wire::{ethertype, ip_proto};
 
 /// Deepest resubmit nesting (OVS: 64).
 pub const MAX_DEPTH: u32 = 64;
@@ -854,6 +854,7 @@ impl<'a, L: FlowLookup + ?Sized> Xlate<'a, L> {
         if self.dirty.is_zero() {
             return;
         }
+        let icmp_whole = self.icmp_header_changed();
         for &f in Field::ALL {
             if !f.is_header() || self.dirty.get(f) == 0 {
                 continue;
@@ -862,12 +863,32 @@ impl<'a, L: FlowLookup + ?Sized> Xlate<'a, L> {
             // the whole field: both depend on every bit of it.
             self.wc.mask_field(f);
             let v = self.key.get(f);
-            if v != self.base.get(f) {
+            if v != self.base.get(f) || (icmp_whole && matches!(f, Field::TpSrc | Field::TpDst)) {
                 self.actions.push(DpAction::Set { field: f, value: v });
                 self.base.set(f, v);
             }
         }
         self.dirty = FlowKey::ZERO;
+    }
+
+    /// Whether an ICMP/ICMPv6 type or code write is pending and changes the
+    /// packet: OVS commits that header whole (`set(icmpv6(type=136,code=0))`),
+    /// so both fields are marked dirty and both are written.
+    fn icmp_header_changed(&mut self) -> bool {
+        let proto = self.base.get(Field::NwProto) as u8;
+        let ip = matches!(self.dl_type(), ETH_TYPE_IPV4 | ETH_TYPE_IPV6);
+        if !ip || !matches!(proto, ip_proto::ICMP | ip_proto::ICMPV6) {
+            return false;
+        }
+        let (ty, code) = (Field::TpSrc, Field::TpDst);
+        let dirty = self.dirty.get(ty) != 0 || self.dirty.get(code) != 0;
+        let changed =
+            self.key.get(ty) != self.base.get(ty) || self.key.get(code) != self.base.get(code);
+        if dirty && changed {
+            self.dirty.mask_field(ty);
+            self.dirty.mask_field(code);
+        }
+        dirty && changed
     }
 
     fn clear_ct_fields(&mut self) {

@@ -222,6 +222,9 @@ const DP_FLOWS: &[&str] = &[
     "table=0,priority=50,in_port=1,ipv6,actions=set_field:2001:db8::1->ipv6_src,set_field:2001:db8::2->ipv6_dst,set_field:0x12->ipv6_label,set_field:8->nw_tos,set_field:3->nw_ttl,dec_ttl,ct(commit,table=1),output:2",
     "table=0,priority=60,in_port=1,tcp6,actions=set_field:7->tp_src,set_field:9->tp_dst,dec_ttl,ct(table=1)",
     "table=0,priority=60,in_port=1,icmp6,actions=set_field:136->icmpv6_type,set_field:1->icmpv6_code,output:2",
+    "table=0,priority=70,in_port=1,icmp6,icmp_type=135,nd_target=2001:db8::/32,actions=set_field:2001:db8::9->nd_target,set_field:00:11:22:33:44:55->nd_sll,set_field:0x60000000->nd_reserved,set_field:2->nd_options_type,set_field:136->icmpv6_type,resubmit(,3)",
+    "table=0,priority=70,in_port=1,icmp6,icmp_type=136,actions=set_field:00:11:22:33:44:66->nd_tll,move:NXM_NX_ND_TLL[]->NXM_OF_ETH_SRC[],set_field:0->nd_options_type,output:2",
+    "table=3,priority=1,icmp6,icmp_type=136,actions=set_field:00:11:22:33:44:77->nd_tll,output:in_port",
     "table=0,priority=40,in_port=1,actions=push_vlan:0x88a8,set_field:0x1007->vlan_tci,push_vlan:0x8100,output:2,pop_vlan,set_tunnel:5,set_field:1.2.3.4->tun_dst,output:3,set_field:0.0.0.0->tun_dst,ct_clear,load:0x5->NXM_NX_REG0[],move:NXM_NX_REG0[]->NXM_NX_REG1[],resubmit(,2),controller(reason=no_match,userdata=01.02),goto_table:2",
     "table=0,priority=30,in_port=2,ip,actions=ct(table=1),ct(table=2)",
     "table=0,priority=30,in_port=3,ip,actions=ct(commit,table=0)",
@@ -273,6 +276,14 @@ fn seed_frames() -> Vec<Vec<u8>> {
     let udp = [0, 5, 0, 53, 0, 12, 0, 0, 1, 2, 3, 4];
     let sctp = [0, 5, 0, 9, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 4];
     let icmp = [8, 0, 0, 0, 0, 1, 0, 1];
+    // ND solicitations/advertisements: header, flags, target 2001:db8::1, options.
+    let nd = |ty: u8, opts: &[u8]| {
+        let mut m = vec![ty, 0, 0, 0, 0x60, 0, 0, 0, 0x20, 0x01, 0x0d, 0xb8];
+        m.extend_from_slice(&[0; 11]);
+        m.push(1);
+        m.extend_from_slice(opts);
+        m
+    };
     let mut arp = eth(0x0806);
     arp.extend_from_slice(&[0, 1, 8, 0, 6, 4, 0, 1, 2, 0, 0, 0, 0, 2, 10, 0, 0, 1]);
     arp.extend_from_slice(&[0, 0, 0, 0, 0, 0, 10, 0, 0, 2]);
@@ -294,6 +305,23 @@ fn seed_frames() -> Vec<Vec<u8>> {
         ipv6(6, &tcp),
         ipv6(17, &udp),
         ipv6(58, &[135, 0, 0, 0, 0, 0, 0, 0]),
+        ipv6(58, &nd(135, &[1, 1, 2, 0, 0, 0, 0, 5])),
+        ipv6(58, &nd(136, &[2, 1, 2, 0, 0, 0, 0, 6])),
+        ipv6(
+            58,
+            &nd(
+                136,
+                &[
+                    14, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 1, 2, 0, 0, 0, 0, 6,
+                ],
+            ),
+        ),
+        ipv6(
+            58,
+            &nd(135, &[1, 1, 2, 0, 0, 0, 0, 5, 1, 1, 2, 0, 0, 0, 0, 5]),
+        ),
+        ipv6(58, &nd(135, &[0, 0, 0, 0, 0, 0, 0, 0])),
+        ipv6(58, &nd(136, &[])),
         ipv6(0, &hbh),
         ipv6(44, &[6, 0, 0, 1, 0, 0, 0, 1]),
         arp,
@@ -403,6 +431,30 @@ proptest! {
             // The key of `other` over the bytes of `f`, then the honest pair.
             let _ = ct.execute(f, &extract(other, 1), &p, i as u64 * 1_000);
             let _ = ct.execute(f, &extract(f, 1), &p, i as u64 * 1_000 + 1);
+        }
+    }
+}
+
+/// Every prefix of every seed frame (the ND ones included: cut inside the
+/// target, inside an option) is extracted and run through the datapath,
+/// twice (the second time through the caches), without panicking.
+#[test]
+fn every_prefix_of_every_seed_frame() {
+    use oxvs_pipeline::extract::extract;
+    let mut dp = Datapath::new(
+        dp_pipeline(),
+        XlateEnv::with_ports(vec![1, 2, 3, 4]),
+        DatapathConfig::default(),
+    );
+    let mut ct = Conntrack::default();
+    let mut sink = RecordingSink::default();
+    for f in seed_frames() {
+        for cut in 0..=f.len() {
+            let _ = extract(&f[..cut], 1);
+            for round in 0..2u64 {
+                let mut batch = vec![DpPacket::from_frame(&f[..cut], 1)];
+                dp.process_batch(&mut batch, &mut ct, 10 + round, &mut sink);
+            }
         }
     }
 }

@@ -51,6 +51,10 @@ const CORPUS: &[&str] = &[
     " cookie=0x5, duration=1.234s, table=2, n_packets=7, n_bytes=900, idle_timeout=10, send_flow_rem importance=3, idle_age=0, priority=5,ip actions=drop",
     "ip,dl_vlan=5,in_port=7,reg3=0/0xff,actions=set_field:0x1005->vlan_tci,controller:100,output:CONTROLLER,NORMAL,output:LOCAL,4",
     "icmp6,icmp_type=135,icmp_code=0,actions=set_field:136->icmp_type",
+    "icmp6,icmp_type=136,nd_target=fec0::1234:f045:8fff:1111:fe00:0/96,nd_tll=00:0a:e4:25:6b:b1,actions=drop",
+    "icmp6,icmp_type=135,nd_sll=00:0a:e4:00:00:00/ff:ff:ff:00:00:00,nd_reserved=5,nd_options_type=1,actions=drop",
+    "table=0,priority=300,icmp6,icmp_type=135,icmp_code=0,nd_target=fd00:10:244:1::1,actions=move:NXM_OF_ETH_SRC[]->NXM_OF_ETH_DST[],set_field:02:00:00:00:00:01->eth_src,move:NXM_NX_IPV6_SRC[]->NXM_NX_IPV6_DST[],set_field:fd00:10:244:1::1->ipv6_src,set_field:136->icmpv6_type,set_field:0x60000000->nd_reserved,set_field:2->nd_options_type,set_field:0a:00:00:00:00:09->nd_sll,goto_table:1",
+    "table=1,icmp6,icmp_type=136,actions=set_field:02:00:00:00:00:01->nd_tll,move:OXM_OF_IPV6_ND_TLL[]->NXM_OF_ETH_SRC[],load:0x1->NXM_NX_ND_TARGET[0..63],move:NXM_NX_ND_TARGET[64..127]->OXM_OF_PKT_REG1[],load:0x2->ERICOXM_OF_ICMPV6_ND_OPTIONS_TYPE[],move:ERICOXM_OF_ICMPV6_ND_RESERVED[]->NXM_NX_REG0[],IN_PORT",
 ];
 
 #[test]

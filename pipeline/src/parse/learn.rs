@@ -16,7 +16,7 @@ use super::error::{PResult, Src};
 use super::eth_type;
 use super::ip_proto;
 use super::lexer::Lexer;
-use super::match_fields::{pinned, VLAN_CFI};
+use super::match_fields::{nd_type_ok, pinned, VLAN_CFI};
 use super::value::{ones, parse_one_value, parse_port, parse_table, parse_uint, uint_bits};
 use crate::field::{Field, Prereq, ValueFormat};
 use crate::flow::{Action, Match};
@@ -50,6 +50,9 @@ fn prereq_ok(m: &Match, prereq: Prereq) -> bool {
         Prereq::Vlan => {
             let (v, mask) = m.get(Field::VlanTci);
             mask & VLAN_CFI != 0 && v & VLAN_CFI != 0
+        }
+        Prereq::Nd | Prereq::NdSolicit | Prereq::NdAdvert => {
+            ip6 && proto == Some(ip_proto::ICMPV6) && nd_type_ok(m, prereq)
         }
     }
 }

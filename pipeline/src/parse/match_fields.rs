@@ -26,6 +26,8 @@ pub(super) fn maskable(name: &FieldName) -> bool {
             | Field::CtZone
             | Field::ConjId
             | Field::RecircId
+            | Field::NdReserved
+            | Field::NdOptionsType
     )
 }
 
@@ -92,7 +94,30 @@ pub(crate) fn prereq_ok(m: &Match, name: &FieldName) -> bool {
             let (v, mask) = m.get(Field::VlanTci);
             mask & VLAN_CFI != 0 && v & VLAN_CFI != 0
         }
+        Prereq::Nd | Prereq::NdSolicit | Prereq::NdAdvert => {
+            let icmp6 = ip6 && proto == Some(ip_proto::ICMPV6);
+            icmp6 && nd_type_ok(m, prereq)
+        }
     }
+}
+
+/// ICMPv6 types of Neighbour Discovery messages.
+const ND_SOLICIT: u128 = 135;
+const ND_ADVERT: u128 = 136;
+
+/// The ND part of OVS's `is_nd()` on a match: OVS reads the match's
+/// *values* (a field not matched reads as 0), so `icmp_code` must be 0 or
+/// not matched, and `icmp_type` must be 135/136 (or the one the
+/// prerequisite names).
+pub(super) fn nd_type_ok(m: &Match, prereq: Prereq) -> bool {
+    let (ty, _) = m.get(Field::TpSrc);
+    let (code, _) = m.get(Field::TpDst);
+    code == 0
+        && match prereq {
+            Prereq::NdSolicit => ty == ND_SOLICIT,
+            Prereq::NdAdvert => ty == ND_ADVERT,
+            _ => ty == ND_SOLICIT || ty == ND_ADVERT,
+        }
 }
 
 /// Parses `name=value[/mask]` into (field, value, mask) in field units.

@@ -57,6 +57,7 @@ pub mod ethernet;
 pub mod icmp;
 pub mod ipv4;
 pub mod ipv6;
+pub mod nd;
 pub mod tcp;
 pub mod udp;
 pub mod vxlan;
