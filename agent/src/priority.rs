@@ -38,6 +38,8 @@ pub mod spoof_guard {
 
 /// Table `ARPResponder` (20).
 pub mod arp_responder {
+    /// The IPv6 responder's answer in the making (resubmitted, marked).
+    pub const ND_REPLY: u16 = 210;
     /// Requests the switch answers in place (the gateway, remote gateways).
     pub const ANSWER: u16 = 200;
     /// A pod's gratuitous ARP (target = its own address): to the host.

@@ -240,6 +240,27 @@ pub const SERVICE_SNAT_MARK: RegMark = RegMark {
     doc: "SNAT it",
 };
 
+/// `reg0[21]`: the IPv6 neighbour responder is turning a solicitation
+/// into its answer (ARPResponder rewrites the packet into an
+/// advertisement and resubmits it to itself to write the target
+/// link-layer address, which OVS lets a flow set only on an
+/// advertisement).
+pub const ND_REPLY: RegField = RegField {
+    name: "ND_REPLY",
+    store: Store::Reg(0),
+    lo: 21,
+    hi: 21,
+    doc: "the neighbour responder's advertisement in the making",
+    load_format: LoadFormat::Hex,
+};
+/// [`ND_REPLY`] = 1.
+pub const ND_REPLY_MARK: RegMark = RegMark {
+    name: "ND_REPLY_MARK",
+    field: ND_REPLY,
+    value: 1,
+    doc: "answering",
+};
+
 /// `reg1`: the output port (L2ForwardingCalc writes it, Output reads it).
 pub const TARGET_OFPORT: RegField = RegField {
     name: "TARGET_OFPORT",
@@ -359,6 +380,7 @@ pub const FIELDS: &[RegField] = &[
     OFPORT_FOUND,
     REWRITE_MAC,
     SERVICE_SNAT,
+    ND_REPLY,
     TARGET_OFPORT,
     INGRESS_RULE,
     EGRESS_RULE,
@@ -377,6 +399,7 @@ pub const MARKS: &[RegMark] = &[
     OFPORT_FOUND_MARK,
     REWRITE_MAC_MARK,
     SERVICE_SNAT_MARK,
+    ND_REPLY_MARK,
     AFFINITY_HIT,
     AFFINITY_LEARN,
     FROM_GATEWAY_CT_MARK,

@@ -124,7 +124,7 @@ pub(super) fn node_flows(node: &NodeNet, v6: &NodeNet6, proxy: bool) -> Vec<Flow
         );
     }
     // The responder: the gateway's address answered in place.
-    v.push(nd_answer(cookie::GATEWAY, v6.gateway_ip, &node.gateway_mac));
+    v.extend(nd_answer(cookie::GATEWAY, v6.gateway_ip, &node.gateway_mac));
     // ConntrackZone, ConntrackState.
     v.push(
         FlowLine::new(
@@ -291,8 +291,8 @@ pub(super) fn pod_flows(node: &NodeNet, pod: &PodPort, ip6: Ipv6Addr) -> Vec<Flo
 /// into the tunnel.
 pub(super) fn remote_flows(node: &NodeNet, r: &RemoteNode, cidr: ipnet::Ipv6Net) -> Vec<FlowLine> {
     let c = cookie::remote_node(r.ip);
-    vec![
-        nd_answer(c, gateway_of(cidr), &VIRTUAL_MAC),
+    let mut v = nd_answer(c, gateway_of(cidr), &VIRTUAL_MAC);
+    v.push(
         FlowLine::new(L3_FORWARDING, priority::l3_forwarding::ROUTE, c)
             .matching("ipv6")
             .matching(format!("ipv6_dst={cidr}"))
@@ -300,16 +300,20 @@ pub(super) fn remote_flows(node: &NodeNet, r: &RemoteNode, cidr: ipnet::Ipv6Net)
             .action(format!("set_field:{}->eth_dst", mac_str(&VIRTUAL_MAC)))
             .action(format!("set_field:{}->tun_dst", r.ip))
             .goto(L3_DEC_TTL),
-    ]
+    );
+    v
 }
 
 /// The responder: a solicitation for `ip` is answered in place with `mac`
 /// (a Neighbour Advertisement with the router, solicited and override
 /// flags and `mac` as target link-layer address, from `ip` to the
-/// solicitation's source, out of the port it came in by).
-fn nd_answer(cookie: u64, ip: Ipv6Addr, mac: &[u8; 6]) -> FlowLine {
+/// solicitation's source, out of the port it came in by). Two flows: OVS
+/// lets a flow write `nd_tll` only where its match says the packet is an
+/// advertisement, so the first makes the solicitation one and resubmits
+/// it, marked, to the second.
+fn nd_answer(cookie: u64, ip: Ipv6Addr, mac: &[u8; 6]) -> Vec<FlowLine> {
     let mac = mac_str(mac);
-    FlowLine::new(ARP_RESPONDER, priority::arp_responder::ANSWER, cookie)
+    let solicit = FlowLine::new(ARP_RESPONDER, priority::arp_responder::ANSWER, cookie)
         .matching("icmp6")
         .matching(format!("icmp_type={NEIGHBOUR_SOLICIT}"))
         .matching("icmp_code=0")
@@ -321,8 +325,17 @@ fn nd_answer(cookie: u64, ip: Ipv6Addr, mac: &[u8; 6]) -> FlowLine {
         .action(format!("set_field:{NEIGHBOUR_ADVERT}->icmpv6_type"))
         .action(format!("set_field:{NA_FLAGS_ROUTER:#x}->nd_reserved"))
         .action(format!("set_field:{OPTION_TARGET_LL}->nd_options_type"))
+        .action(regs::ND_REPLY_MARK.load())
+        .action(format!("resubmit(,{})", ARP_RESPONDER.id));
+    let advert = FlowLine::new(ARP_RESPONDER, priority::arp_responder::ND_REPLY, cookie)
+        .matching("icmp6")
+        .matching(format!("icmp_type={NEIGHBOUR_ADVERT}"))
+        .matching("icmp_code=0")
+        .matching(format!("nd_target={ip}"))
+        .mark(regs::ND_REPLY_MARK)
         .action(format!("set_field:{mac}->nd_tll"))
-        .action("output:IN_PORT")
+        .action("output:IN_PORT");
+    vec![solicit, advert]
 }
 
 /// The responder: a solicitation for `ip` goes to the port that holds it.
