@@ -79,6 +79,7 @@ fn cluster(cidr: Ipv4Net, except: Vec<Ipv4Net>) -> (ClusterState, Vec<LocalPod>)
             name: "n1".into(),
             pod_cidr: Some("10.244.1.0/24".parse().expect("cidr")),
             internal_ip: Some(Ipv4Addr::new(192, 168, 77, 11)),
+            pod_cidr6: None,
         },
     );
     s.pods.insert(
@@ -92,6 +93,7 @@ fn cluster(cidr: Ipv4Net, except: Vec<Ipv4Net>) -> (ClusterState, Vec<LocalPod>)
             ip: Some(Ipv4Addr::new(10, 244, 1, 2)),
             host_network: false,
             ports: vec![],
+            ip6: None,
         },
     );
     s.policies.insert(
@@ -115,6 +117,7 @@ fn cluster(cidr: Ipv4Net, except: Vec<Ipv4Net>) -> (ClusterState, Vec<LocalPod>)
         name: "a".into(),
         ip: Ipv4Addr::new(10, 244, 1, 2),
         ofport: 3,
+        ip6: None,
     }];
     (s, local)
 }

@@ -817,6 +817,7 @@ mod tests {
             ip: Some(ip.parse().unwrap()),
             host_network: false,
             ports: vec![],
+            ip6: None,
         }
     }
 
@@ -1247,6 +1248,7 @@ mod tests {
                 name: a.pod_name.clone(),
                 ip: a.ip,
                 ofport: a.ofport.unwrap(),
+                ip6: None,
             })
             .collect();
         let pf = policy_flows(&c, &local);

@@ -173,7 +173,7 @@ fn local_view(inp: &Inputs) -> Cow<'_, ClusterState> {
         inp.state
             .pods
             .get(&(lp.namespace.clone(), lp.name.clone()))
-            .is_some_and(|p| p.ip != Some(lp.ip))
+            .is_some_and(|p| p.ip != Some(lp.ip) || (lp.ip6.is_some() && p.ip6 != lp.ip6))
     };
     if inp.admitted.is_empty() && !inp.local.iter().any(differs) {
         return Cow::Borrowed(&inp.state);
@@ -185,6 +185,7 @@ fn local_view(inp: &Inputs) -> Cow<'_, ClusterState> {
     for lp in &inp.local {
         if let Some(p) = state.pods.get_mut(&(lp.namespace.clone(), lp.name.clone())) {
             p.ip = Some(lp.ip);
+            p.ip6 = lp.ip6.or(p.ip6);
         }
     }
     Cow::Owned(state)
@@ -222,6 +223,7 @@ pub fn local_pods(attachments: &[Attachment]) -> Vec<LocalPod> {
                 name: a.pod_name.clone(),
                 ip: a.ip,
                 ofport,
+                ip6: a.ipv6.map(|v6| v6.ip),
             })
         })
         .collect()

@@ -103,6 +103,7 @@ fn pod(
                 protocol: *protocol,
             })
             .collect(),
+        ip6: None,
     }
 }
 

@@ -12,7 +12,7 @@
 //! publishes a new one for every change (through a `tokio::sync::watch`).
 
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use ipnet::{Ipv4Net, Ipv6Net};
 
@@ -47,6 +47,15 @@ impl Protocol {
         }
     }
 
+    /// The flow keyword of the protocol over IPv6 (`tcp6`, ...).
+    pub fn keyword6(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "tcp6",
+            Protocol::Udp => "udp6",
+            Protocol::Sctp => "sctp6",
+        }
+    }
+
     /// Parses the API's spelling (`TCP`, `UDP`, `SCTP`).
     pub fn from_api(s: &str) -> Option<Protocol> {
         match s {
@@ -75,8 +84,10 @@ pub struct Pod {
     pub labels: Labels,
     /// `spec.nodeName` (empty: not scheduled).
     pub node_name: String,
-    /// `status.podIP`, once known.
+    /// `status.podIP`, once known (the first IPv4 of `status.podIPs`).
     pub ip: Option<Ipv4Addr>,
+    /// Its IPv6 address (the first IPv6 of `status.podIPs`): dual-stack.
+    pub ip6: Option<Ipv6Addr>,
     pub host_network: bool,
     /// Every container's ports.
     pub ports: Vec<ContainerPort>,
@@ -185,6 +196,8 @@ pub enum Peer {
     },
     /// `ipBlock`: `cidr` minus every `except`.
     IpBlock { cidr: Ipv4Net, except: Vec<Ipv4Net> },
+    /// An IPv6 `ipBlock`.
+    IpBlock6 { cidr: Ipv6Net, except: Vec<Ipv6Net> },
 }
 
 /// One ingress or egress rule. Empty `peers`: every peer; empty `ports`:

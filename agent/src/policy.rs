@@ -103,9 +103,9 @@ pub mod prefix;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use ipnet::Ipv4Net;
+use ipnet::IpNet;
 use oxvs_pipeline::names::{self, TableDef};
 use oxvs_pipeline::regs::{self, RegField};
 
@@ -123,6 +123,15 @@ pub struct LocalPod {
     pub name: String,
     pub ip: Ipv4Addr,
     pub ofport: u32,
+    /// Its IPv6 address, on a dual-stack node.
+    pub ip6: Option<Ipv6Addr>,
+}
+
+impl LocalPod {
+    /// Its addresses, IPv4 first.
+    fn addresses(&self) -> impl Iterator<Item = IpAddr> {
+        std::iter::once(IpAddr::V4(self.ip)).chain(self.ip6.map(IpAddr::V6))
+    }
 }
 
 /// Ingress or egress.
@@ -220,17 +229,49 @@ struct FlowMatch {
     proto: Option<Protocol>,
     /// A rule register ([`Stage::reg`]) holding a rule id.
     reg: Option<(Direction, u32)>,
-    nw_src: Option<Ipv4Net>,
-    nw_dst: Option<Ipv4Net>,
+    /// Of the packet's family ([`FlowMatch::v6`]).
+    nw_src: Option<IpNet>,
+    nw_dst: Option<IpNet>,
     /// `(value, mask)`; mask `0xffff` is an exact port.
     tp_dst: Option<(u16, u16)>,
     /// Only packets that entered from the gateway
     /// ([`regs::FROM_GATEWAY`]): the node's own traffic.
     from_gateway: bool,
+    /// An IPv6 flow (`ipv6`, `tcp6`, `ipv6_src`...); else IPv4. Last, so
+    /// that IPv4 flows keep their order.
+    v6: bool,
 }
 
-fn fmt_net(f: &mut fmt::Formatter<'_>, field: &str, n: &Ipv4Net) -> fmt::Result {
-    if n.prefix_len() == 32 {
+impl FlowMatch {
+    /// Packets from `n` (every address of its family for a `/0`).
+    fn src(n: IpNet) -> FlowMatch {
+        FlowMatch {
+            nw_src: (n.prefix_len() > 0).then_some(n),
+            v6: n.addr().is_ipv6(),
+            ..FlowMatch::default()
+        }
+    }
+
+    /// Packets to `n` (every address of its family for a `/0`).
+    fn dst(n: IpNet) -> FlowMatch {
+        FlowMatch {
+            nw_dst: (n.prefix_len() > 0).then_some(n),
+            v6: n.addr().is_ipv6(),
+            ..FlowMatch::default()
+        }
+    }
+
+    /// The same match for the other family (a match without addresses).
+    fn as_v6(&self) -> FlowMatch {
+        FlowMatch {
+            v6: true,
+            ..self.clone()
+        }
+    }
+}
+
+fn fmt_net(f: &mut fmt::Formatter<'_>, field: &str, n: &IpNet) -> fmt::Result {
+    if n.prefix_len() == n.max_prefix_len() {
         write!(f, ", {field}={}", n.addr())
     } else {
         write!(f, ", {field}={n}")
@@ -242,15 +283,19 @@ impl fmt::Display for FlowMatch {
         if let Some(id) = self.conj_id {
             write!(f, "conj_id={id}, ")?;
         }
-        f.write_str(self.proto.map_or("ip", Protocol::keyword))?;
+        let (any, keyword, src, dst): (_, fn(Protocol) -> &'static str, _, _) = match self.v6 {
+            false => ("ip", Protocol::keyword, "nw_src", "nw_dst"),
+            true => ("ipv6", Protocol::keyword6, "ipv6_src", "ipv6_dst"),
+        };
+        f.write_str(self.proto.map_or(any, keyword))?;
         if let Some((dir, v)) = self.reg {
             write!(f, ", {}", stage(dir).reg.matching(v))?;
         }
         if let Some(n) = &self.nw_src {
-            fmt_net(f, "nw_src", n)?;
+            fmt_net(f, src, n)?;
         }
         if let Some(n) = &self.nw_dst {
-            fmt_net(f, "nw_dst", n)?;
+            fmt_net(f, dst, n)?;
         }
         match self.tp_dst {
             Some((v, 0xffff)) => write!(f, ", tp_dst={v}")?,
@@ -353,22 +398,35 @@ impl FlowSet {
 struct Service {
     proto: Protocol,
     tp_dst: Option<(u16, u16)>,
-    dst: Option<Ipv4Addr>,
+    dst: Option<IpAddr>,
 }
 
 impl Service {
-    fn to_match(&self) -> FlowMatch {
+    /// Its match; a service without a destination is of `family`'s...
+    /// both families' on a dual-stack node ([`Service::matches`]).
+    fn to_match(&self, v6: bool) -> FlowMatch {
         FlowMatch {
             proto: Some(self.proto),
-            nw_dst: self.dst.map(Ipv4Net::from),
+            nw_dst: self.dst.map(IpNet::from),
             tp_dst: self.tp_dst,
+            v6: self.dst.map_or(v6, |d| d.is_ipv6()),
             ..FlowMatch::default()
+        }
+    }
+
+    /// Its clause flows: one, or without a destination on a dual-stack
+    /// node, one per family.
+    fn matches(&self, dual: bool) -> Vec<FlowMatch> {
+        match (self.dst, dual) {
+            (None, true) => vec![self.to_match(false), self.to_match(true)],
+            _ => vec![self.to_match(false)],
         }
     }
 }
 
-/// A policy's selected local pods: (flow address, Pod object).
-type Selected<'a> = Vec<(Ipv4Addr, &'a Pod)>;
+/// A policy's selected local pods: (flow address, Pod object), one entry
+/// per address of each.
+type Selected<'a> = Vec<(IpAddr, &'a Pod)>;
 
 /// Every pod a pod peer of `rule` matches (any node), in key order:
 /// first the namespaces each peer selects, then their pods. (Written apart
@@ -399,7 +457,7 @@ fn peer_pods<'a>(state: &'a ClusterState, policy: &NetworkPolicy, rule: &Rule) -
         };
         for (key, pod) in &state.pods {
             if namespaces.contains(key.0.as_str())
-                && pod.ip.is_some()
+                && (pod.ip.is_some() || pod.ip6.is_some())
                 && !pod.host_network
                 && pod_selector.as_ref().is_none_or(|s| s.matches(&pod.labels))
             {
@@ -412,18 +470,28 @@ fn peer_pods<'a>(state: &'a ClusterState, policy: &NetworkPolicy, rule: &Rule) -
 
 /// The peer dimension, sorted and without duplicates: `None` = every
 /// address.
-fn peer_prefixes(rule: &Rule, pods: &[&Pod]) -> Option<Vec<Ipv4Net>> {
+fn peer_prefixes(rule: &Rule, pods: &[&Pod]) -> Option<Vec<IpNet>> {
     if rule.peers.is_empty() {
         return None;
     }
-    let mut set: Vec<Ipv4Net> = pods
+    let mut set: Vec<IpNet> = pods
         .iter()
-        .filter_map(|p| p.ip)
-        .map(Ipv4Net::from)
+        .flat_map(|p| pod_addresses(p))
+        .map(IpNet::from)
         .collect();
     for peer in &rule.peers {
-        if let Peer::IpBlock { cidr, except } = peer {
-            set.extend(prefix::ipblock_prefixes(*cidr, except));
+        match peer {
+            Peer::IpBlock { cidr, except } => set.extend(
+                prefix::ipblock_prefixes(*cidr, except)
+                    .into_iter()
+                    .map(IpNet::V4),
+            ),
+            Peer::IpBlock6 { cidr, except } => set.extend(
+                prefix::ipblock_prefixes6(*cidr, except)
+                    .into_iter()
+                    .map(IpNet::V6),
+            ),
+            Peer::Pods { .. } => {}
         }
     }
     set.sort_unstable();
@@ -435,7 +503,14 @@ fn peer_prefixes(rule: &Rule, pods: &[&Pod]) -> Option<Vec<Ipv4Net>> {
 /// destinations named ports are resolved on (address, pod); `exact` says
 /// the rule's destination dimension is exactly `targets`, so a named port
 /// every target resolves alike needs no address.
-fn services(rule: &Rule, targets: &[(Ipv4Addr, &Pod)], exact: bool) -> Option<BTreeSet<Service>> {
+/// A pod's addresses, IPv4 first.
+fn pod_addresses(p: &Pod) -> impl Iterator<Item = IpAddr> {
+    p.ip.map(IpAddr::V4)
+        .into_iter()
+        .chain(p.ip6.map(IpAddr::V6))
+}
+
+fn services(rule: &Rule, targets: &[(IpAddr, &Pod)], exact: bool) -> Option<BTreeSet<Service>> {
     if rule.ports.is_empty() {
         return None;
     }
@@ -460,7 +535,7 @@ fn services(rule: &Rule, targets: &[(Ipv4Addr, &Pod)], exact: bool) -> Option<BT
                 }
             }
             Some(PortRef::Name(name)) => {
-                let resolved: Vec<(Ipv4Addr, Option<u16>)> = targets
+                let resolved: Vec<(IpAddr, Option<u16>)> = targets
                     .iter()
                     .map(|(ip, pod)| (*ip, pod.named_port(name, proto)))
                     .collect();
@@ -494,6 +569,9 @@ struct RulePlan {
     id: u32,
     /// Empty when the rule is over its budget (never emitted then).
     dims: Vec<Vec<FlowMatch>>,
+    /// A dual-stack node: the rule's own flows (`conj_id`, metric) exist
+    /// for both families.
+    dual: bool,
     /// How many flows the rule adds at most (clauses, the `conj_id` flow,
     /// the metric flow; clauses shared with other rules count each time).
     n_flows: usize,
@@ -509,26 +587,27 @@ fn plan_rule(
     id: u32,
     selected: &Selected<'_>,
     budget: usize,
+    dual: bool,
 ) -> Option<RulePlan> {
     if selected.is_empty() {
         return None;
     }
     let pods = peer_pods(state, policy, rule);
     let peers = peer_prefixes(rule, &pods);
-    let applied: BTreeSet<Ipv4Net> = selected.iter().map(|(ip, _)| Ipv4Net::from(*ip)).collect();
+    let applied: BTreeSet<IpNet> = selected.iter().map(|(ip, _)| IpNet::from(*ip)).collect();
     let svc = match dir {
         Direction::Ingress => services(rule, selected, true),
         Direction::Egress => {
-            let targets: Vec<(Ipv4Addr, &Pod)> = if rule.peers.is_empty() {
+            let targets: Vec<(IpAddr, &Pod)> = if rule.peers.is_empty() {
                 state
                     .pods
                     .values()
                     .filter(|p| !p.host_network)
-                    .filter_map(|p| p.ip.map(|ip| (ip, p)))
+                    .flat_map(|p| pod_addresses(p).map(move |ip| (ip, p)))
                     .collect()
             } else {
                 pods.iter()
-                    .filter_map(|p| p.ip.map(|ip| (ip, *p)))
+                    .flat_map(|p| pod_addresses(p).map(move |ip| (ip, *p)))
                     .collect()
             };
             let exact =
@@ -542,45 +621,39 @@ fn plan_rule(
     {
         return None;
     }
-    let sizes = [
-        peers.as_ref().map(Vec::len),
-        Some(applied.len()),
-        svc.as_ref().map(BTreeSet::len),
-    ];
+    let families = 1 + usize::from(dual);
+    let svc_flows = svc
+        .as_ref()
+        .map(|s| s.iter().map(|x| x.matches(dual).len()).sum::<usize>());
+    let sizes = [peers.as_ref().map(Vec::len), Some(applied.len()), svc_flows];
     let n_dims = sizes.iter().flatten().count();
-    let n_flows = sizes.iter().flatten().sum::<usize>() + usize::from(n_dims > 1) + 1;
+    let n_flows = sizes.iter().flatten().sum::<usize>() + families * (usize::from(n_dims > 1) + 1);
     if n_flows > budget {
         return Some(RulePlan {
             dir,
             id,
             dims: Vec::new(),
+            dual,
             n_flows,
         });
     }
-    let src = |n: &Ipv4Net| FlowMatch {
-        nw_src: (n.prefix_len() > 0).then_some(*n),
-        ..FlowMatch::default()
-    };
-    let dst = |n: &Ipv4Net| FlowMatch {
-        nw_dst: (n.prefix_len() > 0).then_some(*n),
-        ..FlowMatch::default()
-    };
+    let (src, dst) = (FlowMatch::src, FlowMatch::dst);
     let peer_clauses = peers.map(|set| {
         set.iter()
             .map(|n| match dir {
-                Direction::Ingress => src(n),
-                Direction::Egress => dst(n),
+                Direction::Ingress => src(*n),
+                Direction::Egress => dst(*n),
             })
             .collect::<Vec<_>>()
     });
     let applied_clauses: Vec<FlowMatch> = applied
         .iter()
         .map(|n| match dir {
-            Direction::Ingress => dst(n),
-            Direction::Egress => src(n),
+            Direction::Ingress => dst(*n),
+            Direction::Egress => src(*n),
         })
         .collect();
-    let svc_clauses = svc.map(|s| s.iter().map(Service::to_match).collect::<Vec<_>>());
+    let svc_clauses = svc.map(|s| s.iter().flat_map(|x| x.matches(dual)).collect::<Vec<_>>());
     let dims: Vec<Vec<FlowMatch>> = match dir {
         Direction::Ingress => [peer_clauses, Some(applied_clauses), svc_clauses],
         Direction::Egress => [Some(applied_clauses), peer_clauses, svc_clauses],
@@ -592,13 +665,20 @@ fn plan_rule(
         dir,
         id,
         dims,
+        dual,
         n_flows,
     })
 }
 
 /// Adds the flows of a planned rule.
 fn emit_rule(out: &mut FlowSet, plan: RulePlan) {
-    let RulePlan { dir, id, dims, .. } = plan;
+    let RulePlan {
+        dir,
+        id,
+        dims,
+        dual,
+        ..
+    } = plan;
     let st = stage(dir);
     let allow = Act::Allow {
         id,
@@ -626,21 +706,33 @@ fn emit_rule(out: &mut FlowSet, plan: RulePlan) {
             conj_id: Some(id),
             ..FlowMatch::default()
         };
+        if dual {
+            out.add(
+                st.rule,
+                priority::policy_rule::CONJUNCTION,
+                m.as_v6(),
+                allow.clone(),
+            );
+        }
         out.add(st.rule, priority::policy_rule::CONJUNCTION, m, allow);
     }
     let m = FlowMatch {
         reg: Some((dir, id)),
         ..FlowMatch::default()
     };
-    out.add(
-        st.metric,
-        priority::policy_metric::RULE,
-        m,
-        Act::Count {
-            id,
-            next: st.next.id,
-        },
-    );
+    let count = Act::Count {
+        id,
+        next: st.next.id,
+    };
+    if dual {
+        out.add(
+            st.metric,
+            priority::policy_metric::RULE,
+            m.as_v6(),
+            count.clone(),
+        );
+    }
+    out.add(st.metric, priority::policy_metric::RULE, m, count);
 }
 
 /// The flows that enforce every NetworkPolicy of `state` on the `local` pods.
@@ -652,14 +744,22 @@ pub fn policy_flows(state: &ClusterState, local: &[LocalPod]) -> PolicyFlows {
 
 /// The node's own addresses (exempt from policy) for `local`: those of the
 /// node the local pods' Pod objects name ([`eval::node_addresses`]).
-pub fn local_node_addresses(state: &ClusterState, local: &[LocalPod]) -> Vec<Ipv4Addr> {
-    let mut node_addrs: Vec<Ipv4Addr> = local
+/// On a dual-stack node, the IPv6 gateway address too.
+pub fn local_node_addresses(state: &ClusterState, local: &[LocalPod]) -> Vec<IpAddr> {
+    let nodes: BTreeSet<&str> = local
         .iter()
         .filter_map(|lp| state.pods.get(&(lp.namespace.clone(), lp.name.clone())))
         .map(|p| p.node_name.as_str())
-        .collect::<BTreeSet<&str>>()
-        .into_iter()
+        .collect();
+    let gateways6 = nodes
+        .iter()
+        .filter_map(|n| state.nodes.get(*n)?.pod_cidr6)
+        .map(|c| IpAddr::V6(crate::flows::ipv6::gateway_of(c)));
+    let mut node_addrs: Vec<IpAddr> = nodes
+        .iter()
         .flat_map(|n| eval::node_addresses(state, n))
+        .map(IpAddr::V4)
+        .chain(gateways6)
         .collect();
     node_addrs.sort();
     node_addrs.dedup();
@@ -671,7 +771,7 @@ pub fn local_node_addresses(state: &ClusterState, local: &[LocalPod]) -> Vec<Ipv
 pub fn policy_flows_on_node(
     state: &ClusterState,
     local: &[LocalPod],
-    node_addrs: &[Ipv4Addr],
+    node_addrs: &[IpAddr],
 ) -> PolicyFlows {
     policy_flows_limited(state, local, node_addrs, DEFAULT_MAX_POLICY_FLOWS)
 }
@@ -683,25 +783,29 @@ pub fn policy_flows_on_node(
 pub fn policy_flows_limited(
     state: &ClusterState,
     local: &[LocalPod],
-    node_addrs: &[Ipv4Addr],
+    node_addrs: &[IpAddr],
     max_flows: usize,
 ) -> PolicyFlows {
     let ids = ids::assign(state);
+    // A dual-stack node: rules' own flows and port-only clauses exist for
+    // both families.
+    let dual = local.iter().any(|lp| lp.ip6.is_some());
     let mut refused = Vec::new();
     let mut out = FlowSet::default();
     let mut used: BTreeMap<u32, RuleRef> = BTreeMap::new();
     // Isolated local pods per direction: ip -> ofport.
-    let mut isolated: BTreeMap<(Direction, Ipv4Addr), u32> = BTreeMap::new();
+    let mut isolated: BTreeMap<(Direction, IpAddr), u32> = BTreeMap::new();
     for (key, policy) in &state.policies {
-        let selected: Vec<(Ipv4Addr, &Pod, u32)> = local
+        let selected: Vec<(IpAddr, &Pod, u32)> = local
             .iter()
             .filter_map(|lp| {
                 let pod = state.pods.get(&(lp.namespace.clone(), lp.name.clone()))?;
                 let selected = pod.namespace == policy.namespace
                     && !pod.host_network
                     && policy.pod_selector.matches(&pod.labels);
-                selected.then_some((lp.ip, pod, lp.ofport))
+                selected.then_some((lp, pod))
             })
+            .flat_map(|(lp, pod)| lp.addresses().map(move |ip| (ip, pod, lp.ofport)))
             .collect();
         if selected.is_empty() {
             continue;
@@ -731,7 +835,7 @@ pub fn policy_flows_limited(
                     continue;
                 };
                 let budget = max_flows.saturating_sub(n);
-                if let Some(plan) = plan_rule(state, policy, rule, dir, r.id, &sel, budget) {
+                if let Some(plan) = plan_rule(state, policy, rule, dir, r.id, &sel, budget, dual) {
                     n = n.saturating_add(plan.n_flows);
                     plans.push((plan, r));
                 }
@@ -757,21 +861,17 @@ pub fn policy_flows_limited(
     for dir in directions {
         let st = stage(dir);
         for addr in node_addrs {
-            let net = Some(Ipv4Net::from(*addr));
+            let net = IpNet::from(*addr);
             let m = match dir {
                 // From the node: only what entered from the gateway (the
                 // node's own stack). A packet from the tunnel or a pod port
                 // that merely carries a node address as source is not the
                 // node, and policy applies to it.
                 Direction::Ingress => FlowMatch {
-                    nw_src: net,
                     from_gateway: true,
-                    ..FlowMatch::default()
+                    ..FlowMatch::src(net)
                 },
-                Direction::Egress => FlowMatch {
-                    nw_dst: net,
-                    ..FlowMatch::default()
-                },
+                Direction::Egress => FlowMatch::dst(net),
             };
             out.add(
                 st.rule,
@@ -785,16 +885,10 @@ pub fn policy_flows_limited(
     }
     for ((dir, ip), ofport) in isolated {
         let st = stage(dir);
-        let net = Some(Ipv4Net::from(ip));
+        let net = IpNet::from(ip);
         let m = match dir {
-            Direction::Ingress => FlowMatch {
-                nw_dst: net,
-                ..FlowMatch::default()
-            },
-            Direction::Egress => FlowMatch {
-                nw_src: net,
-                ..FlowMatch::default()
-            },
+            Direction::Ingress => FlowMatch::dst(net),
+            Direction::Egress => FlowMatch::src(net),
         };
         out.add(
             st.default,

@@ -568,6 +568,7 @@ fn local_pod_without_pod_object_is_not_selected() {
         name: "ghost".into(),
         ip: "10.244.0.99".parse().unwrap(),
         ofport: 99,
+        ip6: None,
     });
     let pf = policy_flows(&s, &local);
     assert!(

@@ -239,6 +239,7 @@ fn cluster_s() -> impl Strategy<Value = ClusterState> {
                     ip: (p.has_ip || p.local).then(|| ip.parse().unwrap()),
                     host_network: false,
                     ports,
+                    ip6: None,
                 };
                 s.pods.insert(pod.key(), pod);
             }

@@ -397,6 +397,7 @@ impl Model {
                 ip: Some(ip),
                 host_network: false,
                 ports,
+                ip6: None,
             };
             let ofport = 3 + idx;
             node.ports.push(PodPort {
@@ -410,6 +411,7 @@ impl Model {
                 name: name.clone(),
                 ip,
                 ofport,
+                ip6: None,
             });
             state.pods.insert((ns, name), pod);
         }
@@ -990,6 +992,10 @@ fn rule_json(r: &Rule, dir: &str) -> Value {
                 "cidr": cidr.to_string(),
                 "except": except.iter().map(|e| e.to_string()).collect::<Vec<_>>(),
             }}),
+            Peer::IpBlock6 { cidr, except } => json!({"ipBlock": {
+                "cidr": cidr.to_string(),
+                "except": except.iter().map(|e| e.to_string()).collect::<Vec<_>>(),
+            }}),
         })
         .collect();
     let ports: Vec<Value> = r
@@ -1138,6 +1144,7 @@ pub fn expected_policy_flows(model: &Model, facts: &LabFacts) -> BTreeMap<String
                     name: p.name.clone(),
                     ip: p.ip?,
                     ofport: 3 + i as u32,
+                    ip6: None,
                 })
             })
             .collect();

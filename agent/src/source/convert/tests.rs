@@ -288,15 +288,22 @@ fn except_must_be_strict_subset() {
 }
 
 #[test]
-fn ipv6_ipblock_is_dropped_without_widening_the_rule() {
-    // The only peer is IPv6: the rule can match nothing IPv4 -> dropped (not "all peers").
+fn ipv6_ipblocks_are_kept_per_family() {
+    // An IPv6 block is an IPv6 peer (it never widens the rule to "all").
     let p = ok(ipblock("fd00::/8", &["fd00:1::/32"]));
-    assert!(p.ingress.is_empty() && p.ingress_isolation);
-    // Mixed: the IPv4 peer stays.
+    assert_eq!(
+        p.ingress[0].peers,
+        vec![Peer::IpBlock6 {
+            cidr: "fd00::/8".parse().expect("cidr"),
+            except: vec!["fd00:1::/32".parse().expect("cidr")],
+        }]
+    );
+    // Mixed: both stay, each of its family.
     let p = ok(
         json!({"ingress": [{"from": [{"ipBlock": {"cidr": "fd00::/8"}}, {"ipBlock": {"cidr": "192.168.0.0/16"}}]}]}),
     );
-    assert_eq!(p.ingress[0].peers.len(), 1);
+    assert_eq!(p.ingress[0].peers.len(), 2);
+    assert!(matches!(p.ingress[0].peers[1], Peer::IpBlock { .. }));
     // An invalid IPv6 except is still an error.
     bad(
         ipblock("fd00::/16", &["fe00::/32"]),
