@@ -66,6 +66,58 @@ fn att(ns: &str, name: &str, ip: &str, ofport: Option<u32>, state: AttachState) 
     }
 }
 
+/// The IPv6 twin of a lab IPv4 pod address `10.244.N.X`:
+/// `fd00:10:244:N::X` (hex).
+fn v6_of(ip: Ipv4Addr) -> std::net::Ipv6Addr {
+    let o = ip.octets();
+    std::net::Ipv6Addr::new(
+        0xfd00,
+        0x10,
+        0x244,
+        u16::from(o[2]),
+        0,
+        0,
+        0,
+        u16::from(o[3]),
+    )
+}
+
+/// `a` on a dual-stack node: its IPv6 address is [`v6_of`] its IPv4 one.
+fn dual_att(mut a: Attachment) -> Attachment {
+    a.ipv6 = Some(crate::state::PodIpv6 {
+        ip: v6_of(a.ip),
+        prefix_len: 64,
+        gateway: "fd00:10:244::1".parse().unwrap(),
+    });
+    a
+}
+
+/// [`cluster`] made dual-stack: IPv6 pod CIDRs on both nodes, an IPv6
+/// address on every pod, and a policy with an IPv6 `ipBlock`.
+fn dual_cluster() -> ClusterState {
+    let mut s = cluster();
+    for n in s.nodes.values_mut() {
+        let third = n.pod_cidr.map_or(0, |c| c.network().octets()[2]);
+        n.pod_cidr6 = Some(format!("fd00:10:244:{third:x}::/64").parse().unwrap());
+    }
+    for p in s.pods.values_mut() {
+        if !p.host_network {
+            p.ip6 = p.ip.map(v6_of);
+        }
+    }
+    let mut v6block = policy("x", "v6block", sel(&[("app", "db")]));
+    v6block.ingress_isolation = true;
+    v6block.ingress = vec![Rule {
+        peers: vec![Peer::IpBlock6 {
+            cidr: "fd00:99::/32".parse().unwrap(),
+            except: vec!["fd00:99:1::/48".parse().unwrap()],
+        }],
+        ports: vec![port(Protocol::Tcp, Some(PortRef::Number(5432)), None)],
+    }];
+    s.policies.insert(v6block.key(), v6block);
+    s
+}
+
 fn labels(kv: &[(&str, &str)]) -> Labels {
     kv.iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -356,6 +408,27 @@ fn scenarios() -> BTreeMap<&'static str, Inputs> {
             },
         );
     }
+    // Dual-stack: the policies' node with IPv6 everywhere.
+    let dual_atts: Vec<Attachment> = policy_attachments().into_iter().map(dual_att).collect();
+    let mut dual_remotes = remotes[..1].to_vec();
+    dual_remotes[0].pod_cidr6 = Some("fd00:10:244:1::/64".parse().unwrap());
+    m.insert(
+        "dualstack",
+        Inputs {
+            node: NodeNet {
+                ipv6: Some(flows::NodeNet6::of("fd00:10:244::/64".parse().unwrap())),
+                ..node()
+            },
+            pods: pod_ports(&dual_atts),
+            tunnel: Some(tunnel(dual_remotes)),
+            state: Arc::new(dual_cluster()),
+            admitted: vec![],
+            local: local_pods(&dual_atts),
+            max_policy_flows: crate::policy::DEFAULT_MAX_POLICY_FLOWS,
+            proxy: false,
+            node_name: "node-a".into(),
+        },
+    );
     // The Service proxy: two Services (one with affinity and a named
     // target port), one without a ready endpoint, two local pods (hairpin).
     let mut proxied = ClusterState::default();
@@ -571,6 +644,10 @@ fn golden_scenarios_cover_every_feature() {
     // The files would prove little if a scenario lost its point.
     let all: String = scenarios().into_values().map(render).collect();
     for needle in [
+        "ipv6_src=fd00:99:8000::/33",
+        "tcp6, tp_dst=5432",
+        "nd_target=fd00:10:244::1",
+        "ipv6_dst=fd00:10:244:1::/64",
         "conjunction(",
         "conj_id=",
         "tp_dst=0x",
