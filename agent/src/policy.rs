@@ -114,7 +114,7 @@ use crate::flows::FlowLine;
 use crate::model::{ClusterState, NetworkPolicy, ObjKey, Peer, Pod, PortRef, Protocol, Rule};
 use crate::priority;
 
-pub use eval::{allowed, allowed_l4, Endpoint, L4};
+pub use eval::{allowed, allowed_l4, allowed_v6, Endpoint, L4};
 
 /// A pod attached to this node (the policies' "applied-to" candidates).
 #[derive(Clone, Debug, PartialEq, Eq)]

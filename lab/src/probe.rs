@@ -23,7 +23,7 @@
 
 use std::fs::File;
 use std::io::{ErrorKind, Read as _, Write as _};
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, UdpSocket};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -95,8 +95,8 @@ pub fn sctp_supported() -> Result<(), String> {
 }
 
 /// One probe from the current thread's namespace.
-pub fn probe(dst: Ipv4Addr, proto: Protocol, port: u16, timeout: Duration) -> Outcome {
-    let addr = SocketAddr::V4(SocketAddrV4::new(dst, port));
+pub fn probe(dst: impl Into<IpAddr>, proto: Protocol, port: u16, timeout: Duration) -> Outcome {
+    let addr = SocketAddr::new(dst.into(), port);
     match proto {
         Protocol::Tcp => match TcpStream::connect_timeout(&addr, timeout) {
             Ok(_) => Outcome::Reachable,
@@ -104,7 +104,7 @@ pub fn probe(dst: Ipv4Addr, proto: Protocol, port: u16, timeout: Duration) -> Ou
         },
         Protocol::Sctp => {
             let s = match Socket::new(
-                Domain::IPV4,
+                Domain::for_address(addr),
                 Type::STREAM,
                 Some(SockProto::from(IPPROTO_SCTP)),
             ) {
@@ -134,12 +134,15 @@ fn blocked(e: &std::io::Error) -> Outcome {
 }
 
 fn udp_probe(addr: SocketAddr, timeout: Duration) -> Outcome {
-    let sock = match UdpSocket::bind(SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)))
-        .and_then(|s| s.connect(addr).map(|()| s))
-    {
-        Ok(s) => s,
-        Err(e) => return Outcome::Error(format!("UDP socket: {e}")),
+    let any: IpAddr = match addr {
+        SocketAddr::V4(_) => Ipv4Addr::UNSPECIFIED.into(),
+        SocketAddr::V6(_) => Ipv6Addr::UNSPECIFIED.into(),
     };
+    let sock =
+        match UdpSocket::bind(SocketAddr::new(any, 0)).and_then(|s| s.connect(addr).map(|()| s)) {
+            Ok(s) => s,
+            Err(e) => return Outcome::Error(format!("UDP socket: {e}")),
+        };
     let deadline = Instant::now() + timeout;
     let mut buf = [0u8; 512];
     loop {
@@ -165,8 +168,12 @@ fn udp_probe(addr: SocketAddr, timeout: Duration) -> Outcome {
 
 /// Reads the server's greeting on a connected TCP stream (used by tests
 /// and `probe --verbose`-like checks).
-pub fn tcp_greeting(dst: Ipv4Addr, port: u16, timeout: Duration) -> std::io::Result<String> {
-    let addr = SocketAddr::V4(SocketAddrV4::new(dst, port));
+pub fn tcp_greeting(
+    dst: impl Into<IpAddr>,
+    port: u16,
+    timeout: Duration,
+) -> std::io::Result<String> {
+    let addr = SocketAddr::new(dst.into(), port);
     let mut s = TcpStream::connect_timeout(&addr, timeout)?;
     s.set_read_timeout(Some(timeout))?;
     let _ = s.write_all(b"hello\n");
@@ -181,7 +188,7 @@ pub struct Job {
     pub from: String,
     pub to: String,
     pub netns_path: String,
-    pub dst: Ipv4Addr,
+    pub dst: IpAddr,
 }
 
 /// Runs every job with at most `parallel` threads; results in job order.
@@ -287,7 +294,7 @@ mod tests {
             from: "a".into(),
             to: "b".into(),
             netns_path: "/var/run/netns/oxvs-lab-no-such-ns".into(),
-            dst: Ipv4Addr::LOCALHOST,
+            dst: Ipv4Addr::LOCALHOST.into(),
         }];
         let r = run_matrix(&jobs, Protocol::Tcp, 1, Duration::from_millis(100), 4);
         assert!(

@@ -3,7 +3,9 @@
 //! a, b, c each (`examples/lab/pods.yaml`), serving TCP and UDP on 80 and
 //! 81, spread over both nodes. For each case the policies are applied,
 //! every pair is probed with real traffic, and the matrix must equal the
-//! expected truth table within a few seconds.
+//! expected truth table within a few seconds. The conformance lab is
+//! dual-stack: every table is probed over IPv4 and over IPv6 (the
+//! IPv4-only pipeline is held to the same tables by the other test).
 //!
 //! Expected tables come from `oxvs_agent::policy::allowed`, an interpreter
 //! of the API's semantics written apart from the flow code, evaluated on
@@ -19,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use common::Lab;
 use oxvs_agent::model::Protocol;
-use oxvs_agent::policy::{allowed, Endpoint};
+use oxvs_agent::policy::{allowed, allowed_v6, Endpoint};
 use serde_json::Value;
 
 type Matrix = BTreeMap<(String, String), bool>;
@@ -30,7 +32,23 @@ fn workspace() -> &'static Path {
         .expect("workspace")
 }
 
-fn probe(lab: &Lab, proto: &str, port: u16) -> Matrix {
+/// The address family a matrix is probed over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Family {
+    V4,
+    V6,
+}
+
+impl Family {
+    fn flag(self) -> &'static str {
+        match self {
+            Family::V4 => "ipv4",
+            Family::V6 => "ipv6",
+        }
+    }
+}
+
+fn probe(lab: &Lab, proto: &str, port: u16, family: Family) -> Matrix {
     let out = lab.ok(&[
         "probe",
         "--protocol",
@@ -39,6 +57,8 @@ fn probe(lab: &Lab, proto: &str, port: u16) -> Matrix {
         &port.to_string(),
         "--timeout-ms",
         "600",
+        "--ip-family",
+        family.flag(),
         "--json",
     ]);
     let v: Value = serde_json::from_str(&out).expect("probe --json");
@@ -58,7 +78,7 @@ fn probe(lab: &Lab, proto: &str, port: u16) -> Matrix {
 }
 
 /// The expected matrix from the lab's manifests.
-fn expected(lab: &Lab, keys: &Matrix, proto: Protocol, port: u16) -> Matrix {
+fn expected(lab: &Lab, keys: &Matrix, proto: Protocol, port: u16, family: Family) -> Matrix {
     let (state, warnings) =
         oxvs_agent::source::load_manifest_dir(&lab.root().join("manifests")).expect("manifests");
     assert!(warnings.is_empty(), "manifest warnings: {warnings:?}");
@@ -68,7 +88,11 @@ fn expected(lab: &Lab, keys: &Matrix, proto: Protocol, port: u16) -> Matrix {
                 let (ns, n) = s.split_once('/').expect("ns/pod");
                 Endpoint::Pod((ns.to_string(), n.to_string()))
             };
-            let ok = f == t || allowed(&state, key(f), key(t), proto, port);
+            let ok = f == t
+                || match family {
+                    Family::V4 => allowed(&state, key(f), key(t), proto, port),
+                    Family::V6 => allowed_v6(&state, key(f), key(t), proto, port),
+                };
             ((f.clone(), t.clone()), ok)
         })
         .collect()
@@ -103,7 +127,7 @@ fn table(m: &Matrix) -> String {
 
 /// Probes until the matrix equals the expected one (the agents converge
 /// within a second; allow 5), and returns it.
-fn converge(lab: &Lab, case: &str, proto: &str, port: u16) -> Matrix {
+fn converge(lab: &Lab, case: &str, proto: &str, port: u16, family: Family) -> Matrix {
     let p = match proto {
         "tcp" => Protocol::Tcp,
         "udp" => Protocol::Udp,
@@ -111,8 +135,12 @@ fn converge(lab: &Lab, case: &str, proto: &str, port: u16) -> Matrix {
     };
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let got = probe(lab, proto, port);
-        let want = expected(lab, &got, p, port);
+        let got = probe(lab, proto, port, family);
+        assert!(
+            !got.is_empty(),
+            "case {case}: nothing probed over {family:?}"
+        );
+        let want = expected(lab, &got, p, port, family);
         if got == want {
             return got;
         }
@@ -123,7 +151,7 @@ fn converge(lab: &Lab, case: &str, proto: &str, port: u16) -> Matrix {
                 .map(|((f, t), v)| format!("{f} -> {t}: got {}, want {}", v, !v))
                 .collect();
             panic!(
-                "case {case} ({proto}/{port}): the matrix does not follow the policies\n--- got ---\n{}--- want ---\n{}differences: {diff:?}",
+                "case {case} ({proto}/{port} over {family:?}): the matrix does not follow the policies\n--- got ---\n{}--- want ---\n{}differences: {diff:?}",
                 table(&got),
                 table(&want)
             );
@@ -274,6 +302,23 @@ spec:
         probes: &[("tcp", 80)],
     },
     Case {
+        // Each block holds its own family only: over IPv4 node-1's pods
+        // but one reach y, over IPv6 node-2's pods but one.
+        name: "ipBlocks of both families",
+        yaml: "
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: ipblock-dual, namespace: y}
+spec:
+  podSelector: {}
+  ingress:
+  - from:
+    - {ipBlock: {cidr: 10.244.1.0/24, except: [10.244.1.2/32]}}
+    - {ipBlock: {cidr: 'fd00:10:244:2::/64', except: ['fd00:10:244:2::3/128']}}
+",
+        probes: &[("tcp", 80), ("udp", 81)],
+    },
+    Case {
         name: "egress to namespace y only; replies of allowed connections pass",
         yaml: "
 apiVersion: networking.k8s.io/v1
@@ -318,23 +363,27 @@ spec:
 #[test]
 fn networkpolicy_conformance_on_two_nodes() {
     skip_unless_capable!();
-    let lab = Lab::up(2);
+    let lab = Lab::up_args(&["--nodes", "2", "--ip-family", "dual"]);
     let pods = workspace().join("examples/lab/pods.yaml");
     lab.ok(&["apply", "-f", &pods.display().to_string()]);
-    let open = converge(&lab, "no policy", "tcp", 80);
-    assert!(
-        open.values().all(|v| *v),
-        "no policy: all reachable\n{}",
-        table(&open)
-    );
+    for family in [Family::V4, Family::V6] {
+        let open = converge(&lab, "no policy", "tcp", 80, family);
+        assert!(
+            open.values().all(|v| *v),
+            "no policy: all reachable over {family:?}\n{}",
+            table(&open)
+        );
+    }
 
     for (i, c) in CASES.iter().enumerate() {
         let f = lab.file(&format!("case{i}.yaml"), c.yaml);
         lab.ok(&["apply", "-f", &f]);
         let mut first = None;
         for (proto, port) in c.probes {
-            let m = converge(&lab, c.name, proto, *port);
-            first.get_or_insert(m);
+            for family in [Family::V4, Family::V6] {
+                let m = converge(&lab, c.name, proto, *port, family);
+                first.get_or_insert(m);
+            }
         }
         // Hand-checked tables, independent of the interpreter.
         if i == 0 {
@@ -357,13 +406,15 @@ fn networkpolicy_conformance_on_two_nodes() {
             }
         }
         lab.ok(&["delete", "-f", &f]);
-        let m = converge(&lab, &format!("{} (deleted)", c.name), "tcp", 80);
-        assert!(
-            m.values().all(|v| *v),
-            "after deleting {}: all reachable again\n{}",
-            c.name,
-            table(&m)
-        );
+        for family in [Family::V4, Family::V6] {
+            let m = converge(&lab, &format!("{} (deleted)", c.name), "tcp", 80, family);
+            assert!(
+                m.values().all(|v| *v),
+                "after deleting {}: all reachable again over {family:?}\n{}",
+                c.name,
+                table(&m)
+            );
+        }
     }
 }
 
@@ -385,7 +436,13 @@ spec:
 ",
     );
     lab.ok(&["apply", "-f", &allow]);
-    let m = converge(&lab, "allow-from-blue, nobody labelled", "tcp", 80);
+    let m = converge(
+        &lab,
+        "allow-from-blue, nobody labelled",
+        "tcp",
+        80,
+        Family::V4,
+    );
     assert!(column_blocked(&m, "x"));
     // Label namespace y blue: still nobody (no pod is a client).
     let ns_blue = lab.file(
@@ -393,7 +450,7 @@ spec:
         "apiVersion: v1\nkind: Namespace\nmetadata: {name: y, labels: {ns: y, team: blue}}\n",
     );
     lab.ok(&["apply", "-f", &ns_blue]);
-    let m = converge(&lab, "y is blue", "tcp", 80);
+    let m = converge(&lab, "y is blue", "tcp", 80, Family::V4);
     assert!(column_blocked(&m, "x"));
     // Label pod y/b a client: y/b reaches x, timed.
     let client = lab.file(
@@ -415,7 +472,7 @@ spec:
     );
     let t0 = Instant::now();
     lab.ok(&["apply", "-f", &client]);
-    let m = converge(&lab, "y/b is a client", "tcp", 80);
+    let m = converge(&lab, "y/b is a client", "tcp", 80, Family::V4);
     eprintln!("relabel to matrix: {:?}", t0.elapsed());
     assert!(m[&("y/b".to_string(), "x/a".to_string())]);
     assert!(!m[&("y/a".to_string(), "x/a".to_string())]);
@@ -423,7 +480,7 @@ spec:
     // Policy deleted: everything open again.
     let t0 = Instant::now();
     lab.ok(&["delete", "-f", &allow]);
-    let m = converge(&lab, "policy deleted", "tcp", 80);
+    let m = converge(&lab, "policy deleted", "tcp", 80, Family::V4);
     eprintln!("delete to matrix: {:?}", t0.elapsed());
     assert!(m.values().all(|v| *v));
 }

@@ -22,19 +22,23 @@
 //!   destination reached only through an `ipBlock` matches no named port;
 //! - traffic between a pod and its own node (the node's gateway address,
 //!   the first host address of its pod CIDR, and its InternalIP;
-//!   [`node_addresses`]) is always allowed;
+//!   [`node_addresses`]; on a dual-stack node also its IPv6 gateway) is
+//!   always allowed;
+//! - dual-stack: a connection is of one family ([`allowed_v6`] judges
+//!   IPv6 ones, addressed by pods' IPv6 addresses); an `ipBlock` matches
+//!   only addresses of its own family, a pod peer both of a pod's.
 //! - a connection passes if the source's egress allows it (when the source
 //!   is a pod) AND the destination's ingress allows it (when it is a pod).
 //!
 //! Pure and allocation-light; no state.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 
 use crate::model::{
     ClusterState, NetworkPolicy, ObjKey, Peer, Pod, PolicyPort, PortRef, Protocol, Rule,
 };
 
-use super::prefix::ipblock_contains;
+use super::prefix::{ipblock6_contains, ipblock_contains};
 use super::Direction;
 
 /// One end of a connection.
@@ -68,12 +72,29 @@ pub fn allowed(
     allowed_l4(state, &src, &dst, L4::Port(proto, port))
 }
 
+/// [`allowed`] for an IPv6 connection: pods are addressed by their IPv6
+/// addresses (a pod without one cannot be reached over IPv6: `false`), an
+/// external endpoint is never IPv6 here.
+pub fn allowed_v6(
+    state: &ClusterState,
+    src: Endpoint,
+    dst: Endpoint,
+    proto: Protocol,
+    port: u16,
+) -> bool {
+    allowed_in(state, &src, &dst, L4::Port(proto, port), true)
+}
+
 /// [`allowed`] for any transport.
 pub fn allowed_l4(state: &ClusterState, src: &Endpoint, dst: &Endpoint, l4: L4) -> bool {
-    let Some((src_ip, src_pod)) = resolve(state, src) else {
+    allowed_in(state, src, dst, l4, false)
+}
+
+fn allowed_in(state: &ClusterState, src: &Endpoint, dst: &Endpoint, l4: L4, v6: bool) -> bool {
+    let Some((src_ip, src_pod)) = resolve(state, src, v6) else {
         return false;
     };
-    let Some((dst_ip, dst_pod)) = resolve(state, dst) else {
+    let Some((dst_ip, dst_pod)) = resolve(state, dst, v6) else {
         return false;
     };
     let egress_ok = src_pod.is_none_or(|s| egress_allowed(state, s, dst_ip, dst_pod, l4));
@@ -81,15 +102,23 @@ pub fn allowed_l4(state: &ClusterState, src: &Endpoint, dst: &Endpoint, l4: L4) 
     egress_ok && ingress_ok
 }
 
-fn resolve<'a>(state: &'a ClusterState, e: &Endpoint) -> Option<(Ipv4Addr, Option<&'a Pod>)> {
+fn resolve<'a>(
+    state: &'a ClusterState,
+    e: &Endpoint,
+    v6: bool,
+) -> Option<(IpAddr, Option<&'a Pod>)> {
     match e {
-        Endpoint::External(ip) => Some((*ip, None)),
+        Endpoint::External(ip) => (!v6).then_some((IpAddr::V4(*ip), None)),
         Endpoint::Pod(key) => {
             let pod = state.pods.get(key)?;
             if pod.host_network {
                 return None;
             }
-            Some((pod.ip?, Some(pod)))
+            let ip = match v6 {
+                false => IpAddr::V4(pod.ip?),
+                true => IpAddr::V6(pod.ip6?),
+            };
+            Some((ip, Some(pod)))
         }
     }
 }
@@ -106,11 +135,11 @@ pub fn selects(policy: &NetworkPolicy, pod: &Pod) -> bool {
 pub fn egress_allowed(
     state: &ClusterState,
     src: &Pod,
-    dst_ip: Ipv4Addr,
+    dst_ip: impl Into<IpAddr>,
     dst_pod: Option<&Pod>,
     l4: L4,
 ) -> bool {
-    direction_allowed(state, src, Direction::Egress, dst_ip, dst_pod, l4)
+    direction_allowed(state, src, Direction::Egress, dst_ip.into(), dst_pod, l4)
 }
 
 /// Whether pod `dst` accepts a connection from `src_ip` (the pod `src_pod`,
@@ -118,11 +147,11 @@ pub fn egress_allowed(
 pub fn ingress_allowed(
     state: &ClusterState,
     dst: &Pod,
-    src_ip: Ipv4Addr,
+    src_ip: impl Into<IpAddr>,
     src_pod: Option<&Pod>,
     l4: L4,
 ) -> bool {
-    direction_allowed(state, dst, Direction::Ingress, src_ip, src_pod, l4)
+    direction_allowed(state, dst, Direction::Ingress, src_ip.into(), src_pod, l4)
 }
 
 /// The addresses node `name` talks to its pods from and is reached at: the
@@ -147,11 +176,19 @@ fn direction_allowed(
     state: &ClusterState,
     pod: &Pod,
     dir: Direction,
-    peer_ip: Ipv4Addr,
+    peer_ip: IpAddr,
     peer_pod: Option<&Pod>,
     l4: L4,
 ) -> bool {
-    if node_addresses(state, &pod.node_name).contains(&peer_ip) {
+    let own_node = match peer_ip {
+        IpAddr::V4(ip) => node_addresses(state, &pod.node_name).contains(&ip),
+        IpAddr::V6(ip) => state
+            .nodes
+            .get(&pod.node_name)
+            .and_then(|n| n.pod_cidr6)
+            .is_some_and(|c| crate::flows::ipv6::gateway_of(c) == ip),
+    };
+    if own_node {
         return true;
     }
     let mut isolated = false;
@@ -188,7 +225,7 @@ pub fn peer_selects_pod(
     else {
         return false;
     };
-    if pod.host_network || pod.ip.is_none() {
+    if pod.host_network || (pod.ip.is_none() && pod.ip6.is_none()) {
         return false;
     }
     let ns_ok = match namespace_selector {
@@ -205,18 +242,21 @@ fn rule_allows(
     rule: &Rule,
     dir: Direction,
     selected: &Pod,
-    peer_ip: Ipv4Addr,
+    peer_ip: IpAddr,
     peer_pod: Option<&Pod>,
     l4: L4,
 ) -> bool {
     let peer_by_pod =
         |peer: &Peer| peer_pod.is_some_and(|pp| peer_selects_pod(state, policy, peer, pp));
     let peer_ok = rule.peers.is_empty()
-        || rule.peers.iter().any(|peer| match peer {
-            Peer::Pods { .. } => peer_by_pod(peer),
-            Peer::IpBlock { cidr, except } => ipblock_contains(*cidr, except, peer_ip),
-            // The oracle judges IPv4 peers, which no IPv6 block holds.
-            Peer::IpBlock6 { .. } => false,
+        || rule.peers.iter().any(|peer| match (peer, peer_ip) {
+            (Peer::Pods { .. }, _) => peer_by_pod(peer),
+            (Peer::IpBlock { cidr, except }, IpAddr::V4(ip)) => ipblock_contains(*cidr, except, ip),
+            (Peer::IpBlock6 { cidr, except }, IpAddr::V6(ip)) => {
+                ipblock6_contains(*cidr, except, ip)
+            }
+            // A block holds addresses of its own family only.
+            (Peer::IpBlock { .. } | Peer::IpBlock6 { .. }, _) => false,
         });
     if !peer_ok {
         return false;
@@ -228,7 +268,7 @@ fn rule_allows(
     let named_on: Option<&Pod> = match dir {
         Direction::Ingress => Some(selected),
         Direction::Egress => peer_pod.filter(|pp| {
-            (rule.peers.is_empty() && !pp.host_network && pp.ip.is_some())
+            (rule.peers.is_empty() && !pp.host_network && (pp.ip.is_some() || pp.ip6.is_some()))
                 || rule
                     .peers
                     .iter()

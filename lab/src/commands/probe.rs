@@ -8,7 +8,7 @@
 //! `--expect FILE` compares with an expected table in the printed format
 //! and exits 1, listing the differing pairs, when they differ.
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -37,6 +37,17 @@ pub struct ProbeArgs {
     /// Expected truth table (the printed format); exit 1 on a difference.
     #[arg(long, value_name = "FILE")]
     pub expect: Option<PathBuf>,
+    /// Probe the pods' IPv4 or IPv6 addresses (a dual-stack lab, `up
+    /// --ip-family dual`, has both).
+    #[arg(long, value_enum, default_value_t = Family::Ipv4)]
+    pub ip_family: Family,
+}
+
+/// The address family `probe` sends to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Family {
+    Ipv4,
+    Ipv6,
 }
 
 pub fn run_probe(global: &Global, args: &ProbeArgs) -> anyhow::Result<u8> {
@@ -60,10 +71,20 @@ pub fn run_probe(global: &Global, args: &ProbeArgs) -> anyhow::Result<u8> {
         .pods
         .iter()
         .filter_map(|p| {
-            let ip: Ipv4Addr = p.ip.as_deref()?.parse().ok()?;
+            let ip = match args.ip_family {
+                Family::Ipv4 => p.ip.as_deref(),
+                Family::Ipv6 => p.ip6.as_deref(),
+            };
+            let ip: IpAddr = ip?.parse().ok()?;
             Some((p.key(), p.netns_path(), ip))
         })
         .collect();
+    if pods.is_empty() && args.ip_family == Family::Ipv6 && !st.pods.is_empty() {
+        anyhow::bail!(
+            "no pod of lab {} has an IPv6 address (create the lab with `up --ip-family dual`)",
+            ctx.name()
+        );
+    }
     pods.sort();
     let names: Vec<String> = pods.iter().map(|p| p.0.clone()).collect();
     let jobs: Vec<Job> = pods

@@ -140,7 +140,7 @@ fn pick_probe(st: &LabState, node: &NodeState) -> Option<ProbePair> {
             from: src.key(),
             to: dst.key(),
             netns_path: src.netns_path(),
-            dst: ip(dst)?,
+            dst: ip(dst)?.into(),
         },
         port: tcp_port(dst)?,
     })
