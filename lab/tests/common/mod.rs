@@ -249,7 +249,7 @@ impl Drop for Lab {
 const UDP_ECHO: &str = r#"
 import socket, sys
 ip, port, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s = socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET, socket.SOCK_DGRAM)
 s.settimeout(1.0)
 data = bytes((i * 7 + 3) % 256 for i in range(size))
 for _ in range(3):

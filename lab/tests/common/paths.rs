@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 use std::io::{ErrorKind, Read as _, Write as _};
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 
 use super::Lab;
@@ -48,7 +48,7 @@ pub fn err_word(e: &std::io::Error) -> String {
 }
 
 pub fn addr(ip: &str, port: u16) -> SocketAddr {
-    SocketAddr::V4(SocketAddrV4::new(ip.parse().expect("ip"), port))
+    SocketAddr::new(ip.parse().expect("ip"), port)
 }
 
 /// TCP: connects and reads the server's greeting (the backend's id).
@@ -71,7 +71,8 @@ pub fn tcp_connect(dst: SocketAddr, timeout: Duration) -> Result<String, String>
 
 /// UDP: the echo of a datagram comes back (resent every 200 ms).
 pub fn udp_echo(dst: SocketAddr, timeout: Duration) -> Result<String, String> {
-    let s = UdpSocket::bind("0.0.0.0:0").map_err(|e| e.to_string())?;
+    let any = if dst.is_ipv6() { "[::]:0" } else { "0.0.0.0:0" };
+    let s = UdpSocket::bind(any).map_err(|e| e.to_string())?;
     s.connect(dst).map_err(|e| e.to_string())?;
     let deadline = Instant::now() + timeout;
     let mut buf = [0u8; 512];
