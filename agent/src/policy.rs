@@ -577,18 +577,32 @@ struct RulePlan {
     n_flows: usize,
 }
 
+/// What the rules of one policy are planned against on this node.
+#[derive(Clone, Copy)]
+struct PolicyOnNode<'a> {
+    state: &'a ClusterState,
+    policy: &'a NetworkPolicy,
+    /// The local pods it selects.
+    selected: &'a Selected<'a>,
+    /// A dual-stack node ([`RulePlan::dual`]).
+    dual: bool,
+}
+
 /// The dimensions of one rule; `None` if it has no flows. A rule that
 /// would add more than `budget` flows is counted but not built.
 fn plan_rule(
-    state: &ClusterState,
-    policy: &NetworkPolicy,
+    on: &PolicyOnNode<'_>,
     rule: &Rule,
     dir: Direction,
     id: u32,
-    selected: &Selected<'_>,
     budget: usize,
-    dual: bool,
 ) -> Option<RulePlan> {
+    let PolicyOnNode {
+        state,
+        policy,
+        selected,
+        dual,
+    } = *on;
     if selected.is_empty() {
         return None;
     }
@@ -835,7 +849,13 @@ pub fn policy_flows_limited(
                     continue;
                 };
                 let budget = max_flows.saturating_sub(n);
-                if let Some(plan) = plan_rule(state, policy, rule, dir, r.id, &sel, budget, dual) {
+                let on = PolicyOnNode {
+                    state,
+                    policy,
+                    selected: &sel,
+                    dual,
+                };
+                if let Some(plan) = plan_rule(&on, rule, dir, r.id, budget) {
                     n = n.saturating_add(plan.n_flows);
                     plans.push((plan, r));
                 }
