@@ -1,7 +1,9 @@
 //! End to end, wire interoperability: node A runs oxvs-switchd with a VXLAN
 //! port (VNI 100, `examples/switch-node-a.flows`); node B is plain Linux: a
 //! kernel `vxlan` device (VNI 100, UDP 4789) and the pod's veth in a bridge.
-//! Ping, TCP (1 MB, SHA-256 checked) and UDP in both directions.
+//! Ping, TCP (1 MB, SHA-256 checked) and UDP in both directions, over
+//! IPv4 and over IPv6 (inner IPv6 in the IPv4 underlay; Neighbour
+//! Discovery across the tunnel).
 //! Pod MTUs are 1450 (underlay 1500 - 50), as the kernel vxlan device has.
 //! Then oxvs's pod goes to MTU 65535 and sends TCP in 64 KiB segments
 //! that oxvs cuts into the tunnel (userspace TSO): the kernel's vxlan and
@@ -17,6 +19,8 @@ use metrics_support::scrape;
 
 const IPA: &str = "10.20.0.1";
 const IPB: &str = "10.20.0.2";
+const IP6A: &str = "fd00:20::1";
+const IP6B: &str = "fd00:20::2";
 
 #[test]
 fn e2e_kernel_interop() {
@@ -70,6 +74,54 @@ fn e2e_kernel_interop() {
         "1450-byte inner packets kernel <-> oxvs:\n{}",
         p.output
     );
+
+    // IPv6 inside the IPv4 underlay: Neighbour Discovery through the
+    // tunnel both ways, then ping (full-size inner packets too), TCP and
+    // UDP.
+    pa.must(&[
+        "ip",
+        "addr",
+        "add",
+        &format!("{IP6A}/64"),
+        "dev",
+        "eth0",
+        "nodad",
+    ]);
+    pb.must(&[
+        "ip",
+        "addr",
+        "add",
+        &format!("{IP6B}/64"),
+        "dev",
+        "eth0",
+        "nodad",
+    ]);
+    let p = ping_until_up(&pa, IP6B, 6);
+    assert!(
+        p.ok,
+        "oxvs pod -> kernel pod over IPv6 never answered:\n{}",
+        p.output
+    );
+    pa.exec(&["ip", "-6", "neigh", "flush", "dev", "eth0"]);
+    pb.exec(&["ip", "-6", "neigh", "flush", "dev", "eth0"]);
+    let p = ping_until_up(&pb, IP6A, 6);
+    assert!(
+        p.ok,
+        "kernel pod -> oxvs pod over IPv6 never answered:\n{}",
+        p.output
+    );
+    for (from, to) in [(&pa, IP6B), (&pb, IP6A)] {
+        let p = ping(from, to, 2, "0.2", &["-M", "do", "-s", "1402"]);
+        assert_eq!(
+            p.received, 2,
+            "1450-byte inner IPv6 packets to {to}:\n{}",
+            p.output
+        );
+    }
+    tcp_transfer(&pa, &pb, IP6B, 5011, 1 << 20);
+    tcp_transfer(&pb, &pa, IP6A, 5012, 1 << 20);
+    udp_exchange(&pa, &pb, IP6B, 6011);
+    udp_exchange(&pb, &pa, IP6A, 6012);
 
     // Large segments into the kernel's tunnel: A's pod at MTU 65535; B's
     // pod advertises a large MSS while its own path keeps 1450 (its

@@ -737,7 +737,7 @@ pub fn ping_until_up(ns: &Netns, dst: &str, secs: u32) -> Ping {
 pub const TCP_SINK: &str = r#"
 import hashlib, socket, sys
 addr, port, timeout = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
-s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s = socket.socket(socket.AF_INET6 if ":" in addr else socket.AF_INET); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind((addr, port)); s.listen(1); s.settimeout(timeout)
 print("listening", flush=True)
 c, _ = s.accept(); c.settimeout(timeout)
@@ -787,7 +787,12 @@ pub fn try_tcp_transfer(
 ) -> Result<(), String> {
     let port = port.to_string();
     let limit = secs.to_string();
-    let mut sink = server.spawn(&["python3", "-c", TCP_SINK, "0.0.0.0", &port, &limit]);
+    let any = if server_ip.contains(':') {
+        "::"
+    } else {
+        "0.0.0.0"
+    };
+    let mut sink = server.spawn(&["python3", "-c", TCP_SINK, any, &port, &limit]);
     sink.wait_listening("TCP sink")?;
     let n = bytes.to_string();
     let src = client.exec(&["python3", "-c", TCP_SOURCE, server_ip, &port, &n, &limit]);
@@ -817,12 +822,14 @@ pub fn try_tcp_transfer(
     Ok(())
 }
 
-/// A python3 UDP echo: binds PORT, waits TIMEOUT s for one datagram,
-/// answers it with "echo:" + data, prints what it got.
+/// A python3 UDP echo: binds PORT (IPv6 with a third argument `6`), waits
+/// TIMEOUT s for one datagram, answers it with "echo:" + data, prints what
+/// it got.
 pub const UDP_ECHO: &str = r#"
 import socket, sys
 port, timeout = int(sys.argv[1]), float(sys.argv[2])
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("0.0.0.0", port)); s.settimeout(timeout)
+v6 = len(sys.argv) > 3 and sys.argv[3] == "6"
+s = socket.socket(socket.AF_INET6 if v6 else socket.AF_INET, socket.SOCK_DGRAM); s.bind(("::" if v6 else "0.0.0.0", port)); s.settimeout(timeout)
 print("listening", flush=True)
 data, peer = s.recvfrom(65535)
 s.sendto(b"echo:" + data, peer)
@@ -834,7 +841,7 @@ print(data.decode(), flush=True)
 pub const UDP_CLIENT: &str = r#"
 import socket, sys, time
 addr, port, msg, timeout = sys.argv[1], int(sys.argv[2]), sys.argv[3].encode(), float(sys.argv[4])
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(0.3)
+s = socket.socket(socket.AF_INET6 if ":" in addr else socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(0.3)
 deadline = time.time() + timeout
 while time.time() < deadline:
     s.sendto(msg, (addr, port))
@@ -849,7 +856,8 @@ print("no echo", file=sys.stderr); sys.exit(1)
 /// directions of a UDP exchange.
 pub fn udp_exchange(client: &Netns, server: &Netns, server_ip: &str, port: u16) {
     let port_s = port.to_string();
-    let mut echo = server.spawn(&["python3", "-c", UDP_ECHO, &port_s, "10"]);
+    let family = if server_ip.contains(':') { "6" } else { "4" };
+    let mut echo = server.spawn(&["python3", "-c", UDP_ECHO, &port_s, "10", family]);
     if let Err(e) = echo.wait_listening("UDP echo") {
         panic!("{e}");
     }
