@@ -58,9 +58,14 @@ def cmd_server(a):
     # so a new connection costs the server one accept() and a register.
     import selectors
     sel = selectors.DefaultSelector()
-    ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    if a.dual:
+        # One socket for both families (IPv4 clients as mapped addresses).
+        ls = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+        ls.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    else:
+        ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    ls.bind(("0.0.0.0", a.port))
+    ls.bind(("::" if a.dual else "0.0.0.0", a.port))
     ls.listen(1024)
     ls.setblocking(False)
     sel.register(ls, selectors.EVENT_READ, None)
@@ -131,7 +136,7 @@ def cmd_crr(a):
     for _ in range(a.count):
         t = now()
         try:
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s = socket.socket(socket.AF_INET6 if ":" in a.host else socket.AF_INET, socket.SOCK_STREAM)
             s.settimeout(5)
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             s.connect((a.host, a.port))
@@ -285,6 +290,7 @@ def main():
     s = sub.add_parser("server")
     s.add_argument("--port", type=int, required=True)
     s.add_argument("--pidfile")
+    s.add_argument("--dual", action="store_true", help="serve IPv6 and IPv4 on one socket")
     for name in ("rr", "crr"):
         c = sub.add_parser(name)
         c.add_argument("--host", required=True)
