@@ -176,6 +176,7 @@ fn pod_info_of(a: &Attachment, node: &str) -> PodInfo {
         name: a.pod_name.clone(),
         node: node.to_string(),
         ip: Some(a.ip),
+        ip6: a.ipv6.map(|v| v.ip),
         local: true,
         mac: Some(a.mac.clone()),
         ofport: a.ofport,
@@ -228,6 +229,7 @@ pub fn pod_info(view: &NodeView, namespace: &str, name: &str) -> Result<PodInfo,
             name: p.name.clone(),
             node: p.node_name.clone(),
             ip: p.ip,
+            ip6: p.ip6,
             local: false,
             mac: None,
             ofport: None,
@@ -239,13 +241,17 @@ pub fn pod_info(view: &NodeView, namespace: &str, name: &str) -> Result<PodInfo,
     }
 }
 
-fn l4_fields(req: &TraceflowRequest) -> Result<String, ApiError> {
+fn l4_fields(req: &TraceflowRequest, v6: bool) -> Result<String, ApiError> {
     match req.proto {
         Proto::Icmp => {
             if req.sport.is_some() || req.dport.is_some() {
                 return Err(ApiError::IcmpPorts);
             }
-            Ok("icmp_type=8,icmp_code=0".into())
+            // An echo request.
+            Ok(match v6 {
+                false => "icmp_type=8,icmp_code=0".into(),
+                true => "icmp_type=128,icmp_code=0".into(),
+            })
         }
         p => {
             let dport = req.dport.ok_or(ApiError::NeedsPort(p.keyword()))?;
@@ -260,9 +266,18 @@ fn l4_fields(req: &TraceflowRequest) -> Result<String, ApiError> {
 }
 
 /// The packet spec of the first packet of `req` on this node.
+/// Over IPv6 (`req.ipv6`, an IPv6 destination, or a tunnel arrival of
+/// IPv6) the packet is the IPv6 one: `tcp6`, `ipv6_src`/`ipv6_dst`, the
+/// hop limit in `nw_ttl`.
 pub fn build_packet(view: &NodeView, req: &TraceflowRequest) -> Result<String, ApiError> {
-    let l4 = l4_fields(req)?;
-    let proto = req.proto.keyword();
+    let v6 = req.ipv6
+        || req.dst.parse::<std::net::Ipv6Addr>().is_ok()
+        || req.from_tunnel.as_ref().is_some_and(|t| t.src_ip.is_ipv6());
+    let l4 = l4_fields(req, v6)?;
+    let (proto, src_f, dst_f) = match v6 {
+        false => (req.proto.keyword(), "nw_src", "nw_dst"),
+        true => (req.proto.keyword6(), "ipv6_src", "ipv6_dst"),
+    };
     if let Some(t) = &req.from_tunnel {
         let Some(tun) = view.tunnel_ofport else {
             return Err(ApiError::NotReady(
@@ -275,8 +290,14 @@ pub fn build_packet(view: &NodeView, req: &TraceflowRequest) -> Result<String, A
                 return Err(ApiError::BadMac(m.clone()));
             }
         }
+        if t.src_ip.is_ipv6() != t.dst_ip.is_ipv6() {
+            return Err(ApiError::BadDestination(format!(
+                "{} -> {} (mixed address families)",
+                t.src_ip, t.dst_ip
+            )));
+        }
         return Ok(format!(
-            "in_port={tun},{proto},tun_src={},tun_dst={},dl_src={},dl_dst={},nw_src={},nw_dst={},nw_ttl={},{l4}",
+            "in_port={tun},{proto},tun_src={},tun_dst={},dl_src={},dl_dst={},{src_f}={},{dst_f}={},nw_ttl={},{l4}",
             t.tun_src, t.tun_dst, t.src_mac, t.dst_mac, t.src_ip, t.dst_ip, t.ttl
         ));
     }
@@ -301,6 +322,9 @@ pub fn build_packet(view: &NodeView, req: &TraceflowRequest) -> Result<String, A
         );
     };
     let src_port = src.ofport.unwrap_or_default();
+    if v6 {
+        return build_packet6(view, node, req, src, src_port, proto, &l4);
+    }
     let dst_ip = match req.dst.parse::<Ipv4Addr>() {
         Ok(ip) => ip,
         Err(_) => {
@@ -323,6 +347,51 @@ pub fn build_packet(view: &NodeView, req: &TraceflowRequest) -> Result<String, A
     Ok(format!(
         "in_port={src_port},{proto},dl_src={},dl_dst={dst_mac},nw_src={},nw_dst={dst_ip},nw_ttl=64,{l4}",
         src.mac, src.ip
+    ))
+}
+
+/// [`build_packet`] over IPv6: from the source pod's IPv6 address to the
+/// destination pod's (or the IPv6 address given); to a local pod of the
+/// same IPv6 subnet by its MAC, else to the gateway's.
+fn build_packet6(
+    view: &NodeView,
+    node: &NodeNet,
+    req: &TraceflowRequest,
+    src: &Attachment,
+    src_port: u32,
+    proto: &str,
+    l4: &str,
+) -> Result<String, ApiError> {
+    let no_v6 = |what: &str| ApiError::NoAddress(format!("{what} (no IPv6 address)"));
+    let src_ip = src.ipv6.map(|v| v.ip).ok_or_else(|| no_v6(&req.src))?;
+    let dst_ip = match req.dst.parse::<std::net::Ipv6Addr>() {
+        Ok(ip) => ip,
+        Err(_) => {
+            let (dns, dname) =
+                split_pod_ref(&req.dst).ok_or_else(|| ApiError::BadDestination(req.dst.clone()))?;
+            match view.attachment_of(dns, dname) {
+                Some(a) => a.ipv6.map(|v| v.ip).ok_or_else(|| no_v6(&req.dst))?,
+                None => pod_info(view, dns, dname)?
+                    .ip6
+                    .ok_or_else(|| no_v6(&req.dst))?,
+            }
+        }
+    };
+    let local = node
+        .ipv6
+        .as_ref()
+        .is_some_and(|v6| v6.pod_cidr.contains(&dst_ip) && v6.pod_cidr.contains(&src_ip));
+    let dst_mac = match view
+        .attachments
+        .iter()
+        .find(|a| a.ipv6.is_some_and(|v| v.ip == dst_ip))
+    {
+        Some(a) if local => a.mac.clone(),
+        _ => flows::mac_str(&node.gateway_mac),
+    };
+    Ok(format!(
+        "in_port={src_port},{proto},dl_src={},dl_dst={dst_mac},ipv6_src={src_ip},ipv6_dst={dst_ip},nw_ttl=64,{l4}",
+        src.mac
     ))
 }
 
@@ -573,12 +642,8 @@ pub fn hop(
             let tun_dst = out.tunnel.as_ref().map(|t| t.dst);
             let node = tun_dst.and_then(|ip| view.node_named_by_ip(ip));
             let h = &out.headers;
-            if let (
-                Some(tun_dst),
-                Some(tun_src),
-                Some(std::net::IpAddr::V4(src_ip)),
-                Some(std::net::IpAddr::V4(dst_ip)),
-            ) = (tun_dst, view.node_ip, h.nw_src, h.nw_dst)
+            if let (Some(tun_dst), Some(tun_src), Some(src_ip), Some(dst_ip)) =
+                (tun_dst, view.node_ip, h.nw_src, h.nw_dst)
             {
                 next = Some(TunnelArrival {
                     from_node: view.node_name.clone(),
@@ -907,7 +972,13 @@ mod tests {
     /// The switch's answer for `spec`: the trace through the node's flows
     /// (as `trace` makes it: text and structure from one report).
     fn run_trace(spec: &str, with_policy: bool) -> TraceResult {
-        let flows = parse_flow_file(&flows_text(with_policy), &ParseContext::default()).unwrap();
+        trace_flows(&flows_text(with_policy), spec)
+    }
+
+    /// Traces `spec` through the flows `text` (first packet of a new
+    /// connection).
+    fn trace_flows(text: &str, spec: &str) -> TraceResult {
+        let flows = parse_flow_file(text, &ParseContext::default()).unwrap();
         let p = Pipeline::new();
         p.replace_all(&flows, 0).unwrap();
         let key = parse_packet_spec(spec, &ParseContext::default()).unwrap();
@@ -935,7 +1006,14 @@ mod tests {
             dport,
             inject: false,
             from_tunnel: None,
+            ipv6: false,
         }
+    }
+
+    /// The hop of `r` on `v` through the flows `text`.
+    fn traceflow_through(v: &NodeView, text: &str, r: &TraceflowRequest) -> TraceflowHop {
+        let spec = build_packet(v, r).unwrap();
+        hop_for(v, &spec, &trace_flows(text, &spec))
     }
 
     fn traceflow_hop(r: &TraceflowRequest, with_policy: bool) -> TraceflowHop {
@@ -1090,6 +1168,59 @@ mod tests {
         not_ready.node = None;
         let e = build_packet(&not_ready, &req("x/a", "x/b", Proto::Tcp, Some(80))).unwrap_err();
         assert!(e.to_string().contains("gateway is not discovered"), "{e}");
+    }
+
+    /// Over IPv6 (dual-stack): the pods' IPv6 addresses, `tcp6`, an echo
+    /// request of ICMPv6; an IPv6 destination implies it; a pod without an
+    /// IPv6 address is refused with the reason.
+    #[test]
+    fn ipv6_packets_on_a_dual_stack_node() {
+        let mut v = view();
+        if let Some(n) = v.node.as_mut() {
+            n.ipv6 = Some(crate::flows::NodeNet6::of(
+                "fd00:10:244::/64".parse().unwrap(),
+            ));
+        }
+        for a in &mut v.attachments {
+            let last = a.ip.octets()[3];
+            a.ipv6 = Some(crate::state::PodIpv6 {
+                ip: format!("fd00:10:244::{last:x}").parse().unwrap(),
+                prefix_len: 64,
+                gateway: "fd00:10:244::1".parse().unwrap(),
+            });
+        }
+        let mut r = req("x/a", "x/b", Proto::Tcp, Some(80));
+        r.ipv6 = true;
+        assert_eq!(
+            build_packet(&v, &r).unwrap(),
+            "in_port=3,tcp6,dl_src=0a:58:0a:f4:00:03,dl_dst=0a:58:0a:f4:00:04,ipv6_src=fd00:10:244::3,ipv6_dst=fd00:10:244::4,nw_ttl=64,tp_src=49152,tp_dst=80,tcp_flags=0x2"
+        );
+        let p = build_packet(&v, &req("x/a", "2001:db8::1", Proto::Icmp, None)).unwrap();
+        assert!(
+            p.contains("icmp6,dl_src=0a:58:0a:f4:00:03,dl_dst=0a:58:0a:f4:00:01,ipv6_src=fd00:10:244::3,ipv6_dst=2001:db8::1")
+                && p.ends_with("icmp_type=128,icmp_code=0"),
+            "{p}"
+        );
+        // The remote pod r has no IPv6 address in the cluster.
+        let mut r = req("x/a", "x/r", Proto::Tcp, Some(80));
+        r.ipv6 = true;
+        let e = build_packet(&v, &r).unwrap_err().to_string();
+        assert!(e.contains("no IPv6 address"), "{e}");
+        // The packet traces through the dual-stack pipeline to b.
+        let flows = crate::desired::compute(&crate::desired::Inputs {
+            pods: crate::desired::pod_ports(&v.attachments),
+            ..crate::desired::Inputs::for_node(v.node.clone().unwrap())
+        })
+        .text();
+        let mut r = req("x/a", "x/b", Proto::Tcp, Some(80));
+        r.ipv6 = true;
+        let h = traceflow_through(&v, &flows, &r);
+        assert!(
+            matches!(h.verdict, Verdict::Delivered { ofport: 4, .. }),
+            "{:?}\n{}",
+            h.verdict,
+            h.text
+        );
     }
 
     #[test]

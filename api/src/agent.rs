@@ -32,7 +32,7 @@
 //! mistyped arguments.
 
 use std::io::{BufRead as _, BufReader, ErrorKind, Read as _, Write as _};
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -135,6 +135,9 @@ pub struct PodInfo {
     pub node: String,
     #[serde(default)]
     pub ip: Option<Ipv4Addr>,
+    /// Its IPv6 address (dual-stack).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip6: Option<std::net::Ipv6Addr>,
     /// Attached to this agent's node.
     pub local: bool,
     /// Its MAC (local pods).
@@ -202,6 +205,16 @@ impl Proto {
         }
     }
 
+    /// The flow-syntax keyword over IPv6 (`tcp6`, ..., `icmp6`).
+    pub fn keyword6(self) -> &'static str {
+        match self {
+            Proto::Tcp => "tcp6",
+            Proto::Udp => "udp6",
+            Proto::Sctp => "sctp6",
+            Proto::Icmp => "icmp6",
+        }
+    }
+
     /// Parses `tcp`, `udp`, `sctp`, `icmp` (any case).
     pub fn parse(s: &str) -> Option<Proto> {
         match s.to_ascii_lowercase().as_str() {
@@ -228,7 +241,7 @@ pub const DEFAULT_SPORT: u16 = 49152;
 pub struct TraceflowRequest {
     /// The source pod, `namespace/name`.
     pub src: String,
-    /// The destination: a pod `namespace/name`, or an IPv4 address.
+    /// The destination: a pod `namespace/name`, or an IPv4 or IPv6 address.
     pub dst: String,
     pub proto: Proto,
     /// Source port (default [`DEFAULT_SPORT`]; not for icmp).
@@ -244,6 +257,10 @@ pub struct TraceflowRequest {
     /// port (from the previous hop's [`TraceflowHop::next`]).
     #[serde(default)]
     pub from_tunnel: Option<TunnelArrival>,
+    /// Trace over the pods' IPv6 addresses (dual-stack; implied by an IPv6
+    /// `dst`).
+    #[serde(default)]
+    pub ipv6: bool,
 }
 
 /// A packet as it leaves one node through the tunnel, i.e. as it arrives
@@ -259,8 +276,9 @@ pub struct TunnelArrival {
     pub tun_dst: Ipv4Addr,
     pub src_mac: String,
     pub dst_mac: String,
-    pub src_ip: Ipv4Addr,
-    pub dst_ip: Ipv4Addr,
+    /// Inner addresses, of either family.
+    pub src_ip: IpAddr,
+    pub dst_ip: IpAddr,
     pub ttl: u8,
 }
 
@@ -600,10 +618,11 @@ mod tests {
                     tun_dst: Ipv4Addr::new(192, 168, 1, 2),
                     src_mac: "0a:58:0a:f4:00:01".into(),
                     dst_mac: "aa:bb:cc:dd:ee:ff".into(),
-                    src_ip: Ipv4Addr::new(10, 244, 0, 3),
-                    dst_ip: Ipv4Addr::new(10, 244, 1, 3),
+                    src_ip: Ipv4Addr::new(10, 244, 0, 3).into(),
+                    dst_ip: Ipv4Addr::new(10, 244, 1, 3).into(),
                     ttl: 63,
                 }),
+                ipv6: false,
             }),
         ];
         for r in reqs {

@@ -120,8 +120,8 @@ fn arrival() -> TunnelArrival {
         tun_dst: Ipv4Addr::new(192, 168, 9, 2),
         src_mac: "0a:58:0a:f4:00:01".into(),
         dst_mac: "aa:bb:cc:dd:ee:ff".into(),
-        src_ip: Ipv4Addr::new(10, 244, 0, 3),
-        dst_ip: Ipv4Addr::new(10, 244, 1, 3),
+        src_ip: Ipv4Addr::new(10, 244, 0, 3).into(),
+        dst_ip: Ipv4Addr::new(10, 244, 1, 3).into(),
         ttl: 63,
     }
 }
@@ -135,6 +135,7 @@ fn pod_info(node: &str, local: bool) -> PodInfo {
         local,
         mac: None,
         ofport: None,
+        ip6: None,
     }
 }
 

@@ -59,9 +59,13 @@ pub struct Traceflow {
     /// The source pod, NAMESPACE/NAME.
     #[arg(long, value_name = "NS/POD")]
     src: String,
-    /// The destination: a pod NAMESPACE/NAME or an IPv4 address.
+    /// The destination: a pod NAMESPACE/NAME or an IPv4 or IPv6 address.
     #[arg(long, value_name = "NS/POD|IP")]
     dst: String,
+    /// Trace over the pods' IPv6 addresses (a dual-stack node; implied by
+    /// an IPv6 --dst).
+    #[arg(long)]
+    ipv6: bool,
     /// tcp, udp, sctp or icmp (an echo request).
     #[arg(long, value_name = "PROTO", default_value = "tcp", value_parser = parse_proto)]
     proto: Proto,
@@ -198,6 +202,7 @@ impl Traceflow {
             dport: self.dport,
             inject: self.inject,
             from_tunnel: None,
+            ipv6: self.ipv6,
         };
         let mut socket = agents.source_agent(&self.src)?;
         let mut report = TraceflowReport {

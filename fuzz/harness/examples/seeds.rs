@@ -229,6 +229,7 @@ fn agent_api() -> Vec<Vec<u8>> {
             dport,
             inject: false,
             from_tunnel: None,
+            ipv6: false,
         })
     };
     let reqs = [

@@ -268,10 +268,12 @@ fn built_request(i: &mut Input<'_>) -> AgentRequest {
                 tun_dst: Ipv4Addr::from(NODE_IP),
                 src_mac: text(i, MACS),
                 dst_mac: text(i, MACS),
-                src_ip: Ipv4Addr::from(i.u32()),
-                dst_ip: *i.pick(&[Ipv4Addr::new(10, 244, 0, 4), Ipv4Addr::new(10, 244, 0, 3)]),
+                src_ip: Ipv4Addr::from(i.u32()).into(),
+                dst_ip: (*i.pick(&[Ipv4Addr::new(10, 244, 0, 4), Ipv4Addr::new(10, 244, 0, 3)]))
+                    .into(),
                 ttl: i.u8(),
             }),
+            ipv6: i.bool(),
         }),
     }
 }
