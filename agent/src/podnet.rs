@@ -503,13 +503,16 @@ fn configure_pod_end(spec: &PodIfaceSpec, ns: &File) -> Result<(), PodnetError> 
 /// advertisements taken (the switch drops pods' anyway; the default route
 /// is set here).
 fn pod_ipv6_sysctls(ifname: &str, in_ns: &str) -> Result<(), PodnetError> {
-    for (name, value) in [
-        ("disable_ipv6", "0"),
-        ("addr_gen_mode", "0"),
-        ("accept_dad", "0"),
-        ("accept_ra", "0"),
+    // Linux skips DAD only when both `all` and the interface say so (the
+    // namespace is the pod's own: `all` concerns it alone).
+    for (dev, name, value) in [
+        (ifname, "disable_ipv6", "0"),
+        (ifname, "addr_gen_mode", "0"),
+        ("all", "accept_dad", "0"),
+        (ifname, "accept_dad", "0"),
+        (ifname, "accept_ra", "0"),
     ] {
-        let path = format!("/proc/sys/net/ipv6/conf/{ifname}/{name}");
+        let path = format!("/proc/sys/net/ipv6/conf/{dev}/{name}");
         std::fs::write(&path, value)
             .map_err(|e| PodnetError::Other(format!("set {path} to {value} in {in_ns}: {e}")))?;
     }
@@ -567,6 +570,16 @@ pub fn check_pod_interface(spec: &PodIfaceSpec) -> Result<(), PodnetError> {
                     spec.prefix_len,
                     have.join(", ")
                 ));
+            }
+            if let Some(v6) = spec.ipv6 {
+                let has6 = nl
+                    .addresses(Some(link.index))
+                    .map_err(nl::step(format!("list the addresses of '{}'", spec.ifname)))?
+                    .iter()
+                    .any(|x| x.ip == IpAddr::V6(v6.ip) && x.prefix_len == v6.prefix_len);
+                if !has6 {
+                    diffs.push(format!("lacks address {}/{}", v6.ip, v6.prefix_len));
+                }
             }
             let routes = nl
                 .ipv4_default_routes()

@@ -264,6 +264,56 @@ fn tcp_takes_the_interface_mtu_by_its_own_table() {
     assert!(!rules.contains("ipproto tcp"), "{rules}");
 }
 
+/// A dual-stack pod: both addresses, a default route per family, its
+/// link-local address the EUI-64 of its MAC, no DAD, no router
+/// advertisements; CHECK sees a missing IPv6 address.
+#[test]
+fn dual_stack_pod_interface() {
+    let host = Netns::new("h");
+    let pod = Netns::new("p");
+    let mut s = spec(&pod, 5, "dual-if");
+    s.ipv6 = Some(oxvs_agent::state::PodIpv6 {
+        ip: "fd00:250:5::2".parse().unwrap(),
+        prefix_len: 64,
+        gateway: "fd00:250:5::1".parse().unwrap(),
+    });
+    host.run_in(|| podnet::setup_pod_interface(&s))
+        .expect("setup");
+    let addrs = pod.ip(&["-6", "addr", "show", "dev", "eth0"]);
+    assert!(
+        addrs.contains("inet6 fd00:250:5::2/64 scope global nodad"),
+        "{addrs}"
+    );
+    assert!(
+        addrs.contains("inet6 fe80::858:aff:fefa:502/64 scope link"),
+        "link-local is the MAC's EUI-64: {addrs}"
+    );
+    assert!(!addrs.contains("tentative"), "{addrs}");
+    let route = pod.ip(&["-6", "route", "show", "default"]);
+    assert!(
+        route.contains("default via fd00:250:5::1 dev eth0"),
+        "{route}"
+    );
+    for (knob, want) in [
+        ("accept_ra", "0"),
+        ("accept_dad", "0"),
+        ("addr_gen_mode", "0"),
+    ] {
+        let (_, v) = pod.exec(&["cat", &format!("/proc/sys/net/ipv6/conf/eth0/{knob}")]);
+        assert_eq!(v.trim(), want, "{knob}");
+    }
+    host.run_in(|| podnet::check_pod_interface(&s))
+        .expect("CHECK of a dual-stack pod");
+    pod.ip(&["-6", "addr", "del", "fd00:250:5::2/64", "dev", "eth0"]);
+    let e = host
+        .run_in(|| podnet::check_pod_interface(&s))
+        .expect_err("CHECK without the IPv6 address");
+    assert!(
+        e.to_string().contains("lacks address fd00:250:5::2/64"),
+        "{e}"
+    );
+}
+
 #[test]
 fn missing_netns_is_no_netns_and_leaves_nothing() {
     let host = Netns::new("h");
