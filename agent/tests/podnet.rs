@@ -279,7 +279,18 @@ fn dual_stack_pod_interface() {
     });
     host.run_in(|| podnet::setup_pod_interface(&s))
         .expect("setup");
-    let addrs = pod.ip(&["-6", "addr", "show", "dev", "eth0"]);
+    // The kernel adds the link-local address once the link has carrier,
+    // and (DAD off) completes it at once from a work queue.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    let addrs = loop {
+        let a = pod.ip(&["-6", "addr", "show", "dev", "eth0"]);
+        // Without DAD, tentative only until the kernel's DAD work runs.
+        let settled = a.contains("scope link") && !a.contains("tentative");
+        if settled || std::time::Instant::now() > deadline {
+            break a;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
     assert!(
         addrs.contains("inet6 fd00:250:5::2/64 scope global nodad"),
         "{addrs}"
