@@ -561,7 +561,7 @@ impl VxlanPort {
         let fragment = outer_len > mtu;
         let flow_port = source_port(inner);
         // A TCP flow leaves from its TSO socket's port, segmented or not.
-        let tso_sock = (!self.tso.is_empty() && tso::is_ipv4_tcp(inner))
+        let tso_sock = (!self.tso.is_empty() && tso::is_tcp(inner))
             .then(|| usize::from(flow_port) % self.tso.len());
         if fragment {
             if let Some(cut) = tso_sock.and_then(|_| TcpCut::of(inner, inner_mtu as usize)) {
