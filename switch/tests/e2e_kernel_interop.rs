@@ -9,7 +9,8 @@
 //! that oxvs cuts into the tunnel (userspace TSO): the kernel's vxlan and
 //! the kernel pod's TCP take every piece (8 MB, SHA-256 checked); the
 //! kernel pod's segments come back merged (userspace GRO) into large
-//! frames for oxvs's pod.
+//! frames for oxvs's pod. The same 8 MB both ways over IPv6: cut and
+//! merged alike.
 
 mod common;
 mod metrics_support;
@@ -21,6 +22,8 @@ const IPA: &str = "10.20.0.1";
 const IPB: &str = "10.20.0.2";
 const IP6A: &str = "fd00:20::1";
 const IP6B: &str = "fd00:20::2";
+/// /metrics inside node A's namespace (counts the cut and the merges).
+const METRICS: &str = "127.0.0.1:9481";
 
 #[test]
 fn e2e_kernel_interop() {
@@ -36,8 +39,6 @@ fn e2e_kernel_interop() {
     kernel_vxlan_node(&nb, "pb", 100, "192.0.2.2", "192.0.2.1");
 
     // Node A: oxvs.
-    // /metrics inside node A's namespace (counts the cut and the merges).
-    const METRICS: &str = "127.0.0.1:9481";
     let swa = Switchd::start_with(&na, &["--metrics-addr", METRICS]);
     swa.add_vxlan_port("tun0", 10, "192.0.2.1");
     make_pod(&na, &pa, "pa", "10.20.0.1/24", "02:00:0a:14:00:01", 1450);
@@ -144,36 +145,84 @@ fn e2e_kernel_interop() {
         "advmss",
         "65000",
     ]);
+    cut_into_the_tunnel(&swa, &na, &pa, &pb, IPB, 5003);
+
+    // And back: the kernel's 1410-byte segments are merged by oxvs (its
+    // pod port's MTU now 65535, seen within 5 s) into large frames for A.
+    std::thread::sleep(std::time::Duration::from_secs(6));
+    merged_from_the_tunnel(&swa, &na, &pa, &pb, IPA, 5004);
+
+    // The same over IPv6 (TCP right after the fixed header): B's pod
+    // advertises the large MSS on its IPv6 route too; its 1378-byte
+    // segments come back merged.
+    pb.must(&[
+        "ip",
+        "-6",
+        "route",
+        "replace",
+        "fd00:20::/64",
+        "dev",
+        "eth0",
+        "proto",
+        "kernel",
+        "metric",
+        "256",
+        "advmss",
+        "65000",
+    ]);
+    cut_into_the_tunnel(&swa, &na, &pa, &pb, IP6B, 5013);
+    merged_from_the_tunnel(&swa, &na, &pa, &pb, IP6A, 5014);
+}
+
+/// oxvs's pod (`pa`, MTU 65535) sends 8 MB to `to` (B's pod, which
+/// advertises a large MSS): its large segments must leave the tunnel port
+/// cut (the port counts inner frames far larger than the tunnel's, and
+/// switchd's TSO metric grows), and the kernel's vxlan and pod take every
+/// piece (the transfer's SHA-256 checks it).
+fn cut_into_the_tunnel(swa: &Switchd, na: &Netns, pa: &Netns, pb: &Netns, to: &str, port: u16) {
     let (p0, b0) = swa.port_counters("tun0").tx();
-    let cut0 = scrape(&na, METRICS).sum("oxvs_datapath_tunnel_tso_frames_total", &[]);
-    tcp_transfer(&pa, &pb, IPB, 5003, 8 << 20);
+    let cut0 = scrape(na, METRICS).sum("oxvs_datapath_tunnel_tso_frames_total", &[]);
+    tcp_transfer(pa, pb, to, port, 8 << 20);
     let (p1, b1) = swa.port_counters("tun0").tx();
     let avg = (b1 - b0) / (p1 - p0).max(1);
     assert!(
         b1 - b0 >= 8 << 20 && avg > 4000,
-        "{} inner frames of {avg} bytes into the tunnel: not cut by oxvs",
+        "{} inner frames of {avg} bytes to {to} into the tunnel: not cut by oxvs",
         p1 - p0
     );
     // switchd counts the frames it cut (not every one was larger than
     // the tunnel: ACK-clocked tails are sent whole).
     std::thread::sleep(std::time::Duration::from_millis(200));
-    let cut = scrape(&na, METRICS).sum("oxvs_datapath_tunnel_tso_frames_total", &[]) - cut0;
-    assert!(cut >= 64.0, "only {cut} frames counted as cut");
+    let cut = scrape(na, METRICS).sum("oxvs_datapath_tunnel_tso_frames_total", &[]) - cut0;
+    eprintln!(
+        "to {to}: {} inner frames of {avg} bytes into the tunnel, {cut} cut",
+        p1 - p0
+    );
+    assert!(cut >= 64.0, "only {cut} frames to {to} counted as cut");
+}
 
-    // And back: the kernel's 1410-byte segments are merged by oxvs (its
-    // pod port's MTU now 65535, seen within 5 s) into large frames for A.
-    std::thread::sleep(std::time::Duration::from_secs(6));
+/// B's pod sends 8 MB to `to` (oxvs's pod) in tunnel-sized segments: oxvs
+/// must merge them into large frames for its pod (its port's average
+/// frame far beyond a segment, switchd's GRO metric growing).
+fn merged_from_the_tunnel(swa: &Switchd, na: &Netns, pa: &Netns, pb: &Netns, to: &str, port: u16) {
     let (r0, rb0) = swa.port_counters("pa").tx();
-    let merged0 = scrape(&na, METRICS).sum("oxvs_datapath_tunnel_gro_merged_total", &[]);
-    tcp_transfer(&pb, &pa, IPA, 5004, 8 << 20);
+    let merged0 = scrape(na, METRICS).sum("oxvs_datapath_tunnel_gro_merged_total", &[]);
+    tcp_transfer(pb, pa, to, port, 8 << 20);
     let (r1, rb1) = swa.port_counters("pa").tx();
     let avg = (rb1 - rb0) / (r1 - r0).max(1);
     assert!(
         rb1 - rb0 >= 8 << 20 && avg > 4000,
-        "{} frames of {avg} bytes to the pod: the kernel's segments were not merged",
+        "{} frames of {avg} bytes to {to}: the kernel's segments were not merged",
         r1 - r0
     );
     std::thread::sleep(std::time::Duration::from_millis(200));
-    let merged = scrape(&na, METRICS).sum("oxvs_datapath_tunnel_gro_merged_total", &[]) - merged0;
-    assert!(merged >= 1000.0, "only {merged} segments counted as merged");
+    let merged = scrape(na, METRICS).sum("oxvs_datapath_tunnel_gro_merged_total", &[]) - merged0;
+    eprintln!(
+        "to {to}: {} frames of {avg} bytes to the pod, {merged} segments merged",
+        r1 - r0
+    );
+    assert!(
+        merged >= 1000.0,
+        "only {merged} segments to {to} counted as merged"
+    );
 }
