@@ -462,6 +462,38 @@ fn configure_pod_end(spec: &PodIfaceSpec, ns: &File) -> Result<(), PodnetError> 
                         v6.gateway, spec.ifname
                     ),
                 ];
+                if tcp_table {
+                    // The IPv6 twin of the TCP table: the switch cuts IPv6
+                    // TCP into the tunnel too.
+                    let subnet = Ipv6Net::new(v6.ip, v6.prefix_len)
+                        .map(|n| n.trunc())
+                        .unwrap_or_default();
+                    let route6 = |dst, gateway| Change::AddIpv6Route {
+                        route: Ipv6Route {
+                            dst,
+                            gateway,
+                            oif: Some(index),
+                            onlink: false,
+                            mtu: None,
+                            table: Some(TCP_TABLE),
+                        },
+                        replace: false,
+                    };
+                    changes.extend([
+                        route6(subnet, None),
+                        route6(Ipv6Net::default(), Some(v6.gateway)),
+                        Change::AddIpv6Rule(Ipv4Rule {
+                            priority: TCP_RULE_PRIORITY,
+                            ip_proto: IPPROTO_TCP,
+                            table: TCP_TABLE,
+                        }),
+                    ]);
+                    v6_steps.extend([
+                        format!("add the IPv6 subnet route to table {TCP_TABLE} in {in_ns}"),
+                        format!("add the IPv6 default route to table {TCP_TABLE} in {in_ns}"),
+                        format!("add the rule 'ipproto tcp lookup {TCP_TABLE}' (IPv6) in {in_ns}"),
+                    ]);
+                }
             }
             let results = nl
                 .pipeline(&changes)

@@ -323,6 +323,36 @@ fn dual_stack_pod_interface() {
         e.to_string().contains("lacks address fd00:250:5::2/64"),
         "{e}"
     );
+    // With the TCP table: its IPv6 twin (the switch cuts IPv6 TCP into the
+    // tunnel too).
+    let pod2 = Netns::new("p");
+    let mut s2 = spec(&pod2, 6, "dual-tcp");
+    s2.mtu = 9000;
+    s2.route_mtu = Some(1450);
+    s2.tcp_full_mtu = true;
+    s2.ipv6 = Some(oxvs_agent::state::PodIpv6 {
+        ip: "fd00:250:6::2".parse().unwrap(),
+        prefix_len: 64,
+        gateway: "fd00:250:6::1".parse().unwrap(),
+    });
+    host.run_in(|| podnet::setup_pod_interface(&s2))
+        .expect("setup");
+    let rules = pod2.ip(&["-6", "rule", "show"]);
+    assert!(
+        rules.contains("100:\tfrom all ipproto tcp lookup 100"),
+        "{rules}"
+    );
+    let table = pod2.ip(&["-6", "route", "show", "table", "100"]);
+    assert!(
+        table.contains("default via fd00:250:6::1 dev eth0")
+            && table.contains("fd00:250:6::/64 dev eth0")
+            && !table.contains("mtu"),
+        "{table}"
+    );
+    let udp = pod2.ip(&["-6", "route", "get", "fd00:9::9", "ipproto", "udp"]);
+    assert!(udp.contains("mtu 1450"), "{udp}");
+    let tcp = pod2.ip(&["-6", "route", "get", "fd00:9::9", "ipproto", "tcp"]);
+    assert!(!tcp.contains("mtu"), "{tcp}");
 }
 
 #[test]

@@ -104,6 +104,8 @@ pub enum Change {
     DeleteLink { index: u32 },
     /// [`Netlink::add_rule`].
     AddRule(crate::Ipv4Rule),
+    /// The same rule for IPv6 (`ip -6 rule add`).
+    AddIpv6Rule(crate::Ipv4Rule),
 }
 
 impl Change {
@@ -124,6 +126,7 @@ impl Change {
             Change::DeleteRoute(route) => crate::route::delete_request(&route.into()),
             Change::DeleteLink { index } => crate::link::delete_index_request(*index),
             Change::AddRule(rule) => crate::route::add_rule_request(rule),
+            Change::AddIpv6Rule(rule) => crate::route::add_ipv6_rule_request(rule),
         }
     }
 }

@@ -156,8 +156,17 @@ pub struct Ipv4Rule {
 }
 
 pub(crate) fn add_rule_request(r: &Ipv4Rule) -> Request {
+    rule_request(r, AddressFamily::Inet)
+}
+
+/// [`add_rule_request`] for IPv6 (`ip -6 rule add ...`): the same fields.
+pub(crate) fn add_ipv6_rule_request(r: &Ipv4Rule) -> Request {
+    rule_request(r, AddressFamily::Inet6)
+}
+
+fn rule_request(r: &Ipv4Rule, family: AddressFamily) -> Request {
     let mut m = RuleMessage::default();
-    m.header.family = AddressFamily::Inet;
+    m.header.family = family;
     m.header.table = RouteHeader::RT_TABLE_UNSPEC;
     m.header.action = RuleAction::ToTable;
     m.attributes.push(RuleAttribute::Priority(r.priority));

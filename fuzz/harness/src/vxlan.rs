@@ -365,17 +365,35 @@ pub fn run_tx(data: &[u8]) {
     // GRO merges, the same payload in the same order.
     let inner_mtu = (mtu - VXLAN_OVERHEAD) as usize;
     if let Some(fuzzing::Roundtrip { pieces, merged }) =
-        fuzzing::tso_gro_roundtrip(&inner, inner_mtu, 65_549)
+        fuzzing::tso_gro_roundtrip_any(&inner, inner_mtu, 65_549)
     {
         let whole = tcp_payload(&inner).expect("a frame TSO cuts has a TCP payload");
         let mut again = Vec::new();
         for p in &pieces {
             let (ip, payload) = tcp_payload_at(p).expect("a piece is TCP");
             assert!(p.len() - ip <= inner_mtu, "a piece over the inner MTU");
-            let total = be16(p, ip + 2) as usize;
-            let hl = usize::from(p[ip] & 15) * 4;
-            assert_eq!(fold(ones(&p[ip..ip + hl])), 0xffff, "piece IPv4 checksum");
-            let pseudo = ones(&p[ip + 12..ip + 20]) + 6 + (total - hl) as u32;
+            let (hl, total, pseudo) = match l3(p).map(|(_, et)| et) {
+                Some(0x86dd) => {
+                    // IPv6: no header checksum; the pseudo-header has the
+                    // addresses, the upper-layer length and next header 6.
+                    let total = 40 + be16(p, ip + 4) as usize;
+                    (
+                        40,
+                        total,
+                        ones(&p[ip + 8..ip + 40]) + 6 + (total - 40) as u32,
+                    )
+                }
+                _ => {
+                    let total = be16(p, ip + 2) as usize;
+                    let hl = usize::from(p[ip] & 15) * 4;
+                    assert_eq!(fold(ones(&p[ip..ip + hl])), 0xffff, "piece IPv4 checksum");
+                    (
+                        hl,
+                        total,
+                        ones(&p[ip + 12..ip + 20]) + 6 + (total - hl) as u32,
+                    )
+                }
+            };
             assert_eq!(
                 fold(pseudo + ones(&p[ip + hl..ip + total])),
                 0xffff,
@@ -403,12 +421,18 @@ fn tcp_payload(frame: &[u8]) -> Option<Vec<u8>> {
     tcp_payload_at(frame).map(|(_, p)| p.to_vec())
 }
 
-/// Where the IPv4 header starts, and the TCP payload (IPv4 total length
-/// bounded), of a frame with up to two VLAN tags.
+/// Where the IP header starts, and the TCP payload (bounded by the IPv4
+/// total length or the IPv6 payload length; IPv6 without extension
+/// headers), of a frame with up to two VLAN tags.
 fn tcp_payload_at(frame: &[u8]) -> Option<(usize, &[u8])> {
-    let (ip, _) = l3(frame)?;
-    let hl = usize::from(*frame.get(ip)? & 15) * 4;
-    let total = usize::from(be16(frame, ip + 2));
+    let (ip, et) = l3(frame)?;
+    let (hl, total) = match et {
+        0x86dd => (40, 40 + usize::from(be16(frame.get(ip..ip + 6)?, 4))),
+        _ => (
+            usize::from(*frame.get(ip)? & 15) * 4,
+            usize::from(be16(frame.get(ip..ip + 4)?, 2)),
+        ),
+    };
     let thl = usize::from(*frame.get(ip + hl + 12)? >> 4) * 4;
     Some((ip, frame.get(ip + hl + thl..ip + total)?))
 }
