@@ -55,10 +55,13 @@
 //!
 //! The 16-bit fields fill the top of the words of the 48-bit Ethernet
 //! addresses: that and the shared storage below keep the key at 28 words
-//! with the Neighbour Discovery fields (32 without: every packet hashes,
+//! with the Neighbour Discovery fields, as many as before them. (Giving
+//! the ND fields words of their own made it 32: every packet hashes,
 //! compares, masks and copies every word, and the 4 more words cost the
-//! datapath up to 10% per packet batch). `dl_type`, in every megaflow
-//! mask, shares its word with `dl_dst`, which most pipelines match too.
+//! datapath up to 10% per packet batch.) `dl_type`, in every megaflow
+//! mask, shares its word with `dl_dst`, which most pipelines match too. A
+//! field moves only here: everything else reads the layout through
+//! [`Field::slot`].
 //!
 //! ## Shared storage
 //!
