@@ -27,11 +27,96 @@
 //! and datapath writes see only the key fields, so a write through a view
 //! is a write of the key field's bits. [`lookup_subfield_name`] resolves
 //! sub-field names to views; [`lookup_name`] (matches, `set_field`) never does.
+//!
+//! ## Layout
+//!
+//! ```text
+//! word   bits 63 ............................................. 0
+//!  0     in_port (32)                 | recirc_id (32)
+//!  1     metadata
+//!  2-9   xreg0..xreg7 (reg0..reg15: reg(2i) high, reg(2i+1) low)
+//! 10     tun_id
+//! 11     tun_src (32)                 | tun_dst (32)
+//! 12     pkt_mark (32)                | ct_mark (32)
+//! 13     ct_state (32)                | conj_id (32)
+//! 14     nd_reserved (32)             | nd_options_type (8) | - (4) | ipv6_label (20)
+//! 15     vlan_tci (16) | dl_src (48)
+//! 16     dl_type (16)  | dl_dst (48)
+//! 17     nw_src (32)                  | nw_dst (32)       } shared: or the high half
+//!                                                            of nd_target
+//! 18     nd_target, low half
+//! 19-20  ipv6_src
+//! 21-22  ipv6_dst
+//! 23     tp_src (16) | tp_dst (16) | nw_proto | nw_tos | nw_ttl | nw_frag (8 each)
+//! 24     ct_zone (16)   | arp_sha (48)  } shared: or nd_sll
+//! 25     tcp_flags (16) | arp_tha (48)  } shared: or nd_tll
+//! 26-27  ct_label
+//! ```
+//!
+//! The 16-bit fields fill the top of the words of the 48-bit Ethernet
+//! addresses: that and the shared storage below keep the key at 28 words
+//! with the Neighbour Discovery fields, as many as before them. (Giving
+//! the ND fields words of their own made it 32: every packet hashes,
+//! compares, masks and copies every word, and the 4 more words cost the
+//! datapath up to 10% per packet batch.) `dl_type`, in every megaflow
+//! mask, shares its word with `dl_dst`, which most pipelines match too. A
+//! field moves only here: everything else reads the layout through
+//! [`Field::slot`].
+//!
+//! ## Shared storage
+//!
+//! Some fields share key bits, as in Open vSwitch's `struct flow` (where
+//! `arp_sha` is also `nd_sll` and `arp_tha` also `nd_tll`). Two fields may
+//! share bits only if no packet ever has both:
+//!
+//! - `nd_sll` is `arp_sha`, `nd_tll` is `arp_tha` (words 24 and 25, bits
+//!   0..48);
+//! - the high half of the 128-bit `nd_target` (word 17) is `nw_src` and
+//!   `nw_dst` (`arp_spa`/`arp_tpa`); its low half (word 18) is its own.
+//!
+//! `nw_src`/`nw_dst`/`arp_*` exist only in IPv4 and ARP packets, the ND
+//! fields only in IPv6 ones (ICMPv6 types 135/136), so `dl_type` tells
+//! which one a key holds ([`Field::owned_by`]):
+//!
+//! - extraction writes a shared word only for the packet kind that owns it
+//!   (ARP/IPv4 their fields, ND messages theirs; otherwise it stays zero);
+//! - matching or writing one of these fields needs its prerequisites
+//!   (`ip`/`arp`, or `icmp6,icmp_type=135|136`), which pin `dl_type`: a
+//!   flow that tests the bits of one never matches a packet of the other,
+//!   and a megaflow always has `dl_type` in its mask;
+//! - where no prerequisite is checked (group buckets, `fields(...)` of
+//!   select groups), translation reads a field the packet does not own as
+//!   0 and ignores writes to it, as Open vSwitch does with a field whose
+//!   prerequisites the packet lacks; commits and printing (traces, dumped
+//!   megaflows, the `Debug` of [`FlowKey`](crate::key::FlowKey)) only use
+//!   the fields the packet owns.
+//!
+//! `nd_options_type` and `nd_reserved` (OVS keeps them in `tcp_flags` and
+//! `igmp_group_ip4`) have bits of their own.
 
 use std::fmt::Write as _;
 
-/// Number of 64-bit words in a [`FlowKey`](crate::key::FlowKey).
-pub const KEY_WORDS: usize = 32;
+/// Number of 64-bit words in a [`FlowKey`](crate::key::FlowKey). Every
+/// packet hashes, compares, masks and copies all of them: a word more is a
+/// measurable per-packet cost (see "Layout" in the module doc).
+pub const KEY_WORDS: usize = 28;
+
+// Words named because several slots (and the views) use them; see "Layout".
+/// `ipv6_label`, `nd_options_type`, `nd_reserved`.
+const W_IPV6_SMALL: u8 = 14;
+/// `vlan_tci` and `dl_src`.
+const W_DL_SRC: u8 = 15;
+/// `dl_type` and `dl_dst`.
+const W_DL_DST: u8 = 16;
+/// `nw_src`/`nw_dst`, or the high half of `nd_target` (the low half is the
+/// next word).
+const W_NW: u8 = 17;
+/// Ports, ICMP type and code, `nw_proto`, `nw_tos`, `nw_ttl`, `nw_frag`.
+const W_L4: u8 = 23;
+/// `ct_zone`, and `arp_sha` or `nd_sll`.
+const W_SHA: u8 = 24;
+/// `tcp_flags`, and `arp_tha` or `nd_tll`.
+const W_THA: u8 = 25;
 
 /// Where a field lives in the key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -359,43 +444,44 @@ impl Field {
             Field::CtMark => s(12, 0, 32),
             Field::CtState => s(13, 32, 32),
             Field::ConjId => s(13, 0, 32),
-            Field::CtZone => s(14, 48, 16),
-            Field::VlanTci => s(14, 32, 16),
-            Field::DlType => s(14, 16, 16),
-            Field::TcpFlags => s(14, 0, 16),
-            Field::DlSrc => s(15, 0, 48),
-            Field::DlDst => s(16, 0, 48),
-            Field::NwSrc => s(17, 32, 32),
-            Field::NwDst => s(17, 0, 32),
-            Field::Ipv6Src => s(18, 0, 128),
-            Field::Ipv6Dst => s(20, 0, 128),
-            Field::TpSrc => s(22, 48, 16),
-            Field::TpDst => s(22, 32, 16),
-            Field::NwProto => s(22, 24, 8),
-            Field::NwTos => s(22, 16, 8),
-            Field::NwTtl => s(22, 8, 8),
-            Field::NwFrag => s(22, 0, 8),
-            Field::ArpSha => s(23, 0, 48),
-            Field::ArpTha => s(24, 0, 48),
-            Field::CtLabel => s(25, 0, 128),
-            Field::Ipv6Label => s(27, 0, 20),
-            Field::NdOptionsType => s(27, 24, 8),
-            Field::NdReserved => s(27, 32, 32),
-            Field::NdTarget => s(28, 0, 128),
-            Field::NdSll => s(30, 0, 48),
-            Field::NdTll => s(31, 0, 48),
-            Field::VlanVid => s(14, 32, 12),
-            Field::VlanPcp => s(14, 45, 3),
-            Field::IpDscp => s(22, 18, 6),
-            Field::IpEcn => s(22, 16, 2),
+            Field::NdReserved => s(W_IPV6_SMALL, 32, 32),
+            Field::NdOptionsType => s(W_IPV6_SMALL, 24, 8),
+            Field::Ipv6Label => s(W_IPV6_SMALL, 0, 20),
+            Field::VlanTci => s(W_DL_SRC, 48, 16),
+            Field::DlSrc => s(W_DL_SRC, 0, 48),
+            Field::DlType => s(W_DL_DST, 48, 16),
+            Field::DlDst => s(W_DL_DST, 0, 48),
+            // Shared: IPv4/ARP addresses, or the high half of nd_target.
+            Field::NwSrc => s(W_NW, 32, 32),
+            Field::NwDst => s(W_NW, 0, 32),
+            Field::NdTarget => s(W_NW, 0, 128),
+            Field::Ipv6Src => s(W_NW + 2, 0, 128),
+            Field::Ipv6Dst => s(W_NW + 4, 0, 128),
+            Field::TpSrc => s(W_L4, 48, 16),
+            Field::TpDst => s(W_L4, 32, 16),
+            Field::NwProto => s(W_L4, 24, 8),
+            Field::NwTos => s(W_L4, 16, 8),
+            Field::NwTtl => s(W_L4, 8, 8),
+            Field::NwFrag => s(W_L4, 0, 8),
+            // Shared: ARP hardware addresses, or the ND link-layer options.
+            Field::CtZone => s(W_SHA, 48, 16),
+            Field::ArpSha | Field::NdSll => s(W_SHA, 0, 48),
+            Field::TcpFlags => s(W_THA, 48, 16),
+            Field::ArpTha | Field::NdTll => s(W_THA, 0, 48),
+            Field::CtLabel => s(W_THA + 1, 0, 128),
+            // Views.
+            Field::VlanVid => s(W_DL_SRC, 48, 12),
+            Field::VlanPcp => s(W_DL_SRC, 61, 3),
+            Field::IpDscp => s(W_L4, 18, 6),
+            Field::IpEcn => s(W_L4, 16, 2),
             Field::InPortOxm => s(0, 32, 32),
-            Field::UdpSrc | Field::SctpSrc => s(22, 48, 16),
-            Field::UdpDst | Field::SctpDst => s(22, 32, 16),
-            Field::ArpSpa => s(17, 32, 32),
-            Field::ArpTpa => s(17, 0, 32),
-            Field::ArpOp => s(22, 24, 8),
-            Field::IcmpType | Field::Icmpv6Type => s(22, 48, 8),
-            Field::IcmpCode | Field::Icmpv6Code => s(22, 32, 8),
+            Field::UdpSrc | Field::SctpSrc => s(W_L4, 48, 16),
+            Field::UdpDst | Field::SctpDst => s(W_L4, 32, 16),
+            Field::ArpSpa => s(W_NW, 32, 32),
+            Field::ArpTpa => s(W_NW, 0, 32),
+            Field::ArpOp => s(W_L4, 24, 8),
+            Field::IcmpType | Field::Icmpv6Type => s(W_L4, 48, 8),
+            Field::IcmpCode | Field::Icmpv6Code => s(W_L4, 32, 8),
         }
     }
 
@@ -691,6 +777,44 @@ impl Field {
             Field::NdSll => Prereq::NdSolicit,
             Field::NdTll => Prereq::NdAdvert,
             _ => Prereq::None,
+        }
+    }
+}
+
+impl Field {
+    /// Whether the field shares key bits with a field of another packet
+    /// kind (module doc, "Shared storage").
+    pub const fn shares_storage(self) -> bool {
+        matches!(
+            self,
+            Field::NwSrc
+                | Field::NwDst
+                | Field::ArpSpa
+                | Field::ArpTpa
+                | Field::ArpSha
+                | Field::ArpTha
+                | Field::NdTarget
+                | Field::NdSll
+                | Field::NdTll
+        )
+    }
+
+    /// Whether a key whose Ethertype is `dl_type` owns the field's bits.
+    /// Of two fields that share bits (module doc, "Shared storage"), every
+    /// key owns exactly one: IPv6 keys the ND fields, all others the
+    /// IPv4/ARP ones. Every other field is always owned.
+    #[inline]
+    pub const fn owned_by(self, dl_type: u16) -> bool {
+        const IPV6: u16 = 0x86dd;
+        match self {
+            Field::NdTarget | Field::NdSll | Field::NdTll => dl_type == IPV6,
+            Field::NwSrc
+            | Field::NwDst
+            | Field::ArpSpa
+            | Field::ArpTpa
+            | Field::ArpSha
+            | Field::ArpTha => dl_type != IPV6,
+            _ => true,
         }
     }
 }
@@ -1047,28 +1171,97 @@ pub fn frag_name(value: u8, mask: u8) -> Option<&'static str> {
 mod tests {
     use super::*;
 
+    /// The key bits of a field, word by word.
+    fn bits_of(f: Field) -> [u64; KEY_WORDS] {
+        let mut k = crate::key::FlowKey::ZERO;
+        k.mask_field(f);
+        k.w
+    }
+
+    /// Fields that share key bits on purpose (module doc, "Shared
+    /// storage"): the IPv4/ARP field first, the ND field second.
+    const SHARED: [(Field, Field); 4] = [
+        (Field::NwSrc, Field::NdTarget),
+        (Field::NwDst, Field::NdTarget),
+        (Field::ArpSha, Field::NdSll),
+        (Field::ArpTha, Field::NdTll),
+    ];
+
     #[test]
-    fn slots_do_not_overlap() {
-        let mut used = [0u64; KEY_WORDS + 1];
-        for f in Field::ALL {
-            let s = f.slot();
-            let mut bits = s.bits as u32;
-            let mut word = s.word as usize;
-            if bits > 64 {
-                assert_eq!(used[word], 0, "{f:?}");
-                used[word] = u64::MAX;
-                word += 1;
-                bits -= 64;
+    fn slots_do_not_overlap_except_shared_storage() {
+        for (i, a) in Field::ALL.iter().enumerate() {
+            let s = a.slot();
+            assert!(s.bits > 64 || s.shift as u32 + s.bits as u32 <= 64, "{a:?}");
+            let words = if s.bits > 64 { 2 } else { 1 };
+            assert!(s.word as usize + words <= KEY_WORDS, "{a:?}");
+            for b in &Field::ALL[i + 1..] {
+                let overlap = bits_of(*a).iter().zip(bits_of(*b)).any(|(x, y)| x & y != 0);
+                let shared = SHARED.contains(&(*a, *b)) || SHARED.contains(&(*b, *a));
+                assert_eq!(overlap, shared, "{a:?} and {b:?}");
             }
-            let m = if bits == 64 {
-                u64::MAX
-            } else {
-                ((1u64 << bits) - 1) << s.shift
-            };
-            assert!(s.shift as u32 + bits <= 64, "{f:?}");
-            assert_eq!(used[word] & m, 0, "{f:?} overlaps");
-            used[word] |= m;
-            assert!(word < KEY_WORDS);
+        }
+    }
+
+    #[test]
+    fn shared_storage_has_exactly_one_owner() {
+        // Every key owns exactly one field of each shared pair, whatever
+        // its Ethertype, and the owners are the packet kinds the fields'
+        // prerequisites name.
+        for dl_type in [0x0800u16, 0x0806, 0x8035, 0x86dd, 0x88cc, 0x05ff, 0] {
+            for (v4, nd) in SHARED {
+                assert_ne!(v4.owned_by(dl_type), nd.owned_by(dl_type), "{dl_type:#x}");
+            }
+        }
+        for (v4, nd) in SHARED {
+            assert!(v4.shares_storage() && nd.shares_storage());
+            assert!(v4.owned_by(0x0800) && v4.owned_by(0x0806));
+            assert!(nd.owned_by(0x86dd));
+            assert!(matches!(
+                nd.prereq(),
+                Prereq::Nd | Prereq::NdSolicit | Prereq::NdAdvert
+            ));
+        }
+        for f in Field::ALL {
+            let shared = SHARED.iter().any(|(a, b)| a == f || b == f);
+            assert_eq!(f.shares_storage(), shared, "{f:?}");
+        }
+        // The views over shared bits follow their key field.
+        for (view, of) in [(Field::ArpSpa, Field::NwSrc), (Field::ArpTpa, Field::NwDst)] {
+            assert_eq!(view.slot(), of.slot());
+            assert!(view.shares_storage());
+            for dl_type in [0x0800u16, 0x0806, 0x86dd] {
+                assert_eq!(view.owned_by(dl_type), of.owned_by(dl_type));
+            }
+        }
+    }
+
+    #[test]
+    fn views_are_inside_their_key_field() {
+        for (view, of) in [
+            (Field::VlanVid, Field::VlanTci),
+            (Field::VlanPcp, Field::VlanTci),
+            (Field::IpDscp, Field::NwTos),
+            (Field::IpEcn, Field::NwTos),
+            (Field::InPortOxm, Field::InPort),
+            (Field::UdpSrc, Field::TpSrc),
+            (Field::UdpDst, Field::TpDst),
+            (Field::SctpSrc, Field::TpSrc),
+            (Field::SctpDst, Field::TpDst),
+            (Field::ArpSpa, Field::NwSrc),
+            (Field::ArpTpa, Field::NwDst),
+            (Field::ArpOp, Field::NwProto),
+            (Field::IcmpType, Field::TpSrc),
+            (Field::IcmpCode, Field::TpDst),
+            (Field::Icmpv6Type, Field::TpSrc),
+            (Field::Icmpv6Code, Field::TpDst),
+        ] {
+            assert!(view.is_view(), "{view:?}");
+            let (v, o) = (bits_of(view), bits_of(of));
+            assert!(v.iter().any(|w| *w != 0), "{view:?}");
+            assert!(
+                v.iter().zip(o).all(|(x, y)| x & !y == 0),
+                "{view:?} in {of:?}"
+            );
         }
     }
 

@@ -449,7 +449,13 @@ pub fn hash_symmetric_l4(key: &FlowKey, basis: u64, wc: &mut FlowKey) -> u64 {
 pub fn hash_fields(key: &FlowKey, fields: &[(Field, u128)], basis: u64, wc: &mut FlowKey) -> u64 {
     let mut h = mix64(basis);
     for &(f, mask) in fields {
-        let m = mask & f.full_mask();
+        // A field whose bits the packet's kind does not own (shared
+        // storage, `crate::field`) hashes as 0; the decision reads dl_type.
+        let owned = key.owns(f);
+        if f.shares_storage() {
+            wc.mask_field(Field::DlType);
+        }
+        let m = if owned { mask & f.full_mask() } else { 0 };
         let old = wc.get(f);
         wc.set(f, old | m);
         h = mix_u128(h, key.get(f) & m);

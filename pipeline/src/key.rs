@@ -22,6 +22,9 @@ impl std::fmt::Debug for FlowKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut m = f.debug_map();
         for field in Field::ALL {
+            if !self.owns(*field) {
+                continue;
+            }
             let v = self.get(*field);
             if v != 0 {
                 m.entry(&field.name(), &format_args!("{v:#x}"));
@@ -47,6 +50,14 @@ impl FlowKey {
         } else {
             ((self.w[w] >> s.shift) & ((1u64 << s.bits) - 1)) as u128
         }
+    }
+
+    /// Whether this key's packet owns the bits of `field`: always, except
+    /// for the fields that share bits with another packet kind's
+    /// ([`Field::owned_by`] of the key's `dl_type`).
+    #[inline]
+    pub fn owns(&self, field: Field) -> bool {
+        !field.shares_storage() || field.owned_by(self.get(Field::DlType) as u16)
     }
 
     /// Writes a field; bits of `value` beyond the field's width are ignored.

@@ -369,10 +369,11 @@ fn write_match(out: &mut String, m: &Match, priority: u16) {
             let _ = write!(out, "ipv6_label={v:#07x}/{mask:#07x},");
         }
     };
+    // The IPv4/ARP addresses and hardware addresses share bits with the
+    // ND fields (`crate::field`, "Shared storage"): an IPv6 match has only
+    // the latter.
     if ipv6 {
         ipv6_fields(out);
-        addr_field(out, m, Field::NwSrc, "nw_src");
-        addr_field(out, m, Field::NwDst, "nw_dst");
     } else if arp {
         addr_field(out, m, Field::NwSrc, "arp_spa");
         addr_field(out, m, Field::NwDst, "arp_tpa");
@@ -422,7 +423,7 @@ fn write_match(out: &mut String, m: &Match, priority: u16) {
         };
         let _ = write!(out, "nw_frag={word},");
     }
-    if !arp {
+    if !arp && !ipv6 {
         addr_field(out, m, Field::ArpSha, "arp_sha");
         addr_field(out, m, Field::ArpTha, "arp_tha");
     }
@@ -434,10 +435,13 @@ fn write_match(out: &mut String, m: &Match, priority: u16) {
     };
     dec_field(out, m, Field::TpSrc, src, 0xffff);
     dec_field(out, m, Field::TpDst, dst, 0xffff);
-    // ND fields: only in ICMPv6 flows (their prerequisites), in OVS's order.
-    addr_field(out, m, Field::NdTarget, "nd_target");
-    addr_field(out, m, Field::NdSll, "nd_sll");
-    addr_field(out, m, Field::NdTll, "nd_tll");
+    // ND fields: only in ICMPv6 flows (their prerequisites), in OVS's
+    // order; the first three share bits with IPv4/ARP fields.
+    if ipv6 {
+        addr_field(out, m, Field::NdTarget, "nd_target");
+        addr_field(out, m, Field::NdSll, "nd_sll");
+        addr_field(out, m, Field::NdTll, "nd_tll");
+    }
     dec_field(out, m, Field::NdReserved, "nd_reserved", 0xffff_ffff);
     dec_field(out, m, Field::NdOptionsType, "nd_options_type", 0xff);
     if m.has(Field::TcpFlags) {

@@ -493,7 +493,14 @@ impl<'a, L: FlowLookup + ?Sized> Xlate<'a, L> {
     }
 
     /// Reads bits `mask` of `field` from the working key, unwildcarding them.
+    /// A field whose bits the packet's kind does not own (shared storage,
+    /// see [`crate::field`]) reads as 0: only a group bucket, which runs
+    /// without prerequisites, can get here with one (the decision reads
+    /// `dl_type`, always in the mask).
     fn read(&mut self, field: Field, mask: u128) -> u128 {
+        if !self.key.owns(field) {
+            return 0;
+        }
         or_bits(&mut self.wc, field, mask);
         self.key.get(field) & mask
     }
@@ -503,7 +510,21 @@ impl<'a, L: FlowLookup + ?Sized> Xlate<'a, L> {
     }
 
     /// Writes bits `mask` of `field` in the working key, noting what changed.
+    /// A write to a field whose bits the packet's kind does not own (shared
+    /// storage, see [`crate::field`]; only in a group bucket, which runs
+    /// without prerequisites) is ignored, as OVS ignores a write to a field
+    /// whose prerequisites the packet lacks: it would change the other
+    /// field.
     fn write(&mut self, field: Field, value: u128, mask: u128) {
+        if !self.key.owns(field) {
+            self.record(|| {
+                TraceEvent::Warn(format!(
+                    "unmet prerequisites for {}: write ignored",
+                    field.name()
+                ))
+            });
+            return;
+        }
         self.key.set_masked(field, value, mask);
         if field.is_header() {
             or_bits(&mut self.dirty, field, mask);
@@ -762,7 +783,7 @@ impl<'a, L: FlowLookup + ?Sized> Xlate<'a, L> {
         // that now differs from the restored key is written back at the
         // next commit.
         for &f in Field::ALL {
-            if f.is_header() && self.key.get(f) != self.base.get(f) {
+            if f.is_header() && self.key.owns(f) && self.key.get(f) != self.base.get(f) {
                 or_bits(&mut self.dirty, f, f.full_mask());
             }
         }
@@ -856,7 +877,9 @@ impl<'a, L: FlowLookup + ?Sized> Xlate<'a, L> {
         }
         let icmp_whole = self.icmp_header_changed();
         for &f in Field::ALL {
-            if !f.is_header() || self.dirty.get(f) == 0 {
+            // A dirty shared word is dirty under both names: only the one
+            // the packet owns is written.
+            if !f.is_header() || self.dirty.get(f) == 0 || !self.base.owns(f) {
                 continue;
             }
             // The comparison reads the field's input value, and Set carries

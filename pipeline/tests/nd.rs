@@ -305,3 +305,181 @@ fn nd_prerequisites_are_refused_with_ovs_wording() {
     .to_string();
     assert!(e.contains("field nd_reserved cannot be masked"), "{e}");
 }
+
+// ---------------------------------------------------------------------------
+// Shared storage: `nd_sll`/`nd_tll` are `arp_sha`/`arp_tha`'s key bits and
+// the high half of `nd_target` is `nw_src`/`nw_dst`'s (field.rs, "Shared
+// storage"). The packets below put the same bits there as ARP, IPv4 and
+// ND: flows, caches, writes and traces must still keep them apart.
+
+/// The high half of [`GW_IP`] (fd00:10:244:1::) as IPv4 addresses.
+const GW_HI_SRC: [u8; 4] = [0xfd, 0x00, 0x00, 0x10];
+const GW_HI_DST: [u8; 4] = [0x02, 0x44, 0x00, 0x01];
+
+/// An ARP request from the pod's MAC with the given addresses.
+fn arp(spa: [u8; 4], tpa: [u8; 4]) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(&[0xff; 6]);
+    f.extend_from_slice(&POD_MAC);
+    f.extend_from_slice(&[0x08, 0x06, 0, 1, 8, 0, 6, 4, 0, 1]);
+    f.extend_from_slice(&POD_MAC);
+    f.extend_from_slice(&spa);
+    f.extend_from_slice(&[0; 6]);
+    f.extend_from_slice(&tpa);
+    f
+}
+
+/// An IPv4/UDP frame (checksums zero: nothing here checks them).
+fn udp4(src: [u8; 4], dst: [u8; 4]) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(&GW_MAC);
+    f.extend_from_slice(&POD_MAC);
+    f.extend_from_slice(&[0x08, 0x00, 0x45, 0, 0, 28, 0, 0, 0, 0, 64, 17, 0, 0]);
+    f.extend_from_slice(&src);
+    f.extend_from_slice(&dst);
+    f.extend_from_slice(&[0x30, 0x39, 0, 53, 0, 8, 0, 0]);
+    f
+}
+
+const SHARED_FLOWS: &[&str] = &[
+    "table=0,priority=100,arp,arp_sha=0a:00:00:00:00:05,actions=output:2",
+    "table=0,priority=100,icmp6,icmp_type=135,nd_sll=0a:00:00:00:00:05,actions=output:3",
+    "table=0,priority=90,ip,nw_src=253.0.0.16,nw_dst=2.68.0.1,actions=output:2",
+    "table=0,priority=90,icmp6,icmp_type=135,nd_target=fd00:10:244:1::/64,actions=output:3",
+    "table=0,priority=0,actions=drop",
+];
+
+#[test]
+fn fields_sharing_key_bits_never_match_the_other_packet_kind() {
+    // The keys really do hold the same bits: this is what is under test.
+    let (a, n) = (
+        extract(&arp([10, 0, 0, 1], [10, 0, 0, 2]), 1),
+        extract(&ns_for_gateway(), 1),
+    );
+    assert_eq!(a.get(Field::ArpSha), n.get(Field::NdSll));
+    let v4 = extract(&udp4(GW_HI_SRC, GW_HI_DST), 1);
+    assert_eq!(
+        (v4.get(Field::NwSrc) << 32 | v4.get(Field::NwDst)) << 64,
+        n.get(Field::NdTarget) & !u128::from(u64::MAX)
+    );
+    let other_ns = frame(
+        POD_MAC,
+        SNM_MAC,
+        POD_IP,
+        SNM,
+        &nd_msg(135, 0, GW_IP, 1, GW_MAC),
+    );
+    let frames: [(&[u8], u32); 4] = [
+        (&arp([10, 0, 0, 1], [10, 0, 0, 2]), 2),
+        (&ns_for_gateway(), 3),
+        (&udp4(GW_HI_SRC, GW_HI_DST), 2),
+        (&other_ns, 3),
+    ];
+    // One datapath for all, several rounds: the second and later rounds
+    // hit the megaflows and exact-match entries the first installed.
+    let mut dp = Datapath::new(pipeline(SHARED_FLOWS), env(), DatapathConfig::default());
+    let mut ct = Conntrack::default();
+    for round in 0..3u64 {
+        for (f, port) in frames {
+            let mut sink = RecordingSink::default();
+            let mut batch = vec![DpPacket::from_frame(f, 1)];
+            dp.process_batch(&mut batch, &mut ct, 1 + round, &mut sink);
+            let got: Vec<u32> = sink.outputs.iter().map(|(p, _, _)| *p).collect();
+            assert_eq!(got, vec![port], "round {round}, {:?}", extract(f, 1));
+        }
+    }
+}
+
+#[test]
+fn traces_print_only_the_fields_a_packet_has() {
+    use oxvs_pipeline::print::format_key;
+    let v4 = format_key(&extract(&udp4(GW_HI_SRC, GW_HI_DST), 1));
+    assert!(v4.contains("nw_src=253.0.0.16,nw_dst=2.68.0.1"), "{v4}");
+    assert!(!v4.contains("nd_"), "{v4}");
+    let a = format_key(&extract(&arp([10, 0, 0, 1], [10, 0, 0, 2]), 1));
+    assert!(a.contains("arp_sha=0a:00:00:00:00:05"), "{a}");
+    assert!(!a.contains("nd_"), "{a}");
+    let n = format_key(&extract(&ns_for_gateway(), 1));
+    assert!(
+        n.contains("nd_target=fd00:10:244:1::1,nd_sll=0a:00:00:00:00:05"),
+        "{n}"
+    );
+    assert!(!n.contains("nw_src") && !n.contains("arp_"), "{n}");
+    let d = format!("{:?}", extract(&ns_for_gateway(), 1));
+    assert!(
+        d.contains("nd_sll") && !d.contains("arp_sha") && !d.contains("nw_src"),
+        "{d}"
+    );
+
+    // The megaflow of an IPv4 packet matched on its addresses prints
+    // them, not an nd_target.
+    let t = oxvs_pipeline::trace::trace_packet(
+        &*pipeline(SHARED_FLOWS).snapshot(),
+        &udp4(GW_HI_SRC, GW_HI_DST),
+        1,
+        &env(),
+        &Default::default(),
+    );
+    let text = t.to_string();
+    assert!(text.contains("nw_src=253.0.0.16"), "{text}");
+    assert!(!text.contains("nd_target"), "{text}");
+    let mega = oxvs_pipeline::print::format_match(&t.passes[0].megaflow);
+    assert!(mega.contains("nw_src=253.0.0.16,nw_dst=2.68.0.1"), "{mega}");
+    assert!(!mega.contains("nd_"), "{mega}");
+}
+
+/// A group bucket runs without prerequisites: a write of a field whose
+/// bits the packet's kind does not own is ignored (it would change the
+/// other field), and a read of one gives 0, as OVS's runtime
+/// prerequisite check does.
+#[test]
+fn bucket_writes_to_the_other_packet_kinds_field_are_ignored() {
+    use oxvs_pipeline::group::GroupMod;
+    use oxvs_pipeline::parse::{parse_flow_file, parse_group};
+    use oxvs_pipeline::tables::TableMod;
+    let ctx = ParseContext::default();
+    let groups = [
+        "group_id=1,type=all,bucket=set_field:fd00::1->nd_target,set_field:02:00:00:00:00:09->nd_sll,output:2",
+        "group_id=2,type=all,bucket=set_field:1.2.3.4->ip_src,set_field:02:00:00:00:00:09->arp_sha,move:NXM_OF_IP_DST[]->NXM_NX_REG0[],output:2",
+        "group_id=3,type=all,bucket=move:NXM_NX_ND_TARGET[64..95]->NXM_NX_REG0[],move:NXM_NX_ND_SLL[0..31]->NXM_NX_REG1[],resubmit(,1)",
+    ];
+    let flows = "table=0,priority=10,ip,actions=group:1\n\
+                 table=0,priority=10,arp,actions=group:3\n\
+                 table=0,priority=10,icmp6,actions=group:2\n\
+                 table=1,priority=10,reg0=0,reg1=0,actions=output:3\n\
+                 table=1,priority=0,actions=drop\n";
+    let p = Pipeline::new();
+    let mut mods: Vec<TableMod> = groups
+        .iter()
+        .map(|g| TableMod::Group(GroupMod::Add(parse_group(g, &ctx).unwrap())))
+        .collect();
+    mods.extend(
+        parse_flow_file(flows, &ctx)
+            .unwrap()
+            .into_iter()
+            .map(|f| TableMod::Flow(FlowMod::add(f))),
+    );
+    p.apply_bundle(&mods, 0).unwrap();
+    let p = Arc::new(p);
+    let send = |f: &[u8]| {
+        let mut dp = Datapath::new(Arc::clone(&p), env(), DatapathConfig::default());
+        let mut sink = RecordingSink::default();
+        let mut batch = vec![DpPacket::from_frame(f, 1)];
+        dp.process_batch(&mut batch, &mut Conntrack::default(), 1, &mut sink);
+        sink.outputs
+            .iter()
+            .map(|(p, b, _)| (*p, b.clone()))
+            .collect::<Vec<_>>()
+    };
+    // IPv4 through ND writes: unchanged.
+    let v4 = udp4(GW_HI_SRC, GW_HI_DST);
+    assert_eq!(send(&v4), vec![(2, v4.clone())]);
+    let t = translate(&p.snapshot(), &extract(&v4, 1), &env());
+    assert_eq!(format_dp_actions_for_key(&t.actions, &extract(&v4, 1)), "2");
+    // ND through IPv4/ARP writes: unchanged.
+    let ns = ns_for_gateway();
+    assert_eq!(send(&ns), vec![(2, ns.clone())]);
+    // ARP reading ND fields: zeros (its sha and addresses are not).
+    let a = arp(GW_HI_SRC, GW_HI_DST);
+    assert_eq!(send(&a), vec![(3, a.clone())]);
+}
