@@ -270,9 +270,12 @@ fn l4_fields(req: &TraceflowRequest, v6: bool) -> Result<String, ApiError> {
 /// IPv6) the packet is the IPv6 one: `tcp6`, `ipv6_src`/`ipv6_dst`, the
 /// hop limit in `nw_ttl`.
 pub fn build_packet(view: &NodeView, req: &TraceflowRequest) -> Result<String, ApiError> {
-    let v6 = req.ipv6
-        || req.dst.parse::<std::net::Ipv6Addr>().is_ok()
-        || req.from_tunnel.as_ref().is_some_and(|t| t.src_ip.is_ipv6());
+    // A tunnel arrival is of its addresses' family, whatever else the
+    // request says.
+    let v6 = match &req.from_tunnel {
+        Some(t) => t.src_ip.is_ipv6(),
+        None => req.ipv6 || req.dst.parse::<std::net::Ipv6Addr>().is_ok(),
+    };
     let l4 = l4_fields(req, v6)?;
     let (proto, src_f, dst_f) = match v6 {
         false => (req.proto.keyword(), "nw_src", "nw_dst"),
@@ -1199,6 +1202,25 @@ mod tests {
         assert!(
             p.contains("icmp6,dl_src=0a:58:0a:f4:00:03,dl_dst=0a:58:0a:f4:00:01,ipv6_src=fd00:10:244::3,ipv6_dst=2001:db8::1")
                 && p.ends_with("icmp_type=128,icmp_code=0"),
+            "{p}"
+        );
+        // A tunnel arrival is of its own family, whatever `ipv6` says (found
+        // by the fuzz harness: an IPv6 spec with IPv4 addresses).
+        let mut r = req("x/r", "x/a", Proto::Tcp, Some(80));
+        r.ipv6 = true;
+        r.from_tunnel = Some(TunnelArrival {
+            from_node: "n2".into(),
+            tun_src: "192.168.77.12".parse().unwrap(),
+            tun_dst: "192.168.77.11".parse().unwrap(),
+            src_mac: "aa:bb:cc:dd:ee:ff".into(),
+            dst_mac: "0a:58:0a:f4:00:01".into(),
+            src_ip: "10.244.1.7".parse().unwrap(),
+            dst_ip: "10.244.0.3".parse().unwrap(),
+            ttl: 63,
+        });
+        let p = build_packet(&v, &r).unwrap();
+        assert!(
+            p.contains(",tcp,") && p.contains("nw_src=10.244.1.7"),
             "{p}"
         );
         // The remote pod r has no IPv6 address in the cluster.
