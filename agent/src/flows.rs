@@ -243,30 +243,36 @@ fn arp_responder(node: &NodeNet) -> Vec<FlowLine> {
 
 /// ConntrackZone: every IP packet through conntrack; nothing else passes.
 fn conntrack_zone(proxy: bool) -> Vec<FlowLine> {
-    let ct = conntrack_action(proxy);
-    vec![
-        FlowLine::new(
-            CONNTRACK_ZONE,
-            priority::conntrack_zone::TRACK,
-            cookie::DEFAULTS,
-        )
-        .matching("ip")
-        .action(ct),
-        default_drop(CONNTRACK_ZONE),
-    ]
+    vec![track(proxy, "ip"), default_drop(CONNTRACK_ZONE)]
 }
 
-/// ConntrackState: invalid drops, established and related skip egress
-/// policy, new connections meet it (with the proxy: ServiceLB first).
-fn conntrack_state(proxy: bool) -> Vec<FlowLine> {
-    let mut v = vec![FlowLine::new(
+/// ConntrackZone: packets of `family` (`ip`/`ipv6`) through conntrack.
+fn track(proxy: bool, family: &str) -> FlowLine {
+    FlowLine::new(
+        CONNTRACK_ZONE,
+        priority::conntrack_zone::TRACK,
+        cookie::DEFAULTS,
+    )
+    .matching(family)
+    .action(conntrack_action(proxy))
+}
+
+/// ConntrackState: invalid packets of `family` drop.
+fn drop_invalid(family: &str) -> FlowLine {
+    FlowLine::new(
         CONNTRACK_STATE,
         priority::conntrack_state::INVALID,
         cookie::DEFAULTS,
     )
     .matching("ct_state=+inv+trk")
-    .matching("ip")
-    .drop_packet()];
+    .matching(family)
+    .drop_packet()
+}
+
+/// ConntrackState: invalid drops, established and related skip egress
+/// policy, new connections meet it (with the proxy: ServiceLB first).
+fn conntrack_state(proxy: bool) -> Vec<FlowLine> {
+    let mut v = vec![drop_invalid("ip")];
     v.extend(skip_established(
         CONNTRACK_STATE,
         priority::conntrack_state::ESTABLISHED,
@@ -296,7 +302,7 @@ fn egress_defaults() -> Vec<FlowLine> {
 /// everything not routed to a pod or a remote node is switched by MAC.
 fn l3_forwarding(node: &NodeNet) -> Vec<FlowLine> {
     vec![
-        reply_to_gateway(node),
+        reply_to_gateway(node, "ip"),
         default_goto(L3_FORWARDING, L2_FORWARDING_CALC),
     ]
 }
@@ -304,6 +310,13 @@ fn l3_forwarding(node: &NodeNet) -> Vec<FlowLine> {
 /// L3DecTTL: routed packets lose one TTL, except those the host (the
 /// gateway) already routed. With the proxy, ServiceSNAT comes next.
 fn l3_dec_ttl(proxy: bool) -> Vec<FlowLine> {
+    let mut v = dec_ttl(proxy, "ip");
+    v.push(default_goto(L3_DEC_TTL, after_dec_ttl(proxy)));
+    v
+}
+
+/// L3DecTTL's two flows for `family` (`ip`/`ipv6`: TTL or hop limit).
+fn dec_ttl(proxy: bool, family: &str) -> Vec<FlowLine> {
     let next = after_dec_ttl(proxy);
     vec![
         FlowLine::new(
@@ -311,14 +324,13 @@ fn l3_dec_ttl(proxy: bool) -> Vec<FlowLine> {
             priority::l3_dec_ttl::FROM_GATEWAY,
             cookie::DEFAULTS,
         )
-        .matching("ip")
+        .matching(family)
         .mark(regs::FROM_GATEWAY)
         .goto(next),
         FlowLine::new(L3_DEC_TTL, priority::l3_dec_ttl::DEC_TTL, cookie::DEFAULTS)
-            .matching("ip")
+            .matching(family)
             .action("dec_ttl")
             .goto(next),
-        default_goto(L3_DEC_TTL, next),
     ]
 }
 
@@ -352,6 +364,13 @@ fn ingress_defaults() -> Vec<FlowLine> {
 /// the gateway are marked, so that their replies go back through the host
 /// ([`reply_to_gateway`]).
 fn conntrack_commit() -> Vec<FlowLine> {
+    let mut v = commit("ip");
+    v.push(default_goto(CONNTRACK_COMMIT, OUTPUT));
+    v
+}
+
+/// ConntrackCommit's two flows for `family` (`ip`/`ipv6`).
+fn commit(family: &str) -> Vec<FlowLine> {
     vec![
         FlowLine::new(
             CONNTRACK_COMMIT,
@@ -359,7 +378,7 @@ fn conntrack_commit() -> Vec<FlowLine> {
             cookie::GATEWAY,
         )
         .matching("ct_state=+new+trk")
-        .matching("ip")
+        .matching(family)
         .mark(regs::FROM_GATEWAY)
         .action(format!(
             "ct(commit,zone={CT_ZONE},exec({}))",
@@ -372,10 +391,9 @@ fn conntrack_commit() -> Vec<FlowLine> {
             cookie::DEFAULTS,
         )
         .matching("ct_state=+new+trk")
-        .matching("ip")
+        .matching(family)
         .action(format!("ct(commit,zone={CT_ZONE})"))
         .goto(OUTPUT),
-        default_goto(CONNTRACK_COMMIT, OUTPUT),
     ]
 }
 
@@ -623,7 +641,7 @@ fn skip_established(table: TableDef, priority: u16, next: TableDef, family: &str
 /// forwarded the original direction (after kube-proxy's DNAT, say) must
 /// see the reply to undo its NAT. Without this a pod's SYN-ACK to a
 /// Service client on this node would go straight to the client, un-NATed.
-fn reply_to_gateway(node: &NodeNet) -> FlowLine {
+fn reply_to_gateway(node: &NodeNet, family: &str) -> FlowLine {
     FlowLine::new(
         L3_FORWARDING,
         priority::l3_forwarding::REPLY_TO_GATEWAY,
@@ -631,7 +649,7 @@ fn reply_to_gateway(node: &NodeNet) -> FlowLine {
     )
     .matching("ct_state=+rpl+trk")
     .mark(regs::FROM_GATEWAY_CT_MARK)
-    .matching("ip")
+    .matching(family)
     .action(format!("set_field:{}->eth_dst", mac_str(&node.gateway_mac)))
     .goto(L2_FORWARDING_CALC)
 }

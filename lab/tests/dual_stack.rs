@@ -88,26 +88,11 @@ fn pod_mac(ip: &str) -> String {
     format!("0a:58:{:02x}:{:02x}:{:02x}:{:02x}", o[0], o[1], o[2], o[3])
 }
 
-/// The pod's `(ip, ip6)` from `status --json`.
-fn addrs(status: &Value, key: &str) -> (String, String) {
-    let p = status["pods"]
-        .as_array()
-        .expect("pods")
-        .iter()
-        .find(|p| {
-            format!(
-                "{}/{}",
-                p["namespace"].as_str().unwrap_or(""),
-                p["name"].as_str().unwrap_or("")
-            ) == key
-        })
-        .unwrap_or_else(|| panic!("no pod {key} in {status}"));
+/// The pod's `(ip, ip6)` from `status --json` (pods of `default`).
+fn addrs(status: &Value, name: &str) -> (String, String) {
     (
-        p["ip"].as_str().expect("ip").to_string(),
-        p["ip6"]
-            .as_str()
-            .unwrap_or_else(|| panic!("{key} has no IPv6 address: {p}"))
-            .to_string(),
+        common::pod_field(status, "default", name, "ip"),
+        common::pod_field(status, "default", name, "ip6"),
     )
 }
 
@@ -176,10 +161,10 @@ fn dual_stack_pods_on_two_nodes() {
     let f = lab.file("pods.yaml", &yaml);
     lab.ok(&["apply", "-f", &f]);
     let st = lab.status();
-    let (a1, a1_6) = addrs(&st, "default/a1");
-    let (a2, a2_6) = addrs(&st, "default/a2");
-    let (b1, b1_6) = addrs(&st, "default/b1");
-    let (_, a3_6) = addrs(&st, "default/a3");
+    let (a1, a1_6) = addrs(&st, "a1");
+    let (a2, a2_6) = addrs(&st, "a2");
+    let (b1, b1_6) = addrs(&st, "b1");
+    let (_, a3_6) = addrs(&st, "a3");
     assert!(a1_6.starts_with("fd00:10:244:1::"), "{a1_6}");
     assert!(b1_6.starts_with("fd00:10:244:2::"), "{b1_6}");
     let nodes = st["nodes"].as_array().expect("nodes");
@@ -189,27 +174,8 @@ fn dual_stack_pods_on_two_nodes() {
     );
 
     // Connectivity over IPv6, TCP and UDP, pods and hosts.
-    let netns = |key: &str| -> String {
-        st["pods"]
-            .as_array()
-            .expect("pods")
-            .iter()
-            .find(|p| {
-                format!(
-                    "{}/{}",
-                    p["namespace"].as_str().unwrap_or(""),
-                    p["name"].as_str().unwrap_or("")
-                ) == key
-            })
-            .and_then(|p| p["netns"].as_str())
-            .expect("netns")
-            .to_string()
-    };
-    let (na1, na2, nb1) = (
-        netns("default/a1"),
-        netns("default/a2"),
-        netns("default/b1"),
-    );
+    let netns = |name: &str| common::pod_field(&st, "default", name, "netns");
+    let (na1, na2, nb1) = (netns("a1"), netns("a2"), netns("b1"));
     let node = |i: usize| nodes[i]["netns"].as_str().expect("node netns").to_string();
     let mut report = Report::new(evidence);
     let ans = |who: &'static str| Want::Answer(vec![who]);

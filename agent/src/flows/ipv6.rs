@@ -125,63 +125,18 @@ pub(super) fn node_flows(node: &NodeNet, v6: &NodeNet6, proxy: bool) -> Vec<Flow
     }
     // The responder: the gateway's address answered in place.
     v.extend(nd_answer(cookie::GATEWAY, v6.gateway_ip, &node.gateway_mac));
-    // ConntrackZone, ConntrackState.
-    v.push(
-        FlowLine::new(
-            CONNTRACK_ZONE,
-            priority::conntrack_zone::TRACK,
-            cookie::DEFAULTS,
-        )
-        .matching("ipv6")
-        .action(super::conntrack_action(proxy)),
-    );
-    v.push(
-        FlowLine::new(
-            CONNTRACK_STATE,
-            priority::conntrack_state::INVALID,
-            cookie::DEFAULTS,
-        )
-        .matching("ct_state=+inv+trk")
-        .matching("ipv6")
-        .drop_packet(),
-    );
+    // ConntrackZone, ConntrackState, L3Forwarding, L3DecTTL: the IPv4
+    // flows' twins.
+    v.push(super::track(proxy, "ipv6"));
+    v.push(super::drop_invalid("ipv6"));
     v.extend(skip_established(
         CONNTRACK_STATE,
         priority::conntrack_state::ESTABLISHED,
         L3_FORWARDING,
         "ipv6",
     ));
-    // L3Forwarding: replies of connections from the gateway go back to it.
-    v.push(
-        FlowLine::new(
-            L3_FORWARDING,
-            priority::l3_forwarding::REPLY_TO_GATEWAY,
-            cookie::GATEWAY,
-        )
-        .matching("ct_state=+rpl+trk")
-        .mark(regs::FROM_GATEWAY_CT_MARK)
-        .matching("ipv6")
-        .action(format!("set_field:{}->eth_dst", mac_str(&node.gateway_mac)))
-        .goto(L2_FORWARDING_CALC),
-    );
-    // L3DecTTL: hop limit, except what the host already routed.
-    let next_after_ttl = super::after_dec_ttl(proxy);
-    v.push(
-        FlowLine::new(
-            L3_DEC_TTL,
-            priority::l3_dec_ttl::FROM_GATEWAY,
-            cookie::DEFAULTS,
-        )
-        .matching("ipv6")
-        .mark(regs::FROM_GATEWAY)
-        .goto(next_after_ttl),
-    );
-    v.push(
-        FlowLine::new(L3_DEC_TTL, priority::l3_dec_ttl::DEC_TTL, cookie::DEFAULTS)
-            .matching("ipv6")
-            .action("dec_ttl")
-            .goto(next_after_ttl),
-    );
+    v.push(super::reply_to_gateway(node, "ipv6"));
+    v.extend(super::dec_ttl(proxy, "ipv6"));
     // IngressRule: established and related skip the rules; so does ND.
     v.extend(skip_established(
         INGRESS_RULE,
@@ -201,34 +156,7 @@ pub(super) fn node_flows(node: &NodeNet, v6: &NodeNet6, proxy: bool) -> Vec<Flow
             .goto(CONNTRACK_COMMIT),
         );
     }
-    // ConntrackCommit.
-    v.push(
-        FlowLine::new(
-            CONNTRACK_COMMIT,
-            priority::conntrack_commit::FROM_GATEWAY,
-            cookie::GATEWAY,
-        )
-        .matching("ct_state=+new+trk")
-        .matching("ipv6")
-        .mark(regs::FROM_GATEWAY)
-        .action(format!(
-            "ct(commit,zone={},exec({}))",
-            super::CT_ZONE,
-            regs::FROM_GATEWAY_CT_MARK.load()
-        ))
-        .goto(OUTPUT),
-    );
-    v.push(
-        FlowLine::new(
-            CONNTRACK_COMMIT,
-            priority::conntrack_commit::COMMIT,
-            cookie::DEFAULTS,
-        )
-        .matching("ct_state=+new+trk")
-        .matching("ipv6")
-        .action(format!("ct(commit,zone={})", super::CT_ZONE))
-        .goto(OUTPUT),
-    );
+    v.extend(super::commit("ipv6"));
     v
 }
 

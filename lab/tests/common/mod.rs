@@ -26,13 +26,19 @@ pub fn oxvsctl() -> PathBuf {
 
 /// The IP of pod `ns/name` in `status --json`.
 pub fn pod_ip(status: &Value, ns: &str, name: &str) -> String {
+    pod_field(status, ns, name, "ip")
+}
+
+/// The string `field` (`ip`, `ip6`, `netns`...) of pod `ns/name` in
+/// `status --json`.
+pub fn pod_field(status: &Value, ns: &str, name: &str, field: &str) -> String {
     status["pods"]
         .as_array()
         .into_iter()
         .flatten()
         .find(|p| p["namespace"].as_str() == Some(ns) && p["name"].as_str() == Some(name))
-        .and_then(|p| p["ip"].as_str())
-        .unwrap_or_else(|| panic!("no IP for {ns}/{name} in {status}"))
+        .and_then(|p| p[field].as_str())
+        .unwrap_or_else(|| panic!("no {field} for {ns}/{name} in {status}"))
         .to_string()
 }
 
