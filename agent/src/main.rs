@@ -568,3 +568,38 @@ async fn wait_for_resync(every: Duration, socket: &std::path::Path) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::pod_cidrs;
+
+    fn nets(v: &[&str]) -> Vec<ipnet::IpNet> {
+        v.iter().map(|s| s.parse().expect("test CIDR")).collect()
+    }
+
+    /// `--pod-cidr` by family: at most one each, large enough, IPv6 only
+    /// next to IPv4; every refusal names what is wrong.
+    #[test]
+    fn pod_cidr_flags() {
+        let (v4, v6) = pod_cidrs(&nets(&["10.244.1.7/24", "fd00:10:244:1::9/64"])).unwrap();
+        assert_eq!(v4.unwrap().to_string(), "10.244.1.0/24");
+        assert_eq!(v6.unwrap().to_string(), "fd00:10:244:1::/64");
+        assert_eq!(pod_cidrs(&[]).unwrap(), (None, None));
+        for (given, why) in [
+            (&["10.0.0.0/31"][..], "too small (at most /30)"),
+            (
+                &["10.0.0.0/24", "fd00::/127"][..],
+                "too small (at most /126)",
+            ),
+            (&["10.0.0.0/24", "10.1.0.0/24"][..], "two IPv4 CIDRs"),
+            (
+                &["10.0.0.0/24", "fd00::/64", "fd01::/64"][..],
+                "two IPv6 CIDRs",
+            ),
+            (&["fd00::/64"][..], "needs an IPv4 one too"),
+        ] {
+            let e = pod_cidrs(&nets(given)).unwrap_err().to_string();
+            assert!(e.contains(why), "{given:?}: {e}");
+        }
+    }
+}

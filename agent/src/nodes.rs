@@ -438,6 +438,54 @@ mod tests {
         }
     }
 
+    /// A remote Node's IPv6 pod CIDR is used only when it is a usable
+    /// unicast range overlapping neither this node's nor an earlier
+    /// remote's; the Node stays for IPv4 either way.
+    #[test]
+    fn bad_ipv6_pod_cidrs_are_dropped_and_the_node_kept() {
+        let mut l = local();
+        l.pod_cidr6 = Some("fd00:10:244:1::/64".parse().unwrap());
+        let cidrs6 = [
+            ("n2", "10.244.2.0/24", "fd00:10:244:2::/64"),
+            ("n3", "10.244.3.0/24", "fd00:10:244:1::/64"), // this node's
+            ("n4", "10.244.4.0/24", "fd00:10:244::/48"),   // covers n2's and mine
+            ("n5", "10.244.5.0/24", "fe80::/64"),          // link-local
+            ("n6", "10.244.6.0/24", "ff02::/64"),          // multicast
+            ("n7", "10.244.7.0/24", "fd00:10:244:7::/127"), // no room for a pod
+            ("n8", "10.244.8.0/24", "fd00:10:244:2:8000::/65"), // inside n2's
+            ("n9", "10.244.9.0/24", "fd00:10:244:9::/64"),
+        ];
+        let nodes: BTreeMap<String, Node> = cidrs6
+            .iter()
+            .enumerate()
+            .map(|(i, (name, c4, c6))| {
+                let (k, mut n) = node(name, c4, &format!("192.168.77.{}", 20 + i));
+                n.pod_cidr6 = Some(c6.parse().unwrap());
+                (k, n)
+            })
+            .collect();
+        let c = check_remotes(&l, &nodes);
+        assert!(c.refused.is_empty(), "{:?}", c.refused);
+        let kept: Vec<(&str, Option<String>)> = c
+            .remotes
+            .iter()
+            .map(|r| (r.name.as_str(), r.pod_cidr6.map(|x| x.to_string())))
+            .collect();
+        assert_eq!(
+            kept,
+            vec![
+                ("n2", Some("fd00:10:244:2::/64".into())),
+                ("n3", None),
+                ("n4", None),
+                ("n5", None),
+                ("n6", None),
+                ("n7", None),
+                ("n8", None),
+                ("n9", Some("fd00:10:244:9::/64".into())),
+            ]
+        );
+    }
+
     fn reasons(c: &Checked) -> Vec<(String, &'static str)> {
         c.refused
             .iter()
