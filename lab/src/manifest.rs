@@ -368,7 +368,12 @@ pub fn pod_object(obj: &Object, uid: &str, node: &str, ips: Option<(&[&str], &st
 }
 
 /// The Node object of a lab node (`pod_cidrs`: IPv4 first).
-pub fn node_object(name: &str, uid: &str, pod_cidrs: &[&str], internal_ip: &str) -> Value {
+pub fn node_object(name: &str, uid: &str, pod_cidrs: &[&str], internal_ips: &[&str]) -> Value {
+    let mut addresses: Vec<Value> = internal_ips
+        .iter()
+        .map(|ip| json!({ "type": "InternalIP", "address": ip }))
+        .collect();
+    addresses.push(json!({ "type": "Hostname", "address": name }));
     json!({
         "apiVersion": "v1",
         "kind": "Node",
@@ -378,12 +383,7 @@ pub fn node_object(name: &str, uid: &str, pod_cidrs: &[&str], internal_ip: &str)
             "labels": { "kubernetes.io/hostname": name, "kubernetes.io/os": "linux" },
         },
         "spec": { "podCIDR": pod_cidrs.first(), "podCIDRs": pod_cidrs },
-        "status": {
-            "addresses": [
-                { "type": "InternalIP", "address": internal_ip },
-                { "type": "Hostname", "address": name },
-            ],
-        },
+        "status": { "addresses": addresses },
     })
 }
 
@@ -561,7 +561,7 @@ items:
         let pol = stored_object(&objs[2], "u-p");
         assert_eq!(pol["metadata"]["namespace"], "default");
         // Node.
-        let node = node_object("node-1", "u-n", &["10.244.1.0/24"], "192.168.77.11");
+        let node = node_object("node-1", "u-n", &["10.244.1.0/24"], &["192.168.77.11"]);
         write(dir.path(), "node_node-1.yaml", &node).expect("write");
         let back = read(dir.path(), "node_node-1.yaml").expect("read");
         assert_eq!(back["spec"]["podCIDR"], "10.244.1.0/24");

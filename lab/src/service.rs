@@ -8,7 +8,9 @@
 //! `spec.selector`, `spec.ports[]` (`port`, `protocol`, `name`,
 //! `targetPort`, `nodePort`), `spec.sessionAffinity`,
 //! `spec.externalTrafficPolicy`, `spec.internalTrafficPolicy`,
-//! `spec.externalIPs` and `spec.loadBalancerIP`. Everything else
+//! `spec.externalIPs`, `spec.loadBalancerIP`, and the families
+//! (`spec.ipFamilies`, `spec.ipFamilyPolicy`, `spec.clusterIPs`, resolved
+//! as the API server does: [`ServiceSpec::families`]). Everything else
 //! is passed to the API server unchanged, which validates it again.
 //!
 //! Endpoints, as the endpoints controller makes them: the ready pods (the
@@ -23,7 +25,7 @@
 //! Kubernetes.
 
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 
 use serde_json::{json, Map, Value};
 
@@ -63,6 +65,43 @@ pub struct ServiceSpec {
     pub external_ips: Vec<Ipv4Addr>,
     /// `spec.loadBalancerIP` (LoadBalancer only).
     pub load_balancer_ip: Option<Ipv4Addr>,
+    /// The address families the Service asks for, primary first
+    /// ([`requested_families`]).
+    pub families: Vec<Family>,
+}
+
+/// An address family of a Service, an Endpoints address or an
+/// EndpointSlice (`spec.ipFamilies`, `addressType`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Family {
+    Ipv4,
+    Ipv6,
+}
+
+impl Family {
+    /// The API's name (`IPv4`, `IPv6`).
+    pub fn api_name(self) -> &'static str {
+        match self {
+            Family::Ipv4 => "IPv4",
+            Family::Ipv6 => "IPv6",
+        }
+    }
+
+    /// The family of `ip`.
+    pub fn of(ip: IpAddr) -> Family {
+        match ip {
+            IpAddr::V4(_) => Family::Ipv4,
+            IpAddr::V6(_) => Family::Ipv6,
+        }
+    }
+
+    /// Lower case, for object names (`ipv4`, `ipv6`).
+    fn suffix(self) -> &'static str {
+        match self {
+            Family::Ipv4 => "ipv4",
+            Family::Ipv6 => "ipv6",
+        }
+    }
 }
 
 impl ServiceSpec {
@@ -79,6 +118,16 @@ impl ServiceSpec {
     }
 }
 
+impl Backend {
+    /// Its address of `family`, if it has one.
+    fn address(&self, family: Family) -> Option<&str> {
+        match family {
+            Family::Ipv4 => self.ip.as_deref(),
+            Family::Ipv6 => self.ip6.as_deref(),
+        }
+    }
+}
+
 /// A pod as an endpoint candidate.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Backend {
@@ -88,6 +137,8 @@ pub struct Backend {
     pub node: String,
     /// `None` while the pod has no address (not ready).
     pub ip: Option<String>,
+    /// Its IPv6 address (a dual-stack lab).
+    pub ip6: Option<String>,
     pub labels: BTreeMap<String, String>,
     pub ports: Vec<PortState>,
 }
@@ -204,13 +255,16 @@ pub fn parse_service(obj: &Object) -> anyhow::Result<ServiceSpec> {
             )));
         }
     }
-    if let Some(ip) = str_field("clusterIP")? {
-        if !(ip.is_empty() || ip == "None" || ip.parse::<Ipv4Addr>().is_ok()) {
-            return Err(bad(format!(
-                "spec.clusterIP must be an IPv4 address, \"None\" or empty, got {ip:?}"
-            )));
-        }
-    }
+    let cluster_ip = match str_field("clusterIP")? {
+        None => None,
+        Some(ip) if ip.is_empty() || ip == "None" => None,
+        Some(ip) => Some(ip.parse::<IpAddr>().map_err(|_| {
+            bad(format!(
+                "spec.clusterIP must be an IP address, \"None\" or empty, got {ip:?}"
+            ))
+        })?),
+    };
+    let families = requested_families(spec, cluster_ip).map_err(bad)?;
     let selector = match spec.get("selector") {
         None | Some(Value::Null) => None,
         Some(v) => {
@@ -349,13 +403,125 @@ pub fn parse_service(obj: &Object) -> anyhow::Result<ServiceSpec> {
         ports: out,
         external_ips,
         load_balancer_ip,
+        families,
     })
 }
 
+/// The families a Service asks for, primary first, as the API server
+/// (v1.20 with `IPv6DualStack`, the lab's primary family IPv4) resolves
+/// them: `spec.ipFamilies` when given; otherwise both for
+/// `ipFamilyPolicy` `PreferDualStack`/`RequireDualStack`; otherwise the
+/// family of `spec.clusterIP` (or `spec.clusterIPs[0]`), else IPv4.
+/// The errors name the field.
+fn requested_families(spec: &Value, cluster_ip: Option<IpAddr>) -> Result<Vec<Family>, String> {
+    let policy = match spec.get("ipFamilyPolicy") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(p))
+            if matches!(
+                p.as_str(),
+                "SingleStack" | "PreferDualStack" | "RequireDualStack"
+            ) =>
+        {
+            Some(p.as_str())
+        }
+        Some(v) => {
+            return Err(format!(
+            "spec.ipFamilyPolicy must be SingleStack, PreferDualStack or RequireDualStack, got {v}"
+        ))
+        }
+    };
+    let mut families: Vec<Family> = Vec::new();
+    match spec.get("ipFamilies") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(a)) => {
+            for (i, v) in a.iter().enumerate() {
+                let f = match v.as_str() {
+                    Some("IPv4") => Family::Ipv4,
+                    Some("IPv6") => Family::Ipv6,
+                    _ => {
+                        return Err(format!(
+                            "spec.ipFamilies[{i}] must be IPv4 or IPv6, got {v}"
+                        ))
+                    }
+                };
+                if families.contains(&f) {
+                    return Err(format!("spec.ipFamilies lists {} twice", f.api_name()));
+                }
+                families.push(f);
+            }
+        }
+        Some(v) => return Err(format!("spec.ipFamilies must be a list, got {v}")),
+    }
+    let mut cluster_ips: Vec<IpAddr> = cluster_ip.into_iter().collect();
+    match spec.get("clusterIPs") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(a)) => {
+            let first = a.first().and_then(Value::as_str).unwrap_or("");
+            let named = spec.get("clusterIP").and_then(Value::as_str).unwrap_or("");
+            if !a.is_empty() && first != named {
+                return Err(format!(
+                    "spec.clusterIP must be spec.clusterIPs[0] ({first:?}) when spec.clusterIPs is given, got {named:?}"
+                ));
+            }
+            cluster_ips.clear();
+            for (i, v) in a.iter().enumerate() {
+                match v.as_str() {
+                    Some("None") if a.len() == 1 => {}
+                    Some(s) => cluster_ips.push(s.parse().map_err(|_| {
+                        format!("spec.clusterIPs[{i}] must be an IP address, got {v}")
+                    })?),
+                    None => return Err(format!("spec.clusterIPs[{i}] must be a string, got {v}")),
+                }
+            }
+        }
+        Some(v) => return Err(format!("spec.clusterIPs must be a list, got {v}")),
+    }
+    if families.is_empty() {
+        families = match (policy, cluster_ips.first()) {
+            (Some("PreferDualStack" | "RequireDualStack"), _) => {
+                let first = cluster_ips
+                    .first()
+                    .map_or(Family::Ipv4, |ip| Family::of(*ip));
+                let other = if first == Family::Ipv4 {
+                    Family::Ipv6
+                } else {
+                    Family::Ipv4
+                };
+                vec![first, other]
+            }
+            (_, Some(_)) => {
+                let mut v: Vec<Family> = Vec::new();
+                for f in cluster_ips.iter().map(|ip| Family::of(*ip)) {
+                    if !v.contains(&f) {
+                        v.push(f);
+                    }
+                }
+                v
+            }
+            (_, None) => vec![Family::Ipv4],
+        };
+    }
+    if policy == Some("SingleStack") && families.len() > 1 {
+        return Err("spec.ipFamilyPolicy SingleStack allows one family, and spec.ipFamilies (or spec.clusterIPs) has two".into());
+    }
+    if policy == Some("RequireDualStack") && families.len() < 2 {
+        return Err("spec.ipFamilyPolicy RequireDualStack needs both families, and spec.ipFamilies names one".into());
+    }
+    for (i, ip) in cluster_ips.iter().enumerate() {
+        if families.get(i) != Some(&Family::of(*ip)) {
+            return Err(format!(
+                "spec.clusterIPs[{i}] {ip} is not of the family spec.ipFamilies[{i}] asks for"
+            ));
+        }
+    }
+    Ok(families)
+}
+
 /// Checks an Endpoints object the user applies (for a Service without a
-/// selector): `subsets[].addresses[].ip` IPv4, `subsets[].ports[]` with a
-/// port number. The API server checks the rest.
-pub fn check_endpoints(obj: &Object) -> anyhow::Result<()> {
+/// selector): `subsets[].addresses[].ip` IPv4 (or IPv6 when `ipv6`: a
+/// dual-stack lab), `subsets[].ports[]` with a port number. The API server
+/// checks the rest.
+pub fn check_endpoints(obj: &Object, ipv6: bool) -> anyhow::Result<()> {
     let what = format!("{} ({})", obj.display_name(), obj.source);
     let subsets = match obj.body.get("subsets") {
         None | Some(Value::Null) => return Ok(()),
@@ -371,9 +537,19 @@ pub fn check_endpoints(obj: &Object) -> anyhow::Result<()> {
             .enumerate()
         {
             let ip = a.get("ip").and_then(Value::as_str).unwrap_or("");
-            if ip.parse::<Ipv4Addr>().is_err() {
+            let ok = match ip.parse::<IpAddr>() {
+                Ok(IpAddr::V4(_)) => true,
+                Ok(IpAddr::V6(_)) => ipv6,
+                Err(_) => false,
+            };
+            if !ok {
                 anyhow::bail!(
-                    "{what}: subsets[{i}].addresses[{j}].ip must be an IPv4 address, got {}",
+                    "{what}: subsets[{i}].addresses[{j}].ip must be an {} address, got {}",
+                    if ipv6 {
+                        "IP"
+                    } else {
+                        "IPv4 (the lab is IPv4-only)"
+                    },
                     a.get("ip").unwrap_or(&Value::Null)
                 );
             }
@@ -414,8 +590,12 @@ fn resolve(p: &ServicePort, b: &Backend) -> Option<u16> {
 }
 
 /// The Endpoints object of `svc` (which has a selector) given every pod of
-/// the lab; deterministic (subsets and addresses sorted).
-pub fn endpoints_object(svc: &ServiceSpec, backends: &[Backend]) -> Value {
+/// the lab, with the pods' addresses of `family`; deterministic (subsets
+/// and addresses sorted). IPv4 is the Endpoints object the API holds (the
+/// endpoints controller lists the Service's primary family, IPv4 in the
+/// lab); IPv6 has the same shape and becomes EndpointSlices only
+/// ([`endpoint_slices`]).
+pub fn endpoints_object(svc: &ServiceSpec, backends: &[Backend], family: Family) -> Value {
     let empty = BTreeMap::new();
     let selector = svc.selector.as_ref().unwrap_or(&empty);
     // Resolved ports (name, port, protocol) -> addresses.
@@ -423,16 +603,13 @@ pub fn endpoints_object(svc: &ServiceSpec, backends: &[Backend]) -> Value {
     let mut groups: BTreeMap<PortKey, Vec<Value>> = BTreeMap::new();
     let mut chosen: Vec<&Backend> = backends
         .iter()
-        .filter(|b| b.namespace == svc.namespace && b.ip.is_some() && !selector.is_empty())
+        .filter(|b| {
+            b.namespace == svc.namespace && b.address(family).is_some() && !selector.is_empty()
+        })
         .filter(|b| selects(selector, &b.labels))
         .collect();
     chosen.sort_by(|a, b| {
-        let ip = |x: &Backend| {
-            x.ip.as_deref()
-                .and_then(|s| s.parse::<Ipv4Addr>().ok())
-                .map(u32::from)
-                .unwrap_or(0)
-        };
+        let ip = |x: &Backend| x.address(family).and_then(|s| s.parse::<IpAddr>().ok());
         ip(a).cmp(&ip(b)).then(a.name.cmp(&b.name))
     });
     for b in chosen {
@@ -445,7 +622,7 @@ pub fn endpoints_object(svc: &ServiceSpec, backends: &[Backend]) -> Value {
             continue;
         }
         groups.entry(key).or_default().push(json!({
-            "ip": b.ip,
+            "ip": b.address(family),
             "nodeName": b.node,
             "targetRef": {
                 "kind": "Pod",
@@ -485,6 +662,82 @@ pub fn endpoints_object(svc: &ServiceSpec, backends: &[Backend]) -> Value {
     })
 }
 
+/// The label that ties an EndpointSlice to its Service.
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+/// The label that says who manages an EndpointSlice.
+pub const MANAGED_BY_LABEL: &str = "endpointslice.kubernetes.io/managed-by";
+/// The lab's value of [`MANAGED_BY_LABEL`].
+pub const MANAGED_BY_LAB: &str = "oxvs-lab";
+
+/// The EndpointSlices (`discovery.k8s.io/v1beta1`, what kube-proxy 1.20
+/// reads) of an Endpoints-shaped object `ep` for `family`: one slice per
+/// subset that has addresses of that family, named
+/// `<service>-<ipv4|ipv6>-<i>`, each address ready and carrying its node
+/// (`topology` `kubernetes.io/hostname`, as kube-proxy 1.20 reads it for
+/// `externalTrafficPolicy: Local`) and `targetRef`. This is what
+/// Kubernetes' EndpointSlice controller (a Service with a selector) or
+/// mirroring controller (the user's Endpoints) would write.
+pub fn endpoint_slices(ep: &Value, family: Family) -> Vec<Value> {
+    let name = ep.pointer("/metadata/name").cloned().unwrap_or(Value::Null);
+    let namespace = ep
+        .pointer("/metadata/namespace")
+        .cloned()
+        .unwrap_or(Value::Null);
+    let service = name.as_str().unwrap_or("");
+    let mut out = Vec::new();
+    for subset in ep
+        .get("subsets")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let endpoints: Vec<Value> = subset
+            .get("addresses")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter(|a| {
+                a.get("ip")
+                    .and_then(Value::as_str)
+                    .and_then(|s| s.parse::<IpAddr>().ok())
+                    .is_some_and(|ip| Family::of(ip) == family)
+            })
+            .map(|a| {
+                let mut e = Map::new();
+                e.insert("addresses".into(), json!([a["ip"]]));
+                e.insert("conditions".into(), json!({ "ready": true }));
+                if let Some(node) = a.get("nodeName").and_then(Value::as_str) {
+                    e.insert("topology".into(), json!({ "kubernetes.io/hostname": node }));
+                }
+                if let Some(r) = a.get("targetRef") {
+                    e.insert("targetRef".into(), r.clone());
+                }
+                Value::Object(e)
+            })
+            .collect();
+        if endpoints.is_empty() {
+            continue;
+        }
+        let ports = subset.get("ports").cloned().unwrap_or_else(|| json!([]));
+        out.push(json!({
+            "apiVersion": "discovery.k8s.io/v1beta1",
+            "kind": "EndpointSlice",
+            "metadata": {
+                "name": format!("{service}-{}-{}", family.suffix(), out.len()),
+                "namespace": namespace,
+                "labels": {
+                    SERVICE_NAME_LABEL: service,
+                    MANAGED_BY_LABEL: MANAGED_BY_LAB,
+                },
+            },
+            "addressType": family.api_name(),
+            "endpoints": endpoints,
+            "ports": ports,
+        }));
+    }
+    out
+}
+
 /// The number of addresses in an Endpoints object.
 pub fn address_count(endpoints: &Value) -> usize {
     endpoints
@@ -498,12 +751,14 @@ pub fn address_count(endpoints: &Value) -> usize {
 }
 
 /// The endpoints controller's pass over `services` (`ns/name` -> the
-/// Service as stored): the Endpoints object of every Service with a
-/// selector whose computed Endpoints differ from `current`'s, by key.
+/// Service as stored): the Endpoints object ([`endpoints_object`] of
+/// `family`) of every Service with a selector that asks for `family`
+/// whose computed Endpoints differ from `current`'s, by key.
 pub fn changed_endpoints(
     services: &BTreeMap<String, Value>,
     current: &BTreeMap<String, Value>,
     backends: &[Backend],
+    family: Family,
 ) -> Vec<(String, Value)> {
     let mut changed = Vec::new();
     for (key, body) in services {
@@ -520,10 +775,10 @@ pub fn changed_endpoints(
         let Ok(spec) = parse_service(&obj) else {
             continue;
         };
-        if spec.selector.is_none() {
+        if spec.selector.is_none() || !spec.families.contains(&family) {
             continue;
         }
-        let ep = endpoints_object(&spec, backends);
+        let ep = endpoints_object(&spec, backends, family);
         if current.get(key) != Some(&ep) {
             changed.push((key.clone(), ep));
         }
@@ -557,6 +812,7 @@ mod tests {
             uid: format!("uid-{name}"),
             node: node.into(),
             ip: ip.map(str::to_string),
+            ip6: None,
             labels: labels
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -744,7 +1000,7 @@ spec:
             "e",
         )
         .expect("parse");
-        check_endpoints(&ok[0]).expect("valid");
+        check_endpoints(&ok[0], false).expect("valid");
         for (body, want) in [
             ("subsets: 3\n", "subsets must be a list"),
             (
@@ -754,7 +1010,7 @@ spec:
             ("subsets: [{ports: [{port: x}]}]\n", "ports[0].port"),
         ] {
             let o = parse_documents(&format!("{base}{body}"), "e").expect("parse");
-            let e = check_endpoints(&o[0]).expect_err(body).to_string();
+            let e = check_endpoints(&o[0], false).expect_err(body).to_string();
             assert!(e.contains(want), "{body}: {e}");
         }
     }
@@ -783,7 +1039,7 @@ spec:
                 ..backend("a5", "node-2", Some("10.244.2.6"), &[("app", "a")])
             },
         ];
-        let ep = endpoints_object(&s, &pods);
+        let ep = endpoints_object(&s, &pods, Family::Ipv4);
         assert_eq!(ep["metadata"]["name"], "web");
         assert_eq!(ep["metadata"]["namespace"], "web");
         let subsets = ep["subsets"].as_array().expect("subsets");
@@ -813,10 +1069,121 @@ spec:
             .expect("a5's subset");
         assert_eq!(partial["addresses"][0]["ip"], "10.244.2.6");
         // Deterministic; and no match gives an empty subset list.
-        assert_eq!(ep, endpoints_object(&s, &pods));
-        let none = endpoints_object(&s, &pods[2..4]);
+        assert_eq!(ep, endpoints_object(&s, &pods, Family::Ipv4));
+        let none = endpoints_object(&s, &pods[2..4], Family::Ipv4);
         assert_eq!(none["subsets"], json!([]));
         assert_eq!(address_count(&none), 0);
+    }
+
+    #[test]
+    fn families_follow_the_api_servers_rules() {
+        let fam = |spec: &str| {
+            svc(&format!(
+                "apiVersion: v1\nkind: Service\nmetadata: {{name: s, namespace: web}}\nspec: {{ports: [{{port: 80}}], {spec}}}\n"
+            ))
+            .map(|s| s.families)
+        };
+        use Family::*;
+        assert_eq!(fam("type: ClusterIP").expect("ok"), vec![Ipv4]);
+        assert_eq!(
+            fam("ipFamilyPolicy: PreferDualStack").expect("ok"),
+            vec![Ipv4, Ipv6]
+        );
+        assert_eq!(
+            fam("ipFamilyPolicy: RequireDualStack").expect("ok"),
+            vec![Ipv4, Ipv6]
+        );
+        assert_eq!(fam("ipFamilies: [IPv6]").expect("ok"), vec![Ipv6]);
+        assert_eq!(
+            fam("ipFamilies: [IPv6, IPv4]").expect("ok"),
+            vec![Ipv6, Ipv4]
+        );
+        assert_eq!(fam("clusterIP: 'fd00:10:96::10'").expect("ok"), vec![Ipv6]);
+        assert_eq!(
+            fam("ipFamilyPolicy: PreferDualStack, clusterIP: 'fd00:10:96::10'").expect("ok"),
+            vec![Ipv6, Ipv4]
+        );
+        assert_eq!(
+            fam("clusterIP: 10.96.0.10, clusterIPs: [10.96.0.10, 'fd00:10:96::10']").expect("ok"),
+            vec![Ipv4, Ipv6]
+        );
+        for (spec, needle) in [
+            ("ipFamilyPolicy: Both", "spec.ipFamilyPolicy"),
+            ("ipFamilies: [IPv5]", "spec.ipFamilies[0]"),
+            ("ipFamilies: [IPv4, IPv4]", "twice"),
+            ("ipFamilies: IPv4", "spec.ipFamilies must be a list"),
+            (
+                "ipFamilyPolicy: SingleStack, ipFamilies: [IPv4, IPv6]",
+                "SingleStack",
+            ),
+            (
+                "ipFamilyPolicy: RequireDualStack, ipFamilies: [IPv6]",
+                "RequireDualStack",
+            ),
+            ("clusterIPs: [10.96.0.300]", "spec.clusterIPs[0]"),
+            (
+                "ipFamilies: [IPv6], clusterIP: 10.96.0.10",
+                "spec.clusterIPs[0]",
+            ),
+            ("clusterIP: 'fd00::zz'", "spec.clusterIP"),
+        ] {
+            let e = fam(spec).expect_err(spec).to_string();
+            assert!(e.contains(needle), "{spec}: {e}");
+        }
+    }
+
+    #[test]
+    fn endpoint_slices_carry_one_family_each() {
+        let s = svc(GOOD).expect("parses");
+        let pods = vec![
+            Backend {
+                ip6: Some("fd00:10:244:2::5".into()),
+                ..backend("a2", "node-2", Some("10.244.2.5"), &[("app", "a")])
+            },
+            Backend {
+                ip6: Some("fd00:10:244:1::9".into()),
+                ..backend("a1", "node-1", Some("10.244.1.9"), &[("app", "a")])
+            },
+            // IPv4 only: in the IPv4 slice only.
+            backend("a3", "node-1", Some("10.244.1.10"), &[("app", "a")]),
+        ];
+        let ep4 = endpoints_object(&s, &pods, Family::Ipv4);
+        let ep6 = endpoints_object(&s, &pods, Family::Ipv6);
+        assert_eq!(address_count(&ep4), 3);
+        assert_eq!(address_count(&ep6), 2);
+        let v4 = endpoint_slices(&ep4, Family::Ipv4);
+        assert_eq!(v4.len(), 1, "{v4:?}");
+        assert_eq!(v4[0]["addressType"], "IPv4");
+        assert_eq!(v4[0]["metadata"]["name"], "web-ipv4-0");
+        assert_eq!(v4[0]["metadata"]["labels"][SERVICE_NAME_LABEL], "web");
+        assert_eq!(v4[0]["endpoints"].as_array().map(Vec::len), Some(3));
+        // An IPv6 object gives no IPv4 slice, and the other way round.
+        assert!(endpoint_slices(&ep6, Family::Ipv4).is_empty());
+        assert!(endpoint_slices(&ep4, Family::Ipv6).is_empty());
+        let v6 = endpoint_slices(&ep6, Family::Ipv6);
+        assert_eq!(v6.len(), 1, "{v6:?}");
+        assert_eq!(v6[0]["addressType"], "IPv6");
+        assert_eq!(v6[0]["metadata"]["name"], "web-ipv6-0");
+        let e0 = &v6[0]["endpoints"][0];
+        assert_eq!(e0["addresses"], json!(["fd00:10:244:1::9"]));
+        assert_eq!(e0["conditions"]["ready"], true);
+        assert_eq!(e0["topology"]["kubernetes.io/hostname"], "node-1");
+        assert_eq!(e0["targetRef"]["name"], "a1");
+        assert_eq!(v6[0]["ports"], ep6["subsets"][0]["ports"]);
+        // A user's Endpoints with both families: mirrored per family.
+        let user = json!({
+            "metadata": {"name": "ext", "namespace": "web"},
+            "subsets": [{"addresses": [{"ip": "192.0.2.1"}, {"ip": "2001:db8::1"}],
+                         "ports": [{"port": 80, "protocol": "TCP"}]}],
+        });
+        assert_eq!(
+            endpoint_slices(&user, Family::Ipv4)[0]["endpoints"][0]["addresses"],
+            json!(["192.0.2.1"])
+        );
+        assert_eq!(
+            endpoint_slices(&user, Family::Ipv6)[0]["endpoints"][0]["addresses"],
+            json!(["2001:db8::1"])
+        );
     }
 
     #[test]

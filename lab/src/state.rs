@@ -179,6 +179,12 @@ pub struct NodeState {
     pub netns: String,
     /// Underlay (InternalIP) address.
     pub ip: String,
+    /// Its IPv6 underlay address (a second InternalIP) in a dual-stack
+    /// lab: the host's IPv6 routes (a default route via the underlay
+    /// bridge, as a dual-stack node has), NodePorts over IPv6. The tunnel
+    /// stays on IPv4.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip6: Option<String>,
     pub pod_cidr: String,
     /// The IPv6 pod CIDR of a dual-stack lab.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -190,18 +196,28 @@ pub struct NodeState {
 impl NodeState {
     /// Node `index` of a lab whose node namespaces are named by
     /// `netns`: underlay address `UNDERLAY.(10+index)`, pod CIDR
-    /// `10.244.<index>.0/24` and, dual-stack, `fd00:10:244:<index>::/64`.
+    /// `10.244.<index>.0/24` and, dual-stack, `fd00:10:244:<index>::/64`
+    /// and underlay address `UNDERLAY6::(10+index)`.
     pub fn new(index: u32, netns: String, family: IpFamily) -> NodeState {
         NodeState {
             name: format!("node-{index}"),
             index,
             netns,
             ip: format!("{}.{}", crate::commands::up::UNDERLAY, 10 + index),
+            ip6: (family == IpFamily::Dual)
+                .then(|| format!("{}::{}", crate::commands::up::UNDERLAY6, 10 + index)),
             pod_cidr: format!("10.244.{index}.0/24"),
             pod_cidr6: (family == IpFamily::Dual).then(|| format!("fd00:10:244:{index:x}::/64")),
             switchd_pid: None,
             agent_pid: None,
         }
+    }
+
+    /// Its InternalIP addresses, IPv4 first.
+    pub fn internal_ips(&self) -> Vec<&str> {
+        std::iter::once(self.ip.as_str())
+            .chain(self.ip6.as_deref())
+            .collect()
     }
 
     /// Its pod CIDRs, IPv4 first.
@@ -323,6 +339,15 @@ pub struct KubeState {
     /// (`ns/name` -> object).
     #[serde(default)]
     pub endpoints: BTreeMap<String, serde_json::Value>,
+    /// A dual-stack lab: the API server and kube-proxies run with
+    /// `IPv6DualStack`, Services may have IPv6 ClusterIPs and kube-proxy
+    /// reads EndpointSlices.
+    #[serde(default)]
+    pub dual_stack: bool,
+    /// The IPv6 side of [`KubeState::endpoints`] (a dual-stack lab): the
+    /// Endpoints-shaped object the lab last wrote as IPv6 EndpointSlices.
+    #[serde(default)]
+    pub endpoints6: BTreeMap<String, serde_json::Value>,
 }
 
 impl LabState {

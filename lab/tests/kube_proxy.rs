@@ -35,7 +35,8 @@
 //! turns its Service into a REJECT); SCTP (the kernel has conntrack and the
 //! `sctp` match but no SCTP sockets: the test checks that kube-proxy's
 //! SCTP rules load, no SCTP traffic is sent); a malformed Service refused
-//! with the field named; `delete -f` of a Service removes its rules.
+//! with the field named, an IPv6 Service refused in this IPv4-only lab;
+//! `delete -f` of a Service removes its rules.
 //!
 //! Skips (prints SKIPPED, passes; fails with `OXVS_TESTS_NO_SKIP=1`) only
 //! when not root (or without AF_XDP) or when the kube-proxy build
@@ -871,6 +872,18 @@ fn every_kube_proxy_path_works_through_oxvs() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         !out.status.success() && err.contains("spec.ports[0].port"),
+        "{err}"
+    );
+    // An IPv6 Service in this IPv4-only lab: refused with the reason (the
+    // API server without dual-stack would silently drop `ipFamilies`).
+    let v6 = lab.file(
+        "v6.yaml",
+        "apiVersion: v1\nkind: Service\nmetadata: {name: v6, namespace: web}\nspec: {ipFamilies: [IPv6], ports: [{port: 80}]}\n",
+    );
+    let out = lab.run(&["apply", "-f", &v6]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("IPv4-only") && err.contains("--ip-family dual"),
         "{err}"
     );
 

@@ -33,6 +33,16 @@
 //!   ([`programmed`]: `iptables-save` in the node namespaces), so traffic
 //!   right after it meets the new rules; a warning when it does not.
 //!
+//! A dual-stack lab (`up --kube-proxy --ip-family dual`) runs Kubernetes
+//! v1.20's dual-stack: the API server with the `IPv6DualStack` feature
+//! gate and a second ClusterIP range `fd00:10:96::/108` (through a
+//! wrapper of the build's binary: [`write_dual_stack_cache`]), each
+//! kube-proxy with the gate (an IPv4 and an IPv6 proxier, `iptables` and
+//! `ip6tables`) reading EndpointSlices, which the lab writes per family
+//! next to the Endpoints (and mirrors from the user's Endpoints).
+//! Services ask for IPv6 with `spec.ipFamilies`/`spec.ipFamilyPolicy` as
+//! in Kubernetes; the wait after `apply` checks both families' rules.
+//!
 //! `down` stops the kube-proxies and runs `k8s-local.sh down` before the
 //! namespaces go (their iptables rules go with them).
 
@@ -50,7 +60,7 @@ use super::{Bins, Ctx, Global};
 use crate::manifest::{self, Object};
 use crate::netns;
 use crate::procs;
-use crate::service::{self, Backend};
+use crate::service::{self, Backend, Family};
 use crate::state::{KubeState, LabState, NodeState};
 
 /// The API server's port (inside `<lab>-ul`).
@@ -59,6 +69,12 @@ pub const API_PORT: u16 = 6443;
 pub const SERVICE_CIDR: &str = "10.96.0.0/16";
 /// The pods' range (kube-proxy `--cluster-cidr`).
 pub const CLUSTER_CIDR: &str = "10.244.0.0/16";
+/// The IPv6 Service ClusterIP range of a dual-stack lab (v1.20 takes at
+/// most 20 bits of IPv6 ClusterIPs: /108).
+pub const SERVICE_CIDR6: &str = "fd00:10:96::/108";
+/// The pods' IPv6 range of a dual-stack lab (every node's
+/// `fd00:10:244:N::/64`).
+pub const CLUSTER_CIDR6: &str = "fd00:10:244::/56";
 /// What kube-proxy's command line contains (for [`procs::alive`]).
 pub const KUBE_PROXY_NEEDLE: &str = "kube-proxy";
 /// kubectl's `--request-timeout`.
@@ -196,8 +212,13 @@ fn script_command(ctx: &Ctx, k: &KubeState, args: &[&str]) -> anyhow::Result<Com
     };
     cmd.args(args).args(["--run-dir", &k.run_dir]);
     let addr = api_address();
+    let cache = if k.dual_stack {
+        dual_stack_cache(ctx).display().to_string()
+    } else {
+        k.cache.clone()
+    };
     for (key, val) in [
-        ("OXVS_K8S_CACHE", k.cache.as_str()),
+        ("OXVS_K8S_CACHE", cache.as_str()),
         ("OXVS_KUBECTL", k.kubectl.as_str()),
         ("OXVS_K8S_API_BIND", "0.0.0.0"),
         ("OXVS_K8S_API_EXTRA_IPS", addr.as_str()),
@@ -222,16 +243,78 @@ fn script_command(ctx: &Ctx, k: &KubeState, args: &[&str]) -> anyhow::Result<Com
     Ok(cmd)
 }
 
+/// The cache directory `k8s-local.sh up` is given in a dual-stack lab:
+/// its `bin/` holds the build's binaries (symbolic links) but a
+/// `kube-apiserver` that adds the dual-stack flags
+/// ([`write_dual_stack_cache`]).
+fn dual_stack_cache(ctx: &Ctx) -> PathBuf {
+    ctx.paths.root.join("k8s-bin")
+}
+
+/// The API server's flags in a dual-stack lab: v1.20 has dual-stack
+/// Services behind the `IPv6DualStack` feature gate, and a ClusterIP
+/// range per family. (`k8s-local.sh` takes no API server flags, and its
+/// `--service-cluster-ip-range` comes first: the later one wins.)
+fn dual_stack_apiserver_flags() -> Vec<String> {
+    vec![
+        "--feature-gates=IPv6DualStack=true".into(),
+        format!("--service-cluster-ip-range={SERVICE_CIDR},{SERVICE_CIDR6}"),
+    ]
+}
+
+/// Writes [`dual_stack_cache`]: `bin/kube-apiserver` a shell script that
+/// `exec`s the build's with [`dual_stack_apiserver_flags`] appended (the
+/// pid `k8s-local.sh` records stays the API server's), every other binary
+/// of the build linked.
+fn write_dual_stack_cache(ctx: &Ctx, build: &Path) -> anyhow::Result<()> {
+    let bin = dual_stack_cache(ctx).join("bin");
+    std::fs::create_dir_all(&bin).with_context(|| format!("cannot create {}", bin.display()))?;
+    let entries = std::fs::read_dir(build.join("bin"))
+        .with_context(|| format!("cannot list {}", build.join("bin").display()))?;
+    for e in entries {
+        let e = e.with_context(|| format!("cannot list {}", build.join("bin").display()))?;
+        let name = e.file_name();
+        if name == "kube-apiserver" {
+            continue;
+        }
+        let link = bin.join(&name);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(e.path(), &link)
+            .with_context(|| format!("cannot link {}", link.display()))?;
+    }
+    let real = build.join("bin/kube-apiserver");
+    let quote = |s: &str| format!("'{}'", s.replace('\'', "'\\''"));
+    let script = format!(
+        "#!/bin/sh\n# Written by oxvs-lab: the build's API server with the dual-stack flags.\nexec {} \"$@\" {}\n",
+        quote(&real.display().to_string()),
+        dual_stack_apiserver_flags()
+            .iter()
+            .map(|f| quote(f))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let path = bin.join("kube-apiserver");
+    std::fs::write(&path, script).with_context(|| format!("cannot write {}", path.display()))?;
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
+        .with_context(|| format!("cannot make {} executable", path.display()))
+}
+
 /// Records the Kubernetes side in the state (write-ahead) and starts
 /// `k8s-local.sh up` in the underlay namespace, in the background: the
 /// nodes are built meanwhile. [`finish_up`] waits for it.
 pub fn start_apiserver(ctx: &Ctx, st: &mut LabState, tools: &KubeTools) -> anyhow::Result<Child> {
+    let dual_stack = st.ip_family == crate::state::IpFamily::Dual;
+    if dual_stack {
+        write_dual_stack_cache(ctx, &tools.cache)?;
+    }
     let k = KubeState {
         script: tools.script.display().to_string(),
         cache: tools.cache.display().to_string(),
         kubectl: tools.kubectl.display().to_string(),
         run_dir: run_dir(ctx).display().to_string(),
         server: format!("https://{}:{API_PORT}", api_address()),
+        dual_stack,
         ..KubeState::default()
     };
     let mut cmd = script_command(ctx, &k, &["up"])?;
@@ -336,7 +419,7 @@ fn put_nodes(ctx: &Ctx, st: &LabState, nodes: &[NodeState]) -> anyhow::Result<()
     let items: Vec<Value> = nodes
         .iter()
         .map(|n| {
-            let mut v = manifest::node_object(&n.name, "", &n.pod_cidrs(), &n.ip);
+            let mut v = manifest::node_object(&n.name, "", &n.pod_cidrs(), &n.internal_ips());
             if let Some(md) = v.get_mut("metadata").and_then(Value::as_object_mut) {
                 md.remove("uid");
             }
@@ -350,15 +433,26 @@ fn put_nodes(ctx: &Ctx, st: &LabState, nodes: &[NodeState]) -> anyhow::Result<()
 
 /// kube-proxy's command line for `node`.
 fn kube_proxy_argv(k: &KubeState, node: &NodeState) -> Vec<String> {
+    let (cluster_cidr, gates) = if k.dual_stack {
+        // Both families (a proxier each); EndpointSlices, which carry one
+        // family each (an Endpoints object has the primary family only),
+        // written by the lab.
+        (
+            format!("{CLUSTER_CIDR},{CLUSTER_CIDR6}"),
+            "IPv6DualStack=true",
+        )
+    } else {
+        // Endpoints, not EndpointSlices: the lab writes Endpoints and no
+        // controller mirrors them into slices.
+        (CLUSTER_CIDR.to_string(), "EndpointSliceProxying=false")
+    };
     [
         format!("{}/bin/kube-proxy", k.cache),
         format!("--kubeconfig={}", node_kubeconfig(k)),
         format!("--hostname-override={}", node.name),
         "--proxy-mode=iptables".into(),
-        format!("--cluster-cidr={CLUSTER_CIDR}"),
-        // Endpoints, not EndpointSlices: the lab writes Endpoints and no
-        // controller mirrors them into slices.
-        "--feature-gates=EndpointSliceProxying=false".into(),
+        format!("--cluster-cidr={cluster_cidr}"),
+        format!("--feature-gates={gates}"),
         // nf_conntrack_max and the hash size are host-wide: leave them.
         "--conntrack-max-per-core=0".into(),
         "--conntrack-min=0".into(),
@@ -634,6 +728,7 @@ pub fn services_json(ctx: &Ctx, st: &LabState) -> anyhow::Result<Value> {
             json!({
                 "namespace": ns, "name": name,
                 "type": i["spec"]["type"], "clusterIP": i["spec"]["clusterIP"],
+                "clusterIPs": i["spec"]["clusterIPs"],
                 "ports": ports,
                 "endpoints": eps.get(&(ns.to_string(), name.to_string())).copied().unwrap_or(0),
             })
@@ -687,6 +782,13 @@ pub fn apply_service(ctx: &Ctx, st: &mut LabState, obj: &Object) -> anyhow::Resu
     }
     let spec = service::parse_service(obj)?;
     let k = kube(st)?.clone();
+    if spec.families.contains(&Family::Ipv6) && !k.dual_stack {
+        anyhow::bail!(
+            "{}: asks for an IPv6 ClusterIP (spec.ipFamilies, spec.ipFamilyPolicy or spec.clusterIP), and lab {} is IPv4-only (`oxvs-lab up --kube-proxy --ip-family dual` has IPv6 Services)",
+            obj.display_name(),
+            st.name
+        );
+    }
     let body = api_object(obj);
     let out = apply_list(ctx, &k, vec![api_namespace(&obj.namespace), body.clone()])
         .with_context(|| format!("{}: the API server refused it", obj.display_name()))?;
@@ -697,6 +799,7 @@ pub fn apply_service(ctx: &Ctx, st: &mut LabState, obj: &Object) -> anyhow::Resu
             // The user's Endpoints from now on (as the endpoints controller
             // leaves a Service without a selector alone).
             k.endpoints.remove(&key);
+            k.endpoints6.remove(&key);
         }
     }
     ctx.paths.save(st)?;
@@ -708,8 +811,8 @@ pub fn apply_endpoints(ctx: &Ctx, st: &mut LabState, obj: &Object) -> anyhow::Re
     if super::proxy::serves_services(st) {
         return super::proxy::apply_endpoints(ctx, st, obj);
     }
-    service::check_endpoints(obj)?;
     let k = kube(st)?.clone();
+    service::check_endpoints(obj, k.dual_stack)?;
     let key = format!("{}/{}", obj.namespace, obj.name);
     if k.endpoints.contains_key(&key) {
         anyhow::bail!(
@@ -717,12 +820,18 @@ pub fn apply_endpoints(ctx: &Ctx, st: &mut LabState, obj: &Object) -> anyhow::Re
             obj.display_name()
         );
     }
-    let out = apply_list(
-        ctx,
-        &k,
-        vec![api_namespace(&obj.namespace), api_object(obj)],
-    )
-    .with_context(|| format!("{}: the API server refused it", obj.display_name()))?;
+    let mut objects = vec![api_namespace(&obj.namespace), api_object(obj)];
+    if k.dual_stack {
+        // kube-proxy reads EndpointSlices: mirror the user's Endpoints, as
+        // Kubernetes' EndpointSlice mirroring controller does (the old
+        // slices go first: the new set may have fewer).
+        delete_service_slices(ctx, &k, &obj.namespace, &obj.name)?;
+        for family in [Family::Ipv4, Family::Ipv6] {
+            objects.extend(service::endpoint_slices(&api_object(obj), family));
+        }
+    }
+    let out = apply_list(ctx, &k, objects)
+        .with_context(|| format!("{}: the API server refused it", obj.display_name()))?;
     Ok(apply_word(&out, "endpoints", &obj.name))
 }
 
@@ -745,12 +854,16 @@ pub fn delete_service(ctx: &Ctx, st: &mut LabState, ns: &str, name: &str) -> any
         ],
         None,
     )?;
+    if k.dual_stack {
+        delete_service_slices(ctx, &k, ns, name)?;
+    }
     let key = format!("{ns}/{name}");
     let known = st
         .kube
         .as_mut()
         .map(|k| {
             k.endpoints.remove(&key);
+            k.endpoints6.remove(&key);
             k.services.remove(&key).is_some()
         })
         .unwrap_or(false);
@@ -776,6 +889,9 @@ pub fn delete_endpoints(ctx: &Ctx, st: &LabState, ns: &str, name: &str) -> anyho
         ],
         None,
     )?;
+    if k.dual_stack {
+        delete_service_slices(ctx, k, ns, name)?;
+    }
     Ok(out.contains("deleted"))
 }
 
@@ -825,6 +941,7 @@ fn backends(ctx: &Ctx, st: &LabState) -> Vec<Backend> {
                 uid: p.uid.clone(),
                 node: p.node.clone(),
                 ip: p.ip.clone(),
+                ip6: p.ip6.clone(),
                 labels,
                 ports: p.ports.clone(),
             }
@@ -860,21 +977,97 @@ pub fn sync_endpoints_keys(ctx: &Ctx, st: &mut LabState) -> anyhow::Result<Vec<(
     let Some(k) = st.kube.clone() else {
         return Ok(Vec::new());
     };
-    let changed = service::changed_endpoints(&k.services, &k.endpoints, &backends(ctx, st));
-    if changed.is_empty() {
+    let pods = backends(ctx, st);
+    let changed = service::changed_endpoints(&k.services, &k.endpoints, &pods, Family::Ipv4);
+    let changed6 = if k.dual_stack {
+        service::changed_endpoints(&k.services, &k.endpoints6, &pods, Family::Ipv6)
+    } else {
+        Vec::new()
+    };
+    if changed.is_empty() && changed6.is_empty() {
         return Ok(Vec::new());
     }
-    apply_list(ctx, &k, changed.iter().map(|(_, e)| e.clone()).collect())
-        .context("cannot write Endpoints to the API server")?;
-    let mut out = Vec::new();
+    let mut objects: Vec<Value> = changed.iter().map(|(_, e)| e.clone()).collect();
+    let mut stale: Vec<(String, Value)> = Vec::new();
+    if k.dual_stack {
+        for (family, list, old) in [
+            (Family::Ipv4, &changed, &k.endpoints),
+            (Family::Ipv6, &changed6, &k.endpoints6),
+        ] {
+            for (key, ep) in list {
+                let slices = service::endpoint_slices(ep, family);
+                let before = old
+                    .get(key)
+                    .map(|e| service::endpoint_slices(e, family))
+                    .unwrap_or_default();
+                stale.extend(
+                    before
+                        .into_iter()
+                        .filter(|b| !slices.iter().any(|s| s["metadata"] == b["metadata"]))
+                        .map(|b| (key.clone(), b)),
+                );
+                objects.extend(slices);
+            }
+        }
+    }
+    apply_list(ctx, &k, objects).context("cannot write Endpoints to the API server")?;
+    delete_slices(ctx, &k, &stale)?;
+    let mut out: Vec<(String, usize)> = Vec::new();
     if let Some(kk) = st.kube.as_mut() {
         for (key, ep) in changed {
             out.push((key.clone(), service::address_count(&ep)));
             kk.endpoints.insert(key, ep);
         }
+        for (key, ep) in changed6 {
+            if !out.iter().any(|(k, _)| *k == key) {
+                let n = kk.endpoints.get(&key).map_or(0, service::address_count);
+                out.push((key.clone(), n));
+            }
+            kk.endpoints6.insert(key, ep);
+        }
     }
     ctx.paths.save(st)?;
     Ok(out)
+}
+
+/// Deletes EndpointSlices the lab wrote that are no longer wanted
+/// (`(service key, slice)`), in one kubectl call per namespace.
+fn delete_slices(ctx: &Ctx, k: &KubeState, stale: &[(String, Value)]) -> anyhow::Result<()> {
+    let mut by_ns: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for (key, slice) in stale {
+        let ns = key.split_once('/').map_or("default", |(ns, _)| ns);
+        if let Some(name) = slice.pointer("/metadata/name").and_then(Value::as_str) {
+            by_ns
+                .entry(ns)
+                .or_default()
+                .push(format!("endpointslice.discovery.k8s.io/{name}"));
+        }
+    }
+    for (ns, names) in by_ns {
+        let mut args = vec!["delete", "-n", ns, "--ignore-not-found"];
+        args.extend(names.iter().map(String::as_str));
+        kubectl_ok(ctx, k, &args, None)
+            .with_context(|| format!("cannot delete stale EndpointSlices in {ns}"))?;
+    }
+    Ok(())
+}
+
+/// Deletes every EndpointSlice the lab wrote for Service `ns/name`.
+fn delete_service_slices(ctx: &Ctx, k: &KubeState, ns: &str, name: &str) -> anyhow::Result<()> {
+    let selector = format!(
+        "{}={name},{}={}",
+        service::SERVICE_NAME_LABEL,
+        service::MANAGED_BY_LABEL,
+        service::MANAGED_BY_LAB
+    );
+    kubectl_ok(
+        ctx,
+        k,
+        &["delete", "-n", ns, "endpointslices", "-l", &selector],
+        None,
+    )
+    .map(|_| ())
+    .with_context(|| format!("cannot delete the EndpointSlices of Service {ns}/{name}"))
 }
 
 /// Per Service port (kube-proxy's name for it: `ns/name:port`, or
@@ -883,11 +1076,21 @@ pub fn sync_endpoints_keys(ctx: &Ctx, st: &mut LabState) -> anyhow::Result<Vec<(
 /// `KUBE-SVC-` chain jumps to, or 0 when the filter table rejects it
 /// ("has no endpoints").
 pub fn programmed(ns: &str) -> BTreeMap<String, usize> {
+    programmed_family(ns, Family::Ipv4)
+}
+
+/// [`programmed`] for the IPv4 proxier (`iptables`) or the IPv6 one
+/// (`ip6tables`, a dual-stack kube-proxy).
+pub fn programmed_family(ns: &str, family: Family) -> BTreeMap<String, usize> {
     fn comment(l: &str) -> Option<&str> {
         l.split("--comment \"").nth(1)?.split('"').next()
     }
+    let save = |table: &str| match family {
+        Family::Ipv4 => iptables_save(ns, table),
+        Family::Ipv6 => netns::run_in(ns, &["ip6tables-save", "-t", table]),
+    };
     let mut seps: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
-    let nat = iptables_save(ns, "nat").unwrap_or_default();
+    let nat = save("nat").unwrap_or_default();
     for l in nat.lines().filter(|l| l.starts_with("-A KUBE-SVC-")) {
         if let (Some(c), Some(t)) = (comment(l), l.split(" -j ").nth(1)) {
             if t.starts_with("KUBE-SEP-") {
@@ -896,7 +1099,7 @@ pub fn programmed(ns: &str) -> BTreeMap<String, usize> {
         }
     }
     let mut out: BTreeMap<String, usize> = seps.into_iter().map(|(k, v)| (k, v.len())).collect();
-    let filter = iptables_save(ns, "filter").unwrap_or_default();
+    let filter = save("filter").unwrap_or_default();
     for l in filter.lines().filter(|l| l.contains("-j REJECT")) {
         if let Some(svc) = comment(l).and_then(|c| c.strip_suffix(" has no endpoints")) {
             out.insert(svc.to_string(), 0);
@@ -905,14 +1108,40 @@ pub fn programmed(ns: &str) -> BTreeMap<String, usize> {
     out
 }
 
-/// What kube-proxy must show for Service `key`: per port, its name and
-/// the number of endpoints (`None`: the user's Endpoints, any number).
-/// Empty for a headless Service (kube-proxy leaves those alone).
-fn expected_rules(k: &KubeState, key: &str) -> Vec<(String, Option<usize>)> {
+/// The families Service `key` has in this lab: those it asks for
+/// ([`service::ServiceSpec::families`]); IPv4 in an IPv4-only lab.
+fn service_families(k: &KubeState, key: &str) -> Vec<Family> {
+    if !k.dual_stack {
+        return vec![Family::Ipv4];
+    }
+    let Some(body) = k.services.get(key) else {
+        return Vec::new();
+    };
+    let (ns, name) = key.split_once('/').unwrap_or(("", key));
+    let obj = Object {
+        kind: crate::manifest::Kind::Service,
+        namespace: ns.to_string(),
+        name: name.to_string(),
+        body: body.clone(),
+        source: format!("Service {key}"),
+    };
+    service::parse_service(&obj)
+        .map(|s| s.families)
+        .unwrap_or_default()
+}
+
+/// What kube-proxy's `family` proxier must show for Service `key`: per
+/// port, its name and the number of endpoints (`None`: the user's
+/// Endpoints, any number). Empty for a headless Service (kube-proxy leaves
+/// those alone) and for a family the Service does not have.
+fn expected_rules(k: &KubeState, key: &str, family: Family) -> Vec<(String, Option<usize>)> {
     let Some(body) = k.services.get(key) else {
         return Vec::new();
     };
     if body.pointer("/spec/clusterIP").and_then(Value::as_str) == Some("None") {
+        return Vec::new();
+    }
+    if !service_families(k, key).contains(&family) {
         return Vec::new();
     }
     let ports = body
@@ -920,7 +1149,10 @@ fn expected_rules(k: &KubeState, key: &str) -> Vec<(String, Option<usize>)> {
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
-    let ep = k.endpoints.get(key);
+    let ep = match family {
+        Family::Ipv4 => k.endpoints.get(key),
+        Family::Ipv6 => k.endpoints6.get(key),
+    };
     ports
         .iter()
         .map(|p| {
@@ -967,16 +1199,32 @@ pub fn wait_programmed(
     let Some(k) = &st.kube else {
         return Ok(t.elapsed());
     };
-    let want: Vec<(String, Option<usize>)> =
-        keys.iter().flat_map(|key| expected_rules(k, key)).collect();
+    let want: Vec<(Family, String, Option<usize>)> = [Family::Ipv4, Family::Ipv6]
+        .into_iter()
+        .flat_map(|f| {
+            keys.iter()
+                .flat_map(move |key| expected_rules(k, key, f))
+                .map(move |(port, count)| (f, port, count))
+        })
+        .collect();
     if want.is_empty() {
         return Ok(t.elapsed());
     }
     loop {
         let mut missing = Vec::new();
         for n in &st.nodes {
-            let got = programmed(&n.netns);
-            for (port, count) in &want {
+            let got4 = programmed_family(&n.netns, Family::Ipv4);
+            let got6 = if k.dual_stack {
+                programmed_family(&n.netns, Family::Ipv6)
+            } else {
+                BTreeMap::new()
+            };
+            for (family, port, count) in &want {
+                let got = if *family == Family::Ipv4 {
+                    &got4
+                } else {
+                    &got6
+                };
                 let ok = match (got.get(port), count) {
                     (Some(g), Some(c)) => g == c,
                     (Some(_), None) => true,
@@ -984,8 +1232,9 @@ pub fn wait_programmed(
                 };
                 if !ok {
                     missing.push(format!(
-                        "{}: {port} has {} endpoints, {} expected",
+                        "{}: {port} ({}) has {} endpoints, {} expected",
                         n.name,
+                        family.api_name(),
                         got.get(port)
                             .map_or("no rules, no".to_string(), |g| g.to_string()),
                         count.map_or("some".to_string(), |c| c.to_string())
@@ -1082,6 +1331,7 @@ mod tests {
             index: 2,
             netns: "l-node-2".into(),
             ip: "192.168.77.12".into(),
+            ip6: None,
             pod_cidr: "10.244.2.0/24".into(),
             pod_cidr6: None,
             switchd_pid: None,
@@ -1093,5 +1343,17 @@ mod tests {
         assert!(argv.contains(&"--hostname-override=node-2".to_string()));
         assert!(argv.contains(&"--proxy-mode=iptables".to_string()));
         assert!(argv.contains(&"--cluster-cidr=10.244.0.0/16".to_string()));
+        assert!(argv.contains(&"--feature-gates=EndpointSliceProxying=false".to_string()));
+        let dual = KubeState {
+            dual_stack: true,
+            ..k
+        };
+        let argv = kube_proxy_argv(&dual, &n);
+        assert!(argv.contains(&"--cluster-cidr=10.244.0.0/16,fd00:10:244::/56".to_string()));
+        assert!(argv.contains(&"--feature-gates=IPv6DualStack=true".to_string()));
+        let flags = dual_stack_apiserver_flags();
+        assert!(
+            flags.contains(&"--service-cluster-ip-range=10.96.0.0/16,fd00:10:96::/108".to_string())
+        );
     }
 }

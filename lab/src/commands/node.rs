@@ -157,7 +157,7 @@ fn add_node(
     manifest::write(
         &ctx.paths.manifests(),
         &file,
-        &manifest::node_object(&node.name, &uid, &node.pod_cidrs(), &node.ip),
+        &manifest::node_object(&node.name, &uid, &node.pod_cidrs(), &node.internal_ips()),
     )?;
     ctx.paths.save(st)?;
 

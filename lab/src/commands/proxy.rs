@@ -80,6 +80,12 @@ fn cluster_ip_of(body: &Value) -> Option<Ipv4Addr> {
 /// Endpoints.
 pub fn apply_service(ctx: &Ctx, st: &mut LabState, obj: &Object) -> anyhow::Result<&'static str> {
     let spec = service::parse_service(obj)?;
+    if spec.families.contains(&service::Family::Ipv6) {
+        anyhow::bail!(
+            "{}: asks for an IPv6 ClusterIP, which the in-pipeline proxy (`up --proxy`) does not serve yet: use `up --kube-proxy --ip-family dual`",
+            obj.display_name()
+        );
+    }
     let p = proxy(st)?.clone();
     let key = spec.key();
     let range = ServiceRange::parse(SERVICE_CIDR).context("the lab's Service range")?;
@@ -240,7 +246,7 @@ fn allocate_node_ports(
 
 /// `apply` of an Endpoints object, for a Service without a selector.
 pub fn apply_endpoints(ctx: &Ctx, st: &mut LabState, obj: &Object) -> anyhow::Result<&'static str> {
-    service::check_endpoints(obj)?;
+    service::check_endpoints(obj, false)?;
     let p = proxy(st)?;
     let key = format!("{}/{}", obj.namespace, obj.name);
     if p.endpoints.contains_key(&key) {
@@ -309,7 +315,9 @@ pub fn sync_endpoints(
     };
     let dir = ctx.paths.manifests();
     let mut out = Vec::new();
-    for (key, ep) in service::changed_endpoints(&p.services, &p.endpoints, pods) {
+    for (key, ep) in
+        service::changed_endpoints(&p.services, &p.endpoints, pods, service::Family::Ipv4)
+    {
         let Some((ns, name)) = key.split_once('/') else {
             continue;
         };

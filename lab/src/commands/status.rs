@@ -214,7 +214,15 @@ pub fn run_status(global: &Global, args: &StatusArgs) -> anyhow::Result<u8> {
                             s["name"].as_str().unwrap_or("")
                         ),
                         s["type"].as_str().unwrap_or(""),
-                        s["clusterIP"].as_str().unwrap_or(""),
+                        // Both families' ClusterIPs of a dual-stack Service.
+                        s["clusterIPs"]
+                            .as_array()
+                            .map(|a| a
+                                .iter()
+                                .filter_map(Value::as_str)
+                                .collect::<Vec<_>>()
+                                .join(","))
+                            .unwrap_or_else(|| s["clusterIP"].as_str().unwrap_or("").to_string()),
                         s["endpoints"].as_u64().unwrap_or(0),
                         ports.join(" ")
                     );

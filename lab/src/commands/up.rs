@@ -30,6 +30,9 @@ use crate::state::{random_uid, AgentMode, IpFamily, LabState, NodeState};
 
 /// Underlay prefix: the bridge is .1, node N is .(10+N).
 pub(crate) const UNDERLAY: &str = "192.168.77";
+/// The IPv6 underlay's /64 (a dual-stack lab): the bridge is `::1`, node N
+/// `::(10+N)`.
+pub(crate) const UNDERLAY6: &str = "fd00:192:168:77";
 /// Underlay MTU.
 pub(crate) const UNDERLAY_MTU: &str = "1500";
 /// Most nodes (pod CIDRs 10.244.N.0/24, underlay .(10+N)).
@@ -233,6 +236,19 @@ fn build(
         UNDERLAY_MTU,
         "up",
     ])?;
+    if st.ip_family == IpFamily::Dual {
+        run(&[
+            "ip",
+            "-n",
+            &ul,
+            "addr",
+            "add",
+            &format!("{UNDERLAY6}::1/64"),
+            "dev",
+            "br0",
+            "nodad",
+        ])?;
+    }
     // The API server starts in the background while the nodes are built.
     let apiserver = match kube_tools {
         Some(t) => Some(super::kube::start_apiserver(ctx, st, t)?),
@@ -266,7 +282,7 @@ fn build(
         manifest::write(
             &mdir,
             &file,
-            &manifest::node_object(&node.name, &uid, &node.pod_cidrs(), &node.ip),
+            &manifest::node_object(&node.name, &uid, &node.pod_cidrs(), &node.internal_ips()),
         )?;
         let dir = ctx.paths.node_dir(i);
         std::fs::create_dir_all(&dir)
@@ -472,5 +488,29 @@ pub(crate) fn wire_node(ul: &str, node: &NodeState, index: u32) -> anyhow::Resul
         "via",
         &format!("{UNDERLAY}.1"),
     ])?;
+    if let Some(ip6) = &node.ip6 {
+        run(&[
+            "ip",
+            "-n",
+            ns,
+            "addr",
+            "add",
+            &format!("{ip6}/64"),
+            "dev",
+            "eth0",
+            "nodad",
+        ])?;
+        run(&[
+            "ip",
+            "-n",
+            ns,
+            "-6",
+            "route",
+            "add",
+            "default",
+            "via",
+            &format!("{UNDERLAY6}::1"),
+        ])?;
+    }
     Ok(())
 }

@@ -143,7 +143,12 @@ pub fn dns(server: SocketAddr, name: &str, tcp: bool, timeout: Duration) -> Resu
             .map_err(|e| format!("read: {}", err_word(&e)))?;
         dns_answer(id, &buf[..n])?
     } else {
-        let s = UdpSocket::bind("0.0.0.0:0").map_err(|e| e.to_string())?;
+        let any = if server.is_ipv6() {
+            "[::]:0"
+        } else {
+            "0.0.0.0:0"
+        };
+        let s = UdpSocket::bind(any).map_err(|e| e.to_string())?;
         s.connect(server).map_err(|e| e.to_string())?;
         let deadline = Instant::now() + timeout;
         loop {
