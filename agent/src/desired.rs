@@ -86,7 +86,7 @@ pub struct DesiredFlows {
     /// The proxy's UDP endpoints (address, port), sorted: when one goes,
     /// its connections are flushed (a UDP "connection" would otherwise
     /// keep its dead endpoint until it idles out).
-    pub udp_endpoints: Vec<(Ipv4Addr, u16)>,
+    pub udp_endpoints: Vec<(std::net::IpAddr, u16)>,
     /// Every NetworkPolicy rule that has flows, by id.
     pub rules: Vec<RuleRef>,
     /// Policies refused on this node (too many flows).
@@ -123,7 +123,7 @@ pub fn compute(inp: &Inputs) -> DesiredFlows {
         udp_endpoints.sort();
         udp_endpoints.dedup();
         lines.extend(p.flows);
-        lines.extend(crate::proxy::hairpin_node_flows());
+        lines.extend(crate::proxy::hairpin_node_flows(&inp.node));
         lines.extend(crate::proxy::outside_node_flows(&inp.node));
         for pod in &inp.pods {
             lines.extend(crate::proxy::hairpin_pod_flows(&inp.node, pod));

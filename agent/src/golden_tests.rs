@@ -436,6 +436,7 @@ fn scenarios() -> BTreeMap<&'static str, Inputs> {
         namespace: "shop".into(),
         name: name.into(),
         cluster_ip: Some(ip.parse().unwrap()),
+        cluster_ip6: None,
         ports,
         affinity_timeout: affinity.then_some(10_800),
         external_ips: Vec::new(),

@@ -12,7 +12,7 @@
 //! publishes a new one for every change (through a `tokio::sync::watch`).
 
 use std::collections::BTreeMap;
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnet::{Ipv4Net, Ipv6Net};
 
@@ -247,8 +247,10 @@ pub struct ServicePort {
 pub struct Service {
     pub namespace: String,
     pub name: String,
-    /// `spec.clusterIP` (IPv4).
+    /// Its IPv4 ClusterIP (`spec.clusterIPs`, `spec.clusterIP`).
     pub cluster_ip: Option<Ipv4Addr>,
+    /// Its IPv6 ClusterIP (a dual-stack or IPv6 Service).
+    pub cluster_ip6: Option<Ipv6Addr>,
     pub ports: Vec<ServicePort>,
     /// `sessionAffinity: ClientIP`: its `timeoutSeconds` (default 10800).
     pub affinity_timeout: Option<u32>,
@@ -286,7 +288,9 @@ pub struct EndpointPort {
 /// One backend address of a Service.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Endpoint {
-    pub ip: Ipv4Addr,
+    /// Its address (an IPv4 or an IPv6 one: the Service's ClusterIP of the
+    /// same family reaches it).
+    pub ip: IpAddr,
     /// Whether it may receive traffic (`addresses` of an Endpoints
     /// subset, `conditions.ready` of a slice; unset counts as ready).
     pub ready: bool,

@@ -79,7 +79,7 @@
 //! their endpoint in conntrack regardless).
 
 use std::collections::BTreeSet;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use oxvs_pipeline::names::{
     CONNTRACK_COMMIT, CONNTRACK_STATE, CONNTRACK_ZONE, EGRESS_RULE, ENDPOINT_DNAT,
@@ -100,10 +100,19 @@ pub const HAIRPIN_ZONE: u16 = 65521;
 /// The address hairpin traffic is SNATed to (link-local, never a pod's).
 pub const HAIRPIN_IP: Ipv4Addr = Ipv4Addr::new(169, 254, 169, 252);
 
+/// [`HAIRPIN_IP`]'s IPv6 twin: in `fc00::/8` with the L bit clear (no ULA
+/// allocation ever uses it), outside every pod's /64, so the pod routes
+/// its answer to the gateway.
+pub const HAIRPIN_IP6: Ipv6Addr = Ipv6Addr::new(0xfc01, 0, 0, 0, 0, 0, 0xa9fe, 0xa9fc);
+
 /// The host's next hop into the switch for Service addresses, and the
 /// address NodePort traffic is DNATed to on the host (module doc, "From
 /// outside the node"). Link-local: no pod or node has it.
 pub const SERVICE_VIP: Ipv4Addr = Ipv4Addr::new(169, 254, 169, 253);
+
+/// [`SERVICE_VIP`]'s IPv6 twin (the host's next hop for IPv6 ClusterIPs;
+/// the switch answers Neighbour Discovery for it with the gateway's MAC).
+pub const SERVICE_VIP6: Ipv6Addr = Ipv6Addr::new(0xfc01, 0, 0, 0, 0, 0, 0xa9fe, 0xa9fd);
 
 /// The ports traffic from outside is SNATed to on the gateway address:
 /// above Linux's default ephemeral range (32768-60999), so a SNATed
@@ -153,26 +162,29 @@ impl GroupKind {
     }
 }
 
-/// One Service port the proxy serves.
+/// One Service port the proxy serves, on one of its ClusterIPs (a
+/// dual-stack Service port is two of these, one per family).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServicePortFlows {
     pub service: ObjKey,
     pub port_name: String,
     pub protocol: Protocol,
-    pub cluster_ip: Ipv4Addr,
+    pub cluster_ip: IpAddr,
     pub port: u16,
     /// Its group (and cookie object): the one over every ready endpoint.
     pub group_id: u32,
     /// The ids of its groups by [`GroupKind`] (`ALL` order).
     pub group_ids: [u32; 4],
-    /// The ready endpoints (address, port), sorted.
-    pub endpoints: Vec<(Ipv4Addr, u16)>,
+    /// The ready endpoints of the ClusterIP's family (address, port),
+    /// sorted.
+    pub endpoints: Vec<(IpAddr, u16)>,
     /// Those on this node.
-    pub local_endpoints: Vec<(Ipv4Addr, u16)>,
+    pub local_endpoints: Vec<(IpAddr, u16)>,
     /// `sessionAffinity: ClientIP`: its timeout in seconds.
     pub affinity: Option<u32>,
+    /// Its NodePort (IPv4 only: NodePorts are not served over IPv6 yet).
     pub node_port: Option<u16>,
-    /// External and load balancer addresses.
+    /// External and load balancer addresses (IPv4 only).
     pub external_ips: Vec<Ipv4Addr>,
     pub external_local: bool,
     pub internal_local: bool,
@@ -183,7 +195,12 @@ impl ServicePortFlows {
         self.group_ids[kind as usize]
     }
 
-    fn endpoints_of(&self, kind: GroupKind) -> &[(Ipv4Addr, u16)] {
+    /// Whether this is the IPv6 ClusterIP's entry.
+    pub fn v6(&self) -> bool {
+        self.cluster_ip.is_ipv6()
+    }
+
+    fn endpoints_of(&self, kind: GroupKind) -> &[(IpAddr, u16)] {
         match kind.local() {
             true => &self.local_endpoints,
             false => &self.endpoints,
@@ -213,63 +230,81 @@ fn fnv1a32(s: &str) -> u32 {
 const GROUP_ID_SPACE: u32 = 0x7fff_ffff;
 
 /// The Service ports the proxy serves on node `node_name`, with their
-/// group ids and ready endpoints, sorted by Service and port.
+/// group ids and ready endpoints: every IPv4 ClusterIP's ports sorted by
+/// Service and port, then every IPv6 ClusterIP's (whose group ids are
+/// hashed from names of their own, so the IPv4 ones do not depend on
+/// them).
 pub fn service_ports(state: &ClusterState, node_name: &str) -> Vec<ServicePortFlows> {
     let mut out = Vec::new();
     let mut used = BTreeSet::new();
-    for (key, svc) in &state.services {
-        let Some(cluster_ip) = svc.cluster_ip else {
-            continue;
-        };
-        let endpoints = state.service_endpoints(key);
-        for p in &svc.ports {
-            let ready = |local: bool| -> Vec<(Ipv4Addr, u16)> {
-                let mut eps: Vec<(Ipv4Addr, u16)> = endpoints
-                    .iter()
-                    .filter(|e| e.ready)
-                    .filter(|e| !local || e.node_name.as_deref() == Some(node_name))
-                    .filter_map(|e| {
-                        e.ports
-                            .iter()
-                            .find(|ep| ep.name == p.name && ep.protocol == p.protocol)
-                            .map(|ep| (e.ip, ep.port))
-                    })
-                    .collect();
-                eps.sort();
-                eps.dedup();
-                eps
+    for v6 in [false, true] {
+        for (key, svc) in &state.services {
+            let cluster_ip: IpAddr = match (v6, svc.cluster_ip, svc.cluster_ip6) {
+                (false, Some(ip), _) => ip.into(),
+                (true, _, Some(ip)) => ip.into(),
+                _ => continue,
             };
-            let name = format!("{}/{}/{}/{}", key.0, key.1, p.name, p.protocol.keyword());
-            let mut group_ids = [0u32; 4];
-            for kind in GroupKind::ALL {
-                let mut id = fnv1a32(&format!("{name}{}", kind.suffix())) % GROUP_ID_SPACE + 1;
-                while !used.insert(id) {
-                    id = id % GROUP_ID_SPACE + 1;
+            let endpoints = state.service_endpoints(key);
+            for p in &svc.ports {
+                let ready = |local: bool| -> Vec<(IpAddr, u16)> {
+                    let mut eps: Vec<(IpAddr, u16)> = endpoints
+                        .iter()
+                        .filter(|e| e.ready && e.ip.is_ipv6() == v6)
+                        .filter(|e| !local || e.node_name.as_deref() == Some(node_name))
+                        .filter_map(|e| {
+                            e.ports
+                                .iter()
+                                .find(|ep| ep.name == p.name && ep.protocol == p.protocol)
+                                .map(|ep| (e.ip, ep.port))
+                        })
+                        .collect();
+                    eps.sort();
+                    eps.dedup();
+                    eps
+                };
+                let name = format!(
+                    "{}/{}/{}/{}{}",
+                    key.0,
+                    key.1,
+                    p.name,
+                    p.protocol.keyword(),
+                    if v6 { "/ipv6" } else { "" }
+                );
+                let mut group_ids = [0u32; 4];
+                for kind in GroupKind::ALL {
+                    let mut id = fnv1a32(&format!("{name}{}", kind.suffix())) % GROUP_ID_SPACE + 1;
+                    while !used.insert(id) {
+                        id = id % GROUP_ID_SPACE + 1;
+                    }
+                    group_ids[kind as usize] = id;
                 }
-                group_ids[kind as usize] = id;
+                // Traffic from outside the node comes over IPv4 only.
+                let external_ips = match v6 {
+                    true => Vec::new(),
+                    false => svc
+                        .external_ips
+                        .iter()
+                        .copied()
+                        .filter(|ip| external_ip_allowed(state, *ip))
+                        .collect(),
+                };
+                out.push(ServicePortFlows {
+                    service: key.clone(),
+                    port_name: p.name.clone(),
+                    protocol: p.protocol,
+                    cluster_ip,
+                    port: p.port,
+                    group_id: group_ids[GroupKind::Cluster as usize],
+                    group_ids,
+                    endpoints: ready(false),
+                    local_endpoints: ready(true),
+                    affinity: svc.affinity_timeout,
+                    node_port: p.node_port.filter(|_| !v6),
+                    external_ips,
+                    external_local: svc.external_local,
+                    internal_local: svc.internal_local,
+                });
             }
-            let external_ips = svc
-                .external_ips
-                .iter()
-                .copied()
-                .filter(|ip| external_ip_allowed(state, *ip))
-                .collect();
-            out.push(ServicePortFlows {
-                service: key.clone(),
-                port_name: p.name.clone(),
-                protocol: p.protocol,
-                cluster_ip,
-                port: p.port,
-                group_id: group_ids[GroupKind::Cluster as usize],
-                group_ids,
-                endpoints: ready(false),
-                local_endpoints: ready(true),
-                affinity: svc.affinity_timeout,
-                node_port: p.node_port,
-                external_ips,
-                external_local: svc.external_local,
-                internal_local: svc.internal_local,
-            });
         }
     }
     out
@@ -293,7 +328,7 @@ pub fn external_ip_allowed(state: &ClusterState, ip: Ipv4Addr) -> bool {
     !special && !cluster
 }
 
-/// The NodePorts the host must send into the switch, sorted.
+/// The NodePorts the host must send into the switch (IPv4), sorted.
 pub fn node_ports(state: &ClusterState) -> Vec<crate::hostnet::NodePort> {
     let mut out = Vec::new();
     for (key, svc) in &state.services {
@@ -325,8 +360,8 @@ fn host_protocol(p: Protocol) -> Option<&'static str> {
 }
 
 /// The addresses the host routes into the switch (via [`SERVICE_VIP`]):
-/// every ClusterIP, external and load balancer address the proxy serves,
-/// sorted.
+/// every IPv4 ClusterIP, external and load balancer address the proxy
+/// serves, sorted.
 pub fn host_routes(state: &ClusterState) -> Vec<Ipv4Addr> {
     let mut out: Vec<Ipv4Addr> = Vec::new();
     for svc in state.services.values() {
@@ -345,20 +380,66 @@ pub fn host_routes(state: &ClusterState) -> Vec<Ipv4Addr> {
     out
 }
 
+/// The IPv6 ClusterIPs the host routes into the switch (via
+/// [`SERVICE_VIP6`]), sorted.
+pub fn host_routes6(state: &ClusterState) -> Vec<Ipv6Addr> {
+    let mut out: Vec<Ipv6Addr> = state
+        .services
+        .values()
+        .filter_map(|svc| svc.cluster_ip6)
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// `ADDR:PORT` as `nat(dst=...)` writes it (an IPv6 address in brackets).
+fn nat_target(ip: IpAddr, port: u16) -> String {
+    match ip {
+        IpAddr::V4(a) => format!("{a}:{port}"),
+        IpAddr::V6(a) => format!("[{a}]:{port}"),
+    }
+}
+
+/// The endpoint address in the session affinity registers: `reg6`
+/// ([`regs::ENDPOINT_IP`]) for IPv4, `reg8`-`reg11`
+/// ([`regs::ENDPOINT_IP6`], most significant word first) for IPv6; as
+/// loads or as matches.
+fn endpoint_ip_regs(ip: IpAddr, load: bool) -> Vec<String> {
+    let put = |f: &regs::RegField, v: u32| if load { f.load(v) } else { f.matching(v) };
+    match ip {
+        IpAddr::V4(a) => vec![put(&regs::ENDPOINT_IP, u32::from(a))],
+        IpAddr::V6(a) => {
+            let n = u128::from(a);
+            regs::ENDPOINT_IP6
+                .iter()
+                .enumerate()
+                .map(|(i, f)| put(f, (n >> (96 - 32 * i)) as u32))
+                .collect()
+        }
+    }
+}
+
 /// Where a ServiceLB flow sends a new connection.
 struct Frontend<'a> {
     sp: &'a ServicePortFlows,
-    nw_dst: Ipv4Addr,
+    nw_dst: IpAddr,
     tp_dst: u16,
 }
 
 impl Frontend<'_> {
     fn flow(&self, priority: u16) -> FlowLine {
-        FlowLine::new(SERVICE_LB, priority, cookie::service(self.sp.group_id))
-            .matching("ct_state=+new+trk")
-            .matching(self.sp.protocol.keyword())
-            .matching(format!("nw_dst={}", self.nw_dst))
-            .matching(format!("tp_dst={}", self.tp_dst))
+        let fl = FlowLine::new(SERVICE_LB, priority, cookie::service(self.sp.group_id))
+            .matching("ct_state=+new+trk");
+        match self.nw_dst {
+            IpAddr::V4(a) => fl
+                .matching(self.sp.protocol.keyword())
+                .matching(format!("nw_dst={a}")),
+            IpAddr::V6(a) => fl
+                .matching(self.sp.protocol.keyword6())
+                .matching(format!("ipv6_dst={a}")),
+        }
+        .matching(format!("tp_dst={}", self.tp_dst))
     }
 }
 
@@ -370,7 +451,7 @@ struct Builder {
     made: BTreeSet<u32>,
     /// Endpoints of Services with session affinity: their EndpointDNAT
     /// flows.
-    dnat: BTreeSet<(Protocol, Ipv4Addr, u16)>,
+    dnat: BTreeSet<(Protocol, IpAddr, u16)>,
 }
 
 impl Builder {
@@ -420,17 +501,23 @@ impl Builder {
     fn endpoint_dnat_flows(&mut self) {
         let mut v: Vec<String> = Vec::new();
         for (proto, ip, port) in &self.dnat {
+            let target = nat_target(*ip, *port);
             let base = |prio: u16| {
-                FlowLine::new(ENDPOINT_DNAT, prio, cookie::DEFAULTS)
-                    .matching(proto.keyword())
-                    .matching(regs::ENDPOINT_IP.matching(u32::from(*ip)))
-                    .matching(regs::ENDPOINT_PORT.matching(u32::from(*port)))
+                let keyword = match ip.is_ipv6() {
+                    true => proto.keyword6(),
+                    false => proto.keyword(),
+                };
+                let mut fl = FlowLine::new(ENDPOINT_DNAT, prio, cookie::DEFAULTS).matching(keyword);
+                for m in endpoint_ip_regs(*ip, false) {
+                    fl = fl.matching(m);
+                }
+                fl.matching(regs::ENDPOINT_PORT.matching(u32::from(*port)))
             };
             v.push(
                 base(priority::endpoint_dnat::FROM_GATEWAY)
                     .mark(regs::FROM_GATEWAY)
                     .action(format!(
-                        "ct(commit,table={},zone={CT_ZONE},exec({}),nat(dst={ip}:{port}))",
+                        "ct(commit,table={},zone={CT_ZONE},exec({}),nat(dst={target}))",
                         EGRESS_RULE.id,
                         regs::FROM_GATEWAY_CT_MARK.load()
                     ))
@@ -439,7 +526,7 @@ impl Builder {
             v.push(
                 base(priority::endpoint_dnat::ENDPOINT)
                     .action(format!(
-                        "ct(commit,table={},zone={CT_ZONE},nat(dst={ip}:{port}))",
+                        "ct(commit,table={},zone={CT_ZONE},nat(dst={target}))",
                         EGRESS_RULE.id
                     ))
                     .into(),
@@ -477,12 +564,24 @@ fn learn_action(sp: &ServicePortFlows, timeout: u32) -> String {
         Protocol::Udp => (17, "NXM_OF_UDP_DST[]"),
         Protocol::Sctp => (132, "OXM_OF_SCTP_DST[]"),
     };
+    let (eth_type, addrs, ip_regs): (&str, &str, Vec<String>) = match sp.v6() {
+        false => (
+            "0x800",
+            "NXM_OF_IP_SRC[],NXM_OF_IP_DST[]",
+            vec![regs::ENDPOINT_IP.nxm()],
+        ),
+        true => (
+            "0x86dd",
+            "NXM_NX_IPV6_SRC[],NXM_NX_IPV6_DST[]",
+            regs::ENDPOINT_IP6.iter().map(|f| f.nxm()).collect(),
+        ),
+    };
+    let loads: String = ip_regs.iter().map(|r| format!("load:{r}->{r},")).collect();
     format!(
-        "learn(table={},hard_timeout={timeout},priority={},delete_learned,cookie={:#x},eth_type=0x800,nw_proto={proto},NXM_OF_IP_SRC[],NXM_OF_IP_DST[],{l4_dst},load:{ip}->{ip},load:{port}->{port},load:{hit:#x}->{aff})",
+        "learn(table={},hard_timeout={timeout},priority={},delete_learned,cookie={:#x},eth_type={eth_type},nw_proto={proto},{addrs},{l4_dst},{loads}load:{port}->{port},load:{hit:#x}->{aff})",
         SESSION_AFFINITY.id,
         priority::session_affinity::LEARNED,
         cookie::service(sp.group_id),
-        ip = regs::ENDPOINT_IP.nxm(),
         port = regs::ENDPOINT_PORT.nxm(),
         hit = regs::AFFINITY_HIT.value,
         aff = regs::AFFINITY.nxm(),
@@ -512,7 +611,7 @@ pub fn proxy_flows(state: &ClusterState, node_name: &str, node: &NodeNet) -> Pro
         if let Some(np) = sp.node_port {
             let f = Frontend {
                 sp,
-                nw_dst: SERVICE_VIP,
+                nw_dst: SERVICE_VIP.into(),
                 tp_dst: np,
             };
             outside.push((f, true));
@@ -520,7 +619,7 @@ pub fn proxy_flows(state: &ClusterState, node_name: &str, node: &NodeNet) -> Pro
         for ip in &sp.external_ips {
             let f = Frontend {
                 sp,
-                nw_dst: *ip,
+                nw_dst: (*ip).into(),
                 tp_dst: sp.port,
             };
             outside.push((f, false));
@@ -578,7 +677,10 @@ pub fn reject_action() -> String {
 fn group_line(sp: &ServicePortFlows, kind: GroupKind) -> String {
     let mut g = format!("group_id={},type=select", sp.group(kind));
     if sp.affinity.is_some() {
-        g.push_str(",selection_method=hash,fields(ip_src)");
+        g.push_str(match sp.v6() {
+            false => ",selection_method=hash,fields(ip_src)",
+            true => ",selection_method=hash,fields(ipv6_src)",
+        });
     }
     let exec = match kind.node_port() {
         true => format!(",exec({})", regs::FROM_GATEWAY_CT_MARK.load()),
@@ -595,14 +697,15 @@ fn group_line(sp: &ServicePortFlows, kind: GroupKind) -> String {
             // The endpoint in registers, back to ServiceLB to learn it.
             Some(_) => format!(
                 "{},{},{},resubmit(,{})",
-                regs::ENDPOINT_IP.load(u32::from(*ip)),
+                endpoint_ip_regs(*ip, true).join(","),
                 regs::ENDPOINT_PORT.load(u32::from(*port)),
                 regs::AFFINITY_LEARN.load(),
                 SERVICE_LB.id
             ),
             None => format!(
-                "ct(commit,table={},zone={CT_ZONE}{exec},nat(dst={ip}:{port}))",
-                EGRESS_RULE.id
+                "ct(commit,table={},zone={CT_ZONE}{exec},nat(dst={}))",
+                EGRESS_RULE.id,
+                nat_target(*ip, *port)
             ),
         };
         g.push_str(&format!(
@@ -635,7 +738,16 @@ pub fn session_affinity_default() -> FlowLine {
 /// un-SNATs their replies first.
 pub fn outside_node_flows(node: &NodeNet) -> Vec<String> {
     let gw = node.gateway_ip;
-    vec![
+    let mut v: Vec<String> = Vec::new();
+    if node.ipv6.is_some() {
+        // The host's next hop for IPv6 ClusterIPs.
+        v.extend(
+            crate::flows::ipv6::nd_answer(cookie::GATEWAY, SERVICE_VIP6, &node.gateway_mac)
+                .into_iter()
+                .map(String::from),
+        );
+    }
+    v.extend([
         crate::flows::arp_answer(cookie::GATEWAY, SERVICE_VIP, &node.gateway_mac).into(),
         FlowLine::new(
             CONNTRACK_ZONE,
@@ -680,59 +792,91 @@ pub fn outside_node_flows(node: &NodeNet) -> Vec<String> {
         FlowLine::new(SERVICE_SNAT, priority::DEFAULT, cookie::DEFAULTS)
             .goto(L2_FORWARDING_CALC)
             .into(),
-    ]
+    ]);
+    v
 }
 
-/// The node's hairpin flows (module doc, "Hairpin").
-pub fn hairpin_node_flows() -> Vec<String> {
-    vec![
-        FlowLine::new(
-            CONNTRACK_ZONE,
-            priority::conntrack_zone::HAIRPIN,
-            cookie::DEFAULTS,
-        )
-        .matching("ct_state=-trk")
-        .matching("ip")
-        .matching(format!("nw_dst={HAIRPIN_IP}"))
-        .action(format!(
-            "ct(table={},zone={HAIRPIN_ZONE},nat)",
-            CONNTRACK_ZONE.id
-        ))
-        .into(),
-        FlowLine::new(
-            CONNTRACK_COMMIT,
-            priority::conntrack_commit::HAIRPIN,
-            cookie::DEFAULTS,
-        )
-        .matching("ip")
-        .matching(format!("ct_zone={HAIRPIN_ZONE}"))
-        .goto(OUTPUT)
-        .into(),
-    ]
+/// The node's hairpin flows (module doc, "Hairpin"), for IPv6 too on a
+/// dual-stack node.
+pub fn hairpin_node_flows(node: &NodeNet) -> Vec<String> {
+    let mut families = vec![("ip", IpAddr::from(HAIRPIN_IP))];
+    if node.ipv6.is_some() {
+        families.push(("ipv6", IpAddr::from(HAIRPIN_IP6)));
+    }
+    let mut v = Vec::new();
+    for (family, hairpin) in families {
+        let dst = match hairpin {
+            IpAddr::V4(a) => format!("nw_dst={a}"),
+            IpAddr::V6(a) => format!("ipv6_dst={a}"),
+        };
+        v.push(
+            FlowLine::new(
+                CONNTRACK_ZONE,
+                priority::conntrack_zone::HAIRPIN,
+                cookie::DEFAULTS,
+            )
+            .matching("ct_state=-trk")
+            .matching(family)
+            .matching(dst)
+            .action(format!(
+                "ct(table={},zone={HAIRPIN_ZONE},nat)",
+                CONNTRACK_ZONE.id
+            ))
+            .into(),
+        );
+        v.push(
+            FlowLine::new(
+                CONNTRACK_COMMIT,
+                priority::conntrack_commit::HAIRPIN,
+                cookie::DEFAULTS,
+            )
+            .matching(family)
+            .matching(format!("ct_zone={HAIRPIN_ZONE}"))
+            .goto(OUTPUT)
+            .into(),
+        );
+    }
+    v
 }
 
-/// One local pod's hairpin flows (module doc, "Hairpin").
+/// One local pod's hairpin flows (module doc, "Hairpin"), for its IPv6
+/// address too.
 pub fn hairpin_pod_flows(node: &NodeNet, pod: &PodPort) -> Vec<String> {
     let c = cookie::pod(pod.ofport);
-    vec![
+    let hairpin = |family: &str, [src, dst]: [String; 2], snat: String| -> String {
         FlowLine::new(L3_FORWARDING, priority::l3_forwarding::HAIRPIN, c)
-            .matching("ip")
-            .matching(format!("nw_src={}", pod.ip))
-            .matching(format!("nw_dst={}", pod.ip))
+            .matching(family)
+            .matching(src)
+            .matching(dst)
             .action(format!("set_field:{}->eth_src", mac_str(&node.gateway_mac)))
             .action(format!("set_field:{}->eth_dst", mac_str(&pod.mac)))
             .action(format!(
-                "ct(commit,table={},zone={HAIRPIN_ZONE},nat(src={HAIRPIN_IP}))",
+                "ct(commit,table={},zone={HAIRPIN_ZONE},nat(src={snat}))",
                 L3_DEC_TTL.id
             ))
-            .into(),
+            .into()
+    };
+    let mut v = vec![hairpin(
+        "ip",
+        [format!("nw_src={}", pod.ip), format!("nw_dst={}", pod.ip)],
+        HAIRPIN_IP.to_string(),
+    )];
+    if let Some(ip6) = pod.ip6.filter(|_| node.ipv6.is_some()) {
+        v.push(hairpin(
+            "ipv6",
+            [format!("ipv6_src={ip6}"), format!("ipv6_dst={ip6}")],
+            HAIRPIN_IP6.to_string(),
+        ));
+    }
+    v.push(
         FlowLine::new(OUTPUT, priority::output::HAIRPIN, c)
             .matching(format!("in_port={}", pod.ofport))
             .matching(regs::TARGET_OFPORT.matching(pod.ofport))
             .mark(regs::OFPORT_FOUND_MARK)
             .action("IN_PORT")
             .into(),
-    ]
+    );
+    v
 }
 
 /// ConntrackZone with the proxy: NATed connections are translated.
@@ -765,6 +909,7 @@ mod tests {
             namespace: "web".into(),
             name: "front".into(),
             cluster_ip: Some("10.96.0.30".parse().unwrap()),
+            cluster_ip6: None,
             ports: vec![
                 ServicePort {
                     name: "http".into(),

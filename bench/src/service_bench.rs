@@ -370,6 +370,7 @@ impl Model {
             namespace: NAMESPACE.into(),
             name: service_name(i),
             cluster_ip: Some(cluster_ip(i)),
+            cluster_ip6: None,
             ports,
             affinity_timeout: None,
             external_ips: Vec::new(),
@@ -416,7 +417,7 @@ impl Model {
                 .iter()
                 .filter_map(|&p| self.pool.get(p))
                 .map(|&(ni, ip)| Endpoint {
-                    ip,
+                    ip: ip.into(),
                     ready: true,
                     node_name: self.nodes.get(ni).map(|n| n.name.clone()),
                     ports: ports.clone(),

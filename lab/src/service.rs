@@ -669,15 +669,25 @@ pub const MANAGED_BY_LABEL: &str = "endpointslice.kubernetes.io/managed-by";
 /// The lab's value of [`MANAGED_BY_LABEL`].
 pub const MANAGED_BY_LAB: &str = "oxvs-lab";
 
-/// The EndpointSlices (`discovery.k8s.io/v1beta1`, what kube-proxy 1.20
-/// reads) of an Endpoints-shaped object `ep` for `family`: one slice per
-/// subset that has addresses of that family, named
-/// `<service>-<ipv4|ipv6>-<i>`, each address ready and carrying its node
-/// (`topology` `kubernetes.io/hostname`, as kube-proxy 1.20 reads it for
-/// `externalTrafficPolicy: Local`) and `targetRef`. This is what
-/// Kubernetes' EndpointSlice controller (a Service with a selector) or
-/// mirroring controller (the user's Endpoints) would write.
-pub fn endpoint_slices(ep: &Value, family: Family) -> Vec<Value> {
+/// The EndpointSlice API version the lab writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SliceApi {
+    /// `discovery.k8s.io/v1beta1`, what kube-proxy 1.20 reads: an
+    /// endpoint's node in `topology` `kubernetes.io/hostname`.
+    V1beta1,
+    /// `discovery.k8s.io/v1` (the agents' manifest source): the node in
+    /// `nodeName`.
+    V1,
+}
+
+/// The EndpointSlices (of `api`'s version) of an Endpoints-shaped object
+/// `ep` for `family`: one slice per subset that has addresses of that
+/// family, named `<service>-<ipv4|ipv6>-<i>`, each address ready and
+/// carrying its node (kube-proxy reads it for `externalTrafficPolicy:
+/// Local`) and `targetRef`. This is what Kubernetes' EndpointSlice
+/// controller (a Service with a selector) or mirroring controller (the
+/// user's Endpoints) would write.
+pub fn endpoint_slices(ep: &Value, family: Family, api: SliceApi) -> Vec<Value> {
     let name = ep.pointer("/metadata/name").cloned().unwrap_or(Value::Null);
     let namespace = ep
         .pointer("/metadata/namespace")
@@ -707,7 +717,12 @@ pub fn endpoint_slices(ep: &Value, family: Family) -> Vec<Value> {
                 e.insert("addresses".into(), json!([a["ip"]]));
                 e.insert("conditions".into(), json!({ "ready": true }));
                 if let Some(node) = a.get("nodeName").and_then(Value::as_str) {
-                    e.insert("topology".into(), json!({ "kubernetes.io/hostname": node }));
+                    match api {
+                        SliceApi::V1beta1 => {
+                            e.insert("topology".into(), json!({ "kubernetes.io/hostname": node }))
+                        }
+                        SliceApi::V1 => e.insert("nodeName".into(), json!(node)),
+                    };
                 }
                 if let Some(r) = a.get("targetRef") {
                     e.insert("targetRef".into(), r.clone());
@@ -720,7 +735,10 @@ pub fn endpoint_slices(ep: &Value, family: Family) -> Vec<Value> {
         }
         let ports = subset.get("ports").cloned().unwrap_or_else(|| json!([]));
         out.push(json!({
-            "apiVersion": "discovery.k8s.io/v1beta1",
+            "apiVersion": match api {
+                SliceApi::V1beta1 => "discovery.k8s.io/v1beta1",
+                SliceApi::V1 => "discovery.k8s.io/v1",
+            },
             "kind": "EndpointSlice",
             "metadata": {
                 "name": format!("{service}-{}-{}", family.suffix(), out.len()),
@@ -1151,16 +1169,16 @@ spec:
         let ep6 = endpoints_object(&s, &pods, Family::Ipv6);
         assert_eq!(address_count(&ep4), 3);
         assert_eq!(address_count(&ep6), 2);
-        let v4 = endpoint_slices(&ep4, Family::Ipv4);
+        let v4 = endpoint_slices(&ep4, Family::Ipv4, SliceApi::V1beta1);
         assert_eq!(v4.len(), 1, "{v4:?}");
         assert_eq!(v4[0]["addressType"], "IPv4");
         assert_eq!(v4[0]["metadata"]["name"], "web-ipv4-0");
         assert_eq!(v4[0]["metadata"]["labels"][SERVICE_NAME_LABEL], "web");
         assert_eq!(v4[0]["endpoints"].as_array().map(Vec::len), Some(3));
         // An IPv6 object gives no IPv4 slice, and the other way round.
-        assert!(endpoint_slices(&ep6, Family::Ipv4).is_empty());
-        assert!(endpoint_slices(&ep4, Family::Ipv6).is_empty());
-        let v6 = endpoint_slices(&ep6, Family::Ipv6);
+        assert!(endpoint_slices(&ep6, Family::Ipv4, SliceApi::V1beta1).is_empty());
+        assert!(endpoint_slices(&ep4, Family::Ipv6, SliceApi::V1beta1).is_empty());
+        let v6 = endpoint_slices(&ep6, Family::Ipv6, SliceApi::V1beta1);
         assert_eq!(v6.len(), 1, "{v6:?}");
         assert_eq!(v6[0]["addressType"], "IPv6");
         assert_eq!(v6[0]["metadata"]["name"], "web-ipv6-0");
@@ -1170,6 +1188,11 @@ spec:
         assert_eq!(e0["topology"]["kubernetes.io/hostname"], "node-1");
         assert_eq!(e0["targetRef"]["name"], "a1");
         assert_eq!(v6[0]["ports"], ep6["subsets"][0]["ports"]);
+        // v1: the node in nodeName.
+        let v1 = endpoint_slices(&ep6, Family::Ipv6, SliceApi::V1);
+        assert_eq!(v1[0]["apiVersion"], "discovery.k8s.io/v1");
+        assert_eq!(v1[0]["endpoints"][0]["nodeName"], "node-1");
+        assert!(v1[0]["endpoints"][0].get("topology").is_none());
         // A user's Endpoints with both families: mirrored per family.
         let user = json!({
             "metadata": {"name": "ext", "namespace": "web"},
@@ -1177,11 +1200,11 @@ spec:
                          "ports": [{"port": 80, "protocol": "TCP"}]}],
         });
         assert_eq!(
-            endpoint_slices(&user, Family::Ipv4)[0]["endpoints"][0]["addresses"],
+            endpoint_slices(&user, Family::Ipv4, SliceApi::V1beta1)[0]["endpoints"][0]["addresses"],
             json!(["192.0.2.1"])
         );
         assert_eq!(
-            endpoint_slices(&user, Family::Ipv6)[0]["endpoints"][0]["addresses"],
+            endpoint_slices(&user, Family::Ipv6, SliceApi::V1beta1)[0]["endpoints"][0]["addresses"],
             json!(["2001:db8::1"])
         );
     }

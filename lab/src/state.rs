@@ -312,6 +312,10 @@ pub struct ProxyState {
     /// `ns/name` -> the Endpoints the lab wrote (Services with a selector).
     #[serde(default)]
     pub endpoints: BTreeMap<String, serde_json::Value>,
+    /// Their IPv6 side (a dual-stack lab): the Endpoints-shaped object
+    /// written as IPv6 EndpointSlices.
+    #[serde(default)]
+    pub endpoints6: BTreeMap<String, serde_json::Value>,
 }
 
 /// What `up --kube-proxy` runs: an etcd + kube-apiserver from

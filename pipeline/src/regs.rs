@@ -355,6 +355,36 @@ pub const AFFINITY_LEARN: RegMark = RegMark {
     doc: "the endpoint was just chosen: learn it",
 };
 
+/// `reg8`-`reg11`: an IPv6 endpoint address a Service connection goes
+/// to (session affinity, as [`ENDPOINT_IP`] for IPv4), most significant
+/// 32 bits in `reg8`.
+pub const ENDPOINT_IP6: [RegField; 4] = [
+    endpoint_ip6_word(
+        "ENDPOINT_IP6_0",
+        8,
+        "the IPv6 endpoint address a Service connection goes to, bits 127-96 (session affinity)",
+    ),
+    endpoint_ip6_word("ENDPOINT_IP6_1", 9, "the IPv6 endpoint address, bits 95-64"),
+    endpoint_ip6_word(
+        "ENDPOINT_IP6_2",
+        10,
+        "the IPv6 endpoint address, bits 63-32",
+    ),
+    endpoint_ip6_word("ENDPOINT_IP6_3", 11, "the IPv6 endpoint address, bits 31-0"),
+];
+
+/// One whole register of [`ENDPOINT_IP6`].
+const fn endpoint_ip6_word(name: &'static str, reg: u8, doc: &'static str) -> RegField {
+    RegField {
+        name,
+        store: Store::Reg(reg),
+        lo: 0,
+        hi: 31,
+        doc,
+        load_format: LoadFormat::Hex,
+    }
+}
+
 /// `ct_mark[1]`: the connection is SNATed in the SNAT zone (the Service
 /// proxy's ServiceSNAT sets it on the pod traffic zone's connection, so
 /// that every later packet of the connection is SNATed too).
@@ -387,6 +417,10 @@ pub const FIELDS: &[RegField] = &[
     ENDPOINT_IP,
     ENDPOINT_PORT,
     AFFINITY,
+    ENDPOINT_IP6[0],
+    ENDPOINT_IP6[1],
+    ENDPOINT_IP6[2],
+    ENDPOINT_IP6[3],
     CT_FROM_GATEWAY,
     CT_SERVICE_SNAT,
 ];

@@ -147,7 +147,7 @@ struct Applied {
     /// The groups (the proxy's), as group lines.
     groups: HashSet<String>,
     /// The proxy's UDP endpoints the switch serves.
-    udp_endpoints: BTreeSet<(Ipv4Addr, u16)>,
+    udp_endpoints: BTreeSet<(std::net::IpAddr, u16)>,
 }
 
 /// The IPAM store, once the pod CIDR is known. Locked only on the

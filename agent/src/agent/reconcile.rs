@@ -15,7 +15,7 @@
 //! `replace-flows`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 
 use ipnet::{IpNet, Ipv4Net};
 use oxvs_api::cni::{code, CniError};
@@ -164,8 +164,8 @@ impl Agent {
         }
         // Endpoints gone: their UDP connections end now (kube-proxy's
         // conntrack flush), or clients keep sending to a dead endpoint.
-        let udp_now: BTreeSet<(Ipv4Addr, u16)> = desired.udp_endpoints.iter().copied().collect();
-        let gone: Vec<(Ipv4Addr, u16)> = applied
+        let udp_now: BTreeSet<(IpAddr, u16)> = desired.udp_endpoints.iter().copied().collect();
+        let gone: Vec<(IpAddr, u16)> = applied
             .udp_endpoints
             .difference(&udp_now)
             .copied()
@@ -272,6 +272,16 @@ impl Agent {
             for ip in crate::proxy::host_routes(&cluster) {
                 want.entry(Ipv4Net::from(ip).into())
                     .or_insert(Some(vip.into()));
+            }
+            if node.ipv6.is_some() {
+                // IPv6 ClusterIPs via the IPv6 VIP, for which the switch
+                // answers Neighbour Discovery.
+                let vip6 = crate::proxy::SERVICE_VIP6;
+                want.insert(ipnet::Ipv6Net::from(vip6).into(), None);
+                for ip in crate::proxy::host_routes6(&cluster) {
+                    want.entry(ipnet::Ipv6Net::from(ip).into())
+                        .or_insert(Some(vip6.into()));
+                }
             }
         }
         let mut have = self.routes.lock().map(|r| r.clone()).unwrap_or_default();

@@ -239,7 +239,7 @@ pub(super) fn remote_flows(node: &NodeNet, r: &RemoteNode, cidr: ipnet::Ipv6Net)
 /// lets a flow write `nd_tll` only where its match says the packet is an
 /// advertisement, so the first makes the solicitation one and resubmits
 /// it, marked, to the second.
-fn nd_answer(cookie: u64, ip: Ipv6Addr, mac: &[u8; 6]) -> Vec<FlowLine> {
+pub(crate) fn nd_answer(cookie: u64, ip: Ipv6Addr, mac: &[u8; 6]) -> Vec<FlowLine> {
     let mac = mac_str(mac);
     let solicit = FlowLine::new(ARP_RESPONDER, priority::arp_responder::ANSWER, cookie)
         .matching("icmp6")

@@ -543,7 +543,7 @@ fn lab_run(a: &LabArgs, mode: Mode, spec: ModelSpec) -> Result<Value> {
         .get(&key)
         .and_then(|e| e.endpoints.first())
         .map(|e| e.ip)
-        .unwrap_or(Ipv4Addr::UNSPECIFIED);
+        .unwrap_or(Ipv4Addr::UNSPECIFIED.into());
     let change_objs: Vec<Value> = lab_objects(&changed)
         .into_iter()
         .filter(|o| o["kind"] == "Endpoints" && o["metadata"]["name"] == key.1.as_str())

@@ -827,7 +827,11 @@ pub fn apply_endpoints(ctx: &Ctx, st: &mut LabState, obj: &Object) -> anyhow::Re
         // slices go first: the new set may have fewer).
         delete_service_slices(ctx, &k, &obj.namespace, &obj.name)?;
         for family in [Family::Ipv4, Family::Ipv6] {
-            objects.extend(service::endpoint_slices(&api_object(obj), family));
+            objects.extend(service::endpoint_slices(
+                &api_object(obj),
+                family,
+                service::SliceApi::V1beta1,
+            ));
         }
     }
     let out = apply_list(ctx, &k, objects)
@@ -995,10 +999,10 @@ pub fn sync_endpoints_keys(ctx: &Ctx, st: &mut LabState) -> anyhow::Result<Vec<(
             (Family::Ipv6, &changed6, &k.endpoints6),
         ] {
             for (key, ep) in list {
-                let slices = service::endpoint_slices(ep, family);
+                let slices = service::endpoint_slices(ep, family, service::SliceApi::V1beta1);
                 let before = old
                     .get(key)
-                    .map(|e| service::endpoint_slices(e, family))
+                    .map(|e| service::endpoint_slices(e, family, service::SliceApi::V1beta1))
                     .unwrap_or_default();
                 stale.extend(
                     before

@@ -5,25 +5,27 @@
 //! controller's role, [`crate::service::endpoints_object`]) into the
 //! manifest directory the agents watch.
 //!
-//! ClusterIPs: `spec.clusterIP` if given (inside [`SERVICE_CIDR`], not
-//! taken), else the lowest free address from `10.96.0.10` (an
-//! allocator's job in Kubernetes); NodePorts likewise, from 30000. A
+//! ClusterIPs, one per family the Service asks for (IPv6 in a dual-stack
+//! lab: `spec.clusterIPs`, `spec.ipFamilies` written back as a dual-stack
+//! API server does): the one given if any (inside [`SERVICE_CIDR`] or
+//! [`SERVICE_CIDR6`], not taken), else the lowest free address from
+//! `10.96.0.10` or `fd00:10:96::a` (an allocator's job in Kubernetes); NodePorts likewise, from 30000. A
 //! LoadBalancer Service gets its `spec.loadBalancerIP` as its load
 //! balancer address (`status.loadBalancer.ingress`), as MetalLB would
 //! give it. A Service without a selector gets the Endpoints the user
 //! applies.
 
 use std::collections::BTreeSet;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use anyhow::Context;
 use serde_json::{json, Value};
 
-use super::kube::{apply_word_local, SERVICE_CIDR};
+use super::kube::{apply_word_local, SERVICE_CIDR, SERVICE_CIDR6};
 use super::Ctx;
 use crate::manifest::{self, Object};
-use crate::service::{self, Backend};
-use crate::state::{LabState, ProxyState};
+use crate::service::{self, Backend, Family, SliceApi};
+use crate::state::{IpFamily, LabState, ProxyState};
 
 fn proxy(st: &LabState) -> anyhow::Result<&ProxyState> {
     st.proxy.as_ref().with_context(|| {
@@ -39,98 +41,176 @@ pub fn serves_services(st: &LabState) -> bool {
     st.kube.is_none() && st.proxy.is_some()
 }
 
-/// An IPv4 prefix (`10.96.0.0/16`).
+/// A ClusterIP range of either family (`10.96.0.0/16`,
+/// `fd00:10:96::/108`), addresses as integers.
 struct ServiceRange {
-    base: u32,
+    base: u128,
+    /// Address width: 32 or 128.
+    width: u32,
     len: u32,
 }
 
 impl ServiceRange {
     fn parse(s: &str) -> Option<ServiceRange> {
         let (a, l) = s.split_once('/')?;
-        let base = u32::from(a.parse::<Ipv4Addr>().ok()?);
-        let len: u32 = l.parse().ok().filter(|l| (8..=30).contains(l))?;
-        Some(ServiceRange { base, len })
+        let (base, width) = match a.parse::<IpAddr>().ok()? {
+            IpAddr::V4(a) => (u128::from(u32::from(a)), 32),
+            IpAddr::V6(a) => (u128::from(a), 128),
+        };
+        let len: u32 = l.parse().ok().filter(|l| (8..=width - 2).contains(l))?;
+        Some(ServiceRange { base, width, len })
     }
 
-    fn contains(&self, ip: &Ipv4Addr) -> bool {
-        let mask = u32::MAX << (32 - self.len);
-        u32::from(*ip) & mask == self.base & mask
+    /// The range of `family`'s ClusterIPs.
+    fn of(family: Family) -> anyhow::Result<ServiceRange> {
+        let cidr = match family {
+            Family::Ipv4 => SERVICE_CIDR,
+            Family::Ipv6 => SERVICE_CIDR6,
+        };
+        ServiceRange::parse(cidr).with_context(|| format!("the lab's Service range {cidr}"))
     }
 
-    /// Every address but the network and broadcast ones.
-    fn hosts(&self) -> impl Iterator<Item = Ipv4Addr> {
-        let n = 1u32 << (32 - self.len);
-        let base = self.base & (u32::MAX << (32 - self.len));
-        (1..n - 1).map(move |i| Ipv4Addr::from(base + i))
+    fn mask(&self) -> u128 {
+        let host_bits = self.width - self.len;
+        let all = if self.width == 128 {
+            u128::MAX
+        } else {
+            (1u128 << self.width) - 1
+        };
+        all & !((1u128 << host_bits) - 1)
+    }
+
+    fn contains(&self, ip: &IpAddr) -> bool {
+        let (n, width) = match ip {
+            IpAddr::V4(a) => (u128::from(u32::from(*a)), 32),
+            IpAddr::V6(a) => (u128::from(*a), 128),
+        };
+        width == self.width && n & self.mask() == self.base & self.mask()
+    }
+
+    /// Every address but the network and broadcast ones; of a large
+    /// IPv6 range the first 65536 only (as the v1.20 API server).
+    fn hosts(&self) -> impl Iterator<Item = IpAddr> + '_ {
+        let n = (1u128 << (self.width - self.len)).min(1 << 16);
+        let base = self.base & self.mask();
+        (1..n - 1).map(move |i| match self.width {
+            32 => IpAddr::V4(Ipv4Addr::from(u32::try_from(base + i).unwrap_or(0))),
+            _ => IpAddr::V6(Ipv6Addr::from(base + i)),
+        })
     }
 }
 
 impl std::fmt::Display for ServiceRange {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", Ipv4Addr::from(self.base), self.len)
+        match self.width {
+            32 => write!(
+                f,
+                "{}/{}",
+                Ipv4Addr::from(u32::try_from(self.base).unwrap_or(0)),
+                self.len
+            ),
+            _ => write!(f, "{}/{}", Ipv6Addr::from(self.base), self.len),
+        }
     }
 }
 
-fn cluster_ip_of(body: &Value) -> Option<Ipv4Addr> {
-    body.pointer("/spec/clusterIP")?.as_str()?.parse().ok()
+/// A Service's ClusterIPs as written (`spec.clusterIPs`, else
+/// `spec.clusterIP`).
+fn cluster_ips_of(body: &Value) -> Vec<IpAddr> {
+    let listed: Vec<IpAddr> = body
+        .pointer("/spec/clusterIPs")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.as_str()?.parse().ok())
+        .collect();
+    if !listed.is_empty() {
+        return listed;
+    }
+    body.pointer("/spec/clusterIP")
+        .and_then(Value::as_str)
+        .and_then(|s| s.parse().ok())
+        .into_iter()
+        .collect()
 }
 
-/// `apply` of a Service: checked, a ClusterIP given, written with its
-/// Endpoints.
+/// `apply` of a Service: checked, a ClusterIP given per family it asks
+/// for (an IPv6 one in a dual-stack lab), written with its Endpoints.
 pub fn apply_service(ctx: &Ctx, st: &mut LabState, obj: &Object) -> anyhow::Result<&'static str> {
     let spec = service::parse_service(obj)?;
-    if spec.families.contains(&service::Family::Ipv6) {
+    let dual = st.ip_family == IpFamily::Dual;
+    if spec.families.contains(&Family::Ipv6) && !dual {
         anyhow::bail!(
-            "{}: asks for an IPv6 ClusterIP, which the in-pipeline proxy (`up --proxy`) does not serve yet: use `up --kube-proxy --ip-family dual`",
-            obj.display_name()
+            "{}: asks for an IPv6 ClusterIP (spec.ipFamilies, spec.ipFamilyPolicy or spec.clusterIP), and lab {} is IPv4-only (`oxvs-lab up --proxy --ip-family dual` has IPv6 Services)",
+            obj.display_name(),
+            st.name
         );
     }
     let p = proxy(st)?.clone();
     let key = spec.key();
-    let range = ServiceRange::parse(SERVICE_CIDR).context("the lab's Service range")?;
-    let taken: BTreeSet<Ipv4Addr> = p
+    let mut body = obj.body.clone();
+    if body.pointer("/spec/clusterIP").and_then(Value::as_str) == Some("None") {
+        anyhow::bail!("{}: headless Services are not proxied", obj.display_name());
+    }
+    let given = cluster_ips_of(&body);
+    let before = p.services.get(&key).map(cluster_ips_of).unwrap_or_default();
+    let taken: BTreeSet<IpAddr> = p
         .services
         .iter()
         .filter(|(k, _)| **k != key)
-        .filter_map(|(_, b)| cluster_ip_of(b))
+        .flat_map(|(_, b)| cluster_ips_of(b))
         .collect();
-    let mut body = obj.body.clone();
-    let ip = match body.pointer("/spec/clusterIP").and_then(Value::as_str) {
-        Some(s) if !s.is_empty() && s != "None" => {
-            let ip: Ipv4Addr = s.parse().with_context(|| {
-                format!(
-                    "{}: spec.clusterIP {s:?} is not an IPv4 address",
-                    obj.display_name()
-                )
-            })?;
-            if !range.contains(&ip) {
-                anyhow::bail!(
-                    "{}: spec.clusterIP {ip} is outside the lab's Service range {range}",
-                    obj.display_name()
-                );
+    let mut ips: Vec<IpAddr> = Vec::new();
+    for (i, family) in spec.families.iter().enumerate() {
+        let range = ServiceRange::of(*family)?;
+        let ip = match given.get(i) {
+            Some(ip) => {
+                if !range.contains(ip) {
+                    anyhow::bail!(
+                        "{}: ClusterIP {ip} is outside the lab's Service range {range}",
+                        obj.display_name()
+                    );
+                }
+                if taken.contains(ip) {
+                    anyhow::bail!(
+                        "{}: ClusterIP {ip} is already allocated",
+                        obj.display_name()
+                    );
+                }
+                *ip
             }
-            if taken.contains(&ip) {
-                anyhow::bail!(
-                    "{}: spec.clusterIP {ip} is already allocated",
-                    obj.display_name()
-                );
-            }
-            ip
-        }
-        Some("None") => anyhow::bail!("{}: headless Services are not proxied", obj.display_name()),
-        _ => match p.services.get(&key).and_then(cluster_ip_of) {
             // A re-apply keeps the address, as the API server does.
-            Some(ip) => ip,
-            None => range
-                .hosts()
-                .skip(9)
-                .find(|a| !taken.contains(a))
-                .context("the lab's Service range is full")?,
-        },
-    };
-    if let Some(spec) = body.get_mut("spec").and_then(Value::as_object_mut) {
-        spec.insert("clusterIP".into(), json!(ip.to_string()));
+            None => match before.iter().find(|b| Family::of(**b) == *family) {
+                Some(ip) => *ip,
+                None => range
+                    .hosts()
+                    .skip(9)
+                    .find(|a| !taken.contains(a))
+                    .with_context(|| format!("the lab's Service range {range} is full"))?,
+            },
+        };
+        ips.push(ip);
+    }
+    if let Some(s) = body.get_mut("spec").and_then(Value::as_object_mut) {
+        s.insert(
+            "clusterIP".into(),
+            json!(ips.first().map(IpAddr::to_string)),
+        );
+        if dual {
+            // What a dual-stack API server writes back.
+            s.insert(
+                "clusterIPs".into(),
+                json!(ips.iter().map(IpAddr::to_string).collect::<Vec<_>>()),
+            );
+            s.insert(
+                "ipFamilies".into(),
+                json!(spec
+                    .families
+                    .iter()
+                    .map(|f| f.api_name())
+                    .collect::<Vec<_>>()),
+            );
+        }
     }
     allocate_node_ports(&spec, &mut body, &p, &key)?;
     // The lab's load balancer: it gives a LoadBalancer Service the address
@@ -152,11 +232,19 @@ pub fn apply_service(ctx: &Ctx, st: &mut LabState, obj: &Object) -> anyhow::Resu
     let existed = p.services.contains_key(&key);
     let unchanged = p.services.get(&key) == Some(&body);
     manifest::write(&dir, &file, &body)?;
+    if spec.selector.is_none() {
+        // The slices of an earlier version with a selector would hide the
+        // user's Endpoints from the agents.
+        for f in slice_files(&p, &key) {
+            manifest::remove(&dir, &f)?;
+        }
+    }
     if let Some(p) = st.proxy.as_mut() {
         p.services.insert(key.clone(), body);
         if spec.selector.is_none() {
             // The user's Endpoints from now on.
             p.endpoints.remove(&key);
+            p.endpoints6.remove(&key);
         }
     }
     ctx.paths.save(st)?;
@@ -246,7 +334,7 @@ fn allocate_node_ports(
 
 /// `apply` of an Endpoints object, for a Service without a selector.
 pub fn apply_endpoints(ctx: &Ctx, st: &mut LabState, obj: &Object) -> anyhow::Result<&'static str> {
-    service::check_endpoints(obj, false)?;
+    service::check_endpoints(obj, st.ip_family == IpFamily::Dual)?;
     let p = proxy(st)?;
     let key = format!("{}/{}", obj.namespace, obj.name);
     if p.endpoints.contains_key(&key) {
@@ -273,11 +361,17 @@ pub fn delete_service(ctx: &Ctx, st: &mut LabState, ns: &str, name: &str) -> any
     let key = format!("{ns}/{name}");
     manifest::remove(&dir, &manifest::object_file_name("Service", ns, name))?;
     manifest::remove(&dir, &manifest::object_file_name("Endpoints", ns, name))?;
+    if let Some(p) = &st.proxy {
+        for f in slice_files(p, &key) {
+            manifest::remove(&dir, &f)?;
+        }
+    }
     let known = st
         .proxy
         .as_mut()
         .map(|p| {
             p.endpoints.remove(&key);
+            p.endpoints6.remove(&key);
             p.services.remove(&key).is_some()
         })
         .unwrap_or(false);
@@ -313,26 +407,82 @@ pub fn sync_endpoints(
     let Some(p) = st.proxy.clone() else {
         return Ok(Vec::new());
     };
+    let dual = st.ip_family == IpFamily::Dual;
     let dir = ctx.paths.manifests();
+    let changed = service::changed_endpoints(&p.services, &p.endpoints, pods, Family::Ipv4);
+    let changed6 = match dual {
+        true => service::changed_endpoints(&p.services, &p.endpoints6, pods, Family::Ipv6),
+        false => Vec::new(),
+    };
     let mut out = Vec::new();
-    for (key, ep) in
-        service::changed_endpoints(&p.services, &p.endpoints, pods, service::Family::Ipv4)
-    {
+    for (key, ep) in &changed {
         let Some((ns, name)) = key.split_once('/') else {
             continue;
         };
-        manifest::write(
-            &dir,
-            &manifest::object_file_name("Endpoints", ns, name),
-            &ep,
-        )?;
-        out.push((key.clone(), service::address_count(&ep)));
-        if let Some(pp) = st.proxy.as_mut() {
-            pp.endpoints.insert(key, ep);
+        manifest::write(&dir, &manifest::object_file_name("Endpoints", ns, name), ep)?;
+        out.push((key.clone(), service::address_count(ep)));
+    }
+    if dual {
+        // The agents read EndpointSlices before Endpoints: one per family,
+        // as a dual-stack cluster's EndpointSlice controller writes them.
+        for (family, list, old) in [
+            (Family::Ipv4, &changed, &p.endpoints),
+            (Family::Ipv6, &changed6, &p.endpoints6),
+        ] {
+            for (key, ep) in list {
+                let Some((ns, _)) = key.split_once('/') else {
+                    continue;
+                };
+                let now = service::endpoint_slices(ep, family, SliceApi::V1);
+                for b in old
+                    .get(key)
+                    .map(|e| service::endpoint_slices(e, family, SliceApi::V1))
+                    .unwrap_or_default()
+                {
+                    if !now.iter().any(|n| n["metadata"] == b["metadata"]) {
+                        manifest::remove(&dir, &slice_file(ns, &b))?;
+                    }
+                }
+                for slice in &now {
+                    manifest::write(&dir, &slice_file(ns, slice), slice)?;
+                }
+                if family == Family::Ipv6 && !out.iter().any(|(k, _)| k == key) {
+                    let n = p.endpoints.get(key).map_or(0, service::address_count);
+                    out.push((key.clone(), n));
+                }
+            }
         }
+    }
+    if let Some(pp) = st.proxy.as_mut() {
+        pp.endpoints.extend(changed);
+        pp.endpoints6.extend(changed6);
     }
     if !out.is_empty() {
         ctx.paths.save(st)?;
     }
     Ok(out)
+}
+
+/// The manifest file of an EndpointSlice in namespace `ns`.
+fn slice_file(ns: &str, slice: &Value) -> String {
+    let name = slice
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    manifest::object_file_name("EndpointSlice", ns, name)
+}
+
+/// The EndpointSlice files the lab wrote for Service `key` (both
+/// families, from the Endpoints it last computed).
+fn slice_files(p: &ProxyState, key: &str) -> Vec<String> {
+    let ns = key.split_once('/').map_or("", |(ns, _)| ns);
+    [
+        (Family::Ipv4, p.endpoints.get(key)),
+        (Family::Ipv6, p.endpoints6.get(key)),
+    ]
+    .into_iter()
+    .filter_map(|(f, e)| e.map(|e| (f, e)))
+    .flat_map(|(f, e)| service::endpoint_slices(e, f, SliceApi::V1))
+    .map(|s| slice_file(ns, &s))
+    .collect()
 }

@@ -2,12 +2,17 @@
 //! in-pipeline proxy needs), with the API server's defaulting: port
 //! `protocol` TCP, `sessionAffinityConfig.clientIP.timeoutSeconds` 10800,
 //! an endpoint's `conditions.ready` unset counting as ready,
-//! `externalTrafficPolicy` and `internalTrafficPolicy` Cluster. IPv6
-//! cluster IPs, external IPs and endpoint addresses are skipped (the model
-//! is IPv4).
+//! `externalTrafficPolicy` and `internalTrafficPolicy` Cluster. A
+//! Service has a ClusterIP per family (`spec.clusterIPs`, else
+//! `spec.clusterIP`), endpoints of both families are kept (Endpoints
+//! addresses, IPv4 and IPv6 EndpointSlices); IPv6 external and load
+//! balancer addresses are skipped (NodePorts and external addresses are
+//! served over IPv4 only).
 
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::discovery::v1 as discovery;
+
+use std::net::IpAddr;
 
 use super::{namespaced_name, parse_ip, protocol, ConvertError, Errs};
 use crate::model::{Endpoint, EndpointPort, EndpointSet, Service, ServicePort};
@@ -22,21 +27,48 @@ fn port_number(n: i32) -> Option<u16> {
     u16::try_from(n).ok().filter(|p| *p != 0)
 }
 
-/// Converts a Service: its IPv4 cluster IP (none for headless and
-/// `ExternalName` Services), ports and session affinity.
+/// Parses an address of either family.
+fn parse_any_ip(s: &str) -> Result<IpAddr, String> {
+    s.parse::<IpAddr>()
+        .map_err(|_| format!("invalid IP address {s:?}"))
+}
+
+/// Converts a Service: its ClusterIP of each family (none for headless
+/// and `ExternalName` Services), ports and session affinity.
 pub fn service(svc: &core::Service) -> Result<Service, ConvertError> {
     let (namespace, name) = namespaced_name("Service", &svc.metadata)?;
     let mut errs = Errs::default();
     let spec = svc.spec.clone().unwrap_or_default();
     let external_name = spec.type_.as_deref() == Some("ExternalName");
-    let mut cluster_ip = None;
-    match spec.cluster_ip.as_deref() {
-        None | Some("") | Some("None") => {}
-        Some(_) if external_name => {}
-        Some(ip) => match parse_ip(ip) {
-            Ok(a) => cluster_ip = a,
-            Err(m) => errs.push("spec.clusterIP", m),
-        },
+    let (mut cluster_ip, mut cluster_ip6) = (None, None);
+    // `spec.clusterIPs` (dual-stack, primary first; `clusterIP` is its
+    // first entry), else `spec.clusterIP`.
+    let listed: Vec<(String, &str)> = match &spec.cluster_ips {
+        Some(ips) if !ips.is_empty() => ips
+            .iter()
+            .enumerate()
+            .map(|(i, ip)| (format!("spec.clusterIPs[{i}]"), ip.as_str()))
+            .collect(),
+        _ => spec
+            .cluster_ip
+            .as_deref()
+            .map(|ip| ("spec.clusterIP".to_string(), ip))
+            .into_iter()
+            .collect(),
+    };
+    for (field, ip) in listed {
+        if external_name || ip.is_empty() || ip == "None" {
+            continue;
+        }
+        match parse_any_ip(ip) {
+            Ok(IpAddr::V4(a)) if cluster_ip.is_none() => cluster_ip = Some(a),
+            Ok(IpAddr::V6(a)) if cluster_ip6.is_none() => cluster_ip6 = Some(a),
+            Ok(_) => errs.push(
+                field,
+                format!("a second ClusterIP of the same family ({ip})"),
+            ),
+            Err(m) => errs.push(field, m),
+        }
     }
     // NodePorts are allocated for NodePort and LoadBalancer Services only
     // (a `nodePort` elsewhere is left over from an earlier type).
@@ -162,6 +194,7 @@ pub fn service(svc: &core::Service) -> Result<Service, ConvertError> {
             namespace,
             name,
             cluster_ip,
+            cluster_ip6,
             ports,
             affinity_timeout,
             external_ips,
@@ -205,14 +238,13 @@ pub fn endpoints(ep: &core::Endpoints) -> Result<EndpointSet, ConvertError> {
         ];
         for (list, ready, addrs) in lists {
             for (ai, a) in addrs.unwrap_or_default().iter().enumerate() {
-                match parse_ip(&a.ip) {
-                    Ok(Some(ip)) => out.push(Endpoint {
+                match parse_any_ip(&a.ip) {
+                    Ok(ip) => out.push(Endpoint {
                         ip,
                         ready,
                         node_name: a.node_name.clone(),
                         ports: ports.clone(),
                     }),
-                    Ok(None) => {}
                     Err(m) => errs.push(format!("subsets[{si}].{list}[{ai}].ip"), m),
                 }
             }
@@ -229,8 +261,9 @@ pub fn endpoints(ep: &core::Endpoints) -> Result<EndpointSet, ConvertError> {
     )
 }
 
-/// Converts an EndpointSlice (IPv4 ones; an IPv6 or FQDN slice has no
-/// endpoint here): its Service from the `kubernetes.io/service-name`
+/// Converts an EndpointSlice (IPv4 and IPv6 ones; an FQDN slice has no
+/// endpoint here; an address of the other family than `addressType`
+/// says is refused): its Service from the `kubernetes.io/service-name`
 /// label, every address of every endpoint with the slice's ports.
 pub fn endpoint_slice(slice: &discovery::EndpointSlice) -> Result<EndpointSet, ConvertError> {
     let (namespace, name) = namespaced_name("EndpointSlice", &slice.metadata)?;
@@ -277,19 +310,28 @@ pub fn endpoint_slice(slice: &discovery::EndpointSlice) -> Result<EndpointSet, C
     }
     ports.sort();
     let mut out = Vec::new();
-    if slice.address_type == "IPv4" {
+    let v6 = match slice.address_type.as_str() {
+        "IPv4" => Some(false),
+        "IPv6" => Some(true),
+        _ => None,
+    };
+    if let Some(v6) = v6 {
         for (ei, e) in slice.endpoints.iter().flatten().enumerate() {
             let ready = e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true);
             for (ai, a) in e.addresses.iter().enumerate() {
-                match parse_ip(a) {
-                    Ok(Some(ip)) => out.push(Endpoint {
+                let field = format!("endpoints[{ei}].addresses[{ai}]");
+                match parse_any_ip(a) {
+                    Ok(ip) if ip.is_ipv6() == v6 => out.push(Endpoint {
                         ip,
                         ready,
                         node_name: e.node_name.clone(),
                         ports: ports.clone(),
                     }),
-                    Ok(None) => {}
-                    Err(m) => errs.push(format!("endpoints[{ei}].addresses[{ai}]"), m),
+                    Ok(_) => errs.push(
+                        field,
+                        format!("{a} is not an {} address", slice.address_type),
+                    ),
+                    Err(m) => errs.push(field, m),
                 }
             }
         }
@@ -423,8 +465,9 @@ mod tests {
         .unwrap();
         let set = endpoints(&ep).unwrap();
         assert_eq!(set.service, ("shop".into(), "web".into()));
-        assert_eq!(set.endpoints.len(), 2, "IPv6 skipped");
-        assert!(set.endpoints[0].ready && !set.endpoints[1].ready);
+        assert_eq!(set.endpoints.len(), 3, "IPv6 kept");
+        assert!(set.endpoints[0].ready && set.endpoints[1].ready && !set.endpoints[2].ready);
+        assert_eq!(set.endpoints[1].ip, "fd00::1".parse::<IpAddr>().unwrap());
         let bad: core::Endpoints = serde_json::from_value(json!({
             "metadata": {"name": "web"},
             "subsets": [{"addresses": [{"ip": "10.244.0.300"}], "ports": [{"port": 0}]}]
@@ -452,5 +495,62 @@ mod tests {
         assert!(!set.endpoints[1].ready);
         let e = endpoint_slice(&slice(json!({}))).unwrap_err().to_string();
         assert!(e.contains(SERVICE_NAME_LABEL), "{e}");
+
+        // An IPv6 slice: its addresses kept; one of the wrong family named.
+        let v6 = |addr: &str| -> discovery::EndpointSlice {
+            serde_json::from_value(json!({
+                "metadata": {"name": "web-v6", "namespace": "shop",
+                             "labels": {SERVICE_NAME_LABEL: "web"}},
+                "addressType": "IPv6",
+                "endpoints": [{"addresses": [addr], "nodeName": "n1"}],
+                "ports": [{"name": "http", "port": 8080}]
+            }))
+            .unwrap()
+        };
+        let set = endpoint_slice(&v6("fd00:10:244:1::5")).unwrap();
+        assert_eq!(set.endpoints.len(), 1);
+        assert_eq!(
+            set.endpoints[0].ip,
+            "fd00:10:244:1::5".parse::<IpAddr>().unwrap()
+        );
+        assert_eq!(set.endpoints[0].node_name.as_deref(), Some("n1"));
+        let e = endpoint_slice(&v6("10.244.1.5")).unwrap_err().to_string();
+        assert!(
+            e.contains("endpoints[0].addresses[0]") && e.contains("not an IPv6"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_dual_stack_service_has_a_cluster_ip_per_family() {
+        let conv = |spec: serde_json::Value| {
+            service(&svc(
+                json!({"metadata": {"name": "d", "namespace": "n"}, "spec": spec}),
+            ))
+        };
+        let s = conv(json!({"clusterIP": "10.96.0.10",
+                            "clusterIPs": ["10.96.0.10", "fd00:10:96::a"],
+                            "ports": [{"port": 53}]}))
+        .unwrap();
+        assert_eq!(s.cluster_ip, Some("10.96.0.10".parse().unwrap()));
+        assert_eq!(s.cluster_ip6, Some("fd00:10:96::a".parse().unwrap()));
+        // IPv6 primary, and IPv6 only.
+        let s = conv(json!({"clusterIP": "fd00:10:96::a",
+                            "clusterIPs": ["fd00:10:96::a", "10.96.0.10"],
+                            "ports": [{"port": 53}]}))
+        .unwrap();
+        assert_eq!(s.cluster_ip, Some("10.96.0.10".parse().unwrap()));
+        assert_eq!(s.cluster_ip6, Some("fd00:10:96::a".parse().unwrap()));
+        let s = conv(json!({"clusterIP": "fd00:10:96::a", "ports": [{"port": 53}]})).unwrap();
+        assert_eq!((s.cluster_ip, s.cluster_ip6.is_some()), (None, true));
+        // Two of a family, a bad address: named.
+        let e = conv(json!({"clusterIPs": ["10.96.0.10", "10.96.0.11"], "ports": [{"port": 53}]}))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("spec.clusterIPs[1]"), "{e}");
+        let e = conv(json!({"clusterIPs": ["fd00::zz"], "ports": [{"port": 53}]}))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("spec.clusterIPs[0]"), "{e}");
     }
 }
