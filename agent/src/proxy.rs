@@ -1099,4 +1099,130 @@ mod tests {
             oxvs_pipeline::parse::parse_group(g, &ctx).expect("group parses");
         }
     }
+
+    /// [`state`] with `web/front` dual-stack: IPv6 ClusterIP and endpoints
+    /// on both nodes.
+    fn dual_state() -> ClusterState {
+        let mut st = state();
+        if let Some(s) = st.services.values_mut().next() {
+            s.cluster_ip6 = Some("fd00:10:96::30".parse().unwrap());
+        }
+        if let Some(e) = st.endpoints.values_mut().next() {
+            let mut six: Vec<Endpoint> = e.endpoints.clone();
+            for (ep, ip) in six.iter_mut().zip(["fd00:10:244:1::2", "fd00:10:244:2::2"]) {
+                ep.ip = ip.parse().unwrap();
+            }
+            e.endpoints.extend(six);
+        }
+        st
+    }
+
+    fn dual_node() -> NodeNet {
+        NodeNet {
+            ipv6: Some(crate::flows::NodeNet6::of(
+                "fd00:10:244:1::/64".parse().unwrap(),
+            )),
+            ..node()
+        }
+    }
+
+    #[test]
+    fn an_ipv6_cluster_ip_is_balanced_over_the_ipv6_endpoints() {
+        let st = dual_state();
+        let ports = service_ports(&st, "n1");
+        // IPv4 ports first, with the ids they have without IPv6.
+        let v4_only = service_ports(&state(), "n1");
+        assert_eq!(ports[..v4_only.len()], v4_only[..]);
+        let six: Vec<&ServicePortFlows> = ports.iter().filter(|p| p.v6()).collect();
+        assert_eq!(six.len(), 2, "http and sctp over IPv6");
+        let http6 = six[0];
+        assert_eq!(
+            http6.cluster_ip,
+            "fd00:10:96::30".parse::<IpAddr>().unwrap()
+        );
+        assert_eq!(
+            http6.endpoints,
+            [
+                ("fd00:10:244:1::2".parse().unwrap(), 8080),
+                ("fd00:10:244:2::2".parse().unwrap(), 8080)
+            ]
+        );
+        // NodePorts and external addresses stay IPv4.
+        assert_eq!((http6.node_port, http6.external_ips.len()), (None, 0));
+        assert!(six
+            .iter()
+            .all(|p| !v4_only.iter().any(|q| q.group_id == p.group_id)));
+        assert_eq!(
+            host_routes6(&st),
+            ["fd00:10:96::30".parse::<Ipv6Addr>().unwrap()]
+        );
+        let p = proxy_flows(&st, "n1", &dual_node());
+        assert!(p.flows.iter().any(|f| f.contains("tcp6")
+            && f.contains("ipv6_dst=fd00:10:96::30")
+            && f.contains("tp_dst=80")
+            && f.ends_with(&format!("group:{}", http6.group_id))));
+        let g = p
+            .groups
+            .iter()
+            .find(|g| g.starts_with(&format!("group_id={},", http6.group_id)))
+            .unwrap();
+        assert!(
+            g.contains("nat(dst=[fd00:10:244:2::2]:8080)") && !g.contains("10.244."),
+            "{g}"
+        );
+        // The node's IPv6 flows: hairpin, the VIP answered.
+        let node_flows = [
+            hairpin_node_flows(&dual_node()),
+            outside_node_flows(&dual_node()),
+        ]
+        .concat();
+        assert!(node_flows
+            .iter()
+            .any(|f| f.contains("ipv6_dst=fc01::a9fe:a9fc")));
+        assert!(node_flows
+            .iter()
+            .any(|f| f.contains("nd_target=fc01::a9fe:a9fd")));
+        // On an IPv4-only node none of them.
+        let v4_node = [hairpin_node_flows(&node()), outside_node_flows(&node())].concat();
+        assert!(v4_node.iter().all(|f| !f.contains("fc01::")));
+        // Every flow and group parses.
+        let text = format!("{}\n{}\n", p.flows.join("\n"), node_flows.join("\n"));
+        let ctx = oxvs_pipeline::parse::ParseContext::default();
+        oxvs_pipeline::parse::parse_flow_file(&text, &ctx).expect("flows parse");
+        for g in &p.groups {
+            oxvs_pipeline::parse::parse_group(g, &ctx).expect("group parses");
+        }
+    }
+
+    #[test]
+    fn ipv6_session_affinity_learns_the_endpoint_in_reg8_to_reg11() {
+        let mut st = dual_state();
+        if let Some(s) = st.services.values_mut().next() {
+            s.affinity_timeout = Some(30);
+        }
+        let inp = crate::desired::Inputs {
+            pods: vec![PodPort {
+                ofport: 4,
+                ip: "10.244.1.3".parse().unwrap(),
+                mac: [0x0a, 0x58, 10, 244, 1, 3],
+                ip6: Some("fd00:10:244:1::3".parse().unwrap()),
+            }],
+            state: std::sync::Arc::new(st),
+            proxy: true,
+            node_name: "n1".into(),
+            ..crate::desired::Inputs::for_node(dual_node())
+        };
+        let syn = "in_port=4,tcp6,dl_src=0a:58:0a:f4:01:03,dl_dst=0a:58:0a:f4:01:01,ipv6_src=fd00:10:244:1::3,ipv6_dst=fd00:10:96::30,tp_src=40000,tp_dst=80,tcp_flags=+syn";
+        let t = crate::desired::trace_desired(&inp, "", syn);
+        assert!(
+            t.contains("-> table=34") && t.contains("hard=30"),
+            "learns:\n{t}"
+        );
+        assert!(t.contains("nat(dst=[fd00:10:244:"), "{t}");
+        // A learned IPv6 endpoint: straight to EndpointDNAT.
+        let learned = "table=34,priority=200,tcp6,ipv6_src=fd00:10:244:1::3,ipv6_dst=fd00:10:96::30,tp_dst=80 actions=load:0xfd000010->NXM_NX_REG8[],load:0x2440002->NXM_NX_REG9[],load:0->NXM_NX_REG10[],load:0x2->NXM_NX_REG11[],load:0x1f90->NXM_NX_REG7[0..15],load:0x1->NXM_NX_REG7[16..18]\n";
+        let t = crate::desired::trace_desired(&inp, learned, syn);
+        assert!(!t.contains("group:") && !t.contains("-> table=34"), "{t}");
+        assert!(t.contains("nat(dst=[fd00:10:244:2::2]:8080)"), "{t}");
+    }
 }
