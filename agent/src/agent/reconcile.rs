@@ -179,7 +179,7 @@ impl Agent {
             let req = Request::FlushConntrack {
                 zone: Some(crate::flows::CT_ZONE),
                 proto: Some(17),
-                reply_src: Some(ip.into()),
+                reply_src: Some(ip),
                 reply_sport: Some(port),
             };
             match self.switch(req).await {
