@@ -26,7 +26,9 @@
 //! - a long-lived TCP connection through the ClusterIP keeps working
 //!   while an unrelated endpoint goes, and across a restart of the agent
 //!   and of the switch on its client's node (the translation is saved and
-//!   restored with the connection table), after which Services still work.
+//!   restored with the connection table), after which Services still work;
+//! - an IPv6 Service is refused in this IPv4-only lab (IPv6 Services:
+//!   `lab/tests/proxy_dual_stack.rs`).
 //!
 //! Skips only when not root or without AF_XDP (SKIPPED; fails with
 //! `OXVS_TESTS_NO_SKIP=1`).
@@ -601,6 +603,17 @@ fn services_are_load_balanced_in_the_switch() {
                 Want::Spread(6, vec!["web/a1"]),
             ),
         ],
+    );
+    // An IPv6 Service in this IPv4-only lab: refused with the reason.
+    let v6 = lab.file(
+        "v6.yaml",
+        "apiVersion: v1\nkind: Service\nmetadata: {name: v6, namespace: web}\nspec: {ipFamilyPolicy: RequireDualStack, ports: [{port: 80}]}\n",
+    );
+    let out = lab.run(&["apply", "-f", &v6]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("IPv4-only") && err.contains("--ip-family dual"),
+        "{err}"
     );
     report.finish();
 }
