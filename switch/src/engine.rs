@@ -1309,6 +1309,10 @@ struct SinkScratch {
     /// The thread's budget of answers to packet-ins (rejects and time
     /// exceeded together).
     answer_budget: crate::reject::RejectBudget,
+    /// Answers to packets of a batch from a tunnel port, for that port:
+    /// sent when the batch is done (the port lends its buffers to the
+    /// batch meanwhile).
+    tunnel_answers: Vec<(Vec<u8>, TunnelMeta)>,
     output_no_port: u64,
     cross_thread: u64,
 }
@@ -1344,6 +1348,9 @@ struct Worker {
     /// IP); `None`: it cannot answer them, and keeps no packet heads for
     /// them.
     answer_src4: Option<Ipv4Addr>,
+    /// While a batch from a tunnel port is processed: that port's local
+    /// IP (its answers go back into it, `SinkScratch::tunnel_answers`).
+    rx_tunnel: Option<Ipv4Addr>,
     bad_frames: u64,
     busy_ns: u64,
 }
@@ -1411,6 +1418,7 @@ impl WorkerInit {
                 ..SinkScratch::default()
             },
             answer_src4: None,
+            rx_tunnel: None,
             bad_frames: 0,
             busy_ns: 0,
         };
@@ -1750,9 +1758,11 @@ impl Worker {
             shared,
             config,
             answer_src4,
+            rx_tunnel,
             ..
         } = self;
         let mut sink = Sink::new(ports, routes, scratch, *answer_src4, config, now_ns);
+        sink.rx_tunnel = *rx_tunnel;
         run_batch(dp, shared, pkts, now_ns, &mut sink);
     }
 
@@ -1863,7 +1873,14 @@ impl Worker {
                             });
                         }
                     }
+                    self.rx_tunnel = Some(ip);
                     self.process(&mut pkts, now_ns);
+                    self.rx_tunnel = None;
+                }
+                // Answers to the batch's packets, back into the tunnel (a
+                // refused send is counted by the port).
+                for (answer, meta) in self.scratch.tunnel_answers.drain(..) {
+                    let _ = v.send(&answer, meta);
                 }
                 self.ports[i].io = PortIo::Vxlan(v, ip);
                 n
@@ -2027,6 +2044,9 @@ struct Sink<'a> {
     icmp_src: Option<Ipv4Addr>,
     /// Source of IPv4 time exceeded answers (see `Worker::answer_src4`).
     answer_src4: Option<Ipv4Addr>,
+    /// The batch is from a tunnel port with this local IP (see
+    /// `Worker::rx_tunnel`).
+    rx_tunnel: Option<Ipv4Addr>,
     /// The batch's time (the reject rate limit's clock).
     now_ns: u64,
 }
@@ -2050,6 +2070,7 @@ impl<'a> Sink<'a> {
             cur_in_port: 0,
             icmp_src: config.icmp_src_ip,
             answer_src4,
+            rx_tunnel: None,
             now_ns,
         }
     }
@@ -2158,19 +2179,13 @@ impl Sink<'_> {
     /// A `dec_ttl` found the current packet's TTL (hop limit) at 0 or 1:
     /// answer its sender with an ICMP time exceeded, quoting the packet
     /// as it was received, out of its input port; into the tunnel toward
-    /// the node that sent it if it came from there. `key` is the packet's
-    /// key at the packet-in (its tunnel metadata is the received one: the
-    /// flows only write `tun_dst`, and only on the way out).
+    /// the node that sent it if it came from there (queued for the tunnel
+    /// port, which is lent to the batch: `SinkScratch::tunnel_answers`).
+    /// `key` is the packet's key at the packet-in (its tunnel metadata is
+    /// the received one: the flows only write `tun_dst`, and only on the
+    /// way out).
     fn time_exceeded(&mut self, key: &FlowKey) {
-        let in_port = self.cur_in_port;
-        let tunnel_ip = match self.routes.get(&in_port) {
-            Some(Route::Local(j)) => match self.ports.get(*j).map(|p| &p.io) {
-                Some(PortIo::Vxlan(_, ip)) => Some(*ip),
-                _ => None,
-            },
-            _ => None,
-        };
-        let src4 = match tunnel_ip {
+        let src4 = match self.rx_tunnel {
             Some(ip) => self.icmp_src.or(Some(ip)),
             None => self.answer_src4,
         };
@@ -2178,7 +2193,7 @@ impl Sink<'_> {
             self.scratch.time_exceeded_unanswered += 1;
             return;
         };
-        let tunnel = match tunnel_ip {
+        let tunnel = match self.rx_tunnel {
             None => None,
             Some(_) => match u32::try_from(key.get(Field::TunSrc)) {
                 Ok(dst) if dst != 0 => Some(TunnelMeta {
@@ -2199,7 +2214,10 @@ impl Sink<'_> {
         let frame = std::mem::take(&mut self.scratch.cur_frame);
         match crate::icmp_error::time_exceeded(&frame, self.scratch.cur_len, src4) {
             Some(reply) => {
-                self.transmit(in_port, &reply, tunnel);
+                match tunnel {
+                    Some(meta) => self.scratch.tunnel_answers.push((reply, meta)),
+                    None => self.transmit(self.cur_in_port, &reply, None),
+                }
                 self.scratch.time_exceeded += 1;
             }
             None => self.scratch.time_exceeded_unanswered += 1,
