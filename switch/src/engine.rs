@@ -74,7 +74,9 @@
 //! the sender addressed (IPv6). A packet that came in through the
 //! tunnel is answered back into it, toward the node that sent it (outer
 //! destination = its outer source, same VNI): that is how the second
-//! node of a pod-to-pod path shows up in a traceroute.
+//! node of a pod-to-pod path shows up in a traceroute. The tunnel port
+//! is lent to the batch it received, so those answers wait in the
+//! thread's scratch until the batch is done.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::Ipv4Addr;
