@@ -1046,6 +1046,28 @@ pub struct StatsResult {
     /// `delete_learned` learner).
     #[serde(default)]
     pub flows_expired: u64,
+    /// ICMP "fragmentation needed" / "packet too big" answers to packets
+    /// too big for a tunnel.
+    #[serde(default)]
+    pub icmp_too_big: u64,
+    /// ICMP port unreachable answers to packets a flow rejected.
+    #[serde(default)]
+    pub rejects: u64,
+    /// Rejected packets not answered: over the rate limit.
+    #[serde(default)]
+    pub rejects_limited: u64,
+    /// ICMP time exceeded answers to packets whose TTL (hop limit) a
+    /// `dec_ttl` found at 0 or 1.
+    #[serde(default)]
+    pub time_exceeded: u64,
+    /// Such packets not answered: over the rate limit.
+    #[serde(default)]
+    pub time_exceeded_limited: u64,
+    /// Such packets not answered because they must not or cannot be (an
+    /// ICMP error, a later fragment, a non-unicast address, a malformed
+    /// header, no address to answer from).
+    #[serde(default)]
+    pub time_exceeded_unanswered: u64,
 }
 
 /// One packet sent to the controller.

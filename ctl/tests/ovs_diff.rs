@@ -102,9 +102,13 @@ fn strip_full_mask(item: &str) -> String {
 ///   fields sorted and full masks dropped, the headers sorted: writes to
 ///   different fields between two outputs commute, so only the set matters;
 /// - `userspace(...controller(reason=R,...))` becomes
-///   `userspace(controller(reason=R))`, and disappears when it carries
-///   `dont_send=1` (OVS's trace shows packet-ins no controller asked for,
-///   such as `dec_ttl`'s invalid-TTL one, but nothing is sent: a drop);
+///   `userspace(controller(reason=R))`, whatever its `dont_send`:
+///   `ofproto/trace` sets `dont_send=1` on every packet-in it shows
+///   because a trace has no side effects (`xlate_controller_action`:
+///   `!allow_side_effects && !xcache`), while the datapath flow of a real
+///   packet carries the same action with `dont_send=0` (the packet-in is
+///   made; whether a controller receives it is the connection's
+///   asynchronous configuration);
 /// - `set(tunnel(...))` is dropped when `drop_tunnel` is given: OVS emits
 ///   tunnel metadata only on output to a tunnel port, and the test bridge's
 ///   ports are all internal.
@@ -148,8 +152,6 @@ fn normalise_actions(
             let port: Option<u32> = a.parse().ok();
             let mapped = port.and_then(|p| ports.get(&p).copied());
             out.push(mapped.map_or_else(|| a.to_string(), |p| p.to_string()));
-        } else if a.starts_with("userspace(") && a.contains("dont_send=1") {
-            // A packet-in that is not sent: the packet goes nowhere.
         } else if let Some(reason) = controller_reason(a) {
             out.push(format!("userspace(controller(reason={reason}))"));
         } else if let Some(id) = a.strip_prefix("recirc(").and_then(|r| r.strip_suffix(')')) {
@@ -380,7 +382,15 @@ fn normaliser_maps_ports_and_recirc_ids() {
             "Datapath actions: userspace(pid=0,controller(reason=2,dont_send=1,recirc_id=43,max_len=65535))",
             &ports
         ),
-        "drop"
+        "userspace(controller(reason=2))"
+    );
+    // oxvs prints the packet-in's table and cookie instead.
+    assert_eq!(
+        normalise(
+            "Datapath actions: set(eth(src=02:00:00:00:00:01)),userspace(pid=0,controller(reason=2,table=55,rule_cookie=0x1))",
+            &ports
+        ),
+        "set(eth(src=02:00:00:00:00:01)),userspace(controller(reason=2))"
     );
     assert_eq!(normalise("Datapath actions: drop", &ports), "drop");
 }
@@ -806,6 +816,7 @@ cases! {
     ovs_learn => "learn",
     ovs_oxm => "oxm",
     ovs_nd => "nd",
+    ovs_ttl => "ttl",
 }
 
 /// `oxvsctl dump-groups --groups FILE` prints what

@@ -257,7 +257,9 @@ pub enum Action {
     ModNwSrc(u32),
     /// `mod_nw_dst:IP`.
     ModNwDst(u32),
-    /// `dec_ttl`: drop (or packet-in with reason invalid_ttl) at TTL <= 1.
+    /// `dec_ttl`: at TTL (hop limit) <= 1, a packet-in with reason
+    /// `invalid_ttl` to controller 0 and the end of the action list (OVS);
+    /// else one less.
     DecTtl,
     /// `push_vlan:ETHERTYPE`.
     PushVlan(u16),

@@ -36,7 +36,8 @@
 //! - always: `recirc_id`, `in_port`, `dl_type` (and `nw_frag` for IP), which
 //!   steer everything else;
 //! - `move` (source bits), `output:SRC[]` and `ct(zone=SRC[])` (the
-//!   sub-field), `dec_ttl` (the TTL), `pop_vlan` (the tag-present bit);
+//!   sub-field), `dec_ttl` (the TTL, whose value decides between a write
+//!   and an `invalid_ttl` packet-in), `pop_vlan` (the tag-present bit);
 //! - commits: deciding whether a written header field differs from the
 //!   packet compares it with the input, and a `Set` carries the whole field,
 //!   so every field written since the last commit is unwildcarded whole;
@@ -629,7 +630,7 @@ impl<'a, L: FlowLookup + ?Sized> Xlate<'a, L> {
                     }
                 }
                 Action::DecTtl => {
-                    if !self.dec_ttl() {
+                    if !self.dec_ttl(table, cookie) {
                         return Flow::Stopped;
                     }
                 }
@@ -793,7 +794,15 @@ impl<'a, L: FlowLookup + ?Sized> Xlate<'a, L> {
     }
 
     /// `dec_ttl`; false = TTL exception (stop this action list).
-    fn dec_ttl(&mut self) -> bool {
+    ///
+    /// As OVS's `compose_dec_ttl`: a TTL (hop limit) of 0 or 1 sends the
+    /// packet to controller id 0 (plain `dec_ttl` names no other) with
+    /// reason `invalid_ttl`, the header writes so far committed first, and
+    /// stops the current action list; an enclosing `resubmit` resumes.
+    /// The TTL was read either way, so it is in the mask whole. The switch
+    /// answers these packet-ins itself with an ICMP time exceeded
+    /// (`switch/src/icmp_error.rs`).
+    fn dec_ttl(&mut self, table: u8, cookie: u64) -> bool {
         let family = match self.dl_type() {
             ETH_TYPE_IPV4 => "IPv4",
             ETH_TYPE_IPV6 => "IPv6",
@@ -804,6 +813,13 @@ impl<'a, L: FlowLookup + ?Sized> Xlate<'a, L> {
         };
         let ttl = self.read(Field::NwTtl, Field::NwTtl.full_mask());
         if ttl <= 1 {
+            self.commit();
+            self.actions.push(DpAction::Userspace {
+                reason: PacketInReason::InvalidTtl,
+                userdata: Vec::new(),
+                table,
+                cookie,
+            });
             self.record(|| TraceEvent::Warn(format!("{family} decrement TTL exception")));
             return false;
         }

@@ -443,8 +443,18 @@ fn dec_ttl_decrements_and_reads_ttl() {
     assert!(wc_has(&t, Field::NwTtl, 0xff));
 }
 
+/// The `invalid_ttl` packet-in a TTL exception sends from `table`.
+fn invalid_ttl(table: u8, cookie: u64) -> DpAction {
+    DpAction::Userspace {
+        reason: PacketInReason::InvalidTtl,
+        userdata: vec![],
+        table,
+        cookie,
+    }
+}
+
 #[test]
-fn dec_ttl_at_one_stops_the_action_list() {
+fn dec_ttl_at_one_sends_invalid_ttl_and_stops_the_action_list() {
     let flows = vec![
         flow(
             0,
@@ -458,28 +468,36 @@ fn dec_ttl_at_one_stops_the_action_list() {
                 Action::Output(3),
             ],
         ),
-        flow(
-            1,
-            1,
-            &[],
-            vec![Action::DecTtl, Action::Output(2), Action::GotoTable(2)],
-        ),
+        Flow {
+            cookie: 0x55,
+            ..flow(
+                1,
+                1,
+                &[],
+                vec![Action::DecTtl, Action::Output(2), Action::GotoTable(2)],
+            )
+        },
         flow(2, 1, &[], vec![Action::Output(port::LOCAL)]),
     ];
     let mut k = tcp_key(1);
     k.set(Field::NwTtl, 1);
     let t = run(flows.clone(), &k);
-    // Table 1's remaining actions (and its goto) are dropped; as in OVS, the
-    // resubmitting level resumes.
-    assert_eq!(t.actions, vec![DpAction::Output(3)]);
+    // As OVS: a packet-in with reason invalid_ttl (from the flow's table,
+    // with its cookie), then table 1's remaining actions (and its goto)
+    // are dropped; the resubmitting level resumes.
+    assert_eq!(t.actions, vec![invalid_ttl(1, 0x55), DpAction::Output(3)]);
     assert!(wc_has(&t, Field::NwTtl, 0xff));
     assert!(t.error.is_none());
     // TTL 0 behaves the same; TTL 2 goes through.
     k.set(Field::NwTtl, 0);
-    assert_eq!(run(flows.clone(), &k).actions, vec![DpAction::Output(3)]);
-    k.set(Field::NwTtl, 2);
     assert_eq!(
-        run(flows, &k).actions,
+        run(flows.clone(), &k).actions,
+        vec![invalid_ttl(1, 0x55), DpAction::Output(3)]
+    );
+    k.set(Field::NwTtl, 2);
+    let t = run(flows, &k);
+    assert_eq!(
+        t.actions,
         vec![
             DpAction::Set {
                 field: Field::NwTtl,
@@ -490,6 +508,75 @@ fn dec_ttl_at_one_stops_the_action_list() {
             DpAction::Output(3)
         ]
     );
+    assert!(wc_has(&t, Field::NwTtl, 0xff));
+}
+
+#[test]
+fn dec_ttl_exception_commits_the_writes_before_its_packet_in() {
+    // L3Forwarding's MAC rewrite, then L3DecTTL: the packet-in carries the
+    // packet as the actions made it (OVS: `set(eth(...)),userspace(...)`).
+    let flows = vec![
+        flow(
+            0,
+            1,
+            &[],
+            vec![Action::ModDlSrc(0x0a58_0af4_0001), Action::GotoTable(55)],
+        ),
+        flow(55, 1, &[], vec![Action::DecTtl, Action::Output(2)]),
+    ];
+    let mut k = tcp_key(1);
+    k.set(Field::NwTtl, 1);
+    let t = run(flows, &k);
+    assert_eq!(
+        t.actions,
+        vec![
+            DpAction::Set {
+                field: Field::DlSrc,
+                value: 0x0a58_0af4_0001
+            },
+            invalid_ttl(55, 0),
+        ]
+    );
+}
+
+#[test]
+fn dec_ttl_on_ipv6_uses_the_hop_limit() {
+    let flows = vec![flow(0, 1, &[], vec![Action::DecTtl, Action::Output(2)])];
+    let mut k = FlowKey::ZERO;
+    k.set(Field::InPort, 1);
+    k.set(Field::DlType, 0x86dd);
+    k.set(Field::Ipv6Src, 0xfd00_0000_0000_0000_0000_0000_0000_0003);
+    k.set(Field::Ipv6Dst, 0xfd00_0000_0000_0000_0000_0000_0000_0004);
+    k.set(Field::NwProto, 58);
+    for (hlim, expect) in [
+        (1, vec![invalid_ttl(0, 0)]),
+        (0, vec![invalid_ttl(0, 0)]),
+        (
+            2,
+            vec![
+                DpAction::Set {
+                    field: Field::NwTtl,
+                    value: 1,
+                },
+                DpAction::Output(2),
+            ],
+        ),
+        (
+            255,
+            vec![
+                DpAction::Set {
+                    field: Field::NwTtl,
+                    value: 254,
+                },
+                DpAction::Output(2),
+            ],
+        ),
+    ] {
+        k.set(Field::NwTtl, hlim);
+        let t = run(flows.clone(), &k);
+        assert_eq!(t.actions, expect, "hop limit {hlim}");
+        assert!(wc_has(&t, Field::NwTtl, 0xff));
+    }
 }
 
 #[test]

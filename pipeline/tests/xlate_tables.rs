@@ -190,6 +190,12 @@ fn dec_ttl_exception_resumes_outer_level_like_ovs() {
             DpAction::Output(2),
             ttl(1),
             DpAction::Output(2),
+            DpAction::Userspace {
+                reason: oxvs_pipeline::flow::PacketInReason::InvalidTtl,
+                userdata: vec![],
+                table: 5,
+                cookie: 0,
+            },
             DpAction::Set {
                 field: Field::DlSrc,
                 value: 1

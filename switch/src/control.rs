@@ -1129,6 +1129,12 @@ fn stats(switch: &Switch) -> StatsResult {
         learn_dropped: s.learn.learn_dropped,
         learn_failed: s.learn.learn_failed,
         flows_expired: s.learn.flows_expired,
+        icmp_too_big: s.icmp_too_big,
+        rejects: s.rejects,
+        rejects_limited: s.rejects_limited,
+        time_exceeded: s.time_exceeded,
+        time_exceeded_limited: s.time_exceeded_limited,
+        time_exceeded_unanswered: s.time_exceeded_unanswered,
     }
 }
 

@@ -50,6 +50,33 @@
 //! Lock order: registry -> (thread reply wait); a datapath thread never takes
 //! the registry, and holds at most one of conntrack / packet-in / inbox /
 //! stats at a time.
+//!
+//! ## Answers the switch sends itself
+//!
+//! Some packets are answered by the datapath thread that holds them, out
+//! of their input port, with an ICMP error ([`crate::icmp_error`]): a
+//! packet too big for the tunnel, a packet a flow rejected, a packet whose
+//! TTL (hop limit) a `dec_ttl` found at 0 or 1. For the last two the
+//! switch is its own controller: their packet-ins (userdata `reject`,
+//! reason `invalid_ttl`) are answered and not queued for `packet-in`
+//! (OVS's default asynchronous configuration sends a controller no
+//! `invalid_ttl` packet-ins either), within one per-thread budget of
+//! answers ([`crate::reject::RejectBudget`]).
+//!
+//! A too-big and a time exceeded answer quote the packet as it was
+//! received, before the flows rewrote its addresses: a thread that may
+//! have to answer (one serving a tunnel port, or any with
+//! [`SwitchConfig::icmp_src_ip`]) keeps the first
+//! [`vxlan::TOO_BIG_HEAD`] bytes of each packet it receives (one copy,
+//! no allocation; threads that cannot answer skip it). Time exceeded
+//! answers come from `icmp_src_ip`, else the thread's tunnel's local
+//! address (IPv4), and from the EUI-64 link-local address of the MAC
+//! the sender addressed (IPv6). A packet that came in through the
+//! tunnel is answered back into it, toward the node that sent it (outer
+//! destination = its outer source, same VNI): that is how the second
+//! node of a pod-to-pod path shows up in a traceroute. The tunnel port
+//! is lent to the batch it received, so those answers wait in the
+//! thread's scratch until the batch is done.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::Ipv4Addr;
@@ -68,7 +95,9 @@ use oxvs_pipeline::datapath::{
     Datapath, DatapathConfig, DatapathSink, DatapathStats, DpPacket, PacketIn as DpPacketIn,
     TunnelMeta,
 };
+use oxvs_pipeline::field::Field;
 use oxvs_pipeline::flow::PacketInReason;
+use oxvs_pipeline::key::FlowKey;
 use oxvs_pipeline::learn::Learned;
 
 use crate::learn::{FlowKeeper, LearnQueue, LearnStats};
@@ -155,8 +184,12 @@ pub struct SwitchConfig {
     /// Frames per RX/TX batch (32-64).
     pub batch: usize,
     pub conntrack: CtConfig,
-    /// Source address of ICMP "too big" replies to packets that do not fit
-    /// a tunnel (the gateway IP); default: the tunnel's local IP.
+    /// Source address of the ICMP errors the switch sends to IPv4 senders
+    /// ("too big" for packets that do not fit a tunnel, time exceeded for
+    /// packets a `dec_ttl` stopped): the gateway's address, say. Default:
+    /// the local IP of the tunnel port (of the thread that answers). A
+    /// thread with neither cannot answer time exceeded, and does not keep
+    /// packets' heads for it (module doc, "Answers").
     pub icmp_src_ip: Option<Ipv4Addr>,
     /// Most packet-ins queued for the controller (more are dropped and counted).
     pub packet_in_queue: usize,
@@ -259,6 +292,18 @@ pub struct SwitchStats {
     pub rejects: u64,
     /// Rejected packets not answered: over the rate limit.
     pub rejects_limited: u64,
+    /// ICMP time exceeded answers to packets whose TTL (hop limit) a
+    /// `dec_ttl` found at 0 or 1 (`invalid_ttl` packet-ins).
+    pub time_exceeded: u64,
+    /// `invalid_ttl` packet-ins not answered: over the rate limit (the
+    /// budget rejects share).
+    pub time_exceeded_limited: u64,
+    /// `invalid_ttl` packet-ins not answered because they must not or
+    /// cannot be: an ICMP error, a later fragment, a source or destination
+    /// that is not unicast, a malformed header
+    /// ([`crate::icmp_error`]), or a thread with no address to answer
+    /// from.
+    pub time_exceeded_unanswered: u64,
     /// Outputs to a port number no port has (dropped).
     pub output_no_port: u64,
     /// Outputs handed to another datapath thread.
@@ -415,6 +460,9 @@ struct Counters {
     icmp_too_big: AtomicU64,
     rejects: AtomicU64,
     rejects_limited: AtomicU64,
+    time_exceeded: AtomicU64,
+    time_exceeded_limited: AtomicU64,
+    time_exceeded_unanswered: AtomicU64,
     output_no_port: AtomicU64,
     cross_thread: AtomicU64,
     bad_frames: AtomicU64,
@@ -1107,6 +1155,9 @@ impl Switch {
         s.icmp_too_big = c.icmp_too_big.load(r);
         s.rejects = c.rejects.load(r);
         s.rejects_limited = c.rejects_limited.load(r);
+        s.time_exceeded = c.time_exceeded.load(r);
+        s.time_exceeded_limited = c.time_exceeded_limited.load(r);
+        s.time_exceeded_unanswered = c.time_exceeded_unanswered.load(r);
         s.output_no_port = c.output_no_port.load(r);
         s.cross_thread = c.cross_thread.load(r);
         s.bad_frames = c.bad_frames.load(r);
@@ -1245,15 +1296,25 @@ struct SinkScratch {
     packet_ins: Vec<PacketIn>,
     /// Learned flows of the batch (moved to the learn queue after it).
     learns: Vec<Arc<Learned>>,
-    /// The first bytes of the current packet as received (only with
-    /// tunnel ports: what an ICMP "too big" reply needs, at most
-    /// [`vxlan::TOO_BIG_HEAD`]), and its whole length.
+    /// The first bytes of the current packet as received (only on a
+    /// thread that may answer it: what an ICMP "too big" or time exceeded
+    /// answer needs, at most [`vxlan::TOO_BIG_HEAD`]), and its whole
+    /// length.
     cur_frame: Vec<u8>,
     cur_len: usize,
     icmp_too_big: u64,
     rejects: u64,
     rejects_limited: u64,
-    reject_budget: crate::reject::RejectBudget,
+    time_exceeded: u64,
+    time_exceeded_limited: u64,
+    time_exceeded_unanswered: u64,
+    /// The thread's budget of answers to packet-ins (rejects and time
+    /// exceeded together).
+    answer_budget: crate::reject::RejectBudget,
+    /// Answers to packets of a batch from a tunnel port, for that port:
+    /// sent when the batch is done (the port lends its buffers to the
+    /// batch meanwhile).
+    tunnel_answers: Vec<(Vec<u8>, TunnelMeta)>,
     output_no_port: u64,
     cross_thread: u64,
 }
@@ -1284,7 +1345,14 @@ struct Worker {
     pollfds: Vec<libc::pollfd>,
     pollfds_dirty: bool,
     scratch: SinkScratch,
-    has_tunnels: bool,
+    /// Where this thread's IPv4 time exceeded answers come from
+    /// ([`SwitchConfig::icmp_src_ip`], else its first tunnel port's local
+    /// IP); `None`: it cannot answer them, and keeps no packet heads for
+    /// them.
+    answer_src4: Option<Ipv4Addr>,
+    /// While a batch from a tunnel port is processed: that port's local
+    /// IP (its answers go back into it, `SinkScratch::tunnel_answers`).
+    rx_tunnel: Option<Ipv4Addr>,
     bad_frames: u64,
     busy_ns: u64,
 }
@@ -1351,7 +1419,8 @@ impl WorkerInit {
                 remote: (0..nthreads).map(|_| Vec::new()).collect(),
                 ..SinkScratch::default()
             },
-            has_tunnels: false,
+            answer_src4: None,
+            rx_tunnel: None,
             bad_frames: 0,
             busy_ns: 0,
         };
@@ -1631,7 +1700,11 @@ impl Worker {
 
     fn ports_changed(&mut self) {
         self.pollfds_dirty = true;
-        self.has_tunnels = self.ports.iter().any(|p| matches!(p.io, PortIo::Vxlan(..)));
+        let tunnel_ip = self.ports.iter().find_map(|p| match p.io {
+            PortIo::Vxlan(_, ip) => Some(ip),
+            _ => None,
+        });
+        self.answer_src4 = self.config.icmp_src_ip.or(tunnel_ip);
         // Local indexes moved: rebuild local routes.
         let local: Vec<(u32, usize)> = self
             .ports
@@ -1686,10 +1759,12 @@ impl Worker {
             scratch,
             shared,
             config,
-            has_tunnels,
+            answer_src4,
+            rx_tunnel,
             ..
         } = self;
-        let mut sink = Sink::new(ports, routes, scratch, *has_tunnels, config, now_ns);
+        let mut sink = Sink::new(ports, routes, scratch, *answer_src4, config, now_ns);
+        sink.rx_tunnel = *rx_tunnel;
         run_batch(dp, shared, pkts, now_ns, &mut sink);
     }
 
@@ -1727,7 +1802,7 @@ impl Worker {
                         scratch,
                         shared,
                         config,
-                        has_tunnels,
+                        answer_src4,
                         rx_descs,
                         rx_packets,
                         jumbo,
@@ -1769,7 +1844,7 @@ impl Worker {
                             None => *bad_frames += 1,
                         }
                     }
-                    let mut sink = Sink::new(ports, routes, scratch, *has_tunnels, config, now_ns);
+                    let mut sink = Sink::new(ports, routes, scratch, *answer_src4, config, now_ns);
                     run_batch(dp, shared, &mut pkts, now_ns, &mut sink);
                 }
                 if let PortIo::Xsk(x) = &mut self.ports[i].io {
@@ -1800,7 +1875,14 @@ impl Worker {
                             });
                         }
                     }
+                    self.rx_tunnel = Some(ip);
                     self.process(&mut pkts, now_ns);
+                    self.rx_tunnel = None;
+                }
+                // Answers to the batch's packets, back into the tunnel (a
+                // refused send is counted by the port).
+                for (answer, meta) in self.scratch.tunnel_answers.drain(..) {
+                    let _ = v.send(&answer, meta);
                 }
                 self.ports[i].io = PortIo::Vxlan(v, ip);
                 n
@@ -1937,6 +2019,12 @@ impl Worker {
         c.rejects.fetch_add(std::mem::take(&mut s.rejects), r);
         c.rejects_limited
             .fetch_add(std::mem::take(&mut s.rejects_limited), r);
+        c.time_exceeded
+            .fetch_add(std::mem::take(&mut s.time_exceeded), r);
+        c.time_exceeded_limited
+            .fetch_add(std::mem::take(&mut s.time_exceeded_limited), r);
+        c.time_exceeded_unanswered
+            .fetch_add(std::mem::take(&mut s.time_exceeded_unanswered), r);
         c.output_no_port
             .fetch_add(std::mem::take(&mut s.output_no_port), r);
         c.cross_thread
@@ -1951,10 +2039,16 @@ struct Sink<'a> {
     ports: &'a mut [LocalPort],
     routes: &'a HashMap<u32, Route>,
     scratch: &'a mut SinkScratch,
-    /// Whether to remember the current packet (for ICMP too-big replies).
+    /// Whether to remember the current packet (for ICMP too-big and time
+    /// exceeded answers): the thread can answer.
     keep_frame: bool,
     cur_in_port: u32,
     icmp_src: Option<Ipv4Addr>,
+    /// Source of IPv4 time exceeded answers (see `Worker::answer_src4`).
+    answer_src4: Option<Ipv4Addr>,
+    /// The batch is from a tunnel port with this local IP (see
+    /// `Worker::rx_tunnel`).
+    rx_tunnel: Option<Ipv4Addr>,
     /// The batch's time (the reject rate limit's clock).
     now_ns: u64,
 }
@@ -1964,7 +2058,7 @@ impl<'a> Sink<'a> {
         ports: &'a mut [LocalPort],
         routes: &'a HashMap<u32, Route>,
         scratch: &'a mut SinkScratch,
-        keep_frame: bool,
+        answer_src4: Option<Ipv4Addr>,
         config: &SwitchConfig,
         now_ns: u64,
     ) -> Sink<'a> {
@@ -1972,9 +2066,13 @@ impl<'a> Sink<'a> {
             ports,
             routes,
             scratch,
-            keep_frame,
+            // A thread with a tunnel port has its address: every thread
+            // that may answer (too big, time exceeded) has one.
+            keep_frame: answer_src4.is_some(),
             cur_in_port: 0,
             icmp_src: config.icmp_src_ip,
+            answer_src4,
+            rx_tunnel: None,
             now_ns,
         }
     }
@@ -2069,7 +2167,7 @@ impl Sink<'_> {
     /// A flow rejected the current packet: answer its sender with an ICMP
     /// "port unreachable" out of its input port, within the rate limit.
     fn reject(&mut self, frame: &[u8]) {
-        if !self.scratch.reject_budget.take(self.now_ns) {
+        if !self.scratch.answer_budget.take(self.now_ns) {
             self.scratch.rejects_limited += 1;
             return;
         }
@@ -2078,6 +2176,55 @@ impl Sink<'_> {
             self.transmit(in_port, &reply, None);
             self.scratch.rejects += 1;
         }
+    }
+
+    /// A `dec_ttl` found the current packet's TTL (hop limit) at 0 or 1:
+    /// answer its sender with an ICMP time exceeded, quoting the packet
+    /// as it was received, out of its input port; into the tunnel toward
+    /// the node that sent it if it came from there (queued for the tunnel
+    /// port, which is lent to the batch: `SinkScratch::tunnel_answers`).
+    /// `key` is the packet's key at the packet-in (its tunnel metadata is
+    /// the received one: the flows only write `tun_dst`, and only on the
+    /// way out).
+    fn time_exceeded(&mut self, key: &FlowKey) {
+        let src4 = match self.rx_tunnel {
+            Some(ip) => self.icmp_src.or(Some(ip)),
+            None => self.answer_src4,
+        };
+        let Some(src4) = src4.filter(|_| self.keep_frame) else {
+            self.scratch.time_exceeded_unanswered += 1;
+            return;
+        };
+        let tunnel = match self.rx_tunnel {
+            None => None,
+            Some(_) => match u32::try_from(key.get(Field::TunSrc)) {
+                Ok(dst) if dst != 0 => Some(TunnelMeta {
+                    tun_id: u64::try_from(key.get(Field::TunId)).unwrap_or(0),
+                    src: 0,
+                    dst,
+                }),
+                _ => {
+                    self.scratch.time_exceeded_unanswered += 1;
+                    return;
+                }
+            },
+        };
+        if !self.scratch.answer_budget.take(self.now_ns) {
+            self.scratch.time_exceeded_limited += 1;
+            return;
+        }
+        let frame = std::mem::take(&mut self.scratch.cur_frame);
+        match crate::icmp_error::time_exceeded(&frame, self.scratch.cur_len, src4) {
+            Some(reply) => {
+                match tunnel {
+                    Some(meta) => self.scratch.tunnel_answers.push((reply, meta)),
+                    None => self.transmit(self.cur_in_port, &reply, None),
+                }
+                self.scratch.time_exceeded += 1;
+            }
+            None => self.scratch.time_exceeded_unanswered += 1,
+        }
+        self.scratch.cur_frame = frame;
     }
 
     /// The current packet does not fit a tunnel: answer its sender.
@@ -2105,6 +2252,10 @@ impl DatapathSink for Sink<'_> {
     fn packet_in(&mut self, p: DpPacketIn<'_>) {
         if p.userdata == oxvs_pipeline::flow::REJECT_USERDATA {
             self.reject(p.frame);
+            return;
+        }
+        if p.reason == PacketInReason::InvalidTtl {
+            self.time_exceeded(p.key);
             return;
         }
         self.scratch.packet_ins.push(PacketIn {

@@ -113,6 +113,14 @@ struct Args {
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set,
           num_args = 0..=1, default_missing_value = "true")]
     tunnel_tso: bool,
+    /// Source address of the ICMP errors the switch sends to IPv4 senders
+    /// ("fragmentation needed" for packets too big for the tunnel, time
+    /// exceeded for packets whose TTL a `dec_ttl` found at 0 or 1): the
+    /// gateway's address, as a Linux router would answer. Default: the
+    /// tunnel port's local IP (with no tunnel port and no address, time
+    /// exceeded is not answered).
+    #[arg(long, value_name = "IPV4")]
+    icmp_src_ip: Option<std::net::Ipv4Addr>,
     /// Frames per RX/TX batch.
     #[arg(long, value_name = "N", default_value_t = 32,
           value_parser = clap::value_parser!(u16).range(1..=256))]
@@ -338,6 +346,7 @@ fn run(args: Args) -> anyhow::Result<()> {
         shared_xdp_program: args.xdp_program == XdpProgramArg::Switch,
         complete_checksums: !args.trust_checksums,
         tunnel_tso: args.tunnel_tso,
+        icmp_src_ip: args.icmp_src_ip,
         ..SwitchConfig::default()
     };
     tracing::info!(?config, socket = %args.socket.display(), "starting oxvs-switchd");

@@ -317,6 +317,9 @@ fn encode_datapath(e: &mut Exposition, s: &SwitchStats) {
         icmp_too_big,
         rejects,
         rejects_limited,
+        time_exceeded,
+        time_exceeded_limited,
+        time_exceeded_unanswered,
         output_no_port,
         cross_thread,
         bad_frames,
@@ -390,7 +393,7 @@ fn encode_datapath(e: &mut Exposition, s: &SwitchStats) {
         "Flows removed by their idle or hard timeout, or with the learn that learned them (delete_learned).",
     )
     .int(&[], *flows_expired);
-    let counters: [(&str, &str, u64); 27] = [
+    let counters: [(&str, &str, u64); 30] = [
         (
             "oxvs_datapath_meter_drops_total",
             "Packets a meter dropped (over its rate; per meter and band in meter-stats).",
@@ -485,6 +488,21 @@ fn encode_datapath(e: &mut Exposition, s: &SwitchStats) {
             "oxvs_datapath_rejects_limited_total",
             "Rejected packets not answered: over the rate limit.",
             *rejects_limited,
+        ),
+        (
+            "oxvs_datapath_time_exceeded_total",
+            "ICMP time exceeded answers to packets whose TTL (hop limit) a dec_ttl found at 0 or 1.",
+            *time_exceeded,
+        ),
+        (
+            "oxvs_datapath_time_exceeded_limited_total",
+            "Packets whose TTL a dec_ttl found at 0 or 1 not answered: over the rate limit.",
+            *time_exceeded_limited,
+        ),
+        (
+            "oxvs_datapath_time_exceeded_unanswered_total",
+            "Packets whose TTL a dec_ttl found at 0 or 1 not answered: an ICMP error, a later fragment, a non-unicast address, a malformed header, or no address to answer from.",
+            *time_exceeded_unanswered,
         ),
         (
             "oxvs_datapath_output_no_port_total",
@@ -1137,9 +1155,9 @@ mod tests {
             .keys()
             .filter(|n| n.starts_with("oxvs_datapath_") && n.ends_with("_total"))
             .count();
-        // 20 DatapathStats fields (emc+megaflow in one family) + 9 engine
+        // 20 DatapathStats fields (emc+megaflow in one family) + 12 engine
         // counters + busy time.
-        assert_eq!(datapath, 19 + 9 + 1, "{text}");
+        assert_eq!(datapath, 19 + 12 + 1, "{text}");
         for family in ["oxvs_learned_flows_total", "oxvs_flows_expired_total"] {
             assert!(p.types.contains_key(family), "{family}\n{text}");
         }

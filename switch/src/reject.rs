@@ -11,23 +11,16 @@
 //! thread, for the rejected packets only, and bounded by a per-thread
 //! token bucket ([`RejectBudget`]) so that a flood of SYNs to an empty
 //! Service costs at most [`REJECTS_PER_SEC`] answers a second per thread
-//! (as Linux rate-limits its ICMP errors).
+//! (as Linux rate-limits its ICMP errors). The same bucket bounds the
+//! switch's other answers to packet-ins, ICMP time exceeded
+//! ([`crate::icmp_error`]): one budget of answers per thread.
 //!
 //! The packet is untrusted (a pod wrote it): every header is read through
 //! the wire layer's checked views; nothing here panics on any input.
 
 #![deny(clippy::indexing_slicing, clippy::cast_possible_truncation)]
 
-use std::net::Ipv4Addr;
-
-use oxvs_pipeline::wire::ethernet::{self, EthernetFrame};
-use oxvs_pipeline::wire::ipv4::Ipv4Packet;
-use oxvs_pipeline::wire::{ethertype, icmp, ip_proto};
-use smoltcp::phy::ChecksumCapabilities;
-use smoltcp::wire::{Icmpv4Message, Icmpv4Packet, IpProtocol, Ipv4Packet as SmolIpv4, Ipv4Repr};
-
-/// ICMP destination unreachable code 3: port unreachable.
-const CODE_PORT_UNREACHABLE: u8 = 3;
+use crate::icmp_error::{self, From4, IcmpError};
 
 /// Most answers a second, per datapath thread.
 pub const REJECTS_PER_SEC: u64 = 1000;
@@ -71,73 +64,28 @@ impl RejectBudget {
 /// The ICMP "port unreachable" answering `frame` (Ethernet, IPv4): from
 /// the address the packet was sent to, to its source, quoting its IP
 /// header and first 8 payload bytes (RFC 792), TTL 64, the Ethernet
-/// addresses swapped (VLAN tags kept).
+/// addresses swapped (VLAN tags kept); built by [`crate::icmp_error`].
 ///
 /// `None` for what must not be answered (RFC 1122 3.2.2): non-IPv4
 /// frames, truncated or inconsistent headers, ICMP errors, fragments but
 /// the first, and sources or destinations that are not unicast.
 pub fn port_unreachable(frame: &[u8]) -> Option<Vec<u8>> {
-    let eth = EthernetFrame::new_checked(frame).ok()?;
-    if eth.src_addr()[0] & 1 != 0 {
-        return None;
-    }
-    let l2 = eth.skip_vlan_tags();
-    if l2.ethertype != ethertype::IPV4 {
-        return None;
-    }
-    let l3 = l2.l3_offset;
-    let ip = l2.payload;
-    let orig = Ipv4Packet::new_checked(ip).ok()?;
-    let (ihl, total) = (orig.header_len(), usize::from(orig.total_len()));
-    if orig.version() != 4 || ihl < 20 || ihl > total || total > ip.len() {
-        return None;
-    }
-    if orig.frag_offset() != 0 {
-        return None;
-    }
-    let (src, dst) = (Ipv4Addr::from(orig.src()), Ipv4Addr::from(orig.dst()));
-    let not_unicast = |a: Ipv4Addr| a.is_unspecified() || a.is_multicast() || a.is_broadcast();
-    if not_unicast(src) || src.is_loopback() || not_unicast(dst) {
-        return None;
-    }
-    let payload = ip.get(ihl..total)?;
-    if orig.protocol() == ip_proto::ICMP && icmp::v4::is_error(*payload.first()?) {
-        return None;
-    }
-    let quote = ip.get(..(ihl + 8).min(total))?;
-    let icmp_len = icmp::HEADER_LEN + quote.len();
-    let ip_repr = Ipv4Repr {
-        src_addr: dst,
-        dst_addr: src,
-        next_header: IpProtocol::Icmp,
-        payload_len: icmp_len,
-        hop_limit: 64,
-    };
-    let mut reply = vec![0u8; l3 + ip_repr.buffer_len() + icmp_len];
-    let (hdr, rest) = reply.split_at_mut_checked(l3)?;
-    hdr.copy_from_slice(frame.get(..l3)?);
-    hdr.get_mut(ethernet::field::DST)?
-        .copy_from_slice(&eth.src_addr());
-    hdr.get_mut(ethernet::field::SRC)?
-        .copy_from_slice(&eth.dst_addr());
-    let (ip_hdr, icmp_msg) = rest.split_at_mut_checked(ip_repr.buffer_len())?;
-    ip_repr.emit(
-        &mut SmolIpv4::new_unchecked(ip_hdr),
-        &ChecksumCapabilities::default(),
-    );
-    icmp_msg.get_mut(icmp::HEADER_LEN..)?.copy_from_slice(quote);
-    let mut p = Icmpv4Packet::new_unchecked(icmp_msg);
-    p.set_msg_type(Icmpv4Message::DstUnreachable);
-    p.set_msg_code(CODE_PORT_UNREACHABLE);
-    p.fill_checksum();
-    Some(reply)
+    icmp_error::answer(
+        frame,
+        frame.len(),
+        IcmpError::PortUnreachable,
+        From4::Destination,
+    )
 }
 
 #[cfg(test)]
 #[allow(clippy::indexing_slicing)]
 mod tests {
     use super::*;
-    use smoltcp::wire::{EthernetAddress, EthernetFrame as SmolEth};
+    use smoltcp::wire::{
+        EthernetAddress, EthernetFrame as SmolEth, Icmpv4Message, Icmpv4Packet,
+        Ipv4Packet as SmolIpv4,
+    };
 
     /// A TCP SYN 10.244.1.3:40000 -> 10.96.0.10:80 (with 4 option bytes).
     fn syn() -> Vec<u8> {
@@ -175,7 +123,7 @@ mod tests {
         let icmp = Icmpv4Packet::new_checked(ip.payload()).unwrap();
         assert!(icmp.verify_checksum());
         assert_eq!(icmp.msg_type(), Icmpv4Message::DstUnreachable);
-        assert_eq!(icmp.msg_code(), CODE_PORT_UNREACHABLE);
+        assert_eq!(icmp.msg_code(), 3, "port unreachable");
         // The quote: IP header + 8 bytes (the ports and sequence number).
         assert_eq!(icmp.data(), &f[14..14 + 28]);
     }

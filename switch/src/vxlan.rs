@@ -768,8 +768,9 @@ pub(crate) fn interface_mtu_of(ip: Ipv4Addr) -> Option<u32> {
 
 #[cfg(test)]
 mod tests {
-    use super::frames::{IPV6_MIN_MTU, OUTER_TTL, SRC_PORT_MIN};
+    use super::frames::{OUTER_TTL, SRC_PORT_MIN};
     use super::*;
+    use crate::icmp_error::IPV6_MIN_MTU;
     use oxvs_pipeline::wire::ethertype;
     use smoltcp::phy::ChecksumCapabilities;
     use smoltcp::wire::{IpProtocol, Ipv4Packet, Ipv4Repr, Ipv6Packet, Ipv6Repr};

@@ -45,6 +45,15 @@ pub fn format(r: &StatsResult) -> String {
     s.push_str(&format!("  drops: {}\n", r.drops));
     s.push_str(&format!("  outputs: {}\n", r.outputs));
     s.push_str(&format!("  packet-ins: {}\n", r.packet_ins));
+    s.push_str(&format!(
+        "  icmp answers: {} time exceeded ({} over the rate, {} not answerable), {} port unreachable ({} over the rate), {} too big\n",
+        r.time_exceeded,
+        r.time_exceeded_limited,
+        r.time_exceeded_unanswered,
+        r.rejects,
+        r.rejects_limited,
+        r.icmp_too_big
+    ));
     match r.ns_per_packet {
         Some(ns) => s.push_str(&format!("  avg. processing time per packet: {ns:.1} ns\n")),
         None => s.push_str("  avg. processing time per packet: -\n"),

@@ -25,7 +25,10 @@
 //! [`icmp_too_big_reply`] to the frame is then checked: addresses swapped,
 //! valid checksums, the right type/code/MTU, a quote that is a prefix of
 //! the original packet, an IPv6 answer within 1280 bytes; a DF IPv4 TCP
-//! packet between unicast addresses always gets one.
+//! packet between unicast addresses always gets one. The ICMP time
+//! exceeded the switch would send for the frame (`icmp_error`, the same
+//! builder) is checked the same way, with its type and its 576-byte bound
+//! for IPv4.
 
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::sync::{Mutex, OnceLock};
@@ -33,6 +36,7 @@ use std::sync::{Mutex, OnceLock};
 use oxvs_pipeline::conntrack::{Conntrack, CtConfig};
 use oxvs_pipeline::datapath::{Datapath, DatapathConfig, DpPacket, RecordingSink, TunnelMeta};
 use oxvs_pipeline::xlate::XlateEnv;
+use oxvs_switch::icmp_error;
 use oxvs_switch::vxlan::{fuzzing, icmp_too_big_reply, TxError, VxlanPort, VXLAN_OVERHEAD};
 
 use crate::frames::{self, V4Opts};
@@ -356,7 +360,7 @@ pub fn run_tx(data: &[u8]) {
                 assert!(reply.is_some(), "no ICMP answer to a DF TCP packet");
             }
             if let Some(r) = reply {
-                check_too_big(&inner, &r, inner_mtu, src_ip);
+                check_icmp_error(&inner, &r, Answer::TooBig(inner_mtu), src_ip);
             }
         }
     }
@@ -412,8 +416,23 @@ pub fn run_tx(data: &[u8]) {
     // Any frame, whatever the send did: the reply is well-formed or absent.
     let m = 1000 + u32::from(i.u8());
     if let Some(r) = icmp_too_big_reply(&inner, m, Ipv4Addr::new(10, 244, 0, 1)) {
-        check_too_big(&inner, &r, m, Ipv4Addr::new(10, 244, 0, 1));
+        check_icmp_error(&inner, &r, Answer::TooBig(m), Ipv4Addr::new(10, 244, 0, 1));
     }
+    // And so is the time exceeded a `dec_ttl` exception gets (the same
+    // builder, `oxvs_switch::icmp_error`).
+    let node = Ipv4Addr::new(192, 168, 77, 11);
+    if let Some(r) = icmp_error::time_exceeded(&inner, inner.len(), node) {
+        check_icmp_error(&inner, &r, Answer::TimeExceeded, node);
+    }
+}
+
+/// Which ICMP error [`check_icmp_error`] checks.
+#[derive(Clone, Copy)]
+enum Answer {
+    /// Fragmentation needed / packet too big with this MTU.
+    TooBig(u32),
+    /// Time exceeded in transit.
+    TimeExceeded,
 }
 
 /// The TCP payload of an IPv4 frame (after any VLAN tags).
@@ -526,7 +545,7 @@ fn fold(mut s: u32) -> u16 {
     s as u16
 }
 
-fn check_too_big(orig: &[u8], reply: &[u8], mtu: u32, src_ip: Ipv4Addr) {
+fn check_icmp_error(orig: &[u8], reply: &[u8], kind: Answer, src_ip: Ipv4Addr) {
     let (off, et) = l3(orig).expect("answered a frame without an L3 header");
     assert_eq!(l3(reply), Some((off, et)), "the reply keeps the L2 header");
     assert_eq!(&reply[0..6], &orig[6..12]);
@@ -543,8 +562,17 @@ fn check_too_big(orig: &[u8], reply: &[u8], mtu: u32, src_ip: Ipv4Addr) {
             assert_eq!(&ip[12..16], &src_ip.octets());
             assert_eq!(&ip[16..20], &oip[12..16], "sent back to the source");
             let icmp = &ip[20..];
-            assert_eq!((icmp[0], icmp[1]), (3, 4));
-            assert_eq!(u32::from(be16(icmp, 6)), mtu.min(65535));
+            match kind {
+                Answer::TooBig(mtu) => {
+                    assert_eq!((icmp[0], icmp[1]), (3, 4));
+                    assert_eq!(u32::from(be16(icmp, 6)), mtu.min(65535));
+                }
+                Answer::TimeExceeded => {
+                    assert_eq!((icmp[0], icmp[1]), (11, 0));
+                    assert_eq!(&icmp[4..8], &[0; 4]);
+                    assert!(ip.len() <= 576, "an ICMP time exceeded over 576 bytes");
+                }
+            }
             assert_eq!(fold(ones(icmp)), 0xffff, "ICMP checksum");
             let quote = &icmp[8..];
             assert!(oip.starts_with(quote), "the quote is the original's start");
@@ -557,10 +585,14 @@ fn check_too_big(orig: &[u8], reply: &[u8], mtu: u32, src_ip: Ipv4Addr) {
             assert_eq!(ip[6], frames::PROTO_ICMPV6);
             assert_eq!(&ip[24..40], &oip[8..24], "sent back to the source");
             let icmp = &ip[40..];
-            assert_eq!((icmp[0], icmp[1]), (2, 0));
+            let (ty, rest) = match kind {
+                Answer::TooBig(mtu) => (2, mtu),
+                Answer::TimeExceeded => (3, 0),
+            };
+            assert_eq!((icmp[0], icmp[1]), (ty, 0));
             assert_eq!(
                 u32::from_be_bytes([icmp[4], icmp[5], icmp[6], icmp[7]]),
-                mtu
+                rest
             );
             let mut pseudo = Vec::new();
             pseudo.extend_from_slice(&ip[8..40]);

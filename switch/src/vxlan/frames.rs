@@ -2,40 +2,36 @@
 //! outer IPv4 + UDP + VXLAN headers (encapsulation, whole or in
 //! fragments), the VXLAN header check on receive, what the inner frame
 //! decides (DF, the flow hash behind the UDP source port), and the ICMP
-//! "too big" answers.
+//! "too big" answers (built by [`crate::icmp_error`]).
 //!
 //! Inner frames are untrusted (a pod wrote them), and so are received
 //! datagrams. Every header is read through the wire layer's checked views
 //! (`oxvs_pipeline::wire`: the same VLAN tag walk as the flow key, the same
 //! IPv6 extension header walk as conntrack); the module denies
 //! `clippy::indexing_slicing` and `clippy::cast_possible_truncation`, so
-//! nothing here panics on any input. smoltcp builds the ICMP answers.
+//! nothing here panics on any input.
 
 #![deny(clippy::indexing_slicing, clippy::cast_possible_truncation)]
 
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::Ipv4Addr;
 
-use oxvs_pipeline::wire::ethernet::{self, EthernetFrame, L2};
+use oxvs_pipeline::wire::ethernet::{self, L2};
 use oxvs_pipeline::wire::ipv4::{self, Ipv4Packet};
-use oxvs_pipeline::wire::ipv6::{self, ExtEnd, Ipv6Packet};
+use oxvs_pipeline::wire::ipv6::Ipv6Packet;
 use oxvs_pipeline::wire::vxlan::VxlanHeader;
-use oxvs_pipeline::wire::{ethertype, icmp, ip_proto, vxlan};
-use smoltcp::phy::ChecksumCapabilities;
-use smoltcp::wire::{
-    Icmpv4Message, Icmpv4Packet, Icmpv6Message, Icmpv6Packet, IpProtocol, Ipv4Packet as SmolIpv4,
-    Ipv4Repr, Ipv6Packet as SmolIpv6, Ipv6Repr,
-};
+use oxvs_pipeline::wire::{ethertype, ip_proto, vxlan};
+use smoltcp::wire::{IpProtocol, Ipv4Packet as SmolIpv4};
+
+use crate::icmp_error::{self, From4, IcmpError};
 
 use super::{ETH_HLEN, IPV4_HLEN, OUTER_LEN, TX_SLOT, UDP_HLEN, VXLAN_HLEN};
 
 /// UDP source port range (RFC 7348 section 5: dynamic/private ports).
 pub(super) const SRC_PORT_MIN: u16 = 49152;
 pub(super) const OUTER_TTL: u8 = 64;
-/// An ICMPv6 error must not make the packet exceed the IPv6 minimum MTU.
-pub(super) const IPV6_MIN_MTU: usize = 1280;
-/// The bytes of a frame [`icmp_too_big_reply_head`] needs at most: two
-/// VLAN tags, and the 1232 bytes an ICMPv6 Packet Too Big quotes (an
-/// ICMPv4 one quotes the IP header and 8 bytes).
+/// The bytes of a frame [`icmp_too_big_reply_head`] (and every answer of
+/// [`crate::icmp_error`]) needs at most: two VLAN tags, and the 1232 bytes
+/// an ICMPv6 error quotes (an ICMPv4 one quotes at most 548).
 pub const TOO_BIG_HEAD: usize = 1536;
 
 /// A length that fits a 16-bit length field: the callers have checked it
@@ -326,25 +322,21 @@ impl FlowHasher {
 
 /// Builds the answer to a sender whose packet did not fit the tunnel: a
 /// complete Ethernet frame back to it (Ethernet source/destination = the
-/// original's destination/source, VLAN tags kept).
+/// original's destination/source, VLAN tags kept), made by the switch's
+/// one ICMP error builder ([`crate::icmp_error`], which says who is not
+/// answered and what is quoted).
 ///
 /// - IPv4: ICMP type 3 code 4 "fragmentation needed", next-hop MTU = `mtu`
 ///   (the inner MTU, underlay − 50, as [`super::TxError::TooBig`] reports
 ///   it), quoting the original IP header + 8 bytes, from `src_ip` (the
-///   gateway's address), TTL 64.
+///   gateway's address), TTL 64; only for packets with DF.
 /// - IPv6: ICMPv6 Packet Too Big with MTU = `mtu`, quoting as much of the
 ///   original as keeps the reply within 1280 bytes. The source is the
 ///   EUI-64 link-local address of the MAC the sender addressed (the
 ///   original Ethernet destination: the router it believes it talks to),
 ///   since `src_ip` is IPv4; hosts accept a Packet Too Big from any source
-///   as long as the quote matches their packet.
-///
-/// `None` for what must not be answered: non-IP frames, truncated or
-/// inconsistent headers (an IPv6 extension header chain the wire layer's
-/// walk cannot finish included), ICMP/ICMPv6 error messages, IPv4 without
-/// DF or non-first fragments, and sources or destinations that are not
-/// unicast (RFC 1122 3.2.2, RFC 4443 2.4; a Packet Too Big may answer a
-/// multicast destination).
+///   as long as the quote matches their packet. A multicast destination
+///   and a non-first fragment are answered too (RFC 4443 2.4 (e.3)).
 pub fn icmp_too_big_reply(original_frame: &[u8], mtu: u32, src_ip: Ipv4Addr) -> Option<Vec<u8>> {
     icmp_too_big_reply_head(original_frame, original_frame.len(), mtu, src_ip)
 }
@@ -361,183 +353,10 @@ pub fn icmp_too_big_reply_head(
     mtu: u32,
     src_ip: Ipv4Addr,
 ) -> Option<Vec<u8>> {
-    let original_frame = head;
-    if wire_len < head.len() {
-        return None;
-    }
-    let eth = EthernetFrame::new_checked(original_frame).ok()?;
-    let [src0, ..] = eth.src_addr();
-    if src0 & 1 != 0 {
-        return None;
-    }
-    let l2 = eth.skip_vlan_tags();
-    let l3 = l2.l3_offset;
-    let ip_wire_len = wire_len.checked_sub(l3)?;
-    let mut reply = match l2.ethertype {
-        ethertype::IPV4 => too_big_v4(l3, l2.payload, ip_wire_len, mtu, src_ip)?,
-        ethertype::IPV6 => too_big_v6(
-            l3,
-            l2.payload,
-            ip_wire_len,
-            mtu,
-            link_local_of(eth.dst_addr()),
-        )?,
-        _ => return None,
-    };
-    // Ethernet header: the original's (tags included), with the addresses
-    // swapped.
-    let hdr = reply.get_mut(..l3)?;
-    hdr.copy_from_slice(original_frame.get(..l3)?);
-    hdr.get_mut(ethernet::field::DST)?
-        .copy_from_slice(&eth.src_addr());
-    hdr.get_mut(ethernet::field::SRC)?
-        .copy_from_slice(&eth.dst_addr());
-    Some(reply)
-}
-
-/// The ICMPv4 part of [`icmp_too_big_reply`]: a frame with `l2` bytes left
-/// for the Ethernet header; `ip` is the packet's first bytes, `wire_len`
-/// bytes long on the wire.
-fn too_big_v4(
-    l2: usize,
-    ip: &[u8],
-    wire_len: usize,
-    mtu: u32,
-    src_ip: Ipv4Addr,
-) -> Option<Vec<u8>> {
-    let orig = Ipv4Packet::new_checked(ip).ok()?;
-    // 20 <= IHL <= total length <= bytes on the wire; the payload's bytes
-    // present in `ip`.
-    let (ihl, total) = (orig.header_len(), usize::from(orig.total_len()));
-    if ihl < IPV4_HLEN || ihl > total || total > wire_len {
-        return None;
-    }
-    let payload = ip.get(ihl..total.min(ip.len()))?;
-    if orig.version() != 4 || !orig.dont_frag() || orig.frag_offset() != 0 {
-        return None;
-    }
-    let (src, dst) = (Ipv4Addr::from(orig.src()), Ipv4Addr::from(orig.dst()));
-    if src.is_unspecified() || src.is_multicast() || src.is_broadcast() || src.is_loopback() {
-        return None;
-    }
-    if dst.is_multicast() || dst.is_broadcast() {
-        return None;
-    }
-    if orig.protocol() == ip_proto::ICMP && icmp::v4::is_error(*payload.first()?) {
-        return None;
-    }
-    let quote_len = (orig.header_len() + 8).min(usize::from(orig.total_len()));
-    let quote = ip.get(..quote_len)?;
-    let icmp_len = icmp::HEADER_LEN + quote_len;
-    let ip_repr = Ipv4Repr {
-        src_addr: src_ip,
-        dst_addr: src,
-        next_header: IpProtocol::Icmp,
-        payload_len: icmp_len,
-        hop_limit: 64,
-    };
-    let mut frame = vec![0u8; l2 + ip_repr.buffer_len() + icmp_len];
-    let (ip_hdr, icmp_msg) = frame.get_mut(l2..)?.split_at_mut_checked(IPV4_HLEN)?;
-    ip_repr.emit(
-        &mut SmolIpv4::new_unchecked(ip_hdr),
-        &ChecksumCapabilities::default(),
-    );
-    icmp_msg
-        .get_mut(icmp::field::NEXT_HOP_MTU)?
-        .copy_from_slice(&u16::try_from(mtu).unwrap_or(u16::MAX).to_be_bytes());
-    icmp_msg.get_mut(icmp::HEADER_LEN..)?.copy_from_slice(quote);
-    let mut p = Icmpv4Packet::new_unchecked(icmp_msg);
-    p.set_msg_type(Icmpv4Message::DstUnreachable);
-    p.set_msg_code(icmp::v4::CODE_FRAG_NEEDED);
-    p.fill_checksum();
-    Some(frame)
-}
-
-/// The ICMPv6 part of [`icmp_too_big_reply`] (`ip` and `wire_len` as for
-/// [`too_big_v4`]).
-fn too_big_v6(
-    l2: usize,
-    ip: &[u8],
-    wire_len: usize,
-    mtu: u32,
-    src_addr: Ipv6Addr,
-) -> Option<Vec<u8>> {
-    let orig = Ipv6Packet::new_checked(ip).ok()?;
-    let total = ipv6::HEADER_LEN + usize::from(orig.payload_len());
-    if total > wire_len {
-        return None;
-    }
-    let payload = ip.get(ipv6::HEADER_LEN..total.min(ip.len()))?;
-    if orig.version() != 6 {
-        return None;
-    }
-    let src = Ipv6Addr::from(orig.src());
-    if src.is_unspecified() || src.is_multicast() || src.is_loopback() {
-        return None;
-    }
-    if !may_answer_v6(orig.next_header(), payload) {
-        return None;
-    }
-    let quote_len = total.min(IPV6_MIN_MTU - ipv6::HEADER_LEN - icmp::HEADER_LEN);
-    let quote = ip.get(..quote_len)?;
-    let icmp_len = icmp::HEADER_LEN + quote_len;
-    let ip_repr = Ipv6Repr {
-        src_addr,
-        dst_addr: src,
-        next_header: IpProtocol::Icmpv6,
-        payload_len: icmp_len,
-        hop_limit: 64,
-    };
-    let mut frame = vec![0u8; l2 + ip_repr.buffer_len() + icmp_len];
-    let (ip_hdr, icmp_msg) = frame
-        .get_mut(l2..)?
-        .split_at_mut_checked(ipv6::HEADER_LEN)?;
-    ip_repr.emit(&mut SmolIpv6::new_unchecked(ip_hdr));
-    icmp_msg.get_mut(icmp::HEADER_LEN..)?.copy_from_slice(quote);
-    let mut p = Icmpv6Packet::new_unchecked(icmp_msg);
-    p.set_msg_type(Icmpv6Message::PktTooBig);
-    p.set_msg_code(0);
-    p.set_pkt_too_big_mtu(mtu);
-    p.fill_checksum(&src_addr, &src);
-    Some(frame)
-}
-
-/// Whether an IPv6 packet (next header `next`, `payload` after the fixed
-/// header) may get an ICMPv6 error: not when its upper layer is an ICMPv6
-/// error message (RFC 4443 2.4 (e)), nor when the wire layer's extension
-/// header walk cannot tell (a truncated chain, one over the bound, an
-/// ICMPv6 header cut short). A non-first fragment has no ICMPv6 header to
-/// look at and may be answered.
-fn may_answer_v6(next: u8, payload: &[u8]) -> bool {
-    match ipv6::walk_ext(next, payload).end {
-        ExtEnd::Upper {
-            next_header: ip_proto::ICMPV6,
-            offset,
-        } => payload.get(offset).is_some_and(|t| !icmp::v6::is_error(*t)),
-        ExtEnd::Upper { .. } | ExtEnd::LaterFragment { .. } => true,
-        ExtEnd::Truncated { .. } | ExtEnd::TooLong { .. } => false,
-    }
-}
-
-/// The EUI-64 link-local address (fe80::/64) of a MAC address.
-fn link_local_of(mac: [u8; 6]) -> Ipv6Addr {
-    let [m0, m1, m2, m3, m4, m5] = mac;
-    Ipv6Addr::from([
-        0xfe,
-        0x80,
-        0,
-        0,
-        0,
-        0,
-        0,
-        0,
-        m0 ^ 0x02,
-        m1,
-        m2,
-        0xff,
-        0xfe,
-        m3,
-        m4,
-        m5,
-    ])
+    icmp_error::answer(
+        head,
+        wire_len,
+        IcmpError::TooBig { mtu },
+        From4::Addr(src_ip),
+    )
 }
