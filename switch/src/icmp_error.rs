@@ -3,7 +3,7 @@
 //!
 //! | error | when | module that decides |
 //! |---|---|---|
-//! | port unreachable (IPv4) | a flow rejected the packet (a Service without endpoints) | [`crate::reject`] |
+//! | port unreachable (ICMP type 3 code 3, ICMPv6 type 1 code 4) | a flow rejected the packet (a Service without endpoints) | [`crate::reject`] |
 //! | fragmentation needed / packet too big | the packet does not fit the tunnel | [`crate::vxlan`] |
 //! | time exceeded (TTL / hop limit) | `dec_ttl` found a TTL of 0 or 1 (an `invalid_ttl` packet-in) | [`crate::engine`] (`Sink::time_exceeded`) |
 //!
@@ -81,13 +81,15 @@ pub const IPV6_MIN_MTU: usize = 1280;
 pub const IPV4_ANSWER_MAX: usize = 576;
 /// ICMP destination unreachable code 3: port unreachable.
 const CODE_PORT_UNREACHABLE: u8 = 3;
+/// ICMPv6 destination unreachable code 4: port unreachable (RFC 4443 3.1).
+const CODE_PORT_UNREACHABLE_V6: u8 = 4;
 /// ICMP/ICMPv6 time exceeded code 0: TTL (hop limit) exceeded in transit.
 const CODE_TTL_EXCEEDED: u8 = 0;
 
 /// Which error to send.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IcmpError {
-    /// Destination unreachable, port unreachable (IPv4 only): a reject.
+    /// Destination unreachable, port unreachable: a reject.
     PortUnreachable,
     /// IPv4 "fragmentation needed" (DF set) / ICMPv6 Packet Too Big, with
     /// the MTU that would have fitted.
@@ -96,13 +98,15 @@ pub enum IcmpError {
     TimeExceeded,
 }
 
-/// Where an IPv4 answer comes from.
+/// Where an answer comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum From4 {
-    /// The address the packet was sent to (a reject answers for the
-    /// Service).
+    /// The address the packet was sent to, of either family (a reject
+    /// answers for the Service).
     Destination,
-    /// This address (the gateway's, or the tunnel's local address).
+    /// This address if the packet is IPv4 (the gateway's, or the tunnel's
+    /// local address); an IPv6 packet is answered from the EUI-64
+    /// link-local address of the MAC it was sent to.
     Addr(Ipv4Addr),
 }
 
@@ -139,7 +143,9 @@ impl IcmpError {
     /// `None`: the error has no IPv6 form here.
     fn v6(self) -> Option<Header> {
         let (msg_type, code, rest) = match self {
-            IcmpError::PortUnreachable => return None,
+            IcmpError::PortUnreachable => {
+                (icmp::v6::DST_UNREACHABLE, CODE_PORT_UNREACHABLE_V6, [0; 4])
+            }
             IcmpError::TooBig { mtu } => (icmp::v6::PKT_TOO_BIG, 0, mtu.to_be_bytes()),
             IcmpError::TimeExceeded => (icmp::v6::TIME_EXCEEDED, CODE_TTL_EXCEEDED, [0; 4]),
         };
@@ -180,7 +186,10 @@ pub fn answer(head: &[u8], wire_len: usize, err: IcmpError, from4: From4) -> Opt
     let mut reply = match l2.ethertype {
         ethertype::IPV4 => answer_v4(l3, l2.payload, ip_wire_len, err, from4)?,
         ethertype::IPV6 => {
-            let src = link_local_of(eth.dst_addr());
+            let src = match from4 {
+                From4::Destination => None,
+                From4::Addr(_) => Some(link_local_of(eth.dst_addr())),
+            };
             answer_v6(l3, l2.payload, ip_wire_len, err, src)?
         }
         _ => return None,
@@ -269,13 +278,13 @@ fn answer_v4(
 }
 
 /// The IPv6 part of [`answer`] (`ip` and `wire_len` as for
-/// [`answer_v4`]), from `src_addr`.
+/// [`answer_v4`]), from `src_addr` (`None`: the packet's destination).
 fn answer_v6(
     l2: usize,
     ip: &[u8],
     wire_len: usize,
     err: IcmpError,
-    src_addr: Ipv6Addr,
+    src_addr: Option<Ipv6Addr>,
 ) -> Option<Vec<u8>> {
     let h = err.v6()?;
     let orig = Ipv6Packet::new_checked(ip).ok()?;
@@ -288,6 +297,10 @@ fn answer_v6(
     if src.is_unspecified() || src.is_multicast() || src.is_loopback() {
         return None;
     }
+    if dst.is_unspecified() || dst.is_loopback() {
+        return None;
+    }
+    let src_addr = src_addr.unwrap_or(dst);
     let too_big = matches!(err, IcmpError::TooBig { .. });
     if dst.is_multicast() && !too_big {
         return None;
@@ -545,6 +558,52 @@ mod tests {
     }
 
     #[test]
+    fn ipv6_port_unreachable_answers_from_the_service() {
+        // A TCP SYN to an IPv6 ClusterIP without endpoints.
+        let mut f = v6_frame("fd00:10:96::30", ip_proto::TCP, 20);
+        f[54 + 12] = 0x50;
+        f[54 + 13] = 0x02;
+        let r =
+            answer(&f, f.len(), IcmpError::PortUnreachable, From4::Destination).expect("answered");
+        assert_eq!((&r[0..6], &r[6..12]), (&POD_MAC[..], &GW_MAC[..]));
+        let ip = &r[14..54];
+        let src = Ipv6Addr::from(<[u8; 16]>::try_from(&ip[8..24]).unwrap());
+        let dst = Ipv6Addr::from(<[u8; 16]>::try_from(&ip[24..40]).unwrap());
+        assert_eq!(
+            src,
+            "fd00:10:96::30".parse::<Ipv6Addr>().unwrap(),
+            "from the Service"
+        );
+        assert_eq!(dst, POD6.parse::<Ipv6Addr>().unwrap());
+        let msg = &r[54..];
+        assert_eq!(
+            (msg[0], msg[1]),
+            (1, 4),
+            "destination unreachable, port unreachable"
+        );
+        let mut pseudo = Vec::new();
+        pseudo.extend_from_slice(&src.octets());
+        pseudo.extend_from_slice(&dst.octets());
+        pseudo.extend_from_slice(&(msg.len() as u32).to_be_bytes());
+        pseudo.extend_from_slice(&[0, 0, 0, ip_proto::ICMPV6]);
+        pseudo.extend_from_slice(msg);
+        assert_eq!(csum(&pseudo), 0, "ICMPv6 checksum");
+        assert_eq!(&msg[8..], &f[14..], "the whole packet quoted");
+        // Not for an ICMPv6 error, nor a later fragment.
+        let mut err = v6_frame("fd00:10:96::30", ip_proto::ICMPV6, 8);
+        err[54] = icmp::v6::DST_UNREACHABLE;
+        let mut later = v6_frame("fd00:10:96::30", ip_proto::FRAGMENT, 24);
+        later[54] = ip_proto::UDP;
+        later[56..58].copy_from_slice(&(1448u16 | 1).to_be_bytes());
+        for g in [err, later] {
+            assert_eq!(
+                answer(&g, g.len(), IcmpError::PortUnreachable, From4::Destination),
+                None
+            );
+        }
+    }
+
+    #[test]
     fn vlan_tags_are_kept() {
         let f = ping4(8);
         let mut tagged = f[..12].to_vec();
@@ -686,8 +745,8 @@ mod tests {
             let big = IcmpError::TooBig { mtu: 1280 };
             assert!(answer(&f, f.len(), big, From4::Addr(NODE_IP)).is_some());
         }
-        // A reject has no IPv6 form.
-        let f = ping6(16);
+        // A reject of a multicast destination: none.
+        let f = v6_frame("ff0e::1", 17, 16);
         assert_eq!(
             answer(&f, f.len(), IcmpError::PortUnreachable, From4::Destination),
             None

@@ -61,14 +61,16 @@ impl RejectBudget {
     }
 }
 
-/// The ICMP "port unreachable" answering `frame` (Ethernet, IPv4): from
-/// the address the packet was sent to, to its source, quoting its IP
-/// header and first 8 payload bytes (RFC 792), TTL 64, the Ethernet
+/// The ICMP "port unreachable" answering `frame` (Ethernet, IPv4 or
+/// IPv6): from the address the packet was sent to, to its source,
+/// quoting its IP header and first 8 payload bytes (RFC 792; IPv6: as
+/// much as fits 1280 bytes, ICMPv6 type 1 code 4), TTL 64, the Ethernet
 /// addresses swapped (VLAN tags kept); built by [`crate::icmp_error`].
 ///
-/// `None` for what must not be answered (RFC 1122 3.2.2): non-IPv4
-/// frames, truncated or inconsistent headers, ICMP errors, fragments but
-/// the first, and sources or destinations that are not unicast.
+/// `None` for what must not be answered (RFC 1122 3.2.2, RFC 4443 2.4):
+/// non-IP frames, truncated or inconsistent headers, ICMP errors,
+/// fragments but the first, and sources or destinations that are not
+/// unicast.
 pub fn port_unreachable(frame: &[u8]) -> Option<Vec<u8>> {
     icmp_error::answer(
         frame,
@@ -137,7 +139,7 @@ mod tests {
         cases.push(("multicast source MAC", f));
         let mut f = base.clone();
         f[12..14].copy_from_slice(&[0x86, 0xdd]);
-        cases.push(("IPv6", f));
+        cases.push(("an IPv4 packet labelled IPv6", f));
         let mut f = base.clone();
         f[14 + 6..14 + 8].copy_from_slice(&[0x00, 0x10]); // offset 16*8
         cases.push(("a later fragment", f));
