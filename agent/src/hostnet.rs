@@ -134,10 +134,6 @@ fn iptables_of(cidr: IpNet) -> &'static str {
     }
 }
 
-fn iptables(op: &str, rule: &[String]) -> Result<bool, HostnetError> {
-    iptables_cmd("iptables", op, rule)
-}
-
 fn iptables_cmd(cmd: &str, op: &str, rule: &[String]) -> Result<bool, HostnetError> {
     let out = Command::new(cmd)
         .args(["-w", "5", "-t", "nat", op])
@@ -185,8 +181,10 @@ pub const NODE_PORTS_CHAIN: &str = "OXVS-NODEPORTS";
 
 /// The jump into [`NODE_PORTS_CHAIN`] from `hook` (PREROUTING: traffic
 /// arriving at the node; OUTPUT: the node's own): packets to any of the
-/// node's addresses but loopback ones.
-fn node_ports_jump(hook: &str) -> Vec<String> {
+/// node's addresses but loopback ones (`127.0.0.0/8`, or `::1` for
+/// `ip6tables`).
+fn node_ports_jump(hook: &str, v6: bool) -> Vec<String> {
+    let loopback = if v6 { "::1/128" } else { "127.0.0.0/8" };
     [
         hook,
         "-m",
@@ -199,7 +197,7 @@ fn node_ports_jump(hook: &str) -> Vec<String> {
         "LOCAL",
         "!",
         "-d",
-        "127.0.0.0/8",
+        loopback,
         "-j",
         NODE_PORTS_CHAIN,
     ]
@@ -217,9 +215,10 @@ pub struct NodePort {
     pub service: String,
 }
 
-/// The `iptables-restore --noflush` input that makes [`NODE_PORTS_CHAIN`]
-/// exactly `ports`, each DNATed to `vip` (its port kept).
-fn node_ports_restore(ports: &[NodePort], vip: std::net::Ipv4Addr) -> String {
+/// The `iptables-restore --noflush` (`ip6tables-restore` for an IPv6
+/// `vip`) input that makes [`NODE_PORTS_CHAIN`] exactly `ports`, each
+/// DNATed to `vip` (its port kept).
+fn node_ports_restore(ports: &[NodePort], vip: std::net::IpAddr) -> String {
     let mut s = format!("*nat\n:{NODE_PORTS_CHAIN} - [0:0]\n");
     for p in ports {
         // A comment is one word of iptables-restore's line syntax when quoted;
@@ -239,14 +238,20 @@ fn node_ports_restore(ports: &[NodePort], vip: std::net::Ipv4Addr) -> String {
     s
 }
 
-/// Makes the host DNAT each of `ports` on every node address to `vip`
-/// (which it routes into the switch), replacing the chain's previous
-/// rules in one `iptables-restore`, and makes sure PREROUTING and OUTPUT
-/// jump to it. Idempotent.
-pub fn sync_node_ports(ports: &[NodePort], vip: std::net::Ipv4Addr) -> Result<(), HostnetError> {
+/// Makes the host DNAT each of `ports` on every node address of `vip`'s
+/// family to `vip` (which it routes into the switch), replacing the
+/// chain's previous rules in one `iptables-restore` (`ip6tables-restore`
+/// for IPv6), and makes sure PREROUTING and OUTPUT jump to it.
+/// Idempotent.
+pub fn sync_node_ports(ports: &[NodePort], vip: std::net::IpAddr) -> Result<(), HostnetError> {
     use std::io::Write as _;
+    let v6 = vip.is_ipv6();
+    let (restore, cmd) = match v6 {
+        false => ("iptables-restore", "iptables"),
+        true => ("ip6tables-restore", "ip6tables"),
+    };
     let input = node_ports_restore(ports, vip);
-    let mut child = Command::new("iptables-restore")
+    let mut child = Command::new(restore)
         .args(["-w", "5", "--noflush"])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::null())
@@ -261,14 +266,14 @@ pub fn sync_node_ports(ports: &[NodePort], vip: std::net::Ipv4Addr) -> Result<()
     let out = child.wait_with_output().map_err(HostnetError::Spawn)?;
     if !out.status.success() {
         return Err(HostnetError::Iptables {
-            args: format!("-restore --noflush ({} NodePorts)", ports.len()),
+            args: format!("{restore} --noflush ({} NodePorts)", ports.len()),
             stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
         });
     }
     for hook in ["PREROUTING", "OUTPUT"] {
-        let rule = node_ports_jump(hook);
-        if !iptables("-C", &rule)? {
-            iptables("-I", &rule)?;
+        let rule = node_ports_jump(hook, v6);
+        if !iptables_cmd(cmd, "-C", &rule)? {
+            iptables_cmd(cmd, "-I", &rule)?;
         }
     }
     Ok(())
@@ -314,8 +319,14 @@ mod tests {
             node_ports_restore(&[], "169.254.169.253".parse().unwrap()),
             "*nat\n:OXVS-NODEPORTS - [0:0]\nCOMMIT\n"
         );
+        // IPv6: the same rules to the IPv6 VIP, the jump sparing ::1.
+        assert!(node_ports_restore(&ports, "fc01::a9fe:a9fd".parse().unwrap())
+            .contains("--dport 30080 -m comment --comment \"web/front:httpx\" -j DNAT --to-destination fc01::a9fe:a9fd\n"));
+        assert!(node_ports_jump("OUTPUT", true)
+            .join(" ")
+            .contains("! -d ::1/128 -j OXVS-NODEPORTS"));
         assert_eq!(
-            node_ports_jump("PREROUTING").join(" "),
+            node_ports_jump("PREROUTING", false).join(" "),
             "PREROUTING -m comment --comment oxvs: Service NodePorts -m addrtype --dst-type LOCAL ! -d 127.0.0.0/8 -j OXVS-NODEPORTS"
         );
     }

@@ -256,9 +256,9 @@ pub struct Service {
     pub affinity_timeout: Option<u32>,
     /// Addresses traffic arriving at a node is load-balanced for, besides
     /// the NodePorts: `spec.externalIPs` and the Service's load balancer
-    /// addresses (`status.loadBalancer.ingress[].ip`), IPv4, sorted, no
-    /// duplicates.
-    pub external_ips: Vec<Ipv4Addr>,
+    /// addresses (`status.loadBalancer.ingress[].ip`), of both families,
+    /// sorted, no duplicates.
+    pub external_ips: Vec<IpAddr>,
     /// `externalTrafficPolicy: Local`: traffic arriving at a node (its
     /// NodePorts, external and load balancer addresses) goes only to that
     /// node's endpoints, with its client address kept.

@@ -182,10 +182,11 @@ pub struct ServicePortFlows {
     pub local_endpoints: Vec<(IpAddr, u16)>,
     /// `sessionAffinity: ClientIP`: its timeout in seconds.
     pub affinity: Option<u32>,
-    /// Its NodePort (IPv4 only: NodePorts are not served over IPv6 yet).
+    /// Its NodePort (served on the node's addresses of the ClusterIP's
+    /// family).
     pub node_port: Option<u16>,
-    /// External and load balancer addresses (IPv4 only).
-    pub external_ips: Vec<Ipv4Addr>,
+    /// External and load balancer addresses of the ClusterIP's family.
+    pub external_ips: Vec<IpAddr>,
     pub external_local: bool,
     pub internal_local: bool,
 }
@@ -278,16 +279,13 @@ pub fn service_ports(state: &ClusterState, node_name: &str) -> Vec<ServicePortFl
                     }
                     group_ids[kind as usize] = id;
                 }
-                // Traffic from outside the node comes over IPv4 only.
-                let external_ips = match v6 {
-                    true => Vec::new(),
-                    false => svc
-                        .external_ips
-                        .iter()
-                        .copied()
-                        .filter(|ip| external_ip_allowed(state, *ip))
-                        .collect(),
-                };
+                // External and load balancer addresses of the family.
+                let external_ips = svc
+                    .external_ips
+                    .iter()
+                    .copied()
+                    .filter(|ip| ip.is_ipv6() == v6 && external_ip_allowed(state, *ip))
+                    .collect();
                 out.push(ServicePortFlows {
                     service: key.clone(),
                     port_name: p.name.clone(),
@@ -299,7 +297,7 @@ pub fn service_ports(state: &ClusterState, node_name: &str) -> Vec<ServicePortFl
                     endpoints: ready(false),
                     local_endpoints: ready(true),
                     affinity: svc.affinity_timeout,
-                    node_port: p.node_port.filter(|_| !v6),
+                    node_port: p.node_port,
                     external_ips,
                     external_local: svc.external_local,
                     internal_local: svc.internal_local,
@@ -315,24 +313,52 @@ pub fn service_ports(state: &ClusterState, node_name: &str) -> Vec<ServicePortFl
 /// nodes (a Service would capture traffic meant for a pod or a node: the
 /// "man in the middle" of CVE-2020-8554), nor a special-purpose one
 /// (unspecified, loopback, link-local, multicast, broadcast).
-pub fn external_ip_allowed(state: &ClusterState, ip: Ipv4Addr) -> bool {
-    let special = ip.is_unspecified()
-        || ip.is_loopback()
-        || ip.is_link_local()
-        || ip.is_multicast()
-        || ip.is_broadcast();
-    let cluster = state
-        .nodes
-        .values()
-        .any(|n| n.internal_ip == Some(ip) || n.pod_cidr.is_some_and(|c| c.contains(&ip)));
+pub fn external_ip_allowed(state: &ClusterState, ip: IpAddr) -> bool {
+    let special = match ip {
+        IpAddr::V4(a) => {
+            a.is_unspecified()
+                || a.is_loopback()
+                || a.is_link_local()
+                || a.is_multicast()
+                || a.is_broadcast()
+        }
+        IpAddr::V6(a) => {
+            a.is_unspecified()
+                || a.is_loopback()
+                || a.is_multicast()
+                // fe80::/10, and the proxy's own fc01::/64 addresses.
+                || (a.segments()[0] & 0xffc0) == 0xfe80
+                || a.segments()[..4] == [0xfc01, 0, 0, 0]
+        }
+    };
+    let cluster = state.nodes.values().any(|n| match ip {
+        IpAddr::V4(a) => n.internal_ip == Some(a) || n.pod_cidr.is_some_and(|c| c.contains(&a)),
+        IpAddr::V6(a) => n.pod_cidr6.is_some_and(|c| c.contains(&a)),
+    });
     !special && !cluster
 }
 
-/// The NodePorts the host must send into the switch (IPv4), sorted.
+/// The NodePorts the host must send into the switch over IPv4 (of
+/// Services with an IPv4 ClusterIP), sorted.
 pub fn node_ports(state: &ClusterState) -> Vec<crate::hostnet::NodePort> {
+    node_ports_of(state, false)
+}
+
+/// The NodePorts the host must send into the switch over IPv6 (of
+/// Services with an IPv6 ClusterIP: a dual-stack Service's NodePort
+/// answers on both families), sorted.
+pub fn node_ports6(state: &ClusterState) -> Vec<crate::hostnet::NodePort> {
+    node_ports_of(state, true)
+}
+
+fn node_ports_of(state: &ClusterState, v6: bool) -> Vec<crate::hostnet::NodePort> {
     let mut out = Vec::new();
     for (key, svc) in &state.services {
-        if svc.cluster_ip.is_none() {
+        let has = match v6 {
+            false => svc.cluster_ip.is_some(),
+            true => svc.cluster_ip6.is_some(),
+        };
+        if !has {
             continue;
         }
         for p in &svc.ports {
@@ -369,25 +395,31 @@ pub fn host_routes(state: &ClusterState) -> Vec<Ipv4Addr> {
             continue;
         };
         out.push(ip);
-        out.extend(
-            svc.external_ips
-                .iter()
-                .filter(|ip| external_ip_allowed(state, **ip)),
-        );
+        out.extend(svc.external_ips.iter().filter_map(|ip| match ip {
+            IpAddr::V4(a) if external_ip_allowed(state, *ip) => Some(*a),
+            _ => None,
+        }));
     }
     out.sort();
     out.dedup();
     out
 }
 
-/// The IPv6 ClusterIPs the host routes into the switch (via
-/// [`SERVICE_VIP6`]), sorted.
+/// The IPv6 addresses the host routes into the switch (via
+/// [`SERVICE_VIP6`]): every IPv6 ClusterIP, external and load balancer
+/// address the proxy serves, sorted.
 pub fn host_routes6(state: &ClusterState) -> Vec<Ipv6Addr> {
-    let mut out: Vec<Ipv6Addr> = state
-        .services
-        .values()
-        .filter_map(|svc| svc.cluster_ip6)
-        .collect();
+    let mut out: Vec<Ipv6Addr> = Vec::new();
+    for svc in state.services.values() {
+        let Some(ip) = svc.cluster_ip6 else {
+            continue;
+        };
+        out.push(ip);
+        out.extend(svc.external_ips.iter().filter_map(|ip| match ip {
+            IpAddr::V6(a) if external_ip_allowed(state, *ip) => Some(*a),
+            _ => None,
+        }));
+    }
     out.sort();
     out.dedup();
     out
@@ -591,7 +623,9 @@ fn learn_action(sp: &ServicePortFlows, timeout: u32) -> String {
 /// The proxy's flows and groups for the cluster on this node (see the
 /// module doc).
 pub fn proxy_flows(state: &ClusterState, node_name: &str, node: &NodeNet) -> ProxyFlows {
-    let ports = service_ports(state, node_name);
+    let mut ports = service_ports(state, node_name);
+    // IPv6 ClusterIPs on a dual-stack node only.
+    ports.retain(|sp| !sp.v6() || node.ipv6.is_some());
     let mut b = Builder::default();
     for sp in &ports {
         let cluster = Frontend {
@@ -611,7 +645,10 @@ pub fn proxy_flows(state: &ClusterState, node_name: &str, node: &NodeNet) -> Pro
         if let Some(np) = sp.node_port {
             let f = Frontend {
                 sp,
-                nw_dst: SERVICE_VIP.into(),
+                nw_dst: match sp.v6() {
+                    false => SERVICE_VIP.into(),
+                    true => SERVICE_VIP6.into(),
+                },
                 tp_dst: np,
             };
             outside.push((f, true));
@@ -619,7 +656,7 @@ pub fn proxy_flows(state: &ClusterState, node_name: &str, node: &NodeNet) -> Pro
         for ip in &sp.external_ips {
             let f = Frontend {
                 sp,
-                nw_dst: (*ip).into(),
+                nw_dst: *ip,
                 tp_dst: sp.port,
             };
             outside.push((f, false));
@@ -640,9 +677,15 @@ pub fn proxy_flows(state: &ClusterState, node_name: &str, node: &NodeNet) -> Pro
                 // This node's endpoints, the client's address kept; this
                 // node's own pods reach every endpoint (as kube-proxy).
                 b.send_to_group(flow(priority::service_lb::SERVICE), sp, local);
-                let from_pods = flow(priority::service_lb::FROM_LOCAL_PODS)
-                    .matching(format!("nw_src={}", node.pod_cidr));
-                b.send_to_group(from_pods, sp, all);
+                let src = match (sp.v6(), &node.ipv6) {
+                    (false, _) => Some(format!("nw_src={}", node.pod_cidr)),
+                    (true, Some(v6)) => Some(format!("ipv6_src={}", v6.pod_cidr)),
+                    (true, None) => None,
+                };
+                if let Some(src) = src {
+                    let from_pods = flow(priority::service_lb::FROM_LOCAL_PODS).matching(src);
+                    b.send_to_group(from_pods, sp, all);
+                }
             } else {
                 let f = flow(priority::service_lb::SERVICE);
                 let f = match sp.endpoints.is_empty() {
@@ -737,7 +780,6 @@ pub fn session_affinity_default() -> FlowLine {
 /// SNATs marked connections to the gateway address, and ConntrackZone
 /// un-SNATs their replies first.
 pub fn outside_node_flows(node: &NodeNet) -> Vec<String> {
-    let gw = node.gateway_ip;
     let mut v: Vec<String> = Vec::new();
     if node.ipv6.is_some() {
         // The host's next hop for IPv6 ClusterIPs.
@@ -747,52 +789,68 @@ pub fn outside_node_flows(node: &NodeNet) -> Vec<String> {
                 .map(String::from),
         );
     }
-    v.extend([
-        crate::flows::arp_answer(cookie::GATEWAY, SERVICE_VIP, &node.gateway_mac).into(),
-        FlowLine::new(
-            CONNTRACK_ZONE,
-            priority::conntrack_zone::SNAT_REPLY,
-            cookie::DEFAULTS,
-        )
-        .matching("ct_state=-trk")
-        .matching("ip")
-        .matching(format!("nw_dst={gw}"))
-        .action(format!(
-            "ct(table={},zone={HAIRPIN_ZONE},nat)",
-            CONNTRACK_ZONE.id
-        ))
-        .into(),
-        // A new connection: marked SNATed in the pod traffic zone, then
-        // SNATed.
-        FlowLine::new(SERVICE_SNAT, priority::service_snat::SNAT, cookie::DEFAULTS)
-            .matching("ct_state=+new+trk")
-            .matching("ip")
-            .matching(format!("ct_zone={CT_ZONE}"))
-            .mark(regs::SERVICE_SNAT_MARK)
-            .action(format!(
-                "ct(commit,zone={CT_ZONE},exec({}))",
-                regs::SERVICE_SNAT_CT_MARK.load()
-            ))
-            .action(format!(
-                "ct(commit,table={},zone={HAIRPIN_ZONE},nat(src={gw}:{}-{}))",
-                L2_FORWARDING_CALC.id, SNAT_PORTS.0, SNAT_PORTS.1
-            ))
-            .into(),
-        // Its later packets the client's way: SNATed as the first.
-        FlowLine::new(SERVICE_SNAT, priority::service_snat::SNAT, cookie::DEFAULTS)
-            .matching("ct_state=-new-rpl+trk")
-            .matching("ip")
-            .matching(format!("ct_zone={CT_ZONE}"))
-            .mark(regs::SERVICE_SNAT_CT_MARK)
+    v.push(crate::flows::arp_answer(cookie::GATEWAY, SERVICE_VIP, &node.gateway_mac).into());
+    let mut families: Vec<(&str, String, String)> = vec![(
+        "ip",
+        format!("nw_dst={}", node.gateway_ip),
+        node.gateway_ip.to_string(),
+    )];
+    if let Some(v6) = &node.ipv6 {
+        families.push((
+            "ipv6",
+            format!("ipv6_dst={}", v6.gateway_ip),
+            format!("[{}]", v6.gateway_ip),
+        ));
+    }
+    for (family, to_gw, gw) in families {
+        v.extend([
+            FlowLine::new(
+                CONNTRACK_ZONE,
+                priority::conntrack_zone::SNAT_REPLY,
+                cookie::DEFAULTS,
+            )
+            .matching("ct_state=-trk")
+            .matching(family)
+            .matching(to_gw)
             .action(format!(
                 "ct(table={},zone={HAIRPIN_ZONE},nat)",
-                L2_FORWARDING_CALC.id
+                CONNTRACK_ZONE.id
             ))
             .into(),
+            // A new connection: marked SNATed in the pod traffic zone,
+            // then SNATed.
+            FlowLine::new(SERVICE_SNAT, priority::service_snat::SNAT, cookie::DEFAULTS)
+                .matching("ct_state=+new+trk")
+                .matching(family)
+                .matching(format!("ct_zone={CT_ZONE}"))
+                .mark(regs::SERVICE_SNAT_MARK)
+                .action(format!(
+                    "ct(commit,zone={CT_ZONE},exec({}))",
+                    regs::SERVICE_SNAT_CT_MARK.load()
+                ))
+                .action(format!(
+                    "ct(commit,table={},zone={HAIRPIN_ZONE},nat(src={gw}:{}-{}))",
+                    L2_FORWARDING_CALC.id, SNAT_PORTS.0, SNAT_PORTS.1
+                ))
+                .into(),
+            // Its later packets the client's way: SNATed as the first.
+            FlowLine::new(SERVICE_SNAT, priority::service_snat::SNAT, cookie::DEFAULTS)
+                .matching("ct_state=-new-rpl+trk")
+                .matching(family)
+                .matching(format!("ct_zone={CT_ZONE}"))
+                .mark(regs::SERVICE_SNAT_CT_MARK)
+                .action(format!(
+                    "ct(table={},zone={HAIRPIN_ZONE},nat)",
+                    L2_FORWARDING_CALC.id
+                ))
+                .into(),
+        ]);
+    }
+    v.push(
         FlowLine::new(SERVICE_SNAT, priority::DEFAULT, cookie::DEFAULTS)
             .goto(L2_FORWARDING_CALC)
             .into(),
-    ]);
+    );
     v
 }
 
@@ -1147,8 +1205,13 @@ mod tests {
                 ("fd00:10:244:2::2".parse().unwrap(), 8080)
             ]
         );
-        // NodePorts and external addresses stay IPv4.
-        assert_eq!((http6.node_port, http6.external_ips.len()), (None, 0));
+        // The NodePort answers over IPv6 too; the external addresses are
+        // IPv4 ones (192.0.2.5) and stay with the IPv4 port.
+        assert_eq!(
+            (http6.node_port, http6.external_ips.len()),
+            (Some(30080), 0)
+        );
+        assert_eq!(node_ports6(&st).len(), 2, "http and sctp");
         assert!(six
             .iter()
             .all(|p| !v4_only.iter().any(|q| q.group_id == p.group_id)));
@@ -1170,7 +1233,22 @@ mod tests {
             g.contains("nat(dst=[fd00:10:244:2::2]:8080)") && !g.contains("10.244."),
             "{g}"
         );
-        // The node's IPv6 flows: hairpin, the VIP answered.
+        // The NodePort over IPv6 (DNATed by the host to the IPv6 VIP);
+        // `externalTrafficPolicy: Local`: this node's pods reach every
+        // endpoint.
+        let np6: Vec<&String> = p
+            .flows
+            .iter()
+            .filter(|f| f.contains("ipv6_dst=fc01::a9fe:a9fd") && f.contains("tp_dst=30080"))
+            .collect();
+        assert_eq!(np6.len(), 2, "{np6:?}");
+        assert!(
+            np6.iter()
+                .any(|f| f.contains("ipv6_src=fd00:10:244:1::/64")),
+            "{np6:?}"
+        );
+        // The node's IPv6 flows: hairpin, the VIP answered, SNAT to the
+        // IPv6 gateway.
         let node_flows = [
             hairpin_node_flows(&dual_node()),
             outside_node_flows(&dual_node()),
@@ -1182,6 +1260,9 @@ mod tests {
         assert!(node_flows
             .iter()
             .any(|f| f.contains("nd_target=fc01::a9fe:a9fd")));
+        assert!(node_flows
+            .iter()
+            .any(|f| f.contains("nat(src=[fd00:10:244:1::1]:61000-65535)")));
         // On an IPv4-only node none of them.
         let v4_node = [hairpin_node_flows(&node()), outside_node_flows(&node())].concat();
         assert!(v4_node.iter().all(|f| !f.contains("fc01::")));

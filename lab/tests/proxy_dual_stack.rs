@@ -18,6 +18,11 @@
 //!   switch answers Neighbour Discovery);
 //! - an IPv6 Service without endpoints: refused at once (the switch
 //!   answers ICMPv6 port unreachable);
+//! - NodePorts over IPv6 from outside (the underlay namespace, to the
+//!   nodes' IPv6 addresses): `externalTrafficPolicy: Cluster` on both
+//!   nodes (SNATed to the IPv6 gateway), the same dual-stack NodePort over
+//!   IPv4, `Local` answered by the node with the endpoint and dropped by
+//!   the other;
 //! - the switch's view: `tcp6,ipv6_dst=` ServiceLB flows and groups with
 //!   bracketed IPv6 NAT targets;
 //! - NetworkPolicy after DNAT over IPv6: deny-all ingress blocks
@@ -34,6 +39,10 @@ use std::time::{Duration, Instant};
 
 use common::paths::{path, pod, Proto, Report, Want};
 use common::Lab;
+
+/// The nodes' IPv6 underlay addresses (`up --ip-family dual`).
+const N1_V6: &str = "fd00:192:168:77::11";
+const N2_V6: &str = "fd00:192:168:77::12";
 
 fn pods_yaml() -> String {
     let mut y = String::from("apiVersion: v1\nkind: Namespace\nmetadata: {name: web}\n");
@@ -101,6 +110,28 @@ spec:
   ports:
   - {name: tcp, port: 80, targetPort: 8080}
   - {name: udp, port: 80, protocol: UDP, targetPort: 8080}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: svc-np, namespace: web}
+spec:
+  type: NodePort
+  ipFamilyPolicy: RequireDualStack
+  selector: {pod: a2}
+  ports:
+  - {name: tcp, port: 80, targetPort: 8080, nodePort: 30086}
+  - {name: udp, port: 80, protocol: UDP, targetPort: 8080, nodePort: 30086}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: svc-np-local, namespace: web}
+spec:
+  type: NodePort
+  ipFamilies: [IPv6]
+  externalTrafficPolicy: Local
+  selector: {pod: a2}
+  ports:
+  - {port: 80, targetPort: 8080, nodePort: 30087}
 ---
 apiVersion: v1
 kind: Service
@@ -190,9 +221,9 @@ fn ipv6_services_are_load_balanced_in_the_switch() {
     assert!(out.contains("Pod web/c2 created on node-2"), "{out}");
     let out = lab.ok(&["apply", "-f", &lab.file("services.yaml", SERVICES)]);
     assert!(out.contains("Service web/svc-a1 created"), "{out}");
-    // svc-a1 and svc-a2 tcp+udp, svc-ab6, svc-aff6, svc-hair6 tcp+udp;
-    // svc-empty6 rejects (tcp+udp).
-    wait_services6(&lab, 8, 2);
+    // svc-a1 and svc-a2 tcp+udp, svc-ab6, svc-aff6, svc-hair6 tcp+udp,
+    // svc-np tcp+udp, svc-np-local; svc-empty6 rejects (tcp+udp).
+    wait_services6(&lab, 11, 2);
     // The lab gave svc-a2 (PreferDualStack, no IPv6 address asked) the
     // first free IPv6 ClusterIP, as the API server's allocator would.
     let svc = std::fs::read_to_string(lab.root().join("manifests/service_web_svc-a2.yaml"))
@@ -206,7 +237,7 @@ fn ipv6_services_are_load_balanced_in_the_switch() {
     );
 
     let (c1, c2, h1, x1) = (ns("web-c1"), ns("web-c2"), ns("web-h1"), ns("web-x1"));
-    let n1 = ns("node-1");
+    let (n1, ul) = (ns("node-1"), ns("ul"));
     let a = |x: &'static str| Want::Answer(vec![x]);
     let any = || Want::Answer(vec![]);
     use Proto::*;
@@ -329,6 +360,48 @@ fn ipv6_services_are_load_balanced_in_the_switch() {
                 ("fd00:10:96::130", 80),
                 Udp,
                 Want::Refused,
+            ),
+            path(
+                "outside -> node-1 NodePort over IPv6, TCP (backend on node-2)",
+                &ul,
+                (N1_V6, 30086),
+                Tcp,
+                a("web/a2"),
+            ),
+            path(
+                "outside -> node-2 NodePort over IPv6, TCP (backend here)",
+                &ul,
+                (N2_V6, 30086),
+                Tcp,
+                a("web/a2"),
+            ),
+            path(
+                "outside -> node-1 NodePort over IPv6, UDP",
+                &ul,
+                (N1_V6, 30086),
+                Udp,
+                any(),
+            ),
+            path(
+                "outside -> node-1 NodePort over IPv4 (the same Service)",
+                &ul,
+                ("192.168.77.11", 30086),
+                Tcp,
+                a("web/a2"),
+            ),
+            path(
+                "outside -> node-2 NodePort over IPv6, Local, backend here",
+                &ul,
+                (N2_V6, 30087),
+                Tcp,
+                a("web/a2"),
+            ),
+            path(
+                "outside -> node-1 NodePort over IPv6, Local, no backend here: dropped",
+                &ul,
+                (N1_V6, 30087),
+                Tcp,
+                Want::Silent,
             ),
         ],
     );

@@ -60,6 +60,9 @@ use crate::state::{Attachment, Store};
 
 pub use reconcile::ReconcileReport;
 
+/// NodePorts the host sends into the switch: IPv4, IPv6.
+type NodePortSets = (Vec<crate::hostnet::NodePort>, Vec<crate::hostnet::NodePort>);
+
 /// How the agent is set up.
 #[derive(Clone, Debug)]
 pub struct AgentConfig {
@@ -172,7 +175,8 @@ pub struct Agent {
     /// Host routes set: destination, next hop (`None`: onto the link).
     routes: Mutex<BTreeMap<ipnet::IpNet, Option<std::net::IpAddr>>>,
     /// The proxy's NodePorts as last set on the host.
-    node_ports: Mutex<Option<Vec<crate::hostnet::NodePort>>>,
+    /// The NodePorts set on the host: IPv4, IPv6.
+    node_ports: Mutex<Option<NodePortSets>>,
     /// Reads a pod the snapshot lacks (`None`: no cluster source).
     pods: Option<Arc<dyn PodLookup>>,
     /// Pods read by ADD that the snapshot did not have yet; used by the

@@ -193,15 +193,23 @@ impl Agent {
         }
         self.sync_routes(&node).await;
         if self.cfg.proxy {
-            self.sync_node_ports().await;
+            self.sync_node_ports(&node).await;
         }
         Ok(())
     }
 
-    /// The proxy's NodePorts on the host: DNATed to the Service VIP (which
-    /// the host routes into the switch), when they changed.
-    async fn sync_node_ports(&self) {
-        let want = crate::proxy::node_ports(&self.cluster());
+    /// The proxy's NodePorts on the host: DNATed to the Service VIP of
+    /// their family (which the host routes into the switch), when they
+    /// changed; IPv6 ones on a dual-stack node.
+    async fn sync_node_ports(&self, node: &NodeNet) {
+        let cluster = self.cluster();
+        let want = (
+            crate::proxy::node_ports(&cluster),
+            match node.ipv6 {
+                Some(_) => crate::proxy::node_ports6(&cluster),
+                None => Vec::new(),
+            },
+        );
         if self
             .node_ports
             .lock()
@@ -210,13 +218,22 @@ impl Agent {
             return;
         }
         let w = want.clone();
+        let v6 = node.ipv6.is_some();
         let r = tokio::task::spawn_blocking(move || {
-            crate::hostnet::sync_node_ports(&w, crate::proxy::SERVICE_VIP)
+            crate::hostnet::sync_node_ports(&w.0, crate::proxy::SERVICE_VIP.into())?;
+            if v6 {
+                crate::hostnet::sync_node_ports(&w.1, crate::proxy::SERVICE_VIP6.into())?;
+            }
+            Ok::<(), crate::hostnet::HostnetError>(())
         })
         .await;
         match r {
             Ok(Ok(())) => {
-                tracing::info!(node_ports = want.len(), "NodePorts set on the host");
+                tracing::info!(
+                    node_ports = want.0.len(),
+                    node_ports6 = want.1.len(),
+                    "NodePorts set on the host"
+                );
                 if let Ok(mut h) = self.node_ports.lock() {
                     *h = Some(want);
                 }

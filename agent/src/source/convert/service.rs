@@ -14,7 +14,7 @@ use k8s_openapi::api::discovery::v1 as discovery;
 
 use std::net::IpAddr;
 
-use super::{namespaced_name, parse_ip, protocol, ConvertError, Errs};
+use super::{namespaced_name, protocol, ConvertError, Errs};
 use crate::model::{Endpoint, EndpointPort, EndpointSet, Service, ServicePort};
 
 /// The label that ties an EndpointSlice to its Service.
@@ -138,9 +138,8 @@ pub fn service(svc: &core::Service) -> Result<Service, ConvertError> {
     let mut external_ips = Vec::new();
     if !external_name {
         for (i, ip) in spec.external_ips.iter().flatten().enumerate() {
-            match parse_ip(ip) {
-                Ok(Some(a)) => external_ips.push(a),
-                Ok(None) => {}
+            match parse_any_ip(ip) {
+                Ok(a) => external_ips.push(a),
                 Err(m) => errs.push(format!("spec.externalIPs[{i}]"), m),
             }
         }
@@ -155,9 +154,8 @@ pub fn service(svc: &core::Service) -> Result<Service, ConvertError> {
                 let Some(ip) = ing.ip.as_deref() else {
                     continue; // a hostname: nothing to match on
                 };
-                match parse_ip(ip) {
-                    Ok(Some(a)) => external_ips.push(a),
-                    Ok(None) => {}
+                match parse_any_ip(ip) {
+                    Ok(a) => external_ips.push(a),
                     Err(m) => errs.push(format!("status.loadBalancer.ingress[{i}].ip"), m),
                 }
             }
@@ -418,7 +416,10 @@ mod tests {
         })))
         .unwrap();
         let ips: Vec<String> = s.external_ips.iter().map(|i| i.to_string()).collect();
-        assert_eq!(ips, ["192.0.2.5", "192.0.2.9", "198.51.100.7"]);
+        assert_eq!(
+            ips,
+            ["192.0.2.5", "192.0.2.9", "198.51.100.7", "2001:db8::1"]
+        );
         assert!(s.external_local && s.internal_local);
         assert_eq!(s.ports[0].node_port, Some(30080));
         // A ClusterIP Service has no NodePort (a leftover nodePort is
