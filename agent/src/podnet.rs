@@ -908,14 +908,23 @@ pub fn ensure_route(
 
 /// The destinations the caller's namespace routes via `via` out of `dev`
 /// (none if `dev` does not exist).
-pub fn routes_via(via: Ipv4Addr, dev: &str) -> Result<Vec<ipnet::Ipv4Net>, PodnetError> {
+pub fn routes_via(via: IpAddr, dev: &str) -> Result<Vec<IpNet>, PodnetError> {
     validate_ifname("link", dev)?;
     nl::with_netlink(|nl| {
         let Ok(link) = existing_link(nl, dev) else {
             return Ok(Vec::new());
         };
-        nl.ipv4_routes_via(via, link.index)
-            .map_err(nl::step(format!("list the routes via {via} dev {dev}")))
+        let what = || format!("list the routes via {via} dev {dev}");
+        match via {
+            IpAddr::V4(v) => nl
+                .ipv4_routes_via(v, link.index)
+                .map(|r| r.into_iter().map(IpNet::from).collect())
+                .map_err(nl::step(what())),
+            IpAddr::V6(v) => nl
+                .ipv6_routes_via(v, link.index)
+                .map(|r| r.into_iter().map(IpNet::from).collect())
+                .map_err(nl::step(what())),
+        }
     })
 }
 

@@ -234,8 +234,13 @@ impl Netlink {
 
     /// Every IPv4 route of the main table (a dump).
     fn main_ipv4_routes(&mut self) -> Result<Vec<RouteMessage>, Error> {
+        self.main_routes(AddressFamily::Inet)
+    }
+
+    /// The main table's routes of `family`.
+    fn main_routes(&mut self, family: AddressFamily) -> Result<Vec<RouteMessage>, Error> {
         let mut req = RouteMessage::default();
-        req.header.address_family = AddressFamily::Inet;
+        req.header.address_family = family;
         let msgs = self.request(Request::dump(RouteNetlinkMessage::GetRoute(req)))?;
         Ok(msgs
             .into_iter()
@@ -243,8 +248,29 @@ impl Netlink {
                 RouteNetlinkMessage::NewRoute(r) => Some(r),
                 _ => None,
             })
-            .filter(|m| m.header.address_family == AddressFamily::Inet)
+            .filter(|m| m.header.address_family == family)
             .filter(|m| table(m) == u32::from(RouteHeader::RT_TABLE_MAIN))
+            .collect())
+    }
+
+    /// The destinations of the main table's IPv6 routes through `gateway`
+    /// on link `oif` ([`Self::ipv4_routes_via`]'s IPv6 twin).
+    pub fn ipv6_routes_via(&mut self, gateway: Ipv6Addr, oif: u32) -> Result<Vec<Ipv6Net>, Error> {
+        Ok(self
+            .main_routes(AddressFamily::Inet6)?
+            .into_iter()
+            .filter(|m| {
+                m.attributes
+                    .contains(&RouteAttribute::Gateway(RouteAddress::Inet6(gateway)))
+                    && m.attributes.contains(&RouteAttribute::Oif(oif))
+            })
+            .filter_map(|m| {
+                let dst = m.attributes.iter().find_map(|a| match a {
+                    RouteAttribute::Destination(RouteAddress::Inet6(d)) => Some(*d),
+                    _ => None,
+                })?;
+                Ipv6Net::new(dst, m.header.destination_prefix_length).ok()
+            })
             .collect())
     }
 

@@ -6,12 +6,14 @@
 //! runs `ip`.
 
 use std::fs::File;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::AsFd;
 
+use ipnet::{Ipv4Net, Ipv6Net};
 use nix::sched::{unshare, CloneFlags};
 use oxvs_netlink::{
-    ethtool, Change, Errno, Error, Ipv4Route, Ipv4Rule, LinkChange, LinkSpec, Netlink, NewLink,
+    ethtool, Change, Errno, Error, Ipv4Route, Ipv4Rule, Ipv6Route, LinkChange, LinkSpec, Netlink,
+    NewLink,
 };
 
 /// Runs `f` on a new thread in a new, empty network namespace; `None` (after
@@ -340,5 +342,85 @@ fn peer_made_in_another_namespace() {
             .unwrap_err();
         assert_eq!(e.errno(), Some(Errno::EEXIST));
         assert_eq!(in_b.link("host1").unwrap(), None);
+    });
+}
+
+/// The routes via a next hop, both families: what the agent reads back to
+/// find the Service routes a previous run left.
+#[test]
+fn routes_via_a_next_hop_of_each_family() {
+    in_fresh_netns(|| {
+        let mut nl = Netlink::open().unwrap();
+        let gw = nl.add_link_and_get(&veth("gw0", "gw0-p")).unwrap();
+        let peer = nl.existing_link("gw0-p").unwrap();
+        // Loopback up too: the kernel checks an onlink next hop's address
+        // type, which needs it.
+        for index in [1, gw.index, peer.index] {
+            nl.pipeline(&[Change::SetLink {
+                index,
+                change: LinkChange::up(),
+            }])
+            .unwrap();
+        }
+        let vip4 = Ipv4Addr::new(169, 254, 169, 253);
+        let vip6: Ipv6Addr = "fc01::a9fe:a9fd".parse().unwrap();
+        // The next hop on the link first, as the agent routes it.
+        let link_route = Ipv4Route {
+            dst: Ipv4Net::from(vip4),
+            gateway: None,
+            oif: Some(gw.index),
+            onlink: false,
+            mtu: None,
+            table: None,
+        };
+        nl.add_route(&link_route, true).unwrap();
+        for dst in ["10.96.0.10/32", "10.96.0.11/32"] {
+            let r = Ipv4Route {
+                dst: dst.parse().unwrap(),
+                gateway: Some(vip4),
+                oif: Some(gw.index),
+                onlink: true,
+                mtu: None,
+                table: None,
+            };
+            nl.add_route(&r, true).unwrap();
+        }
+        nl.add_ipv6_route(
+            &Ipv6Route {
+                dst: Ipv6Net::from(vip6),
+                gateway: None,
+                oif: Some(gw.index),
+                onlink: false,
+                mtu: None,
+                table: None,
+            },
+            true,
+        )
+        .unwrap();
+        let r6 = Ipv6Route {
+            dst: "fd00:10:96::a/128".parse().unwrap(),
+            gateway: Some(vip6),
+            oif: Some(gw.index),
+            onlink: true,
+            mtu: None,
+            table: None,
+        };
+        nl.add_ipv6_route(&r6, true).unwrap();
+        let mut v4 = nl.ipv4_routes_via(vip4, gw.index).unwrap();
+        v4.sort();
+        assert_eq!(
+            v4,
+            ["10.96.0.10/32", "10.96.0.11/32"].map(|s| s.parse().unwrap())
+        );
+        assert_eq!(
+            nl.ipv6_routes_via(vip6, gw.index).unwrap(),
+            ["fd00:10:96::a/128".parse().unwrap()]
+        );
+        // Another next hop or link: none.
+        assert!(nl
+            .ipv6_routes_via("fc01::1".parse().unwrap(), gw.index)
+            .unwrap()
+            .is_empty());
+        assert!(nl.ipv6_routes_via(vip6, 1).unwrap().is_empty());
     });
 }

@@ -306,13 +306,17 @@ impl Agent {
         if self.cfg.proxy && have.is_empty() {
             // First sync since the agent started: Service routes a previous
             // run left (Services deleted meanwhile) are ours to remove.
-            let vip = crate::proxy::SERVICE_VIP;
-            let g = gw.clone();
-            if let Ok(Ok(left)) =
-                tokio::task::spawn_blocking(move || podnet::routes_via(vip, &g)).await
-            {
-                for dst in left {
-                    have.entry(dst.into()).or_insert(Some(vip.into()));
+            for vip in [
+                IpAddr::from(crate::proxy::SERVICE_VIP),
+                IpAddr::from(crate::proxy::SERVICE_VIP6),
+            ] {
+                let g = gw.clone();
+                if let Ok(Ok(left)) =
+                    tokio::task::spawn_blocking(move || podnet::routes_via(vip, &g)).await
+                {
+                    for dst in left {
+                        have.entry(dst).or_insert(Some(vip));
+                    }
                 }
             }
         }
