@@ -1215,10 +1215,7 @@ mod tests {
         let sink = run(&mut d, &[5]);
         let (port, out, tun) = &sink.outputs[0];
         assert_eq!(*port, 6);
-        assert_eq!(
-            *tun,
-            Some(TunnelMeta::v4(0x10, 0, 0x0a01_0101))
-        );
+        assert_eq!(*tun, Some(TunnelMeta::v4(0x10, 0, 0x0a01_0101)));
         assert_eq!(Layout::parse(out).vlan_tags, 1);
         assert_eq!(&out[12..16], &[0x81, 0, 0, 5]);
         let pi = &sink.packet_ins[0];

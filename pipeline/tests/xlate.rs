@@ -1,16 +1,16 @@
 //! Slow-path translation on small hand-written pipelines.
 
+use oxvs_pipeline::datapath::TunnelMeta;
 use oxvs_pipeline::field::{ct_state, Field};
 use oxvs_pipeline::flow::{
     port, Action, ControllerAction, CtAction, CtZoneSrc, Flow, Match, PacketInReason, SubField,
 };
-use oxvs_pipeline::datapath::TunnelMeta;
 use oxvs_pipeline::key::FlowKey;
-use std::net::Ipv6Addr;
 use oxvs_pipeline::odp::{recirc_id_for_table, DpAction, TunnelFields};
 use oxvs_pipeline::xlate::{
     translate_with, LinearTables, Translation, XlateEnv, XlateError, MAX_DEPTH, MAX_LOOKUPS,
 };
+use std::net::Ipv6Addr;
 
 fn flow(table: u8, priority: u16, m: &[(Field, u128)], actions: Vec<Action>) -> Flow {
     let mut matches = Match::CATCHALL;
@@ -732,7 +732,10 @@ fn tun_ipv6_dst_write_gives_ipv6_tunnel_metadata() {
         ipv6_dst: TUN6_B,
         ..TunnelFields::default()
     };
-    assert_eq!(t.actions, vec![DpAction::SetTunnel(set), DpAction::Output(2)]);
+    assert_eq!(
+        t.actions,
+        vec![DpAction::SetTunnel(set), DpAction::Output(2)]
+    );
     let mut out = tcp_key(1);
     set.write_to(&mut out);
     let meta = TunnelMeta::from_key(&out).unwrap();
@@ -790,9 +793,18 @@ fn received_ipv6_tunnel_matches_tun_ipv6_src_only() {
     TunnelMeta::v4(100, 0xc0a8_0001, 0xc0a8_0002).write_to(&mut from4);
     assert_eq!(from4.get(Field::TunIpv6Src), 0);
     assert_eq!(from6(TUN6_A).get(Field::TunSrc), 0);
-    assert_eq!(run(flows.clone(), &from6(TUN6_A)).actions, vec![DpAction::Output(3)]);
-    assert_eq!(run(flows.clone(), &from6(TUN6_B)).actions, vec![DpAction::Output(2)]);
-    assert_eq!(run(flows.clone(), &from4).actions, vec![DpAction::Output(1)]);
+    assert_eq!(
+        run(flows.clone(), &from6(TUN6_A)).actions,
+        vec![DpAction::Output(3)]
+    );
+    assert_eq!(
+        run(flows.clone(), &from6(TUN6_B)).actions,
+        vec![DpAction::Output(2)]
+    );
+    assert_eq!(
+        run(flows.clone(), &from4).actions,
+        vec![DpAction::Output(1)]
+    );
     // An IPv4 source whose bits equal the IPv6 one's low bits does not
     // match the IPv6 flow (separate fields).
     let mut v4_lookalike = tcp_key(9);
