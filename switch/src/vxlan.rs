@@ -1,9 +1,10 @@
 //! # The VXLAN tunnel port (RFC 7348), in userspace
 //!
-//! A [`VxlanPort`] encapsulates inner Ethernet frames in outer IPv4 + UDP +
-//! VXLAN headers and decapsulates what arrives, byte-compatible with the
-//! Linux kernel's `vxlan` device (`switch/tests/vxlan_interop.rs` runs it
-//! against one).
+//! A [`VxlanPort`] encapsulates inner Ethernet frames in outer IPv4 (or
+//! IPv6, see "IPv6 underlay") + UDP + VXLAN headers and decapsulates what
+//! arrives, byte-compatible with the Linux kernel's `vxlan` device
+//! (`switch/tests/vxlan_interop.rs` and `e2e_kernel_interop.rs` run it
+//! against one, `e2e_kernel_interop_ipv6.rs` over IPv6).
 //!
 //! ## Design: the underlay is reached through kernel sockets, not AF_XDP
 //!
@@ -18,7 +19,8 @@
 //!   with one `recvmmsg` per batch. The kernel hands us only datagrams for
 //!   that port (already reassembled and checksum-checked); every other packet
 //!   on the underlay stays with the kernel. `tun_src` is the datagram's
-//!   source address, `tun_dst` is `local_ip`, `tun_id` is the VNI.
+//!   source address, `tun_dst` is `local_ip`, `tun_id` is the VNI (over
+//!   IPv6: `tun_ipv6_src`, `tun_ipv6_dst`).
 //! - **TX** is a raw IPv4 socket (`IPPROTO_RAW`, which implies `IP_HDRINCL`):
 //!   we write the outer IPv4 + UDP + VXLAN headers ourselves so that we choose
 //!   the UDP source port from a hash of the inner flow (ECMP in the underlay
@@ -42,7 +44,8 @@
 //!
 //! Encapsulation adds 50 bytes on the underlay wire (outer Ethernet 14 +
 //! IPv4 20 + UDP 8 + VXLAN 8), i.e. the outer IP packet is the inner frame
-//! plus 36. When it does not fit the underlay MTU:
+//! plus 36 (over IPv6: 70 and 56, see "IPv6 underlay"). When it does not
+//! fit the underlay MTU (IPv4 underlay):
 //!
 //! - inner IPv4 with DF set, or inner IPv6 (TCP segments apart, see
 //!   below): [`VxlanPort::send`] refuses with
@@ -53,6 +56,43 @@
 //!   sent with DF clear, fragmented by us (a `IP_HDRINCL` socket never
 //!   fragments), as the Linux `vxlan` device lets its outer packets be
 //!   fragmented.
+//!
+//! ## IPv6 underlay
+//!
+//! A port is of one underlay family, its `local_ip`'s: a node with both
+//! adds two ports (the control API's `local_ip` is an `IpAddr`). With an
+//! IPv6 `local_ip` the RX socket is an IPv6 UDP socket on
+//! `[local_ip]:dst_port`, whose datagrams give `tun_ipv6_src` (the
+//! sender) and `tun_ipv6_dst` (`local_ip`); TX is a raw IPv6 socket
+//! (`IPPROTO_RAW`: the kernel takes our IPv6 header as is, since Linux
+//! 4.5) on which we write IPv6 + UDP + VXLAN:
+//!
+//! - the **UDP checksum** is computed over the IPv6 pseudo-header (RFC
+//!   8200 8.1 forbids a zero one; the kernel's `vxlan` drops zero-checksum
+//!   datagrams unless `udp6zerocsumrx` is set, which it is not by
+//!   default). The receiving kernel checks ours, as it checks the kernel
+//!   `vxlan`'s (`udpcsum`, its default): the RX socket does not accept
+//!   zero checksums either;
+//! - the **flow label** is the inner flow's hash (RFC 6438), with the UDP
+//!   source port, for the underlay's ECMP; hop limit 64, traffic class 0,
+//!   no extension headers;
+//! - the **MTU**: the outer headers are 70 bytes on the wire (IPv6 is 20
+//!   bytes longer than IPv4), so the inner MTU is underlay − 70
+//!   ([`VXLAN6_OVERHEAD`], [`VxlanPort::inner_mtu`]), the TSO pieces are
+//!   cut for it and too-big answers name it. The outer IPv6 packet is
+//!   never fragmented (IPv6 routers do not fragment, and a source
+//!   fragment would need the Fragment header's reassembly at the peer):
+//!   a frame that does not fit and is not cut is refused with
+//!   [`TxError::TooBig`] whatever its DF bit (an IPv4 packet without DF
+//!   gets no ICMP answer and is counted in `tx_dropped`);
+//! - destinations are of the port's family only: `tun_ipv6_dst` for an
+//!   IPv6 port, `tun_dst` for an IPv4 one ([`TxError::WrongFamily`]).
+//!
+//! The kernel parses the outer IPv6 and UDP headers on receive
+//! (extension headers, truncation, checksum): malformed outer packets
+//! never reach the port. The TSO sockets are UDP sockets on the IPv6
+//! `local_ip` (the kernel computes the checksums of a `UDP_SEGMENT`
+//! train's datagrams).
 //!
 //! ## Large TCP segments (userspace TSO) and coalesced receive
 //!

@@ -176,12 +176,12 @@ fn vxlan_tx() -> Vec<Vec<u8>> {
         vec![0, 0, 0, 0, 0, 0, 0, 0, 0, 40],        // no tun_dst
         vec![0, 0, 0, 0, 0, 0, 1, 0x20, 1, 150, 0, 0, 0, 0, 0, 0, 0, 1, 7], // VLAN, DF
         // Destination selector 0xfe: the IPv6 port, to tun_ipv6_dst.
-        vec![0, 0, 0, 0, 0, 0, 0xfe, 0, 0, 40],       // IPv4 DF, fits
-        vec![0, 0, 0, 0, 0, 0, 0xfe, 0, 1, 150],      // IPv4 DF, too big (- 70)
-        vec![0, 0, 0, 0, 0, 0, 0xfe, 1, 1, 150],      // no DF: too big too, never fragmented
+        vec![0, 0, 0, 0, 0, 0, 0xfe, 0, 0, 40], // IPv4 DF, fits
+        vec![0, 0, 0, 0, 0, 0, 0xfe, 0, 1, 150], // IPv4 DF, too big (- 70)
+        vec![0, 0, 0, 0, 0, 0, 0xfe, 1, 1, 150], // no DF: too big too, never fragmented
         vec![0, 0, 0, 0, 0, 0, 0xfe, 2, 1, 100, 0, 0], // IPv6, too big
         vec![2, 0, 0, 0, 0, 0, 0xfe, 0, 3, 0x20, 0, 0], // 9000, 8 KiB TCP, fits
-        vec![0, 0, 0, 0, 0, 0, 0xfd, 0, 0, 40],       // IPv6 destination, IPv4 port
+        vec![0, 0, 0, 0, 0, 0, 0xfd, 0, 0, 40], // IPv6 destination, IPv4 port
     ]
 }
 
