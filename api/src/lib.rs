@@ -115,8 +115,13 @@ pub enum PortKind {
     },
     /// A VXLAN tunnel port (RFC 7348) over the node's underlay.
     Vxlan {
-        /// Local underlay IPv4 address (outer source).
-        local_ip: std::net::Ipv4Addr,
+        /// Local underlay address (outer source), IPv4 or IPv6: the
+        /// family of the port's underlay. An IPv6 address makes the port
+        /// encapsulate in IPv6 (inner MTU = underlay − 70) and send only
+        /// to `tun_ipv6_dst`; an IPv4 one in IPv4 (underlay − 50), to
+        /// `tun_dst`. JSON: the address as a string, as before
+        /// (`"192.168.1.1"` or `"fd00::1"`).
+        local_ip: std::net::IpAddr,
         /// UDP destination port (default 4789).
         #[serde(default)]
         dst_port: Option<u16>,

@@ -1175,6 +1175,15 @@ mod tests {
                     underlay_mtu: None,
                 },
             }),
+            Request::AddPort(PortSpec {
+                name: "tun6".into(),
+                ofport: None,
+                kind: PortKind::Vxlan {
+                    local_ip: "fd00:192:168::1".parse().unwrap(),
+                    dst_port: None,
+                    underlay_mtu: Some(1500),
+                },
+            }),
             Request::DelPort { name: "p1".into() },
             Request::AddFlows {
                 flows: "table=0 actions=drop\n".into(),
@@ -1291,6 +1300,36 @@ mod tests {
         // Every op is covered, and OPS lists exactly them.
         assert_eq!(seen.len(), OPS.len());
         assert!(OPS.iter().all(|o| seen.contains(o)));
+    }
+
+    #[test]
+    fn vxlan_local_ip_of_either_family_and_old_json() {
+        // An IPv4 string, as every client sent it before IPv6 underlays,
+        // still parses; an IPv6 one gives an IPv6 port.
+        let old = r#"{"v":1,"op":"add-port","name":"tun0","kind":{"type":"vxlan","local_ip":"192.168.1.1"}}"#;
+        let Ok(Request::AddPort(p)) = parse_request(old) else {
+            panic!("{old}")
+        };
+        assert_eq!(
+            p.kind,
+            PortKind::Vxlan {
+                local_ip: std::net::IpAddr::V4(std::net::Ipv4Addr::new(192, 168, 1, 1)),
+                dst_port: None,
+                underlay_mtu: None,
+            }
+        );
+        // And serialises as before.
+        assert!(Request::AddPort(p)
+            .to_line()
+            .contains(r#""local_ip":"192.168.1.1""#));
+        let v6 =
+            r#"{"v":1,"op":"add-port","name":"tun0","kind":{"type":"vxlan","local_ip":"fd00::1"}}"#;
+        let Ok(Request::AddPort(p)) = parse_request(v6) else {
+            panic!("{v6}")
+        };
+        assert!(matches!(p.kind, PortKind::Vxlan { local_ip, .. } if local_ip.is_ipv6()));
+        let bad = r#"{"v":1,"op":"add-port","name":"tun0","kind":{"type":"vxlan","local_ip":"fd00::1::2"}}"#;
+        assert!(parse_request(bad).is_err());
     }
 
     #[test]

@@ -810,11 +810,7 @@ pub fn traffic(model: &Model, n: usize) -> Vec<DpPacket<Vec<u8>>> {
                 .get(&src.node_name)
                 .and_then(|n| n.internal_ip)
                 .unwrap_or(Ipv4Addr::UNSPECIFIED);
-            p.tunnel = Some(TunnelMeta {
-                tun_id: 0,
-                src: u32::from(src_node),
-                dst: 0,
-            });
+            p.tunnel = Some(TunnelMeta::v4(0, u32::from(src_node), 0));
             p
         };
         out.push(pkt);

@@ -1190,11 +1190,7 @@ pub fn established(
                     .iter()
                     .find(|n| n.net.pod_cidr.contains(&ep))
                     .map_or(Ipv4Addr::UNSPECIFIED, |n| n.ip);
-                p.tunnel = Some(TunnelMeta {
-                    tun_id: 0,
-                    src: u32::from(src_node),
-                    dst: u32::from(node.ip),
-                });
+                p.tunnel = Some(TunnelMeta::v4(0, u32::from(src_node), u32::from(node.ip)));
                 p
             } else {
                 let port = node

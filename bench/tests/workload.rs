@@ -100,7 +100,7 @@ fn routes_to_remote_nodes_through_the_tunnel() {
     assert!(
         t2.actions
             .iter()
-            .any(|a| matches!(a, DpAction::SetTunnel { dst, .. } if *dst == want)),
+            .any(|a| matches!(a, DpAction::SetTunnel(t) if t.dst == want)),
         "{:?}",
         t2.actions
     );

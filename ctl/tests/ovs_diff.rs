@@ -817,6 +817,7 @@ cases! {
     ovs_oxm => "oxm",
     ovs_nd => "nd",
     ovs_ttl => "ttl",
+    ovs_tun6 => "tun6",
 }
 
 /// `oxvsctl dump-groups --groups FILE` prints what

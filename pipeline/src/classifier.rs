@@ -159,6 +159,8 @@ const STAGE_FIELDS: [&[Field]; N_STAGES] = [
         Field::TunId,
         Field::TunSrc,
         Field::TunDst,
+        Field::TunIpv6Src,
+        Field::TunIpv6Dst,
         Field::PktMark,
         Field::CtMark,
         Field::CtState,

@@ -76,6 +76,7 @@
 //! the frame, recirculation copies reuse per-depth scratch buffers, and rule
 //! counters are credited once per megaflow per batch, not per packet.
 
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
 use crate::cache::{CacheTier, FlowCaches, MegaflowEntry};
@@ -98,14 +99,111 @@ pub type SlowPathFn = fn(&TableSet, &FlowKey, &XlateEnv) -> Translation;
 
 /// Tunnel metadata of a packet: what the port layer decapsulated on
 /// ingress, or what an output to a tunnel port must encapsulate with.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+///
+/// The outer addresses are of one family, IPv4 (the key's `tun_src` and
+/// `tun_dst`) or IPv6 (`tun_ipv6_src`, `tun_ipv6_dst`): [`from_key`]
+/// never mixes them, and [`write_to`] writes the family's fields.
+/// `Copy`, 48 bytes, no allocation.
+///
+/// [`from_key`]: TunnelMeta::from_key
+/// [`write_to`]: TunnelMeta::write_to
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct TunnelMeta {
     /// Tunnel id (VXLAN VNI).
     pub tun_id: u64,
-    /// Outer IPv4 source.
-    pub src: u32,
-    /// Outer IPv4 destination.
-    pub dst: u32,
+    /// Outer source (unspecified: none set; the port uses its own address).
+    pub src: IpAddr,
+    /// Outer destination.
+    pub dst: IpAddr,
+}
+
+impl Default for TunnelMeta {
+    fn default() -> Self {
+        TunnelMeta {
+            tun_id: 0,
+            src: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            dst: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        }
+    }
+}
+
+impl TunnelMeta {
+    /// IPv4 outer addresses (`src` and `dst` as the key holds them).
+    pub fn v4(tun_id: u64, src: u32, dst: u32) -> TunnelMeta {
+        TunnelMeta {
+            tun_id,
+            src: IpAddr::V4(Ipv4Addr::from(src)),
+            dst: IpAddr::V4(Ipv4Addr::from(dst)),
+        }
+    }
+
+    /// IPv6 outer addresses.
+    pub fn v6(tun_id: u64, src: Ipv6Addr, dst: Ipv6Addr) -> TunnelMeta {
+        TunnelMeta {
+            tun_id,
+            src: IpAddr::V6(src),
+            dst: IpAddr::V6(dst),
+        }
+    }
+
+    /// What an output of a packet with this key encapsulates with, if
+    /// the key has a tunnel destination. As Open vSwitch's
+    /// `flow_tnl_dst()`: a nonzero `tun_dst` (IPv4) wins, with `tun_src`
+    /// as the source; else a nonzero `tun_ipv6_dst`, with `tun_ipv6_src`.
+    #[inline]
+    pub fn from_key(key: &FlowKey) -> Option<TunnelMeta> {
+        let dst = key.get(Field::TunDst) as u32;
+        let tun_id = key.get(Field::TunId) as u64;
+        if dst != 0 {
+            return Some(TunnelMeta::v4(tun_id, key.get(Field::TunSrc) as u32, dst));
+        }
+        let dst6 = key.get(Field::TunIpv6Dst);
+        (dst6 != 0).then(|| {
+            TunnelMeta::v6(
+                tun_id,
+                Ipv6Addr::from(key.get(Field::TunIpv6Src)),
+                Ipv6Addr::from(dst6),
+            )
+        })
+    }
+
+    /// Writes the received tunnel's fields into a packet's key: `tun_id`
+    /// and the destination's family's address fields (the other family's
+    /// stay as they are, zero in a fresh key; a source of the other
+    /// family is written as 0).
+    #[inline]
+    pub fn write_to(&self, key: &mut FlowKey) {
+        key.set(Field::TunId, u128::from(self.tun_id));
+        match self.dst {
+            IpAddr::V6(d) => {
+                key.set(Field::TunIpv6Src, ipv6_bits(self.src));
+                key.set(Field::TunIpv6Dst, u128::from(d));
+            }
+            IpAddr::V4(d) => {
+                let s = match self.src {
+                    IpAddr::V4(s) => u32::from(s),
+                    IpAddr::V6(_) => 0,
+                };
+                key.set(Field::TunSrc, u128::from(s));
+                key.set(Field::TunDst, u128::from(u32::from(d)));
+            }
+        }
+    }
+
+    /// Whether the outer header is IPv6 (the destination's family).
+    #[inline]
+    pub fn is_ipv6(&self) -> bool {
+        self.dst.is_ipv6()
+    }
+}
+
+/// An address as the 128 bits of an IPv6 field (IPv4: 0, never mixed in).
+#[inline]
+fn ipv6_bits(a: IpAddr) -> u128 {
+    match a {
+        IpAddr::V6(a) => u128::from(a),
+        IpAddr::V4(_) => 0,
+    }
 }
 
 /// A packet handed to [`Datapath::process_batch`].
@@ -434,9 +532,7 @@ impl Datapath {
         for p in pkts.iter_mut() {
             let mut key = extract(p.packet.data(), p.in_port);
             if let Some(t) = p.tunnel {
-                key.set(Field::TunId, t.tun_id as u128);
-                key.set(Field::TunSrc, t.src as u128);
-                key.set(Field::TunDst, t.dst as u128);
+                t.write_to(&mut key);
             }
             self.stats.packets += 1;
             self.stats.bytes += p.packet.len() as u64;
@@ -704,12 +800,7 @@ impl Datapath {
                     } else {
                         *p
                     };
-                    let tun_dst = key.get(Field::TunDst) as u32;
-                    let tunnel = (tun_dst != 0).then(|| TunnelMeta {
-                        tun_id: key.get(Field::TunId) as u64,
-                        src: key.get(Field::TunSrc) as u32,
-                        dst: tun_dst,
-                    });
+                    let tunnel = TunnelMeta::from_key(key);
                     match &run.frags {
                         Some(done) => self.output_fragments(run.sink, p, pkt.data(), done, tunnel),
                         None => {
@@ -740,11 +831,7 @@ impl Datapath {
                     }
                     key.set(Field::VlanTci, 0);
                 }
-                DpAction::SetTunnel { tun_id, src, dst } => {
-                    key.set(Field::TunId, *tun_id as u128);
-                    key.set(Field::TunSrc, *src as u128);
-                    key.set(Field::TunDst, *dst as u128);
-                }
+                DpAction::SetTunnel(t) => t.write_to(key),
                 DpAction::Ct {
                     zone,
                     commit,
@@ -986,11 +1073,11 @@ mod tests {
             (4, _) => vec![A::Recirc(recirc + 1)],
             // Tunnel, VLAN, packet-in.
             (5, 0) => vec![
-                A::SetTunnel {
+                A::SetTunnel(crate::odp::TunnelFields {
                     tun_id: 0x10,
-                    src: 0,
                     dst: 0x0a01_0101,
-                },
+                    ..Default::default()
+                }),
                 A::PushVlan {
                     tpid: 0x8100,
                     tci: 0x1005,
@@ -1128,14 +1215,7 @@ mod tests {
         let sink = run(&mut d, &[5]);
         let (port, out, tun) = &sink.outputs[0];
         assert_eq!(*port, 6);
-        assert_eq!(
-            *tun,
-            Some(TunnelMeta {
-                tun_id: 0x10,
-                src: 0,
-                dst: 0x0a01_0101
-            })
-        );
+        assert_eq!(*tun, Some(TunnelMeta::v4(0x10, 0, 0x0a01_0101)));
         assert_eq!(Layout::parse(out).vlan_tags, 1);
         assert_eq!(&out[12..16], &[0x81, 0, 0, 5]);
         let pi = &sink.packet_ins[0];

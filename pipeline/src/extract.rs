@@ -1087,7 +1087,7 @@ mod tests {
         #[test]
         fn random_frames_never_panic_and_keep_metadata(
             frame in frames(),
-            meta in proptest::array::uniform28(any::<u64>()),
+            meta in proptest::array::uniform32(any::<u64>()),
         ) {
             let mut k = FlowKey { w: meta };
             extract_packet(&frame, &mut k);

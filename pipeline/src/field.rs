@@ -51,10 +51,12 @@
 //! 24     ct_zone (16)   | arp_sha (48)  } shared: or nd_sll
 //! 25     tcp_flags (16) | arp_tha (48)  } shared: or nd_tll
 //! 26-27  ct_label
+//! 28-29  tun_ipv6_src
+//! 30-31  tun_ipv6_dst
 //! ```
 //!
 //! The 16-bit fields fill the top of the words of the 48-bit Ethernet
-//! addresses: that and the shared storage below keep the key at 28 words
+//! addresses: that and the shared storage below kept the key at 28 words
 //! with the Neighbour Discovery fields, as many as before them. (Giving
 //! the ND fields words of their own made it 32: every packet hashes,
 //! compares, masks and copies every word, and the 4 more words cost the
@@ -62,6 +64,19 @@
 //! mask, shares its word with `dl_dst`, which most pipelines match too. A
 //! field moves only here: everything else reads the layout through
 //! [`Field::slot`].
+//!
+//! The IPv6 tunnel addresses (`tun_ipv6_src`, `tun_ipv6_dst`, 256 bits)
+//! made it 32. They coexist with every packet field (an IPv6 underlay
+//! carries IPv4 and IPv6 pods, ND and ARP) and with all the metadata; the
+//! only field a tunnel's IPv6 address never coexists with is the IPv4
+//! tunnel address (`tun_src`/`tun_dst`, one word), and sharing that word
+//! would still need three more, while [`FlowKey::hash64`](crate::key::FlowKey::hash64)
+//! hashes in lanes of four words: 29 to 32 words cost the same. So the
+//! IPv4 and IPv6 tunnel addresses are separate fields, as in Open vSwitch's
+//! `struct flow_tnl` (`ip_src`/`ip_dst` and `ipv6_src`/`ipv6_dst`), with
+//! its rule for a key that has both: the IPv4 destination wins
+//! (`flow_tnl_dst()`; [`crate::datapath::TunnelMeta::from_key`]). The
+//! cost of the 4 words is measured in `docs/benchmarks.md`.
 //!
 //! ## Shared storage
 //!
@@ -99,7 +114,7 @@ use std::fmt::Write as _;
 /// Number of 64-bit words in a [`FlowKey`](crate::key::FlowKey). Every
 /// packet hashes, compares, masks and copies all of them: a word more is a
 /// measurable per-packet cost (see "Layout" in the module doc).
-pub const KEY_WORDS: usize = 28;
+pub const KEY_WORDS: usize = 32;
 
 // Words named because several slots (and the views) use them; see "Layout".
 /// `ipv6_label`, `nd_options_type`, `nd_reserved`.
@@ -117,6 +132,8 @@ const W_L4: u8 = 23;
 const W_SHA: u8 = 24;
 /// `tcp_flags`, and `arp_tha` or `nd_tll`.
 const W_THA: u8 = 25;
+/// `tun_ipv6_src` (this word and the next), then `tun_ipv6_dst`.
+const W_TUN6: u8 = 28;
 
 /// Where a field lives in the key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -171,6 +188,10 @@ pub enum Field {
     TunSrc,
     /// Outer IPv4 destination of a tunnelled packet.
     TunDst,
+    /// Outer IPv6 source of a tunnelled packet (`tun_ipv6_src`).
+    TunIpv6Src,
+    /// Outer IPv6 destination of a tunnelled packet (`tun_ipv6_dst`).
+    TunIpv6Dst,
     /// Packet mark (`pkt_mark`).
     PktMark,
     /// Connection tracking mark.
@@ -375,6 +396,8 @@ impl Field {
         Field::TunId,
         Field::TunSrc,
         Field::TunDst,
+        Field::TunIpv6Src,
+        Field::TunIpv6Dst,
         Field::Metadata,
         Field::Reg(0),
         Field::Reg(1),
@@ -469,6 +492,8 @@ impl Field {
             Field::TcpFlags => s(W_THA, 48, 16),
             Field::ArpTha | Field::NdTll => s(W_THA, 0, 48),
             Field::CtLabel => s(W_THA + 1, 0, 128),
+            Field::TunIpv6Src => s(W_TUN6, 0, 128),
+            Field::TunIpv6Dst => s(W_TUN6 + 2, 0, 128),
             // Views.
             Field::VlanVid => s(W_DL_SRC, 48, 12),
             Field::VlanPcp => s(W_DL_SRC, 61, 3),
@@ -518,6 +543,8 @@ impl Field {
             Field::TunId => "tun_id",
             Field::TunSrc => "tun_src",
             Field::TunDst => "tun_dst",
+            Field::TunIpv6Src => "tun_ipv6_src",
+            Field::TunIpv6Dst => "tun_ipv6_dst",
             Field::PktMark => "pkt_mark",
             Field::CtMark => "ct_mark",
             Field::CtState => "ct_state",
@@ -605,6 +632,8 @@ impl Field {
             Field::TunId => "NXM_NX_TUN_ID",
             Field::TunSrc => "NXM_NX_TUN_IPV4_SRC",
             Field::TunDst => "NXM_NX_TUN_IPV4_DST",
+            Field::TunIpv6Src => "NXM_NX_TUN_IPV6_SRC",
+            Field::TunIpv6Dst => "NXM_NX_TUN_IPV6_DST",
             Field::PktMark => "NXM_NX_PKT_MARK",
             Field::CtMark => "NXM_NX_CT_MARK",
             Field::CtState => "NXM_NX_CT_STATE",
@@ -688,7 +717,11 @@ impl Field {
             | Field::NdSll
             | Field::NdTll => ValueFormat::Mac,
             Field::NwSrc | Field::NwDst | Field::TunSrc | Field::TunDst => ValueFormat::Ipv4,
-            Field::Ipv6Src | Field::Ipv6Dst | Field::NdTarget => ValueFormat::Ipv6,
+            Field::Ipv6Src
+            | Field::Ipv6Dst
+            | Field::NdTarget
+            | Field::TunIpv6Src
+            | Field::TunIpv6Dst => ValueFormat::Ipv6,
             Field::CtState => ValueFormat::CtState,
             Field::TcpFlags => ValueFormat::TcpFlags,
             Field::NwFrag => ValueFormat::Frag,
@@ -702,6 +735,25 @@ impl Field {
             self,
             Field::RecircId | Field::ConjId | Field::CtState | Field::CtZone | Field::NwFrag
         ) && !matches!(self, Field::CtMark | Field::CtLabel)
+    }
+
+    /// The tunnel metadata fields: what a tunnel port decapsulated, or
+    /// what an output to one encapsulates with.
+    pub const TUNNEL: [Field; 5] = [
+        Field::TunId,
+        Field::TunSrc,
+        Field::TunDst,
+        Field::TunIpv6Src,
+        Field::TunIpv6Dst,
+    ];
+
+    /// Whether the field is tunnel metadata ([`Field::TUNNEL`]).
+    #[inline]
+    pub const fn is_tunnel(self) -> bool {
+        matches!(
+            self,
+            Field::TunId | Field::TunSrc | Field::TunDst | Field::TunIpv6Src | Field::TunIpv6Dst
+        )
     }
 
     /// Whether the field is part of the packet's headers (as opposed to
@@ -879,6 +931,8 @@ pub const NAMES: &[FieldName] = &[
     whole("tunnel_id", Field::TunId, P::None, V::Hex),
     whole("tun_src", Field::TunSrc, P::None, V::Ipv4),
     whole("tun_dst", Field::TunDst, P::None, V::Ipv4),
+    whole("tun_ipv6_src", Field::TunIpv6Src, P::None, V::Ipv6),
+    whole("tun_ipv6_dst", Field::TunIpv6Dst, P::None, V::Ipv6),
     whole("pkt_mark", Field::PktMark, P::None, V::Hex),
     whole("ct_mark", Field::CtMark, P::None, V::Hex),
     whole("ct_state", Field::CtState, P::None, V::CtState),
@@ -965,6 +1019,8 @@ pub fn lookup_name(name: &str) -> Option<FieldName> {
         "NXM_NX_TUN_ID" | "OXM_OF_TUNNEL_ID" => Field::TunId,
         "NXM_NX_TUN_IPV4_SRC" => Field::TunSrc,
         "NXM_NX_TUN_IPV4_DST" => Field::TunDst,
+        "NXM_NX_TUN_IPV6_SRC" => Field::TunIpv6Src,
+        "NXM_NX_TUN_IPV6_DST" => Field::TunIpv6Dst,
         "NXM_NX_PKT_MARK" => Field::PktMark,
         "NXM_NX_CT_MARK" => Field::CtMark,
         "NXM_NX_CT_STATE" => Field::CtState,

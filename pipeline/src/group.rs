@@ -166,6 +166,8 @@ pub const SELECT_FIELDS: &[(&str, &[&str])] = &[
     ("tun_id", &["tunnel_id"]),
     ("tun_src", &[]),
     ("tun_dst", &[]),
+    ("tun_ipv6_src", &[]),
+    ("tun_ipv6_dst", &[]),
     ("metadata", &[]),
     ("in_port", &[]),
     ("pkt_mark", &[]),

@@ -116,6 +116,8 @@ const FIELDS: &[(OvsField, &[&str])] = &[
     (f("NXM_NX_TUN_ID", "tun_id", Field::TunId, 0, 64, P::None, V::Hex), &["tunnel_id", "OXM_OF_TUNNEL_ID"]),
     (f("NXM_NX_TUN_IPV4_SRC", "tun_src", Field::TunSrc, 0, 32, P::None, V::Ipv4), &[]),
     (f("NXM_NX_TUN_IPV4_DST", "tun_dst", Field::TunDst, 0, 32, P::None, V::Ipv4), &[]),
+    (f("NXM_NX_TUN_IPV6_SRC", "tun_ipv6_src", Field::TunIpv6Src, 0, 128, P::None, V::Ipv6), &[]),
+    (f("NXM_NX_TUN_IPV6_DST", "tun_ipv6_dst", Field::TunIpv6Dst, 0, 128, P::None, V::Ipv6), &[]),
     (f("NXM_NX_PKT_MARK", "pkt_mark", Field::PktMark, 0, 32, P::None, V::Hex), &[]),
     (f("NXM_NX_CT_STATE", "ct_state", Field::CtState, 0, 32, P::None, V::Hex), &[]),
     (f("NXM_NX_CT_ZONE", "ct_zone", Field::CtZone, 0, 16, P::None, V::Decimal), &[]),

@@ -77,6 +77,48 @@ pub const fn table_for_recirc_id(id: u32) -> Option<u8> {
 }
 
 /// One datapath action.
+/// The tunnel metadata fields of a key ([`Field::TUNNEL`]), as
+/// [`DpAction::SetTunnel`] writes them: both families' addresses, as Open
+/// vSwitch's `struct flow_tnl` has them (which one an output uses:
+/// [`crate::datapath::TunnelMeta::from_key`]).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
+pub struct TunnelFields {
+    /// `tun_id`.
+    pub tun_id: u64,
+    /// `tun_src`.
+    pub src: u32,
+    /// `tun_dst`.
+    pub dst: u32,
+    /// `tun_ipv6_src`.
+    pub ipv6_src: u128,
+    /// `tun_ipv6_dst`.
+    pub ipv6_dst: u128,
+}
+
+impl TunnelFields {
+    /// The tunnel fields of `key`.
+    #[inline]
+    pub fn of_key(key: &FlowKey) -> TunnelFields {
+        TunnelFields {
+            tun_id: key.get(Field::TunId) as u64,
+            src: key.get(Field::TunSrc) as u32,
+            dst: key.get(Field::TunDst) as u32,
+            ipv6_src: key.get(Field::TunIpv6Src),
+            ipv6_dst: key.get(Field::TunIpv6Dst),
+        }
+    }
+
+    /// Writes every tunnel field of `key`.
+    #[inline]
+    pub fn write_to(&self, key: &mut FlowKey) {
+        key.set(Field::TunId, u128::from(self.tun_id));
+        key.set(Field::TunSrc, u128::from(self.src));
+        key.set(Field::TunDst, u128::from(self.dst));
+        key.set(Field::TunIpv6Src, self.ipv6_src);
+        key.set(Field::TunIpv6Dst, self.ipv6_dst);
+    }
+}
+
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub enum DpAction {
     /// Transmit a copy of the packet (as modified so far) on an OpenFlow port.
@@ -89,7 +131,7 @@ pub enum DpAction {
     /// Remove the outermost 802.1Q tag.
     PopVlan,
     /// Tunnel metadata for the next output to a tunnel port.
-    SetTunnel { tun_id: u64, src: u32, dst: u32 },
+    SetTunnel(TunnelFields),
     /// Run the packet through the connection tracker.
     Ct {
         zone: u16,
@@ -436,12 +478,24 @@ impl fmt::Display for DpAction {
                 f.write_str(&s)
             }
             DpAction::PopVlan => f.write_str("pop_vlan"),
-            DpAction::SetTunnel { tun_id, src, dst } => {
-                write!(f, "set(tunnel(tun_id={tun_id:#x}")?;
-                if *src != 0 {
-                    write!(f, ",src={}", std::net::Ipv4Addr::from(*src))?;
+            DpAction::SetTunnel(t) => {
+                // OVS's odp-util order: tun_id, src, dst, ipv6_src, ipv6_dst;
+                // an unset address is not printed (but an IPv4 tunnel
+                // always prints its dst).
+                write!(f, "set(tunnel(tun_id={:#x}", t.tun_id)?;
+                if t.src != 0 {
+                    write!(f, ",src={}", std::net::Ipv4Addr::from(t.src))?;
                 }
-                write!(f, ",dst={}))", std::net::Ipv4Addr::from(*dst))
+                if t.dst != 0 || t.ipv6_dst == 0 {
+                    write!(f, ",dst={}", std::net::Ipv4Addr::from(t.dst))?;
+                }
+                if t.ipv6_src != 0 {
+                    write!(f, ",ipv6_src={}", std::net::Ipv6Addr::from(t.ipv6_src))?;
+                }
+                if t.ipv6_dst != 0 {
+                    write!(f, ",ipv6_dst={}", std::net::Ipv6Addr::from(t.ipv6_dst))?;
+                }
+                f.write_str("))")
             }
             DpAction::Ct {
                 zone,
@@ -693,12 +747,22 @@ mod tests {
             up.to_string(),
             "userspace(pid=0,controller(reason=1,table=7,rule_cookie=0x10,userdata=01.02))"
         );
-        let tun = DpAction::SetTunnel {
+        let tun = DpAction::SetTunnel(TunnelFields {
             tun_id: 0x10,
-            src: 0,
             dst: 0x0a01_0101,
-        };
+            ..TunnelFields::default()
+        });
         assert_eq!(tun.to_string(), "set(tunnel(tun_id=0x10,dst=10.1.1.1))");
+        let tun6 = DpAction::SetTunnel(TunnelFields {
+            tun_id: 0x10,
+            ipv6_src: 0xfd00_0000_0000_0000_0000_0000_0000_0001,
+            ipv6_dst: 0xfd00_0000_0000_0000_0000_0000_0000_0002,
+            ..TunnelFields::default()
+        });
+        assert_eq!(
+            tun6.to_string(),
+            "set(tunnel(tun_id=0x10,ipv6_src=fd00::1,ipv6_dst=fd00::2))"
+        );
         assert_eq!(DpAction::Output(port::LOCAL).to_string(), "LOCAL");
         assert_eq!(
             DpAction::LoadMeta {

@@ -314,6 +314,8 @@ fn write_match(out: &mut String, m: &Match, priority: u16) {
     hex_field(out, m, Field::TunId, "tun_id");
     addr_field(out, m, Field::TunSrc, "tun_src");
     addr_field(out, m, Field::TunDst, "tun_dst");
+    addr_field(out, m, Field::TunIpv6Src, "tun_ipv6_src");
+    addr_field(out, m, Field::TunIpv6Dst, "tun_ipv6_dst");
     hex_field(out, m, Field::Metadata, "metadata");
     if m.has(Field::InPort) {
         let (v, mask) = m.get(Field::InPort);
@@ -504,6 +506,8 @@ pub fn format_key(k: &FlowKey) -> String {
         Field::TunId,
         Field::TunSrc,
         Field::TunDst,
+        Field::TunIpv6Src,
+        Field::TunIpv6Dst,
         Field::Metadata,
     ] {
         if k.get(f) != 0 {
@@ -1224,6 +1228,9 @@ mod tests {
         ("table=8,metadata=0x5,tun_id=0x7/0xff,tun_src=1.1.1.1,tun_dst=2.2.2.0/24,pkt_mark=0x3,ct_mark=0x5/0xf,ct_zone=5,ct_label=0x1/0x1,conj_id=7,recirc_id=0x0,xreg1=0x5,actions=drop",
          " table=8, pkt_mark=0x3,recirc_id=0,conj_id=7,ct_zone=5,ct_mark=0x5/0xf,ct_label=0x1/0x1,reg2=0,reg3=0x5,tun_id=0x7/0xff,tun_src=1.1.1.1,tun_dst=2.2.2.0/24,metadata=0x5 actions=drop"),
         ("table=9,ct_state=0x22/0x26,actions=drop", " table=9, ct_state=+est-rel+trk actions=drop"),
+        // As OVS 3.1 (`ovs-ofctl -O OpenFlow15 parse-flow`) prints them.
+        ("table=3,tun_ipv6_dst=fd00::1/ffff::ff,ipv6,tun_ipv6_src=fd00::/64,tun_src=1.1.1.1,actions=set_field:fd00::2->tun_ipv6_dst,move:NXM_NX_TUN_IPV6_SRC[0..31]->NXM_NX_REG0[],move:tun_ipv6_dst[64..95]->NXM_NX_REG1[]",
+         " table=3, ipv6,tun_src=1.1.1.1,tun_ipv6_src=fd00::/64,tun_ipv6_dst=fd00::1/ffff::ff actions=set_field:fd00::2->tun_ipv6_dst,move:NXM_NX_TUN_IPV6_SRC[0..31]->NXM_NX_REG0[],move:NXM_NX_TUN_IPV6_DST[64..95]->NXM_NX_REG1[]"),
         ("dl_vlan=0xffff,actions=drop", " vlan_tci=0x0000/0x1fff actions=drop"),
         ("vlan_tci=0x1005,actions=drop", " dl_vlan=5,dl_vlan_pcp=0 actions=drop"),
         ("vlan_vid=5,actions=drop", " vlan_tci=0x0005/0x1fff actions=drop"),

@@ -388,11 +388,7 @@ impl TracePass {
                     key.set(Field::VlanTci, u128::from(*tci | VLAN_CFI))
                 }
                 DpAction::PopVlan => key.set(Field::VlanTci, 0),
-                DpAction::SetTunnel { tun_id, src, dst } => {
-                    key.set(Field::TunId, u128::from(*tun_id));
-                    key.set(Field::TunSrc, u128::from(*src));
-                    key.set(Field::TunDst, u128::from(*dst));
-                }
+                DpAction::SetTunnel(t) => t.write_to(&mut key),
                 DpAction::CtClear => {
                     for f in [Field::CtState, Field::CtZone, Field::CtMark, Field::CtLabel] {
                         key.set(f, 0);

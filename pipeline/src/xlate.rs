@@ -75,7 +75,7 @@ use crate::group::{self, Group, GroupType, SelectionMethod};
 use crate::key::FlowKey;
 use crate::learn;
 use crate::meter::Meter;
-use crate::odp::{recirc_id_for_table, table_for_recirc_id, DpAction};
+use crate::odp::{recirc_id_for_table, table_for_recirc_id, DpAction, TunnelFields};
 use crate::tables::{Rule, TableSet};
 use crate::wire::{ethertype, ip_proto};
 
@@ -347,7 +347,7 @@ struct Xlate<'a, L: ?Sized> {
     /// Metadata bits written by this translation (carried by `LoadMeta`).
     meta_written: FlowKey,
     /// Tunnel metadata as last given to the datapath (`SetTunnel`).
-    tun_sent: (u64, u32, u32),
+    tun_sent: TunnelFields,
     /// Whether a tunnel field was written since the last `SetTunnel` check.
     tun_dirty: bool,
     wc: FlowKey,
@@ -360,7 +360,7 @@ struct Xlate<'a, L: ?Sized> {
 }
 
 /// Metadata fields carried across a recirculation by `LoadMeta`, in order.
-const META_FIELDS: [Field; 21] = [
+const META_FIELDS: [Field; 23] = [
     Field::Metadata,
     Field::Reg(0),
     Field::Reg(1),
@@ -382,14 +382,12 @@ const META_FIELDS: [Field; 21] = [
     Field::TunId,
     Field::TunSrc,
     Field::TunDst,
+    Field::TunIpv6Src,
+    Field::TunIpv6Dst,
 ];
 
-fn tunnel_of(key: &FlowKey) -> (u64, u32, u32) {
-    (
-        key.get(Field::TunId) as u64,
-        key.get(Field::TunSrc) as u32,
-        key.get(Field::TunDst) as u32,
-    )
+fn tunnel_of(key: &FlowKey) -> TunnelFields {
+    TunnelFields::of_key(key)
 }
 
 /// Sets `mask` bits of `field` in a mask key (OR).
@@ -532,7 +530,7 @@ impl<'a, L: FlowLookup + ?Sized> Xlate<'a, L> {
         } else {
             // An xreg write marks both of its regs: they share its word.
             or_bits(&mut self.meta_written, field, mask);
-            if matches!(field, Field::TunId | Field::TunSrc | Field::TunDst) {
+            if field.is_tunnel() {
                 self.tun_dirty = true;
             }
         }
@@ -869,17 +867,13 @@ impl<'a, L: FlowLookup + ?Sized> Xlate<'a, L> {
         self.commit();
         if self.tun_dirty {
             self.tun_dirty = false;
-            for f in [Field::TunId, Field::TunSrc, Field::TunDst] {
+            for f in Field::TUNNEL {
                 self.wc.mask_field(f);
             }
             let now = tunnel_of(&self.key);
             if now != self.tun_sent {
                 self.tun_sent = now;
-                self.actions.push(DpAction::SetTunnel {
-                    tun_id: now.0,
-                    src: now.1,
-                    dst: now.2,
-                });
+                self.actions.push(DpAction::SetTunnel(now));
             }
         }
         self.actions.push(DpAction::Output(p));

@@ -1,14 +1,16 @@
 //! Slow-path translation on small hand-written pipelines.
 
+use oxvs_pipeline::datapath::TunnelMeta;
 use oxvs_pipeline::field::{ct_state, Field};
 use oxvs_pipeline::flow::{
     port, Action, ControllerAction, CtAction, CtZoneSrc, Flow, Match, PacketInReason, SubField,
 };
 use oxvs_pipeline::key::FlowKey;
-use oxvs_pipeline::odp::{recirc_id_for_table, DpAction};
+use oxvs_pipeline::odp::{recirc_id_for_table, DpAction, TunnelFields};
 use oxvs_pipeline::xlate::{
     translate_with, LinearTables, Translation, XlateEnv, XlateError, MAX_DEPTH, MAX_LOOKUPS,
 };
+use std::net::Ipv6Addr;
 
 fn flow(table: u8, priority: u16, m: &[(Field, u128)], actions: Vec<Action>) -> Flow {
     let mut matches = Match::CATCHALL;
@@ -687,25 +689,130 @@ fn tunnel_metadata_is_set_before_output_once_per_change() {
     assert_eq!(
         t.actions,
         vec![
-            DpAction::SetTunnel {
+            DpAction::SetTunnel(TunnelFields {
                 tun_id: 0x10,
-                src: 0,
-                dst: 0xc0a8_0002
-            },
+                dst: 0xc0a8_0002,
+                ..TunnelFields::default()
+            }),
             DpAction::Output(2),
             DpAction::Output(3),
-            DpAction::SetTunnel {
+            DpAction::SetTunnel(TunnelFields {
                 tun_id: 0x11,
-                src: 0,
-                dst: 0xc0a8_0002
-            },
+                dst: 0xc0a8_0002,
+                ..TunnelFields::default()
+            }),
             DpAction::Output(2),
             DpAction::Output(3),
         ]
     );
-    for f in [Field::TunId, Field::TunSrc, Field::TunDst] {
+    for f in Field::TUNNEL {
         assert!(wc_has(&t, f, f.full_mask()), "{f:?}");
     }
+}
+
+fn parse_tun_flows(text: &str) -> Result<Vec<Flow>, oxvs_pipeline::parse::FileError> {
+    oxvs_pipeline::parse::parse_flow_file(text, &oxvs_pipeline::parse::ParseContext::default())
+}
+
+const TUN6_A: u128 = 0xfd00_0000_0000_0000_0000_0000_0000_0001;
+const TUN6_B: u128 = 0xfd00_0000_0000_0000_0000_0000_0000_0002;
+
+#[test]
+fn tun_ipv6_dst_write_gives_ipv6_tunnel_metadata() {
+    // `set_field:fd00::2->tun_ipv6_dst,set_tunnel:0x10,output:2`: the
+    // output carries an IPv6 tunnel destination, and the datapath's
+    // TunnelMeta for it is IPv6.
+    let flows = parse_tun_flows(
+        "in_port=1 actions=set_field:fd00::2->tun_ipv6_dst,set_tunnel:0x10,output:2",
+    )
+    .unwrap();
+    let t = run(flows, &tcp_key(1));
+    let set = TunnelFields {
+        tun_id: 0x10,
+        ipv6_dst: TUN6_B,
+        ..TunnelFields::default()
+    };
+    assert_eq!(
+        t.actions,
+        vec![DpAction::SetTunnel(set), DpAction::Output(2)]
+    );
+    let mut out = tcp_key(1);
+    set.write_to(&mut out);
+    let meta = TunnelMeta::from_key(&out).unwrap();
+    assert_eq!(
+        meta,
+        TunnelMeta::v6(0x10, Ipv6Addr::UNSPECIFIED, Ipv6Addr::from(TUN6_B))
+    );
+    assert!(meta.is_ipv6());
+    for f in Field::TUNNEL {
+        assert!(wc_has(&t, f, f.full_mask()), "{f:?}");
+    }
+}
+
+#[test]
+fn tun_dst_wins_over_tun_ipv6_dst_as_in_ovs() {
+    // Both destinations set: OVS's flow_tnl_dst() takes the IPv4 one.
+    let flows = parse_tun_flows(
+        "in_port=1 actions=set_field:fd00::2->tun_ipv6_dst,set_field:192.168.0.2->tun_dst,output:2",
+    )
+    .unwrap();
+    let t = run(flows, &tcp_key(1));
+    let DpAction::SetTunnel(set) = t.actions[0] else {
+        panic!("{:?}", t.actions)
+    };
+    assert_eq!((set.dst, set.ipv6_dst), (0xc0a8_0002, TUN6_B));
+    let mut out = FlowKey::ZERO;
+    set.write_to(&mut out);
+    assert_eq!(
+        TunnelMeta::from_key(&out),
+        Some(TunnelMeta::v4(0, 0, 0xc0a8_0002))
+    );
+    // Clearing tun_dst again makes it the IPv6 tunnel.
+    out.set(Field::TunDst, 0);
+    assert!(TunnelMeta::from_key(&out).unwrap().is_ipv6());
+}
+
+#[test]
+fn received_ipv6_tunnel_matches_tun_ipv6_src_only() {
+    // A packet from an IPv6 tunnel has tun_ipv6_src/dst and no tun_src;
+    // one from an IPv4 tunnel the other way round: a flow on one family's
+    // source never matches the other's packets.
+    let flows = parse_tun_flows(
+        "table=0,priority=10,tun_ipv6_src=fd00::1 actions=output:3\n\
+         table=0,priority=10,tun_src=192.168.0.1 actions=output:1\n\
+         table=0,priority=5,tun_ipv6_src=fd00::/16 actions=output:2\n\
+         table=0,priority=1 actions=drop",
+    )
+    .unwrap();
+    let from6 = |src: u128| {
+        let mut k = tcp_key(9);
+        TunnelMeta::v6(100, Ipv6Addr::from(src), Ipv6Addr::from(TUN6_B)).write_to(&mut k);
+        k
+    };
+    let mut from4 = tcp_key(9);
+    TunnelMeta::v4(100, 0xc0a8_0001, 0xc0a8_0002).write_to(&mut from4);
+    assert_eq!(from4.get(Field::TunIpv6Src), 0);
+    assert_eq!(from6(TUN6_A).get(Field::TunSrc), 0);
+    assert_eq!(
+        run(flows.clone(), &from6(TUN6_A)).actions,
+        vec![DpAction::Output(3)]
+    );
+    assert_eq!(
+        run(flows.clone(), &from6(TUN6_B)).actions,
+        vec![DpAction::Output(2)]
+    );
+    assert_eq!(
+        run(flows.clone(), &from4).actions,
+        vec![DpAction::Output(1)]
+    );
+    // An IPv4 source whose bits equal the IPv6 one's low bits does not
+    // match the IPv6 flow (separate fields).
+    let mut v4_lookalike = tcp_key(9);
+    TunnelMeta::v4(100, 1, 0xc0a8_0002).write_to(&mut v4_lookalike);
+    assert!(run(flows.clone(), &v4_lookalike).actions.is_empty());
+    // The megaflow of the IPv6 match reads tun_ipv6_src.
+    let t = run(flows, &from6(TUN6_A));
+    assert!(wc_has(&t, Field::TunIpv6Src, u128::MAX));
 }
 
 #[test]

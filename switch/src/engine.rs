@@ -79,7 +79,7 @@
 //! thread's scratch until the batch is done.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixDatagram;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -1266,7 +1266,8 @@ struct WorkerInit {
 #[allow(clippy::large_enum_variant)] // few ports; the AF_XDP one is the hot variant
 enum PortIo {
     Xsk(XskPort),
-    Vxlan(Box<VxlanPort>, Ipv4Addr),
+    /// With its local IP (either family).
+    Vxlan(Box<VxlanPort>, IpAddr),
     /// Taken out for the duration of its own batch (VXLAN).
     Busy,
 }
@@ -1346,13 +1347,14 @@ struct Worker {
     pollfds_dirty: bool,
     scratch: SinkScratch,
     /// Where this thread's IPv4 time exceeded answers come from
-    /// ([`SwitchConfig::icmp_src_ip`], else its first tunnel port's local
-    /// IP); `None`: it cannot answer them, and keeps no packet heads for
-    /// them.
+    /// ([`SwitchConfig::icmp_src_ip`], else its first IPv4 tunnel port's
+    /// local IP; `0.0.0.0` with only IPv6 tunnel ports: it answers IPv6
+    /// packets, from link-local addresses, and no IPv4 ones); `None`: it
+    /// cannot answer, and keeps no packet heads for answers.
     answer_src4: Option<Ipv4Addr>,
     /// While a batch from a tunnel port is processed: that port's local
     /// IP (its answers go back into it, `SinkScratch::tunnel_answers`).
-    rx_tunnel: Option<Ipv4Addr>,
+    rx_tunnel: Option<IpAddr>,
     bad_frames: u64,
     busy_ns: u64,
 }
@@ -1700,11 +1702,16 @@ impl Worker {
 
     fn ports_changed(&mut self) {
         self.pollfds_dirty = true;
-        let tunnel_ip = self.ports.iter().find_map(|p| match p.io {
-            PortIo::Vxlan(_, ip) => Some(ip),
+        let tunnel_ip4 = self.ports.iter().find_map(|p| match p.io {
+            PortIo::Vxlan(_, IpAddr::V4(ip)) => Some(ip),
             _ => None,
         });
-        self.answer_src4 = self.config.icmp_src_ip.or(tunnel_ip);
+        let tunnel = self.ports.iter().any(|p| matches!(p.io, PortIo::Vxlan(..)));
+        self.answer_src4 = self
+            .config
+            .icmp_src_ip
+            .or(tunnel_ip4)
+            .or(tunnel.then_some(Ipv4Addr::UNSPECIFIED));
         // Local indexes moved: rebuild local routes.
         let local: Vec<(u32, usize)> = self
             .ports
@@ -2048,7 +2055,7 @@ struct Sink<'a> {
     answer_src4: Option<Ipv4Addr>,
     /// The batch is from a tunnel port with this local IP (see
     /// `Worker::rx_tunnel`).
-    rx_tunnel: Option<Ipv4Addr>,
+    rx_tunnel: Option<IpAddr>,
     /// The batch's time (the reject rate limit's clock).
     now_ns: u64,
 }
@@ -2187,8 +2194,14 @@ impl Sink<'_> {
     /// the received one: the flows only write `tun_dst`, and only on the
     /// way out).
     fn time_exceeded(&mut self, key: &FlowKey) {
+        // An unspecified IPv4 source answers only IPv6 packets
+        // (`icmp_error` answers no IPv4 packet from 0.0.0.0).
         let src4 = match self.rx_tunnel {
-            Some(ip) => self.icmp_src.or(Some(ip)),
+            Some(ip) => Some(
+                self.icmp_src
+                    .or(ipv4_of(ip))
+                    .unwrap_or(Ipv4Addr::UNSPECIFIED),
+            ),
             None => self.answer_src4,
         };
         let Some(src4) = src4.filter(|_| self.keep_frame) else {
@@ -2197,13 +2210,9 @@ impl Sink<'_> {
         };
         let tunnel = match self.rx_tunnel {
             None => None,
-            Some(_) => match u32::try_from(key.get(Field::TunSrc)) {
-                Ok(dst) if dst != 0 => Some(TunnelMeta {
-                    tun_id: u64::try_from(key.get(Field::TunId)).unwrap_or(0),
-                    src: 0,
-                    dst,
-                }),
-                _ => {
+            Some(_) => match back_to_sender(key) {
+                Some(meta) => Some(meta),
+                None => {
                     self.scratch.time_exceeded_unanswered += 1;
                     return;
                 }
@@ -2228,11 +2237,16 @@ impl Sink<'_> {
     }
 
     /// The current packet does not fit a tunnel: answer its sender.
-    fn too_big(&mut self, mtu: u32, local_ip: Ipv4Addr) {
+    fn too_big(&mut self, mtu: u32, local_ip: IpAddr) {
         if !self.keep_frame {
             return;
         }
-        let src = self.icmp_src.unwrap_or(local_ip);
+        // Over an IPv6 underlay without `icmp_src_ip`, only IPv6 packets
+        // are answered (from link-local addresses).
+        let src = self
+            .icmp_src
+            .or(ipv4_of(local_ip))
+            .unwrap_or(Ipv4Addr::UNSPECIFIED);
         let frame = std::mem::take(&mut self.scratch.cur_frame);
         if let Some(reply) = vxlan::icmp_too_big_reply_head(&frame, self.scratch.cur_len, mtu, src)
         {
@@ -2241,6 +2255,33 @@ impl Sink<'_> {
             self.scratch.icmp_too_big += 1;
         }
         self.scratch.cur_frame = frame;
+    }
+}
+
+/// The IPv4 address, if `ip` is one.
+fn ipv4_of(ip: IpAddr) -> Option<Ipv4Addr> {
+    match ip {
+        IpAddr::V4(a) => Some(a),
+        IpAddr::V6(_) => None,
+    }
+}
+
+/// The tunnel metadata that sends an answer back to the node a packet
+/// came from: its received outer source (`tun_src`, or `tun_ipv6_src`
+/// over an IPv6 underlay) as the destination, the same VNI. `None` if
+/// the key has no outer source.
+fn back_to_sender(key: &FlowKey) -> Option<TunnelMeta> {
+    let tun_id = u64::try_from(key.get(Field::TunId)).unwrap_or(0);
+    match u32::try_from(key.get(Field::TunSrc)).unwrap_or(0) {
+        0 => match key.get(Field::TunIpv6Src) {
+            0 => None,
+            src6 => Some(TunnelMeta::v6(
+                tun_id,
+                Ipv6Addr::UNSPECIFIED,
+                Ipv6Addr::from(src6),
+            )),
+        },
+        src => Some(TunnelMeta::v4(tun_id, 0, src)),
     }
 }
 

@@ -105,8 +105,9 @@ pub enum From4 {
     /// answers for the Service).
     Destination,
     /// This address if the packet is IPv4 (the gateway's, or the tunnel's
-    /// local address); an IPv6 packet is answered from the EUI-64
-    /// link-local address of the MAC it was sent to.
+    /// local address; `0.0.0.0`: IPv4 packets are not answered); an IPv6
+    /// packet is answered from the EUI-64 link-local address of the MAC
+    /// it was sent to.
     Addr(Ipv4Addr),
 }
 
@@ -243,6 +244,11 @@ fn answer_v4(
     }
     let (src, dst) = (Ipv4Addr::from(orig.src()), Ipv4Addr::from(orig.dst()));
     if !unicast_source4(src) || dst.is_unspecified() || dst.is_multicast() || dst.is_broadcast() {
+        return None;
+    }
+    // No IPv4 address to answer from (a switch whose only tunnel is over
+    // IPv6 and that has no `--icmp-src-ip`): no answer.
+    if matches!(from4, From4::Addr(a) if a.is_unspecified()) {
         return None;
     }
     if orig.protocol() == ip_proto::ICMP && icmp::v4::is_error(*payload.first()?) {

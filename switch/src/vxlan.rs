@@ -1,9 +1,10 @@
 //! # The VXLAN tunnel port (RFC 7348), in userspace
 //!
-//! A [`VxlanPort`] encapsulates inner Ethernet frames in outer IPv4 + UDP +
-//! VXLAN headers and decapsulates what arrives, byte-compatible with the
-//! Linux kernel's `vxlan` device (`switch/tests/vxlan_interop.rs` runs it
-//! against one).
+//! A [`VxlanPort`] encapsulates inner Ethernet frames in outer IPv4 (or
+//! IPv6, see "IPv6 underlay") + UDP + VXLAN headers and decapsulates what
+//! arrives, byte-compatible with the Linux kernel's `vxlan` device
+//! (`switch/tests/vxlan_interop.rs` and `e2e_kernel_interop.rs` run it
+//! against one, `e2e_kernel_interop_ipv6.rs` over IPv6).
 //!
 //! ## Design: the underlay is reached through kernel sockets, not AF_XDP
 //!
@@ -18,7 +19,8 @@
 //!   with one `recvmmsg` per batch. The kernel hands us only datagrams for
 //!   that port (already reassembled and checksum-checked); every other packet
 //!   on the underlay stays with the kernel. `tun_src` is the datagram's
-//!   source address, `tun_dst` is `local_ip`, `tun_id` is the VNI.
+//!   source address, `tun_dst` is `local_ip`, `tun_id` is the VNI (over
+//!   IPv6: `tun_ipv6_src`, `tun_ipv6_dst`).
 //! - **TX** is a raw IPv4 socket (`IPPROTO_RAW`, which implies `IP_HDRINCL`):
 //!   we write the outer IPv4 + UDP + VXLAN headers ourselves so that we choose
 //!   the UDP source port from a hash of the inner flow (ECMP in the underlay
@@ -42,7 +44,8 @@
 //!
 //! Encapsulation adds 50 bytes on the underlay wire (outer Ethernet 14 +
 //! IPv4 20 + UDP 8 + VXLAN 8), i.e. the outer IP packet is the inner frame
-//! plus 36. When it does not fit the underlay MTU:
+//! plus 36 (over IPv6: 70 and 56, see "IPv6 underlay"). When it does not
+//! fit the underlay MTU (IPv4 underlay):
 //!
 //! - inner IPv4 with DF set, or inner IPv6 (TCP segments apart, see
 //!   below): [`VxlanPort::send`] refuses with
@@ -53,6 +56,43 @@
 //!   sent with DF clear, fragmented by us (a `IP_HDRINCL` socket never
 //!   fragments), as the Linux `vxlan` device lets its outer packets be
 //!   fragmented.
+//!
+//! ## IPv6 underlay
+//!
+//! A port is of one underlay family, its `local_ip`'s: a node with both
+//! adds two ports (the control API's `local_ip` is an `IpAddr`). With an
+//! IPv6 `local_ip` the RX socket is an IPv6 UDP socket on
+//! `[local_ip]:dst_port`, whose datagrams give `tun_ipv6_src` (the
+//! sender) and `tun_ipv6_dst` (`local_ip`); TX is a raw IPv6 socket
+//! (`IPPROTO_RAW`: the kernel takes our IPv6 header as is, since Linux
+//! 4.5) on which we write IPv6 + UDP + VXLAN:
+//!
+//! - the **UDP checksum** is computed over the IPv6 pseudo-header (RFC
+//!   8200 8.1 forbids a zero one; the kernel's `vxlan` drops zero-checksum
+//!   datagrams unless `udp6zerocsumrx` is set, which it is not by
+//!   default). The receiving kernel checks ours, as it checks the kernel
+//!   `vxlan`'s (`udpcsum`, its default): the RX socket does not accept
+//!   zero checksums either;
+//! - the **flow label** is the inner flow's hash (RFC 6438), with the UDP
+//!   source port, for the underlay's ECMP; hop limit 64, traffic class 0,
+//!   no extension headers;
+//! - the **MTU**: the outer headers are 70 bytes on the wire (IPv6 is 20
+//!   bytes longer than IPv4), so the inner MTU is underlay − 70
+//!   ([`VXLAN6_OVERHEAD`], [`VxlanPort::inner_mtu`]), the TSO pieces are
+//!   cut for it and too-big answers name it. The outer IPv6 packet is
+//!   never fragmented (IPv6 routers do not fragment, and a source
+//!   fragment would need the Fragment header's reassembly at the peer):
+//!   a frame that does not fit and is not cut is refused with
+//!   [`TxError::TooBig`] whatever its DF bit (an IPv4 packet without DF
+//!   gets no ICMP answer and is counted in `tx_dropped`);
+//! - destinations are of the port's family only: `tun_ipv6_dst` for an
+//!   IPv6 port, `tun_dst` for an IPv4 one ([`TxError::WrongFamily`]).
+//!
+//! The kernel parses the outer IPv6 and UDP headers on receive
+//! (extension headers, truncation, checksum): malformed outer packets
+//! never reach the port. The TSO sockets are UDP sockets on the IPv6
+//! `local_ip` (the kernel computes the checksums of a `UDP_SEGMENT`
+//! train's datagrams).
 //!
 //! ## Large TCP segments (userspace TSO) and coalesced receive
 //!
@@ -120,10 +160,10 @@
 //! a thread inside another namespace should pass the MTU explicitly.
 
 use std::io::{IoSlice, IoSliceMut};
-use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
-use nix::sys::socket::{MsgFlags, MultiHeaders, SockaddrIn};
+use nix::sys::socket::{MsgFlags, MultiHeaders, SockaddrStorage};
 use oxvs_api::PortStats;
 use oxvs_pipeline::datapath::TunnelMeta;
 use oxvs_pipeline::wire;
@@ -137,7 +177,10 @@ mod gro;
 mod tso;
 
 pub(crate) use frames::source_port;
-use frames::{encapsulate_fragments, fragment_count, may_fragment, parse_vxlan, OuterHeader};
+use frames::{
+    encapsulate_fragments, flow_hash, fragment_count, may_fragment, parse_vxlan,
+    source_port_of_hash, OuterHeader, OuterHeader6,
+};
 pub use frames::{icmp_too_big_reply, icmp_too_big_reply_head, TOO_BIG_HEAD};
 use tso::TcpCut;
 
@@ -145,6 +188,9 @@ use tso::TcpCut;
 pub const DEFAULT_DST_PORT: u16 = wire::vxlan::UDP_PORT;
 /// Bytes encapsulation adds on the underlay wire (outer Ethernet, IPv4, UDP, VXLAN).
 pub const VXLAN_OVERHEAD: u32 = 50;
+/// The same over an IPv6 underlay (outer Ethernet, IPv6, UDP, VXLAN): the
+/// inner MTU is the underlay MTU less 70.
+pub const VXLAN6_OVERHEAD: u32 = 70;
 /// Most datagrams one `recv_batch` or `flush` moves.
 pub const MAX_BATCH: usize = 64;
 /// Largest inner frame one TX slot holds (jumbo 9000 + Ethernet + two
@@ -170,28 +216,36 @@ const TSO_MAX_PAYLOAD: usize = 65_535 - IPV4_HLEN - UDP_HLEN;
 
 const ETH_HLEN: usize = wire::ethernet::HEADER_LEN;
 const IPV4_HLEN: usize = wire::ipv4::HEADER_LEN;
+const IPV6_HLEN: usize = wire::ipv6::HEADER_LEN;
 const UDP_HLEN: usize = wire::udp::HEADER_LEN;
 const VXLAN_HLEN: usize = wire::vxlan::HEADER_LEN;
 /// Outer IPv4 + UDP + VXLAN: what we write in front of an inner frame.
 const OUTER_LEN: usize = IPV4_HLEN + UDP_HLEN + VXLAN_HLEN;
+/// Outer IPv6 + UDP + VXLAN.
+const OUTER6_LEN: usize = IPV6_HLEN + UDP_HLEN + VXLAN_HLEN;
 /// A TX slot holds one outer IP packet (or fragment) up to this size; the
 /// effective underlay MTU is capped by it.
-const TX_SLOT: usize = OUTER_LEN + MAX_INNER_RX;
+const TX_SLOT: usize = OUTER6_LEN + MAX_INNER_RX;
+/// The smallest underlay MTU a port takes: IPv4's 576, IPv6's 1280.
+const MIN_MTU4: u32 = 576;
+const MIN_MTU6: u32 = 1280;
 
 /// Why a VXLAN port could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum VxlanError {
     #[error("cannot bind the VXLAN UDP socket to {addr}: {source}")]
     Bind {
-        addr: SocketAddrV4,
+        addr: SocketAddr,
         source: std::io::Error,
     },
-    #[error("cannot open the raw IPv4 TX socket (needs CAP_NET_RAW): {0}")]
+    #[error("cannot open the raw IP TX socket (needs CAP_NET_RAW): {0}")]
     RawSocket(std::io::Error),
     #[error("cannot configure the VXLAN socket: {0}")]
     Socket(std::io::Error),
-    #[error("underlay MTU {0} out of range (576..=65535)")]
-    BadMtu(u32),
+    #[error("underlay MTU {mtu} out of range ({min}..=65535)")]
+    BadMtu { mtu: u32, min: u32 },
+    #[error("local_ip {0} is not a unicast address")]
+    BadLocalIp(IpAddr),
 }
 
 /// Why a frame was not queued by [`VxlanPort::send`] (counted in `tx_dropped`).
@@ -202,9 +256,13 @@ pub enum TxError {
     /// inner MTU (underlay − 50) to put in the ICMP answer.
     #[error("inner packet too big for the tunnel (inner MTU {mtu})")]
     TooBig { mtu: u32 },
-    /// `meta.dst` is 0: the flow did not set `tun_dst`.
-    #[error("no tunnel destination (tun_dst is 0)")]
+    /// `meta.dst` is 0: the flow did not set `tun_dst` (or `tun_ipv6_dst`).
+    #[error("no tunnel destination (tun_dst and tun_ipv6_dst are 0)")]
     NoDestination,
+    /// `meta.dst` is of the other family than the port's `local_ip` (an
+    /// IPv6 port got a `tun_dst`, an IPv4 port a `tun_ipv6_dst`).
+    #[error("tunnel destination of the other address family than the port's local_ip")]
+    WrongFamily,
 }
 
 /// One received inner frame.
@@ -221,7 +279,7 @@ struct RxDesc {
 struct TxDesc {
     /// Bytes of the outer IP packet in the slot.
     len: usize,
-    dst: Ipv4Addr,
+    dst: IpAddr,
     /// Inner frame length if this slot starts an inner packet, else 0
     /// (later fragments), for the packet/byte counters.
     inner_len: usize,
@@ -229,7 +287,7 @@ struct TxDesc {
 
 /// A VXLAN tunnel port: see the module doc.
 pub struct VxlanPort {
-    local_ip: Ipv4Addr,
+    local_ip: IpAddr,
     dst_port: u16,
     underlay_mtu: u32,
     rx_sock: UdpSocket,
@@ -272,28 +330,46 @@ impl std::fmt::Debug for VxlanPort {
 
 impl VxlanPort {
     /// Opens the RX UDP socket on `(local_ip, dst_port)` and the raw TX
-    /// socket. `underlay_mtu` defaults to the MTU of the interface holding
-    /// `local_ip` (see the module doc about namespaces), else 1500.
+    /// socket, of `local_ip`'s family: the port's underlay is IPv4 or IPv6
+    /// (module doc, "IPv6 underlay"). `underlay_mtu` defaults to the MTU of
+    /// the interface holding `local_ip` (see the module doc about
+    /// namespaces), else 1500; at least 576 (IPv4) or 1280 (IPv6).
     pub fn open(
-        local_ip: Ipv4Addr,
+        local_ip: impl Into<IpAddr>,
         dst_port: u16,
         underlay_mtu: Option<u32>,
     ) -> Result<VxlanPort, VxlanError> {
+        let local_ip = local_ip.into();
+        if local_ip.is_unspecified() || local_ip.is_multicast() {
+            return Err(VxlanError::BadLocalIp(local_ip));
+        }
         let mtu = match underlay_mtu {
             Some(m) => m,
             None => interface_mtu_of(local_ip).unwrap_or(1500),
         };
-        if !(576..=65535).contains(&mtu) {
-            return Err(VxlanError::BadMtu(mtu));
+        let min = if local_ip.is_ipv6() {
+            MIN_MTU6
+        } else {
+            MIN_MTU4
+        };
+        if !(min..=65535).contains(&mtu) {
+            return Err(VxlanError::BadMtu { mtu, min });
         }
-        let addr = SocketAddrV4::new(local_ip, dst_port);
+        let addr = SocketAddr::new(local_ip, dst_port);
         let rx_sock = UdpSocket::bind(addr).map_err(|source| VxlanError::Bind { addr, source })?;
         rx_sock.set_nonblocking(true).map_err(VxlanError::Socket)?;
         // Room for a few batches of bursts; the kernel caps it at rmem_max.
         let _ =
             nix::sys::socket::setsockopt(&rx_sock, nix::sys::socket::sockopt::RcvBuf, &(4 << 20));
+        // IPPROTO_RAW: we write the IP header (IP_HDRINCL, and for IPv6
+        // the same since Linux 4.5).
+        let family = if local_ip.is_ipv6() {
+            nix::sys::socket::AddressFamily::Inet6
+        } else {
+            nix::sys::socket::AddressFamily::Inet
+        };
         let tx_sock = nix::sys::socket::socket(
-            nix::sys::socket::AddressFamily::Inet,
+            family,
             nix::sys::socket::SockType::Raw,
             nix::sys::socket::SockFlag::SOCK_CLOEXEC | nix::sys::socket::SockFlag::SOCK_NONBLOCK,
             nix::sys::socket::SockProtocol::Raw,
@@ -327,7 +403,7 @@ impl VxlanPort {
             tx_buf: vec![0u8; TX_SLOT * MAX_BATCH].into_boxed_slice(),
             tx_desc: [TxDesc {
                 len: 0,
-                dst: Ipv4Addr::UNSPECIFIED,
+                dst: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
                 inner_len: 0,
             }; MAX_BATCH],
             tx_n: 0,
@@ -349,17 +425,20 @@ impl VxlanPort {
         }
         let mut socks = Vec::with_capacity(TSO_SOCKETS);
         for _ in 0..TSO_SOCKETS {
-            let s = UdpSocket::bind(SocketAddrV4::new(self.local_ip, 0)).map_err(|source| {
-                VxlanError::Bind {
-                    addr: SocketAddrV4::new(self.local_ip, 0),
-                    source,
-                }
-            })?;
+            let addr = SocketAddr::new(self.local_ip, 0);
+            let s = UdpSocket::bind(addr).map_err(|source| VxlanError::Bind { addr, source })?;
             s.set_nonblocking(true).map_err(VxlanError::Socket)?;
-            rustix::net::sockopt::set_ip_mtu_discover(
-                &s,
-                rustix::net::sockopt::Ipv4PathMtuDiscovery::PROBE,
-            )
+            if self.local_ip.is_ipv6() {
+                rustix::net::sockopt::set_ipv6_mtu_discover(
+                    &s,
+                    rustix::net::sockopt::Ipv6PathMtuDiscovery::PROBE,
+                )
+            } else {
+                rustix::net::sockopt::set_ip_mtu_discover(
+                    &s,
+                    rustix::net::sockopt::Ipv4PathMtuDiscovery::PROBE,
+                )
+            }
             .map_err(|e| VxlanError::Socket(e.into()))?;
             let _ = nix::sys::socket::setsockopt(&s, nix::sys::socket::sockopt::SndBuf, &(4 << 20));
             // Nothing is read from these: take nothing in.
@@ -393,13 +472,25 @@ impl VxlanPort {
         self.underlay_mtu
     }
 
-    /// The inner MTU (underlay − 50): the largest inner L3 packet sent whole.
+    /// The inner MTU (underlay − 50, or − 70 over IPv6): the largest
+    /// inner L3 packet sent whole.
     pub fn inner_mtu(&self) -> u32 {
-        self.underlay_mtu - VXLAN_OVERHEAD
+        self.underlay_mtu - self.overhead()
     }
 
-    /// The local underlay address (outer source, `tun_dst` of what arrives).
-    pub fn local_ip(&self) -> Ipv4Addr {
+    /// Bytes encapsulation adds on the underlay wire: [`VXLAN_OVERHEAD`]
+    /// or, over IPv6, [`VXLAN6_OVERHEAD`].
+    pub fn overhead(&self) -> u32 {
+        if self.local_ip.is_ipv6() {
+            VXLAN6_OVERHEAD
+        } else {
+            VXLAN_OVERHEAD
+        }
+    }
+
+    /// The local underlay address (outer source; `tun_dst` or
+    /// `tun_ipv6_dst` of what arrives).
+    pub fn local_ip(&self) -> IpAddr {
         self.local_ip
     }
 
@@ -426,7 +517,7 @@ impl VxlanPort {
         }
         let fd = self.rx_sock.as_raw_fd();
         let cmsg = nix::cmsg_space!(u32, i32);
-        let mut headers = MultiHeaders::<SockaddrIn>::preallocate(want, Some(cmsg));
+        let mut headers = MultiHeaders::<SockaddrStorage>::preallocate(want, Some(cmsg));
         let mut chunks = self.rx_buf.chunks_exact_mut(RX_SLOT);
         let mut iovs: [[IoSliceMut<'_>; 1]; MAX_BATCH] =
             std::array::from_fn(|_| [IoSliceMut::new(chunks.next().unwrap_or_default())]);
@@ -446,10 +537,13 @@ impl VxlanPort {
             }
         };
         // (slot, bytes, segment size, source) of each message.
-        let mut msgs = [(0usize, 0usize, 0usize, Ipv4Addr::UNSPECIFIED); MAX_BATCH];
+        let mut msgs = [(0usize, 0usize, 0usize, IpAddr::V4(Ipv4Addr::UNSPECIFIED)); MAX_BATCH];
         let mut n = 0;
         for (slot, msg) in results.enumerate() {
-            let src = msg.address.map(|a| a.ip()).unwrap_or(Ipv4Addr::UNSPECIFIED);
+            let src = msg
+                .address
+                .as_ref()
+                .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), sender_ip);
             let mut seg = 0;
             if let Ok(cmsgs) = msg.cmsgs() {
                 for c in cmsgs {
@@ -475,7 +569,7 @@ impl VxlanPort {
                 n += 1;
             }
         }
-        let local = u32::from(self.local_ip);
+        let local = self.local_ip;
         for &(slot, bytes, seg, src) in &msgs[..n] {
             let base = slot * RX_SLOT;
             let data = self.rx_buf.get(base..base + bytes).unwrap_or_default();
@@ -494,7 +588,7 @@ impl VxlanPort {
                             len: inner_len,
                             meta: TunnelMeta {
                                 tun_id: u64::from(vni),
-                                src: u32::from(src),
+                                src,
                                 dst: local,
                             },
                         });
@@ -552,11 +646,34 @@ impl VxlanPort {
     /// `local_ip` (a packet that came in through a tunnel keeps its
     /// `tun_src` in the key, and re-sending with it would spoof that peer).
     /// Nothing is sent until [`flush`](Self::flush).
+    ///
+    /// The port sends to destinations of its own family only: an IPv6
+    /// port (IPv6 `local_ip`) takes the `tun_ipv6_dst` of a flow, an IPv4
+    /// one its `tun_dst`; the other family's are refused with
+    /// [`TxError::WrongFamily`].
     pub fn send(&mut self, inner: &[u8], meta: TunnelMeta) -> Result<(), TxError> {
-        if meta.dst == 0 {
+        if meta.dst.is_unspecified() {
             self.stats.tx_dropped += 1;
             return Err(TxError::NoDestination);
         }
+        match (self.local_ip, meta.dst) {
+            (IpAddr::V4(src), IpAddr::V4(dst)) => self.send4(inner, meta.tun_id, src, dst),
+            (IpAddr::V6(src), IpAddr::V6(dst)) => self.send6(inner, meta.tun_id, src, dst),
+            _ => {
+                self.stats.tx_dropped += 1;
+                Err(TxError::WrongFamily)
+            }
+        }
+    }
+
+    /// [`send`](Self::send) over IPv4: whole, cut (TCP) or in fragments.
+    fn send4(
+        &mut self,
+        inner: &[u8],
+        tun_id: u64,
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+    ) -> Result<(), TxError> {
         let mtu = (self.underlay_mtu as usize).min(TX_SLOT);
         let inner_mtu = (mtu - VXLAN_OVERHEAD as usize) as u32;
         let outer_len = OUTER_LEN + inner.len();
@@ -567,7 +684,13 @@ impl VxlanPort {
             .then(|| usize::from(flow_port) % self.tso.len());
         if fragment {
             if let Some(cut) = tso_sock.and_then(|_| TcpCut::of(inner, inner_mtu as usize)) {
-                return self.send_segmented(inner, &cut, meta, tso_sock.unwrap_or(0));
+                return self.send_segmented(
+                    inner,
+                    &cut,
+                    tun_id,
+                    IpAddr::V4(dst),
+                    tso_sock.unwrap_or(0),
+                );
             }
         }
         if outer_len > usize::from(u16::MAX) || (fragment && !may_fragment(inner)) {
@@ -575,14 +698,14 @@ impl VxlanPort {
             return Err(TxError::TooBig { mtu: inner_mtu });
         }
         let hdr = OuterHeader {
-            src: self.local_ip,
-            dst: Ipv4Addr::from(meta.dst),
+            src,
+            dst,
             src_port: match tso_sock.and_then(|i| self.tso.get(i)) {
                 Some((_, port)) => *port,
                 None => flow_port,
             },
             dst_port: self.dst_port,
-            vni: (meta.tun_id & u64::from(wire::vxlan::VNI_MASK)) as u32,
+            vni: (tun_id & u64::from(wire::vxlan::VNI_MASK)) as u32,
             ident: self.ident,
             df: !may_fragment(inner),
         };
@@ -610,11 +733,72 @@ impl VxlanPort {
         for (k, len) in lens[..count].iter().enumerate() {
             self.tx_desc[self.tx_n + k] = TxDesc {
                 len: *len,
-                dst: hdr.dst,
+                dst: IpAddr::V4(hdr.dst),
                 inner_len: if k == 0 { inner.len() } else { 0 },
             };
         }
         self.tx_n += count;
+        Ok(())
+    }
+
+    /// [`send`](Self::send) over IPv6: whole or cut (TCP); never in
+    /// fragments (module doc, "IPv6 underlay").
+    fn send6(
+        &mut self,
+        inner: &[u8],
+        tun_id: u64,
+        src: Ipv6Addr,
+        dst: Ipv6Addr,
+    ) -> Result<(), TxError> {
+        let mtu = (self.underlay_mtu as usize).min(TX_SLOT);
+        let inner_mtu = mtu.saturating_sub(VXLAN6_OVERHEAD as usize);
+        let mtu_answer = u32::try_from(inner_mtu).unwrap_or(u32::MAX);
+        let hash = flow_hash(inner);
+        let flow_port = source_port_of_hash(hash);
+        let tso_sock = (!self.tso.is_empty() && tso::is_tcp(inner))
+            .then(|| usize::from(flow_port) % self.tso.len());
+        if OUTER6_LEN + inner.len() > mtu {
+            if let Some(cut) = tso_sock.and_then(|_| TcpCut::of(inner, inner_mtu)) {
+                return self.send_segmented(
+                    inner,
+                    &cut,
+                    tun_id,
+                    IpAddr::V6(dst),
+                    tso_sock.unwrap_or(0),
+                );
+            }
+            self.stats.tx_dropped += 1;
+            return Err(TxError::TooBig { mtu: mtu_answer });
+        }
+        let hdr = OuterHeader6 {
+            src,
+            dst,
+            src_port: match tso_sock.and_then(|i| self.tso.get(i)) {
+                Some((_, port)) => *port,
+                None => flow_port,
+            },
+            dst_port: self.dst_port,
+            vni: (tun_id & u64::from(wire::vxlan::VNI_MASK)) as u32,
+            flow_label: hash,
+        };
+        if self.tx_n >= MAX_BATCH {
+            self.flush();
+        }
+        let at = self.tx_n;
+        let len = match self.tx_buf.get_mut(at * TX_SLOT..(at + 1) * TX_SLOT) {
+            Some(slot) => hdr.encapsulate(inner, slot),
+            None => 0,
+        };
+        if len == 0 {
+            self.stats.tx_dropped += 1;
+            return Err(TxError::TooBig { mtu: mtu_answer });
+        }
+        self.tx_desc[at] = TxDesc {
+            len,
+            dst: IpAddr::V6(dst),
+            inner_len: inner.len(),
+        };
+        self.tx_n += 1;
         Ok(())
     }
 
@@ -627,10 +811,11 @@ impl VxlanPort {
             return 0;
         }
         self.tx_n = 0;
-        let addrs: [rustix::net::SocketAddrAny; MAX_BATCH] = std::array::from_fn(|i| {
-            let dst = self.tx_desc[i.min(n - 1)].dst;
-            SocketAddrV4::new(dst, 0).as_any()
-        });
+        let addrs: [rustix::net::SocketAddrAny; MAX_BATCH] =
+            std::array::from_fn(|i| match self.tx_desc[i.min(n - 1)].dst {
+                IpAddr::V4(dst) => SocketAddrV4::new(dst, 0).as_any(),
+                IpAddr::V6(dst) => SocketAddrV6::new(dst, 0, 0, 0).as_any(),
+            });
         let mut chunks = self.tx_buf.chunks_exact(TX_SLOT);
         let iovs: [[IoSlice<'_>; 1]; MAX_BATCH] = std::array::from_fn(|i| {
             let slot = chunks.next().unwrap_or_default();
@@ -687,7 +872,8 @@ impl VxlanPort {
         &mut self,
         inner: &[u8],
         cut: &TcpCut,
-        meta: TunnelMeta,
+        tun_id: u64,
+        dst: IpAddr,
         sock: usize,
     ) -> Result<(), TxError> {
         self.flush();
@@ -699,8 +885,8 @@ impl VxlanPort {
             });
         };
         let per_send = (TSO_MAX_PAYLOAD / seg).clamp(1, TSO_MAX_SEGMENTS);
-        let dst = SockaddrIn::from(SocketAddrV4::new(Ipv4Addr::from(meta.dst), self.dst_port));
-        let vni = (meta.tun_id & u64::from(wire::vxlan::VNI_MASK)) as u32;
+        let dst = SockaddrStorage::from(SocketAddr::new(dst, self.dst_port));
+        let vni = (tun_id & u64::from(wire::vxlan::VNI_MASK)) as u32;
         let Some((s, _)) = self.tso.get(sock) else {
             self.stats.tx_dropped += 1;
             return Ok(());
@@ -751,14 +937,26 @@ impl VxlanPort {
     }
 }
 
+/// The IP address of a datagram's sender (unspecified if the kernel gave
+/// none of either family).
+fn sender_ip(a: &SockaddrStorage) -> IpAddr {
+    if let Some(sin) = a.as_sockaddr_in() {
+        IpAddr::V4(sin.ip())
+    } else if let Some(sin6) = a.as_sockaddr_in6() {
+        IpAddr::V6(sin6.ip())
+    } else {
+        IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+    }
+}
+
 /// The MTU of the interface holding `ip`, from `/sys/class/net/<if>/mtu`.
-pub(crate) fn interface_mtu_of(ip: Ipv4Addr) -> Option<u32> {
+pub(crate) fn interface_mtu_of(ip: IpAddr) -> Option<u32> {
     let addrs = nix::ifaddrs::getifaddrs().ok()?;
     for ifa in addrs {
-        let Some(sin) = ifa.address.as_ref().and_then(|a| a.as_sockaddr_in()) else {
+        let Some(a) = ifa.address.as_ref() else {
             continue;
         };
-        if sin.ip() == ip {
+        if sender_ip(a) == ip {
             let path = format!("/sys/class/net/{}/mtu", ifa.interface_name);
             return std::fs::read_to_string(path).ok()?.trim().parse().ok();
         }
@@ -1241,8 +1439,12 @@ mod tests {
             .trim()
             .parse()
             .unwrap();
-        assert_eq!(interface_mtu_of(Ipv4Addr::LOCALHOST), Some(sysfs));
-        assert_eq!(interface_mtu_of(Ipv4Addr::new(198, 51, 100, 254)), None);
+        assert_eq!(interface_mtu_of(Ipv4Addr::LOCALHOST.into()), Some(sysfs));
+        assert_eq!(interface_mtu_of(Ipv6Addr::LOCALHOST.into()), Some(sysfs));
+        assert_eq!(
+            interface_mtu_of(Ipv4Addr::new(198, 51, 100, 254).into()),
+            None
+        );
     }
 
     /// A train of datagrams sent with `UDP_SEGMENT` (as a peer's TSO path
@@ -1271,7 +1473,7 @@ mod tests {
             &[IoSlice::new(&train)],
             &[nix::sys::socket::ControlMessage::UdpGsoSegments(&seg16)],
             MsgFlags::empty(),
-            Some(&SockaddrIn::from(to)),
+            Some(&SockaddrStorage::from(to)),
         )
         .expect("UDP_SEGMENT send");
         let mut got = Vec::new();
@@ -1317,11 +1519,7 @@ mod tests {
         let port = fuzzing::rx_addr(&rx).expect("rx addr").port();
         let mut tx = VxlanPort::open(Ipv4Addr::LOCALHOST, port, Some(1500)).expect("open tx");
         tx.enable_tso().expect("tso");
-        let meta = TunnelMeta {
-            tun_id: 5,
-            src: 0,
-            dst: u32::from(rx_ip),
-        };
+        let meta = TunnelMeta::v4(5, 0, u32::from(rx_ip));
         let big = ipv6_tcp_frame(20_000);
         assert_eq!(tx.send(&big, meta), Ok(()));
         assert_eq!(tx.take_offload_counters(), (0, 1));
@@ -1356,5 +1554,125 @@ mod tests {
             assert!(icmp_too_big_reply(&f, 1450, Ipv4Addr::UNSPECIFIED).is_some());
         }
         assert_eq!(tx.take_offload_counters(), (0, 0));
+    }
+
+    /// Over an IPv6 underlay (both ports on `::1`): a small frame goes
+    /// whole in one outer IPv6 packet whose UDP checksum the receiving
+    /// kernel checks (a wrong one would be dropped before our socket),
+    /// with the IPv6 tunnel metadata; an IPv6 TCP segment too large for
+    /// the tunnel is cut for the inner MTU of underlay − 70 and merged
+    /// back; what TSO does not take is refused as too big with that MTU;
+    /// an IPv4 destination is refused.
+    #[test]
+    fn ipv6_underlay_whole_cut_merged_and_too_big() {
+        let lo6 = Ipv6Addr::LOCALHOST;
+        let mut rx = VxlanPort::open(lo6, 0, Some(1500)).expect("open rx");
+        rx.set_gro_max(65_549);
+        assert_eq!(rx.inner_mtu(), 1430);
+        assert_eq!(rx.overhead(), VXLAN6_OVERHEAD);
+        let port = fuzzing::rx_addr(&rx).expect("rx addr").port();
+        // One loopback address: the sender listens on another port and
+        // sends to the receiver's.
+        let mut tx = VxlanPort::open(lo6, 0, Some(1500)).expect("open tx");
+        tx.dst_port = port;
+        tx.enable_tso().expect("tso");
+        let meta = TunnelMeta::v6(5, Ipv6Addr::UNSPECIFIED, lo6);
+        let recv = |rx: &mut VxlanPort| {
+            let mut got = Vec::new();
+            for _ in 0..100 {
+                rx.recv_batch(64);
+                got.extend(rx.rx_packets().map(|(f, m)| (f.to_vec(), m)));
+                if !got.is_empty() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            got
+        };
+
+        // Whole: exactly at the limit (1430-byte inner IPv6 packet).
+        let small = ipv6_frame("fd00:20::1".parse().unwrap(), 17, 14 + 1430);
+        assert_eq!(tx.send(&small, meta), Ok(()));
+        let queued = fuzzing::queued(&tx);
+        assert_eq!(queued.len(), 1);
+        assert_eq!(queued[0].len(), 1500);
+        assert_eq!(queued[0][0] >> 4, 6);
+        assert_ne!(&queued[0][46..48], &[0, 0], "UDP checksum");
+        assert_eq!(tx.flush(), 1);
+        let got = recv(&mut rx);
+        assert_eq!(got.len(), 1, "the kernel took our checksum");
+        assert_eq!(got[0].0, small);
+        assert_eq!(got[0].1, TunnelMeta::v6(5, lo6, lo6));
+        let one_more = ipv6_frame("fd00:20::1".parse().unwrap(), 17, 14 + 1431);
+        assert_eq!(tx.send(&one_more, meta), Err(TxError::TooBig { mtu: 1430 }));
+
+        // Cut and merged.
+        let big = ipv6_tcp_frame(20_000);
+        assert_eq!(tx.send(&big, meta), Ok(()));
+        assert_eq!(tx.take_offload_counters(), (0, 1));
+        let got = recv(&mut rx);
+        assert_eq!(got.len(), 1, "{} frames", got.len());
+        let (m, meta_rx) = &got[0];
+        assert_eq!(meta_rx.src, IpAddr::V6(lo6));
+        assert_eq!(m.len(), big.len());
+        assert_eq!(&m[..70], &big[..70]);
+        assert_eq!(&m[72..], &big[72..]);
+        assert_eq!(
+            rx.take_offload_counters().0,
+            19_926usize.div_ceil(1430 - 60) as u64 - 1
+        );
+
+        // Not cut: too big, with the IPv6 underlay's inner MTU.
+        let mut udp = ipv6_frame("fd00:20::1".parse().unwrap(), 17, 20_000);
+        udp[58..60].copy_from_slice(&((20_000 - 54) as u16).to_be_bytes());
+        let mut syn = ipv6_tcp_frame(20_000);
+        syn[67] = 0x02;
+        for f in [udp, syn] {
+            assert_eq!(tx.send(&f, meta), Err(TxError::TooBig { mtu: 1430 }));
+        }
+        // An IPv4 destination is not this port's.
+        let before = tx.stats().tx_dropped;
+        assert_eq!(
+            tx.send(&small, TunnelMeta::v4(5, 0, 0x7f00_0001)),
+            Err(TxError::WrongFamily)
+        );
+        assert_eq!(tx.stats().tx_dropped, before + 1);
+        assert!(VxlanPort::open(lo6, 0, Some(1279)).is_err());
+    }
+
+    /// The outer IPv6 header and its UDP checksum, checked independently
+    /// (the RFC 1071 sum over the pseudo-header and the datagram).
+    #[test]
+    fn outer_ipv6_header_and_checksum() {
+        let src: Ipv6Addr = "fd00:192::1".parse().unwrap();
+        let dst: Ipv6Addr = "fd00:192::2".parse().unwrap();
+        let inner = ipv6_tcp_frame(301);
+        let hdr = OuterHeader6 {
+            src,
+            dst,
+            src_port: 50000,
+            dst_port: 4789,
+            vni: 100,
+            flow_label: 0xfff1_2345,
+        };
+        let mut slot = vec![0u8; TX_SLOT];
+        let n = hdr.encapsulate(&inner, &mut slot);
+        let p = &slot[..n];
+        assert_eq!(n, 56 + inner.len());
+        assert_eq!(&p[..4], &[0x60, 0x01, 0x23, 0x45], "version, label");
+        assert_eq!(usize::from(u16::from_be_bytes([p[4], p[5]])), n - 40);
+        assert_eq!((p[6], p[7]), (17, 64));
+        assert_eq!(&p[8..24], &src.octets());
+        assert_eq!(&p[24..40], &dst.octets());
+        assert_eq!(&p[40..44], &[0xc3, 0x50, 0x12, 0xb5]);
+        let mut pseudo = Vec::new();
+        pseudo.extend_from_slice(&p[8..40]);
+        pseudo.extend_from_slice(&((n - 40) as u32).to_be_bytes());
+        pseudo.extend_from_slice(&[0, 0, 0, 17]);
+        assert_eq!(fold(ones_sum(&pseudo) + ones_sum(&p[40..])), 0xffff);
+        assert_eq!(&p[48..56], &[0x08, 0, 0, 0, 0, 0, 100, 0]);
+        assert_eq!(&p[56..], &inner[..]);
+        // Too small a slot: nothing written.
+        assert_eq!(hdr.encapsulate(&inner, &mut slot[..100]), 0);
     }
 }

@@ -357,7 +357,7 @@ fn trace_is_structured_and_outputs_to_missing_ports_send_nothing() {
         name: "tun".into(),
         ofport: Some(5),
         kind: PortKind::Vxlan {
-            local_ip: std::net::Ipv4Addr::LOCALHOST,
+            local_ip: std::net::Ipv4Addr::LOCALHOST.into(),
             dst_port: Some(0),
             underlay_mtu: Some(1500),
         },

@@ -14,16 +14,17 @@
 
 mod common;
 mod metrics_support;
+mod tunnel_offload;
 
 use common::*;
-use metrics_support::scrape;
+use tunnel_offload::{cut_into_the_tunnel, merged_from_the_tunnel};
 
 const IPA: &str = "10.20.0.1";
 const IPB: &str = "10.20.0.2";
 const IP6A: &str = "fd00:20::1";
 const IP6B: &str = "fd00:20::2";
 /// /metrics inside node A's namespace (counts the cut and the merges).
-const METRICS: &str = "127.0.0.1:9481";
+const METRICS: &str = tunnel_offload::METRICS;
 
 #[test]
 fn e2e_kernel_interop() {
@@ -172,57 +173,4 @@ fn e2e_kernel_interop() {
     ]);
     cut_into_the_tunnel(&swa, &na, &pa, &pb, IP6B, 5013);
     merged_from_the_tunnel(&swa, &na, &pa, &pb, IP6A, 5014);
-}
-
-/// oxvs's pod (`pa`, MTU 65535) sends 8 MB to `to` (B's pod, which
-/// advertises a large MSS): its large segments must leave the tunnel port
-/// cut (the port counts inner frames far larger than the tunnel's, and
-/// switchd's TSO metric grows), and the kernel's vxlan and pod take every
-/// piece (the transfer's SHA-256 checks it).
-fn cut_into_the_tunnel(swa: &Switchd, na: &Netns, pa: &Netns, pb: &Netns, to: &str, port: u16) {
-    let (p0, b0) = swa.port_counters("tun0").tx();
-    let cut0 = scrape(na, METRICS).sum("oxvs_datapath_tunnel_tso_frames_total", &[]);
-    tcp_transfer(pa, pb, to, port, 8 << 20);
-    let (p1, b1) = swa.port_counters("tun0").tx();
-    let avg = (b1 - b0) / (p1 - p0).max(1);
-    assert!(
-        b1 - b0 >= 8 << 20 && avg > 4000,
-        "{} inner frames of {avg} bytes to {to} into the tunnel: not cut by oxvs",
-        p1 - p0
-    );
-    // switchd counts the frames it cut (not every one was larger than
-    // the tunnel: ACK-clocked tails are sent whole).
-    std::thread::sleep(std::time::Duration::from_millis(200));
-    let cut = scrape(na, METRICS).sum("oxvs_datapath_tunnel_tso_frames_total", &[]) - cut0;
-    eprintln!(
-        "to {to}: {} inner frames of {avg} bytes into the tunnel, {cut} cut",
-        p1 - p0
-    );
-    assert!(cut >= 64.0, "only {cut} frames to {to} counted as cut");
-}
-
-/// B's pod sends 8 MB to `to` (oxvs's pod) in tunnel-sized segments: oxvs
-/// must merge them into large frames for its pod (its port's average
-/// frame far beyond a segment, switchd's GRO metric growing).
-fn merged_from_the_tunnel(swa: &Switchd, na: &Netns, pa: &Netns, pb: &Netns, to: &str, port: u16) {
-    let (r0, rb0) = swa.port_counters("pa").tx();
-    let merged0 = scrape(na, METRICS).sum("oxvs_datapath_tunnel_gro_merged_total", &[]);
-    tcp_transfer(pb, pa, to, port, 8 << 20);
-    let (r1, rb1) = swa.port_counters("pa").tx();
-    let avg = (rb1 - rb0) / (r1 - r0).max(1);
-    assert!(
-        rb1 - rb0 >= 8 << 20 && avg > 4000,
-        "{} frames of {avg} bytes to {to}: the kernel's segments were not merged",
-        r1 - r0
-    );
-    std::thread::sleep(std::time::Duration::from_millis(200));
-    let merged = scrape(na, METRICS).sum("oxvs_datapath_tunnel_gro_merged_total", &[]) - merged0;
-    eprintln!(
-        "to {to}: {} frames of {avg} bytes to the pod, {merged} segments merged",
-        r1 - r0
-    );
-    assert!(
-        merged >= 1000.0,
-        "only {merged} segments to {to} counted as merged"
-    );
 }

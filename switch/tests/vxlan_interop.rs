@@ -228,11 +228,7 @@ fn kernel_vxlan_answers_our_packets() {
     assert_eq!(port.mode(), "udp-socket");
     // The veth's MTU; it is not visible in this /sys, so the default applies.
     assert_eq!(port.underlay_mtu(), 1500);
-    let meta = TunnelMeta {
-        tun_id: VNI,
-        src: u32::from(A_IP),
-        dst: u32::from(B_IP),
-    };
+    let meta = TunnelMeta::v4(VNI, u32::from(A_IP), u32::from(B_IP));
 
     // 1. A ping through the tunnel: the kernel decapsulates, answers, and
     //    encapsulates the reply back to us.
@@ -247,8 +243,8 @@ fn kernel_vxlan_answers_our_packets() {
         .find(|x| is_echo_reply(x, 0x4242))
         .unwrap_or_else(|| panic!("no echo reply; got {seen:?}; stats {:?}", port.stats()));
     assert_eq!(reply.meta.tun_id, VNI);
-    assert_eq!(reply.meta.src, u32::from(B_IP));
-    assert_eq!(reply.meta.dst, u32::from(A_IP));
+    assert_eq!(reply.meta.src, B_IP);
+    assert_eq!(reply.meta.dst, A_IP);
     assert_eq!(&reply.frame[0..6], &INNER_A_MAC);
     assert_eq!(&reply.frame[6..12], &VX0_MAC);
     assert_eq!(reply.frame.len(), 98);
@@ -291,7 +287,7 @@ fn kernel_vxlan_answers_our_packets() {
     );
 
     // 4. No destination.
-    let no_dst = TunnelMeta { dst: 0, ..meta };
+    let no_dst = TunnelMeta::v4(VNI, u32::from(A_IP), 0);
     assert_eq!(port.send(&big, no_dst), Err(TxError::NoDestination));
 
     let st = port.stats();
@@ -343,7 +339,7 @@ fn other_underlay_traffic_stays_with_the_kernel() {
     let seen = receive_until(&mut port, Duration::from_secs(3), |s| !s.is_empty());
     assert_eq!(seen.len(), 1, "{seen:?}");
     assert_eq!(seen[0].meta.tun_id, 77);
-    assert_eq!(seen[0].meta.src, u32::from(B_IP));
+    assert_eq!(seen[0].meta.src, B_IP);
     assert_eq!(seen[0].frame, inner);
     assert_eq!(port.stats().rx_errors, 1);
     assert_eq!(port.stats().rx_packets, 1);

@@ -232,7 +232,7 @@ impl Agent {
                     name: self.cfg.tunnel.clone(),
                     ofport: None,
                     kind: PortKind::Vxlan {
-                        local_ip: ip,
+                        local_ip: ip.into(),
                         dst_port: Some(flows::VXLAN_UDP_PORT),
                         underlay_mtu: None,
                     },

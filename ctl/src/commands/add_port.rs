@@ -2,7 +2,7 @@
 //! port at run time. Prints nothing (as `ovs-vsctl add-port`); `--json`
 //! prints the port as the switch reports it.
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 use clap::{Args, ValueEnum};
 use oxvs_api::{PortKind, PortSpec, Request, XdpModeRequest};
@@ -44,9 +44,10 @@ pub struct AddPort {
     /// `options:n_rxq`; default: all the interface has).
     #[arg(long, value_name = "N")]
     n_rxq: Option<u32>,
-    /// vxlan: local underlay IPv4 address.
+    /// vxlan: local underlay address, IPv4 or IPv6 (the underlay's
+    /// family: an IPv6 address encapsulates in IPv6, to `tun_ipv6_dst`).
     #[arg(long, value_name = "IP")]
-    local_ip: Option<Ipv4Addr>,
+    local_ip: Option<IpAddr>,
     /// vxlan: UDP destination port (default 4789).
     #[arg(long, value_name = "P")]
     dst_port: Option<u16>,

@@ -133,6 +133,13 @@ fn vxlan_rx() -> Vec<Vec<u8>> {
         ],
         // A damaged header.
         vec![0x07, 0, 0, 0, 42, 0, 1, 3, 0x80],
+        // The same three through the IPv6 port (bit 7 of the first byte).
+        vec![0x83, 0, 0, 0, 42, 0x12, 0x34, 4, 1, 2, 3, 4],
+        vec![
+            0x81, 0, 0, 0, 7, 0, 14, 0x0a, 0x58, 0x0a, 0xf4, 0, 4, 0x0a, 0x58, 0x0a, 0xf4, 1, 7,
+            0x08, 0x06, 0x00, 0, 4, 8, 0, 0, 0,
+        ],
+        vec![0x87, 0, 0, 0, 42, 0, 1, 3, 0x80],
     ]
 }
 
@@ -168,6 +175,13 @@ fn vxlan_tx() -> Vec<Vec<u8>> {
         vec![2, 0, 0, 0, 0, 0, 1, 3, 0, 60],        // ARP
         vec![0, 0, 0, 0, 0, 0, 0, 0, 0, 40],        // no tun_dst
         vec![0, 0, 0, 0, 0, 0, 1, 0x20, 1, 150, 0, 0, 0, 0, 0, 0, 0, 1, 7], // VLAN, DF
+        // Destination selector 0xfe: the IPv6 port, to tun_ipv6_dst.
+        vec![0, 0, 0, 0, 0, 0, 0xfe, 0, 0, 40], // IPv4 DF, fits
+        vec![0, 0, 0, 0, 0, 0, 0xfe, 0, 1, 150], // IPv4 DF, too big (- 70)
+        vec![0, 0, 0, 0, 0, 0, 0xfe, 1, 1, 150], // no DF: too big too, never fragmented
+        vec![0, 0, 0, 0, 0, 0, 0xfe, 2, 1, 100, 0, 0], // IPv6, too big
+        vec![2, 0, 0, 0, 0, 0, 0xfe, 0, 3, 0x20, 0, 0], // 9000, 8 KiB TCP, fits
+        vec![0, 0, 0, 0, 0, 0, 0xfd, 0, 0, 40], // IPv6 destination, IPv4 port
     ]
 }
 

@@ -29,20 +29,36 @@
 //! exceeded the switch would send for the frame (`icmp_error`, the same
 //! builder) is checked the same way, with its type and its 576-byte bound
 //! for IPv4.
+//!
+//! **IPv6 underlay.** A second port on `::1` (IPv6 `local_ip`): a receive
+//! input whose first byte has bit 7 set goes to it (checked as above, with
+//! `tun_src`/`tun_dst` = `::1`), and a send input whose destination
+//! selector byte is `0xfe` sends to an IPv6 `tun_ipv6_dst` through it.
+//! Checked there: one outer packet within the MTU, IPv6 with payload
+//! length, next header UDP, hop limit 64, `::1` to the destination, a
+//! valid (never zero) UDP checksum over the IPv6 pseudo-header, the VXLAN
+//! header and the inner frame intact; a refusal as too big reports
+//! underlay − 70. Selector `0xfd` sends an IPv6 destination to the IPv4
+//! port, which refuses it ([`TxError::WrongFamily`]).
 
-use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::sync::{Mutex, OnceLock};
 
 use oxvs_pipeline::conntrack::{Conntrack, CtConfig};
 use oxvs_pipeline::datapath::{Datapath, DatapathConfig, DpPacket, RecordingSink, TunnelMeta};
 use oxvs_pipeline::xlate::XlateEnv;
 use oxvs_switch::icmp_error;
-use oxvs_switch::vxlan::{fuzzing, icmp_too_big_reply, TxError, VxlanPort, VXLAN_OVERHEAD};
+use oxvs_switch::vxlan::{
+    fuzzing, icmp_too_big_reply, TxError, VxlanPort, VXLAN6_OVERHEAD, VXLAN_OVERHEAD,
+};
 
 use crate::frames::{self, V4Opts};
 use crate::input::Input;
 
 const LOCAL: Ipv4Addr = Ipv4Addr::LOCALHOST;
+const LOCAL6: Ipv6Addr = Ipv6Addr::LOCALHOST;
+/// The IPv6 tunnel destination of `vxlan_tx` inputs.
+const REMOTE6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x192, 0x168, 77, 0, 0, 0, 12);
 /// The tunnel port in `examples/antrea-like.flows`.
 const TUNNEL_OFPORT: u32 = 2;
 const MAX_DATAGRAMS: usize = 32;
@@ -50,22 +66,30 @@ const MAX_DATAGRAMS: usize = 32;
 struct Ports {
     port: VxlanPort,
     sender: UdpSocket,
-    to: SocketAddrV4,
+    to: SocketAddr,
 }
 
-fn ports() -> &'static Mutex<Ports> {
-    static P: OnceLock<Mutex<Ports>> = OnceLock::new();
-    P.get_or_init(|| {
-        // Port 0: the kernel picks a free one; nothing else sends to it.
-        let port = VxlanPort::open(LOCAL, 0, Some(1500)).expect("open a VXLAN port on loopback");
-        let to = fuzzing::rx_addr(&port).expect("the RX socket's address");
-        let sender = UdpSocket::bind((LOCAL, 0)).expect("bind the sender");
-        Mutex::new(Ports { port, sender, to })
-    })
+fn open_ports(local: IpAddr) -> Mutex<Ports> {
+    // Port 0: the kernel picks a free one; nothing else sends to it.
+    let port = VxlanPort::open(local, 0, Some(1500)).expect("open a VXLAN port on loopback");
+    let to = fuzzing::rx_addr(&port).expect("the RX socket's address");
+    let sender = UdpSocket::bind((local, 0)).expect("bind the sender");
+    Mutex::new(Ports { port, sender, to })
 }
 
-fn lock() -> std::sync::MutexGuard<'static, Ports> {
-    ports().lock().unwrap_or_else(|e| e.into_inner())
+fn ports(v6: bool) -> &'static Mutex<Ports> {
+    static P4: OnceLock<Mutex<Ports>> = OnceLock::new();
+    static P6: OnceLock<Mutex<Ports>> = OnceLock::new();
+    if v6 {
+        P6.get_or_init(|| open_ports(IpAddr::V6(LOCAL6)))
+    } else {
+        P4.get_or_init(|| open_ports(IpAddr::V4(LOCAL)))
+    }
+}
+
+/// The IPv4 port, or with `v6` the IPv6 one.
+fn lock(v6: bool) -> std::sync::MutexGuard<'static, Ports> {
+    ports(v6).lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Datagrams the port has taken off its socket so far.
@@ -86,6 +110,12 @@ fn drain(port: &mut VxlanPort) {
 }
 
 pub fn run_rx(data: &[u8]) {
+    let v6 = data.first().is_some_and(|b| b & 0x80 != 0);
+    let local = if v6 {
+        IpAddr::V6(LOCAL6)
+    } else {
+        IpAddr::V4(LOCAL)
+    };
     let mut i = Input::new(data);
     let mut datagrams: Vec<Vec<u8>> = Vec::new();
     while !i.is_empty() && datagrams.len() < MAX_DATAGRAMS {
@@ -125,7 +155,7 @@ pub fn run_rx(data: &[u8]) {
         datagrams.push(d);
     }
 
-    let mut g = lock();
+    let mut g = lock(v6);
     let Ports { port, sender, to } = &mut *g;
     drain(port);
     let before = port.stats();
@@ -191,8 +221,8 @@ pub fn run_rx(data: &[u8]) {
             meta.tun_id,
             u64::from(u32::from_be_bytes([0, d[4], d[5], d[6]]))
         );
-        assert_eq!(meta.src, u32::from(LOCAL));
-        assert_eq!(meta.dst, u32::from(LOCAL));
+        assert_eq!(meta.src, local);
+        assert_eq!(meta.dst, local);
     }
 
     // Into the pipeline, as the datapath thread does.
@@ -314,22 +344,25 @@ pub fn run_tx(data: &[u8]) {
         3 => 65535,
         _ => 576 + u32::from(i.u16()),
     };
-    let meta = TunnelMeta {
-        tun_id: if i.bool() {
-            u64::from(i.u32()) << 8 | u64::from(i.u8())
-        } else {
-            42
-        },
-        src: i.u32(),
-        dst: if i.u8() == 0 {
-            0
-        } else {
-            u32::from(Ipv4Addr::new(192, 168, 77, 12))
-        },
+    let tun_id = if i.bool() {
+        u64::from(i.u32()) << 8 | u64::from(i.u8())
+    } else {
+        42
     };
+    let src = i.u32();
+    // Destination: none (0), IPv6 (0xfe), IPv6 to the IPv4 port (0xfd),
+    // else IPv4.
+    let dst_kind = i.u8();
+    let meta = match dst_kind {
+        0 => TunnelMeta::v4(tun_id, src, 0),
+        0xfd | 0xfe => TunnelMeta::v6(tun_id, Ipv6Addr::from(u128::from(src)), REMOTE6),
+        _ => TunnelMeta::v4(tun_id, src, u32::from(Ipv4Addr::new(192, 168, 77, 12))),
+    };
+    let v6 = dst_kind == 0xfe;
+    let overhead = if v6 { VXLAN6_OVERHEAD } else { VXLAN_OVERHEAD };
     let (inner, must_answer) = inner_frame(&mut i);
 
-    let mut g = lock();
+    let mut g = lock(v6);
     let port = &mut g.port;
     fuzzing::discard_queued(port);
     fuzzing::set_underlay_mtu(port, mtu);
@@ -341,17 +374,26 @@ pub fn run_tx(data: &[u8]) {
 
     match result {
         Ok(()) => {
-            assert_ne!(meta.dst, 0);
-            check_encapsulation(&inner, &queued, mtu, meta);
+            assert!(!meta.dst.is_unspecified());
+            assert_ne!(dst_kind, 0xfd, "an IPv6 destination through the IPv4 port");
+            if v6 {
+                check_encapsulation6(&inner, &queued, mtu, meta);
+            } else {
+                check_encapsulation(&inner, &queued, mtu, meta);
+            }
         }
         Err(TxError::NoDestination) => {
-            assert_eq!(meta.dst, 0);
+            assert!(meta.dst.is_unspecified());
+            assert!(queued.is_empty());
+        }
+        Err(TxError::WrongFamily) => {
+            assert_eq!(dst_kind, 0xfd);
             assert!(queued.is_empty());
         }
         Err(TxError::TooBig { mtu: inner_mtu }) => {
             assert!(queued.is_empty());
             assert!(
-                inner_mtu + VXLAN_OVERHEAD <= mtu,
+                inner_mtu + overhead <= mtu,
                 "inner MTU {inner_mtu} for underlay {mtu}"
             );
             let src_ip = Ipv4Addr::new(10, 244, 0, 1);
@@ -367,7 +409,7 @@ pub fn run_tx(data: &[u8]) {
     // Any frame: cut as the tunnel's TSO cuts it, each piece a whole TCP
     // segment within the MTU with valid checksums, and merged back as its
     // GRO merges, the same payload in the same order.
-    let inner_mtu = (mtu - VXLAN_OVERHEAD) as usize;
+    let inner_mtu = (mtu - overhead) as usize;
     if let Some(fuzzing::Roundtrip { pieces, merged }) =
         fuzzing::tso_gro_roundtrip_any(&inner, inner_mtu, 65_549)
     {
@@ -490,7 +532,10 @@ fn check_encapsulation(inner: &[u8], queued: &[Vec<u8>], mtu: u32, meta: TunnelM
         assert_eq!(p[8], 64, "TTL");
         assert_eq!(p[9], frames::PROTO_UDP);
         assert_eq!(&p[12..16], &LOCAL.octets());
-        assert_eq!(&p[16..20], &Ipv4Addr::from(meta.dst).octets());
+        assert_eq!(
+            IpAddr::from(<[u8; 4]>::try_from(&p[16..20]).unwrap()),
+            meta.dst
+        );
         let id = be16(p, 4);
         assert_eq!(
             *ident.get_or_insert(id),
@@ -530,6 +575,43 @@ fn check_encapsulation(inner: &[u8], queued: &[Vec<u8>], mtu: u32, meta: TunnelM
     );
     assert_eq!(payload[15], 0);
     assert_eq!(&payload[16..], inner, "the inner frame, intact");
+}
+
+/// An IPv6-underlay send: one whole outer packet (never fragments).
+fn check_encapsulation6(inner: &[u8], queued: &[Vec<u8>], mtu: u32, meta: TunnelMeta) {
+    assert_eq!(queued.len(), 1, "IPv6 outer packets are never fragmented");
+    let p = &queued[0];
+    assert!(
+        p.len() <= mtu as usize,
+        "outer packet {} > MTU {mtu}",
+        p.len()
+    );
+    assert_eq!(p.len(), 40 + 16 + inner.len());
+    assert_eq!(p[0] >> 4, 6);
+    assert_eq!(usize::from(be16(p, 4)), p.len() - 40, "payload length");
+    assert_eq!(p[6], frames::PROTO_UDP, "no extension header");
+    assert_eq!(p[7], 64, "hop limit");
+    assert_eq!(&p[8..24], &LOCAL6.octets());
+    assert_eq!(
+        IpAddr::from(<[u8; 16]>::try_from(&p[24..40]).unwrap()),
+        meta.dst
+    );
+    let udp = &p[40..];
+    assert!(be16(udp, 0) >= 49152, "source port");
+    assert_eq!(usize::from(be16(udp, 4)), udp.len(), "UDP length");
+    assert_ne!(be16(udp, 6), 0, "a zero UDP checksum over IPv6");
+    let mut pseudo = Vec::new();
+    pseudo.extend_from_slice(&p[8..40]);
+    pseudo.extend_from_slice(&(udp.len() as u32).to_be_bytes());
+    pseudo.extend_from_slice(&[0, 0, 0, frames::PROTO_UDP]);
+    assert_eq!(fold(ones(&pseudo) + ones(udp)), 0xffff, "UDP checksum");
+    assert_eq!(&udp[8..12], &[0x08, 0, 0, 0]);
+    assert_eq!(
+        u32::from_be_bytes([0, udp[12], udp[13], udp[14]]),
+        (meta.tun_id & 0x00ff_ffff) as u32
+    );
+    assert_eq!(udp[15], 0);
+    assert_eq!(&udp[16..], inner, "the inner frame, intact");
 }
 
 fn ones(data: &[u8]) -> u32 {

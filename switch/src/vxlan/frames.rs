@@ -1,6 +1,8 @@
 //! The bytes the VXLAN port reads and writes, apart from the sockets:
 //! outer IPv4 + UDP + VXLAN headers (encapsulation, whole or in
-//! fragments), the VXLAN header check on receive, what the inner frame
+//! fragments), outer IPv6 + UDP + VXLAN headers (whole: with the UDP
+//! checksum IPv6 requires, RFC 8200 8.1, and a flow label from the inner
+//! flow's hash, RFC 6438), the VXLAN header check on receive, what the inner frame
 //! decides (DF, the flow hash behind the UDP source port), and the ICMP
 //! "too big" answers (built by [`crate::icmp_error`]).
 //!
@@ -13,8 +15,9 @@
 
 #![deny(clippy::indexing_slicing, clippy::cast_possible_truncation)]
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
+use oxvs_pipeline::checksum;
 use oxvs_pipeline::wire::ethernet::{self, L2};
 use oxvs_pipeline::wire::ipv4::{self, Ipv4Packet};
 use oxvs_pipeline::wire::ipv6::Ipv6Packet;
@@ -24,7 +27,7 @@ use smoltcp::wire::{IpProtocol, Ipv4Packet as SmolIpv4};
 
 use crate::icmp_error::{self, From4, IcmpError};
 
-use super::{ETH_HLEN, IPV4_HLEN, OUTER_LEN, TX_SLOT, UDP_HLEN, VXLAN_HLEN};
+use super::{ETH_HLEN, IPV4_HLEN, IPV6_HLEN, OUTER6_LEN, OUTER_LEN, TX_SLOT, UDP_HLEN, VXLAN_HLEN};
 
 /// UDP source port range (RFC 7348 section 5: dynamic/private ports).
 pub(super) const SRC_PORT_MIN: u16 = 49152;
@@ -112,6 +115,77 @@ impl OuterHeader {
         p.set_dst_addr(self.dst);
         p.fill_checksum();
     }
+}
+
+/// The outer headers of one packet encapsulated in IPv6.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct OuterHeader6 {
+    pub(super) src: Ipv6Addr,
+    pub(super) dst: Ipv6Addr,
+    pub(super) src_port: u16,
+    pub(super) dst_port: u16,
+    /// 24 bits.
+    pub(super) vni: u32,
+    /// 20 bits (RFC 6438: from the inner flow, for the underlay's ECMP).
+    pub(super) flow_label: u32,
+}
+
+impl OuterHeader6 {
+    /// Writes outer IPv6 + UDP + VXLAN and `inner` into `slot`; returns the
+    /// outer packet's length (0 when it does not fit `slot`). The caller
+    /// checked that the UDP length fits 65535 bytes. The UDP checksum is
+    /// computed (IPv6 forbids a zero one, RFC 8200 8.1, unless the
+    /// receiver opted in with `udp6zerocsumrx`, which the kernel's
+    /// `vxlan` device does not by default). No extension headers, hop
+    /// limit 64, traffic class 0.
+    pub(super) fn encapsulate(&self, inner: &[u8], slot: &mut [u8]) -> usize {
+        let total = OUTER6_LEN + inner.len();
+        let udp_len = UDP_HLEN + VXLAN_HLEN + inner.len();
+        let Some((ip, rest)) = slot
+            .get_mut(..total)
+            .and_then(|out| out.split_first_chunk_mut::<IPV6_HLEN>())
+        else {
+            return 0;
+        };
+        let Some((udp_vxlan, payload)) = rest.split_first_chunk_mut::<{ UDP_HLEN + VXLAN_HLEN }>()
+        else {
+            return 0;
+        };
+        let label = self.flow_label & 0x000f_ffff;
+        let [_, l1, l2, l3] = (0x6000_0000 | label).to_be_bytes();
+        let [p0, p1] = len16(udp_len).to_be_bytes();
+        let mut h = [0u8; IPV6_HLEN];
+        let (fixed, addrs) = h.split_at_mut(8);
+        fixed.copy_from_slice(&[0x60, l1, l2, l3, p0, p1, ip_proto::UDP, OUTER_TTL]);
+        let (s, d) = addrs.split_at_mut(16);
+        s.copy_from_slice(&self.src.octets());
+        d.copy_from_slice(&self.dst.octets());
+        *ip = h;
+        *udp_vxlan = udp_vxlan_header(self.src_port, self.dst_port, udp_len, self.vni);
+        payload.copy_from_slice(inner);
+        // Checksum: pseudo-header (addresses, upper-layer length, next
+        // header), UDP header with a zero checksum, payload.
+        let pseudo = udp6_pseudo_sum(&self.src, &self.dst, udp_len);
+        let sum = checksum::ones_sum(payload, checksum::ones_sum(udp_vxlan, pseudo));
+        let csum = match !checksum::fold(sum) {
+            // RFC 8200 8.1: a computed 0 is sent as 0xffff.
+            0 => 0xffff,
+            c => c,
+        };
+        let [c0, c1] = csum.to_be_bytes();
+        if let Some(c) = udp_vxlan.get_mut(6..8) {
+            c.copy_from_slice(&[c0, c1]);
+        }
+        total
+    }
+}
+
+/// The one's complement sum of the IPv6 pseudo-header of a UDP datagram
+/// of `udp_len` bytes (RFC 8200 8.1).
+pub(super) fn udp6_pseudo_sum(src: &Ipv6Addr, dst: &Ipv6Addr, udp_len: usize) -> u64 {
+    let mut sum = checksum::ones_sum(&src.octets(), 0);
+    sum = checksum::ones_sum(&dst.octets(), sum);
+    sum + (udp_len as u64 >> 16) + (udp_len as u64 & 0xffff) + u64::from(ip_proto::UDP)
 }
 
 /// The UDP header (checksum 0, RFC 7348) and VXLAN header (I flag, `vni`).
@@ -227,7 +301,12 @@ pub(super) fn may_fragment(frame: &[u8]) -> bool {
 /// addresses, protocol, L4 ports; MACs and ethertype for non-IP) scaled
 /// into 49152..=65535. All fragments of an inner flow get the same port.
 pub(crate) fn source_port(frame: &[u8]) -> u16 {
-    let h = u64::from(flow_hash(frame));
+    source_port_of_hash(flow_hash(frame))
+}
+
+/// [`source_port`] from the inner flow's hash.
+pub(super) fn source_port_of_hash(hash: u32) -> u16 {
+    let h = u64::from(hash);
     // `h < 2^32`, so the product shifted right by 32 is below the range's
     // size (16384): it fits.
     let scaled = (h * u64::from(u16::MAX - SRC_PORT_MIN + 1)) >> 32;
@@ -241,7 +320,9 @@ fn has_ports(proto: u8) -> bool {
     )
 }
 
-fn flow_hash(frame: &[u8]) -> u32 {
+/// The hash of the inner frame's flow behind [`source_port`] (and the
+/// outer IPv6 flow label).
+pub(super) fn flow_hash(frame: &[u8]) -> u32 {
     let mut h = FlowHasher(0x9e37_79b9);
     match ethernet::l2_of(frame) {
         Some(L2 {

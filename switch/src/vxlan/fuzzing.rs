@@ -13,24 +13,27 @@
 //!   the pieces merged again as the GRO path merges them;
 //!   [`tso_gro_roundtrip_any`] the same for IPv4 and IPv6 frames.
 
-use std::net::SocketAddrV4;
+use std::net::SocketAddr;
 
 use super::VxlanPort;
 
 /// The local address of the port's RX socket.
-pub fn rx_addr(port: &VxlanPort) -> Option<SocketAddrV4> {
-    match port.rx_sock.local_addr().ok()? {
-        std::net::SocketAddr::V4(a) => Some(a),
-        std::net::SocketAddr::V6(_) => None,
-    }
+pub fn rx_addr(port: &VxlanPort) -> Option<SocketAddr> {
+    port.rx_sock.local_addr().ok()
 }
 
-/// Sets the underlay MTU, clamped to 576..=65535 as `open` requires.
+/// Sets the underlay MTU, clamped as `open` requires (576..=65535 over
+/// IPv4, 1280..=65535 over IPv6).
 pub fn set_underlay_mtu(port: &mut VxlanPort, mtu: u32) {
-    port.underlay_mtu = mtu.clamp(576, 65535);
+    let min = if port.local_ip.is_ipv6() {
+        super::MIN_MTU6
+    } else {
+        super::MIN_MTU4
+    };
+    port.underlay_mtu = mtu.clamp(min, 65535);
 }
 
-/// The outer IPv4 packets queued by `send` and not flushed yet, in order.
+/// The outer IP packets queued by `send` and not flushed yet, in order.
 pub fn queued(port: &VxlanPort) -> Vec<&[u8]> {
     port.tx_buf
         .chunks_exact(super::TX_SLOT)

@@ -328,8 +328,8 @@ mod tests {
 
     const META: TunnelMeta = TunnelMeta {
         tun_id: 7,
-        src: 0x0a00_0002,
-        dst: 0x0a00_0001,
+        src: std::net::IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 2)),
+        dst: std::net::IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 1)),
     };
 
     /// Frames laid out as a receive buffer of VXLAN datagrams.

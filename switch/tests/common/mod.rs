@@ -1010,6 +1010,18 @@ pub fn underlay(a: &Netns, b: &Netns, mtu: u32) {
     }
 }
 
+/// [`underlay`] over IPv6 only: `fd00:192::1/64` in `a`,
+/// `fd00:192::2/64` in `b` (no DAD: usable at once), no IPv4 address.
+pub fn underlay6(a: &Netns, b: &Netns, mtu: u32) {
+    veth(a, "ul0", b, "ul0");
+    let mtu = mtu.to_string();
+    for (ns, ip) in [(a, "fd00:192::1/64"), (b, "fd00:192::2/64")] {
+        ns.must(&["ip", "link", "set", "ul0", "mtu", &mtu]);
+        ns.must(&["ip", "addr", "add", ip, "dev", "ul0", "nodad"]);
+        ns.must(&["ethtool", "-K", "ul0", "tx", "off"]);
+    }
+}
+
 /// Plain-Linux VXLAN node: in `node`, a kernel `vxlan` device `vx0`
 /// (VNI `vni`, UDP 4789, local `local`, remote `remote`, over `ul0`)
 /// and the pod's host end `host_if` enslaved to bridge `br0`.
