@@ -291,6 +291,17 @@ fn dual_stack_services_work_through_kube_proxy_and_oxvs() {
         "Services",
     );
 
+    // The host answers a REJECT to a pod only once it knows the pod's
+    // neighbour entry; a first packet meets neighbour discovery and its
+    // ICMPv6 error may be lost (the SYN is refused at its retransmission,
+    // a second later). Each client talks to its gateway first, as any pod
+    // that has sent traffic has.
+    for (pod, gw) in [
+        ("web/c1", "fd00:10:244:1::1"),
+        ("web/c2", "fd00:10:244:2::1"),
+    ] {
+        lab.ok(&["exec", pod, "--", "ping", "-6", "-c", "1", "-W", "2", gw]);
+    }
     let (c1, c2, x1) = (ns("web-c1"), ns("web-c2"), ns("web-x1"));
     let (n1, n2, ul) = (ns("node-1"), ns("node-2"), ns("ul"));
     let a = |x: &'static str| Want::Answer(vec![x]);
