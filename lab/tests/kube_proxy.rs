@@ -59,19 +59,6 @@ const N1: &str = "192.168.77.11";
 const N2: &str = "192.168.77.12";
 const UL: &str = "192.168.77.1";
 
-fn kube_proxy_build() -> Option<String> {
-    let cache = std::env::var("OXVS_K8S_CACHE").unwrap_or_else(|_| "/var/cache/oxvs-k8s".into());
-    let kp = std::path::Path::new(&cache).join("bin/kube-proxy");
-    if kp.is_file() {
-        None
-    } else {
-        Some(format!(
-            "no kube-proxy build ({} missing; `OXVS_K8S_EXTRA_COMPONENTS=\"kube-proxy\" k8s-local.sh build`)",
-            kp.display()
-        ))
-    }
-}
-
 fn pods_yaml() -> String {
     let mut y = String::from(
         "apiVersion: v1\nkind: Namespace\nmetadata: {name: web}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: dns}\n",
@@ -348,7 +335,7 @@ fn pod_ip(lab: &Lab, key: &str) -> String {
 #[test]
 fn every_kube_proxy_path_works_through_oxvs() {
     skip_unless_capable!();
-    if let Some(why) = kube_proxy_build() {
+    if let Some(why) = common::kube_proxy_build() {
         oxvs_testutil::skip_or_fail(why);
         return;
     }

@@ -33,26 +33,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::paths::{path, pod, Proto, Report, Want};
-use common::{pod_field, Lab};
+use common::{pod_field, Lab, N1_V6, N2_V6};
 use oxvs_lab::commands::kube::programmed_family;
 use oxvs_lab::service::Family;
-
-/// The nodes' IPv6 underlay addresses (`up --ip-family dual`).
-const N1_V6: &str = "fd00:192:168:77::11";
-const N2_V6: &str = "fd00:192:168:77::12";
-
-fn kube_proxy_build() -> Option<String> {
-    let cache = std::env::var("OXVS_K8S_CACHE").unwrap_or_else(|_| "/var/cache/oxvs-k8s".into());
-    let kp = std::path::Path::new(&cache).join("bin/kube-proxy");
-    if kp.is_file() {
-        None
-    } else {
-        Some(format!(
-            "no kube-proxy build ({} missing; `OXVS_K8S_EXTRA_COMPONENTS=\"kube-proxy\" k8s-local.sh build`)",
-            kp.display()
-        ))
-    }
-}
 
 fn pods_yaml() -> String {
     let mut y = String::from(
@@ -222,7 +205,7 @@ fn evidence(lab: &Lab) -> String {
 #[test]
 fn dual_stack_services_work_through_kube_proxy_and_oxvs() {
     skip_unless_capable!();
-    if let Some(why) = kube_proxy_build() {
+    if let Some(why) = common::kube_proxy_build() {
         oxvs_testutil::skip_or_fail(why);
         return;
     }

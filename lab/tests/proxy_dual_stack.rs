@@ -38,11 +38,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::paths::{path, pod, Proto, Report, Want};
-use common::Lab;
-
-/// The nodes' IPv6 underlay addresses (`up --ip-family dual`).
-const N1_V6: &str = "fd00:192:168:77::11";
-const N2_V6: &str = "fd00:192:168:77::12";
+use common::{Lab, N1_V6, N2_V6};
 
 fn pods_yaml() -> String {
     let mut y = String::from("apiVersion: v1\nkind: Namespace\nmetadata: {name: web}\n");

@@ -268,3 +268,22 @@ for _ in range(3):
         pass
 print("timeout")
 "#;
+
+/// The nodes' IPv6 underlay addresses (`up --ip-family dual`).
+pub const N1_V6: &str = "fd00:192:168:77::11";
+pub const N2_V6: &str = "fd00:192:168:77::12";
+
+/// Why the kube-proxy tests cannot run here (no kube-proxy build in
+/// `$OXVS_K8S_CACHE`), or `None`.
+pub fn kube_proxy_build() -> Option<String> {
+    let cache = std::env::var("OXVS_K8S_CACHE").unwrap_or_else(|_| "/var/cache/oxvs-k8s".into());
+    let kp = std::path::Path::new(&cache).join("bin/kube-proxy");
+    if kp.is_file() {
+        None
+    } else {
+        Some(format!(
+            "no kube-proxy build ({} missing; `OXVS_K8S_EXTRA_COMPONENTS=\"kube-proxy\" k8s-local.sh build`)",
+            kp.display()
+        ))
+    }
+}
