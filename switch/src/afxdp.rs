@@ -624,7 +624,8 @@ pub struct PreparedXsk {
     /// it was prepared with.
     own: Option<UmemMem>,
     /// The switch's XDP program on the interface, when it serves the port
-    /// (else libxdp's own program does).
+    /// (else libxdp's own program does). The socket is not in its slot
+    /// yet: [`XskPort::from_prepared`] puts it there.
     xdp: Option<XdpAttachment>,
     /// Bound with `XDP_USE_SG` (on its own UMEM; a socket on a shared
     /// UMEM has what the UMEM has).
@@ -1124,8 +1125,10 @@ impl XskPort {
                     // busy queue is retried by the caller.
                     return Err(socket_err(std::mem::take(&mut last_err)));
                 };
-                xdp.insert_socket(rx.fd().as_raw_fd())
-                    .map_err(|e| socket_err(e.to_string()))?;
+                // The socket goes in its XDP slot in `from_prepared`, once
+                // its fill ring holds frames: put in now, a frame arriving
+                // before the owning thread fills the ring is dropped
+                // (fill ring empty) instead of passed to the host.
                 made.push(PreparedXsk {
                     ifname: ifname.to_string(),
                     queue: t.queue,
@@ -1251,6 +1254,28 @@ impl XskPort {
             rx_skipping: false,
         };
         port.refill();
+        // Only now does the switch's program redirect to the socket: the
+        // fill ring has frames for what arrives.
+        let inserted = match &port.xdp {
+            Some(xdp) => xdp.insert_socket(port.rx.fd().as_raw_fd()),
+            None => Ok(()),
+        };
+        if let Err(e) = inserted {
+            let error = AfxdpError::Socket {
+                ifname: port.ifname.clone(),
+                tried: port.mode.name().into(),
+                reason: e.to_string(),
+            };
+            // The frames just put on the fill ring go back to the UMEM.
+            let mem = Rc::clone(&port.mem);
+            let closing = port.into_closing();
+            let slot = closing.reclaim_slot();
+            drop(closing);
+            if let Some(slot) = slot {
+                mem.reclaim(slot);
+            }
+            return Err(error);
+        }
         Ok(port)
     }
 

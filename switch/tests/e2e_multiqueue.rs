@@ -328,3 +328,80 @@ fn e2e_datapath_cpus_bad_cpu_refused() {
         "refused with the CPU named: {err}"
     );
 }
+
+/// Sends one datagram every `gap` seconds to ADDR:PORT, cycling over 64
+/// source ports (so the flows spread over every receive queue), until
+/// killed.
+const STEADY: &str = r#"
+import socket, sys, time
+addr, port, gap = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(64)]
+print("listening", flush=True)
+i = 0
+while True:
+    socks[i % 64].sendto(b"x", (addr, port))
+    i += 1
+    time.sleep(gap)
+"#;
+
+/// A port added while its pod already sends (a steady ~2000 packets a
+/// second over every queue) loses nothing to an empty fill ring: the
+/// switch's program redirects to a queue's socket only once the thread
+/// that owns it has filled its fill ring (a packet in between once cost
+/// this suite a drop).
+#[test]
+fn e2e_port_added_under_traffic_no_fill_ring_drop() {
+    skip_unless_capable!();
+    let node = Netns::new("node");
+    let pod1 = Netns::new("pod1");
+    let sw = Switchd::start_with(&node, &["--threads", "2"]);
+    sw.add_flows(&example("switch-three-pods.flows"));
+    let q = QUEUES.to_string();
+    must(&[
+        "ip",
+        "-n",
+        &node.name,
+        "link",
+        "add",
+        "fq1",
+        "numtxqueues",
+        &q,
+        "numrxqueues",
+        &q,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "eth0",
+        "numtxqueues",
+        &q,
+        "numrxqueues",
+        &q,
+        "netns",
+        &pod1.name,
+    ]);
+    node.must(&["ip", "link", "set", "fq1", "up"]);
+    pod1.sh(
+        "ip link set eth0 address 02:00:0a:0a:00:01 && ip addr add 10.10.0.1/24 dev eth0 \
+         && ip link set eth0 up && ip neigh replace 10.10.0.2 lladdr 02:00:0a:0a:00:02 dev eth0",
+    );
+    let mut sender = pod1.spawn(&["python3", "-c", STEADY, "10.10.0.2", "9300", "0.0005"]);
+    sender.wait_listening("steady sender").expect("sender");
+    for round in 0..3 {
+        sw.add_port("fq1", 1);
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let port = sw.port_json("fq1");
+        let rx = port["stats"]["rx_packets"].as_u64().unwrap_or(0);
+        let empty = port["stats"]["rx_fill_empty"].as_u64().unwrap_or(u64::MAX);
+        assert!(
+            rx > 0,
+            "round {round}: the pod's packets reach the port: {port}"
+        );
+        assert_eq!(
+            empty, 0,
+            "round {round}: nothing lost to an empty fill ring: {port}"
+        );
+        sw.ctl_ok(&["del-port", "fq1"]);
+    }
+    drop(sender);
+}
