@@ -79,6 +79,7 @@ fn cluster(cidr: Ipv4Net, except: Vec<Ipv4Net>) -> (ClusterState, Vec<LocalPod>)
             name: "n1".into(),
             pod_cidr: Some("10.244.1.0/24".parse().expect("cidr")),
             internal_ip: Some(Ipv4Addr::new(192, 168, 77, 11)),
+            internal_ip6: None,
             pod_cidr6: None,
         },
     );

@@ -39,7 +39,7 @@
 //! locks inside [`Agent`]'s getters) and makes one blocking switch call on
 //! the blocking pool. Requests never change the agent's state.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -95,7 +95,7 @@ pub enum ApiError {
 pub struct NodeView {
     pub node_name: String,
     /// The node's underlay address (for `tun_src` of outgoing hops).
-    pub node_ip: Option<Ipv4Addr>,
+    pub node_ip: Option<IpAddr>,
     pub gateway_name: String,
     pub node: Option<NodeNet>,
     pub tunnel_ofport: Option<u32>,
@@ -112,12 +112,7 @@ impl NodeView {
     pub fn of(agent: &Agent) -> NodeView {
         let cfg = agent.config();
         let cluster = agent.cluster();
-        let node_ip = cfg.node_ip.or_else(|| {
-            cluster
-                .nodes
-                .get(&cfg.node_name)
-                .and_then(|n| n.internal_ip)
-        });
+        let node_ip = crate::agent::own_tunnel_ip(cfg.node_ip, cluster.nodes.get(&cfg.node_name));
         NodeView {
             node_name: cfg.node_name.clone(),
             node_ip,
@@ -150,7 +145,7 @@ impl NodeView {
         self.attachments.iter().find(|a| a.ip == ip)
     }
 
-    fn node_named_by_ip(&self, ip: Ipv4Addr) -> Option<String> {
+    fn node_named_by_ip(&self, ip: IpAddr) -> Option<String> {
         self.remotes
             .iter()
             .find(|r| r.ip == ip)
@@ -159,9 +154,22 @@ impl NodeView {
                 self.cluster
                     .nodes
                     .values()
-                    .find(|n| n.internal_ip == Some(ip))
+                    .find(|n| n.tunnel_ip(ip.is_ipv6()) == Some(ip))
                     .map(|n| n.name.clone())
             })
+    }
+
+    /// The remote node whose flows carry `cookie`, and its underlay
+    /// address (an IPv6 one is not in the cookie: it is found by
+    /// comparing).
+    fn remote_of_cookie(&self, c: u64) -> (Option<String>, IpAddr) {
+        if let Some(ip) = cookie::remote_node_ip(c) {
+            return (self.node_named_by_ip(IpAddr::V4(ip)), IpAddr::V4(ip));
+        }
+        match self.remotes.iter().find(|r| cookie::remote_node(r.ip) == c) {
+            Some(r) => (Some(r.name.clone()), r.ip),
+            None => (None, IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)),
+        }
     }
 }
 
@@ -299,9 +307,23 @@ pub fn build_packet(view: &NodeView, req: &TraceflowRequest) -> Result<String, A
                 t.src_ip, t.dst_ip
             )));
         }
+        if t.tun_src.is_ipv6() != t.tun_dst.is_ipv6() {
+            return Err(ApiError::BadDestination(format!(
+                "tunnel {} -> {} (mixed address families)",
+                t.tun_src, t.tun_dst
+            )));
+        }
         return Ok(format!(
-            "in_port={tun},{proto},tun_src={},tun_dst={},dl_src={},dl_dst={},{src_f}={},{dst_f}={},nw_ttl={},{l4}",
-            t.tun_src, t.tun_dst, t.src_mac, t.dst_mac, t.src_ip, t.dst_ip, t.ttl
+            "in_port={tun},{proto},{}={},{}={},dl_src={},dl_dst={},{src_f}={},{dst_f}={},nw_ttl={},{l4}",
+            flows::tun_field(t.tun_src, "src"),
+            t.tun_src,
+            flows::tun_field(t.tun_dst, "dst"),
+            t.tun_dst,
+            t.src_mac,
+            t.dst_mac,
+            t.src_ip,
+            t.dst_ip,
+            t.ttl
         ));
     }
     let Some(node) = &view.node else {
@@ -541,8 +563,7 @@ pub fn annotate(view: &NodeView, step: &TraceStep) -> (Option<FlowOwner>, String
             )
         }
         Some(Feature::RemoteNode) => {
-            let ip = cookie::remote_node_ip(c).unwrap_or(Ipv4Addr::UNSPECIFIED);
-            let node = view.node_named_by_ip(ip);
+            let (node, ip) = view.remote_of_cookie(c);
             let text = match &node {
                 Some(n) => format!("remote node {n} ({ip})"),
                 None => format!("remote node {ip}"),
@@ -917,6 +938,7 @@ mod tests {
                     pod_cidr: Some(cidr.parse().unwrap()),
                     pod_cidr6: None,
                     internal_ip: Some(ip.parse().unwrap()),
+                    internal_ip6: None,
                 },
             );
         }

@@ -20,7 +20,7 @@
 //! This module is the only place a feature id or an object number is
 //! written: flow builders, readers and tests ask it for cookies.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 
 /// The feature bits start here.
 pub const FEATURE_SHIFT: u32 = 48;
@@ -168,15 +168,32 @@ pub fn isolation_port(cookie: u64) -> Option<u32> {
         .and_then(|o| u32::try_from(o).ok())
 }
 
-/// The cookie of a remote node's flows: its underlay address.
-pub fn remote_node(ip: Ipv4Addr) -> u64 {
-    Feature::RemoteNode.cookie(u64::from(u32::from(ip)))
+/// The cookie of a remote node's flows: its underlay address. An IPv4
+/// address is the object's low 32 bits; an IPv6 one (a tunnel over IPv6)
+/// does not fit and is folded into 47 bits, with the object's top bit
+/// set ([`remote_node_ip`] then names no address: the owner is found by
+/// comparing cookies).
+pub fn remote_node(ip: IpAddr) -> u64 {
+    match ip {
+        IpAddr::V4(a) => Feature::RemoteNode.cookie(u64::from(u32::from(a))),
+        IpAddr::V6(a) => {
+            let v = u128::from(a);
+            let fold = (v ^ (v >> 47) ^ (v >> 94)) as u64 & IPV6_FOLD_MASK;
+            Feature::RemoteNode.cookie(IPV6_FOLD_BIT | fold)
+        }
+    }
 }
 
-/// The underlay address a remote node's cookie names (its low 32 bits).
+/// The object bit of a remote node cookie made from an IPv6 address.
+const IPV6_FOLD_BIT: u64 = 1 << 47;
+const IPV6_FOLD_MASK: u64 = IPV6_FOLD_BIT - 1;
+
+/// The IPv4 underlay address a remote node's cookie names (its low 32
+/// bits); `None` for a cookie folded from an IPv6 address.
 pub fn remote_node_ip(cookie: u64) -> Option<Ipv4Addr> {
     Feature::RemoteNode
         .object(cookie)
+        .filter(|o| o & IPV6_FOLD_BIT == 0)
         .map(|o| Ipv4Addr::from(u32::try_from(o & 0xffff_ffff).unwrap_or(0)))
 }
 
@@ -196,7 +213,7 @@ mod tests {
         assert_eq!(rule(0xa1fb_8dc6), 0x0004_0000_a1fb_8dc6);
         assert_eq!(isolation(4), 0x0005_0000_0000_0004);
         let ip: Ipv4Addr = "192.168.77.12".parse().unwrap();
-        assert_eq!(remote_node(ip), 0x0006_0000_c0a8_4d0c);
+        assert_eq!(remote_node(ip.into()), 0x0006_0000_c0a8_4d0c);
         assert_eq!(FEATURE_MASK, 0xffff << 48);
     }
 
@@ -209,7 +226,17 @@ mod tests {
         assert_eq!(isolation_port(isolation(9)), Some(9));
         assert_eq!(isolation_port(NODE_EXEMPTION), Some(0));
         let ip: Ipv4Addr = "10.0.0.1".parse().unwrap();
-        assert_eq!(remote_node_ip(remote_node(ip)), Some(ip));
+        assert_eq!(remote_node_ip(remote_node(ip.into())), Some(ip));
+        // IPv6 underlay addresses are folded (top object bit set): no
+        // IPv4 address read back, and nodes differing only in their
+        // prefix or only in their interface id get different cookies.
+        let v6 = |s: &str| remote_node(s.parse::<std::net::Ipv6Addr>().unwrap().into());
+        let a = v6("fd00:1::1");
+        assert_eq!(Feature::of(a), Some(Feature::RemoteNode));
+        assert_eq!(remote_node_ip(a), None);
+        assert_ne!(a, v6("fd00:2::1"));
+        assert_ne!(a, v6("fd00:1::2"));
+        assert_ne!(v6("::a00:1"), remote_node(ip.into()));
         for f in Feature::ALL {
             assert_eq!(Feature::of(f.cookie(123)), Some(f));
             assert_eq!(f.object(f.cookie(123)), Some(123));

@@ -14,7 +14,7 @@
 //! separately; [`compute`] is their concatenation.
 
 use std::borrow::Cow;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use crate::flows::{self, NodeNet, PodPort, RemoteNode};
@@ -30,7 +30,7 @@ pub struct Tunnel {
     /// The other nodes (already checked: `crate::nodes::check_remotes`).
     pub remotes: Vec<RemoteNode>,
     /// This node's underlay address (the tunnel guard covers it too).
-    pub node_ip: Option<Ipv4Addr>,
+    pub node_ip: Option<IpAddr>,
     /// Install the tunnel guard ([`flows::tunnel_guard_flows`]). The agent
     /// always does; off only to measure what the guard costs.
     pub guard: bool,
@@ -150,7 +150,7 @@ pub fn base_flows(inp: &Inputs) -> Vec<String> {
     if let Some(t) = &inp.tunnel {
         lines.extend(flows::tunnel_flows(node, t.ofport, &t.remotes));
         if t.guard {
-            let node_ips: Vec<Ipv4Addr> = t.remotes.iter().map(|r| r.ip).chain(t.node_ip).collect();
+            let node_ips: Vec<IpAddr> = t.remotes.iter().map(|r| r.ip).chain(t.node_ip).collect();
             lines.extend(flows::tunnel_guard_flows(&node_ips, flows::VXLAN_UDP_PORT));
         }
     }

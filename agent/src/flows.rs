@@ -60,7 +60,7 @@
 pub mod ipv6;
 mod line;
 
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnet::{Ipv4Net, Ipv6Net};
 use oxvs_pipeline::names::*;
@@ -123,7 +123,9 @@ pub struct PodPort {
 pub struct RemoteNode {
     pub name: String,
     pub pod_cidr: Ipv4Net,
-    pub ip: Ipv4Addr,
+    /// Its underlay address (of the tunnel's family: the tunnel runs over
+    /// IPv6 when this node's own address is IPv6).
+    pub ip: IpAddr,
     /// Its IPv6 pod CIDR, on a dual-stack node.
     pub pod_cidr6: Option<Ipv6Net>,
 }
@@ -470,7 +472,7 @@ pub fn tunnel_flows(node: &NodeNet, tunnel_ofport: u32, remotes: &[RemoteNode]) 
 }
 
 /// Pods may not talk to any node's tunnel port: a pod's UDP datagram to
-/// `node_ip:udp_port` for each node address in `node_ips` (this node's and
+/// `node_ip:udp_port` (IPv4 or IPv6: the tunnel's family) for each node address in `node_ips` (this node's and
 /// every remote node's) is dropped in ConntrackState, after reassembly
 /// (so a fragmented datagram is judged whole) and before anything is
 /// committed, whatever NetworkPolicy says and for connections set up
@@ -480,7 +482,7 @@ pub fn tunnel_flows(node: &NodeNet, tunnel_ofport: u32, remotes: &[RemoteNode]) 
 /// masquerades it, and the receiving switch would take it for tunnel
 /// traffic from a node. Cookie [`cookie::POD_TO_TUNNEL`]; counted as
 /// `oxvs_agent_tunnel_drops_total{reason="pod_to_tunnel_port"}`.
-pub fn tunnel_guard_flows(node_ips: &[Ipv4Addr], udp_port: u16) -> Vec<String> {
+pub fn tunnel_guard_flows(node_ips: &[IpAddr], udp_port: u16) -> Vec<String> {
     let mut ips = node_ips.to_vec();
     ips.sort();
     ips.dedup();
@@ -521,7 +523,7 @@ fn classify_from_node(node: &NodeNet, tunnel_ofport: u32, r: &RemoteNode) -> Flo
         cookie::remote_node(r.ip),
     )
     .matching(format!("in_port={tunnel_ofport}"))
-    .matching(format!("tun_src={}", r.ip))
+    .matching(format!("{}={}", tun_field(r.ip, "src"), r.ip))
     .set_mark(regs::FROM_TUNNEL)
     .action(format!("set_field:{}->eth_dst", mac_str(&node.gateway_mac)))
     .goto(CONNTRACK_ZONE)
@@ -683,8 +685,22 @@ fn route_to_remote_node(node: &NodeNet, r: &RemoteNode) -> FlowLine {
     .matching(format!("nw_dst={}", r.pod_cidr))
     .action(format!("set_field:{}->eth_src", mac_str(&node.gateway_mac)))
     .action(format!("set_field:{}->eth_dst", mac_str(&VIRTUAL_MAC)))
-    .action(format!("set_field:{}->tun_dst", r.ip))
+    .action(set_tun_dst(r.ip))
     .goto(L3_DEC_TTL)
+}
+
+/// The OVS field of the tunnel's outer `src` or `dst` address for an
+/// underlay address of `ip`'s family (`tun_src`, `tun_ipv6_dst`...).
+pub fn tun_field(ip: IpAddr, which: &str) -> String {
+    match ip {
+        IpAddr::V4(_) => format!("tun_{which}"),
+        IpAddr::V6(_) => format!("tun_ipv6_{which}"),
+    }
+}
+
+/// The action sending a packet through the tunnel to the node at `ip`.
+pub(crate) fn set_tun_dst(ip: IpAddr) -> String {
+    format!("set_field:{ip}->{}", tun_field(ip, "dst"))
 }
 
 /// L2ForwardingCalc: destination `mac` is output port `ofport`.
@@ -702,15 +718,19 @@ fn l2_to_port(cookie: u64, mac: &[u8; 6], ofport: u32) -> FlowLine {
 
 /// ConntrackState: the tunnel guard's drop of a pod's datagram to
 /// `ip:udp_port`.
-fn drop_pod_to_tunnel_port(ip: Ipv4Addr, udp_port: u16) -> FlowLine {
+fn drop_pod_to_tunnel_port(ip: IpAddr, udp_port: u16) -> FlowLine {
+    let (proto, dst) = match ip {
+        IpAddr::V4(_) => ("udp", "nw_dst"),
+        IpAddr::V6(_) => ("udp6", "ipv6_dst"),
+    };
     FlowLine::new(
         CONNTRACK_STATE,
         priority::conntrack_state::TUNNEL_GUARD,
         cookie::POD_TO_TUNNEL,
     )
-    .matching("udp")
+    .matching(proto)
     .mark(regs::FROM_POD)
-    .matching(format!("nw_dst={ip}"))
+    .matching(format!("{dst}={ip}"))
     .matching(format!("tp_dst={udp_port}"))
     .drop_packet()
 }
@@ -896,6 +916,54 @@ mod tests {
             let t = udp(dst, port);
             assert!(!t.contains("cookie 0x3000000000004"), "{t}");
             assert!(t.lines().last().unwrap().ends_with(",2"), "{t}");
+        }
+    }
+
+    /// The tunnel over an IPv6 underlay: out with `tun_ipv6_dst`, in only
+    /// from a known node's `tun_ipv6_src` (the guard drops any other
+    /// source, and an IPv4 outer source from the node's IPv4 address: the
+    /// node is known by its tunnel address), and pods' UDP to any node's
+    /// IPv6 VXLAN port dropped.
+    #[test]
+    fn traces_across_an_ipv6_underlay() {
+        let remotes = [RemoteNode {
+            name: "n2".into(),
+            pod_cidr: "10.244.1.0/24".parse().unwrap(),
+            ip: "fd00:77::12".parse().unwrap(),
+            pod_cidr6: None,
+        }];
+        let inp = Inputs {
+            pods: vec![pod(3, 3)],
+            tunnel: Some(Tunnel {
+                ofport: 9,
+                remotes: remotes.to_vec(),
+                node_ip: Some("fd00:77::11".parse().unwrap()),
+                guard: true,
+            }),
+            ..Inputs::for_node(node())
+        };
+        let trace = |spec: &str| desired::trace_desired(&inp, "", spec);
+        let t = trace("in_port=3,icmp,dl_src=0a:58:0a:f4:00:03,dl_dst=0a:58:0a:f4:00:01,nw_src=10.244.0.3,nw_dst=10.244.1.7,nw_ttl=64");
+        assert!(t.contains("set_field:fd00:77::12->tun_ipv6_dst"), "{t}");
+        assert!(t.lines().last().unwrap().ends_with(",9"), "{t}");
+        let t = trace("in_port=9,icmp,tun_ipv6_src=fd00:77::12,tun_ipv6_dst=fd00:77::11,dl_src=0a:58:0a:f4:01:01,dl_dst=aa:bb:cc:dd:ee:ff,nw_src=10.244.1.7,nw_dst=10.244.0.3,nw_ttl=63");
+        assert!(t.lines().last().unwrap().ends_with(",3"), "delivered: {t}");
+        for src in ["tun_ipv6_src=fd00:77::99", "tun_src=192.168.77.12"] {
+            let t = trace(&format!("in_port=9,icmp,{src},dl_src=0a:58:0a:f4:01:01,dl_dst=aa:bb:cc:dd:ee:ff,nw_src=10.244.1.7,nw_dst=10.244.0.3,nw_ttl=63"));
+            assert!(
+                t.contains("cookie 0x3000000000003") && t.trim_end().ends_with("drop"),
+                "{src}: {t}"
+            );
+        }
+        let flows = desired::base_flows(&inp).join("\n");
+        for ip in ["fd00:77::11", "fd00:77::12"] {
+            assert!(
+                flows.lines().any(|l| l.contains("udp6")
+                    && l.contains(&format!("ipv6_dst={ip},"))
+                    && l.contains("tp_dst=4789")
+                    && l.ends_with("actions=drop")),
+                "the guard covers {ip}:\n{flows}"
+            );
         }
     }
 

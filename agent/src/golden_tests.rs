@@ -219,6 +219,7 @@ fn cluster() -> ClusterState {
                 pod_cidr: Some(cidr.parse().unwrap()),
                 pod_cidr6: None,
                 internal_ip: Some(ip.parse().unwrap()),
+                internal_ip6: None,
             },
         );
     }

@@ -43,9 +43,11 @@ struct Args {
     /// object's spec.podCIDRs.
     #[arg(long, value_name = "CIDR")]
     pod_cidr: Vec<IpNet>,
-    /// The node's underlay address for VXLAN. Default: the Node object's InternalIP.
+    /// The node's underlay address for VXLAN, IPv4 or IPv6 (the tunnel
+    /// runs over that family; every node of a cluster must use the same).
+    /// Default: the Node object's IPv4 InternalIP, else its IPv6 one.
     #[arg(long, value_name = "IP")]
-    node_ip: Option<std::net::Ipv4Addr>,
+    node_ip: Option<std::net::IpAddr>,
     /// Take the cluster (Namespaces, Pods, Nodes, NetworkPolicies) from the
     /// YAML/JSON manifests in this directory, watched for changes.
     #[arg(long, value_name = "DIR")]
@@ -78,7 +80,7 @@ struct Args {
     /// MTU of paths leaving the node: of pod interfaces, or with a larger
     /// --local-mtu of their default route and the host's routes to other
     /// nodes' pods (default: the default-route interface's MTU minus 50
-    /// for VXLAN).
+    /// for VXLAN, minus 70 with an IPv6 --node-ip).
     #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(576..=65000))]
     mtu: Option<u32>,
     /// MTU of pod interfaces and the gateway, for traffic that stays on the
@@ -235,7 +237,14 @@ fn pod_mtu(args: &Args) -> u32 {
         .flatten()
         .and_then(|i| podnet::link_mtu(&i).ok())
         .unwrap_or(1500);
-    underlay.saturating_sub(50).max(576)
+    // VXLAN: outer Ethernet-less IPv4 + UDP + VXLAN + inner Ethernet is
+    // 50 bytes; over IPv6, 70.
+    let overhead = if args.node_ip.is_some_and(|ip| ip.is_ipv6()) {
+        70
+    } else {
+        50
+    };
+    underlay.saturating_sub(overhead).max(576)
 }
 
 /// The `--pod-cidr`s by family: at most one of each, large enough.

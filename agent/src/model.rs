@@ -116,8 +116,24 @@ pub struct Node {
     /// The first IPv6 CIDR of `spec.podCIDRs`, if any (dual-stack and
     /// IPv6 nodes).
     pub pod_cidr6: Option<Ipv6Net>,
-    /// The `InternalIP` address (the VXLAN underlay address), if set.
+    /// The first IPv4 `InternalIP` address, if set (the VXLAN underlay
+    /// address on an IPv4 underlay).
     pub internal_ip: Option<Ipv4Addr>,
+    /// The first IPv6 `InternalIP` address, if set (the underlay address
+    /// when the tunnel runs over IPv6).
+    pub internal_ip6: Option<Ipv6Addr>,
+}
+
+impl Node {
+    /// The Node's underlay address of the tunnel's family: its IPv6
+    /// InternalIP when the tunnel runs over IPv6, else its IPv4 one.
+    pub fn tunnel_ip(&self, ipv6: bool) -> Option<IpAddr> {
+        if ipv6 {
+            self.internal_ip6.map(IpAddr::V6)
+        } else {
+            self.internal_ip.map(IpAddr::V4)
+        }
+    }
 }
 
 /// A label selector requirement operator.

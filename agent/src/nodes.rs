@@ -32,8 +32,15 @@
 //!   address it holds is refused too, for the same reason as an overlap;
 //!
 //! or when its InternalIP is no unicast address (unspecified, loopback,
-//! multicast, broadcast), is this node's own address, or lies in this
-//! node's pod CIDR.
+//! multicast, broadcast, IPv6 link-local), is this node's own address, or
+//! lies in this node's pod CIDR (of its family).
+//!
+//! The InternalIP is the one of the tunnel's family: the tunnel runs over
+//! IPv6 when this node's own address (`--node-ip`, else its Node's
+//! InternalIP, IPv4 first) is IPv6, and then a remote Node without an
+//! IPv6 InternalIP is not routed to. A remote's IPv6 pod CIDR that holds
+//! any node's IPv6 InternalIP or overlaps this node's IPv6 underlay subnet
+//! is not used (the Node stays for IPv4), as one that overlaps another's.
 //!
 //! This node's own Node object (used only without `--pod-cidr`) is refused
 //! as its IPAM range when its podCIDR is broader than [`MIN_PREFIX_LEN`],
@@ -47,7 +54,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnet::{Ipv4Net, Ipv6Net};
 
@@ -98,7 +105,7 @@ pub enum NodeProblem {
         other_cidr: Ipv4Net,
     },
     BadAddress {
-        ip: Ipv4Addr,
+        ip: IpAddr,
         why: &'static str,
     },
 }
@@ -188,10 +195,28 @@ pub struct LocalNode {
     pub pod_cidr: Option<Ipv4Net>,
     /// The IPv6 pod CIDR in use, on a dual-stack node.
     pub pod_cidr6: Option<Ipv6Net>,
-    /// The underlay address.
-    pub node_ip: Option<Ipv4Addr>,
-    /// The prefix of the host interface holding `node_ip`, if found.
+    /// The underlay address: the tunnel runs over its family.
+    pub node_ip: Option<IpAddr>,
+    /// The prefix of the host interface holding `node_ip`, if found and
+    /// IPv4.
     pub underlay: Option<Ipv4Net>,
+    /// The prefix of the host interface holding `node_ip`, if found and
+    /// IPv6.
+    pub underlay6: Option<Ipv6Net>,
+}
+
+impl LocalNode {
+    /// Whether the tunnel runs over IPv6 (the node's address is IPv6).
+    pub fn tunnel_ipv6(&self) -> bool {
+        self.node_ip.is_some_and(|ip| ip.is_ipv6())
+    }
+
+    fn node_ip4(&self) -> Option<Ipv4Addr> {
+        match self.node_ip {
+            Some(IpAddr::V4(a)) => Some(a),
+            _ => None,
+        }
+    }
 }
 
 /// The remote Nodes that may be routed to, and those refused.
@@ -234,18 +259,33 @@ fn check_cidr(cidr: &Ipv4Net, underlay: Option<&Ipv4Net>) -> Option<NodeProblem>
         })
 }
 
-fn check_address(ip: Ipv4Addr, local: &LocalNode) -> Option<&'static str> {
+fn check_address(ip: IpAddr, local: &LocalNode) -> Option<&'static str> {
+    let (broadcast, link_local, in_pods) = match ip {
+        IpAddr::V4(a) => (
+            a.is_broadcast(),
+            false,
+            local.pod_cidr.is_some_and(|c| c.contains(&a)),
+        ),
+        IpAddr::V6(a) => (
+            false,
+            (u128::from(a) >> 118) == 0x3fa,
+            local.pod_cidr6.is_some_and(|c| c.contains(&a)),
+        ),
+    };
     if ip.is_unspecified() {
         Some("unspecified")
     } else if ip.is_loopback() {
         Some("a loopback address")
     } else if ip.is_multicast() {
         Some("a multicast address")
-    } else if ip.is_broadcast() {
+    } else if broadcast {
         Some("the broadcast address")
+    } else if link_local {
+        // A link-local tunnel address needs a scope the Node cannot say.
+        Some("a link-local address")
     } else if Some(ip) == local.node_ip {
         Some("this node's own address")
-    } else if local.pod_cidr.is_some_and(|c| c.contains(&ip)) {
+    } else if in_pods {
         Some("inside this node's pod CIDR")
     } else {
         None
@@ -259,7 +299,7 @@ pub fn check_local(cidr: Ipv4Net, local: &LocalNode) -> Result<Ipv4Net, NodeProb
     if let Some(p) = check_cidr(&cidr, local.underlay.as_ref()) {
         return Err(p);
     }
-    match local.node_ip.filter(|ip| cidr.contains(ip)) {
+    match local.node_ip4().filter(|ip| cidr.contains(ip)) {
         Some(ip) => Err(NodeProblem::ContainsNodeAddress {
             cidr,
             ip,
@@ -284,7 +324,22 @@ fn usable_ipv6_cidr(c: &Ipv6Net) -> bool {
 /// usable or overlaps this node's or an earlier one's (by name); the Node
 /// stays for IPv4. Logged at each computation that finds it (rare: a
 /// misconfigured cluster).
-fn drop_bad_ipv6_cidrs(local: &LocalNode, remotes: &mut [RemoteNode]) {
+fn drop_bad_ipv6_cidrs(
+    local: &LocalNode,
+    nodes: &BTreeMap<String, Node>,
+    remotes: &mut [RemoteNode],
+) {
+    // Every IPv6 node address: a range holding one would capture the
+    // tunnel's own packets when it runs over IPv6 (and the host's traffic
+    // to that node in any case).
+    let node_ips6: Vec<Ipv6Addr> = nodes
+        .values()
+        .filter_map(|n| n.internal_ip6)
+        .chain(match local.node_ip {
+            Some(IpAddr::V6(a)) => Some(a),
+            _ => None,
+        })
+        .collect();
     // Accepted ranges by network address; pairwise disjoint, so a range
     // overlaps one of them exactly when the one before its end contains
     // its network address or starts inside it.
@@ -298,8 +353,12 @@ fn drop_bad_ipv6_cidrs(local: &LocalNode, remotes: &mut [RemoteNode]) {
             .range(..=c.broadcast())
             .next_back()
             .is_some_and(|(_, t)| t.contains(&c.network()) || c.contains(&t.network()));
-        if !usable_ipv6_cidr(&c) || overlaps {
-            tracing::warn!(node = %r.name, pod_cidr = %c, "a Node's IPv6 pod CIDR is not usable or overlaps another's; its pods are reached over IPv4 only");
+        let captures_underlay = node_ips6.iter().any(|ip| c.contains(ip))
+            || local
+                .underlay6
+                .is_some_and(|u| u.contains(&c.network()) || c.contains(&u.network()));
+        if !usable_ipv6_cidr(&c) || overlaps || captures_underlay {
+            tracing::warn!(node = %r.name, pod_cidr = %c, "a Node's IPv6 pod CIDR is not usable, overlaps another's or holds a node address; its pods are reached over IPv4 only");
             r.pod_cidr6 = None;
         } else {
             taken.insert(c.network(), c);
@@ -313,7 +372,7 @@ pub fn check_remotes(local: &LocalNode, nodes: &BTreeMap<String, Node>) -> Check
     // 1. Each Node on its own.
     let mut candidates: Vec<RemoteNode> = Vec::new();
     for n in nodes.values().filter(|n| n.name != local.name) {
-        let (Some(cidr), Some(ip)) = (n.pod_cidr, n.internal_ip) else {
+        let (Some(cidr), Some(ip)) = (n.pod_cidr, n.tunnel_ip(local.tunnel_ipv6())) else {
             continue;
         };
         let cidr = cidr.trunc();
@@ -370,7 +429,7 @@ pub fn check_remotes(local: &LocalNode, nodes: &BTreeMap<String, Node>) -> Check
     let mut ips: Vec<(Ipv4Addr, &str)> = nodes
         .values()
         .filter_map(|n| Some((n.internal_ip?, n.name.as_str())))
-        .chain(local.node_ip.map(|ip| (ip, local.name.as_str())))
+        .chain(local.node_ip4().map(|ip| (ip, local.name.as_str())))
         .collect();
     ips.sort_unstable();
     ips.dedup();
@@ -391,7 +450,7 @@ pub fn check_remotes(local: &LocalNode, nodes: &BTreeMap<String, Node>) -> Check
                 refused
                     .entry(owner.to_string())
                     .or_insert(NodeProblem::BadAddress {
-                        ip: *ip,
+                        ip: IpAddr::V4(*ip),
                         why: "inside another Node's pod CIDR",
                     });
             }
@@ -402,7 +461,7 @@ pub fn check_remotes(local: &LocalNode, nodes: &BTreeMap<String, Node>) -> Check
         .filter(|r| !refused.contains_key(&r.name))
         .collect();
     remotes.sort_by(|a, b| a.name.cmp(&b.name));
-    drop_bad_ipv6_cidrs(local, &mut remotes);
+    drop_bad_ipv6_cidrs(local, nodes, &mut remotes);
     Checked {
         remotes,
         refused: refused
@@ -424,6 +483,7 @@ mod tests {
                 pod_cidr: Some(cidr.parse().unwrap()),
                 pod_cidr6: None,
                 internal_ip: Some(ip.parse().unwrap()),
+                internal_ip6: None,
             },
         )
     }
@@ -434,6 +494,7 @@ mod tests {
             pod_cidr: Some("10.244.1.0/24".parse().unwrap()),
             node_ip: Some("192.168.77.11".parse().unwrap()),
             underlay: Some("192.168.77.0/24".parse().unwrap()),
+            underlay6: None,
             pod_cidr6: None,
         }
     }
@@ -482,6 +543,93 @@ mod tests {
                 ("n7", None),
                 ("n8", None),
                 ("n9", Some("fd00:10:244:9::/64".into())),
+            ]
+        );
+    }
+
+    /// On a node whose address is IPv6, the tunnel runs over IPv6: each
+    /// remote is reached at its IPv6 InternalIP (one without is not routed
+    /// to), an InternalIP that cannot be a tunnel endpoint is refused, and
+    /// an IPv6 pod CIDR holding a node's IPv6 address is not used.
+    #[test]
+    fn an_ipv6_underlay_uses_the_ipv6_internal_ips() {
+        let mut l = local();
+        l.node_ip = Some("fd00:77::11".parse().unwrap());
+        l.underlay = None;
+        l.underlay6 = Some("fd00:77::/64".parse().unwrap());
+        l.pod_cidr6 = Some("fd00:10:244:1::/64".parse().unwrap());
+        let six = [
+            ("n2", Some("fd00:77::12"), "fd00:10:244:2::/64"),
+            ("n3", None, "fd00:10:244:3::/64"), // no IPv6 InternalIP
+            ("n4", Some("fe80::4"), "fd00:10:244:4::/64"), // link-local
+            ("n5", Some("fd00:77::11"), "fd00:10:244:5::/64"), // this node's
+            ("n6", Some("ff02::6"), "fd00:10:244:6::/64"), // multicast
+            ("n7", Some("fd00:10:244:1::7"), "fd00:10:244:7::/64"), // in my pods
+            ("n8", Some("fd00:77::18"), "fd00:77::/120"), // holds node addresses
+            ("n9", Some("fd00:99::19"), "fd00:99::/64"), // holds its own
+        ];
+        let nodes: BTreeMap<String, Node> = six
+            .iter()
+            .enumerate()
+            .map(|(i, (name, ip6, c6))| {
+                let (k, mut n) = node(
+                    name,
+                    &format!("10.244.{}.0/24", 2 + i),
+                    &format!("192.168.77.{}", 20 + i),
+                );
+                n.internal_ip6 = ip6.map(|a| a.parse().unwrap());
+                n.pod_cidr6 = Some(c6.parse().unwrap());
+                (k, n)
+            })
+            .collect();
+        let c = check_remotes(&l, &nodes);
+        let got: Vec<(&str, String, Option<String>)> = c
+            .remotes
+            .iter()
+            .map(|r| {
+                (
+                    r.name.as_str(),
+                    r.ip.to_string(),
+                    r.pod_cidr6.map(|x| x.to_string()),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (
+                    "n2",
+                    "fd00:77::12".into(),
+                    Some("fd00:10:244:2::/64".into())
+                ),
+                ("n8", "fd00:77::18".into(), None),
+                ("n9", "fd00:99::19".into(), None),
+            ]
+        );
+        let why: Vec<(String, String)> = c
+            .refused
+            .iter()
+            .map(|r| (r.name.clone(), r.problem.to_string()))
+            .collect();
+        assert_eq!(
+            why,
+            vec![
+                (
+                    "n4".into(),
+                    "InternalIP fe80::4 is a link-local address".into()
+                ),
+                (
+                    "n5".into(),
+                    "InternalIP fd00:77::11 is this node's own address".into()
+                ),
+                (
+                    "n6".into(),
+                    "InternalIP ff02::6 is a multicast address".into()
+                ),
+                (
+                    "n7".into(),
+                    "InternalIP fd00:10:244:1::7 is inside this node's pod CIDR".into()
+                ),
             ]
         );
     }

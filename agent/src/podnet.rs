@@ -734,12 +734,14 @@ pub fn link_alias(name: &str) -> Result<Option<Option<String>>, PodnetError> {
 
 /// The prefix of the address `ip` in the caller's namespace (the subnet
 /// of the interface holding it), if some interface holds it.
-pub fn subnet_of(ip: Ipv4Addr) -> Result<Option<ipnet::Ipv4Net>, PodnetError> {
+pub fn subnet_of(ip: IpAddr) -> Result<Option<ipnet::IpNet>, PodnetError> {
     nl::with_netlink(|nl| {
-        Ok(ipv4_addresses(nl, None)?
+        Ok(nl
+            .addresses(None)
+            .map_err(nl::step("list addresses"))?
             .into_iter()
-            .find(|(a, _)| *a == ip)
-            .and_then(|(a, len)| ipnet::Ipv4Net::new(a, len).ok())
+            .find(|a| a.ip == ip)
+            .and_then(|a| ipnet::IpNet::new(a.ip, a.prefix_len).ok())
             .map(|n| n.trunc()))
     })
 }

@@ -333,7 +333,7 @@ pub fn external_ip_allowed(state: &ClusterState, ip: IpAddr) -> bool {
     };
     let cluster = state.nodes.values().any(|n| match ip {
         IpAddr::V4(a) => n.internal_ip == Some(a) || n.pod_cidr.is_some_and(|c| c.contains(&a)),
-        IpAddr::V6(a) => n.pod_cidr6.is_some_and(|c| c.contains(&a)),
+        IpAddr::V6(a) => n.internal_ip6 == Some(a) || n.pod_cidr6.is_some_and(|c| c.contains(&a)),
     });
     !special && !cluster
 }
@@ -960,6 +960,7 @@ mod tests {
                     pod_cidr: Some(cidr.parse().unwrap()),
                     pod_cidr6: None,
                     internal_ip: Some(ip.parse().unwrap()),
+                    internal_ip6: None,
                 },
             );
         }

@@ -162,7 +162,7 @@ pub struct GatewayInfo {
 pub struct RemoteNodeInfo {
     pub name: String,
     pub pod_cidr: String,
-    pub ip: Ipv4Addr,
+    pub ip: IpAddr,
 }
 
 /// `info`.
@@ -271,9 +271,9 @@ pub struct TunnelArrival {
     /// The node that sent it.
     pub from_node: String,
     /// Outer source (the sending node's underlay address).
-    pub tun_src: Ipv4Addr,
+    pub tun_src: IpAddr,
     /// Outer destination (the receiving node's underlay address).
-    pub tun_dst: Ipv4Addr,
+    pub tun_dst: IpAddr,
     pub src_mac: String,
     pub dst_mac: String,
     /// Inner addresses, of either family.
@@ -329,7 +329,7 @@ pub enum FlowOwner {
     NodeExemption,
     /// `Feature::RemoteNode`: flows towards a remote node.
     RemoteNode {
-        ip: Ipv4Addr,
+        ip: IpAddr,
         #[serde(default)]
         node: Option<String>,
     },
@@ -383,7 +383,7 @@ pub enum Verdict {
     Tunnel {
         ofport: u32,
         #[serde(default)]
-        tun_dst: Option<Ipv4Addr>,
+        tun_dst: Option<IpAddr>,
         /// The node whose InternalIP is `tun_dst`.
         #[serde(default)]
         node: Option<String>,
@@ -614,8 +614,8 @@ mod tests {
                 inject: true,
                 from_tunnel: Some(TunnelArrival {
                     from_node: "n1".into(),
-                    tun_src: Ipv4Addr::new(192, 168, 1, 1),
-                    tun_dst: Ipv4Addr::new(192, 168, 1, 2),
+                    tun_src: Ipv4Addr::new(192, 168, 1, 1).into(),
+                    tun_dst: Ipv4Addr::new(192, 168, 1, 2).into(),
                     src_mac: "0a:58:0a:f4:00:01".into(),
                     dst_mac: "aa:bb:cc:dd:ee:ff".into(),
                     src_ip: Ipv4Addr::new(10, 244, 0, 3).into(),
@@ -675,7 +675,7 @@ mod tests {
         assert_eq!(serde_json::from_value::<Verdict>(v).unwrap(), d);
         let t = Verdict::Tunnel {
             ofport: 9,
-            tun_dst: Some(Ipv4Addr::new(192, 168, 1, 2)),
+            tun_dst: Some(Ipv4Addr::new(192, 168, 1, 2).into()),
             node: Some("n2".into()),
         };
         assert!(t.describe().contains("to node n2 (192.168.1.2)"));

@@ -803,9 +803,9 @@ pub struct TraceTunnel {
     pub tun_id: u64,
     /// Outer source (`None`: the port's local address).
     #[serde(default)]
-    pub src: Option<std::net::Ipv4Addr>,
-    /// Outer destination.
-    pub dst: std::net::Ipv4Addr,
+    pub src: Option<std::net::IpAddr>,
+    /// Outer destination (IPv4 or IPv6: the tunnel's underlay family).
+    pub dst: std::net::IpAddr,
 }
 
 /// A copy of the packet sent to the controller.

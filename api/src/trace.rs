@@ -9,6 +9,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use oxvs_pipeline::datapath::TunnelMeta;
 use oxvs_pipeline::field::Field;
 use oxvs_pipeline::flow::PacketInReason;
 use oxvs_pipeline::key::FlowKey;
@@ -225,13 +226,14 @@ fn headers(k: &FlowKey) -> TraceHeaders {
     }
 }
 
+/// The outer addresses an output encapsulates with, as the datapath reads
+/// them ([`TunnelMeta::from_key`]: IPv4 when `tun_dst` is set, else IPv6).
 fn tunnel(k: &FlowKey) -> Option<TraceTunnel> {
-    let dst = k.get(Field::TunDst) as u32;
-    let src = k.get(Field::TunSrc) as u32;
-    (dst != 0).then(|| TraceTunnel {
-        tun_id: k.get(Field::TunId) as u64,
-        src: (src != 0).then(|| Ipv4Addr::from(src)),
-        dst: Ipv4Addr::from(dst),
+    let m = TunnelMeta::from_key(k)?;
+    Some(TraceTunnel {
+        tun_id: m.tun_id,
+        src: (!m.src.is_unspecified()).then_some(m.src),
+        dst: m.dst,
     })
 }
 

@@ -63,6 +63,7 @@ fn pipeline() -> Arc<Pipeline> {
             pod_cidr: Some("10.244.2.0/24".parse().unwrap()),
             pod_cidr6: Some("fd00:10:244:2::/64".parse().unwrap()),
             internal_ip: Some(Ipv4Addr::new(192, 168, 77, 12)),
+            internal_ip6: None,
         },
     );
     let inp = Inputs {
@@ -72,10 +73,10 @@ fn pipeline() -> Arc<Pipeline> {
             remotes: vec![RemoteNode {
                 name: "n2".into(),
                 pod_cidr: "10.244.2.0/24".parse().unwrap(),
-                ip: Ipv4Addr::new(192, 168, 77, 12),
+                ip: Ipv4Addr::new(192, 168, 77, 12).into(),
                 pod_cidr6: Some("fd00:10:244:2::/64".parse().unwrap()),
             }],
-            node_ip: Some(Ipv4Addr::new(192, 168, 77, 11)),
+            node_ip: Some(Ipv4Addr::new(192, 168, 77, 11).into()),
             guard: true,
         }),
         state: Arc::new(state),

@@ -53,7 +53,7 @@
 //! its input; errors name what failed.
 
 use std::collections::{BTreeMap, HashSet};
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -113,7 +113,7 @@ pub struct NodeModel {
     pub remotes: Vec<RemoteNode>,
     /// This node's underlay address (the tunnel guard covers it and every
     /// remote node's).
-    pub node_ip: Option<Ipv4Addr>,
+    pub node_ip: Option<IpAddr>,
     /// Install the tunnel guard ([`Tunnel::guard`]), as the agent does; off
     /// only to measure what it costs.
     pub tunnel_guard: bool,
@@ -356,6 +356,7 @@ impl Model {
                     pod_cidr: Some(n.net.pod_cidr),
                     pod_cidr6: None,
                     internal_ip: Some(Ipv4Addr::new(192, 168, 77, 11 + ni as u8)),
+                    internal_ip6: None,
                 },
             );
         }
@@ -422,7 +423,7 @@ impl Model {
                 Some(RemoteNode {
                     name: n.name.clone(),
                     pod_cidr: n.pod_cidr?,
-                    ip: n.internal_ip?,
+                    ip: IpAddr::V4(n.internal_ip?),
                     pod_cidr6: None,
                 })
             })
@@ -1114,6 +1115,7 @@ pub fn expected_policy_flows(model: &Model, facts: &LabFacts) -> BTreeMap<String
                     pod_cidr: Some(*cidr),
                     pod_cidr6: None,
                     internal_ip: Some(*ip),
+                    internal_ip6: None,
                 },
             )
         })

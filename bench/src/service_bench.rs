@@ -207,7 +207,7 @@ impl NodeModel {
             tunnel: Some(Tunnel {
                 ofport: TUNNEL_OFPORT,
                 remotes: self.remotes.clone(),
-                node_ip: Some(self.ip),
+                node_ip: Some(self.ip.into()),
                 guard: true,
             }),
             state,
@@ -302,6 +302,7 @@ impl Model {
                     pod_cidr: Some(n.net.pod_cidr),
                     pod_cidr6: None,
                     internal_ip: Some(n.ip),
+                    internal_ip6: None,
                 },
             );
         }
@@ -324,7 +325,7 @@ impl Model {
             .map(|n| RemoteNode {
                 name: n.name.clone(),
                 pod_cidr: n.net.pod_cidr,
-                ip: n.ip,
+                ip: n.ip.into(),
                 pod_cidr6: None,
             })
             .collect();

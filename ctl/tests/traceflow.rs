@@ -116,8 +116,8 @@ fn hop(node: &str, verdict: Verdict, next: Option<TunnelArrival>) -> TraceflowHo
 fn arrival() -> TunnelArrival {
     TunnelArrival {
         from_node: "n1".into(),
-        tun_src: Ipv4Addr::new(192, 168, 9, 1),
-        tun_dst: Ipv4Addr::new(192, 168, 9, 2),
+        tun_src: Ipv4Addr::new(192, 168, 9, 1).into(),
+        tun_dst: Ipv4Addr::new(192, 168, 9, 2).into(),
         src_mac: "0a:58:0a:f4:00:01".into(),
         dst_mac: "aa:bb:cc:dd:ee:ff".into(),
         src_ip: Ipv4Addr::new(10, 244, 0, 3).into(),
@@ -199,7 +199,7 @@ fn two_nodes_follow_the_tunnel_with_the_arrival() {
                 "n1",
                 Verdict::Tunnel {
                     ofport: 9,
-                    tun_dst: Some(Ipv4Addr::new(192, 168, 9, 2)),
+                    tun_dst: Some(Ipv4Addr::new(192, 168, 9, 2).into()),
                     node: Some("n2".into()),
                 },
                 Some(arrival()),
@@ -290,7 +290,7 @@ fn a_node_without_a_socket_makes_the_trace_incomplete() {
                 "n1",
                 Verdict::Tunnel {
                     ofport: 9,
-                    tun_dst: Some(Ipv4Addr::new(192, 168, 9, 2)),
+                    tun_dst: Some(Ipv4Addr::new(192, 168, 9, 2).into()),
                     node: Some("n2".into()),
                 },
                 Some(arrival()),

@@ -239,6 +239,18 @@ pub enum IpFamily {
     Dual,
 }
 
+/// The family of the addresses the nodes' tunnel runs between (`up
+/// --underlay`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum UnderlayFamily {
+    /// The nodes' IPv4 addresses (192.168.77.N).
+    #[default]
+    Ipv4,
+    /// The nodes' IPv6 addresses (fd00:192:168:77::N).
+    Ipv6,
+}
+
 /// One declared container port.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct PortState {
@@ -281,6 +293,9 @@ pub struct LabState {
     pub agent_mode: AgentMode,
     #[serde(default)]
     pub ip_family: IpFamily,
+    /// The tunnel's underlay family.
+    #[serde(default)]
+    pub underlay: UnderlayFamily,
     /// The binaries the lab runs (absolute paths), for liveness checks.
     pub bins: BTreeMap<String, String>,
     pub nodes: Vec<NodeState>,

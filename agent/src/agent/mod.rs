@@ -42,12 +42,12 @@ mod switch;
 mod test_fixtures;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ipnet::{Ipv4Net, Ipv6Net};
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use oxvs_api::cni::{code, CniError};
 
 use crate::flows::NodeNet;
@@ -58,6 +58,7 @@ use crate::policy::{Refusal, RuleRef};
 use crate::source::PodLookup;
 use crate::state::{Attachment, Store};
 
+pub(crate) use node::own_tunnel_ip;
 pub use reconcile::ReconcileReport;
 
 /// NodePorts the host sends into the switch: IPv4, IPv6.
@@ -79,8 +80,10 @@ pub struct AgentConfig {
     /// The node's IPv6 pod CIDR (dual-stack); `None`: from the Node
     /// object's `spec.podCIDRs`, if it has one.
     pub pod_cidr6: Option<Ipv6Net>,
-    /// The node's underlay address; `None`: from the Node object's InternalIP.
-    pub node_ip: Option<Ipv4Addr>,
+    /// The node's underlay address, of either family (the tunnel runs
+    /// over its family); `None`: from the Node object's InternalIP (its
+    /// IPv4 one, else its IPv6 one).
+    pub node_ip: Option<IpAddr>,
     /// The host's gateway interface (switchd `--gateway NAME`); its switch
     /// port has the same name (on the `NAME-p` end of the pair).
     pub gateway: String,
@@ -185,7 +188,7 @@ pub struct Agent {
     admitted: Mutex<BTreeMap<ObjKey, Pod>>,
     /// The underlay subnet (the prefix of the interface with the node's
     /// address), once found.
-    underlay: Mutex<Option<Ipv4Net>>,
+    underlay: Mutex<Option<IpNet>>,
     /// The MTU new pod interfaces get, resolved from `cfg.local_mtu` once
     /// the switch said what it takes (0 until then: `cfg.pod_mtu`).
     link_mtu: std::sync::atomic::AtomicU32,

@@ -6,14 +6,14 @@
 //! once per change.
 
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
-use ipnet::{Ipv4Net, Ipv6Net};
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use oxvs_api::{PortKind, PortSpec, Request};
 
 use super::{gateway_of, Agent};
 use crate::flows::{self, NodeNet, NodeNet6, RemoteNode};
-use crate::model::ClusterState;
+use crate::model::{ClusterState, Node};
 use crate::nodes::{self, LocalNode, NodeProblem, RefusedNode};
 use crate::podnet;
 
@@ -54,13 +54,15 @@ impl Agent {
             name: self.cfg.node_name.clone(),
             pod_cidr,
             pod_cidr6: self.pod_cidr6_in(state),
-            node_ip: self.cfg.node_ip.or_else(|| {
-                state
-                    .nodes
-                    .get(&self.cfg.node_name)
-                    .and_then(|n| n.internal_ip)
-            }),
-            underlay: self.underlay.lock().ok().and_then(|u| *u),
+            node_ip: own_tunnel_ip(self.cfg.node_ip, state.nodes.get(&self.cfg.node_name)),
+            underlay: match self.underlay.lock().ok().and_then(|u| *u) {
+                Some(IpNet::V4(n)) => Some(n),
+                _ => None,
+            },
+            underlay6: match self.underlay.lock().ok().and_then(|u| *u) {
+                Some(IpNet::V6(n)) => Some(n),
+                _ => None,
+            },
         }
     }
 
@@ -93,13 +95,11 @@ impl Agent {
         }
     }
 
-    pub(super) fn node_ip(&self) -> Option<Ipv4Addr> {
-        self.cfg.node_ip.or_else(|| {
-            self.cluster()
-                .nodes
-                .get(&self.cfg.node_name)
-                .and_then(|n| n.internal_ip)
-        })
+    pub(super) fn node_ip(&self) -> Option<IpAddr> {
+        own_tunnel_ip(
+            self.cfg.node_ip,
+            self.cluster().nodes.get(&self.cfg.node_name),
+        )
     }
 
     pub(super) fn gateway_port(&self) -> String {
@@ -232,7 +232,7 @@ impl Agent {
                     name: self.cfg.tunnel.clone(),
                     ofport: None,
                     kind: PortKind::Vxlan {
-                        local_ip: ip.into(),
+                        local_ip: ip,
                         dst_port: Some(flows::VXLAN_UDP_PORT),
                         underlay_mtu: None,
                     },
@@ -341,4 +341,14 @@ impl Agent {
         v.sort_by(|a, b| a.name.cmp(&b.name));
         v
     }
+}
+
+/// This node's underlay address, the tunnel's: `--node-ip` if given, else
+/// its Node's IPv4 InternalIP, else its IPv6 one (an IPv6-underlay node
+/// with both says `--node-ip`).
+pub(crate) fn own_tunnel_ip(flag: Option<IpAddr>, node: Option<&Node>) -> Option<IpAddr> {
+    flag.or_else(|| {
+        let n = node?;
+        n.tunnel_ip(false).or_else(|| n.tunnel_ip(true))
+    })
 }

@@ -226,7 +226,7 @@ pub(super) fn remote_flows(node: &NodeNet, r: &RemoteNode, cidr: ipnet::Ipv6Net)
             .matching(format!("ipv6_dst={cidr}"))
             .action(format!("set_field:{}->eth_src", mac_str(&node.gateway_mac)))
             .action(format!("set_field:{}->eth_dst", mac_str(&VIRTUAL_MAC)))
-            .action(format!("set_field:{}->tun_dst", r.ip))
+            .action(super::set_tun_dst(r.ip))
             .goto(L3_DEC_TTL),
     );
     v

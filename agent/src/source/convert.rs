@@ -18,7 +18,7 @@
 //!   address has been released and may belong to another pod already.
 
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1 as core;
@@ -171,16 +171,13 @@ fn parse_any_cidr(s: &str) -> Result<IpNet, String> {
 }
 
 /// Parses an IP address. `Ok(None)` for a valid IPv6 address.
-fn parse_ip(s: &str) -> Result<Option<Ipv4Addr>, String> {
-    match s.parse::<IpAddr>() {
-        Ok(IpAddr::V4(a)) => Ok(Some(a)),
-        Ok(IpAddr::V6(_)) => Ok(None),
-        Err(_) => Err(format!("invalid IP address {s:?}")),
-    }
+fn parse_any_ip(s: &str) -> Result<IpAddr, String> {
+    s.parse::<IpAddr>()
+        .map_err(|_| format!("invalid IP address {s:?}"))
 }
 
 /// Converts a Node: the first pod CIDR of each family (`spec.podCIDR`,
-/// then `spec.podCIDRs`) and the first IPv4 `InternalIP` address.
+/// then `spec.podCIDRs`) and the first `InternalIP` address of each family.
 pub fn node(node: &core::Node) -> Result<Node, ConvertError> {
     let name = cluster_name("Node", &node.metadata)?;
     let mut errs = Errs::default();
@@ -214,16 +211,19 @@ pub fn node(node: &core::Node) -> Result<Node, ConvertError> {
         }
     }
     let mut internal_ip = None;
+    let mut internal_ip6 = None;
     if let Some(addrs) = node.status.as_ref().and_then(|s| s.addresses.as_ref()) {
         for (i, a) in addrs.iter().enumerate() {
             if a.type_ != "InternalIP" {
                 continue;
             }
-            match parse_ip(&a.address) {
-                Ok(Some(ip)) => {
+            match parse_any_ip(&a.address) {
+                Ok(IpAddr::V4(ip)) => {
                     internal_ip.get_or_insert(ip);
                 }
-                Ok(None) => {}
+                Ok(IpAddr::V6(ip)) => {
+                    internal_ip6.get_or_insert(ip);
+                }
                 Err(m) => errs.push(format!("status.addresses[{i}].address"), m),
             }
         }
@@ -236,6 +236,7 @@ pub fn node(node: &core::Node) -> Result<Node, ConvertError> {
             pod_cidr,
             pod_cidr6,
             internal_ip,
+            internal_ip6,
         },
     )
 }

@@ -54,6 +54,7 @@ pub fn add_nodes(state: &mut ClusterState) {
                 pod_cidr: Some(cidr.parse().unwrap()),
                 pod_cidr6: None,
                 internal_ip: Some(ip.parse().unwrap()),
+                internal_ip6: None,
             },
         );
     }

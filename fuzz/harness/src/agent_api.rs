@@ -153,6 +153,7 @@ fn cluster() -> ClusterState {
                 pod_cidr: Some(cidr.parse().expect("cidr")),
                 pod_cidr6: None,
                 internal_ip: Some(ip.parse().expect("ip")),
+                internal_ip6: None,
             },
         );
     }
@@ -172,7 +173,7 @@ fn fixture() -> &'static Fixture {
         let remotes = vec![RemoteNode {
             name: "n2".into(),
             pod_cidr: "10.244.1.0/24".parse().expect("cidr"),
-            ip: Ipv4Addr::new(192, 168, 77, 12),
+            ip: Ipv4Addr::new(192, 168, 77, 12).into(),
             pod_cidr6: None,
         }];
         let node = node_net();
@@ -199,7 +200,7 @@ fn fixture() -> &'static Fixture {
             .expect("the agent's flows install");
         let view = NodeView {
             node_name: "n1".into(),
-            node_ip: Some(Ipv4Addr::from(NODE_IP)),
+            node_ip: Some(Ipv4Addr::from(NODE_IP).into()),
             gateway_name: "oxvs-gw0".into(),
             node: Some(node),
             tunnel_ofport: Some(TUN),
@@ -264,8 +265,8 @@ fn built_request(i: &mut Input<'_>) -> AgentRequest {
             inject: false,
             from_tunnel: i.bool().then(|| TunnelArrival {
                 from_node: text(i, &["n2", ""]),
-                tun_src: Ipv4Addr::new(192, 168, 77, 12),
-                tun_dst: Ipv4Addr::from(NODE_IP),
+                tun_src: Ipv4Addr::new(192, 168, 77, 12).into(),
+                tun_dst: Ipv4Addr::from(NODE_IP).into(),
                 src_mac: text(i, MACS),
                 dst_mac: text(i, MACS),
                 src_ip: Ipv4Addr::from(i.u32()).into(),

@@ -79,8 +79,7 @@ fn run_restart(global: &Global, args: &AgentRestartArgs) -> anyhow::Result<u8> {
                 .unwrap_or_default();
             agent_argv(
                 &ctx,
-                st.agent_mode,
-                st.proxy.is_some(),
+                &st,
                 &node,
                 &bins.agent.display().to_string(),
                 "info",

@@ -191,8 +191,7 @@ fn add_node(
         .unwrap_or_default();
     let argv = agent_argv(
         ctx,
-        st.agent_mode,
-        st.proxy.is_some(),
+        st,
         node,
         &bins.agent.display().to_string(),
         &args.log_level,

@@ -26,7 +26,7 @@ use super::{Bins, Ctx, Global, GATEWAY};
 use crate::manifest;
 use crate::netns::{self, run};
 use crate::procs;
-use crate::state::{random_uid, AgentMode, IpFamily, LabState, NodeState};
+use crate::state::{random_uid, AgentMode, IpFamily, LabState, NodeState, UnderlayFamily};
 
 /// Underlay prefix: the bridge is .1, node N is .(10+N).
 pub(crate) const UNDERLAY: &str = "192.168.77";
@@ -68,10 +68,15 @@ pub struct UpArgs {
     #[arg(long = "switchd-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub switchd_args: Vec<String>,
     /// Pods' address families: `ipv4`, or `dual` (an IPv4 and an IPv6
-    /// address per pod, IPv6 pod CIDRs fd00:10:244:N::/64; the underlay
-    /// stays IPv4).
+    /// address per pod, IPv6 pod CIDRs fd00:10:244:N::/64; the nodes get
+    /// an IPv6 underlay address too).
     #[arg(long, value_enum, default_value_t = IpFamily::Ipv4)]
     pub ip_family: IpFamily,
+    /// The tunnel's underlay family: `ipv4`, or `ipv6` (VXLAN between the
+    /// nodes' IPv6 addresses fd00:192:168:77::N, pod MTU 1430; needs
+    /// `--ip-family dual`).
+    #[arg(long, value_enum, default_value_t = UnderlayFamily::Ipv4)]
+    pub underlay: UnderlayFamily,
 }
 
 /// The cluster file.
@@ -95,6 +100,12 @@ pub fn run_up(global: &Global, args: &UpArgs) -> anyhow::Result<u8> {
         None => ClusterFile::default(),
     };
     let ctx = Ctx::new(global, file.name.as_deref())?;
+    if args.underlay == UnderlayFamily::Ipv6 && args.ip_family != IpFamily::Dual {
+        anyhow::bail!(
+            "--underlay ipv6 needs --ip-family dual (the nodes' IPv6 addresses come with it; \
+             IPv6-only nodes are not supported yet)"
+        );
+    }
     let n_nodes = args.nodes.or(file.nodes).unwrap_or(2);
     if !(1..=MAX_NODES).contains(&n_nodes) {
         anyhow::bail!("--nodes {n_nodes}: use 1 to {MAX_NODES}");
@@ -147,6 +158,7 @@ pub fn run_up(global: &Global, args: &UpArgs) -> anyhow::Result<u8> {
         name: ctx.name().to_string(),
         agent_mode: mode,
         ip_family: args.ip_family,
+        underlay: args.underlay,
         proxy: args.proxy.then(Default::default),
         ..LabState::default()
     };
@@ -329,15 +341,7 @@ fn build(
     let mut agents = Vec::new();
     for k in 0..st.nodes.len() {
         let node = st.nodes[k].clone();
-        let argv = agent_argv(
-            ctx,
-            st.agent_mode,
-            st.proxy.is_some(),
-            &node,
-            &agent_bin,
-            &args.log_level,
-            agent_help,
-        );
+        let argv = agent_argv(ctx, st, &node, &agent_bin, &args.log_level, agent_help);
         let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
         let dir = ctx.paths.node_dir(node.index);
         let child = procs::spawn_in(&node.netns, &argv, &dir.join("agent.log"))?;
@@ -380,13 +384,13 @@ fn build(
 /// The agent's command line for `node`.
 pub(crate) fn agent_argv(
     ctx: &Ctx,
-    mode: AgentMode,
-    proxy: bool,
+    st: &LabState,
     node: &NodeState,
     bin: &str,
     log_level: &str,
     help: &str,
 ) -> Vec<String> {
+    let (mode, proxy) = (st.agent_mode, st.proxy.is_some());
     let dir = ctx.paths.node_dir(node.index);
     let p = |f: &str| dir.join(f).display().to_string();
     let mut v = vec![bin.to_string()];
@@ -419,7 +423,14 @@ pub(crate) fn agent_argv(
             }
         }
         if help.contains("--node-ip") {
-            push("--node-ip", node.ip.clone());
+            match (&node.ip6, st.underlay) {
+                (Some(ip6), UnderlayFamily::Ipv6) => {
+                    push("--node-ip", ip6.clone());
+                    // VXLAN over IPv6 takes 70 bytes of the underlay's 1500.
+                    push("--mtu", "1430".to_string());
+                }
+                _ => push("--node-ip", node.ip.clone()),
+            }
         }
         if help.contains("--api-socket") {
             push("--api-socket", p("agent-api.sock"));

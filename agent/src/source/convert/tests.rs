@@ -2,6 +2,7 @@
 
 use super::*;
 use serde_json::{json, Value};
+use std::net::Ipv4Addr;
 
 fn np(spec: Value) -> net::NetworkPolicy {
     serde_json::from_value(json!({
@@ -665,6 +666,7 @@ fn node_conversion() {
             pod_cidr: Some("10.10.1.0/24".parse().expect("cidr")),
             pod_cidr6: Some("fd00:1::/64".parse().expect("cidr")),
             internal_ip: Some(Ipv4Addr::new(192, 168, 1, 10)),
+            internal_ip6: Some("fd00::9".parse().expect("ip")),
         }
     );
     // IPv6 first, IPv4 second; host bits masked off.
