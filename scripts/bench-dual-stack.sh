@@ -5,15 +5,17 @@
 # Discovery, the IPv6 twin flows). Root only. See docs/benchmarks.md,
 # "IPv4 and IPv6".
 #
-# Usage: scripts/bench-dual-stack.sh [--trials N] [--duration S] [--rr-count N] [--json FILE]
+# Usage: scripts/bench-dual-stack.sh [--trials N] [--duration S] [--rr-count N] [--underlay LIST] [--json FILE]
 #   --trials N      trials per path, interleaved (default 3)
 #   --duration S    iperf3 -t S (default 5)
 #   --rr-count N    1-byte round trips over one connection (default 2000)
+#   --underlay LIST the tunnel's underlay families, comma-separated: ipv4,
+#                   ipv6 or ipv4,ipv6 (a lab each, up side by side; default ipv4)
 #   --json FILE     every trial plus machine info
 #
 # Pods (namespace bench): s1 on node-1, s2 on node-2, client cl on node-1.
-# Paths from cl: s1 (same node) and s2 (across nodes, VXLAN over the IPv4
-# underlay), each over IPv4 and over IPv6. Per path and trial: iperf3 TCP,
+# Paths from cl: s1 (same node) and s2 (across nodes, VXLAN over the
+# lab's underlay), each over IPv4 and over IPv6. Per path and trial: iperf3 TCP,
 # one stream (Gbit/s, retransmits) and 1-byte request/response over one
 # connection (`bench/scripts/tcp-rr.py rr`: round trips/s, p50 µs).
 # Trials are interleaved (every path once, then again), so drift on this
@@ -31,13 +33,15 @@ REPO=$PWD
 TRIALS=3
 DURATION=5
 RR_COUNT=2000
+UNDERLAYS=ipv4
 JSON=
-usage() { sed -n '8,12p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '8,14p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --trials) TRIALS=${2:?--trials N}; shift 2 ;;
     --duration) DURATION=${2:?--duration S}; shift 2 ;;
     --rr-count) RR_COUNT=${2:?--rr-count N}; shift 2 ;;
+    --underlay) UNDERLAYS=${2:?--underlay LIST}; shift 2 ;;
     --json) JSON=${2:?--json FILE}; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "bench-dual-stack.sh: unknown argument $1" >&2; usage >&2; exit 2 ;;
@@ -45,6 +49,10 @@ while [ $# -gt 0 ]; do
 done
 for v in TRIALS DURATION RR_COUNT; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "bench-dual-stack.sh: $v must be a positive integer, got ${!v}" >&2; exit 2; }
+done
+IFS=, read -r -a ULS <<<"$UNDERLAYS"
+for u in "${ULS[@]}"; do
+  case "$u" in ipv4|ipv6) ;; *) echo "bench-dual-stack.sh: --underlay: ipv4 or ipv6, got '$u'" >&2; exit 2 ;; esac
 done
 if [ -n "$JSON" ]; then
   case "$JSON" in /*) ;; *) JSON="$CALLER_PWD/$JSON" ;; esac
@@ -62,20 +70,19 @@ for b in oxvs-lab oxvs-switchd oxvs-agent oxvs-cni oxvsctl; do
 done
 HELPER=$REPO/bench/scripts/tcp-rr.py
 
-LAB=bds-$$
 WORK=$(mktemp -d /tmp/bench-dual-stack.XXXXXX)
-LABCMD=("$BIN/oxvs-lab" --name "$LAB")
-lab() { "${LABCMD[@]}" "$@"; }
-LAB_STARTED=0
+LABS=()
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
   set +e
-  if [ $LAB_STARTED = 1 ]; then
-    for p in s1 s2 cl; do ip netns pids "$LAB-bench-$p" 2>/dev/null | xargs -r kill 2>/dev/null; done
-    wait 2>/dev/null
-    lab down >"$WORK/down.log" 2>&1 || { cat "$WORK/down.log" >&2; rc=1; }
-  fi
+  for l in "${LABS[@]}"; do
+    for p in s1 s2 cl; do ip netns pids "$l-bench-$p" 2>/dev/null | xargs -r kill 2>/dev/null; done
+  done
+  wait 2>/dev/null
+  for l in "${LABS[@]}"; do
+    "$BIN/oxvs-lab" --name "$l" down >"$WORK/down-$l.log" 2>&1 || { cat "$WORK/down-$l.log" >&2; rc=1; }
+  done
   rm -rf "$WORK"
   exit $rc
 }
@@ -83,9 +90,7 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-echo "==> $(date -u +%FT%TZ) load: $(cut -d' ' -f1-3 /proc/loadavg); lab $LAB, $TRIALS trials, iperf3 -t $DURATION"
-LAB_STARTED=1
-lab up --nodes 2 --ip-family dual >"$WORK/up.log" 2>&1 || { cat "$WORK/up.log" >&2; die "oxvs-lab up failed"; }
+echo "==> $(date -u +%FT%TZ) load: $(cut -d' ' -f1-3 /proc/loadavg); underlays ${ULS[*]}, $TRIALS trials, iperf3 -t $DURATION"
 cat >"$WORK/pods.yaml" <<'EOF'
 apiVersion: v1
 kind: Namespace
@@ -106,41 +111,63 @@ kind: Pod
 metadata: {name: cl, namespace: bench}
 spec: {nodeName: node-1, containers: [{name: c}]}
 EOF
-lab apply -f "$WORK/pods.yaml" >"$WORK/apply.log" 2>&1 || { cat "$WORK/apply.log" >&2; die "apply failed"; }
-lab status --json >"$WORK/status.json"
-read -r S1 S16 S2 S26 < <("$PY" - "$WORK/status.json" <<'EOF'
+PATHS=()
+for u in "${ULS[@]}"; do
+  LAB=bds-$$-${u#ip}
+  lab() { "$BIN/oxvs-lab" --name "$LAB" "$@"; }
+  LABS+=("$LAB")
+  lab up --nodes 2 --ip-family dual --underlay "$u" >"$WORK/up-$LAB.log" 2>&1 || { cat "$WORK/up-$LAB.log" >&2; die "oxvs-lab up ($u underlay) failed"; }
+  lab apply -f "$WORK/pods.yaml" >"$WORK/apply-$LAB.log" 2>&1 || { cat "$WORK/apply-$LAB.log" >&2; die "apply failed"; }
+  lab status --json >"$WORK/status-$LAB.json"
+  read -r S1 S16 S2 S26 < <("$PY" - "$WORK/status-$LAB.json" <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))
 p = {x["name"]: x for x in d["pods"] if x["namespace"] == "bench"}
 print(p["s1"]["ip"], p["s1"]["ip6"], p["s2"]["ip"], p["s2"]["ip6"])
 EOF
 )
-for p in s1 s2; do
-  lab exec "bench/$p" -- iperf3 -s -p 5201 >"$WORK/$p.iperf.log" 2>&1 &
-  lab exec "bench/$p" -- "$PY" "$HELPER" server --port 7000 --dual >"$WORK/$p.rr.log" 2>&1 &
-done
-echo "==> wait until every path answers (and warm up)"
-for dst in "$S1" "$S16" "$S2" "$S26"; do
-  ok=0
-  for _ in $(seq 1 20); do
-    if lab exec bench/cl -- iperf3 -c "$dst" -p 5201 -t 1 --connect-timeout 2000 >/dev/null 2>&1 &&
-       lab exec bench/cl -- "$PY" "$HELPER" rr --host "$dst" --port 7000 --count 10 --warmup 1 >/dev/null 2>&1; then
-      ok=1; break
-    fi
-    sleep 0.5
+  for p in s1 s2; do
+    lab exec "bench/$p" -- iperf3 -s -p 5201 >"$WORK/$LAB-$p.iperf.log" 2>&1 &
+    lab exec "bench/$p" -- "$PY" "$HELPER" server --port 7000 --dual >"$WORK/$LAB-$p.rr.log" 2>&1 &
   done
-  [ $ok = 1 ] || die "cl cannot reach $dst"
+  echo "==> $LAB ($u underlay): wait until every path answers (and warm up)"
+  for dst in "$S1" "$S16" "$S2" "$S26"; do
+    ok=0
+    for _ in $(seq 1 20); do
+      if lab exec bench/cl -- iperf3 -c "$dst" -p 5201 -t 1 --connect-timeout 2000 >/dev/null 2>&1 &&
+         lab exec bench/cl -- "$PY" "$HELPER" rr --host "$dst" --port 7000 --count 10 --warmup 1 >/dev/null 2>&1; then
+        ok=1; break
+      fi
+      sleep 0.5
+    done
+    [ $ok = 1 ] || die "cl cannot reach $dst ($u underlay)"
+  done
+  if [ ${#ULS[@]} = 1 ]; then
+    PATHS+=(
+      "v4-same|IPv4, same node|$S1|$LAB"
+      "v6-same|IPv6, same node|$S16|$LAB"
+      "v4-cross|IPv4, across nodes|$S2|$LAB"
+      "v6-cross|IPv6, across nodes|$S26|$LAB"
+    )
+  else
+    # Same-node paths do not touch the underlay: measured once.
+    if [ ${#PATHS[@]} = 0 ]; then
+      PATHS+=(
+        "v4-same|IPv4, same node|$S1|$LAB"
+        "v6-same|IPv6, same node|$S16|$LAB"
+      )
+    fi
+    PATHS+=(
+      "v4-cross-$u|IPv4, across nodes, $u underlay|$S2|$LAB"
+      "v6-cross-$u|IPv6, across nodes, $u underlay|$S26|$LAB"
+    )
+  fi
 done
 
-PATHS=(
-  "v4-same|IPv4, same node|$S1"
-  "v6-same|IPv6, same node|$S16"
-  "v4-cross|IPv4, across nodes|$S2"
-  "v6-cross|IPv6, across nodes|$S26"
-)
 for t in $(seq 1 "$TRIALS"); do
   for p in "${PATHS[@]}"; do
-    IFS='|' read -r id label dst <<<"$p"
+    IFS='|' read -r id label dst LAB <<<"$p"
+    lab() { "$BIN/oxvs-lab" --name "$LAB" "$@"; }
     lab exec bench/cl -- iperf3 -c "$dst" -p 5201 -t "$DURATION" -J --connect-timeout 3000 \
       >"$WORK/$id.t$t.iperf.json" 2>/dev/null || die "iperf3 to $dst failed (trial $t)"
     lab exec bench/cl -- "$PY" "$HELPER" rr --host "$dst" --port 7000 --count "$RR_COUNT" \
@@ -149,14 +176,15 @@ for t in $(seq 1 "$TRIALS"); do
   done
 done
 
-"$PY" - "$WORK" "$TRIALS" "$DURATION" "$RR_COUNT" "${JSON:-}" "${PATHS[@]}" <<'EOF'
+ULS="$UNDERLAYS" "$PY" - "$WORK" "$TRIALS" "$DURATION" "$RR_COUNT" "${JSON:-}" "${PATHS[@]}" <<'EOF'
 import json, os, platform, statistics, sys
 work, trials, duration, rr_count, out = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
-paths = [p.split("|") for p in sys.argv[6:]]
+paths = [p.split("|")[:3] for p in sys.argv[6:]]
 def med(v, f):
     return f"{f(statistics.median(v))} [{f(min(v))}-{f(max(v))}]"
 rows, doc = [], {"what": "IPv4 against IPv6 pod to pod through oxvs (scripts/bench-dual-stack.sh)",
                  "trials": trials, "iperf3_seconds": int(duration), "rr_round_trips": int(rr_count),
+                 "underlays": os.environ.get("ULS", "ipv4").split(","),
                  "kernel": platform.release(), "cpus": os.cpu_count(), "paths": {}}
 for pid, label, dst in paths:
     gbps, retr, rps, p50 = [], [], [], []

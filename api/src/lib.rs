@@ -163,6 +163,10 @@ pub struct PortInfo {
     pub mode: String,
     /// `up`, or what is wrong.
     pub state: String,
+    /// A tunnel port's local address and UDP port (`192.0.2.1:4789`,
+    /// `[fd00::1]:4789`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local: Option<String>,
     pub stats: PortStats,
     /// Per receive queue, for a port serving more than one (their
     /// counters add up to `stats`).

@@ -189,7 +189,15 @@ fn vxlan_over_an_ipv6_underlay() {
     let node_ns = |i: usize| nodes[i]["netns"].as_str().expect("node netns").to_string();
     let (na1, nb1) = (field("a1", "netns"), field("b1", "netns"));
 
-    // The tunnel's socket is an IPv6 one, on the node's IPv6 address.
+    // The tunnel port is on the node's IPv6 address (`oxvsctl show`),
+    // and so is its socket.
+    let show = lab.ctl("node-1", &["show"]);
+    let local = format!("local=[{NODE1_IP6}]:4789");
+    assert!(
+        show.lines()
+            .any(|l| l.contains("type=vxlan") && l.contains(&local)),
+        "node-1's tunnel port {local}:\n{show}"
+    );
     let ss = Command::new("ip")
         .args(["netns", "exec", &node_ns(0), "ss", "-Hnul"])
         .output()

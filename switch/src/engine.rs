@@ -520,6 +520,8 @@ struct PortEntry {
     mode: String,
     /// The interface (AF_XDP ports).
     ifname: Option<String>,
+    /// The tunnel's local address and UDP port (VXLAN ports).
+    local: Option<String>,
     /// The receive queues it serves (one socket each; a VXLAN port has
     /// one), in queue order.
     queues: Vec<QueueEntry>,
@@ -567,6 +569,7 @@ impl PortEntry {
             kind: self.kind.into(),
             mode: self.mode.clone(),
             state: "up".into(),
+            local: self.local.clone(),
             stats,
             queues,
         }
@@ -1012,6 +1015,12 @@ impl Switch {
             ),
             PortKind::Vxlan { .. } => ("vxlan", None),
         };
+        let local = match &spec.kind {
+            PortKind::Vxlan {
+                local_ip, dst_port, ..
+            } => Some(std::net::SocketAddr::new(*local_ip, dst_port.unwrap_or(4789)).to_string()),
+            PortKind::Afxdp { .. } => None,
+        };
         // Every queue to its thread, then every answer: all or none.
         let mut queues = Vec::with_capacity(prepared.len());
         let mut pending = Vec::with_capacity(prepared.len());
@@ -1073,6 +1082,7 @@ impl Switch {
             kind,
             mode,
             ifname,
+            local,
             queues,
         };
         let info = entry.info(ofport);

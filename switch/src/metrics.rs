@@ -982,6 +982,7 @@ mod tests {
                 kind: "afxdp".into(),
                 mode: "skb".into(),
                 state: "up".into(),
+                local: None,
                 stats: PortStats {
                     rx_packets: 5,
                     rx_bytes: 500,
@@ -1014,6 +1015,7 @@ mod tests {
                 kind: "vxlan".into(),
                 mode: "udp".into(),
                 state: "up".into(),
+                local: None,
                 stats: PortStats::default(),
                 queues: Vec::new(),
             },

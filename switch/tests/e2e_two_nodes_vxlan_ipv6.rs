@@ -55,6 +55,11 @@ fn e2e_two_nodes_vxlan_ipv6_underlay() {
     let swb = Switchd::start_with(&nb, &["--icmp-src-ip", "10.20.0.253"]);
     swa.add_vxlan_port("tun0", 10, "fd00:192::1");
     swb.add_vxlan_port("tun0", 10, "fd00:192::2");
+    let show = swa.ctl_ok(&["show"]);
+    assert!(
+        show.contains("10(tun0): type=vxlan, mode=udp-socket, local=[fd00:192::1]:4789, state=up"),
+        "show names the tunnel's local address:\n{show}"
+    );
     add_pod(
         &swa,
         &na,

@@ -82,6 +82,7 @@ mod tests {
             kind: "afxdp".into(),
             mode: "native/copy".into(),
             state: "up".into(),
+            local: None,
             stats: PortStats {
                 rx_packets: 5,
                 tx_bytes: 7,
@@ -111,6 +112,7 @@ mod tests {
             kind: "afxdp".into(),
             mode: "native/copy".into(),
             state: "up".into(),
+            local: None,
             stats: PortStats {
                 rx_packets: 9,
                 ..PortStats::default()

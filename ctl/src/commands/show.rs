@@ -31,8 +31,13 @@ pub fn format(r: &ShowResult) -> String {
         r.ports.len()
     );
     for p in &r.ports {
+        let local = p
+            .local
+            .as_ref()
+            .map(|l| format!(", local={l}"))
+            .unwrap_or_default();
         s.push_str(&format!(
-            " {}({}): type={}, mode={}, state={}\n",
+            " {}({}): type={}, mode={}{local}, state={}\n",
             p.ofport, p.name, p.kind, p.mode, p.state
         ));
     }

@@ -393,6 +393,7 @@ mod tests {
             kind: "afxdp".into(),
             mode: "generic/copy".into(),
             state: "up".into(),
+            local: None,
             stats: Default::default(),
             queues: Vec::new(),
         }];
