@@ -7,7 +7,9 @@
 //! `datapath` group measures the Antrea-like workload.
 //!
 //! Paths: pod to pod on this node, and pod to a pod of the other node
-//! (routed into the tunnel). 256 connections per path and family.
+//! (routed into the tunnel), over an IPv4 underlay and over an IPv6 one
+//! (`tun_dst` or `tun_ipv6_dst`, the tunnel guard of that family). 256
+//! connections per path and family.
 //!
 //! Run: `cargo bench -p oxvs-bench --bench family` (the figures in
 //! `docs/benchmarks.md`, "IPv4 and IPv6"). Criterion reports the time per
@@ -46,8 +48,20 @@ fn pod(i: u8) -> PodPort {
     }
 }
 
-/// The node's flows and groups, installed.
-fn pipeline() -> Arc<Pipeline> {
+/// The node's flows and groups, installed; the tunnel over an IPv6
+/// underlay with `underlay6`.
+fn pipeline(underlay6: bool) -> Arc<Pipeline> {
+    let (remote_ip, node_ip): (IpAddr, IpAddr) = if underlay6 {
+        (
+            "fd00:77::12".parse().unwrap(),
+            "fd00:77::11".parse().unwrap(),
+        )
+    } else {
+        (
+            Ipv4Addr::new(192, 168, 77, 12).into(),
+            Ipv4Addr::new(192, 168, 77, 11).into(),
+        )
+    };
     let node = NodeNet {
         pod_cidr: "10.244.1.0/24".parse().unwrap(),
         gateway_ip: Ipv4Addr::new(10, 244, 1, 1),
@@ -63,7 +77,7 @@ fn pipeline() -> Arc<Pipeline> {
             pod_cidr: Some("10.244.2.0/24".parse().unwrap()),
             pod_cidr6: Some("fd00:10:244:2::/64".parse().unwrap()),
             internal_ip: Some(Ipv4Addr::new(192, 168, 77, 12)),
-            internal_ip6: None,
+            internal_ip6: Some("fd00:77::12".parse().unwrap()),
         },
     );
     let inp = Inputs {
@@ -73,10 +87,10 @@ fn pipeline() -> Arc<Pipeline> {
             remotes: vec![RemoteNode {
                 name: "n2".into(),
                 pod_cidr: "10.244.2.0/24".parse().unwrap(),
-                ip: Ipv4Addr::new(192, 168, 77, 12).into(),
+                ip: remote_ip,
                 pod_cidr6: Some("fd00:10:244:2::/64".parse().unwrap()),
             }],
-            node_ip: Some(Ipv4Addr::new(192, 168, 77, 11).into()),
+            node_ip: Some(node_ip),
             guard: true,
         }),
         state: Arc::new(state),
@@ -155,16 +169,17 @@ fn packets(v6: bool, remote: bool) -> Vec<DpPacket<Vec<u8>>> {
 }
 
 fn bench_family(c: &mut Criterion) {
-    let p = pipeline();
+    let pipelines = [pipeline(false), pipeline(true)];
     let mut ports = vec![TUNNEL_PORT, GATEWAY_PORT];
     ports.extend((2..2 + PODS as u8).map(|i| pod(i).ofport));
     let mut g = c.benchmark_group("family");
     g.throughput(Throughput::Elements(BATCH as u64));
-    for remote in [false, true] {
+    for (remote, underlay6) in [(false, false), (true, false), (true, true)] {
+        let p = &pipelines[usize::from(underlay6)];
         for v6 in [false, true] {
             let pkts = packets(v6, remote);
             let mut dp = Datapath::new(
-                Arc::clone(&p),
+                Arc::clone(p),
                 XlateEnv::with_ports(ports.clone()),
                 DatapathConfig::default(),
             );
@@ -185,7 +200,11 @@ fn bench_family(c: &mut Criterion) {
             let s = dp.stats();
             let name = format!(
                 "{}/{}",
-                if remote { "to_tunnel" } else { "same_node" },
+                match (remote, underlay6) {
+                    (false, _) => "same_node",
+                    (true, false) => "to_tunnel",
+                    (true, true) => "to_tunnel_over_ipv6",
+                },
                 if v6 { "ipv6" } else { "ipv4" }
             );
             // Every packet forwarded, none dropped: what is measured is

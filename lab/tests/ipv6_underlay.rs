@@ -11,6 +11,9 @@
 //! - `oxvsctl traceflow` follows a packet of either family through the
 //!   IPv6 tunnel into the other node (the remote node named by its IPv6
 //!   address);
+//! - a restarted agent that finds its tunnel port on another address
+//!   (the switch outlived it; the node moved to the IPv6 underlay) makes
+//!   the port again on the node's address;
 //! - the tunnel guard holds over IPv6: a VXLAN datagram forged by a host
 //!   on the underlay that is no node delivers nothing (the honest
 //!   datagram before it does) and is counted as dropped, and a pod's
@@ -291,6 +294,58 @@ fn vxlan_over_an_ipv6_underlay() {
         "node-2 classified node-1's packets by their IPv6 outer source ({before} -> {after}):\n{}",
         evidence(&lab)
     );
+
+    // A switch that outlived its agent with the tunnel on another address
+    // (here: the node's IPv4 one, as before a move to the IPv6 underlay):
+    // the restarted agent makes the port again on the node's address,
+    // same port number, and traffic across flows again.
+    lab.ctl("node-1", &["del-port", "oxvs-tun0"]);
+    lab.ctl(
+        "node-1",
+        &[
+            "add-port",
+            "oxvs-tun0",
+            "--ofport",
+            "1",
+            "--type",
+            "vxlan",
+            "--local-ip",
+            "192.168.77.11",
+        ],
+    );
+    assert!(lab
+        .ctl("node-1", &["show"])
+        .contains("local=192.168.77.11:4789"));
+    lab.ok(&["agent", "restart", "node-1"]);
+    let show = lab.ctl("node-1", &["show"]);
+    assert!(
+        show.contains(&format!(
+            " 1(oxvs-tun0): type=vxlan, mode=udp-socket, {local}"
+        )),
+        "the restarted agent moved the tunnel back to {local}:\n{show}"
+    );
+    let mut report = Report::new(evidence);
+    report.check(
+        &lab,
+        "after the tunnel moved back",
+        &[
+            path(
+                "a1 -> b1 IPv4",
+                &na1,
+                (&b1, 8080),
+                Proto::Tcp,
+                ans("default/b1"),
+            ),
+            path(
+                "b1 -> a1 IPv6",
+                &nb1,
+                (&a1_6, 8080),
+                Proto::Tcp,
+                ans("default/a1"),
+            ),
+        ],
+    );
+    report.finish();
 
     // traceflow follows a1's packet through the IPv6 tunnel into node-2.
     let sock = |n: &str| {

@@ -217,20 +217,35 @@ impl Agent {
                 Err(e) => tracing::warn!("masquerade task failed: {e}"),
             }
         }
-        // The tunnel port.
-        match (
-            ports.iter().find(|p| p.name == self.cfg.tunnel),
-            self.node_ip(),
-        ) {
-            (Some(t), _) => {
+        // The tunnel port: added on the node's address, or, if a switch
+        // that outlived the agent has it on another address (the node's
+        // address or its family changed), made again there under the
+        // same port number.
+        let existing = ports.iter().find(|p| p.name == self.cfg.tunnel);
+        let want_local = self
+            .node_ip()
+            .map(|ip| std::net::SocketAddr::new(ip, flows::VXLAN_UDP_PORT).to_string());
+        let moved = match (existing, &want_local) {
+            (Some(t), Some(want)) => t.local.as_ref().is_some_and(|l| l != want),
+            _ => false,
+        };
+        if let (true, Some(t)) = (moved, existing) {
+            tracing::warn!(port = %t.name, from = ?t.local, to = ?want_local, "the tunnel port is on another address than the node's: made again");
+            self.switch(Request::DelPort {
+                name: t.name.clone(),
+            })
+            .await?;
+        }
+        match (existing, self.node_ip()) {
+            (Some(t), _) if !moved => {
                 if let Ok(mut o) = self.tunnel_ofport.lock() {
                     *o = Some(t.ofport);
                 }
             }
-            (None, Some(ip)) => {
+            (_, Some(ip)) => {
                 let spec = PortSpec {
                     name: self.cfg.tunnel.clone(),
-                    ofport: None,
+                    ofport: existing.map(|t| t.ofport),
                     kind: PortKind::Vxlan {
                         local_ip: ip,
                         dst_port: Some(flows::VXLAN_UDP_PORT),
@@ -244,7 +259,7 @@ impl Agent {
                     *o = Some(info.ofport);
                 }
             }
-            (None, None) => {}
+            (_, None) => {}
         }
         let tso = self.switch_tunnel_tso().await;
         self.tunnel_tso
