@@ -598,7 +598,8 @@ pub struct PortCounters {
     /// drain it in time).
     pub rx_ring_full: u64,
     /// Received by the kernel but the fill ring was empty (no frame to
-    /// copy into).
+    /// copy into), or, on a multi-buffer socket, held fewer frames than
+    /// the packet needs (a 64 KiB segment takes 17).
     pub rx_fill_empty: u64,
     /// Dropped by the kernel for another reason (too big for a frame).
     pub rx_other: u64,
@@ -1680,7 +1681,17 @@ impl XskPort {
             let seen = self.kernel_seen;
             let dropped = now.dropped.saturating_sub(seen.dropped);
             let ring_full = now.ring_full.saturating_sub(seen.ring_full);
-            let fill_empty = now.fill_empty.saturating_sub(seen.fill_empty).min(dropped);
+            // On a multi-buffer socket the kernel's other `rx_dropped`
+            // cause is the fill ring holding fewer frames than a packet
+            // needs (`xsk_buff_can_alloc` fails; the kernel counts no empty
+            // descriptor then): a fill ring too short all the same, and
+            // the port's target must grow for it. (Too big for a frame,
+            // the other cause, needs a socket without multi-buffer.)
+            let fill_empty = if self.sg {
+                dropped
+            } else {
+                now.fill_empty.saturating_sub(seen.fill_empty).min(dropped)
+            };
             let c = &mut self.counters;
             c.rx_dropped += dropped + ring_full;
             c.rx_ring_full += ring_full;

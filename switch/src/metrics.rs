@@ -268,7 +268,7 @@ fn encode_ports(e: &mut Exposition, ports: &[PortInfo]) {
     let mut f = e.counter(
         "oxvs_port_drops_total",
         "Packets a switch port dropped, by direction and reason (rx ring_full: the switch did \
-         not drain the RX ring in time; rx fill_ring_empty: no free frame to receive into; \
+         not drain the RX ring in time; rx fill_ring_empty: no free frame to receive into (or fewer than a multi-buffer packet needs); \
          tx no_frame: no free UMEM frame; tx ring_full: the TX ring was full).",
     );
     for p in ports {
