@@ -51,8 +51,12 @@ for v in TRIALS DURATION RR_COUNT; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "bench-dual-stack.sh: $v must be a positive integer, got ${!v}" >&2; exit 2; }
 done
 IFS=, read -r -a ULS <<<"$UNDERLAYS"
+[ ${#ULS[@]} -ge 1 ] || { echo "bench-dual-stack.sh: --underlay: give ipv4, ipv6 or ipv4,ipv6" >&2; exit 2; }
+SEEN=
 for u in "${ULS[@]}"; do
   case "$u" in ipv4|ipv6) ;; *) echo "bench-dual-stack.sh: --underlay: ipv4 or ipv6, got '$u'" >&2; exit 2 ;; esac
+  case " $SEEN " in *" $u "*) echo "bench-dual-stack.sh: --underlay: $u given twice" >&2; exit 2 ;; esac
+  SEEN="$SEEN $u"
 done
 if [ -n "$JSON" ]; then
   case "$JSON" in /*) ;; *) JSON="$CALLER_PWD/$JSON" ;; esac

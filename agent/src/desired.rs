@@ -150,7 +150,22 @@ pub fn base_flows(inp: &Inputs) -> Vec<String> {
     if let Some(t) = &inp.tunnel {
         lines.extend(flows::tunnel_flows(node, t.ofport, &t.remotes));
         if t.guard {
-            let node_ips: Vec<IpAddr> = t.remotes.iter().map(|r| r.ip).chain(t.node_ip).collect();
+            // Every node address of both families, not only the
+            // tunnel's: a pod's datagram to another family's VXLAN port
+            // (a node on the other underlay family, a node refused here)
+            // would leave masqueraded with this node's address.
+            let node_ips: Vec<IpAddr> = t
+                .remotes
+                .iter()
+                .map(|r| r.ip)
+                .chain(t.node_ip)
+                .chain(inp.state.nodes.values().flat_map(|n| {
+                    n.internal_ip
+                        .map(IpAddr::V4)
+                        .into_iter()
+                        .chain(n.internal_ip6.map(IpAddr::V6))
+                }))
+                .collect();
             lines.extend(flows::tunnel_guard_flows(&node_ips, flows::VXLAN_UDP_PORT));
         }
     }

@@ -942,6 +942,21 @@ mod tests {
             }),
             ..Inputs::for_node(node())
         };
+        let mut state = crate::model::ClusterState::default();
+        state.nodes.insert(
+            "n2".into(),
+            crate::model::Node {
+                name: "n2".into(),
+                pod_cidr: Some("10.244.1.0/24".parse().unwrap()),
+                pod_cidr6: None,
+                internal_ip: Some("192.168.77.12".parse().unwrap()),
+                internal_ip6: Some("fd00:77::12".parse().unwrap()),
+            },
+        );
+        let inp = Inputs {
+            state: std::sync::Arc::new(state),
+            ..inp
+        };
         let trace = |spec: &str| desired::trace_desired(&inp, "", spec);
         let t = trace("in_port=3,icmp,dl_src=0a:58:0a:f4:00:03,dl_dst=0a:58:0a:f4:00:01,nw_src=10.244.0.3,nw_dst=10.244.1.7,nw_ttl=64");
         assert!(t.contains("set_field:fd00:77::12->tun_ipv6_dst"), "{t}");
@@ -965,6 +980,15 @@ mod tests {
                 "the guard covers {ip}:\n{flows}"
             );
         }
+        // The other family's address of a node too: a pod's datagram to
+        // it would leave masqueraded with this node's address.
+        assert!(
+            flows.lines().any(|l| l.contains(" udp,")
+                && l.contains("nw_dst=192.168.77.12,")
+                && l.contains("tp_dst=4789")
+                && l.ends_with("actions=drop")),
+            "the guard covers n2's IPv4 address:\n{flows}"
+        );
     }
 
     /// An Ethernet + IPv4 + TCP frame (checksums left zero: the pipeline

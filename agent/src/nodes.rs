@@ -197,6 +197,9 @@ pub struct LocalNode {
     pub pod_cidr6: Option<Ipv6Net>,
     /// The underlay address: the tunnel runs over its family.
     pub node_ip: Option<IpAddr>,
+    /// The node's IPv4 address when the tunnel runs over IPv6 (its IPv4
+    /// InternalIP): still checked against pod CIDRs.
+    pub ip4: Option<Ipv4Addr>,
     /// The prefix of the host interface holding `node_ip`, if found and
     /// IPv4.
     pub underlay: Option<Ipv4Net>,
@@ -214,7 +217,7 @@ impl LocalNode {
     fn node_ip4(&self) -> Option<Ipv4Addr> {
         match self.node_ip {
             Some(IpAddr::V4(a)) => Some(a),
-            _ => None,
+            _ => self.ip4,
         }
     }
 }
@@ -272,6 +275,14 @@ fn check_address(ip: IpAddr, local: &LocalNode) -> Option<&'static str> {
             local.pod_cidr6.is_some_and(|c| c.contains(&a)),
         ),
     };
+    // ::ffff:a.b.c.d and ::a.b.c.d name an IPv4 address an IPv6 socket
+    // would reach past the IPv4 checks.
+    if let IpAddr::V6(a) = ip {
+        let v = u128::from(a);
+        if v >> 32 == 0xffff || (v >> 32 == 0 && v > 1) {
+            return Some("an IPv4-mapped or IPv4-compatible IPv6 address");
+        }
+    }
     if ip.is_unspecified() {
         Some("unspecified")
     } else if ip.is_loopback() {
@@ -495,6 +506,7 @@ mod tests {
             node_ip: Some("192.168.77.11".parse().unwrap()),
             underlay: Some("192.168.77.0/24".parse().unwrap()),
             underlay6: None,
+            ip4: None,
             pod_cidr6: None,
         }
     }
@@ -582,6 +594,18 @@ mod tests {
                 (k, n)
             })
             .collect();
+        let mut nodes = nodes;
+        for (name, ip6) in [("m1", "::ffff:127.0.0.1"), ("m2", "::10.0.0.1")] {
+            let (k, mut n) = node(
+                name,
+                &format!("10.245.{}.0/24", name.len()),
+                "192.168.77.90",
+            );
+            n.internal_ip = None;
+            n.internal_ip6 = Some(ip6.parse().unwrap());
+            nodes.insert(k, n);
+        }
+        nodes.get_mut("m2").unwrap().pod_cidr = Some("10.245.7.0/24".parse().unwrap());
         let c = check_remotes(&l, &nodes);
         let got: Vec<(&str, String, Option<String>)> = c
             .remotes
@@ -615,6 +639,15 @@ mod tests {
             why,
             vec![
                 (
+                    "m1".into(),
+                    "InternalIP ::ffff:127.0.0.1 is an IPv4-mapped or IPv4-compatible IPv6 address"
+                        .into()
+                ),
+                (
+                    "m2".into(),
+                    "InternalIP ::a00:1 is an IPv4-mapped or IPv4-compatible IPv6 address".into()
+                ),
+                (
                     "n4".into(),
                     "InternalIP fe80::4 is a link-local address".into()
                 ),
@@ -632,6 +665,28 @@ mod tests {
                 ),
             ]
         );
+    }
+
+    /// With the tunnel over IPv6, the node's IPv4 subnet and address are
+    /// still guarded: a remote IPv4 pod CIDR over the IPv4 underlay
+    /// subnet, or this node's own pod CIDR holding its IPv4 address, is
+    /// refused as on an IPv4 underlay.
+    #[test]
+    fn an_ipv6_underlay_still_checks_the_ipv4_side() {
+        let mut l = local();
+        l.node_ip = Some("fd00:77::11".parse().unwrap());
+        l.ip4 = Some("192.168.77.11".parse().unwrap());
+        l.underlay6 = Some("fd00:77::/64".parse().unwrap());
+        let (k, mut n) = node("n2", "192.168.77.0/28", "192.168.77.12");
+        n.internal_ip6 = Some("fd00:77::12".parse().unwrap());
+        let nodes: BTreeMap<String, Node> = [(k, n)].into_iter().collect();
+        assert_eq!(
+            reasons(&check_remotes(&l, &nodes)),
+            vec![("n2".to_string(), "overlaps_node_subnet")]
+        );
+        l.underlay = None;
+        let own = check_local("192.168.77.0/24".parse().unwrap(), &l);
+        assert_eq!(own.map_err(|p| p.reason()), Err("contains_node_address"));
     }
 
     fn reasons(c: &Checked) -> Vec<(String, &'static str)> {

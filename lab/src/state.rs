@@ -181,8 +181,8 @@ pub struct NodeState {
     pub ip: String,
     /// Its IPv6 underlay address (a second InternalIP) in a dual-stack
     /// lab: the host's IPv6 routes (a default route via the underlay
-    /// bridge, as a dual-stack node has), NodePorts over IPv6. The tunnel
-    /// stays on IPv4.
+    /// bridge, as a dual-stack node has), NodePorts over IPv6, and the
+    /// tunnel's address with `up --underlay ipv6`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ip6: Option<String>,
     pub pod_cidr: String,

@@ -277,6 +277,12 @@ fn vxlan_over_an_ipv6_underlay() {
         ],
     );
     report.finish();
+    // The pods' routes leaving the node carry the IPv6 tunnel's MTU
+    // (1500 - 70), not IPv4's 1450.
+    for (v, dst) in [("-4", &b1), ("-6", &b1_6)] {
+        let r = lab.ok(&["exec", "default/a1", "--", "ip", v, "route", "get", dst]);
+        assert!(r.contains("mtu 1430"), "a1's route to {dst}: {r}");
+    }
     // Whole up to the pod MTU (1430 - 28 and - 48 bytes of headers),
     // fragmented beyond.
     for (dst, whole) in [(&b1, 1402), (&b1_6, 1382)] {

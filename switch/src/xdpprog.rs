@@ -30,8 +30,10 @@
 //! program attached the old way (netlink, e.g. by libxdp) refuses a link
 //! (`EBUSY`): the caller falls back to libxdp for that port.
 //!
-//! Everything here is control-plane work (the control thread, the port
-//! close thread); the datapath never calls into this module. `unsafe` is
+//! Everything here is port setup and teardown, never per packet: the
+//! control thread attaches, the owning datapath thread puts its socket in
+//! the slot once its fill ring has frames (`insert_socket`, one map update
+//! per queue), the port close thread detaches. `unsafe` is
 //! limited to the `bpf(2)` system call and its attribute structs.
 
 #![allow(unsafe_code)]

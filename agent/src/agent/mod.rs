@@ -186,9 +186,12 @@ pub struct Agent {
     /// translation until the snapshot has them (same uid), dropped with
     /// their attachment.
     admitted: Mutex<BTreeMap<ObjKey, Pod>>,
-    /// The underlay subnet (the prefix of the interface with the node's
-    /// address), once found.
-    underlay: Mutex<Option<IpNet>>,
+    /// The underlay subnets (the prefixes of the interfaces with the
+    /// node's IPv4 and IPv6 addresses), once found.
+    underlay: Mutex<Vec<IpNet>>,
+    /// The address the tunnel port was made on (its family is the
+    /// tunnel's for the agent's life), once it is.
+    tunnel_ip: Mutex<Option<IpAddr>>,
     /// The MTU new pod interfaces get, resolved from `cfg.local_mtu` once
     /// the switch said what it takes (0 until then: `cfg.pod_mtu`).
     link_mtu: std::sync::atomic::AtomicU32,
@@ -237,7 +240,8 @@ impl Agent {
             node_ports: Mutex::new(None),
             pods: None,
             admitted: Mutex::new(BTreeMap::new()),
-            underlay: Mutex::new(None),
+            underlay: Mutex::new(Vec::new()),
+            tunnel_ip: Mutex::new(None),
             link_mtu: std::sync::atomic::AtomicU32::new(0),
             tunnel_tso: std::sync::atomic::AtomicBool::new(false),
             refused_nodes: Mutex::new(BTreeMap::new()),

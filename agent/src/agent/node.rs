@@ -55,14 +55,19 @@ impl Agent {
             pod_cidr,
             pod_cidr6: self.pod_cidr6_in(state),
             node_ip: own_tunnel_ip(self.cfg.node_ip, state.nodes.get(&self.cfg.node_name)),
-            underlay: match self.underlay.lock().ok().and_then(|u| *u) {
-                Some(IpNet::V4(n)) => Some(n),
-                _ => None,
-            },
-            underlay6: match self.underlay.lock().ok().and_then(|u| *u) {
-                Some(IpNet::V6(n)) => Some(n),
-                _ => None,
-            },
+            ip4: self.node_ip4_in(state),
+            underlay: self.underlay.lock().ok().and_then(|u| {
+                u.iter().find_map(|n| match n {
+                    IpNet::V4(n) => Some(*n),
+                    IpNet::V6(_) => None,
+                })
+            }),
+            underlay6: self.underlay.lock().ok().and_then(|u| {
+                u.iter().find_map(|n| match n {
+                    IpNet::V6(n) => Some(*n),
+                    IpNet::V4(_) => None,
+                })
+            }),
         }
     }
 
@@ -95,11 +100,28 @@ impl Agent {
         }
     }
 
+    /// This node's tunnel address: the one its tunnel port was made on,
+    /// else what the flag or the Node says ([`own_tunnel_ip`]).
     pub(super) fn node_ip(&self) -> Option<IpAddr> {
+        if let Some(ip) = self.tunnel_ip.lock().ok().and_then(|t| *t) {
+            return Some(ip);
+        }
         own_tunnel_ip(
             self.cfg.node_ip,
             self.cluster().nodes.get(&self.cfg.node_name),
         )
+    }
+
+    /// This node's IPv4 address: `--node-ip` if IPv4, else its Node's IPv4
+    /// InternalIP (whatever family the tunnel runs over).
+    fn node_ip4_in(&self, state: &ClusterState) -> Option<std::net::Ipv4Addr> {
+        match self.cfg.node_ip {
+            Some(IpAddr::V4(a)) => Some(a),
+            _ => state
+                .nodes
+                .get(&self.cfg.node_name)
+                .and_then(|n| n.internal_ip),
+        }
     }
 
     pub(super) fn gateway_port(&self) -> String {
@@ -123,16 +145,23 @@ impl Agent {
         if let Some(v6) = &ipv6 {
             self.open_ipam6(v6.pod_cidr).await?;
         }
-        if let Some(ip) = self.node_ip() {
+        // The subnets of the node's addresses of both families: a pod
+        // CIDR overlapping either would capture the host's traffic to its
+        // neighbours, whichever family the tunnel runs over.
+        let mut own: Vec<IpAddr> = self.node_ip().into_iter().collect();
+        own.extend(self.node_ip4_in(&self.cluster()).map(IpAddr::V4));
+        own.sort();
+        own.dedup();
+        let mut subnets = Vec::new();
+        for ip in own {
             match tokio::task::spawn_blocking(move || podnet::subnet_of(ip)).await {
-                Ok(Ok(subnet)) => {
-                    if let Ok(mut u) = self.underlay.lock() {
-                        *u = subnet;
-                    }
-                }
+                Ok(Ok(subnet)) => subnets.extend(subnet),
                 Ok(Err(e)) => tracing::warn!("cannot read the node subnet of {ip}: {e}"),
                 Err(e) => tracing::warn!("node subnet task failed: {e}"),
             }
+        }
+        if let Ok(mut u) = self.underlay.lock() {
+            *u = subnets;
         }
         let gw_port = self.gateway_port();
         let ports = self.switch_ports().await?;
@@ -222,9 +251,9 @@ impl Agent {
         // address or its family changed), made again there under the
         // same port number.
         let existing = ports.iter().find(|p| p.name == self.cfg.tunnel);
-        let want_local = self
-            .node_ip()
-            .map(|ip| std::net::SocketAddr::new(ip, flows::VXLAN_UDP_PORT).to_string());
+        let node_ip = self.node_ip();
+        let want_local =
+            node_ip.map(|ip| std::net::SocketAddr::new(ip, flows::VXLAN_UDP_PORT).to_string());
         let moved = match (existing, &want_local) {
             (Some(t), Some(want)) => t.local.as_ref().is_some_and(|l| l != want),
             _ => false,
@@ -236,7 +265,7 @@ impl Agent {
             })
             .await?;
         }
-        match (existing, self.node_ip()) {
+        match (existing, node_ip) {
             (Some(t), _) if !moved => {
                 if let Ok(mut o) = self.tunnel_ofport.lock() {
                     *o = Some(t.ofport);
@@ -260,6 +289,17 @@ impl Agent {
                 }
             }
             (_, None) => {}
+        }
+        // From now on the tunnel's family is this address's: flows for
+        // the other family would go to a socket that is not there.
+        if let (Some(ip), Ok(mut t)) = (node_ip, self.tunnel_ip.lock()) {
+            *t = Some(ip);
+        }
+        if node_ip.is_some_and(|ip| ip.is_ipv6())
+            && self.cfg.pod_mtu + 70 > 1500
+            && self.cfg.node_ip.is_none()
+        {
+            tracing::warn!(mtu = self.cfg.pod_mtu, "the tunnel runs over IPv6 (the Node's IPv6 InternalIP) with a pod MTU sized for IPv4's 50 bytes of VXLAN overhead; give --node-ip (or --mtu) so the MTU leaves the 70 bytes IPv6 needs");
         }
         let tso = self.switch_tunnel_tso().await;
         self.tunnel_tso

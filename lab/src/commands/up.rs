@@ -154,6 +154,14 @@ pub fn run_up(global: &Global, args: &UpArgs) -> anyhow::Result<u8> {
     } else {
         AgentMode::Legacy
     };
+    if args.underlay == UnderlayFamily::Ipv6
+        && !(mode == AgentMode::Manifests && help.contains("--node-ip"))
+    {
+        anyhow::bail!(
+            "--underlay ipv6: this oxvs-agent ({}) takes no --node-ip with its manifests; the tunnel would stay IPv4",
+            bins.agent.display()
+        );
+    }
     let mut st = LabState {
         name: ctx.name().to_string(),
         agent_mode: mode,
