@@ -112,7 +112,7 @@ impl NodeView {
     pub fn of(agent: &Agent) -> NodeView {
         let cfg = agent.config();
         let cluster = agent.cluster();
-        let node_ip = crate::agent::own_tunnel_ip(cfg.node_ip, cluster.nodes.get(&cfg.node_name));
+        let node_ip = agent.node_ip();
         NodeView {
             node_name: cfg.node_name.clone(),
             node_ip,

@@ -838,23 +838,28 @@ mod tests {
         desired::trace_desired(&inp, "", spec)
     }
 
-    fn trace_with_tunnel(spec: &str) -> String {
-        let remotes = [RemoteNode {
-            name: "n2".into(),
-            pod_cidr: "10.244.1.0/24".parse().unwrap(),
-            ip: "192.168.77.12".parse().unwrap(),
-            pod_cidr6: None,
-        }];
-        let inp = Inputs {
+    /// This node with pod 3 and the tunnel (port 9) to node n2
+    /// (10.244.1.0/24) at `remote`, this node being at `own`.
+    fn tunnel_inputs(own: &str, remote: &str) -> Inputs {
+        Inputs {
             pods: vec![pod(3, 3)],
             tunnel: Some(Tunnel {
                 ofport: 9,
-                remotes: remotes.to_vec(),
-                node_ip: Some("192.168.77.11".parse().unwrap()),
+                remotes: vec![RemoteNode {
+                    name: "n2".into(),
+                    pod_cidr: "10.244.1.0/24".parse().unwrap(),
+                    ip: remote.parse().unwrap(),
+                    pod_cidr6: None,
+                }],
+                node_ip: Some(own.parse().unwrap()),
                 guard: true,
             }),
             ..Inputs::for_node(node())
-        };
+        }
+    }
+
+    fn trace_with_tunnel(spec: &str) -> String {
+        let inp = tunnel_inputs("192.168.77.11", "192.168.77.12");
         desired::trace_desired(&inp, "", spec)
     }
 
@@ -926,22 +931,7 @@ mod tests {
     /// IPv6 VXLAN port dropped.
     #[test]
     fn traces_across_an_ipv6_underlay() {
-        let remotes = [RemoteNode {
-            name: "n2".into(),
-            pod_cidr: "10.244.1.0/24".parse().unwrap(),
-            ip: "fd00:77::12".parse().unwrap(),
-            pod_cidr6: None,
-        }];
-        let inp = Inputs {
-            pods: vec![pod(3, 3)],
-            tunnel: Some(Tunnel {
-                ofport: 9,
-                remotes: remotes.to_vec(),
-                node_ip: Some("fd00:77::11".parse().unwrap()),
-                guard: true,
-            }),
-            ..Inputs::for_node(node())
-        };
+        let inp = tunnel_inputs("fd00:77::11", "fd00:77::12");
         let mut state = crate::model::ClusterState::default();
         state.nodes.insert(
             "n2".into(),

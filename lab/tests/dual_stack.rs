@@ -126,23 +126,6 @@ fn replies_seen(lab: &Lab, listener: &str, id: u16, send: impl FnOnce()) -> u32 
         .unwrap_or_else(|| panic!("listener printed {text:?}"))
 }
 
-/// The packets of `node`'s flows whose dump line holds every one of
-/// `needles`.
-fn flow_packets(lab: &Lab, node: &str, needles: &[&str]) -> u64 {
-    lab.ctl(node, &["dump-flows"])
-        .lines()
-        .filter(|l| needles.iter().all(|n| l.contains(n)))
-        .filter_map(|l| {
-            l.split("n_packets=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
-}
-
 fn evidence(lab: &Lab) -> String {
     paths::switch_evidence(lab, &["node-1", "node-2"], &[&["dump-flows"]])
 }
@@ -263,8 +246,7 @@ fn dual_stack_pods_on_two_nodes() {
         "a1's neighbour entry for its gateway: {neigh}"
     );
     assert!(
-        flow_packets(
-            &lab,
+        lab.flow_packets(
             "node-1",
             &[
                 "table=20,",
@@ -319,7 +301,7 @@ fn dual_stack_pods_on_two_nodes() {
         "the host knows a1: {}",
         host_neigh()
     );
-    let dropped_before = flow_packets(&lab, "node-1", &["reg0=0x3/0xf,icmp_type=136 actions=drop"]);
+    let dropped_before = lab.flow_packets("node-1", &["reg0=0x3/0xf,icmp_type=136 actions=drop"]);
     for _ in 0..3 {
         frames(
             &lab,
@@ -328,7 +310,7 @@ fn dual_stack_pods_on_two_nodes() {
         );
     }
     let deadline = Instant::now() + Duration::from_secs(2);
-    while flow_packets(&lab, "node-1", &["reg0=0x3/0xf,icmp_type=136 actions=drop"])
+    while lab.flow_packets("node-1", &["reg0=0x3/0xf,icmp_type=136 actions=drop"])
         < dropped_before + 3
     {
         assert!(
@@ -344,10 +326,10 @@ fn dual_stack_pods_on_two_nodes() {
         "a forged advertisement changed the host's entry for a1: {after}"
     );
     // A router advertisement from a pod is dropped.
-    let ra_before = flow_packets(&lab, "node-1", &["reg0=0x3/0xf,icmp_type=134 actions=drop"]);
+    let ra_before = lab.flow_packets("node-1", &["reg0=0x3/0xf,icmp_type=134 actions=drop"]);
     frames(&lab, "default/a2", &["ra", "eth0", &m_a2, "fe80::bad"]);
     let deadline = Instant::now() + Duration::from_secs(2);
-    while flow_packets(&lab, "node-1", &["reg0=0x3/0xf,icmp_type=134 actions=drop"]) <= ra_before {
+    while lab.flow_packets("node-1", &["reg0=0x3/0xf,icmp_type=134 actions=drop"]) <= ra_before {
         assert!(
             Instant::now() < deadline,
             "the router advertisement was not dropped:\n{}",

@@ -24,28 +24,15 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::process::Command;
 
 use common::paths::{self, path, Proto, Report, Want};
-use common::Lab;
+use common::{Lab, UdpListener};
 use serde_json::Value;
 
 const NODE1_IP6: &str = "fd00:192:168:77::11";
 const NODE2_IP6: &str = "fd00:192:168:77::12";
 const PORT: u16 = 7777;
-
-/// Prints every datagram received on UDP `argv[1]` (IPv4), one per line,
-/// until killed; `ready` first, once bound.
-const LISTEN: &str = r#"
-import socket, sys
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.bind(("0.0.0.0", int(sys.argv[1])))
-print("ready", flush=True)
-while True:
-    data, _ = s.recvfrom(65536)
-    print(data.decode(errors="replace"), flush=True)
-"#;
 
 /// Sends `argv[3]` three times to `argv[1]:argv[2]` (either family).
 const SEND: &str = r#"
@@ -80,61 +67,6 @@ for _ in range(3):
     time.sleep(0.02)
 "#;
 
-/// A UDP listener in a namespace, killed on drop.
-struct Listener {
-    child: Child,
-    out: std::sync::mpsc::Receiver<String>,
-}
-
-impl Listener {
-    fn start(netns: &str) -> Listener {
-        use std::io::{BufRead, BufReader, Read};
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", netns, "python3", "-c", LISTEN])
-            .arg(PORT.to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn listener");
-        let mut r = BufReader::new(child.stdout.take().expect("stdout"));
-        let mut first = String::new();
-        let _ = r.read_line(&mut first);
-        let (tx, out) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut rest = String::new();
-            let _ = r.read_to_string(&mut rest);
-            let _ = tx.send(rest);
-        });
-        let l = Listener { child, out };
-        assert_eq!(
-            first.trim(),
-            "ready",
-            "the listener in {netns} did not start"
-        );
-        l
-    }
-
-    /// Every line printed, after a grace period for packets in flight.
-    fn received(mut self) -> Vec<String> {
-        std::thread::sleep(Duration::from_millis(500));
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        self.out
-            .recv_timeout(Duration::from_secs(10))
-            .unwrap_or_default()
-            .lines()
-            .map(str::to_string)
-            .collect()
-    }
-}
-
-impl Drop for Listener {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// Runs python `script` with `args` in namespace `netns`.
 fn py(netns: &str, script: &str, args: &[&str]) {
     let out = Command::new("ip")
@@ -147,22 +79,6 @@ fn py(netns: &str, script: &str, args: &[&str]) {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-}
-
-/// Packets of `node`'s flows whose dump line holds every one of `needles`.
-fn flow_packets(lab: &Lab, node: &str, needles: &[&str]) -> u64 {
-    lab.ctl(node, &["dump-flows"])
-        .lines()
-        .filter(|l| needles.iter().all(|n| l.contains(n)))
-        .filter_map(|l| {
-            l.split("n_packets=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
 }
 
 fn evidence(lab: &Lab) -> String {
@@ -210,7 +126,7 @@ fn vxlan_over_an_ipv6_underlay() {
         ss.contains(&format!("[{NODE1_IP6}]:4789")),
         "node-1's tunnel listens on [{NODE1_IP6}]:4789:\n{ss}"
     );
-    let before = flow_packets(&lab, "node-2", &[&format!("tun_ipv6_src={NODE1_IP6}")]);
+    let before = lab.flow_packets("node-2", &[&format!("tun_ipv6_src={NODE1_IP6}")]);
 
     let mut report = Report::new(evidence);
     let ans = |who: &'static str| Want::Answer(vec![who]);
@@ -294,7 +210,7 @@ fn vxlan_over_an_ipv6_underlay() {
             );
         }
     }
-    let after = flow_packets(&lab, "node-2", &[&format!("tun_ipv6_src={NODE1_IP6}")]);
+    let after = lab.flow_packets("node-2", &[&format!("tun_ipv6_src={NODE1_IP6}")]);
     assert!(
         after > before + 10,
         "node-2 classified node-1's packets by their IPv6 outer source ({before} -> {after}):\n{}",
@@ -391,9 +307,9 @@ fn vxlan_over_an_ipv6_underlay() {
 
     // The guard: an honest datagram b1 -> a1 arrives; the same forged by
     // the underlay's host (fd00:192:168:77::1, no node) does not.
-    let unknown = |lab: &Lab| flow_packets(lab, "node-1", &["cookie=0x3000000000003,"]);
+    let unknown = |lab: &Lab| lab.flow_packets("node-1", &["cookie=0x3000000000003,"]);
     let dropped_before = unknown(&lab);
-    let l = Listener::start(&na1);
+    let l = UdpListener::start(&na1, PORT);
     py(&nb1, SEND, &[&a1, &PORT.to_string(), "honest"]);
     py(
         &format!("{}-ul", lab.name),
@@ -416,8 +332,7 @@ fn vxlan_over_an_ipv6_underlay() {
     );
     // A pod's datagram to the other node's IPv6 VXLAN port: dropped in its
     // own switch.
-    let to_tunnel =
-        |lab: &Lab| flow_packets(lab, "node-1", &["cookie=0x3000000000004,", NODE2_IP6]);
+    let to_tunnel = |lab: &Lab| lab.flow_packets("node-1", &["cookie=0x3000000000004,", NODE2_IP6]);
     let t0 = to_tunnel(&lab);
     py(&na1, SEND, &[NODE2_IP6, "4789", "to-the-tunnel"]);
     assert!(

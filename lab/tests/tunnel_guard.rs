@@ -17,10 +17,10 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{pod_ip, Lab};
+use common::{pod_ip, Lab, UdpListener};
 use serde_json::Value;
 
 const PODS: &str = r#"
@@ -57,18 +57,6 @@ spec:
 
 /// The port the victims listen on.
 const PORT: u16 = 7777;
-
-/// Prints every datagram received on UDP `argv[1]`, one per line, until
-/// killed; `ready` first, once bound.
-const LISTEN: &str = r#"
-import socket, sys
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.bind(("0.0.0.0", int(sys.argv[1])))
-print("ready", flush=True)
-while True:
-    data, _ = s.recvfrom(65536)
-    print(data.decode(errors="replace"), flush=True)
-"#;
 
 /// Sends one datagram (`token`) to `ip:port` the normal way.
 const SEND: &str = r#"
@@ -123,66 +111,18 @@ fn node_addrs(status: &Value, name: &str) -> (String, String) {
     (ip, gw.to_string())
 }
 
-/// A listener in a pod's namespace, killed on drop.
-struct Listener {
-    child: Child,
-    out: std::sync::mpsc::Receiver<String>,
-}
-
-impl Listener {
-    fn start(lab: &Lab, pod: &str) -> Listener {
-        use std::io::{BufRead, BufReader, Read};
-        let st = lab.status();
-        let netns = st["pods"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|p| p["namespace"].as_str() == Some("tg") && p["name"].as_str() == Some(pod))
-            .and_then(|p| p["netns"].as_str())
-            .unwrap_or_else(|| panic!("no netns for tg/{pod}"))
-            .to_string();
-        // `ip netns exec` execs the command: the child is python itself.
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &netns, "python3", "-c", LISTEN])
-            .arg(PORT.to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn listener");
-        let mut r = BufReader::new(child.stdout.take().expect("stdout"));
-        let mut first = String::new();
-        let _ = r.read_line(&mut first);
-        let (tx, out) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut rest = String::new();
-            let _ = r.read_to_string(&mut rest);
-            let _ = tx.send(rest);
-        });
-        let l = Listener { child, out };
-        assert_eq!(first.trim(), "ready", "the listener in {pod} did not start");
-        l
-    }
-
-    /// Every line the listener printed, after a grace period for packets
-    /// in flight.
-    fn received(mut self) -> Vec<String> {
-        std::thread::sleep(Duration::from_millis(500));
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        self.out
-            .recv_timeout(Duration::from_secs(10))
-            .unwrap_or_default()
-            .lines()
-            .map(str::to_string)
-            .collect()
-    }
-}
-
-impl Drop for Listener {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// A listener on PORT in pod `tg/<pod>`'s namespace.
+fn listen(lab: &Lab, pod: &str) -> UdpListener {
+    let st = lab.status();
+    let netns = st["pods"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["namespace"].as_str() == Some("tg") && p["name"].as_str() == Some(pod))
+        .and_then(|p| p["netns"].as_str())
+        .unwrap_or_else(|| panic!("no netns for tg/{pod}"))
+        .to_string();
+    UdpListener::start(&netns, PORT)
 }
 
 /// Runs python `script` with `args` in pod `tg/<pod>`.
@@ -232,8 +172,8 @@ fn dropped_by(lab: &Lab, cookie: &str) -> u64 {
 /// both if `honest`, then runs `forge`; returns what each victim received.
 fn round(lab: &Lab, honest: bool, forge: &dyn Fn()) -> (Vec<String>, Vec<String>) {
     let st = lab.status();
-    let l1 = Listener::start(lab, "v1");
-    let l2 = Listener::start(lab, "v2");
+    let l1 = listen(lab, "v1");
+    let l2 = listen(lab, "v2");
     if honest {
         for pod in ["v1", "v2"] {
             let dst = pod_ip(&st, "tg", pod);
@@ -250,7 +190,7 @@ fn wait_policy(lab: &Lab, pod: &str) {
     let deadline = Instant::now() + Duration::from_secs(20);
     let ip = pod_ip(&lab.status(), "tg", pod);
     loop {
-        let l = Listener::start(lab, pod);
+        let l = listen(lab, pod);
         pod_py(lab, "tg/evil", SEND, &[&ip, &PORT.to_string(), "probe"]);
         if l.received().is_empty() {
             return;

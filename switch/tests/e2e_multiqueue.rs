@@ -104,6 +104,37 @@ fn queues(port: &serde_json::Value) -> Vec<(u64, u64, u64)> {
         .unwrap_or_default()
 }
 
+/// A veth pair with QUEUES queues each way (native XDP on a veth needs
+/// as many receive queues as its peer has transmit queues): `name` in
+/// `node`, up, and `eth0` in `pod`.
+fn queues_veth(node: &Netns, pod: &Netns, name: &str) {
+    let q = QUEUES.to_string();
+    must(&[
+        "ip",
+        "-n",
+        &node.name,
+        "link",
+        "add",
+        name,
+        "numtxqueues",
+        &q,
+        "numrxqueues",
+        &q,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "eth0",
+        "numtxqueues",
+        &q,
+        "numrxqueues",
+        &q,
+        "netns",
+        &pod.name,
+    ]);
+    node.must(&["ip", "link", "set", name, "up"]);
+}
+
 #[test]
 fn e2e_multiqueue_port() {
     skip_unless_capable!();
@@ -121,33 +152,8 @@ fn e2e_multiqueue_port() {
         );
     }
 
-    // pod1 behind a 4-queue veth pair (both ends: native XDP on a veth
-    // needs as many receive queues as its peer has transmit queues).
-    let q = QUEUES.to_string();
-    must(&[
-        "ip",
-        "-n",
-        &node.name,
-        "link",
-        "add",
-        "mq1",
-        "numtxqueues",
-        &q,
-        "numrxqueues",
-        &q,
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "eth0",
-        "numtxqueues",
-        &q,
-        "numrxqueues",
-        &q,
-        "netns",
-        &pod1.name,
-    ]);
-    node.must(&["ip", "link", "set", "mq1", "up"]);
+    // pod1 behind a 4-queue veth pair.
+    queues_veth(&node, &pod1, "mq1");
     pod1.sh(
         "ip link set eth0 address 02:00:0a:0a:00:01 && ip addr add 10.10.0.1/24 dev eth0 \
          && ip link set eth0 up",
@@ -356,31 +362,7 @@ fn e2e_port_added_under_traffic_no_fill_ring_drop() {
     let pod1 = Netns::new("pod1");
     let sw = Switchd::start_with(&node, &["--threads", "2"]);
     sw.add_flows(&example("switch-three-pods.flows"));
-    let q = QUEUES.to_string();
-    must(&[
-        "ip",
-        "-n",
-        &node.name,
-        "link",
-        "add",
-        "fq1",
-        "numtxqueues",
-        &q,
-        "numrxqueues",
-        &q,
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "eth0",
-        "numtxqueues",
-        &q,
-        "numrxqueues",
-        &q,
-        "netns",
-        &pod1.name,
-    ]);
-    node.must(&["ip", "link", "set", "fq1", "up"]);
+    queues_veth(&node, &pod1, "fq1");
     pod1.sh(
         "ip link set eth0 address 02:00:0a:0a:00:01 && ip addr add 10.10.0.1/24 dev eth0 \
          && ip link set eth0 up && ip neigh replace 10.10.0.2 lladdr 02:00:0a:0a:00:02 dev eth0",

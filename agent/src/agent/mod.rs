@@ -58,7 +58,6 @@ use crate::policy::{Refusal, RuleRef};
 use crate::source::PodLookup;
 use crate::state::{Attachment, Store};
 
-pub(crate) use node::own_tunnel_ip;
 pub use reconcile::ReconcileReport;
 
 /// NodePorts the host sends into the switch: IPv4, IPv6.

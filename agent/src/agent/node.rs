@@ -54,7 +54,7 @@ impl Agent {
             name: self.cfg.node_name.clone(),
             pod_cidr,
             pod_cidr6: self.pod_cidr6_in(state),
-            node_ip: own_tunnel_ip(self.cfg.node_ip, state.nodes.get(&self.cfg.node_name)),
+            node_ip: self.node_ip_in(state),
             ip4: self.node_ip4_in(state),
             underlay: self.underlay.lock().ok().and_then(|u| {
                 u.iter().find_map(|n| match n {
@@ -102,14 +102,16 @@ impl Agent {
 
     /// This node's tunnel address: the one its tunnel port was made on,
     /// else what the flag or the Node says ([`own_tunnel_ip`]).
-    pub(super) fn node_ip(&self) -> Option<IpAddr> {
+    pub(crate) fn node_ip(&self) -> Option<IpAddr> {
+        self.node_ip_in(&self.cluster())
+    }
+
+    /// [`Agent::node_ip`], the Node read from `state`.
+    fn node_ip_in(&self, state: &ClusterState) -> Option<IpAddr> {
         if let Some(ip) = self.tunnel_ip.lock().ok().and_then(|t| *t) {
             return Some(ip);
         }
-        own_tunnel_ip(
-            self.cfg.node_ip,
-            self.cluster().nodes.get(&self.cfg.node_name),
-        )
+        own_tunnel_ip(self.cfg.node_ip, state.nodes.get(&self.cfg.node_name))
     }
 
     /// This node's IPv4 address: `--node-ip` if IPv4, else its Node's IPv4
@@ -401,7 +403,7 @@ impl Agent {
 /// This node's underlay address, the tunnel's: `--node-ip` if given, else
 /// its Node's IPv4 InternalIP, else its IPv6 one (an IPv6-underlay node
 /// with both says `--node-ip`).
-pub(crate) fn own_tunnel_ip(flag: Option<IpAddr>, node: Option<&Node>) -> Option<IpAddr> {
+fn own_tunnel_ip(flag: Option<IpAddr>, node: Option<&Node>) -> Option<IpAddr> {
     flag.or_else(|| {
         let n = node?;
         n.tunnel_ip(false).or_else(|| n.tunnel_ip(true))

@@ -161,6 +161,23 @@ impl Lab {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// Packets of `node`'s flows whose `dump-flows` line holds every one
+    /// of `needles`, summed.
+    pub fn flow_packets(&self, node: &str, needles: &[&str]) -> u64 {
+        self.ctl(node, &["dump-flows"])
+            .lines()
+            .filter(|l| needles.iter().all(|n| l.contains(n)))
+            .filter_map(|l| {
+                l.split("n_packets=")
+                    .nth(1)?
+                    .split(',')
+                    .next()?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .sum()
+    }
+
     /// Sends one `size`-byte UDP datagram from pod `from` (`ns/name`) to
     /// `ip:port` and waits for the echo (the lab's pod server echoes UDP):
     /// the echoed length, `corrupt N` or `timeout`.
@@ -285,5 +302,77 @@ pub fn kube_proxy_build() -> Option<String> {
             "no kube-proxy build ({} missing; `OXVS_K8S_EXTRA_COMPONENTS=\"kube-proxy\" k8s-local.sh build`)",
             kp.display()
         ))
+    }
+}
+
+/// Prints every datagram received on UDP `argv[1]` (IPv4), one per line,
+/// until killed; `ready` first, once bound.
+const UDP_LISTEN: &str = r#"
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("0.0.0.0", int(sys.argv[1])))
+print("ready", flush=True)
+while True:
+    data, _ = s.recvfrom(65536)
+    print(data.decode(errors="replace"), flush=True)
+"#;
+
+/// A UDP listener (IPv4) in a network namespace, killed on drop: what
+/// reaches a pod, for tests that check what must not.
+pub struct UdpListener {
+    child: std::process::Child,
+    out: std::sync::mpsc::Receiver<String>,
+}
+
+impl UdpListener {
+    /// Starts it in `netns` on `port`; returns once it is bound.
+    pub fn start(netns: &str, port: u16) -> UdpListener {
+        use std::io::{BufRead, BufReader, Read};
+        use std::process::Stdio;
+        // `ip netns exec` execs the command: the child is python itself.
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", netns, "python3", "-c", UDP_LISTEN])
+            .arg(port.to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn listener");
+        let mut r = BufReader::new(child.stdout.take().expect("stdout"));
+        let mut first = String::new();
+        let _ = r.read_line(&mut first);
+        let (tx, out) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut rest = String::new();
+            let _ = r.read_to_string(&mut rest);
+            let _ = tx.send(rest);
+        });
+        let l = UdpListener { child, out };
+        assert_eq!(
+            first.trim(),
+            "ready",
+            "the listener in {netns} did not start"
+        );
+        l
+    }
+
+    /// Every datagram received, one per line, after a grace period for
+    /// packets in flight.
+    pub fn received(mut self) -> Vec<String> {
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.out
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+impl Drop for UdpListener {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
