@@ -382,14 +382,14 @@ fn dual_stack_services_work_through_kube_proxy_and_oxvs() {
             &c1,
             ("fd00:10:96::130", 80),
             Tcp,
-            Want::Refused,
+            Want::RefusedByHost6,
         ),
         path(
             "IPv6 Service without endpoints, UDP: refused",
             &c2,
             ("fd00:10:96::130", 80),
             Udp,
-            Want::Refused,
+            Want::RefusedByHost6,
         ),
         path(
             "DNS over UDP to an IPv6 ClusterIP (c1, other node)",

@@ -32,6 +32,9 @@ pub const SILENT_TIMEOUT: Duration = Duration::from_millis(1500);
 /// Rejections must come this quickly.
 pub const QUICK: Duration = Duration::from_millis(500);
 
+/// How soon a host's IPv6 REJECT refuses ([`Want::RefusedByHost6`]).
+pub const HOST_REJECT6: Duration = Duration::from_millis(1500);
+
 pub fn enter(ns: &str) -> Result<(), String> {
     let path = format!("/var/run/netns/{ns}");
     let f = std::fs::File::open(&path).map_err(|e| format!("open {path}: {e}"))?;
@@ -176,6 +179,11 @@ pub enum Want {
     Answer(Vec<&'static str>),
     /// Refused, within [`QUICK`].
     Refused,
+    /// Refused by a host's IPv6 REJECT rule, within [`HOST_REJECT6`]: the
+    /// host's first ICMPv6 error to a pod may be held by its neighbour
+    /// discovery or its ICMPv6 rate limit, and TCP is refused at the
+    /// SYN's first retransmission (1 s). Still not a silent drop.
+    RefusedByHost6,
     /// No answer at all.
     Silent,
     /// Not answered: no answer or refused (a NetworkPolicy drop).
@@ -238,10 +246,14 @@ pub fn run_path(p: &Path) -> Result<String, String> {
                 Err(format!("answered by {got:?}, expected one of {who:?}"))
             }
         }
-        Want::Refused => {
+        Want::Refused | Want::RefusedByHost6 => {
+            let within = match &p.want {
+                Want::RefusedByHost6 => HOST_REJECT6,
+                _ => QUICK,
+            };
             let t = Instant::now();
             match once(SILENT_TIMEOUT) {
-                Err(e) if e == "refused" && t.elapsed() < QUICK => {
+                Err(e) if e == "refused" && t.elapsed() < within => {
                     Ok(format!("refused in {} ms", t.elapsed().as_millis()))
                 }
                 Err(e) => Err(format!(
