@@ -41,11 +41,7 @@ impl Agent {
             return Some(c);
         }
         let c = state.nodes.get(&self.cfg.node_name)?.pod_cidr6?;
-        if c.prefix_len() > 126 {
-            tracing::error!(node = %self.cfg.node_name, pod_cidr = %c, "the Node's IPv6 pod CIDR is too small (at most /126); pods get IPv4 only");
-            return None;
-        }
-        Some(c)
+        (c.prefix_len() <= 126).then_some(c)
     }
 
     /// What this node knows of itself, for [`crate::nodes`].
@@ -139,6 +135,15 @@ impl Agent {
         let cluster = self.cluster();
         let cidr = self.pod_cidr_in(&cluster);
         let ipv6 = self.pod_cidr6_in(&cluster).map(NodeNet6::of);
+        if let (None, Some(c)) = (
+            &ipv6,
+            cluster
+                .nodes
+                .get(&self.cfg.node_name)
+                .and_then(|n| n.pod_cidr6),
+        ) {
+            tracing::error!(node = %self.cfg.node_name, pod_cidr = %c, "the Node's IPv6 pod CIDR is too small (at most /126); pods get no IPv6 address");
+        }
         // IPv6-only: neither the flag nor the Node names an IPv4 range. A
         // Node whose IPv4 range is refused does not make the node
         // IPv6-only: it stays not ready until fixed.
