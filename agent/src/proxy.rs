@@ -860,7 +860,10 @@ pub fn outside_node_flows(node: &NodeNet) -> Vec<String> {
 /// The node's hairpin flows (module doc, "Hairpin"), for IPv6 too on a
 /// dual-stack node.
 pub fn hairpin_node_flows(node: &NodeNet) -> Vec<String> {
-    let mut families = vec![("ip", IpAddr::from(HAIRPIN_IP))];
+    let mut families = Vec::new();
+    if node.ipv4.is_some() {
+        families.push(("ip", IpAddr::from(HAIRPIN_IP)));
+    }
     if node.ipv6.is_some() {
         families.push(("ipv6", IpAddr::from(HAIRPIN_IP6)));
     }
@@ -1286,6 +1289,51 @@ mod tests {
         for g in &p.groups {
             oxvs_pipeline::parse::parse_group(g, &ctx).expect("group parses");
         }
+    }
+
+    /// The proxy on an IPv6-only node: an IPv6 ClusterIP is balanced to
+    /// IPv6 endpoints, the host reaches ClusterIPs through the IPv6 VIP,
+    /// and nothing of the IPv4 side (the IPv4 VIP's ARP answer, IPv4
+    /// hairpin and ServiceSNAT) is there.
+    #[test]
+    fn an_ipv6_only_node_balances_ipv6_cluster_ips() {
+        let node = NodeNet {
+            ipv4: None,
+            ..dual_node()
+        };
+        let inp = crate::desired::Inputs {
+            pods: vec![PodPort {
+                ofport: 4,
+                ip: None,
+                mac: [0x0a, 0x58, 0, 0, 0, 3],
+                ip6: Some("fd00:10:244:1::3".parse().unwrap()),
+            }],
+            state: std::sync::Arc::new(dual_state()),
+            proxy: true,
+            node_name: "n1".into(),
+            ..crate::desired::Inputs::for_node(node.clone())
+        };
+        let syn = "in_port=4,tcp6,dl_src=0a:58:00:00:00:03,dl_dst=0a:58:0a:f4:01:01,ipv6_src=fd00:10:244:1::3,ipv6_dst=fd00:10:96::30,tp_src=40000,tp_dst=80,tcp_flags=+syn";
+        let t = crate::desired::trace_desired(&inp, "", syn);
+        assert!(
+            t.contains("nat(dst=[fd00:10:244:"),
+            "DNAT to an endpoint:\n{t}"
+        );
+        let node_flows = [hairpin_node_flows(&node), outside_node_flows(&node)].concat();
+        assert!(node_flows
+            .iter()
+            .any(|f| f.contains("nd_target=fc01::a9fe:a9fd")));
+        assert!(
+            node_flows
+                .iter()
+                .all(|f| !f.contains("arp") && !f.contains(" ip,") && !f.contains("nw_")),
+            "{node_flows:#?}"
+        );
+        let pod = hairpin_pod_flows(&node, &inp.pods[0]);
+        assert!(
+            !pod.is_empty() && pod.iter().all(|f| !f.contains("nw_")),
+            "{pod:#?}"
+        );
     }
 
     #[test]
