@@ -19,8 +19,13 @@
 //! - the lab's commands handle pods without IPv4: `probe` defaults to
 //!   IPv6 (and refuses IPv4 with a reason), `status`, `exec`, `switch
 //!   restart` (its reattach probe over IPv6);
+//! - Services in the switch (`up --proxy`): a Service naming no family
+//!   gets an IPv6 ClusterIP (as an IPv6-only API server gives it), its
+//!   Endpoints list the pods' IPv6 addresses, and pods, hosts and the
+//!   outside (NodePorts on the nodes' IPv6 addresses) reach it; an IPv4
+//!   Service is refused;
 //! - `up` refuses what an IPv6-only lab cannot be: an IPv4 tunnel, and
-//!   (for now) Services (`--proxy`, `--kube-proxy`).
+//!   (for now) `--kube-proxy`.
 //!
 //! Root and AF_XDP are required; the test says SKIPPED and passes without
 //! them (the refusals need neither).
@@ -30,7 +35,7 @@ mod common;
 use std::process::Command;
 
 use common::paths::{self, path, Proto, Report, Want};
-use common::Lab;
+use common::{Lab, N1_V6, N2_V6};
 use serde_json::{json, Value};
 
 const NODE1_IP6: &str = "fd00:192:168:77::11";
@@ -348,25 +353,35 @@ fn ipv6_only_pods_on_two_nodes() {
 /// `up` refuses, before making anything, what an IPv6-only lab cannot be.
 #[test]
 fn up_refuses_what_an_ipv6_only_lab_cannot_be() {
+    /// Takes down whatever a wrongly accepted `up` made (also when the
+    /// test fails), before the state directory goes.
+    struct Down<'a>(&'a [&'a str]);
+    impl Drop for Down<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new(common::lab_bin())
+                .args(self.0)
+                .args(["down", "--grace", "1"])
+                .env_remove("OXVS_LAB")
+                .output();
+        }
+    }
     let name = format!("t{}-refuse", std::process::id());
     let state_root = tempfile::tempdir().expect("tempdir");
     let root = state_root.path().display().to_string();
+    let lab = ["--name", &name, "--state-root", &root];
     for (extra, want) in [
         (
             &["--underlay", "ipv4"][..],
             "IPv6-only nodes have no IPv4 address",
         ),
         (
-            &["--proxy"][..],
-            "--proxy cannot be used with --ip-family ipv6",
-        ),
-        (
             &["--kube-proxy"][..],
             "--kube-proxy cannot be used with --ip-family ipv6",
         ),
     ] {
-        let mut args = vec!["--name", &name, "--state-root", &root, "up"];
-        args.extend(["--nodes", "1", "--ip-family", "ipv6"]);
+        let _down = Down(&lab);
+        let mut args = lab.to_vec();
+        args.extend(["up", "--nodes", "1", "--ip-family", "ipv6"]);
         args.extend_from_slice(extra);
         let out = Command::new(common::lab_bin())
             .args(&args)
@@ -385,4 +400,226 @@ fn up_refuses_what_an_ipv6_only_lab_cannot_be() {
             extra.join(" ")
         );
     }
+}
+
+const SERVICES: &str = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: svc-a1, namespace: web}
+spec:
+  selector: {pod: a1}
+  ports:
+  - {name: tcp, port: 80, targetPort: http}
+  - {name: udp, port: 80, protocol: UDP, targetPort: http-udp}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: svc-ab, namespace: web}
+spec:
+  clusterIP: "fd00:10:96::113"
+  selector: {app: ab}
+  ports:
+  - {port: 80, targetPort: 8080}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: svc-np, namespace: web}
+spec:
+  type: NodePort
+  ipFamilyPolicy: PreferDualStack
+  selector: {pod: a2}
+  ports:
+  - {name: tcp, port: 80, targetPort: 8080, nodePort: 30086}
+  - {name: udp, port: 80, protocol: UDP, targetPort: 8080, nodePort: 30086}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: svc-empty, namespace: web}
+spec:
+  clusterIP: "fd00:10:96::130"
+  selector: {app: nothing}
+  ports:
+  - {port: 80}
+"#;
+
+/// Waits until both switches have `n` IPv6 Service ports with a group and
+/// `empty` rejecting ones in ServiceLB (table 35).
+fn wait_services6(lab: &Lab, n: usize, empty: usize) {
+    let t = std::time::Instant::now();
+    loop {
+        let mut ok = true;
+        for node in ["node-1", "node-2"] {
+            let flows = lab.ctl(node, &["dump-flows", "--table", "35"]);
+            let v6 = |l: &&str| l.contains("ipv6_dst=fd00:10:96::");
+            let count = |what: &str| {
+                flows
+                    .lines()
+                    .filter(v6)
+                    .filter(|l| l.contains(what))
+                    .count()
+            };
+            ok &= count("actions=group:") == n && count("actions=controller(") == empty;
+        }
+        if ok {
+            eprintln!("Services programmed after {} ms", t.elapsed().as_millis());
+            return;
+        }
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(15),
+            "the agents did not program {n} IPv6 Service ports ({empty} empty) within 15 s:\n{}",
+            paths::switch_evidence(
+                lab,
+                &["node-1", "node-2"],
+                &[&["dump-flows", "--table", "35"]]
+            )
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn services_in_the_switch_in_an_ipv6_only_lab() {
+    skip_unless_capable!();
+    let lab = Lab::up_args(&["--nodes", "2", "--ip-family", "ipv6", "--proxy"]);
+    let ns = |s: &str| format!("{}-{s}", lab.name);
+    let mut pods = String::from("apiVersion: v1\nkind: Namespace\nmetadata: {name: web}\n");
+    pods += &paths::pod("web", "a1", "node-1", "{app: ab, pod: a1}", true);
+    pods += &paths::pod("web", "a2", "node-2", "{app: ab, pod: a2}", true);
+    pods += &paths::pod("web", "c1", "node-1", "{role: client}", false);
+    pods += &paths::pod("web", "c2", "node-2", "{role: client}", false);
+    lab.ok(&["apply", "-f", &lab.file("pods.yaml", &pods)]);
+    let out = lab.ok(&["apply", "-f", &lab.file("services.yaml", SERVICES)]);
+    assert!(out.contains("Service web/svc-a1 created"), "{out}");
+    // svc-a1 tcp+udp, svc-ab, svc-np tcp+udp; svc-empty rejects.
+    wait_services6(&lab, 5, 1);
+
+    // What the lab, as an IPv6-only API server and endpoints controller,
+    // wrote: svc-a1 named no family and got IPv6, the first free
+    // ClusterIP; its Endpoints list a1's IPv6 address.
+    let st = lab.status();
+    let a1 = common::pod_field(&st, "web", "a1", "ip6");
+    let svc = manifest(&lab, "service_web_svc-a1.yaml");
+    assert_eq!(svc["spec"]["clusterIP"], "fd00:10:96::a", "{svc}");
+    assert_eq!(svc["spec"]["clusterIPs"], json!(["fd00:10:96::a"]), "{svc}");
+    assert_eq!(svc["spec"]["ipFamilies"], json!(["IPv6"]), "{svc}");
+    let np = manifest(&lab, "service_web_svc-np.yaml");
+    assert_eq!(
+        np["spec"]["ipFamilies"],
+        json!(["IPv6"]),
+        "PreferDualStack: {np}"
+    );
+    let ep = manifest(&lab, "endpoints_web_svc-a1.yaml");
+    assert_eq!(ep["subsets"][0]["addresses"][0]["ip"], a1.as_str(), "{ep}");
+
+    let (c1, c2, n1, n2, ul) = (
+        ns("web-c1"),
+        ns("web-c2"),
+        ns("node-1"),
+        ns("node-2"),
+        ns("ul"),
+    );
+    let a = |x: &'static str| Want::Answer(vec![x]);
+    let any = || Want::Answer(vec![]);
+    let svc_a1 = "fd00:10:96::a";
+    let mut report = Report::new(evidence);
+    report.check(
+        &lab,
+        "IPv6-only Services",
+        &[
+            path(
+                "c1 -> svc-a1 TCP (same node, named port)",
+                &c1,
+                (svc_a1, 80),
+                Proto::Tcp,
+                a("web/a1"),
+            ),
+            path(
+                "c2 -> svc-a1 TCP (other node)",
+                &c2,
+                (svc_a1, 80),
+                Proto::Tcp,
+                a("web/a1"),
+            ),
+            path(
+                "c1 -> svc-a1 UDP (same node)",
+                &c1,
+                (svc_a1, 80),
+                Proto::Udp,
+                any(),
+            ),
+            path(
+                "c2 -> svc-a1 UDP (other node)",
+                &c2,
+                (svc_a1, 80),
+                Proto::Udp,
+                any(),
+            ),
+            path(
+                "c1 -> svc-ab TCP x24: both backends",
+                &c1,
+                ("fd00:10:96::113", 80),
+                Proto::Tcp,
+                Want::Spread(24, vec!["web/a1", "web/a2"]),
+            ),
+            path(
+                "node-1 host -> svc-a1 (local backend)",
+                &n1,
+                (svc_a1, 80),
+                Proto::Tcp,
+                a("web/a1"),
+            ),
+            path(
+                "node-2 host -> svc-a1 (other node)",
+                &n2,
+                (svc_a1, 80),
+                Proto::Tcp,
+                a("web/a1"),
+            ),
+            path(
+                "c1 -> svc-empty: refused at once",
+                &c1,
+                ("fd00:10:96::130", 80),
+                Proto::Tcp,
+                Want::Refused,
+            ),
+            path(
+                "outside -> node-1 NodePort, TCP (backend on node-2)",
+                &ul,
+                (N1_V6, 30086),
+                Proto::Tcp,
+                a("web/a2"),
+            ),
+            path(
+                "outside -> node-2 NodePort, TCP (backend here)",
+                &ul,
+                (N2_V6, 30086),
+                Proto::Tcp,
+                a("web/a2"),
+            ),
+            path(
+                "outside -> node-1 NodePort, UDP",
+                &ul,
+                (N1_V6, 30086),
+                Proto::Udp,
+                any(),
+            ),
+        ],
+    );
+    report.finish();
+
+    // An IPv4 Service has no place in an IPv6-only cluster.
+    let v4 = lab.file(
+        "v4.yaml",
+        "apiVersion: v1\nkind: Service\nmetadata: {name: svc-v4, namespace: web}\nspec: {ipFamilies: [IPv4], selector: {pod: a1}, ports: [{port: 80}]}\n",
+    );
+    let args = ["apply", "-f", &v4];
+    let out = lab.run(&args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && err.contains("spec.ipFamilies[0] IPv4")
+            && err.contains("IPv6-only"),
+        "{}",
+        common::show(&args, &out)
+    );
 }

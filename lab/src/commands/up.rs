@@ -102,25 +102,16 @@ pub fn resolve_underlay(
     }
 }
 
-/// What an IPv6-only lab (`--ip-family ipv6`) cannot run yet: Services.
+/// What an IPv6-only lab (`--ip-family ipv6`) cannot run yet: kube-proxy
+/// (`--proxy`, the switch's own Service proxy, it can).
 fn check_ipv6_only(args: &UpArgs) -> anyhow::Result<()> {
-    if args.ip_family != IpFamily::Ipv6 {
-        return Ok(());
-    }
-    if args.kube_proxy {
+    if args.ip_family == IpFamily::Ipv6 && args.kube_proxy {
         anyhow::bail!(
             "--kube-proxy cannot be used with --ip-family ipv6 yet: the lab's API server is set up \
-             for IPv4 or dual-stack Services only (IPv4 primary ClusterIP range, reached by the \
-             nodes at 192.168.77.1, kube-proxy without an IPv6-only cluster CIDR), and its \
-             endpoints controller writes IPv4 Endpoints; use --ip-family dual for IPv6 Services"
-        );
-    }
-    if args.proxy {
-        anyhow::bail!(
-            "--proxy cannot be used with --ip-family ipv6 yet: the lab's Service allocator gives \
-             every Service an IPv4 primary ClusterIP and its endpoints controller writes IPv4 \
-             Endpoints, so an IPv6-only Service would have no ClusterIP of its pods' family; use \
-             --ip-family dual for IPv6 Services"
+             for IPv4 or dual-stack Services only (an IPv4 primary ClusterIP range, reached by the \
+             nodes at 192.168.77.1, kube-proxy with an IPv4 cluster CIDR) and its endpoints \
+             controller writes IPv4 Endpoints; use --proxy (Services in the switch) in an \
+             IPv6-only lab, or --ip-family dual for kube-proxy with IPv6 Services"
         );
     }
     Ok(())
@@ -633,16 +624,16 @@ mod tests {
     }
 
     #[test]
-    fn services_are_refused_in_an_ipv6_only_lab() {
-        for flag in ["--kube-proxy", "--proxy"] {
-            let c = parse(&["--ip-family", "ipv6", flag]);
-            let e = check_ipv6_only(&c.up).expect_err(flag).to_string();
-            assert!(
-                e.contains(flag) && e.contains("--ip-family ipv6") && e.contains("dual"),
-                "{e}"
-            );
-            assert!(check_ipv6_only(&parse(&["--ip-family", "dual", flag]).up).is_ok());
-        }
+    fn kube_proxy_is_refused_in_an_ipv6_only_lab() {
+        let c = parse(&["--ip-family", "ipv6", "--kube-proxy"]);
+        let e = check_ipv6_only(&c.up).expect_err("refused").to_string();
+        assert!(
+            e.contains("--kube-proxy cannot be used with --ip-family ipv6")
+                && e.contains("--proxy"),
+            "{e}"
+        );
+        assert!(check_ipv6_only(&parse(&["--ip-family", "dual", "--kube-proxy"]).up).is_ok());
+        assert!(check_ipv6_only(&parse(&["--ip-family", "ipv6", "--proxy"]).up).is_ok());
         assert!(check_ipv6_only(&parse(&["--ip-family", "ipv6"]).up).is_ok());
     }
 
