@@ -116,7 +116,7 @@ fn cluster(cidr: Ipv4Net, except: Vec<Ipv4Net>) -> (ClusterState, Vec<LocalPod>)
     let local = vec![LocalPod {
         namespace: "test".into(),
         name: "a".into(),
-        ip: Ipv4Addr::new(10, 244, 1, 2),
+        ip: Some(Ipv4Addr::new(10, 244, 1, 2)),
         ofport: 3,
         ip6: None,
     }];

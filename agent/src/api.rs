@@ -142,7 +142,7 @@ impl NodeView {
     }
 
     fn attachment_with_ip(&self, ip: Ipv4Addr) -> Option<&Attachment> {
-        self.attachments.iter().find(|a| a.ip == ip)
+        self.attachments.iter().find(|a| a.ip4() == Some(ip))
     }
 
     fn node_named_by_ip(&self, ip: IpAddr) -> Option<String> {
@@ -183,8 +183,8 @@ fn pod_info_of(a: &Attachment, node: &str) -> PodInfo {
         namespace: a.pod_namespace.clone(),
         name: a.pod_name.clone(),
         node: node.to_string(),
-        ip: Some(a.ip),
-        ip6: a.ipv6.map(|v| v.ip),
+        ip: a.ip4(),
+        ip6: a.ip6(),
         local: true,
         mac: Some(a.mac.clone()),
         ofport: a.ofport,
@@ -195,10 +195,20 @@ fn pod_info_of(a: &Attachment, node: &str) -> PodInfo {
 pub fn info(view: &NodeView) -> InfoResult {
     InfoResult {
         node: view.node_name.clone(),
-        pod_cidr: view.node.as_ref().map(|n| n.pod_cidr.to_string()),
+        pod_cidr: view
+            .node
+            .as_ref()
+            .and_then(|n| n.pod_cidr4())
+            .map(|c| c.to_string()),
+        pod_cidr6: view
+            .node
+            .as_ref()
+            .and_then(|n| n.pod_cidr6())
+            .map(|c| c.to_string()),
         gateway: view.node.as_ref().map(|n| GatewayInfo {
             name: view.gateway_name.clone(),
-            ip: n.gateway_ip,
+            ip: n.ipv4.as_ref().map(|v4| v4.gateway_ip),
+            ip6: n.ipv6.as_ref().map(|v6| v6.gateway_ip),
             mac: flows::mac_str(&n.gateway_mac),
             ofport: n.gateway_ofport,
         }),
@@ -209,7 +219,8 @@ pub fn info(view: &NodeView) -> InfoResult {
             .iter()
             .map(|r| RemoteNodeInfo {
                 name: r.name.clone(),
-                pod_cidr: r.pod_cidr.to_string(),
+                pod_cidr: r.pod_cidr.map(|c| c.to_string()),
+                pod_cidr6: r.pod_cidr6.map(|c| c.to_string()),
                 ip: r.ip,
             })
             .collect(),
@@ -282,7 +293,12 @@ pub fn build_packet(view: &NodeView, req: &TraceflowRequest) -> Result<String, A
     // request says.
     let v6 = match &req.from_tunnel {
         Some(t) => t.src_ip.is_ipv6(),
-        None => req.ipv6 || req.dst.parse::<std::net::Ipv6Addr>().is_ok(),
+        // An IPv6-only node has nothing else.
+        None => {
+            req.ipv6
+                || req.dst.parse::<std::net::Ipv6Addr>().is_ok()
+                || view.node.as_ref().is_some_and(|n| n.ipv4.is_none())
+        }
     };
     let l4 = l4_fields(req, v6)?;
     let (proto, src_f, dst_f) = match v6 {
@@ -350,13 +366,15 @@ pub fn build_packet(view: &NodeView, req: &TraceflowRequest) -> Result<String, A
     if v6 {
         return build_packet6(view, node, req, src, src_port, proto, &l4);
     }
+    let no_v4 = |what: &str| ApiError::NoAddress(format!("{what} (no IPv4 address)"));
+    let src_ip = src.ip4().ok_or_else(|| no_v4(&req.src))?;
     let dst_ip = match req.dst.parse::<Ipv4Addr>() {
         Ok(ip) => ip,
         Err(_) => {
             let (dns, dname) =
                 split_pod_ref(&req.dst).ok_or_else(|| ApiError::BadDestination(req.dst.clone()))?;
             match view.attachment_of(dns, dname) {
-                Some(a) => a.ip,
+                Some(a) => a.ip4().ok_or_else(|| no_v4(&req.dst))?,
                 None => pod_info(view, dns, dname)?
                     .ip
                     .ok_or_else(|| ApiError::NoAddress(req.dst.clone()))?,
@@ -364,14 +382,12 @@ pub fn build_packet(view: &NodeView, req: &TraceflowRequest) -> Result<String, A
         }
     };
     let dst_mac = match view.attachment_with_ip(dst_ip) {
-        Some(a) if node.pod_cidr.contains(&dst_ip) && node.pod_cidr.contains(&src.ip) => {
-            a.mac.clone()
-        }
+        Some(a) if node.holds(dst_ip.into()) && node.holds(src_ip.into()) => a.mac.clone(),
         _ => flows::mac_str(&node.gateway_mac),
     };
     Ok(format!(
         "in_port={src_port},{proto},dl_src={},dl_dst={dst_mac},nw_src={},nw_dst={dst_ip},nw_ttl=64,{l4}",
-        src.mac, src.ip
+        src.mac, src_ip
     ))
 }
 
@@ -846,8 +862,10 @@ mod tests {
 
     fn node_net() -> NodeNet {
         NodeNet {
-            pod_cidr: "10.244.0.0/24".parse().unwrap(),
-            gateway_ip: "10.244.0.1".parse().unwrap(),
+            ipv4: Some(crate::flows::NodeNet4 {
+                pod_cidr: "10.244.0.0/24".parse().unwrap(),
+                gateway_ip: "10.244.0.1".parse().unwrap(),
+            }),
             gateway_mac: [0x0a, 0x58, 10, 244, 0, 1],
             gateway_ofport: 2,
             ipv6: None,
@@ -863,9 +881,11 @@ mod tests {
             host_ifname: format!("veth{name}"),
             pod_namespace: "x".into(),
             pod_name: name.into(),
-            ip,
-            prefix_len: 24,
-            gateway: "10.244.0.1".parse().unwrap(),
+            ipv4: Some(crate::state::PodIpv4 {
+                ip,
+                prefix_len: 24,
+                gateway: "10.244.0.1".parse().unwrap(),
+            }),
             mac: flows::mac_str(&flows::pod_mac(ip)),
             mtu: 1450,
             ofport: Some(ofport),
@@ -960,7 +980,7 @@ mod tests {
             }],
             remotes: vec![RemoteNode {
                 name: "n2".into(),
-                pod_cidr: "10.244.1.0/24".parse().unwrap(),
+                pod_cidr: Some("10.244.1.0/24".parse().unwrap()),
                 ip: "192.168.77.12".parse().unwrap(),
                 pod_cidr6: None,
             }],
@@ -1207,7 +1227,7 @@ mod tests {
             ));
         }
         for a in &mut v.attachments {
-            let last = a.ip.octets()[3];
+            let last = a.ip4().unwrap().octets()[3];
             a.ipv6 = Some(crate::state::PodIpv6 {
                 ip: format!("fd00:10:244::{last:x}").parse().unwrap(),
                 prefix_len: 64,
@@ -1421,7 +1441,7 @@ mod tests {
             .map(|a| LocalPod {
                 namespace: a.pod_namespace.clone(),
                 name: a.pod_name.clone(),
-                ip: a.ip,
+                ip: a.ip4(),
                 ofport: a.ofport.unwrap(),
                 ip6: None,
             })

@@ -188,7 +188,9 @@ fn local_view(inp: &Inputs) -> Cow<'_, ClusterState> {
         inp.state
             .pods
             .get(&(lp.namespace.clone(), lp.name.clone()))
-            .is_some_and(|p| p.ip != Some(lp.ip) || (lp.ip6.is_some() && p.ip6 != lp.ip6))
+            .is_some_and(|p| {
+                (lp.ip.is_some() && p.ip != lp.ip) || (lp.ip6.is_some() && p.ip6 != lp.ip6)
+            })
     };
     if inp.admitted.is_empty() && !inp.local.iter().any(differs) {
         return Cow::Borrowed(&inp.state);
@@ -199,7 +201,7 @@ fn local_view(inp: &Inputs) -> Cow<'_, ClusterState> {
     }
     for lp in &inp.local {
         if let Some(p) = state.pods.get_mut(&(lp.namespace.clone(), lp.name.clone())) {
-            p.ip = Some(lp.ip);
+            p.ip = lp.ip.or(p.ip);
             p.ip6 = lp.ip6.or(p.ip6);
         }
     }
@@ -214,9 +216,9 @@ pub fn pod_ports(attachments: &[Attachment]) -> Vec<PodPort> {
         .filter_map(|a| {
             Some(PodPort {
                 ofport: a.ofport?,
-                ip: a.ip,
+                ip: a.ip4(),
                 mac: flows::parse_mac(&a.mac)?,
-                ip6: a.ipv6.map(|v6| v6.ip),
+                ip6: a.ip6(),
             })
         })
         .collect();
@@ -236,9 +238,9 @@ pub fn local_pods(attachments: &[Attachment]) -> Vec<LocalPod> {
             (!a.pod_name.is_empty()).then(|| LocalPod {
                 namespace: a.pod_namespace.clone(),
                 name: a.pod_name.clone(),
-                ip: a.ip,
+                ip: a.ip4(),
                 ofport,
-                ip6: a.ipv6.map(|v6| v6.ip),
+                ip6: a.ip6(),
             })
         })
         .collect()

@@ -55,7 +55,16 @@
 //!
 //! A pod's MAC is `0a:58:` followed by its IPv4 address ([`pod_mac`]), like
 //! other Kubernetes networks do: stable across restarts and re-attachments,
-//! and readable in dumps.
+//! and readable in dumps. An IPv6-only pod's is `0a:58:` followed by its
+//! IPv6 address's last four bytes ([`pod_mac_of`]).
+//!
+//! ## Families
+//!
+//! A node has an IPv4 side, an IPv6 side ([`ipv6`]) or both (dual-stack);
+//! the flows of a family exist only where the node (and, for a pod or a
+//! remote node, that object) has an address or pod CIDR of it. An
+//! IPv6-only node has no IPv4 or ARP flow at all: IPv4 from anyone,
+//! the host included, drops in SpoofGuard.
 
 pub mod ipv6;
 mod line;
@@ -81,16 +90,54 @@ pub const CT_ZONE: u16 = 65520;
 /// The node-level facts the flows depend on.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeNet {
-    pub pod_cidr: Ipv4Net,
-    pub gateway_ip: Ipv4Addr,
+    /// Its IPv4 side: none on an IPv6-only node.
+    pub ipv4: Option<NodeNet4>,
     pub gateway_mac: [u8; 6],
     pub gateway_ofport: u32,
-    /// A dual-stack node's IPv6 side ([`ipv6`]).
+    /// Its IPv6 side ([`ipv6`]), on a dual-stack or IPv6-only node.
     pub ipv6: Option<NodeNet6>,
 }
 
-/// The IPv6 pod CIDR of a dual-stack node and its gateway address (on the
-/// same gateway interface and MAC as the IPv4 one).
+impl NodeNet {
+    /// Its IPv4 pod CIDR, if it has one.
+    pub fn pod_cidr4(&self) -> Option<Ipv4Net> {
+        self.ipv4.as_ref().map(|v4| v4.pod_cidr)
+    }
+
+    /// Its IPv6 pod CIDR, if it has one.
+    pub fn pod_cidr6(&self) -> Option<Ipv6Net> {
+        self.ipv6.as_ref().map(|v6| v6.pod_cidr)
+    }
+
+    /// Whether `ip` is in one of its pod CIDRs.
+    pub fn holds(&self, ip: IpAddr) -> bool {
+        match ip {
+            IpAddr::V4(a) => self.pod_cidr4().is_some_and(|c| c.contains(&a)),
+            IpAddr::V6(a) => self.pod_cidr6().is_some_and(|c| c.contains(&a)),
+        }
+    }
+}
+
+/// The IPv4 pod CIDR of a node and its gateway address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeNet4 {
+    pub pod_cidr: Ipv4Net,
+    pub gateway_ip: Ipv4Addr,
+}
+
+impl NodeNet4 {
+    /// The IPv4 side of a node whose IPv4 pod CIDR is `cidr`.
+    pub fn of(cidr: Ipv4Net) -> NodeNet4 {
+        let cidr = cidr.trunc();
+        NodeNet4 {
+            pod_cidr: cidr,
+            gateway_ip: Ipv4Addr::from(u32::from(cidr.network()).wrapping_add(1)),
+        }
+    }
+}
+
+/// The IPv6 pod CIDR of a node and its gateway address (on the same
+/// gateway interface and MAC as the IPv4 one, on a dual-stack node).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeNet6 {
     pub pod_cidr: Ipv6Net,
@@ -112,9 +159,10 @@ impl NodeNet6 {
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct PodPort {
     pub ofport: u32,
-    pub ip: Ipv4Addr,
+    /// Its IPv4 address: none on an IPv6-only node.
+    pub ip: Option<Ipv4Addr>,
     pub mac: [u8; 6],
-    /// Its IPv6 address, on a dual-stack node.
+    /// Its IPv6 address, on a dual-stack or IPv6-only node.
     pub ip6: Option<Ipv6Addr>,
 }
 
@@ -122,7 +170,8 @@ pub struct PodPort {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RemoteNode {
     pub name: String,
-    pub pod_cidr: Ipv4Net,
+    /// Its IPv4 pod CIDR: none on an IPv6-only node.
+    pub pod_cidr: Option<Ipv4Net>,
     /// Its underlay address (of the tunnel's family: the tunnel runs over
     /// IPv6 when this node's own address is IPv6).
     pub ip: IpAddr,
@@ -139,6 +188,22 @@ pub const VIRTUAL_MAC: [u8; 6] = [0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff];
 pub fn pod_mac(ip: Ipv4Addr) -> [u8; 6] {
     let o = ip.octets();
     [0x0a, 0x58, o[0], o[1], o[2], o[3]]
+}
+
+/// The MAC address oxvs gives a pod with IPv4 address `ip4` and IPv6
+/// address `ip6`: [`pod_mac`] of the IPv4 one, else (an IPv6-only pod)
+/// `0a:58:` + the IPv6 address's last four bytes (unique within a pod
+/// CIDR of /96 or longer, and the node's IPAM hands addresses out from
+/// the start of its range).
+pub fn pod_mac_of(ip4: Option<Ipv4Addr>, ip6: Option<Ipv6Addr>) -> [u8; 6] {
+    match (ip4, ip6) {
+        (Some(ip), _) => pod_mac(ip),
+        (None, Some(ip)) => {
+            let o = ip.octets();
+            [0x0a, 0x58, o[12], o[13], o[14], o[15]]
+        }
+        (None, None) => pod_mac(Ipv4Addr::UNSPECIFIED),
+    }
 }
 
 /// `aa:bb:cc:dd:ee:ff` text of a MAC address.
@@ -179,18 +244,19 @@ fn default_drop(table: TableDef) -> FlowLine {
 /// connections meet ServiceLB before egress policy ([`crate::proxy`]).
 /// A dual-stack node also has [`ipv6::node_flows`].
 pub fn node_flows(node: &NodeNet, proxy: bool) -> Vec<String> {
+    let v4 = node.ipv4.is_some();
     [
         classifier(node),
         spoof_guard(node),
         arp_responder(node),
-        conntrack_zone(proxy),
-        conntrack_state(proxy),
+        conntrack_zone(proxy, v4),
+        conntrack_state(proxy, v4),
         egress_defaults(),
         l3_forwarding(node),
-        l3_dec_ttl(proxy),
+        l3_dec_ttl(proxy, v4),
         l2_forwarding_calc(node),
-        ingress_defaults(),
-        conntrack_commit(),
+        ingress_defaults(v4),
+        conntrack_commit(v4),
         output(),
         node.ipv6
             .as_ref()
@@ -227,7 +293,10 @@ fn classifier(node: &NodeNet) -> Vec<FlowLine> {
 /// SpoofGuard: the gateway is the host stack, trusted; anything that no
 /// pod's guard lets through drops.
 fn spoof_guard(node: &NodeNet) -> Vec<FlowLine> {
-    let mut v = spoof_guard_trust_gateway(node);
+    let mut v = match node.ipv4 {
+        Some(_) => spoof_guard_trust_gateway(node),
+        None => Vec::new(),
+    };
     v.push(default_drop(SPOOF_GUARD));
     v
 }
@@ -236,16 +305,23 @@ fn spoof_guard(node: &NodeNet) -> Vec<FlowLine> {
 /// gateway's real MAC); requests and replies addressed to the gateway go to
 /// it; other ARP is switched by MAC.
 fn arp_responder(node: &NodeNet) -> Vec<FlowLine> {
-    vec![
-        arp_answer(cookie::GATEWAY, node.gateway_ip, &node.gateway_mac),
-        arp_to_port(cookie::GATEWAY, node.gateway_ip, node.gateway_ofport),
-        default_goto(ARP_RESPONDER, L2_FORWARDING_CALC),
-    ]
+    let mut v = match &node.ipv4 {
+        Some(v4) => vec![
+            arp_answer(cookie::GATEWAY, v4.gateway_ip, &node.gateway_mac),
+            arp_to_port(cookie::GATEWAY, v4.gateway_ip, node.gateway_ofport),
+        ],
+        None => Vec::new(),
+    };
+    v.push(default_goto(ARP_RESPONDER, L2_FORWARDING_CALC));
+    v
 }
 
 /// ConntrackZone: every IP packet through conntrack; nothing else passes.
-fn conntrack_zone(proxy: bool) -> Vec<FlowLine> {
-    vec![track(proxy, "ip"), default_drop(CONNTRACK_ZONE)]
+/// (`v4`: the node has an IPv4 side; the IPv6 flows are [`ipv6`]'s.)
+fn conntrack_zone(proxy: bool, v4: bool) -> Vec<FlowLine> {
+    let mut v: Vec<FlowLine> = v4.then(|| track(proxy, "ip")).into_iter().collect();
+    v.push(default_drop(CONNTRACK_ZONE));
+    v
 }
 
 /// ConntrackZone: packets of `family` (`ip`/`ipv6`) through conntrack.
@@ -273,14 +349,17 @@ fn drop_invalid(family: &str) -> FlowLine {
 
 /// ConntrackState: invalid drops, established and related skip egress
 /// policy, new connections meet it (with the proxy: ServiceLB first).
-fn conntrack_state(proxy: bool) -> Vec<FlowLine> {
-    let mut v = vec![drop_invalid("ip")];
-    v.extend(skip_established(
-        CONNTRACK_STATE,
-        priority::conntrack_state::ESTABLISHED,
-        L3_FORWARDING,
-        "ip",
-    ));
+fn conntrack_state(proxy: bool, v4: bool) -> Vec<FlowLine> {
+    let mut v = Vec::new();
+    if v4 {
+        v.push(drop_invalid("ip"));
+        v.extend(skip_established(
+            CONNTRACK_STATE,
+            priority::conntrack_state::ESTABLISHED,
+            L3_FORWARDING,
+            "ip",
+        ));
+    }
     if proxy {
         v.push(crate::proxy::conntrack_state_default());
         v.push(crate::proxy::session_affinity_default());
@@ -303,16 +382,23 @@ fn egress_defaults() -> Vec<FlowLine> {
 /// L3Forwarding: replies of connections from the gateway go back to it;
 /// everything not routed to a pod or a remote node is switched by MAC.
 fn l3_forwarding(node: &NodeNet) -> Vec<FlowLine> {
-    vec![
-        reply_to_gateway(node, "ip"),
-        default_goto(L3_FORWARDING, L2_FORWARDING_CALC),
-    ]
+    let mut v: Vec<FlowLine> = node
+        .ipv4
+        .as_ref()
+        .map(|_| reply_to_gateway(node, "ip"))
+        .into_iter()
+        .collect();
+    v.push(default_goto(L3_FORWARDING, L2_FORWARDING_CALC));
+    v
 }
 
 /// L3DecTTL: routed packets lose one TTL, except those the host (the
 /// gateway) already routed. With the proxy, ServiceSNAT comes next.
-fn l3_dec_ttl(proxy: bool) -> Vec<FlowLine> {
-    let mut v = dec_ttl(proxy, "ip");
+fn l3_dec_ttl(proxy: bool, v4: bool) -> Vec<FlowLine> {
+    let mut v = match v4 {
+        true => dec_ttl(proxy, "ip"),
+        false => Vec::new(),
+    };
     v.push(default_goto(L3_DEC_TTL, after_dec_ttl(proxy)));
     v
 }
@@ -347,13 +433,16 @@ fn l2_forwarding_calc(node: &NodeNet) -> Vec<FlowLine> {
 
 /// The ingress policy tables without a policy: established and related
 /// skip the rules, the rest goes straight through.
-fn ingress_defaults() -> Vec<FlowLine> {
-    let mut v = skip_established(
-        INGRESS_RULE,
-        priority::policy_rule::ESTABLISHED,
-        CONNTRACK_COMMIT,
-        "ip",
-    );
+fn ingress_defaults(v4: bool) -> Vec<FlowLine> {
+    let mut v = match v4 {
+        true => skip_established(
+            INGRESS_RULE,
+            priority::policy_rule::ESTABLISHED,
+            CONNTRACK_COMMIT,
+            "ip",
+        ),
+        false => Vec::new(),
+    };
     v.extend([
         default_goto(INGRESS_RULE, INGRESS_DEFAULT_RULE),
         default_goto(INGRESS_DEFAULT_RULE, INGRESS_METRIC),
@@ -365,8 +454,11 @@ fn ingress_defaults() -> Vec<FlowLine> {
 /// ConntrackCommit: new connections are committed; those that enter from
 /// the gateway are marked, so that their replies go back through the host
 /// ([`reply_to_gateway`]).
-fn conntrack_commit() -> Vec<FlowLine> {
-    let mut v = commit("ip");
+fn conntrack_commit(v4: bool) -> Vec<FlowLine> {
+    let mut v = match v4 {
+        true => commit("ip"),
+        false => Vec::new(),
+    };
     v.push(default_goto(CONNTRACK_COMMIT, OUTPUT));
     v
 }
@@ -418,19 +510,22 @@ pub fn pod_flows(node: &NodeNet, pod: &PodPort) -> Vec<String> {
         (Some(_), Some(ip6)) => ipv6::pod_flows(node, pod, ip6),
         _ => Vec::new(),
     };
-    [
-        classify_pod(pod),
-        spoof_guard_pod_ip(pod),
-        spoof_guard_pod_arp(pod),
-        arp_gratuitous_to_host(node, pod),
-        arp_to_port(c, pod.ip, pod.ofport),
-        route_to_pod(node, pod),
-        l2_to_port(c, &pod.mac, pod.ofport),
-    ]
-    .into_iter()
-    .chain(v6)
-    .map(String::from)
-    .collect()
+    let v4 = match (&node.ipv4, pod.ip) {
+        (Some(_), Some(ip)) => vec![
+            spoof_guard_pod_ip(pod, ip),
+            spoof_guard_pod_arp(pod, ip),
+            arp_gratuitous_to_host(node, pod, ip),
+            arp_to_port(c, ip, pod.ofport),
+            route_to_pod(node, pod, ip),
+        ],
+        _ => Vec::new(),
+    };
+    std::iter::once(classify_pod(pod))
+        .chain(v4)
+        .chain(std::iter::once(l2_to_port(c, &pod.mac, pod.ofport)))
+        .chain(v6)
+        .map(String::from)
+        .collect()
 }
 
 /// The tunnel's flows: packets from the tunnel are classified (and look
@@ -454,18 +549,20 @@ pub fn tunnel_flows(node: &NodeNet, tunnel_ofport: u32, remotes: &[RemoteNode]) 
     v.push(drop_tunnel_from_unknown_source(tunnel_ofport));
     v.push(l2_to_port(cookie::TUNNEL, &VIRTUAL_MAC, tunnel_ofport));
     for r in remotes {
-        if r.pod_cidr == node.pod_cidr {
+        // The node itself, if it is in the list, by either pod CIDR.
+        if r.pod_cidr.is_some() && r.pod_cidr == node.pod_cidr4()
+            || r.pod_cidr6.is_some() && r.pod_cidr6 == node.pod_cidr6()
+        {
             continue;
         }
         let c = cookie::remote_node(r.ip);
-        let remote_gateway = Ipv4Addr::from(u32::from(r.pod_cidr.network()).wrapping_add(1));
         v.push(classify_from_node(node, tunnel_ofport, r));
-        v.push(arp_answer(c, remote_gateway, &VIRTUAL_MAC));
-        v.push(route_to_remote_node(node, r));
-        if let (Some(own), Some(cidr)) = (&node.ipv6, r.pod_cidr6) {
-            if own.pod_cidr != cidr {
-                v.extend(ipv6::remote_flows(node, r, cidr));
-            }
+        if let (Some(_), Some(cidr)) = (&node.ipv4, r.pod_cidr) {
+            v.push(arp_answer(c, NodeNet4::of(cidr).gateway_ip, &VIRTUAL_MAC));
+            v.push(route_to_remote_node(node, r, cidr));
+        }
+        if let (Some(_), Some(cidr)) = (&node.ipv6, r.pod_cidr6) {
+            v.extend(ipv6::remote_flows(node, r, cidr));
         }
     }
     v.into_iter().map(String::from).collect()
@@ -556,7 +653,7 @@ fn spoof_guard_trust_gateway(node: &NodeNet) -> Vec<FlowLine> {
 }
 
 /// SpoofGuard: a pod's IP traffic passes with its own MAC and IP only.
-fn spoof_guard_pod_ip(pod: &PodPort) -> FlowLine {
+fn spoof_guard_pod_ip(pod: &PodPort, ip: Ipv4Addr) -> FlowLine {
     FlowLine::new(
         SPOOF_GUARD,
         priority::spoof_guard::ALLOW,
@@ -565,12 +662,12 @@ fn spoof_guard_pod_ip(pod: &PodPort) -> FlowLine {
     .matching("ip")
     .matching(format!("in_port={}", pod.ofport))
     .matching(format!("dl_src={}", mac_str(&pod.mac)))
-    .matching(format!("nw_src={}", pod.ip))
+    .matching(format!("nw_src={ip}"))
     .goto(CONNTRACK_ZONE)
 }
 
 /// SpoofGuard: a pod's ARP passes with its own MAC and IP only.
-fn spoof_guard_pod_arp(pod: &PodPort) -> FlowLine {
+fn spoof_guard_pod_arp(pod: &PodPort, ip: Ipv4Addr) -> FlowLine {
     let mac = mac_str(&pod.mac);
     FlowLine::new(
         SPOOF_GUARD,
@@ -580,7 +677,7 @@ fn spoof_guard_pod_arp(pod: &PodPort) -> FlowLine {
     .matching("arp")
     .matching(format!("in_port={}", pod.ofport))
     .matching(format!("dl_src={mac}"))
-    .matching(format!("arp_spa={}", pod.ip))
+    .matching(format!("arp_spa={ip}"))
     .matching(format!("arp_sha={mac}"))
     .goto(ARP_RESPONDER)
 }
@@ -612,7 +709,7 @@ fn arp_to_port(cookie: u64, ip: Ipv4Addr, ofport: u32) -> FlowLine {
 
 /// ARPResponder: a pod's own gratuitous ARP (target = its own address)
 /// goes to the host.
-fn arp_gratuitous_to_host(node: &NodeNet, pod: &PodPort) -> FlowLine {
+fn arp_gratuitous_to_host(node: &NodeNet, pod: &PodPort, ip: Ipv4Addr) -> FlowLine {
     FlowLine::new(
         ARP_RESPONDER,
         priority::arp_responder::GRATUITOUS,
@@ -620,7 +717,7 @@ fn arp_gratuitous_to_host(node: &NodeNet, pod: &PodPort) -> FlowLine {
     )
     .matching("arp")
     .matching(format!("in_port={}", pod.ofport))
-    .matching(format!("arp_tpa={}", pod.ip))
+    .matching(format!("arp_tpa={ip}"))
     .action(format!("output:{}", node.gateway_ofport))
 }
 
@@ -658,7 +755,7 @@ fn reply_to_gateway(node: &NodeNet, family: &str) -> FlowLine {
 
 /// L3Forwarding: IP to the gateway's MAC for a local pod is routed: MACs
 /// rewritten.
-fn route_to_pod(node: &NodeNet, pod: &PodPort) -> FlowLine {
+fn route_to_pod(node: &NodeNet, pod: &PodPort, ip: Ipv4Addr) -> FlowLine {
     let gw_mac = mac_str(&node.gateway_mac);
     FlowLine::new(
         L3_FORWARDING,
@@ -667,7 +764,7 @@ fn route_to_pod(node: &NodeNet, pod: &PodPort) -> FlowLine {
     )
     .matching("ip")
     .matching(format!("dl_dst={gw_mac}"))
-    .matching(format!("nw_dst={}", pod.ip))
+    .matching(format!("nw_dst={ip}"))
     .action(format!("set_field:{gw_mac}->eth_src"))
     .action(format!("set_field:{}->eth_dst", mac_str(&pod.mac)))
     .goto(L3_DEC_TTL)
@@ -675,14 +772,14 @@ fn route_to_pod(node: &NodeNet, pod: &PodPort) -> FlowLine {
 
 /// L3Forwarding: IP to a remote node's pod CIDR is routed into the tunnel:
 /// the virtual MAC as destination, the node as `tun_dst`.
-fn route_to_remote_node(node: &NodeNet, r: &RemoteNode) -> FlowLine {
+fn route_to_remote_node(node: &NodeNet, r: &RemoteNode, cidr: Ipv4Net) -> FlowLine {
     FlowLine::new(
         L3_FORWARDING,
         priority::l3_forwarding::ROUTE,
         cookie::remote_node(r.ip),
     )
     .matching("ip")
-    .matching(format!("nw_dst={}", r.pod_cidr))
+    .matching(format!("nw_dst={cidr}"))
     .action(format!("set_field:{}->eth_src", mac_str(&node.gateway_mac)))
     .action(format!("set_field:{}->eth_dst", mac_str(&VIRTUAL_MAC)))
     .action(set_tun_dst(r.ip))
@@ -760,8 +857,10 @@ mod tests {
 
     fn node() -> NodeNet {
         NodeNet {
-            pod_cidr: "10.244.0.0/24".parse().unwrap(),
-            gateway_ip: "10.244.0.1".parse().unwrap(),
+            ipv4: Some(crate::flows::NodeNet4 {
+                pod_cidr: "10.244.0.0/24".parse().unwrap(),
+                gateway_ip: "10.244.0.1".parse().unwrap(),
+            }),
             gateway_mac: [0x0a, 0x58, 10, 244, 0, 1],
             gateway_ofport: 2,
             ipv6: None,
@@ -781,7 +880,7 @@ mod tests {
         let ip = Ipv4Addr::new(10, 244, 0, last);
         PodPort {
             ofport,
-            ip,
+            ip: Some(ip),
             mac: pod_mac(ip),
             ip6: None,
         }
@@ -847,7 +946,7 @@ mod tests {
                 ofport: 9,
                 remotes: vec![RemoteNode {
                     name: "n2".into(),
-                    pod_cidr: "10.244.1.0/24".parse().unwrap(),
+                    pod_cidr: Some("10.244.1.0/24".parse().unwrap()),
                     ip: remote.parse().unwrap(),
                     pod_cidr6: None,
                 }],
@@ -929,6 +1028,70 @@ mod tests {
     /// source, and an IPv4 outer source from the node's IPv4 address: the
     /// node is known by its tunnel address), and pods' UDP to any node's
     /// IPv6 VXLAN port dropped.
+    /// An IPv6-only node: pods reach each other and the remote node's
+    /// pods over IPv6; no IPv4 or ARP passes, from a pod or the host.
+    #[test]
+    fn an_ipv6_only_node_forwards_ipv6_and_nothing_else() {
+        let node = NodeNet {
+            ipv4: None,
+            ipv6: Some(NodeNet6::of("fd00:10:244::/64".parse().unwrap())),
+            ..node()
+        };
+        let pod6 = |ofport: u32, last: u16| {
+            let ip6 = Ipv6Addr::new(0xfd00, 0x10, 0x244, 0, 0, 0, 0, last);
+            PodPort {
+                ofport,
+                ip: None,
+                mac: pod_mac_of(None, Some(ip6)),
+                ip6: Some(ip6),
+            }
+        };
+        assert_eq!(mac_str(&pod6(3, 3).mac), "0a:58:00:00:00:03");
+        let inp = Inputs {
+            pods: vec![pod6(3, 3), pod6(4, 4)],
+            tunnel: Some(Tunnel {
+                ofport: 9,
+                remotes: vec![RemoteNode {
+                    name: "n2".into(),
+                    pod_cidr: None,
+                    ip: "fd00:77::12".parse().unwrap(),
+                    pod_cidr6: Some("fd00:10:244:1::/64".parse().unwrap()),
+                }],
+                node_ip: Some("fd00:77::11".parse().unwrap()),
+                guard: true,
+            }),
+            ..Inputs::for_node(node.clone())
+        };
+        let text = desired::compute(&inp).text();
+        assert!(
+            !text
+                .lines()
+                .any(|l| l.contains("arp") || l.contains(" ip,")),
+            "no IPv4 or ARP flow:\n{text}"
+        );
+        let trace = |spec: &str| desired::trace_desired(&inp, "", spec);
+        let gw = "0a:58:0a:f4:00:01";
+        // Pod to pod on the node, routed.
+        let t = trace(&format!("in_port=3,icmp6,icmp_type=128,dl_src=0a:58:00:00:00:03,dl_dst={gw},ipv6_src=fd00:10:244::3,ipv6_dst=fd00:10:244::4,nw_ttl=64"));
+        assert!(t.lines().last().unwrap().ends_with(",4"), "{t}");
+        // The gateway's neighbour solicitation answered.
+        let t = trace("in_port=3,icmp6,icmp_type=135,icmp_code=0,dl_src=0a:58:00:00:00:03,dl_dst=33:33:ff:00:00:01,ipv6_src=fd00:10:244::3,ipv6_dst=ff02::1:ff00:1,nd_target=fd00:10:244::1,nw_ttl=255");
+        assert!(t.contains(&format!("set_field:{gw}->nd_tll")), "{t}");
+        // Into the tunnel to the remote node.
+        let t = trace(&format!("in_port=3,udp6,dl_src=0a:58:00:00:00:03,dl_dst={gw},ipv6_src=fd00:10:244::3,ipv6_dst=fd00:10:244:1::7,nw_ttl=64,tp_src=1000,tp_dst=53"));
+        assert!(t.contains("set_field:fd00:77::12->tun_ipv6_dst"), "{t}");
+        assert!(t.lines().last().unwrap().ends_with(",9"), "{t}");
+        // IPv4 and ARP from a pod or the host go nowhere.
+        for spec in [
+            format!("in_port=3,icmp,dl_src=0a:58:00:00:00:03,dl_dst={gw},nw_src=10.244.0.3,nw_dst=10.244.0.4,nw_ttl=64"),
+            format!("in_port=2,icmp,dl_src={gw},dl_dst=0a:58:00:00:00:04,nw_src=10.244.0.1,nw_dst=10.244.0.4,nw_ttl=64"),
+            "in_port=3,arp,arp_op=1,dl_src=0a:58:00:00:00:03,dl_dst=ff:ff:ff:ff:ff:ff,arp_spa=10.244.0.3,arp_sha=0a:58:00:00:00:03,arp_tpa=10.244.0.1".to_string(),
+        ] {
+            let t = trace(&spec);
+            assert!(t.trim_end().ends_with("drop"), "{spec}: {t}");
+        }
+    }
+
     #[test]
     fn traces_across_an_ipv6_underlay() {
         let inp = tunnel_inputs("fd00:77::11", "fd00:77::12");
@@ -1030,7 +1193,7 @@ mod tests {
             dp.process_batch(&mut pkts, &mut ct, 1, &mut sink);
             sink.outputs
         };
-        let (c, b) = ((client.ip, 40000), (backend.ip, 8080));
+        let (c, b) = ((client.ip.unwrap(), 40000), (backend.ip.unwrap(), 8080));
         // SYN after DNAT, from the host: delivered to the backend.
         let out = run(
             tcp_frame((n.gateway_mac, backend.mac), c, b, 0x02, 100, 0),
@@ -1048,13 +1211,27 @@ mod tests {
         assert_eq!(&out[0].1[..6], &n.gateway_mac, "destination MAC");
         // The same ports between the pods directly (no host): switched.
         let out = run(
-            tcp_frame((backend.mac, client.mac), b, (client.ip, 40001), 0x02, 7, 0),
+            tcp_frame(
+                (backend.mac, client.mac),
+                b,
+                (client.ip.unwrap(), 40001),
+                0x02,
+                7,
+                0,
+            ),
             backend.ofport,
         );
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].0, client.ofport);
         let out = run(
-            tcp_frame((client.mac, backend.mac), (client.ip, 40001), b, 0x12, 9, 8),
+            tcp_frame(
+                (client.mac, backend.mac),
+                (client.ip.unwrap(), 40001),
+                b,
+                0x12,
+                9,
+                8,
+            ),
             client.ofport,
         );
         assert_eq!(out.len(), 1);

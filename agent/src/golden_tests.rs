@@ -28,8 +28,10 @@ use crate::state::{AttachState, Attachment};
 
 fn node() -> NodeNet {
     NodeNet {
-        pod_cidr: "10.244.0.0/24".parse().unwrap(),
-        gateway_ip: "10.244.0.1".parse().unwrap(),
+        ipv4: Some(crate::flows::NodeNet4 {
+            pod_cidr: "10.244.0.0/24".parse().unwrap(),
+            gateway_ip: "10.244.0.1".parse().unwrap(),
+        }),
         gateway_mac: [0x0a, 0x58, 10, 244, 0, 1],
         gateway_ofport: 2,
         ipv6: None,
@@ -39,7 +41,7 @@ fn node() -> NodeNet {
 fn remote(name: &str, cidr: &str, ip: &str) -> RemoteNode {
     RemoteNode {
         name: name.into(),
-        pod_cidr: cidr.parse().unwrap(),
+        pod_cidr: Some(cidr.parse().unwrap()),
         ip: ip.parse().unwrap(),
         pod_cidr6: None,
     }
@@ -55,9 +57,11 @@ fn att(ns: &str, name: &str, ip: &str, ofport: Option<u32>, state: AttachState) 
         host_ifname: format!("h-{name}"),
         pod_namespace: ns.into(),
         pod_name: name.into(),
-        ip,
-        prefix_len: 24,
-        gateway: "10.244.0.1".parse().unwrap(),
+        ipv4: Some(crate::state::PodIpv4 {
+            ip,
+            prefix_len: 24,
+            gateway: "10.244.0.1".parse().unwrap(),
+        }),
         mac: flows::mac_str(&flows::pod_mac(ip)),
         mtu: 1450,
         ofport,
@@ -85,7 +89,7 @@ fn v6_of(ip: Ipv4Addr) -> std::net::Ipv6Addr {
 /// `a` on a dual-stack node: its IPv6 address is [`v6_of`] its IPv4 one.
 fn dual_att(mut a: Attachment) -> Attachment {
     a.ipv6 = Some(crate::state::PodIpv6 {
-        ip: v6_of(a.ip),
+        ip: v6_of(a.ip4().unwrap()),
         prefix_len: 64,
         gateway: "fd00:10:244::1".parse().unwrap(),
     });
@@ -425,6 +429,57 @@ fn scenarios() -> BTreeMap<&'static str, Inputs> {
             state: Arc::new(dual_cluster()),
             admitted: vec![],
             local: local_pods(&dual_atts),
+            max_policy_flows: crate::policy::DEFAULT_MAX_POLICY_FLOWS,
+            proxy: false,
+            node_name: "node-a".into(),
+        },
+    );
+    // IPv6-only: the dual-stack node without its IPv4 side, its tunnel
+    // over IPv6 to an IPv6-only remote.
+    let v6_atts: Vec<Attachment> = dual_atts
+        .iter()
+        .cloned()
+        .map(|mut a| {
+            a.ipv4 = None;
+            a.mac = flows::mac_str(&a.mac_of_addresses());
+            a
+        })
+        .collect();
+    let mut v6_state = dual_cluster();
+    for n in v6_state.nodes.values_mut() {
+        n.pod_cidr = None;
+        n.internal_ip6 = n.internal_ip.map(|ip| {
+            let o = ip.octets();
+            std::net::Ipv6Addr::new(0xfd00, 0x192, 0x168, 0x77, 0, 0, 0, u16::from(o[3]))
+        });
+        n.internal_ip = None;
+    }
+    for p in v6_state.pods.values_mut() {
+        p.ip = None;
+    }
+    m.insert(
+        "ipv6only",
+        Inputs {
+            node: NodeNet {
+                ipv4: None,
+                ipv6: Some(flows::NodeNet6::of("fd00:10:244::/64".parse().unwrap())),
+                ..node()
+            },
+            pods: pod_ports(&v6_atts),
+            tunnel: Some(Tunnel {
+                ofport: 1,
+                remotes: vec![RemoteNode {
+                    name: "n2".into(),
+                    pod_cidr: None,
+                    ip: "fd00:192:168:77::12".parse().unwrap(),
+                    pod_cidr6: Some("fd00:10:244:1::/64".parse().unwrap()),
+                }],
+                node_ip: Some("fd00:192:168:77::11".parse().unwrap()),
+                guard: true,
+            }),
+            state: Arc::new(v6_state),
+            admitted: vec![],
+            local: local_pods(&v6_atts),
             max_policy_flows: crate::policy::DEFAULT_MAX_POLICY_FLOWS,
             proxy: false,
             node_name: "node-a".into(),

@@ -270,9 +270,6 @@ fn pod_cidrs(given: &[IpNet]) -> anyhow::Result<(Option<Ipv4Net>, Option<Ipv6Net
             }
         }
     }
-    if v6.is_some() && v4.is_none() {
-        anyhow::bail!("--pod-cidr: an IPv6 pod CIDR needs an IPv4 one too (dual-stack; IPv6-only nodes are not supported yet)");
-    }
     Ok((v4, v6))
 }
 
@@ -586,14 +583,20 @@ mod tests {
         v.iter().map(|s| s.parse().expect("test CIDR")).collect()
     }
 
-    /// `--pod-cidr` by family: at most one each, large enough, IPv6 only
-    /// next to IPv4; every refusal names what is wrong.
+    /// `--pod-cidr` by family: at most one each, large enough; every
+    /// refusal names what is wrong.
     #[test]
     fn pod_cidr_flags() {
         let (v4, v6) = pod_cidrs(&nets(&["10.244.1.7/24", "fd00:10:244:1::9/64"])).unwrap();
         assert_eq!(v4.unwrap().to_string(), "10.244.1.0/24");
         assert_eq!(v6.unwrap().to_string(), "fd00:10:244:1::/64");
         assert_eq!(pod_cidrs(&[]).unwrap(), (None, None));
+        // An IPv6-only node.
+        let (v4, v6) = pod_cidrs(&nets(&["fd00:10:244:1::/64"])).unwrap();
+        assert_eq!(
+            (v4, v6.unwrap().to_string().as_str()),
+            (None, "fd00:10:244:1::/64")
+        );
         for (given, why) in [
             (&["10.0.0.0/31"][..], "too small (at most /30)"),
             (
@@ -605,7 +608,6 @@ mod tests {
                 &["10.0.0.0/24", "fd00::/64", "fd01::/64"][..],
                 "two IPv6 CIDRs",
             ),
-            (&["fd00::/64"][..], "needs an IPv4 one too"),
         ] {
             let e = pod_cidrs(&nets(given)).unwrap_err().to_string();
             assert!(e.contains(why), "{given:?}: {e}");

@@ -14,8 +14,9 @@
 //!
 //! ## The checks
 //!
-//! A remote Node (one with both a podCIDR and an InternalIP; others are
-//! not routed to at all, as before) is refused when its podCIDR
+//! A remote Node (one with a podCIDR of either family and an InternalIP
+//! of the tunnel's family; others are not routed to at all) is refused
+//! when its (IPv4) podCIDR
 //!
 //! - is broader than [`MIN_PREFIX_LEN`] (`0.0.0.0/0`, `10.0.0.0/7`);
 //! - overlaps a range that is never pod addresses ([`RESERVED`]: this
@@ -41,6 +42,8 @@
 //! IPv6 InternalIP is not routed to. A remote's IPv6 pod CIDR that holds
 //! any node's IPv6 InternalIP or overlaps this node's IPv6 underlay subnet
 //! is not used (the Node stays for IPv4), as one that overlaps another's.
+//! An IPv6-only Node (no IPv4 podCIDR) is checked by its InternalIP and
+//! its IPv6 range that way; if the range is not used, nothing of it is.
 //!
 //! This node's own Node object (used only without `--pod-cidr`) is refused
 //! as its IPAM range when its podCIDR is broader than [`MIN_PREFIX_LEN`],
@@ -369,7 +372,7 @@ fn drop_bad_ipv6_cidrs(
                 .underlay6
                 .is_some_and(|u| u.contains(&c.network()) || c.contains(&u.network()));
         if !usable_ipv6_cidr(&c) || overlaps || captures_underlay {
-            tracing::warn!(node = %r.name, pod_cidr = %c, "a Node's IPv6 pod CIDR is not usable, overlaps another's or holds a node address; its pods are reached over IPv4 only");
+            tracing::warn!(node = %r.name, pod_cidr = %c, "a Node's IPv6 pod CIDR is not usable, overlaps another's or holds a node address; its pods are not reached over IPv6");
             r.pod_cidr6 = None;
         } else {
             taken.insert(c.network(), c);
@@ -383,16 +386,23 @@ pub fn check_remotes(local: &LocalNode, nodes: &BTreeMap<String, Node>) -> Check
     // 1. Each Node on its own.
     let mut candidates: Vec<RemoteNode> = Vec::new();
     for n in nodes.values().filter(|n| n.name != local.name) {
-        let (Some(cidr), Some(ip)) = (n.pod_cidr, n.tunnel_ip(local.tunnel_ipv6())) else {
+        // An IPv6-only Node (no IPv4 podCIDR) is checked by its address
+        // here and by its IPv6 range in `drop_bad_ipv6_cidrs`.
+        if n.pod_cidr.is_none() && n.pod_cidr6.is_none() {
+            continue;
+        }
+        let Some(ip) = n.tunnel_ip(local.tunnel_ipv6()) else {
             continue;
         };
-        let cidr = cidr.trunc();
-        let problem = check_cidr(&cidr, local.underlay.as_ref())
-            .or_else(|| {
-                local
-                    .pod_cidr
-                    .filter(|l| overlaps(&cidr, l))
-                    .map(|l| NodeProblem::OverlapsLocalPods { cidr, local: l })
+        let cidr = n.pod_cidr.map(|c| c.trunc());
+        let problem = cidr
+            .and_then(|cidr| {
+                check_cidr(&cidr, local.underlay.as_ref()).or_else(|| {
+                    local
+                        .pod_cidr
+                        .filter(|l| overlaps(&cidr, l))
+                        .map(|l| NodeProblem::OverlapsLocalPods { cidr, local: l })
+                })
             })
             .or_else(|| check_address(ip, local).map(|why| NodeProblem::BadAddress { ip, why }));
         match problem {
@@ -407,27 +417,28 @@ pub fn check_remotes(local: &LocalNode, nodes: &BTreeMap<String, Node>) -> Check
             }),
         }
     }
-    // 2. Pairs. Prefixes nest or are disjoint, so after sorting by first
-    // address each one overlaps the widest range opened before it, if any.
-    candidates.sort_by(|a, b| {
-        (a.pod_cidr.network(), a.pod_cidr.prefix_len(), &a.name).cmp(&(
-            b.pod_cidr.network(),
-            b.pod_cidr.prefix_len(),
-            &b.name,
-        ))
+    // 2. Pairs of IPv4 ranges. Prefixes nest or are disjoint, so after
+    // sorting by first address each one overlaps the widest range opened
+    // before it, if any.
+    let mut with4: Vec<(Ipv4Net, &str)> = candidates
+        .iter()
+        .filter_map(|r| Some((r.pod_cidr?, r.name.as_str())))
+        .collect();
+    with4.sort_by(|a, b| {
+        (a.0.network(), a.0.prefix_len(), a.1).cmp(&(b.0.network(), b.0.prefix_len(), b.1))
     });
     let mut widest: Option<usize> = None;
-    for (i, r) in candidates.iter().enumerate() {
+    for (i, r) in with4.iter().enumerate() {
         match widest {
-            Some(w) if candidates[w].pod_cidr.contains(&r.pod_cidr.network()) => {
-                let other = &candidates[w];
+            Some(w) if with4[w].0.contains(&r.0.network()) => {
+                let other = &with4[w];
                 for (a, b) in [(r, other), (other, r)] {
                     refused
-                        .entry(a.name.clone())
+                        .entry(a.1.to_string())
                         .or_insert_with(|| NodeProblem::OverlapsNode {
-                            cidr: a.pod_cidr,
-                            other: b.name.clone(),
-                            other_cidr: b.pod_cidr,
+                            cidr: a.0,
+                            other: b.1.to_string(),
+                            other_cidr: b.0,
                         });
                 }
             }
@@ -445,15 +456,13 @@ pub fn check_remotes(local: &LocalNode, nodes: &BTreeMap<String, Node>) -> Check
     ips.sort_unstable();
     ips.dedup();
     for r in &candidates {
-        let from = ips.partition_point(|(ip, _)| *ip < r.pod_cidr.network());
-        for (ip, owner) in ips[from..]
-            .iter()
-            .take_while(|(ip, _)| r.pod_cidr.contains(ip))
-        {
+        let Some(cidr) = r.pod_cidr else { continue };
+        let from = ips.partition_point(|(ip, _)| *ip < cidr.network());
+        for (ip, owner) in ips[from..].iter().take_while(|(ip, _)| cidr.contains(ip)) {
             refused
                 .entry(r.name.clone())
                 .or_insert_with(|| NodeProblem::ContainsNodeAddress {
-                    cidr: r.pod_cidr,
+                    cidr,
                     ip: *ip,
                     node: owner.to_string(),
                 });
@@ -473,6 +482,9 @@ pub fn check_remotes(local: &LocalNode, nodes: &BTreeMap<String, Node>) -> Check
         .collect();
     remotes.sort_by(|a, b| a.name.cmp(&b.name));
     drop_bad_ipv6_cidrs(local, nodes, &mut remotes);
+    // An IPv6-only Node whose IPv6 range was not usable has nothing left
+    // to route to.
+    remotes.retain(|r| r.pod_cidr.is_some() || r.pod_cidr6.is_some());
     Checked {
         remotes,
         refused: refused
@@ -563,6 +575,58 @@ mod tests {
     /// remote is reached at its IPv6 InternalIP (one without is not routed
     /// to), an InternalIP that cannot be a tunnel endpoint is refused, and
     /// an IPv6 pod CIDR holding a node's IPv6 address is not used.
+    /// IPv6-only Nodes (no IPv4 podCIDR): routed to by their IPv6 range
+    /// alone, checked as the IPv6 ranges of dual-stack Nodes are; one
+    /// whose range is not usable has nothing left and is not a remote.
+    #[test]
+    fn ipv6_only_nodes_are_remotes_by_their_ipv6_range() {
+        let l = LocalNode {
+            name: "n1".into(),
+            pod_cidr: None,
+            pod_cidr6: Some("fd00:10:244:1::/64".parse().unwrap()),
+            node_ip: Some("fd00:77::11".parse().unwrap()),
+            ip4: None,
+            underlay: None,
+            underlay6: Some("fd00:77::/64".parse().unwrap()),
+        };
+        let v6only = |name: &str, ip6: &str, c6: &str| {
+            (
+                name.to_string(),
+                Node {
+                    name: name.into(),
+                    pod_cidr: None,
+                    pod_cidr6: Some(c6.parse().unwrap()),
+                    internal_ip: None,
+                    internal_ip6: Some(ip6.parse().unwrap()),
+                },
+            )
+        };
+        let nodes: BTreeMap<String, Node> = [
+            v6only("n2", "fd00:77::12", "fd00:10:244:2::/64"),
+            v6only("n3", "fd00:77::13", "fd00:10:244:1::/64"), // this node's range
+            v6only("n4", "fd00:77::14", "fd00:77::/120"),      // holds node addresses
+            v6only("n5", "fe80::5", "fd00:10:244:5::/64"),     // link-local address
+            v6only("n1", "fd00:77::11", "fd00:10:244:1::/64"), // this node
+        ]
+        .into_iter()
+        .collect();
+        let c = check_remotes(&l, &nodes);
+        let got: Vec<(&str, Option<Ipv4Net>, Option<String>)> = c
+            .remotes
+            .iter()
+            .map(|r| {
+                (
+                    r.name.as_str(),
+                    r.pod_cidr,
+                    r.pod_cidr6.map(|x| x.to_string()),
+                )
+            })
+            .collect();
+        assert_eq!(got, vec![("n2", None, Some("fd00:10:244:2::/64".into()))]);
+        assert_eq!(c.refused.len(), 1, "{:?}", c.refused);
+        assert_eq!(c.refused[0].name, "n5");
+    }
+
     #[test]
     fn an_ipv6_underlay_uses_the_ipv6_internal_ips() {
         let mut l = local();

@@ -79,10 +79,9 @@ pub struct PodIfaceSpec {
     /// The host end's name (see [`host_ifname`]).
     pub host_ifname: String,
     pub mac: [u8; 6],
-    pub ip: Ipv4Addr,
-    pub prefix_len: u8,
-    /// Default route via this address.
-    pub gateway: Ipv4Addr,
+    /// The pod's IPv4 address, prefix and gateway (a default route via
+    /// it): none on an IPv6-only node.
+    pub ipv4: Option<crate::state::PodIpv4>,
     pub mtu: u32,
     /// The default route's MTU when below `mtu` (paths leaving the node).
     pub route_mtu: Option<u32>,
@@ -94,7 +93,7 @@ pub struct PodIfaceSpec {
     /// Turn TX checksum offload off on the pod end.
     pub tx_checksum_off: bool,
     /// The pod's IPv6 address, prefix and gateway (a default route via
-    /// it), on a dual-stack node.
+    /// it), on a dual-stack or IPv6-only node.
     pub ipv6: Option<crate::state::PodIpv6>,
 }
 
@@ -208,11 +207,26 @@ fn validate_ifname(what: &str, name: &str) -> Result<(), PodnetError> {
 fn validate_spec(spec: &PodIfaceSpec) -> Result<(), PodnetError> {
     validate_ifname("pod", &spec.ifname)?;
     validate_ifname("host", &spec.host_ifname)?;
-    if spec.prefix_len > 32 {
-        return Err(PodnetError::Other(format!(
-            "invalid prefix length /{} for {}: at most 32",
-            spec.prefix_len, spec.ip
-        )));
+    match (spec.ipv4, spec.ipv6) {
+        (Some(v4), _) if v4.prefix_len > 32 => {
+            return Err(PodnetError::Other(format!(
+                "invalid prefix length /{} for {}: at most 32",
+                v4.prefix_len, v4.ip
+            )));
+        }
+        (_, Some(v6)) if v6.prefix_len > 128 => {
+            return Err(PodnetError::Other(format!(
+                "invalid prefix length /{} for {}: at most 128",
+                v6.prefix_len, v6.ip
+            )));
+        }
+        (None, None) => {
+            return Err(PodnetError::Other(format!(
+                "no address for {}: an IPv4 or an IPv6 one is needed",
+                spec.ifname
+            )));
+        }
+        _ => {}
     }
     if !(68..=65535).contains(&spec.mtu) {
         return Err(PodnetError::Other(format!(
@@ -371,14 +385,6 @@ fn configure_pod_end(spec: &PodIfaceSpec, ns: &File) -> Result<(), PodnetError> 
                 .existing_link(&spec.ifname)
                 .map_err(nl::step(format!("find '{}' in {in_ns}", spec.ifname)))?
                 .index;
-            let route = Ipv4Route {
-                dst: Ipv4Net::default(),
-                gateway: Some(spec.gateway),
-                oif: Some(index),
-                onlink: !in_subnet(spec.ip, spec.prefix_len, spec.gateway),
-                mtu: spec.route_mtu,
-                table: None,
-            };
             // Sent in this order, answered in this order: the address (and
             // its connected route) exists when the default route is added.
             let mut changes = vec![
@@ -390,47 +396,78 @@ fn configure_pod_end(spec: &PodIfaceSpec, ns: &File) -> Result<(), PodnetError> 
                     index,
                     change: LinkChange::up(),
                 },
-                Change::AddAddress {
-                    index,
-                    ip: IpAddr::V4(spec.ip),
-                    prefix_len: spec.prefix_len,
-                },
-                Change::AddRoute {
-                    route: route.clone(),
-                    replace: false,
-                },
+            ];
+            let mut steps = vec![
+                format!("bring 'lo' up in {in_ns}"),
+                format!("bring '{}' up in {in_ns}", spec.ifname),
             ];
             let tcp_table = spec.tcp_full_mtu && spec.route_mtu.is_some();
-            if tcp_table {
-                let subnet = Ipv4Net::new(spec.ip, spec.prefix_len)
-                    .map(|n| n.trunc())
-                    .unwrap_or_default();
+            if let Some(v4) = spec.ipv4 {
+                let route = Ipv4Route {
+                    dst: Ipv4Net::default(),
+                    gateway: Some(v4.gateway),
+                    oif: Some(index),
+                    onlink: !in_subnet(v4.ip, v4.prefix_len, v4.gateway),
+                    mtu: spec.route_mtu,
+                    table: None,
+                };
                 changes.extend([
-                    Change::AddRoute {
-                        route: Ipv4Route {
-                            dst: subnet,
-                            gateway: None,
-                            oif: Some(index),
-                            onlink: false,
-                            mtu: None,
-                            table: Some(TCP_TABLE),
-                        },
-                        replace: false,
+                    Change::AddAddress {
+                        index,
+                        ip: IpAddr::V4(v4.ip),
+                        prefix_len: v4.prefix_len,
                     },
                     Change::AddRoute {
-                        route: Ipv4Route {
-                            mtu: None,
-                            table: Some(TCP_TABLE),
-                            ..route
-                        },
+                        route: route.clone(),
                         replace: false,
                     },
-                    Change::AddRule(Ipv4Rule {
-                        priority: TCP_RULE_PRIORITY,
-                        ip_proto: IPPROTO_TCP,
-                        table: TCP_TABLE,
-                    }),
                 ]);
+                steps.extend([
+                    format!(
+                        "add {}/{} to '{}' in {in_ns}",
+                        v4.ip, v4.prefix_len, spec.ifname
+                    ),
+                    format!(
+                        "add default route via {} dev '{}' in {in_ns}",
+                        v4.gateway, spec.ifname
+                    ),
+                ]);
+                if tcp_table {
+                    let subnet = Ipv4Net::new(v4.ip, v4.prefix_len)
+                        .map(|n| n.trunc())
+                        .unwrap_or_default();
+                    changes.extend([
+                        Change::AddRoute {
+                            route: Ipv4Route {
+                                dst: subnet,
+                                gateway: None,
+                                oif: Some(index),
+                                onlink: false,
+                                mtu: None,
+                                table: Some(TCP_TABLE),
+                            },
+                            replace: false,
+                        },
+                        Change::AddRoute {
+                            route: Ipv4Route {
+                                mtu: None,
+                                table: Some(TCP_TABLE),
+                                ..route
+                            },
+                            replace: false,
+                        },
+                        Change::AddRule(Ipv4Rule {
+                            priority: TCP_RULE_PRIORITY,
+                            ip_proto: IPPROTO_TCP,
+                            table: TCP_TABLE,
+                        }),
+                    ]);
+                    steps.extend([
+                        format!("add the subnet route to table {TCP_TABLE} in {in_ns}"),
+                        format!("add the default route to table {TCP_TABLE} in {in_ns}"),
+                        format!("add the rule 'ipproto tcp lookup {TCP_TABLE}' in {in_ns}"),
+                    ]);
+                }
             }
             let mut v6_steps = Vec::new();
             if let Some(v6) = spec.ipv6 {
@@ -498,25 +535,6 @@ fn configure_pod_end(spec: &PodIfaceSpec, ns: &File) -> Result<(), PodnetError> 
             let results = nl
                 .pipeline(&changes)
                 .map_err(nl::step(format!("configure '{}' in {in_ns}", spec.ifname)))?;
-            let mut steps = vec![
-                format!("bring 'lo' up in {in_ns}"),
-                format!("bring '{}' up in {in_ns}", spec.ifname),
-                format!(
-                    "add {}/{} to '{}' in {in_ns}",
-                    spec.ip, spec.prefix_len, spec.ifname
-                ),
-                format!(
-                    "add default route via {} dev '{}' in {in_ns}",
-                    spec.gateway, spec.ifname
-                ),
-            ];
-            if tcp_table {
-                steps.extend([
-                    format!("add the subnet route to table {TCP_TABLE} in {in_ns}"),
-                    format!("add the default route to table {TCP_TABLE} in {in_ns}"),
-                    format!("add the rule 'ipproto tcp lookup {TCP_TABLE}' in {in_ns}"),
-                ]);
-            }
             steps.extend(v6_steps);
             for (r, step) in results.into_iter().zip(steps) {
                 r.map_err(nl::step(step))?;
@@ -593,15 +611,18 @@ pub fn check_pod_interface(spec: &PodIfaceSpec) -> Result<(), PodnetError> {
             if !link.up {
                 diffs.push("is down, want up".to_string());
             }
-            let addrs = ipv4_addresses(nl, Some(link.index))?;
-            if !addrs.contains(&(spec.ip, spec.prefix_len)) {
-                let have: Vec<String> = addrs.iter().map(|(ip, p)| format!("{ip}/{p}")).collect();
-                diffs.push(format!(
-                    "lacks address {}/{} (has [{}])",
-                    spec.ip,
-                    spec.prefix_len,
-                    have.join(", ")
-                ));
+            if let Some(v4) = spec.ipv4 {
+                let addrs = ipv4_addresses(nl, Some(link.index))?;
+                if !addrs.contains(&(v4.ip, v4.prefix_len)) {
+                    let have: Vec<String> =
+                        addrs.iter().map(|(ip, p)| format!("{ip}/{p}")).collect();
+                    diffs.push(format!(
+                        "lacks address {}/{} (has [{}])",
+                        v4.ip,
+                        v4.prefix_len,
+                        have.join(", ")
+                    ));
+                }
             }
             if let Some(v6) = spec.ipv6 {
                 let has6 = nl
@@ -613,25 +634,27 @@ pub fn check_pod_interface(spec: &PodIfaceSpec) -> Result<(), PodnetError> {
                     diffs.push(format!("lacks address {}/{}", v6.ip, v6.prefix_len));
                 }
             }
-            let routes = nl
-                .ipv4_default_routes()
-                .map_err(nl::step("list IPv4 routes"))?;
-            let want = routes
-                .iter()
-                .any(|r| r.gateway == Some(spec.gateway) && r.oif == Some(link.index));
-            if !want {
-                let have: Vec<String> = routes
+            if let Some(v4) = spec.ipv4 {
+                let routes = nl
+                    .ipv4_default_routes()
+                    .map_err(nl::step("list IPv4 routes"))?;
+                let want = routes
                     .iter()
-                    .map(|r| match r.gateway {
-                        Some(gw) => format!("via {gw} oif {:?}", r.oif),
-                        None => format!("oif {:?}", r.oif),
-                    })
-                    .collect();
-                diffs.push(format!(
-                    "lacks default route via {} on it (has [{}])",
-                    spec.gateway,
-                    have.join(", ")
-                ));
+                    .any(|r| r.gateway == Some(v4.gateway) && r.oif == Some(link.index));
+                if !want {
+                    let have: Vec<String> = routes
+                        .iter()
+                        .map(|r| match r.gateway {
+                            Some(gw) => format!("via {gw} oif {:?}", r.oif),
+                            None => format!("oif {:?}", r.oif),
+                        })
+                        .collect();
+                    diffs.push(format!(
+                        "lacks default route via {} on it (has [{}])",
+                        v4.gateway,
+                        have.join(", ")
+                    ));
+                }
             }
             Ok((diffs, true))
         })?;

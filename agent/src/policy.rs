@@ -121,16 +121,20 @@ pub use eval::{allowed, allowed_l4, allowed_v6, Endpoint, L4};
 pub struct LocalPod {
     pub namespace: String,
     pub name: String,
-    pub ip: Ipv4Addr,
+    /// Its IPv4 address: none on an IPv6-only node.
+    pub ip: Option<Ipv4Addr>,
     pub ofport: u32,
-    /// Its IPv6 address, on a dual-stack node.
+    /// Its IPv6 address, on a dual-stack or IPv6-only node.
     pub ip6: Option<Ipv6Addr>,
 }
 
 impl LocalPod {
     /// Its addresses, IPv4 first.
     fn addresses(&self) -> impl Iterator<Item = IpAddr> {
-        std::iter::once(IpAddr::V4(self.ip)).chain(self.ip6.map(IpAddr::V6))
+        self.ip
+            .map(IpAddr::V4)
+            .into_iter()
+            .chain(self.ip6.map(IpAddr::V6))
     }
 }
 

@@ -677,10 +677,10 @@ pub fn proxy_flows(state: &ClusterState, node_name: &str, node: &NodeNet) -> Pro
                 // This node's endpoints, the client's address kept; this
                 // node's own pods reach every endpoint (as kube-proxy).
                 b.send_to_group(flow(priority::service_lb::SERVICE), sp, local);
-                let src = match (sp.v6(), &node.ipv6) {
-                    (false, _) => Some(format!("nw_src={}", node.pod_cidr)),
-                    (true, Some(v6)) => Some(format!("ipv6_src={}", v6.pod_cidr)),
-                    (true, None) => None,
+                let src = match (sp.v6(), &node.ipv4, &node.ipv6) {
+                    (false, Some(v4), _) => Some(format!("nw_src={}", v4.pod_cidr)),
+                    (true, _, Some(v6)) => Some(format!("ipv6_src={}", v6.pod_cidr)),
+                    _ => None,
                 };
                 if let Some(src) = src {
                     let from_pods = flow(priority::service_lb::FROM_LOCAL_PODS).matching(src);
@@ -789,12 +789,15 @@ pub fn outside_node_flows(node: &NodeNet) -> Vec<String> {
                 .map(String::from),
         );
     }
-    v.push(crate::flows::arp_answer(cookie::GATEWAY, SERVICE_VIP, &node.gateway_mac).into());
-    let mut families: Vec<(&str, String, String)> = vec![(
-        "ip",
-        format!("nw_dst={}", node.gateway_ip),
-        node.gateway_ip.to_string(),
-    )];
+    let mut families: Vec<(&str, String, String)> = Vec::new();
+    if let Some(v4) = &node.ipv4 {
+        v.push(crate::flows::arp_answer(cookie::GATEWAY, SERVICE_VIP, &node.gateway_mac).into());
+        families.push((
+            "ip",
+            format!("nw_dst={}", v4.gateway_ip),
+            v4.gateway_ip.to_string(),
+        ));
+    }
     if let Some(v6) = &node.ipv6 {
         families.push((
             "ipv6",
@@ -914,11 +917,18 @@ pub fn hairpin_pod_flows(node: &NodeNet, pod: &PodPort) -> Vec<String> {
             ))
             .into()
     };
-    let mut v = vec![hairpin(
-        "ip",
-        [format!("nw_src={}", pod.ip), format!("nw_dst={}", pod.ip)],
-        HAIRPIN_IP.to_string(),
-    )];
+    let mut v: Vec<String> = pod
+        .ip
+        .filter(|_| node.ipv4.is_some())
+        .map(|ip| {
+            hairpin(
+                "ip",
+                [format!("nw_src={ip}"), format!("nw_dst={ip}")],
+                HAIRPIN_IP.to_string(),
+            )
+        })
+        .into_iter()
+        .collect();
     if let Some(ip6) = pod.ip6.filter(|_| node.ipv6.is_some()) {
         v.push(hairpin(
             "ipv6",
@@ -1015,8 +1025,10 @@ mod tests {
 
     fn node() -> NodeNet {
         NodeNet {
-            pod_cidr: "10.244.1.0/24".parse().unwrap(),
-            gateway_ip: "10.244.1.1".parse().unwrap(),
+            ipv4: Some(crate::flows::NodeNet4 {
+                pod_cidr: "10.244.1.0/24".parse().unwrap(),
+                gateway_ip: "10.244.1.1".parse().unwrap(),
+            }),
             gateway_mac: [0x0a, 0x58, 10, 244, 1, 1],
             gateway_ofport: 2,
             ipv6: None,
@@ -1055,7 +1067,7 @@ mod tests {
         let inp = crate::desired::Inputs {
             pods: vec![PodPort {
                 ofport: 4,
-                ip: "10.244.1.3".parse().unwrap(),
+                ip: Some("10.244.1.3".parse().unwrap()),
                 mac: [0x0a, 0x58, 10, 244, 1, 3],
                 ip6: None,
             }],
@@ -1285,7 +1297,7 @@ mod tests {
         let inp = crate::desired::Inputs {
             pods: vec![PodPort {
                 ofport: 4,
-                ip: "10.244.1.3".parse().unwrap(),
+                ip: Some("10.244.1.3".parse().unwrap()),
                 mac: [0x0a, 0x58, 10, 244, 1, 3],
                 ip6: Some("fd00:10:244:1::3".parse().unwrap()),
             }],

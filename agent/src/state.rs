@@ -52,9 +52,11 @@ pub struct Attachment {
     pub pod_namespace: String,
     #[serde(default)]
     pub pod_name: String,
-    pub ip: Ipv4Addr,
-    pub prefix_len: u8,
-    pub gateway: Ipv4Addr,
+    /// The pod's IPv4 address: none on an IPv6-only node (its fields,
+    /// `ip`, `prefix_len` and `gateway`, are at the record's top level, as
+    /// before IPv6-only nodes).
+    #[serde(flatten)]
+    pub ipv4: Option<PodIpv4>,
     /// `aa:bb:cc:dd:ee:ff`.
     pub mac: String,
     pub mtu: u32,
@@ -62,10 +64,18 @@ pub struct Attachment {
     #[serde(default)]
     pub ofport: Option<u32>,
     pub state: AttachState,
-    /// The pod's IPv6 address, on a dual-stack node (absent in records
-    /// made before dual-stack, and on IPv4 nodes).
+    /// The pod's IPv6 address, on a dual-stack or IPv6-only node (absent
+    /// in records made before dual-stack, and on IPv4 nodes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ipv6: Option<PodIpv6>,
+}
+
+/// A pod's IPv4 address, its prefix and its gateway.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodIpv4 {
+    pub ip: Ipv4Addr,
+    pub prefix_len: u8,
+    pub gateway: Ipv4Addr,
 }
 
 /// A pod's IPv6 address, its prefix and its gateway.
@@ -77,6 +87,38 @@ pub struct PodIpv6 {
 }
 
 impl Attachment {
+    /// Its IPv4 address, if it has one.
+    pub fn ip4(&self) -> Option<Ipv4Addr> {
+        self.ipv4.map(|v4| v4.ip)
+    }
+
+    /// Its IPv6 address, if it has one.
+    pub fn ip6(&self) -> Option<Ipv6Addr> {
+        self.ipv6.map(|v6| v6.ip)
+    }
+
+    /// Its addresses, IPv4 first (the pod's `status.podIPs` order on a
+    /// dual-stack node).
+    pub fn ips(&self) -> Vec<std::net::IpAddr> {
+        self.ip4()
+            .map(std::net::IpAddr::V4)
+            .into_iter()
+            .chain(self.ip6().map(std::net::IpAddr::V6))
+            .collect()
+    }
+
+    /// Its first address (see [`Attachment::ips`]), for logs: `-` if none.
+    pub fn ip_text(&self) -> String {
+        self.ips()
+            .first()
+            .map_or_else(|| "-".to_string(), |ip| ip.to_string())
+    }
+
+    /// Its MAC address ([`crate::flows::pod_mac_of`] of its addresses).
+    pub fn mac_of_addresses(&self) -> [u8; 6] {
+        crate::flows::pod_mac_of(self.ip4(), self.ip6())
+    }
+
     /// The (container id, ifname) key.
     pub fn key(&self) -> (String, String) {
         (self.container_id.clone(), self.ifname.clone())
@@ -216,15 +258,45 @@ mod tests {
             host_ifname: "pod-1234567".into(),
             pod_namespace: "x".into(),
             pod_name: "a".into(),
-            ip: "10.244.0.5".parse().unwrap(),
-            prefix_len: 24,
-            gateway: "10.244.0.1".parse().unwrap(),
+            ipv4: Some(crate::state::PodIpv4 {
+                ip: "10.244.0.5".parse().unwrap(),
+                prefix_len: 24,
+                gateway: "10.244.0.1".parse().unwrap(),
+            }),
             mac: "0a:58:0a:f4:00:05".into(),
             mtu: 1450,
             ofport: None,
             state: AttachState::Pending,
             ipv6: None,
         }
+    }
+
+    /// An IPv6-only pod's record has no IPv4 fields; a record of an
+    /// IPv4 pod keeps them at the top level (as before IPv6-only nodes),
+    /// so records of either age load.
+    #[test]
+    fn ipv4_fields_are_optional_and_in_place() {
+        let mut a = rec("c1");
+        let v = serde_json::to_value(&a).unwrap();
+        assert_eq!(v["ip"], "10.244.0.5");
+        assert_eq!(v["prefix_len"], 24);
+        assert_eq!(serde_json::from_value::<Attachment>(v).unwrap(), a);
+        a.ipv4 = None;
+        a.ipv6 = Some(PodIpv6 {
+            ip: "fd00:10:244::5".parse().unwrap(),
+            prefix_len: 64,
+            gateway: "fd00:10:244::1".parse().unwrap(),
+        });
+        let v = serde_json::to_value(&a).unwrap();
+        assert!(v.get("ip").is_none() && v.get("gateway").is_none(), "{v}");
+        let back: Attachment = serde_json::from_value(v).unwrap();
+        assert_eq!(back, a);
+        assert_eq!(back.ip_text(), "fd00:10:244::5");
+        assert_eq!(flows_mac(&back), "0a:58:00:00:00:05");
+    }
+
+    fn flows_mac(a: &Attachment) -> String {
+        crate::flows::mac_str(&a.mac_of_addresses())
     }
 
     #[test]

@@ -116,6 +116,66 @@ fn pods_reach_each_other_and_the_node_and_del_leaves_nothing() {
     assert!(d.ok, "{d:?}");
 }
 
+/// An IPv6-only node (`--pod-cidr` IPv6 alone): pods get one IPv6
+/// address, no IPv4 at all, and reach each other and the node over IPv6
+/// through the switch; CHECK and DEL work as on an IPv4 node.
+#[test]
+fn an_ipv6_only_node_attaches_pods_with_ipv6_alone() {
+    skip_unless_capable!();
+    let node = Node::start("n6", "fd00:231:6::/64");
+    let base_flows = node.n_flows();
+    let a = node.add_pod("a6");
+    let b = node.add_pod("b6");
+    assert_ne!(a.ip, b.ip);
+    for (p, ip) in [(&a, &a.ip), (&b, &b.ip)] {
+        assert!(ip.starts_with("fd00:231:6::"), "{ip}");
+        let ips = p.result["ips"].as_array().unwrap();
+        assert_eq!(ips.len(), 1, "one address: {}", p.result);
+        assert_eq!(ips[0]["gateway"], "fd00:231:6::1");
+        let routes = p.result["routes"].as_array().unwrap();
+        assert_eq!(routes.len(), 1, "{}", p.result);
+        assert_eq!(routes[0]["dst"], "::/0");
+        // The MAC: 0a:58 and the address's last four bytes.
+        let mac = p.result["interfaces"][0]["mac"].as_str().unwrap();
+        assert!(mac.starts_with("0a:58:00:00:00:"), "{mac}");
+        // No IPv4 in the pod, the IPv6 address others see.
+        let v4 = p.ns.must(&["ip", "-4", "-o", "addr", "show", "eth0"]);
+        assert!(v4.trim().is_empty(), "no IPv4 address: {v4}");
+        let v6 = p.ns.must(&["ip", "-6", "-o", "addr", "show", "eth0"]);
+        assert!(v6.contains(&format!("{ip}/64")), "{v6}");
+    }
+    let gw = node.ns.must(&["ip", "-o", "addr", "show", GW]);
+    assert!(
+        gw.contains("fd00:231:6::1/64") && !gw.contains("inet "),
+        "the gateway has the IPv6 address only: {gw}"
+    );
+    assert!(ping_until_up(&a.ns, &b.ip, 5).ok, "a -> b");
+    assert_eq!(ping(&a.ns, &b.ip, 3, "0.2", &[]).received, 3);
+    assert_eq!(ping(&a.ns, "fd00:231:6::1", 3, "0.2", &[]).received, 3);
+    assert_eq!(ping(&node.ns, &b.ip, 3, "0.2", &[]).received, 3);
+    tcp_transfer(&a.ns, &b.ns, &b.ip, 5101, 2_000_000);
+    tcp_transfer(&node.ns, &a.ns, &a.ip, 5102, 1_000_000);
+    udp_exchange(&b.ns, &a.ns, &a.ip, 5103);
+    // IPv4 goes nowhere: the pod has no route, and the switch drops what
+    // the host would send.
+    let p4 = a.ns.exec(&["ping", "-n", "-c", "1", "-W", "1", "10.0.0.1"]);
+    assert!(!p4.status.success());
+
+    let mut cfg = node.config("1.0.0");
+    cfg["prevResult"] = a.result.clone();
+    let c = node.cni("CHECK", &a.cid, &a.netns_path(), "eth0", "", &cfg);
+    assert!(c.ok, "CHECK: {c:?}");
+    assert_eq!(node.ipam_records().len(), 2, "{:?}", node.ipam_records());
+    for p in [&a, &b] {
+        let d = node.del_pod(p);
+        assert!(d.ok, "DEL: {d:?}");
+    }
+    assert_eq!(sorted(node.links()), base_links());
+    assert_eq!(node.ports(), vec![GW.to_string()]);
+    assert_eq!(node.n_flows(), base_flows);
+    assert!(node.ipam_records().is_empty(), "{:?}", node.ipam_records());
+}
+
 #[test]
 fn fifty_concurrent_adds_then_dels_leave_no_leak_and_no_duplicate() {
     skip_unless_capable!();

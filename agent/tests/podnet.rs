@@ -98,9 +98,11 @@ fn spec(pod: &Netns, n: u8, host_ifname: &str) -> PodIfaceSpec {
         ifname: "eth0".into(),
         host_ifname: host_ifname.into(),
         mac: [0x0a, 0x58, 10, 250, n, 2],
-        ip: Ipv4Addr::new(10, 250, n, 2),
-        prefix_len: 24,
-        gateway: Ipv4Addr::new(10, 250, n, 1),
+        ipv4: Some(oxvs_agent::state::PodIpv4 {
+            ip: Ipv4Addr::new(10, 250, n, 2),
+            prefix_len: 24,
+            gateway: Ipv4Addr::new(10, 250, n, 1),
+        }),
         mtu: 1450,
         route_mtu: None,
         tcp_full_mtu: false,
@@ -441,7 +443,7 @@ fn failure_after_creation_removes_both_ends() {
     let mut s = spec(&pod, 6, "midfail0");
     // The broadcast address is no valid gateway: the route step fails after
     // the veth pair and the address were made.
-    s.gateway = Ipv4Addr::BROADCAST;
+    s.ipv4.as_mut().unwrap().gateway = Ipv4Addr::BROADCAST;
     let err = host
         .run_in(|| podnet::setup_pod_interface(&s))
         .expect_err("setup");

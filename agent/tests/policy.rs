@@ -566,7 +566,7 @@ fn local_pod_without_pod_object_is_not_selected() {
     local.push(LocalPod {
         namespace: "a".into(),
         name: "ghost".into(),
-        ip: "10.244.0.99".parse().unwrap(),
+        ip: Some("10.244.0.99".parse().unwrap()),
         ofport: 99,
         ip6: None,
     });

@@ -152,7 +152,12 @@ pub struct PodInfo {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GatewayInfo {
     pub name: String,
-    pub ip: Ipv4Addr,
+    /// Its IPv4 address: none on an IPv6-only node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip: Option<Ipv4Addr>,
+    /// Its IPv6 address, on a dual-stack or IPv6-only node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip6: Option<std::net::Ipv6Addr>,
     pub mac: String,
     pub ofport: u32,
 }
@@ -161,7 +166,12 @@ pub struct GatewayInfo {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RemoteNodeInfo {
     pub name: String,
-    pub pod_cidr: String,
+    /// Its IPv4 pod CIDR: none for an IPv6-only node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_cidr: Option<String>,
+    /// Its IPv6 pod CIDR, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_cidr6: Option<String>,
     pub ip: IpAddr,
 }
 
@@ -169,9 +179,12 @@ pub struct RemoteNodeInfo {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InfoResult {
     pub node: String,
-    /// The node's pod CIDR, once known.
+    /// The node's IPv4 pod CIDR, once known (none on an IPv6-only node).
     #[serde(default)]
     pub pod_cidr: Option<String>,
+    /// The node's IPv6 pod CIDR, on a dual-stack or IPv6-only node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_cidr6: Option<String>,
     /// Once discovered from the switch.
     #[serde(default)]
     pub gateway: Option<GatewayInfo>,

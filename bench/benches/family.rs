@@ -42,7 +42,7 @@ fn mac(i: u8) -> [u8; 6] {
 fn pod(i: u8) -> PodPort {
     PodPort {
         ofport: u32::from(i) + 1,
-        ip: Ipv4Addr::new(10, 244, 1, i),
+        ip: Some(Ipv4Addr::new(10, 244, 1, i)),
         mac: mac(i),
         ip6: Some(Ipv6Addr::new(0xfd00, 0x10, 0x244, 1, 0, 0, 0, u16::from(i))),
     }
@@ -63,8 +63,10 @@ fn pipeline(underlay6: bool) -> Arc<Pipeline> {
         )
     };
     let node = NodeNet {
-        pod_cidr: "10.244.1.0/24".parse().unwrap(),
-        gateway_ip: Ipv4Addr::new(10, 244, 1, 1),
+        ipv4: Some(oxvs_agent::flows::NodeNet4 {
+            pod_cidr: "10.244.1.0/24".parse().unwrap(),
+            gateway_ip: Ipv4Addr::new(10, 244, 1, 1),
+        }),
         gateway_mac: mac(1),
         gateway_ofport: GATEWAY_PORT,
         ipv6: Some(NodeNet6::of("fd00:10:244:1::/64".parse().unwrap())),
@@ -86,7 +88,7 @@ fn pipeline(underlay6: bool) -> Arc<Pipeline> {
             ofport: TUNNEL_PORT,
             remotes: vec![RemoteNode {
                 name: "n2".into(),
-                pod_cidr: "10.244.2.0/24".parse().unwrap(),
+                pod_cidr: Some("10.244.2.0/24".parse().unwrap()),
                 ip: remote_ip,
                 pod_cidr6: Some("fd00:10:244:2::/64".parse().unwrap()),
             }],
@@ -122,7 +124,7 @@ fn udp(from: &PodPort, dst: IpAddr, sport: u16) -> Vec<u8> {
             ip[2..4].copy_from_slice(&(20 + udp_len).to_be_bytes());
             ip[8] = 64;
             ip[9] = 17;
-            ip[12..16].copy_from_slice(&from.ip.octets());
+            ip[12..16].copy_from_slice(&from.ip.expect("IPv4 pod").octets());
             ip[16..20].copy_from_slice(&d.octets());
             let sum = oxvs_pipeline::checksum::checksum(&ip, 0);
             ip[10..12].copy_from_slice(&sum.to_be_bytes());

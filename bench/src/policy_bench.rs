@@ -334,8 +334,10 @@ impl Model {
                 NodeModel {
                     name: format!("node-{n}"),
                     net: NodeNet {
-                        pod_cidr,
-                        gateway_ip: gw,
+                        ipv4: Some(aflows::NodeNet4 {
+                            pod_cidr,
+                            gateway_ip: gw,
+                        }),
                         gateway_mac: aflows::pod_mac(gw),
                         gateway_ofport: GATEWAY_OFPORT,
                         ipv6: None,
@@ -353,7 +355,7 @@ impl Model {
                 n.name.clone(),
                 Node {
                     name: n.name.clone(),
-                    pod_cidr: Some(n.net.pod_cidr),
+                    pod_cidr: n.net.pod_cidr4(),
                     pod_cidr6: None,
                     internal_ip: Some(Ipv4Addr::new(192, 168, 77, 11 + ni as u8)),
                     internal_ip6: None,
@@ -366,7 +368,13 @@ impl Model {
             let ni = j % spec.nodes;
             let node = &mut nodes[ni];
             let idx = node.ports.len() as u32;
-            let host = u32::from(node.net.gateway_ip) + 1 + idx;
+            let host = u32::from(
+                node.net
+                    .ipv4
+                    .as_ref()
+                    .map_or(Ipv4Addr::UNSPECIFIED, |v4| v4.gateway_ip),
+            ) + 1
+                + idx;
             let ip = Ipv4Addr::from(host);
             let tier = TIERS[(k / 2) % 3];
             let mut ports = vec![
@@ -403,14 +411,14 @@ impl Model {
             let ofport = 3 + idx;
             node.ports.push(PodPort {
                 ofport,
-                ip,
+                ip: Some(ip),
                 mac: aflows::pod_mac(ip),
                 ip6: None,
             });
             node.local.push(LocalPod {
                 namespace: ns.clone(),
                 name: name.clone(),
-                ip,
+                ip: Some(ip),
                 ofport,
                 ip6: None,
             });
@@ -422,7 +430,7 @@ impl Model {
             .filter_map(|n| {
                 Some(RemoteNode {
                     name: n.name.clone(),
-                    pod_cidr: n.pod_cidr?,
+                    pod_cidr: Some(n.pod_cidr?),
                     ip: IpAddr::V4(n.internal_ip?),
                     pod_cidr6: None,
                 })
@@ -772,7 +780,7 @@ pub fn traffic(model: &Model, n: usize) -> Vec<DpPacket<Vec<u8>>> {
             let dl_dst = if model
                 .nodes
                 .first()
-                .is_some_and(|n| n.ports.iter().any(|p| p.ip == peer_ip))
+                .is_some_and(|n| n.ports.iter().any(|p| p.ip == Some(peer_ip)))
             {
                 aflows::pod_mac(peer_ip)
             } else {
@@ -781,7 +789,7 @@ pub fn traffic(model: &Model, n: usize) -> Vec<DpPacket<Vec<u8>>> {
             let frame = build_frame(&FrameSpec {
                 dl_src: local.mac,
                 dl_dst,
-                nw_src: local.ip.octets(),
+                nw_src: local.ip.unwrap_or(Ipv4Addr::UNSPECIFIED).octets(),
                 nw_dst: peer_ip.octets(),
                 proto,
                 tp_src: sport,
@@ -797,7 +805,7 @@ pub fn traffic(model: &Model, n: usize) -> Vec<DpPacket<Vec<u8>>> {
                 dl_src: aflows::pod_mac(src_ip),
                 dl_dst: aflows::VIRTUAL_MAC,
                 nw_src: src_ip.octets(),
-                nw_dst: local.ip.octets(),
+                nw_dst: local.ip.unwrap_or(Ipv4Addr::UNSPECIFIED).octets(),
                 proto,
                 tp_src: sport,
                 tp_dst: dport,
@@ -1140,7 +1148,7 @@ pub fn expected_policy_flows(model: &Model, facts: &LabFacts) -> BTreeMap<String
                 Some(LocalPod {
                     namespace: p.namespace.clone(),
                     name: p.name.clone(),
-                    ip: p.ip?,
+                    ip: Some(p.ip?),
                     ofport: 3 + i as u32,
                     ip6: None,
                 })

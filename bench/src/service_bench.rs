@@ -281,9 +281,11 @@ impl Model {
                 NodeModel {
                     name: format!("node-{n}"),
                     net: NodeNet {
-                        pod_cidr: Ipv4Net::new(Ipv4Addr::new(10, 244, n8, 0), 24)
-                            .unwrap_or_default(),
-                        gateway_ip: gw,
+                        ipv4: Some(aflows::NodeNet4 {
+                            pod_cidr: Ipv4Net::new(Ipv4Addr::new(10, 244, n8, 0), 24)
+                                .unwrap_or_default(),
+                            gateway_ip: gw,
+                        }),
                         gateway_mac: aflows::pod_mac(gw),
                         gateway_ofport: GATEWAY_OFPORT,
                         ipv6: None,
@@ -299,7 +301,7 @@ impl Model {
                 n.name.clone(),
                 Node {
                     name: n.name.clone(),
-                    pod_cidr: Some(n.net.pod_cidr),
+                    pod_cidr: n.net.pod_cidr4(),
                     pod_cidr6: None,
                     internal_ip: Some(n.ip),
                     internal_ip6: None,
@@ -311,10 +313,18 @@ impl Model {
             let ni = p % spec.nodes;
             let node = &mut nodes[ni];
             let k = node.ports.len() as u32;
-            let ip = Ipv4Addr::from(u32::from(node.net.gateway_ip) + 1 + k);
+            let ip = Ipv4Addr::from(
+                u32::from(
+                    node.net
+                        .ipv4
+                        .as_ref()
+                        .map_or(Ipv4Addr::UNSPECIFIED, |v4| v4.gateway_ip),
+                ) + 1
+                    + k,
+            );
             node.ports.push(PodPort {
                 ofport: 3 + k,
-                ip,
+                ip: Some(ip),
                 mac: aflows::pod_mac(ip),
                 ip6: None,
             });
@@ -324,7 +334,7 @@ impl Model {
             .iter()
             .map(|n| RemoteNode {
                 name: n.name.clone(),
-                pod_cidr: n.net.pod_cidr,
+                pod_cidr: n.net.pod_cidr4(),
                 ip: n.ip.into(),
                 pod_cidr6: None,
             })
@@ -1022,13 +1032,13 @@ fn conn(model: &Model, target: Target, c: usize, port_base: usize) -> Option<Seg
             let n = model.pool.len().max(1);
             let p = (h % n as u64) as usize;
             let ip = match model.pool.get(p)?.1 {
-                ip if ip == client.ip => model.pool.get((p + 1) % n)?.1,
+                ip if Some(ip) == client.ip => model.pool.get((p + 1) % n)?.1,
                 ip => ip,
             };
             (ip, HTTP_TARGET)
         }
     };
-    let local = node.ports.iter().any(|p| p.ip == dst);
+    let local = node.ports.iter().any(|p| p.ip == Some(dst));
     Some(Seg {
         dl_src: client.mac,
         dl_dst: if local {
@@ -1036,7 +1046,7 @@ fn conn(model: &Model, target: Target, c: usize, port_base: usize) -> Option<Seg
         } else {
             node.net.gateway_mac
         },
-        src: client.ip,
+        src: client.ip?,
         dst,
         sport,
         dport,
@@ -1189,7 +1199,7 @@ pub fn established(
                 let src_node = model
                     .nodes
                     .iter()
-                    .find(|n| n.net.pod_cidr.contains(&ep))
+                    .find(|n| n.net.holds(ep.into()))
                     .map_or(Ipv4Addr::UNSPECIFIED, |n| n.ip);
                 p.tunnel = Some(TunnelMeta::v4(0, u32::from(src_node), u32::from(node.ip)));
                 p
@@ -1197,7 +1207,7 @@ pub fn established(
                 let port = node
                     .ports
                     .iter()
-                    .find(|p| p.ip == ep)
+                    .find(|p| p.ip == Some(ep))
                     .map_or(0, |p| p.ofport);
                 DpPacket::from_frame(&tcp_frame(s), port)
             }
@@ -1294,7 +1304,7 @@ pub fn established(
 fn client_port(node: &NodeModel, ip: Ipv4Addr) -> u32 {
     node.ports
         .iter()
-        .find(|p| p.ip == ip)
+        .find(|p| p.ip == Some(ip))
         .map_or(0, |p| p.ofport)
 }
 
@@ -1406,7 +1416,7 @@ fn ct_local_share(ct: &Conntrack, node: &NodeModel) -> f64 {
             continue;
         };
         n += 1;
-        l += usize::from(node.net.pod_cidr.contains(&dst));
+        l += usize::from(node.net.holds(dst.into()));
     }
     l as f64 / n.max(1) as f64
 }

@@ -26,9 +26,7 @@ impl Agent {
             ifname: a.ifname.clone(),
             host_ifname: a.host_ifname.clone(),
             mac: flows::parse_mac(&a.mac).unwrap_or_default(),
-            ip: a.ip,
-            prefix_len: a.prefix_len,
-            gateway: a.gateway,
+            ipv4: a.ipv4,
             mtu: a.mtu,
             route_mtu: self.route_mtu(a.mtu),
             tcp_full_mtu: self.tcp_full_mtu(a.mtu),
@@ -71,24 +69,26 @@ impl Agent {
         // the pod can send anything: the desired state now includes it.
         self.sync().await?;
         let t_flows = t0.elapsed();
-        let mac = flows::pod_mac(a.ip);
-        let garp = flows::gratuitous_arp(mac, a.ip);
-        let hex: String = garp.iter().map(|b| format!("{b:02x}")).collect();
-        if let Err(e) = self
-            .switch(Request::Trace(TraceRequest {
-                packet_hex: Some(hex),
-                in_port: Some(ofport),
-                inject: true,
-                ..TraceRequest::default()
-            }))
-            .await
-        {
-            tracing::debug!(pod = %a.pod_ref(), error = %e, "gratuitous ARP not sent");
+        // An IPv6-only pod has no ARP; its neighbours solicit it.
+        if let Some(ip) = a.ip4() {
+            let garp = flows::gratuitous_arp(a.mac_of_addresses(), ip);
+            let hex: String = garp.iter().map(|b| format!("{b:02x}")).collect();
+            if let Err(e) = self
+                .switch(Request::Trace(TraceRequest {
+                    packet_hex: Some(hex),
+                    in_port: Some(ofport),
+                    inject: true,
+                    ..TraceRequest::default()
+                }))
+                .await
+            {
+                tracing::debug!(pod = %a.pod_ref(), error = %e, "gratuitous ARP not sent");
+            }
         }
         let _ = node;
         tracing::info!(
             pod = %a.pod_ref(),
-            ip = %a.ip,
+            ip = %a.ip_text(),
             port = %a.host_ifname,
             ofport,
             netlink_ms = t_netlink.as_secs_f64() * 1e3,

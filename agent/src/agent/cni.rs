@@ -47,7 +47,7 @@ use crate::flows::{self, PodPort};
 use crate::model::Pod;
 use crate::podnet;
 use crate::socket_server::{LineProtocol, Requests};
-use crate::state::{AttachState, Attachment, PodIpv6};
+use crate::state::{AttachState, Attachment, PodIpv4, PodIpv6};
 
 /// Longest request line accepted from the plugin (its newline included).
 const MAX_REQUEST: usize = 4 << 20;
@@ -180,7 +180,10 @@ impl Agent {
                 code::ALREADY_ATTACHED,
                 format!(
                     "container {} interface {} is already attached ({} in {}); DEL it first",
-                    req.container_id, req.ifname, a.ip, a.netns
+                    req.container_id,
+                    req.ifname,
+                    a.ip_text(),
+                    a.netns
                 ),
             ));
         }
@@ -197,12 +200,15 @@ impl Agent {
         let (pod_ns, pod_name) = req.pod().unwrap_or(("", ""));
         let host_ifname = podnet::host_ifname(pod_ns, pod_name, &req.container_id, &req.ifname);
         let (cid, ifn) = (req.container_id.clone(), req.ifname.clone());
-        let ip = match self.with_ipam(move |ipam| ipam.allocate(&cid, &ifn)).await {
-            Ok(ip) => ip,
-            Err(e) => {
-                self.forget_admitted(pod_ns, pod_name);
-                return Err(e);
-            }
+        let ip = match &node.ipv4 {
+            Some(_) => match self.with_ipam(move |ipam| ipam.allocate(&cid, &ifn)).await {
+                Ok(ip) => Some(ip),
+                Err(e) => {
+                    self.forget_admitted(pod_ns, pod_name);
+                    return Err(e);
+                }
+            },
+            None => None,
         };
         let (cid, ifn) = (req.container_id.clone(), req.ifname.clone());
         let ip6 = match self.with_ipam6(move |ipam| ipam.allocate(&cid, &ifn)).await {
@@ -221,7 +227,23 @@ impl Agent {
             }),
             _ => None,
         };
-        let mac = flows::pod_mac(ip);
+        let ipv4 = match (ip, &node.ipv4) {
+            (Some(ip), Some(v4)) => Some(PodIpv4 {
+                ip,
+                prefix_len: v4.pod_cidr.prefix_len(),
+                gateway: v4.gateway_ip,
+            }),
+            _ => None,
+        };
+        if ipv4.is_none() && ipv6.is_none() {
+            let _ = self.release_addresses(&req.container_id, &req.ifname).await;
+            self.forget_admitted(pod_ns, pod_name);
+            return Err(err(
+                code::TRY_AGAIN_LATER,
+                "the node has no pod CIDR to take an address from yet",
+            ));
+        }
+        let mac = flows::pod_mac_of(ip, ipv6.map(|v6| v6.ip));
         let mut a = Attachment {
             container_id: req.container_id.clone(),
             ifname: req.ifname.clone(),
@@ -229,9 +251,7 @@ impl Agent {
             host_ifname: host_ifname.clone(),
             pod_namespace: pod_ns.to_string(),
             pod_name: pod_name.to_string(),
-            ip,
-            prefix_len: node.pod_cidr.prefix_len(),
-            gateway: node.gateway_ip,
+            ipv4,
             mac: flows::mac_str(&mac),
             mtu: self.link_mtu(),
             ofport: None,
@@ -356,7 +376,7 @@ impl Agent {
         match self.record(&key) {
             Some(a) => {
                 self.teardown(&a).await?;
-                tracing::info!(pod = %a.pod_ref(), ip = %a.ip, "pod detached");
+                tracing::info!(pod = %a.pod_ref(), ip = %a.ip_text(), "pod detached");
             }
             None => {
                 // Unknown to us: make sure nothing of it is left anyway (an
@@ -460,9 +480,9 @@ impl Agent {
                 &node,
                 &PodPort {
                     ofport,
-                    ip: a.ip,
-                    mac: flows::pod_mac(a.ip),
-                    ip6: a.ipv6.map(|v6| v6.ip),
+                    ip: a.ip4(),
+                    mac: a.mac_of_addresses(),
+                    ip6: a.ip6(),
                 },
             );
             problems.extend(compare_flows(&want, &dump, crate::cookie::pod(ofport)));
@@ -535,7 +555,7 @@ impl Agent {
             self.drop_key_lock(&key, lock);
             match r {
                 Ok(()) => {
-                    tracing::info!(pod = %a.pod_ref(), ip = %a.ip, "GC: released a stale attachment")
+                    tracing::info!(pod = %a.pod_ref(), ip = %a.ip_text(), "GC: released a stale attachment")
                 }
                 Err(e) => failures.push(format!("{}: {e}", a.pod_ref())),
             }
@@ -563,12 +583,12 @@ impl Agent {
     }
 
     async fn status(&self) -> Result<(), CniError> {
-        if self.node().is_none() {
+        let Some(node) = self.node() else {
             return Err(err(
                 code::NOT_AVAILABLE,
                 "the agent has not found oxvs-switchd and its gateway yet",
             ));
-        }
+        };
         match self.switch(Request::Show).await {
             Ok(_) => {}
             Err(e) if e.is_unreachable() => {
@@ -579,14 +599,24 @@ impl Agent {
             }
             Err(_) => {}
         }
-        let (free, cidr) = self.with_ipam(|i| Ok((i.free_count(), i.cidr()))).await?;
-        if free == 0 {
-            return Err(err(
+        // Each family the node has must have an address left.
+        let mut left: Vec<(usize, String)> = Vec::new();
+        if node.ipv4.is_some() {
+            let (free, cidr) = self.with_ipam(|i| Ok((i.free_count(), i.cidr()))).await?;
+            left.push((free, cidr.to_string()));
+        }
+        if node.ipv6.is_some() {
+            if let Some((free, cidr)) = self.with_ipam6(|i| Ok((i.free_count(), i.cidr()))).await? {
+                left.push((free, cidr.to_string()));
+            }
+        }
+        match left.iter().find(|(free, _)| *free == 0) {
+            Some((_, cidr)) => Err(err(
                 code::NOT_AVAILABLE,
                 format!("pod CIDR {cidr} has no free address"),
-            ));
+            )),
+            None => Ok(()),
         }
-        Ok(())
     }
 }
 
@@ -619,28 +649,34 @@ pub fn cni_result(a: &Attachment, route_mtu: Option<u32>) -> CniResult {
             mtu: Some(a.mtu),
             sandbox: a.netns.clone(),
         }],
-        ips: std::iter::once(CniIp {
-            address: format!("{}/{}", a.ip, a.prefix_len),
-            gateway: Some(a.gateway.to_string()),
-            interface: Some(0),
-        })
-        .chain(a.ipv6.map(|v6| CniIp {
-            address: format!("{}/{}", v6.ip, v6.prefix_len),
-            gateway: Some(v6.gateway.to_string()),
-            interface: Some(0),
-        }))
-        .collect(),
-        routes: std::iter::once(CniRoute {
-            dst: "0.0.0.0/0".into(),
-            gw: Some(a.gateway.to_string()),
-            mtu: route_mtu,
-        })
-        .chain(a.ipv6.map(|v6| CniRoute {
-            dst: "::/0".into(),
-            gw: Some(v6.gateway.to_string()),
-            mtu: route_mtu,
-        }))
-        .collect(),
+        ips: a
+            .ipv4
+            .map(|v4| CniIp {
+                address: format!("{}/{}", v4.ip, v4.prefix_len),
+                gateway: Some(v4.gateway.to_string()),
+                interface: Some(0),
+            })
+            .into_iter()
+            .chain(a.ipv6.map(|v6| CniIp {
+                address: format!("{}/{}", v6.ip, v6.prefix_len),
+                gateway: Some(v6.gateway.to_string()),
+                interface: Some(0),
+            }))
+            .collect(),
+        routes: a
+            .ipv4
+            .map(|v4| CniRoute {
+                dst: "0.0.0.0/0".into(),
+                gw: Some(v4.gateway.to_string()),
+                mtu: route_mtu,
+            })
+            .into_iter()
+            .chain(a.ipv6.map(|v6| CniRoute {
+                dst: "::/0".into(),
+                gw: Some(v6.gateway.to_string()),
+                mtu: route_mtu,
+            }))
+            .collect(),
         dns: Default::default(),
     }
 }
@@ -676,7 +712,10 @@ fn check_prev_result(prev: &Value, a: &Attachment) -> Vec<String> {
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
-    let wanted = std::iter::once(format!("{}/{}", a.ip, a.prefix_len))
+    let wanted = a
+        .ipv4
+        .map(|v4| format!("{}/{}", v4.ip, v4.prefix_len))
+        .into_iter()
         .chain(a.ipv6.map(|v6| format!("{}/{}", v6.ip, v6.prefix_len)));
     for want in wanted {
         let found = ips.iter().any(|ip| {
@@ -771,7 +810,7 @@ mod tests {
             other.ofport = None;
             other.state = AttachState::Pending;
             let ip2 = agent.with_ipam(|i| i.allocate("c2", "eth0")).await.unwrap();
-            other.ip = ip2;
+            other.ipv4.as_mut().unwrap().ip = ip2;
             agent.save_record(other).await.unwrap();
             // The ADD of c1, as `handle` runs it: the gate for reading,
             // then the address; its record is not written yet.
@@ -782,7 +821,7 @@ mod tests {
             // Ample time for a GC that does not wait to finish its sweep.
             tokio::time::sleep(Duration::from_millis(500)).await;
             let mut rec = att();
-            rec.ip = ip;
+            rec.ipv4.as_mut().unwrap().ip = ip;
             rec.ofport = None;
             rec.state = AttachState::Pending;
             agent.save_record(rec).await.unwrap();
@@ -978,15 +1017,17 @@ mod tests {
     #[test]
     fn flow_comparison_by_cookie() {
         let node = NodeNet {
-            pod_cidr: "10.244.0.0/24".parse().unwrap(),
-            gateway_ip: "10.244.0.1".parse().unwrap(),
+            ipv4: Some(crate::flows::NodeNet4 {
+                pod_cidr: "10.244.0.0/24".parse().unwrap(),
+                gateway_ip: "10.244.0.1".parse().unwrap(),
+            }),
             gateway_mac: [2, 0, 0, 0, 0, 1],
             gateway_ofport: 2,
             ipv6: None,
         };
         let pod = PodPort {
             ofport: 3,
-            ip: "10.244.0.5".parse().unwrap(),
+            ip: Some("10.244.0.5".parse().unwrap()),
             mac: flows::pod_mac("10.244.0.5".parse().unwrap()),
             ip6: None,
         };

@@ -11,8 +11,8 @@ use std::net::IpAddr;
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use oxvs_api::{PortKind, PortSpec, Request};
 
-use super::{gateway_of, Agent};
-use crate::flows::{self, NodeNet, NodeNet6, RemoteNode};
+use super::Agent;
+use crate::flows::{self, NodeNet, NodeNet4, NodeNet6, RemoteNode};
 use crate::model::{ClusterState, Node};
 use crate::nodes::{self, LocalNode, NodeProblem, RefusedNode};
 use crate::podnet;
@@ -136,17 +136,30 @@ impl Agent {
     /// address is known. Fails while the switch, its gateway or the pod
     /// CIDR is not there.
     pub async fn discover_node(&self) -> anyhow::Result<NodeNet> {
-        let Some(cidr) = self.pod_cidr_in(&self.cluster()) else {
+        let cluster = self.cluster();
+        let cidr = self.pod_cidr_in(&cluster);
+        let ipv6 = self.pod_cidr6_in(&cluster).map(NodeNet6::of);
+        // IPv6-only: neither the flag nor the Node names an IPv4 range. A
+        // Node whose IPv4 range is refused does not make the node
+        // IPv6-only: it stays not ready until fixed.
+        let ipv4_named = self.cfg.pod_cidr.is_some()
+            || cluster
+                .nodes
+                .get(&self.cfg.node_name)
+                .is_some_and(|n| n.pod_cidr.is_some());
+        if cidr.is_none() && (ipv4_named || ipv6.is_none()) {
             anyhow::bail!(
-                "the node's pod CIDR is not known (no --pod-cidr, and Node '{}' has no spec.podCIDR yet)",
+                "the node's pod CIDR is not known (no --pod-cidr, and Node '{}' has no usable spec.podCIDRs yet)",
                 self.cfg.node_name
             );
-        };
-        self.open_ipam(cidr).await?;
-        let ipv6 = self.pod_cidr6_in(&self.cluster()).map(NodeNet6::of);
+        }
+        if let Some(cidr) = cidr {
+            self.open_ipam(cidr).await?;
+        }
         if let Some(v6) = &ipv6 {
             self.open_ipam6(v6.pod_cidr).await?;
         }
+        let ipv4 = cidr.map(NodeNet4::of);
         // The subnets of the node's addresses of both families: a pod
         // CIDR overlapping either would capture the host's traffic to its
         // neighbours, whichever family the tunnel runs over.
@@ -175,7 +188,6 @@ impl Agent {
         };
         let gateway_ofport = p.ofport;
         let gw = self.cfg.gateway.clone();
-        let gateway_ip = gateway_of(cidr);
         // Pods and the host exchange frames as large as the switch takes
         // whole on the node (`--local-mtu`); paths leaving it keep pod_mtu.
         let max_frame = self.switch_max_frame_len().await;
@@ -186,9 +198,11 @@ impl Agent {
             switch_max_frame = max_frame,
             "pod interface and gateway MTU"
         );
-        let v6 = ipv6.clone();
+        let (v4, v6) = (ipv4.clone(), ipv6.clone());
         let gateway_mac = tokio::task::spawn_blocking(move || {
-            podnet::ensure_address(&gw, gateway_ip, cidr.prefix_len())?;
+            if let Some(v4) = v4 {
+                podnet::ensure_address(&gw, v4.gateway_ip, v4.pod_cidr.prefix_len())?;
+            }
             if let Some(v6) = v6 {
                 podnet::ensure_address(&gw, v6.gateway_ip, v6.pod_cidr.prefix_len())?;
             }
@@ -197,8 +211,7 @@ impl Agent {
         })
         .await??;
         let node = NodeNet {
-            pod_cidr: cidr,
-            gateway_ip,
+            ipv4,
             gateway_mac,
             gateway_ofport,
             ipv6,
@@ -233,7 +246,7 @@ impl Agent {
                 Err(e) => tracing::warn!("redirects task failed: {e}"),
             }
         }
-        if self.cfg.masquerade {
+        if let (true, Some(cidr)) = (self.cfg.masquerade, cidr) {
             let gw = self.cfg.gateway.clone();
             let r = tokio::task::spawn_blocking(move || {
                 crate::hostnet::enable_forwarding()?;
@@ -343,10 +356,10 @@ impl Agent {
     /// pass [`crate::nodes::check_remotes`]; a newly refused Node is
     /// logged (naming it and why) and counted.
     pub(super) fn remote_nodes(&self, state: &ClusterState) -> Vec<RemoteNode> {
-        let pod_cidr = self
-            .node()
-            .map(|n| n.pod_cidr)
-            .or_else(|| self.pod_cidr_in(state));
+        let pod_cidr = match self.node() {
+            Some(n) => n.pod_cidr4(),
+            None => self.pod_cidr_in(state),
+        };
         let checked = nodes::check_remotes(&self.local_node(state, pod_cidr), &state.nodes);
         self.note_refused_nodes(&checked.refused);
         checked.remotes

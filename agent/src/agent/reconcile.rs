@@ -271,11 +271,14 @@ impl Agent {
     async fn sync_routes(&self, node: &NodeNet) {
         let cluster = self.cluster();
         let remotes = self.remote_nodes(&cluster);
-        let mut want: BTreeMap<IpNet, Option<IpAddr>> = remotes
-            .iter()
-            .filter(|r| r.pod_cidr != node.pod_cidr)
-            .map(|r| (r.pod_cidr.into(), Some(gateway_of(r.pod_cidr).into())))
-            .collect();
+        let mut want: BTreeMap<IpNet, Option<IpAddr>> = BTreeMap::new();
+        if let Some(own) = node.pod_cidr4() {
+            for c in remotes.iter().filter_map(|r| r.pod_cidr) {
+                if c != own {
+                    want.insert(c.into(), Some(gateway_of(c).into()));
+                }
+            }
+        }
         if let Some(own) = &node.ipv6 {
             for c in remotes.iter().filter_map(|r| r.pod_cidr6) {
                 if c != own.pod_cidr {
@@ -284,11 +287,15 @@ impl Agent {
             }
         }
         if self.cfg.proxy {
-            let vip = crate::proxy::SERVICE_VIP;
-            want.insert(Ipv4Net::from(vip).into(), None);
-            for ip in crate::proxy::host_routes(&cluster) {
-                want.entry(Ipv4Net::from(ip).into())
-                    .or_insert(Some(vip.into()));
+            if node.ipv4.is_some() {
+                // IPv4 ClusterIPs via the VIP, for which the switch answers
+                // ARP (an IPv6-only node has neither).
+                let vip = crate::proxy::SERVICE_VIP;
+                want.insert(Ipv4Net::from(vip).into(), None);
+                for ip in crate::proxy::host_routes(&cluster) {
+                    want.entry(Ipv4Net::from(ip).into())
+                        .or_insert(Some(vip.into()));
+                }
             }
             if node.ipv6.is_some() {
                 // IPv6 ClusterIPs via the IPv6 VIP, for which the switch
@@ -372,7 +379,7 @@ impl Agent {
             let host = a.host_ifname.clone();
             let exists = tokio::task::spawn_blocking(move || podnet::link_exists(&host)).await??;
             if !exists {
-                tracing::info!(pod = %a.pod_ref(), ip = %a.ip, "pod interface is gone: releasing its port and address");
+                tracing::info!(pod = %a.pod_ref(), ip = %a.ip_text(), "pod interface is gone: releasing its port and address");
                 self.teardown(&a)
                     .await
                     .map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -429,7 +436,10 @@ impl Agent {
         let Some(node) = self.node() else {
             return Ok(true);
         };
-        if self.pod_cidr_in(&self.cluster()) != Some(node.pod_cidr) {
+        let cluster = self.cluster();
+        if self.pod_cidr_in(&cluster).map(|c| c.trunc()) != node.pod_cidr4()
+            || self.pod_cidr6_in(&cluster).map(|c| c.trunc()) != node.pod_cidr6()
+        {
             return Ok(true);
         }
         let tunnel = self.tunnel_ofport.lock().ok().and_then(|t| *t);

@@ -271,7 +271,8 @@ impl Node {
         v["n_flows"].as_u64().unwrap_or(0) as usize
     }
 
-    /// IPAM records on disk (one file per allocated address).
+    /// IPAM records on disk (one file per allocated address, both
+    /// families).
     pub fn ipam_records(&self) -> Vec<String> {
         let mut v = Vec::new();
         let root = self.dir.join("state/ipam");
@@ -280,7 +281,7 @@ impl Node {
                 if let Ok(files) = std::fs::read_dir(sub.path()) {
                     for f in files.flatten() {
                         let n = f.file_name().to_string_lossy().into_owned();
-                        if n.parse::<std::net::Ipv4Addr>().is_ok() {
+                        if n.parse::<std::net::IpAddr>().is_ok() {
                             v.push(n);
                         }
                     }

@@ -24,7 +24,7 @@ pub const TUNNEL_PORT: u32 = 1;
 pub fn remote_node() -> RemoteNode {
     RemoteNode {
         name: "n2".into(),
-        pod_cidr: "10.244.1.0/24".parse().unwrap(),
+        pod_cidr: Some("10.244.1.0/24".parse().unwrap()),
         ip: "192.168.77.12".parse().unwrap(),
         pod_cidr6: None,
     }
@@ -32,8 +32,10 @@ pub fn remote_node() -> RemoteNode {
 
 pub fn node() -> NodeNet {
     NodeNet {
-        pod_cidr: "10.244.0.0/24".parse().unwrap(),
-        gateway_ip: "10.244.0.1".parse().unwrap(),
+        ipv4: Some(oxvs_agent::flows::NodeNet4 {
+            pod_cidr: "10.244.0.0/24".parse().unwrap(),
+            gateway_ip: "10.244.0.1".parse().unwrap(),
+        }),
         gateway_mac: [0x0a, 0x58, 10, 244, 0, 1],
         gateway_ofport: GW_PORT,
         ipv6: None,
@@ -155,7 +157,7 @@ pub fn local_pods(state: &ClusterState) -> Vec<LocalPod> {
         .map(|(p, ofport)| LocalPod {
             namespace: p.namespace.clone(),
             name: p.name.clone(),
-            ip: p.ip.unwrap(),
+            ip: p.ip,
             ofport,
             ip6: None,
         })
@@ -170,7 +172,7 @@ pub fn node_text(local: &[LocalPod], pf: &PolicyFlows) -> String {
         .map(|l| PodPort {
             ofport: l.ofport,
             ip: l.ip,
-            mac: flows::pod_mac(l.ip),
+            mac: flows::pod_mac_of(l.ip, l.ip6),
             ip6: None,
         })
         .collect();
@@ -219,7 +221,7 @@ impl NodePipe {
     }
 
     fn local_of(&self, ip: Ipv4Addr) -> Option<&LocalPod> {
-        self.local.iter().find(|l| l.ip == ip)
+        self.local.iter().find(|l| l.ip == Some(ip))
     }
 
     pub fn ip_of(&self, e: &Endpoint) -> Ipv4Addr {
@@ -233,7 +235,8 @@ impl NodePipe {
     /// pod's port, from the tunnel (the other node's pod CIDR) or from the
     /// gateway (anything else).
     pub fn spec(&self, src: Ipv4Addr, dst: Ipv4Addr, l4: L4, sport: u16) -> String {
-        let from_tunnel = self.local_of(src).is_none() && remote_node().pod_cidr.contains(&src);
+        let from_tunnel = self.local_of(src).is_none()
+            && remote_node().pod_cidr.is_some_and(|c| c.contains(&src));
         self.spec_from(src, dst, l4, sport, from_tunnel)
     }
 
@@ -253,11 +256,14 @@ impl NodePipe {
                 format!("{TUNNEL_PORT},tun_src={}", remote_node().ip),
                 "02:00:00:00:00:01".into(),
             ),
-            Some(l) => (l.ofport.to_string(), flows::mac_str(&flows::pod_mac(l.ip))),
+            Some(l) => (
+                l.ofport.to_string(),
+                flows::mac_str(&flows::pod_mac_of(l.ip, l.ip6)),
+            ),
             None => (GW_PORT.to_string(), gw_mac.clone()),
         };
         let dl_dst = match self.local_of(dst) {
-            Some(l) => flows::mac_str(&flows::pod_mac(l.ip)),
+            Some(l) => flows::mac_str(&flows::pod_mac_of(l.ip, l.ip6)),
             None => gw_mac,
         };
         let l4 = match l4 {
@@ -272,7 +278,7 @@ impl NodePipe {
     pub fn delivered(&self, spec: &str, dst: Ipv4Addr, ct: u32) -> (bool, String) {
         let out_port = match self.local_of(dst) {
             Some(l) => l.ofport,
-            None if remote_node().pod_cidr.contains(&dst) => TUNNEL_PORT,
+            None if remote_node().pod_cidr.is_some_and(|c| c.contains(&dst)) => TUNNEL_PORT,
             None => GW_PORT,
         };
         let key = parse_packet_spec(spec, &ParseContext::default())

@@ -475,8 +475,10 @@ fn run_probe(dir: &Path, switch_sock: &Path, pods: &[String]) -> Result<Probe> {
         .map_or(1, |p| p.ofport);
     let gateway_ip = Ipv4Addr::new(10, 242, 0, 1);
     let node = flows::NodeNet {
-        pod_cidr: cidr,
-        gateway_ip,
+        ipv4: Some(flows::NodeNet4 {
+            pod_cidr: cidr,
+            gateway_ip,
+        }),
         gateway_mac: flows::pod_mac(gateway_ip),
         gateway_ofport: gw_ofport,
         ipv6: None,
@@ -492,6 +494,11 @@ fn run_probe(dir: &Path, switch_sock: &Path, pods: &[String]) -> Result<Probe> {
             ipam.allocate(&cid, "eth0").context("probe allocate")
         })?;
         let mac = flows::pod_mac(ip);
+        let v4 = state::PodIpv4 {
+            ip,
+            prefix_len: cidr.prefix_len(),
+            gateway: gateway_ip,
+        };
         let mut rec = state::Attachment {
             container_id: cid.clone(),
             ifname: "eth0".into(),
@@ -499,9 +506,7 @@ fn run_probe(dir: &Path, switch_sock: &Path, pods: &[String]) -> Result<Probe> {
             host_ifname: host.clone(),
             pod_namespace: "bench".into(),
             pod_name: format!("probe-{i}"),
-            ip,
-            prefix_len: cidr.prefix_len(),
-            gateway: gateway_ip,
+            ipv4: Some(v4),
             mac: flows::mac_str(&mac),
             mtu: 1450,
             ofport: None,
@@ -516,9 +521,7 @@ fn run_probe(dir: &Path, switch_sock: &Path, pods: &[String]) -> Result<Probe> {
             ifname: "eth0".into(),
             host_ifname: host.clone(),
             mac,
-            ip,
-            prefix_len: cidr.prefix_len(),
-            gateway: gateway_ip,
+            ipv4: Some(v4),
             mtu: 1450,
             route_mtu: None,
             tcp_full_mtu: false,
@@ -559,7 +562,7 @@ fn run_probe(dir: &Path, switch_sock: &Path, pods: &[String]) -> Result<Probe> {
         let save2 = t.elapsed();
         let pod_port = flows::PodPort {
             ofport: info.ofport,
-            ip,
+            ip: Some(ip),
             mac,
             ip6: None,
         };

@@ -40,8 +40,9 @@ const NODE_IP: [u8; 4] = [192, 168, 77, 11];
 
 fn node_net() -> NodeNet {
     NodeNet {
-        pod_cidr: "10.244.0.0/24".parse().expect("cidr"),
-        gateway_ip: Ipv4Addr::new(10, 244, 0, 1),
+        ipv4: Some(oxvs_agent::flows::NodeNet4::of(
+            "10.244.0.0/24".parse().expect("cidr"),
+        )),
         gateway_mac: [0x0a, 0x58, 10, 244, 0, 1],
         gateway_ofport: 2,
         ipv6: None,
@@ -57,9 +58,11 @@ fn attachment(name: &str, ofport: u32, last: u8) -> Attachment {
         host_ifname: format!("veth{name}"),
         pod_namespace: "x".into(),
         pod_name: name.into(),
-        ip,
-        prefix_len: 24,
-        gateway: Ipv4Addr::new(10, 244, 0, 1),
+        ipv4: Some(oxvs_agent::state::PodIpv4 {
+            ip,
+            prefix_len: 24,
+            gateway: Ipv4Addr::new(10, 244, 0, 1),
+        }),
         mac: flows::mac_str(&flows::pod_mac(ip)),
         mtu: 1450,
         ofport: Some(ofport),
@@ -172,7 +175,7 @@ fn fixture() -> &'static Fixture {
         let attachments = vec![attachment("a", 3, 3), attachment("b", 4, 4)];
         let remotes = vec![RemoteNode {
             name: "n2".into(),
-            pod_cidr: "10.244.1.0/24".parse().expect("cidr"),
+            pod_cidr: Some("10.244.1.0/24".parse().expect("cidr")),
             ip: Ipv4Addr::new(192, 168, 77, 12).into(),
             pod_cidr6: None,
         }];

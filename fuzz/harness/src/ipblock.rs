@@ -181,7 +181,7 @@ fn through_translator(cidr: Ipv4Net, except: &[Ipv4Net], out: &[Ipv4Net]) {
     let local = [LocalPod {
         namespace: "x".into(),
         name: "p".into(),
-        ip: Ipv4Addr::new(10, 244, 0, 3),
+        ip: Some(Ipv4Addr::new(10, 244, 0, 3)),
         ofport: 3,
         ip6: None,
     }];
