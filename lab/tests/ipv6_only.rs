@@ -348,6 +348,57 @@ fn ipv6_only_pods_on_two_nodes() {
         ],
     );
     report.finish();
+
+    // A node added later is IPv6-only too, and its pod reaches the others
+    // (the old agents route its IPv6 pod CIDR from its Node object).
+    let out = lab.ok(&["node", "add"]);
+    assert!(
+        out.contains("ip fd00:192:168:77::13  podCIDR fd00:10:244:3::/64"),
+        "{out}"
+    );
+    let node = manifest(&lab, "node_node-3.yaml");
+    assert_eq!(node["spec"]["podCIDRs"], json!(["fd00:10:244:3::/64"]));
+    let f = lab.file(
+        "c1.yaml",
+        &paths::pod("default", "c1", "node-3", "{app: c}", true),
+    );
+    lab.ok(&["apply", "-f", &f]);
+    let st = lab.status();
+    let c1 = pod(&st, "c1");
+    assert!(c1["ip"].is_null(), "{c1}");
+    let c1_6 = c1["ip6"].as_str().expect("c1's ip6").to_string();
+    assert!(c1_6.starts_with("fd00:10:244:3::"), "{c1_6}");
+    let nc1 = c1["netns"].as_str().expect("netns").to_string();
+    let mut report = Report::new(evidence);
+    report.check(
+        &lab,
+        "node-3 added",
+        &[
+            path(
+                "c1 (node-3) -> a1",
+                &nc1,
+                (a1, 8080),
+                Proto::Tcp,
+                ans("default/a1"),
+            ),
+            path(
+                "b1 -> c1 (node-3)",
+                &nb1,
+                (&c1_6, 8080),
+                Proto::Tcp,
+                ans("default/c1"),
+            ),
+            path(
+                "a2 -> c1 (node-3) UDP",
+                &na2,
+                (&c1_6, 8080),
+                Proto::Udp,
+                Want::Answer(vec![]),
+            ),
+        ],
+    );
+    report.finish();
+    lab.ok(&["node", "remove", "--force", "node-3"]);
 }
 
 /// `up` refuses, before making anything, what an IPv6-only lab cannot be.
