@@ -20,6 +20,11 @@
 //!   <lab>-<ns>-<pod> (pod netns) eth0 made by the agent on CNI ADD
 //! ```
 //!
+//! `up --ip-family dual` adds IPv6 (node N: `fd00:192:168:77::(10+N)`,
+//! pod CIDR `fd00:10:244:N::/64`); `up --ip-family ipv6` makes the nodes
+//! and pods IPv6-only: those IPv6 addresses and CIDRs alone, the tunnel
+//! over IPv6 ([`state::IpFamily`]).
+//!
 //! There is no API server: every agent watches one manifest directory
 //! (`/run/oxvs-lab/<lab>/manifests/`), where the lab writes one YAML file
 //! per object (Node, Namespace, Pod, NetworkPolicy), atomically (a dot-file

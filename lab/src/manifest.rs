@@ -581,4 +581,36 @@ items:
         remove(dir.path(), "pod_x_a.yaml").expect("remove");
         remove(dir.path(), "pod_x_a.yaml").expect("remove again");
     }
+
+    #[test]
+    fn ipv6_only_pods_and_nodes() {
+        let objs = parse_documents(PODS, "f.yaml").expect("parse");
+        let running = pod_object(
+            &objs[1],
+            "u-a",
+            "node-1",
+            Some((&["fd00:10:244:1::2"], "fd00:192:168:77::11")),
+        );
+        assert_eq!(running["status"]["podIP"], "fd00:10:244:1::2");
+        assert_eq!(
+            running["status"]["podIPs"],
+            json!([{ "ip": "fd00:10:244:1::2" }])
+        );
+        assert_eq!(running["status"]["hostIP"], "fd00:192:168:77::11");
+        let node = node_object(
+            "node-1",
+            "u-n",
+            &["fd00:10:244:1::/64"],
+            &["fd00:192:168:77::11"],
+        );
+        assert_eq!(node["spec"]["podCIDR"], "fd00:10:244:1::/64");
+        assert_eq!(node["spec"]["podCIDRs"], json!(["fd00:10:244:1::/64"]));
+        assert_eq!(
+            node["status"]["addresses"],
+            json!([
+                { "type": "InternalIP", "address": "fd00:192:168:77::11" },
+                { "type": "Hostname", "address": "node-1" },
+            ])
+        );
+    }
 }

@@ -16,7 +16,7 @@
 //! a `tracing` subscriber.
 
 use std::io::Write as _;
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, UdpSocket};
 
 use socket2::{Domain, Protocol as SockProto, Socket, Type};
 
@@ -28,39 +28,34 @@ pub struct ServeConfig {
     pub id: String,
     /// The address to listen on (default: every address). A host-network
     /// server on a node with several addresses binds one, so that UDP
-    /// answers leave from the address the request was sent to.
-    pub address: Option<Ipv4Addr>,
+    /// answers leave from the address the request was sent to. Either
+    /// family (an IPv6-only node's server binds its IPv6 address).
+    pub address: Option<IpAddr>,
     pub tcp: Vec<u16>,
     pub udp: Vec<u16>,
     pub sctp: Vec<u16>,
-    /// TCP and UDP on one dual-stack socket on `::` (IPv4 clients seen as
-    /// IPv4-mapped addresses).
+    /// TCP, UDP and SCTP on one dual-stack socket on `::` (IPv4 clients
+    /// seen as IPv4-mapped addresses): a dual-stack or IPv6-only pod.
     pub dual: bool,
 }
 
-fn any(port: u16) -> SocketAddr {
-    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port))
-}
-
 impl ServeConfig {
+    /// Where to listen on `port`: `::` when dual, else the address given,
+    /// else IPv4's any address.
     fn at(&self, port: u16) -> SocketAddr {
-        match self.address {
-            Some(a) => SocketAddr::V4(SocketAddrV4::new(a, port)),
-            None => any(port),
-        }
+        let ip = match (self.dual, self.address) {
+            (true, _) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+            (false, Some(a)) => a,
+            (false, None) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        };
+        SocketAddr::new(ip, port)
     }
 
-    /// A bound socket of type `ty` for `port`: dual-stack on `::` when
-    /// asked, else on [`ServeConfig::at`].
-    fn bind(&self, ty: Type, port: u16) -> std::io::Result<Socket> {
-        let (domain, at) = match self.dual {
-            true => (
-                Domain::IPV6,
-                SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port)),
-            ),
-            false => (Domain::IPV4, self.at(port)),
-        };
-        let s = Socket::new(domain, ty, None)?;
+    /// A bound socket of type `ty` and `proto` for `port`, on
+    /// [`ServeConfig::at`] (dual-stack on `::` when asked).
+    fn bind(&self, ty: Type, proto: Option<SockProto>, port: u16) -> std::io::Result<Socket> {
+        let at = self.at(port);
+        let s = Socket::new(Domain::for_address(at), ty, proto)?;
         if self.dual {
             s.set_only_v6(false)?;
         }
@@ -79,7 +74,7 @@ pub fn serve(cfg: &ServeConfig) -> anyhow::Result<()> {
     let mut threads = Vec::new();
     let greeting = format!("{}\n", cfg.id).into_bytes();
     for &port in &cfg.tcp {
-        let listener = cfg.bind(Type::STREAM, port).and_then(|s| {
+        let listener = cfg.bind(Type::STREAM, None, port).and_then(|s| {
             s.listen(128)?;
             Ok(TcpListener::from(s))
         });
@@ -96,7 +91,7 @@ pub fn serve(cfg: &ServeConfig) -> anyhow::Result<()> {
         }
     }
     for &port in &cfg.udp {
-        match cfg.bind(Type::DGRAM, port).map(UdpSocket::from) {
+        match cfg.bind(Type::DGRAM, None, port).map(UdpSocket::from) {
             Ok(u) => threads.push(std::thread::spawn(move || {
                 // Large enough for any datagram: the fragment tests echo 4000+ bytes.
                 let mut buf = vec![0u8; 65536];
@@ -113,7 +108,7 @@ pub fn serve(cfg: &ServeConfig) -> anyhow::Result<()> {
         }
     }
     for &port in &cfg.sctp {
-        match sctp_listener(cfg.at(port)) {
+        match sctp_listener(cfg, port) {
             Ok(l) => {
                 let g = greeting.clone();
                 threads.push(std::thread::spawn(move || loop {
@@ -140,16 +135,19 @@ pub fn serve(cfg: &ServeConfig) -> anyhow::Result<()> {
     }
 }
 
-fn sctp_listener(at: SocketAddr) -> Result<Socket, String> {
-    let s = Socket::new(
-        Domain::IPV4,
-        Type::STREAM,
-        Some(SockProto::from(IPPROTO_SCTP)),
-    )
-    .map_err(|e| format!("SCTP unsupported: {e}"))?;
-    let _ = s.set_reuse_address(true);
-    s.bind(&at.into())
-        .map_err(|e| format!("cannot bind: {e}"))?;
+fn sctp_listener(cfg: &ServeConfig, port: u16) -> Result<Socket, String> {
+    let s = cfg
+        .bind(Type::STREAM, Some(SockProto::from(IPPROTO_SCTP)), port)
+        .map_err(
+            |e| match e.raw_os_error().map(nix::errno::Errno::from_raw) {
+                Some(
+                    nix::errno::Errno::EPROTONOSUPPORT
+                    | nix::errno::Errno::ESOCKTNOSUPPORT
+                    | nix::errno::Errno::EAFNOSUPPORT,
+                ) => format!("SCTP unsupported: {e}"),
+                _ => format!("cannot bind: {e}"),
+            },
+        )?;
     s.listen(64).map_err(|e| format!("cannot listen: {e}"))?;
     Ok(s)
 }

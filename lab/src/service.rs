@@ -25,12 +25,12 @@
 //! Kubernetes.
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 
 use serde_json::{json, Map, Value};
 
 use crate::manifest::Object;
-use crate::state::PortState;
+use crate::state::{IpFamily, PortState};
 
 /// `spec.ports[].targetPort`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -61,10 +61,11 @@ pub struct ServiceSpec {
     /// `None` when the Service has no selector (the user's Endpoints).
     pub selector: Option<BTreeMap<String, String>>,
     pub ports: Vec<ServicePort>,
-    /// `spec.externalIPs`.
-    pub external_ips: Vec<Ipv4Addr>,
+    /// `spec.externalIPs` (of the lab's primary family: the caller
+    /// checks).
+    pub external_ips: Vec<IpAddr>,
     /// `spec.loadBalancerIP` (LoadBalancer only).
-    pub load_balancer_ip: Option<Ipv4Addr>,
+    pub load_balancer_ip: Option<IpAddr>,
     /// The address families the Service asks for, primary first
     /// ([`requested_families`]).
     pub families: Vec<Family>,
@@ -222,10 +223,10 @@ pub fn parse_service(obj: &Object) -> anyhow::Result<ServiceSpec> {
             .enumerate()
             .map(|(i, v)| {
                 v.as_str()
-                    .and_then(|s| s.parse::<Ipv4Addr>().ok())
+                    .and_then(|s| s.parse::<IpAddr>().ok())
                     .ok_or_else(|| {
                         bad(format!(
-                            "spec.externalIPs[{i}] must be an IPv4 address, got {v}"
+                            "spec.externalIPs[{i}] must be an IP address, got {v}"
                         ))
                     })
             })
@@ -241,9 +242,9 @@ pub fn parse_service(obj: &Object) -> anyhow::Result<ServiceSpec> {
                     "spec.loadBalancerIP applies to LoadBalancer Services only (this one is {service_type})"
                 )));
             }
-            Some(s.parse::<Ipv4Addr>().map_err(|_| {
+            Some(s.parse::<IpAddr>().map_err(|_| {
                 bad(format!(
-                    "spec.loadBalancerIP must be an IPv4 address, got {s:?}"
+                    "spec.loadBalancerIP must be an IP address, got {s:?}"
                 ))
             })?)
         }
@@ -518,10 +519,11 @@ fn requested_families(spec: &Value, cluster_ip: Option<IpAddr>) -> Result<Vec<Fa
 }
 
 /// Checks an Endpoints object the user applies (for a Service without a
-/// selector): `subsets[].addresses[].ip` IPv4 (or IPv6 when `ipv6`: a
-/// dual-stack lab), `subsets[].ports[]` with a port number. The API server
-/// checks the rest.
-pub fn check_endpoints(obj: &Object, ipv6: bool) -> anyhow::Result<()> {
+/// selector): `subsets[].addresses[].ip` of a family the lab's pods have
+/// (`lab`: IPv4, either in a dual-stack lab, IPv6 in an IPv6-only one),
+/// `subsets[].ports[]` with a port number. The API server checks the
+/// rest.
+pub fn check_endpoints(obj: &Object, lab: IpFamily) -> anyhow::Result<()> {
     let what = format!("{} ({})", obj.display_name(), obj.source);
     let subsets = match obj.body.get("subsets") {
         None | Some(Value::Null) => return Ok(()),
@@ -538,17 +540,17 @@ pub fn check_endpoints(obj: &Object, ipv6: bool) -> anyhow::Result<()> {
         {
             let ip = a.get("ip").and_then(Value::as_str).unwrap_or("");
             let ok = match ip.parse::<IpAddr>() {
-                Ok(IpAddr::V4(_)) => true,
-                Ok(IpAddr::V6(_)) => ipv6,
+                Ok(IpAddr::V4(_)) => lab.has_ipv4(),
+                Ok(IpAddr::V6(_)) => lab.has_ipv6(),
                 Err(_) => false,
             };
             if !ok {
                 anyhow::bail!(
                     "{what}: subsets[{i}].addresses[{j}].ip must be an {} address, got {}",
-                    if ipv6 {
-                        "IP"
-                    } else {
-                        "IPv4 (the lab is IPv4-only)"
+                    match lab {
+                        IpFamily::Ipv4 => "IPv4 (the lab is IPv4-only)",
+                        IpFamily::Dual => "IP",
+                        IpFamily::Ipv6 => "IPv6 (the lab is IPv6-only)",
                     },
                     a.get("ip").unwrap_or(&Value::Null)
                 );
@@ -568,6 +570,66 @@ pub fn check_endpoints(obj: &Object, ipv6: bool) -> anyhow::Result<()> {
                 );
             }
         }
+    }
+    Ok(())
+}
+
+/// What an IPv6-only API server (its one Service range IPv6) does to a
+/// Service before the lab parses it: a Service naming no family
+/// (`spec.ipFamilies`) gets `[IPv6]`, as does `PreferDualStack` (a
+/// single-stack cluster gives it the one family it has); a Service asking
+/// for IPv4 (`spec.ipFamilies`, an IPv4 `spec.clusterIP(s)`), or for both
+/// (`RequireDualStack`), is refused, naming the field. `spec.externalIPs`
+/// and `spec.loadBalancerIP` must be IPv6.
+pub fn default_ipv6_only(body: &mut Value) -> Result<(), String> {
+    let Some(spec) = body.get_mut("spec").and_then(Value::as_object_mut) else {
+        // parse_service names what is missing.
+        return Ok(());
+    };
+    if spec.get("ipFamilyPolicy").and_then(Value::as_str) == Some("RequireDualStack") {
+        return Err(
+            "spec.ipFamilyPolicy RequireDualStack needs a dual-stack cluster, and the lab is IPv6-only"
+                .into(),
+        );
+    }
+    let v4 = |v: &Value| {
+        v.as_str()
+            .and_then(|s| s.parse::<IpAddr>().ok())
+            .is_some_and(|ip| ip.is_ipv4())
+    };
+    if let Some(a) = spec.get("ipFamilies").and_then(Value::as_array) {
+        if let Some(i) = a.iter().position(|f| f.as_str() == Some("IPv4")) {
+            return Err(format!(
+                "spec.ipFamilies[{i}] IPv4: the lab is IPv6-only (its Services are IPv6)"
+            ));
+        }
+    }
+    for key in ["clusterIP", "loadBalancerIP"] {
+        if spec.get(key).is_some_and(v4) {
+            return Err(format!(
+                "spec.{key} {}: the lab is IPv6-only (its Services are IPv6)",
+                spec[key]
+            ));
+        }
+    }
+    for key in ["clusterIPs", "externalIPs"] {
+        if let Some(i) = spec
+            .get(key)
+            .and_then(Value::as_array)
+            .and_then(|a| a.iter().position(v4))
+        {
+            return Err(format!(
+                "spec.{key}[{i}] {}: the lab is IPv6-only (its Services are IPv6)",
+                spec[key][i]
+            ));
+        }
+    }
+    let named = spec
+        .get("ipFamilies")
+        .and_then(Value::as_array)
+        .is_some_and(|a| !a.is_empty());
+    if !named {
+        spec.insert("ipFamilies".into(), json!(["IPv6"]));
     }
     Ok(())
 }
@@ -1018,7 +1080,20 @@ spec:
             "e",
         )
         .expect("parse");
-        check_endpoints(&ok[0], false).expect("valid");
+        check_endpoints(&ok[0], IpFamily::Ipv4).expect("valid");
+        check_endpoints(&ok[0], IpFamily::Dual).expect("valid");
+        let e = check_endpoints(&ok[0], IpFamily::Ipv6)
+            .expect_err("IPv4 in an IPv6-only lab")
+            .to_string();
+        assert!(e.contains("IPv6 (the lab is IPv6-only)"), "{e}");
+        let v6 = parse_documents(
+            &format!("{base}subsets: [{{addresses: [{{ip: 'fd00:192:168:77::12'}}]}}]\n"),
+            "e",
+        )
+        .expect("parse");
+        check_endpoints(&v6[0], IpFamily::Ipv6).expect("valid");
+        check_endpoints(&v6[0], IpFamily::Dual).expect("valid");
+        assert!(check_endpoints(&v6[0], IpFamily::Ipv4).is_err());
         for (body, want) in [
             ("subsets: 3\n", "subsets must be a list"),
             (
@@ -1028,7 +1103,9 @@ spec:
             ("subsets: [{ports: [{port: x}]}]\n", "ports[0].port"),
         ] {
             let o = parse_documents(&format!("{base}{body}"), "e").expect("parse");
-            let e = check_endpoints(&o[0], false).expect_err(body).to_string();
+            let e = check_endpoints(&o[0], IpFamily::Ipv4)
+                .expect_err(body)
+                .to_string();
             assert!(e.contains(want), "{body}: {e}");
         }
     }
@@ -1225,6 +1302,52 @@ spec:
             "abcdefghijklmnop",
         ] {
             assert!(!is_port_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn an_ipv6_only_api_server_defaults_services_to_ipv6() {
+        let parsed = |spec: &str| -> Result<Vec<Family>, String> {
+            let mut o = parse_documents(
+                &format!("apiVersion: v1\nkind: Service\nmetadata: {{name: s}}\nspec: {spec}\n"),
+                "s.yaml",
+            )
+            .expect("yaml")
+            .remove(0);
+            default_ipv6_only(&mut o.body)?;
+            let spec = parse_service(&o).map_err(|e| e.to_string())?;
+            assert_eq!(o.body["spec"]["ipFamilies"], json!(["IPv6"]));
+            Ok(spec.families)
+        };
+        let v6 = Ok(vec![Family::Ipv6]);
+        assert_eq!(parsed("{ports: [{port: 80}]}"), v6);
+        assert_eq!(
+            parsed("{ipFamilyPolicy: SingleStack, ports: [{port: 80}]}"),
+            v6
+        );
+        assert_eq!(
+            parsed("{ipFamilyPolicy: PreferDualStack, ports: [{port: 80}]}"),
+            v6
+        );
+        assert_eq!(
+            parsed("{clusterIP: 'fd00:10:96::20', ports: [{port: 80}]}"),
+            v6
+        );
+        assert_eq!(parsed("{ipFamilies: [IPv6], ports: [{port: 80}]}"), v6);
+        assert_eq!(
+            parsed("{type: LoadBalancer, loadBalancerIP: '2001:db8::20', externalIPs: ['2001:db8::21'], ports: [{port: 80}]}"),
+            v6
+        );
+        for (spec, want) in [
+            ("{ipFamilyPolicy: RequireDualStack, ports: [{port: 80}]}", "RequireDualStack needs a dual-stack cluster"),
+            ("{ipFamilies: [IPv6, IPv4], ports: [{port: 80}]}", "spec.ipFamilies[1] IPv4"),
+            ("{clusterIP: 10.96.0.20, ports: [{port: 80}]}", "spec.clusterIP \"10.96.0.20\""),
+            ("{clusterIP: 'fd00:10:96::20', clusterIPs: ['fd00:10:96::20', 10.96.0.20], ports: [{port: 80}]}", "spec.clusterIPs[1]"),
+            ("{externalIPs: [192.0.2.20], ports: [{port: 80}]}", "spec.externalIPs[0]"),
+            ("{type: LoadBalancer, loadBalancerIP: 192.0.2.20, ports: [{port: 80}]}", "spec.loadBalancerIP"),
+        ] {
+            let e = parsed(spec).expect_err(spec);
+            assert!(e.contains(want) && e.contains("IPv6-only"), "{spec}: {e}");
         }
     }
 }

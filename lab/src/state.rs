@@ -177,16 +177,21 @@ pub struct NodeState {
     pub name: String,
     pub index: u32,
     pub netns: String,
-    /// Underlay (InternalIP) address.
-    pub ip: String,
+    /// Its IPv4 underlay (InternalIP) address; none on an IPv6-only node
+    /// (`up --ip-family ipv6`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip: Option<String>,
     /// Its IPv6 underlay address (a second InternalIP) in a dual-stack
-    /// lab: the host's IPv6 routes (a default route via the underlay
-    /// bridge, as a dual-stack node has), NodePorts over IPv6, and the
-    /// tunnel's address with `up --underlay ipv6`.
+    /// lab, the only one in an IPv6-only lab: the host's IPv6 routes (a
+    /// default route via the underlay bridge, as a dual-stack node has),
+    /// NodePorts over IPv6, and the tunnel's address with `up --underlay
+    /// ipv6`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ip6: Option<String>,
-    pub pod_cidr: String,
-    /// The IPv6 pod CIDR of a dual-stack lab.
+    /// Its IPv4 pod CIDR; none on an IPv6-only node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_cidr: Option<String>,
+    /// Its IPv6 pod CIDR (a dual-stack or IPv6-only lab).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_cidr6: Option<String>,
     pub switchd_pid: Option<u32>,
@@ -195,19 +200,20 @@ pub struct NodeState {
 
 impl NodeState {
     /// Node `index` of a lab whose node namespaces are named by
-    /// `netns`: underlay address `UNDERLAY.(10+index)`, pod CIDR
-    /// `10.244.<index>.0/24` and, dual-stack, `fd00:10:244:<index>::/64`
-    /// and underlay address `UNDERLAY6::(10+index)`.
+    /// `netns`: IPv4 underlay address `UNDERLAY.(10+index)` and pod CIDR
+    /// `10.244.<index>.0/24` (not on an IPv6-only node) and, dual-stack
+    /// or IPv6-only, `fd00:10:244:<index hex>::/64` and underlay address
+    /// `UNDERLAY6::(10+index)`.
     pub fn new(index: u32, netns: String, family: IpFamily) -> NodeState {
+        let (v4, v6) = (family.has_ipv4(), family.has_ipv6());
         NodeState {
             name: format!("node-{index}"),
             index,
             netns,
-            ip: format!("{}.{}", crate::commands::up::UNDERLAY, 10 + index),
-            ip6: (family == IpFamily::Dual)
-                .then(|| format!("{}::{}", crate::commands::up::UNDERLAY6, 10 + index)),
-            pod_cidr: format!("10.244.{index}.0/24"),
-            pod_cidr6: (family == IpFamily::Dual).then(|| format!("fd00:10:244:{index:x}::/64")),
+            ip: v4.then(|| format!("{}.{}", crate::commands::up::UNDERLAY, 10 + index)),
+            ip6: v6.then(|| format!("{}::{}", crate::commands::up::UNDERLAY6, 10 + index)),
+            pod_cidr: v4.then(|| format!("10.244.{index}.0/24")),
+            pod_cidr6: v6.then(|| format!("fd00:10:244:{index:x}::/64")),
             switchd_pid: None,
             agent_pid: None,
         }
@@ -215,16 +221,36 @@ impl NodeState {
 
     /// Its InternalIP addresses, IPv4 first.
     pub fn internal_ips(&self) -> Vec<&str> {
-        std::iter::once(self.ip.as_str())
+        self.ip
+            .as_deref()
+            .into_iter()
             .chain(self.ip6.as_deref())
             .collect()
     }
 
+    /// Its first InternalIP (IPv4, or IPv6 on an IPv6-only node): a Pod's
+    /// `status.hostIP`, what `status` shows. Empty only for a node without
+    /// any address (not one the lab makes).
+    pub fn primary_ip(&self) -> &str {
+        self.internal_ips().first().copied().unwrap_or("")
+    }
+
     /// Its pod CIDRs, IPv4 first.
     pub fn pod_cidrs(&self) -> Vec<&str> {
-        std::iter::once(self.pod_cidr.as_str())
+        self.pod_cidr
+            .as_deref()
+            .into_iter()
             .chain(self.pod_cidr6.as_deref())
             .collect()
+    }
+
+    /// The address its tunnel runs from (`oxvs-agent --node-ip`): its
+    /// address of the `underlay` family, if it has one.
+    pub fn tunnel_ip(&self, underlay: UnderlayFamily) -> Option<&str> {
+        match underlay {
+            UnderlayFamily::Ipv4 => self.ip.as_deref(),
+            UnderlayFamily::Ipv6 => self.ip6.as_deref(),
+        }
     }
 }
 
@@ -237,6 +263,28 @@ pub enum IpFamily {
     Ipv4,
     /// Dual-stack pods: an IPv4 and an IPv6 address each.
     Dual,
+    /// IPv6-only pods and nodes, as an IPv6-only cluster has: IPv6 pod
+    /// CIDRs, IPv6 InternalIPs, the tunnel over IPv6.
+    Ipv6,
+}
+
+impl IpFamily {
+    /// Whether pods and nodes have IPv4 addresses.
+    pub fn has_ipv4(self) -> bool {
+        self != IpFamily::Ipv6
+    }
+    /// Whether pods and nodes have IPv6 addresses.
+    pub fn has_ipv6(self) -> bool {
+        self != IpFamily::Ipv4
+    }
+    /// As `--ip-family` spells it.
+    pub fn flag(self) -> &'static str {
+        match self {
+            IpFamily::Ipv4 => "ipv4",
+            IpFamily::Dual => "dual",
+            IpFamily::Ipv6 => "ipv6",
+        }
+    }
 }
 
 /// The family of the addresses the nodes' tunnel runs between (`up
@@ -269,8 +317,9 @@ pub struct PodState {
     pub node: String,
     pub netns: String,
     pub container_id: String,
+    /// Its IPv4 address (none before CNI ADD, and in an IPv6-only lab).
     pub ip: Option<String>,
-    /// Its IPv6 address, in a dual-stack lab.
+    /// Its IPv6 address, in a dual-stack or IPv6-only lab.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ip6: Option<String>,
     pub ports: Vec<PortState>,
@@ -283,6 +332,25 @@ impl PodState {
     }
     pub fn netns_path(&self) -> String {
         format!("/var/run/netns/{}", self.netns)
+    }
+    /// Its addresses as `status.podIPs` lists them: IPv4 first (an
+    /// IPv6-only pod's IPv6 address alone).
+    pub fn ips(&self) -> Vec<&str> {
+        self.ip
+            .as_deref()
+            .into_iter()
+            .chain(self.ip6.as_deref())
+            .collect()
+    }
+    /// Its addresses for people: `10.244.1.2,fd00:10:244:1::2`, or
+    /// `<none>` before CNI ADD gave it any.
+    pub fn ips_display(&self) -> String {
+        let v = self.ips();
+        if v.is_empty() {
+            "<none>".to_string()
+        } else {
+            v.join(",")
+        }
     }
 }
 
@@ -522,5 +590,110 @@ mod tests {
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .collect();
         assert!(!names.iter().any(|n| n.ends_with(".tmp")), "{names:?}");
+    }
+
+    #[test]
+    fn nodes_of_each_family() {
+        let n = NodeState::new(11, "t-node-11".into(), IpFamily::Ipv4);
+        assert_eq!(n.ip.as_deref(), Some("192.168.77.21"));
+        assert_eq!(n.ip6, None);
+        assert_eq!(n.pod_cidrs(), vec!["10.244.11.0/24"]);
+        assert_eq!(n.internal_ips(), vec!["192.168.77.21"]);
+        assert_eq!(n.primary_ip(), "192.168.77.21");
+        assert_eq!(n.tunnel_ip(UnderlayFamily::Ipv4), Some("192.168.77.21"));
+        assert_eq!(n.tunnel_ip(UnderlayFamily::Ipv6), None);
+
+        let n = NodeState::new(11, "t-node-11".into(), IpFamily::Dual);
+        assert_eq!(n.pod_cidrs(), vec!["10.244.11.0/24", "fd00:10:244:b::/64"]);
+        assert_eq!(
+            n.internal_ips(),
+            vec!["192.168.77.21", "fd00:192:168:77::21"]
+        );
+        assert_eq!(n.primary_ip(), "192.168.77.21");
+        assert_eq!(
+            n.tunnel_ip(UnderlayFamily::Ipv6),
+            Some("fd00:192:168:77::21")
+        );
+
+        // IPv6-only: nothing IPv4 for Kubernetes or the agent.
+        let n = NodeState::new(11, "t-node-11".into(), IpFamily::Ipv6);
+        assert_eq!(n.ip, None);
+        assert_eq!(n.pod_cidr, None);
+        assert_eq!(n.pod_cidrs(), vec!["fd00:10:244:b::/64"]);
+        assert_eq!(n.internal_ips(), vec!["fd00:192:168:77::21"]);
+        assert_eq!(n.primary_ip(), "fd00:192:168:77::21");
+        assert_eq!(n.tunnel_ip(UnderlayFamily::Ipv4), None);
+        assert_eq!(
+            n.tunnel_ip(UnderlayFamily::Ipv6),
+            Some("fd00:192:168:77::21")
+        );
+        let text = serde_json::to_string(&n).expect("encode");
+        assert!(
+            !text.contains("\"ip\"") && !text.contains("\"pod_cidr\""),
+            "{text}"
+        );
+        assert_eq!(serde_json::from_str::<NodeState>(&text).expect("decode"), n);
+
+        assert!(IpFamily::Ipv4.has_ipv4() && !IpFamily::Ipv4.has_ipv6());
+        assert!(IpFamily::Dual.has_ipv4() && IpFamily::Dual.has_ipv6());
+        assert!(!IpFamily::Ipv6.has_ipv4() && IpFamily::Ipv6.has_ipv6());
+    }
+
+    #[test]
+    fn pods_without_an_ipv4_address() {
+        let mut p = PodState {
+            namespace: "x".into(),
+            name: "a".into(),
+            uid: "u".into(),
+            node: "node-1".into(),
+            netns: "t-x-a".into(),
+            container_id: "c".into(),
+            ip: None,
+            ip6: None,
+            ports: Vec::new(),
+            server_pid: None,
+        };
+        assert!(p.ips().is_empty());
+        assert_eq!(p.ips_display(), "<none>");
+        p.ip6 = Some("fd00:10:244:1::2".into());
+        assert_eq!(p.ips(), vec!["fd00:10:244:1::2"]);
+        assert_eq!(p.ips_display(), "fd00:10:244:1::2");
+        p.ip = Some("10.244.1.2".into());
+        assert_eq!(p.ips(), vec!["10.244.1.2", "fd00:10:244:1::2"]);
+        assert_eq!(p.ips_display(), "10.244.1.2,fd00:10:244:1::2");
+    }
+
+    /// A state file written before IPv6-only labs (node `ip` and
+    /// `pod_cidr` plain strings, no `ip_family`) still loads.
+    #[test]
+    fn old_state_files_still_load() {
+        let old = r#"{
+          "name": "t", "agent_mode": "manifests", "bins": {},
+          "nodes": [{"name": "node-1", "index": 1, "netns": "t-node-1",
+                     "ip": "192.168.77.11", "pod_cidr": "10.244.1.0/24",
+                     "switchd_pid": 10, "agent_pid": 11}],
+          "pods": [{"namespace": "x", "name": "a", "uid": "u", "node": "node-1",
+                    "netns": "t-x-a", "container_id": "c", "ip": "10.244.1.2",
+                    "ports": [], "server_pid": null}],
+          "netns": ["t-ul", "t-node-1", "t-x-a"], "uids": {}, "next_node": 1
+        }"#;
+        let st: LabState = serde_json::from_str(old).expect("an old state file");
+        assert_eq!(st.ip_family, IpFamily::Ipv4);
+        assert_eq!(st.underlay, UnderlayFamily::Ipv4);
+        let n = &st.nodes[0];
+        assert_eq!(n.ip.as_deref(), Some("192.168.77.11"));
+        assert_eq!(n.pod_cidrs(), vec!["10.244.1.0/24"]);
+        assert_eq!(st.pods[0].ips(), vec!["10.244.1.2"]);
+        // And an IPv6-only lab's file round-trips.
+        let v6 = LabState {
+            name: "t".into(),
+            ip_family: IpFamily::Ipv6,
+            underlay: UnderlayFamily::Ipv6,
+            nodes: vec![NodeState::new(1, "t-node-1".into(), IpFamily::Ipv6)],
+            ..LabState::default()
+        };
+        let text = serde_json::to_string(&v6).expect("encode");
+        assert!(text.contains(r#""ip_family":"ipv6""#), "{text}");
+        assert_eq!(serde_json::from_str::<LabState>(&text).expect("decode"), v6);
     }
 }

@@ -3,9 +3,10 @@
 //! a, b, c each (`examples/lab/pods.yaml`), serving TCP and UDP on 80 and
 //! 81, spread over both nodes. For each case the policies are applied,
 //! every pair is probed with real traffic, and the matrix must equal the
-//! expected truth table within a few seconds. The conformance lab is
-//! dual-stack: every table is probed over IPv4 and over IPv6 (the
-//! IPv4-only pipeline is held to the same tables by the other test).
+//! expected truth table within a few seconds. The same cases run in
+//! each of the lab's address families (`up --ip-family`): an IPv4-only
+//! lab, a dual-stack one (every table probed over IPv4 and over IPv6)
+//! and an IPv6-only one.
 //!
 //! Expected tables come from `oxvs_agent::policy::allowed`, an interpreter
 //! of the API's semantics written apart from the flow code, evaluated on
@@ -360,13 +361,24 @@ spec:
     },
 ];
 
-#[test]
-fn networkpolicy_conformance_on_two_nodes() {
-    skip_unless_capable!();
-    let lab = Lab::up_args(&["--nodes", "2", "--ip-family", "dual"]);
+/// The families a lab of `ip_family` (`up --ip-family`) is probed over:
+/// each its pods have addresses of.
+fn families_of(ip_family: &str) -> &'static [Family] {
+    match ip_family {
+        "ipv4" => &[Family::V4],
+        "ipv6" => &[Family::V6],
+        _ => &[Family::V4, Family::V6],
+    }
+}
+
+/// Every case of [`CASES`] on a 2-node lab of `ip_family`, each table
+/// probed over every family of the lab's pods.
+fn conformance(ip_family: &str) {
+    let lab = Lab::up_args(&["--nodes", "2", "--ip-family", ip_family]);
+    let families = families_of(ip_family);
     let pods = workspace().join("examples/lab/pods.yaml");
     lab.ok(&["apply", "-f", &pods.display().to_string()]);
-    for family in [Family::V4, Family::V6] {
+    for &family in families {
         let open = converge(&lab, "no policy", "tcp", 80, family);
         assert!(
             open.values().all(|v| *v),
@@ -380,7 +392,7 @@ fn networkpolicy_conformance_on_two_nodes() {
         lab.ok(&["apply", "-f", &f]);
         let mut first = None;
         for (proto, port) in c.probes {
-            for family in [Family::V4, Family::V6] {
+            for &family in families {
                 let m = converge(&lab, c.name, proto, *port, family);
                 first.get_or_insert(m);
             }
@@ -406,7 +418,7 @@ fn networkpolicy_conformance_on_two_nodes() {
             }
         }
         lab.ok(&["delete", "-f", &f]);
-        for family in [Family::V4, Family::V6] {
+        for &family in families {
             let m = converge(&lab, &format!("{} (deleted)", c.name), "tcp", 80, family);
             assert!(
                 m.values().all(|v| *v),
@@ -416,6 +428,28 @@ fn networkpolicy_conformance_on_two_nodes() {
             );
         }
     }
+}
+
+/// The IPv4-only lab (the default).
+#[test]
+fn networkpolicy_conformance_ipv4_only() {
+    skip_unless_capable!();
+    conformance("ipv4");
+}
+
+/// The dual-stack lab: every table over IPv4 and over IPv6.
+#[test]
+fn networkpolicy_conformance_on_two_nodes() {
+    skip_unless_capable!();
+    conformance("dual");
+}
+
+/// The IPv6-only lab (`up --ip-family ipv6`): every table over IPv6, the
+/// pods having no IPv4 address (an IPv4 `ipBlock` then matches nobody).
+#[test]
+fn networkpolicy_conformance_ipv6_only() {
+    skip_unless_capable!();
+    conformance("ipv6");
 }
 
 #[test]

@@ -99,9 +99,7 @@ pub fn run_apply(global: &Global, args: &ApplyArgs) -> anyhow::Result<u8> {
                 let extra = match obj.kind {
                     Kind::Pod => st
                         .pod(&obj.namespace, &obj.name)
-                        .map(|p| {
-                            format!(" on {} ip {}", p.node, p.ip.as_deref().unwrap_or("<none>"))
-                        })
+                        .map(|p| format!(" on {} ip {}", p.node, p.ips_display()))
                         .unwrap_or_default(),
                     _ => String::new(),
                 };

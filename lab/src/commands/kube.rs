@@ -789,6 +789,17 @@ pub fn apply_service(ctx: &Ctx, st: &mut LabState, obj: &Object) -> anyhow::Resu
             st.name
         );
     }
+    if let Some(ip) = spec
+        .external_ips
+        .iter()
+        .chain(&spec.load_balancer_ip)
+        .find(|ip| ip.is_ipv6())
+    {
+        anyhow::bail!(
+            "{}: external or load balancer address {ip} is not IPv4: the lab's are IPv4 (in a dual-stack lab too)",
+            obj.display_name()
+        );
+    }
     let body = api_object(obj);
     let out = apply_list(ctx, &k, vec![api_namespace(&obj.namespace), body.clone()])
         .with_context(|| format!("{}: the API server refused it", obj.display_name()))?;
@@ -812,7 +823,14 @@ pub fn apply_endpoints(ctx: &Ctx, st: &mut LabState, obj: &Object) -> anyhow::Re
         return super::proxy::apply_endpoints(ctx, st, obj);
     }
     let k = kube(st)?.clone();
-    service::check_endpoints(obj, k.dual_stack)?;
+    service::check_endpoints(
+        obj,
+        if k.dual_stack {
+            crate::state::IpFamily::Dual
+        } else {
+            crate::state::IpFamily::Ipv4
+        },
+    )?;
     let key = format!("{}/{}", obj.namespace, obj.name);
     if k.endpoints.contains_key(&key) {
         anyhow::bail!(
@@ -1334,9 +1352,9 @@ mod tests {
             name: "node-2".into(),
             index: 2,
             netns: "l-node-2".into(),
-            ip: "192.168.77.12".into(),
+            ip: Some("192.168.77.12".into()),
             ip6: None,
-            pod_cidr: "10.244.2.0/24".into(),
+            pod_cidr: Some("10.244.2.0/24".into()),
             pod_cidr6: None,
             switchd_pid: None,
             agent_pid: None,

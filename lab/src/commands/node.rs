@@ -119,7 +119,7 @@ fn run_add(global: &Global, args: &NodeAddArgs) -> anyhow::Result<u8> {
         node.name,
         started.elapsed().as_millis(),
         node.netns,
-        node.ip,
+        node.internal_ips().join(","),
         node.pod_cidrs().join(",")
     );
     Ok(0)

@@ -17,6 +17,7 @@ use serde_json::json;
 
 use super::{Ctx, Global};
 use crate::probe::{run_matrix, sctp_supported, Job, Outcome, Protocol};
+use crate::state::IpFamily;
 use crate::table::{Mark, TruthTable};
 
 #[derive(Debug, clap::Args)]
@@ -38,9 +39,10 @@ pub struct ProbeArgs {
     #[arg(long, value_name = "FILE")]
     pub expect: Option<PathBuf>,
     /// Probe the pods' IPv4 or IPv6 addresses (a dual-stack lab, `up
-    /// --ip-family dual`, has both).
-    #[arg(long, value_enum, default_value_t = Family::Ipv4)]
-    pub ip_family: Family,
+    /// --ip-family dual`, has both). Default: ipv6 in an IPv6-only lab
+    /// (`up --ip-family ipv6`), else ipv4.
+    #[arg(long, value_enum)]
+    pub ip_family: Option<Family>,
 }
 
 /// The address family `probe` sends to.
@@ -48,6 +50,25 @@ pub struct ProbeArgs {
 pub enum Family {
     Ipv4,
     Ipv6,
+}
+
+/// The family to probe in a lab of `lab` family when asked for `asked`
+/// (`--ip-family`, `None` when not given): the lab's own in an IPv6-only
+/// lab, IPv4 otherwise; a family the lab's pods have no address of is an
+/// error.
+pub fn probe_family(lab: &str, family: IpFamily, asked: Option<Family>) -> anyhow::Result<Family> {
+    match (family, asked) {
+        (IpFamily::Ipv6, Some(Family::Ipv4)) => anyhow::bail!(
+            "--ip-family ipv4: lab {lab} is IPv6-only (`up --ip-family ipv6`), its pods have no \
+             IPv4 address; probe over ipv6 (the default in this lab)"
+        ),
+        (IpFamily::Ipv4, Some(Family::Ipv6)) => anyhow::bail!(
+            "--ip-family ipv6: lab {lab} is IPv4-only, its pods have no IPv6 address (create the \
+             lab with `up --ip-family dual` or `--ip-family ipv6`)"
+        ),
+        (IpFamily::Ipv6, None) => Ok(Family::Ipv6),
+        (_, asked) => Ok(asked.unwrap_or(Family::Ipv4)),
+    }
 }
 
 pub fn run_probe(global: &Global, args: &ProbeArgs) -> anyhow::Result<u8> {
@@ -67,11 +88,12 @@ pub fn run_probe(global: &Global, args: &ProbeArgs) -> anyhow::Result<u8> {
         let _lock = ctx.paths.lock(false)?;
         ctx.paths.load()?
     };
+    let family = probe_family(ctx.name(), st.ip_family, args.ip_family)?;
     let mut pods: Vec<_> = st
         .pods
         .iter()
         .filter_map(|p| {
-            let ip = match args.ip_family {
+            let ip = match family {
                 Family::Ipv4 => p.ip.as_deref(),
                 Family::Ipv6 => p.ip6.as_deref(),
             };
@@ -79,12 +101,8 @@ pub fn run_probe(global: &Global, args: &ProbeArgs) -> anyhow::Result<u8> {
             Some((p.key(), p.netns_path(), ip))
         })
         .collect();
-    if pods.is_empty() && args.ip_family == Family::Ipv6 && !st.pods.is_empty() {
-        anyhow::bail!(
-            "no pod of lab {} has an IPv6 address (create the lab with `up --ip-family dual`)",
-            ctx.name()
-        );
-    }
+    // A pod still without an address of the family (CNI ADD failed half
+    // way) is left out, as before.
     pods.sort();
     let names: Vec<String> = pods.iter().map(|p| p.0.clone()).collect();
     let jobs: Vec<Job> = pods
@@ -176,4 +194,36 @@ pub fn run_probe(global: &Global, args: &ProbeArgs) -> anyhow::Result<u8> {
         }
     }
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_probed_family_follows_the_lab() {
+        let f = |lab, asked| probe_family("l", lab, asked);
+        assert_eq!(f(IpFamily::Ipv4, None).expect("v4"), Family::Ipv4);
+        assert_eq!(f(IpFamily::Dual, None).expect("dual"), Family::Ipv4);
+        assert_eq!(f(IpFamily::Ipv6, None).expect("v6"), Family::Ipv6);
+        assert_eq!(
+            f(IpFamily::Dual, Some(Family::Ipv6)).expect("dual v6"),
+            Family::Ipv6
+        );
+        assert_eq!(
+            f(IpFamily::Ipv6, Some(Family::Ipv6)).expect("v6 v6"),
+            Family::Ipv6
+        );
+        let e = f(IpFamily::Ipv6, Some(Family::Ipv4))
+            .expect_err("no IPv4 in an IPv6-only lab")
+            .to_string();
+        assert!(
+            e.contains("IPv6-only") && e.contains("no IPv4 address"),
+            "{e}"
+        );
+        let e = f(IpFamily::Ipv4, Some(Family::Ipv6))
+            .expect_err("no IPv6 in an IPv4 lab")
+            .to_string();
+        assert!(e.contains("IPv4-only"), "{e}");
+    }
 }

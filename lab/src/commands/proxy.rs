@@ -36,6 +36,15 @@ fn proxy(st: &LabState) -> anyhow::Result<&ProxyState> {
     })
 }
 
+/// The lab's primary address family: its Services' (and Endpoints
+/// objects') first family, IPv6 in an IPv6-only lab.
+fn primary_family(st: &LabState) -> Family {
+    match st.ip_family {
+        IpFamily::Ipv6 => Family::Ipv6,
+        IpFamily::Ipv4 | IpFamily::Dual => Family::Ipv4,
+    }
+}
+
 /// Whether `st` is a lab whose Services the lab itself serves.
 pub fn serves_services(st: &LabState) -> bool {
     st.kube.is_none() && st.proxy.is_some()
@@ -137,13 +146,39 @@ fn cluster_ips_of(body: &Value) -> Vec<IpAddr> {
 /// `apply` of a Service: checked, a ClusterIP given per family it asks
 /// for (an IPv6 one in a dual-stack lab), written with its Endpoints.
 pub fn apply_service(ctx: &Ctx, st: &mut LabState, obj: &Object) -> anyhow::Result<&'static str> {
+    // An IPv6-only lab's API server defaults the family to IPv6.
+    let mut obj = obj.clone();
+    if st.ip_family == IpFamily::Ipv6 {
+        service::default_ipv6_only(&mut obj.body)
+            .map_err(|e| anyhow::anyhow!("{} ({}): {e}", obj.display_name(), obj.source))?;
+    }
+    let obj = &obj;
     let spec = service::parse_service(obj)?;
-    let dual = st.ip_family == IpFamily::Dual;
-    if spec.families.contains(&Family::Ipv6) && !dual {
+    if spec.families.contains(&Family::Ipv6) && !st.ip_family.has_ipv6() {
         anyhow::bail!(
             "{}: asks for an IPv6 ClusterIP (spec.ipFamilies, spec.ipFamilyPolicy or spec.clusterIP), and lab {} is IPv4-only (`oxvs-lab up --proxy --ip-family dual` has IPv6 Services)",
             obj.display_name(),
             st.name
+        );
+    }
+    // External and load balancer addresses: of the lab's primary family
+    // (IPv4 in a dual-stack lab).
+    let outside = primary_family(st);
+    if let Some(ip) = spec
+        .external_ips
+        .iter()
+        .chain(&spec.load_balancer_ip)
+        .find(|ip| Family::of(**ip) != outside)
+    {
+        anyhow::bail!(
+            "{}: external or load balancer address {ip} is not {}: the lab's are {} ({})",
+            obj.display_name(),
+            outside.api_name(),
+            outside.api_name(),
+            match st.ip_family {
+                IpFamily::Ipv6 => "an IPv6-only lab",
+                _ => "IPv4 in a dual-stack lab too",
+            }
         );
     }
     let p = proxy(st)?.clone();
@@ -196,8 +231,8 @@ pub fn apply_service(ctx: &Ctx, st: &mut LabState, obj: &Object) -> anyhow::Resu
             "clusterIP".into(),
             json!(ips.first().map(IpAddr::to_string)),
         );
-        if dual {
-            // What a dual-stack API server writes back.
+        if st.ip_family.has_ipv6() {
+            // What a dual-stack (or IPv6-only) API server writes back.
             s.insert(
                 "clusterIPs".into(),
                 json!(ips.iter().map(IpAddr::to_string).collect::<Vec<_>>()),
@@ -334,7 +369,7 @@ fn allocate_node_ports(
 
 /// `apply` of an Endpoints object, for a Service without a selector.
 pub fn apply_endpoints(ctx: &Ctx, st: &mut LabState, obj: &Object) -> anyhow::Result<&'static str> {
-    service::check_endpoints(obj, st.ip_family == IpFamily::Dual)?;
+    service::check_endpoints(obj, st.ip_family)?;
     let p = proxy(st)?;
     let key = format!("{}/{}", obj.namespace, obj.name);
     if p.endpoints.contains_key(&key) {
@@ -409,7 +444,10 @@ pub fn sync_endpoints(
     };
     let dual = st.ip_family == IpFamily::Dual;
     let dir = ctx.paths.manifests();
-    let changed = service::changed_endpoints(&p.services, &p.endpoints, pods, Family::Ipv4);
+    // The Endpoints object holds the primary family's addresses (IPv6
+    // ones in an IPv6-only lab; the agents read it when there are no
+    // EndpointSlices).
+    let changed = service::changed_endpoints(&p.services, &p.endpoints, pods, primary_family(st));
     let changed6 = match dual {
         true => service::changed_endpoints(&p.services, &p.endpoints6, pods, Family::Ipv6),
         false => Vec::new(),

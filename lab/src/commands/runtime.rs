@@ -209,17 +209,7 @@ pub fn create_pod(ctx: &Ctx, bins: &Bins, st: &mut LabState, obj: &Object) -> an
         if !out.ok {
             anyhow::bail!("CNI ADD failed: {}", out.describe());
         }
-        let ip = out
-            .ip()
-            .with_context(|| format!("CNI ADD gave no IPv4 address: {}", out.stdout.trim()))?;
-        let ip6 = out.ip6();
-        if node.pod_cidr6.is_some() && ip6.is_none() {
-            anyhow::bail!(
-                "CNI ADD gave no IPv6 address on a dual-stack node: {}",
-                out.stdout.trim()
-            );
-        }
-        Ok((ip, ip6))
+        check_addresses(&node, out.ip(), out.ip6(), &out.stdout)
     });
     let (ip, ip6) = match made {
         Ok(ips) => ips,
@@ -235,15 +225,20 @@ pub fn create_pod(ctx: &Ctx, bins: &Bins, st: &mut LabState, obj: &Object) -> an
     manifest::write(
         &dir,
         &obj.file_name(),
-        &manifest::pod_object(obj, &uid, &node.name, Some((&pod_ips(&ip, &ip6), &node.ip))),
+        &manifest::pod_object(
+            obj,
+            &uid,
+            &node.name,
+            Some((&pod_ips(&ip, &ip6), node.primary_ip())),
+        ),
     )?;
     if let Some(p) = st.pod_mut(&obj.namespace, &obj.name) {
-        p.ip = Some(ip.clone());
-        p.ip6 = ip6.clone();
+        p.ip.clone_from(&ip);
+        p.ip6.clone_from(&ip6);
     }
     ctx.paths.save(st)?;
     let mut with_ip = pod;
-    with_ip.ip = Some(ip);
+    with_ip.ip = ip;
     with_ip.ip6 = ip6;
     let pid = start_server(ctx, bins, &with_ip);
     // Record a started server even if it then failed to get ready.
@@ -257,8 +252,46 @@ pub fn create_pod(ctx: &Ctx, bins: &Bins, st: &mut LabState, obj: &Object) -> an
 }
 
 /// A pod's addresses as `status.podIPs` lists them: IPv4 first.
-fn pod_ips<'a>(ip: &'a str, ip6: &'a Option<String>) -> Vec<&'a str> {
-    std::iter::once(ip).chain(ip6.as_deref()).collect()
+fn pod_ips<'a>(ip: &'a Option<String>, ip6: &'a Option<String>) -> Vec<&'a str> {
+    ip.as_deref().into_iter().chain(ip6.as_deref()).collect()
+}
+
+/// The addresses a CNI ADD on `node` gave (`ip`, `ip6`: the first of each
+/// family in its result, `stdout`), checked against the node's pod CIDRs:
+/// one of each family the node has, none of a family it has not (an
+/// IPv6-only node's pods have no IPv4 address).
+pub fn check_addresses(
+    node: &NodeState,
+    ip: Option<String>,
+    ip6: Option<String>,
+    stdout: &str,
+) -> anyhow::Result<(Option<String>, Option<String>)> {
+    let stdout = stdout.trim();
+    match (&node.pod_cidr, &ip) {
+        (Some(_), None) => anyhow::bail!("CNI ADD gave no IPv4 address: {stdout}"),
+        (None, Some(ip)) => anyhow::bail!(
+            "CNI ADD gave IPv4 address {ip} on IPv6-only node {}: {stdout}",
+            node.name
+        ),
+        _ => {}
+    }
+    match (&node.pod_cidr6, &ip6) {
+        (Some(_), None) => anyhow::bail!(
+            "CNI ADD gave no IPv6 address on {} node {}: {stdout}",
+            if node.pod_cidr.is_some() {
+                "dual-stack"
+            } else {
+                "IPv6-only"
+            },
+            node.name
+        ),
+        (None, Some(ip6)) => anyhow::bail!(
+            "CNI ADD gave IPv6 address {ip6} on IPv4-only node {}: {stdout}",
+            node.name
+        ),
+        _ => {}
+    }
+    Ok((ip, ip6))
 }
 
 /// Updates an existing pod from `obj`: labels and other metadata go to the
@@ -283,8 +316,12 @@ pub fn update_pod(ctx: &Ctx, bins: &Bins, st: &mut LabState, obj: &Object) -> an
     }
     let ports = manifest::pod_ports(&obj.body)
         .with_context(|| format!("{} ({})", obj.display_name(), obj.source))?;
-    let host_ip = st.node(&old.node).map(|n| n.ip.clone()).unwrap_or_default();
-    let list = old.ip.as_ref().map(|ip| pod_ips(ip, &old.ip6));
+    let host_ip = st
+        .node(&old.node)
+        .map(|n| n.primary_ip().to_string())
+        .unwrap_or_default();
+    // A pod with an address is running (CNI ADD returned).
+    let list = Some(old.ips()).filter(|l| !l.is_empty());
     let ips = list.as_deref().map(|l| (l, host_ip.as_str()));
     let new = manifest::pod_object(obj, &old.uid, &old.node, ips);
     let dir = ctx.paths.manifests();
@@ -373,4 +410,54 @@ pub fn wait_for_socket(path: &Path, child: &mut std::process::Child, timeout: Du
         std::thread::sleep(Duration::from_millis(50));
     }
     path.exists()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::IpFamily;
+
+    #[test]
+    fn cni_addresses_follow_the_nodes_families() {
+        let v4 = Some("10.244.1.2".to_string());
+        let v6 = Some("fd00:10:244:1::2".to_string());
+        let node = |f| NodeState::new(1, "t-node-1".into(), f);
+        let ok = |f, ip: &Option<String>, ip6: &Option<String>| {
+            check_addresses(&node(f), ip.clone(), ip6.clone(), "{}")
+        };
+        assert_eq!(
+            ok(IpFamily::Ipv4, &v4, &None).expect("v4"),
+            (v4.clone(), None)
+        );
+        assert_eq!(
+            ok(IpFamily::Dual, &v4, &v6).expect("dual"),
+            (v4.clone(), v6.clone())
+        );
+        assert_eq!(
+            ok(IpFamily::Ipv6, &None, &v6).expect("v6"),
+            (None, v6.clone())
+        );
+        let err = |f, ip: &Option<String>, ip6: &Option<String>| {
+            ok(f, ip, ip6).expect_err("refused").to_string()
+        };
+        assert!(err(IpFamily::Ipv4, &None, &None).contains("no IPv4 address"));
+        assert!(err(IpFamily::Dual, &v4, &None).contains("dual-stack node"));
+        let e = err(IpFamily::Ipv6, &None, &None);
+        assert!(e.contains("no IPv6 address on IPv6-only node"), "{e}");
+        let e = err(IpFamily::Ipv6, &v4, &v6);
+        assert!(
+            e.contains("IPv4 address 10.244.1.2 on IPv6-only node"),
+            "{e}"
+        );
+        assert!(err(IpFamily::Ipv4, &v4, &v6).contains("IPv4-only node"));
+    }
+
+    #[test]
+    fn pod_ips_are_listed_ipv4_first() {
+        let v4 = Some("10.244.1.2".to_string());
+        let v6 = Some("fd00:10:244:1::2".to_string());
+        assert_eq!(pod_ips(&v4, &v6), vec!["10.244.1.2", "fd00:10:244:1::2"]);
+        assert_eq!(pod_ips(&None, &v6), vec!["fd00:10:244:1::2"]);
+        assert!(pod_ips(&None, &None).is_empty());
+    }
 }

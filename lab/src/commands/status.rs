@@ -77,8 +77,9 @@ pub fn run_status(global: &Global, args: &StatusArgs) -> anyhow::Result<u8> {
         .iter()
         .map(|n| {
             let mut v = json!({
-                "name": n.name, "netns": n.netns, "ip": n.ip, "podCIDR": n.pod_cidr,
-                "podCIDRs": n.pod_cidrs(),
+                "name": n.name, "netns": n.netns, "ip": n.ip, "ip6": n.ip6,
+                "internalIPs": n.internal_ips(),
+                "podCIDR": n.pod_cidrs().first(), "podCIDRs": n.pod_cidrs(),
                 "netnsExists": netns::exists(&n.netns),
                 "switchd": {"pid": n.switchd_pid, "running": alive(n.switchd_pid, "oxvs-switchd")},
                 "agent": {"pid": n.agent_pid, "running": alive(n.agent_pid, "oxvs-agent")},
@@ -116,6 +117,7 @@ pub fn run_status(global: &Global, args: &StatusArgs) -> anyhow::Result<u8> {
     if args.json {
         let v = json!({
             "name": st.name,
+            "ipFamily": st.ip_family.flag(),
             "agentMode": match st.agent_mode { AgentMode::Manifests => "manifests", AgentMode::Legacy => "legacy" },
             "healthy": healthy,
             "stateDir": ctx.paths.root.display().to_string(),
@@ -137,8 +139,18 @@ pub fn run_status(global: &Global, args: &StatusArgs) -> anyhow::Result<u8> {
     } else {
         ""
     };
+    // An IPv6 address or CIDR is wider than the IPv4 columns.
+    let (w_ip, w_cidr) = if st.ip_family.has_ipv6() {
+        (22, 22)
+    } else {
+        (16, 16)
+    };
     crate::say!(
-        "NODE       NETNS                      IP               POD CIDR         SWITCHD  AGENT{kp}"
+        "{:<10} {:<26} {:<w_ip$} {:<w_cidr$} SWITCHD  AGENT{kp}",
+        "NODE",
+        "NETNS",
+        "IP",
+        "POD CIDR"
     );
     for n in &st.nodes {
         let agent = word(alive(n.agent_pid, "oxvs-agent"));
@@ -146,12 +158,14 @@ pub fn run_status(global: &Global, args: &StatusArgs) -> anyhow::Result<u8> {
             Some((_, running)) => format!("{agent:<8} {}", word(running)),
             None => agent.to_string(),
         };
+        // The first InternalIP and pod CIDR (IPv4 first), as Kubernetes
+        // shows a node's.
         crate::say!(
-            "{:<10} {:<26} {:<16} {:<16} {:<8} {}",
+            "{:<10} {:<26} {:<w_ip$} {:<w_cidr$} {:<8} {}",
             n.name,
             n.netns,
-            n.ip,
-            n.pod_cidr,
+            n.primary_ip(),
+            n.pod_cidrs().first().copied().unwrap_or("-"),
             word(alive(n.switchd_pid, "oxvs-switchd")),
             agent
         );
@@ -167,11 +181,7 @@ pub fn run_status(global: &Global, args: &StatusArgs) -> anyhow::Result<u8> {
             } else {
                 word(alive(p.server_pid, SERVER_NEEDLE))
             };
-            let ip = match (&p.ip, &p.ip6) {
-                (Some(ip), Some(ip6)) => format!("{ip},{ip6}"),
-                (Some(ip), None) => ip.clone(),
-                _ => "<none>".to_string(),
-            };
+            let ip = p.ips_display();
             crate::say!(
                 "{:<20} {:<10} {:<16} {:<8} {}",
                 p.key(),

@@ -23,7 +23,7 @@
 //! pods had no forwarding. Holds the lab's exclusive lock throughout.
 
 use std::io::{BufRead as _, BufReader, Write as _};
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -122,7 +122,8 @@ fn pick_probe(st: &LabState, node: &NodeState) -> Option<ProbePair> {
             .find(|x| x.protocol.eq_ignore_ascii_case("tcp"))
             .map(|x| x.port)
     };
-    let ip = |p: &crate::state::PodState| p.ip.as_deref()?.parse::<Ipv4Addr>().ok();
+    // Its IPv4 address, or its IPv6 one in an IPv6-only lab.
+    let ip = |p: &crate::state::PodState| p.ips().first()?.parse::<IpAddr>().ok();
     let src = st
         .pods
         .iter()
@@ -140,7 +141,7 @@ fn pick_probe(st: &LabState, node: &NodeState) -> Option<ProbePair> {
             from: src.key(),
             to: dst.key(),
             netns_path: src.netns_path(),
-            dst: ip(dst)?.into(),
+            dst: ip(dst)?,
         },
         port: tcp_port(dst)?,
     })

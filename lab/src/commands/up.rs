@@ -67,16 +67,54 @@ pub struct UpArgs {
     /// them, nodes added later by `node add` do not get them).
     #[arg(long = "switchd-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub switchd_args: Vec<String>,
-    /// Pods' address families: `ipv4`, or `dual` (an IPv4 and an IPv6
+    /// Pods' address families: `ipv4`; `dual` (an IPv4 and an IPv6
     /// address per pod, IPv6 pod CIDRs fd00:10:244:N::/64; the nodes get
-    /// an IPv6 underlay address too).
+    /// an IPv6 underlay address too); or `ipv6` (IPv6-only pods and
+    /// nodes: IPv6 pod CIDRs and InternalIPs only, the tunnel over IPv6).
     #[arg(long, value_enum, default_value_t = IpFamily::Ipv4)]
     pub ip_family: IpFamily,
     /// The tunnel's underlay family: `ipv4`, or `ipv6` (VXLAN between the
     /// nodes' IPv6 addresses fd00:192:168:77::N, pod MTU 1430; needs
-    /// `--ip-family dual`).
-    #[arg(long, value_enum, default_value_t = UnderlayFamily::Ipv4)]
-    pub underlay: UnderlayFamily,
+    /// `--ip-family dual` or `ipv6`). Default: ipv6 with `--ip-family
+    /// ipv6`, else ipv4.
+    #[arg(long, value_enum)]
+    pub underlay: Option<UnderlayFamily>,
+}
+
+/// The tunnel's family for a lab of `family` asked for `underlay`
+/// (`up --underlay`, `None` when not given): IPv4 by default, IPv6 in an
+/// IPv6-only lab (whose nodes have no IPv4 address), and an error for a
+/// combination the nodes' addresses cannot carry.
+pub fn resolve_underlay(
+    family: IpFamily,
+    underlay: Option<UnderlayFamily>,
+) -> anyhow::Result<UnderlayFamily> {
+    match (family, underlay) {
+        (IpFamily::Ipv6, None | Some(UnderlayFamily::Ipv6)) => Ok(UnderlayFamily::Ipv6),
+        (IpFamily::Ipv6, Some(UnderlayFamily::Ipv4)) => anyhow::bail!(
+            "--underlay ipv4 cannot be used with --ip-family ipv6: IPv6-only nodes have no IPv4 \
+             address to run the tunnel between (leave --underlay out, or use --ip-family dual)"
+        ),
+        (IpFamily::Ipv4, Some(UnderlayFamily::Ipv6)) => anyhow::bail!(
+            "--underlay ipv6 needs --ip-family dual or ipv6 (the nodes' IPv6 addresses come with them)"
+        ),
+        (_, u) => Ok(u.unwrap_or_default()),
+    }
+}
+
+/// What an IPv6-only lab (`--ip-family ipv6`) cannot run yet: kube-proxy
+/// (`--proxy`, the switch's own Service proxy, it can).
+fn check_ipv6_only(args: &UpArgs) -> anyhow::Result<()> {
+    if args.ip_family == IpFamily::Ipv6 && args.kube_proxy {
+        anyhow::bail!(
+            "--kube-proxy cannot be used with --ip-family ipv6 yet: the lab's API server is set up \
+             for IPv4 or dual-stack Services only (an IPv4 primary ClusterIP range, reached by the \
+             nodes at 192.168.77.1, kube-proxy with an IPv4 cluster CIDR) and its endpoints \
+             controller writes IPv4 Endpoints; use --proxy (Services in the switch) in an \
+             IPv6-only lab, or --ip-family dual for kube-proxy with IPv6 Services"
+        );
+    }
+    Ok(())
 }
 
 /// The cluster file.
@@ -100,12 +138,8 @@ pub fn run_up(global: &Global, args: &UpArgs) -> anyhow::Result<u8> {
         None => ClusterFile::default(),
     };
     let ctx = Ctx::new(global, file.name.as_deref())?;
-    if args.underlay == UnderlayFamily::Ipv6 && args.ip_family != IpFamily::Dual {
-        anyhow::bail!(
-            "--underlay ipv6 needs --ip-family dual (the nodes' IPv6 addresses come with it; \
-             IPv6-only nodes are not supported yet)"
-        );
-    }
+    let underlay = resolve_underlay(args.ip_family, args.underlay)?;
+    check_ipv6_only(args)?;
     let n_nodes = args.nodes.or(file.nodes).unwrap_or(2);
     if !(1..=MAX_NODES).contains(&n_nodes) {
         anyhow::bail!("--nodes {n_nodes}: use 1 to {MAX_NODES}");
@@ -154,11 +188,12 @@ pub fn run_up(global: &Global, args: &UpArgs) -> anyhow::Result<u8> {
     } else {
         AgentMode::Legacy
     };
-    if args.underlay == UnderlayFamily::Ipv6
+    if underlay == UnderlayFamily::Ipv6
         && !(mode == AgentMode::Manifests && help.contains("--node-ip"))
     {
         anyhow::bail!(
-            "--underlay ipv6: this oxvs-agent ({}) takes no --node-ip with its manifests; the tunnel would stay IPv4",
+            "--underlay ipv6{}: this oxvs-agent ({}) takes no --node-ip with its manifests; the tunnel would stay IPv4",
+            if args.ip_family == IpFamily::Ipv6 { " (what --ip-family ipv6 runs on)" } else { "" },
             bins.agent.display()
         );
     }
@@ -166,7 +201,7 @@ pub fn run_up(global: &Global, args: &UpArgs) -> anyhow::Result<u8> {
         name: ctx.name().to_string(),
         agent_mode: mode,
         ip_family: args.ip_family,
-        underlay: args.underlay,
+        underlay,
         proxy: args.proxy.then(Default::default),
         ..LabState::default()
     };
@@ -206,7 +241,7 @@ pub fn run_up(global: &Global, args: &UpArgs) -> anyhow::Result<u8> {
             "  {}  netns {}  ip {}  podCIDR {}",
             n.name,
             n.netns,
-            n.ip,
+            n.internal_ips().join(","),
             n.pod_cidrs().join(",")
         );
     }
@@ -256,7 +291,7 @@ fn build(
         UNDERLAY_MTU,
         "up",
     ])?;
-    if st.ip_family == IpFamily::Dual {
+    if st.ip_family.has_ipv6() {
         run(&[
             "ip",
             "-n",
@@ -431,13 +466,14 @@ pub(crate) fn agent_argv(
             }
         }
         if help.contains("--node-ip") {
-            match (&node.ip6, st.underlay) {
-                (Some(ip6), UnderlayFamily::Ipv6) => {
-                    push("--node-ip", ip6.clone());
-                    // VXLAN over IPv6 takes 70 bytes of the underlay's 1500.
-                    push("--mtu", "1430".to_string());
-                }
-                _ => push("--node-ip", node.ip.clone()),
+            // The tunnel's address; `up` checked the node has one of the
+            // underlay's family (an IPv6-only node has no IPv4 one).
+            if let Some(ip) = node.tunnel_ip(st.underlay) {
+                push("--node-ip", ip.to_string());
+            }
+            if st.underlay == UnderlayFamily::Ipv6 {
+                // VXLAN over IPv6 takes 70 bytes of the underlay's 1500.
+                push("--mtu", "1430".to_string());
             }
         }
         if help.contains("--api-socket") {
@@ -476,16 +512,18 @@ pub(crate) fn wire_node(ul: &str, node: &NodeState, index: u32) -> anyhow::Resul
         ns,
     ])?;
     run(&["ip", "-n", ul, "link", "set", &port, "master", "br0", "up"])?;
-    run(&[
-        "ip",
-        "-n",
-        ns,
-        "addr",
-        "add",
-        &format!("{}/24", node.ip),
-        "dev",
-        "eth0",
-    ])?;
+    if let Some(ip) = &node.ip {
+        run(&[
+            "ip",
+            "-n",
+            ns,
+            "addr",
+            "add",
+            &format!("{ip}/24"),
+            "dev",
+            "eth0",
+        ])?;
+    }
     run(&[
         "ip",
         "-n",
@@ -497,16 +535,18 @@ pub(crate) fn wire_node(ul: &str, node: &NodeState, index: u32) -> anyhow::Resul
         UNDERLAY_MTU,
         "up",
     ])?;
-    run(&[
-        "ip",
-        "-n",
-        ns,
-        "route",
-        "add",
-        "default",
-        "via",
-        &format!("{UNDERLAY}.1"),
-    ])?;
+    if node.ip.is_some() {
+        run(&[
+            "ip",
+            "-n",
+            ns,
+            "route",
+            "add",
+            "default",
+            "via",
+            &format!("{UNDERLAY}.1"),
+        ])?;
+    }
     if let Some(ip6) = &node.ip6 {
         run(&[
             "ip",
@@ -532,4 +572,112 @@ pub(crate) fn wire_node(ul: &str, node: &NodeState, index: u32) -> anyhow::Resul
         ])?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        global: Global,
+        #[command(flatten)]
+        up: UpArgs,
+    }
+
+    fn parse(args: &[&str]) -> Cli {
+        Cli::try_parse_from(std::iter::once("up").chain(args.iter().copied())).expect("flags")
+    }
+
+    #[test]
+    fn the_underlay_follows_the_ip_family() {
+        use IpFamily::{Dual, Ipv4, Ipv6};
+        let u = |f, u| resolve_underlay(f, u);
+        assert_eq!(u(Ipv4, None).expect("v4"), UnderlayFamily::Ipv4);
+        assert_eq!(u(Dual, None).expect("dual"), UnderlayFamily::Ipv4);
+        assert_eq!(u(Ipv6, None).expect("v6"), UnderlayFamily::Ipv6);
+        assert_eq!(
+            u(Dual, Some(UnderlayFamily::Ipv6)).expect("dual over v6"),
+            UnderlayFamily::Ipv6
+        );
+        assert_eq!(
+            u(Ipv6, Some(UnderlayFamily::Ipv6)).expect("v6 over v6"),
+            UnderlayFamily::Ipv6
+        );
+        let e = u(Ipv6, Some(UnderlayFamily::Ipv4))
+            .expect_err("no IPv4 tunnel between IPv6-only nodes")
+            .to_string();
+        assert!(
+            e.contains("--underlay ipv4") && e.contains("IPv6-only nodes have no IPv4"),
+            "{e}"
+        );
+        let e = u(Ipv4, Some(UnderlayFamily::Ipv6))
+            .expect_err("no IPv6 underlay on IPv4 nodes")
+            .to_string();
+        assert!(e.contains("needs --ip-family dual or ipv6"), "{e}");
+        // As parsed: `--underlay` is optional.
+        let c = parse(&["--ip-family", "ipv6"]);
+        assert_eq!(c.up.ip_family, Ipv6);
+        assert_eq!(c.up.underlay, None);
+    }
+
+    #[test]
+    fn kube_proxy_is_refused_in_an_ipv6_only_lab() {
+        let c = parse(&["--ip-family", "ipv6", "--kube-proxy"]);
+        let e = check_ipv6_only(&c.up).expect_err("refused").to_string();
+        assert!(
+            e.contains("--kube-proxy cannot be used with --ip-family ipv6")
+                && e.contains("--proxy"),
+            "{e}"
+        );
+        assert!(check_ipv6_only(&parse(&["--ip-family", "dual", "--kube-proxy"]).up).is_ok());
+        assert!(check_ipv6_only(&parse(&["--ip-family", "ipv6", "--proxy"]).up).is_ok());
+        assert!(check_ipv6_only(&parse(&["--ip-family", "ipv6"]).up).is_ok());
+    }
+
+    #[test]
+    fn agent_flags_of_an_ipv6_only_node() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let c = parse(&[
+            "--name",
+            "t",
+            "--state-root",
+            &dir.path().display().to_string(),
+        ]);
+        let ctx = Ctx::new(&c.global, None).expect("ctx");
+        let help = "--node-name --manifests --pod-cidr --node-ip --api-socket";
+        let argv = |family, underlay| {
+            let st = LabState {
+                name: "t".into(),
+                ip_family: family,
+                underlay,
+                ..LabState::default()
+            };
+            let node = NodeState::new(1, "t-node-1".into(), family);
+            agent_argv(&ctx, &st, &node, "oxvs-agent", "info", help).join(" ")
+        };
+        let v6 = argv(IpFamily::Ipv6, UnderlayFamily::Ipv6);
+        assert!(v6.contains("--pod-cidr fd00:10:244:1::/64"), "{v6}");
+        assert_eq!(v6.matches("--pod-cidr").count(), 1, "{v6}");
+        assert!(v6.contains("--node-ip fd00:192:168:77::11"), "{v6}");
+        assert!(v6.contains("--mtu 1430"), "{v6}");
+        assert!(!v6.contains("192.168.") && !v6.contains("10.244."), "{v6}");
+        let dual = argv(IpFamily::Dual, UnderlayFamily::Ipv4);
+        assert!(
+            dual.contains("--pod-cidr 10.244.1.0/24 --pod-cidr fd00:10:244:1::/64"),
+            "{dual}"
+        );
+        assert!(dual.contains("--node-ip 192.168.77.11"), "{dual}");
+        assert!(!dual.contains("--mtu"), "{dual}");
+        let dual6 = argv(IpFamily::Dual, UnderlayFamily::Ipv6);
+        assert!(
+            dual6.contains("--node-ip fd00:192:168:77::11 --mtu 1430"),
+            "{dual6}"
+        );
+        let v4 = argv(IpFamily::Ipv4, UnderlayFamily::Ipv4);
+        assert!(v4.contains("--pod-cidr 10.244.1.0/24 "), "{v4}");
+        assert!(!v4.contains("fd00"), "{v4}");
+    }
 }
