@@ -128,6 +128,15 @@ pub fn claim(path: &Path) -> Result<(), ListenError> {
     }
 }
 
+/// Wakes the thread blocked in `accept` on listening socket `fd` (of any
+/// family) for good: after `shutdown(2)` a pending `accept` and every later
+/// one fail at once (`EINVAL`). Unlike connecting to the listener to wake
+/// it, this works when its path is gone (or someone else's) or its address
+/// unreachable. The caller sets its stop flag first.
+pub fn wake_accept(fd: std::os::fd::RawFd) {
+    let _ = socket::shutdown(fd, socket::Shutdown::Both);
+}
+
 /// [`claim`]s `path`, then creates a listening Unix stream socket there
 /// whose file is mode [`SOCKET_MODE`] from the moment it exists (see the
 /// module doc), close-on-exec, with the system's maximum backlog.

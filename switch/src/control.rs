@@ -44,7 +44,9 @@
 //! `--control-idle-timeout`) is closed; so is one that does not read its
 //! responses for that long. Handlers only take `&Switch`; flow writers are serialised
 //! inside the pipeline. `stop` sets a flag, wakes the accept thread by
-//! connecting to the socket, shuts down every open connection and joins the
+//! shutting the listening socket down (its `accept` fails at once; not by
+//! connecting to the path, which may be gone or someone else's by then),
+//! shuts down every open connection and joins the
 //! accept thread. Lock order: the connection registry lock is never held
 //! while calling into the switch.
 
@@ -145,6 +147,9 @@ pub struct ControlServer {
     conns: Registry,
     stats: Arc<ListenStats>,
     accept: Option<JoinHandle<()>>,
+    /// The listening socket (a second handle): shut down to wake the
+    /// accept thread.
+    wake: Option<UnixListener>,
 }
 
 impl ControlServer {
@@ -165,6 +170,7 @@ impl ControlServer {
     ) -> Result<ControlServer, ControlError> {
         let path = path.into();
         let listener = listen::bind_private_unix(&path)?;
+        let wake = listener.try_clone().ok();
         let meta = std::fs::metadata(&path).map_err(|source| {
             ControlError::Listen(ListenError::Socket {
                 path: path.clone(),
@@ -196,6 +202,7 @@ impl ControlServer {
             conns,
             stats,
             accept: Some(accept),
+            wake,
         })
     }
 
@@ -217,7 +224,10 @@ impl ControlServer {
         };
         self.stop.store(true, Ordering::SeqCst);
         // Wake the accept thread; it sees the flag and returns.
-        let _ = UnixStream::connect(&self.path);
+        match self.wake.take() {
+            Some(l) => oxvs_api::listen::wake_accept(std::os::fd::AsRawFd::as_raw_fd(&l)),
+            None => drop(UnixStream::connect(&self.path)),
+        }
         let _ = accept.join();
         let open: Vec<UnixStream> = {
             let mut map = self.conns.lock().unwrap_or_else(|e| e.into_inner());

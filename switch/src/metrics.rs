@@ -776,6 +776,9 @@ pub struct MetricsServer {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
     join: Option<JoinHandle<()>>,
+    /// The listening socket (a second handle): shut down to wake the
+    /// accept thread.
+    wake: Option<TcpListener>,
 }
 
 impl MetricsServer {
@@ -800,6 +803,7 @@ impl MetricsServer {
         let bound = listener
             .local_addr()
             .map_err(|source| MetricsError::Bind { addr, source })?;
+        let wake = listener.try_clone().ok();
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let gate = Gate::new(limits);
@@ -819,6 +823,7 @@ impl MetricsServer {
             addr: bound,
             stop,
             join: Some(join),
+            wake,
         })
     }
 
@@ -833,6 +838,13 @@ impl MetricsServer {
             return;
         };
         self.stop.store(true, Ordering::Release);
+        if let Some(l) = self.wake.take() {
+            oxvs_api::listen::wake_accept(std::os::fd::AsRawFd::as_raw_fd(&l));
+            if join.join().is_err() {
+                tracing::error!("the metrics thread panicked");
+            }
+            return;
+        }
         let mut wake = self.addr;
         if wake.ip().is_unspecified() {
             wake.set_ip(match wake.ip() {

@@ -82,6 +82,36 @@ fn socket_is_0600_in_a_created_directory_and_removed_on_stop() {
     assert!(e.is_unreachable());
 }
 
+/// `stop` returns when the socket's directory is gone (deleted under a
+/// running switchd, as a test harness or an operator may): it used to
+/// wake its accept thread by connecting to the path, and hung for ever.
+/// Also a path taken over by another socket is not connected to.
+#[test]
+fn stop_returns_when_the_socket_path_is_gone_or_someone_elses() {
+    for takeover in [false, true] {
+        let dir = TempDir::new("gone");
+        let server = ControlServer::start(dir.sock(), switch()).unwrap();
+        std::fs::remove_dir_all(&dir.0).unwrap();
+        let _other = takeover.then(|| {
+            std::fs::create_dir_all(dir.sock().parent().unwrap()).unwrap();
+            std::os::unix::net::UnixListener::bind(dir.sock()).unwrap()
+        });
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut server = server;
+            server.stop();
+            let _ = tx.send(());
+        });
+        assert!(
+            rx.recv_timeout(Duration::from_secs(10)).is_ok(),
+            "stop() hung (path taken over: {takeover})"
+        );
+        if takeover {
+            assert!(dir.sock().exists(), "another's socket is left alone");
+        }
+    }
+}
+
 #[test]
 fn flows_add_dump_delete_replace() {
     let (_d, _s, mut c) = serve("flows");
