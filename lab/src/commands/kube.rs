@@ -11,9 +11,9 @@
 //!   6443, etcd on 2379/2380: loopback of a namespace of the lab's own, so
 //!   it never clashes with another `k8s-local.sh` on the host or another
 //!   lab. Every node reaches it at the bridge address 192.168.77.1
-//!   (`admin-192.168.77.1.kubeconfig`, certificate names that address);
-//!   it also advertises that address, so the `kubernetes` Service
-//!   (10.96.0.1:443) has an endpoint pods can reach. The controllers of
+//!   ([`api_url`]; the lab's `node.kubeconfig`, [`write_node_kubeconfig`]);
+//!   it advertises that address (so the certificate names it), and the
+//!   `kubernetes` Service (10.96.0.1:443) has an endpoint pods can reach. The controllers of
 //!   the build are not started (`OXVS_K8S_CONTROLLERS=0`): the endpoints
 //!   controller would empty every Endpoints object, the lab's pods not
 //!   being API objects.
@@ -42,6 +42,20 @@
 //! next to the Endpoints (and mirrors from the user's Endpoints).
 //! Services ask for IPv6 with `spec.ipFamilies`/`spec.ipFamilyPolicy` as
 //! in Kubernetes; the wait after `apply` checks both families' rules.
+//!
+//! An IPv6-only lab (`up --kube-proxy --ip-family ipv6`) is a
+//! single-stack IPv6 cluster: the API server's one ClusterIP range is
+//! [`SERVICE_CIDR6`] (no gate), it binds `::` and advertises the bridge's
+//! IPv6 address (`https://[fd00:192:168:77::1]:6443` for the nodes, the
+//! `kubernetes` Service `fd00:10:96::1`); each kube-proxy runs the IPv6
+//! proxier only (`--bind-address` the node's IPv6 address,
+//! `--cluster-cidr` [`CLUSTER_CIDR6`], reading Endpoints), kubelet's rules
+//! go in with `ip6tables-restore`, and every check reads
+//! `ip6tables-save`. Services are checked as with `--proxy`
+//! ([`super::proxy::check_service`]: IPv6 unless they ask otherwise,
+//! which is refused); the lab's Endpoints list the pods' IPv6 addresses.
+//! [`KubeState::family`] says which lab it is; [`Family::primary`] and
+//! [`Family::all`] which families' rules and Endpoints there are.
 //!
 //! `down` stops the kube-proxies and runs `k8s-local.sh down` before the
 //! namespaces go (their iptables rules go with them).
