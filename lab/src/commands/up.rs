@@ -231,9 +231,14 @@ pub fn run_up(global: &Global, args: &UpArgs) -> anyhow::Result<u8> {
     }
     if let Some(k) = &st.kube {
         crate::say!(
-            "  kube-apiserver {} (in {}), kube-proxy (iptables) on every node; Services: `oxvs-lab apply -f`, `oxvs-lab kubectl get svc -A`",
+            "  kube-apiserver {} (in {}), kube-proxy ({}) on every node; Services: `oxvs-lab apply -f`, `oxvs-lab kubectl get svc -A`",
             k.server,
-            ctx.paths.underlay_netns()
+            ctx.paths.underlay_netns(),
+            match k.family() {
+                IpFamily::Ipv4 => "iptables",
+                IpFamily::Dual => "iptables and ip6tables",
+                IpFamily::Ipv6 => "ip6tables",
+            }
         );
     }
     Ok(0)
