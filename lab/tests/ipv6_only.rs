@@ -420,31 +420,30 @@ fn up_refuses_what_an_ipv6_only_lab_cannot_be() {
     let state_root = tempfile::tempdir().expect("tempdir");
     let root = state_root.path().display().to_string();
     let lab = ["--name", &name, "--state-root", &root];
-    for (extra, want) in [(
-        &["--underlay", "ipv4"][..],
+    let (extra, want) = (
+        ["--underlay", "ipv4"],
         "IPv6-only nodes have no IPv4 address",
-    )] {
-        let _down = Down(&lab);
-        let mut args = lab.to_vec();
-        args.extend(["up", "--nodes", "1", "--ip-family", "ipv6"]);
-        args.extend_from_slice(extra);
-        let out = Command::new(common::lab_bin())
-            .args(&args)
-            .env_remove("OXVS_LAB")
-            .output()
-            .expect("oxvs-lab");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            !out.status.success() && err.contains(want),
-            "{}",
-            common::show(&args, &out)
-        );
-        assert!(
-            !state_root.path().join(&name).exists(),
-            "`up {}` made the lab's directory",
-            extra.join(" ")
-        );
-    }
+    );
+    let _down = Down(&lab);
+    let mut args = lab.to_vec();
+    args.extend(["up", "--nodes", "1", "--ip-family", "ipv6"]);
+    args.extend_from_slice(&extra);
+    let out = Command::new(common::lab_bin())
+        .args(&args)
+        .env_remove("OXVS_LAB")
+        .output()
+        .expect("oxvs-lab");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains(want),
+        "{}",
+        common::show(&args, &out)
+    );
+    assert!(
+        !state_root.path().join(&name).exists(),
+        "`up {}` made the lab's directory",
+        extra.join(" ")
+    );
 }
 
 const SERVICES: &str = r#"
