@@ -96,6 +96,24 @@ impl Family {
         }
     }
 
+    /// The primary family of a lab of `lab`'s families: its Services'
+    /// (and Endpoints objects') first family, IPv6 in an IPv6-only lab.
+    pub fn primary(lab: IpFamily) -> Family {
+        match lab {
+            IpFamily::Ipv6 => Family::Ipv6,
+            IpFamily::Ipv4 | IpFamily::Dual => Family::Ipv4,
+        }
+    }
+
+    /// Every family a lab of `lab`'s families has, the primary first.
+    pub fn all(lab: IpFamily) -> Vec<Family> {
+        match lab {
+            IpFamily::Ipv4 => vec![Family::Ipv4],
+            IpFamily::Dual => vec![Family::Ipv4, Family::Ipv6],
+            IpFamily::Ipv6 => vec![Family::Ipv6],
+        }
+    }
+
     /// Lower case, for object names (`ipv4`, `ipv6`).
     fn suffix(self) -> &'static str {
         match self {

@@ -426,15 +426,36 @@ pub struct KubeState {
     /// (`ns/name` -> object).
     #[serde(default)]
     pub endpoints: BTreeMap<String, serde_json::Value>,
-    /// A dual-stack lab: the API server and kube-proxies run with
-    /// `IPv6DualStack`, Services may have IPv6 ClusterIPs and kube-proxy
-    /// reads EndpointSlices.
+    /// The lab's address families ([`LabState::ip_family`]): IPv4 (one
+    /// IPv4 proxier per node, Endpoints); dual-stack (the API server and
+    /// kube-proxies with `IPv6DualStack`, IPv6 ClusterIPs on request,
+    /// kube-proxy reading EndpointSlices); IPv6-only (a single-stack IPv6
+    /// API server and proxier, IPv6 Endpoints). Read through
+    /// [`KubeState::family`].
     #[serde(default)]
+    pub ip_family: IpFamily,
+    /// What state files written before [`KubeState::ip_family`] said of a
+    /// dual-stack lab; read, never written.
+    #[serde(default, skip_serializing)]
     pub dual_stack: bool,
     /// The IPv6 side of [`KubeState::endpoints`] (a dual-stack lab): the
     /// Endpoints-shaped object the lab last wrote as IPv6 EndpointSlices.
+    /// (An IPv6-only lab's Endpoints are IPv6 and live in
+    /// [`KubeState::endpoints`], its only family.)
     #[serde(default)]
     pub endpoints6: BTreeMap<String, serde_json::Value>,
+}
+
+impl KubeState {
+    /// The lab's families (a state file of a dual-stack lab written before
+    /// [`KubeState::ip_family`] included).
+    pub fn family(&self) -> IpFamily {
+        if self.dual_stack {
+            IpFamily::Dual
+        } else {
+            self.ip_family
+        }
+    }
 }
 
 impl LabState {
@@ -695,5 +716,26 @@ mod tests {
         let text = serde_json::to_string(&v6).expect("encode");
         assert!(text.contains(r#""ip_family":"ipv6""#), "{text}");
         assert_eq!(serde_json::from_str::<LabState>(&text).expect("decode"), v6);
+    }
+
+    /// The Kubernetes side of a state file written before
+    /// `KubeState::ip_family` (a `dual_stack` flag) keeps its family; a new
+    /// one writes the family only.
+    #[test]
+    fn old_kube_state_keeps_its_family() {
+        let base = r#""script": "s", "cache": "c", "kubectl": "k", "run_dir": "r", "server": "x""#;
+        let dual: KubeState =
+            serde_json::from_str(&format!("{{{base}, \"dual_stack\": true}}")).expect("old dual");
+        assert_eq!(dual.family(), IpFamily::Dual);
+        let v4: KubeState = serde_json::from_str(&format!("{{{base}}}")).expect("old ipv4");
+        assert_eq!(v4.family(), IpFamily::Ipv4);
+        let v6 = KubeState {
+            ip_family: IpFamily::Ipv6,
+            ..KubeState::default()
+        };
+        let text = serde_json::to_string(&v6).expect("encode");
+        assert!(!text.contains("dual_stack"), "{text}");
+        let back: KubeState = serde_json::from_str(&text).expect("decode");
+        assert_eq!(back.family(), IpFamily::Ipv6);
     }
 }

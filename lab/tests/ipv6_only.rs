@@ -24,8 +24,8 @@
 //!   Endpoints list the pods' IPv6 addresses, and pods, hosts and the
 //!   outside (NodePorts on the nodes' IPv6 addresses) reach it; an IPv4
 //!   Service is refused;
-//! - `up` refuses what an IPv6-only lab cannot be: an IPv4 tunnel, and
-//!   (for now) `--kube-proxy`.
+//! - `up` refuses what an IPv6-only lab cannot be: an IPv4 tunnel (the
+//!   real kube-proxy in an IPv6-only lab: `tests/kube_proxy_ipv6_only.rs`).
 //!
 //! Root and AF_XDP are required; the test says SKIPPED and passes without
 //! them (the refusals need neither).
@@ -420,37 +420,30 @@ fn up_refuses_what_an_ipv6_only_lab_cannot_be() {
     let state_root = tempfile::tempdir().expect("tempdir");
     let root = state_root.path().display().to_string();
     let lab = ["--name", &name, "--state-root", &root];
-    for (extra, want) in [
-        (
-            &["--underlay", "ipv4"][..],
-            "IPv6-only nodes have no IPv4 address",
-        ),
-        (
-            &["--kube-proxy"][..],
-            "--kube-proxy cannot be used with --ip-family ipv6",
-        ),
-    ] {
-        let _down = Down(&lab);
-        let mut args = lab.to_vec();
-        args.extend(["up", "--nodes", "1", "--ip-family", "ipv6"]);
-        args.extend_from_slice(extra);
-        let out = Command::new(common::lab_bin())
-            .args(&args)
-            .env_remove("OXVS_LAB")
-            .output()
-            .expect("oxvs-lab");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            !out.status.success() && err.contains(want),
-            "{}",
-            common::show(&args, &out)
-        );
-        assert!(
-            !state_root.path().join(&name).exists(),
-            "`up {}` made the lab's directory",
-            extra.join(" ")
-        );
-    }
+    let (extra, want) = (
+        ["--underlay", "ipv4"],
+        "IPv6-only nodes have no IPv4 address",
+    );
+    let _down = Down(&lab);
+    let mut args = lab.to_vec();
+    args.extend(["up", "--nodes", "1", "--ip-family", "ipv6"]);
+    args.extend_from_slice(&extra);
+    let out = Command::new(common::lab_bin())
+        .args(&args)
+        .env_remove("OXVS_LAB")
+        .output()
+        .expect("oxvs-lab");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains(want),
+        "{}",
+        common::show(&args, &out)
+    );
+    assert!(
+        !state_root.path().join(&name).exists(),
+        "`up {}` made the lab's directory",
+        extra.join(" ")
+    );
 }
 
 const SERVICES: &str = r#"

@@ -29,12 +29,11 @@
 
 mod common;
 
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+use common::kube::evidence6;
 use common::paths::{path, pod, Proto, Report, Want};
 use common::{pod_field, Lab, N1_V6, N2_V6};
-use oxvs_lab::commands::kube::programmed_family;
 use oxvs_lab::service::Family;
 
 fn pods_yaml() -> String {
@@ -138,68 +137,9 @@ spec:
   - from: [{podSelector: {matchLabels: {role: client}}}]
 "#;
 
-/// Waits until both nodes' kube-proxies programmed `want` (family,
-/// Service port, endpoints; `None`: no rule at all).
+/// Both nodes' kube-proxies programmed `want`.
 fn wait_rules(lab: &Lab, want: &[(Family, &str, Option<usize>)], what: &str) {
-    let t = Instant::now();
-    let deadline = t + Duration::from_secs(20);
-    loop {
-        let mut missing = Vec::new();
-        for i in 1..=2 {
-            let ns = format!("{}-node-{i}", lab.name);
-            let got4 = programmed_family(&ns, Family::Ipv4);
-            let got6 = programmed_family(&ns, Family::Ipv6);
-            for (family, svc, n) in want {
-                let got = if *family == Family::Ipv4 {
-                    &got4
-                } else {
-                    &got6
-                };
-                if got.get(*svc).copied() != *n {
-                    missing.push(format!(
-                        "{ns}: {svc} ({}) has {:?}, want {n:?}",
-                        family.api_name(),
-                        got.get(*svc)
-                    ));
-                }
-            }
-        }
-        if missing.is_empty() {
-            eprintln!(
-                "{what}: kube-proxy rules in place after {} ms",
-                t.elapsed().as_millis()
-            );
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{what}: kube-proxy did not program the Services within 20 s:\n{}",
-            missing.join("\n")
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-fn evidence(lab: &Lab) -> String {
-    let mut s = String::new();
-    for i in 1..=2 {
-        let ns = format!("{}-node-{i}", lab.name);
-        for argv in [
-            vec!["conntrack", "-L", "-f", "ipv6"],
-            vec!["ip6tables-save", "-t", "nat"],
-            vec!["ip", "-6", "route"],
-        ] {
-            let out = Command::new("ip")
-                .args(["netns", "exec", &ns])
-                .args(&argv)
-                .output();
-            let text = out
-                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-                .unwrap_or_default();
-            s += &format!("--- node-{i}: {} ---\n{text}", argv.join(" "));
-        }
-    }
-    s
+    common::kube::wait_rules(lab, 2, want, what);
 }
 
 #[test]
@@ -434,7 +374,7 @@ fn dual_stack_services_work_through_kube_proxy_and_oxvs() {
             Want::Spread(16, vec!["web/a1", "web/a2"]),
         ),
     ];
-    let mut report = Report::new(evidence);
+    let mut report = Report::new(evidence6);
     report.check(&lab, "every path", &paths);
 
     // NetworkPolicy after kube-proxy's DNAT, over IPv6: the policy sees

@@ -11,9 +11,9 @@
 //!   6443, etcd on 2379/2380: loopback of a namespace of the lab's own, so
 //!   it never clashes with another `k8s-local.sh` on the host or another
 //!   lab. Every node reaches it at the bridge address 192.168.77.1
-//!   (`admin-192.168.77.1.kubeconfig`, certificate names that address);
-//!   it also advertises that address, so the `kubernetes` Service
-//!   (10.96.0.1:443) has an endpoint pods can reach. The controllers of
+//!   ([`api_url`]; the lab's `node.kubeconfig`, [`write_node_kubeconfig`]);
+//!   it advertises that address (so the certificate names it), and the
+//!   `kubernetes` Service (10.96.0.1:443) has an endpoint pods can reach. The controllers of
 //!   the build are not started (`OXVS_K8S_CONTROLLERS=0`): the endpoints
 //!   controller would empty every Endpoints object, the lab's pods not
 //!   being API objects.
@@ -43,6 +43,20 @@
 //! Services ask for IPv6 with `spec.ipFamilies`/`spec.ipFamilyPolicy` as
 //! in Kubernetes; the wait after `apply` checks both families' rules.
 //!
+//! An IPv6-only lab (`up --kube-proxy --ip-family ipv6`) is a
+//! single-stack IPv6 cluster: the API server's one ClusterIP range is
+//! [`SERVICE_CIDR6`] (no gate), it binds `::` and advertises the bridge's
+//! IPv6 address (`https://[fd00:192:168:77::1]:6443` for the nodes, the
+//! `kubernetes` Service `fd00:10:96::1`); each kube-proxy runs the IPv6
+//! proxier only (`--bind-address` the node's IPv6 address,
+//! `--cluster-cidr` [`CLUSTER_CIDR6`], reading Endpoints), kubelet's rules
+//! go in with `ip6tables-restore`, and every check reads
+//! `ip6tables-save`. Services are checked as with `--proxy`
+//! ([`super::proxy::check_service`]: IPv6 unless they ask otherwise,
+//! which is refused); the lab's Endpoints list the pods' IPv6 addresses.
+//! [`KubeState::family`] says which lab it is; [`Family::primary`] and
+//! [`Family::all`] which families' rules and Endpoints there are.
+//!
 //! `down` stops the kube-proxies and runs `k8s-local.sh down` before the
 //! namespaces go (their iptables rules go with them).
 
@@ -55,13 +69,13 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use serde_json::{json, Value};
 
-use super::up::UNDERLAY;
+use super::up::{UNDERLAY, UNDERLAY6};
 use super::{Bins, Ctx, Global};
 use crate::manifest::{self, Object};
 use crate::netns;
 use crate::procs;
 use crate::service::{self, Backend, Family};
-use crate::state::{KubeState, LabState, NodeState};
+use crate::state::{IpFamily, KubeState, LabState, NodeState};
 
 /// The API server's port (inside `<lab>-ul`).
 pub const API_PORT: u16 = 6443;
@@ -69,10 +83,10 @@ pub const API_PORT: u16 = 6443;
 pub const SERVICE_CIDR: &str = "10.96.0.0/16";
 /// The pods' range (kube-proxy `--cluster-cidr`).
 pub const CLUSTER_CIDR: &str = "10.244.0.0/16";
-/// The IPv6 Service ClusterIP range of a dual-stack lab (v1.20 takes at
-/// most 20 bits of IPv6 ClusterIPs: /108).
+/// The IPv6 Service ClusterIP range of a dual-stack or IPv6-only lab
+/// (v1.20 takes at most 20 bits of IPv6 ClusterIPs: /108).
 pub const SERVICE_CIDR6: &str = "fd00:10:96::/108";
-/// The pods' IPv6 range of a dual-stack lab (every node's
+/// The pods' IPv6 range of a dual-stack or IPv6-only lab (every node's
 /// `fd00:10:244:N::/64`).
 pub const CLUSTER_CIDR6: &str = "fd00:10:244::/56";
 /// What kube-proxy's command line contains (for [`procs::alive`]).
@@ -80,9 +94,53 @@ pub const KUBE_PROXY_NEEDLE: &str = "kube-proxy";
 /// kubectl's `--request-timeout`.
 const KUBECTL_TIMEOUT: &str = "--request-timeout=20s";
 
-/// The API server's address as the nodes see it (the underlay bridge).
-pub fn api_address() -> String {
-    format!("{UNDERLAY}.1")
+/// The API server's address as the nodes see it: the underlay bridge's,
+/// its IPv6 one in an IPv6-only lab (whose nodes have no IPv4).
+pub fn api_address(family: IpFamily) -> String {
+    match family {
+        IpFamily::Ipv6 => format!("{UNDERLAY6}::1"),
+        IpFamily::Ipv4 | IpFamily::Dual => format!("{UNDERLAY}.1"),
+    }
+}
+
+/// `https://<api_address>:6443` (an IPv6 address in brackets).
+pub fn api_url(family: IpFamily) -> String {
+    match api_address(family).parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V6(a)) => format!("https://[{a}]:{API_PORT}"),
+        _ => format!("https://{}:{API_PORT}", api_address(family)),
+    }
+}
+
+/// The `iptables-save` of `family`'s proxier.
+fn save_tool(family: Family) -> &'static str {
+    match family {
+        Family::Ipv4 => "iptables-save",
+        Family::Ipv6 => "ip6tables-save",
+    }
+}
+
+/// The `iptables-restore` of `family`.
+fn restore_tool(family: Family) -> &'static str {
+    match family {
+        Family::Ipv4 => "iptables-restore",
+        Family::Ipv6 => "ip6tables-restore",
+    }
+}
+
+/// Whether kube-proxy reads EndpointSlices, which the lab then writes per
+/// family (a dual-stack lab), or Endpoints (the lab's primary family only).
+fn reads_slices(k: &KubeState) -> bool {
+    k.family() == IpFamily::Dual
+}
+
+/// The Endpoints the lab last wrote for `family` (an IPv6-only lab's are
+/// in [`KubeState::endpoints`], its primary family's map).
+fn endpoints_of(k: &KubeState, family: Family) -> &BTreeMap<String, Value> {
+    if family == Family::primary(k.family()) {
+        &k.endpoints
+    } else {
+        &k.endpoints6
+    }
 }
 
 /// What `up --kube-proxy` needs from the host.
@@ -194,9 +252,42 @@ pub fn kube_proxy_log(ctx: &Ctx, index: u32) -> PathBuf {
     ctx.paths.node_dir(index).join("kube-proxy.log")
 }
 
-/// The kubeconfig the nodes use (server 192.168.77.1).
+/// The kubeconfig the nodes use (server [`KubeState::server`]), written by
+/// [`write_node_kubeconfig`].
 fn node_kubeconfig(k: &KubeState) -> String {
-    format!("{}/admin-{}.kubeconfig", k.run_dir, api_address())
+    format!("{}/node.kubeconfig", k.run_dir)
+}
+
+/// Writes [`node_kubeconfig`]: `k8s-local.sh`'s `admin.kubeconfig` (server
+/// `https://127.0.0.1:6443`, for clients in `<lab>-ul`) with the server
+/// the nodes reach, [`KubeState::server`]. (`OXVS_K8S_API_EXTRA_IPS` would
+/// write such a file too, with no brackets around an IPv6 address.)
+fn write_node_kubeconfig(k: &KubeState) -> anyhow::Result<()> {
+    let admin = Path::new(&k.run_dir).join("admin.kubeconfig");
+    let text = std::fs::read_to_string(&admin)
+        .with_context(|| format!("cannot read {}", admin.display()))?;
+    let mut out = String::new();
+    let mut replaced = false;
+    for line in text.lines() {
+        match line.split_once("server:") {
+            Some((indent, _)) if indent.trim().is_empty() && !replaced => {
+                out += &format!("{indent}server: {}\n", k.server);
+                replaced = true;
+            }
+            _ => {
+                out += line;
+                out.push('\n');
+            }
+        }
+    }
+    if !replaced {
+        anyhow::bail!("{} names no server", admin.display());
+    }
+    let path = node_kubeconfig(k);
+    std::fs::write(&path, out).with_context(|| format!("cannot write {path}"))?;
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+        .with_context(|| format!("cannot restrict {path}"))
 }
 
 /// `k8s-local.sh` with the lab's settings, run inside the underlay
@@ -211,27 +302,36 @@ fn script_command(ctx: &Ctx, k: &KubeState, args: &[&str]) -> anyhow::Result<Com
         Command::new(&k.script)
     };
     cmd.args(args).args(["--run-dir", &k.run_dir]);
-    let addr = api_address();
-    let cache = if k.dual_stack {
+    let family = k.family();
+    // Advertised (the `kubernetes` Service's endpoint, which pods reach)
+    // and named by the serving certificate.
+    let addr = api_address(family);
+    let cache = if family == IpFamily::Dual {
         dual_stack_cache(ctx).display().to_string()
     } else {
         k.cache.clone()
     };
+    let (bind, service_cidr) = match family {
+        // Every address of `<lab>-ul`: `::` listens on IPv4 too (kubectl
+        // in `<lab>-ul` and k8s-local.sh use 127.0.0.1).
+        IpFamily::Ipv6 => ("::", SERVICE_CIDR6),
+        IpFamily::Ipv4 | IpFamily::Dual => ("0.0.0.0", SERVICE_CIDR),
+    };
     for (key, val) in [
         ("OXVS_K8S_CACHE", cache.as_str()),
         ("OXVS_KUBECTL", k.kubectl.as_str()),
-        ("OXVS_K8S_API_BIND", "0.0.0.0"),
-        ("OXVS_K8S_API_EXTRA_IPS", addr.as_str()),
+        ("OXVS_K8S_API_BIND", bind),
         ("OXVS_K8S_API_ADVERTISE", addr.as_str()),
         ("OXVS_K8S_API_PORT", "6443"),
         ("OXVS_K8S_ETCD_PORT", "2379"),
         ("OXVS_K8S_ETCD_PEER_PORT", "2380"),
-        ("OXVS_K8S_SERVICE_CIDR", SERVICE_CIDR),
+        ("OXVS_K8S_SERVICE_CIDR", service_cidr),
         ("OXVS_K8S_CONTROLLERS", "0"),
     ] {
         cmd.env(key, val);
     }
     cmd.env_remove("OXVS_K8S_KEEP_ON_FAILURE")
+        .env_remove("OXVS_K8S_API_EXTRA_IPS")
         .env_remove("OXVS_K8S_RUN_DIR");
     let log = std::fs::File::options()
         .create(true)
@@ -304,8 +404,7 @@ fn write_dual_stack_cache(ctx: &Ctx, build: &Path) -> anyhow::Result<()> {
 /// `k8s-local.sh up` in the underlay namespace, in the background: the
 /// nodes are built meanwhile. [`finish_up`] waits for it.
 pub fn start_apiserver(ctx: &Ctx, st: &mut LabState, tools: &KubeTools) -> anyhow::Result<Child> {
-    let dual_stack = st.ip_family == crate::state::IpFamily::Dual;
-    if dual_stack {
+    if st.ip_family == IpFamily::Dual {
         write_dual_stack_cache(ctx, &tools.cache)?;
     }
     let k = KubeState {
@@ -313,8 +412,8 @@ pub fn start_apiserver(ctx: &Ctx, st: &mut LabState, tools: &KubeTools) -> anyho
         cache: tools.cache.display().to_string(),
         kubectl: tools.kubectl.display().to_string(),
         run_dir: run_dir(ctx).display().to_string(),
-        server: format!("https://{}:{API_PORT}", api_address()),
-        dual_stack,
+        server: api_url(st.ip_family),
+        ip_family: st.ip_family,
         ..KubeState::default()
     };
     let mut cmd = script_command(ctx, &k, &["up"])?;
@@ -433,20 +532,27 @@ fn put_nodes(ctx: &Ctx, st: &LabState, nodes: &[NodeState]) -> anyhow::Result<()
 
 /// kube-proxy's command line for `node`.
 fn kube_proxy_argv(k: &KubeState, node: &NodeState) -> Vec<String> {
-    let (cluster_cidr, gates) = if k.dual_stack {
+    // Endpoints, not EndpointSlices (single-stack): the lab writes
+    // Endpoints and no controller mirrors them into slices.
+    let endpoints = "EndpointSliceProxying=false";
+    let (cluster_cidr, gates) = match k.family() {
+        IpFamily::Ipv4 => (CLUSTER_CIDR.to_string(), endpoints),
         // Both families (a proxier each); EndpointSlices, which carry one
         // family each (an Endpoints object has the primary family only),
         // written by the lab.
-        (
+        IpFamily::Dual => (
             format!("{CLUSTER_CIDR},{CLUSTER_CIDR6}"),
             "IPv6DualStack=true",
-        )
-    } else {
-        // Endpoints, not EndpointSlices: the lab writes Endpoints and no
-        // controller mirrors them into slices.
-        (CLUSTER_CIDR.to_string(), "EndpointSliceProxying=false")
+        ),
+        IpFamily::Ipv6 => (CLUSTER_CIDR6.to_string(), endpoints),
     };
-    [
+    // v1.20 runs the proxier of `--bind-address`'s family, else of the
+    // Node's first InternalIP: an IPv6-only node says so explicitly.
+    let bind = match (k.family(), &node.ip6) {
+        (IpFamily::Ipv6, Some(ip6)) => vec![format!("--bind-address={ip6}")],
+        _ => Vec::new(),
+    };
+    let argv: Vec<String> = [
         format!("{}/bin/kube-proxy", k.cache),
         format!("--kubeconfig={}", node_kubeconfig(k)),
         format!("--hostname-override={}", node.name),
@@ -461,7 +567,8 @@ fn kube_proxy_argv(k: &KubeState, node: &NodeState) -> Vec<String> {
         "--healthz-bind-address=127.0.0.1:10256".into(),
         "--v=2".into(),
     ]
-    .into()
+    .into();
+    argv.into_iter().chain(bind).collect()
 }
 
 /// What kubelet 1.20 puts into every node's iptables for kube-proxy
@@ -470,49 +577,55 @@ fn kube_proxy_argv(k: &KubeState, node: &NodeState) -> Vec<String> {
 /// only jumps to `KUBE-MARK-DROP` (e.g. NodePort `Local` traffic on a node
 /// without a local endpoint) and leaves its rules to kubelet. The lab plays
 /// kubelet, so it writes them. The masquerade chains kube-proxy writes
-/// itself.
-const KUBELET_RULES: &str = "*nat
+/// itself. Per family of the node's proxiers (`iptables-restore`,
+/// `ip6tables-restore`): kubelet's "block incoming localnet connections"
+/// rule is IPv4's only (127.0.0.0/8 reached from outside through
+/// `route_localnet`; IPv6 has no such thing).
+fn kubelet_rules_text(family: Family) -> String {
+    let localnet = match family {
+        Family::Ipv4 => "-A KUBE-FIREWALL ! -s 127.0.0.0/8 -d 127.0.0.0/8 -m comment --comment \"block incoming localnet connections\" -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP\n",
+        Family::Ipv6 => "",
+    };
+    format!(
+        "*nat
 :KUBE-MARK-DROP - [0:0]
 -A KUBE-MARK-DROP -j MARK --or-mark 0x8000
 COMMIT
 *filter
 :KUBE-FIREWALL - [0:0]
 -A KUBE-FIREWALL -m comment --comment \"kubernetes firewall for dropping marked packets\" -m mark --mark 0x8000/0x8000 -j DROP
--A KUBE-FIREWALL ! -s 127.0.0.0/8 -d 127.0.0.0/8 -m comment --comment \"block incoming localnet connections\" -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP
--I INPUT -j KUBE-FIREWALL
+{localnet}-I INPUT -j KUBE-FIREWALL
 -I OUTPUT -j KUBE-FIREWALL
 COMMIT
-";
+"
+    )
+}
 
-/// Writes [`KUBELET_RULES`] into namespace `ns` (a fresh node namespace).
-fn kubelet_rules(ns: &str) -> anyhow::Result<()> {
-    let mut child = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            ns,
-            "iptables-restore",
-            "--noflush",
-            "-w",
-            "5",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("cannot run iptables-restore in {ns}"))?;
-    if let Some(mut pipe) = child.stdin.take() {
-        pipe.write_all(KUBELET_RULES.as_bytes())
-            .with_context(|| format!("cannot feed iptables-restore in {ns}"))?;
-    }
-    let out = child
-        .wait_with_output()
-        .with_context(|| format!("iptables-restore in {ns}"))?;
-    if !out.status.success() {
-        anyhow::bail!(
-            "cannot write kubelet's KUBE-MARK-DROP/KUBE-FIREWALL rules in {ns}: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
+/// Writes [`kubelet_rules_text`] of every proxier family of the lab into
+/// namespace `ns` (a fresh node namespace).
+fn kubelet_rules(ns: &str, lab: IpFamily) -> anyhow::Result<()> {
+    for family in Family::all(lab) {
+        let tool = restore_tool(family);
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", ns, tool, "--noflush", "-w", "5"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("cannot run {tool} in {ns}"))?;
+        if let Some(mut pipe) = child.stdin.take() {
+            pipe.write_all(kubelet_rules_text(family).as_bytes())
+                .with_context(|| format!("cannot feed {tool} in {ns}"))?;
+        }
+        let out = child
+            .wait_with_output()
+            .with_context(|| format!("{tool} in {ns}"))?;
+        if !out.status.success() {
+            anyhow::bail!(
+                "cannot write kubelet's KUBE-MARK-DROP/KUBE-FIREWALL rules in {ns} ({tool}): {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
     }
     Ok(())
 }
@@ -521,7 +634,8 @@ fn kubelet_rules(ns: &str) -> anyhow::Result<()> {
 /// and records its pid.
 pub fn start_kube_proxy(ctx: &Ctx, st: &mut LabState, node: &NodeState) -> anyhow::Result<()> {
     let k = kube(st)?;
-    kubelet_rules(&node.netns)?;
+    kubelet_rules(&node.netns, k.family())?;
+    write_node_kubeconfig(k)?;
     let argv = kube_proxy_argv(k, node);
     let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
     let child = procs::spawn_in(&node.netns, &argv, &kube_proxy_log(ctx, node.index))?;
@@ -533,20 +647,31 @@ pub fn start_kube_proxy(ctx: &Ctx, st: &mut LabState, node: &NodeState) -> anyho
 
 /// `iptables-save` of `table` in namespace `ns`.
 pub fn iptables_save(ns: &str, table: &str) -> anyhow::Result<String> {
-    netns::run_in(ns, &["iptables-save", "-t", table])
+    iptables_save_family(ns, table, Family::Ipv4)
+}
+
+/// `iptables-save` (IPv4) or `ip6tables-save` (IPv6) of `table` in
+/// namespace `ns`.
+pub fn iptables_save_family(ns: &str, table: &str, family: Family) -> anyhow::Result<String> {
+    netns::run_in(ns, &[save_tool(family), "-t", table])
 }
 
 /// Waits until every kube-proxy of `nodes` has programmed the `kubernetes`
-/// Service (so it is connected, knows its node and syncs rules).
+/// Service (so it is connected, knows its node and syncs rules), in the
+/// rules of the lab's primary family (the `kubernetes` Service's).
 fn wait_synced(
     ctx: &Ctx,
     st: &LabState,
     nodes: &[NodeState],
     deadline: Instant,
 ) -> anyhow::Result<()> {
+    let family = st
+        .kube
+        .as_ref()
+        .map_or(Family::Ipv4, |k| Family::primary(k.family()));
     for n in nodes {
         loop {
-            let nat = iptables_save(&n.netns, "nat").unwrap_or_default();
+            let nat = iptables_save_family(&n.netns, "nat", family).unwrap_or_default();
             if nat.contains("default/kubernetes:https") {
                 break;
             }
@@ -557,9 +682,10 @@ fn wait_synced(
             let alive = pid.is_some_and(|p| procs::alive(p, KUBE_PROXY_NEEDLE));
             if !alive || Instant::now() > deadline {
                 anyhow::bail!(
-                    "kube-proxy on {} {} (no rule for the `kubernetes` Service in its nat table)\n--- kube-proxy.log (tail) ---\n{}",
+                    "kube-proxy on {} {} (no rule for the `kubernetes` Service in its nat table, {})\n--- kube-proxy.log (tail) ---\n{}",
                     n.name,
                     if alive { "did not sync in time" } else { "exited" },
+                    save_tool(family),
                     procs::log_tail(&kube_proxy_log(ctx, n.index), 30)
                 );
             }
@@ -780,32 +906,20 @@ pub fn apply_service(ctx: &Ctx, st: &mut LabState, obj: &Object) -> anyhow::Resu
     if super::proxy::serves_services(st) {
         return super::proxy::apply_service(ctx, st, obj);
     }
-    let spec = service::parse_service(obj)?;
     let k = kube(st)?.clone();
-    if spec.families.contains(&Family::Ipv6) && !k.dual_stack {
-        anyhow::bail!(
-            "{}: asks for an IPv6 ClusterIP (spec.ipFamilies, spec.ipFamilyPolicy or spec.clusterIP), and lab {} is IPv4-only (`oxvs-lab up --kube-proxy --ip-family dual` has IPv6 Services)",
-            obj.display_name(),
-            st.name
-        );
-    }
-    if let Some(ip) = spec
-        .external_ips
-        .iter()
-        .chain(&spec.load_balancer_ip)
-        .find(|ip| ip.is_ipv6())
-    {
-        anyhow::bail!(
-            "{}: external or load balancer address {ip} is not IPv4: the lab's are IPv4 (in a dual-stack lab too)",
-            obj.display_name()
-        );
-    }
-    let body = api_object(obj);
-    let out = apply_list(ctx, &k, vec![api_namespace(&obj.namespace), body.clone()])
-        .with_context(|| format!("{}: the API server refused it", obj.display_name()))?;
+    // As the `--proxy` path: an IPv6-only lab's Services are IPv6, the
+    // object remembered as the API server defaults it (its families), the
+    // user's sent (the API server defaults it alike).
+    let (defaulted, spec) = super::proxy::check_service(st, obj, "--kube-proxy")?;
+    let out = apply_list(
+        ctx,
+        &k,
+        vec![api_namespace(&obj.namespace), api_object(obj)],
+    )
+    .with_context(|| format!("{}: the API server refused it", obj.display_name()))?;
     let key = spec.key();
     if let Some(k) = st.kube.as_mut() {
-        k.services.insert(key.clone(), body);
+        k.services.insert(key.clone(), api_object(&defaulted));
         if spec.selector.is_none() {
             // The user's Endpoints from now on (as the endpoints controller
             // leaves a Service without a selector alone).
@@ -823,14 +937,7 @@ pub fn apply_endpoints(ctx: &Ctx, st: &mut LabState, obj: &Object) -> anyhow::Re
         return super::proxy::apply_endpoints(ctx, st, obj);
     }
     let k = kube(st)?.clone();
-    service::check_endpoints(
-        obj,
-        if k.dual_stack {
-            crate::state::IpFamily::Dual
-        } else {
-            crate::state::IpFamily::Ipv4
-        },
-    )?;
+    service::check_endpoints(obj, k.family())?;
     let key = format!("{}/{}", obj.namespace, obj.name);
     if k.endpoints.contains_key(&key) {
         anyhow::bail!(
@@ -839,7 +946,7 @@ pub fn apply_endpoints(ctx: &Ctx, st: &mut LabState, obj: &Object) -> anyhow::Re
         );
     }
     let mut objects = vec![api_namespace(&obj.namespace), api_object(obj)];
-    if k.dual_stack {
+    if reads_slices(&k) {
         // kube-proxy reads EndpointSlices: mirror the user's Endpoints, as
         // Kubernetes' EndpointSlice mirroring controller does (the old
         // slices go first: the new set may have fewer).
@@ -876,7 +983,7 @@ pub fn delete_service(ctx: &Ctx, st: &mut LabState, ns: &str, name: &str) -> any
         ],
         None,
     )?;
-    if k.dual_stack {
+    if reads_slices(&k) {
         delete_service_slices(ctx, &k, ns, name)?;
     }
     let key = format!("{ns}/{name}");
@@ -911,7 +1018,7 @@ pub fn delete_endpoints(ctx: &Ctx, st: &LabState, ns: &str, name: &str) -> anyho
         ],
         None,
     )?;
-    if k.dual_stack {
+    if reads_slices(k) {
         delete_service_slices(ctx, k, ns, name)?;
     }
     Ok(out.contains("deleted"))
@@ -1000,8 +1107,11 @@ pub fn sync_endpoints_keys(ctx: &Ctx, st: &mut LabState) -> anyhow::Result<Vec<(
         return Ok(Vec::new());
     };
     let pods = backends(ctx, st);
-    let changed = service::changed_endpoints(&k.services, &k.endpoints, &pods, Family::Ipv4);
-    let changed6 = if k.dual_stack {
+    // The Endpoints objects: the primary family's addresses (IPv6 in an
+    // IPv6-only lab); a dual-stack lab's IPv6 ones as EndpointSlices only.
+    let primary = Family::primary(k.family());
+    let changed = service::changed_endpoints(&k.services, &k.endpoints, &pods, primary);
+    let changed6 = if reads_slices(&k) {
         service::changed_endpoints(&k.services, &k.endpoints6, &pods, Family::Ipv6)
     } else {
         Vec::new()
@@ -1011,7 +1121,7 @@ pub fn sync_endpoints_keys(ctx: &Ctx, st: &mut LabState) -> anyhow::Result<Vec<(
     }
     let mut objects: Vec<Value> = changed.iter().map(|(_, e)| e.clone()).collect();
     let mut stale: Vec<(String, Value)> = Vec::new();
-    if k.dual_stack {
+    if reads_slices(&k) {
         for (family, list, old) in [
             (Family::Ipv4, &changed, &k.endpoints),
             (Family::Ipv6, &changed6, &k.endpoints6),
@@ -1102,15 +1212,13 @@ pub fn programmed(ns: &str) -> BTreeMap<String, usize> {
 }
 
 /// [`programmed`] for the IPv4 proxier (`iptables`) or the IPv6 one
-/// (`ip6tables`, a dual-stack kube-proxy).
+/// (`ip6tables`: a dual-stack kube-proxy's second, an IPv6-only one's
+/// only).
 pub fn programmed_family(ns: &str, family: Family) -> BTreeMap<String, usize> {
     fn comment(l: &str) -> Option<&str> {
         l.split("--comment \"").nth(1)?.split('"').next()
     }
-    let save = |table: &str| match family {
-        Family::Ipv4 => iptables_save(ns, table),
-        Family::Ipv6 => netns::run_in(ns, &["ip6tables-save", "-t", table]),
-    };
+    let save = |table: &str| iptables_save_family(ns, table, family);
     let mut seps: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
     let nat = save("nat").unwrap_or_default();
     for l in nat.lines().filter(|l| l.starts_with("-A KUBE-SVC-")) {
@@ -1131,10 +1239,11 @@ pub fn programmed_family(ns: &str, family: Family) -> BTreeMap<String, usize> {
 }
 
 /// The families Service `key` has in this lab: those it asks for
-/// ([`service::ServiceSpec::families`]); IPv4 in an IPv4-only lab.
+/// ([`service::ServiceSpec::families`]) in a dual-stack lab; a
+/// single-stack lab's one family.
 fn service_families(k: &KubeState, key: &str) -> Vec<Family> {
-    if !k.dual_stack {
-        return vec![Family::Ipv4];
+    if k.family() != IpFamily::Dual {
+        return vec![Family::primary(k.family())];
     }
     let Some(body) = k.services.get(key) else {
         return Vec::new();
@@ -1171,10 +1280,7 @@ fn expected_rules(k: &KubeState, key: &str, family: Family) -> Vec<(String, Opti
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
-    let ep = match family {
-        Family::Ipv4 => k.endpoints.get(key),
-        Family::Ipv6 => k.endpoints6.get(key),
-    };
+    let ep = endpoints_of(k, family).get(key);
     ports
         .iter()
         .map(|p| {
@@ -1221,8 +1327,10 @@ pub fn wait_programmed(
     let Some(k) = &st.kube else {
         return Ok(t.elapsed());
     };
-    let want: Vec<(Family, String, Option<usize>)> = [Family::Ipv4, Family::Ipv6]
-        .into_iter()
+    let families = Family::all(k.family());
+    let want: Vec<(Family, String, Option<usize>)> = families
+        .iter()
+        .copied()
         .flat_map(|f| {
             keys.iter()
                 .flat_map(move |key| expected_rules(k, key, f))
@@ -1235,17 +1343,13 @@ pub fn wait_programmed(
     loop {
         let mut missing = Vec::new();
         for n in &st.nodes {
-            let got4 = programmed_family(&n.netns, Family::Ipv4);
-            let got6 = if k.dual_stack {
-                programmed_family(&n.netns, Family::Ipv6)
-            } else {
-                BTreeMap::new()
-            };
+            let got: Vec<(Family, BTreeMap<String, usize>)> = families
+                .iter()
+                .map(|f| (*f, programmed_family(&n.netns, *f)))
+                .collect();
             for (family, port, count) in &want {
-                let got = if *family == Family::Ipv4 {
-                    &got4
-                } else {
-                    &got6
+                let Some((_, got)) = got.iter().find(|(f, _)| f == family) else {
+                    continue;
                 };
                 let ok = match (got.get(port), count) {
                     (Some(g), Some(c)) => g == c,
@@ -1342,6 +1446,20 @@ mod tests {
     }
 
     #[test]
+    fn the_api_server_of_each_family() {
+        assert_eq!(api_url(IpFamily::Ipv4), "https://192.168.77.1:6443");
+        assert_eq!(api_url(IpFamily::Dual), "https://192.168.77.1:6443");
+        assert_eq!(api_url(IpFamily::Ipv6), "https://[fd00:192:168:77::1]:6443");
+        assert!(kubelet_rules_text(Family::Ipv4).contains("127.0.0.0/8"));
+        let v6 = kubelet_rules_text(Family::Ipv6);
+        assert!(!v6.contains("127.0.0.0/8"), "{v6}");
+        assert!(
+            v6.contains("-A KUBE-MARK-DROP -j MARK --or-mark 0x8000"),
+            "{v6}"
+        );
+    }
+
+    #[test]
     fn kube_proxy_flags() {
         let k = KubeState {
             cache: "/c".into(),
@@ -1361,18 +1479,30 @@ mod tests {
         };
         let argv = kube_proxy_argv(&k, &n);
         assert_eq!(argv[0], "/c/bin/kube-proxy");
-        assert!(argv.contains(&"--kubeconfig=/r/admin-192.168.77.1.kubeconfig".to_string()));
+        assert!(argv.contains(&"--kubeconfig=/r/node.kubeconfig".to_string()));
         assert!(argv.contains(&"--hostname-override=node-2".to_string()));
         assert!(argv.contains(&"--proxy-mode=iptables".to_string()));
         assert!(argv.contains(&"--cluster-cidr=10.244.0.0/16".to_string()));
         assert!(argv.contains(&"--feature-gates=EndpointSliceProxying=false".to_string()));
+        assert!(!argv.iter().any(|a| a.starts_with("--bind-address")));
         let dual = KubeState {
-            dual_stack: true,
-            ..k
+            ip_family: IpFamily::Dual,
+            ..k.clone()
         };
         let argv = kube_proxy_argv(&dual, &n);
         assert!(argv.contains(&"--cluster-cidr=10.244.0.0/16,fd00:10:244::/56".to_string()));
         assert!(argv.contains(&"--feature-gates=IPv6DualStack=true".to_string()));
+        // An IPv6-only node: the IPv6 proxier (its address bound), reading
+        // Endpoints.
+        let v6 = KubeState {
+            ip_family: IpFamily::Ipv6,
+            ..k
+        };
+        let n6 = NodeState::new(2, "l-node-2".into(), IpFamily::Ipv6);
+        let argv = kube_proxy_argv(&v6, &n6);
+        assert!(argv.contains(&"--cluster-cidr=fd00:10:244::/56".to_string()));
+        assert!(argv.contains(&"--feature-gates=EndpointSliceProxying=false".to_string()));
+        assert!(argv.contains(&"--bind-address=fd00:192:168:77::12".to_string()));
         let flags = dual_stack_apiserver_flags();
         assert!(
             flags.contains(&"--service-cluster-ip-range=10.96.0.0/16,fd00:10:96::/108".to_string())

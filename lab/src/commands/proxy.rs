@@ -39,10 +39,7 @@ fn proxy(st: &LabState) -> anyhow::Result<&ProxyState> {
 /// The lab's primary address family: its Services' (and Endpoints
 /// objects') first family, IPv6 in an IPv6-only lab.
 fn primary_family(st: &LabState) -> Family {
-    match st.ip_family {
-        IpFamily::Ipv6 => Family::Ipv6,
-        IpFamily::Ipv4 | IpFamily::Dual => Family::Ipv4,
-    }
+    Family::primary(st.ip_family)
 }
 
 /// Whether `st` is a lab whose Services the lab itself serves.
@@ -143,20 +140,28 @@ fn cluster_ips_of(body: &Value) -> Vec<IpAddr> {
         .collect()
 }
 
-/// `apply` of a Service: checked, a ClusterIP given per family it asks
-/// for (an IPv6 one in a dual-stack lab), written with its Endpoints.
-pub fn apply_service(ctx: &Ctx, st: &mut LabState, obj: &Object) -> anyhow::Result<&'static str> {
+/// What the API server of lab `st` does to a Service, then the lab's
+/// checks of its families, for `--proxy` and `--kube-proxy` (`flag`)
+/// alike: an IPv6-only lab defaults it to IPv6 and refuses IPv4 families
+/// and addresses and `RequireDualStack`, naming the field
+/// ([`service::default_ipv6_only`]); an IPv4-only lab refuses IPv6; external
+/// and load balancer addresses must be of the lab's primary family. The
+/// object as defaulted, and its spec.
+pub fn check_service(
+    st: &LabState,
+    obj: &Object,
+    flag: &str,
+) -> anyhow::Result<(Object, service::ServiceSpec)> {
     // An IPv6-only lab's API server defaults the family to IPv6.
     let mut obj = obj.clone();
     if st.ip_family == IpFamily::Ipv6 {
         service::default_ipv6_only(&mut obj.body)
             .map_err(|e| anyhow::anyhow!("{} ({}): {e}", obj.display_name(), obj.source))?;
     }
-    let obj = &obj;
-    let spec = service::parse_service(obj)?;
+    let spec = service::parse_service(&obj)?;
     if spec.families.contains(&Family::Ipv6) && !st.ip_family.has_ipv6() {
         anyhow::bail!(
-            "{}: asks for an IPv6 ClusterIP (spec.ipFamilies, spec.ipFamilyPolicy or spec.clusterIP), and lab {} is IPv4-only (`oxvs-lab up --proxy --ip-family dual` has IPv6 Services)",
+            "{}: asks for an IPv6 ClusterIP (spec.ipFamilies, spec.ipFamilyPolicy or spec.clusterIP), and lab {} is IPv4-only (`oxvs-lab up {flag} --ip-family dual` has IPv6 Services)",
             obj.display_name(),
             st.name
         );
@@ -181,6 +186,15 @@ pub fn apply_service(ctx: &Ctx, st: &mut LabState, obj: &Object) -> anyhow::Resu
             }
         );
     }
+    Ok((obj, spec))
+}
+
+/// `apply` of a Service: checked ([`check_service`]), a ClusterIP given
+/// per family it asks for (an IPv6 one in a dual-stack lab), written with
+/// its Endpoints.
+pub fn apply_service(ctx: &Ctx, st: &mut LabState, obj: &Object) -> anyhow::Result<&'static str> {
+    let (obj, spec) = check_service(st, obj, "--proxy")?;
+    let obj = &obj;
     let p = proxy(st)?.clone();
     let key = spec.key();
     let mut body = obj.body.clone();

@@ -102,21 +102,6 @@ pub fn resolve_underlay(
     }
 }
 
-/// What an IPv6-only lab (`--ip-family ipv6`) cannot run yet: kube-proxy
-/// (`--proxy`, the switch's own Service proxy, it can).
-fn check_ipv6_only(args: &UpArgs) -> anyhow::Result<()> {
-    if args.ip_family == IpFamily::Ipv6 && args.kube_proxy {
-        anyhow::bail!(
-            "--kube-proxy cannot be used with --ip-family ipv6 yet: the lab's API server is set up \
-             for IPv4 or dual-stack Services only (an IPv4 primary ClusterIP range, reached by the \
-             nodes at 192.168.77.1, kube-proxy with an IPv4 cluster CIDR) and its endpoints \
-             controller writes IPv4 Endpoints; use --proxy (Services in the switch) in an \
-             IPv6-only lab, or --ip-family dual for kube-proxy with IPv6 Services"
-        );
-    }
-    Ok(())
-}
-
 /// The cluster file.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -139,7 +124,6 @@ pub fn run_up(global: &Global, args: &UpArgs) -> anyhow::Result<u8> {
     };
     let ctx = Ctx::new(global, file.name.as_deref())?;
     let underlay = resolve_underlay(args.ip_family, args.underlay)?;
-    check_ipv6_only(args)?;
     let n_nodes = args.nodes.or(file.nodes).unwrap_or(2);
     if !(1..=MAX_NODES).contains(&n_nodes) {
         anyhow::bail!("--nodes {n_nodes}: use 1 to {MAX_NODES}");
@@ -247,9 +231,14 @@ pub fn run_up(global: &Global, args: &UpArgs) -> anyhow::Result<u8> {
     }
     if let Some(k) = &st.kube {
         crate::say!(
-            "  kube-apiserver {} (in {}), kube-proxy (iptables) on every node; Services: `oxvs-lab apply -f`, `oxvs-lab kubectl get svc -A`",
+            "  kube-apiserver {} (in {}), kube-proxy ({}) on every node; Services: `oxvs-lab apply -f`, `oxvs-lab kubectl get svc -A`",
             k.server,
-            ctx.paths.underlay_netns()
+            ctx.paths.underlay_netns(),
+            match k.family() {
+                IpFamily::Ipv4 => "iptables",
+                IpFamily::Dual => "iptables and ip6tables",
+                IpFamily::Ipv6 => "ip6tables",
+            }
         );
     }
     Ok(0)
@@ -621,20 +610,6 @@ mod tests {
         let c = parse(&["--ip-family", "ipv6"]);
         assert_eq!(c.up.ip_family, Ipv6);
         assert_eq!(c.up.underlay, None);
-    }
-
-    #[test]
-    fn kube_proxy_is_refused_in_an_ipv6_only_lab() {
-        let c = parse(&["--ip-family", "ipv6", "--kube-proxy"]);
-        let e = check_ipv6_only(&c.up).expect_err("refused").to_string();
-        assert!(
-            e.contains("--kube-proxy cannot be used with --ip-family ipv6")
-                && e.contains("--proxy"),
-            "{e}"
-        );
-        assert!(check_ipv6_only(&parse(&["--ip-family", "dual", "--kube-proxy"]).up).is_ok());
-        assert!(check_ipv6_only(&parse(&["--ip-family", "ipv6", "--proxy"]).up).is_ok());
-        assert!(check_ipv6_only(&parse(&["--ip-family", "ipv6"]).up).is_ok());
     }
 
     #[test]

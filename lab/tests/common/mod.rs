@@ -5,6 +5,7 @@
 //! `OXVS_TESTS_NO_SKIP=1` (CI; [`oxvs_testutil::skip_or_fail`]).
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub mod kube;
 pub mod paths;
 
 use std::path::{Path, PathBuf};

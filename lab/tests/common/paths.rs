@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 use std::io::{ErrorKind, Read as _, Write as _};
-use std::net::{Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 
 use super::Lab;
@@ -96,7 +96,19 @@ pub fn udp_echo(dst: SocketAddr, timeout: Duration) -> Result<String, String> {
     }
 }
 
-pub fn dns_query(id: u16, name: &str) -> Vec<u8> {
+/// The name the DNS paths ask for.
+pub const DNS_NAME: &str = "web.svc.test";
+/// What the test's DNS server answers for [`DNS_NAME`]: its A record
+/// (dnsmasq `--address=/svc.test/10.1.2.3`) and its AAAA record
+/// ([`DNS_AAAA`], `--address=/svc.test/fd00:1:2::3`).
+pub const DNS_A: &str = "10.1.2.3";
+pub const DNS_AAAA: &str = "fd00:1:2::3";
+
+/// DNS record types asked for.
+pub const QTYPE_A: u16 = 1;
+pub const QTYPE_AAAA: u16 = 28;
+
+pub fn dns_query(id: u16, name: &str, qtype: u16) -> Vec<u8> {
     let mut q = Vec::new();
     for v in [id, 0x0100, 1, 0, 0, 0] {
         q.extend_from_slice(&v.to_be_bytes());
@@ -105,12 +117,15 @@ pub fn dns_query(id: u16, name: &str) -> Vec<u8> {
         q.push(u8::try_from(label.len()).expect("short label"));
         q.extend_from_slice(label.as_bytes());
     }
-    q.extend_from_slice(&[0, 0, 1, 0, 1]);
+    q.push(0);
+    q.extend_from_slice(&qtype.to_be_bytes());
+    q.extend_from_slice(&[0, 1]);
     q
 }
 
-/// The A record of a DNS answer to query `id` (one answer, the last 4 bytes).
-pub fn dns_answer(id: u16, r: &[u8]) -> Result<Ipv4Addr, String> {
+/// The A or AAAA record of a DNS answer to query `id` (one answer, the
+/// last 4 or 16 bytes).
+pub fn dns_answer(id: u16, r: &[u8], qtype: u16) -> Result<IpAddr, String> {
     if r.len() < 16 || r[0..2] != id.to_be_bytes() {
         return Err(format!("not an answer to query {id}: {r:02x?}"));
     }
@@ -120,13 +135,29 @@ pub fn dns_answer(id: u16, r: &[u8]) -> Result<Ipv4Addr, String> {
         return Err(format!("rcode {rcode}, {answers} answers"));
     }
     let n = r.len();
-    Ok(Ipv4Addr::new(r[n - 4], r[n - 3], r[n - 2], r[n - 1]))
+    if qtype == QTYPE_AAAA {
+        let b: [u8; 16] = r[n - 16..].try_into().map_err(|_| "short AAAA")?;
+        return Ok(IpAddr::V6(Ipv6Addr::from(b)));
+    }
+    Ok(IpAddr::V4(Ipv4Addr::new(
+        r[n - 4],
+        r[n - 3],
+        r[n - 2],
+        r[n - 1],
+    )))
 }
 
-/// A DNS query for `name` over UDP or TCP; the address answered.
-pub fn dns(server: SocketAddr, name: &str, tcp: bool, timeout: Duration) -> Result<String, String> {
+/// A DNS query of type `qtype` for `name` over UDP or TCP; the address
+/// answered.
+pub fn dns(
+    server: SocketAddr,
+    name: &str,
+    qtype: u16,
+    tcp: bool,
+    timeout: Duration,
+) -> Result<String, String> {
     let id = 0x4b50;
-    let q = dns_query(id, name);
+    let q = dns_query(id, name, qtype);
     let mut buf = [0u8; 512];
     let ip = if tcp {
         let mut s = TcpStream::connect_timeout(&server, timeout).map_err(|e| err_word(&e))?;
@@ -144,7 +175,7 @@ pub fn dns(server: SocketAddr, name: &str, tcp: bool, timeout: Duration) -> Resu
         let n = usize::from(u16::from_be_bytes(len)).min(buf.len());
         s.read_exact(&mut buf[..n])
             .map_err(|e| format!("read: {}", err_word(&e)))?;
-        dns_answer(id, &buf[..n])?
+        dns_answer(id, &buf[..n], qtype)?
     } else {
         let any = if server.is_ipv6() {
             "[::]:0"
@@ -163,7 +194,7 @@ pub fn dns(server: SocketAddr, name: &str, tcp: bool, timeout: Duration) -> Resu
             s.set_read_timeout(Some((deadline - now).min(Duration::from_millis(300))))
                 .map_err(|e| e.to_string())?;
             match s.recv(&mut buf) {
-                Ok(n) => break dns_answer(id, &buf[..n])?,
+                Ok(n) => break dns_answer(id, &buf[..n], qtype)?,
                 Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
                 Err(e) => return Err(err_word(&e)),
             }
@@ -202,6 +233,20 @@ pub enum Proto {
     Udp,
     DnsUdp,
     DnsTcp,
+    /// DNS asking for an AAAA record (answer [`DNS_AAAA`]).
+    DnsAaaaUdp,
+    DnsAaaaTcp,
+}
+
+impl Proto {
+    /// The record type and the address a DNS path must be answered.
+    fn dns(self) -> Option<(u16, &'static str)> {
+        match self {
+            Proto::DnsUdp | Proto::DnsTcp => Some((QTYPE_A, DNS_A)),
+            Proto::DnsAaaaUdp | Proto::DnsAaaaTcp => Some((QTYPE_AAAA, DNS_AAAA)),
+            _ => None,
+        }
+    }
 }
 
 pub struct Path {
@@ -230,15 +275,19 @@ pub fn run_path(p: &Path) -> Result<String, String> {
             Proto::Tcp => tcp_id(p.dst, timeout),
             Proto::TcpConnect => tcp_connect(p.dst, timeout),
             Proto::Udp => udp_echo(p.dst, timeout),
-            Proto::DnsUdp => dns(p.dst, "web.svc.test", false, timeout),
-            Proto::DnsTcp => dns(p.dst, "web.svc.test", true, timeout),
+            Proto::DnsUdp => dns(p.dst, DNS_NAME, QTYPE_A, false, timeout),
+            Proto::DnsTcp => dns(p.dst, DNS_NAME, QTYPE_A, true, timeout),
+            Proto::DnsAaaaUdp => dns(p.dst, DNS_NAME, QTYPE_AAAA, false, timeout),
+            Proto::DnsAaaaTcp => dns(p.dst, DNS_NAME, QTYPE_AAAA, true, timeout),
         }
     };
     match &p.want {
         Want::Answer(who) => {
             let got = once(OK_TIMEOUT)?;
-            if matches!(p.proto, Proto::DnsUdp | Proto::DnsTcp) && got != "10.1.2.3" {
-                return Err(format!("resolved to {got}, not 10.1.2.3"));
+            if let Some((_, want)) = p.proto.dns() {
+                if got != want {
+                    return Err(format!("resolved to {got}, not {want}"));
+                }
             }
             if who.is_empty() || who.contains(&got.as_str()) {
                 Ok(got)
