@@ -79,8 +79,10 @@ struct Args {
     gateway: String,
     /// MTU of paths leaving the node: of pod interfaces, or with a larger
     /// --local-mtu of their default route and the host's routes to other
-    /// nodes' pods (default: the default-route interface's MTU minus 50
-    /// for VXLAN, minus 70 with an IPv6 --node-ip).
+    /// nodes' pods (default: the MTU of the link holding the tunnel's
+    /// address, --node-ip or the Node's InternalIP, minus 50 for VXLAN
+    /// over IPv4, minus 70 over IPv6; the default-route interface's until
+    /// that address is known).
     #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(576..=65000))]
     mtu: Option<u32>,
     /// MTU of pod interfaces and the gateway, for traffic that stays on the
@@ -292,6 +294,7 @@ async fn run(args: Args, pod_mtu: u32) -> anyhow::Result<()> {
         pod_cidr6,
         gateway: args.gateway.clone(),
         pod_mtu,
+        pod_mtu_auto: args.mtu.is_none(),
         local_mtu: args.local_mtu,
         pod_tx_checksum_off: args.pod_tx_checksum_off,
         switch_timeout: Duration::from_millis(args.switch_timeout_ms),

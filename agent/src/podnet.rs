@@ -769,6 +769,26 @@ pub fn subnet_of(ip: IpAddr) -> Result<Option<ipnet::IpNet>, PodnetError> {
     })
 }
 
+/// The MTU of the link holding address `ip` in the caller's namespace
+/// (`None`: no link holds it).
+pub fn mtu_of_address(ip: IpAddr) -> Result<Option<u32>, PodnetError> {
+    nl::with_netlink(|nl| {
+        let Some(index) = nl
+            .addresses(None)
+            .map_err(nl::step("list addresses"))?
+            .into_iter()
+            .find(|a| a.ip == ip)
+            .map(|a| a.index)
+        else {
+            return Ok(None);
+        };
+        Ok(nl
+            .link_by_index(index)
+            .map_err(nl::step(format!("get link index {index}")))?
+            .and_then(|l| l.mtu))
+    })
+}
+
 /// Whether `name` exists in the caller's namespace.
 pub fn link_exists(name: &str) -> Result<bool, PodnetError> {
     validate_ifname("link", name)?;

@@ -176,6 +176,47 @@ fn an_ipv6_only_node_attaches_pods_with_ipv6_alone() {
     assert!(node.ipam_records().is_empty(), "{:?}", node.ipam_records());
 }
 
+/// Without `--mtu`, the pod MTU is sized from the link holding the
+/// tunnel's address less the tunnel's overhead of its family: here an
+/// IPv6 `--node-ip` on a 9000-byte link, so pods' routes off the node get
+/// 9000 - 70 (not the default-route interface's MTU).
+#[test]
+fn without_mtu_the_pod_mtu_follows_the_tunnel_address_link() {
+    skip_unless_capable!();
+    let node = Node::start_prepared(
+        "mt",
+        "fd00:231:7::/64",
+        &["--node-ip", "fd00:231:77::11"],
+        false,
+        |ns| {
+            // No dummy driver here (no modules): a veth pair, both ends up.
+            ns.must(&[
+                "ip", "link", "add", "oxul0", "mtu", "9000", "type", "veth", "peer", "name",
+                "oxul1", "mtu", "9000",
+            ]);
+            ns.must(&["ip", "link", "set", "oxul1", "up"]);
+            ns.must(&["ip", "link", "set", "oxul0", "up"]);
+            ns.must(&[
+                "ip",
+                "-6",
+                "addr",
+                "add",
+                "fd00:231:77::11/64",
+                "dev",
+                "oxul0",
+                "nodad",
+            ]);
+        },
+    );
+    let a = node.add_pod("m6");
+    let route = a.ns.must(&["ip", "-6", "route", "show", "default"]);
+    assert!(route.contains("mtu 8930"), "{route}\n{}", node.agent_log());
+    assert!(node
+        .agent_log()
+        .contains("pod MTU sized for the tunnel's address"));
+    assert!(node.del_pod(&a).ok);
+}
+
 #[test]
 fn fifty_concurrent_adds_then_dels_leave_no_leak_and_no_duplicate() {
     skip_unless_capable!();

@@ -92,6 +92,10 @@ pub struct AgentConfig {
     /// pod interfaces have it, or, with a larger `local_mtu`, their
     /// default route and the host's routes to other nodes' pods do.
     pub pod_mtu: u32,
+    /// `pod_mtu` is a default (no `--mtu`): once the tunnel's address is
+    /// known, the agent sizes it from that address's link, less the
+    /// tunnel's overhead of its family ([`auto_pod_mtu`]).
+    pub pod_mtu_auto: bool,
     /// The MTU of pod interfaces and the gateway when above `pod_mtu`
     /// (pods and the host on one node exchange frames that large; the
     /// switch must take them whole, see [`LocalMtu`]).
@@ -194,6 +198,9 @@ pub struct Agent {
     /// The MTU new pod interfaces get, resolved from `cfg.local_mtu` once
     /// the switch said what it takes (0 until then: `cfg.pod_mtu`).
     link_mtu: std::sync::atomic::AtomicU32,
+    /// The MTU of paths leaving the node: `cfg.pod_mtu`, or what
+    /// discovery sized it to ([`AgentConfig::pod_mtu_auto`]).
+    pod_mtu: std::sync::atomic::AtomicU32,
     /// Whether the switch's tunnel port segments large TCP frames (its
     /// `show`, asked once the tunnel port exists).
     tunnel_tso: std::sync::atomic::AtomicBool,
@@ -222,6 +229,7 @@ impl Agent {
     pub fn open(cfg: AgentConfig) -> anyhow::Result<Agent> {
         let (store, recs) = Store::open(&cfg.state_dir)?;
         let records = recs.into_iter().map(|r| (r.key(), r)).collect();
+        let cfg_pod_mtu = cfg.pod_mtu;
         let agent = Agent {
             cfg,
             ipam: Arc::new(Mutex::new(None)),
@@ -242,6 +250,7 @@ impl Agent {
             underlay: Mutex::new(Vec::new()),
             tunnel_ip: Mutex::new(None),
             link_mtu: std::sync::atomic::AtomicU32::new(0),
+            pod_mtu: std::sync::atomic::AtomicU32::new(cfg_pod_mtu),
             tunnel_tso: std::sync::atomic::AtomicBool::new(false),
             refused_nodes: Mutex::new(BTreeMap::new()),
             refused_local: Mutex::new(None),
@@ -375,12 +384,22 @@ impl Agent {
         .await?
     }
 
-    /// The configuration.
+    /// The MTU of paths leaving the node (see [`AgentConfig::pod_mtu`]).
+    pub fn pod_mtu(&self) -> u32 {
+        self.pod_mtu.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Sets [`Agent::pod_mtu`] (discovery, before any pod is attached).
+    pub(super) fn set_pod_mtu(&self, mtu: u32) {
+        self.pod_mtu
+            .store(mtu, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// The MTU a new pod interface gets (see [`AgentConfig::local_mtu`]).
     pub fn link_mtu(&self) -> u32 {
         match self.link_mtu.load(std::sync::atomic::Ordering::Relaxed) {
-            0 => self.cfg.pod_mtu,
-            m => m.max(self.cfg.pod_mtu),
+            0 => self.pod_mtu(),
+            m => m.max(self.pod_mtu()),
         }
     }
 
@@ -388,7 +407,7 @@ impl Agent {
     /// (and of the host's routes to other nodes' pods): the path leaving
     /// the node's, when below the interface's.
     pub fn route_mtu(&self, mtu: u32) -> Option<u32> {
-        (mtu > self.cfg.pod_mtu).then_some(self.cfg.pod_mtu)
+        (mtu > self.pod_mtu()).then_some(self.pod_mtu())
     }
 
     /// Whether a pod whose interface has `mtu` sends TCP at that MTU to
@@ -404,20 +423,20 @@ impl Agent {
     pub(super) fn resolve_link_mtu(&self, max_frame_len: u32) -> u32 {
         let can = max_frame_len.saturating_sub(14).min(65_535);
         let want = match self.cfg.local_mtu {
-            LocalMtu::Off => self.cfg.pod_mtu,
+            LocalMtu::Off => self.pod_mtu(),
             // Only large frames are worth a second MTU (a switch without
             // multi-buffer says 1514: pods keep --mtu as before).
-            LocalMtu::Auto if can > 1500 => can.max(self.cfg.pod_mtu),
-            LocalMtu::Auto => self.cfg.pod_mtu,
-            LocalMtu::Fixed(m) if m <= can || m <= self.cfg.pod_mtu => m.max(self.cfg.pod_mtu),
+            LocalMtu::Auto if can > 1500 => can.max(self.pod_mtu()),
+            LocalMtu::Auto => self.pod_mtu(),
+            LocalMtu::Fixed(m) if m <= can || m <= self.pod_mtu() => m.max(self.pod_mtu()),
             LocalMtu::Fixed(m) => {
                 tracing::warn!(
                     local_mtu = m,
                     switch_takes = can,
                     "the switch cannot take frames that large whole (no multi-buffer AF_XDP: kernel 6.6+); pods keep the MTU {}",
-                    self.cfg.pod_mtu
+                    self.pod_mtu()
                 );
-                self.cfg.pod_mtu
+                self.pod_mtu()
             }
         };
         self.link_mtu
@@ -525,6 +544,14 @@ fn open_ipam_in<A: crate::ipam::PodFamily>(
     Ok(())
 }
 
+/// The default pod MTU over an underlay link of MTU `underlay` for a
+/// tunnel from `tunnel_ip`: VXLAN over IPv4 (outer IPv4, UDP, VXLAN and
+/// the inner Ethernet header) costs 50 bytes, over IPv6 70; at least 576.
+pub fn auto_pod_mtu(underlay: u32, tunnel_ip: std::net::IpAddr) -> u32 {
+    let overhead = if tunnel_ip.is_ipv6() { 70 } else { 50 };
+    underlay.saturating_sub(overhead).max(576)
+}
+
 /// The gateway address of a pod CIDR: its first host address.
 pub fn gateway_of(cidr: Ipv4Net) -> Ipv4Addr {
     Ipv4Addr::from(u32::from(cidr.network()).wrapping_add(1))
@@ -535,8 +562,17 @@ mod tests {
     use super::test_fixtures::{gc_request, offline_agent};
     use super::*;
 
-    /// `--local-mtu`: auto, off, or 576..=65535 bytes; anything else is
-    /// refused naming what was given.
+    /// The default pod MTU leaves the tunnel's overhead of its family.
+    #[test]
+    fn auto_pod_mtu_leaves_the_tunnels_overhead() {
+        let v4: std::net::IpAddr = "192.168.77.11".parse().unwrap();
+        let v6: std::net::IpAddr = "fd00:77::11".parse().unwrap();
+        assert_eq!(auto_pod_mtu(1500, v4), 1450);
+        assert_eq!(auto_pod_mtu(1500, v6), 1430);
+        assert_eq!(auto_pod_mtu(9000, v6), 8930);
+        assert_eq!(auto_pod_mtu(600, v6), 576);
+    }
+
     /// What `--local-mtu` resolves to against what the switch takes
     /// (`pod_mtu` is 1450 in the fixture).
     #[test]
@@ -553,6 +589,8 @@ mod tests {
         }
     }
 
+    /// `--local-mtu`: auto, off, or 576..=65535 bytes; anything else is
+    /// refused naming what was given.
     #[test]
     fn local_mtu_parses_and_refuses_bad_values() {
         assert_eq!("auto".parse::<LocalMtu>(), Ok(LocalMtu::Auto));

@@ -122,6 +122,40 @@ impl Agent {
         }
     }
 
+    /// Sizes the pod MTU for the tunnel's address ([`Agent::node_ip`]):
+    /// without `--mtu`, its link's MTU less the tunnel's overhead of its
+    /// family ([`super::auto_pod_mtu`]: an IPv6 tunnel taken from the
+    /// Node's InternalIP gets 70 bytes, not the 50 the start-up default
+    /// assumed); with `--mtu`, a warning if that leaves too little room.
+    /// Nothing when the address is unknown or on no link of this host.
+    async fn size_pod_mtu(&self) {
+        let Some(ip) = self.node_ip() else {
+            return;
+        };
+        let underlay = match tokio::task::spawn_blocking(move || podnet::mtu_of_address(ip)).await {
+            Ok(Ok(Some(m))) => m,
+            Ok(Ok(None)) => return,
+            Ok(Err(e)) => {
+                tracing::warn!(tunnel_ip = %ip, "cannot read the MTU of the tunnel address's link: {e}");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!("MTU task failed: {e}");
+                return;
+            }
+        };
+        let fits = super::auto_pod_mtu(underlay, ip);
+        let mtu = self.pod_mtu();
+        if self.cfg.pod_mtu_auto {
+            if fits != mtu {
+                tracing::info!(from = mtu, to = fits, underlay_mtu = underlay, tunnel_ip = %ip, "pod MTU sized for the tunnel's address");
+                self.set_pod_mtu(fits);
+            }
+        } else if mtu > fits {
+            tracing::warn!(mtu, underlay_mtu = underlay, tunnel_ip = %ip, "--mtu leaves less room than the tunnel needs over this address (70 bytes over IPv6, 50 over IPv4): larger packets leaving the node get a 'too big' error at the tunnel; use --mtu {fits} or less");
+        }
+    }
+
     pub(super) fn gateway_port(&self) -> String {
         self.cfg.gateway.clone()
     }
@@ -193,6 +227,7 @@ impl Agent {
         };
         let gateway_ofport = p.ofport;
         let gw = self.cfg.gateway.clone();
+        self.size_pod_mtu().await;
         // Pods and the host exchange frames as large as the switch takes
         // whole on the node (`--local-mtu`); paths leaving it keep pod_mtu.
         let max_frame = self.switch_max_frame_len().await;
@@ -314,12 +349,6 @@ impl Agent {
         // the other family would go to a socket that is not there.
         if let (Some(ip), Ok(mut t)) = (node_ip, self.tunnel_ip.lock()) {
             *t = Some(ip);
-        }
-        if node_ip.is_some_and(|ip| ip.is_ipv6())
-            && self.cfg.pod_mtu + 70 > 1500
-            && self.cfg.node_ip.is_none()
-        {
-            tracing::warn!(mtu = self.cfg.pod_mtu, "the tunnel runs over IPv6 (the Node's IPv6 InternalIP) with a pod MTU sized for IPv4's 50 bytes of VXLAN overhead; give --node-ip (or --mtu) so the MTU leaves the 70 bytes IPv6 needs");
         }
         let tso = self.switch_tunnel_tso().await;
         self.tunnel_tso

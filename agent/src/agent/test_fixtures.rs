@@ -46,6 +46,7 @@ pub(super) fn offline_agent(dir: &Path) -> Arc<Agent> {
             gateway: "gw".into(),
             tunnel: "tun".into(),
             pod_mtu: 1450,
+            pod_mtu_auto: false,
             local_mtu: super::LocalMtu::Auto,
             pod_tx_checksum_off: true,
             switch_timeout: Duration::from_secs(1),

@@ -34,6 +34,8 @@ pub struct Node {
     agent: Option<Bg>,
     /// Extra agent flags (e.g. `--manifests DIR`), kept across restarts.
     extra: Vec<String>,
+    /// Whether the agent gets `--mtu 1450` (else it sizes the MTU itself).
+    fixed_mtu: bool,
     pub dir: PathBuf,
     pub cidr: String,
     // Dropped last: the namespace takes the processes and links with it.
@@ -83,7 +85,21 @@ impl Node {
 
     /// [`Node::start`] with extra agent flags (kept across restarts).
     pub fn start_with(tag: &str, cidr: &str, extra: &[&str]) -> Node {
+        Node::start_prepared(tag, cidr, extra, true, |_| {})
+    }
+
+    /// [`Node::start_with`], `prepare` run in the node's namespace before
+    /// switchd and the agent start (links, addresses); without
+    /// `fixed_mtu` the agent gets no `--mtu`.
+    pub fn start_prepared(
+        tag: &str,
+        cidr: &str,
+        extra: &[&str],
+        fixed_mtu: bool,
+        prepare: impl FnOnce(&Netns),
+    ) -> Node {
         let ns = Netns::new(tag);
+        prepare(&ns);
         let dir = std::env::temp_dir().join(unique("agent"));
         std::fs::create_dir_all(&dir).expect("temp dir");
         let sw = Switchd::start_with(&ns, &["--gateway", GW]);
@@ -91,6 +107,7 @@ impl Node {
             sw,
             agent: None,
             extra: extra.iter().map(|a| a.to_string()).collect(),
+            fixed_mtu,
             dir,
             cidr: cidr.to_string(),
             ns,
@@ -122,13 +139,14 @@ impl Node {
             &state,
             "--gateway",
             GW,
-            "--mtu",
-            "1450",
             "--resync-interval",
             "1",
             "--log-level",
             "oxvs_agent=debug,info",
         ];
+        if self.fixed_mtu {
+            args.extend(["--mtu", "1450"]);
+        }
         args.extend(self.extra.iter().map(String::as_str));
         let p = Bg::spawn(Some(&self.ns.name), &args);
         self.agent = Some(p);
