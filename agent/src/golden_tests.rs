@@ -441,7 +441,7 @@ fn scenarios() -> BTreeMap<&'static str, Inputs> {
         .cloned()
         .map(|mut a| {
             a.ipv4 = None;
-            a.mac = flows::mac_str(&a.mac_of_addresses());
+            a.mac = flows::mac_str(&flows::pod_mac_of(a.ip4(), a.ip6()));
             a
         })
         .collect();

@@ -114,11 +114,6 @@ impl Attachment {
             .map_or_else(|| "-".to_string(), |ip| ip.to_string())
     }
 
-    /// Its MAC address ([`crate::flows::pod_mac_of`] of its addresses).
-    pub fn mac_of_addresses(&self) -> [u8; 6] {
-        crate::flows::pod_mac_of(self.ip4(), self.ip6())
-    }
-
     /// The (container id, ifname) key.
     pub fn key(&self) -> (String, String) {
         (self.container_id.clone(), self.ifname.clone())
@@ -296,7 +291,7 @@ mod tests {
     }
 
     fn flows_mac(a: &Attachment) -> String {
-        crate::flows::mac_str(&a.mac_of_addresses())
+        crate::flows::mac_str(&crate::flows::pod_mac_of(a.ip4(), a.ip6()))
     }
 
     #[test]

@@ -49,11 +49,11 @@ mod common;
 
 use std::io::Read as _;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use common::paths::{path, pod, Proto, Report, Want};
 use common::{lab_bin, Lab};
-use oxvs_lab::commands::kube::programmed;
+use oxvs_lab::service::Family;
 
 const N1: &str = "192.168.77.11";
 const N2: &str = "192.168.77.12";
@@ -207,38 +207,11 @@ spec:
 // ------------------------------------------------------------ the rules
 
 /// Waits until both kube-proxies programmed `want` (Service port ->
-/// endpoints; `None`: no rule at all).
+/// endpoints; `None`: no rule at all) in their IPv4 proxier.
 fn wait_rules(lab: &Lab, want: &[(&str, Option<usize>)], what: &str) {
-    let nodes = [
-        format!("{}-node-1", lab.name),
-        format!("{}-node-2", lab.name),
-    ];
-    let t = Instant::now();
-    let deadline = t + Duration::from_secs(20);
-    loop {
-        let mut missing = Vec::new();
-        for ns in &nodes {
-            let got = programmed(ns);
-            for (svc, n) in want {
-                if got.get(*svc).copied() != *n {
-                    missing.push(format!("{ns}: {svc} has {:?}, want {n:?}", got.get(*svc)));
-                }
-            }
-        }
-        if missing.is_empty() {
-            eprintln!(
-                "{what}: kube-proxy rules in place after {} ms",
-                t.elapsed().as_millis()
-            );
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{what}: kube-proxy did not program the Services within 20 s:\n{}",
-            missing.join("\n")
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let want: Vec<(Family, &str, Option<usize>)> =
+        want.iter().map(|(s, n)| (Family::Ipv4, *s, *n)).collect();
+    common::kube::wait_rules(lab, 2, &want, what);
 }
 
 fn evidence(lab: &Lab) -> String {

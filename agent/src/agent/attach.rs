@@ -71,7 +71,7 @@ impl Agent {
         let t_flows = t0.elapsed();
         // An IPv6-only pod has no ARP; its neighbours solicit it.
         if let Some(ip) = a.ip4() {
-            let garp = flows::gratuitous_arp(a.mac_of_addresses(), ip);
+            let garp = flows::gratuitous_arp(flows::parse_mac(&a.mac).unwrap_or_default(), ip);
             let hex: String = garp.iter().map(|b| format!("{b:02x}")).collect();
             if let Err(e) = self
                 .switch(Request::Trace(TraceRequest {

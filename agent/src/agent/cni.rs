@@ -481,7 +481,7 @@ impl Agent {
                 &PodPort {
                     ofport,
                     ip: a.ip4(),
-                    mac: a.mac_of_addresses(),
+                    mac: flows::parse_mac(&a.mac).unwrap_or_default(),
                     ip6: a.ip6(),
                 },
             );
