@@ -171,7 +171,8 @@ fn evidence(lab: &Lab) -> String {
 }
 
 /// Waits until both switches have `n` IPv6 Service ports with a group and
-/// `empty` rejecting ones in ServiceLB.
+/// `empty` rejecting ones in ServiceLB, and the hosts' NodePort rules
+/// (IPv6 for 30086 and 30087, IPv4 for the dual-stack 30086) are in.
 fn wait_services6(lab: &Lab, n: usize, empty: usize) {
     let t = Instant::now();
     loop {
@@ -190,6 +191,15 @@ fn wait_services6(lab: &Lab, n: usize, empty: usize) {
                 .filter(|l| l.contains("actions=controller("))
                 .count();
             ok &= groups == n && rejects == empty;
+            // The host's side of the NodePorts (the agent writes them
+            // after the flows): without them the host refuses a probe
+            // from outside before the switch sees it.
+            let i = if node == "node-1" { 1 } else { 2 };
+            let nat6 = common::kube::in_node(lab, i, &["ip6tables-save", "-t", "nat"]);
+            let nat4 = common::kube::in_node(lab, i, &["iptables-save", "-t", "nat"]);
+            ok &= ["30086", "30087"].iter().all(|p| {
+                nat6.contains(&format!("--dport {p}")) && nat6.contains("-j OXVS-NODEPORTS")
+            }) && nat4.contains("--dport 30086");
         }
         if ok {
             eprintln!(
