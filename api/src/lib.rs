@@ -76,6 +76,11 @@ pub struct PortStats {
     pub tx_no_frame: u64,
     #[serde(default)]
     pub tx_ring_full: u64,
+    /// Packets sent without a copy (of `tx_packets`): received on a port
+    /// sharing this port's UMEM, they went out in the frames they arrived
+    /// in (AF_XDP descriptors moved between the ports).
+    #[serde(default)]
+    pub tx_moved: u64,
 }
 
 impl std::ops::AddAssign<&PortStats> for PortStats {
@@ -93,6 +98,7 @@ impl std::ops::AddAssign<&PortStats> for PortStats {
         self.rx_other += o.rx_other;
         self.tx_no_frame += o.tx_no_frame;
         self.tx_ring_full += o.tx_ring_full;
+        self.tx_moved += o.tx_moved;
     }
 }
 

@@ -248,6 +248,18 @@ pub trait DatapathSink {
     /// Transmit `frame` on OpenFlow port `port`. `tunnel` is set when the
     /// packet's key has a tunnel destination (for tunnel ports).
     fn output(&mut self, port: u32, frame: &[u8], tunnel: Option<TunnelMeta>);
+    /// As [`DatapathSink::output`], for the packet's last output (its last
+    /// action, with nothing after it): when `frame` lies in a packet
+    /// buffer the caller handed to [`Datapath::process_batch`], the
+    /// datapath neither reads nor writes that buffer again in the batch,
+    /// so a sink may hand the buffer itself to the port instead of
+    /// copying it (the switch moves AF_XDP descriptors). A recirculated
+    /// copy's last output also comes here; such a copy lives in the
+    /// datapath's own scratch, which later packets reuse. The default
+    /// copies.
+    fn output_last(&mut self, port: u32, frame: &[u8], tunnel: Option<TunnelMeta>) {
+        self.output(port, frame, tunnel);
+    }
     /// Queue a packet-in for the controller.
     fn packet_in(&mut self, pkt: PacketIn<'_>);
     /// Called before each packet of a batch is processed, with its ingress
@@ -805,7 +817,12 @@ impl Datapath {
                         Some(done) => self.output_fragments(run.sink, p, pkt.data(), done, tunnel),
                         None => {
                             self.stats.outputs += 1;
-                            run.sink.output(p, pkt.data(), tunnel);
+                            if i + 1 == n {
+                                // Nothing follows: the packet is done with.
+                                run.sink.output_last(p, pkt.data(), tunnel);
+                            } else {
+                                run.sink.output(p, pkt.data(), tunnel);
+                            }
                         }
                     }
                 }

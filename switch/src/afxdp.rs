@@ -338,6 +338,30 @@ impl UmemMem {
         }
     }
 
+    /// Copies `bytes` over the data of the *user* frame `desc` (as
+    /// received: same start, same length), e.g. a gathered packet's
+    /// rewritten head back into its first descriptor. False (nothing
+    /// written) if the lengths differ or `desc` is not a frame of this
+    /// UMEM.
+    #[inline]
+    fn write_back(&self, desc: &FrameDesc, bytes: &[u8]) -> bool {
+        let addr = desc.addr();
+        let start = addr & !(self.frame_size - 1);
+        if bytes.len() != desc.lengths().data()
+            || addr + bytes.len() > start + self.frame_size
+            || start + self.frame_size > self.len
+        {
+            return false;
+        }
+        // SAFETY: `addr..addr + bytes.len()` lies inside one chunk of the
+        // mapping (checked above). The frame is in the *user* state (the
+        // caller received it and has not given it back) and no slice of
+        // it exists: its packet was gathered into another buffer, whose
+        // bytes are what is written here, so the two do not overlap.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.base.add(addr), bytes.len()) };
+        true
+    }
+
     /// Takes back the frames a closed port's kernel rings held (its fill
     /// ring, RX ring and unfinished TX), once its socket is closed and the
     /// kernel no longer touches them; frees the port's slot. Returns how
@@ -607,6 +631,9 @@ pub struct PortCounters {
     pub tx_no_frame: u64,
     /// To send, but the TX ring (or the queue in front of it) was full.
     pub tx_ring_full: u64,
+    /// Sent without a copy: a packet received on a port sharing this
+    /// port's UMEM went out in its own frames ([`XskPort::send_moved`]).
+    pub tx_moved: u64,
 }
 
 /// A socket made by [`XskPort::prepare`], with its own UMEM or on a
@@ -1526,6 +1553,52 @@ impl XskPort {
                 self.counters.tx_errors += 1;
             }
         }
+    }
+
+    /// Whether this port's frames live in `mem` (ports sharing a UMEM can
+    /// take each other's received frames for TX: [`XskPort::send_moved`]).
+    #[inline]
+    pub fn uses(&self, mem: &Rc<UmemMem>) -> bool {
+        Rc::ptr_eq(&self.mem, mem)
+    }
+
+    /// Queues a received packet for transmission without copying it: its
+    /// own descriptors `descs` (a packet's, as [`XskPort::recv`] returned
+    /// them, from this port's UMEM), after writing `head` over the first
+    /// one's data when given (a gathered packet's rewritten headers).
+    /// True if queued: the frames then belong to this port's TX and the
+    /// caller must not give them back to a fill ring. False (nothing
+    /// queued) when the ring has no room for them, a chain needs
+    /// multi-buffer this socket lacks, or `head` does not fit.
+    ///
+    /// The caller vouches that the frames' contents are the packet to send
+    /// and that nothing reads or writes them after this call.
+    #[inline]
+    pub fn send_moved(&mut self, descs: &[FrameDesc], head: Option<&[u8]>) -> bool {
+        let Some(last) = descs.len().checked_sub(1) else {
+            return false;
+        };
+        if last > 0 && !self.sg || descs.len() > MAX_CHAIN {
+            return false;
+        }
+        if self.pending_tx.len() + descs.len() > TX_RING_SIZE as usize {
+            self.flush();
+        }
+        if self.pending_tx.len() + descs.len() > TX_RING_SIZE as usize {
+            return false;
+        }
+        if let Some(head) = head {
+            if !self.mem.write_back(&descs[0], head) {
+                return false;
+            }
+        }
+        for (i, d) in descs.iter().enumerate() {
+            let mut d = *d;
+            d.set_options(if i < last { XDP_PKT_CONTD } else { 0 });
+            self.pending_tx.push(d);
+        }
+        self.counters.tx_moved += 1;
+        true
     }
 
     /// Submits queued frames to the TX ring and kicks the kernel if it asks

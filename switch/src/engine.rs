@@ -355,6 +355,7 @@ struct AtomicPortStats {
     rx_other: AtomicU64,
     tx_no_frame: AtomicU64,
     tx_ring_full: AtomicU64,
+    tx_moved: AtomicU64,
 }
 
 impl AtomicPortStats {
@@ -371,6 +372,7 @@ impl AtomicPortStats {
         add(&self.rx_bytes, c.rx_bytes);
         add(&self.tx_packets, c.tx_packets);
         add(&self.tx_bytes, c.tx_bytes);
+        add(&self.tx_moved, c.tx_moved);
         if c.rx_dropped | c.tx_dropped | c.tx_errors != 0 {
             add(&self.rx_dropped, c.rx_dropped);
             add(&self.tx_dropped, c.tx_dropped);
@@ -397,6 +399,7 @@ impl AtomicPortStats {
         self.rx_other.store(s.rx_other, r);
         self.tx_no_frame.store(s.tx_no_frame, r);
         self.tx_ring_full.store(s.tx_ring_full, r);
+        self.tx_moved.store(s.tx_moved, r);
     }
     fn get(&self) -> PortStats {
         let r = Ordering::Relaxed;
@@ -414,6 +417,7 @@ impl AtomicPortStats {
             rx_other: self.rx_other.load(r),
             tx_no_frame: self.tx_no_frame.load(r),
             tx_ring_full: self.tx_ring_full.load(r),
+            tx_moved: self.tx_moved.load(r),
         }
     }
 }
@@ -1328,6 +1332,38 @@ struct SinkScratch {
     tunnel_answers: Vec<(Vec<u8>, TunnelMeta)>,
     output_no_port: u64,
     cross_thread: u64,
+    /// The AF_XDP batch being processed, for outputs that move its frames
+    /// instead of copying them (`Sink::move_out`).
+    rx: RxBatch,
+}
+
+/// An AF_XDP RX batch as the sink sees it: which of its packets may leave
+/// in the frames they arrived in, and which frames did.
+#[derive(Debug, Default)]
+struct RxBatch {
+    /// The UMEM the batch's frames are in (`None` outside an AF_XDP batch:
+    /// tunnel batches, cross-thread outputs, injected packets).
+    mem: Option<std::rc::Rc<UmemMem>>,
+    /// The batch's descriptors as received (copies: the packets borrow
+    /// the originals).
+    descs: Vec<xsk_rs::FrameDesc>,
+    /// The packets handed to the pipeline, in its order.
+    packets: Vec<Movable>,
+    /// Per descriptor: now on a port's TX ring (not to be recycled).
+    moved: Vec<bool>,
+    /// Index in `packets` of the packet being processed (advanced by
+    /// `begin_packet`, from `usize::MAX`).
+    cur: usize,
+}
+
+/// A received packet as the pipeline sees it: where its data starts and
+/// how long it is (an output of exactly this is the packet unchanged in
+/// place), and its descriptors in [`RxBatch::descs`].
+#[derive(Clone, Copy, Debug)]
+struct Movable {
+    ptr: usize,
+    len: usize,
+    descs: (usize, usize),
 }
 
 struct Worker {
@@ -1804,6 +1840,14 @@ impl Worker {
                 }
                 let mem = x.mem();
                 x.packets(&self.rx_descs[..n], &mut self.rx_packets);
+                let rx = &mut self.scratch.rx;
+                rx.descs.clear();
+                rx.descs.extend_from_slice(&self.rx_descs[..n]);
+                rx.moved.clear();
+                rx.moved.resize(n, false);
+                rx.packets.clear();
+                rx.cur = usize::MAX;
+                rx.mem = Some(std::rc::Rc::clone(&mem));
                 let multi = self.rx_packets.iter().filter(|r| r.len() > 1).count();
                 while self.jumbo.len() < multi {
                     // At most a batch's worth, once (pages are touched only
@@ -1852,6 +1896,11 @@ impl Worker {
                                 if complete_checksums {
                                     checksum::complete_l4(p.data_mut());
                                 }
+                                scratch.rx.packets.push(Movable {
+                                    ptr: p.data().as_ptr() as usize,
+                                    len: p.len(),
+                                    descs: (r.start, r.end),
+                                });
                                 pkts.push(DpPacket {
                                     packet: p,
                                     in_port,
@@ -1864,8 +1913,23 @@ impl Worker {
                     let mut sink = Sink::new(ports, routes, scratch, *answer_src4, config, now_ns);
                     run_batch(dp, shared, &mut pkts, now_ns, &mut sink);
                 }
+                // Frames that left on a port's TX ring are not the fill
+                // ring's any more.
+                let rx = &mut self.scratch.rx;
+                rx.mem = None;
+                rx.packets.clear();
+                let mut keep = n;
+                if rx.moved.iter().any(|&m| m) {
+                    keep = 0;
+                    for (j, &moved) in rx.moved.iter().enumerate() {
+                        if !moved {
+                            self.rx_descs.swap(keep, j);
+                            keep += 1;
+                        }
+                    }
+                }
                 if let PortIo::Xsk(x) = &mut self.ports[i].io {
-                    x.recycle(&self.rx_descs[..n]);
+                    x.recycle(&self.rx_descs[..keep]);
                 }
                 n
             }
@@ -2095,6 +2159,37 @@ impl<'a> Sink<'a> {
     }
 }
 
+/// Whether every byte the pipeline may have rewritten in `frame` lies in
+/// its first `first` bytes (a gathered packet's first frame): Ethernet and
+/// VLAN headers, an IPv4 header with options, or an IPv6 header followed
+/// directly by TCP, UDP or ICMPv6 (no extension header), the L4 header,
+/// and the headers an ICMP error quotes, well within [`HEAD_REWRITTEN`]
+/// bytes. Anything else is copied.
+fn head_in_first(frame: &[u8], first: usize) -> bool {
+    if first < HEAD_REWRITTEN {
+        return false;
+    }
+    let Some(l2) = oxvs_pipeline::wire::ethernet::l2_of(frame) else {
+        return false;
+    };
+    match l2.ethertype {
+        oxvs_pipeline::wire::ethertype::IPV4 => true,
+        oxvs_pipeline::wire::ethertype::IPV6 => {
+            use oxvs_pipeline::wire::ip_proto;
+            matches!(
+                l2.payload.get(6).copied(),
+                Some(ip_proto::TCP | ip_proto::UDP | ip_proto::ICMPV6)
+            )
+        }
+        _ => false,
+    }
+}
+
+/// Bytes from a frame's start that hold every header the pipeline
+/// rewrites (Ethernet + two VLAN tags 22, IPv4 with options 60, TCP with
+/// options 60, and an ICMP error's 8 + quoted IPv4 60 + L4 8: 218).
+const HEAD_REWRITTEN: usize = 512;
+
 /// Bytes in front of a gathered packet (see [`gather`]), so headers can be
 /// pushed in place as in a UMEM frame.
 const JUMBO_HEADROOM: usize = 256;
@@ -2142,6 +2237,59 @@ fn run_batch<B: AsRef<[u8]> + AsMut<[u8]>>(
 }
 
 impl Sink<'_> {
+    /// Sends the current packet's last output by moving the frames it
+    /// arrived in to `port`'s TX ring, no copy: when `frame` is the
+    /// received packet itself (same start and length: rewritten in place
+    /// at most) and `port` is a local AF_XDP port on the same UMEM. A
+    /// packet that arrived in several frames was gathered into a buffer of
+    /// the thread's: its first frame takes the buffer's head back (every
+    /// header the pipeline may have rewritten lies there, see
+    /// [`head_in_first`]), the payload frames go as they came. False if it
+    /// cannot (then it is copied as any output).
+    #[inline]
+    fn move_out(&mut self, port: u32, frame: &[u8]) -> bool {
+        let rx = &mut self.scratch.rx;
+        let Some(m) = rx.packets.get(rx.cur).copied() else {
+            return false;
+        };
+        if m.ptr != frame.as_ptr() as usize || m.len != frame.len() {
+            return false;
+        }
+        let (Some(mem), Some(Route::Local(j))) = (&rx.mem, self.routes.get(&port)) else {
+            return false;
+        };
+        let Some(LocalPort {
+            io: PortIo::Xsk(x), ..
+        }) = self.ports.get_mut(*j)
+        else {
+            return false;
+        };
+        let (start, end) = m.descs;
+        let (Some(descs), Some(moved)) = (rx.descs.get(start..end), rx.moved.get_mut(start..end))
+        else {
+            return false;
+        };
+        if !x.uses(mem) || moved.iter().any(|&m| m) {
+            return false;
+        }
+        let head = match descs {
+            [] => return false,
+            [_] => None,
+            [first, ..] => {
+                let n = first.lengths().data();
+                if !head_in_first(frame, n) {
+                    return false;
+                }
+                frame.get(..n)
+            }
+        };
+        if !x.send_moved(descs, head) {
+            return false;
+        }
+        moved.fill(true);
+        true
+    }
+
     /// Transmits `frame` on local or remote port `port`.
     fn transmit(&mut self, port: u32, frame: &[u8], tunnel: Option<TunnelMeta>) {
         match self.routes.get(&port) {
@@ -2300,6 +2448,12 @@ impl DatapathSink for Sink<'_> {
         self.transmit(port, frame, tunnel);
     }
 
+    fn output_last(&mut self, port: u32, frame: &[u8], tunnel: Option<TunnelMeta>) {
+        if !self.move_out(port, frame) {
+            self.transmit(port, frame, tunnel);
+        }
+    }
+
     fn packet_in(&mut self, p: DpPacketIn<'_>) {
         if p.userdata == oxvs_pipeline::flow::REJECT_USERDATA {
             self.reject(p.frame);
@@ -2330,6 +2484,7 @@ impl DatapathSink for Sink<'_> {
 
     fn begin_packet(&mut self, in_port: u32, frame: &[u8]) {
         self.cur_in_port = in_port;
+        self.scratch.rx.cur = self.scratch.rx.cur.wrapping_add(1);
         if self.keep_frame {
             self.scratch.cur_frame.clear();
             self.scratch

@@ -210,7 +210,7 @@ fn encode_ports(e: &mut Exposition, ports: &[PortInfo]) {
         }
     }
     type Get = fn(&PortInfo) -> u64;
-    let families: [(&str, &str, Get); 8] = [
+    let families: [(&str, &str, Get); 9] = [
         (
             "oxvs_port_rx_packets_total",
             "Packets received on a switch port.",
@@ -250,6 +250,12 @@ fn encode_ports(e: &mut Exposition, ports: &[PortInfo]) {
             "oxvs_port_tx_errors_total",
             "Transmit errors of a switch port.",
             |p| p.stats.tx_errors,
+        ),
+        (
+            "oxvs_port_tx_moved_total",
+            "Packets a switch port sent without a copy: received on a port sharing its UMEM, \
+             they went out in the frames they arrived in.",
+            |p| p.stats.tx_moved,
         ),
     ];
     for (name, help, get) in families {

@@ -30,7 +30,7 @@ pub fn format(ports: &[PortInfo]) -> String {
     for p in ports {
         let st = &p.stats;
         s.push_str(&format!(
-            "  port {:>2}: rx pkts={}, bytes={}, drop={}, errs={}\n           tx pkts={}, bytes={}, drop={}, errs={}\n",
+            "  port {:>2}: rx pkts={}, bytes={}, drop={}, errs={}\n           tx pkts={}, bytes={}, drop={}, errs={}, moved={}\n",
             p.ofport,
             st.rx_packets,
             st.rx_bytes,
@@ -39,7 +39,8 @@ pub fn format(ports: &[PortInfo]) -> String {
             st.tx_packets,
             st.tx_bytes,
             st.tx_dropped,
-            st.tx_errors
+            st.tx_errors,
+            st.tx_moved
         ));
         let reasons = [
             st.rx_ring_full,

@@ -521,6 +521,7 @@ impl Switchd {
             rx_bytes: n("rx_bytes"),
             tx_packets: n("tx_packets"),
             tx_bytes: n("tx_bytes"),
+            tx_moved: n("tx_moved"),
         }
     }
 
@@ -662,6 +663,8 @@ pub struct PortCounters {
     pub rx_bytes: u64,
     pub tx_packets: u64,
     pub tx_bytes: u64,
+    /// Of `tx_packets`, sent in the frames they arrived in (no copy).
+    pub tx_moved: u64,
 }
 
 #[allow(dead_code)]
