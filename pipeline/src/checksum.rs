@@ -29,7 +29,13 @@
 //! tell a partial checksum from a complete one (AF_XDP carries no skb
 //! metadata), so it always recomputes: a complete checksum is rewritten
 //! with the same value, a wrong one is corrected, exactly as a NIC does
-//! for a packet handed to it with offload. Left alone:
+//! for a packet handed to it with offload. That holds for frames that
+//! crossed memory only (pods, the gateway). Frames from a tunnel crossed
+//! a wire, where a checksum that fails means corruption:
+//! [`verify_or_complete_l4`] keeps one that verifies, completes one that
+//! is partial (the field holds exactly the pseudo-header's sum, what a
+//! kernel peer over a veth leaves) and refuses the rest, which the switch
+//! drops. Left alone:
 //!
 //! - IPv4 UDP with checksum 0 ("no checksum", RFC 768; a partial checksum
 //!   is never 0, as it holds a non-zero pseudo-header sum);
@@ -125,6 +131,13 @@ pub enum Completion {
     NotApplicable,
     /// A TCP/UDP packet whose lengths do not add up: unchanged.
     Malformed,
+    /// ([`verify_or_complete_l4`]) A complete checksum that verifies:
+    /// unchanged.
+    Valid,
+    /// ([`verify_or_complete_l4`]) Neither a checksum that verifies nor a
+    /// partial one: the packet was corrupted on its way (unchanged; the
+    /// caller drops it).
+    Bad,
 }
 
 /// Where the L4 checksum of a frame goes and what it covers.
@@ -174,6 +187,48 @@ pub fn complete_l4(frame: &mut [u8]) -> Completion {
     }
     if let Some(field) = frame.get_mut(span.field..span.field + 2) {
         field.copy_from_slice(&c.to_be_bytes());
+    }
+    Completion::Written
+}
+
+/// As [`complete_l4`], for frames that crossed a wire (the switch's VXLAN
+/// tunnels) and so may have been corrupted on the way: a TCP/UDP checksum
+/// that verifies is left as it is ([`Completion::Valid`]); a partial one
+/// (the field holds the pseudo-header's folded sum, what a kernel peer
+/// sending over a veth underlay leaves: its skb kept `CHECKSUM_PARTIAL`)
+/// is completed ([`Completion::Written`]); anything else is
+/// [`Completion::Bad`] and left alone for the caller to drop, as a NIC
+/// drops a frame whose checksum fails. [`complete_l4`] would correct it,
+/// delivering corrupted data under a checksum made to fit. One pass over
+/// the L4 bytes, as [`complete_l4`]; SCTP as there.
+pub fn verify_or_complete_l4(frame: &mut [u8]) -> Completion {
+    let span = match l4_span(frame) {
+        Ok(s) if s.proto == ip_proto::SCTP => return complete_l4(frame),
+        Ok(s) => s,
+        Err(c) => return c,
+    };
+    let (Some(l4), Some(&[f0, f1])) = (
+        frame.get(span.start..span.end),
+        frame.get(span.field..span.field + 2),
+    ) else {
+        return Completion::Malformed;
+    };
+    let field = u16::from_be_bytes([f0, f1]);
+    let sum = ones_sum(l4, span.pseudo);
+    if fold(sum) == 0xffff {
+        return Completion::Valid;
+    }
+    // Partial: the field is the pseudo-header's sum (mod 0xffff).
+    if (u32::from(field) + 0xffff - u32::from(fold(span.pseudo))) % 0xffff != 0 {
+        return Completion::Bad;
+    }
+    // The sum without the field (adding its complement subtracts it).
+    let mut c = !fold(sum + u64::from(!field));
+    if c == 0 && span.proto == ip_proto::UDP {
+        c = 0xffff;
+    }
+    if let Some(f) = frame.get_mut(span.field..span.field + 2) {
+        f.copy_from_slice(&c.to_be_bytes());
     }
     Completion::Written
 }
@@ -378,6 +433,50 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn from_a_wire_a_valid_checksum_is_kept_a_partial_one_completed_a_bad_one_refused() {
+        for proto in [ip_proto::TCP, ip_proto::UDP] {
+            for len in [0, 1, 3, 100, 1399, 1448] {
+                let payload: Vec<u8> = (0..len).map(|i| (i * 13 + 5) as u8).collect();
+                let (partial, l4) = frame_v4(proto, &payload, 1);
+                let l3 = 18;
+                // Partial (a kernel peer over a veth): completed.
+                let mut f = partial.clone();
+                assert_eq!(verify_or_complete_l4(&mut f), Completion::Written);
+                assert!(valid(&f, l3, l4, proto, false), "{proto} {len}");
+                let mut full = partial.clone();
+                complete_l4(&mut full);
+                assert_eq!(f, full, "the same checksum as complete_l4's");
+                // Complete and right: kept.
+                assert_eq!(verify_or_complete_l4(&mut f), Completion::Valid);
+                assert_eq!(f, full);
+                // One bit flipped on the way, in the payload or a header
+                // the checksum covers: refused, not corrected.
+                for at in [l4 + 1, f.len() - 1, l3 + 13] {
+                    let mut bad = full.clone();
+                    bad[at] ^= 0x10;
+                    assert_eq!(
+                        verify_or_complete_l4(&mut bad),
+                        Completion::Bad,
+                        "{proto} {len} byte {at}"
+                    );
+                    let mut corrupt = full.clone();
+                    corrupt[at] ^= 0x10;
+                    assert_eq!(bad, corrupt, "a refused frame is left as it came");
+                }
+                // A wrong checksum field (not the pseudo-header's sum).
+                let mut bad = full.clone();
+                let field = l4 + if proto == ip_proto::TCP { 16 } else { 6 };
+                bad[field] ^= 0x01;
+                assert_eq!(verify_or_complete_l4(&mut bad), Completion::Bad);
+            }
+        }
+        // IPv4 UDP without a checksum: nothing to verify.
+        let (mut f, _) = frame_v4(ip_proto::UDP, &[9; 30], 0);
+        f[14 + 20 + 6..14 + 20 + 8].copy_from_slice(&[0, 0]);
+        assert_eq!(verify_or_complete_l4(&mut f), Completion::NotApplicable);
     }
 
     #[test]

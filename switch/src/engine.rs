@@ -218,6 +218,10 @@ pub struct SwitchConfig {
     /// CPUs the datapath threads are pinned to: thread `i` to
     /// `datapath_cpus[i % len]` (empty: not pinned, the scheduler's choice).
     pub datapath_cpus: Vec<usize>,
+    /// Forward a packet's last output to an AF_XDP port sharing its UMEM
+    /// by moving its frames' descriptors to that port's TX ring instead of
+    /// copying it (`Sink::move_out`).
+    pub tx_move: bool,
 }
 
 impl Default for SwitchConfig {
@@ -239,6 +243,7 @@ impl Default for SwitchConfig {
             tunnel_tso: true,
             poll_linger: Duration::ZERO,
             datapath_cpus: Vec::new(),
+            tx_move: false,
         }
     }
 }
@@ -310,6 +315,9 @@ pub struct SwitchStats {
     pub cross_thread: u64,
     /// Received frames whose descriptor was unusable (dropped).
     pub bad_frames: u64,
+    /// Frames from tunnels dropped because their TCP/UDP checksum failed
+    /// (corrupted on the way; `checksum::verify_or_complete_l4`).
+    pub tunnel_bad_checksums: u64,
     /// Inner TCP frames the tunnel cut into pieces (userspace TSO).
     pub tunnel_tso_frames: u64,
     /// Received tunnel segments merged into the frame before them
@@ -470,6 +478,7 @@ struct Counters {
     output_no_port: AtomicU64,
     cross_thread: AtomicU64,
     bad_frames: AtomicU64,
+    tunnel_bad_checksums: AtomicU64,
     tunnel_tso_frames: AtomicU64,
     tunnel_gro_merged: AtomicU64,
 }
@@ -1175,6 +1184,7 @@ impl Switch {
         s.output_no_port = c.output_no_port.load(r);
         s.cross_thread = c.cross_thread.load(r);
         s.bad_frames = c.bad_frames.load(r);
+        s.tunnel_bad_checksums = c.tunnel_bad_checksums.load(r);
         s.tunnel_tso_frames = c.tunnel_tso_frames.load(r);
         s.tunnel_gro_merged = c.tunnel_gro_merged.load(r);
         s.learn = self.shared.learns.stats();
@@ -1402,6 +1412,7 @@ struct Worker {
     /// IP (its answers go back into it, `SinkScratch::tunnel_answers`).
     rx_tunnel: Option<IpAddr>,
     bad_frames: u64,
+    tunnel_bad_checksums: u64,
     busy_ns: u64,
 }
 
@@ -1470,6 +1481,7 @@ impl WorkerInit {
             answer_src4: None,
             rx_tunnel: None,
             bad_frames: 0,
+            tunnel_bad_checksums: 0,
             busy_ns: 0,
         };
         let _ = ready.send(Ok(()));
@@ -1847,7 +1859,7 @@ impl Worker {
                 rx.moved.resize(n, false);
                 rx.packets.clear();
                 rx.cur = usize::MAX;
-                rx.mem = Some(std::rc::Rc::clone(&mem));
+                rx.mem = self.config.tx_move.then(|| std::rc::Rc::clone(&mem));
                 let multi = self.rx_packets.iter().filter(|r| r.len() > 1).count();
                 while self.jumbo.len() < multi {
                     // At most a batch's worth, once (pages are touched only
@@ -1943,10 +1955,16 @@ impl Worker {
                 let n = v.recv_batch(batch);
                 if n > 0 {
                     let mut pkts: Vec<DpPacket<&mut [u8]>> = Vec::with_capacity(n);
-                    for (buf, meta) in v.rx_packets() {
+                    for (buf, meta, verified) in v.rx_packets() {
                         let len = buf.len();
-                        if complete_checksums {
-                            checksum::complete_l4(buf);
+                        // From a wire: a checksum that fails is corruption,
+                        // dropped, not corrected.
+                        if complete_checksums
+                            && !verified
+                            && checksum::verify_or_complete_l4(buf) == checksum::Completion::Bad
+                        {
+                            self.tunnel_bad_checksums += 1;
+                            continue;
                         }
                         if let Some(p) = PacketRef::new(buf, 0, len) {
                             pkts.push(DpPacket {
@@ -2112,6 +2130,8 @@ impl Worker {
             .fetch_add(std::mem::take(&mut s.cross_thread), r);
         c.bad_frames
             .fetch_add(std::mem::take(&mut self.bad_frames), r);
+        c.tunnel_bad_checksums
+            .fetch_add(std::mem::take(&mut self.tunnel_bad_checksums), r);
     }
 }
 

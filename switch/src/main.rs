@@ -106,6 +106,13 @@ struct Args {
     /// corrupt by the receiver.
     #[arg(long)]
     trust_checksums: bool,
+    /// Forward a packet to a port sharing its UMEM (pods' and the
+    /// gateway's ports on one datapath thread) by moving the frames it
+    /// arrived in to that port's TX ring, not by copying it (`dump-ports`
+    /// counts them as `moved`).
+    #[arg(long, value_name = "BOOL", default_value_t = false, action = clap::ArgAction::Set,
+          num_args = 0..=1, default_missing_value = "true")]
+    tx_move: bool,
     /// Whether the VXLAN port segments inner TCP frames larger than the
     /// tunnel's inner MTU (userspace TSO: pods on nodes with large frames
     /// then send TCP to other nodes in 64 KiB segments; `show` says
@@ -346,6 +353,7 @@ fn run(args: Args) -> anyhow::Result<()> {
         shared_xdp_program: args.xdp_program == XdpProgramArg::Switch,
         complete_checksums: !args.trust_checksums,
         tunnel_tso: args.tunnel_tso,
+        tx_move: args.tx_move,
         icmp_src_ip: args.icmp_src_ip,
         ..SwitchConfig::default()
     };

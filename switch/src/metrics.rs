@@ -329,6 +329,7 @@ fn encode_datapath(e: &mut Exposition, s: &SwitchStats) {
         output_no_port,
         cross_thread,
         bad_frames,
+        tunnel_bad_checksums,
         tunnel_tso_frames,
         tunnel_gro_merged,
         umem_frames,
@@ -399,7 +400,7 @@ fn encode_datapath(e: &mut Exposition, s: &SwitchStats) {
         "Flows removed by their idle or hard timeout, or with the learn that learned them (delete_learned).",
     )
     .int(&[], *flows_expired);
-    let counters: [(&str, &str, u64); 30] = [
+    let counters: [(&str, &str, u64); 31] = [
         (
             "oxvs_datapath_meter_drops_total",
             "Packets a meter dropped (over its rate; per meter and band in meter-stats).",
@@ -549,6 +550,12 @@ fn encode_datapath(e: &mut Exposition, s: &SwitchStats) {
             "oxvs_datapath_bad_frames_total",
             "Received frames with an unusable descriptor (dropped).",
             *bad_frames,
+        ),
+        (
+            "oxvs_datapath_tunnel_bad_checksum_drops_total",
+            "Frames from tunnels dropped because their TCP/UDP checksum failed (corrupted on the way; \
+             a partial checksum, what a kernel peer over a veth leaves, is completed instead).",
+            *tunnel_bad_checksums,
         ),
     ];
     for (name, help, v) in counters {
@@ -1175,9 +1182,9 @@ mod tests {
             .keys()
             .filter(|n| n.starts_with("oxvs_datapath_") && n.ends_with("_total"))
             .count();
-        // 20 DatapathStats fields (emc+megaflow in one family) + 12 engine
+        // 20 DatapathStats fields (emc+megaflow in one family) + 13 engine
         // counters + busy time.
-        assert_eq!(datapath, 19 + 12 + 1, "{text}");
+        assert_eq!(datapath, 19 + 13 + 1, "{text}");
         for family in ["oxvs_learned_flows_total", "oxvs_flows_expired_total"] {
             assert!(p.types.contains_key(family), "{family}\n{text}");
         }

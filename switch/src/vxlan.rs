@@ -272,6 +272,9 @@ struct RxDesc {
     off: usize,
     len: usize,
     meta: TunnelMeta,
+    /// Its TCP checksum was verified (or, for a merged frame, computed
+    /// from pieces whose checksums were) by `gro::coalesce`.
+    verified: bool,
 }
 
 /// Transmit-side bookkeeping of one TX slot.
@@ -591,6 +594,7 @@ impl VxlanPort {
                                 src,
                                 dst: local,
                             },
+                            verified: false,
                         });
                         self.stats.rx_packets += 1;
                         self.stats.rx_bytes += inner_len as u64;
@@ -607,8 +611,9 @@ impl VxlanPort {
     }
 
     /// Merges consecutive inner TCP segments of a flow into frames of up
-    /// to `max_len` bytes on receive (`vxlan/gro.rs`); 0 turns it off. The
-    /// merged frames' TCP checksums are left for the caller to complete.
+    /// to `max_len` bytes on receive (`vxlan/gro.rs`); 0 turns it off.
+    /// Only segments whose TCP checksum verifies are merged, and a merged
+    /// frame's checksum is computed from theirs.
     pub fn set_gro_max(&mut self, max_len: usize) {
         self.gro_max = max_len;
     }
@@ -623,8 +628,10 @@ impl VxlanPort {
     }
 
     /// The inner Ethernet frames of the last [`recv_batch`](Self::recv_batch),
-    /// in the port's own buffers, with their tunnel metadata.
-    pub fn rx_packets(&mut self) -> impl Iterator<Item = (&mut [u8], TunnelMeta)> + '_ {
+    /// in the port's own buffers, with their tunnel metadata and whether
+    /// their TCP checksum is known good (verified, or computed from
+    /// verified pieces, by the receive coalescing).
+    pub fn rx_packets(&mut self) -> impl Iterator<Item = (&mut [u8], TunnelMeta, bool)> + '_ {
         let mut rest: &mut [u8] = &mut self.rx_buf;
         let mut at = 0;
         self.rx_desc.iter().filter_map(move |d| {
@@ -634,7 +641,7 @@ impl VxlanPort {
             let (frame, tail) = tail.split_at_mut_checked(d.len)?;
             rest = tail;
             at = d.off + d.len;
-            Some((frame, d.meta))
+            Some((frame, d.meta, d.verified))
         })
     }
 
@@ -1479,7 +1486,7 @@ mod tests {
         let mut got = Vec::new();
         for _ in 0..100 {
             port.recv_batch(64);
-            got.extend(port.rx_packets().map(|(f, m)| (f.to_vec(), m.tun_id)));
+            got.extend(port.rx_packets().map(|(f, m, _)| (f.to_vec(), m.tun_id)));
             if got.len() >= 9 {
                 break;
             }
@@ -1526,7 +1533,7 @@ mod tests {
         let mut got = Vec::new();
         for _ in 0..100 {
             rx.recv_batch(64);
-            got.extend(rx.rx_packets().map(|(f, m)| (f.to_vec(), m.tun_id)));
+            got.extend(rx.rx_packets().map(|(f, m, _)| (f.to_vec(), m.tun_id)));
             if !got.is_empty() {
                 break;
             }
@@ -1581,7 +1588,7 @@ mod tests {
             let mut got = Vec::new();
             for _ in 0..100 {
                 rx.recv_batch(64);
-                got.extend(rx.rx_packets().map(|(f, m)| (f.to_vec(), m)));
+                got.extend(rx.rx_packets().map(|(f, m, _)| (f.to_vec(), m)));
                 if !got.is_empty() {
                     break;
                 }

@@ -53,7 +53,7 @@ fn e2e_jumbo() {
     let pod3 = Netns::new("jbpod3");
     let pod4 = Netns::new("jbpod4");
 
-    let sw = Switchd::start(&node);
+    let sw = Switchd::start_with(&node, &["--tx-move"]);
     add_pod(&sw, &node, &pod1, "jb1", 1, "10.11.0.1/24", MAC1, 65535);
     add_pod(&sw, &node, &pod2, "jb2", 2, "10.11.0.2/24", MAC2, 65535);
     add_pod(

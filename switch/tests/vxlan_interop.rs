@@ -189,7 +189,7 @@ fn receive_until(
     let start = Instant::now();
     while start.elapsed() < timeout {
         if port.recv_batch(64) > 0 {
-            for (frame, meta) in port.rx_packets() {
+            for (frame, meta, _) in port.rx_packets() {
                 seen.push(Seen {
                     frame: frame.to_vec(),
                     meta,

@@ -173,7 +173,7 @@ pub fn run_rx(data: &[u8]) {
             std::thread::sleep(std::time::Duration::from_micros(200));
         }
         port.recv_batch(64);
-        yielded.extend(port.rx_packets().map(|(f, m)| (f.to_vec(), m)));
+        yielded.extend(port.rx_packets().map(|(f, m, _)| (f.to_vec(), m)));
         seen = received(port) - start;
         if seen >= datagrams.len() as u64 {
             break;
@@ -450,7 +450,33 @@ pub fn run_tx(data: &[u8]) {
         assert_eq!(again, whole, "pieces carry the payload");
         let mut again = Vec::new();
         for m in &merged {
-            again.extend_from_slice(tcp_payload_at(m).expect("a merged frame is TCP").1);
+            let (ip, payload) = tcp_payload_at(m).expect("a merged frame is TCP");
+            again.extend_from_slice(payload);
+            // Its TCP checksum, computed from the pieces' sums, verifies.
+            let (hl, total, pseudo) = match l3(m).map(|(_, et)| et) {
+                Some(0x86dd) => {
+                    let total = 40 + be16(m, ip + 4) as usize;
+                    (
+                        40,
+                        total,
+                        ones(&m[ip + 8..ip + 40]) + 6 + (total - 40) as u32,
+                    )
+                }
+                _ => {
+                    let total = be16(m, ip + 2) as usize;
+                    let hl = usize::from(m[ip] & 15) * 4;
+                    (
+                        hl,
+                        total,
+                        ones(&m[ip + 12..ip + 20]) + 6 + (total - hl) as u32,
+                    )
+                }
+            };
+            assert_eq!(
+                fold(pseudo + ones(&m[ip + hl..ip + total])),
+                0xffff,
+                "merged frame's TCP checksum"
+            );
         }
         assert_eq!(again, whole, "merged frames carry the payload");
         assert!(merged.len() <= pieces.len());

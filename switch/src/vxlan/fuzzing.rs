@@ -74,6 +74,7 @@ pub fn tso_gro_roundtrip_any(frame: &[u8], inner_mtu: usize, gro_max: usize) -> 
             off: k * cut.datagram_len() + super::VXLAN_HLEN,
             len: d.len() - super::VXLAN_HLEN,
             meta: oxvs_pipeline::datapath::TunnelMeta::default(),
+            verified: false,
         });
     }
     super::gro::coalesce(&mut out, &mut descs, gro_max);

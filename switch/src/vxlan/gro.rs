@@ -19,16 +19,23 @@
 //! - each segment's sequence number follows the previous one's end, and
 //!   every segment but the last carries as much payload as the first.
 //!
+//! - every segment's TCP checksum verifies (a complete one: the frames
+//!   crossed a wire, and a piece corrupted on the way must not be hidden
+//!   under a checksum computed for the whole).
+//!
 //! The merged frame has the first segment's headers with the IP length
 //! rewritten (IPv4: total length and header checksum; IPv6: payload
 //! length) and PSH if the last had it. The families differ only in the IP
-//! header ([`Family`]). Its TCP checksum is **not** computed here: the
-//! engine completes the TCP checksum of every tunnelled frame anyway
-//! (`checksum::complete_l4`, IPv4 and IPv6 without extension headers: a
-//! kernel peer over a veth underlay leaves it partial), so coalescing is
-//! only enabled with that completion on. The frames are untrusted: every
-//! length is checked, nothing indexes unchecked, and a frame that does
-//! not qualify is left exactly as received.
+//! header ([`Family`]). Its TCP checksum is computed from the pieces'
+//! payload sums, taken while verifying them (each byte-swapped when its
+//! payload lands at an odd offset), so the merged frame is not read
+//! again; it and every segment whose checksum verified are marked
+//! `verified`, and the engine does not sum them again. A segment whose
+//! checksum does not verify (a kernel peer over a veth underlay leaves it
+//! partial; or it was corrupted) is not merged, and the engine completes
+//! or drops it (`checksum::verify_or_complete_l4`). The frames are
+//! untrusted: every length is checked, nothing indexes unchecked, and a
+//! frame that does not qualify is left exactly as received.
 
 #![deny(clippy::indexing_slicing, clippy::cast_possible_truncation)]
 
@@ -187,6 +194,56 @@ fn seg(frame: &[u8]) -> Option<Seg> {
     })
 }
 
+/// The one's complement sum of the pseudo-header of a TCP segment of
+/// `l4_len` bytes in `frame` (the addresses from its IP header).
+fn pseudo_sum(frame: &[u8], family: Family, l4_len: usize) -> Option<u64> {
+    let addrs = match family {
+        Family::V4 => frame.get(ETH + 12..ETH + 20)?,
+        Family::V6 => frame.get(ETH + 8..ETH + 40)?,
+    };
+    Some(checksum::ones_sum(
+        addrs,
+        u64::from(ip_proto::TCP) + l4_len as u64,
+    ))
+}
+
+/// The sum of segment `s`'s payload in `frame` if its TCP checksum
+/// verifies (pseudo-header, header and payload sum to 0xffff): one pass
+/// over the payload.
+fn verified_payload_sum(frame: &[u8], s: &Seg) -> Option<u64> {
+    let l4 = frame.get(s.l4()..)?;
+    let header = l4.get(..s.tcp_hl)?;
+    let payload = l4.get(s.tcp_hl..)?;
+    let sum = checksum::ones_sum(payload, 0);
+    let all = checksum::ones_sum(header, pseudo_sum(frame, s.family, l4.len())?) + sum;
+    (checksum::fold(all) == 0xffff).then_some(sum)
+}
+
+/// `sum` (of bytes that start at an odd offset of the sum they join) as a
+/// sum of big-endian words there: byte-swapped (RFC 1071 2(B)).
+fn at_offset(sum: u64, offset: usize) -> u64 {
+    if offset.is_multiple_of(2) {
+        sum
+    } else {
+        u64::from(checksum::fold(sum).swap_bytes())
+    }
+}
+
+/// Writes the TCP checksum of merged frame `frame` (headers already
+/// fixed) from `payload_sum`, the sum of its whole payload.
+fn write_checksum(frame: &mut [u8], first: &Seg, payload_sum: u64) -> Option<()> {
+    let l4 = first.l4();
+    let pseudo = pseudo_sum(frame, first.family, frame.len().checked_sub(l4)?)?;
+    let field = l4 + tcp::field::CHECKSUM.start;
+    frame.get_mut(field..field + 2)?.copy_from_slice(&[0, 0]);
+    let header = frame.get(l4..l4 + first.tcp_hl)?;
+    let c = !checksum::fold(checksum::ones_sum(header, pseudo) + payload_sum);
+    frame
+        .get_mut(field..field + 2)?
+        .copy_from_slice(&c.to_be_bytes());
+    Some(())
+}
+
 /// Whether `b`'s headers match `a`'s (segment `first`) where they must
 /// (see [`Seg`] and [`Family::same_ranges`]).
 fn same_flow(a: &[u8], b: &[u8], first: &Seg) -> bool {
@@ -220,8 +277,12 @@ pub(super) fn coalesce(buf: &mut [u8], descs: &mut Vec<RxDesc>, max_len: usize) 
     while i < n {
         let Some(&head) = descs.get(i) else { break };
         let mut j = i + 1;
-        let first = buf.get(head.off..head.off + head.len).and_then(seg);
-        if let Some(first) = first {
+        let first = buf.get(head.off..head.off + head.len).and_then(|f| {
+            let s = seg(f)?;
+            Some((s, verified_payload_sum(f, &s)?))
+        });
+        if let Some((first, head_sum)) = first {
+            let mut payload_sum = head_sum;
             let hdrs = first.headers();
             let max_len = max_len.min(first.family.max_frame());
             let mut end = head.off + head.len;
@@ -249,6 +310,11 @@ pub(super) fn coalesce(buf: &mut [u8], descs: &mut Vec<RxDesc>, max_len: usize) 
                 {
                     break;
                 }
+                let Some(sum) = verified_payload_sum(b, &s) else {
+                    break;
+                };
+                // Where this payload lands in the merged one.
+                payload_sum += at_offset(sum, len - hdrs);
                 // `end` <= d.off: the payload moves left, over bytes
                 // already consumed.
                 buf.copy_within(d.off + hdrs..d.off + d.len, end);
@@ -260,11 +326,20 @@ pub(super) fn coalesce(buf: &mut [u8], descs: &mut Vec<RxDesc>, max_len: usize) 
                 merged += 1;
                 j += 1;
             }
+            let mut verified = true;
             if j > i + 1 {
-                fix_headers(buf.get_mut(head.off..head.off + len), &first, psh);
+                let frame = buf.get_mut(head.off..head.off + len);
+                verified = frame.is_some_and(|f| {
+                    fix_headers(f, &first, psh).is_some()
+                        && write_checksum(f, &first, payload_sum).is_some()
+                });
             }
             if let Some(o) = descs.get_mut(out) {
-                *o = RxDesc { len, ..head };
+                *o = RxDesc {
+                    len,
+                    verified,
+                    ..head
+                };
             }
         } else if let Some(o) = descs.get_mut(out) {
             *o = head;
@@ -278,16 +353,12 @@ pub(super) fn coalesce(buf: &mut [u8], descs: &mut Vec<RxDesc>, max_len: usize) 
 
 /// The IP length (and IPv4 header checksum) of a merged frame; PSH if the
 /// last segment had it.
-fn fix_headers(frame: Option<&mut [u8]>, first: &Seg, psh: bool) {
-    let Some(frame) = frame else { return };
-    if first.family.fix_length(frame).is_none() {
-        return;
-    }
+fn fix_headers(frame: &mut [u8], first: &Seg, psh: bool) -> Option<()> {
+    first.family.fix_length(frame)?;
     if psh {
-        if let Some(f) = frame.get_mut(first.l4() + 13) {
-            *f |= PSH_LOW_BYTE;
-        }
+        *frame.get_mut(first.l4() + 13)? |= PSH_LOW_BYTE;
     }
+    Some(())
 }
 
 #[cfg(test)]
@@ -323,6 +394,8 @@ mod tests {
         for (i, b) in f[66..].iter_mut().enumerate() {
             *b = (seq as usize + i) as u8;
         }
+        // As it crossed the wire: its TCP checksum complete.
+        checksum::complete_l4(&mut f);
         f
     }
 
@@ -342,6 +415,7 @@ mod tests {
                 off: buf.len(),
                 len: f.len(),
                 meta: META,
+                verified: false,
             });
             buf.extend_from_slice(f);
         }
@@ -379,12 +453,47 @@ mod tests {
         assert_eq!(m[47] & 0x3f, (tcp_flags::ACK | tcp_flags::PSH) as u8);
         assert_eq!(&m[48..50], &orig[48..50]);
         assert_eq!(&m[54..], &orig[54..], "options and payload");
-        // The engine's completion makes the TCP checksum the original's.
-        let mut done = m.clone();
-        checksum::complete_l4(&mut done);
-        let mut want = orig.clone();
-        checksum::complete_l4(&mut want);
-        assert_eq!(&done[50..52], &want[50..52]);
+        // The TCP checksum, computed from the pieces' sums, is the
+        // original's, and the frame is marked as verified.
+        assert_eq!(&m[50..52], &orig[50..52], "TCP checksum");
+        assert!(descs[0].verified);
+    }
+
+    #[test]
+    fn a_corrupted_piece_is_not_merged_and_the_rest_merge_around_it() {
+        // Odd payload sizes, so pieces land at odd offsets too.
+        let orig = frame(20_001, 77, tcp_flags::ACK);
+        let cut = TcpCut::of(&orig, 1451).unwrap();
+        let mut dgrams = vec![0u8; cut.pieces() * cut.datagram_len()];
+        let n = cut.write(&orig, 7, 0, 100, &mut dgrams).unwrap();
+        let mut pieces: Vec<Vec<u8>> = dgrams[..n]
+            .chunks(cut.datagram_len())
+            .map(|d| d[VXLAN_HLEN..].to_vec())
+            .collect();
+        assert!(pieces.len() > 8);
+        // One bit flipped on the wire in the fourth piece's payload.
+        let last = pieces[3].len() - 1;
+        pieces[3][last] ^= 0x04;
+        let (mut buf, mut descs) = layout(&pieces);
+        let merged = coalesce(&mut buf, &mut descs, 65_549);
+        assert_eq!(merged, pieces.len() - 3, "3 runs: 0..3, the bad one, 4..");
+        let out = frames_of(&buf, &descs);
+        assert_eq!(out.len(), 3);
+        assert_eq!(out[1], pieces[3], "the corrupted piece is left as it came");
+        assert!(!descs[1].verified);
+        assert_eq!(
+            checksum::verify_or_complete_l4(&mut out[1].clone()),
+            checksum::Completion::Bad,
+            "and the engine drops it"
+        );
+        for k in [0, 2] {
+            assert!(descs[k].verified);
+            assert_eq!(
+                checksum::verify_or_complete_l4(&mut out[k].clone()),
+                checksum::Completion::Valid,
+                "merged run {k}: its computed checksum verifies"
+            );
+        }
     }
 
     #[test]
@@ -491,6 +600,7 @@ mod tests {
         for (i, b) in f[86..].iter_mut().enumerate() {
             *b = (seq as usize + i) as u8;
         }
+        checksum::complete_l4(&mut f);
         f
     }
 
@@ -533,16 +643,12 @@ mod tests {
         assert_eq!(m[67] & 0x3f, (tcp_flags::ACK | tcp_flags::PSH) as u8);
         assert_eq!(&m[68..70], &orig[68..70]);
         assert_eq!(&m[74..], &orig[74..], "options and payload");
-        // The engine's completion gives a checksum that verifies over the
+        // The checksum computed from the pieces' sums verifies over the
         // IPv6 pseudo-header, computed independently.
-        let mut done = m.clone();
-        assert_eq!(
-            checksum::complete_l4(&mut done),
-            checksum::Completion::Written
-        );
-        let plen = done.len() - 54;
-        let pseudo = naive_fold(&done[22..54], plen as u64 + 6);
-        assert_eq!(naive_fold(&done[54..], pseudo), 0xffff);
+        assert!(descs[0].verified);
+        let plen = m.len() - 54;
+        let pseudo = naive_fold(&m[22..54], plen as u64 + 6);
+        assert_eq!(naive_fold(&m[54..], pseudo), 0xffff);
     }
 
     #[test]
@@ -687,9 +793,18 @@ mod tests {
             let merged = coalesce(&mut buf, &mut descs, 14 + 40 + 32 + 500 * (1 + rand(8)));
             merges += merged;
             assert_eq!(descs.len() + merged, frames.len());
-            for (d, f) in descs.iter().zip(frames_of(&buf, &descs)) {
+            for (d, mut f) in descs.iter().zip(frames_of(&buf, &descs)) {
                 if frames.iter().all(|o| o.len() != d.len) {
                     assert!(Family::of(&f).is_some(), "round {round}: {f:?}");
+                }
+                // Whatever was merged (or passed as verified) verifies: a
+                // mangled segment never hides in a merged frame.
+                if d.verified {
+                    assert_eq!(
+                        checksum::verify_or_complete_l4(&mut f),
+                        checksum::Completion::Valid,
+                        "round {round}"
+                    );
                 }
             }
         }
