@@ -2,14 +2,16 @@
 //! sum the switch uses against the plain 16-bit loop (RFC 1071's
 //! reference form, what the pipeline used before), and
 //! `complete_l4` on a whole TCP frame, the per-packet cost the switch pays
-//! for every TCP/UDP frame from a pod (64, 1514 and 9014 bytes).
+//! for every TCP/UDP frame from a pod (64, 1514 and 9014 bytes), and
+//! `verify_or_complete_l4`, what it pays for one from a tunnel (a
+//! complete checksum, verified and kept).
 //!
 //! Run: `cargo bench -p oxvs-bench --bench checksum -- --warm-up-time 1 --measurement-time 3`
 
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use oxvs_pipeline::checksum::{complete_l4, fold, ones_sum};
+use oxvs_pipeline::checksum::{complete_l4, fold, ones_sum, verify_or_complete_l4, Completion};
 
 /// The plain loop: one big-endian 16-bit word per step.
 fn sum16(data: &[u8], initial: u64) -> u64 {
@@ -57,6 +59,12 @@ fn bench(c: &mut Criterion) {
         let mut frame = f.clone();
         g.bench_function(format!("complete_l4/{len}"), |b| {
             b.iter(|| complete_l4(black_box(&mut frame)))
+        });
+        // With a complete checksum: verified, kept.
+        complete_l4(&mut frame);
+        assert_eq!(verify_or_complete_l4(&mut frame), Completion::Valid);
+        g.bench_function(format!("verify_or_complete_l4/{len}"), |b| {
+            b.iter(|| verify_or_complete_l4(black_box(&mut frame)))
         });
     }
     g.finish();

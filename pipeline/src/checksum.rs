@@ -214,8 +214,9 @@ pub fn verify_or_complete_l4(frame: &mut [u8]) -> Completion {
         return Completion::Malformed;
     };
     let field = u16::from_be_bytes([f0, f1]);
-    let sum = ones_sum(l4, span.pseudo);
-    if fold(sum) == 0xffff {
+    // Over the field as it is: 0 if it is the complete checksum.
+    let c = checksum(l4, span.pseudo);
+    if c == 0 {
         return Completion::Valid;
     }
     // Partial: the field is the pseudo-header's sum (mod 0xffff).
@@ -223,7 +224,7 @@ pub fn verify_or_complete_l4(frame: &mut [u8]) -> Completion {
         return Completion::Bad;
     }
     // The sum without the field (adding its complement subtracts it).
-    let mut c = !fold(sum + u64::from(!field));
+    let mut c = !fold(u64::from(!c) + u64::from(!field));
     if c == 0 && span.proto == ip_proto::UDP {
         c = 0xffff;
     }
