@@ -214,6 +214,12 @@ pub fn verify_or_complete_l4(frame: &mut [u8]) -> Completion {
         return Completion::Malformed;
     };
     let field = u16::from_be_bytes([f0, f1]);
+    if field == 0 && span.proto == ip_proto::UDP {
+        // IPv6 UDP without a checksum (`udp6zerocsumtx`, nested tunnels;
+        // never a partial one, which holds a non-zero sum): the receiver
+        // decides (`udp6zerocsumrx`), as it would off a wire.
+        return Completion::NotApplicable;
+    }
     // Over the field as it is: 0 if it is the complete checksum.
     let c = checksum(l4, span.pseudo);
     if c == 0 {
@@ -478,6 +484,16 @@ mod tests {
         let (mut f, _) = frame_v4(ip_proto::UDP, &[9; 30], 0);
         f[14 + 20 + 6..14 + 20 + 8].copy_from_slice(&[0, 0]);
         assert_eq!(verify_or_complete_l4(&mut f), Completion::NotApplicable);
+        // Nor IPv6 UDP with a zero checksum (the receiver decides).
+        let mut f = vec![0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1, 0x86, 0xdd];
+        f.extend_from_slice(&[0x60, 0, 0, 0, 0, 38, ip_proto::UDP, 64]);
+        f.extend_from_slice(&[0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+        f.extend_from_slice(&[0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+        f.extend_from_slice(&[0x30, 0x39, 0x12, 0xb5, 0, 38, 0, 0]);
+        f.extend_from_slice(&[9; 30]);
+        let before = f.clone();
+        assert_eq!(verify_or_complete_l4(&mut f), Completion::NotApplicable);
+        assert_eq!(f, before);
     }
 
     #[test]

@@ -1853,13 +1853,15 @@ impl Worker {
                 let mem = x.mem();
                 x.packets(&self.rx_descs[..n], &mut self.rx_packets);
                 let rx = &mut self.scratch.rx;
-                rx.descs.clear();
-                rx.descs.extend_from_slice(&self.rx_descs[..n]);
-                rx.moved.clear();
-                rx.moved.resize(n, false);
-                rx.packets.clear();
                 rx.cur = usize::MAX;
-                rx.mem = self.config.tx_move.then(|| std::rc::Rc::clone(&mem));
+                if self.config.tx_move {
+                    rx.descs.clear();
+                    rx.descs.extend_from_slice(&self.rx_descs[..n]);
+                    rx.moved.clear();
+                    rx.moved.resize(n, false);
+                    rx.packets.clear();
+                    rx.mem = Some(std::rc::Rc::clone(&mem));
+                }
                 let multi = self.rx_packets.iter().filter(|r| r.len() > 1).count();
                 while self.jumbo.len() < multi {
                     // At most a batch's worth, once (pages are touched only
@@ -1908,11 +1910,13 @@ impl Worker {
                                 if complete_checksums {
                                     checksum::complete_l4(p.data_mut());
                                 }
-                                scratch.rx.packets.push(Movable {
-                                    ptr: p.data().as_ptr() as usize,
-                                    len: p.len(),
-                                    descs: (r.start, r.end),
-                                });
+                                if scratch.rx.mem.is_some() {
+                                    scratch.rx.packets.push(Movable {
+                                        ptr: p.data().as_ptr() as usize,
+                                        len: p.len(),
+                                        descs: (r.start, r.end),
+                                    });
+                                }
                                 pkts.push(DpPacket {
                                     packet: p,
                                     in_port,
@@ -1928,10 +1932,9 @@ impl Worker {
                 // Frames that left on a port's TX ring are not the fill
                 // ring's any more.
                 let rx = &mut self.scratch.rx;
-                rx.mem = None;
                 rx.packets.clear();
                 let mut keep = n;
-                if rx.moved.iter().any(|&m| m) {
+                if rx.mem.take().is_some() && rx.moved.iter().any(|&m| m) {
                     keep = 0;
                     for (j, &moved) in rx.moved.iter().enumerate() {
                         if !moved {
