@@ -76,9 +76,11 @@ pub struct PortStats {
     pub tx_no_frame: u64,
     #[serde(default)]
     pub tx_ring_full: u64,
-    /// Packets sent without a copy (of `tx_packets`): received on a port
-    /// sharing this port's UMEM, they went out in the frames they arrived
-    /// in (AF_XDP descriptors moved between the ports).
+    /// Packets queued to send without a copy (`oxvs-switchd --tx-move`):
+    /// received on a port sharing this port's UMEM, they go out in the
+    /// frames they arrived in (AF_XDP descriptors moved between the
+    /// ports). Counted when queued, as `tx_packets` is when submitted: one
+    /// the TX ring then refuses is also in `tx_dropped`.
     #[serde(default)]
     pub tx_moved: u64,
 }

@@ -531,6 +531,12 @@ mod tests {
             if f[l4 + 6..l4 + 8] == [0xff, 0xff] {
                 // The sum is zero either way: 0xffff is a valid encoding.
                 assert!(valid(&f, 14, l4, ip_proto::UDP, false));
+                // Completing it from a wire writes the same, and then
+                // verifies it.
+                let (mut g, _) = frame_v4(ip_proto::UDP, &x.to_be_bytes(), 0);
+                assert_eq!(verify_or_complete_l4(&mut g), Completion::Written);
+                assert_eq!(g, f);
+                assert_eq!(verify_or_complete_l4(&mut g), Completion::Valid);
                 return;
             }
             assert_ne!(f[l4 + 6..l4 + 8], [0, 0]);

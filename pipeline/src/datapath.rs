@@ -1186,6 +1186,42 @@ mod tests {
         assert_eq!(d.stats().upcalls, 2);
     }
 
+    /// Which outputs came as a packet's last, and whether their frame was
+    /// the caller's packet buffer.
+    #[derive(Default)]
+    struct LastSink {
+        calls: Vec<(u32, bool, usize)>,
+    }
+
+    impl DatapathSink for LastSink {
+        fn output(&mut self, port: u32, frame: &[u8], _t: Option<TunnelMeta>) {
+            self.calls.push((port, false, frame.as_ptr() as usize));
+        }
+        fn output_last(&mut self, port: u32, frame: &[u8], _t: Option<TunnelMeta>) {
+            self.calls.push((port, true, frame.as_ptr() as usize));
+        }
+        fn packet_in(&mut self, _p: PacketIn<'_>) {}
+    }
+
+    #[test]
+    fn only_the_last_action_is_a_last_output() {
+        // in_port=2: output:1, a recirculated copy that outputs to 4 (its
+        // own last, in the datapath's scratch), then output:3 (the
+        // packet's last, in the caller's buffer).
+        let mut d = dp(DatapathConfig::default());
+        let mut sink = LastSink::default();
+        let mut ct = Conntrack::default();
+        let mut pkts = batch(&[2]);
+        let buf = pkts[0].packet.data().as_ptr_range();
+        d.process_batch(&mut pkts, &mut ct, 1_000, &mut sink);
+        let got: Vec<(u32, bool, bool)> = sink
+            .calls
+            .iter()
+            .map(|&(port, last, ptr)| (port, last, buf.contains(&(ptr as *const u8))))
+            .collect();
+        assert_eq!(got, [(1, false, true), (4, true, false), (3, true, true)]);
+    }
+
     #[test]
     fn non_tail_recirculation_works_on_a_copy() {
         let mut d = dp(DatapathConfig::default());

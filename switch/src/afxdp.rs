@@ -21,6 +21,15 @@
 //! exclusive borrow of their descriptor, so no two slices of one frame exist
 //! and the kernel never writes a frame we read.
 //!
+//! One exception, with `--tx-move` ([`XskPort::send_moved`]): a received
+//! packet's frame goes to a TX ring while its packet slice is still alive
+//! in the batch (the batch's packets are dropped together at its end). The
+//! datapath never reads or writes that slice again (it was the packet's
+//! last output, `DatapathSink::output_last`), so when a flush in the middle
+//! of the batch hands the frame to the kernel, or its completion makes it
+//! free and a later send of the batch writes it, nothing reads it through
+//! the old slice: the slice is dead, only not yet dropped.
+//!
 //! A frame's memory is the whole chunk (`FRAME_SIZE` bytes): packet data
 //! starts `XDP_PACKET_HEADROOM` (256) bytes in, so the datapath can push
 //! headers (VLAN tags) in place in front of a received packet.
@@ -631,8 +640,9 @@ pub struct PortCounters {
     pub tx_no_frame: u64,
     /// To send, but the TX ring (or the queue in front of it) was full.
     pub tx_ring_full: u64,
-    /// Sent without a copy: a packet received on a port sharing this
-    /// port's UMEM went out in its own frames ([`XskPort::send_moved`]).
+    /// Queued without a copy: a packet received on a port sharing this
+    /// port's UMEM, in its own frames ([`XskPort::send_moved`]; counted
+    /// when queued, so one the ring refuses is in `tx_dropped` too).
     pub tx_moved: u64,
 }
 
