@@ -30,7 +30,7 @@ pub fn format(ports: &[PortInfo]) -> String {
     for p in ports {
         let st = &p.stats;
         s.push_str(&format!(
-            "  port {:>2}: rx pkts={}, bytes={}, drop={}, errs={}\n           tx pkts={}, bytes={}, drop={}, errs={}, moved={}\n",
+            "  port {:>2}: rx pkts={}, bytes={}, drop={}, errs={}\n           tx pkts={}, bytes={}, drop={}, errs={}\n",
             p.ofport,
             st.rx_packets,
             st.rx_bytes,
@@ -39,9 +39,16 @@ pub fn format(ports: &[PortInfo]) -> String {
             st.tx_packets,
             st.tx_bytes,
             st.tx_dropped,
-            st.tx_errors,
-            st.tx_moved
+            st.tx_errors
         ));
+        // `oxvs-switchd --tx-move` only; the lines above keep ovs-ofctl's
+        // layout.
+        if st.tx_moved > 0 {
+            s.push_str(&format!(
+                "           tx moved without a copy={}\n",
+                st.tx_moved
+            ));
+        }
         let reasons = [
             st.rx_ring_full,
             st.rx_fill_empty,
@@ -92,9 +99,13 @@ mod tests {
             queues: Vec::new(),
         };
         assert_eq!(
-            format(&[p]),
+            format(std::slice::from_ref(&p)),
             "OFPST_PORT reply: 1 ports\n  port  1: rx pkts=5, bytes=0, drop=0, errs=0\n           tx pkts=0, bytes=7, drop=0, errs=0\n"
         );
+        // Moved packets (`--tx-move`) on a line of their own.
+        let mut moved = p;
+        moved.stats.tx_moved = 3;
+        assert!(format(&[moved]).ends_with("errs=0\n           tx moved without a copy=3\n"));
     }
 
     #[test]
