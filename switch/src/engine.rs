@@ -1351,8 +1351,9 @@ struct SinkScratch {
 /// in the frames they arrived in, and which frames did.
 #[derive(Debug, Default)]
 struct RxBatch {
-    /// The UMEM the batch's frames are in (`None` outside an AF_XDP batch:
-    /// tunnel batches, cross-thread outputs, injected packets).
+    /// The UMEM the batch's frames are in (`None` without
+    /// `SwitchConfig::tx_move`, and outside an AF_XDP batch: tunnel
+    /// batches, cross-thread outputs, injected packets).
     mem: Option<std::rc::Rc<UmemMem>>,
     /// The batch's descriptors as received (copies: the packets borrow
     /// the originals).
