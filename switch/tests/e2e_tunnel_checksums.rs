@@ -36,6 +36,18 @@ use metrics_support::scrape;
 
 const METRICS: &str = "127.0.0.1:9482";
 
+/// What both senders share (Python, put in front of each): the one's
+/// complement sum `s16` (folded, not inverted) and the inner addresses.
+const PY_SUM: &str = r#"
+import socket, struct
+def s16(b):
+    if len(b) % 2: b += b"\0"
+    s = sum(struct.unpack("!%dH" % (len(b) // 2), b))
+    while s >> 16: s = (s & 0xffff) + (s >> 16)
+    return s
+src, dst = socket.inet_aton("10.21.0.9"), socket.inet_aton("10.21.0.2")
+"#;
+
 /// Sends VXLAN datagrams (VNI 100) from `wire` to node A's tunnel
 /// (192.0.2.1:4789), each holding an inner Ethernet + IPv4 + UDP frame to
 /// the pod's port 7000 with payload `payload` and its checksum as `how`
@@ -44,12 +56,6 @@ const METRICS: &str = "127.0.0.1:9482";
 const SEND_UDP: &str = r#"
 import socket, struct, sys
 how, payload = sys.argv[1], sys.argv[2].encode()
-def s16(b):
-    if len(b) % 2: b += b"\0"
-    s = sum(struct.unpack("!%dH" % (len(b) // 2), b))
-    while s >> 16: s = (s & 0xffff) + (s >> 16)
-    return s
-src, dst = socket.inet_aton("10.21.0.9"), socket.inet_aton("10.21.0.2")
 ulen = 8 + len(payload)
 pseudo = s16(src + dst + struct.pack("!BBH", 0, 17, ulen))
 udp = struct.pack("!HHHH", 40000, 7000, ulen, 0) + payload
@@ -75,12 +81,6 @@ s.sendto(vxlan + eth + ip + udp, ("192.0.2.1", 4789))
 const SEND_TRAIN: &str = r#"
 import socket, struct, sys
 bad = int(sys.argv[1])
-def s16(b):
-    if len(b) % 2: b += b"\0"
-    s = sum(struct.unpack("!%dH" % (len(b) // 2), b))
-    while s >> 16: s = (s & 0xffff) + (s >> 16)
-    return s
-src, dst = socket.inet_aton("10.21.0.9"), socket.inet_aton("10.21.0.2")
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 out = []
 for k in range(8):
@@ -168,7 +168,7 @@ fn e2e_tunnel_checksums() {
         ("flipped", "corrupted-on-the-way"),
         ("good", "complete-again"),
     ] {
-        wire.must(&["python3", "-c", SEND_UDP, how, text]);
+        wire.must(&["python3", "-c", &format!("{PY_SUM}{SEND_UDP}"), how, text]);
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     let (_, got, err) = listener.wait(std::time::Duration::from_secs(10));
@@ -199,7 +199,7 @@ fn e2e_tunnel_checksums() {
     // left the switch.
     let before = bad_checksum_drops(&na);
     let (p0, b0) = sw.port_counters("tp").tx();
-    wire.must(&["python3", "-c", SEND_TRAIN, "3"]);
+    wire.must(&["python3", "-c", &format!("{PY_SUM}{SEND_TRAIN}"), "3"]);
     std::thread::sleep(std::time::Duration::from_millis(300));
     let (p1, b1) = sw.port_counters("tp").tx();
     let dropped = bad_checksum_drops(&na) - before;

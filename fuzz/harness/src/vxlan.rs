@@ -418,33 +418,7 @@ pub fn run_tx(data: &[u8]) {
         for p in &pieces {
             let (ip, payload) = tcp_payload_at(p).expect("a piece is TCP");
             assert!(p.len() - ip <= inner_mtu, "a piece over the inner MTU");
-            let (hl, total, pseudo) = match l3(p).map(|(_, et)| et) {
-                Some(0x86dd) => {
-                    // IPv6: no header checksum; the pseudo-header has the
-                    // addresses, the upper-layer length and next header 6.
-                    let total = 40 + be16(p, ip + 4) as usize;
-                    (
-                        40,
-                        total,
-                        ones(&p[ip + 8..ip + 40]) + 6 + (total - 40) as u32,
-                    )
-                }
-                _ => {
-                    let total = be16(p, ip + 2) as usize;
-                    let hl = usize::from(p[ip] & 15) * 4;
-                    assert_eq!(fold(ones(&p[ip..ip + hl])), 0xffff, "piece IPv4 checksum");
-                    (
-                        hl,
-                        total,
-                        ones(&p[ip + 12..ip + 20]) + 6 + (total - hl) as u32,
-                    )
-                }
-            };
-            assert_eq!(
-                fold(pseudo + ones(&p[ip + hl..ip + total])),
-                0xffff,
-                "piece TCP checksum"
-            );
+            assert_tcp_checksums(p, ip, "piece");
             again.extend_from_slice(payload);
         }
         assert_eq!(again, whole, "pieces carry the payload");
@@ -453,30 +427,7 @@ pub fn run_tx(data: &[u8]) {
             let (ip, payload) = tcp_payload_at(m).expect("a merged frame is TCP");
             again.extend_from_slice(payload);
             // Its TCP checksum, computed from the pieces' sums, verifies.
-            let (hl, total, pseudo) = match l3(m).map(|(_, et)| et) {
-                Some(0x86dd) => {
-                    let total = 40 + be16(m, ip + 4) as usize;
-                    (
-                        40,
-                        total,
-                        ones(&m[ip + 8..ip + 40]) + 6 + (total - 40) as u32,
-                    )
-                }
-                _ => {
-                    let total = be16(m, ip + 2) as usize;
-                    let hl = usize::from(m[ip] & 15) * 4;
-                    (
-                        hl,
-                        total,
-                        ones(&m[ip + 12..ip + 20]) + 6 + (total - hl) as u32,
-                    )
-                }
-            };
-            assert_eq!(
-                fold(pseudo + ones(&m[ip + hl..ip + total])),
-                0xffff,
-                "merged frame's TCP checksum"
-            );
+            assert_tcp_checksums(m, ip, "merged frame");
         }
         assert_eq!(again, whole, "merged frames carry the payload");
         assert!(merged.len() <= pieces.len());
@@ -638,6 +589,42 @@ fn check_encapsulation6(inner: &[u8], queued: &[Vec<u8>], mtu: u32, meta: Tunnel
     );
     assert_eq!(udp[15], 0);
     assert_eq!(&udp[16..], inner, "the inner frame, intact");
+}
+
+/// Asserts that the TCP segment whose IP header starts at `ip` in
+/// `frame` has checksums that verify: IPv4's header checksum, and the TCP
+/// checksum over the family's pseudo-header (IPv6: the addresses, the
+/// upper-layer length and next header 6). `what` names the frame.
+fn assert_tcp_checksums(frame: &[u8], ip: usize, what: &str) {
+    let (hl, total, pseudo) = match l3(frame).map(|(_, et)| et) {
+        Some(0x86dd) => {
+            let total = 40 + be16(frame, ip + 4) as usize;
+            (
+                40,
+                total,
+                ones(&frame[ip + 8..ip + 40]) + 6 + (total - 40) as u32,
+            )
+        }
+        _ => {
+            let total = be16(frame, ip + 2) as usize;
+            let hl = usize::from(frame[ip] & 15) * 4;
+            assert_eq!(
+                fold(ones(&frame[ip..ip + hl])),
+                0xffff,
+                "{what}: IPv4 checksum"
+            );
+            (
+                hl,
+                total,
+                ones(&frame[ip + 12..ip + 20]) + 6 + (total - hl) as u32,
+            )
+        }
+    };
+    assert_eq!(
+        fold(pseudo + ones(&frame[ip + hl..ip + total])),
+        0xffff,
+        "{what}: TCP checksum"
+    );
 }
 
 fn ones(data: &[u8]) -> u32 {
