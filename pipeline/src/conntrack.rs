@@ -191,7 +191,13 @@
 //!   is taken, one of 1024-65535) such that its reply-direction tuple is
 //!   not in use: the start is a hash of the connection (`persistent`: of
 //!   the addresses only; `random`: a fresh number), at most 8 addresses x
-//!   32 ports are tried, then the commit is refused
+//!   32 ports are tried. When all are held, DNAT also moves the client's
+//!   source port (of 1024-65535, as OVS does and Linux's implicit source
+//!   NAT does): a pod reusing a port towards a second ClusterIP of the same
+//!   endpoint would otherwise hand the endpoint a 4-tuple it still holds
+//!   in TIME_WAIT, which it answers with an ACK of the old connection.
+//!   Only then may a connection that is over (closed TCP) give up its
+//!   tuple, and if none does the commit is refused
 //!   ([`CtRefusal::NatExhausted`], counted in
 //!   [`CtStats::nat_exhausted_total`]; the datapath drops the packet). A
 //!   translation that changes nothing is no translation.

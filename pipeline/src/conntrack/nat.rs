@@ -82,7 +82,9 @@ impl Conntrack {
     /// `nat`, or `None` when it is not translated (no range, a range of
     /// the other family, or the translation is the identity). Tries a
     /// bounded number of addresses and ports for one whose reply key is
-    /// not in use; `Err` when none is free.
+    /// not in use (module doc, "NAT": the range; for DNAT then the
+    /// client's source port; last, a connection that is over gives up its
+    /// tuple); `Err` when none is free.
     pub(super) fn nat_choose(
         &mut self,
         key: &ConnKey,
@@ -125,32 +127,66 @@ impl Conntrack {
             (None, NatKind::Dst) => [(own_port, own_port), (own_port, own_port)],
             (None, NatKind::Src) => [(own_port, own_port), SNAT_EPHEMERAL],
         };
-        for a in 0..n_addr.min(ADDR_TRIES) {
-            let addr = amin + (u128::from(h) % n_addr + a) % n_addr;
-            for (i, &(plo, phi)) in port_ranges.iter().enumerate() {
-                if i == 1 && port_ranges[1] == port_ranges[0] {
-                    break;
+        let addr_at = |a: u128| amin + (u128::from(h) % n_addr + a) % n_addr;
+        let port_at = |(plo, phi): (u16, u16), p: u32| {
+            let n_port = u32::from(phi - plo) + 1;
+            plo + (((h >> 32) as u32 % n_port + p) % n_port) as u16
+        };
+        let translated = |addr: u128, port: u16| {
+            let mut fwd = *key;
+            match kind {
+                NatKind::Src => {
+                    fwd.src = addr_bytes(key.v6, addr);
+                    fwd.sport = port;
                 }
-                let n_port = u32::from(phi - plo) + 1;
-                let start = (h >> 32) as u32 % n_port;
-                for p in 0..n_port.min(PORT_TRIES) {
-                    let port = plo + ((start + p) % n_port) as u16;
-                    let mut fwd = *key;
-                    match kind {
-                        NatKind::Src => {
-                            fwd.src = addr_bytes(key.v6, addr);
-                            fwd.sport = port;
+                NatKind::Dst => {
+                    fwd.dst = addr_bytes(key.v6, addr);
+                    fwd.dport = port;
+                }
+            }
+            fwd
+        };
+        // A held tuple is first avoided; only when every candidate is held
+        // does a connection that is over give its tuple up (Linux's NAT
+        // evicts a TIME_WAIT entry only in its last attempts too).
+        for evict in [false, true] {
+            for a in 0..n_addr.min(ADDR_TRIES) {
+                let addr = addr_at(a);
+                for (i, &r) in port_ranges.iter().enumerate() {
+                    if i == 1 && port_ranges[1] == port_ranges[0] {
+                        break;
+                    }
+                    for p in 0..(u32::from(r.1 - r.0) + 1).min(PORT_TRIES) {
+                        let fwd = translated(addr, port_at(r, p));
+                        if fwd == *key {
+                            return Ok(None);
                         }
-                        NatKind::Dst => {
-                            fwd.dst = addr_bytes(key.v6, addr);
-                            fwd.dport = port;
+                        let rev = fwd.reverse();
+                        if self.take_key(&rev, evict, now_ns) {
+                            return Ok(Some(rev));
                         }
                     }
-                    if fwd == *key {
-                        return Ok(None);
+                }
+            }
+            if evict || kind != NatKind::Dst || !ports {
+                continue;
+            }
+            // DNAT whose every endpoint tuple is held (the client reused a
+            // port it had used towards another frontend of the same
+            // endpoint): the client's source port changes too, as OVS
+            // does and Linux's implicit source NAT does. Taking the held
+            // tuple instead would hand the endpoint a SYN on a 4-tuple it
+            // may still hold in TIME_WAIT, which it answers with an ACK of
+            // the old connection.
+            for a in 0..n_addr.min(ADDR_TRIES) {
+                let mut fwd = translated(addr_at(a), port_at(port_ranges[0], 0));
+                for p in 0..PORT_TRIES {
+                    fwd.sport = port_at(SNAT_EPHEMERAL, p);
+                    if fwd.sport == key.sport {
+                        continue;
                     }
                     let rev = fwd.reverse();
-                    if self.take_key(&rev, now_ns) {
+                    if self.take_key(&rev, false, now_ns) {
                         return Ok(Some(rev));
                     }
                 }
@@ -161,12 +197,11 @@ impl Conntrack {
     }
 
     /// Whether `k` (either way) is free for a new connection: no staged
-    /// connection uses it, and the stored one that does, if any, is over
-    /// (closed TCP, or expired), which is then removed: the ends reuse
-    /// ports as soon as their own stacks let them (a client port whose
-    /// connection to the pod directly was closed, now to the ClusterIP),
-    /// and Linux's NAT lets a new connection evict such an entry too.
-    fn take_key(&mut self, k: &ConnKey, now_ns: u64) -> bool {
+    /// connection uses it, and the stored one that does, if any, has
+    /// expired or (with `evict`) is over (closed TCP), and is then
+    /// removed: the ends reuse ports as soon as their own stacks let them,
+    /// and Linux's NAT, short of free tuples, evicts such an entry too.
+    fn take_key(&mut self, k: &ConnKey, evict: bool, now_ns: u64) -> bool {
         let canon = k.canonical();
         if self.staged[..self.n_staged].iter().flatten().any(|s| {
             s.pkt.key.canonical() == canon || s.rev.is_some_and(|r| r.canonical() == canon)
@@ -177,7 +212,7 @@ impl Conntrack {
             return true;
         };
         match self.slots.get(idx as usize) {
-            Some(Some(c)) if c.closed() || now_ns >= c.expiration_ns => {
+            Some(Some(c)) if (evict && c.closed()) || now_ns >= c.expiration_ns => {
                 self.remove(idx);
                 self.stats.deleted_total += 1;
                 true
