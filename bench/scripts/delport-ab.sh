@@ -1,0 +1,27 @@
+#!/bin/bash
+# del-port then veth deletion, N ports, timed one by one (us: del-port,
+# link del, total): a switchd in its own namespace, BINDIR holding
+# oxvs-switchd and oxvsctl. Usage (root): bench/scripts/delport-ab.sh BINDIR N
+B=$1; N=$2
+NS=dpab$$
+ip netns add $NS
+trap "ip netns del $NS" EXIT
+S=/tmp/$NS.sock
+ip netns exec $NS ip link set lo up
+ip netns exec $NS $B/oxvs-switchd --socket $S > /tmp/$NS.log 2>&1 &
+sleep 1.5
+for i in $(seq 1 $N); do
+  ip netns exec $NS ip link add dv$i type veth peer name dvp$i
+  ip netns exec $NS ip link set dv$i up; ip netns exec $NS ip link set dvp$i up
+  ip netns exec $NS $B/oxvsctl --socket $S add-port dv$i >/dev/null
+done
+sleep 0.5
+for i in $(seq 1 $N); do
+  t0=$(date +%s%N)
+  ip netns exec $NS $B/oxvsctl --socket $S del-port dv$i
+  t1=$(date +%s%N)
+  ip netns exec $NS ip link del dv$i
+  t2=$(date +%s%N)
+  echo "$(( (t1-t0)/1000 )) $(( (t2-t1)/1000 )) $(( (t2-t0)/1000 ))"
+done
+kill %1; sleep 0.5
