@@ -2,6 +2,7 @@
 # del-port then veth deletion, N ports, timed one by one (us: del-port,
 # link del, total): a switchd in its own namespace, BINDIR holding
 # oxvs-switchd and oxvsctl. Usage (root): bench/scripts/delport-ab.sh BINDIR N
+set -e
 B=$1; N=$2
 NS=dpab$$
 ip netns add $NS
