@@ -1,9 +1,11 @@
 #!/bin/bash
-# del-port then veth deletion, N ports, timed one by one (us: del-port,
-# link del, total): a switchd in its own namespace, BINDIR holding
-# oxvs-switchd and oxvsctl. Usage (root): bench/scripts/delport-ab.sh BINDIR N
+# A port's teardown, N ports, timed one by one: del-port then the veth's
+# deletion (or, with ORDER veth-first, the other way round); prints per
+# port the microseconds of the first step, the second, and both. A switchd
+# in its own namespace; BINDIR holds oxvs-switchd and oxvsctl.
+# Usage (root): bench/scripts/delport-ab.sh BINDIR N [port-first|veth-first]
 set -e
-B=$1; N=$2
+B=$1; N=$2; ORDER=${3:-port-first}
 NS=dpab$$
 ip netns add $NS
 trap "ip netns del $NS" EXIT
@@ -19,9 +21,17 @@ done
 sleep 0.5
 for i in $(seq 1 $N); do
   t0=$(date +%s%N)
-  ip netns exec $NS $B/oxvsctl --socket $S del-port dv$i
+  if [ "$ORDER" = veth-first ]; then
+    ip netns exec $NS ip link del dv$i
+  else
+    ip netns exec $NS $B/oxvsctl --socket $S del-port dv$i
+  fi
   t1=$(date +%s%N)
-  ip netns exec $NS ip link del dv$i
+  if [ "$ORDER" = veth-first ]; then
+    ip netns exec $NS $B/oxvsctl --socket $S del-port dv$i
+  else
+    ip netns exec $NS ip link del dv$i
+  fi
   t2=$(date +%s%N)
   echo "$(( (t1-t0)/1000 )) $(( (t2-t1)/1000 )) $(( (t2-t0)/1000 ))"
 done

@@ -102,8 +102,10 @@ impl Agent {
 
     /// Removes everything of `a` that exists, in order: its flows (the
     /// pod is dropped from the desired state and the switch converged),
-    /// its port, its veth, its address, its record. Idempotent; on failure
+    /// its veth, its port, its address, its record. Idempotent; on failure
     /// the record stays, so a retry (or the next start) finishes the job.
+    ///
+    /// The veth goes before the switch port ([`delete_then_detach`]).
     pub(super) async fn teardown(&self, a: &Attachment) -> Result<(), CniError> {
         if let Ok(mut r) = self.records.lock() {
             r.remove(&a.key());
@@ -119,20 +121,33 @@ impl Agent {
         r
     }
 
-    async fn teardown_steps(&self, a: &Attachment) -> Result<(), CniError> {
-        if a.ofport.is_some() && self.node().is_some() {
-            self.sync().await?;
-        }
-        self.del_port(&a.host_ifname).await?;
-        let host = a.host_ifname.clone();
-        blocking(move || podnet::delete_host_link(&host))
+    /// Deletes the host end of a pod's veth, then the switch port on it.
+    /// In this order a DEL is 10-20 ms shorter: deleting the interface
+    /// unbinds the port's AF_XDP socket under the kernel's RTNL lock,
+    /// where its RCU wait is an expedited one, so closing the socket then
+    /// waits for nothing; closed first, the socket waits for a normal
+    /// grace period (docs/benchmarks.md, "DEL: the veth before the switch
+    /// port"). The pod's flows are already gone, so nothing is sent to the
+    /// port meanwhile, and the switch keeps the frames it lent the socket
+    /// until the port goes.
+    pub(super) async fn delete_then_detach(&self, host: &str) -> Result<(), CniError> {
+        let h = host.to_string();
+        blocking(move || podnet::delete_host_link(&h))
             .await?
             .map_err(|e| {
                 err(
                     code::INTERFACE_FAILURE,
-                    format!("cannot delete {}: {e}", a.host_ifname),
+                    format!("cannot delete {host}: {e}"),
                 )
             })?;
+        self.del_port(host).await
+    }
+
+    async fn teardown_steps(&self, a: &Attachment) -> Result<(), CniError> {
+        if a.ofport.is_some() && self.node().is_some() {
+            self.sync().await?;
+        }
+        self.delete_then_detach(&a.host_ifname).await?;
         let (cid, ifn) = a.key();
         self.release_addresses(&cid, &ifn).await?;
         let store = self.store.clone();

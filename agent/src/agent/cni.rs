@@ -408,16 +408,7 @@ impl Agent {
                     }
                 };
                 if ours {
-                    self.del_port(&host).await?;
-                    let h = host.clone();
-                    blocking(move || podnet::delete_host_link(&h))
-                        .await?
-                        .map_err(|e| {
-                            err(
-                                code::INTERFACE_FAILURE,
-                                format!("cannot delete {host}: {e}"),
-                            )
-                        })?;
+                    self.delete_then_detach(&host).await?;
                 }
                 self.release_addresses(&req.container_id, &req.ifname)
                     .await?;
