@@ -344,7 +344,24 @@ fn pods_gone_while_the_agent_was_down_are_released_on_start() {
     let b = node.add_pod("b");
     node.stop_agent();
     let a_ip = a.ip.clone();
-    drop(a); // the sandbox goes: its veth pair with it
+    let a_link = node
+        .ports()
+        .into_iter()
+        .find(|p| p.starts_with("a-"))
+        .expect("a's port");
+    // The sandbox goes, and its veth pair with it. The kernel tears a
+    // network namespace down in the background: the sandbox is gone once
+    // its veth is (an agent started before that rightly keeps the pod,
+    // whose DEL then comes from the runtime).
+    drop(a);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while node.links().contains(&a_link) {
+        assert!(
+            Instant::now() < deadline,
+            "{a_link} outlived its namespace by 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     node.start_agent();
     // The agent forgot a (port and address released), kept b.
     let deadline = Instant::now() + Duration::from_secs(5);
