@@ -199,9 +199,23 @@ fn virtual_setup_smoke_each_method() {
             duration: Duration::from_millis(300),
             ..GenConfig::default()
         };
-        let f = methods::fixed(&sw.topo.gen, &sw.topo.sink, &cfg, &sw.pids, 1).expect("fixed");
+        let drops = || sw.oxvs_drop_counters();
+        let f =
+            methods::fixed(&sw.topo.gen, &sw.topo.sink, &cfg, &sw.pids, 1, &drops).expect("fixed");
         assert!(f[0].received > 0, "{}: delivered", sw.name);
         assert_eq!(f[0].gen.sent, f[0].received + f[0].lost());
+        // Where losses would be: oxvs's counters are read around the
+        // trial (none moved at 10 kpps), the bridge has none to read.
+        match kind {
+            SwitchKind::Oxvs { .. } => assert_eq!(
+                f[0].switch_drops.as_ref().map(|d| d.len()),
+                Some(0),
+                "oxvs drop counters: {:?}",
+                f[0].switch_drops
+            ),
+            _ => assert_eq!(f[0].switch_drops, None),
+        }
+        assert!(f[0].machine.is_some_and(|m| (0.0..=1.0).contains(&m.busy)));
         let s = methods::throughput(&sw.topo.gen, &sw.topo.sink, &cfg, &sw.pids, 0.01, 2)
             .unwrap_or_else(|e| panic!("throughput: {e:#}"));
         assert!(!s.steps.is_empty());
@@ -211,7 +225,8 @@ fn virtual_setup_smoke_each_method() {
                 flows,
                 ..cfg.clone()
             };
-            let r = methods::fixed(&sw.topo.gen, &sw.topo.sink, &c, &sw.pids, 1).expect("scaling");
+            let r = methods::fixed(&sw.topo.gen, &sw.topo.sink, &c, &sw.pids, 1, &drops)
+                .expect("scaling");
             assert!(r[0].received > 0);
         }
         drop(sw);

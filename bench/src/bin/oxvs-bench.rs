@@ -651,7 +651,8 @@ fn run_cases(
                 .with_context(|| format!("{name} / {}: {}", sw.plan.kind.name(), sw.note))?;
             match a.method {
                 Method::Fixed | Method::Scaling => {
-                    case.trials = methods::fixed(g, s, &cfg, pids, a.trials)?;
+                    let drops = || sw.running.and_then(setup::Running::oxvs_drop_counters);
+                    case.trials = methods::fixed(g, s, &cfg, pids, a.trials, &drops)?;
                 }
                 Method::Throughput => {
                     for _ in 0..a.trials {

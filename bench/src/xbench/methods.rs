@@ -10,9 +10,17 @@
 //! of `/proc/PID/stat` when schedstat is missing), or, for datapaths in
 //! softirq context ([`SOFTIRQ`] in the list), the softirq time of all CPUs.
 //!
+//! A fixed-rate trial also says where its losses were: the switch's
+//! drop counters that moved during it (oxvs: `oxvsctl dump-ports`, by
+//! port and reason), the sink socket's ring drops, and how busy the
+//! whole machine was ([`MachineCpu`]: on a shared VM the generator, the
+//! switch and the sink compete for the same CPUs, and a switch that gets
+//! none drops at its RX ring whatever its own speed).
+//!
 //! Sockets are opened per trial, so every trial starts with empty rings
 //! and no state left over from the previous rate.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
@@ -44,6 +52,48 @@ pub struct Trial {
     pub cpu_ns: Option<u64>,
     /// Per-flow received counts, when asked for ([`TrialOpts::per_flow`]).
     pub per_flow_received: Option<Vec<u64>>,
+    /// The switch's drop counters that moved over the trial (`port.reason`
+    /// -> count; None: not read, e.g. not oxvs).
+    pub switch_drops: Option<BTreeMap<String, u64>>,
+    /// The whole machine's CPU over the trial.
+    pub machine: Option<MachineCpu>,
+}
+
+/// All CPUs over an interval, from two reads of `/proc/stat`'s `cpu`
+/// line: the fraction busy (not idle or waiting for I/O) and the
+/// fraction the hypervisor took (steal).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MachineCpu {
+    pub busy: f64,
+    pub steal: f64,
+}
+
+/// The `cpu` line's ticks: (total, idle + iowait, steal).
+fn cpu_ticks(stat: &str) -> Option<(u64, u64, u64)> {
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let f: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    // user nice system idle iowait irq softirq steal [guest guest_nice],
+    // guest time being in user already.
+    let total: u64 = f.iter().take(8).sum();
+    Some((total, f.get(3)? + f.get(4)?, *f.get(7)?))
+}
+
+impl MachineCpu {
+    /// Between two `/proc/stat` texts (None: unreadable, or no tick
+    /// passed).
+    pub fn between(before: &str, after: &str) -> Option<MachineCpu> {
+        let (t0, i0, s0) = cpu_ticks(before)?;
+        let (t1, i1, s1) = cpu_ticks(after)?;
+        let total = t1.checked_sub(t0).filter(|t| *t > 0)? as f64;
+        Some(MachineCpu {
+            busy: 1.0 - i1.saturating_sub(i0) as f64 / total,
+            steal: s1.saturating_sub(s0) as f64 / total,
+        })
+    }
 }
 
 impl Trial {
@@ -309,6 +359,7 @@ pub fn run_trial(
     // Let the sink's XDP program settle before the first frame.
     std::thread::sleep(Duration::from_millis(100));
     let cpu0 = cpu_of(pids)?;
+    let stat0 = std::fs::read_to_string("/proc/stat").ok();
     let gen_thread = {
         let ep = gen_ep.clone();
         let cfg = cfg.clone();
@@ -328,6 +379,7 @@ pub fn run_trial(
     let (acct, st) = join_sink(&sink_stop)?;
     let g = g??;
     let cpu1 = cpu_of(pids)?;
+    let stat1 = std::fs::read_to_string("/proc/stat").ok();
     if sig.load(Ordering::Relaxed) {
         bail!("interrupted");
     }
@@ -347,6 +399,10 @@ pub fn run_trial(
         sink: st,
         cpu_ns: cpu0.zip(cpu1).map(|(a, b)| b.saturating_sub(a)),
         per_flow_received: per_flow,
+        switch_drops: None,
+        machine: stat0
+            .zip(stat1)
+            .and_then(|(a, b)| MachineCpu::between(&a, &b)),
     })
 }
 
@@ -373,22 +429,52 @@ pub fn probe(gen_ep: &Endpoint, sink_ep: &Endpoint, cfg: &GenConfig, pids: &[u32
     Ok(())
 }
 
-/// `trials` fixed-rate trials.
+/// Where a trial's losses were, for its log line: the switch's drop
+/// counters that moved, the sink's ring drops, the machine's CPU.
+pub fn loss_sites(t: &Trial) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    if let Some(d) = &t.switch_drops {
+        if d.is_empty() {
+            parts.push("switch dropped none".into());
+        } else {
+            parts.extend(d.iter().map(|(k, n)| format!("switch {k} {n}")));
+        }
+    }
+    parts.push(format!("sink ring {}", t.sink.ring_drops));
+    if let Some(m) = t.machine {
+        parts.push(format!(
+            "machine {:.0}% busy, {:.0}% steal",
+            m.busy * 100.0,
+            m.steal * 100.0
+        ));
+    }
+    parts.join(", ")
+}
+
+/// `trials` fixed-rate trials. `drops` reads the switch's cumulative
+/// drop counters (None: it has none to read); read around each trial,
+/// they give [`Trial::switch_drops`].
 pub fn fixed(
     gen_ep: &Endpoint,
     sink_ep: &Endpoint,
     cfg: &GenConfig,
     pids: &[u32],
     trials: usize,
+    drops: &dyn Fn() -> Option<BTreeMap<String, u64>>,
 ) -> Result<Vec<Trial>> {
     let mut out = Vec::new();
     for i in 0..trials {
-        let t = run_trial(gen_ep, sink_ep, cfg, pids, &TrialOpts::default())?;
+        let before = drops();
+        let mut t = run_trial(gen_ep, sink_ep, cfg, pids, &TrialOpts::default())?;
+        t.switch_drops = before
+            .zip(drops())
+            .map(|(b, a)| super::setup::drop_delta(&b, &a));
         eprintln!(
-            "oxvs-bench:   fixed #{i}: sent {:.0} pps, delivered {:.0} pps, loss {:.3}%, p99 {} us, cpu {} ns/pkt",
+            "oxvs-bench:   fixed #{i}: sent {:.0} pps, delivered {:.0} pps, loss {:.3}% ({}), p99 {} us, cpu {} ns/pkt",
             t.gen.pps(),
             t.delivered_pps(),
             t.loss_fraction() * 100.0,
+            loss_sites(&t),
             t.latency.quantile(0.99).map_or("-".into(), |v| format!("{:.1}", v as f64 / 1e3)),
             t.cpu_ns_per_pkt().map_or("-".into(), |c| format!("{c:.0}"))
         );
@@ -485,5 +571,42 @@ mod tests {
         assert_eq!(softirq_ns_from(stat).expect("parses"), 670_000_000);
         assert!(softirq_ns_from("cpu0 1 2 3\n").is_err());
         assert!(softirq_ns_from("cpu  1 2 3\n").is_err());
+    }
+
+    #[test]
+    fn machine_cpu_between_two_reads() {
+        // user nice system idle iowait irq softirq steal guest guest_nice
+        let a = "cpu  100 0 50 800 50 0 0 0 0 0\n";
+        let b = "cpu  160 0 90 860 60 0 10 20 5 0\n";
+        // 200 ticks: idle + iowait 70, steal 20.
+        let m = MachineCpu::between(a, b).expect("ticks passed");
+        assert!((m.busy - 0.65).abs() < 1e-9, "{m:?}");
+        assert!((m.steal - 0.10).abs() < 1e-9, "{m:?}");
+        assert_eq!(MachineCpu::between(a, a), None, "no tick passed");
+        assert_eq!(MachineCpu::between("cpu0 1 2\n", b), None);
+    }
+
+    #[test]
+    fn drop_delta_keeps_what_grew() {
+        let before: BTreeMap<String, u64> = [
+            ("g.rx_ring_full".to_owned(), 5),
+            ("s.tx_ring_full".to_owned(), 2),
+        ]
+        .into();
+        let after: BTreeMap<String, u64> = [
+            ("g.rx_ring_full".to_owned(), 9),
+            ("s.tx_ring_full".to_owned(), 2),
+            ("n.rx_fill_empty".to_owned(), 3),
+        ]
+        .into();
+        let d = super::super::setup::drop_delta(&before, &after);
+        assert_eq!(
+            d,
+            [
+                ("g.rx_ring_full".to_owned(), 4),
+                ("n.rx_fill_empty".to_owned(), 3)
+            ]
+            .into()
+        );
     }
 }

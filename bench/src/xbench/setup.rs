@@ -493,6 +493,55 @@ impl Running {
         }
         (!parts.is_empty()).then(|| parts.join("; "))
     }
+
+    /// oxvs's drop counters, cumulative: `port.counter` -> count for every
+    /// AF_XDP port (None: not oxvs, or its socket did not answer). Two
+    /// reads around a trial say where that trial's losses were
+    /// ([`drop_delta`]).
+    pub fn oxvs_drop_counters(&self) -> Option<BTreeMap<String, u64>> {
+        let (bins, sock) = self.oxvs_ctl.as_ref()?;
+        let out = ctl(bins, sock, &["--json", "dump-ports"]).ok()?;
+        let v: serde_json::Value = serde_json::from_str(&out).ok()?;
+        let mut m = BTreeMap::new();
+        for p in v.get("ports")?.as_array()? {
+            let name = p.get("name")?.as_str()?;
+            let stats = p.get("stats")?;
+            for c in DROP_COUNTERS {
+                if let Some(n) = stats.get(*c).and_then(|n| n.as_u64()) {
+                    m.insert(format!("{name}.{c}"), n);
+                }
+            }
+        }
+        Some(m)
+    }
+}
+
+/// The counters of `oxvsctl dump-ports` that count a lost packet (each
+/// `rx_dropped`/`tx_dropped` is also under one of its reasons).
+const DROP_COUNTERS: &[&str] = &[
+    "rx_ring_full",
+    "rx_fill_empty",
+    "rx_other",
+    "tx_no_frame",
+    "tx_ring_full",
+    "tx_dropped",
+    "rx_errors",
+    "tx_errors",
+];
+
+/// What moved between two reads of [`Running::oxvs_drop_counters`]: the
+/// counters that grew, by how much.
+pub fn drop_delta(
+    before: &BTreeMap<String, u64>,
+    after: &BTreeMap<String, u64>,
+) -> BTreeMap<String, u64> {
+    after
+        .iter()
+        .filter_map(|(k, a)| {
+            let d = a.saturating_sub(before.get(k).copied().unwrap_or(0));
+            (d > 0).then(|| (k.clone(), d))
+        })
+        .collect()
 }
 
 /// Paths of `oxvs-switchd` and `oxvsctl`.
