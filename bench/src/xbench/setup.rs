@@ -516,8 +516,10 @@ impl Running {
     }
 }
 
-/// The counters of `oxvsctl dump-ports` that count a lost packet (each
-/// `rx_dropped`/`tx_dropped` is also under one of its reasons).
+/// The counters of `oxvsctl dump-ports` that count a lost packet: an RX
+/// drop is under exactly one of its three reasons (so `rx_dropped` is
+/// left out), and `tx_dropped` is the TX total, kept because not every
+/// TX drop has a reason counter of its own.
 const DROP_COUNTERS: &[&str] = &[
     "rx_ring_full",
     "rx_fill_empty",
