@@ -70,14 +70,8 @@ pub struct MachineCpu {
 
 /// The `cpu` line's ticks: (total, idle + iowait, steal).
 fn cpu_ticks(stat: &str) -> Option<(u64, u64, u64)> {
-    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
-    let f: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .map(|x| x.parse().unwrap_or(0))
-        .collect();
-    // user nice system idle iowait irq softirq steal [guest guest_nice],
-    // guest time being in user already.
+    let f = cpu_fields(stat)?;
+    // Guest time is in user already: the first 8 fields are the total.
     let total: u64 = f.iter().take(8).sum();
     Some((total, f.get(3)? + f.get(4)?, *f.get(7)?))
 }
@@ -187,16 +181,24 @@ pub fn softirq_ns() -> Result<u64> {
 
 /// [`softirq_ns`] of a `/proc/stat` text.
 pub fn softirq_ns_from(stat: &str) -> Result<u64> {
-    let line = stat
-        .lines()
-        .find(|l| l.starts_with("cpu "))
-        .ok_or_else(|| anyhow!("/proc/stat has no `cpu` line"))?;
-    let ticks: u64 = line
-        .split_whitespace()
-        .nth(7)
-        .and_then(|v| v.parse().ok())
-        .ok_or_else(|| anyhow!("/proc/stat `cpu` line has no softirq field: {line}"))?;
+    let f = cpu_fields(stat).ok_or_else(|| anyhow!("/proc/stat has no `cpu` line"))?;
+    let ticks = f
+        .get(6)
+        .ok_or_else(|| anyhow!("/proc/stat `cpu` line has no softirq field: {f:?}"))?;
     Ok(ticks * 10_000_000)
+}
+
+/// The tick counts of `/proc/stat`'s `cpu` line (all CPUs): user nice
+/// system idle iowait irq softirq steal guest guest_nice (an unreadable
+/// one as 0).
+fn cpu_fields(stat: &str) -> Option<Vec<u64>> {
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    Some(
+        line.split_whitespace()
+            .skip(1)
+            .map(|x| x.parse().unwrap_or(0))
+            .collect(),
+    )
 }
 
 fn cpu_of(pids: &[u32]) -> Result<Option<u64>> {

@@ -501,35 +501,35 @@ impl Running {
     pub fn oxvs_drop_counters(&self) -> Option<BTreeMap<String, u64>> {
         let (bins, sock) = self.oxvs_ctl.as_ref()?;
         let out = ctl(bins, sock, &["--json", "dump-ports"]).ok()?;
-        let v: serde_json::Value = serde_json::from_str(&out).ok()?;
+        let mut v: Value = serde_json::from_str(&out).ok()?;
+        let ports: Vec<oxvs_api::PortInfo> =
+            serde_json::from_value(v.get_mut("ports")?.take()).ok()?;
         let mut m = BTreeMap::new();
-        for p in v.get("ports")?.as_array()? {
-            let name = p.get("name")?.as_str()?;
-            let stats = p.get("stats")?;
-            for c in DROP_COUNTERS {
-                if let Some(n) = stats.get(*c).and_then(|n| n.as_u64()) {
-                    m.insert(format!("{name}.{c}"), n);
-                }
+        for p in &ports {
+            for (reason, n) in drop_reasons(&p.stats) {
+                m.insert(format!("{}.{reason}", p.name), n);
             }
         }
         Some(m)
     }
 }
 
-/// The counters of `oxvsctl dump-ports` that count a lost packet: an RX
-/// drop is under exactly one of its three reasons (so `rx_dropped` is
-/// left out), and `tx_dropped` is the TX total, kept because not every
-/// TX drop has a reason counter of its own.
-const DROP_COUNTERS: &[&str] = &[
-    "rx_ring_full",
-    "rx_fill_empty",
-    "rx_other",
-    "tx_no_frame",
-    "tx_ring_full",
-    "tx_dropped",
-    "rx_errors",
-    "tx_errors",
-];
+/// The counters of a port that count a lost packet: an RX drop is under
+/// exactly one of its three reasons (so `rx_dropped` is left out), and
+/// `tx_dropped` is the TX total, kept because not every TX drop has a
+/// reason counter of its own (a VXLAN port's have none).
+fn drop_reasons(s: &oxvs_api::PortStats) -> [(&'static str, u64); 8] {
+    [
+        ("rx_ring_full", s.rx_ring_full),
+        ("rx_fill_empty", s.rx_fill_empty),
+        ("rx_other", s.rx_other),
+        ("tx_no_frame", s.tx_no_frame),
+        ("tx_ring_full", s.tx_ring_full),
+        ("tx_dropped", s.tx_dropped),
+        ("rx_errors", s.rx_errors),
+        ("tx_errors", s.tx_errors),
+    ]
+}
 
 /// What moved between two reads of [`Running::oxvs_drop_counters`]: the
 /// counters that grew, by how much.
