@@ -45,8 +45,9 @@
 //! port must not hoard them: the first ports start with [`FILL_START`]
 //! frames while half the UMEM stays free, later ones with [`FILL_MIN`]
 //! frames (taken even from the TX reserve, so a new port can always
-//! receive), and only a busy port grows its share, up to a full ring
-//! ([`FILL_TARGET`]), while the UMEM has frames to spare.
+//! receive), and only a busy port grows its ring, while the UMEM has
+//! frames to spare, up to its share of the UMEM ([`Frames::port_share`],
+//! at most [`FILL_TARGET`]); an idle one decays back to that share.
 //!
 //! The UMEM's *first* socket is special to libxdp: it is the UMEM's own
 //! fd, kept open until the UMEM goes, and every later socket names it to
@@ -153,8 +154,9 @@ pub const MAX_CHAIN: usize = 18;
 /// Frames a port on a shared UMEM is topped up to even from the TX
 /// reserve, and starts with once half the UMEM is on rings: what one NAPI
 /// poll of a veth delivers (64 packets). A busy port's target doubles up
-/// to [`FILL_TARGET`] while the UMEM has frames to spare, and decays back
-/// when it is idle.
+/// to its share of the UMEM ([`Frames::port_share`], at least this, at
+/// most [`FILL_TARGET`]) while the UMEM has frames to spare, and decays
+/// back to that share when it is idle.
 pub const FILL_MIN: usize = 64;
 
 /// Why an AF_XDP operation failed.
@@ -474,6 +476,25 @@ impl Frames {
     /// A port left (its slot stays taken until [`Frames::reclaim`]).
     fn detach(&mut self) {
         self.ports = self.ports.saturating_sub(1);
+    }
+
+    /// A port's share of the UMEM (at least [`FILL_MIN`], at most a full
+    /// ring): the frames the TX reserve leaves to fill rings, divided
+    /// equally among the ports. A busy port's fill ring grows to it and
+    /// no further, and an idle one decays back to it, no lower.
+    ///
+    /// Frames on a fill ring stay the kernel's until packets arrive on
+    /// that port: a port that grew beyond its share while others were
+    /// idle would keep the surplus when it went idle, and another port
+    /// woken by a burst would find nothing to grow with (measured: a pod's
+    /// first TCP burst after three other pods had been busy lost ~4,000
+    /// of its 64 KiB segments). An idle port keeps its share because a pod
+    /// idle for seconds that then opens a connection sends its first
+    /// burst (megabytes with a large pod MTU; `tcp_limit_output_bytes` is
+    /// 4 MiB) onto that ring before the next adaptation could grow it.
+    fn port_share(&self) -> usize {
+        let rings = self.pristine.len().saturating_sub(self.reserve);
+        (rings / self.ports.max(1)).clamp(FILL_MIN, FILL_TARGET)
     }
 
     fn size_reserve(&mut self, batch: usize) {
@@ -1272,7 +1293,7 @@ impl XskPort {
             // UMEM). A port on a shared UMEM starts with FILL_START frames
             // while that leaves half the UMEM free (a node's first pods
             // absorb bursts at once), else with the minimum; a busy one
-            // grows to FILL_TARGET.
+            // grows to its share of the UMEM (`Frames::port_share`).
             fill_target: if !is_shared {
                 FILL_TARGET.min(frames_total / 2)
             } else if frames_free >= frames_total / 2 + FILL_START {
@@ -1451,14 +1472,21 @@ impl XskPort {
             .count() as u64;
         self.counters.rx_bytes += got.iter().map(|d| d.lengths().data() as u64).sum::<u64>();
         self.mem.frames.borrow_mut().returned(got);
+        let filled_before = self.filled;
         self.filled = self.filled.saturating_sub(n);
         // A full batch: as many as asked for first (the rest of a packet
         // taken after them does not count).
         if n >= first {
             self.full_batches += 1;
-            // A full batch with the fill ring nearly drained: a burst is
+            // A burst on a port whose target decayed while it was idle:
+            // keep the frames its ring still holds (recycling only up to
+            // the decayed target would drain the ring under the burst).
+            if self.shared && filled_before > self.fill_target {
+                self.fill_target = filled_before.min(FILL_TARGET);
+            }
+            // A full batch with the fill ring half drained: a burst is
             // under way, and the periodic adaptation would come too late.
-            if self.shared && self.filled < self.fill_target / 8 {
+            if self.shared && self.filled < self.fill_target / 2 {
                 self.grow_fill(false);
             }
         }
@@ -1678,15 +1706,17 @@ impl XskPort {
         self.in_flight -= n.min(self.in_flight);
     }
 
-    /// Raises the fill target from the UMEM's spare frames: to a full ring
+    /// Raises the fill target from the UMEM's spare frames, up to the
+    /// port's share of them ([`Frames::port_share`]): to the share at once
     /// when `starved` (packets were lost to an empty fill ring: TCP bursts
     /// do not wait for doublings), else doubled.
     fn grow_fill(&mut self, starved: bool) {
         let f = self.mem.frames.borrow();
+        let cap = f.port_share();
         let want = if starved {
-            FILL_TARGET
+            cap
         } else {
-            (self.fill_target * 2).min(FILL_TARGET)
+            (self.fill_target * 2).min(cap)
         };
         let spare = f.free.len().saturating_sub(f.reserve);
         let grown = want.min(self.fill_target + spare);
@@ -1700,11 +1730,11 @@ impl XskPort {
     /// every few tens of milliseconds): a port is busy when it received a
     /// full RX batch, lost packets to an empty fill ring, or received an
     /// eighth of what its fill ring holds since the last call. A busy
-    /// port's target doubles (a starved one's goes to [`FILL_TARGET`] at
-    /// once) while the UMEM has frames to spare; after
+    /// port's target doubles (a starved one's goes to its share at once)
+    /// while the UMEM has frames to spare, up to its share; after
     /// twenty calls in a row without being busy it is lowered by a quarter
-    /// (not below [`FILL_MIN`]), and the fill ring gives frames back as
-    /// packets arrive.
+    /// (not below the port's share of the UMEM, [`Frames::port_share`]),
+    /// and the fill ring gives frames back as packets arrive.
     fn adapt_fill(&mut self, starved: bool) {
         // Busy: an eighth of the ring's worth since the last call, so a
         // port keeps a ring of about 400 ms of its traffic (50 ms per
@@ -1722,7 +1752,8 @@ impl XskPort {
             self.idle_rounds = self.idle_rounds.saturating_add(1);
             if self.idle_rounds >= 20 {
                 self.idle_rounds = 0;
-                self.fill_target = (self.fill_target - self.fill_target / 4).max(FILL_MIN);
+                let floor = self.mem.frames.borrow().port_share().min(self.fill_target);
+                self.fill_target = (self.fill_target - self.fill_target / 4).max(floor);
                 tracing::debug!(port = %self.ifname, to = self.fill_target, "fill ring shrinks (idle)");
             }
         }
@@ -1818,6 +1849,26 @@ mod tests {
         let mut out = vec![0..0];
         let dropped = split_packets(contd.iter().copied(), skipping, &mut out);
         (out, dropped)
+    }
+
+    #[test]
+    fn a_ports_share_of_the_umem_is_what_the_tx_reserve_leaves_divided() {
+        let mut f = Frames::new(vec![FrameDesc::default(); 16384]);
+        f.attach(32).expect("slot");
+        // One port: a full ring at most.
+        assert_eq!(f.port_share(), FILL_TARGET);
+        for _ in 0..3 {
+            f.attach(32).expect("slot");
+        }
+        // A quarter of the UMEM is the TX reserve; four ports share the rest.
+        assert_eq!(f.port_share(), (16384 - 4096) / 4);
+        for _ in 0..996 {
+            f.attach(32).expect("slot");
+        }
+        // Many ports: each keeps what one NAPI poll delivers.
+        assert_eq!(f.port_share(), FILL_MIN);
+        f.detach();
+        assert_eq!(f.port_share(), FILL_MIN);
     }
 
     #[test]

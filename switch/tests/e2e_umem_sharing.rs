@@ -273,3 +273,126 @@ fn e2e_port_drops_by_reason() {
         "dump-ports shows the reasons of a port that dropped:\n{text}"
     );
 }
+
+/// A python3 TCP sink: binds PORT, prints `listening`, takes one
+/// connection and reads it to its end; prints the bytes read.
+const TCP_DRAIN: &str = r#"
+import socket, sys
+l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(("0.0.0.0", int(sys.argv[1]))); l.listen(1); l.settimeout(10)
+print("listening", flush=True)
+c, _ = l.accept(); c.settimeout(10); n = 0
+while True:
+    b = c.recv(1 << 20)
+    if not b: break
+    n += len(b)
+print(n, flush=True)
+"#;
+
+/// A python3 TCP source: sends zeros to ADDR:PORT for SECS seconds, as fast
+/// as the socket takes them (the pod's kernel builds 64 KiB segments).
+const TCP_BLAST: &str = r#"
+import socket, sys, time
+c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5)
+buf = bytes(1 << 20); end = time.time() + float(sys.argv[3])
+while time.time() < end: c.sendall(buf)
+c.close()
+"#;
+
+/// `secs` of TCP from `from` to `to` (at `to_ip`); returns the bytes that
+/// arrived.
+fn blast(from: &Netns, to: &Netns, to_ip: &str, port: u16, secs: &str) -> u64 {
+    let p = port.to_string();
+    let mut sink = to.spawn(&["python3", "-c", TCP_DRAIN, &p]);
+    sink.wait_listening("TCP sink").expect("sink");
+    from.must(&["python3", "-c", TCP_BLAST, to_ip, &p, secs]);
+    let (ok, out, err) = sink.wait(Duration::from_secs(15));
+    assert!(ok, "TCP sink in {}: {out}{err}", to.name);
+    out.lines()
+        .last()
+        .and_then(|l| l.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// A port idle for seconds keeps its share of the UMEM on its fill ring:
+/// pods at MTU 65535 send TCP as fast as they can (64 KiB segments, 17
+/// frames each), go quiet for longer than it takes an idle port's fill
+/// ring to decay (a quarter per second), and send again. Nothing of the
+/// second bursts is lost to an empty fill ring. (The ring used to decay
+/// to 64 frames, and the first 4 MiB a pod's TCP sends after a pause
+/// drained it before the datapath thread grew it back: tens of 64 KiB
+/// segments lost per connection, `docs/benchmarks.md`, "An idle pod's
+/// first burst".)
+#[test]
+fn e2e_idle_port_keeps_its_share() {
+    skip_unless_capable!();
+    let node = Netns::new("node");
+    let pods: Vec<Netns> = (1..=4).map(|i| Netns::new(&format!("pod{i}"))).collect();
+    // The default UMEM (16384 frames): four ports, a share of 3072 each.
+    let sw = Switchd::start_with(&node, &[]);
+    let mut flows = String::new();
+    for (i, pod) in pods.iter().enumerate() {
+        let n = i + 1;
+        let mac = format!("02:00:0a:0c:00:{n:02x}");
+        add_pod(
+            &sw,
+            &node,
+            pod,
+            &format!("q{n}"),
+            n as u32,
+            &format!("10.12.0.{n}/24"),
+            &mac,
+            65535,
+        );
+        let others: Vec<String> = (1..=4)
+            .filter(|&j| j != n)
+            .map(|j| format!("output:{j}"))
+            .collect();
+        flows.push_str(&format!(
+            "table=0,priority=100,arp,in_port={n} actions={}\n\
+             table=0,priority=50,ip,dl_dst={mac} actions=output:{n}\n",
+            others.join(",")
+        ));
+    }
+    let file = std::env::temp_dir().join(unique("idle-share-flows"));
+    std::fs::write(&file, flows).expect("write flows");
+    sw.add_flows(file.to_str().expect("path"));
+    let _ = std::fs::remove_file(&file);
+    let sink = &pods[3];
+    for pod in &pods[..2] {
+        let p = ping_until_up(pod, "10.12.0.4", 5);
+        assert!(p.ok, "{} -> pod4 never answered:\n{}", pod.name, p.output);
+    }
+    let fill_empty = |port: &str| {
+        let p = sw.port_json(port);
+        p["stats"]["rx_fill_empty"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("rx_fill_empty of {port}: {p}"))
+    };
+
+    // Two pods busy: their ports grow.
+    for pod in &pods[..2] {
+        blast(pod, sink, "10.12.0.4", 5001, "2");
+    }
+    // Quiet for longer than a decay from a full ring to 64 frames (15 s).
+    std::thread::sleep(Duration::from_secs(16));
+    for (pod, port) in pods[..2].iter().zip(["q1", "q2"]) {
+        let before = fill_empty(port);
+        let got = blast(pod, sink, "10.12.0.4", 5002, "2");
+        let lost = fill_empty(port) - before;
+        eprintln!(
+            "{}: {got} bytes after 16 s idle, {lost} lost to an empty fill ring",
+            pod.name
+        );
+        assert!(
+            got > 100 << 20,
+            "{}: only {got} bytes of TCP in 2 s: the burst tested nothing",
+            pod.name
+        );
+        assert_eq!(
+            lost, 0,
+            "{}: the first burst after 16 s idle lost {lost} packets to an empty fill ring",
+            pod.name
+        );
+    }
+}
