@@ -15,16 +15,15 @@ $L apply -f examples/lab/pods.yaml >/dev/null 2>&1
 $L exec y/b -- iperf3 -s -D -p 5201; $L exec x/b -- iperf3 -s -D -p 5201; sleep 1
 for src in x/c z/a z/c; do
   rt=$($L exec $src -- iperf3 -c 10.244.2.2 -t 2 | awk '/sender/{print $7" "$8" retr="$9}')
-  echo "$LABEL fresh port $src across: $rt"
+  echo "$LABEL fresh port $src across: $rt"; sleep 1
 done
 for r in $(seq 1 $ROUNDS); do
   for dst in 10.244.1.4 10.244.2.2; do
     for w in 0 30; do
       sleep $w
       rt=$($L exec x/a -- iperf3 -c $dst -t 2 | awk '/sender/{print $7" "$8" retr="$9}')
-      echo "$LABEL round $r dst $dst idle ${w}s: $rt"
+      echo "$LABEL round $r dst $dst idle ${w}s: $rt"; sleep 1
     done
   done
 done
 target/release/oxvsctl --socket /run/oxvs-lab/ib/node-1/switchd.sock dump-ports | grep -B2 "fill ring empty=[1-9]"
-$L down >/dev/null 2>&1

@@ -83,20 +83,8 @@ fn e2e_jumbo() {
         assert!(l.contains(&format!("mtu {mtu} ")), "{}: {l}", pod.name);
     }
     let flows = std::env::temp_dir().join(unique("jumbo-flows"));
-    let mut text = String::new();
-    for i in 1..=4 {
-        let others: Vec<String> = (1..=4)
-            .filter(|&j| j != i)
-            .map(|j| format!("output:{j}"))
-            .collect();
-        text.push_str(&format!(
-            "table=0,priority=100,arp,in_port={i} actions={}\n",
-            others.join(",")
-        ));
-        text.push_str(&format!(
-            "table=0,priority=50,ip,dl_dst=02:00:0a:0a:00:0{i} actions=output:{i}\n"
-        ));
-    }
+    let macs: Vec<String> = (1..=4).map(|i| format!("02:00:0a:0a:00:0{i}")).collect();
+    let text = flood_arp_ip_by_mac_flows(&macs);
     std::fs::write(&flows, text).expect("write flows");
     sw.add_flows(flows.to_str().expect("path"));
     let _ = std::fs::remove_file(&flows);

@@ -330,10 +330,9 @@ fn e2e_idle_port_keeps_its_share() {
     let pods: Vec<Netns> = (1..=4).map(|i| Netns::new(&format!("pod{i}"))).collect();
     // The default UMEM (16384 frames): four ports, a share of 3072 each.
     let sw = Switchd::start_with(&node, &[]);
-    let mut flows = String::new();
-    for (i, pod) in pods.iter().enumerate() {
+    let macs: Vec<String> = (1..=4).map(|n| format!("02:00:0a:0c:00:{n:02x}")).collect();
+    for (i, (pod, mac)) in pods.iter().zip(&macs).enumerate() {
         let n = i + 1;
-        let mac = format!("02:00:0a:0c:00:{n:02x}");
         add_pod(
             &sw,
             &node,
@@ -341,19 +340,11 @@ fn e2e_idle_port_keeps_its_share() {
             &format!("q{n}"),
             n as u32,
             &format!("10.12.0.{n}/24"),
-            &mac,
+            mac,
             65535,
         );
-        let others: Vec<String> = (1..=4)
-            .filter(|&j| j != n)
-            .map(|j| format!("output:{j}"))
-            .collect();
-        flows.push_str(&format!(
-            "table=0,priority=100,arp,in_port={n} actions={}\n\
-             table=0,priority=50,ip,dl_dst={mac} actions=output:{n}\n",
-            others.join(",")
-        ));
     }
+    let flows = flood_arp_ip_by_mac_flows(&macs);
     let file = std::env::temp_dir().join(unique("idle-share-flows"));
     std::fs::write(&file, flows).expect("write flows");
     sw.add_flows(file.to_str().expect("path"));

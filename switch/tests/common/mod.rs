@@ -639,6 +639,27 @@ pub fn make_pod(node: &Netns, pod: &Netns, host_if: &str, cidr: &str, mac: &str,
     node.must(&["ip", "link", "set", host_if, "mtu", &host_mtu]);
 }
 
+/// Flows for pods on ports 1..=N with these MACs (port i has `macs[i-1]`):
+/// ARP from a port floods to the others, IP goes to the port of its
+/// destination MAC.
+#[allow(dead_code)] // not every test binary builds its own flows
+pub fn flood_arp_ip_by_mac_flows(macs: &[String]) -> String {
+    let mut text = String::new();
+    for (i, mac) in macs.iter().enumerate() {
+        let n = i + 1;
+        let others: Vec<String> = (1..=macs.len())
+            .filter(|&j| j != n)
+            .map(|j| format!("output:{j}"))
+            .collect();
+        text.push_str(&format!(
+            "table=0,priority=100,arp,in_port={n} actions={}\n\
+             table=0,priority=50,ip,dl_dst={mac} actions=output:{n}\n",
+            others.join(",")
+        ));
+    }
+    text
+}
+
 /// [`make_pod`], then attaches `host_if` to `sw` as `ofport`.
 #[allow(clippy::too_many_arguments)]
 pub fn add_pod(
