@@ -135,9 +135,12 @@
 //! because reading its results touches uninitialised address slots.
 //!
 //! `rx_dropped` is the socket's own drop count (`SO_RXQ_OVFL`): datagrams
-//! the kernel discarded because the receive buffer (4 MiB asked, capped by
-//! `net.core.rmem_max`) was full — the symptom of a datapath thread that
-//! does not keep up.
+//! the kernel discarded because the receive buffer ([`TUNNEL_RCVBUF`],
+//! set with `SO_RCVBUFFORCE` so that `net.core.rmem_max` does not cap it)
+//! was full — the symptom of a datapath thread that does not keep up. With
+//! 8 MiB (4 MiB asked, capped at this VM's `rmem_max`), four TCP streams
+//! across nodes lost 600-1,100 segments in 5 s there; with 32 MiB, none
+//! (`docs/benchmarks.md`, "The tunnel's socket buffers").
 //!
 //! ## Code layout
 //!
@@ -210,6 +213,12 @@ const TSO_SOCKETS: usize = 16;
 /// Most datagrams one `UDP_SEGMENT` send carries (the kernel's
 /// `UDP_MAX_SEGMENTS` before 6.10).
 const TSO_MAX_SEGMENTS: usize = 64;
+/// The tunnel's receive buffer: bursts of several TCP streams (64 KiB
+/// trains) while the datapath thread is busy elsewhere. Accounted as the
+/// kernel's memory for queued datagrams only, not allocated up front.
+pub const TUNNEL_RCVBUF: usize = 16 << 20;
+/// The send buffer of the tunnel's sockets (the raw one and each TSO one).
+pub const TUNNEL_SNDBUF: usize = 4 << 20;
 /// Most UDP payload bytes one send carries (an IPv4 packet's 65535 less
 /// the IPv4 and UDP headers).
 const TSO_MAX_PAYLOAD: usize = 65_535 - IPV4_HLEN - UDP_HLEN;
@@ -361,9 +370,8 @@ impl VxlanPort {
         let addr = SocketAddr::new(local_ip, dst_port);
         let rx_sock = UdpSocket::bind(addr).map_err(|source| VxlanError::Bind { addr, source })?;
         rx_sock.set_nonblocking(true).map_err(VxlanError::Socket)?;
-        // Room for a few batches of bursts; the kernel caps it at rmem_max.
-        let _ =
-            nix::sys::socket::setsockopt(&rx_sock, nix::sys::socket::sockopt::RcvBuf, &(4 << 20));
+        // Room for bursts while the datapath thread is busy elsewhere.
+        set_rcvbuf(&rx_sock, TUNNEL_RCVBUF);
         // IPPROTO_RAW: we write the IP header (IP_HDRINCL, and for IPv6
         // the same since Linux 4.5).
         let family = if local_ip.is_ipv6() {
@@ -378,8 +386,7 @@ impl VxlanPort {
             nix::sys::socket::SockProtocol::Raw,
         )
         .map_err(|e| VxlanError::RawSocket(e.into()))?;
-        let _ =
-            nix::sys::socket::setsockopt(&tx_sock, nix::sys::socket::sockopt::SndBuf, &(4 << 20));
+        set_sndbuf(&tx_sock, TUNNEL_SNDBUF);
         // Report the kernel's drops on this socket (full receive buffer).
         nix::sys::socket::setsockopt(&rx_sock, nix::sys::socket::sockopt::RxqOvfl, &1)
             .map_err(|e| VxlanError::Socket(e.into()))?;
@@ -443,7 +450,7 @@ impl VxlanPort {
                 )
             }
             .map_err(|e| VxlanError::Socket(e.into()))?;
-            let _ = nix::sys::socket::setsockopt(&s, nix::sys::socket::sockopt::SndBuf, &(4 << 20));
+            set_sndbuf(&s, TUNNEL_SNDBUF);
             // Nothing is read from these: take nothing in.
             let _ = nix::sys::socket::setsockopt(&s, nix::sys::socket::sockopt::RcvBuf, &0);
             let _ = nix::sys::socket::shutdown(s.as_raw_fd(), nix::sys::socket::Shutdown::Read);
@@ -946,6 +953,30 @@ impl VxlanPort {
 
 /// The IP address of a datagram's sender (unspecified if the kernel gave
 /// none of either family).
+/// Sets a tunnel socket's receive buffer to `bytes` (the kernel doubles
+/// it for its bookkeeping), above `net.core.rmem_max` too
+/// (`SO_RCVBUFFORCE`: switchd has `CAP_NET_ADMIN`; a stock kernel's
+/// `rmem_max` of 208 KiB would leave room for three 64 KiB trains); capped
+/// at `rmem_max` without the capability.
+fn set_rcvbuf(sock: &impl std::os::fd::AsFd, bytes: usize) {
+    use nix::sys::socket::{setsockopt, sockopt};
+    if let Err(e) = setsockopt(sock, sockopt::RcvBufForce, &bytes) {
+        tracing::debug!(error = %e, bytes, "SO_RCVBUFFORCE refused; the tunnel's receive buffer is capped at net.core.rmem_max");
+        let _ = setsockopt(sock, sockopt::RcvBuf, &bytes);
+    }
+}
+
+/// As [`set_rcvbuf`], for a send buffer (`SO_SNDBUFFORCE`, else capped at
+/// `net.core.wmem_max`): a full one makes a non-blocking send fail, which
+/// the port counts as a drop.
+fn set_sndbuf(sock: &impl std::os::fd::AsFd, bytes: usize) {
+    use nix::sys::socket::{setsockopt, sockopt};
+    if let Err(e) = setsockopt(sock, sockopt::SndBufForce, &bytes) {
+        tracing::debug!(error = %e, bytes, "SO_SNDBUFFORCE refused; the tunnel's send buffer is capped at net.core.wmem_max");
+        let _ = setsockopt(sock, sockopt::SndBuf, &bytes);
+    }
+}
+
 fn sender_ip(a: &SockaddrStorage) -> IpAddr {
     if let Some(sin) = a.as_sockaddr_in() {
         IpAddr::V4(sin.ip())
@@ -1452,6 +1483,46 @@ mod tests {
             interface_mtu_of(Ipv4Addr::new(198, 51, 100, 254).into()),
             None
         );
+    }
+
+    /// The tunnel's buffers are what the switch asks, not what
+    /// `net.core.rmem_max`/`wmem_max` allow (208 KiB on a stock kernel;
+    /// this test asks above whatever the machine has): the kernel reports
+    /// twice the size set. Needs `CAP_NET_ADMIN`, as the raw socket every
+    /// port opens needs `CAP_NET_RAW`.
+    #[test]
+    fn tunnel_buffers_are_not_capped_by_the_sysctls() {
+        use nix::sys::socket::{getsockopt, sockopt};
+        let sysctl = |name: &str| -> usize {
+            std::fs::read_to_string(format!("/proc/sys/net/core/{name}"))
+                .expect("sysctl")
+                .trim()
+                .parse()
+                .expect("number")
+        };
+        let (rmem_max, wmem_max) = (sysctl("rmem_max"), sysctl("wmem_max"));
+        let mut port = VxlanPort::open(Ipv4Addr::LOCALHOST, 0, Some(1500)).expect("open");
+        port.enable_tso().expect("tso");
+        // The sizes are told from capped ones where they are above the
+        // caps: the receive buffer on this machine (rmem_max 4 MiB), the send
+        // buffers on a stock kernel.
+        let rx = getsockopt(&port.rx_sock, sockopt::RcvBuf).expect("SO_RCVBUF");
+        assert!(
+            rx >= 2 * TUNNEL_RCVBUF,
+            "receive buffer {rx}, rmem_max {rmem_max}"
+        );
+        let tx = getsockopt(&port.tx_sock, sockopt::SndBuf).expect("SO_SNDBUF");
+        assert!(
+            tx >= 2 * TUNNEL_SNDBUF,
+            "raw socket's send buffer {tx}, wmem_max {wmem_max}"
+        );
+        for (s, _) in &port.tso {
+            let tx = getsockopt(s, sockopt::SndBuf).expect("SO_SNDBUF");
+            assert!(
+                tx >= 2 * TUNNEL_SNDBUF,
+                "TSO socket's send buffer {tx}, wmem_max {wmem_max}"
+            );
+        }
     }
 
     /// A train of datagrams sent with `UDP_SEGMENT` (as a peer's TSO path
