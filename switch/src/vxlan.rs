@@ -951,8 +951,6 @@ impl VxlanPort {
     }
 }
 
-/// The IP address of a datagram's sender (unspecified if the kernel gave
-/// none of either family).
 /// Sets a tunnel socket's receive buffer to `bytes` (the kernel doubles
 /// it for its bookkeeping), above `net.core.rmem_max` too
 /// (`SO_RCVBUFFORCE`: switchd has `CAP_NET_ADMIN`; a stock kernel's
@@ -977,6 +975,8 @@ fn set_sndbuf(sock: &impl std::os::fd::AsFd, bytes: usize) {
     }
 }
 
+/// The IP address of a datagram's sender (unspecified if the kernel gave
+/// none of either family).
 fn sender_ip(a: &SockaddrStorage) -> IpAddr {
     if let Some(sin) = a.as_sockaddr_in() {
         IpAddr::V4(sin.ip())
