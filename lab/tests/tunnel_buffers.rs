@@ -25,7 +25,7 @@ mod common;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{pod_ip, Lab};
+use common::{pod_field, pod_ip, Lab};
 use serde_json::Value;
 
 const PODS: &str = r#"
@@ -144,17 +144,6 @@ impl Drop for Killed {
     }
 }
 
-fn netns_of(st: &Value, pod: &str) -> String {
-    st["pods"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|p| p["namespace"].as_str() == Some("tb") && p["name"].as_str() == Some(pod))
-        .and_then(|p| p["netns"].as_str())
-        .unwrap_or_else(|| panic!("no netns for tb/{pod}"))
-        .to_string()
-}
-
 /// The tunnel port's stats on `node`, if it has one yet.
 fn tunnel_stats(lab: &Lab, node: &str) -> Option<Value> {
     let v: Value = serde_json::from_str(&lab.ctl(node, &["show", "--json"])).expect("show json");
@@ -189,7 +178,10 @@ fn tunnel_keeps_up_with_tcp_on_a_node_with_stock_buffer_limits() {
     drop(limits);
 
     let st = lab.status();
-    let (a_ns, c_ns) = (netns_of(&st, "a"), netns_of(&st, "c"));
+    let (a_ns, c_ns) = (
+        pod_field(&st, "tb", "a", "netns"),
+        pod_field(&st, "tb", "c", "netns"),
+    );
     let c_ip = pod_ip(&st, "tb", "c");
     let mut sink = Command::new("ip")
         .args(["netns", "exec", &c_ns, "python3", "-c", SINK])
