@@ -47,7 +47,13 @@
 //! frames (taken even from the TX reserve, so a new port can always
 //! receive), and only a busy port grows its ring, while the UMEM has
 //! frames to spare, up to its share of the UMEM ([`Frames::port_share`],
-//! at most [`FILL_TARGET`]); an idle one decays back to that share.
+//! at most [`FILL_TARGET`]); an idle one decays back to that share. A
+//! port under a burst (it lost frames to its empty ring, or a burst half
+//! drained it) whose share is small may borrow beyond it, up to
+//! [`BORROW_UP_TO`], half the spare frames at a time and never the last
+//! few ([`Frames::room_to_grow`]): with many pods the shares are small
+//! while most of the UMEM sits free. Borrowed frames come back only as
+//! packets arrive, so a borrower gone quiet keeps them.
 //!
 //! The UMEM's *first* socket is special to libxdp: it is the UMEM's own
 //! fd, kept open until the UMEM goes, and every later socket names it to
@@ -140,6 +146,12 @@ pub const FILL_TARGET: usize = RX_RING_SIZE as usize;
 /// Frames a thread's first ports on a shared UMEM start with (while half
 /// the UMEM stays free): enough for a burst before the first adaptation.
 pub const FILL_START: usize = 512;
+/// Frames a port under a burst may borrow up to when its share of the
+/// UMEM is smaller ([`Frames::room_to_grow`]): half a ring (7.5 MiB of
+/// 64 KiB segments). A ring this large carried one TCP stream between
+/// pods at MTU 65535 without loss (`docs/benchmarks.md`, "Many pods on a
+/// node").
+pub const BORROW_UP_TO: usize = FILL_TARGET / 2;
 /// The descriptor option saying the packet goes on in the next descriptor
 /// (multi-buffer AF_XDP, `XDP_USE_SG`).
 pub const XDP_PKT_CONTD: u32 = 1;
@@ -495,6 +507,47 @@ impl Frames {
     fn port_share(&self) -> usize {
         let rings = self.pristine.len().saturating_sub(self.reserve);
         (rings / self.ports.max(1)).clamp(FILL_MIN, FILL_TARGET)
+    }
+
+    /// How many frames a port whose fill target is `target` may add to
+    /// it now: up to its share ([`Frames::port_share`]) from any spare
+    /// frame (the free ones above the TX reserve), and, when `need`
+    /// (frames were lost to its empty ring, or a burst half drained it),
+    /// beyond its share when that is less than [`BORROW_UP_TO`], up to
+    /// it: half the spare frames left, and never the last
+    /// [`Frames::headroom`] of them.
+    ///
+    /// Borrowed frames sit on the ring until packets arrive there, like
+    /// any, so they are lent only against a burst, only where the share
+    /// is too small for one, and only what leaves the next port room to
+    /// grow: on a node with many pods the equal share is a few hundred
+    /// frames (two dozen 64 KiB segments), while most of the UMEM sits
+    /// free because most pods are quiet. Where the shares are large a
+    /// borrower would take frames the next busy port's share needs.
+    fn room_to_grow(&self, target: usize, need: bool) -> usize {
+        let spare = self.free.len().saturating_sub(self.reserve);
+        let share = self.port_share();
+        let fair = share.saturating_sub(target).min(spare);
+        let left = spare - fair;
+        // Half of what is left, so that the next port under a burst can
+        // borrow too (half as much), never the headroom, and only up to
+        // what one TCP stream's bursts need.
+        let borrow = if need && share < BORROW_UP_TO {
+            (left / 2)
+                .min(left.saturating_sub(self.headroom()))
+                .min(BORROW_UP_TO.saturating_sub(target + fair))
+        } else {
+            0
+        };
+        (fair + borrow).min(FILL_TARGET.saturating_sub(target))
+    }
+
+    /// Spare frames a port growing beyond its share must leave: what two
+    /// ports need to grow to their shares (or from [`FILL_START`], so
+    /// that a port woken by a burst finds a start's worth even when the
+    /// shares are small).
+    fn headroom(&self) -> usize {
+        2 * self.port_share().max(FILL_START)
     }
 
     fn size_reserve(&mut self, batch: usize) {
@@ -1487,7 +1540,7 @@ impl XskPort {
             // A full batch with the fill ring half drained: a burst is
             // under way, and the periodic adaptation would come too late.
             if self.shared && self.filled < self.fill_target / 2 {
-                self.grow_fill(false);
+                self.grow_fill(false, true);
             }
         }
         n
@@ -1706,22 +1759,22 @@ impl XskPort {
         self.in_flight -= n.min(self.in_flight);
     }
 
-    /// Raises the fill target from the UMEM's spare frames, up to the
-    /// port's share of them ([`Frames::port_share`]): to the share at once
-    /// when `starved` (packets were lost to an empty fill ring: TCP bursts
-    /// do not wait for doublings), else doubled.
-    fn grow_fill(&mut self, starved: bool) {
+    /// Raises the fill target from the UMEM's spare frames
+    /// ([`Frames::room_to_grow`]): doubled, or at once as far as it may
+    /// go when `starved` (packets were lost to an empty fill ring: TCP
+    /// bursts do not wait for doublings). Only a port in `need` (starved,
+    /// or a burst half drained its ring) grows beyond its share.
+    fn grow_fill(&mut self, starved: bool, need: bool) {
         let f = self.mem.frames.borrow();
-        let cap = f.port_share();
         let want = if starved {
-            cap
+            FILL_TARGET
         } else {
-            (self.fill_target * 2).min(cap)
+            (self.fill_target * 2).min(FILL_TARGET)
         };
-        let spare = f.free.len().saturating_sub(f.reserve);
-        let grown = want.min(self.fill_target + spare);
+        let room = f.room_to_grow(self.fill_target, need || starved);
+        let grown = want.min(self.fill_target + room);
         if grown > self.fill_target {
-            tracing::debug!(port = %self.ifname, from = self.fill_target, to = grown, starved, spare, "fill ring grows");
+            tracing::debug!(port = %self.ifname, from = self.fill_target, to = grown, starved, share = f.port_share(), "fill ring grows");
             self.fill_target = grown;
         }
     }
@@ -1730,11 +1783,13 @@ impl XskPort {
     /// every few tens of milliseconds): a port is busy when it received a
     /// full RX batch, lost packets to an empty fill ring, or received an
     /// eighth of what its fill ring holds since the last call. A busy
-    /// port's target doubles (a starved one's goes to its share at once)
-    /// while the UMEM has frames to spare, up to its share; after
-    /// twenty calls in a row without being busy it is lowered by a quarter
-    /// (not below the port's share of the UMEM, [`Frames::port_share`]),
-    /// and the fill ring gives frames back as packets arrive.
+    /// port's target doubles while the UMEM has frames to spare, up to its
+    /// share; a starved one's goes at once as far as
+    /// [`Frames::room_to_grow`] lets it (beyond a small share, by
+    /// borrowing). After twenty calls in a row without being
+    /// busy it is lowered by a quarter (not below the port's share of the
+    /// UMEM, [`Frames::port_share`]), and the fill ring gives frames back
+    /// as packets arrive.
     fn adapt_fill(&mut self, starved: bool) {
         // Busy: an eighth of the ring's worth since the last call, so a
         // port keeps a ring of about 400 ms of its traffic (50 ms per
@@ -1747,7 +1802,7 @@ impl XskPort {
         self.rx_since_adapt = 0;
         if busy {
             self.idle_rounds = 0;
-            self.grow_fill(starved);
+            self.grow_fill(starved, false);
         } else {
             self.idle_rounds = self.idle_rounds.saturating_add(1);
             if self.idle_rounds >= 20 {
@@ -1869,6 +1924,68 @@ mod tests {
         assert_eq!(f.port_share(), FILL_MIN);
         f.detach();
         assert_eq!(f.port_share(), FILL_MIN);
+    }
+
+    /// Takes `n` frames off the free list, as fill rings would.
+    fn take(f: &mut Frames, n: usize) {
+        let at = f.free.len() - n;
+        f.free.truncate(at);
+    }
+
+    #[test]
+    fn a_port_under_a_burst_borrows_beyond_its_share_leaving_headroom() {
+        let mut f = Frames::new(vec![FrameDesc::default(); 16384]);
+        for _ in 0..31 {
+            f.attach(32).expect("slot");
+        }
+        // A node with 30 pods and the gateway: small shares.
+        let share = (16384 - 4096) / 31;
+        assert_eq!(f.port_share(), share);
+        // Their rings hold 9088 frames; 7296 are free, 3200 above the
+        // TX reserve.
+        take(&mut f, 16384 - 7296);
+        // Without a burst a port grows to its share and no further.
+        assert_eq!(f.room_to_grow(64, false), share - 64);
+        assert_eq!(f.room_to_grow(share, false), 0);
+        // Under one it borrows half the spare frames (up to half a ring).
+        assert_eq!(f.room_to_grow(share, true), 1600);
+        assert_eq!(
+            f.room_to_grow(64, true),
+            share - 64 + (3200 - share + 64) / 2
+        );
+        assert_eq!(f.room_to_grow(1500, true), BORROW_UP_TO - 1500);
+        assert_eq!(f.room_to_grow(BORROW_UP_TO, true), 0);
+        // The next one half of what is left, but never the last two
+        // starts' worth.
+        take(&mut f, 1600);
+        let headroom = 2 * FILL_START;
+        assert_eq!(f.headroom(), headroom);
+        assert_eq!(f.room_to_grow(share, true), 1600 - headroom);
+        // Once the headroom is all that is spare, no port borrows, but
+        // each may still grow to its share from it.
+        take(&mut f, 1600 - headroom);
+        assert_eq!(f.room_to_grow(share, true), 0);
+        assert_eq!(f.room_to_grow(64, true), share - 64);
+        // Never beyond a full ring.
+        let mut f = Frames::new(vec![FrameDesc::default(); 65536]);
+        f.attach(32).expect("slot");
+        f.attach(32).expect("slot");
+        assert_eq!(f.room_to_grow(FILL_TARGET - 10, true), 10);
+        assert_eq!(f.room_to_grow(FILL_TARGET, true), 0);
+    }
+
+    #[test]
+    fn ports_whose_share_fits_a_burst_do_not_borrow() {
+        // Six ports with a share of 2048 each, at 1024 when one bursts:
+        // it grows to its share, and leaves the rest to the others'.
+        let mut f = Frames::new(vec![FrameDesc::default(); 16384]);
+        for _ in 0..6 {
+            f.attach(32).expect("slot");
+        }
+        assert_eq!(f.port_share(), BORROW_UP_TO);
+        take(&mut f, 6 * 1024);
+        assert_eq!(f.room_to_grow(1024, true), 1024);
+        assert_eq!(f.room_to_grow(2048, true), 0);
     }
 
     #[test]
