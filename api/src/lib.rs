@@ -83,6 +83,18 @@ pub struct PortStats {
     /// the TX ring then refuses is also in `tx_dropped`.
     #[serde(default)]
     pub tx_moved: u64,
+    /// Frames on the port's fill ring (AF_XDP ports on a shared UMEM,
+    /// summed over the port's queues; sampled every ~50 ms): what it can
+    /// receive before the switch gives it more. A gauge, not a counter.
+    #[serde(default)]
+    pub rx_fill_frames: u64,
+    /// What the switch tops that ring up to now: it grows while the port
+    /// is busy, up to the port's share of the UMEM (beyond, borrowing,
+    /// where the share is small), and decays while it is idle. A port
+    /// with `rx_fill_empty` drops at a target below the 4096-entry ring
+    /// wants a larger UMEM (`oxvs-switchd --umem-frames`).
+    #[serde(default)]
+    pub rx_fill_target: u64,
 }
 
 impl std::ops::AddAssign<&PortStats> for PortStats {
@@ -101,6 +113,8 @@ impl std::ops::AddAssign<&PortStats> for PortStats {
         self.tx_no_frame += o.tx_no_frame;
         self.tx_ring_full += o.tx_ring_full;
         self.tx_moved += o.tx_moved;
+        self.rx_fill_frames += o.rx_fill_frames;
+        self.rx_fill_target += o.rx_fill_target;
     }
 }
 

@@ -832,6 +832,9 @@ pub struct XskPort {
     rx_since_adapt: u64,
     /// Adaptations in a row without a full batch.
     idle_rounds: u32,
+    /// When the port last warned that it lost frames with its fill ring
+    /// as large as the UMEM lets it grow ([`XskPort::adapt_fill`]).
+    warned_at_limit: Option<std::time::Instant>,
     /// Frames queued for TX, not yet submitted.
     pending_tx: Vec<FrameDesc>,
     /// Frames submitted on TX, not yet completed.
@@ -1357,6 +1360,7 @@ impl XskPort {
             full_batches: 0,
             rx_since_adapt: 0,
             idle_rounds: 0,
+            warned_at_limit: None,
             pending_tx: Vec::with_capacity(batch.max(1) * 4),
             in_flight: 0,
             scratch: Vec::with_capacity(RX_RING_SIZE as usize),
@@ -1803,6 +1807,9 @@ impl XskPort {
         if busy {
             self.idle_rounds = 0;
             self.grow_fill(starved, false);
+            if starved {
+                self.warn_at_limit();
+            }
         } else {
             self.idle_rounds = self.idle_rounds.saturating_add(1);
             if self.idle_rounds >= 20 {
@@ -1814,10 +1821,48 @@ impl XskPort {
         }
     }
 
+    /// Packets were lost to an empty fill ring: if the ring may not grow
+    /// any further below a full one (its share of the UMEM, or what it may
+    /// borrow, or the UMEM has no frame to spare), say so, at most once a
+    /// minute per port: the remedy is the operator's (`--umem-frames`).
+    fn warn_at_limit(&mut self) {
+        if self.fill_target >= FILL_TARGET {
+            return;
+        }
+        let f = self.mem.frames.borrow();
+        if f.room_to_grow(self.fill_target, true) > 0 {
+            return;
+        }
+        let now = std::time::Instant::now();
+        if self
+            .warned_at_limit
+            .is_some_and(|t| now.duration_since(t) < std::time::Duration::from_secs(60))
+        {
+            return;
+        }
+        self.warned_at_limit = Some(now);
+        tracing::warn!(
+            port = %self.ifname,
+            queue = self.queue,
+            fill_ring = self.fill_target,
+            share = f.port_share(),
+            ports = f.ports,
+            free = f.free.len(),
+            "packets lost to an empty fill ring already as large as this port may have it \
+             (its share of the UMEM, or what it may borrow beyond): raise --umem-frames \
+             (or --threads) for nodes with this many busy pods"
+        );
+    }
+
     /// Frames on the fill ring now (0 right after opening: the UMEM had
     /// none to spare, the port cannot receive until frames come back).
     pub fn filled(&self) -> usize {
         self.filled
+    }
+
+    /// What the fill ring is topped up to now ([`XskPort::refill`]).
+    pub fn fill_target(&self) -> usize {
+        self.fill_target
     }
 
     /// Whether the fill ring asks for a wakeup (busy-poll mode kicks it).

@@ -364,6 +364,8 @@ struct AtomicPortStats {
     tx_no_frame: AtomicU64,
     tx_ring_full: AtomicU64,
     tx_moved: AtomicU64,
+    rx_fill_frames: AtomicU64,
+    rx_fill_target: AtomicU64,
 }
 
 impl AtomicPortStats {
@@ -391,6 +393,12 @@ impl AtomicPortStats {
             add(&self.tx_no_frame, c.tx_no_frame);
             add(&self.tx_ring_full, c.tx_ring_full);
         }
+    }
+    /// The fill ring's gauges ([`PortStats::rx_fill_frames`], `_target`).
+    fn set_fill(&self, frames: usize, target: usize) {
+        let r = Ordering::Relaxed;
+        self.rx_fill_frames.store(frames as u64, r);
+        self.rx_fill_target.store(target as u64, r);
     }
     fn store(&self, s: &PortStats) {
         let r = Ordering::Relaxed;
@@ -426,6 +434,8 @@ impl AtomicPortStats {
             tx_no_frame: self.tx_no_frame.load(r),
             tx_ring_full: self.tx_ring_full.load(r),
             tx_moved: self.tx_moved.load(r),
+            rx_fill_frames: self.rx_fill_frames.load(r),
+            rx_fill_target: self.rx_fill_target.load(r),
         }
     }
 }
@@ -2076,7 +2086,12 @@ impl Worker {
 
     fn publish_port(&mut self, p: &mut LocalPort, kernel: bool) {
         match &mut p.io {
-            PortIo::Xsk(x) => p.stats.add(&x.take_counters(kernel)),
+            PortIo::Xsk(x) => {
+                p.stats.add(&x.take_counters(kernel));
+                if kernel {
+                    p.stats.set_fill(x.filled(), x.fill_target());
+                }
+            }
             PortIo::Vxlan(v, _) => {
                 p.stats.store(&v.stats());
                 let (merged, cut) = v.take_offload_counters();

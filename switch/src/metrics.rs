@@ -285,6 +285,28 @@ fn encode_ports(e: &mut Exposition, ports: &[PortInfo]) {
             );
         }
     }
+    // The fill rings: what each AF_XDP port can receive before the switch
+    // gives it more, and what it is topped up to.
+    let gauges: [(&str, &str, Get); 2] = [
+        (
+            "oxvs_port_fill_ring_frames",
+            "Frames on an AF_XDP port's fill ring (all its queues), sampled every ~50 ms.",
+            |p| p.stats.rx_fill_frames,
+        ),
+        (
+            "oxvs_port_fill_ring_target_frames",
+            "Frames the switch tops an AF_XDP port's fill ring up to now (all its queues): \
+             grows while the port is busy, up to its share of the UMEM (borrowing beyond a \
+             small share), decays while it is idle.",
+            |p| p.stats.rx_fill_target,
+        ),
+    ];
+    for (name, help, get) in gauges {
+        let mut f = e.gauge(name, help);
+        for p in ports.iter().filter(|p| p.stats.rx_fill_target > 0) {
+            f.int(&[("port", &p.name)], get(p));
+        }
+    }
     // Ports serving several receive queues: how the NIC spread the load.
     let mut f = e.counter(
         "oxvs_port_queue_rx_packets_total",

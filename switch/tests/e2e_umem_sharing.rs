@@ -70,16 +70,6 @@ fn rss_growth(extra: &[&str]) -> (u64, Netns, Vec<Netns>, Switchd) {
     (after.saturating_sub(before), node, pods, sw)
 }
 
-/// `(umem frames, free frames)` from `oxvsctl stats --json`.
-fn umem_stats(sw: &Switchd) -> (u64, u64) {
-    let v: serde_json::Value =
-        serde_json::from_str(&sw.ctl_ok(&["--json", "stats"])).expect("stats JSON");
-    (
-        v["umem_frames"].as_u64().expect("umem_frames"),
-        v["umem_free_frames"].as_u64().expect("umem_free_frames"),
-    )
-}
-
 #[test]
 fn e2e_umem_sharing() {
     skip_unless_capable!();
@@ -272,46 +262,12 @@ fn e2e_port_drops_by_reason() {
         text.contains("drops: rx ring full="),
         "dump-ports shows the reasons of a port that dropped:\n{text}"
     );
-}
-
-/// A python3 TCP sink: binds PORT, prints `listening`, takes one
-/// connection and reads it to its end; prints the bytes read.
-const TCP_DRAIN: &str = r#"
-import socket, sys
-l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-l.bind(("0.0.0.0", int(sys.argv[1]))); l.listen(1); l.settimeout(10)
-print("listening", flush=True)
-c, _ = l.accept(); c.settimeout(10); n = 0
-while True:
-    b = c.recv(1 << 20)
-    if not b: break
-    n += len(b)
-print(n, flush=True)
-"#;
-
-/// A python3 TCP source: sends zeros to ADDR:PORT for SECS seconds, as fast
-/// as the socket takes them (the pod's kernel builds 64 KiB segments).
-const TCP_BLAST: &str = r#"
-import socket, sys, time
-c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5)
-buf = bytes(1 << 20); end = time.time() + float(sys.argv[3])
-while time.time() < end: c.sendall(buf)
-c.close()
-"#;
-
-/// `secs` of TCP from `from` to `to` (at `to_ip`); returns the bytes that
-/// arrived.
-fn blast(from: &Netns, to: &Netns, to_ip: &str, port: u16, secs: &str) -> u64 {
-    let p = port.to_string();
-    let mut sink = to.spawn(&["python3", "-c", TCP_DRAIN, &p]);
-    sink.wait_listening("TCP sink").expect("sink");
-    from.must(&["python3", "-c", TCP_BLAST, to_ip, &p, secs]);
-    let (ok, out, err) = sink.wait(Duration::from_secs(15));
-    assert!(ok, "TCP sink in {}: {out}{err}", to.name);
-    out.lines()
-        .last()
-        .and_then(|l| l.trim().parse().ok())
-        .unwrap_or(0)
+    // ... and, as it lost frames to an empty fill ring, what that ring is
+    // topped up to.
+    assert!(
+        n("rx_fill_target") > 0 && text.contains("fill ring: "),
+        "the fill ring's size of a port that lost frames to it empty: {st}\n{text}"
+    );
 }
 
 /// A port idle for seconds keeps its share of the UMEM on its fill ring:
@@ -386,65 +342,4 @@ fn e2e_idle_port_keeps_its_share() {
             pod.name
         );
     }
-}
-
-/// A busy port among many quiet ones borrows beyond its share: 24 pods at
-/// MTU 65535 on the default UMEM make a share of 512 frames a port (30
-/// segments of 64 KiB), while most of the UMEM sits free. One pod sends
-/// TCP as fast as it can to another, twice: nothing of the second burst
-/// may be lost to an empty fill ring (with the ports capped at their
-/// share, one stream lost about a thousand segments in 4 s on a node of
-/// 30 pods; `docs/benchmarks.md`, "Many pods on a node").
-#[test]
-fn e2e_a_busy_port_among_many_borrows() {
-    skip_unless_capable!();
-    const PODS: usize = 24;
-    let node = Netns::new("node");
-    let pods: Vec<Netns> = (1..=PODS).map(|i| Netns::new(&format!("pod{i}"))).collect();
-    let sw = Switchd::start_with(&node, &[]);
-    let macs: Vec<String> = (1..=PODS)
-        .map(|n| format!("02:00:0a:0d:00:{n:02x}"))
-        .collect();
-    for (i, (pod, mac)) in pods.iter().zip(&macs).enumerate() {
-        let n = i + 1;
-        add_pod(
-            &sw,
-            &node,
-            pod,
-            &format!("m{n}"),
-            n as u32,
-            &format!("10.13.0.{n}/24"),
-            mac,
-            65535,
-        );
-    }
-    let flows = flood_arp_ip_by_mac_flows(&macs);
-    let file = std::env::temp_dir().join(unique("many-ports-flows"));
-    std::fs::write(&file, flows).expect("write flows");
-    sw.add_flows(file.to_str().expect("path"));
-    let _ = std::fs::remove_file(&file);
-    let p = ping_until_up(&pods[0], "10.13.0.2", 5);
-    assert!(p.ok, "pod1 -> pod2 never answered:\n{}", p.output);
-    let fill_empty = || {
-        let p = sw.port_json("m1");
-        p["stats"]["rx_fill_empty"]
-            .as_u64()
-            .unwrap_or_else(|| panic!("rx_fill_empty of m1: {p}"))
-    };
-    let (frames, free) = umem_stats(&sw);
-    eprintln!("{PODS} ports: {free} of {frames} UMEM frames free");
-    let first = blast(&pods[0], &pods[1], "10.13.0.2", 5001, "2");
-    let before = fill_empty();
-    eprintln!("first burst: {first} bytes, {before} lost to an empty fill ring");
-    let got = blast(&pods[0], &pods[1], "10.13.0.2", 5002, "3");
-    let lost = fill_empty() - before;
-    eprintln!("second burst: {got} bytes, {lost} lost to an empty fill ring");
-    assert!(
-        got > 100 << 20,
-        "only {got} bytes of TCP in 3 s: the burst tested nothing"
-    );
-    assert_eq!(
-        lost, 0,
-        "pod1's port lost {lost} packets to an empty fill ring with most of the UMEM free"
-    );
 }

@@ -62,6 +62,15 @@ pub fn format(ports: &[PortInfo]) -> String {
                 st.rx_ring_full, st.rx_fill_empty, st.rx_other, st.tx_no_frame, st.tx_ring_full
             ));
         }
+        // Where frames were lost to an empty fill ring: how large the
+        // switch keeps that ring now (below the 4096-entry ring, the UMEM
+        // is the limit: `--umem-frames`).
+        if st.rx_fill_empty > 0 && st.rx_fill_target > 0 {
+            s.push_str(&format!(
+                "           fill ring: {} frames now, topped up to {}\n",
+                st.rx_fill_frames, st.rx_fill_target
+            ));
+        }
         for q in &p.queues {
             s.push_str(&format!(
                 "           queue {} (thread {}): rx pkts={}, bytes={}, drop={}; tx pkts={}\n",
@@ -103,9 +112,19 @@ mod tests {
             "OFPST_PORT reply: 1 ports\n  port  1: rx pkts=5, bytes=0, drop=0, errs=0\n           tx pkts=0, bytes=7, drop=0, errs=0\n"
         );
         // Moved packets (`--tx-move`) on a line of their own.
-        let mut moved = p;
+        let mut moved = p.clone();
         moved.stats.tx_moved = 3;
         assert!(format(&[moved]).ends_with("errs=0\n           tx moved without a copy=3\n"));
+        // The fill ring's size only where frames were lost to it empty.
+        let mut filled = p;
+        filled.stats.rx_fill_frames = 390;
+        filled.stats.rx_fill_target = 396;
+        assert!(!format(std::slice::from_ref(&filled)).contains("fill ring:"));
+        filled.stats.rx_fill_empty = 12;
+        filled.stats.rx_dropped = 12;
+        assert!(format(&[filled]).ends_with(
+            "drops: rx ring full=0, fill ring empty=12, other=0; tx no frame=0, ring full=0\n           fill ring: 390 frames now, topped up to 396\n"
+        ));
     }
 
     #[test]

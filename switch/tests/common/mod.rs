@@ -791,6 +791,56 @@ c.recv(1)
 print(len(data), hashlib.sha256(data).hexdigest(), flush=True)
 "#;
 
+/// `(umem frames, free frames)` from `oxvsctl stats --json`.
+pub fn umem_stats(sw: &Switchd) -> (u64, u64) {
+    let v: serde_json::Value =
+        serde_json::from_str(&sw.ctl_ok(&["--json", "stats"])).expect("stats JSON");
+    (
+        v["umem_frames"].as_u64().expect("umem_frames"),
+        v["umem_free_frames"].as_u64().expect("umem_free_frames"),
+    )
+}
+
+/// A python3 TCP sink: binds PORT, prints `listening`, takes one
+/// connection and reads it to its end; prints the bytes read.
+pub const TCP_DRAIN: &str = r#"
+import socket, sys
+l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(("0.0.0.0", int(sys.argv[1]))); l.listen(1); l.settimeout(10)
+print("listening", flush=True)
+c, _ = l.accept(); c.settimeout(10); n = 0
+while True:
+    b = c.recv(1 << 20)
+    if not b: break
+    n += len(b)
+print(n, flush=True)
+"#;
+
+/// A python3 TCP source: sends zeros to ADDR:PORT for SECS seconds, as fast
+/// as the socket takes them (the pod's kernel builds 64 KiB segments).
+pub const TCP_BLAST: &str = r#"
+import socket, sys, time
+c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5)
+buf = bytes(1 << 20); end = time.time() + float(sys.argv[3])
+while time.time() < end: c.sendall(buf)
+c.close()
+"#;
+
+/// `secs` of TCP from `from` to `to` (at `to_ip`); returns the bytes that
+/// arrived.
+pub fn blast(from: &Netns, to: &Netns, to_ip: &str, port: u16, secs: &str) -> u64 {
+    let p = port.to_string();
+    let mut sink = to.spawn(&["python3", "-c", TCP_DRAIN, &p]);
+    sink.wait_listening("TCP sink").expect("sink");
+    from.must(&["python3", "-c", TCP_BLAST, to_ip, &p, secs]);
+    let (ok, out, err) = sink.wait(Duration::from_secs(15));
+    assert!(ok, "TCP sink in {}: {out}{err}", to.name);
+    out.lines()
+        .last()
+        .and_then(|l| l.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 /// Sends `bytes` over TCP from `client` to `server_ip:port` (a sink in
 /// `server`) and checks that the sink got exactly the data sent.
 pub fn tcp_transfer(client: &Netns, server: &Netns, server_ip: &str, port: u16, bytes: usize) {
