@@ -83,8 +83,8 @@ pub struct PortStats {
     /// the TX ring then refuses is also in `tx_dropped`.
     #[serde(default)]
     pub tx_moved: u64,
-    /// Frames on the port's fill ring (AF_XDP ports on a shared UMEM,
-    /// summed over the port's queues; sampled every ~50 ms): what it can
+    /// Frames on the port's fill ring (AF_XDP ports, summed over the
+    /// port's queues; sampled every ~50 ms): what it can
     /// receive before the switch gives it more. A gauge, not a counter.
     #[serde(default)]
     pub rx_fill_frames: u64,
