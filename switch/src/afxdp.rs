@@ -833,7 +833,7 @@ pub struct XskPort {
     /// Adaptations in a row without a full batch.
     idle_rounds: u32,
     /// When the port last warned that it lost frames with its fill ring
-    /// as large as the UMEM lets it grow ([`XskPort::adapt_fill`]).
+    /// as large as it may be ([`XskPort::warn_at_limit`]).
     warned_at_limit: Option<std::time::Instant>,
     /// Frames queued for TX, not yet submitted.
     pending_tx: Vec<FrameDesc>,
