@@ -21,37 +21,11 @@ fn e2e_a_busy_port_among_many_borrows() {
     skip_unless_capable!();
     const PODS: usize = 24;
     let node = Netns::new("node");
-    let pods: Vec<Netns> = (1..=PODS).map(|i| Netns::new(&format!("pod{i}"))).collect();
     let sw = Switchd::start_with(&node, &[]);
-    let macs: Vec<String> = (1..=PODS)
-        .map(|n| format!("02:00:0a:0d:00:{n:02x}"))
-        .collect();
-    for (i, (pod, mac)) in pods.iter().zip(&macs).enumerate() {
-        let n = i + 1;
-        add_pod(
-            &sw,
-            &node,
-            pod,
-            &format!("m{n}"),
-            n as u32,
-            &format!("10.13.0.{n}/24"),
-            mac,
-            65535,
-        );
-    }
-    let flows = flood_arp_ip_by_mac_flows(&macs);
-    let file = std::env::temp_dir().join(unique("many-ports-flows"));
-    std::fs::write(&file, flows).expect("write flows");
-    sw.add_flows(file.to_str().expect("path"));
-    let _ = std::fs::remove_file(&file);
+    let pods = flooded_pods(&sw, &node, PODS, "m", "10.13.0", "02:00:0a:0d:00", 65535);
     let p = ping_until_up(&pods[0], "10.13.0.2", 5);
     assert!(p.ok, "pod1 -> pod2 never answered:\n{}", p.output);
-    let fill_empty = || {
-        let p = sw.port_json("m1");
-        p["stats"]["rx_fill_empty"]
-            .as_u64()
-            .unwrap_or_else(|| panic!("rx_fill_empty of m1: {p}"))
-    };
+    let fill_empty = || rx_fill_empty(&sw, "m1");
     let (frames, free) = umem_stats(&sw);
     eprintln!("{PODS} ports: {free} of {frames} UMEM frames free");
     let first = blast(&pods[0], &pods[1], "10.13.0.2", 5001, "2");

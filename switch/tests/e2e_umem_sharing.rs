@@ -283,39 +283,15 @@ fn e2e_port_drops_by_reason() {
 fn e2e_idle_port_keeps_its_share() {
     skip_unless_capable!();
     let node = Netns::new("node");
-    let pods: Vec<Netns> = (1..=4).map(|i| Netns::new(&format!("pod{i}"))).collect();
     // The default UMEM (16384 frames): four ports, a share of 3072 each.
     let sw = Switchd::start_with(&node, &[]);
-    let macs: Vec<String> = (1..=4).map(|n| format!("02:00:0a:0c:00:{n:02x}")).collect();
-    for (i, (pod, mac)) in pods.iter().zip(&macs).enumerate() {
-        let n = i + 1;
-        add_pod(
-            &sw,
-            &node,
-            pod,
-            &format!("q{n}"),
-            n as u32,
-            &format!("10.12.0.{n}/24"),
-            mac,
-            65535,
-        );
-    }
-    let flows = flood_arp_ip_by_mac_flows(&macs);
-    let file = std::env::temp_dir().join(unique("idle-share-flows"));
-    std::fs::write(&file, flows).expect("write flows");
-    sw.add_flows(file.to_str().expect("path"));
-    let _ = std::fs::remove_file(&file);
+    let pods = flooded_pods(&sw, &node, 4, "q", "10.12.0", "02:00:0a:0c:00", 65535);
     let sink = &pods[3];
     for pod in &pods[..2] {
         let p = ping_until_up(pod, "10.12.0.4", 5);
         assert!(p.ok, "{} -> pod4 never answered:\n{}", pod.name, p.output);
     }
-    let fill_empty = |port: &str| {
-        let p = sw.port_json(port);
-        p["stats"]["rx_fill_empty"]
-            .as_u64()
-            .unwrap_or_else(|| panic!("rx_fill_empty of {port}: {p}"))
-    };
+    let fill_empty = |port: &str| rx_fill_empty(&sw, port);
 
     // Two pods busy: their ports grow.
     for pod in &pods[..2] {

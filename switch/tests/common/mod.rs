@@ -676,6 +676,50 @@ pub fn add_pod(
     sw.add_port(host_if, ofport);
 }
 
+/// `count` pods on `sw`, pod `n` (from 1) on port `{port}{n}` with
+/// ofport `n`, address `{net}.{n}/24` and MAC `{mac}:{n:02x}` at `mtu`,
+/// and the flows that flood ARP and deliver IP by MAC among them.
+pub fn flooded_pods(
+    sw: &Switchd,
+    node: &Netns,
+    count: usize,
+    port: &str,
+    net: &str,
+    mac: &str,
+    mtu: u32,
+) -> Vec<Netns> {
+    let pods: Vec<Netns> = (1..=count)
+        .map(|i| Netns::new(&format!("pod{i}")))
+        .collect();
+    let macs: Vec<String> = (1..=count).map(|n| format!("{mac}:{n:02x}")).collect();
+    for (i, (pod, m)) in pods.iter().zip(&macs).enumerate() {
+        let n = i + 1;
+        add_pod(
+            sw,
+            node,
+            pod,
+            &format!("{port}{n}"),
+            n as u32,
+            &format!("{net}.{n}/24"),
+            m,
+            mtu,
+        );
+    }
+    let file = std::env::temp_dir().join(unique("flooded-pods-flows"));
+    std::fs::write(&file, flood_arp_ip_by_mac_flows(&macs)).expect("write flows");
+    sw.add_flows(file.to_str().expect("path"));
+    let _ = std::fs::remove_file(&file);
+    pods
+}
+
+/// Packets port `name` lost to an empty fill ring (`dump-ports --json`).
+pub fn rx_fill_empty(sw: &Switchd, name: &str) -> u64 {
+    let p = sw.port_json(name);
+    p["stats"]["rx_fill_empty"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("rx_fill_empty of {name}: {p}"))
+}
+
 /// A port's packet and byte counters, as `dump-ports` reports them.
 #[derive(Clone, Copy, Debug, Default)]
 #[allow(dead_code)] // not every test binary reads every counter
