@@ -487,12 +487,23 @@ spec:
 "#;
 
 /// Waits until both switches have `n` IPv6 Service ports with a group and
-/// `empty` rejecting ones in ServiceLB (table 35).
-fn wait_services6(lab: &Lab, n: usize, empty: usize) {
+/// `empty` rejecting ones in ServiceLB (table 35), and both hosts DNAT
+/// `node_ports` (TCP and UDP) into the switch.
+fn wait_services6(lab: &Lab, n: usize, empty: usize, node_ports: &[u16]) {
     let t = std::time::Instant::now();
     loop {
         let mut ok = true;
-        for node in ["node-1", "node-2"] {
+        for (i, node) in [(1, "node-1"), (2, "node-2")] {
+            // The host's side of the NodePorts, which the agent writes
+            // after the flows: without it the host refuses a probe from
+            // outside before the switch sees it.
+            let nat6 = common::kube::in_node(lab, i, &["ip6tables-save", "-t", "nat"]);
+            ok &= nat6.contains("-j OXVS-NODEPORTS")
+                && node_ports.iter().all(|p| {
+                    ["tcp", "udp"]
+                        .iter()
+                        .all(|proto| nat6.contains(&format!("-p {proto} -m {proto} --dport {p} ")))
+                });
             let flows = lab.ctl(node, &["dump-flows", "--table", "35"]);
             let v6 = |l: &&str| l.contains("ipv6_dst=fd00:10:96::");
             let count = |what: &str| {
@@ -510,12 +521,13 @@ fn wait_services6(lab: &Lab, n: usize, empty: usize) {
         }
         assert!(
             t.elapsed() < std::time::Duration::from_secs(15),
-            "the agents did not program {n} IPv6 Service ports ({empty} empty) within 15 s:\n{}",
+            "the agents did not program {n} IPv6 Service ports ({empty} empty) and NodePorts {node_ports:?} within 15 s:\n{}\n{}",
             paths::switch_evidence(
                 lab,
                 &["node-1", "node-2"],
                 &[&["dump-flows", "--table", "35"]]
-            )
+            ),
+            common::kube::evidence6(lab)
         );
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
@@ -535,7 +547,7 @@ fn services_in_the_switch_in_an_ipv6_only_lab() {
     let out = lab.ok(&["apply", "-f", &lab.file("services.yaml", SERVICES)]);
     assert!(out.contains("Service web/svc-a1 created"), "{out}");
     // svc-a1 tcp+udp, svc-ab, svc-np tcp+udp; svc-empty rejects.
-    wait_services6(&lab, 5, 1);
+    wait_services6(&lab, 5, 1, &[30086]);
 
     // What the lab, as an IPv6-only API server and endpoints controller,
     // wrote: svc-a1 named no family and got IPv6, the first free
