@@ -83,6 +83,11 @@ pub struct PortStats {
     /// the TX ring then refuses is also in `tx_dropped`.
     #[serde(default)]
     pub tx_moved: u64,
+    /// Packets sent asking the kernel to finish their TCP/UDP checksum
+    /// (AF_XDP TX metadata: a pod's frame whose checksum its kernel left
+    /// partial; `oxvs-switchd --software-checksums` turns it off).
+    #[serde(default)]
+    pub tx_checksum_requests: u64,
     /// Frames on the port's fill ring (AF_XDP ports, summed over the
     /// port's queues; sampled every ~50 ms): what it can
     /// receive before the switch gives it more. A gauge, not a counter.
@@ -113,6 +118,7 @@ impl std::ops::AddAssign<&PortStats> for PortStats {
         self.tx_no_frame += o.tx_no_frame;
         self.tx_ring_full += o.tx_ring_full;
         self.tx_moved += o.tx_moved;
+        self.tx_checksum_requests += o.tx_checksum_requests;
         self.rx_fill_frames += o.rx_fill_frames;
         self.rx_fill_target += o.rx_fill_target;
     }

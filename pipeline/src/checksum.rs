@@ -21,7 +21,10 @@
 //!
 //! So the switch is the device: [`complete_l4`] recomputes the TCP/UDP
 //! checksum of every unfragmented IPv4 or IPv6 (no extension headers)
-//! packet from such a port before the pipeline sees it, and fills in the
+//! packet from such a port (on receive; or, by default, the switch
+//! finishes it on each output: [`l4_fix`] computes the same value into
+//! the output's copy, and [`partial_l4`] gives the terms on which a
+//! kernel that can finish it is asked to), and fills in the
 //! CRC32c of SCTP packets whose checksum field is 0 (a veth offers SCTP
 //! CRC offload too, and the kernel then leaves the field zeroed; a real
 //! CRC32c is 0 once in 2^32, and checking the others would cost a CRC per
@@ -240,6 +243,119 @@ pub fn verify_or_complete_l4(frame: &mut [u8]) -> Completion {
     Completion::Written
 }
 
+/// The checksum [`complete_l4`] would write into a frame, and where:
+/// [`l4_fix`] computes it without touching the frame, for outputs that
+/// copy the frame anyway and write it into their copy
+/// ([`L4Fix::apply`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct L4Fix {
+    /// Offset of the checksum field in the frame.
+    pub at: usize,
+    bytes: [u8; 4],
+    len: u8,
+}
+
+impl L4Fix {
+    /// The field's bytes: 2 for TCP and UDP, 4 for SCTP's CRC32c.
+    pub fn bytes(&self) -> &[u8] {
+        self.bytes.get(..usize::from(self.len)).unwrap_or_default()
+    }
+
+    /// Writes the field into `frame` (the frame it was computed from, or
+    /// a copy). False, and nothing written, if it does not fit.
+    pub fn apply(&self, frame: &mut [u8]) -> bool {
+        let b = self.bytes();
+        match frame.get_mut(self.at..self.at + b.len()) {
+            Some(f) => {
+                f.copy_from_slice(b);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// What [`complete_l4`] would write into `frame` (the same value, one
+/// pass over the L4 bytes), without writing it. `None` where it would
+/// leave the frame unchanged.
+pub fn l4_fix(frame: &[u8]) -> Option<L4Fix> {
+    let span = l4_span(frame).ok()?;
+    let l4 = frame.get(span.start..span.end)?;
+    let at = span.field - span.start;
+    if span.proto == ip_proto::SCTP {
+        // The field is 0 (else `l4_span` refused the packet): the CRC
+        // over the packet as it is.
+        let crc = crate::packet::crc32c(l4).to_le_bytes();
+        return Some(L4Fix {
+            at: span.field,
+            bytes: crc,
+            len: 4,
+        });
+    }
+    // The sum around the field (it starts at an even offset of the L4
+    // header, so both parts keep their word alignment).
+    let before = l4.get(..at)?;
+    let after = l4.get(at + 2..)?;
+    let mut c = checksum(after, ones_sum(before, span.pseudo));
+    if c == 0 && span.proto == ip_proto::UDP {
+        c = 0xffff;
+    }
+    let [a, b] = c.to_be_bytes();
+    Some(L4Fix {
+        at: span.field,
+        bytes: [a, b, 0, 0],
+        len: 2,
+    })
+}
+
+/// A TCP or UDP checksum left for a device to finish, in the terms of
+/// the kernel's `CHECKSUM_PARTIAL` (and of AF_XDP's TX metadata checksum
+/// request): the field holds the pseudo-header's folded sum, and the
+/// device sums from `start` to the end and stores the result in the
+/// field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PartialL4 {
+    /// Where the sum starts (the L4 header), from the frame's start.
+    pub start: usize,
+    /// Offset of the checksum field in the frame.
+    pub field: usize,
+    /// What the field must hold: the pseudo-header's sum, folded, not
+    /// inverted.
+    pub pseudo: u16,
+}
+
+impl PartialL4 {
+    /// Writes the pseudo-header sum into the field of `frame` (the frame
+    /// it was computed from, or a copy). False, and nothing written, if
+    /// it does not fit.
+    pub fn apply(&self, frame: &mut [u8]) -> bool {
+        match frame.get_mut(self.field..self.field + 2) {
+            Some(f) => {
+                f.copy_from_slice(&self.pseudo.to_be_bytes());
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// How a device would be asked to finish `frame`'s TCP/UDP checksum
+/// instead of [`complete_l4`] finishing it: what it covers, without a
+/// pass over the payload. `None` for what [`complete_l4`] leaves alone
+/// (see the module doc) and for SCTP (a CRC32c, which this request does
+/// not cover).
+pub fn partial_l4(frame: &[u8]) -> Option<PartialL4> {
+    let span = l4_span(frame).ok()?;
+    if span.proto == ip_proto::SCTP {
+        return None;
+    }
+    Some(PartialL4 {
+        start: span.start,
+        field: span.field,
+        pseudo: fold(span.pseudo),
+    })
+}
+
 /// Finds the L4 span of an unfragmented TCP/UDP packet.
 fn l4_span(frame: &[u8]) -> Result<L4Span, Completion> {
     let l2 = ethernet::l2_of(frame).ok_or(Completion::NotApplicable)?;
@@ -440,6 +556,47 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_fix_is_what_complete_l4_writes_and_a_partial_one_what_the_kernel_leaves() {
+        for proto in [ip_proto::TCP, ip_proto::UDP] {
+            for vlan in 0..=2 {
+                for len in [0, 1, 2, 3, 100, 1399, 1448, 9000] {
+                    let payload: Vec<u8> = (0..len).map(|i| (i * 11 + 1) as u8).collect();
+                    let (partial, l4) = frame_v4(proto, &payload, vlan);
+                    let field = l4 + if proto == ip_proto::TCP { 16 } else { 6 };
+                    let mut full = partial.clone();
+                    complete_l4(&mut full);
+                    // Computed from the partial frame or the complete one,
+                    // or with garbage in the field: the same bytes.
+                    let mut garbage = partial.clone();
+                    garbage[field..field + 2].copy_from_slice(&[0xde, 0xad]);
+                    for from in [&partial, &full, &garbage] {
+                        let fix = l4_fix(from).unwrap();
+                        assert_eq!(fix.at, field);
+                        let mut copy = from.clone();
+                        assert!(fix.apply(&mut copy));
+                        assert_eq!(copy, full, "{proto} {vlan} {len}");
+                    }
+                    // The partial terms: what the kernel left in the field.
+                    let p = partial_l4(&full).unwrap();
+                    assert_eq!((p.start, p.field), (l4, field));
+                    let mut back = full.clone();
+                    assert!(p.apply(&mut back));
+                    assert_eq!(back, partial);
+                    assert!(!p.apply(&mut back[..field + 1].to_vec()));
+                }
+            }
+        }
+        // Nothing to do where complete_l4 does nothing.
+        let (mut f, _) = frame_v4(ip_proto::UDP, &[9; 30], 0);
+        f[14 + 20 + 6..14 + 20 + 8].copy_from_slice(&[0, 0]);
+        assert_eq!((l4_fix(&f), partial_l4(&f)), (None, None));
+        let (mut frag, _) = frame_v4(ip_proto::TCP, &[9; 30], 0);
+        frag[14 + 6] |= 0x20;
+        assert_eq!((l4_fix(&frag), partial_l4(&frag)), (None, None));
+        assert_eq!((l4_fix(&[0; 10]), partial_l4(&[0; 10])), (None, None));
     }
 
     #[test]

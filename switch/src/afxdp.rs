@@ -111,6 +111,8 @@
 
 #![allow(unsafe_code)]
 
+pub mod txmd;
+
 use std::cell::RefCell;
 use std::io::Write;
 use std::num::NonZeroU32;
@@ -119,6 +121,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use oxvs_api::XdpModeRequest;
+use oxvs_pipeline::checksum;
 use oxvs_pipeline::packet::PacketRef;
 use xsk_rs::config::{
     BindFlags, FrameSize, Interface, LibxdpFlags, QueueSize, SocketConfig, UmemConfig, XdpFlags,
@@ -194,7 +197,7 @@ fn own_umem_unless(
 ) -> Result<Option<UmemMem>, AfxdpError> {
     match shared {
         Some(_) => Ok(None),
-        None => map_umem(frames).map(Some),
+        None => map_umem(frames, false).map(Some),
     }
 }
 
@@ -233,8 +236,9 @@ fn copy_bind_flags(sg: bool) -> BindFlags {
     }
 }
 
-/// Maps a UMEM of `frames` frames, all free.
-fn map_umem(frames: u32) -> Result<UmemMem, AfxdpError> {
+/// Maps a UMEM of `frames` frames, all free; registered with TX metadata
+/// ([`txmd`]) when `tx_metadata` and the kernel has it.
+fn map_umem(frames: u32, tx_metadata: bool) -> Result<UmemMem, AfxdpError> {
     let err = |reason: String| AfxdpError::Umem { frames, reason };
     let count = NonZeroU32::new(frames).ok_or_else(|| err("zero frames".into()))?;
     let config = UmemConfig::builder()
@@ -243,7 +247,12 @@ fn map_umem(frames: u32) -> Result<UmemMem, AfxdpError> {
         .comp_queue_size(QueueSize::new(TX_RING_SIZE).map_err(|e| err(e.to_string()))?)
         .build()
         .map_err(|e| err(e.to_string()))?;
-    let (umem, mut all) = xsk_rs::Umem::new(config, count, false).map_err(|e| err(chain(&e)))?;
+    let create = || xsk_rs::Umem::new(config, count, false);
+    let (made, txmd) = match tx_metadata {
+        true => txmd::with_tx_metadata(create),
+        false => (create(), false),
+    };
+    let (umem, mut all) = made.map_err(|e| err(chain(&e)))?;
     let first = all
         .first_mut()
         .ok_or_else(|| err("no frames returned".into()))?;
@@ -273,6 +282,7 @@ fn map_umem(frames: u32) -> Result<UmemMem, AfxdpError> {
         frame_size,
         frames: RefCell::new(Frames::new(all)),
         sg: false,
+        txmd,
     })
 }
 
@@ -300,6 +310,10 @@ pub struct UmemMem {
     /// Whether its first socket was bound with `XDP_USE_SG`, which every
     /// socket sharing it inherits (the kernel takes no flags from those).
     sg: bool,
+    /// Whether it was registered with TX metadata ([`txmd`]): its sockets
+    /// can ask the kernel to finish a packet's checksum
+    /// ([`XskPort::send_partial`]).
+    txmd: bool,
 }
 
 // SAFETY: `base` points into the mapping `_umem` owns (xsk-rs's `Umem` is
@@ -385,6 +399,30 @@ impl UmemMem {
         true
     }
 
+    /// Overwrites `bytes` at offset `at` of the data of the *user* frame
+    /// `desc` (a packet written for TX, not yet handed to the kernel);
+    /// false (nothing written) unless they lie inside its data.
+    #[inline]
+    fn patch(&self, desc: &FrameDesc, at: usize, bytes: &[u8]) -> bool {
+        let addr = desc.addr();
+        let start = addr & !(self.frame_size - 1);
+        if at + bytes.len() > desc.lengths().data()
+            || addr + at + bytes.len() > start + self.frame_size
+            || start + self.frame_size > self.len
+        {
+            return false;
+        }
+        // SAFETY: `addr + at..addr + at + bytes.len()` lies inside the
+        // frame's data, inside one chunk of the mapping (checked above).
+        // The frame is in the *user* state, queued by this thread and not
+        // yet produced on a ring, and no slice of it exists (it was
+        // written through a borrow that has ended).
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.base.add(addr + at), bytes.len())
+        };
+        true
+    }
+
     /// Takes back the frames a closed port's kernel rings held (its fill
     /// ring, RX ring and unfinished TX), once its socket is closed and the
     /// kernel no longer touches them; frees the port's slot. Returns how
@@ -397,6 +435,35 @@ impl UmemMem {
     /// descriptors (`XDP_USE_SG`).
     pub fn multi_buffer(&self) -> bool {
         self.sg
+    }
+
+    /// Whether the UMEM was registered with TX metadata: its sockets ask
+    /// the kernel to finish checksums ([`XskPort::send_partial`]).
+    pub fn tx_metadata(&self) -> bool {
+        self.txmd
+    }
+
+    /// Writes the request to finish a checksum into the metadata in front
+    /// of the data of the *user* frame `desc`; false (nothing written)
+    /// when the UMEM has no TX metadata or the data starts too close to
+    /// its chunk's start for it.
+    #[inline]
+    fn write_checksum_request(&self, desc: &FrameDesc, start: u16, offset: u16) -> bool {
+        let addr = desc.addr();
+        let chunk = addr & !(self.frame_size - 1);
+        if !self.txmd || addr < chunk + txmd::TX_METADATA_LEN || chunk + self.frame_size > self.len
+        {
+            return false;
+        }
+        let at = addr - txmd::TX_METADATA_LEN;
+        // SAFETY: `at..addr` lies inside one chunk of the mapping (checked
+        // above): the bytes in front of the data of a frame in the *user*
+        // state, queued for TX by this thread and not yet produced on a
+        // ring; no slice of its chunk exists (it was written through a
+        // borrow that has ended).
+        let meta = unsafe { &mut *self.base.add(at).cast::<[u8; txmd::TX_METADATA_LEN]>() };
+        txmd::write_checksum_request(meta, start, offset);
+        true
     }
 
     /// Frames in the UMEM, free frames, ports attached.
@@ -613,8 +680,14 @@ impl std::fmt::Debug for ThreadUmem {
 impl ThreadUmem {
     /// Maps a UMEM of `frames` frames and binds its first socket to queue
     /// `queue` of `anchor` (a device with no traffic, such as a dummy),
-    /// copy mode, no XDP program.
-    pub fn new(anchor: &str, queue: u32, frames: u32) -> Result<ThreadUmem, AfxdpError> {
+    /// copy mode, no XDP program. Registered with TX metadata when
+    /// `tx_metadata` and the kernel has it ([`UmemMem::tx_metadata`]).
+    pub fn new(
+        anchor: &str,
+        queue: u32,
+        frames: u32,
+        tx_metadata: bool,
+    ) -> Result<ThreadUmem, AfxdpError> {
         let iface: Interface = anchor
             .parse()
             .map_err(|_| AfxdpError::BadName(anchor.to_string()))?;
@@ -629,7 +702,7 @@ impl ThreadUmem {
         // refuses the flag.
         let mut last_err = String::new();
         for sg in [true, false] {
-            let mut mem = map_umem(frames)?;
+            let mut mem = map_umem(frames, tx_metadata)?;
             mem.sg = sg;
             let config = SocketConfig::builder()
                 .rx_queue_size(qsize(RX_RING_SIZE)?)
@@ -714,6 +787,9 @@ pub struct PortCounters {
     pub tx_no_frame: u64,
     /// To send, but the TX ring (or the queue in front of it) was full.
     pub tx_ring_full: u64,
+    /// Packets sent asking the kernel to finish their checksum
+    /// ([`XskPort::send_unfinished`]).
+    pub tx_checksum_requests: u64,
     /// Queued without a copy: a packet received on a port sharing this
     /// port's UMEM, in its own frames ([`XskPort::send_moved`]; counted
     /// when queued, so one the ring refuses is in `tx_dropped` too).
@@ -1586,6 +1662,76 @@ impl XskPort {
     /// (multi-buffer, on a socket bound with `XDP_USE_SG`), all or none.
     #[inline]
     pub fn send(&mut self, bytes: &[u8]) {
+        self.queue_tx(bytes);
+    }
+
+    /// As [`XskPort::send`], for a frame whose TCP/UDP checksum may be
+    /// unfinished (a pod's, left partial by its kernel's TX checksum
+    /// offload): on a UMEM with TX metadata the kernel is asked to finish
+    /// it (the pseudo-header sum in the field and
+    /// `XDP_TXMD_FLAGS_CHECKSUM`; the receiving stack then trusts it
+    /// as it trusts a bridged pod's segment, and nothing sums the
+    /// payload), else the complete checksum is written into the copy
+    /// ([`checksum::l4_fix`]). Frames without one go as they are.
+    #[inline]
+    pub fn send_unfinished(&mut self, bytes: &[u8]) {
+        if self.mem.txmd {
+            if let Some(p) = checksum::partial_l4(bytes) {
+                let (Ok(start), Ok(offset)) =
+                    (u16::try_from(p.start), u16::try_from(p.field - p.start))
+                else {
+                    self.counters.tx_dropped += 1;
+                    self.counters.tx_errors += 1;
+                    return;
+                };
+                let Some(mark) = self.queue_tx(bytes) else {
+                    return;
+                };
+                let ok = self.pending_tx.get(mark).is_some_and(|d| {
+                    self.mem.patch(d, p.field, &p.pseudo.to_be_bytes())
+                        && self.mem.write_checksum_request(d, start, offset)
+                });
+                match (ok, self.pending_tx.get_mut(mark)) {
+                    (true, Some(d)) => {
+                        d.set_options(d.options() | txmd::XDP_TX_METADATA);
+                        self.counters.tx_checksum_requests += 1;
+                    }
+                    _ => self.unqueue(mark),
+                }
+                return;
+            }
+        }
+        match checksum::l4_fix(bytes) {
+            Some(fix) => {
+                if let Some(mark) = self.queue_tx(bytes) {
+                    let ok = self
+                        .pending_tx
+                        .get(mark)
+                        .is_some_and(|d| self.mem.patch(d, fix.at, fix.bytes()));
+                    if !ok {
+                        self.unqueue(mark);
+                    }
+                }
+            }
+            None => self.send(bytes),
+        }
+    }
+
+    /// Takes back the packet queued from `pending_tx[mark]` on (its frames
+    /// go back to the free frames): it could not be finished. Counted as
+    /// an error.
+    fn unqueue(&mut self, mark: usize) {
+        let mut f = self.mem.frames.borrow_mut();
+        f.free
+            .extend(self.pending_tx.drain(mark.min(self.pending_tx.len())..));
+        self.counters.tx_dropped += 1;
+        self.counters.tx_errors += 1;
+    }
+
+    /// [`XskPort::send`]: the index in `pending_tx` of the packet's first
+    /// descriptor when it was queued.
+    #[inline]
+    fn queue_tx(&mut self, bytes: &[u8]) -> Option<usize> {
         // A batch may output more than a ring's worth to one port (a
         // tunnel's coalesced trains): hand what is queued to the kernel
         // first (one per ring's worth), drop only if it takes nothing.
@@ -1596,22 +1742,23 @@ impl XskPort {
         if self.pending_tx.len() >= TX_RING_SIZE as usize {
             self.counters.tx_dropped += 1;
             self.counters.tx_ring_full += 1;
-            return;
+            return None;
         }
+        let mark = self.pending_tx.len();
         let mut f = self.mem.frames.borrow_mut();
         let Some(mut d) = f.free.pop() else {
             self.counters.tx_dropped += 1;
             self.counters.tx_no_frame += 1;
-            return;
+            return None;
         };
         match self.mem.write(&mut d, bytes) {
             Written::All => {
                 d.set_options(0);
                 self.pending_tx.push(d);
+                Some(mark)
             }
             Written::Part(n) if bytes.len() <= MAX_FRAME_LEN && self.sg => {
                 d.set_options(XDP_PKT_CONTD);
-                let mark = self.pending_tx.len();
                 self.pending_tx.push(d);
                 let mut rest = bytes.get(n..).unwrap_or_default();
                 while !rest.is_empty() {
@@ -1626,7 +1773,7 @@ impl XskPort {
                         } else {
                             self.counters.tx_ring_full += 1;
                         }
-                        return;
+                        return None;
                     };
                     let n = match self.mem.write(&mut d, rest) {
                         Written::All => rest.len(),
@@ -1635,17 +1782,19 @@ impl XskPort {
                             f.free.push(d);
                             f.free.extend(self.pending_tx.drain(mark..));
                             self.counters.tx_errors += 1;
-                            return;
+                            return None;
                         }
                     };
                     rest = rest.get(n..).unwrap_or_default();
                     d.set_options(if rest.is_empty() { 0 } else { XDP_PKT_CONTD });
                     self.pending_tx.push(d);
                 }
+                Some(mark)
             }
             Written::Part(_) => {
                 f.free.push(d);
                 self.counters.tx_errors += 1;
+                None
             }
         }
     }

@@ -222,6 +222,15 @@ pub struct SwitchConfig {
     /// by moving its frames' descriptors to that port's TX ring instead of
     /// copying it (`Sink::move_out`).
     pub tx_move: bool,
+    /// With [`SwitchConfig::complete_checksums`], finish the checksums of
+    /// frames from virtual interfaces on output rather than on receive:
+    /// out of an AF_XDP port whose UMEM has TX metadata the kernel is
+    /// asked to (`afxdp::txmd`: nothing sums the payload, the receiving
+    /// stack trusts it as it trusts a bridged pod's segment), into the
+    /// tunnel its TSO computes each piece's own; elsewhere the switch
+    /// completes it. Off (or with `tx_move`), they are completed on
+    /// receive.
+    pub kernel_checksums: bool,
 }
 
 impl Default for SwitchConfig {
@@ -244,6 +253,7 @@ impl Default for SwitchConfig {
             poll_linger: Duration::ZERO,
             datapath_cpus: Vec::new(),
             tx_move: false,
+            kernel_checksums: true,
         }
     }
 }
@@ -364,6 +374,7 @@ struct AtomicPortStats {
     tx_no_frame: AtomicU64,
     tx_ring_full: AtomicU64,
     tx_moved: AtomicU64,
+    tx_checksum_requests: AtomicU64,
     rx_fill_frames: AtomicU64,
     rx_fill_target: AtomicU64,
 }
@@ -383,6 +394,7 @@ impl AtomicPortStats {
         add(&self.tx_packets, c.tx_packets);
         add(&self.tx_bytes, c.tx_bytes);
         add(&self.tx_moved, c.tx_moved);
+        add(&self.tx_checksum_requests, c.tx_checksum_requests);
         if c.rx_dropped | c.tx_dropped | c.tx_errors != 0 {
             add(&self.rx_dropped, c.rx_dropped);
             add(&self.tx_dropped, c.tx_dropped);
@@ -416,6 +428,7 @@ impl AtomicPortStats {
         self.tx_no_frame.store(s.tx_no_frame, r);
         self.tx_ring_full.store(s.tx_ring_full, r);
         self.tx_moved.store(s.tx_moved, r);
+        self.tx_checksum_requests.store(s.tx_checksum_requests, r);
     }
     fn get(&self) -> PortStats {
         let r = Ordering::Relaxed;
@@ -434,6 +447,7 @@ impl AtomicPortStats {
             tx_no_frame: self.tx_no_frame.load(r),
             tx_ring_full: self.tx_ring_full.load(r),
             tx_moved: self.tx_moved.load(r),
+            tx_checksum_requests: self.tx_checksum_requests.load(r),
             rx_fill_frames: self.rx_fill_frames.load(r),
             rx_fill_target: self.rx_fill_target.load(r),
         }
@@ -1314,6 +1328,9 @@ struct LocalPort {
     /// Its frames' TCP/UDP checksums may be partial (a kernel with TX
     /// offload on sent them): complete them on receive.
     complete_checksums: bool,
+    /// Instead of completing them on receive, leave them to the outputs
+    /// (`SwitchConfig::kernel_checksums`, `Sink::unfinished`).
+    defer_checksums: bool,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -1355,6 +1372,9 @@ struct SinkScratch {
     /// The AF_XDP batch being processed, for outputs that move its frames
     /// instead of copying them (`Sink::move_out`).
     rx: RxBatch,
+    /// A frame whose checksum the switch completes on its way into a
+    /// tunnel (`Sink::transmit_as`), reused.
+    finished: Vec<u8>,
 }
 
 /// An AF_XDP RX batch as the sink sees it: which of its packets may leave
@@ -1451,10 +1471,19 @@ impl WorkerInit {
             DatapathConfig::default(),
         );
         let umem = self.anchor.as_deref().and_then(|anchor| {
-            match ThreadUmem::new(anchor, self.idx as u32, self.config.umem_frames) {
+            let tx_metadata = self.config.complete_checksums
+                && self.config.kernel_checksums
+                && !self.config.tx_move;
+            match ThreadUmem::new(anchor, self.idx as u32, self.config.umem_frames, tx_metadata) {
                 Ok(u) => {
                     let _ = me.umem.set(u.handle());
                     me.umem_sg.store(u.mem().multi_buffer(), Ordering::Relaxed);
+                    if tx_metadata {
+                        match u.mem().tx_metadata() {
+                            true => tracing::info!(thread = self.idx, "the kernel finishes the checksums of pods' frames out of their ports (AF_XDP TX metadata)"),
+                            false => tracing::info!(thread = self.idx, "no AF_XDP TX metadata (Linux 6.11+): the switch completes the checksums of pods' frames"),
+                        }
+                    }
                     Some(u)
                 }
                 Err(e) => {
@@ -1678,12 +1707,17 @@ impl Worker {
             PortIo::Vxlan(v, _) => v.mode().to_string(),
             PortIo::Busy => String::new(),
         };
+        let defer_checksums = complete_checksums
+            && matches!(io, PortIo::Xsk(_))
+            && self.config.kernel_checksums
+            && !self.config.tx_move;
         self.ports.push(LocalPort {
             ofport,
             name: spec.name,
             io,
             stats,
             complete_checksums,
+            defer_checksums,
         });
         self.ports_changed();
         // Until the topology broadcast arrives, route to it locally.
@@ -1849,6 +1883,7 @@ impl Worker {
         let batch = self.batch;
         let in_port = self.ports[i].ofport;
         let complete_checksums = self.ports[i].complete_checksums;
+        let defer_checksums = self.ports[i].defer_checksums;
         match &mut self.ports[i].io {
             PortIo::Xsk(x) => {
                 let n = x.recv(&mut self.rx_descs[..batch + afxdp::MAX_CHAIN]);
@@ -1918,7 +1953,7 @@ impl Worker {
                         };
                         match p {
                             Some(mut p) => {
-                                if complete_checksums {
+                                if complete_checksums && !defer_checksums {
                                     checksum::complete_l4(p.data_mut());
                                 }
                                 if scratch.rx.mem.is_some() {
@@ -1938,6 +1973,7 @@ impl Worker {
                         }
                     }
                     let mut sink = Sink::new(ports, routes, scratch, *answer_src4, config, now_ns);
+                    sink.unfinished = complete_checksums && defer_checksums;
                     run_batch(dp, shared, &mut pkts, now_ns, &mut sink);
                 }
                 // Frames that left on a port's TX ring are not the fill
@@ -2171,6 +2207,10 @@ struct Sink<'a> {
     rx_tunnel: Option<IpAddr>,
     /// The batch's time (the reject rate limit's clock).
     now_ns: u64,
+    /// The batch's TCP/UDP checksums may be partial (from a port that
+    /// leaves them to the outputs, `LocalPort::defer_checksums`): every
+    /// output finishes them ([`Sink::transmit`]).
+    unfinished: bool,
 }
 
 impl<'a> Sink<'a> {
@@ -2194,6 +2234,7 @@ impl<'a> Sink<'a> {
             answer_src4,
             rx_tunnel: None,
             now_ns,
+            unfinished: false,
         }
     }
 }
@@ -2331,6 +2372,20 @@ impl Sink<'_> {
 
     /// Transmits `frame` on local or remote port `port`.
     fn transmit(&mut self, port: u32, frame: &[u8], tunnel: Option<TunnelMeta>) {
+        self.transmit_as(port, frame, tunnel, false);
+    }
+
+    /// [`Sink::transmit`] of a frame whose TCP/UDP checksum may be
+    /// partial when `unfinished`: finished on the way out, by the kernel
+    /// out of an AF_XDP port that can ask it to, by the tunnel's TSO for
+    /// a segment it cuts, and by the switch anywhere else.
+    fn transmit_as(
+        &mut self,
+        port: u32,
+        frame: &[u8],
+        tunnel: Option<TunnelMeta>,
+        unfinished: bool,
+    ) {
         match self.routes.get(&port) {
             Some(Route::Local(j)) => {
                 let Some(p) = self.ports.get_mut(*j) else {
@@ -2338,10 +2393,23 @@ impl Sink<'_> {
                     return;
                 };
                 match &mut p.io {
+                    PortIo::Xsk(x) if unfinished => x.send_unfinished(frame),
                     PortIo::Xsk(x) => x.send(frame),
                     PortIo::Vxlan(v, local_ip) => {
                         let local_ip = *local_ip;
-                        match v.send(frame, tunnel.unwrap_or_default()) {
+                        let meta = tunnel.unwrap_or_default();
+                        let sent = if unfinished && !v.cuts(frame) {
+                            let mut buf = std::mem::take(&mut self.scratch.finished);
+                            buf.clear();
+                            buf.extend_from_slice(frame);
+                            checksum::complete_l4(&mut buf);
+                            let sent = v.send(&buf, meta);
+                            self.scratch.finished = buf;
+                            sent
+                        } else {
+                            v.send(frame, meta)
+                        };
+                        match sent {
                             Ok(()) => {}
                             Err(TxError::TooBig { mtu }) => self.too_big(mtu, local_ip),
                             Err(_) => {}
@@ -2355,6 +2423,10 @@ impl Sink<'_> {
                 let mut buf = self.scratch.spares.pop().unwrap_or_default();
                 buf.clear();
                 buf.extend_from_slice(frame);
+                if unfinished {
+                    // The other thread sends it as it is.
+                    checksum::complete_l4(&mut buf);
+                }
                 if let Some(out) = self.scratch.remote.get_mut(t) {
                     out.push(Handoff {
                         ofport: port,
@@ -2484,12 +2556,14 @@ fn back_to_sender(key: &FlowKey) -> Option<TunnelMeta> {
 
 impl DatapathSink for Sink<'_> {
     fn output(&mut self, port: u32, frame: &[u8], tunnel: Option<TunnelMeta>) {
-        self.transmit(port, frame, tunnel);
+        self.transmit_as(port, frame, tunnel, self.unfinished);
     }
 
     fn output_last(&mut self, port: u32, frame: &[u8], tunnel: Option<TunnelMeta>) {
-        if !self.move_out(port, frame) {
-            self.transmit(port, frame, tunnel);
+        // Moves happen only where checksums are completed on receive
+        // (`LocalPort::defer_checksums` is off with `tx_move`).
+        if self.unfinished || !self.move_out(port, frame) {
+            self.transmit_as(port, frame, tunnel, self.unfinished);
         }
     }
 
@@ -2513,7 +2587,14 @@ impl DatapathSink for Sink<'_> {
             }
             .to_string(),
             userdata: p.userdata.to_vec(),
-            frame: p.frame.to_vec(),
+            frame: {
+                let mut f = p.frame.to_vec();
+                if self.unfinished {
+                    // What the controller sees (and may send back) is whole.
+                    checksum::complete_l4(&mut f);
+                }
+                f
+            },
         });
     }
 

@@ -106,6 +106,14 @@ struct Args {
     /// corrupt by the receiver.
     #[arg(long)]
     trust_checksums: bool,
+    /// Complete the checksums of frames from pods in the switch, on
+    /// receive, instead of on output: by default a frame out of a pod's
+    /// or the gateway's port asks the kernel to finish its checksum (AF_XDP
+    /// TX metadata, Linux 6.11+; the receiving stack then trusts it, as it
+    /// trusts a segment a Linux bridge hands on), one cut by the tunnel's
+    /// TSO gets each piece's own, and the switch completes the rest.
+    #[arg(long)]
+    software_checksums: bool,
     /// Forward a packet to a port sharing its UMEM (pods' and the
     /// gateway's ports on one datapath thread) by moving the frames it
     /// arrived in to that port's TX ring, not by copying it (`dump-ports`
@@ -354,6 +362,7 @@ fn run(args: Args) -> anyhow::Result<()> {
         complete_checksums: !args.trust_checksums,
         tunnel_tso: args.tunnel_tso,
         tx_move: args.tx_move,
+        kernel_checksums: !args.software_checksums,
         icmp_src_ip: args.icmp_src_ip,
         ..SwitchConfig::default()
     };

@@ -210,7 +210,7 @@ fn encode_ports(e: &mut Exposition, ports: &[PortInfo]) {
         }
     }
     type Get = fn(&PortInfo) -> u64;
-    let families: [(&str, &str, Get); 9] = [
+    let families: [(&str, &str, Get); 10] = [
         (
             "oxvs_port_rx_packets_total",
             "Packets received on a switch port.",
@@ -256,6 +256,12 @@ fn encode_ports(e: &mut Exposition, ports: &[PortInfo]) {
             "Packets a switch port sent without a copy: received on a port sharing its UMEM, \
              they went out in the frames they arrived in.",
             |p| p.stats.tx_moved,
+        ),
+        (
+            "oxvs_port_tx_checksum_requests_total",
+            "Packets a switch port sent asking the kernel to finish their TCP/UDP checksum \
+             (AF_XDP TX metadata).",
+            |p| p.stats.tx_checksum_requests,
         ),
     ];
     for (name, help, get) in families {

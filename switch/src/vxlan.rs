@@ -680,6 +680,22 @@ impl VxlanPort {
         }
     }
 
+    /// Whether [`send`](Self::send) cuts `inner` into TCP pieces
+    /// (userspace TSO), each with a checksum computed over its own bytes:
+    /// the checksum `inner` carries is never read, so a partial one need
+    /// not be finished first. The test `send4` and `send6` make.
+    pub fn cuts(&self, inner: &[u8]) -> bool {
+        let mtu = (self.underlay_mtu as usize).min(TX_SLOT);
+        let (outer, overhead) = match self.local_ip {
+            IpAddr::V4(_) => (OUTER_LEN, VXLAN_OVERHEAD),
+            IpAddr::V6(_) => (OUTER6_LEN, VXLAN6_OVERHEAD),
+        };
+        !self.tso.is_empty()
+            && outer + inner.len() > mtu
+            && tso::is_tcp(inner)
+            && TcpCut::of(inner, mtu.saturating_sub(overhead as usize)).is_some()
+    }
+
     /// [`send`](Self::send) over IPv4: whole, cut (TCP) or in fragments.
     fn send4(
         &mut self,

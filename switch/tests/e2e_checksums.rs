@@ -8,6 +8,17 @@
 //!    SHA-256), a UDP exchange each way, and a 3000-byte UDP datagram (IPv4
 //!    fragments, which the kernel checksums itself and the switch leaves
 //!    alone).
+//!    Out of the pods' ports the switch asks the kernel to finish the
+//!    checksums (AF_XDP TX metadata, where the kernel has it: counted in
+//!    `tx_checksum_requests`): the receiving pod trusts a
+//!    `CHECKSUM_PARTIAL` skb without summing it, so the SHA-256 is what
+//!    shows the data whole. That the request's terms are right (where the
+//!    sum starts, where it goes) shows where the kernel must compute it
+//!    in software: pod2 routes to a third namespace through a veth with
+//!    TX checksum offload off, whose kernel verifies every checksum.
+//!
+//!    Then `--software-checksums`: the switch completes them itself (no
+//!    request), and the same TCP and UDP pass.
 //! 2. The same pods behind a switch started with `--trust-checksums`
 //!    (completion off): TCP cannot even connect, because the receiving
 //!    kernel drops every segment as corrupt. This is what shows that step
@@ -27,6 +38,18 @@ const MAC1: &str = "02:00:0a:0a:00:01";
 const MAC2: &str = "02:00:0a:0a:00:02";
 const IP1: &str = "10.11.0.1";
 const IP2: &str = "10.11.0.2";
+
+/// Whether this kernel takes AF_XDP TX metadata (Linux 6.11+), so that
+/// the switch asks it to finish checksums.
+fn kernel_has_tx_metadata() -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let v: Vec<u32> = release
+        .split(|c: char| !c.is_ascii_digit())
+        .take(2)
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    v >= vec![6, 11]
+}
 
 fn offload_on(pod: &Netns) {
     let k = pod.must(&["ethtool", "-k", "eth0"]);
@@ -62,6 +85,59 @@ fn e2e_checksums() {
     // IPv4 fragments, which the kernel checksums itself (the switch
     // leaves them alone).
     big_udp_exchange(&pod1, &pod2, IP2, 6003, 3000, false);
+    // The counters are published every ~50 ms.
+    let requests = |sw: &Switchd| {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        sw.port_counters("cs1").tx_checksum_requests + sw.port_counters("cs2").tx_checksum_requests
+    };
+    if kernel_has_tx_metadata() {
+        assert!(
+            requests(&sw) > 1000,
+            "the kernel was asked to finish {} checksums: 4 MB each way are thousands of \
+             segments",
+            requests(&sw)
+        );
+    }
+
+    // Where the request's terms are used to compute the sum: pod2 routes
+    // to `far` through a veth with TX checksum offload off.
+    let far = Netns::new("csfar");
+    veth(&pod2, "fwd0", &far, "far0");
+    pod2.must(&["ip", "addr", "add", "10.12.0.1/24", "dev", "fwd0"]);
+    pod2.must(&["ethtool", "-K", "fwd0", "tx", "off"]);
+    pod2.must(&["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
+    far.must(&["ip", "addr", "add", "10.12.0.2/24", "dev", "far0"]);
+    far.must(&["ip", "route", "add", "10.11.0.0/24", "via", "10.12.0.1"]);
+    pod1.must(&["ip", "route", "add", "10.12.0.0/24", "via", IP2]);
+    let before = requests(&sw);
+    tcp_transfer(&pod1, &far, "10.12.0.2", 5004, 4 << 20);
+    udp_exchange(&pod1, &far, "10.12.0.2", 6004);
+    let bad = far.must(&["nstat", "-az", "TcpInCsumErrors", "UdpInCsumErrors"]);
+    assert!(
+        bad.lines()
+            .filter(|l| l.starts_with("TcpInCsumErrors") || l.starts_with("UdpInCsumErrors"))
+            .all(|l| l.split_whitespace().nth(1) == Some("0")),
+        "checksum errors where the kernel finished the switch's requests:\n{bad}"
+    );
+    if kernel_has_tx_metadata() {
+        assert!(
+            requests(&sw) - before > 1000,
+            "no requests on the forwarded path"
+        );
+    }
+    drop(sw);
+
+    // 1b. The switch completes them itself.
+    let sw = Switchd::start_with(&node, &["--software-checksums"]);
+    sw.add_port("cs1", 1);
+    sw.add_port("cs2", 2);
+    sw.add_flows(&example("switch-two-pods.flows"));
+    let p = ping_until_up(&pod1, IP2, 5);
+    assert!(p.ok, "pod1 -> pod2 ping never answered:\n{}", p.output);
+    tcp_transfer(&pod1, &pod2, IP2, 5005, 4 << 20);
+    tcp_transfer(&pod1, &far, "10.12.0.2", 5006, 1 << 20);
+    udp_exchange(&pod2, &pod1, IP1, 6005);
+    assert_eq!(requests(&sw), 0, "--software-checksums asked the kernel");
     drop(sw);
 
     // 2. Completion off: offloaded TCP is dropped by the receiver.

@@ -49,6 +49,12 @@ pub fn format(ports: &[PortInfo]) -> String {
                 st.tx_moved
             ));
         }
+        if st.tx_checksum_requests > 0 {
+            s.push_str(&format!(
+                "           tx checksums finished by the kernel={}\n",
+                st.tx_checksum_requests
+            ));
+        }
         let reasons = [
             st.rx_ring_full,
             st.rx_fill_empty,
@@ -115,6 +121,11 @@ mod tests {
         let mut moved = p.clone();
         moved.stats.tx_moved = 3;
         assert!(format(&[moved]).ends_with("errs=0\n           tx moved without a copy=3\n"));
+        // Checksums the kernel finished, likewise.
+        let mut finished = p.clone();
+        finished.stats.tx_checksum_requests = 4;
+        assert!(format(&[finished])
+            .ends_with("errs=0\n           tx checksums finished by the kernel=4\n"));
         // The fill ring's size only where frames were lost to it empty.
         let mut filled = p;
         filled.stats.rx_fill_frames = 390;

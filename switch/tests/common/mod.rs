@@ -522,6 +522,7 @@ impl Switchd {
             tx_packets: n("tx_packets"),
             tx_bytes: n("tx_bytes"),
             tx_moved: n("tx_moved"),
+            tx_checksum_requests: n("tx_checksum_requests"),
         }
     }
 
@@ -730,6 +731,7 @@ pub struct PortCounters {
     pub tx_bytes: u64,
     /// Of `tx_packets`, sent in the frames they arrived in (no copy).
     pub tx_moved: u64,
+    pub tx_checksum_requests: u64,
 }
 
 #[allow(dead_code)]
