@@ -15,7 +15,8 @@
 //!    shows the data whole. That the request's terms are right (where the
 //!    sum starts, where it goes) shows where the kernel must compute it
 //!    in software: pod2 routes to a third namespace through a veth with
-//!    TX checksum offload off, whose kernel verifies every checksum.
+//!    TX checksum offload off, whose kernel verifies every checksum (IPv4,
+//!    then IPv6).
 //!
 //!    Then `--software-checksums`: the switch completes them itself (no
 //!    request), and the same TCP and UDP pass.
@@ -123,6 +124,72 @@ fn e2e_checksums() {
         assert!(
             requests(&sw) - before > 1000,
             "no requests on the forwarded path"
+        );
+    }
+
+    // The same over IPv6 (its pseudo-header, a 40-byte header before the
+    // sum's start): static neighbours, so the switch needs only flows
+    // by MAC.
+    let flows = std::env::temp_dir().join(unique("cs-ipv6-flows"));
+    std::fs::write(
+        &flows,
+        format!(
+            "table=0,priority=50,ipv6,dl_dst={MAC1} actions=output:1\n\
+             table=0,priority=50,ipv6,dl_dst={MAC2} actions=output:2\n"
+        ),
+    )
+    .expect("write flows");
+    sw.add_flows(flows.to_str().expect("path"));
+    let _ = std::fs::remove_file(&flows);
+    let v6 = |ns: &Netns, args: &[&str]| {
+        let mut cmd = vec!["ip", "-6"];
+        cmd.extend_from_slice(args);
+        ns.must(&cmd);
+    };
+    v6(
+        &pod1,
+        &["addr", "add", "fd00:11::1/64", "dev", "eth0", "nodad"],
+    );
+    v6(
+        &pod2,
+        &["addr", "add", "fd00:11::2/64", "dev", "eth0", "nodad"],
+    );
+    v6(
+        &pod1,
+        &["neigh", "add", "fd00:11::2", "lladdr", MAC2, "dev", "eth0"],
+    );
+    v6(
+        &pod2,
+        &["neigh", "add", "fd00:11::1", "lladdr", MAC1, "dev", "eth0"],
+    );
+    v6(
+        &pod2,
+        &["addr", "add", "fd00:12::1/64", "dev", "fwd0", "nodad"],
+    );
+    pod2.must(&["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"]);
+    v6(
+        &far,
+        &["addr", "add", "fd00:12::2/64", "dev", "far0", "nodad"],
+    );
+    v6(&far, &["route", "add", "fd00:11::/64", "via", "fd00:12::1"]);
+    v6(
+        &pod1,
+        &["route", "add", "fd00:12::/64", "via", "fd00:11::2"],
+    );
+    let before = requests(&sw);
+    tcp_transfer(&pod1, &far, "fd00:12::2", 5007, 4 << 20);
+    udp_exchange(&pod1, &far, "fd00:12::2", 6007);
+    let bad = far.must(&["nstat", "-az", "TcpInCsumErrors", "Udp6InCsumErrors"]);
+    assert!(
+        bad.lines()
+            .filter(|l| l.starts_with("TcpInCsumErrors") || l.starts_with("Udp6InCsumErrors"))
+            .all(|l| l.split_whitespace().nth(1) == Some("0")),
+        "IPv6 checksum errors where the kernel finished the switch's requests:\n{bad}"
+    );
+    if kernel_has_tx_metadata() {
+        assert!(
+            requests(&sw) - before > 1000,
+            "no requests on the forwarded IPv6 path"
         );
     }
     drop(sw);
