@@ -83,9 +83,11 @@ pub struct PortStats {
     /// the TX ring then refuses is also in `tx_dropped`.
     #[serde(default)]
     pub tx_moved: u64,
-    /// Packets sent asking the kernel to finish their TCP/UDP checksum
+    /// Packets queued asking the kernel to finish their TCP/UDP checksum
     /// (AF_XDP TX metadata: a pod's frame whose checksum its kernel left
-    /// partial; `oxvs-switchd --software-checksums` turns it off).
+    /// partial; `oxvs-switchd --software-checksums` turns it off). Counted
+    /// when queued, as `tx_moved`: one the TX ring then refuses is also in
+    /// `tx_dropped`.
     #[serde(default)]
     pub tx_checksum_requests: u64,
     /// Frames on the port's fill ring (AF_XDP ports, summed over the

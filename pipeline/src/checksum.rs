@@ -322,6 +322,10 @@ pub struct PartialL4 {
     /// What the field must hold: the pseudo-header's sum, folded, not
     /// inverted.
     pub pseudo: u16,
+    /// Where the L4 data ends (the IP length's end). A device sums to the
+    /// end of the frame: where bytes follow (padding), only a sum
+    /// computed here ([`l4_fix`]) is right.
+    pub end: usize,
 }
 
 impl PartialL4 {
@@ -353,6 +357,7 @@ pub fn partial_l4(frame: &[u8]) -> Option<PartialL4> {
         start: span.start,
         field: span.field,
         pseudo: fold(span.pseudo),
+        end: span.end,
     })
 }
 
@@ -581,7 +586,7 @@ mod tests {
                     }
                     // The partial terms: what the kernel left in the field.
                     let p = partial_l4(&full).unwrap();
-                    assert_eq!((p.start, p.field), (l4, field));
+                    assert_eq!((p.start, p.field, p.end), (l4, field, full.len()));
                     let mut back = full.clone();
                     assert!(p.apply(&mut back));
                     assert_eq!(back, partial);

@@ -787,8 +787,8 @@ pub struct PortCounters {
     pub tx_no_frame: u64,
     /// To send, but the TX ring (or the queue in front of it) was full.
     pub tx_ring_full: u64,
-    /// Packets sent asking the kernel to finish their checksum
-    /// ([`XskPort::send_unfinished`]).
+    /// Packets queued asking the kernel to finish their checksum
+    /// ([`XskPort::send_unfinished`]; counted when queued, as `tx_moved`).
     pub tx_checksum_requests: u64,
     /// Queued without a copy: a packet received on a port sharing this
     /// port's UMEM, in its own frames ([`XskPort::send_moved`]; counted
@@ -1676,7 +1676,9 @@ impl XskPort {
     #[inline]
     pub fn send_unfinished(&mut self, bytes: &[u8]) {
         if self.mem.txmd {
-            if let Some(p) = checksum::partial_l4(bytes) {
+            // The kernel sums to the frame's end: only where the L4 data
+            // ends there (no padding behind it).
+            if let Some(p) = checksum::partial_l4(bytes).filter(|p| p.end == bytes.len()) {
                 let (Ok(start), Ok(offset)) =
                     (u16::try_from(p.start), u16::try_from(p.field - p.start))
                 else {
@@ -1696,24 +1698,31 @@ impl XskPort {
                         d.set_options(d.options() | txmd::XDP_TX_METADATA);
                         self.counters.tx_checksum_requests += 1;
                     }
-                    _ => self.unqueue(mark),
+                    // No room for the request: the sum, computed here.
+                    _ => self.fix_queued(mark, bytes),
                 }
                 return;
             }
         }
-        match checksum::l4_fix(bytes) {
-            Some(fix) => {
-                if let Some(mark) = self.queue_tx(bytes) {
-                    let ok = self
-                        .pending_tx
-                        .get(mark)
-                        .is_some_and(|d| self.mem.patch(d, fix.at, fix.bytes()));
-                    if !ok {
-                        self.unqueue(mark);
-                    }
-                }
-            }
-            None => self.send(bytes),
+        if let Some(mark) = self.queue_tx(bytes) {
+            self.fix_queued(mark, bytes);
+        }
+    }
+
+    /// Writes the complete checksum of `bytes` ([`checksum::l4_fix`]; none
+    /// for a frame without one) into the packet queued from
+    /// `pending_tx[mark]`, which holds a copy of them; takes the packet
+    /// back if it cannot.
+    fn fix_queued(&mut self, mark: usize, bytes: &[u8]) {
+        let Some(fix) = checksum::l4_fix(bytes) else {
+            return;
+        };
+        let ok = self
+            .pending_tx
+            .get(mark)
+            .is_some_and(|d| self.mem.patch(d, fix.at, fix.bytes()));
+        if !ok {
+            self.unqueue(mark);
         }
     }
 

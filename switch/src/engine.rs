@@ -223,13 +223,14 @@ pub struct SwitchConfig {
     /// copying it (`Sink::move_out`).
     pub tx_move: bool,
     /// With [`SwitchConfig::complete_checksums`], finish the checksums of
-    /// frames from virtual interfaces on output rather than on receive:
-    /// out of an AF_XDP port whose UMEM has TX metadata the kernel is
-    /// asked to (`afxdp::txmd`: nothing sums the payload, the receiving
-    /// stack trusts it as it trusts a bridged pod's segment), into the
-    /// tunnel its TSO computes each piece's own; elsewhere the switch
-    /// completes it. Off (or with `tx_move`), they are completed on
-    /// receive.
+    /// frames from ports on a UMEM with TX metadata (pods, the gateway, on
+    /// Linux 6.11+) on output rather than on receive: out of such a port
+    /// the kernel is asked to (`afxdp::txmd`: nothing sums the payload,
+    /// the receiving stack trusts it as it trusts a bridged pod's
+    /// segment), into the tunnel its TSO computes each piece's own;
+    /// elsewhere the switch completes it. Off (or with `tx_move`, or
+    /// without TX metadata, or for a VLAN-tagged frame), they are
+    /// completed on receive.
     pub kernel_checksums: bool,
 }
 
@@ -1707,8 +1708,10 @@ impl Worker {
             PortIo::Vxlan(v, _) => v.mode().to_string(),
             PortIo::Busy => String::new(),
         };
+        // Only where the kernel can finish them on the way out (elsewhere
+        // a sum per output would replace one per packet).
         let defer_checksums = complete_checksums
-            && matches!(io, PortIo::Xsk(_))
+            && matches!(&io, PortIo::Xsk(x) if x.mem().tx_metadata())
             && self.config.kernel_checksums
             && !self.config.tx_move;
         self.ports.push(LocalPort {
@@ -1953,7 +1956,11 @@ impl Worker {
                         };
                         match p {
                             Some(mut p) => {
-                                if complete_checksums && !defer_checksums {
+                                // A tagged frame is completed now: a flow
+                                // pushing more tags would leave it beyond
+                                // what the outputs parse (two).
+                                if complete_checksums && (!defer_checksums || vlan_tagged(p.data()))
+                                {
                                     checksum::complete_l4(p.data_mut());
                                 }
                                 if scratch.rx.mem.is_some() {
@@ -2524,6 +2531,15 @@ impl Sink<'_> {
             self.scratch.icmp_too_big += 1;
         }
         self.scratch.cur_frame = frame;
+    }
+}
+
+/// Whether `frame` carries a VLAN tag (its first ethertype is a TPID).
+#[inline]
+fn vlan_tagged(frame: &[u8]) -> bool {
+    match frame.get(12..14) {
+        Some(&[a, b]) => oxvs_pipeline::wire::ethernet::is_vlan_tpid(u16::from_be_bytes([a, b])),
+        _ => false,
     }
 }
 

@@ -59,10 +59,19 @@ thread_local! {
 /// whether the kernel reserved the metadata. False also when the binary
 /// was not linked with the wrap.
 pub fn with_tx_metadata<T>(register: impl FnOnce() -> T) -> (T, bool) {
+    /// Ends the request however `register` returns (a panic included), so
+    /// no later registration on this thread gets it unasked.
+    struct Wanted;
+    impl Drop for Wanted {
+        fn drop(&mut self) {
+            WANTED.set(false);
+        }
+    }
     WANTED.set(true);
     GRANTED.set(false);
+    let wanted = Wanted;
     let r = register();
-    WANTED.set(false);
+    drop(wanted);
     (r, GRANTED.replace(false))
 }
 
