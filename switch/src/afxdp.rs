@@ -312,7 +312,7 @@ pub struct UmemMem {
     sg: bool,
     /// Whether it was registered with TX metadata ([`txmd`]): its sockets
     /// can ask the kernel to finish a packet's checksum
-    /// ([`XskPort::send_partial`]).
+    /// ([`XskPort::send_unfinished`]).
     txmd: bool,
 }
 
@@ -438,7 +438,7 @@ impl UmemMem {
     }
 
     /// Whether the UMEM was registered with TX metadata: its sockets ask
-    /// the kernel to finish checksums ([`XskPort::send_partial`]).
+    /// the kernel to finish checksums ([`XskPort::send_unfinished`]).
     pub fn tx_metadata(&self) -> bool {
         self.txmd
     }
