@@ -683,7 +683,9 @@ impl VxlanPort {
     /// Whether [`send`](Self::send) cuts `inner` into TCP pieces
     /// (userspace TSO), each with a checksum computed over its own bytes:
     /// the checksum `inner` carries is never read, so a partial one need
-    /// not be finished first. The test `send4` and `send6` make.
+    /// not be finished first. The test `send4` and `send6` make: a change
+    /// to their cut decision must change this too, or a frame the engine
+    /// left unfinished leaves the tunnel so.
     pub fn cuts(&self, inner: &[u8]) -> bool {
         let mtu = (self.underlay_mtu as usize).min(TX_SLOT);
         let (outer, overhead) = match self.local_ip {
