@@ -907,21 +907,33 @@ impl<'a, L: FlowLookup + ?Sized> Xlate<'a, L> {
     /// Whether an ICMP/ICMPv6 type or code write is pending and changes the
     /// packet: OVS commits that header whole (`set(icmpv6(type=136,code=0))`),
     /// so both fields are marked dirty and both are written.
+    ///
+    /// The answer depends on the protocol, so a pending transport write
+    /// un-wildcards `nw_proto` (`dl_type` always is): without that, a
+    /// megaflow built from a TCP packet would carry its actions to an ICMP
+    /// one, which needs both fields written.
     fn icmp_header_changed(&mut self) -> bool {
-        let proto = self.base.get(Field::NwProto) as u8;
-        let ip = matches!(self.dl_type(), ETH_TYPE_IPV4 | ETH_TYPE_IPV6);
-        if !ip || !matches!(proto, ip_proto::ICMP | ip_proto::ICMPV6) {
-            return false;
-        }
         let (ty, code) = (Field::TpSrc, Field::TpDst);
         let dirty = self.dirty.get(ty) != 0 || self.dirty.get(code) != 0;
+        if !dirty || !self.is_ip() {
+            return false;
+        }
+        self.wc.mask_field(Field::NwProto);
+        let proto = self.base.get(Field::NwProto) as u8;
+        let icmp = match self.dl_type() {
+            ETH_TYPE_IPV4 => proto == ip_proto::ICMP,
+            _ => proto == ip_proto::ICMPV6,
+        };
+        if !icmp {
+            return false;
+        }
         let changed =
             self.key.get(ty) != self.base.get(ty) || self.key.get(code) != self.base.get(code);
-        if dirty && changed {
+        if changed {
             self.dirty.mask_field(ty);
             self.dirty.mask_field(code);
         }
-        dirty && changed
+        changed
     }
 
     fn clear_ct_fields(&mut self) {
