@@ -42,10 +42,11 @@
 //! completion rings (sockets on different devices need their own); the
 //! free frames are one list for the thread ([`Frames`]). A fill ring
 //! holds frames nobody can take back until packets arrive, so an idle
-//! port must not hoard them: the first ports start with [`FILL_START`]
-//! frames while half the UMEM stays free, later ones with [`FILL_MIN`]
-//! frames (taken even from the TX reserve, so a new port can always
-//! receive), and only a busy port grows its ring, while the UMEM has
+//! port must not hoard them: the first two ports start with
+//! [`FILL_DEEP_START`] frames, the next ones with [`FILL_START`] while
+//! half the UMEM stays free, later ones with [`FILL_MIN`] frames (taken
+//! even from the TX reserve, so a new port can always receive;
+//! [`start_fill`]), and only a busy port grows its ring, while the UMEM has
 //! frames to spare, up to its share of the UMEM ([`Frames::port_share`],
 //! at most [`FILL_TARGET`]); an idle one decays back to that share. A
 //! port under a burst (it lost frames to its empty ring, or a burst half
@@ -149,6 +150,12 @@ pub const FILL_TARGET: usize = RX_RING_SIZE as usize;
 /// Frames a thread's first ports on a shared UMEM start with (while half
 /// the UMEM stays free): enough for a burst before the first adaptation.
 pub const FILL_START: usize = 512;
+/// Frames a thread's very first ports on a shared UMEM start with (while
+/// three quarters of the UMEM stay free, [`start_fill`]): a pod's first
+/// TCP burst at MTU 65535 with four streams lost 12-200 segments to a
+/// start of [`FILL_START`] and none to this (`docs/benchmarks.md`, "A
+/// fresh pod's first burst").
+pub const FILL_DEEP_START: usize = FILL_TARGET / 2;
 /// Frames a port under a burst may borrow up to when its share of the
 /// UMEM is smaller ([`Frames::room_to_grow`]): half a ring (7.5 MiB of
 /// 64 KiB segments). A ring this large carried one TCP stream between
@@ -173,6 +180,25 @@ pub const MAX_CHAIN: usize = 18;
 /// most [`FILL_TARGET`]) while the UMEM has frames to spare, and decays
 /// back to that share when it is idle.
 pub const FILL_MIN: usize = 64;
+
+/// The fill ring a port on a shared UMEM of `total` frames starts with,
+/// `free` of them free when it attaches: [`FILL_DEEP_START`] while that
+/// leaves three quarters of the UMEM free, [`FILL_START`] while it leaves
+/// half, else [`FILL_MIN`]. A quiet port keeps what it starts with (frames
+/// on a fill ring come back only as packets arrive), so the deep starts
+/// together take at most a quarter of the UMEM and all starts but the
+/// minimum at most half, as before there were deep ones: later ports
+/// still find half the UMEM to grow and borrow from. With the default
+/// 16384 frames: two ports start deep, eight with 512, later ones with 64.
+fn start_fill(total: usize, free: usize) -> usize {
+    if free >= total * 3 / 4 + FILL_DEEP_START {
+        FILL_DEEP_START.min(total / 4)
+    } else if free >= total / 2 + FILL_START {
+        FILL_START.min(total / 2)
+    } else {
+        FILL_MIN
+    }
+}
 
 /// Why an AF_XDP operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -1422,16 +1448,13 @@ impl XskPort {
             shared: is_shared,
             filled: 0,
             // A port with its own UMEM fills its ring (up to half the
-            // UMEM). A port on a shared UMEM starts with FILL_START frames
-            // while that leaves half the UMEM free (a node's first pods
-            // absorb bursts at once), else with the minimum; a busy one
-            // grows to its share of the UMEM (`Frames::port_share`).
+            // UMEM); one on a shared UMEM starts as `start_fill` says, and
+            // a busy one grows to its share of the UMEM
+            // (`Frames::port_share`).
             fill_target: if !is_shared {
                 FILL_TARGET.min(frames_total / 2)
-            } else if frames_free >= frames_total / 2 + FILL_START {
-                FILL_START.min(frames_total / 2)
             } else {
-                FILL_MIN
+                start_fill(frames_total, frames_free)
             },
             full_batches: 0,
             rx_since_adapt: 0,
@@ -2127,6 +2150,34 @@ mod tests {
         assert_eq!(f.port_share(), FILL_MIN);
         f.detach();
         assert_eq!(f.port_share(), FILL_MIN);
+    }
+
+    #[test]
+    fn fresh_ports_start_deep_then_at_512_then_at_64_and_leave_half_the_umem() {
+        let starts = |total: usize| {
+            let mut free = total;
+            let mut v = Vec::new();
+            for _ in 0..40 {
+                let s = start_fill(total, free);
+                free -= s.min(free);
+                v.push(s);
+            }
+            (v, free)
+        };
+        let (v, free) = starts(16384);
+        assert_eq!(&v[..2], &[FILL_DEEP_START; 2]);
+        assert_eq!(&v[2..10], &[FILL_START; 8]);
+        assert!(v[10..].iter().all(|&s| s == FILL_MIN), "{v:?}");
+        assert_eq!(free, 16384 / 2 - 30 * FILL_MIN);
+        // Small UMEMs: no deep start where it would take over a quarter.
+        for total in [64usize, 512, 2048, 4096, 8192, 1 << 16] {
+            let (v, _) = starts(total);
+            let before_min: usize = v.iter().take_while(|&&s| s != FILL_MIN).sum();
+            assert!(before_min <= total / 2, "{total}: {v:?}");
+            let deep: usize = v.iter().filter(|&&s| s == FILL_DEEP_START).sum();
+            assert!(deep <= total / 4, "{total}: {v:?}");
+        }
+        assert_eq!(start_fill(2048, 2048), FILL_START);
     }
 
     /// Takes `n` frames off the free list, as fill rings would.

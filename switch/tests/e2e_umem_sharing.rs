@@ -319,3 +319,59 @@ fn e2e_idle_port_keeps_its_share() {
         );
     }
 }
+
+/// A fresh pod's first burst: the first two ports of a switchd start with
+/// a deep fill ring (`afxdp::start_fill`), so four TCP streams at once
+/// from a pod at MTU 65535, right after its port was added, lose nothing
+/// to an empty fill ring. (Ports used to start with 512 frames: such a
+/// burst drained them before the datapath thread grew them, 12-200 64 KiB
+/// segments lost in `e2e --streams 4`, `docs/benchmarks.md`, "A fresh
+/// pod's first burst".)
+#[test]
+fn e2e_fresh_pods_first_burst() {
+    skip_unless_capable!();
+    let node = Netns::new("node");
+    let sw = Switchd::start_with(&node, &[]);
+    let pods = flooded_pods(&sw, &node, 2, "f", "10.13.0", "02:00:0a:0d:00", 65535);
+    let (src, sink) = (&pods[0], &pods[1]);
+    let p = ping_until_up(src, "10.13.0.2", 5);
+    assert!(p.ok, "pod1 -> pod2 never answered:\n{}", p.output);
+    let before = rx_fill_empty(&sw, "f1");
+    let ports: Vec<String> = (5101..5105).map(|p: u16| p.to_string()).collect();
+    let mut sinks: Vec<Bg> = ports
+        .iter()
+        .map(|p| sink.spawn(&["python3", "-c", TCP_DRAIN, p]))
+        .collect();
+    for s in &mut sinks {
+        s.wait_listening("TCP sink").expect("sink");
+    }
+    let mut blasts: Vec<Bg> = ports
+        .iter()
+        .map(|p| src.spawn(&["python3", "-c", TCP_BLAST, "10.13.0.2", p, "2"]))
+        .collect();
+    for b in &mut blasts {
+        let (ok, out, err) = b.wait(Duration::from_secs(15));
+        assert!(ok, "TCP source: {out}{err}");
+    }
+    let got: u64 = sinks
+        .iter_mut()
+        .map(|s| {
+            let (ok, out, err) = s.wait(Duration::from_secs(15));
+            assert!(ok, "TCP sink: {out}{err}");
+            out.lines()
+                .last()
+                .and_then(|l| l.trim().parse::<u64>().ok())
+                .unwrap_or(0)
+        })
+        .sum();
+    let lost = rx_fill_empty(&sw, "f1") - before;
+    eprintln!("four fresh streams: {got} bytes in 2 s, {lost} lost to an empty fill ring");
+    assert!(
+        got > 100 << 20,
+        "only {got} bytes of TCP in 2 s: the burst tested nothing"
+    );
+    assert_eq!(
+        lost, 0,
+        "a fresh pod's first burst lost {lost} packets to its empty fill ring"
+    );
+}
