@@ -5,11 +5,12 @@
 # middle, then prints the machine's samples by command and DSO, and the
 # inclusive share of the main syscalls and functions (SETUP: vxlan-oxvs,
 # vxlan-kernel, oxvs, bridge, ...). Root, perf installed.
-# usage: bench/scripts/profile-e2e.sh SETUP OUT   (writes OUT.data, OUT.e2e.txt)
+# usage: [STREAMS=N] bench/scripts/profile-e2e.sh SETUP OUT   (writes OUT.data, OUT.e2e.txt;
+#        N parallel streams, default 1)
 setup=$1; out=$2
 [ -n "$setup" ] && [ -n "$out" ] || { echo "usage: $0 SETUP OUT" >&2; exit 2; }
 cd "$(dirname "$0")/../.." || exit 1
-target/release/e2e --only "$setup" --tcp-only --offloads on --mtu 65535 --streams 1 \
+target/release/e2e --only "$setup" --tcp-only --offloads on --mtu 65535 --streams "${STREAMS:-1}" \
     --trials 1 --duration 14 > "$out.e2e.txt" 2>&1 &
 e=$!
 for _ in $(seq 1 600); do pgrep -f "iperf3 .*-c " >/dev/null && break; sleep 0.1; done

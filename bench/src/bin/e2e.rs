@@ -142,7 +142,16 @@ struct Opts {
     #[arg(long, value_delimiter = ',', default_values_t = [1500u32],
           value_parser = clap::value_parser!(u32).range(576..=65535))]
     mtu: Vec<u32>,
+    /// Queues of every pod's veth (`numtxqueues`/`numrxqueues`): with more
+    /// than one, a pod's flows spread over them by hash, and oxvs serves
+    /// each queue with its own socket (with `--switchd-arg=--threads=N`,
+    /// queue q on its own datapath thread).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pod_queues: u32,
 }
+
+/// `--pod-queues`, set once in `main` before any pod is made.
+static POD_QUEUES: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum OxvsMode {
@@ -248,8 +257,27 @@ impl Lab {
         host_ns: Option<&str>,
     ) -> Result<()> {
         let peer = format!("{host}p");
+        let q = POD_QUEUES.get().copied().unwrap_or(1).to_string();
         must(&[
-            "ip", "link", "add", host, "type", "veth", "peer", "name", &peer, "netns", ns,
+            "ip",
+            "link",
+            "add",
+            host,
+            "numtxqueues",
+            &q,
+            "numrxqueues",
+            &q,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &peer,
+            "netns",
+            ns,
+            "numtxqueues",
+            &q,
+            "numrxqueues",
+            &q,
         ])?;
         if host_ns.is_none() {
             self.links.push(host.to_owned());
@@ -1396,6 +1424,7 @@ fn main() -> Result<()> {
         signal_hook::flag::register(sig, Arc::clone(&flag)).context("signal handler")?;
     }
     let _ = STOP.set(flag);
+    let _ = POD_QUEUES.set(o.pod_queues);
     let uid = std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
@@ -1608,6 +1637,7 @@ fn main() -> Result<()> {
             "fixed_rate_pps": o.rate,
             "tcp_only": o.tcp_only,
             "pod_mtu": o.mtu,
+            "pod_queues": o.pod_queues,
             "elapsed_s": started.elapsed().as_secs_f64(),
             "results": results.iter().map(SwitchResult::to_json).collect::<Vec<_>>(),
         });
