@@ -162,6 +162,11 @@ pub const FILL_DEEP_START: usize = FILL_TARGET / 2;
 /// pods at MTU 65535 without loss (`docs/benchmarks.md`, "Many pods on a
 /// node").
 pub const BORROW_UP_TO: usize = FILL_TARGET / 2;
+/// `setsockopt` level of AF_XDP sockets.
+const SOL_XDP: libc::c_int = 283;
+/// The socket option raising how many frames one copy-mode TX kick sends
+/// (`include/uapi/linux/if_xdp.h`, Linux 6.17+; 32 before and by default).
+const XDP_MAX_TX_SKB_BUDGET: libc::c_int = 9;
 /// The descriptor option saying the packet goes on in the next descriptor
 /// (multi-buffer AF_XDP, `XDP_USE_SG`).
 pub const XDP_PKT_CONTD: u32 = 1;
@@ -1468,6 +1473,9 @@ impl XskPort {
             sg,
             rx_skipping: false,
         };
+        if !port.mode.zero_copy {
+            port.raise_tx_budget();
+        }
         port.refill();
         // Only now does the switch's program redirect to the socket: the
         // fill ring has frames for what arrives.
@@ -1921,6 +1929,28 @@ impl XskPort {
             }
         }
         self.refill();
+    }
+
+    /// Lets one kick of a copy-mode socket send the whole TX ring: the
+    /// kernel sends at most 32 frames per `sendto` unless told more
+    /// (`XDP_MAX_TX_SKB_BUDGET`, Linux 6.17+), and [`XskPort::flush`] would
+    /// kick again for each 32. A kernel without the option keeps 32.
+    fn raise_tx_budget(&self) {
+        let budget: u32 = TX_RING_SIZE;
+        let fd = self.rx.fd().as_raw_fd();
+        // SAFETY: `budget` is a live u32 and its size is what is passed.
+        let r = unsafe {
+            libc::setsockopt(
+                fd,
+                SOL_XDP,
+                XDP_MAX_TX_SKB_BUDGET,
+                std::ptr::from_ref(&budget).cast(),
+                std::mem::size_of::<u32>() as libc::socklen_t,
+            )
+        };
+        if r != 0 {
+            tracing::debug!(port = %self.ifname, queue = self.queue, error = %std::io::Error::last_os_error(), "the kernel keeps 32 frames per TX kick");
+        }
     }
 
     /// Drains the completion ring back to the free frames.
