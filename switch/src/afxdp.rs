@@ -1912,9 +1912,10 @@ impl XskPort {
             self.in_flight += done;
         }
         self.complete();
-        // In copy mode the kernel transmits at most 32 frames per kick
-        // (and completes them at once): kick until the ring is drained or
-        // it stops asking, bounded.
+        // In copy mode the kernel transmits at most its budget per kick
+        // (the whole ring where `raise_tx_budget` was granted, else 32) and
+        // completes them at once: kick until the ring is drained or it
+        // stops asking, bounded.
         let mut kicks = 0;
         while self.in_flight > 0 && self.tx.needs_wakeup() && kicks <= TX_RING_SIZE / 32 {
             if self.tx.wakeup().is_err() {
