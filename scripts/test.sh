@@ -24,8 +24,9 @@ export OXVS_SETUP_K8S=1 OXVS_TESTS_NO_SKIP=1
 # The property tests draw their cases from a pinned seed here, so that what
 # CI runs is what ran before a change landed (a random draw once failed CI
 # on a bug no earlier draw had reached). Exploring new cases is a local
-# job: `PROPTEST_RNG_SEED=$RANDOM cargo test --release`, or unset it, with
-# more cases (PROPTEST_CASES, where a test does not fix its own count).
+# job: `PROPTEST_RNG_SEED=$RANDOM cargo test --release` (or plain `cargo
+# test`, which draws a random seed); for more cases than a test's own
+# count, raise its `cases` for the run.
 export PROPTEST_RNG_SEED="${PROPTEST_RNG_SEED:-20261204}"
 scripts/setup.sh
 [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"

@@ -281,7 +281,7 @@ fn parse_ipv4(data: &[u8], key: &mut FlowKey) {
     put(key, Field::NwFrag, u128::from(nw_frag));
 
     if nw_frag & frag::LATER == 0 {
-        parse_l4(nw_proto, payload, key);
+        parse_l4(nw_proto, false, payload, key);
     }
 }
 
@@ -322,12 +322,18 @@ fn parse_ipv6(data: &[u8], key: &mut FlowKey) {
     put(key, Field::NwFrag, u128::from(nw_frag));
 
     if let Some(l4) = l4 {
-        parse_l4(nw_proto, l4, key);
+        parse_l4(nw_proto, true, l4, key);
     }
 }
 
+/// The transport fields of an IPv4 (`ipv6` false) or IPv6 payload. The
+/// ICMP family is the IP version's own, as in OVS's `flow_extract`: ICMP
+/// and IGMP under IPv4, ICMPv6 under IPv6; the other leaves no transport
+/// fields. (ICMPv6's Neighbour Discovery fields share key storage with
+/// IPv4's addresses: parsed in an IPv4 packet they would let a pod write
+/// the `nw_src`/`nw_dst` that policy matches.)
 #[inline(always)]
-fn parse_l4(nw_proto: u8, data: &[u8], key: &mut FlowKey) {
+fn parse_l4(nw_proto: u8, ipv6: bool, data: &[u8], key: &mut FlowKey) {
     match nw_proto {
         ip_proto::TCP => {
             if let Ok(t) = TcpPacket::new_checked(data) {
@@ -351,14 +357,14 @@ fn parse_l4(nw_proto: u8, data: &[u8], key: &mut FlowKey) {
                 put(key, Field::TpDst, u128::from(dp));
             }
         }
-        ip_proto::ICMP | ip_proto::IGMP => {
+        ip_proto::ICMP | ip_proto::IGMP if !ipv6 => {
             if let Ok(i) = IcmpPacket::new_checked(data) {
                 let (t, code) = (i.msg_type(), i.code());
                 put(key, Field::TpSrc, u128::from(t));
                 put(key, Field::TpDst, u128::from(code));
             }
         }
-        ip_proto::ICMPV6 => parse_icmpv6(data, key),
+        ip_proto::ICMPV6 if ipv6 => parse_icmpv6(data, key),
         _ => {}
     }
 }
@@ -888,6 +894,37 @@ mod tests {
         let k = extract(&frame, 1);
         assert_eq!(k.get(Field::NwProto), 2);
         assert_eq!((k.get(Field::TpSrc), k.get(Field::TpDst)), (0x11, 100));
+    }
+
+    #[test]
+    fn icmpv6_in_ipv4_is_not_parsed_and_keeps_the_addresses() {
+        // IPv4, protocol 58, carrying an ICMPv6 Neighbour Solicitation whose
+        // target would land on nw_src/nw_dst (the ND fields share that key
+        // word) if it were parsed as ICMPv6.
+        let frame = hex(&format!(
+            "{ETH} 0800 4500 002c 0000 0000 403a 0000 0a000001 0a000002 \
+             8700 0000 00000000 fe800000 00000000 00000000 0a0a0a0a"
+        ));
+        let k = extract(&frame, 1);
+        assert_eq!(k.get(Field::NwProto), 58);
+        assert_eq!(
+            (k.get(Field::NwSrc), k.get(Field::NwDst)),
+            (0x0a00_0001, 0x0a00_0002)
+        );
+        assert_eq!((k.get(Field::TpSrc), k.get(Field::TpDst)), (0, 0));
+    }
+
+    #[test]
+    fn icmp_in_ipv6_is_not_parsed() {
+        // IPv6, next header 1 (ICMP for IPv4), an echo request.
+        let frame = hex(&format!(
+            "{ETH} 86dd 60000000 0008 0140 fe800000000000000000000000000001 \
+             fe800000000000000000000000000002 0800 0000 00010001"
+        ));
+        let k = extract(&frame, 1);
+        assert_eq!(k.get(Field::NwProto), 1);
+        assert_eq!((k.get(Field::TpSrc), k.get(Field::TpDst)), (0, 0));
+        assert_eq!(k.get(Field::Ipv6Src) & 0xffff, 1);
     }
 
     #[test]

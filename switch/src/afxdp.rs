@@ -42,8 +42,9 @@
 //! completion rings (sockets on different devices need their own); the
 //! free frames are one list for the thread ([`Frames`]). A fill ring
 //! holds frames nobody can take back until packets arrive, so an idle
-//! port must not hoard them: the first two ports start with
-//! [`FILL_DEEP_START`] frames, the next ones with [`FILL_START`] while
+//! port must not hoard them: the first ports start with
+//! [`FILL_DEEP_START`] frames while three quarters of the UMEM stay free
+//! (two with the default UMEM), the next ones with [`FILL_START`] while
 //! half the UMEM stays free, later ones with [`FILL_MIN`] frames (taken
 //! even from the TX reserve, so a new port can always receive;
 //! [`start_fill`]), and only a busy port grows its ring, while the UMEM has
@@ -192,9 +193,11 @@ pub const FILL_MIN: usize = 64;
 /// half, else [`FILL_MIN`]. A quiet port keeps what it starts with (frames
 /// on a fill ring come back only as packets arrive), so the deep starts
 /// together take at most a quarter of the UMEM and all starts but the
-/// minimum at most half, as before there were deep ones: later ports
-/// still find half the UMEM to grow and borrow from. With the default
-/// 16384 frames: two ports start deep, eight with 512, later ones with 64.
+/// minimum at most half, as before there were deep ones: half the UMEM
+/// stays free for later ports (a quarter of it the TX reserve, the other
+/// quarter to grow and borrow from). With the default 16384 frames: two
+/// ports start deep, eight with 512, later ones with 64; with 8192, one
+/// deep and four with 512; below 8192 none deep.
 fn start_fill(total: usize, free: usize) -> usize {
     if free >= total * 3 / 4 + FILL_DEEP_START {
         FILL_DEEP_START.min(total / 4)

@@ -28,6 +28,17 @@ const PORTS: usize = 12;
 const FRAMES: &str = "2048";
 const UMEM_BYTES: u64 = 2048 * 4096;
 
+/// Held by the tests that push TCP at full speed and may lose nothing to
+/// an empty fill ring: run side by side (the test harness's threads) on a
+/// 2-CPU machine, one would starve the other's switchd.
+static FULL_SPEED: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn full_speed() -> std::sync::MutexGuard<'static, ()> {
+    FULL_SPEED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn rss_bytes(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("switchd status");
     status
@@ -282,6 +293,7 @@ fn e2e_port_drops_by_reason() {
 #[test]
 fn e2e_idle_port_keeps_its_share() {
     skip_unless_capable!();
+    let _one_at_a_time = full_speed();
     let node = Netns::new("node");
     // The default UMEM (16384 frames): four ports, a share of 3072 each.
     let sw = Switchd::start_with(&node, &[]);
@@ -330,6 +342,7 @@ fn e2e_idle_port_keeps_its_share() {
 #[test]
 fn e2e_fresh_pods_first_burst() {
     skip_unless_capable!();
+    let _one_at_a_time = full_speed();
     let node = Netns::new("node");
     let sw = Switchd::start_with(&node, &[]);
     let pods = flooded_pods(&sw, &node, 2, "f", "10.13.0", "02:00:0a:0d:00", 65535);
