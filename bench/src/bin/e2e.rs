@@ -696,7 +696,13 @@ impl<T, F: FnMut() -> Result<T>> Trials<F> {
 /// pods and each stream count, `trials` iperf3 runs. A setting whose
 /// first run fails (no connection, say) is recorded with its error and
 /// not retried.
-fn tcp_runs(o: &Opts, name: &str, pods: [&str; 2], server_ip: &str) -> Result<Vec<TcpRun>> {
+fn tcp_runs(
+    o: &Opts,
+    name: &str,
+    pods: [&str; 2],
+    server_ip: &str,
+    switches: Option<&Switches>,
+) -> Result<Vec<TcpRun>> {
     let mut runs = Vec::new();
     for &offload in &o.offloads {
         for pod in pods {
@@ -709,17 +715,24 @@ fn tcp_runs(o: &Opts, name: &str, pods: [&str; 2], server_ip: &str) -> Result<Ve
                 ..Default::default()
             };
             run.error = trials(o.trials, || {
-                tcp_trial(pods[0], pods[1], server_ip, o.duration, streams)
+                let before = switches.and_then(Switches::drops);
+                let t = tcp_trial(pods[0], pods[1], server_ip, o.duration, streams)?;
+                let after = switches.and_then(Switches::drops);
+                Ok((t, before.zip(after).map(|(b, a)| a.saturating_sub(b))))
             })
-            .each(|i, t| {
+            .each(|i, (t, dropped)| {
+                let in_switch = dropped.map_or(String::new(), |d| format!(", {d} dropped in the switch"));
                 eprintln!(
-                    "e2e: {name} tcp offload {} x{streams} #{i}: {:.2} Gbit/s, {} retransmits",
+                    "e2e: {name} tcp offload {} x{streams} #{i}: {:.2} Gbit/s, {} retransmits{in_switch}",
                     offload.name(),
                     t.gbps,
                     t.retransmits
                 );
                 run.gbps.push(t.gbps);
                 run.retransmits.push(t.retransmits as f64);
+                if let Some(d) = dropped {
+                    run.switch_drops.push(d as f64);
+                }
             })
             .ended(&format!("{name} tcp offload {} x{streams}", offload.name()))?;
             if streams == o.streams.first().copied().unwrap_or(1) {
@@ -880,7 +893,42 @@ struct Running {
     pid: Option<u32>,
     /// How each port moves packets (XDP mode etc.).
     port_modes: BTreeMap<String, String>,
+    /// The oxvs switchds' control sockets (None: not oxvs).
+    switches: Option<Switches>,
     _proc: Option<Proc>,
+}
+
+/// oxvs switchds whose drop counters a TCP trial reads before and after,
+/// so that a retransmit can be told from a segment the switch dropped.
+struct Switches {
+    ctl: PathBuf,
+    /// Control socket, and the namespace to reach it from.
+    socks: Vec<(String, Option<String>)>,
+}
+
+impl Switches {
+    /// Packets every port of every switchd dropped so far (received and
+    /// sent, all reasons); None when a switchd does not answer.
+    fn drops(&self) -> Option<u64> {
+        let c = self.ctl.to_string_lossy();
+        let mut sum = 0;
+        for (sock, ns) in &self.socks {
+            let mut v: Vec<&str> = Vec::new();
+            if let Some(ns) = ns {
+                v.extend_from_slice(&["ip", "netns", "exec", ns]);
+            }
+            v.extend_from_slice(&[&c, "--socket", sock, "--json", "dump-ports"]);
+            let out = must(&v).ok()?;
+            let doc: Value = serde_json::from_str(&out).ok()?;
+            let ports = doc.as_array().or_else(|| doc["ports"].as_array())?;
+            for p in ports {
+                for k in ["rx_dropped", "tx_dropped"] {
+                    sum += p["stats"][k].as_u64()?;
+                }
+            }
+        }
+        Some(sum)
+    }
 }
 
 struct Bins {
@@ -1021,6 +1069,10 @@ fn start_oxvs(bins: &Bins, p: &mut Pair) -> Result<Running> {
     Ok(Running {
         pid: Some(proc_.pid()),
         port_modes: oxvs_port_modes(bins, &sock, None)?,
+        switches: Some(Switches {
+            ctl: bins.ctl.clone(),
+            socks: vec![(sock, None)],
+        }),
         _proc: Some(proc_),
     })
 }
@@ -1069,6 +1121,7 @@ fn start_ovs(p: &mut Pair, port_type: &str) -> Result<Running> {
     Ok(Running {
         pid: Some(pid_),
         port_modes: modes,
+        switches: None,
         _proc: None,
     })
 }
@@ -1088,6 +1141,7 @@ fn start_bridge(p: &mut Pair) -> Result<Running> {
     must(&["ip", "link", "set", &br, "up"])?;
     Ok(Running {
         pid: None,
+        switches: None,
         port_modes: [
             (p.host_gen.clone(), "kernel bridge".to_owned()),
             (p.host_sink.clone(), "kernel bridge".to_owned()),
@@ -1142,6 +1196,9 @@ struct TcpRun {
     streams: u32,
     gbps: Vec<f64>,
     retransmits: Vec<f64>,
+    /// Packets oxvs's switchds dropped during each trial (empty for other
+    /// switches).
+    switch_drops: Vec<f64>,
     error: Option<String>,
     /// Request/response (one 64-byte request outstanding), measured once
     /// per offload setting (on its 1-stream run).
@@ -1158,6 +1215,11 @@ impl TcpRun {
             "streams": self.streams,
             "gbps": summary(self.gbps.clone()),
             "retransmits": summary(self.retransmits.clone()),
+            "switch_drops": if self.switch_drops.is_empty() {
+                Value::Null
+            } else {
+                summary(self.switch_drops.clone())
+            },
             "error": self.error,
             "rr": if self.rr_tps.is_empty() && self.rr_error.is_none() {
                 Value::Null
@@ -1282,7 +1344,7 @@ fn single_node(
         );
         r.fixed.push(t);
     }
-    r.tcp = tcp_runs(o, name, [&p.gen, &p.sink], SINK_IP)?;
+    r.tcp = tcp_runs(o, name, [&p.gen, &p.sink], SINK_IP, sw.switches.as_ref())?;
     drop(sw);
     drop(p);
     r.loadavg = (load0, loadavg());
@@ -1315,6 +1377,10 @@ fn vxlan(o: &Opts, bins: Option<&Bins>, name: &str, pod_mtu: u32) -> Result<Swit
     lab.pod(&pb, "10.201.0.2/24", pod_mtu, &hb, Some(&nb))?;
     let mut modes = BTreeMap::new();
     let mut procs = Vec::new();
+    let mut switches = bins.map(|b| Switches {
+        ctl: b.ctl.clone(),
+        socks: Vec::new(),
+    });
     let nodes = [
         (&na, &ha, "192.0.2.1", "192.0.2.2"),
         (&nb, &hb, "192.0.2.2", "192.0.2.1"),
@@ -1323,6 +1389,9 @@ fn vxlan(o: &Opts, bins: Option<&Bins>, name: &str, pod_mtu: u32) -> Result<Swit
         if let Some(bins) = bins {
             let sock = format!("/tmp/oxbench-{}-node{i}.sock", pid());
             procs.push(start_switchd(bins, &mut lab, Some(ns), &sock)?);
+            if let Some(sw) = switches.as_mut() {
+                sw.socks.push((sock.clone(), Some(ns.to_string())));
+            }
             ctl(bins, &sock, Some(ns), &["add-port", host, "--ofport", "1"])?;
             ctl(
                 bins,
@@ -1372,7 +1441,7 @@ fn vxlan(o: &Opts, bins: Option<&Bins>, name: &str, pod_mtu: u32) -> Result<Swit
     if !ping_ok(&pa, "10.201.0.2") {
         bail!("{name}: pod A cannot ping pod B");
     }
-    r.tcp = tcp_runs(o, name, [&pa, &pb], "10.201.0.2")?;
+    r.tcp = tcp_runs(o, name, [&pa, &pb], "10.201.0.2", switches.as_ref())?;
     drop(procs);
     drop(lab);
     r.loadavg = (load0, loadavg());
@@ -1580,11 +1649,16 @@ fn main() -> Result<()> {
                     println!("{:<32} {:<24} failed: {e}", r.name, t.label());
                 }
                 _ => println!(
-                    "{:<32} {:<24} {:>20} Gbit/s {:>26} retransmits",
+                    "{:<32} {:<24} {:>20} Gbit/s {:>26} retransmits{}",
                     r.name,
                     t.label(),
                     fmt3(&t.gbps, 1.0, 2),
-                    fmt3(&t.retransmits, 1.0, 0)
+                    fmt3(&t.retransmits, 1.0, 0),
+                    if t.switch_drops.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", {} dropped in the switch", fmt3(&t.switch_drops, 1.0, 0))
+                    }
                 ),
             }
         }
