@@ -131,16 +131,24 @@ fn e2e_checksums() {
     far.must(&["ip", "addr", "add", "10.12.0.2/24", "dev", "far0"]);
     far.must(&["ip", "route", "add", "10.11.0.0/24", "via", "10.12.0.1"]);
     pod1.must(&["ip", "route", "add", "10.12.0.0/24", "via", IP2]);
-    let before = requests(&sw);
-    tcp_transfer(&pod1, &far, "10.12.0.2", 5004, 4 << 20);
-    udp_exchange(&pod1, &far, "10.12.0.2", 6004);
-    no_checksum_errors(&far, &["TcpInCsumErrors", "UdpInCsumErrors"]);
-    if kernel_has_tx_metadata() {
-        assert!(
-            requests(&sw) - before > 1000,
-            "no requests on the forwarded path"
-        );
-    }
+    let forwarded = |dst: &str, port: u16, counters: &[&str], path: &str| {
+        let before = requests(&sw);
+        tcp_transfer(&pod1, &far, dst, port, 4 << 20);
+        udp_exchange(&pod1, &far, dst, port + 1000);
+        no_checksum_errors(&far, counters);
+        if kernel_has_tx_metadata() {
+            assert!(
+                requests(&sw) - before > 1000,
+                "no requests on the forwarded {path}path"
+            );
+        }
+    };
+    forwarded(
+        "10.12.0.2",
+        5004,
+        &["TcpInCsumErrors", "UdpInCsumErrors"],
+        "",
+    );
 
     // The same over IPv6 (its pseudo-header, a 40-byte header before the
     // sum's start): static neighbours, so the switch needs only flows
@@ -191,16 +199,12 @@ fn e2e_checksums() {
         &pod1,
         &["route", "add", "fd00:12::/64", "via", "fd00:11::2"],
     );
-    let before = requests(&sw);
-    tcp_transfer(&pod1, &far, "fd00:12::2", 5007, 4 << 20);
-    udp_exchange(&pod1, &far, "fd00:12::2", 6007);
-    no_checksum_errors(&far, &["TcpInCsumErrors", "Udp6InCsumErrors"]);
-    if kernel_has_tx_metadata() {
-        assert!(
-            requests(&sw) - before > 1000,
-            "no requests on the forwarded IPv6 path"
-        );
-    }
+    forwarded(
+        "fd00:12::2",
+        5007,
+        &["TcpInCsumErrors", "Udp6InCsumErrors"],
+        "IPv6 ",
+    );
     drop(sw);
 
     // 1b. The switch completes them itself.

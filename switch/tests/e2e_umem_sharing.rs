@@ -350,33 +350,7 @@ fn e2e_fresh_pods_first_burst() {
     let p = ping_until_up(src, "10.13.0.2", 5);
     assert!(p.ok, "pod1 -> pod2 never answered:\n{}", p.output);
     let before = rx_fill_empty(&sw, "f1");
-    let ports: Vec<String> = (5101..5105).map(|p: u16| p.to_string()).collect();
-    let mut sinks: Vec<Bg> = ports
-        .iter()
-        .map(|p| sink.spawn(&["python3", "-c", TCP_DRAIN, p]))
-        .collect();
-    for s in &mut sinks {
-        s.wait_listening("TCP sink").expect("sink");
-    }
-    let mut blasts: Vec<Bg> = ports
-        .iter()
-        .map(|p| src.spawn(&["python3", "-c", TCP_BLAST, "10.13.0.2", p, "2"]))
-        .collect();
-    for b in &mut blasts {
-        let (ok, out, err) = b.wait(Duration::from_secs(15));
-        assert!(ok, "TCP source: {out}{err}");
-    }
-    let got: u64 = sinks
-        .iter_mut()
-        .map(|s| {
-            let (ok, out, err) = s.wait(Duration::from_secs(15));
-            assert!(ok, "TCP sink: {out}{err}");
-            out.lines()
-                .last()
-                .and_then(|l| l.trim().parse::<u64>().ok())
-                .unwrap_or(0)
-        })
-        .sum();
+    let got = blasts(src, sink, "10.13.0.2", &[5101, 5102, 5103, 5104], "2");
     let lost = rx_fill_empty(&sw, "f1") - before;
     eprintln!("four fresh streams: {got} bytes in 2 s, {lost} lost to an empty fill ring");
     assert!(

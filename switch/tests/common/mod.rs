@@ -875,16 +875,39 @@ c.close()
 /// `secs` of TCP from `from` to `to` (at `to_ip`); returns the bytes that
 /// arrived.
 pub fn blast(from: &Netns, to: &Netns, to_ip: &str, port: u16, secs: &str) -> u64 {
-    let p = port.to_string();
-    let mut sink = to.spawn(&["python3", "-c", TCP_DRAIN, &p]);
-    sink.wait_listening("TCP sink").expect("sink");
-    from.must(&["python3", "-c", TCP_BLAST, to_ip, &p, secs]);
-    let (ok, out, err) = sink.wait(Duration::from_secs(15));
-    assert!(ok, "TCP sink in {}: {out}{err}", to.name);
-    out.lines()
-        .last()
-        .and_then(|l| l.trim().parse().ok())
-        .unwrap_or(0)
+    blasts(from, to, to_ip, &[port], secs)
+}
+
+/// [`blast`] with one stream per port of `ports`, all at once; returns
+/// the bytes that arrived on all of them.
+pub fn blasts(from: &Netns, to: &Netns, to_ip: &str, ports: &[u16], secs: &str) -> u64 {
+    let ports: Vec<String> = ports.iter().map(u16::to_string).collect();
+    let mut sinks: Vec<Bg> = ports
+        .iter()
+        .map(|p| to.spawn(&["python3", "-c", TCP_DRAIN, p]))
+        .collect();
+    for s in &mut sinks {
+        s.wait_listening("TCP sink").expect("sink");
+    }
+    let mut sources: Vec<Bg> = ports
+        .iter()
+        .map(|p| from.spawn(&["python3", "-c", TCP_BLAST, to_ip, p, secs]))
+        .collect();
+    for b in &mut sources {
+        let (ok, out, err) = b.wait(Duration::from_secs(15));
+        assert!(ok, "TCP source in {}: {out}{err}", from.name);
+    }
+    sinks
+        .iter_mut()
+        .map(|s| {
+            let (ok, out, err) = s.wait(Duration::from_secs(15));
+            assert!(ok, "TCP sink in {}: {out}{err}", to.name);
+            out.lines()
+                .last()
+                .and_then(|l| l.trim().parse::<u64>().ok())
+                .unwrap_or(0)
+        })
+        .sum()
 }
 
 /// Sends `bytes` over TCP from `client` to `server_ip:port` (a sink in
