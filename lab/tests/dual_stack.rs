@@ -230,17 +230,28 @@ fn dual_stack_pods_on_two_nodes() {
     assert_eq!(lab.udp_echo("default/a1", &b1_6, 8080, 3000), "3000");
 
     // The switch answered a1's solicitation for its gateway: the
-    // gateway's MAC, flagged as a router.
-    let neigh = lab.ok(&[
-        "exec",
-        "default/a1",
-        "--",
-        "ip",
-        "-6",
-        "neigh",
-        "show",
-        "fd00:10:244:1::1",
-    ]);
+    // gateway's MAC, flagged as a router. An entry the kernel made from a
+    // message that carries no router flag (the gateway's own solicitation)
+    // gets it from the switch's answer to a1's next probe, which follows
+    // within seconds (DELAY, then PROBE): waited for, up to 10 s.
+    let show_neigh = || {
+        lab.ok(&[
+            "exec",
+            "default/a1",
+            "--",
+            "ip",
+            "-6",
+            "neigh",
+            "show",
+            "fd00:10:244:1::1",
+        ])
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut neigh = show_neigh();
+    while !neigh.contains("router") && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(250));
+        neigh = show_neigh();
+    }
     assert!(
         neigh.contains("router"),
         "a1's neighbour entry for its gateway: {neigh}"
