@@ -100,6 +100,12 @@ struct Args {
     /// default now.
     #[arg(long, hide = true, conflicts_with = "pod_tx_checksum_off")]
     pod_tx_checksum_on: bool,
+    /// Root qdisc of pods' interfaces: `auto` (the node's
+    /// net.core.default_qdisc), `none` (the veth's noqueue), or a kind.
+    /// With one, a pod's veth (Linux 6.16+) pauses the pod's sending while
+    /// the switch's receive ring is full, where noqueue drops the frame.
+    #[arg(long, value_name = "auto|none|KIND", default_value = "auto")]
+    pod_qdisc: oxvs_netlink::RootQdisc,
     /// Deadline of one call to the switch, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 10_000)]
     switch_timeout_ms: u64,
@@ -277,6 +283,10 @@ fn pod_cidrs(given: &[IpNet]) -> anyhow::Result<(Option<Ipv4Net>, Option<Ipv6Net
 
 async fn run(args: Args, pod_mtu: u32) -> anyhow::Result<()> {
     let (pod_cidr, pod_cidr6) = pod_cidrs(&args.pod_cidr)?;
+    let pod_qdisc = args
+        .pod_qdisc
+        .resolve()
+        .map_err(|e| anyhow::anyhow!("--pod-qdisc: {e}"))?;
     let node_name = match &args.node_name {
         Some(n) => n.clone(),
         None => nix::unistd::gethostname()
@@ -297,12 +307,13 @@ async fn run(args: Args, pod_mtu: u32) -> anyhow::Result<()> {
         pod_mtu_auto: args.mtu.is_none(),
         local_mtu: args.local_mtu,
         pod_tx_checksum_off: args.pod_tx_checksum_off,
+        pod_qdisc,
         switch_timeout: Duration::from_millis(args.switch_timeout_ms),
         masquerade: !args.no_masquerade,
         max_policy_flows: args.max_policy_flows,
         proxy: args.proxy,
     };
-    tracing::info!(node = %cfg.node_name, pod_cidr = ?cfg.pod_cidr, pod_cidr6 = ?cfg.pod_cidr6, mtu = cfg.pod_mtu, state = %cfg.state_dir.display(), "starting");
+    tracing::info!(node = %cfg.node_name, pod_cidr = ?cfg.pod_cidr, pod_cidr6 = ?cfg.pod_cidr6, mtu = cfg.pod_mtu, pod_qdisc = cfg.pod_qdisc.as_deref().unwrap_or("noqueue"), state = %cfg.state_dir.display(), "starting");
     oxvs_agent::hostnet::set_proc_sys(args.proc_sys.clone());
     let kube = match (&args.manifests, &args.kubeconfig, args.in_cluster) {
         (None, kubeconfig, in_cluster) if kubeconfig.is_some() || in_cluster => Some(

@@ -35,6 +35,8 @@
 //!    the rule `ipproto tcp lookup` it, so that the pod's TCP (its MSS, its
 //!    segments) uses the interface's MTU everywhere while everything else
 //!    keeps the tunnel's (UDP is then fragmented by the pod, as before).
+//!    With a `qdisc`, one more: the pod end's root qdisc
+//!    ([`oxvs_netlink::RootQdisc`] says why).
 //!
 //! Measured (debug build, 2 shared cores, kernel 6.18, 50 iterations in
 //! fresh namespaces, `bench_setup_and_delete` in `tests/podnet.rs`): setup
@@ -95,6 +97,9 @@ pub struct PodIfaceSpec {
     /// The pod's IPv6 address, prefix and gateway (a default route via
     /// it), on a dual-stack or IPv6-only node.
     pub ipv6: Option<crate::state::PodIpv6>,
+    /// The pod end's root qdisc (a kind, `--pod-qdisc` resolved,
+    /// [`oxvs_netlink::RootQdisc`]); `None` keeps the veth's `noqueue`.
+    pub qdisc: Option<String>,
 }
 
 /// The pod's routing table for TCP when `tcp_full_mtu` (any number: the
@@ -532,10 +537,20 @@ fn configure_pod_end(spec: &PodIfaceSpec, ns: &File) -> Result<(), PodnetError> 
                     ]);
                 }
             }
+            steps.extend(v6_steps);
+            if let Some(kind) = &spec.qdisc {
+                changes.push(Change::ReplaceRootQdisc {
+                    index,
+                    kind: kind.clone(),
+                });
+                steps.push(format!(
+                    "set root qdisc '{kind}' on '{}' in {in_ns}",
+                    spec.ifname
+                ));
+            }
             let results = nl
                 .pipeline(&changes)
                 .map_err(nl::step(format!("configure '{}' in {in_ns}", spec.ifname)))?;
-            steps.extend(v6_steps);
             for (r, step) in results.into_iter().zip(steps) {
                 r.map_err(nl::step(step))?;
             }
@@ -579,7 +594,8 @@ pub fn delete_host_link(host_ifname: &str) -> Result<bool, PodnetError> {
 }
 
 /// Checks the pod end against `spec` (exists, MAC, address, MTU, up, default
-/// route, and TX checksum offload off when `tx_checksum_off`); the error
+/// route, root qdisc when `qdisc`, and TX checksum offload off when
+/// `tx_checksum_off`); the error
 /// lists every difference.
 pub fn check_pod_interface(spec: &PodIfaceSpec) -> Result<(), PodnetError> {
     validate_ifname("pod", &spec.ifname)?;
@@ -654,6 +670,16 @@ pub fn check_pod_interface(spec: &PodIfaceSpec) -> Result<(), PodnetError> {
                         v4.gateway,
                         have.join(", ")
                     ));
+                }
+            }
+            if let Some(kind) = &spec.qdisc {
+                match nl.root_qdisc(link.index) {
+                    Ok(Some(have)) if &have == kind => {}
+                    Ok(have) => diffs.push(format!(
+                        "root qdisc is {}, want {kind}",
+                        have.as_deref().unwrap_or("none")
+                    )),
+                    Err(e) => diffs.push(format!("cannot read the root qdisc: {e}")),
                 }
             }
             Ok((diffs, true))

@@ -108,6 +108,7 @@ fn spec(pod: &Netns, n: u8, host_ifname: &str) -> PodIfaceSpec {
         tcp_full_mtu: false,
         tx_checksum_off: true,
         ipv6: None,
+        qdisc: None,
     }
 }
 
@@ -221,6 +222,56 @@ fn tx_checksum_left_on_when_not_asked() {
         err.to_string().contains("TX checksum offload is on"),
         "{err}"
     );
+}
+
+#[test]
+fn pod_end_gets_the_root_qdisc_asked_for() {
+    let host = Netns::new("h");
+    let pod = Netns::new("p");
+    let mut s = spec(&pod, 8, "qdisc-pf");
+    // Without one, the veth keeps noqueue; check does not look.
+    host.run_in(|| podnet::setup_pod_interface(&s))
+        .expect("setup");
+    let q = pod.exec(&["tc", "qdisc", "show", "dev", "eth0"]).1;
+    assert!(q.contains("qdisc noqueue"), "{q}");
+    host.run_in(|| podnet::check_pod_interface(&s))
+        .expect("check");
+    // Asked for one that the pod end lacks: check reports it.
+    s.qdisc = Some("pfifo_fast".into());
+    let err = host
+        .run_in(|| podnet::check_pod_interface(&s))
+        .expect_err("check");
+    assert!(
+        err.to_string()
+            .contains("root qdisc is noqueue, want pfifo_fast"),
+        "{err}"
+    );
+    host.run_in(|| podnet::delete_host_link("qdisc-pf"))
+        .expect("delete");
+
+    // Made with it: the pod end has it (seen with tc from inside).
+    host.run_in(|| podnet::setup_pod_interface(&s))
+        .expect("setup");
+    let q = pod.exec(&["tc", "qdisc", "show", "dev", "eth0"]).1;
+    assert!(q.contains("qdisc pfifo_fast") && q.contains("root"), "{q}");
+    host.run_in(|| podnet::check_pod_interface(&s))
+        .expect("check");
+    host.run_in(|| podnet::delete_host_link("qdisc-pf"))
+        .expect("delete");
+
+    // A kind this kernel lacks fails the setup, names the step, and leaves
+    // nothing behind.
+    s.qdisc = Some("no_such_qdisc".into());
+    let err = host
+        .run_in(|| podnet::setup_pod_interface(&s))
+        .expect_err("setup with an unknown qdisc");
+    assert!(
+        err.to_string()
+            .contains("set root qdisc 'no_such_qdisc' on 'eth0'"),
+        "{err}"
+    );
+    assert!(!host.has_link("qdisc-pf"));
+    assert!(!pod.has_link("eth0"));
 }
 
 #[test]

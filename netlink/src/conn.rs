@@ -106,6 +106,9 @@ pub enum Change {
     AddRule(crate::Ipv4Rule),
     /// The same rule for IPv6 (`ip -6 rule add`).
     AddIpv6Rule(crate::Ipv4Rule),
+    /// [`Netlink::replace_root_qdisc`] (a kind that cannot be one is sent
+    /// as it is: the kernel refuses it).
+    ReplaceRootQdisc { index: u32, kind: String },
 }
 
 impl Change {
@@ -127,6 +130,9 @@ impl Change {
             Change::DeleteLink { index } => crate::link::delete_index_request(*index),
             Change::AddRule(rule) => crate::route::add_rule_request(rule),
             Change::AddIpv6Rule(rule) => crate::route::add_ipv6_rule_request(rule),
+            Change::ReplaceRootQdisc { index, kind } => {
+                crate::qdisc::replace_root_request(*index, kind)
+            }
         }
     }
 }

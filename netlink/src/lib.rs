@@ -6,7 +6,8 @@
 //! - [`Netlink`] is one `NETLINK_ROUTE` socket with typed requests: links
 //!   (get, list, create a veth pair or a dummy, delete, set up/MTU/alias),
 //!   IPv4/IPv6 addresses (add, list) and IPv4 routes (add or replace,
-//!   delete, list default routes). [`Netlink::pipeline`] sends several
+//!   delete, list default routes), root queueing disciplines (replace,
+//!   read). [`Netlink::pipeline`] sends several
 //!   changes before reading any answer (the kernel handles a socket's
 //!   requests in order), [`Netlink::add_link_and_get`] pipelines the
 //!   creation with the lookup of the new link.
@@ -32,12 +33,14 @@ mod addr;
 mod conn;
 pub mod ethtool;
 mod link;
+mod qdisc;
 mod route;
 
 pub use addr::Address;
 pub use conn::{Change, Netlink};
 pub use link::{Link, LinkChange, LinkSpec, NewLink};
 pub use nix::errno::Errno;
+pub use qdisc::{valid_qdisc_kind, RootQdisc, MAX_QDISC_KIND_LEN};
 pub use route::{DefaultRoute, Ipv4Route, Ipv4Rule, Ipv6Route};
 
 /// Longest interface name the kernel accepts (`IFNAMSIZ` - 1).

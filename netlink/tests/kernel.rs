@@ -284,6 +284,48 @@ fn tx_checksum_offload() {
 }
 
 #[test]
+fn root_qdisc_replace_and_read() {
+    in_fresh_netns(|| {
+        let mut nl = Netlink::open().unwrap();
+        let l = nl.add_link_and_get(&veth("qd0", "qd1")).unwrap();
+        // A link that is down lists no qdisc (it has the hidden `noop`).
+        assert_eq!(nl.root_qdisc(l.index).unwrap(), None);
+        nl.set_link(l.index, &LinkChange::up()).unwrap();
+        assert_eq!(
+            nl.root_qdisc(l.index).unwrap().as_deref(),
+            Some("noqueue"),
+            "a veth queues nothing by default"
+        );
+        // FIFOs are built into every kernel with qdiscs at all.
+        nl.replace_root_qdisc(l.index, "pfifo").unwrap();
+        assert_eq!(nl.root_qdisc(l.index).unwrap().as_deref(), Some("pfifo"));
+        // Replacing again, also through a pipeline, is not an error.
+        let r = nl
+            .pipeline(&[Change::ReplaceRootQdisc {
+                index: l.index,
+                kind: "pfifo_fast".into(),
+            }])
+            .unwrap();
+        assert!(r[0].is_ok(), "{:?}", r[0]);
+        assert_eq!(
+            nl.root_qdisc(l.index).unwrap().as_deref(),
+            Some("pfifo_fast")
+        );
+        let e = nl.replace_root_qdisc(l.index, "no_such_qdisc").unwrap_err();
+        assert_eq!(e.errno(), Some(Errno::ENOENT), "{e}");
+        let e = nl.replace_root_qdisc(l.index, "bad kind").unwrap_err();
+        assert_eq!(e.errno(), Some(Errno::EINVAL), "{e}");
+        let e = nl.replace_root_qdisc(999_999, "pfifo").unwrap_err();
+        assert_eq!(e.errno(), Some(Errno::ENODEV), "{e}");
+        assert_eq!(nl.root_qdisc(999_999).unwrap(), None);
+        assert_eq!(
+            nl.root_qdisc(l.index).unwrap().as_deref(),
+            Some("pfifo_fast")
+        );
+    });
+}
+
+#[test]
 fn dummy_with_queues() {
     in_fresh_netns(|| {
         let mut nl = Netlink::open().unwrap();

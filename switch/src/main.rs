@@ -176,6 +176,17 @@ struct Args {
     /// Address (CIDR) to put on the gateway interface, e.g. 10.244.0.1/24.
     #[arg(long, value_name = "CIDR", requires = "gateway", value_parser = parse_cidr)]
     gateway_ip: Option<String>,
+    /// Root qdisc of the gateway interface (the host's end): `auto` (the
+    /// node's net.core.default_qdisc), `none` (the veth's noqueue), or a
+    /// kind. With one, the veth (Linux 6.16+) pauses the host's sending
+    /// while the switch's receive ring is full, where noqueue drops.
+    #[arg(
+        long,
+        value_name = "auto|none|KIND",
+        default_value = "auto",
+        requires = "gateway"
+    )]
+    gateway_qdisc: oxvs_netlink::RootQdisc,
     /// Log filter (`info`, `debug`, `oxvs_switch=debug,warn`...).
     #[arg(long, value_name = "FILTER", default_value = "info")]
     log_level: String,
@@ -378,13 +389,20 @@ fn run(args: Args) -> anyhow::Result<()> {
     // gateway port is there (the agent and tests rely on that).
     let gateway = match &args.gateway {
         None => None,
-        Some(name) => match Gateway::create(
-            &switch,
-            name,
-            args.gateway_ofport,
-            args.gateway_ip.as_deref(),
-            !args.trust_checksums,
-        ) {
+        Some(name) => match args
+            .gateway_qdisc
+            .resolve()
+            .map_err(|e| anyhow::anyhow!("--gateway-qdisc: {e}"))
+            .and_then(|qdisc| {
+                Gateway::create(
+                    &switch,
+                    name,
+                    args.gateway_ofport,
+                    args.gateway_ip.as_deref(),
+                    !args.trust_checksums,
+                    qdisc.as_deref(),
+                )
+            }) {
             Ok(g) => {
                 // The host is trusted, and its own conntrack saw the
                 // connection first: no per-port limit for the gateway.
@@ -515,7 +533,8 @@ impl Gateway {
     /// Creates `name` <-> `name-p`, brings both up, puts `ip` on `name`, and
     /// adds `name-p` as switch port `ofport` (named `name`); turns TX
     /// checksum offload off on `name` unless the switch completes
-    /// checksums. Undoes what it
+    /// checksums, and gives `name` the root qdisc `qdisc` (`None`: the
+    /// veth's `noqueue`). Undoes what it
     /// did on failure. Refuses an interface that already exists: the
     /// daemon leaves interfaces it did not create alone.
     fn create(
@@ -524,6 +543,7 @@ impl Gateway {
         ofport: u32,
         ip: Option<&str>,
         complete_checksums: bool,
+        qdisc: Option<&str>,
     ) -> anyhow::Result<Gateway> {
         let peer = format!("{name}-p");
         for n in [name, peer.as_str()] {
@@ -543,6 +563,11 @@ impl Gateway {
             }
             netdev::set_up(name)?;
             netdev::set_up(&peer)?;
+            // Frames from the host wait on the switch end's XDP ring: with
+            // a qdisc the veth holds them back while it is full.
+            if let Some(kind) = qdisc {
+                netdev::set_root_qdisc(name, kind)?;
+            }
             // The host stack hands the switch TCP/UDP packets with partial
             // checksums (TX offload) and AF_XDP sees the raw frame: the
             // switch completes them, unless told not to, and then the host
@@ -577,7 +602,7 @@ impl Gateway {
                 }
             }
             switch.refresh_gro_max();
-            tracing::info!(gateway = %name, port = %peer, ofport = info.ofport, mode = %info.mode, max_mtu, "gateway ready");
+            tracing::info!(gateway = %name, port = %peer, ofport = info.ofport, mode = %info.mode, max_mtu, qdisc = qdisc.unwrap_or("noqueue"), "gateway ready");
             Ok(())
         };
         match setup() {

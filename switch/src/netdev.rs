@@ -193,6 +193,19 @@ pub fn set_up(name: &str) -> Result<(), NetdevError> {
     )
 }
 
+/// Makes a `kind` qdisc (its defaults) the root qdisc of `name` (`tc
+/// qdisc replace dev NAME root KIND`).
+pub fn set_root_qdisc(name: &str, kind: &str) -> Result<(), NetdevError> {
+    check_name(name)?;
+    with_netlink(
+        || format!("set root qdisc {kind} on {name}"),
+        |nl| {
+            let link = nl.existing_link(name)?;
+            nl.replace_root_qdisc(link.index, kind)
+        },
+    )
+}
+
 /// Sets the MTU of `name`.
 pub fn set_mtu(name: &str, mtu: u32) -> Result<(), NetdevError> {
     check_name(name)?;

@@ -6,7 +6,8 @@
 //! gateway pair, its address and the UMEM anchor over netlink, and needs
 //! neither `ip` nor `ethtool` (the test itself uses both to look). The
 //! host keeps TX checksum offload on the gateway (the switch completes the
-//! checksums the host leaves partial), and so does the pod.
+//! checksums the host leaves partial), and so does the pod. The host's end
+//! gets a qdisc (`--gateway-qdisc auto`).
 //! Runs as root only (skips otherwise); everything lives in fresh
 //! namespaces removed on drop.
 
@@ -45,6 +46,15 @@ fn e2e_gateway() {
     assert!(
         features.contains("tx-checksumming: on"),
         "TX checksum offload turned off:\n{features}"
+    );
+    // The host's end has a qdisc (`--gateway-qdisc auto`: the kernel's
+    // default in a namespace without the host's sysctl), so the veth
+    // holds the host's frames back while the switch's ring is full
+    // instead of dropping them.
+    let qdisc = node.must(&["tc", "qdisc", "show", "dev", "oxgw0"]);
+    assert!(
+        qdisc.contains("qdisc pfifo_fast ") && qdisc.contains(" root "),
+        "want pfifo_fast on the gateway:\n{qdisc}"
     );
     assert!(
         node.exec(&["ip", "link", "show", "oxvs-umem"])

@@ -103,6 +103,9 @@ pub struct AgentConfig {
     /// Turn TX checksum offload off in pods (only for a switch that does
     /// not complete partial checksums: `oxvs-switchd --trust-checksums`).
     pub pod_tx_checksum_off: bool,
+    /// The root qdisc of pods' interfaces (`--pod-qdisc`, resolved; `None`
+    /// keeps the veth's `noqueue`).
+    pub pod_qdisc: Option<String>,
     /// Deadline of one switch call.
     pub switch_timeout: Duration,
     /// Enable forwarding and masquerade pod traffic leaving the node other

@@ -49,6 +49,7 @@ pub(super) fn offline_agent(dir: &Path) -> Arc<Agent> {
             pod_mtu_auto: false,
             local_mtu: super::LocalMtu::Auto,
             pod_tx_checksum_off: true,
+            pod_qdisc: None,
             switch_timeout: Duration::from_secs(1),
             masquerade: false,
             proxy: false,

@@ -528,6 +528,8 @@ fn run_probe(dir: &Path, switch_sock: &Path, pods: &[String]) -> Result<Probe> {
             // As the agent does by default (the switch completes checksums).
             tx_checksum_off: false,
             ipv6: None,
+            // As the agent does by default: the node's default qdisc.
+            qdisc: oxvs_netlink::RootQdisc::Auto.resolve().ok().flatten(),
         };
         timed(
             &mut probe,

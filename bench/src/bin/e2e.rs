@@ -148,10 +148,18 @@ struct Opts {
     /// queue q on its own datapath thread).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     pod_queues: u32,
+    /// The root qdisc of the oxvs pods' `eth0`, as `oxvs-agent
+    /// --pod-qdisc` gives it: `auto` (the node's `net.core.default_qdisc`,
+    /// the agent's default), `none` (the veth's `noqueue`), or a kind. The
+    /// other setups' pods keep `noqueue`, as their CNIs leave it.
+    #[arg(long, value_name = "auto|none|KIND", default_value = "auto")]
+    pod_qdisc: oxvs_netlink::RootQdisc,
 }
 
 /// `--pod-queues`, set once in `main` before any pod is made.
 static POD_QUEUES: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+/// `--pod-qdisc` resolved (`None`: keep `noqueue`), set once in `main`.
+static OXVS_POD_QDISC: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum OxvsMode {
@@ -245,9 +253,10 @@ impl Lab {
     }
 
     /// A pod: `eth0` in `ns` with `addr` (CIDR) and `mtu` (offloads as the
-    /// kernel sets them; the TCP measurements set TX checksum offload); the
-    /// host end `host` stays in `host_ns` (None: the root namespace), up,
-    /// without addresses.
+    /// kernel sets them; the TCP measurements set TX checksum offload) and
+    /// root qdisc `qdisc` (`None`: the veth's `noqueue`); the host end
+    /// `host` stays in `host_ns` (None: the root namespace), up, without
+    /// addresses.
     fn pod(
         &mut self,
         ns: &str,
@@ -255,6 +264,7 @@ impl Lab {
         mtu: u32,
         host: &str,
         host_ns: Option<&str>,
+        qdisc: Option<&str>,
     ) -> Result<()> {
         let peer = format!("{host}p");
         let q = POD_QUEUES.get().copied().unwrap_or(1).to_string();
@@ -295,9 +305,13 @@ impl Lab {
         ])?;
         must(&["ip", "-n", ns, "addr", "add", addr, "dev", "eth0"])?;
         must(&["ip", "-n", ns, "link", "set", "eth0", "up"])?;
-        // The host end takes at least the pod's MTU (a veth drops what
-        // exceeds the receiving end's).
-        let host_mtu = mtu.max(1500).to_string();
+        if let Some(kind) = qdisc {
+            must_in(ns, &["tc", "qdisc", "replace", "dev", "eth0", "root", kind])?;
+        }
+        // The host end has the pod's MTU, as the agent makes it: a veth
+        // drops what exceeds the receiving end's, and the switch sizes the
+        // frames it merges for a port by that port's (host end's) MTU.
+        let host_mtu = mtu.to_string();
         must(&["ip", "link", "set", host, "mtu", &host_mtu])?;
         match host_ns {
             None => {
@@ -342,7 +356,8 @@ const FLOOD_DST: &str = "10.200.0.3";
 const FLOOD_DST_MAC: &str = "02:e2:e0:00:00:03";
 
 impl Pair {
-    fn new(tag: &str, mtu: u32) -> Result<Pair> {
+    /// `qdisc`: the pods' root qdisc (see [`Lab::pod`]).
+    fn new(tag: &str, mtu: u32, qdisc: Option<&str>) -> Result<Pair> {
         let mut lab = Lab::default();
         let gen = lab.netns(&format!("{tag}-gen"))?;
         let sink = lab.netns(&format!("{tag}-sink"))?;
@@ -351,8 +366,15 @@ impl Pair {
         if host_gen.len() > 15 {
             bail!("interface name {host_gen} too long");
         }
-        lab.pod(&gen, &format!("{GEN_IP}/24"), mtu, &host_gen, None)?;
-        lab.pod(&sink, &format!("{SINK_IP}/24"), mtu, &host_sink, None)?;
+        lab.pod(&gen, &format!("{GEN_IP}/24"), mtu, &host_gen, None, qdisc)?;
+        lab.pod(
+            &sink,
+            &format!("{SINK_IP}/24"),
+            mtu,
+            &host_sink,
+            None,
+            qdisc,
+        )?;
         Ok(Pair {
             lab,
             gen,
@@ -363,6 +385,11 @@ impl Pair {
     }
 }
 
+/// The oxvs pods' root qdisc (`--pod-qdisc`, resolved).
+fn oxvs_pod_qdisc() -> Option<&'static str> {
+    OXVS_POD_QDISC.get().and_then(|q| q.as_deref())
+}
+
 // ---------------------------------------------------------------- counters
 
 #[derive(Clone, Copy, Default)]
@@ -370,6 +397,15 @@ struct LinkStats {
     rx_packets: u64,
     tx_packets: u64,
     tx_dropped: u64,
+}
+
+/// The TX drops of both pods' `eth0`, summed.
+fn pods_tx_dropped(pods: [&str; 2]) -> Result<u64> {
+    let mut n = 0;
+    for ns in pods {
+        n += link_stats(ns, "eth0")?.tx_dropped;
+    }
+    Ok(n)
 }
 
 fn link_stats(ns: &str, dev: &str) -> Result<LinkStats> {
@@ -716,14 +752,16 @@ fn tcp_runs(
             };
             run.error = trials(o.trials, || {
                 let before = switches.and_then(Switches::drops);
+                let veth_before = pods_tx_dropped(pods)?;
                 let t = tcp_trial(pods[0], pods[1], server_ip, o.duration, streams)?;
+                let veth = pods_tx_dropped(pods)?.saturating_sub(veth_before);
                 let after = switches.and_then(Switches::drops);
-                Ok((t, before.zip(after).map(|(b, a)| a.saturating_sub(b))))
+                Ok((t, before.zip(after).map(|(b, a)| a.saturating_sub(b)), veth))
             })
-            .each(|i, (t, dropped)| {
+            .each(|i, (t, dropped, veth)| {
                 let in_switch = dropped.map_or(String::new(), |d| format!(", {d} dropped in the switch"));
                 eprintln!(
-                    "e2e: {name} tcp offload {} x{streams} #{i}: {:.2} Gbit/s, {} retransmits{in_switch}",
+                    "e2e: {name} tcp offload {} x{streams} #{i}: {:.2} Gbit/s, {} retransmits{in_switch}, {veth} dropped by the pods' veths",
                     offload.name(),
                     t.gbps,
                     t.retransmits
@@ -733,6 +771,7 @@ fn tcp_runs(
                 if let Some(d) = dropped {
                     run.switch_drops.push(d as f64);
                 }
+                run.veth_drops.push(veth as f64);
             })
             .ended(&format!("{name} tcp offload {} x{streams}", offload.name()))?;
             if streams == o.streams.first().copied().unwrap_or(1) {
@@ -1199,6 +1238,9 @@ struct TcpRun {
     /// Packets oxvs's switchds dropped during each trial (empty for other
     /// switches).
     switch_drops: Vec<f64>,
+    /// Frames the two pods' `eth0` dropped on transmit during each trial
+    /// (the peer's XDP ring full, without a qdisc to hold them).
+    veth_drops: Vec<f64>,
     error: Option<String>,
     /// Request/response (one 64-byte request outstanding), measured once
     /// per offload setting (on its 1-stream run).
@@ -1220,6 +1262,7 @@ impl TcpRun {
             } else {
                 summary(self.switch_drops.clone())
             },
+            "pod_veth_tx_drops": summary(self.veth_drops.clone()),
             "error": self.error,
             "rr": if self.rr_tps.is_empty() && self.rr_error.is_none() {
                 Value::Null
@@ -1307,11 +1350,12 @@ fn single_node(
     mtu: u32,
     name: &str,
     tag: &str,
+    qdisc: Option<&str>,
     start: impl FnOnce(&mut Pair) -> Result<Running>,
 ) -> Result<SwitchResult> {
     eprintln!("e2e: == {name} == (load average {})", loadavg());
     let load0 = loadavg();
-    let mut p = Pair::new(tag, mtu)?;
+    let mut p = Pair::new(tag, mtu, qdisc)?;
     let sw = start(&mut p)?;
     let mut r = SwitchResult {
         name: name.into(),
@@ -1373,8 +1417,13 @@ fn vxlan(o: &Opts, bins: Option<&Bins>, name: &str, pod_mtu: u32) -> Result<Swit
     }
     let ha = format!("xb{}{tag}a", pid());
     let hb = format!("xb{}{tag}b", pid());
-    lab.pod(&pa, "10.201.0.1/24", pod_mtu, &ha, Some(&na))?;
-    lab.pod(&pb, "10.201.0.2/24", pod_mtu, &hb, Some(&nb))?;
+    let qdisc = if bins.is_some() {
+        oxvs_pod_qdisc()
+    } else {
+        None
+    };
+    lab.pod(&pa, "10.201.0.1/24", pod_mtu, &ha, Some(&na), qdisc)?;
+    lab.pod(&pb, "10.201.0.2/24", pod_mtu, &hb, Some(&nb), qdisc)?;
     let mut modes = BTreeMap::new();
     let mut procs = Vec::new();
     let mut switches = bins.map(|b| Switches {
@@ -1494,6 +1543,15 @@ fn main() -> Result<()> {
     }
     let _ = STOP.set(flag);
     let _ = POD_QUEUES.set(o.pod_queues);
+    let qdisc = o
+        .pod_qdisc
+        .resolve()
+        .map_err(|e| anyhow!("--pod-qdisc: {e}"))?;
+    eprintln!(
+        "e2e: oxvs pods' root qdisc: {}",
+        qdisc.as_deref().unwrap_or("noqueue (none set)")
+    );
+    let _ = OXVS_POD_QDISC.set(qdisc);
     let uid = std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
@@ -1552,22 +1610,24 @@ fn main() -> Result<()> {
             } else {
                 "oxvs-switchd"
             });
-            let r = single_node(&o, mtu, &name, "ox", |p| start_oxvs(&bins, p));
+            let r = single_node(&o, mtu, &name, "ox", oxvs_pod_qdisc(), |p| {
+                start_oxvs(&bins, p)
+            });
             record(&name, r)?;
         }
         if want(&o, "ovs-nonpmd") {
             let name = named("OVS afxdp-nonpmd");
-            let r = single_node(&o, mtu, &name, "on", |p| start_ovs(p, "afxdp-nonpmd"));
+            let r = single_node(&o, mtu, &name, "on", None, |p| start_ovs(p, "afxdp-nonpmd"));
             record(&name, r)?;
         }
         if want(&o, "ovs-pmd") {
             let name = named("OVS afxdp (PMD)");
-            let r = single_node(&o, mtu, &name, "op", |p| start_ovs(p, "afxdp"));
+            let r = single_node(&o, mtu, &name, "op", None, |p| start_ovs(p, "afxdp"));
             record(&name, r)?;
         }
         if want(&o, "bridge") {
             let name = named("Linux bridge");
-            let r = single_node(&o, mtu, &name, "lb", start_bridge);
+            let r = single_node(&o, mtu, &name, "lb", None, start_bridge);
             record(&name, r)?;
         }
         // Pods of large frames on both nodes (oxvs segments their TCP
@@ -1649,7 +1709,7 @@ fn main() -> Result<()> {
                     println!("{:<32} {:<24} failed: {e}", r.name, t.label());
                 }
                 _ => println!(
-                    "{:<32} {:<24} {:>20} Gbit/s {:>26} retransmits{}",
+                    "{:<32} {:<24} {:>20} Gbit/s {:>26} retransmits{}, {} dropped by the pods' veths",
                     r.name,
                     t.label(),
                     fmt3(&t.gbps, 1.0, 2),
@@ -1658,7 +1718,8 @@ fn main() -> Result<()> {
                         String::new()
                     } else {
                         format!(", {} dropped in the switch", fmt3(&t.switch_drops, 1.0, 0))
-                    }
+                    },
+                    fmt3(&t.veth_drops, 1.0, 0)
                 ),
             }
         }
