@@ -123,6 +123,10 @@ struct Opts {
     /// `--switchd-arg=--xdp-program --switchd-arg=libxdp`.
     #[arg(long, value_name = "ARG", allow_hyphen_values = true)]
     switchd_arg: Vec<String>,
+    /// An extra argument for oxvs-agent (repeat for more), e.g.
+    /// `--agent-arg=--pod-qdisc=none`.
+    #[arg(long, value_name = "ARG", allow_hyphen_values = true)]
+    agent_arg: Vec<String>,
 }
 
 // ---------------------------------------------------------------- commands
@@ -702,7 +706,13 @@ fn real_main() -> Result<()> {
 
     let agent_log = dir.join("agent.log");
     let mut agent = start_agent(
-        &node, &agent_bin, &cni_sock, &sw_sock, &state_dir, &agent_log,
+        &node,
+        &agent_bin,
+        &cni_sock,
+        &sw_sock,
+        &state_dir,
+        &agent_log,
+        &o.agent_arg,
     )?;
     let oxvs_conf = |v: &str| {
         serde_json::to_vec(&json!({
@@ -891,7 +901,7 @@ fn start_switchd(
 }
 
 /// Starts oxvs-agent in the node namespace (debug log to `log`, for the
-/// agent-side times).
+/// agent-side times), with the `extra` arguments (`--agent-arg`).
 fn start_agent(
     node: &str,
     bin: &Path,
@@ -899,33 +909,32 @@ fn start_agent(
     sw_sock: &str,
     state_dir: &str,
     log: &Path,
+    extra: &[String],
 ) -> Result<Daemon> {
     let ag_bin = bin.to_string_lossy().into_owned();
-    Daemon::spawn(
-        &[
-            "ip",
-            "netns",
-            "exec",
-            node,
-            &ag_bin,
-            "--pod-cidr",
-            OXVS_CIDR,
-            "--cni-socket",
-            cni_sock,
-            "--switchd-socket",
-            sw_sock,
-            "--state-dir",
-            state_dir,
-            "--gateway",
-            GATEWAY,
-            "--mtu",
-            "1450",
-            "--log-level",
-            "oxvs_agent=debug,info",
-        ],
-        "oxvs-agent",
-        log,
-    )
+    let mut argv = vec![
+        "ip",
+        "netns",
+        "exec",
+        node,
+        &ag_bin,
+        "--pod-cidr",
+        OXVS_CIDR,
+        "--cni-socket",
+        cni_sock,
+        "--switchd-socket",
+        sw_sock,
+        "--state-dir",
+        state_dir,
+        "--gateway",
+        GATEWAY,
+        "--mtu",
+        "1450",
+        "--log-level",
+        "oxvs_agent=debug,info",
+    ];
+    argv.extend(extra.iter().map(String::as_str));
+    Daemon::spawn(&argv, "oxvs-agent", log)
 }
 
 /// Waits (30 s at most) until the plugin's STATUS succeeds, i.e. the agent
