@@ -756,10 +756,10 @@ fn tcp_runs(
                 let t = tcp_trial(pods[0], pods[1], server_ip, o.duration, streams)?;
                 let veth = pods_tx_dropped(pods)?.saturating_sub(veth_before);
                 let after = switches.and_then(Switches::drops);
-                Ok((t, before.zip(after).map(|(b, a)| a.saturating_sub(b)), veth))
+                Ok((t, before.zip(after).map(|(b, a)| a.since(&b)), veth))
             })
             .each(|i, (t, dropped, veth)| {
-                let in_switch = dropped.map_or(String::new(), |d| format!(", {d} dropped in the switch"));
+                let in_switch = dropped.map_or(String::new(), |d| format!(", {}", d.describe()));
                 eprintln!(
                     "e2e: {name} tcp offload {} x{streams} #{i}: {:.2} Gbit/s, {} retransmits{in_switch}, {veth} dropped by the pods' veths",
                     offload.name(),
@@ -769,7 +769,10 @@ fn tcp_runs(
                 run.gbps.push(t.gbps);
                 run.retransmits.push(t.retransmits as f64);
                 if let Some(d) = dropped {
-                    run.switch_drops.push(d as f64);
+                    run.switch_drops.push(d.total as f64);
+                    for (i, n) in d.by_reason.iter().enumerate() {
+                        run.switch_drop_reasons[i].push(*n as f64);
+                    }
                 }
                 run.veth_drops.push(veth as f64);
             })
@@ -945,12 +948,63 @@ struct Switches {
     socks: Vec<(String, Option<String>)>,
 }
 
+/// The drop reasons `dump-ports` counts per port (each also counted in
+/// `rx_dropped` or `tx_dropped`).
+const DROP_REASONS: [&str; 5] = [
+    "rx_ring_full",
+    "rx_fill_empty",
+    "rx_other",
+    "tx_no_frame",
+    "tx_ring_full",
+];
+
+/// Packets the switchds dropped: the total (received and sent) and per
+/// reason ([`DROP_REASONS`]), summed over every port.
+#[derive(Clone, Copy, Default)]
+struct SwitchDrops {
+    total: u64,
+    by_reason: [u64; DROP_REASONS.len()],
+}
+
+impl SwitchDrops {
+    /// What happened between `before` and `self`.
+    fn since(&self, before: &SwitchDrops) -> SwitchDrops {
+        let mut d = SwitchDrops {
+            total: self.total.saturating_sub(before.total),
+            ..Default::default()
+        };
+        for (i, r) in d.by_reason.iter_mut().enumerate() {
+            *r = self.by_reason[i].saturating_sub(before.by_reason[i]);
+        }
+        d
+    }
+
+    /// "N dropped in the switch", with the reasons when there are any.
+    fn describe(&self) -> String {
+        let reasons: Vec<String> = DROP_REASONS
+            .iter()
+            .zip(self.by_reason)
+            .filter(|(_, n)| *n > 0)
+            .map(|(r, n)| format!("{r} {n}"))
+            .collect();
+        if reasons.is_empty() {
+            format!("{} dropped in the switch", self.total)
+        } else {
+            format!(
+                "{} dropped in the switch ({})",
+                self.total,
+                reasons.join(", ")
+            )
+        }
+    }
+}
+
 impl Switches {
-    /// Packets every port of every switchd dropped so far (received and
-    /// sent, all reasons); None when a switchd does not answer.
-    fn drops(&self) -> Option<u64> {
+    /// Packets every port of every switchd dropped so far; None when a
+    /// switchd does not answer.
+    fn drops(&self) -> Option<SwitchDrops> {
         let c = self.ctl.to_string_lossy();
-        let mut sum = 0;
+        let mut sum = SwitchDrops::default();
         for (sock, ns) in &self.socks {
             let mut v: Vec<&str> = Vec::new();
             if let Some(ns) = ns {
@@ -962,7 +1016,10 @@ impl Switches {
             let ports = doc.as_array().or_else(|| doc["ports"].as_array())?;
             for p in ports {
                 for k in ["rx_dropped", "tx_dropped"] {
-                    sum += p["stats"][k].as_u64()?;
+                    sum.total += p["stats"][k].as_u64()?;
+                }
+                for (i, k) in DROP_REASONS.iter().enumerate() {
+                    sum.by_reason[i] += p["stats"][k].as_u64().unwrap_or(0);
                 }
             }
         }
@@ -1238,6 +1295,8 @@ struct TcpRun {
     /// Packets oxvs's switchds dropped during each trial (empty for other
     /// switches).
     switch_drops: Vec<f64>,
+    /// The same per reason ([`DROP_REASONS`]), per trial.
+    switch_drop_reasons: [Vec<f64>; DROP_REASONS.len()],
     /// Frames the two pods' `eth0` dropped on transmit during each trial
     /// (the peer's XDP ring full, without a qdisc to hold them).
     veth_drops: Vec<f64>,
@@ -1261,6 +1320,16 @@ impl TcpRun {
                 Value::Null
             } else {
                 summary(self.switch_drops.clone())
+            },
+            "switch_drop_reasons": if self.switch_drops.is_empty() {
+                Value::Null
+            } else {
+                DROP_REASONS
+                    .iter()
+                    .zip(&self.switch_drop_reasons)
+                    .map(|(r, v)| (r.to_string(), summary(v.clone())))
+                    .collect::<serde_json::Map<_, _>>()
+                    .into()
             },
             "pod_veth_tx_drops": summary(self.veth_drops.clone()),
             "error": self.error,
