@@ -141,6 +141,15 @@ fn one_node_lab_runs_pods_probes_execs_deletes_and_goes_down_clean() {
         "exec", "x/a", "--", "ip", "-4", "-o", "addr", "show", "eth0",
     ]);
     assert!(addr.contains(&format!("{xa_ip}/24")), "{addr}");
+    // The agent gave the pod's interface a qdisc (`--pod-qdisc auto`:
+    // `pfifo_fast` on a lab node, which cannot see the host's
+    // `net.core.default_qdisc`), so its veth holds frames back while the
+    // switch's ring is full instead of dropping them.
+    let qdisc = lab.ok(&["exec", "x/a", "--", "tc", "qdisc", "show", "dev", "eth0"]);
+    assert!(
+        qdisc.contains("qdisc pfifo_fast ") && qdisc.contains(" root "),
+        "{qdisc}"
+    );
     let out = lab.run(&["exec", "x/a", "--", "sh", "-c", "exit 7"]);
     assert_eq!(out.status.code(), Some(7));
     assert!(!lab.run(&["exec", "x/nope", "--", "true"]).status.success());
