@@ -891,6 +891,7 @@ mod tests {
             ofport: Some(ofport),
             state: AttachState::Ready,
             ipv6: None,
+            qdisc: None,
         }
     }
 

@@ -67,6 +67,7 @@ fn att(ns: &str, name: &str, ip: &str, ofport: Option<u32>, state: AttachState) 
         ofport,
         state,
         ipv6: None,
+        qdisc: None,
     }
 }
 

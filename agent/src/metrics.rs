@@ -756,6 +756,7 @@ mod tests {
             ofport: Some(ofport),
             state,
             ipv6: None,
+            qdisc: None,
         }
     }
 

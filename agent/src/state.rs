@@ -68,6 +68,11 @@ pub struct Attachment {
     /// in records made before dual-stack, and on IPv4 nodes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ipv6: Option<PodIpv6>,
+    /// The root qdisc ADD gave the pod's interface (`--pod-qdisc` then;
+    /// `None`: none, also in records made before pods had one), what CNI
+    /// CHECK compares.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qdisc: Option<String>,
 }
 
 /// A pod's IPv4 address, its prefix and its gateway.
@@ -263,6 +268,7 @@ mod tests {
             ofport: None,
             state: AttachState::Pending,
             ipv6: None,
+            qdisc: None,
         }
     }
 
@@ -288,6 +294,21 @@ mod tests {
         assert_eq!(back, a);
         assert_eq!(back.ip_text(), "fd00:10:244::5");
         assert_eq!(flows_mac(&back), "0a:58:00:00:00:05");
+    }
+
+    /// The pod's qdisc is kept when there is one; a record without it
+    /// (made before pods had one) loads as none, so CHECK does not ask
+    /// an older pod for one.
+    #[test]
+    fn qdisc_is_kept_and_optional() {
+        let mut a = rec("c1");
+        let v = serde_json::to_value(&a).unwrap();
+        assert!(v.get("qdisc").is_none(), "{v}");
+        assert_eq!(serde_json::from_value::<Attachment>(v).unwrap().qdisc, None);
+        a.qdisc = Some("pfifo_fast".into());
+        let v = serde_json::to_value(&a).unwrap();
+        assert_eq!(v["qdisc"], "pfifo_fast");
+        assert_eq!(serde_json::from_value::<Attachment>(v).unwrap(), a);
     }
 
     fn flows_mac(a: &Attachment) -> String {

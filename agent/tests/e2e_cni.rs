@@ -400,6 +400,21 @@ fn switch_drift_is_repaired_and_check_reports_it() {
     let c = node.cni("CHECK", &a.cid, &a.netns_path(), "eth0", "", &cfg);
     assert!(!c.ok);
     assert!(c.msg().contains(&a.ip), "{c:?}");
+    // ADD gave b's interface a qdisc (pfifo_fast: the agent runs in a
+    // namespace without the host's default_qdisc); CHECK passes, and
+    // reports it once someone removes it.
+    let mut cfg = node.config("1.0.0");
+    cfg["prevResult"] = b.result.clone();
+    let c = node.cni("CHECK", &b.cid, &b.netns_path(), "eth0", "", &cfg);
+    assert!(c.ok, "{c:?}");
+    let tc = b.ns.exec(&["tc", "qdisc", "del", "dev", "eth0", "root"]);
+    assert!(tc.status.success(), "{tc:?}");
+    let c = node.cni("CHECK", &b.cid, &b.netns_path(), "eth0", "", &cfg);
+    assert!(!c.ok);
+    assert!(
+        c.msg().contains("root qdisc is noqueue, want pfifo_fast"),
+        "{c:?}"
+    );
     // GC keeping only a: b goes.
     let mut gc = node.config("1.1.0");
     gc["cni.dev/valid-attachments"] = json!([{"containerID": a.cid, "ifname": "eth0"}]);

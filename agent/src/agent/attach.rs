@@ -32,7 +32,8 @@ impl Agent {
             tcp_full_mtu: self.tcp_full_mtu(a.mtu),
             tx_checksum_off: self.cfg.pod_tx_checksum_off,
             ipv6: a.ipv6,
-            qdisc: self.cfg.pod_qdisc.clone(),
+            // As ADD made it (its record), not as the agent would now.
+            qdisc: a.qdisc.clone(),
         }
     }
 

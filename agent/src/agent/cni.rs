@@ -257,6 +257,7 @@ impl Agent {
             ofport: None,
             state: AttachState::Pending,
             ipv6,
+            qdisc: self.cfg.pod_qdisc.clone(),
         };
         if let Err(e) = self.save_record(a.clone()).await {
             let _ = self.release_addresses(&req.container_id, &req.ifname).await;

@@ -29,6 +29,7 @@ pub(super) fn att() -> Attachment {
         ofport: Some(3),
         state: AttachState::Ready,
         ipv6: None,
+        qdisc: None,
     }
 }
 

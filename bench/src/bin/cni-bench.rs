@@ -516,6 +516,7 @@ fn run_probe(dir: &Path, switch_sock: &Path, pods: &[String]) -> Result<Probe> {
             ofport: None,
             state: state::AttachState::Pending,
             ipv6: None,
+            qdisc: None,
         };
         timed(&mut probe, "ADD", "record save x2 (fsync)", || {
             store.save(&rec).context("probe save")

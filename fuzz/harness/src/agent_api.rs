@@ -68,6 +68,7 @@ fn attachment(name: &str, ofport: u32, last: u8) -> Attachment {
         ofport: Some(ofport),
         state: AttachState::Ready,
         ipv6: None,
+        qdisc: None,
     }
 }
 
