@@ -1,12 +1,13 @@
 #!/bin/sh
-# The committed oxvs-bench runs: oxvs vs OVS afxdp (PMD, non-PMD)
+# The committed oxvs-bench runs: oxvs (interrupt mode, and busy mode as
+# oxvs-busy) vs OVS afxdp (non-PMD, PMD: like with like)
 # vs Linux bridge vs the kernel XDP redirect (the ceiling; simple only),
 # simple forwarding (port 1 <-> 2) and the Antrea-like
 # pipeline with $POLICIES NetworkPolicies (generator and sink are two pods
 # the policies allow), virtual setup (generator and sink in namespaces,
 # AF_XDP copy mode on veth), 64-byte UDP frames, 1 and 1000 flows; then
 # pod to pod across two nodes over VXLAN (oxvs-switchd per node vs a
-# private OVS userspace instance per node, afxdp PMD); then scaling (oxvs with 1
+# private OVS userspace instance per node, afxdp PMD, and oxvs busy); then scaling (oxvs with 1
 # and 2 datapath threads, and OVS PMD, over 1, 1k, 100k and 1M flows at a
 # fixed rate); then multi-queue ports (1, 2, 4 queues). Results:
 # bench/results/*.json and SVG plots under bench/results/plots/.
@@ -15,8 +16,8 @@
 # Env: DURATION (s per trial, default 3), TRIALS (default 3), RATE (fixed
 # rate, pps, default 100000), FLOWS (default 1,1000), POLICIES (default
 # 1000), STEPS (search steps, default 6), SWITCHES (default
-# oxvs,ovs-pmd,ovs-nonpmd,bridge,xdp-redirect), VXLAN_SWITCHES (default
-# oxvs,ovs-pmd; ovs-nonpmd also runs there), SCALING_FLOWS (default
+# oxvs,oxvs-busy,ovs-pmd,ovs-nonpmd,bridge,xdp-redirect), VXLAN_SWITCHES
+# (default oxvs,oxvs-busy,ovs-pmd; ovs-nonpmd also runs there), SCALING_FLOWS (default
 # 1,1000,100000,1000000), SCALING_THREADS (oxvs, default 1,2), QUEUES
 # (the queues part's queue counts, default 1 2 4), ONLY (fixed,
 # throughput, vxlan, scaling or queues: run just that part).
@@ -29,7 +30,7 @@ T=${TRIALS:-3}
 R=${RATE:-100000}
 F=${FLOWS:-1,1000}
 P=${POLICIES:-1000}
-S=${SWITCHES:-oxvs,ovs-pmd,ovs-nonpmd,bridge,xdp-redirect}
+S=${SWITCHES:-oxvs,oxvs-busy,ovs-pmd,ovs-nonpmd,bridge,xdp-redirect}
 O=${ONLY:-all}
 mkdir -p bench/results/plots
 if [ "$O" = all ] || [ "$O" = fixed ]; then
@@ -43,7 +44,7 @@ if [ "$O" = all ] || [ "$O" = throughput ]; then
         --json bench/results/oxvs-bench-throughput.json --plots bench/results/plots/throughput "$@"
 fi
 if [ "$O" = all ] || [ "$O" = vxlan ]; then
-    VS=${VXLAN_SWITCHES:-oxvs,ovs-pmd}
+    VS=${VXLAN_SWITCHES:-oxvs,oxvs-busy,ovs-pmd}
     "$B" fixed --setup virtual-vxlan --switches "$VS" --rate "$R" --flows "$F" --duration "$D" \
         --trials "$T" \
         --json bench/results/oxvs-bench-vxlan-fixed.json --plots bench/results/plots/vxlan-fixed "$@"

@@ -77,9 +77,12 @@ struct Args {
     #[arg(long, value_enum, default_value_t = SetupKind::Virtual)]
     setup: SetupKind,
     /// Switches under test (`virtual`, and `ports` with `--dut-ports`):
-    /// oxvs, ovs-pmd, ovs-nonpmd, bridge, xdp-redirect (the kernel XDP
-    /// ceiling; needs clang and `ip` with libbpf, else skipped); default
-    /// all of them. `virtual-vxlan`: oxvs, ovs-pmd, ovs-nonpmd; default
+    /// oxvs (interrupt mode: like with like against ovs-nonpmd),
+    /// oxvs-busy (`oxvs-switchd --mode busy`, a spinning datapath thread:
+    /// like with like against ovs-pmd), ovs-pmd, ovs-nonpmd, bridge,
+    /// xdp-redirect (the kernel XDP ceiling; needs clang and `ip` with
+    /// libbpf, else skipped); default all of them but oxvs-busy.
+    /// `virtual-vxlan`: oxvs, oxvs-busy, ovs-pmd, ovs-nonpmd; default
     /// oxvs,ovs-pmd. OVS is skipped (with why) when not installed.
     #[arg(long, value_delimiter = ',')]
     switches: Option<Vec<String>>,
@@ -364,7 +367,13 @@ fn main() -> Result<()> {
 /// run is skipped with why.
 fn run_vxlan(a: &Args, cases: &mut Vec<Case>, skipped: &mut Vec<(String, String)>) -> Result<()> {
     let kinds: Vec<SwitchKind> = match &a.switches {
-        None => vec![SwitchKind::Oxvs { threads: 1 }, SwitchKind::OvsPmd],
+        None => vec![
+            SwitchKind::Oxvs {
+                threads: 1,
+                busy: false,
+            },
+            SwitchKind::OvsPmd,
+        ],
         Some(v) => v
             .iter()
             .map(|s| SwitchKind::parse(s))
@@ -377,7 +386,7 @@ fn run_vxlan(a: &Args, cases: &mut Vec<Case>, skipped: &mut Vec<(String, String)
         )
     }) {
         bail!(
-            "--setup virtual-vxlan runs oxvs, ovs-pmd and ovs-nonpmd, not {}",
+            "--setup virtual-vxlan runs oxvs, oxvs-busy, ovs-pmd and ovs-nonpmd, not {}",
             k.name()
         );
     }
@@ -392,8 +401,8 @@ fn run_vxlan(a: &Args, cases: &mut Vec<Case>, skipped: &mut Vec<(String, String)
             eprintln!("oxvs-bench: == {} / virtual-vxlan ==", kind.name());
             let r = (|| -> Result<()> {
                 let (sw, threads) = match (&kind, &bins) {
-                    (SwitchKind::Oxvs { threads }, Some(b)) => {
-                        (setup::start_vxlan_pair(*threads, b)?, *threads)
+                    (SwitchKind::Oxvs { threads, busy }, Some(b)) => {
+                        (setup::start_vxlan_pair(*threads, *busy, b)?, *threads)
                     }
                     (SwitchKind::OvsPmd, _) => {
                         (setup::ovs_vxlan::start_ovs_vxlan_pair("afxdp")?, 0)
@@ -485,7 +494,7 @@ fn run_switches(
                 let r = (|| -> Result<()> {
                     let sw = setup::start_switch_on(&kind, plan, bins.as_ref(), topo(&kind)?)?;
                     let threads = match kind {
-                        SwitchKind::Oxvs { threads } => threads,
+                        SwitchKind::Oxvs { threads, .. } => threads,
                         _ => 0,
                     };
                     let info = SwitchInfo {
@@ -909,9 +918,12 @@ fn plots(a: &Args, cases: &[Case], dir: &std::path::Path) -> Vec<Result<PathBuf>
 /// other switch once.
 fn thread_variants(k: &SwitchKind, threads: &[u16]) -> Vec<SwitchKind> {
     match k {
-        SwitchKind::Oxvs { .. } => threads
+        SwitchKind::Oxvs { busy, .. } => threads
             .iter()
-            .map(|&t| SwitchKind::Oxvs { threads: t.max(1) })
+            .map(|&t| SwitchKind::Oxvs {
+                threads: t.max(1),
+                busy: *busy,
+            })
             .collect(),
         other => vec![other.clone()],
     }

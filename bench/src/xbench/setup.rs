@@ -398,8 +398,11 @@ pub fn device_queues(ifname: &str) -> u32 {
 /// The switch under test.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SwitchKind {
-    /// `oxvs-switchd` with this many datapath threads.
-    Oxvs { threads: u16 },
+    /// `oxvs-switchd` with this many datapath threads, polling in
+    /// interrupt mode (`oxvs`: sleeps in `poll(2)` when idle, compared
+    /// with OVS non-PMD) or busy mode (`oxvs-busy`: spins, compared with
+    /// OVS PMD).
+    Oxvs { threads: u16, busy: bool },
     /// OVS userspace, `afxdp` ports (PMD threads).
     OvsPmd,
     /// OVS userspace, `afxdp-nonpmd` ports.
@@ -414,19 +417,34 @@ pub enum SwitchKind {
 impl SwitchKind {
     pub fn parse(s: &str) -> Result<SwitchKind> {
         Ok(match s {
-            "oxvs" => SwitchKind::Oxvs { threads: 1 },
+            "oxvs" => SwitchKind::Oxvs {
+                threads: 1,
+                busy: false,
+            },
+            "oxvs-busy" => SwitchKind::Oxvs {
+                threads: 1,
+                busy: true,
+            },
             "ovs-pmd" => SwitchKind::OvsPmd,
             "ovs-nonpmd" => SwitchKind::OvsNonPmd,
             "bridge" => SwitchKind::Bridge,
             "xdp-redirect" => SwitchKind::XdpRedirect,
-            _ => bail!("unknown switch '{s}' (oxvs, ovs-pmd, ovs-nonpmd, bridge, xdp-redirect)"),
+            _ => bail!(
+                "unknown switch '{s}' (oxvs, oxvs-busy, ovs-pmd, ovs-nonpmd, bridge, xdp-redirect)"
+            ),
         })
     }
 
     pub fn name(&self) -> String {
         match self {
-            SwitchKind::Oxvs { threads: 1 } => "oxvs".into(),
-            SwitchKind::Oxvs { threads } => format!("oxvs({threads} threads)"),
+            SwitchKind::Oxvs { threads, busy } => {
+                let base = if *busy { "oxvs-busy" } else { "oxvs" };
+                if *threads == 1 {
+                    base.into()
+                } else {
+                    format!("{base}({threads} threads)")
+                }
+            }
             SwitchKind::OvsPmd => "ovs-afxdp-pmd".into(),
             SwitchKind::OvsNonPmd => "ovs-afxdp-nonpmd".into(),
             SwitchKind::Bridge => "linux-bridge".into(),
@@ -436,7 +454,8 @@ impl SwitchKind {
 
     pub fn tag(&self) -> &'static str {
         match self {
-            SwitchKind::Oxvs { .. } => "ox",
+            SwitchKind::Oxvs { busy: false, .. } => "ox",
+            SwitchKind::Oxvs { busy: true, .. } => "ob",
             SwitchKind::OvsPmd => "op",
             SwitchKind::OvsNonPmd => "on",
             SwitchKind::Bridge => "lb",
@@ -616,13 +635,14 @@ fn ctl(bins: &Bins, sock: &str, args: &[&str]) -> Result<String> {
 }
 
 /// Starts `oxvs-switchd` (in `netns` if given) and waits until it answers
-/// on its control socket `sock` (a file of `lab`).
+/// on its control socket `sock` (a file of `lab`); `busy`: `--mode busy`.
 fn spawn_switchd(
     bins: &Bins,
     lab: &mut Lab,
     netns: Option<&str>,
     sock: &str,
     threads: u16,
+    busy: bool,
 ) -> Result<Proc> {
     lab.files.push(PathBuf::from(sock));
     let d = bins.switchd.to_string_lossy().into_owned();
@@ -636,7 +656,7 @@ fn spawn_switchd(
         "--socket",
         sock,
         "--mode",
-        "interrupt",
+        if busy { "busy" } else { "interrupt" },
         "--threads",
         &t,
         "--log-level",
@@ -809,10 +829,10 @@ pub fn start_switch_on(
     let (gp, sp) = (plan.gen_ofport.to_string(), plan.sink_ofport.to_string());
     let mut oxvs_ctl = None;
     let (pids, modes, proc_) = match kind {
-        SwitchKind::Oxvs { threads } => {
+        SwitchKind::Oxvs { threads, busy } => {
             let bins = bins.ok_or_else(|| anyhow!("oxvs binaries not given"))?;
             let sock = format!("/tmp/xb-{}-{}.sock", std::process::id(), next_seq());
-            let p = spawn_switchd(bins, &mut topo.lab, None, &sock, *threads)?;
+            let p = spawn_switchd(bins, &mut topo.lab, None, &sock, *threads, *busy)?;
             let got = oxvs_threads(bins, &sock)?;
             if got != u64::from(*threads) {
                 bail!("oxvs-switchd --threads {threads} runs {got} datapath threads");
@@ -1019,8 +1039,8 @@ fn exec_pid(p: u32) -> u32 {
 /// Each node is a namespace with its own `oxvs-switchd` (its control
 /// socket in `/tmp`); the VXLAN ports send and receive through the
 /// nodes' kernel sockets on the underlay (see `switch/src/vxlan.rs`). The
-/// CPU measured is both switches'.
-pub fn start_vxlan_pair(threads: u16, bins: &Bins) -> Result<Running> {
+/// CPU measured is both switches'. `busy`: both in `--mode busy`.
+pub fn start_vxlan_pair(threads: u16, busy: bool, bins: &Bins) -> Result<Running> {
     let VxlanNodes {
         mut lab,
         nodes: [na, nb],
@@ -1039,7 +1059,7 @@ pub fn start_vxlan_pair(threads: u16, bins: &Bins) -> Result<Running> {
     ];
     for (ns, tag, ip, flows, host) in nodes {
         let sock = format!("/tmp/xb-{pid}-vx{n}{tag}.sock");
-        let p = spawn_switchd(bins, &mut lab, Some(ns), &sock, threads)?;
+        let p = spawn_switchd(bins, &mut lab, Some(ns), &sock, threads, busy)?;
         pids.push(p.pid());
         procs.push(p);
         ctl(bins, &sock, &["add-port", host, "--ofport", "1"])?;
@@ -1065,10 +1085,17 @@ pub fn start_vxlan_pair(threads: u16, bins: &Bins) -> Result<Running> {
     }
     let pids = pids.into_iter().map(exec_pid).collect();
     Ok(Running {
-        name: if threads == 1 {
-            "oxvs-vxlan-2node".into()
-        } else {
-            format!("oxvs-vxlan-2node({threads} threads)")
+        name: {
+            let base = if busy {
+                "oxvs-busy-vxlan-2node"
+            } else {
+                "oxvs-vxlan-2node"
+            };
+            if threads == 1 {
+                base.into()
+            } else {
+                format!("{base}({threads} threads)")
+            }
         },
         pids,
         port_modes: modes,
@@ -1293,6 +1320,35 @@ pub fn port_facts(ifname: &str) -> Result<PortFacts> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn oxvs_kinds_name_their_polling_mode() {
+        let i = SwitchKind::parse("oxvs").expect("oxvs");
+        let b = SwitchKind::parse("oxvs-busy").expect("oxvs-busy");
+        assert_eq!(
+            i,
+            SwitchKind::Oxvs {
+                threads: 1,
+                busy: false
+            }
+        );
+        assert_eq!(
+            b,
+            SwitchKind::Oxvs {
+                threads: 1,
+                busy: true
+            }
+        );
+        assert_eq!((i.name(), i.tag()), ("oxvs".to_owned(), "ox"));
+        assert_eq!((b.name(), b.tag()), ("oxvs-busy".to_owned(), "ob"));
+        let b2 = SwitchKind::Oxvs {
+            threads: 2,
+            busy: true,
+        };
+        assert_eq!(b2.name(), "oxvs-busy(2 threads)");
+        let e = SwitchKind::parse("oxvs-spin").expect_err("unknown");
+        assert!(format!("{e}").contains("oxvs-busy"), "{e}");
+    }
 
     #[test]
     fn safety_refuses_default_route_and_addresses() {
