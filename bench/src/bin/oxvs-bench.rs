@@ -169,6 +169,13 @@ struct Args {
     /// in `--switchd-arg=--trust-checksums` to measure a switchd option.
     #[arg(long, value_name = "ARG", allow_hyphen_values = true)]
     switchd_arg: Vec<String>,
+    /// Nice level of every `oxvs-switchd` started (`nice -n N`), -20 to
+    /// 19. `ovs-ctl start` runs ovs-vswitchd at -10 by default, so with
+    /// the generator and the sink on the same CPUs `-10` gives oxvs the
+    /// same share; 0 (the default) leaves it at the benchmark's own.
+    #[arg(long, value_name = "N", default_value_t = 0, allow_hyphen_values = true,
+          value_parser = clap::value_parser!(i8).range(-20..=19))]
+    oxvs_nice: i8,
 }
 
 /// One measured case.
@@ -392,7 +399,11 @@ fn run_vxlan(a: &Args, cases: &mut Vec<Case>, skipped: &mut Vec<(String, String)
     }
     let plan = Plan::simple(setup::SIMPLE_FLOWS);
     let bins = if kinds.iter().any(|k| matches!(k, SwitchKind::Oxvs { .. })) {
-        Some(setup::oxvs_bins()?.with_switchd_args(&a.switchd_arg))
+        Some(
+            setup::oxvs_bins()?
+                .with_switchd_args(&a.switchd_arg)
+                .with_nice(a.oxvs_nice),
+        )
     } else {
         None
     };
@@ -468,7 +479,11 @@ fn run_switches(
         .map(|s| SwitchKind::parse(s))
         .collect::<Result<_>>()?;
     let bins = if kinds.iter().any(|k| matches!(k, SwitchKind::Oxvs { .. })) {
-        Some(setup::oxvs_bins()?.with_switchd_args(&a.switchd_arg))
+        Some(
+            setup::oxvs_bins()?
+                .with_switchd_args(&a.switchd_arg)
+                .with_nice(a.oxvs_nice),
+        )
     } else {
         None
     };

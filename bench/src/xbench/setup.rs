@@ -572,12 +572,20 @@ pub struct Bins {
     pub ctl: PathBuf,
     /// Extra arguments for every `oxvs-switchd` started.
     pub switchd_args: Vec<String>,
+    /// Nice level `oxvs-switchd` starts with (0: not changed).
+    pub nice: i8,
 }
 
 impl Bins {
     /// The same binaries, starting `oxvs-switchd` with `args` added.
     pub fn with_switchd_args(mut self, args: &[String]) -> Bins {
         self.switchd_args = args.to_vec();
+        self
+    }
+
+    /// The same binaries, starting `oxvs-switchd` under `nice -n nice`.
+    pub fn with_nice(mut self, nice: i8) -> Bins {
+        self.nice = nice;
         self
     }
 }
@@ -602,6 +610,7 @@ pub fn oxvs_bins() -> Result<Bins> {
             .map(|d| Bins {
                 switchd: d.join("oxvs-switchd"),
                 switchd_args: Vec::new(),
+                nice: 0,
                 ctl: d.join("oxvsctl"),
             })
             .find(|b| b.switchd.exists() && b.ctl.exists())
@@ -647,9 +656,14 @@ fn spawn_switchd(
     lab.files.push(PathBuf::from(sock));
     let d = bins.switchd.to_string_lossy().into_owned();
     let t = threads.to_string();
+    let nice = bins.nice.to_string();
     let mut args: Vec<&str> = Vec::new();
     if let Some(ns) = netns {
         args.extend_from_slice(&["ip", "netns", "exec", ns]);
+    }
+    if bins.nice != 0 {
+        // `nice` execs the switch: the pid stays the switch's.
+        args.extend_from_slice(&["nice", "-n", &nice]);
     }
     args.extend_from_slice(&[
         &d,
