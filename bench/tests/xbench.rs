@@ -124,15 +124,8 @@ fn oxvs_drop_every_4th_flow_is_exactly_the_loss() {
     // 1024 is a multiple of 4, so `tp_src=0x3/0x3` matches flows 3, 7, 11, 15.
     const EVERY: u32 = 4;
     let flows = "priority=100,udp,tp_src=0x3/0x3 actions=drop\npriority=10,in_port=1 actions=output:2\npriority=10,in_port=2 actions=output:1\n";
-    let sw = setup::start_switch(
-        &SwitchKind::Oxvs {
-            threads: 1,
-            busy: false,
-        },
-        &Plan::simple(flows),
-        Some(&bins),
-    )
-    .expect("oxvs-switchd");
+    let sw = setup::start_switch(&SwitchKind::OXVS, &Plan::simple(flows), Some(&bins))
+        .expect("oxvs-switchd");
     let cfg = GenConfig {
         flows: 16,
         rate_pps: 20_000,
@@ -181,13 +174,7 @@ fn virtual_setup_smoke_each_method() {
         return;
     }
     let bins = setup::oxvs_bins().expect("oxvs binaries");
-    let mut kinds = vec![
-        SwitchKind::Oxvs {
-            threads: 1,
-            busy: false,
-        },
-        SwitchKind::Bridge,
-    ];
+    let mut kinds = vec![SwitchKind::OXVS, SwitchKind::Bridge];
     match setup::xdp_redirect_unavailable() {
         None => kinds.push(SwitchKind::XdpRedirect),
         Some(why) => oxvs_testutil::skip_or_fail(format!("xdp-redirect: {why}")),
@@ -307,15 +294,8 @@ fn antrea_pipeline_on_oxvs_delivers_the_allowed_pair() {
     let plan = Plan::antrea(1000).expect("plan");
     // start_switch runs `oxvsctl trace` on the sample frame and fails if
     // it is not delivered.
-    let sw = setup::start_switch(
-        &SwitchKind::Oxvs {
-            threads: 1,
-            busy: false,
-        },
-        &plan,
-        Some(&bins),
-    )
-    .expect("oxvs-switchd with the antrea pipeline");
+    let sw = setup::start_switch(&SwitchKind::OXVS, &plan, Some(&bins))
+        .expect("oxvs-switchd with the antrea pipeline");
     let mut cfg = GenConfig {
         flows: 100,
         rate_pps: 20_000,
@@ -356,16 +336,9 @@ fn antrea_pipeline_on_oxvs_delivers_the_allowed_pair() {
     // A plan whose frames are not delivered is refused before measuring.
     let mut bad = plan.clone();
     bad.dst_port = 1;
-    let e = setup::start_switch(
-        &SwitchKind::Oxvs {
-            threads: 1,
-            busy: false,
-        },
-        &bad,
-        Some(&bins),
-    )
-    .err()
-    .expect("refused");
+    let e = setup::start_switch(&SwitchKind::OXVS, &bad, Some(&bins))
+        .err()
+        .expect("refused");
     assert!(format!("{e:#}").contains("not delivered"), "{e:#}");
 }
 
@@ -479,10 +452,7 @@ fn multi_queue_generator_and_sink_through_oxvs() {
     let topo = setup::Virtual::new("mq", 3).expect("3-queue topology");
     assert_eq!((topo.gen.queues, topo.sink.queues), (3, 3));
     let sw = setup::start_switch_on(
-        &SwitchKind::Oxvs {
-            threads: 1,
-            busy: false,
-        },
+        &SwitchKind::OXVS,
         &Plan::simple(setup::SIMPLE_FLOWS),
         Some(&bins),
         topo,

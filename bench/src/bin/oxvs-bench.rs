@@ -374,13 +374,7 @@ fn main() -> Result<()> {
 /// run is skipped with why.
 fn run_vxlan(a: &Args, cases: &mut Vec<Case>, skipped: &mut Vec<(String, String)>) -> Result<()> {
     let kinds: Vec<SwitchKind> = match &a.switches {
-        None => vec![
-            SwitchKind::Oxvs {
-                threads: 1,
-                busy: false,
-            },
-            SwitchKind::OvsPmd,
-        ],
+        None => vec![SwitchKind::OXVS, SwitchKind::OvsPmd],
         Some(v) => v
             .iter()
             .map(|s| SwitchKind::parse(s))

@@ -414,13 +414,25 @@ pub enum SwitchKind {
     XdpRedirect,
 }
 
+/// `base`, or `base(N threads)` for more than one datapath thread.
+fn with_threads(base: &str, threads: u16) -> String {
+    if threads == 1 {
+        base.into()
+    } else {
+        format!("{base}({threads} threads)")
+    }
+}
+
 impl SwitchKind {
+    /// `oxvs-switchd` with one datapath thread in interrupt mode.
+    pub const OXVS: SwitchKind = SwitchKind::Oxvs {
+        threads: 1,
+        busy: false,
+    };
+
     pub fn parse(s: &str) -> Result<SwitchKind> {
         Ok(match s {
-            "oxvs" => SwitchKind::Oxvs {
-                threads: 1,
-                busy: false,
-            },
+            "oxvs" => SwitchKind::OXVS,
             "oxvs-busy" => SwitchKind::Oxvs {
                 threads: 1,
                 busy: true,
@@ -438,12 +450,7 @@ impl SwitchKind {
     pub fn name(&self) -> String {
         match self {
             SwitchKind::Oxvs { threads, busy } => {
-                let base = if *busy { "oxvs-busy" } else { "oxvs" };
-                if *threads == 1 {
-                    base.into()
-                } else {
-                    format!("{base}({threads} threads)")
-                }
+                with_threads(if *busy { "oxvs-busy" } else { "oxvs" }, *threads)
             }
             SwitchKind::OvsPmd => "ovs-afxdp-pmd".into(),
             SwitchKind::OvsNonPmd => "ovs-afxdp-nonpmd".into(),
@@ -1099,18 +1106,14 @@ pub fn start_vxlan_pair(threads: u16, busy: bool, bins: &Bins) -> Result<Running
     }
     let pids = pids.into_iter().map(exec_pid).collect();
     Ok(Running {
-        name: {
-            let base = if busy {
+        name: with_threads(
+            if busy {
                 "oxvs-busy-vxlan-2node"
             } else {
                 "oxvs-vxlan-2node"
-            };
-            if threads == 1 {
-                base.into()
-            } else {
-                format!("{base}({threads} threads)")
-            }
-        },
+            },
+            threads,
+        ),
         pids,
         port_modes: modes,
         flows: 4,
@@ -1339,13 +1342,7 @@ mod tests {
     fn oxvs_kinds_name_their_polling_mode() {
         let i = SwitchKind::parse("oxvs").expect("oxvs");
         let b = SwitchKind::parse("oxvs-busy").expect("oxvs-busy");
-        assert_eq!(
-            i,
-            SwitchKind::Oxvs {
-                threads: 1,
-                busy: false
-            }
-        );
+        assert_eq!(i, SwitchKind::OXVS);
         assert_eq!(
             b,
             SwitchKind::Oxvs {
