@@ -389,16 +389,22 @@ fn write_set_group(out: &mut String, h: Hdr, group: &[DpAction], key: Option<&Fl
             }
         }
         _ => {
-            let proto = key.map(|k| k.get(Field::NwProto) as u8);
-            let name = match proto {
-                Some(ip_proto::TCP) => "tcp",
-                Some(ip_proto::UDP) => "udp",
-                Some(ip_proto::SCTP) => "sctp",
-                Some(ip_proto::ICMP) => "icmp",
-                Some(ip_proto::ICMPV6) => "icmpv6",
+            let proto = key.map(|k| (k.get(Field::DlType) as u16, k.get(Field::NwProto) as u8));
+            // ICMP only in IPv4 and ICMPv6 only in IPv6, as the key reads
+            // them (the datapath writes no type or code in the others).
+            let icmp = match proto {
+                Some((ethertype::IPV4, ip_proto::ICMP)) => Some("icmp"),
+                Some((ethertype::IPV6, ip_proto::ICMPV6)) => Some("icmpv6"),
+                _ => None,
+            };
+            let name = match (icmp, proto) {
+                (Some(name), _) => name,
+                (None, Some((_, ip_proto::TCP))) => "tcp",
+                (None, Some((_, ip_proto::UDP))) => "udp",
+                (None, Some((_, ip_proto::SCTP))) => "sctp",
                 _ => "tp",
             };
-            if matches!(proto, Some(ip_proto::ICMP) | Some(ip_proto::ICMPV6)) {
+            if icmp.is_some() {
                 (
                     name,
                     &[
@@ -663,6 +669,23 @@ mod tests {
             format_dp_actions_for_key(&[set(Field::TpSrc, 1), DpAction::Output(2)], &icmp),
             "set(icmp(type=1)),2"
         );
+        let mut icmp6 = icmp;
+        icmp6.set(Field::DlType, 0x86dd);
+        icmp6.set(Field::NwProto, 58);
+        assert_eq!(
+            format_dp_actions_for_key(&[set(Field::TpDst, 4), DpAction::Output(2)], &icmp6),
+            "set(icmpv6(code=4)),2"
+        );
+        // ICMPv6 in IPv4 and ICMP in IPv6 are not ICMP to the key.
+        for (dl_type, proto) in [(0x0800, 58), (0x86dd, 1)] {
+            let mut k = FlowKey::ZERO;
+            k.set(Field::DlType, dl_type);
+            k.set(Field::NwProto, proto);
+            assert_eq!(
+                format_dp_actions_for_key(&[set(Field::TpSrc, 1), DpAction::Output(2)], &k),
+                "set(tp(src=1)),2"
+            );
+        }
     }
 
     #[test]

@@ -498,7 +498,9 @@ impl<B: AsRef<[u8]> + AsMut<[u8]>> Packet<B> {
                 }
                 Ok(())
             }
-            ip_proto::ICMP | ip_proto::ICMPV6 => {
+            // ICMP only in IPv4 and ICMPv6 only in IPv6, as the flow key
+            // reads them: the other pairing has no type and code to set.
+            ip_proto::ICMP | ip_proto::ICMPV6 if l.icmp_in_its_ip_version() => {
                 let at = l4
                     + if dst {
                         icmp::field::CODE
@@ -771,6 +773,16 @@ pub struct Layout {
 }
 
 impl Layout {
+    /// ICMP in IPv4 or ICMPv6 in IPv6: the pairings whose type and code
+    /// the flow key reads (ICMPv6 in IPv4, or ICMP in IPv6, is an L4
+    /// protocol the switch does not parse, as in OVS).
+    pub fn icmp_in_its_ip_version(&self) -> bool {
+        matches!(
+            (self.eth_type, self.nw_proto),
+            (ethertype::IPV4, ip_proto::ICMP) | (ethertype::IPV6, ip_proto::ICMPV6)
+        )
+    }
+
     /// Parses the header offsets of `d`. Never panics.
     pub fn parse(d: &[u8]) -> Layout {
         let mut l = Layout::default();
@@ -1273,6 +1285,35 @@ mod tests {
                 assert_eq!(d[22 + 15], 0xaa);
                 assert_eq!(d[38 + 15], 0xbb);
             }
+        }
+    }
+
+    #[test]
+    fn icmp_type_is_written_only_in_its_own_ip_version() {
+        let echo = [8, 0, 0, 0, 0, 1, 0, 1];
+        // ICMP in IPv4 and ICMPv6 in IPv6: the type and code are written.
+        for f in [
+            ipv4(ip_proto::ICMP, 0, &echo),
+            ipv6(ip_proto::ICMPV6, &[], &echo),
+        ] {
+            let mut p = PacketBuf::from_frame(&f);
+            p.set_tp_src(0).unwrap();
+            p.set_tp_dst(3).unwrap();
+            let at = f.len() - echo.len();
+            assert_eq!(&p.data()[at..at + 2], &[0, 3]);
+        }
+        // The other pairings are protocols the flow key does not parse
+        // (as OVS): nothing is written.
+        for f in [
+            ipv4(ip_proto::ICMPV6, 0, &echo),
+            ipv6(ip_proto::ICMP, &[], &echo),
+        ] {
+            let mut p = PacketBuf::from_frame(&f);
+            assert_eq!(
+                p.set_tp_src(0),
+                Err(WriteError::NoHeader("TCP/UDP/SCTP/ICMP"))
+            );
+            assert_eq!(p.data(), &f[..]);
         }
     }
 

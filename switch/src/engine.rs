@@ -243,7 +243,7 @@ impl Default for SwitchConfig {
             // No device created as a side effect of a default config (the
             // daemon's default, `--umem-sharing thread`, sets its own).
             umem_sharing: UmemSharing::PerPort,
-            batch: 32,
+            batch: 64,
             conntrack: CtConfig::default(),
             icmp_src_ip: None,
             packet_in_queue: 1024,
