@@ -187,6 +187,11 @@ pub const MAX_CHAIN: usize = 18;
 /// back to that share when it is idle.
 pub const FILL_MIN: usize = 64;
 
+/// Descriptors one receive must return for the fill ring's adaptation to
+/// see a burst under way ([`XskPort::recv`]; with the default batch of 64,
+/// a receive of 32 counts as a full one, as when the batch was 32).
+pub const BURST_DESCS: usize = 32;
+
 /// The fill ring a port on a shared UMEM of `total` frames starts with,
 /// `free` of them free when it attaches: [`FILL_DEEP_START`] while that
 /// leaves three quarters of the UMEM free, [`FILL_START`] while it leaves
@@ -1642,8 +1647,9 @@ impl XskPort {
         let filled_before = self.filled;
         self.filled = self.filled.saturating_sub(n);
         // A full batch: as many as asked for first (the rest of a packet
-        // taken after them does not count).
-        if n >= first {
+        // taken after them does not count), or a burst's worth when the
+        // batch is larger than that.
+        if n >= first.min(BURST_DESCS) {
             self.full_batches += 1;
             // A burst on a port whose target decayed while it was idle:
             // keep the frames its ring still holds (recycling only up to
