@@ -8,10 +8,11 @@
 # docs/benchmarks.md, "ADD beyond a few dozen pods: the AF_XDP bind".
 set -u
 F=${1:-}; N=${2:-}
-case "$F$N" in
-    *[!0-9]* | "") echo "usage: $0 UMEM_FRAMES PORTS" >&2; exit 2 ;;
-esac
-[ -n "$F" ] && [ -n "$N" ] || { echo "usage: $0 UMEM_FRAMES PORTS" >&2; exit 2; }
+for v in "$F" "$N"; do
+    case "$v" in
+        "" | *[!0-9]*) echo "usage: $0 UMEM_FRAMES PORTS" >&2; exit 2 ;;
+    esac
+done
 BIN=$(cd "$(dirname "$0")/../.." && pwd)/target/release
 NS=oxbt$$; S=/tmp/oxbt$$.sock; LOG=/tmp/oxbt$$.log
 cleanup() {

@@ -941,7 +941,8 @@ pub struct XskPort {
     /// Frames the fill ring is topped up to (adapted to the port's load on
     /// a shared UMEM, see [`FILL_MIN`]).
     fill_target: usize,
-    /// Full RX batches since the fill target was last adapted.
+    /// Full RX batches (at least [`BURST_DESCS`] descriptors) since the
+    /// fill target was last adapted.
     full_batches: u32,
     /// Packets received since the fill target was last adapted.
     rx_since_adapt: u64,
@@ -2006,8 +2007,9 @@ impl XskPort {
 
     /// Adapts the fill target of a port on a shared UMEM to its load (called
     /// every few tens of milliseconds): a port is busy when it received a
-    /// full RX batch, lost packets to an empty fill ring, or received an
-    /// eighth of what its fill ring holds since the last call. A busy
+    /// full RX batch (at least [`BURST_DESCS`] descriptors), lost packets
+    /// to an empty fill ring, or received an eighth of what its fill ring
+    /// holds since the last call. A busy
     /// port's target doubles while the UMEM has frames to spare, up to its
     /// share; a starved one's goes at once as far as
     /// [`Frames::room_to_grow`] lets it (beyond a small share, by
