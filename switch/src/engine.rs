@@ -558,6 +558,11 @@ struct PortEntry {
     mode: String,
     /// The interface (AF_XDP ports).
     ifname: Option<String>,
+    /// What the interface can receive from the port side
+    /// ([`crate::netdev::receive_mtu`]): read when the port is added,
+    /// refreshed by [`Switch::refresh_gro_max`]; 0 when it could not be
+    /// read. Unused for VXLAN ports.
+    rx_mtu: u32,
     /// The tunnel's local address and UDP port (VXLAN ports).
     local: Option<String>,
     /// The receive queues it serves (one socket each; a VXLAN port has
@@ -902,18 +907,19 @@ impl Switch {
 
     /// Received tunnel TCP is merged into frames every AF_XDP port takes
     /// (the smallest MTU + 14 of the ports' interfaces and, for a veth
-    /// with its peer here such as the gateway, of that peer; read now, in
-    /// one link dump), and only when the engine completes checksums
-    /// (merged frames need theirs computed). Pods of the agent's default
-    /// MTU 65535 get 64 KiB frames; one port of MTU 1500 keeps every frame
-    /// as received. Recomputed on every port change and by
+    /// with its peer here such as the gateway, of that peer), and only
+    /// when the engine completes checksums (merged frames need theirs
+    /// computed). Pods of the agent's default MTU 65535 get 64 KiB frames;
+    /// one port of MTU 1500 keeps every frame as received. Recomputed on
+    /// every port change from the MTUs read when each port was added (a
+    /// link dump per change, under the port table's lock, made a burst of
+    /// ADDs quadratic in the node's links), and from a fresh link dump by
     /// [`Switch::refresh_gro_max`] (switchd: every 5 s).
     fn set_gro_max(&self, ports: &BTreeMap<u32, PortEntry>) {
-        let mtus = crate::netdev::receive_mtus().unwrap_or_default();
         let min_mtu = ports
             .values()
-            .filter_map(|p| p.ifname.as_ref())
-            .map(|n| mtus.get(n).copied().unwrap_or(0))
+            .filter(|p| p.ifname.is_some())
+            .map(|p| p.rx_mtu)
             .min();
         let max = match min_mtu {
             // 0: a port whose MTU could not be read.
@@ -925,11 +931,19 @@ impl Switch {
         self.shared.gro_max.store(max, Ordering::Relaxed);
     }
 
-    /// Recomputes [`gro_max`](Self::gro_max) after an interface MTU
-    /// changed outside a port change (switchd after raising its gateway's,
-    /// and every 5 s).
+    /// Rereads every port's receive MTU (one link dump, before taking the
+    /// port table) and recomputes [`gro_max`](Self::gro_max): after an
+    /// interface MTU changed outside a port change (switchd after raising
+    /// its gateway's, and every 5 s).
     pub fn refresh_gro_max(&self) {
-        self.set_gro_max(&lock(&self.ports));
+        let mtus = crate::netdev::receive_mtus().unwrap_or_default();
+        let mut ports = lock(&self.ports);
+        for p in ports.values_mut() {
+            if let Some(n) = &p.ifname {
+                p.rx_mtu = mtus.get(n).copied().unwrap_or(0);
+            }
+        }
+        self.set_gro_max(&ports);
     }
 
     /// The largest frame the tunnel port merges received TCP segments
@@ -974,7 +988,7 @@ impl Switch {
         // forwarding and other callers keep adding ports meanwhile.
         let first = self.least_loaded(&lock(&self.ports));
         let nthreads = self.threads.len().max(1);
-        let (prepared, queue_threads) = match &spec.kind {
+        let (prepared, queue_threads, rx_mtu) = match &spec.kind {
             PortKind::Afxdp {
                 ifname,
                 xdp_mode,
@@ -1010,12 +1024,18 @@ impl Switch {
                     self.xdp_prog.as_ref(),
                 )
                 .map_err(|e| open_err(e.to_string()))?;
+                // 0 (no merging) until the next refresh if unreadable.
+                let rx_mtu = crate::netdev::receive_mtu(ifname).unwrap_or_else(|e| {
+                    tracing::warn!(port = %spec.name, "{e}; the tunnel merges no segments until it reads the MTU");
+                    0
+                });
                 (
                     socks.into_iter().map(|p| Some(Box::new(p))).collect(),
                     threads,
+                    rx_mtu,
                 )
             }
-            PortKind::Vxlan { .. } => (vec![None], vec![first]),
+            PortKind::Vxlan { .. } => (vec![None], vec![first], 0),
         };
         let mut ports = lock(&self.ports);
         if ports.values().any(|p| p.name == spec.name) {
@@ -1120,6 +1140,7 @@ impl Switch {
             kind,
             mode,
             ifname,
+            rx_mtu,
             local,
             queues,
         };

@@ -293,6 +293,26 @@ pub fn receive_mtus() -> Result<std::collections::HashMap<String, u32>, NetdevEr
     )
 }
 
+/// [`receive_mtus`] for one link: what `name` can receive from its port
+/// side (one or two link requests, no dump).
+pub fn receive_mtu(name: &str) -> Result<u32, NetdevError> {
+    check_name(name)?;
+    with_netlink(
+        || format!("read the MTU of {name}"),
+        |nl| {
+            let link = nl.existing_link(name)?;
+            let own = link
+                .mtu
+                .ok_or(oxvs_netlink::Error::Kernel(Errno::ENODATA))?;
+            let peer = match link.peer_here {
+                Some(p) => nl.link_by_index(p)?.and_then(|l| l.mtu),
+                None => None,
+            };
+            Ok(peer.map_or(own, |p| p.min(own)))
+        },
+    )
+}
+
 /// The names of every link in the calling thread's network namespace.
 pub fn link_names() -> Result<Vec<String>, NetdevError> {
     with_netlink(

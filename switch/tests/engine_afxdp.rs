@@ -644,3 +644,57 @@ fn engine_two_threads_forward_across_threads() {
     sw.shutdown();
     assert!(!netdev::has_xdp(&h_a).unwrap() && !netdev::has_xdp(&h_b).unwrap());
 }
+
+/// The tunnel's merge limit (`gro_max`) follows the smallest receive MTU
+/// of the ports: read once per port when it is added (a veth with its
+/// peer here counts the smaller end), recomputed from those on every port
+/// change, reread from the kernel by `refresh_gro_max`.
+#[test]
+fn engine_gro_max_follows_the_ports_mtus() {
+    if !oxvs_testutil::is_root() {
+        oxvs_testutil::skip_or_fail("needs root");
+        return;
+    }
+    let mut lab = Lab::new("m");
+    let (_ns_a, h_a) = lab.pod("a", "10.77.4.1");
+    let (_ns_b, h_b) = lab.pod("b", "10.77.4.2");
+    netdev::set_mtu(&h_a, 9000).expect("mtu a");
+    // A gateway-like pair, both ends here: the switch's end takes what
+    // the smaller end passes.
+    let gw = format!("ox{}g", lab.tag);
+    let gw_peer = format!("{gw}p");
+    netdev::create_veth_pair(&gw, &gw_peer, Some(9000)).expect("gateway pair");
+    lab.links.push(gw.clone());
+    netdev::set_mtu(&gw_peer, 3000).expect("mtu gateway peer");
+    netdev::set_up(&gw).expect("gw up");
+    netdev::set_up(&gw_peer).expect("gw peer up");
+    let sw = Switch::start(
+        SwitchConfig {
+            poll_mode: PollMode::Interrupt,
+            umem_sharing: UmemSharing::per_thread_unique(),
+            ..SwitchConfig::default()
+        },
+        Arc::new(Pipeline::new()),
+    )
+    .expect("start");
+    assert_eq!(sw.gro_max(), 0, "no port");
+    sw.add_port(afxdp(&h_a, 1)).expect("a");
+    assert_eq!(sw.gro_max(), 9014, "a at 9000");
+    sw.add_port(afxdp(&gw, 2)).expect("gw");
+    assert_eq!(sw.gro_max(), 3014, "the gateway's peer at 3000");
+    sw.del_port(&gw).expect("del gw");
+    assert_eq!(sw.gro_max(), 9014, "a alone again");
+    sw.add_port(afxdp(&h_b, 3)).expect("b");
+    assert_eq!(sw.gro_max(), 1514, "b at 1500");
+    sw.del_port(&h_b).expect("del b");
+    assert_eq!(sw.gro_max(), 9014, "a alone again");
+    netdev::set_mtu(&h_a, 4000).expect("mtu a 4000");
+    assert_eq!(
+        sw.gro_max(),
+        9014,
+        "an MTU change alone is seen at the next refresh"
+    );
+    sw.refresh_gro_max();
+    assert_eq!(sw.gro_max(), 4014, "after the refresh");
+    sw.shutdown();
+}
