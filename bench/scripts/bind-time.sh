@@ -1,5 +1,6 @@
 #!/bin/bash
-# bind-time.sh FRAMES N: a fresh oxvs-switchd (--umem-frames FRAMES) in a
+# bind-time.sh FRAMES N [SWITCHD-ARG...]: a fresh oxvs-switchd
+# (--umem-frames FRAMES, and the extra arguments) in a
 # network namespace of its own, N veth ports added one by one with
 # oxvsctl; prints the total time, the socket step of each add-port (the
 # `socket_ms` of switchd's "AF_XDP socket attempt" line: XDP attach and
@@ -10,9 +11,10 @@ set -u
 F=${1:-}; N=${2:-}
 for v in "$F" "$N"; do
     case "$v" in
-        "" | *[!0-9]*) echo "usage: $0 UMEM_FRAMES PORTS" >&2; exit 2 ;;
+        "" | *[!0-9]*) echo "usage: $0 UMEM_FRAMES PORTS [SWITCHD-ARG...]" >&2; exit 2 ;;
     esac
 done
+shift 2
 BIN=$(cd "$(dirname "$0")/../.." && pwd)/target/release
 NS=oxbt$$; S=/tmp/oxbt$$.sock; LOG=/tmp/oxbt$$.log
 cleanup() {
@@ -23,7 +25,7 @@ cleanup() {
 }
 trap cleanup EXIT
 ip netns add "$NS" || exit 1
-ip netns exec "$NS" "$BIN/oxvs-switchd" --socket "$S" --umem-frames "$F" \
+ip netns exec "$NS" "$BIN/oxvs-switchd" --socket "$S" --umem-frames "$F" "$@" \
     --log-level debug --ct-state-file '' > "$LOG" 2>&1 &
 for _ in $(seq 50); do [ -S "$S" ] && break; sleep 0.1; done
 [ -S "$S" ] || { echo "oxvs-switchd did not start:" >&2; cat "$LOG" >&2; exit 1; }
@@ -42,7 +44,7 @@ for i in $(seq 1 "$N"); do
 done
 t1=$(date +%s%N)
 m1=$(kmem)
-echo "frames $F ports $N: add-port total $(( (t1 - t0) / 1000000 )) ms"
+echo "frames $F ${*:+($*) }ports $N: add-port total $(( (t1 - t0) / 1000000 )) ms"
 echo "  kernel memory before the ports: $m0"
 echo "  kernel memory after the ports:  $m1"
 grep -o 'socket_ms=[0-9.]*' "$LOG" | cut -d= -f2 | sort -n |

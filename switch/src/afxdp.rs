@@ -1,5 +1,5 @@
-//! AF_XDP ports: one socket per port, one UMEM (with its free frames) per
-//! datapath thread.
+//! AF_XDP ports: one socket per port, a few UMEMs (each with its free
+//! frames) per datapath thread.
 //!
 //! This is the switch's only module allowed `unsafe` (the agent's
 //! `podnet::ethtool` is the workspace's other one): it talks to
@@ -34,13 +34,30 @@
 //! starts `XDP_PACKET_HEADROOM` (256) bytes in, so the datapath can push
 //! headers (VLAN tags) in place in front of a received packet.
 //!
-//! ## One UMEM per datapath thread
+//! ## A few UMEMs per datapath thread
 //!
-//! The ports one datapath thread serves share one UMEM ([`ThreadUmem`]):
-//! its memory is pinned, so a UMEM per port (16 MiB each) would make a
-//! node's memory grow with its pods. Each port keeps its own fill and
-//! completion rings (sockets on different devices need their own); the
-//! free frames are one list for the thread ([`Frames`]). A fill ring
+//! The ports one datapath thread serves share its UMEMs ([`ThreadUmem`],
+//! one by default, each port on one): their memory is pinned, so a UMEM
+//! per port (16 MiB each) would make a node's memory grow with its pods.
+//! Each port keeps its own fill and completion rings (sockets on
+//! different devices need their own); the free frames are one list per
+//! UMEM ([`Frames`]).
+//!
+//! Why a thread may want several: the kernel gives every socket bound to
+//! a UMEM on another device a buffer pool of its own, with an entry of
+//! about 128 bytes per frame of the UMEM, allocated and zeroed at bind
+//! (`xp_create_and_assign_umem`). At the default 16384 frames that is a
+//! 2 MiB block per port (a buddy allocator's order 9, the block a virtual
+//! machine's free page reporting hands back to the hypervisor, so each
+//! pod's bind takes 5 ms of host page faults on such a VM), at 8192 a
+//! 1 MiB one. Two UMEMs of 8192 give a thread as many frames at half the
+//! kernel memory per port and a bind of 0.2-0.3 ms; but a busy port then
+//! borrows only from its own UMEM's spare frames, and on a node of 30
+//! pods three times as many segments were lost to empty fill rings
+//! (`docs/benchmarks.md`, "Several UMEMs per thread"), so the default is
+//! one. Each UMEM, like its ports, is one thread's alone.
+//!
+//! Within a UMEM, a fill ring
 //! holds frames nobody can take back until packets arrive, so an idle
 //! port must not hoard them: the first ports start with
 //! [`FILL_DEEP_START`] frames while three quarters of the UMEM stay free
@@ -62,7 +79,7 @@
 //! the kernel to share the UMEM -- which needs it bound. Were it a pod's
 //! port, deleting that pod would keep its queue taken or, once the device
 //! is gone, make every later bind fail. So the first socket is an
-//! *anchor* bound to one queue (one per thread) of a quiet device the
+//! *anchor* bound to one queue (one per UMEM) of a quiet device the
 //! switch creates for this and nothing else (no XDP program, no traffic),
 //! and every port is an ordinary sharer that comes and goes.
 //!
@@ -202,7 +219,8 @@ pub const BURST_DESCS: usize = 32;
 /// stays free for later ports (a quarter of it the TX reserve, the other
 /// quarter to grow and borrow from). With the default 16384 frames: two
 /// ports start deep, eight with 512, later ones with 64; with 8192, one
-/// deep and four with 512; below 8192 none deep.
+/// deep and four with 512 (per UMEM: two UMEMs of 8192 start as many per
+/// thread as one of 16384); below 8192 none deep.
 fn start_fill(total: usize, free: usize) -> usize {
     if free >= total * 3 / 4 + FILL_DEEP_START {
         FILL_DEEP_START.min(total / 4)

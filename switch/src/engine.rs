@@ -82,7 +82,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixDatagram;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
@@ -176,11 +176,19 @@ pub struct SwitchConfig {
     /// Number of datapath threads (ports are spread across them).
     pub threads: usize,
     pub poll_mode: PollMode,
-    /// UMEM frames (4 KiB each) per UMEM: each datapath thread's shared
-    /// one, and each port's own.
+    /// UMEM frames (4 KiB each) per UMEM: each of a datapath thread's
+    /// shared ones, and each port's own.
     pub umem_frames: u32,
-    /// Whether the ports of a thread share a UMEM.
+    /// Whether the ports of a thread share UMEMs.
     pub umem_sharing: UmemSharing,
+    /// Shared UMEMs per datapath thread ([`UmemSharing::PerThread`]): a
+    /// new port goes to the one with the fewest ports and uses only its
+    /// frames. The kernel gives every socket on a UMEM a table of about
+    /// 128 bytes per frame of that UMEM, so more, smaller UMEMs make each
+    /// port's bind cheaper and its kernel memory smaller, while one large
+    /// UMEM lends a busy port more frames (`afxdp`'s module
+    /// documentation).
+    pub umems_per_thread: usize,
     /// Frames per RX/TX batch (32-64).
     pub batch: usize,
     pub conntrack: CtConfig,
@@ -243,6 +251,7 @@ impl Default for SwitchConfig {
             // No device created as a side effect of a default config (the
             // daemon's default, `--umem-sharing thread`, sets its own).
             umem_sharing: UmemSharing::PerPort,
+            umems_per_thread: 1,
             batch: 64,
             conntrack: CtConfig::default(),
             icmp_src_ip: None,
@@ -469,6 +478,9 @@ enum Cmd {
         spec: PortSpec,
         /// The AF_XDP socket, made by the caller (off the datapath thread).
         prepared: Option<Box<PreparedXsk>>,
+        /// Which of the thread's shared UMEMs the socket is on (`None`:
+        /// its own, or no socket).
+        umem: Option<usize>,
         ofport: u32,
         stats: Arc<AtomicPortStats>,
         reply: Sender<Result<String, SwitchError>>,
@@ -484,8 +496,10 @@ enum Cmd {
         in_port: u32,
         frame: Vec<u8>,
     },
-    /// A closed port's socket is gone: its frames go back to the shared UMEM.
+    /// A closed port's socket is gone: its frames go back to the shared
+    /// UMEM (the thread's `umem`-th).
     Reclaim {
+        umem: usize,
         slot: u16,
     },
 }
@@ -522,7 +536,7 @@ struct Shared {
     umem_frames: u32,
     /// The largest frame a tunnel port merges received TCP segments into
     /// (see [`Switch::gro_max`]; 0: none).
-    gro_max: std::sync::atomic::AtomicUsize,
+    gro_max: AtomicUsize,
 }
 
 /// The part of a datapath thread others can reach.
@@ -532,12 +546,16 @@ struct ThreadShared {
     inbox: Mutex<Vec<Handoff>>,
     stats: Mutex<DatapathStats>,
     busy_ns: AtomicU64,
-    /// What sockets on the thread's shared UMEM are made from.
-    umem: OnceLock<xsk_rs::Umem>,
-    /// The shared UMEM's frames and free frames (published with the stats).
+    /// What sockets on the thread's shared UMEMs are made from (set once
+    /// the thread has made them; empty if it could not).
+    umems: OnceLock<Vec<xsk_rs::Umem>>,
+    /// Ports (queues) placed on each shared UMEM, counted when placed
+    /// ([`ThreadShared::place`]), before the socket is made.
+    umem_ports: Box<[AtomicUsize]>,
+    /// The shared UMEMs' frames and free frames (published with the stats).
     umem_frames: AtomicU64,
     umem_free: AtomicU64,
-    /// Whether the shared UMEM takes packets in several descriptors.
+    /// Whether every shared UMEM takes packets in several descriptors.
     umem_sg: AtomicBool,
     /// Whether the thread's last tunnel port segments large TCP frames.
     tunnel_tso: AtomicBool,
@@ -576,6 +594,61 @@ struct QueueEntry {
     queue: u32,
     thread: usize,
     stats: Arc<AtomicPortStats>,
+    /// Its place on one of the thread's shared UMEMs, held for its count
+    /// (given up when the entry goes).
+    _place: Option<UmemPlace>,
+}
+
+impl ThreadShared {
+    /// Places a new port's socket on the thread's shared UMEM with the
+    /// fewest ports (the first of those); `None` when the thread has none.
+    fn place(self: &Arc<Self>) -> Option<UmemPlace> {
+        let n = self.umems.get()?.len();
+        let umem = fewest(&self.umem_ports, n)?;
+        self.umem_ports[umem].fetch_add(1, Ordering::Relaxed);
+        Some(UmemPlace {
+            thread: Arc::clone(self),
+            umem,
+        })
+    }
+
+    /// What a socket on the `umem`-th shared UMEM is made from.
+    fn umem(&self, umem: usize) -> Option<&xsk_rs::Umem> {
+        self.umems.get()?.get(umem)
+    }
+}
+
+/// The first of the first `n` counters with the smallest count.
+fn fewest(counts: &[AtomicUsize], n: usize) -> Option<usize> {
+    counts
+        .iter()
+        .take(n)
+        .enumerate()
+        .min_by_key(|&(i, c)| (c.load(Ordering::Relaxed), i))
+        .map(|(i, _)| i)
+}
+
+/// A port's socket counted on one of a thread's shared UMEMs
+/// ([`ThreadShared::place`]); the count drops with it.
+struct UmemPlace {
+    thread: Arc<ThreadShared>,
+    umem: usize,
+}
+
+impl std::fmt::Debug for UmemPlace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UmemPlace")
+            .field("umem", &self.umem)
+            .finish()
+    }
+}
+
+impl Drop for UmemPlace {
+    fn drop(&mut self) {
+        if let Some(c) = self.thread.umem_ports.get(self.umem) {
+            let _ = c.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        }
+    }
 }
 
 impl PortEntry {
@@ -719,7 +792,7 @@ impl Switch {
             spares: Mutex::new(Vec::new()),
             counters: Counters::default(),
             umem_frames: config.umem_frames,
-            gro_max: std::sync::atomic::AtomicUsize::new(0),
+            gro_max: AtomicUsize::new(0),
         });
         let mut threads = Vec::new();
         let mut wake_rx = Vec::new();
@@ -735,7 +808,10 @@ impl Switch {
                 inbox: Mutex::new(Vec::new()),
                 stats: Mutex::new(DatapathStats::default()),
                 busy_ns: AtomicU64::new(0),
-                umem: OnceLock::new(),
+                umems: OnceLock::new(),
+                umem_ports: (0..config.umems_per_thread.max(1))
+                    .map(|_| AtomicUsize::new(0))
+                    .collect(),
                 umem_frames: AtomicU64::new(0),
                 umem_free: AtomicU64::new(0),
                 umem_sg: AtomicBool::new(false),
@@ -750,7 +826,8 @@ impl Switch {
                 if anchor.starts_with("oxu") {
                     delete_stale_unique_anchors();
                 }
-                match crate::netdev::create_quiet_device(anchor, nthreads as u32) {
+                let queues = nthreads * config.umems_per_thread.max(1);
+                match crate::netdev::create_quiet_device(anchor, queues as u32) {
                     Ok(kind) => {
                         tracing::debug!(anchor = %anchor, kind, "UMEM anchor device created");
                         Some(anchor.clone())
@@ -852,10 +929,9 @@ impl Switch {
     /// the gateway may have an MTU up to this less 14.
     pub fn max_frame_len(&self) -> usize {
         let frags = self.xdp_prog.as_ref().is_some_and(|p| p.frags());
-        let sg = self
-            .threads
-            .iter()
-            .all(|t| t.umem.get().is_some() && t.umem_sg.load(Ordering::Relaxed));
+        let sg = self.threads.iter().all(|t| {
+            t.umems.get().is_some_and(|u| !u.is_empty()) && t.umem_sg.load(Ordering::Relaxed)
+        });
         if frags && sg {
             afxdp::MAX_FRAME_LEN
         } else {
@@ -988,7 +1064,7 @@ impl Switch {
         // forwarding and other callers keep adding ports meanwhile.
         let first = self.least_loaded(&lock(&self.ports));
         let nthreads = self.threads.len().max(1);
-        let (prepared, queue_threads, rx_mtu) = match &spec.kind {
+        let (prepared, queue_threads, rx_mtu, places) = match &spec.kind {
             PortKind::Afxdp {
                 ifname,
                 xdp_mode,
@@ -1008,12 +1084,19 @@ impl Switch {
                 }
                 let n = port_queues(ifname, *n_rxq).map_err(open_err)?;
                 let threads: Vec<usize> = (0..n as usize).map(|q| (first + q) % nthreads).collect();
-                let targets: Vec<afxdp::QueueTarget<'_>> = threads
+                // Counted before the sockets are made, so that ports added
+                // at the same time spread over the UMEMs too; given up
+                // (dropped) on any failure.
+                let mut places: Vec<Option<UmemPlace>> = threads
+                    .iter()
+                    .map(|&t| self.threads.get(t).and_then(|t| t.place()))
+                    .collect();
+                let targets: Vec<afxdp::QueueTarget<'_>> = places
                     .iter()
                     .enumerate()
-                    .map(|(q, &t)| afxdp::QueueTarget {
+                    .map(|(q, place)| afxdp::QueueTarget {
                         queue: q as u32,
-                        shared: self.threads.get(t).and_then(|t| t.umem.get()),
+                        shared: place.as_ref().and_then(|p| p.thread.umem(p.umem)),
                     })
                     .collect();
                 let socks = XskPort::prepare_queues(
@@ -1029,13 +1112,20 @@ impl Switch {
                     tracing::warn!(port = %spec.name, "{e}; the tunnel merges no segments until it reads the MTU");
                     0
                 });
+                // A socket that fell back to its own UMEM takes no place.
+                for (place, sock) in places.iter_mut().zip(&socks) {
+                    if !sock.is_shared() {
+                        *place = None;
+                    }
+                }
                 (
                     socks.into_iter().map(|p| Some(Box::new(p))).collect(),
                     threads,
                     rx_mtu,
+                    places,
                 )
             }
-            PortKind::Vxlan { .. } => (vec![None], vec![first], 0),
+            PortKind::Vxlan { .. } => (vec![None], vec![first], 0, vec![None]),
         };
         let mut ports = lock(&self.ports);
         if ports.values().any(|p| p.name == spec.name) {
@@ -1083,7 +1173,12 @@ impl Switch {
         let mut queues = Vec::with_capacity(prepared.len());
         let mut pending = Vec::with_capacity(prepared.len());
         let mut failure = None;
-        for ((q, prepared), &thread) in prepared.into_iter().enumerate().zip(&queue_threads) {
+        for (((q, prepared), &thread), place) in prepared
+            .into_iter()
+            .enumerate()
+            .zip(&queue_threads)
+            .zip(places)
+        {
             let stats = Arc::new(AtomicPortStats::default());
             let (reply_tx, reply_rx) = mpsc::channel();
             let sent = self.send(
@@ -1091,6 +1186,7 @@ impl Switch {
                 Cmd::AddPort {
                     spec: spec.clone(),
                     prepared,
+                    umem: place.as_ref().map(|p| p.umem),
                     ofport,
                     stats: Arc::clone(&stats),
                     reply: reply_tx,
@@ -1104,6 +1200,7 @@ impl Switch {
                 queue: q as u32,
                 thread,
                 stats,
+                _place: place,
             });
             pending.push((thread, reply_rx));
         }
@@ -1432,8 +1529,9 @@ struct Movable {
 struct Worker {
     idx: usize,
     shared: Arc<Shared>,
-    /// The UMEM this thread's ports share (None: each has its own).
-    umem: Option<ThreadUmem>,
+    /// The UMEMs this thread's ports share, each by a group of them
+    /// (empty: each has its own).
+    umems: Vec<ThreadUmem>,
     self_tx: Sender<Cmd>,
     me: Arc<ThreadShared>,
     peers: Vec<Arc<ThreadShared>>,
@@ -1470,6 +1568,46 @@ struct Worker {
 }
 
 impl WorkerInit {
+    /// The thread's shared UMEMs ([`SwitchConfig::umems_per_thread`]),
+    /// the `u`-th anchored on queue `idx * umems_per_thread + u` of the
+    /// anchor device; as many as could be made (none: every port gets
+    /// its own). Published in `me` for the control side.
+    fn make_umems(&self, me: &ThreadShared) -> Vec<ThreadUmem> {
+        let Some(anchor) = self.anchor.as_deref() else {
+            let _ = me.umems.set(Vec::new());
+            return Vec::new();
+        };
+        let tx_metadata =
+            self.config.complete_checksums && self.config.kernel_checksums && !self.config.tx_move;
+        let per = self.config.umems_per_thread.max(1);
+        let mut umems = Vec::with_capacity(per);
+        for u in 0..per {
+            let queue = (self.idx * per + u) as u32;
+            match ThreadUmem::new(anchor, queue, self.config.umem_frames, tx_metadata) {
+                Ok(m) => umems.push(m),
+                Err(e) => {
+                    tracing::warn!(
+                        thread = self.idx,
+                        umem = u,
+                        "cannot set up a shared UMEM of the thread; its ports go to the others \
+                         (to their own UMEMs if none): {e}"
+                    );
+                    break;
+                }
+            }
+        }
+        let sg = !umems.is_empty() && umems.iter().all(|u| u.mem().multi_buffer());
+        me.umem_sg.store(sg, Ordering::Relaxed);
+        if let (true, Some(u)) = (tx_metadata, umems.first()) {
+            match u.mem().tx_metadata() {
+                true => tracing::info!(thread = self.idx, "the kernel finishes the checksums of pods' frames out of their ports (AF_XDP TX metadata)"),
+                false => tracing::info!(thread = self.idx, "no AF_XDP TX metadata (Linux 6.11+): the switch completes the checksums of pods' frames"),
+            }
+        }
+        let _ = me.umems.set(umems.iter().map(|u| u.handle()).collect());
+        umems
+    }
+
     fn run(self, ready: Sender<Result<(), SwitchError>>) {
         let nthreads = self.peers.len();
         let cpus = &self.config.datapath_cpus;
@@ -1487,40 +1625,22 @@ impl WorkerInit {
             tracing::info!(thread = self.idx, cpu, "datapath thread pinned");
         }
         let me = Arc::clone(&self.peers[self.idx]);
+        let umems = self.make_umems(&me);
+        tracing::debug!(
+            thread = self.idx,
+            umems = umems.len(),
+            frames = self.config.umem_frames,
+            "shared UMEMs"
+        );
         let dp = Datapath::new(
             self.pipeline,
             XlateEnv::with_ports(Vec::new()),
             DatapathConfig::default(),
         );
-        let umem = self.anchor.as_deref().and_then(|anchor| {
-            let tx_metadata = self.config.complete_checksums
-                && self.config.kernel_checksums
-                && !self.config.tx_move;
-            match ThreadUmem::new(anchor, self.idx as u32, self.config.umem_frames, tx_metadata) {
-                Ok(u) => {
-                    let _ = me.umem.set(u.handle());
-                    me.umem_sg.store(u.mem().multi_buffer(), Ordering::Relaxed);
-                    if tx_metadata {
-                        match u.mem().tx_metadata() {
-                            true => tracing::info!(thread = self.idx, "the kernel finishes the checksums of pods' frames out of their ports (AF_XDP TX metadata)"),
-                            false => tracing::info!(thread = self.idx, "no AF_XDP TX metadata (Linux 6.11+): the switch completes the checksums of pods' frames"),
-                        }
-                    }
-                    Some(u)
-                }
-                Err(e) => {
-                    tracing::warn!(
-                        thread = self.idx,
-                        "cannot set up the thread's shared UMEM; its ports get their own: {e}"
-                    );
-                    None
-                }
-            }
-        });
         let mut w = Worker {
             idx: self.idx,
             shared: self.shared,
-            umem,
+            umems,
             self_tx: self.self_tx,
             me,
             peers: self.peers,
@@ -1551,7 +1671,7 @@ impl WorkerInit {
         // Drop order: sockets (XDP programs detached), then the UMEMs.
         let n = w.ports.len();
         w.ports.clear();
-        w.umem = None;
+        w.umems.clear();
         tracing::debug!(thread = w.idx, ports = n, "datapath thread stopped");
     }
 }
@@ -1644,11 +1764,12 @@ impl Worker {
                 Cmd::AddPort {
                     spec,
                     prepared,
+                    umem,
                     ofport,
                     stats,
                     reply,
                 } => {
-                    let r = self.open_port(spec, prepared, ofport, stats);
+                    let r = self.open_port(spec, prepared, umem, ofport, stats);
                     let opened = r.is_ok();
                     if reply.send(r).is_err() && opened {
                         // The control side gave up waiting (it reported a
@@ -1659,7 +1780,7 @@ impl Worker {
                 Cmd::DelPort { ofport, reply } => self.close_port_then(ofport, Some(reply)),
                 Cmd::Topology(t) => self.set_topology(&t),
                 Cmd::Inject { in_port, frame } => self.inject(in_port, &frame),
-                Cmd::Reclaim { slot } => self.reclaim(slot),
+                Cmd::Reclaim { umem, slot } => self.reclaim(umem, slot),
             }
         }
     }
@@ -1668,6 +1789,7 @@ impl Worker {
         &mut self,
         spec: PortSpec,
         prepared: Option<Box<PreparedXsk>>,
+        umem: Option<usize>,
         ofport: u32,
         stats: Arc<AtomicPortStats>,
     ) -> Result<String, SwitchError> {
@@ -1682,9 +1804,11 @@ impl Worker {
             } => {
                 let ifname = ifname.as_deref().unwrap_or(&spec.name);
                 let x = match prepared {
-                    Some(p) => {
-                        XskPort::from_prepared(*p, self.batch, self.umem.as_ref().map(|u| u.mem()))
-                    }
+                    Some(p) => XskPort::from_prepared(
+                        *p,
+                        self.batch,
+                        umem.and_then(|i| self.umems.get(i)).map(|u| u.mem()),
+                    ),
                     None => XskPort::open(ifname, *xdp_mode, self.config.umem_frames, self.batch),
                 }
                 .map_err(|e| err(e.to_string()))?;
@@ -1764,7 +1888,8 @@ impl Worker {
             self.publish_port(&mut p, true);
             tracing::debug!(port = %p.name, ofport, "port closed");
             if let PortIo::Xsk(x) = std::mem::replace(&mut p.io, PortIo::Busy) {
-                closing.push(x.into_closing());
+                let umem = self.umems.iter().position(|u| x.uses(u.mem()));
+                closing.push((umem, x.into_closing()));
             }
         }
         self.routes.remove(&ofport);
@@ -1779,7 +1904,10 @@ impl Worker {
         // the interface's last) and unmaps an own UMEM: tens of
         // milliseconds, done on a short-lived thread so this one keeps
         // forwarding.
-        let slots: Vec<u16> = closing.iter().filter_map(|c| c.reclaim_slot()).collect();
+        let slots: Vec<(usize, u16)> = closing
+            .iter()
+            .filter_map(|(umem, c)| Some(((*umem)?, c.reclaim_slot()?)))
+            .collect();
         let tx = self.self_tx.clone();
         let me = Arc::clone(&self.me);
         // `done` goes into the closure: if the thread cannot start, the
@@ -1792,8 +1920,8 @@ impl Worker {
                 let slots = slots.clone();
                 move || {
                     drop(closing);
-                    for slot in slots {
-                        if tx.send(Cmd::Reclaim { slot }).is_ok() {
+                    for (umem, slot) in slots {
+                        if tx.send(Cmd::Reclaim { umem, slot }).is_ok() {
                             me.wake();
                         }
                     }
@@ -1807,19 +1935,20 @@ impl Worker {
                 ofport,
                 "cannot close the sockets off the datapath thread: {e}"
             );
-            for slot in slots {
-                self.reclaim(slot);
+            for (umem, slot) in slots {
+                self.reclaim(umem, slot);
             }
         }
     }
 
     /// Takes back the frames of a closed port's socket (see
     /// [`Cmd::Reclaim`]).
-    fn reclaim(&mut self, slot: u16) {
-        if let Some(u) = &self.umem {
+    fn reclaim(&mut self, umem: usize, slot: u16) {
+        if let Some(u) = self.umems.get(umem) {
             let n = u.mem().reclaim(slot);
             tracing::debug!(
                 thread = self.idx,
+                umem,
                 slot,
                 frames = n,
                 "frames of a closed port reclaimed"
@@ -2184,14 +2313,13 @@ impl Worker {
         self.me.busy_ns.store(self.busy_ns, Ordering::Relaxed);
         // Read by the control side only: every publish with the kernel
         // counters (~50 ms) is fresh enough.
-        if let (true, Some(u)) = (kernel, &self.umem) {
-            let usage = u.mem().usage();
-            self.me
-                .umem_frames
-                .store(usage.frames as u64, Ordering::Relaxed);
-            self.me
-                .umem_free
-                .store(usage.free as u64, Ordering::Relaxed);
+        if kernel && !self.umems.is_empty() {
+            let (frames, free) = self.umems.iter().fold((0, 0), |(n, f), u| {
+                let usage = u.mem().usage();
+                (n + usage.frames as u64, f + usage.free as u64)
+            });
+            self.me.umem_frames.store(frames, Ordering::Relaxed);
+            self.me.umem_free.store(free, Ordering::Relaxed);
         }
         let c = &self.shared.counters;
         let r = Ordering::Relaxed;
@@ -2661,6 +2789,18 @@ const _: fn() = || {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_port_goes_to_the_umem_with_the_fewest_ports() {
+        let counts: Vec<AtomicUsize> = [2, 1, 1, 0].into_iter().map(AtomicUsize::new).collect();
+        // The first of the fewest, among the UMEMs the thread made.
+        assert_eq!(fewest(&counts, 3), Some(1));
+        assert_eq!(fewest(&counts, 4), Some(3));
+        assert_eq!(fewest(&counts, 1), Some(0));
+        assert_eq!(fewest(&counts, 0), None);
+        // More UMEMs asked for than counted: the counted ones.
+        assert_eq!(fewest(&counts[..2], 4), Some(1));
+    }
 
     #[test]
     fn port_queues_refuses_what_cannot_be_served() {

@@ -76,11 +76,21 @@ struct Args {
     #[arg(long, value_name = "CPU,...", value_delimiter = ',')]
     datapath_cpus: Vec<usize>,
     /// UMEM frames (4 KiB each, pinned) per UMEM: each datapath thread has
-    /// one its ports on virtual devices (veth) share; a port on a physical
-    /// NIC, or every port with `--umem-sharing port`, has its own.
+    /// `--umems-per-thread` of them, which its ports on virtual devices
+    /// (veth) share; a port on a physical NIC, or every port with
+    /// `--umem-sharing port`, has its own. The kernel also takes ~128 B
+    /// per frame for every port on the UMEM (docs/operations.md, "Memory").
     #[arg(long, value_name = "N", default_value_t = 16384,
           value_parser = clap::value_parser!(u32).range(64..=1 << 20))]
     umem_frames: u32,
+    /// Shared UMEMs per datapath thread: each new port goes to the one
+    /// with the fewest ports and uses only that one's frames. Several
+    /// small UMEMs make each port's bind and kernel memory smaller, one
+    /// large one gives a busy port more frames to borrow under bursts
+    /// (docs/operations.md, "Memory").
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u16).range(1..=64))]
+    umems_per_thread: u16,
     /// Which AF_XDP ports share a UMEM: the ports of each datapath
     /// `thread`, or none (`port`: 16 MiB or more pinned per port).
     #[arg(long, value_enum, default_value_t = Sharing::Thread)]
@@ -362,6 +372,7 @@ fn run(args: Args) -> anyhow::Result<()> {
             Mode::Busy => PollMode::Busy,
         },
         umem_frames: args.umem_frames,
+        umems_per_thread: usize::from(args.umems_per_thread),
         umem_sharing: match args.umem_sharing {
             Sharing::Thread => UmemSharing::PerThread {
                 anchor: args.umem_anchor.clone(),

@@ -1,4 +1,5 @@
-//! End to end, the UMEM a datapath thread's ports share.
+//! End to end, the UMEM a datapath thread's ports share (or the UMEMs,
+//! with `--umems-per-thread`: each port on one of them).
 //!
 //! 1. Memory does not grow with ports: two switchds side by side, one
 //!    sharing (the default) and one with `--umem-sharing port`, each gets
@@ -10,7 +11,9 @@
 //!    port is added (with traffic) and deleted 16 times on a UMEM far too
 //!    small to lose its fill ring each time; pod3 is reachable each time,
 //!    pod1 <-> pod2 loses (almost) nothing, and once every port is gone
-//!    every frame of the UMEM is free again.
+//!    every frame of the UMEMs is free again. With two UMEMs per thread:
+//!    pod1 and pod3 share one, pod2 has the other, so pod3's frames come
+//!    back to the right one.
 //! 3. The anchor device exists while switchd runs and is gone after it
 //!    stops.
 //!
@@ -121,11 +124,17 @@ fn e2e_umem_sharing() {
     let pod1 = Netns::new("pod1");
     let pod2 = Netns::new("pod2");
     let pod3 = Netns::new("pod3");
-    let mut sw = Switchd::start_with(&node, &["--umem-frames", "256"]);
+    let mut sw = Switchd::start_with(&node, &["--umem-frames", "256", "--umems-per-thread", "2"]);
     let anchor = node.exec(&["ip", "-d", "link", "show", "oxvs-umem"]);
     assert!(
         anchor.status.success(),
         "the anchor device exists while switchd runs: {anchor:?}"
+    );
+    let shown = String::from_utf8_lossy(&anchor.stdout);
+    assert!(
+        shown.contains("numrxqueues 2 "),
+        "one anchor queue per UMEM (one thread, two UMEMs):
+{shown}"
     );
     for (pod, ifname, ip, mac) in [
         (&pod1, "p1", "10.10.0.1/24", "02:00:0a:0a:00:01"),
@@ -141,7 +150,7 @@ fn e2e_umem_sharing() {
     assert!(p.ok, "pod1 -> pod2 never answered:\n{}", p.output);
     std::thread::sleep(Duration::from_millis(300));
     let (total, free_before) = umem_stats(&sw);
-    assert_eq!(total, 256);
+    assert_eq!(total, 2 * 256, "two shared UMEMs");
 
     let mut bg = pod1.spawn(&[
         "ping",
