@@ -577,10 +577,15 @@ struct PortEntry {
     /// The interface (AF_XDP ports).
     ifname: Option<String>,
     /// What the interface can receive from the port side
-    /// ([`crate::netdev::receive_mtu`]): read when the port is added,
-    /// refreshed by [`Switch::refresh_gro_max`]; 0 when it could not be
-    /// read. Unused for VXLAN ports.
+    /// ([`crate::netdev::receive_mtu`]): read when the port is added (and
+    /// on every port change where `rx_mtu_peer_here`), refreshed by
+    /// [`Switch::refresh_gro_max`]; 0 when it could not be read. Unused
+    /// for VXLAN ports.
     rx_mtu: u32,
+    /// The interface is a veth whose peer is in this namespace too (the
+    /// gateway): the peer's MTU counts, and the host may change it after
+    /// the port is added (the agent raises its gateway's).
+    rx_mtu_peer_here: bool,
     /// The tunnel's local address and UDP port (VXLAN ports).
     local: Option<String>,
     /// The receive queues it serves (one socket each; a VXLAN port has
@@ -987,11 +992,22 @@ impl Switch {
     /// when the engine completes checksums (merged frames need theirs
     /// computed). Pods of the agent's default MTU 65535 get 64 KiB frames;
     /// one port of MTU 1500 keeps every frame as received. Recomputed on
-    /// every port change from the MTUs read when each port was added (a
-    /// link dump per change, under the port table's lock, made a burst of
-    /// ADDs quadratic in the node's links), and from a fresh link dump by
+    /// every port change from the MTUs read when each port was added, the
+    /// ports with a peer here read again (a link dump per change, under
+    /// the port table's lock, made a burst of ADDs quadratic in the
+    /// node's links), and from a fresh link dump by
     /// [`Switch::refresh_gro_max`] (switchd: every 5 s).
-    fn set_gro_max(&self, ports: &BTreeMap<u32, PortEntry>) {
+    fn set_gro_max(&self, ports: &mut BTreeMap<u32, PortEntry>) {
+        for p in ports.values_mut().filter(|p| p.rx_mtu_peer_here) {
+            if let Some(n) = &p.ifname {
+                p.rx_mtu = crate::netdev::receive_mtu(n).map_or(0, |(m, _)| m);
+            }
+        }
+        self.compute_gro_max(ports);
+    }
+
+    /// [`Switch::set_gro_max`] from the MTUs as they are in `ports`.
+    fn compute_gro_max(&self, ports: &BTreeMap<u32, PortEntry>) {
         let min_mtu = ports
             .values()
             .filter(|p| p.ifname.is_some())
@@ -1019,7 +1035,7 @@ impl Switch {
                 p.rx_mtu = mtus.get(n).copied().unwrap_or(0);
             }
         }
-        self.set_gro_max(&ports);
+        self.compute_gro_max(&ports);
     }
 
     /// The largest frame the tunnel port merges received TCP segments
@@ -1110,7 +1126,7 @@ impl Switch {
                 // 0 (no merging) until the next refresh if unreadable.
                 let rx_mtu = crate::netdev::receive_mtu(ifname).unwrap_or_else(|e| {
                     tracing::warn!(port = %spec.name, "{e}; the tunnel merges no segments until it reads the MTU");
-                    0
+                    (0, false)
                 });
                 // A socket that fell back to its own UMEM takes no place.
                 for (place, sock) in places.iter_mut().zip(&socks) {
@@ -1125,7 +1141,7 @@ impl Switch {
                     places,
                 )
             }
-            PortKind::Vxlan { .. } => (vec![None], vec![first], 0, vec![None]),
+            PortKind::Vxlan { .. } => (vec![None], vec![first], (0, false), vec![None]),
         };
         let mut ports = lock(&self.ports);
         if ports.values().any(|p| p.name == spec.name) {
@@ -1237,7 +1253,8 @@ impl Switch {
             kind,
             mode,
             ifname,
-            rx_mtu,
+            rx_mtu: rx_mtu.0,
+            rx_mtu_peer_here: rx_mtu.1,
             local,
             queues,
         };
@@ -1245,7 +1262,7 @@ impl Switch {
         let threads = entry.threads();
         ports.insert(ofport, entry);
         self.broadcast_topology(&ports);
-        self.set_gro_max(&ports);
+        self.set_gro_max(&mut ports);
         tracing::info!(port = %name, ofport, kind, mode = %info.mode, ?threads, queues = queue_threads.len(), "port added");
         Ok(info)
     }
@@ -1285,7 +1302,7 @@ impl Switch {
         let threads = entry.threads();
         ports.remove(&ofport);
         self.broadcast_topology(&ports);
-        self.set_gro_max(&ports);
+        self.set_gro_max(&mut ports);
         self.close_on(&threads, ofport)?;
         tracing::info!(port = %name, ofport, "port removed");
         Ok(())

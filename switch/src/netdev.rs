@@ -294,8 +294,10 @@ pub fn receive_mtus() -> Result<std::collections::HashMap<String, u32>, NetdevEr
 }
 
 /// [`receive_mtus`] for one link: what `name` can receive from its port
-/// side (one or two link requests, no dump).
-pub fn receive_mtu(name: &str) -> Result<u32, NetdevError> {
+/// side (one or two link requests, no dump), and whether its veth peer is
+/// in this namespace too (then that end's MTU counts, and whoever set up
+/// the pair may change it later, as the agent does its gateway's).
+pub fn receive_mtu(name: &str) -> Result<(u32, bool), NetdevError> {
     check_name(name)?;
     with_netlink(
         || format!("read the MTU of {name}"),
@@ -308,7 +310,7 @@ pub fn receive_mtu(name: &str) -> Result<u32, NetdevError> {
                 Some(p) => nl.link_by_index(p)?.and_then(|l| l.mtu),
                 None => None,
             };
-            Ok(peer.map_or(own, |p| p.min(own)))
+            Ok((peer.map_or(own, |p| p.min(own)), link.peer_here.is_some()))
         },
     )
 }
