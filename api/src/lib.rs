@@ -202,6 +202,12 @@ pub struct PortInfo {
     /// counters add up to `stats`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub queues: Vec<QueueInfo>,
+    /// Which of its datapath thread's shared UMEMs the port (its first
+    /// queue) is on, where threads have several (`oxvs-switchd
+    /// --umems-per-thread`): its frames, and the spare frames it may
+    /// borrow, are that UMEM's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub umem: Option<u32>,
 }
 
 /// One receive queue of a multi-queue port.
@@ -211,4 +217,8 @@ pub struct QueueInfo {
     /// The datapath thread serving it.
     pub thread: usize,
     pub stats: PortStats,
+    /// Which of that thread's shared UMEMs it is on, as
+    /// [`PortInfo::umem`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub umem: Option<u32>,
 }

@@ -601,7 +601,7 @@ struct QueueEntry {
     stats: Arc<AtomicPortStats>,
     /// Its place on one of the thread's shared UMEMs, held for its count
     /// (given up when the entry goes).
-    _place: Option<UmemPlace>,
+    place: Option<UmemPlace>,
 }
 
 impl ThreadShared {
@@ -681,6 +681,7 @@ impl PortEntry {
                     queue: q.queue,
                     thread: q.thread,
                     stats: s,
+                    umem: q.umem(),
                 });
             }
         }
@@ -693,7 +694,16 @@ impl PortEntry {
             local: self.local.clone(),
             stats,
             queues,
+            umem: self.queues.first().and_then(QueueEntry::umem),
         }
+    }
+}
+
+impl QueueEntry {
+    /// Its shared UMEM's index, where its thread has more than one.
+    fn umem(&self) -> Option<u32> {
+        let p = self.place.as_ref()?;
+        (p.thread.umem_ports.len() > 1).then_some(p.umem as u32)
     }
 }
 
@@ -1216,7 +1226,7 @@ impl Switch {
                 queue: q as u32,
                 thread,
                 stats,
-                _place: place,
+                place,
             });
             pending.push((thread, reply_rx));
         }

@@ -1050,6 +1050,7 @@ mod tests {
                             rx_packets: 2,
                             ..PortStats::default()
                         },
+                        umem: None,
                     },
                     oxvs_api::QueueInfo {
                         queue: 1,
@@ -1059,8 +1060,10 @@ mod tests {
                             rx_dropped: 1,
                             ..PortStats::default()
                         },
+                        umem: None,
                     },
                 ],
+                umem: None,
             },
             PortInfo {
                 name: "weird\"name\\".into(),
@@ -1071,6 +1074,7 @@ mod tests {
                 local: None,
                 stats: PortStats::default(),
                 queues: Vec::new(),
+                umem: None,
             },
         ];
         s.conntrack = CtStats {

@@ -106,6 +106,10 @@ fn e2e_umem_sharing() {
     );
     let (frames, _) = umem_stats(&sw1);
     assert_eq!(frames, 2048, "one shared UMEM (one thread)");
+    assert!(
+        sw1.port_json("q0").get("umem").is_none(),
+        "no UMEM index where a thread has one"
+    );
     // The last two ports, added after ten idle ones, still get frames to
     // receive into: the idle ports hold only their minimum.
     sw1.ctl_ok(&["add-flow", "priority=10,in_port=11,actions=output:12"]);
@@ -151,6 +155,9 @@ fn e2e_umem_sharing() {
     std::thread::sleep(Duration::from_millis(300));
     let (total, free_before) = umem_stats(&sw);
     assert_eq!(total, 2 * 256, "two shared UMEMs");
+    // Each on the UMEM with the fewest ports, as dump-ports says.
+    let umem = |port: &str| sw.port_json(port)["umem"].as_u64();
+    assert_eq!((umem("p1"), umem("p2")), (Some(0), Some(1)));
 
     let mut bg = pod1.spawn(&[
         "ping",
@@ -165,6 +172,7 @@ fn e2e_umem_sharing() {
     ]);
     for round in 0..16 {
         sw.add_port("p3", 3);
+        assert_eq!(umem("p3"), Some(0), "p3 beside p1 (round {round})");
         let p = ping_until_up(&pod3, "10.10.0.1", 3);
         assert!(
             p.ok,

@@ -70,18 +70,22 @@ pub fn format(ports: &[PortInfo]) -> String {
         }
         // Where frames were lost to an empty fill ring: how large the
         // switch keeps that ring now (below the 4096-entry ring, the UMEM
-        // is the limit: `--umem-frames`).
+        // is the limit: `--umem-frames`), and which UMEM that is where a
+        // thread has several.
         if st.rx_fill_empty > 0 && st.rx_fill_target > 0 {
             s.push_str(&format!(
-                "           fill ring: {} frames now, topped up to {}\n",
-                st.rx_fill_frames, st.rx_fill_target
+                "           fill ring: {} frames now, topped up to {}{}\n",
+                st.rx_fill_frames,
+                st.rx_fill_target,
+                umem_note(p.umem)
             ));
         }
         for q in &p.queues {
             s.push_str(&format!(
-                "           queue {} (thread {}): rx pkts={}, bytes={}, drop={}; tx pkts={}\n",
+                "           queue {} (thread {}{}): rx pkts={}, bytes={}, drop={}; tx pkts={}\n",
                 q.queue,
                 q.thread,
+                q.umem.map(|u| format!(", UMEM {u}")).unwrap_or_default(),
                 q.stats.rx_packets,
                 q.stats.rx_bytes,
                 q.stats.rx_dropped,
@@ -90,6 +94,12 @@ pub fn format(ports: &[PortInfo]) -> String {
         }
     }
     s
+}
+
+/// `, on UMEM N of its thread` where the port's thread has several.
+fn umem_note(umem: Option<u32>) -> String {
+    umem.map(|u| format!(", on UMEM {u} of its thread"))
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -112,6 +122,7 @@ mod tests {
                 ..PortStats::default()
             },
             queues: Vec::new(),
+            umem: None,
         };
         assert_eq!(
             format(std::slice::from_ref(&p)),
@@ -133,9 +144,13 @@ mod tests {
         assert!(!format(std::slice::from_ref(&filled)).contains("fill ring:"));
         filled.stats.rx_fill_empty = 12;
         filled.stats.rx_dropped = 12;
-        assert!(format(&[filled]).ends_with(
+        assert!(format(std::slice::from_ref(&filled)).ends_with(
             "drops: rx ring full=0, fill ring empty=12, other=0; tx no frame=0, ring full=0\n           fill ring: 390 frames now, topped up to 396\n"
         ));
+        // Which UMEM, where the thread has several.
+        filled.umem = Some(1);
+        assert!(format(&[filled])
+            .ends_with("fill ring: 390 frames now, topped up to 396, on UMEM 1 of its thread\n"));
     }
 
     #[test]
@@ -147,6 +162,7 @@ mod tests {
                 rx_packets,
                 ..PortStats::default()
             },
+            umem: (queue == 1).then_some(0),
         };
         let p = PortInfo {
             name: "eth0".into(),
@@ -160,6 +176,7 @@ mod tests {
                 ..PortStats::default()
             },
             queues: vec![q(0, 4), q(1, 5)],
+            umem: None,
         };
         let out = format(&[p]);
         assert!(
@@ -167,7 +184,9 @@ mod tests {
             "{out}"
         );
         assert!(
-            out.ends_with("           queue 1 (thread 1): rx pkts=5, bytes=0, drop=0; tx pkts=0\n"),
+            out.ends_with(
+                "           queue 1 (thread 1, UMEM 0): rx pkts=5, bytes=0, drop=0; tx pkts=0\n"
+            ),
             "{out}"
         );
     }

@@ -396,6 +396,7 @@ mod tests {
             local: None,
             stats: Default::default(),
             queues: Vec::new(),
+            umem: None,
         }];
         assert_eq!(resolve(&ports, "pod-a"), Ok(3));
         assert_eq!(resolve(&ports, "3"), Ok(3));
