@@ -282,6 +282,48 @@ fn socket_config(
         .build())
 }
 
+/// Bytes the kernel allocates, at bind, for every socket on a UMEM
+/// registered on another device: its buffer pool's heads, about 128 per
+/// UMEM frame (measured: `Slab` +121 MiB for 60 ports at 16384 frames,
+/// +61 MiB at 8192; `docs/benchmarks.md`, "Several UMEMs per thread").
+pub const POOL_BYTES_PER_FRAME: u64 = 128;
+
+/// The buddy order (a block of 2^order pages) of the pool a socket on a
+/// UMEM of `frames` frames takes at bind ([`POOL_BYTES_PER_FRAME`] each):
+/// 9, a 2 MiB block, from 8193 frames.
+pub fn pool_order(frames: u32) -> u32 {
+    let pages = (u64::from(frames) * POOL_BYTES_PER_FRAME).div_ceil(4096);
+    pages.max(1).next_power_of_two().trailing_zeros()
+}
+
+/// Where this (virtual) machine hands free memory back to its hypervisor
+/// (a virtio balloon with free page reporting, `VIRTIO_BALLOON_F_REPORTING`):
+/// the smallest order of the free blocks it reports. A block of that order
+/// or more is faulted in from the host again when next used, so a bind
+/// whose pool takes one ([`pool_order`]) pays for it: 5 ms per 2 MiB on the
+/// VMs measured.
+pub fn free_page_reporting_order() -> Option<u32> {
+    let devices = std::fs::read_dir("/sys/bus/virtio/drivers/virtio_balloon").ok()?;
+    let reporting = devices.flatten().any(|d| {
+        let features = std::fs::read_to_string(d.path().join("features")).unwrap_or_default();
+        reports_free_pages(&features)
+    });
+    if !reporting {
+        return None;
+    }
+    std::fs::read_to_string("/sys/module/page_reporting/parameters/page_reporting_order")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Whether a virtio device's `features` (one `0`/`1` character per
+/// feature bit, bit 0 first) has `VIRTIO_BALLOON_F_REPORTING` (bit 5).
+fn reports_free_pages(features: &str) -> bool {
+    features.trim().as_bytes().get(5) == Some(&b'1')
+}
+
 /// Bind flags of a copy-mode socket with `need_wakeup`, multi-buffer
 /// (`XDP_USE_SG`) when `sg`.
 fn copy_bind_flags(sg: bool) -> BindFlags {
@@ -2185,6 +2227,27 @@ pub fn poll_readable(fds: &mut [libc::pollfd], timeout_ms: i32) -> std::io::Resu
 #[allow(clippy::single_range_in_vec_init)] // one packet's range is what is meant
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pool_of_more_than_8192_frames_is_a_2_mib_block() {
+        assert_eq!(pool_order(4096), 7);
+        assert_eq!(pool_order(8192), 8);
+        assert_eq!(pool_order(8193), 9);
+        assert_eq!(pool_order(16384), 9);
+        assert_eq!(pool_order(65536), 11);
+        assert_eq!(pool_order(1), 0);
+    }
+
+    #[test]
+    fn free_page_reporting_is_feature_bit_5() {
+        // This VM's balloon: stats, deflate on OOM, reporting.
+        assert!(reports_free_pages(
+            "0110010100000000000000000000000010000000\n"
+        ));
+        assert!(!reports_free_pages("0110000100000000"));
+        assert!(!reports_free_pages("01100"));
+        assert!(!reports_free_pages(""));
+    }
 
     fn split(contd: &[bool], skipping: &mut bool) -> (Vec<std::ops::Range<usize>>, u64) {
         let mut out = vec![0..0];

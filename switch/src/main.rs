@@ -331,6 +331,28 @@ fn main() -> ExitCode {
     }
 }
 
+/// Says so where each port's AF_XDP bind will fault its buffer pool in
+/// from the hypervisor (a VM with free page reporting, a pool block of
+/// the reported size): 5 ms per pod on the VMs measured, which smaller
+/// UMEMs avoid (docs/operations.md, "Memory").
+fn note_free_page_reporting(config: &SwitchConfig) {
+    let Some(reported) = oxvs_switch::afxdp::free_page_reporting_order() else {
+        return;
+    };
+    let order = oxvs_switch::afxdp::pool_order(config.umem_frames);
+    if order >= reported {
+        tracing::info!(
+            umem_frames = config.umem_frames,
+            pool_kib = u64::from(config.umem_frames) * oxvs_switch::afxdp::POOL_BYTES_PER_FRAME / 1024,
+            reported_order = reported,
+            "this VM hands free memory blocks back to its hypervisor (free page reporting), and each \
+             port's AF_XDP socket takes a block that large at bind: adding a pod costs host page \
+             faults (about 5 ms per 2 MiB measured); --umems-per-thread 2 --umem-frames 8192 avoids \
+             them, with less burst headroom per port (docs/operations.md, \"Memory\")"
+        );
+    }
+}
+
 fn run(args: Args) -> anyhow::Result<()> {
     // Before any thread exists, so every thread inherits the mask.
     let mut signals = SigSet::empty();
@@ -390,6 +412,7 @@ fn run(args: Args) -> anyhow::Result<()> {
         ..SwitchConfig::default()
     };
     tracing::info!(?config, socket = %args.socket.display(), "starting oxvs-switchd");
+    note_free_page_reporting(&config);
     let switch = Arc::new(
         Switch::start(config, Arc::new(Pipeline::new())).context("cannot start the datapath")?,
     );
