@@ -81,13 +81,14 @@ struct Args {
     /// `--umem-sharing port`, has its own. The kernel also takes ~128 B
     /// per frame for every port on the UMEM (docs/operations.md, "Memory").
     #[arg(long, value_name = "N", default_value_t = 16384,
-          value_parser = clap::value_parser!(u32).range(64..=1 << 20))]
+          value_parser = clap::value_parser!(u32).range(64..=MAX_UMEM_FRAMES as i64))]
     umem_frames: u32,
     /// Shared UMEMs per datapath thread: each new port goes to the one
     /// with the fewest ports and uses only that one's frames. Several
     /// small UMEMs make each port's bind and kernel memory smaller, one
     /// large one gives a busy port more frames to borrow under bursts
-    /// (docs/operations.md, "Memory").
+    /// (docs/operations.md, "Memory"). A thread pins all of them: at most
+    /// 1048576 frames (4 GiB) in all.
     #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u16).range(1..=64))]
     umems_per_thread: u16,
@@ -331,6 +332,10 @@ fn main() -> ExitCode {
     }
 }
 
+/// The most UMEM frames one datapath thread pins, over all its UMEMs
+/// (4 GiB), and the largest `--umem-frames`.
+const MAX_UMEM_FRAMES: u64 = 1 << 20;
+
 /// Says so where each port's AF_XDP bind will fault its buffer pool in
 /// from the hypervisor (a VM with free page reporting, a pool block of
 /// the reported size): 5 ms per pod on the VMs measured, which smaller
@@ -362,6 +367,18 @@ fn run(args: Args) -> anyhow::Result<()> {
         .thread_block()
         .context("cannot block SIGTERM/SIGINT")?;
 
+    // A thread pins all its UMEMs at start: no more than the largest one
+    // --umem-frames allows (4 GiB).
+    let per_thread = u64::from(args.umems_per_thread) * u64::from(args.umem_frames);
+    if per_thread > MAX_UMEM_FRAMES {
+        anyhow::bail!(
+            "--umems-per-thread {} x --umem-frames {} is {per_thread} frames ({} MiB pinned) per \
+             datapath thread, more than the {MAX_UMEM_FRAMES} one thread may pin",
+            args.umems_per_thread,
+            args.umem_frames,
+            per_thread * 4 / 1024
+        );
+    }
     if !args.datapath_cpus.is_empty() {
         let allowed = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0))
             .context("cannot read the CPUs this process may run on")?;

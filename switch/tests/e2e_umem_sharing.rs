@@ -379,3 +379,29 @@ fn e2e_fresh_pods_first_burst() {
         "a fresh pod's first burst lost {lost} packets to its empty fill ring"
     );
 }
+
+/// UMEMs a thread would pin beyond 4 GiB in all are refused at start,
+/// naming both flags, before anything is mapped.
+#[test]
+fn e2e_too_many_umem_frames_refused() {
+    skip_unless_capable!();
+    let sock = format!("/tmp/{}.sock", unique("sw"));
+    let out = std::process::Command::new(switchd_bin())
+        .args([
+            "--socket",
+            &sock,
+            "--umems-per-thread",
+            "3",
+            "--umem-frames",
+            "1048576",
+        ])
+        .output()
+        .expect("run oxvs-switchd");
+    let _ = std::fs::remove_file(&sock);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && err.contains("--umems-per-thread 3 x --umem-frames 1048576 is 3145728 frames"),
+        "refused with both flags named: {err}"
+    );
+}
