@@ -1041,8 +1041,10 @@ impl Switch {
         let mtus = crate::netdev::receive_mtus().unwrap_or_default();
         let mut ports = lock(&self.ports);
         for p in ports.values_mut() {
-            if let Some(n) = &p.ifname {
-                p.rx_mtu = mtus.get(n).copied().unwrap_or(0);
+            // A port added since the dump began keeps what its add read
+            // (one whose interface is gone is being deleted).
+            if let Some(m) = p.ifname.as_ref().and_then(|n| mtus.get(n)) {
+                p.rx_mtu = *m;
             }
         }
         self.compute_gro_max(&ports);
