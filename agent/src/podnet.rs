@@ -292,9 +292,7 @@ fn in_subnet(ip: Ipv4Addr, prefix_len: u8, other: Ipv4Addr) -> bool {
 /// or `spec.ifname` exists in the pod namespace (nothing is changed then),
 /// [`PodnetError::Netlink`] naming the failed step otherwise.
 pub fn setup_pod_interface(spec: &PodIfaceSpec) -> Result<PodIface, PodnetError> {
-    validate_spec(spec)?;
-    let ns = open_netns(&spec.netns)?;
-    let host = create_veth(spec, &ns)?;
+    let (host, PodNetns(ns)) = create_pod_veth(spec)?;
     match configure_pod_end(spec, &ns) {
         Ok(()) => Ok(host),
         Err(e) => {
@@ -313,6 +311,28 @@ pub fn setup_pod_interface(spec: &PodIfaceSpec) -> Result<PodIface, PodnetError>
             })
         }
     }
+}
+
+/// The pod's network namespace, held open between [`create_pod_veth`] and
+/// [`configure_pod_veth`].
+#[derive(Debug)]
+pub struct PodNetns(File);
+
+/// Step 1 of [`setup_pod_interface`] alone: the veth pair, its host end
+/// up. The agent binds the switch port on the host end while
+/// [`configure_pod_veth`] runs; unlike [`setup_pod_interface`], a failure
+/// of step 2 then leaves the host end for the caller to delete.
+pub fn create_pod_veth(spec: &PodIfaceSpec) -> Result<(PodIface, PodNetns), PodnetError> {
+    validate_spec(spec)?;
+    let ns = open_netns(&spec.netns)?;
+    let host = create_veth(spec, &ns)?;
+    Ok((host, PodNetns(ns)))
+}
+
+/// Step 2 of [`setup_pod_interface`] alone, on a veth [`create_pod_veth`]
+/// made: the pod end configured inside its namespace.
+pub fn configure_pod_veth(spec: &PodIfaceSpec, ns: &PodNetns) -> Result<(), PodnetError> {
+    configure_pod_end(spec, &ns.0)
 }
 
 /// Step 1: the veth pair, the peer made directly in the pod namespace.

@@ -465,7 +465,34 @@ fn bad_calls_get_clear_errors_and_leak_nothing() {
     );
     assert!(!long.ok);
     assert_eq!(long.code(), 4, "{long:?}");
+    // A namespace that has a default route already: configuring the pod
+    // end fails after the veth exists, while the switch binds the port on
+    // its host end (the two run at once); both are undone.
+    let taken = common::Netns::new("r");
+    taken.must(&[
+        "ip", "link", "add", "d0", "type", "veth", "peer", "name", "d1",
+    ]);
+    taken.must(&["ip", "link", "set", "d0", "up"]);
+    taken.must(&["ip", "addr", "add", "192.0.2.2/24", "dev", "d0"]);
+    taken.must(&["ip", "route", "add", "default", "via", "192.0.2.1"]);
+    let routed = node.cni(
+        "ADD",
+        "c-z",
+        &format!("/var/run/netns/{}", taken.name),
+        "eth0",
+        "",
+        &node.config("1.0.0"),
+    );
+    assert!(!routed.ok);
+    assert_eq!(routed.code(), 103, "{routed:?}");
+    assert!(
+        routed.msg().contains("cannot set up the pod interface") && routed.msg().contains("route"),
+        "{routed:?}"
+    );
+    let left = taken.must(&["ip", "-o", "link", "show"]);
+    assert!(!left.contains("eth0"), "the pod end is gone: {left}");
     // Nothing leaked: still one pod.
+    assert_eq!(sorted(node.links()).len(), base_links().len() + 1);
     assert_eq!(node.ports().len(), 2);
     assert_eq!(node.ipam_records(), vec![a.ip.clone()]);
     // The pod still works after all that.

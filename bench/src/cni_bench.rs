@@ -230,13 +230,16 @@ pub fn parse_agent_log(log: &str) -> Vec<Served> {
 pub struct Attached {
     /// The host end of the pod's veth (the switch port's name).
     pub port: String,
-    /// Pod interface over netlink (veth, move, addresses, routes).
+    /// The veth over netlink (before 2026-12-05: the pod end's addresses
+    /// and routes too).
     pub netlink_ms: f64,
-    /// Switch add-port (AF_XDP socket, XDP attach, UMEM).
+    /// Switch add-port (AF_XDP socket, XDP attach, UMEM), the pod end's
+    /// addresses and routes configured meanwhile.
     pub port_ms: f64,
     /// Record save and the flow sync (desired state -> bundle).
     pub flows_ms: f64,
-    /// From the netlink step to the end of the attach (gratuitous ARP included).
+    /// From the netlink step to the end of the attach (the gratuitous ARP
+    /// is sent in the background since 2026-12-05).
     pub total_ms: f64,
 }
 

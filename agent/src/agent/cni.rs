@@ -11,17 +11,21 @@
 //!    NetworkPolicies that select it.
 //! 1. Allocate the address ([`crate::ipam`]), then record the attachment
 //!    as `pending` on disk ([`crate::state`]).
-//! 2. Create the veth pair and configure the pod end in `CNI_NETNS`
-//!    ([`crate::podnet`]): MAC `0a:58:<ip>`, address, MTU, default route
-//!    via the gateway, up (TX checksum offload stays on: the switch
-//!    completes the checksums; off only with `--pod-tx-checksum-off`).
-//! 3. Attach the host end to oxvs-switchd as an AF_XDP port.
-//! 4. Install the pod's flows ([`crate::flows::pod_flows`]) and every
+//! 2. Create the veth pair ([`crate::podnet`]), the host end up and the
+//!    pod end made directly in `CNI_NETNS`.
+//! 3. Attach the host end to oxvs-switchd as an AF_XDP port and, at the
+//!    same time, configure the pod end: MAC `0a:58:<ip>`, address, MTU,
+//!    default route via the gateway, up (TX checksum offload stays on:
+//!    the switch completes the checksums; off only with
+//!    `--pod-tx-checksum-off`). Both finish before an error of either is
+//!    returned.
+//! 4. Record the attachment as `ready`.
+//! 5. Install the pod's flows ([`crate::flows::pod_flows`]) and every
 //!    policy flow that concerns it as one bundle, and wait for the
 //!    switch's answer.
-//! 5. Inject a gratuitous ARP from the pod's port (so the host's neighbour
-//!    cache learns a re-used address's new MAC).
-//! 6. Record the attachment as `ready`.
+//! 6. Inject a gratuitous ARP from the pod's port (so the host's neighbour
+//!    cache learns a re-used address's new MAC), in the background: ADD
+//!    answers without waiting for it.
 //!
 //! DEL undoes them in the reverse order (flows, port, veth, address,
 //! record); every step tolerates "already gone", so DEL is idempotent and a

@@ -1017,18 +1017,14 @@ fn agent_steps(
         let col = |f: fn(&oxvs_bench::cni_bench::Attached) -> f64| {
             Summary::of_ms(&mine.iter().map(|a| f(a)).collect::<Vec<_>>())
         };
+        out.push((*mode, "netlink (veth)", col(|a| a.netlink_ms)));
         out.push((
             *mode,
-            "netlink (veth, addresses, routes)",
-            col(|a| a.netlink_ms),
+            "switch add-port (pod end configured meanwhile)",
+            col(|a| a.port_ms),
         ));
-        out.push((*mode, "switch add-port", col(|a| a.port_ms)));
         out.push((*mode, "record save + flow sync", col(|a| a.flows_ms)));
-        out.push((
-            *mode,
-            "attach total (incl. gratuitous ARP)",
-            col(|a| a.total_ms),
-        ));
+        out.push((*mode, "attach total", col(|a| a.total_ms)));
     }
     out
 }
