@@ -45,6 +45,9 @@
 //!
 //! All or nothing: any failure after step 1 deletes the host end, which
 //! deletes its peer too, and the error names the step that failed.
+//! The agent runs the two steps apart ([`create_pod_veth`], then
+//! [`configure_pod_veth`] while the switch binds the port on the host
+//! end) and undoes a failed step 2 itself, with the port.
 //!
 //! `EEXIST` from step 1 is ambiguous (host name or pod name); only then is
 //! the host namespace asked which, so the fast path has no extra lookup.
@@ -571,8 +574,16 @@ fn configure_pod_end(spec: &PodIfaceSpec, ns: &File) -> Result<(), PodnetError> 
             let results = nl
                 .pipeline(&changes)
                 .map_err(nl::step(format!("configure '{}' in {in_ns}", spec.ifname)))?;
-            for (r, step) in results.into_iter().zip(steps) {
-                r.map_err(nl::step(step))?;
+            for ((r, change), step) in results.into_iter().zip(&changes).zip(steps) {
+                match r {
+                    // The namespace keeps the TCP rule when the veth goes
+                    // (a DEL, a failed ADD): an ADD in it again finds the
+                    // very rule (`EEXIST` is for an identical one only).
+                    Err(e)
+                        if e.errno() == Some(Errno::EEXIST)
+                            && matches!(change, Change::AddRule(_) | Change::AddIpv6Rule(_)) => {}
+                    r => r.map_err(nl::step(step))?,
+                }
             }
             Ok(())
         })

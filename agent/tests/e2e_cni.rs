@@ -491,6 +491,42 @@ fn bad_calls_get_clear_errors_and_leak_nothing() {
     );
     let left = taken.must(&["ip", "-o", "link", "show"]);
     assert!(!left.contains("eth0"), "the pod end is gone: {left}");
+    // The port was bound meanwhile (the two halves run at once) and is gone.
+    let host = oxvs_agent::podnet::host_ifname("", "", "c-z", "eth0");
+    let log = node.sw.log();
+    assert!(
+        log.contains(&format!("port added port={host}"))
+            && log.contains(&format!("port deleted port={host}")),
+        "switch log: {}",
+        node.sw.log_tail(20)
+    );
+    // A host link with the name this ADD's would get (a clash of the
+    // 28-bit names, or a link someone else made): the ADD fails, and
+    // that link, someone else's, stays.
+    let clash = oxvs_agent::podnet::host_ifname("test", "q", "c-q", "eth0");
+    node.ns.must(&[
+        "ip", "link", "add", &clash, "type", "veth", "peer", "name", "q-peer",
+    ]);
+    let q = common::Netns::new("q");
+    let clashed = node.cni(
+        "ADD",
+        "c-q",
+        &format!("/var/run/netns/{}", q.name),
+        "eth0",
+        "K8S_POD_NAMESPACE=test;K8S_POD_NAME=q",
+        &node.config("1.0.0"),
+    );
+    assert!(!clashed.ok);
+    assert!(
+        clashed.msg().contains(&clash) && clashed.msg().contains("exists"),
+        "{clashed:?}"
+    );
+    assert!(
+        node.links().contains(&clash),
+        "the other link stays: {:?}",
+        node.links()
+    );
+    node.ns.must(&["ip", "link", "del", &clash]);
     // Nothing leaked: still one pod.
     assert_eq!(sorted(node.links()).len(), base_links().len() + 1);
     assert_eq!(node.ports().len(), 2);

@@ -306,6 +306,16 @@ fn tcp_takes_the_interface_mtu_by_its_own_table() {
     // The pod's own subnet stays on the link for TCP too.
     let near = pod.ip(&["-4", "route", "get", "10.250.3.7", "ipproto", "tcp"]);
     assert!(!near.contains("via"), "{near}");
+    // The rule stays in the namespace when the veth goes (a DEL, a failed
+    // ADD): an ADD in the same namespace again (podman's network reload is
+    // a DEL and an ADD) finds it and succeeds, and it is there once.
+    host.ip(&["link", "del", "tcp-table"]);
+    host.run_in(|| podnet::setup_pod_interface(&s))
+        .expect("setup again in the same namespace");
+    let rules = pod.ip(&["-4", "rule", "show"]);
+    assert_eq!(rules.matches("ipproto tcp").count(), 1, "{rules}");
+    let table = pod.ip(&["-4", "route", "show", "table", "100"]);
+    assert!(table.contains("default via 10.250.3.1 dev eth0"), "{table}");
 
     // Without a route MTU there is nothing to split: no rule.
     let pod2 = Netns::new("p");

@@ -18,6 +18,25 @@ use crate::flows::{self, NodeNet};
 use crate::podnet::{self, PodIfaceSpec};
 use crate::state::{AttachState, Attachment};
 
+/// Why [`Agent::attach`] failed, and whether it made the pod's veth (and
+/// so may have left a port, flows): if not, a host link of that name is
+/// not the attachment's and [`Agent::teardown_unmade`] leaves it alone.
+#[derive(Debug)]
+pub(super) struct AttachError {
+    pub error: CniError,
+    pub made_veth: bool,
+}
+
+impl From<CniError> for AttachError {
+    /// A failure once the veth exists.
+    fn from(error: CniError) -> Self {
+        AttachError {
+            error,
+            made_veth: true,
+        }
+    }
+}
+
 /// A failure making or configuring the pod's interface, as a CNI error.
 fn pod_iface_err(e: podnet::PodnetError) -> CniError {
     match e {
@@ -55,19 +74,28 @@ impl Agent {
     /// record written): the veth, the switch port and the pod end, the
     /// record `ready`, the flows, a gratuitous ARP. On failure the caller
     /// tears `a` down (the veth too: it exists from step 2 on).
-    pub(super) async fn attach(&self, node: &NodeNet, a: &mut Attachment) -> Result<(), CniError> {
+    pub(super) async fn attach(
+        &self,
+        node: &NodeNet,
+        a: &mut Attachment,
+    ) -> Result<(), AttachError> {
         let spec = self.iface_spec(a, &a.netns);
         let t0 = std::time::Instant::now();
         let alias = podnet::owner_alias(&a.container_id, &a.ifname);
         let host_spec = spec.clone();
         let (_, ns) = blocking(move || {
-            let made = podnet::create_pod_veth(&host_spec)?;
+            // Nothing is made if this fails: a host link of that name
+            // (`Exists`) is someone else's.
+            let made = podnet::create_pod_veth(&host_spec).map_err(|e| (e, false))?;
             // Whose link this is, for a DEL without a record (see `del`, cni.rs).
-            podnet::set_link_alias(&host_spec.host_ifname, &alias)?;
+            podnet::set_link_alias(&host_spec.host_ifname, &alias).map_err(|e| (e, true))?;
             Ok(made)
         })
         .await?
-        .map_err(pod_iface_err)?;
+        .map_err(|(e, made_veth)| AttachError {
+            error: pod_iface_err(e),
+            made_veth,
+        })?;
         let t_veth = t0.elapsed();
         // The switch binds the port on the host end while the pod end is
         // configured in the pod's namespace: the two are independent, and
@@ -79,7 +107,15 @@ impl Agent {
             podnet::configure_pod_veth(&spec, &ns).map(|()| t.elapsed())
         });
         let (pod_end, port) = tokio::join!(pod_end, self.add_port(&a.host_ifname, None));
-        let pod_end_ms = pod_end?.map_err(pod_iface_err)?.as_secs_f64() * 1e3;
+        let pod_end_ms = match pod_end? {
+            Ok(t) => t.as_secs_f64() * 1e3,
+            Err(e) => {
+                if let Err(p) = port {
+                    tracing::warn!(pod = %a.pod_ref(), error = %p, "the switch port failed too");
+                }
+                return Err(pod_iface_err(e).into());
+            }
+        };
         let ofport = port?;
         let t_port = t0.elapsed();
         a.ofport = Some(ofport);
@@ -145,10 +181,22 @@ impl Agent {
     ///
     /// The veth goes before the switch port ([`delete_then_detach`]).
     pub(super) async fn teardown(&self, a: &Attachment) -> Result<(), CniError> {
+        self.undo(a, true).await
+    }
+
+    /// [`Agent::teardown`] of an ADD that failed before it made the pod's
+    /// veth: its address and record only. A host link with its name (a
+    /// clash of the 28-bit names, or a link someone else made) and that
+    /// link's switch port are not the attachment's and stay.
+    pub(super) async fn teardown_unmade(&self, a: &Attachment) -> Result<(), CniError> {
+        self.undo(a, false).await
+    }
+
+    async fn undo(&self, a: &Attachment, links: bool) -> Result<(), CniError> {
         if let Ok(mut r) = self.records.lock() {
             r.remove(&a.key());
         }
-        let r = self.teardown_steps(a).await;
+        let r = self.teardown_steps(a, links).await;
         if r.is_err() {
             if let Ok(mut recs) = self.records.lock() {
                 recs.insert(a.key(), a.clone());
@@ -181,11 +229,13 @@ impl Agent {
         self.del_port(host).await
     }
 
-    async fn teardown_steps(&self, a: &Attachment) -> Result<(), CniError> {
-        if a.ofport.is_some() && self.node().is_some() {
-            self.sync().await?;
+    async fn teardown_steps(&self, a: &Attachment, links: bool) -> Result<(), CniError> {
+        if links {
+            if a.ofport.is_some() && self.node().is_some() {
+                self.sync().await?;
+            }
+            self.delete_then_detach(&a.host_ifname).await?;
         }
-        self.delete_then_detach(&a.host_ifname).await?;
         let (cid, ifn) = a.key();
         self.release_addresses(&cid, &ifn).await?;
         let store = self.store.clone();

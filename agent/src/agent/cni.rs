@@ -12,7 +12,9 @@
 //! 1. Allocate the address ([`crate::ipam`]), then record the attachment
 //!    as `pending` on disk ([`crate::state`]).
 //! 2. Create the veth pair ([`crate::podnet`]), the host end up and the
-//!    pod end made directly in `CNI_NETNS`.
+//!    pod end made directly in `CNI_NETNS`. If a host link has the name
+//!    already, ADD fails and undoes only steps 0-1: that link and its port
+//!    are not this attachment's.
 //! 3. Attach the host end to oxvs-switchd as an AF_XDP port and, at the
 //!    same time, configure the pod end: MAC `0a:58:<ip>`, address, MTU,
 //!    default route via the gateway, up (TX checksum offload stays on:
@@ -27,9 +29,10 @@
 //!    cache learns a re-used address's new MAC), in the background: ADD
 //!    answers without waiting for it.
 //!
-//! DEL undoes them in the reverse order (flows, port, veth, address,
-//! record); every step tolerates "already gone", so DEL is idempotent and a
-//! failed DEL can simply be retried. A crash between steps leaves a
+//! DEL undoes them (flows, veth, port, address, record: the veth before
+//! the port, [`Agent::delete_then_detach`]); every step tolerates
+//! "already gone", so DEL is idempotent and a failed DEL can simply be
+//! retried. A crash between steps leaves a
 //! `pending` record that [`Agent::reconcile`] rolls back on start. DEL of
 //! an attachment without a record deletes a host link only if it is
 //! provably that attachment's (no record names it, and its alias,
@@ -273,9 +276,17 @@ impl Agent {
                 Ok(serde_json::to_value(cni_result(&a, self.route_mtu(a.mtu)))
                     .unwrap_or(Value::Null))
             }
-            Err(e) => {
+            Err(super::attach::AttachError {
+                error: e,
+                made_veth,
+            }) => {
                 tracing::warn!(pod = %a.pod_ref(), error = %e, "ADD failed: undoing it");
-                if let Err(u) = self.teardown(&a).await {
+                let undone = if made_veth {
+                    self.teardown(&a).await
+                } else {
+                    self.teardown_unmade(&a).await
+                };
+                if let Err(u) = undone {
                     tracing::error!(pod = %a.pod_ref(), error = %u, "undoing a failed ADD failed too; the next start or DEL retries");
                 }
                 Err(e)

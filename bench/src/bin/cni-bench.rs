@@ -38,8 +38,10 @@
 //! - plugin process cost: `VERSION` (exec only) and `STATUS` (exec, the
 //!   agent's socket, a `show` to switchd) round trips;
 //! - a probe (after the agent is stopped, so that its resync does not undo
-//!   the probe's ports) that runs the agent's ADD and DEL steps one by one
-//!   with the agent's own code (`oxvs_agent::{ipam, state, podnet, flows}`)
+//!   the probe's ports) that runs the agent's ADD and DEL steps one after
+//!   another (the agent runs the switch's add-port while it configures the
+//!   pod end, and does not wait for the gratuitous ARP) with the agent's
+//!   own code (`oxvs_agent::{ipam, state, podnet, flows}`)
 //!   and the switch client, timing each: IPAM allocate, record save
 //!   (write + fsync), netlink veth setup, switch add-port (XDP attach + UMEM
 //!   and rings), add-flows, gratuitous ARP inject, and for DEL del-flows,
