@@ -536,6 +536,44 @@ fn bad_calls_get_clear_errors_and_leak_nothing() {
     assert!(ping_until_up(&a.ns, &b.ip, 5).ok);
 }
 
+/// A pod's host link deleted behind the agent's back, and another link
+/// (another owner's alias) made with its name: the pod's DEL releases
+/// its address and record and leaves that link alone.
+#[test]
+fn del_leaves_a_link_that_took_the_pods_name() {
+    skip_unless_capable!();
+    let node = Node::start("nt", "10.231.7.0/24");
+    let a = node.add_pod("a");
+    let host = oxvs_agent::podnet::host_ifname("test", "a", &a.cid, "eth0");
+    assert!(node.links().contains(&host), "{:?}", node.links());
+    node.ns.must(&["ip", "link", "del", &host]);
+    node.ns.must(&[
+        "ip", "link", "add", &host, "type", "veth", "peer", "name", "t-peer",
+    ]);
+    node.ns.must(&[
+        "ip",
+        "link",
+        "set",
+        &host,
+        "alias",
+        "oxvs:eth0:someone-else",
+    ]);
+    let d = node.del_pod(&a);
+    assert!(d.ok, "DEL: {d:?}");
+    assert!(
+        node.links().contains(&host),
+        "the other owner's link stays: {:?}",
+        node.links()
+    );
+    assert!(node.ipam_records().is_empty(), "{:?}", node.ipam_records());
+    assert!(
+        node.agent_log().contains("another owner's alias"),
+        "{}",
+        node.agent_log()
+    );
+    node.ns.must(&["ip", "link", "del", &host]);
+}
+
 #[test]
 fn chained_with_portmap_a_host_port_reaches_the_pod() {
     skip_unless_capable!();

@@ -207,6 +207,25 @@ impl Agent {
         r
     }
 
+    /// Whether a link named as `a`'s host end exists with an alias that
+    /// names another attachment ([`podnet::owner_alias`]): the pod's own
+    /// link went (deleted by someone else, or never made before a crash)
+    /// and another took the name (a 28-bit hash). A link without an alias
+    /// is taken for `a`'s (made, then interrupted before its alias).
+    async fn host_link_is_not_ours(&self, a: &Attachment) -> Result<bool, CniError> {
+        let h = a.host_ifname.clone();
+        let alias = blocking(move || podnet::link_alias(&h))
+            .await?
+            .map_err(|e| {
+                err(
+                    code::INTERFACE_FAILURE,
+                    format!("cannot read the alias of {}: {e}", a.host_ifname),
+                )
+            })?;
+        let mine = podnet::owner_alias(&a.container_id, &a.ifname);
+        Ok(matches!(alias, Some(Some(other)) if other != mine))
+    }
+
     /// Deletes the host end of a pod's veth, then the switch port on it.
     /// In this order a DEL is 10-20 ms shorter: deleting the interface
     /// unbinds the port's AF_XDP socket under the kernel's RTNL lock,
@@ -234,7 +253,11 @@ impl Agent {
             if a.ofport.is_some() && self.node().is_some() {
                 self.sync().await?;
             }
-            self.delete_then_detach(&a.host_ifname).await?;
+            if self.host_link_is_not_ours(a).await? {
+                tracing::warn!(pod = %a.pod_ref(), link = %a.host_ifname, "the host link of this name has another owner's alias (the pod's own went, and another took its name): left alone, with its switch port");
+            } else {
+                self.delete_then_detach(&a.host_ifname).await?;
+            }
         }
         let (cid, ifn) = a.key();
         self.release_addresses(&cid, &ifn).await?;
