@@ -73,7 +73,8 @@ impl Agent {
     /// ADD's steps 2 to 6 for `a` (its address allocated, its `pending`
     /// record written): the veth, the switch port and the pod end, the
     /// record `ready`, the flows, a gratuitous ARP. On failure the caller
-    /// tears `a` down (the veth too: it exists from step 2 on).
+    /// undoes `a`: all of it ([`Agent::teardown`]), or, when the veth was
+    /// not made ([`AttachError::made_veth`]), its address and record only.
     pub(super) async fn attach(
         &self,
         node: &NodeNet,
