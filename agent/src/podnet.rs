@@ -295,7 +295,8 @@ fn in_subnet(ip: Ipv4Addr, prefix_len: u8, other: Ipv4Addr) -> bool {
 /// or `spec.ifname` exists in the pod namespace (nothing is changed then),
 /// [`PodnetError::Netlink`] naming the failed step otherwise.
 pub fn setup_pod_interface(spec: &PodIfaceSpec) -> Result<PodIface, PodnetError> {
-    let (host, PodNetns(ns)) = create_pod_veth(spec)?;
+    let PodNetns(ns) = open_pod_netns(spec)?;
+    let host = create_veth(spec, &ns)?;
     match configure_pod_end(spec, &ns) {
         Ok(()) => Ok(host),
         Err(e) => {
@@ -316,20 +317,27 @@ pub fn setup_pod_interface(spec: &PodIfaceSpec) -> Result<PodIface, PodnetError>
     }
 }
 
-/// The pod's network namespace, held open between [`create_pod_veth`] and
-/// [`configure_pod_veth`].
+/// The pod's network namespace, held open between [`open_pod_netns`],
+/// [`create_pod_veth`] and [`configure_pod_veth`].
 #[derive(Debug)]
 pub struct PodNetns(File);
 
-/// Step 1 of [`setup_pod_interface`] alone: the veth pair, its host end
-/// up. The agent binds the switch port on the host end while
-/// [`configure_pod_veth`] runs; unlike [`setup_pod_interface`], a failure
-/// of step 2 then leaves the host end for the caller to delete.
-pub fn create_pod_veth(spec: &PodIfaceSpec) -> Result<(PodIface, PodNetns), PodnetError> {
+/// Checks `spec` and opens its namespace: nothing is made, whatever the
+/// outcome.
+pub fn open_pod_netns(spec: &PodIfaceSpec) -> Result<PodNetns, PodnetError> {
     validate_spec(spec)?;
-    let ns = open_netns(&spec.netns)?;
-    let host = create_veth(spec, &ns)?;
-    Ok((host, PodNetns(ns)))
+    Ok(PodNetns(open_netns(&spec.netns)?))
+}
+
+/// Step 1 of [`setup_pod_interface`] alone: the veth pair, its host end
+/// up, in the namespace [`open_pod_netns`] opened. The agent binds the
+/// switch port on the host end while [`configure_pod_veth`] runs; unlike
+/// [`setup_pod_interface`], a failure of step 2 then leaves the host end
+/// for the caller to delete. Only [`PodnetError::Exists`] says for sure
+/// that nothing was made (the creation itself was refused); after any
+/// other error the pair may exist.
+pub fn create_pod_veth(spec: &PodIfaceSpec, ns: &PodNetns) -> Result<PodIface, PodnetError> {
+    create_veth(spec, &ns.0)
 }
 
 /// Step 2 of [`setup_pod_interface`] alone, on a veth [`create_pod_veth`]
@@ -786,16 +794,15 @@ pub fn owner_alias(container_id: &str, ifname: &str) -> String {
     format!("oxvs:{ifname}:{}:#{:016x}", &container_id[..cut], h.0)
 }
 
-/// Sets `name`'s alias (IFLA_IFALIAS).
-pub fn set_link_alias(name: &str, alias: &str) -> Result<(), PodnetError> {
-    validate_ifname("link", name)?;
+/// Sets the alias (IFLA_IFALIAS) of the link with index `index`: the one
+/// just made, whatever has its name by now.
+pub fn set_link_alias_index(index: u32, name: &str, alias: &str) -> Result<(), PodnetError> {
     nl::with_netlink(|nl| {
-        let link = existing_link(nl, name)?;
         let change = LinkChange {
             alias: Some(alias.to_string()),
             ..Default::default()
         };
-        nl.set_link(link.index, &change)
+        nl.set_link(index, &change)
             .map_err(nl::step(format!("set the alias of '{name}'")))
     })
 }
@@ -803,12 +810,18 @@ pub fn set_link_alias(name: &str, alias: &str) -> Result<(), PodnetError> {
 /// `name`'s alias: `Ok(None)` if there is no such link, `Ok(Some(None))`
 /// if it has no alias.
 pub fn link_alias(name: &str) -> Result<Option<Option<String>>, PodnetError> {
+    Ok(link_owner(name)?.map(|(alias, _)| alias))
+}
+
+/// `name`'s alias and whether an XDP program is attached to it (a switch
+/// port is bound to it): `Ok(None)` if there is no such link.
+pub fn link_owner(name: &str) -> Result<Option<(Option<String>, bool)>, PodnetError> {
     validate_ifname("link", name)?;
     nl::with_netlink(|nl| {
         Ok(nl
             .link(name)
             .map_err(nl::step(format!("get link '{name}'")))?
-            .map(|l| l.alias))
+            .map(|l| (l.alias, l.xdp)))
     })
 }
 

@@ -537,8 +537,9 @@ fn bad_calls_get_clear_errors_and_leak_nothing() {
 }
 
 /// A pod's host link deleted behind the agent's back, and another link
-/// (another owner's alias) made with its name: the pod's DEL releases
-/// its address and record and leaves that link alone.
+/// (another owner's alias, no switch port on it) made with its name: the
+/// pod's DEL releases its address and record, removes the pod's switch
+/// port (bound to the gone link), and leaves that link alone.
 #[test]
 fn del_leaves_a_link_that_took_the_pods_name() {
     skip_unless_capable!();
@@ -566,6 +567,11 @@ fn del_leaves_a_link_that_took_the_pods_name() {
         node.links()
     );
     assert!(node.ipam_records().is_empty(), "{:?}", node.ipam_records());
+    assert!(
+        !node.ports().contains(&host),
+        "the pod's own port goes: {:?}",
+        node.ports()
+    );
     assert!(
         node.agent_log().contains("another owner's alias"),
         "{}",

@@ -84,13 +84,19 @@ impl Agent {
         let t0 = std::time::Instant::now();
         let alias = podnet::owner_alias(&a.container_id, &a.ifname);
         let host_spec = spec.clone();
-        let (_, ns) = blocking(move || {
-            // Nothing is made if this fails: a host link of that name
-            // (`Exists`) is someone else's.
-            let made = podnet::create_pod_veth(&host_spec).map_err(|e| (e, false))?;
+        let ns = blocking(move || {
+            let ns = podnet::open_pod_netns(&host_spec).map_err(|e| (e, false))?;
+            // Refused with `Exists`, nothing was made: a host link of that
+            // name is someone else's. After any other error the pair may
+            // exist, and is undone by name as before.
+            let host = podnet::create_pod_veth(&host_spec, &ns).map_err(|e| {
+                let made = !matches!(e, podnet::PodnetError::Exists(..));
+                (e, made)
+            })?;
             // Whose link this is, for a DEL without a record (see `del`, cni.rs).
-            podnet::set_link_alias(&host_spec.host_ifname, &alias).map_err(|e| (e, true))?;
-            Ok(made)
+            podnet::set_link_alias_index(host.host_ifindex, &host_spec.host_ifname, &alias)
+                .map_err(|e| (e, true))?;
+            Ok(ns)
         })
         .await?
         .map_err(|(e, made_veth)| AttachError {
@@ -211,11 +217,15 @@ impl Agent {
     /// Whether a link named as `a`'s host end exists with an alias that
     /// names another attachment ([`podnet::owner_alias`]): the pod's own
     /// link went (deleted by someone else, or never made before a crash)
-    /// and another took the name (a 28-bit hash). A link without an alias
-    /// is taken for `a`'s (made, then interrupted before its alias).
-    async fn host_link_is_not_ours(&self, a: &Attachment) -> Result<bool, CniError> {
+    /// and another took the name (a 28-bit hash). `Some(true)` when a
+    /// switch port is bound to that link (its XDP program is attached):
+    /// the port of that name is the other link's. `Some(false)`: the port
+    /// of that name, if any, is `a`'s, bound to its gone link. A link
+    /// without an alias is taken for `a`'s (made, then interrupted before
+    /// its alias): `None`, as for `a`'s own link or none.
+    async fn host_link_of_another(&self, a: &Attachment) -> Result<Option<bool>, CniError> {
         let h = a.host_ifname.clone();
-        let alias = blocking(move || podnet::link_alias(&h))
+        let owner = blocking(move || podnet::link_owner(&h))
             .await?
             .map_err(|e| {
                 err(
@@ -224,7 +234,10 @@ impl Agent {
                 )
             })?;
         let mine = podnet::owner_alias(&a.container_id, &a.ifname);
-        Ok(matches!(alias, Some(Some(other)) if other != mine))
+        Ok(match owner {
+            Some((Some(other), xdp)) if other != mine => Some(xdp),
+            _ => None,
+        })
     }
 
     /// Deletes the host end of a pod's veth, then the switch port on it.
@@ -254,10 +267,15 @@ impl Agent {
             if a.ofport.is_some() && self.node().is_some() {
                 self.sync().await?;
             }
-            if self.host_link_is_not_ours(a).await? {
-                tracing::warn!(pod = %a.pod_ref(), link = %a.host_ifname, "the host link of this name has another owner's alias (the pod's own went, and another took its name): left alone, with its switch port");
-            } else {
-                self.delete_then_detach(&a.host_ifname).await?;
+            match self.host_link_of_another(a).await? {
+                None => self.delete_then_detach(&a.host_ifname).await?,
+                Some(true) => {
+                    tracing::warn!(pod = %a.pod_ref(), link = %a.host_ifname, "the host link of this name has another owner's alias and a switch port (the pod's own link went, and another took its name): left alone, with its port");
+                }
+                Some(false) => {
+                    tracing::warn!(pod = %a.pod_ref(), link = %a.host_ifname, "the host link of this name has another owner's alias (the pod's own link went, and another took its name): left alone; the pod's port, bound to its gone link, removed");
+                    self.del_port(&a.host_ifname).await?;
+                }
             }
         }
         let (cid, ifn) = a.key();
