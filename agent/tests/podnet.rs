@@ -416,6 +416,15 @@ fn dual_stack_pod_interface() {
     assert!(udp.contains("mtu 1450"), "{udp}");
     let tcp = pod2.ip(&["-6", "route", "get", "fd00:9::9", "ipproto", "tcp"]);
     assert!(!tcp.contains("mtu"), "{tcp}");
+    // Set up again in the same namespace (its rules stay when the veth
+    // goes): both families' rules are found as they are, once each.
+    host.ip(&["link", "del", "dual-tcp"]);
+    host.run_in(|| podnet::setup_pod_interface(&s2))
+        .expect("setup again in the same namespace");
+    for family in ["-4", "-6"] {
+        let rules = pod2.ip(&[family, "rule", "show"]);
+        assert_eq!(rules.matches("ipproto tcp").count(), 1, "{family}: {rules}");
+    }
 }
 
 #[test]
