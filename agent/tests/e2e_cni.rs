@@ -475,14 +475,7 @@ fn bad_calls_get_clear_errors_and_leak_nothing() {
     taken.must(&["ip", "link", "set", "d0", "up"]);
     taken.must(&["ip", "addr", "add", "192.0.2.2/24", "dev", "d0"]);
     taken.must(&["ip", "route", "add", "default", "via", "192.0.2.1"]);
-    let routed = node.cni(
-        "ADD",
-        "c-z",
-        &format!("/var/run/netns/{}", taken.name),
-        "eth0",
-        "",
-        &node.config("1.0.0"),
-    );
+    let routed = node.try_add("c-z", &taken, "");
     assert!(!routed.ok);
     assert_eq!(routed.code(), 103, "{routed:?}");
     assert!(
@@ -508,14 +501,7 @@ fn bad_calls_get_clear_errors_and_leak_nothing() {
         "ip", "link", "add", &clash, "type", "veth", "peer", "name", "q-peer",
     ]);
     let q = common::Netns::new("q");
-    let clashed = node.cni(
-        "ADD",
-        "c-q",
-        &format!("/var/run/netns/{}", q.name),
-        "eth0",
-        "K8S_POD_NAMESPACE=test;K8S_POD_NAME=q",
-        &node.config("1.0.0"),
-    );
+    let clashed = node.try_add("c-q", &q, "K8S_POD_NAMESPACE=test;K8S_POD_NAME=q");
     assert!(!clashed.ok);
     assert!(
         clashed.msg().contains(&clash) && clashed.msg().contains("exists"),

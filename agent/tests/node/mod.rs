@@ -216,18 +216,21 @@ impl Node {
         )
     }
 
+    /// ADD of container `cid`'s `eth0` in namespace `ns`, with `CNI_ARGS`
+    /// `args`; the outcome, whatever it is.
+    pub fn try_add(&self, cid: &str, ns: &Netns, args: &str) -> CniOut {
+        let path = format!("/var/run/netns/{}", ns.name);
+        self.cni("ADD", cid, &path, "eth0", args, &self.config("1.0.0"))
+    }
+
     /// Makes a pod namespace and ADDs it; panics if ADD fails.
     pub fn add_pod(&self, name: &str) -> Pod {
         let ns = Netns::new(name);
         let cid = format!("{}-{}", ns.name, "c0");
-        let path = format!("/var/run/netns/{}", ns.name);
-        let out = self.cni(
-            "ADD",
+        let out = self.try_add(
             &cid,
-            &path,
-            "eth0",
+            &ns,
             &format!("K8S_POD_NAMESPACE=test;K8S_POD_NAME={name}"),
-            &self.config("1.0.0"),
         );
         assert!(
             out.ok,
