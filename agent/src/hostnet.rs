@@ -50,6 +50,10 @@ pub enum HostnetError {
     Forwarding { path: String, err: std::io::Error },
     #[error("cannot turn off ICMP redirects ({path}): {err}")]
     Redirects { path: String, err: std::io::Error },
+    #[error("cannot keep the host's stack from a pod's packets ({path}): {err}")]
+    Isolate { path: String, err: std::io::Error },
+    #[error("'{0}' is not an interface name")]
+    BadLink(String),
     #[error("cannot run iptables: {0}")]
     Spawn(std::io::Error),
     #[error("`iptables {args}` failed: {stderr}")]
@@ -80,6 +84,76 @@ fn ensure_sysctl_one(rel: &str) -> Result<(), HostnetError> {
         return Ok(());
     }
     std::fs::write(&path, "1\n").map_err(|err| HostnetError::Forwarding { path, err })
+}
+
+/// The settings [`isolate_host_link`] makes on a pod's host link:
+/// `(path under /proc/sys, value)`.
+fn isolation(link: &str) -> [(String, &'static str); 3] {
+    [
+        // Nothing that arrives on it is routed on.
+        (format!("net/ipv4/conf/{link}/forwarding"), "0"),
+        // The host answers no ARP on it, for any of its addresses.
+        (format!("net/ipv4/conf/{link}/arp_ignore"), "8"),
+        // No IPv6 on it at all: no link-local address (so nothing the host
+        // sends there reveals its MAC), nothing received is taken.
+        (format!("net/ipv6/conf/{link}/disable_ipv6"), "1"),
+    ]
+}
+
+/// Keeps the host's stack from taking a pod's packets on the pod's host
+/// link, when the switch does not take them: while oxvs-switchd is down
+/// (restarting, crashed: its XDP program goes with it) or a port is being
+/// set up, the link is an ordinary interface of the host. Without this the
+/// host answers the pod's ARP for the gateway with the link's MAC, and
+/// then routes (and masquerades) what the pod sends, past the switch and
+/// its NetworkPolicy. With it, the pod's frames are addressed to the
+/// gateway's MAC, which is not the link's, and the host drops them; the
+/// link's MAC is never shown to the pod; and a frame the pod addresses
+/// to it anyway is not routed. What is left: a broadcast frame carrying a
+/// unicast datagram to one of the host's own addresses is still delivered
+/// to a UDP socket there, while the switch is down.
+///
+/// Three writes under `/proc/sys` (0.1 ms); a link without IPv6 (the
+/// kernel's IPv6 off) skips that one. A later change of
+/// `net.ipv4.ip_forward` (or `conf/all/forwarding`) sets every interface's
+/// `forwarding` again, this one's too: the agent's reconcile (on start,
+/// after a switch restart) applies these again.
+///
+/// (A tcx ingress program that drops everything XDP passes would close the
+/// broadcast case too, but the kernel waits for an RCU grace period under
+/// the RTNL lock to install one: about 10 ms per pod, during which every
+/// other ADD and DEL of the node waits: docs/benchmarks.md.)
+pub fn isolate_host_link(link: &str) -> Result<(), HostnetError> {
+    if !oxvs_netlink::valid_ifname(link) || link == "all" || link == "default" {
+        return Err(HostnetError::BadLink(link.to_string()));
+    }
+    for (rel, value) in isolation(link) {
+        let path = sysctl_path(&rel);
+        match std::fs::write(&path, value) {
+            Ok(()) => {}
+            Err(e)
+                if e.kind() == std::io::ErrorKind::NotFound
+                    && rel.starts_with("net/ipv6/")
+                    && !std::path::Path::new(&sysctl_path("net/ipv6")).exists() => {}
+            Err(err) => return Err(HostnetError::Isolate { path, err }),
+        }
+    }
+    Ok(())
+}
+
+/// Whether `link` has the settings of [`isolate_host_link`] (a missing
+/// IPv6 directory counts as isolated when the kernel has no IPv6).
+pub fn host_link_isolated(link: &str) -> bool {
+    oxvs_netlink::valid_ifname(link)
+        && isolation(link).iter().all(|(rel, value)| {
+            match std::fs::read_to_string(sysctl_path(rel)) {
+                Ok(s) => s.trim() == *value,
+                Err(_) => {
+                    rel.starts_with("net/ipv6/")
+                        && !std::path::Path::new(&sysctl_path("net/ipv6")).exists()
+                }
+            }
+        })
 }
 
 /// Stops the host from sending ICMP redirects, on the gateway and for all

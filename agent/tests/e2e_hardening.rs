@@ -503,3 +503,133 @@ fn del_of_an_unknown_attachment_spares_a_colliding_live_pod() {
         "DEL left the container's own link"
     );
 }
+
+/// `Ip: ForwDatagrams` of the namespace `ns`: what its stack routed on.
+fn forwarded(ns: &Netns) -> u64 {
+    let snmp = ns.must(&["cat", "/proc/net/snmp"]);
+    let mut ip = snmp.lines().filter(|l| l.starts_with("Ip:"));
+    let (names, values) = (ip.next().unwrap_or(""), ip.next().unwrap_or(""));
+    names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .find(|(n, _)| *n == "ForwDatagrams")
+        .and_then(|(_, v)| v.parse().ok())
+        .expect("Ip: ForwDatagrams in /proc/net/snmp")
+}
+
+/// While oxvs-switchd is down (restarting, crashed), a pod's packets reach
+/// its host link with no switch behind it. The node's stack must not take
+/// them: it would answer the pod's ARP for the gateway with the host
+/// link's MAC, then route (and masquerade) what the pod sends, past the
+/// switch and its NetworkPolicy. The agent isolates the link from the
+/// host's stack (`hostnet::isolate_host_link`), at ADD and again at its
+/// reconcile. Without that this test fails on both counts.
+#[test]
+fn a_pod_cannot_reach_the_nodes_stack_while_the_switch_is_down() {
+    skip_unless_capable!();
+    let mut node = Node::start_prepared("hguard", "10.239.5.0/24", &[], true, |ns| {
+        // Somewhere the node routes to, as a node's uplink: a link with a
+        // static neighbour, so that nothing but forwarding sends there.
+        ns.must(&[
+            "ip", "link", "add", "oxout0", "type", "veth", "peer", "name", "oxout1",
+        ]);
+        ns.must(&["ip", "addr", "add", "198.18.7.1/24", "dev", "oxout0"]);
+        ns.must(&["ip", "link", "set", "oxout0", "up"]);
+        ns.must(&["ip", "link", "set", "oxout1", "up"]);
+        ns.must(&[
+            "ip",
+            "neigh",
+            "replace",
+            "198.18.7.2",
+            "lladdr",
+            "02:00:00:00:07:02",
+            "dev",
+            "oxout0",
+            "nud",
+            "permanent",
+        ]);
+        ns.must(&["ip", "route", "add", "default", "via", "198.18.7.2"]);
+        // As on every Kubernetes node.
+        ns.must(&["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
+    });
+    let pod = node.add_pod("guard");
+    let host = oxvs_agent::podnet::host_ifname("test", "guard", &pod.cid, "eth0");
+    let host_mac = node
+        .ns
+        .must(&["cat", &format!("/sys/class/net/{host}/address")]);
+    let host_mac = host_mac.trim().to_string();
+    let settings = [
+        (
+            format!("/proc/sys/net/ipv4/conf/{host}/forwarding"),
+            "0",
+            "1",
+        ),
+        (
+            format!("/proc/sys/net/ipv4/conf/{host}/arp_ignore"),
+            "8",
+            "0",
+        ),
+        (
+            format!("/proc/sys/net/ipv6/conf/{host}/disable_ipv6"),
+            "1",
+            "0",
+        ),
+    ];
+    let read = |node: &Node, path: &str| node.ns.must(&["cat", path]).trim().to_string();
+    for (path, isolated, _) in &settings {
+        assert_eq!(read(&node, path), *isolated, "{path} after ADD");
+    }
+    // Undone behind the agent's back (as a change of net.ipv4.ip_forward
+    // undoes `forwarding`): the agent's next start sets them again.
+    for (path, _, open) in &settings {
+        node.ns.sh(&format!("echo {open} > {path}"));
+    }
+    assert!(node.stop_agent(), "agent did not stop on SIGTERM");
+    node.start_agent();
+    let again = Instant::now() + Duration::from_secs(10);
+    while settings.iter().any(|(p, v, _)| read(&node, p) != *v) && Instant::now() < again {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for (path, isolated, _) in &settings {
+        assert_eq!(
+            read(&node, path),
+            *isolated,
+            "{path} after the agent's restart"
+        );
+    }
+
+    // With the switch up, the pod's packets to the outside take the
+    // switch, the gateway and the node's routing: counted, so the count
+    // can tell.
+    let f0 = forwarded(&node.ns);
+    let _ = pod
+        .ns
+        .exec(&["ping", "-c", "3", "-i", "0.2", "-W", "1", "198.18.7.2"]);
+    assert!(
+        forwarded(&node.ns) >= f0 + 3,
+        "the pod's pings did not go through the switch and the node's routing"
+    );
+
+    // The switch dies: its XDP program goes with it.
+    let pid = node.sw.pid().to_string();
+    common::must(&["kill", "-KILL", &pid]);
+    let gone = Instant::now() + Duration::from_secs(5);
+    while std::path::Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < gone {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    pod.ns.must(&["ip", "neigh", "flush", "all"]);
+    let f1 = forwarded(&node.ns);
+    let _ = pod
+        .ns
+        .exec(&["ping", "-c", "3", "-i", "0.2", "-W", "1", "198.18.7.2"]);
+    let neigh = pod.ns.must(&["ip", "neigh", "show", "10.239.5.1"]);
+    assert!(
+        !neigh.contains(&host_mac),
+        "with the switch down, the node answered the pod's ARP for the gateway with its host link's MAC {host_mac}: {neigh}"
+    );
+    assert_eq!(
+        forwarded(&node.ns),
+        f1,
+        "with the switch down, the node routed the pod's packets (past the switch and its NetworkPolicy)"
+    );
+}

@@ -113,7 +113,12 @@ impl Agent {
             let t = std::time::Instant::now();
             podnet::configure_pod_veth(&spec, &ns).map(|()| t.elapsed())
         });
-        let (pod_end, port) = tokio::join!(pod_end, self.add_port(&a.host_ifname, None));
+        // Meanwhile too: the host's stack must never take what the switch
+        // does not (hostnet::isolate_host_link).
+        let host = a.host_ifname.clone();
+        let isolate = blocking(move || crate::hostnet::isolate_host_link(&host));
+        let (pod_end, port, isolated) =
+            tokio::join!(pod_end, self.add_port(&a.host_ifname, None), isolate);
         let pod_end_ms = match pod_end? {
             Ok(t) => t.as_secs_f64() * 1e3,
             Err(e) => {
@@ -123,6 +128,12 @@ impl Agent {
                 return Err(pod_iface_err(e).into());
             }
         };
+        if let Err(e) = isolated? {
+            if let Err(p) = port {
+                tracing::warn!(pod = %a.pod_ref(), error = %p, "the switch port failed too");
+            }
+            return Err(err(code::INTERFACE_FAILURE, e.to_string()).into());
+        }
         let ofport = port?;
         let t_port = t0.elapsed();
         a.ofport = Some(ofport);

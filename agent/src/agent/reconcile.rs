@@ -386,6 +386,7 @@ impl Agent {
                 report.gone += 1;
                 continue;
             }
+            self.isolate_host_link(&a).await;
             match by_name.get(&a.host_ifname) {
                 Some(&ofport) if Some(ofport) == a.ofport => {}
                 Some(&ofport) => {
@@ -426,6 +427,31 @@ impl Agent {
         self.sync().await.map_err(|e| anyhow::anyhow!("{e}"))?;
         report.pods = self.pod_ports().len();
         Ok(report)
+    }
+
+    /// Makes `a`'s host link isolated from the host's stack again
+    /// ([`crate::hostnet::isolate_host_link`]: made by an agent without it,
+    /// or undone since by a change of `net.ipv4.ip_forward`); a failure is
+    /// logged, not fatal: the pod keeps working.
+    async fn isolate_host_link(&self, a: &crate::state::Attachment) {
+        let host = a.host_ifname.clone();
+        let r = tokio::task::spawn_blocking(move || {
+            if crate::hostnet::host_link_isolated(&host) {
+                return Ok(false);
+            }
+            crate::hostnet::isolate_host_link(&host).map(|()| true)
+        })
+        .await;
+        match r {
+            Ok(Ok(true)) => {
+                tracing::info!(pod = %a.pod_ref(), link = %a.host_ifname, "the pod's host link was not isolated from the host's stack: now it is");
+            }
+            Ok(Ok(false)) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(pod = %a.pod_ref(), error = %e, "the pod's host link is not isolated from the host's stack")
+            }
+            Err(e) => tracing::warn!(pod = %a.pod_ref(), error = %e, "the isolation task failed"),
+        }
     }
 
     /// Whether the switch no longer holds what the agent set (a port
