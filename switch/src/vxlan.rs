@@ -708,6 +708,9 @@ impl VxlanPort {
     ) -> Result<(), TxError> {
         let mtu = (self.underlay_mtu as usize).min(TX_SLOT);
         let inner_mtu = (mtu - VXLAN_OVERHEAD as usize) as u32;
+        // What "too big" tells the sender: the IP packet's room, less
+        // the frame's VLAN tags.
+        let mtu_answer = inner_mtu.saturating_sub(tso::tag_bytes(inner) as u32);
         let outer_len = OUTER_LEN + inner.len();
         let fragment = outer_len > mtu;
         let flow_port = source_port(inner);
@@ -727,7 +730,7 @@ impl VxlanPort {
         }
         if outer_len > usize::from(u16::MAX) || (fragment && !may_fragment(inner)) {
             self.stats.tx_dropped += 1;
-            return Err(TxError::TooBig { mtu: inner_mtu });
+            return Err(TxError::TooBig { mtu: mtu_answer });
         }
         let hdr = OuterHeader {
             src,
@@ -748,7 +751,7 @@ impl VxlanPort {
         };
         if slots_needed > MAX_BATCH {
             self.stats.tx_dropped += 1;
-            return Err(TxError::TooBig { mtu: inner_mtu });
+            return Err(TxError::TooBig { mtu: mtu_answer });
         }
         self.ident = self.ident.wrapping_add(1).max(1);
         if self.tx_n + slots_needed > MAX_BATCH {
@@ -784,7 +787,8 @@ impl VxlanPort {
     ) -> Result<(), TxError> {
         let mtu = (self.underlay_mtu as usize).min(TX_SLOT);
         let inner_mtu = mtu.saturating_sub(VXLAN6_OVERHEAD as usize);
-        let mtu_answer = u32::try_from(inner_mtu).unwrap_or(u32::MAX);
+        let mtu_answer =
+            u32::try_from(inner_mtu.saturating_sub(tso::tag_bytes(inner))).unwrap_or(u32::MAX);
         let hash = flow_hash(inner);
         let flow_port = source_port_of_hash(hash);
         let tso_sock = (!self.tso.is_empty() && tso::is_tcp(inner))
@@ -1645,10 +1649,13 @@ mod tests {
         hbh[20] = 0;
         let mut syn = ipv6_tcp_frame(20_000);
         syn[67] = 0x02;
-        for f in [udp, hbh, syn] {
+        for f in [udp.clone(), hbh, syn] {
             assert_eq!(tx.send(&f, meta), Err(TxError::TooBig { mtu: 1450 }));
             assert!(icmp_too_big_reply(&f, 1450, Ipv4Addr::UNSPECIFIED).is_some());
         }
+        // Behind a VLAN tag the IP packet has 4 bytes less.
+        let tagged: Vec<u8> = [&udp[..12], &[0x81, 0x00, 0x00, 0x64][..], &udp[12..]].concat();
+        assert_eq!(tx.send(&tagged, meta), Err(TxError::TooBig { mtu: 1446 }));
         assert_eq!(tx.take_offload_counters(), (0, 0));
     }
 

@@ -164,9 +164,11 @@ pub(super) struct TcpCut {
 }
 
 impl TcpCut {
-    /// How to cut `frame` so that every piece's IP packet fits `inner_mtu`;
-    /// `None` if it is not a TCP data segment this module cuts (module doc)
-    /// or already fits.
+    /// How to cut `frame` so that every piece fits `inner_mtu` (the inner
+    /// MTU of the tunnel, which counts a 14-byte inner Ethernet header:
+    /// each VLAN tag the frame carries takes its 4 bytes from the IP
+    /// packet's room); `None` if it is not a TCP data segment this module
+    /// cuts (module doc) or already fits.
     pub(super) fn of(frame: &[u8], inner_mtu: usize) -> Option<TcpCut> {
         let L2 {
             ethertype,
@@ -175,7 +177,8 @@ impl TcpCut {
             ..
         } = ethernet::l2_of(frame)?;
         let ip = Family::tcp_packet(ethertype, l3)?;
-        if ip.len <= inner_mtu {
+        let room = inner_mtu.checked_sub(l3_offset.checked_sub(ethernet::HEADER_LEN)?)?;
+        if ip.len <= room {
             return None;
         }
         let seg = TcpPacket::new_checked(l3.get(ip.hl..ip.len)?).ok()?;
@@ -186,7 +189,7 @@ impl TcpCut {
             return None;
         }
         let payload = ip.len.checked_sub(ip.hl + tcp_hl).filter(|p| *p > 0)?;
-        let mss = inner_mtu.checked_sub(ip.hl + tcp_hl).filter(|m| *m >= 64)?;
+        let mss = room.checked_sub(ip.hl + tcp_hl).filter(|m| *m >= 64)?;
         Some(TcpCut {
             family: ip.family,
             l3: l3_offset,
@@ -262,6 +265,13 @@ impl TcpCut {
         }
         Some(at)
     }
+}
+
+/// The bytes `frame`'s VLAN tags add to its Ethernet header (0 for an
+/// untagged or unparsable frame): what the IP packet loses of the
+/// tunnel's inner MTU.
+pub(super) fn tag_bytes(frame: &[u8]) -> usize {
+    ethernet::l2_of(frame).map_or(0, |l2| l2.l3_offset.saturating_sub(ethernet::HEADER_LEN))
 }
 
 /// The flags of piece `k` of `0..=last`: FIN and PSH end the segment, so
@@ -591,8 +601,45 @@ mod tests {
             assert_eq!(&inner[..18], &tagged[..18]);
             let untagged: Vec<u8> = [&inner[..12], &inner[16..]].concat();
             assert!(tcp6_ok(&untagged));
-            assert!(untagged.len() - 14 <= 1280);
+            // The whole inner frame, tag included, fits the tunnel.
+            assert!(inner.len() <= 1280 + 14, "{}", inner.len());
         }
+    }
+
+    /// A tagged IPv4 segment: every piece's outer packet fits the underlay
+    /// MTU with the tag counted (they were 4 bytes over, and the kernel
+    /// refused the whole send), and a segment that fits only without its
+    /// tag is cut too.
+    #[test]
+    fn ipv4_behind_a_vlan_tag_fits_with_the_tag() {
+        let tag = |plain: &[u8]| -> Vec<u8> {
+            let mut tagged = plain[..12].to_vec();
+            tagged.extend_from_slice(&[0x81, 0x00, 0x00, 0x64]);
+            tagged.extend_from_slice(&plain[12..]);
+            tagged
+        };
+        let tagged = tag(&tcp_frame(4000, 0, tcp_flags::ACK));
+        let cut = TcpCut::of(&tagged, 1500 - 50).expect("cut");
+        assert!(
+            20 + 8 + cut.datagram_len() <= 1500,
+            "{}",
+            cut.datagram_len()
+        );
+        let mut out = vec![0u8; cut.pieces() * cut.datagram_len()];
+        let n = cut.write(&tagged, 1, 0, 10, &mut out).unwrap();
+        let mut payload = 0;
+        for d in out[..n].chunks(cut.datagram_len()) {
+            let untagged: Vec<u8> = [&d[8..8 + 12], &d[8 + 16..]].concat();
+            assert!(tcp_ok(&untagged));
+            payload += untagged.len() - 14 - 40;
+        }
+        assert_eq!(payload, 4000);
+        // IP packet 1448 bytes: fits 1450 untagged, not with the tag.
+        let edge = tag(&tcp_frame(1408, 0, tcp_flags::ACK));
+        let untagged: Vec<u8> = [&edge[..12], &edge[16..]].concat();
+        assert!(TcpCut::of(&untagged, 1450).is_none());
+        let cut = TcpCut::of(&edge, 1450).expect("cut with the tag counted");
+        assert!(cut.datagram_len() - 8 <= 1450 + 14);
     }
 
     #[test]
