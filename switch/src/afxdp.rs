@@ -708,6 +708,34 @@ impl Frames {
         (fair + borrow).min(FILL_TARGET.saturating_sub(target))
     }
 
+    /// How many free frames a port whose fill ring holds `filled` frames
+    /// and should hold `target` takes now ([`XskPort::refill`]): what is
+    /// above the TX reserve (and, to bring the ring up to [`FILL_MIN`],
+    /// from the reserve down to its floor), and the part
+    /// of its target beyond its share (borrowed, [`Frames::room_to_grow`])
+    /// only from spare frames above the [`Frames::headroom`]. Targets of
+    /// several ports may grow in one round against the same spare frames
+    /// (growing takes no frame; this does), and without this rule two
+    /// borrowers under a burst at once took the headroom too, so that a
+    /// third port, or the gateway, could not even grow to its share.
+    fn refill_count(&self, filled: usize, target: usize) -> usize {
+        let want = target.saturating_sub(filled);
+        let above_reserve = self.free.len().saturating_sub(self.reserve);
+        // Into the reserve, down to its floor, only for what brings the
+        // ring up to FILL_MIN.
+        let dip = FILL_MIN
+            .saturating_sub(filled)
+            .min(self.free.len().saturating_sub(self.tx_floor));
+        let avail = above_reserve.max(dip);
+        let fair = self.port_share().saturating_sub(filled).min(want);
+        if want == fair {
+            return want.min(avail);
+        }
+        let fair = fair.min(avail);
+        let spare = above_reserve.saturating_sub(fair);
+        fair + (want - fair).min(spare.saturating_sub(self.headroom()))
+    }
+
     /// Spare frames a port growing beyond its share must leave: what two
     /// ports need to grow to their shares (or from [`FILL_START`], so
     /// that a port woken by a burst finds a start's worth even when the
@@ -1643,14 +1671,7 @@ impl XskPort {
     /// [`FILL_MIN`], so that a new port can always receive).
     pub fn refill(&mut self) {
         let mut f = self.mem.frames.borrow_mut();
-        let want = self.fill_target.saturating_sub(self.filled);
-        let keep = if self.filled < FILL_MIN {
-            f.tx_floor
-        } else {
-            f.reserve
-        };
-        let avail = f.free.len().saturating_sub(keep);
-        let n = want.min(avail);
+        let n = f.refill_count(self.filled, self.fill_target);
         if n == 0 {
             return;
         }
@@ -1874,7 +1895,8 @@ impl XskPort {
                 while !rest.is_empty() {
                     let room = self.pending_tx.len() < TX_RING_SIZE as usize
                         && self.pending_tx.len() - mark < MAX_CHAIN;
-                    let Some(mut d) = f.free.pop().filter(|_| room) else {
+                    // No frame taken when there is no room for it.
+                    let Some(mut d) = room.then(|| f.free.pop()).flatten() else {
                         // Take the chain back: all or nothing.
                         f.free.extend(self.pending_tx.drain(mark..));
                         self.counters.tx_dropped += 1;
@@ -1891,6 +1913,7 @@ impl XskPort {
                         _ => {
                             f.free.push(d);
                             f.free.extend(self.pending_tx.drain(mark..));
+                            self.counters.tx_dropped += 1;
                             self.counters.tx_errors += 1;
                             return None;
                         }
@@ -1903,6 +1926,7 @@ impl XskPort {
             }
             Written::Part(_) => {
                 f.free.push(d);
+                self.counters.tx_dropped += 1;
                 self.counters.tx_errors += 1;
                 None
             }
@@ -2307,6 +2331,40 @@ mod tests {
     fn take(f: &mut Frames, n: usize) {
         let at = f.free.len() - n;
         f.free.truncate(at);
+    }
+
+    /// Two ports under a burst in the same round both see the same spare
+    /// frames when their targets grow; what they take leaves the headroom,
+    /// so a third port can still grow to its share.
+    #[test]
+    fn borrowers_of_one_round_leave_the_headroom() {
+        let mut f = Frames::new(vec![FrameDesc::default(); 16384]);
+        for _ in 0..31 {
+            f.attach(32).expect("slot");
+        }
+        take(&mut f, 16384 - 7296);
+        let share = f.port_share();
+        let (a, b) = (f.room_to_grow(share, true), f.room_to_grow(share, true));
+        assert_eq!((a, b), (1600, 1600));
+        for grown in [a, b] {
+            let n = f.refill_count(share, share + grown);
+            take(&mut f, n);
+        }
+        let spare = f.free.len() - f.reserve;
+        assert_eq!(spare, f.headroom(), "the borrowers took the headroom");
+        assert_eq!(f.room_to_grow(64, true), share - 64);
+        assert_eq!(f.refill_count(64, share), share - 64);
+        // Up to its share a port takes what is there, down to the reserve.
+        assert_eq!(f.refill_count(0, share), share);
+        // With nothing above the reserve, a ring below FILL_MIN is topped
+        // up to FILL_MIN from the reserve (down to its floor), no more.
+        take(&mut f, spare);
+        assert_eq!(f.refill_count(FILL_MIN, share), 0);
+        assert_eq!(f.refill_count(0, share), FILL_MIN);
+        assert_eq!(f.refill_count(10, 3000), FILL_MIN - 10);
+        let n = f.free.len() - f.tx_floor - 5;
+        take(&mut f, n);
+        assert_eq!(f.refill_count(0, share), 5);
     }
 
     #[test]
