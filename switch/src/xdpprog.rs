@@ -16,6 +16,10 @@
 //! a queue without a slot, or a slot without a socket (a port being set
 //! up or torn down), passes the packet to the kernel stack (the
 //! `bpf_redirect_map` default action), as libxdp's default program does.
+//! So does every interface once switchd is gone (its links go with it).
+//! A pod's host link is isolated from that stack by the agent
+//! (`oxvs_agent::hostnet::isolate_host_link`: no ARP answered, nothing
+//! routed on, no IPv6), so what reaches it there is dropped.
 //! The kernel delivers a redirected frame only to a socket bound to the
 //! interface and queue it arrived on, so a stale entry can never leak a
 //! frame to another port.

@@ -1,7 +1,8 @@
 //! One pod's attachment, made and undone.
 //!
-//! [`Agent::attach`] runs ADD's steps 2 to 6 (veth; switch port and pod
-//! interface at once; record `ready`; flows; gratuitous ARP; the list is in
+//! [`Agent::attach`] runs ADD's steps 2 to 6 (veth; switch port, pod
+//! interface and the host end's isolation from the host's stack at once;
+//! record `ready`; flows; gratuitous ARP; the list is in
 //! [`super::cni`]) once the address is allocated and the `pending` record
 //! written. [`Agent::teardown`] undoes everything of an attachment that
 //! exists, in the reverse order: for DEL, GC, a failed ADD, and

@@ -19,8 +19,9 @@
 //!    same time, configure the pod end: MAC `0a:58:<ip>`, address, MTU,
 //!    default route via the gateway, up (TX checksum offload stays on:
 //!    the switch completes the checksums; off only with
-//!    `--pod-tx-checksum-off`). Both finish before an error of either is
-//!    returned.
+//!    `--pod-tx-checksum-off`); and isolate the host end from the host's
+//!    stack ([`crate::hostnet::isolate_host_link`]). All three finish
+//!    before an error of any is returned.
 //! 4. Record the attachment as `ready`.
 //! 5. Install the pod's flows ([`crate::flows::pod_flows`]) and every
 //!    policy flow that concerns it as one bundle, and wait for the
