@@ -709,8 +709,10 @@ impl VxlanPort {
         let mtu = (self.underlay_mtu as usize).min(TX_SLOT);
         let inner_mtu = (mtu - VXLAN_OVERHEAD as usize) as u32;
         // What "too big" tells the sender: the IP packet's room, less
-        // the frame's VLAN tags.
-        let mtu_answer = inner_mtu.saturating_sub(tso::tag_bytes(inner) as u32);
+        // the frame's VLAN tags (read only then, not for every frame).
+        let too_big = || TxError::TooBig {
+            mtu: inner_mtu.saturating_sub(tso::tag_bytes(inner) as u32),
+        };
         let outer_len = OUTER_LEN + inner.len();
         let fragment = outer_len > mtu;
         let flow_port = source_port(inner);
@@ -730,7 +732,7 @@ impl VxlanPort {
         }
         if outer_len > usize::from(u16::MAX) || (fragment && !may_fragment(inner)) {
             self.stats.tx_dropped += 1;
-            return Err(TxError::TooBig { mtu: mtu_answer });
+            return Err(too_big());
         }
         let hdr = OuterHeader {
             src,
@@ -751,7 +753,7 @@ impl VxlanPort {
         };
         if slots_needed > MAX_BATCH {
             self.stats.tx_dropped += 1;
-            return Err(TxError::TooBig { mtu: mtu_answer });
+            return Err(too_big());
         }
         self.ident = self.ident.wrapping_add(1).max(1);
         if self.tx_n + slots_needed > MAX_BATCH {
@@ -787,8 +789,9 @@ impl VxlanPort {
     ) -> Result<(), TxError> {
         let mtu = (self.underlay_mtu as usize).min(TX_SLOT);
         let inner_mtu = mtu.saturating_sub(VXLAN6_OVERHEAD as usize);
-        let mtu_answer =
-            u32::try_from(inner_mtu.saturating_sub(tso::tag_bytes(inner))).unwrap_or(u32::MAX);
+        let too_big = || TxError::TooBig {
+            mtu: u32::try_from(inner_mtu.saturating_sub(tso::tag_bytes(inner))).unwrap_or(u32::MAX),
+        };
         let hash = flow_hash(inner);
         let flow_port = source_port_of_hash(hash);
         let tso_sock = (!self.tso.is_empty() && tso::is_tcp(inner))
@@ -804,7 +807,7 @@ impl VxlanPort {
                 );
             }
             self.stats.tx_dropped += 1;
-            return Err(TxError::TooBig { mtu: mtu_answer });
+            return Err(too_big());
         }
         let hdr = OuterHeader6 {
             src,
@@ -827,7 +830,7 @@ impl VxlanPort {
         };
         if len == 0 {
             self.stats.tx_dropped += 1;
-            return Err(TxError::TooBig { mtu: mtu_answer });
+            return Err(too_big());
         }
         self.tx_desc[at] = TxDesc {
             len,
