@@ -124,34 +124,41 @@ fn isolation(link: &str) -> [(String, &'static str); 3] {
 /// the RTNL lock to install one: about 10 ms per pod, during which every
 /// other ADD and DEL of the node waits: docs/benchmarks.md.)
 pub fn isolate_host_link(link: &str) -> Result<(), HostnetError> {
-    if !oxvs_netlink::valid_ifname(link) || link == "all" || link == "default" {
+    if !pod_link_name(link) {
         return Err(HostnetError::BadLink(link.to_string()));
     }
     for (rel, value) in isolation(link) {
         let path = sysctl_path(&rel);
         match std::fs::write(&path, value) {
             Ok(()) => {}
-            Err(e)
-                if e.kind() == std::io::ErrorKind::NotFound
-                    && rel.starts_with("net/ipv6/")
-                    && !std::path::Path::new(&sysctl_path("net/ipv6")).exists() => {}
+            Err(_) if no_ipv6_for(&rel) => {}
             Err(err) => return Err(HostnetError::Isolate { path, err }),
         }
     }
     Ok(())
 }
 
+/// Whether `link` may name a pod's host link under `/proc/sys/net/*/conf`:
+/// an interface name the kernel takes, and not one of the directories
+/// that stand for every interface.
+fn pod_link_name(link: &str) -> bool {
+    oxvs_netlink::valid_ifname(link) && link != "all" && link != "default"
+}
+
+/// Whether the setting `rel` is an IPv6 one on a kernel without IPv6 (no
+/// `net/ipv6` at all): then there is nothing to set.
+fn no_ipv6_for(rel: &str) -> bool {
+    rel.starts_with("net/ipv6/") && !std::path::Path::new(&sysctl_path("net/ipv6")).exists()
+}
+
 /// Whether `link` has the settings of [`isolate_host_link`] (a missing
 /// IPv6 directory counts as isolated when the kernel has no IPv6).
 pub fn host_link_isolated(link: &str) -> bool {
-    oxvs_netlink::valid_ifname(link)
+    pod_link_name(link)
         && isolation(link).iter().all(|(rel, value)| {
             match std::fs::read_to_string(sysctl_path(rel)) {
                 Ok(s) => s.trim() == *value,
-                Err(_) => {
-                    rel.starts_with("net/ipv6/")
-                        && !std::path::Path::new(&sysctl_path("net/ipv6")).exists()
-                }
+                Err(_) => no_ipv6_for(rel),
             }
         })
 }
@@ -355,6 +362,30 @@ pub fn sync_node_ports(ports: &[NodePort], vip: std::net::IpAddr) -> Result<(), 
 
 #[cfg(test)]
 mod tests {
+    /// A host link name from a record on disk is checked before it becomes
+    /// a path under `/proc/sys`: nothing is written for a bad one.
+    #[test]
+    fn isolation_refuses_what_is_not_an_interface_name() {
+        for bad in [
+            "",
+            "../../kernel",
+            "a/b",
+            "all",
+            "default",
+            "sixteen-bytes-xx",
+            "a b",
+        ] {
+            assert!(
+                matches!(
+                    super::isolate_host_link(bad),
+                    Err(super::HostnetError::BadLink(ref n)) if n == bad
+                ),
+                "{bad:?}"
+            );
+            assert!(!super::host_link_isolated(bad), "{bad:?}");
+        }
+    }
+
     use super::*;
 
     #[test]

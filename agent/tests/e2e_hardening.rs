@@ -529,28 +529,14 @@ fn a_pod_cannot_reach_the_nodes_stack_while_the_switch_is_down() {
     skip_unless_capable!();
     let mut node = Node::start_prepared("hguard", "10.239.5.0/24", &[], true, |ns| {
         // Somewhere the node routes to, as a node's uplink: a link with a
-        // static neighbour, so that nothing but forwarding sends there.
-        ns.must(&[
-            "ip", "link", "add", "oxout0", "type", "veth", "peer", "name", "oxout1",
-        ]);
-        ns.must(&["ip", "addr", "add", "198.18.7.1/24", "dev", "oxout0"]);
-        ns.must(&["ip", "link", "set", "oxout0", "up"]);
-        ns.must(&["ip", "link", "set", "oxout1", "up"]);
-        ns.must(&[
-            "ip",
-            "neigh",
-            "replace",
-            "198.18.7.2",
-            "lladdr",
-            "02:00:00:00:07:02",
-            "dev",
-            "oxout0",
-            "nud",
-            "permanent",
-        ]);
-        ns.must(&["ip", "route", "add", "default", "via", "198.18.7.2"]);
-        // As on every Kubernetes node.
-        ns.must(&["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
+        // static neighbour, so that nothing but forwarding sends there;
+        // forwarding on, as on every Kubernetes node.
+        ns.sh("ip link add oxout0 type veth peer name oxout1 && \
+             ip addr add 198.18.7.1/24 dev oxout0 && \
+             ip link set oxout0 up && ip link set oxout1 up && \
+             ip neigh replace 198.18.7.2 lladdr 02:00:00:00:07:02 dev oxout0 nud permanent && \
+             ip route add default via 198.18.7.2 && \
+             sysctl -qw net.ipv4.ip_forward=1");
     });
     let pod = node.add_pod("guard");
     let host = oxvs_agent::podnet::host_ifname("test", "guard", &pod.cid, "eth0");

@@ -120,21 +120,20 @@ impl Agent {
         let isolate = blocking(move || crate::hostnet::isolate_host_link(&host));
         let (pod_end, port, isolated) =
             tokio::join!(pod_end, self.add_port(&a.host_ifname, None), isolate);
-        let pod_end_ms = match pod_end? {
-            Ok(t) => t.as_secs_f64() * 1e3,
+        let failed = match (pod_end?, isolated?) {
+            (Err(e), _) => Err(pod_iface_err(e)),
+            (Ok(_), Err(e)) => Err(err(code::INTERFACE_FAILURE, e.to_string())),
+            (Ok(t), Ok(())) => Ok(t.as_secs_f64() * 1e3),
+        };
+        let pod_end_ms = match failed {
+            Ok(ms) => ms,
             Err(e) => {
                 if let Err(p) = port {
                     tracing::warn!(pod = %a.pod_ref(), error = %p, "the switch port failed too");
                 }
-                return Err(pod_iface_err(e).into());
+                return Err(e.into());
             }
         };
-        if let Err(e) = isolated? {
-            if let Err(p) = port {
-                tracing::warn!(pod = %a.pod_ref(), error = %p, "the switch port failed too");
-            }
-            return Err(err(code::INTERFACE_FAILURE, e.to_string()).into());
-        }
         let ofport = port?;
         let t_port = t0.elapsed();
         a.ofport = Some(ofport);
